@@ -1,0 +1,1 @@
+//! The contract between the parts of autopilot.

@@ -1,0 +1,47 @@
+//! Project automation: `cargo xtask <command>`.
+//!
+//! One module per subcommand. Everything a newcomer or CI needs goes through here, so the
+//! README's commands stay short and true.
+
+mod control_plane;
+mod crdgen;
+mod demo;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+/// Project automation for the k0s autopilot workspace.
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate the CRD manifests in manifests/crds from the Rust types.
+    Crdgen(crdgen::Args),
+    /// Build (once) and cache the pinned kube-apiserver and etcd used by tests and the demo.
+    ControlPlane(control_plane::Args),
+    /// Run the demo on a local real control plane.
+    Demo(demo::Args),
+    /// Run every test: unit, shell and end-to-end against the real control plane.
+    Test(test::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crdgen(args) => crdgen::run(args),
+        Command::ControlPlane(args) => control_plane::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Test(args) => test::run(args),
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+fn workspace_root() -> std::path::PathBuf {
+    let manifest_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().expect("xtask sits inside the workspace").to_path_buf()
+}

@@ -1,0 +1,10 @@
+//! `cargo xtask test` (placeholder, filled in by its owner).
+
+/// Arguments of this subcommand.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Run the subcommand.
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("not implemented yet")
+}
