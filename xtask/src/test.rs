@@ -1,10 +1,59 @@
-//! `cargo xtask test` (placeholder, filled in by its owner).
+//! `cargo xtask test`: every test, at every level, against the real control plane.
+//!
+//! Builds (once) the pinned kube-apiserver and etcd, builds the `k0s` binary the end-to-end
+//! scenarios run, then runs `cargo test` over the whole workspace. Nothing is opt-in.
 
-/// Arguments of this subcommand.
+use std::process::Command;
+
+use anyhow::Context as _;
+
+/// Arguments of `cargo xtask test`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// How many tests of one test binary run at once (each end-to-end test starts its own
+    /// etcd and API servers, so keep this small on small machines).
+    #[arg(long, default_value_t = 2)]
+    test_threads: usize,
+
+    /// Extra arguments passed to `cargo test` before `--` (e.g. `-p integration --test cli`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    cargo_args: Vec<String>,
+}
 
 /// Run the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let Args { test_threads, cargo_args } = args;
+    integration::control_plane::ensure_built()?;
+    let k0s = build_k0s()?;
+    println!("==> running tests (k0s binary {})", k0s.display());
+    let mut command = Command::new(cargo());
+    command
+        .current_dir(crate::workspace_root())
+        .args(["test", "--workspace", "--locked"])
+        .args(&cargo_args)
+        .env("K0S_BIN", &k0s)
+        .env("RUST_TEST_THREADS", test_threads.to_string());
+    let status = command.status().context("running cargo test")?;
+    anyhow::ensure!(status.success(), "tests failed ({status})");
+    Ok(())
+}
+
+/// Build the `k0s` binary the scenarios copy into each node, and return its path.
+pub fn build_k0s() -> anyhow::Result<std::path::PathBuf> {
+    println!("==> building k0s");
+    let status = Command::new(cargo())
+        .current_dir(crate::workspace_root())
+        .args(["build", "--locked", "--package", "k0s", "--bin", "k0s"])
+        .status()
+        .context("running cargo build")?;
+    anyhow::ensure!(status.success(), "building k0s failed ({status})");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    Ok(target.join("debug").join("k0s"))
+}
+
+/// The cargo that runs this xtask.
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
 }

@@ -1,1 +1,156 @@
-//! autopilot-controller
+//! The controller side of autopilot.
+//!
+//! Every `k0s controller --enable-autopilot` process runs [`run`]: it installs the autopilot
+//! CRDs, registers its own `ControlNode`, and joins leader election on the
+//! `k0s-autopilot/k0s-autopilot-controller` Lease. Only the elected leader drives Plans.
+//!
+//! This crate is not the node agent (that is `autopilot-signal`) and does not parse the
+//! command line of the whole binary (that is `k0s`). Start with [`Args`] and [`run`].
+
+pub mod control_node;
+pub mod crds;
+pub mod leader;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tracing::info;
+
+/// Node kinds an operator may exclude from plans with `--exclude-from-plans`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeKind {
+    /// Control-plane nodes, signalled through their `ControlNode`.
+    Controller,
+    /// Pure worker nodes, signalled through their `Node`.
+    Worker,
+}
+
+/// Command-line arguments of `k0s controller`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Run the controller-side autopilot (leader election, Plan engine, ControlNode).
+    #[arg(long)]
+    pub enable_autopilot: bool,
+
+    /// This controller's API server address; its IP is published as the ControlNode's
+    /// InternalIP and probed on `/readyz` before controllers are updated.
+    #[arg(long, value_name = "IP:PORT")]
+    pub api_address: SocketAddr,
+
+    /// Node kinds that plans must not target; a plan that does ends in `Restricted`.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "controller,worker")]
+    pub exclude_from_plans: Vec<NodeKind>,
+
+    /// This controller also runs workloads (controller+worker): it is cordoned and drained
+    /// during updates and also takes airgap bundles on its own Node.
+    #[arg(long)]
+    pub enable_worker: bool,
+
+    /// How long a leader's claim on the lease is valid without renewal.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_duration: Duration,
+
+    /// How soon after its last renewal the leader renews its claim; must be shorter than
+    /// `--lease-duration`.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub renew_deadline: Duration,
+
+    /// How long to wait before rejoining the election after a failed lease operation.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub retry_period: Duration,
+
+    /// How long to keep retrying while the API server is unreachable at startup before
+    /// giving up with an error.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub startup_timeout: Duration,
+}
+
+/// Parse a duration such as `60s`, `1m30s` or `2h` (Go-style, as operators know from k0s).
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    let parsed: jiff::SignedDuration =
+        value.parse().map_err(|err| format!("not a duration (e.g. 30s, 5m, 1h30m): {err}"))?;
+    Duration::try_from(parsed).map_err(|_| "a duration must not be negative".to_string())
+}
+
+/// What the binary resolved before starting the controller: the connection and this node's
+/// identity (flags shared with `k0s worker`, plus facts fixed at build time).
+#[derive(Clone)]
+pub struct Process {
+    /// Client with admin credentials for this controller's API server.
+    pub client: kube::Client,
+    /// The API server URL the client talks to (for error messages).
+    pub server_url: String,
+    /// This controller's ControlNode name.
+    pub node_name: String,
+    /// This node's data directory (created if missing).
+    pub data_dir: PathBuf,
+    /// The k0s version this binary was built as (e.g. `v1.35.0+k0s.0`).
+    pub version: &'static str,
+}
+
+/// Run the controller-side autopilot until `shutdown` resolves.
+///
+/// Startup (CRDs, ControlNode) must succeed within `--startup-timeout`; afterwards the
+/// process keeps running through API server outages and leadership changes.
+pub async fn run(
+    args: Args,
+    process: Process,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let Args {
+        enable_autopilot,
+        api_address,
+        exclude_from_plans,
+        enable_worker,
+        lease_duration,
+        renew_deadline,
+        retry_period,
+        startup_timeout,
+    } = args;
+    anyhow::ensure!(
+        enable_autopilot,
+        "this build runs only the autopilot part of a controller: pass --enable-autopilot"
+    );
+    let timings = leader::Timings::new(lease_duration, renew_deadline, retry_period)?;
+    let Process { client, server_url, node_name, data_dir, version } = process;
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+
+    let mut shutdown = std::pin::pin!(shutdown);
+    info!(
+        node.name = %node_name,
+        api.address = %api_address,
+        version,
+        excluded = ?exclude_from_plans,
+        "starting autopilot controller"
+    );
+
+    let startup = async {
+        crds::install(&client, &server_url, startup_timeout).await?;
+        let registration = control_node::Registration {
+            name: node_name.clone(),
+            mode: if enable_worker {
+                control_node::Mode::ControllerWorker
+            } else {
+                control_node::Mode::Controller
+            },
+            internal_ip: api_address.ip(),
+            version: version.to_string(),
+        };
+        control_node::register(&client, &registration).await?;
+        anyhow::Ok(())
+    };
+    tokio::select! {
+        result = startup => result?,
+        () = &mut shutdown => {
+            info!("shutdown requested during startup");
+            return Ok(());
+        }
+    }
+
+    let identity = leader::identity(&node_name);
+    leader::run(client, identity, timings, shutdown).await
+}

@@ -1,1 +1,216 @@
-fn main() {}
+//! The `k0s` multicall binary: argument parsing and wiring only.
+//!
+//! `k0s controller --enable-autopilot` runs the controller side of autopilot
+//! (`autopilot-controller`), `k0s worker` the node side (`autopilot-signal`). Everything that
+//! decides or acts lives in those crates.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+/// The version this binary was built as (`K0S_VERSION` at build time); the same value is
+/// reported everywhere (CLI, ControlNode, Node annotation).
+const VERSION: &str = env!("K0S_BUILD_VERSION");
+
+/// k0s: a Kubernetes distribution that updates itself (autopilot).
+#[derive(Parser)]
+#[command(name = "k0s", version = VERSION, disable_version_flag = true)]
+struct Cli {
+    /// Log filter (e.g. `info`, `debug`, `autopilot_controller=debug`).
+    #[arg(long, global = true, env = "K0S_LOG", default_value = "info", value_name = "FILTER")]
+    log_level: String,
+
+    /// Log output format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
+    log_format: LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the k0s version of this binary.
+    Version,
+    /// Run a controller node's autopilot (leader election, Plans, ControlNode).
+    Controller {
+        #[command(flatten)]
+        node: NodeFlags,
+        #[command(flatten)]
+        args: autopilot_controller::Args,
+    },
+    /// Run a worker node: register its Node and act on update signals.
+    Worker {
+        #[command(flatten)]
+        node: NodeFlags,
+        #[command(flatten)]
+        args: autopilot_signal::WorkerArgs,
+    },
+}
+
+/// Flags every node process shares.
+#[derive(clap::Args)]
+struct NodeFlags {
+    /// Kubeconfig to reach the API server: admin credentials for a controller, the node's own
+    /// credentials (`system:node:<name>`) for a worker.
+    #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
+    kubeconfig: PathBuf,
+
+    /// Directory for this node's state (status socket, airgap bundles).
+    #[arg(long, default_value = "/var/lib/k0s", value_name = "DIR")]
+    data_dir: PathBuf,
+
+    /// This node's name: its ControlNode (controller) or Node (worker). Default: the host
+    /// name, lower-cased.
+    #[arg(long, env = "AUTOPILOT_HOSTNAME", value_name = "NAME")]
+    node_name: Option<String>,
+}
+
+/// What `NodeFlags` resolve to before a component starts.
+struct ResolvedNode {
+    client: kube::Client,
+    server_url: String,
+    node_name: String,
+    data_dir: PathBuf,
+}
+
+impl NodeFlags {
+    async fn resolve(self) -> anyhow::Result<ResolvedNode> {
+        let NodeFlags { kubeconfig, data_dir, node_name } = self;
+        let node_name = resolve_node_name(node_name.as_deref())?;
+        let (client, server_url) = connect(&kubeconfig).await?;
+        Ok(ResolvedNode { client, server_url, node_name, data_dir })
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            return match err.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = err.print();
+                    ExitCode::SUCCESS
+                }
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = err.print();
+                    ExitCode::from(2)
+                }
+                _ => {
+                    // One clear line: clap's first line names the flag and the problem.
+                    let rendered = err.render().to_string();
+                    let first = rendered.lines().next().unwrap_or("error: invalid arguments");
+                    eprintln!("{first} (see 'k0s --help')");
+                    ExitCode::from(2)
+                }
+            };
+        }
+    };
+    if let Err(err) = init_logging(&cli.log_level, cli.log_format) {
+        eprintln!("error: {err:#}");
+        return ExitCode::from(2);
+    }
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %format!("{err:#}"), "k0s failed");
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Version => {
+            println!("{VERSION}");
+            Ok(())
+        }
+        Command::Controller { node, args } => runtime()?.block_on(async move {
+            let ResolvedNode { client, server_url, node_name, data_dir } = node.resolve().await?;
+            let process = autopilot_controller::Process {
+                client,
+                server_url,
+                node_name,
+                data_dir,
+                version: VERSION,
+            };
+            autopilot_controller::run(args, process, shutdown_signal()).await
+        }),
+        Command::Worker { node, args } => runtime()?.block_on(async move {
+            let ResolvedNode { client, server_url, node_name, data_dir } = node.resolve().await?;
+            let process =
+                autopilot_signal::Process { client, server_url, node_name, data_dir, version: VERSION };
+            autopilot_signal::run_worker(args, process, shutdown_signal()).await
+        }),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::warn!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("received SIGTERM, shutting down"),
+        _ = int.recv() => tracing::info!("received SIGINT, shutting down"),
+    }
+}
+
+fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .with_context(|| format!("invalid --log-level {filter:?}"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+/// The node name: the flag or `AUTOPILOT_HOSTNAME`, else the host name; trimmed and
+/// lower-cased like Kubernetes does for node names.
+fn resolve_node_name(flag: Option<&str>) -> anyhow::Result<String> {
+    let raw = match flag {
+        Some(name) => name.to_string(),
+        None => nix::unistd::gethostname()
+            .context("reading the host name (pass --node-name)")?
+            .to_string_lossy()
+            .into_owned(),
+    };
+    let name = raw.trim().to_lowercase();
+    anyhow::ensure!(!name.is_empty(), "the node name is empty (pass --node-name)");
+    Ok(name)
+}
+
+/// A client from a kubeconfig file, with errors that name the file, and the server URL.
+async fn connect(path: &std::path::Path) -> anyhow::Result<(kube::Client, String)> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)
+        .with_context(|| format!("creating a client for {url} from {}", path.display()))?;
+    Ok((client, url))
+}
