@@ -1,1 +1,21 @@
-//! The contract between the parts of autopilot.
+//! The contract between the parts of autopilot: CRD types, the signal envelope and every
+//! wire string.
+//!
+//! - [`v1beta2`]: the `autopilot.k0sproject.io/v1beta2` resources ([`Plan`],
+//!   [`ControlNode`], [`UpdateConfig`]) and [`crds`], the CRDs applied at startup.
+//! - [`signal`]: the versioned annotation envelope through which the leader signals nodes
+//!   and nodes report progress.
+//! - [`keys`]: every annotation, label, name and finalizer string.
+//! - [`platform`]: `<os>-<arch>` names as Kubernetes spells them.
+//!
+//! This crate is data and pure functions only: no client, no tokio, no I/O. Field names,
+//! defaults and serialised strings follow k0s, so k0s nodes and tools understand what we
+//! write and vice versa.
+
+pub mod keys;
+pub mod platform;
+mod schema;
+pub mod signal;
+pub mod v1beta2;
+
+pub use v1beta2::{ControlNode, Plan, PlanSpec, PlanStatus, UpdateConfig, UpdateConfigSpec, crds};

@@ -1,0 +1,160 @@
+//! Every name, key and fixed string that autopilot puts on the wire, in one place.
+//!
+//! The values are k0s' own (REF §2) unless a doc says "ours". Changing one breaks
+//! compatibility with k0s nodes and with clusters that already carry the old value, so
+//! treat them as frozen.
+
+// === API ===
+
+/// API group of every autopilot custom resource.
+pub const GROUP: &str = "autopilot.k0sproject.io";
+
+/// The single served and stored API version.
+pub const VERSION: &str = "v1beta2";
+
+/// `apiVersion` of every autopilot object (`<group>/<version>`).
+pub const API_VERSION: &str = "autopilot.k0sproject.io/v1beta2";
+
+/// Kind of the per-controller signal object.
+pub const KIND_CONTROL_NODE: &str = "ControlNode";
+
+/// Kind of the update plan.
+pub const KIND_PLAN: &str = "Plan";
+
+/// Kind of the automatic-update configuration.
+pub const KIND_UPDATE_CONFIG: &str = "UpdateConfig";
+
+/// Name of the `ControlNode` CRD object.
+pub const CRD_CONTROL_NODES: &str = "controlnodes.autopilot.k0sproject.io";
+
+/// Name of the `Plan` CRD object.
+pub const CRD_PLANS: &str = "plans.autopilot.k0sproject.io";
+
+/// Name of the `UpdateConfig` CRD object.
+pub const CRD_UPDATE_CONFIGS: &str = "updateconfigs.autopilot.k0sproject.io";
+
+// === Names of objects ===
+
+/// The only Plan name that is ever executed. Plans with other names are left alone (we
+/// add a condition saying why).
+pub const PLAN_NAME: &str = "autopilot";
+
+/// Namespace that holds the leader-election Lease.
+pub const NAMESPACE: &str = "k0s-autopilot";
+
+/// Name of the leader-election Lease in [`NAMESPACE`].
+pub const LEASE_NAME: &str = "k0s-autopilot-controller";
+
+/// Namespace of the kubelet's per-node Leases, which carry [`LABEL_CENTRAL_CORDONING`].
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Field manager for every server-side apply autopilot makes (ours: k0s uses a few).
+pub const FIELD_MANAGER: &str = "k0s-autopilot";
+
+/// Finalizer the controller puts on every `UpdateConfig`.
+pub const UPDATECONFIG_FINALIZER: &str = "updateconfig.autopilot.k0sproject.io";
+
+// === Signal annotations ===
+
+/// Annotation carrying the signal protocol version; its value must be [`SIGNAL_VERSION`].
+pub const ANNOTATION_SIGNAL_VERSION: &str = "k0sproject.io/autopilot-signal-version";
+
+/// Annotation carrying the signal data JSON (see [`crate::signal`]).
+pub const ANNOTATION_SIGNAL_DATA: &str = "k0sproject.io/autopilot-signal-data";
+
+/// The only signal protocol version that is understood and written.
+pub const SIGNAL_VERSION: &str = "v2";
+
+// === ControlNode and Node metadata ===
+
+/// ControlNode annotation telling whether the controller also runs a kubelet; one of
+/// [`MODE_CONTROLLER`] or [`MODE_CONTROLLER_WORKER`].
+pub const ANNOTATION_MODE: &str = "autopilot.k0sproject.io/mode";
+
+/// [`ANNOTATION_MODE`] value of a pure controller (no kubelet, never cordoned).
+pub const MODE_CONTROLLER: &str = "controller";
+
+/// [`ANNOTATION_MODE`] value of a controller started with `--enable-worker` (has a kubelet,
+/// cordoned and drained around its update).
+pub const MODE_CONTROLLER_WORKER: &str = "controller+worker";
+
+/// Node annotation where a worker publishes the k0s version it runs (ours: controllers
+/// publish it in ControlNode `status.k0sVersion`).
+pub const ANNOTATION_K0S_VERSION: &str = "autopilot.k0sproject.io/k0s-version";
+
+/// Node annotation recording that autopilot cordoned the node, so autopilot only
+/// uncordons nodes it cordoned itself (ours).
+pub const ANNOTATION_CORDONED: &str = "autopilot.k0sproject.io/cordoned";
+
+/// Label advertising central cordoning: on the leader Lease its value is the leader's
+/// identity, on `kube-node-lease/<node>` it is empty.
+pub const LABEL_CENTRAL_CORDONING: &str = "autopilot.k0sproject.io/central-cordoning";
+
+/// Well-known host name label, also set on every ControlNode.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// Well-known operating system label (Go names: `linux`, `windows`, ...).
+pub const LABEL_OS: &str = "kubernetes.io/os";
+
+/// Well-known CPU architecture label (Go names: `amd64`, `arm64`, `arm`, ...).
+pub const LABEL_ARCH: &str = "kubernetes.io/arch";
+
+/// ControlNode `status.addresses[].type` of the controller's API address.
+pub const ADDRESS_INTERNAL_IP: &str = "InternalIP";
+
+/// ControlNode `status.addresses[].type` of the kubelet node name.
+pub const ADDRESS_HOSTNAME: &str = "Hostname";
+
+/// Environment variable that overrides the host name used as node name.
+pub const ENV_HOSTNAME: &str = "AUTOPILOT_HOSTNAME";
+
+// === Update server ===
+
+/// Default `UpdateConfig` channel.
+pub const DEFAULT_CHANNEL: &str = "stable";
+
+/// Default `UpdateConfig` update server.
+pub const DEFAULT_UPDATE_SERVER: &str = "https://updates.k0sproject.io";
+
+/// Namespace of the optional update-server bearer-token Secret.
+pub const UPDATE_SERVER_TOKEN_NAMESPACE: &str = "kube-system";
+
+/// Name of the optional update-server bearer-token Secret.
+pub const UPDATE_SERVER_TOKEN_SECRET: &str = "update-server-token";
+
+/// Data key of the token inside [`UPDATE_SERVER_TOKEN_SECRET`].
+pub const UPDATE_SERVER_TOKEN_KEY: &str = "token";
+
+/// Plan status condition types and reasons (ours; k0s writes no conditions).
+pub mod conditions {
+    /// Condition type set on a Plan that autopilot does not execute; the message says why
+    /// (for example: its name is not `autopilot`).
+    pub const IGNORED: &str = "Ignored";
+
+    /// Condition type set when the spec of a running Plan changed; the change is not
+    /// applied until the current run ends.
+    pub const SPEC_CHANGE_IGNORED: &str = "SpecChangeIgnored";
+
+    /// Reason of [`IGNORED`] when the Plan is not named [`super::PLAN_NAME`].
+    pub const REASON_NOT_AUTOPILOT_PLAN: &str = "NotAutopilotPlan";
+
+    /// Reason of [`SPEC_CHANGE_IGNORED`] while a run is in progress.
+    pub const REASON_PLAN_RUNNING: &str = "PlanRunning";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_version_is_group_slash_version() {
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+    }
+
+    #[test]
+    fn crd_names_are_plural_dot_group() {
+        assert_eq!(CRD_CONTROL_NODES, format!("controlnodes.{GROUP}"));
+        assert_eq!(CRD_PLANS, format!("plans.{GROUP}"));
+        assert_eq!(CRD_UPDATE_CONFIGS, format!("updateconfigs.{GROUP}"));
+    }
+}

@@ -1,0 +1,36 @@
+//! The `autopilot.k0sproject.io/v1beta2` custom resources: [`Plan`], [`ControlNode`] and
+//! [`UpdateConfig`], all cluster-scoped.
+//!
+//! Start with [`crds`]: the three CustomResourceDefinitions every controller applies.
+
+mod control_node;
+mod plan;
+mod update_config;
+
+#[cfg(test)]
+mod tests;
+
+pub use control_node::{ControlNode, ControlNodeStatus};
+pub use plan::{
+    CommandState, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandAirgapUpdateStatus,
+    PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanCommandTarget,
+    PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
+    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanCommandTargets, PlanResourceUrl,
+    PlanSpec, PlanState, PlanStateType, PlanStatus, TargetState, TargetStatus,
+};
+pub use update_config::{
+    AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,
+    AutopilotPlanSpec, PeriodicUpgradeStrategy, UpdateConfig, UpdateConfigSpec, UpgradeStrategy,
+    UpgradeStrategyType,
+};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube_core::CustomResourceExt;
+
+/// The three autopilot CRDs, in name order: `controlnodes`, `plans`, `updateconfigs`.
+///
+/// These are exactly what the controller applies at startup and what `cargo xtask crdgen`
+/// writes to `manifests/crds/`.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![ControlNode::crd(), Plan::crd(), UpdateConfig::crd()]
+}

@@ -1,0 +1,510 @@
+//! `Plan`: what to update, on which nodes, and how far it got (REF §1.2, §3.1, §3.2).
+//!
+//! The spec is k0s' shape field for field. The status is k0s' shape plus a few optional
+//! fields of ours (target `phase`/`reason`, `conditions`, `observedGeneration`); they are
+//! left out of the JSON when unset, so a status without them is byte-for-byte k0s-shaped.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube_derive::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::signal::SignalPhase;
+
+/// Specification of an update plan: an ordered list of commands.
+///
+/// Only the Plan named `autopilot` is executed. Its spec must not change while it runs.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "autopilot.k0sproject.io",
+    crates(kube_core = "::kube_core"),
+    version = "v1beta2",
+    kind = "Plan",
+    plural = "plans",
+    singular = "plan",
+    status = "PlanStatus",
+    derive = "PartialEq",
+    doc = "An autopilot update plan. Only the Plan named `autopilot` is executed.",
+    printcolumn(
+        name = "State",
+        type_ = "string",
+        json_path = ".status.state",
+        description = "State of the plan"
+    ),
+    printcolumn(
+        name = "Command",
+        type_ = "integer",
+        json_path = ".status.commands[?(@.state!=\"Completed\")].id",
+        description = "Index of the first command that has not completed"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanSpec {
+    /// Free-form identifier of this plan, copied into every signal as `planId`.
+    pub id: String,
+
+    /// Free-form creation time of this plan; informational, never interpreted.
+    pub timestamp: String,
+
+    /// Commands to execute, strictly in order; the next one starts only when the previous
+    /// one has completed.
+    pub commands: Vec<PlanCommand>,
+}
+
+/// One step of a plan. Exactly one of `k0supdate` and `airgapupdate` should be set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommand {
+    /// Replace the k0s binary on the targeted controllers and workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k0supdate: Option<PlanCommandK0sUpdate>,
+
+    /// Download an airgap image bundle onto the targeted workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub airgapupdate: Option<PlanCommandAirgapUpdate>,
+}
+
+/// Update k0s itself to a given version.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandK0sUpdate {
+    /// Target k0s version, compared as an exact string with the version a node runs
+    /// (for example `v1.30.1+k0s.0`).
+    pub version: String,
+
+    /// Update even if a node already runs `version`, and skip the removed-API check.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub forceupdate: bool,
+
+    /// Download location of the k0s binary per platform, keyed by `<os>-<arch>` (for
+    /// example `linux-amd64`).
+    pub platforms: BTreeMap<String, PlanResourceUrl>,
+
+    /// Which controllers and workers to update.
+    pub targets: PlanCommandTargets,
+}
+
+/// Download an airgap image bundle onto workers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandAirgapUpdate {
+    /// k0s version the bundle belongs to; used for the removed-API check and copied into
+    /// the signal.
+    pub version: String,
+
+    /// Download location of the bundle per platform, keyed by `<os>-<arch>`.
+    pub platforms: BTreeMap<String, PlanResourceUrl>,
+
+    /// Which workers receive the bundle.
+    pub workers: PlanCommandTarget,
+}
+
+/// Where to download one artifact from, and its expected digest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanResourceUrl {
+    /// Download URL (`http` or `https`).
+    pub url: String,
+
+    /// Hex SHA-256 of the downloaded content; verified before the artifact is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-fA-F0-9]{64}$"))]
+    pub sha256: Option<String>,
+}
+
+/// The node groups a `k0supdate` command targets.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandTargets {
+    /// Controllers to update (one at a time, all before any worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controllers: Option<PlanCommandTarget>,
+
+    /// Workers to update (at most `limits.concurrent` at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<PlanCommandTarget>,
+}
+
+/// A set of nodes and how many of them may update at once.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandTarget {
+    /// How to find the nodes: a static list or a selector.
+    pub discovery: PlanCommandTargetDiscovery,
+
+    /// Concurrency limits; ignored for controllers, which always update one at a time.
+    #[serde(default)]
+    pub limits: PlanCommandTargetLimits,
+}
+
+/// How targets are found. If both are set, `static` wins; if neither is set, no node is
+/// targeted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandTargetDiscovery {
+    /// An explicit list of node names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#static: Option<PlanCommandTargetDiscoveryStatic>,
+
+    /// Label and field selectors; `selector: {}` selects every node of the kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<PlanCommandTargetDiscoverySelector>,
+}
+
+/// An explicit list of nodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandTargetDiscoveryStatic {
+    /// Names of the `Node`s (workers) or `ControlNode`s (controllers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+}
+
+/// Kubernetes selectors over nodes; both must match when both are set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandTargetDiscoverySelector {
+    /// A label selector, as in `kubectl get -l` (for example `role=edge,zone!=b`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<String>,
+
+    /// A field selector, as in `kubectl get --field-selector` (for example
+    /// `metadata.name=worker0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<String>,
+}
+
+/// Concurrency limits of a target group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandTargetLimits {
+    /// How many nodes of this group may be updating at the same time (at least 1).
+    #[serde(default = "default_concurrent")]
+    #[schemars(range(min = 1))]
+    pub concurrent: u32,
+}
+
+impl Default for PlanCommandTargetLimits {
+    fn default() -> Self {
+        Self { concurrent: default_concurrent() }
+    }
+}
+
+fn default_concurrent() -> u32 {
+    1
+}
+
+/// Serde helper: leave `false` booleans out, as Go's `omitempty` does.
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+// === Status ===
+
+/// Progress of a plan, written by the autopilot leader.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStatus {
+    /// Plan-level state; empty until the plan is first processed.
+    #[serde(default)]
+    pub state: PlanStateType,
+
+    /// Per-command progress, in the same order as `spec.commands`.
+    #[serde(default)]
+    pub commands: Vec<PlanCommandStatus>,
+
+    /// Conditions explaining decisions that are not states, for example why a plan is
+    /// ignored or why a spec change was not applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// The `metadata.generation` of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Progress of one command.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandStatus {
+    /// Index of the command in `spec.commands` (0-based).
+    pub id: u32,
+
+    /// Command-level state (same vocabulary as the plan state).
+    #[serde(default)]
+    pub state: PlanStateType,
+
+    /// Why the command ended in a failure state, when there is more to say than the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+
+    /// Per-node progress of a `k0supdate` command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k0supdate: Option<PlanCommandK0sUpdateStatus>,
+
+    /// Per-node progress of an `airgapupdate` command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub airgapupdate: Option<PlanCommandAirgapUpdateStatus>,
+}
+
+/// Per-node progress of a `k0supdate` command.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandK0sUpdateStatus {
+    /// Targeted controllers (signalled through their `ControlNode`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<TargetStatus>,
+
+    /// Targeted workers (signalled through their `Node`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<TargetStatus>,
+}
+
+/// Per-node progress of an `airgapupdate` command.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandAirgapUpdateStatus {
+    /// Targeted workers (signalled through their `Node`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<TargetStatus>,
+}
+
+/// Progress of one targeted node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    /// Name of the `Node` or `ControlNode`.
+    pub name: String,
+
+    /// Where the node is in the plan.
+    pub state: TargetState,
+
+    /// When `state` (or `phase`) last changed.
+    pub last_updated_timestamp: Time,
+
+    /// The node's own signal phase, as last read back from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<SignalPhase>,
+
+    /// Human-readable detail, for example why the node failed or what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl TargetStatus {
+    /// A target in `state` as of `now`, with no phase or reason.
+    pub fn new(name: impl Into<String>, state: TargetState, now: jiff::Timestamp) -> Self {
+        Self {
+            name: name.into(),
+            state,
+            last_updated_timestamp: Time(now),
+            phase: None,
+            reason: None,
+        }
+    }
+}
+
+impl PlanStatus {
+    /// Whether the plan-level state is terminal (see [`PlanStateType::is_terminal`]).
+    pub fn is_terminal(&self) -> bool {
+        self.state.is_terminal()
+    }
+}
+
+// === States ===
+
+/// State of a plan or of one of its commands (REF §3.1, DESIGN §2).
+///
+/// On the wire these are k0s' strings. The not-yet-processed state is the empty string
+/// (k0s leaves `state` empty): it is [`PlanStateType::NewPlan`] here, serialises as `""`,
+/// and is also what an absent `state` deserialises to. `"NewPlan"` is accepted on read.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum PlanStateType {
+    /// Not processed yet. Exits: `SchedulableWait` or a terminal state.
+    #[default]
+    #[serde(rename = "", alias = "NewPlan")]
+    NewPlan,
+    /// Evaluating; waiting for nodes. The normal resting state while a plan runs.
+    SchedulableWait,
+    /// A node may be signalled now.
+    Schedulable,
+    /// Terminal: everything done.
+    Completed,
+    /// Terminal: a static target has no `Node`/`ControlNode` object at NewPlan.
+    IncompleteTargets,
+    /// Terminal: a target's object disappeared after NewPlan.
+    MissingSignalNode,
+    /// Terminal: a target's `<os>-<arch>` has no entry in `platforms`.
+    MissingPlatform,
+    /// Terminal: a plan controller stayed not ready past the readiness grace period.
+    InconsistentTargets,
+    /// Terminal: the plan targets a node kind excluded by `--exclude-from-plans`.
+    Restricted,
+    /// Terminal: a node reported a failed download, verification or apply.
+    ApplyFailed,
+    /// Terminal: a pre-flight check (removed APIs) failed; `description` says why.
+    Warning,
+}
+
+/// k0s' name for the plan-level use of [`PlanStateType`].
+pub type PlanState = PlanStateType;
+
+/// k0s' name for the command-level use of [`PlanStateType`].
+pub type CommandState = PlanStateType;
+
+impl PlanStateType {
+    /// Every state, in declaration order.
+    pub const ALL: [PlanStateType; 11] = [
+        Self::NewPlan,
+        Self::SchedulableWait,
+        Self::Schedulable,
+        Self::Completed,
+        Self::IncompleteTargets,
+        Self::MissingSignalNode,
+        Self::MissingPlatform,
+        Self::InconsistentTargets,
+        Self::Restricted,
+        Self::ApplyFailed,
+        Self::Warning,
+    ];
+
+    /// The wire string (`""` for [`PlanStateType::NewPlan`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NewPlan => "",
+            Self::SchedulableWait => "SchedulableWait",
+            Self::Schedulable => "Schedulable",
+            Self::Completed => "Completed",
+            Self::IncompleteTargets => "IncompleteTargets",
+            Self::MissingSignalNode => "MissingSignalNode",
+            Self::MissingPlatform => "MissingPlatform",
+            Self::InconsistentTargets => "InconsistentTargets",
+            Self::Restricted => "Restricted",
+            Self::ApplyFailed => "ApplyFailed",
+            Self::Warning => "Warning",
+        }
+    }
+
+    /// Whether nothing ever moves a plan or command out of this state.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Self::NewPlan | Self::SchedulableWait | Self::Schedulable => false,
+            Self::Completed
+            | Self::IncompleteTargets
+            | Self::MissingSignalNode
+            | Self::MissingPlatform
+            | Self::InconsistentTargets
+            | Self::Restricted
+            | Self::ApplyFailed
+            | Self::Warning => true,
+        }
+    }
+
+    /// Whether this is a terminal state other than `Completed`.
+    pub fn is_failure(self) -> bool {
+        self.is_terminal() && self != Self::Completed
+    }
+}
+
+impl fmt::Display for PlanStateType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NewPlan => f.write_str("NewPlan"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+impl JsonSchema for PlanStateType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanStateType".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::schema::string_enum(
+            "State of a plan or command; empty until processed.",
+            Self::ALL.iter().map(|s| s.as_str()),
+        )
+    }
+}
+
+/// State of one targeted node within a command (REF §3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TargetState {
+    /// Discovered and valid; not signalled yet. Exits: `SignalSent`, `MissingPlatform`,
+    /// `MissingSignalNode`.
+    SignalPending,
+    /// The signal was written to the node's object; the node is working on it. Exits:
+    /// `SignalCompleted`, `SignalApplyFailed`, `MissingSignalNode`.
+    SignalSent,
+    /// Terminal: the node reported `Completed` for this plan and command.
+    SignalCompleted,
+    /// Terminal: the node reported `FailedDownload` or `Failed`.
+    SignalApplyFailed,
+    /// Terminal: the node's `<os>-<arch>` is unknown or has no entry in `platforms`.
+    #[serde(rename = "SignalMissingPlatform")]
+    MissingPlatform,
+    /// Terminal: the node's `Node`/`ControlNode` object does not exist.
+    #[serde(rename = "SignalMissingNode")]
+    MissingSignalNode,
+}
+
+impl TargetState {
+    /// Every state, in declaration order.
+    pub const ALL: [TargetState; 6] = [
+        Self::SignalPending,
+        Self::SignalSent,
+        Self::SignalCompleted,
+        Self::SignalApplyFailed,
+        Self::MissingPlatform,
+        Self::MissingSignalNode,
+    ];
+
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SignalPending => "SignalPending",
+            Self::SignalSent => "SignalSent",
+            Self::SignalCompleted => "SignalCompleted",
+            Self::SignalApplyFailed => "SignalApplyFailed",
+            Self::MissingPlatform => "SignalMissingPlatform",
+            Self::MissingSignalNode => "SignalMissingNode",
+        }
+    }
+
+    /// Whether the node is done with this command, successfully or not.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Self::SignalPending | Self::SignalSent => false,
+            Self::SignalCompleted
+            | Self::SignalApplyFailed
+            | Self::MissingPlatform
+            | Self::MissingSignalNode => true,
+        }
+    }
+}
+
+impl fmt::Display for TargetState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl JsonSchema for TargetState {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TargetState".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::schema::string_enum(
+            "State of a targeted node.",
+            Self::ALL.iter().map(|s| s.as_str()),
+        )
+    }
+}
