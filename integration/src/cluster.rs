@@ -1,0 +1,805 @@
+//! A real control plane per test: one etcd and one kube-apiserver per controller on its own
+//! loopback address, with generated TLS and token identities; plus the k0s nodes started on it.
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsString,
+    fmt::Write as _,
+    fs,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use http_body_util::{BodyExt as _, Empty};
+use hyper::body::Bytes;
+use hyper_util::{client::legacy::Client as HttpClient, rt::TokioExecutor};
+use nix::sys::signal::Signal;
+
+use crate::{
+    control_plane::{self, Binaries},
+    k0s::K0sCommand,
+    kubeconfig::{self, client_from_kubeconfig},
+    net, pki,
+    process::{GroupRegistry, ProcessSlot, tail},
+    wait::wait_for,
+};
+
+/// Environment variable: set to `1` to keep each cluster's directory (logs, kubeconfigs, node
+/// data) after the test instead of deleting it. The path is printed either way on failure.
+pub const KEEP_TEST_DIRS_ENV: &str = "K0S_KEEP_TEST_DIRS";
+
+/// How long [`ClusterBuilder::build`] and [`Cluster::start_apiserver`] wait for `/readyz` by
+/// default. One apiserver typically needs 5–15 s on a 2-core machine; several starting at
+/// once, next to other tests, need more.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long [`Cluster::stop_apiserver`] waits after SIGTERM before it SIGKILLs.
+const APISERVER_STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// How often a server that lost a race for its port is started again on a new port.
+const PORT_ATTEMPTS: usize = 5;
+
+/// Lines of a server log shown in startup errors.
+const ERROR_LOG_LINES: usize = 40;
+
+/// The `--service-cluster-ip-range` (configuration only: nothing ever contacts it).
+const SERVICE_CLUSTER_IP_RANGE: &str = "10.96.0.0/16";
+
+/// The `--service-account-issuer`.
+const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// Token user name of the admin identity (group `system:masters`).
+pub const ADMIN_USER: &str = "admin";
+
+/// Configures and starts a [`Cluster`].
+#[derive(Debug, Clone)]
+#[must_use = "a ClusterBuilder does nothing until built"]
+pub struct ClusterBuilder {
+    test_name: String,
+    controllers: usize,
+    workers: Vec<String>,
+    startup_timeout: Duration,
+    apiserver_args: Vec<String>,
+    k0s_binary: Option<PathBuf>,
+}
+
+impl ClusterBuilder {
+    /// A cluster for the test `test_name` (used in directory names and certificate subjects)
+    /// with one controller and no workers.
+    pub fn new(test_name: impl Into<String>) -> Self {
+        Self {
+            test_name: test_name.into(),
+            controllers: 1,
+            workers: Vec::new(),
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            apiserver_args: Vec::new(),
+            k0s_binary: None,
+        }
+    }
+
+    /// Number of controllers, i.e. of kube-apiservers (at least 1; default 1). Controller `i`
+    /// is named `controller-<i>` and its apiserver listens on 127.0.0.(2+i).
+    pub fn controllers(mut self, count: usize) -> Self {
+        self.controllers = count;
+        self
+    }
+
+    /// Worker node names that get a node identity (`system:node:<name>` in `system:nodes`).
+    pub fn workers(mut self, names: &[&str]) -> Self {
+        self.workers = names.iter().map(|name| (*name).to_owned()).collect();
+        self
+    }
+
+    /// How long to wait for each apiserver's `/readyz` (default [`DEFAULT_STARTUP_TIMEOUT`]).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// An extra kube-apiserver flag (`--name=value`), appended after the harness's own.
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// The k0s binary nodes of this cluster start with (copied into each node directory),
+    /// instead of the default [`crate::k0s_binary`].
+    pub fn k0s_binary(mut self, binary: impl AsRef<Path>) -> Self {
+        self.k0s_binary = Some(binary.as_ref().to_path_buf());
+        self
+    }
+
+    /// Starts etcd and the apiservers and waits until every apiserver is ready.
+    ///
+    /// Needs the cached control plane (`cargo xtask control-plane`). On failure everything
+    /// started so far is killed again and the error carries the relevant log tail.
+    pub async fn build(self) -> anyhow::Result<Cluster> {
+        let Self { test_name, controllers, workers, startup_timeout, apiserver_args, k0s_binary } =
+            self;
+        ensure!(controllers >= 1, "a cluster needs at least one controller");
+        for (i, name) in workers.iter().enumerate() {
+            ensure!(is_dns_label(name), "worker name {name:?} is not a valid node name");
+            ensure!(
+                !name.starts_with("controller-"),
+                "worker name {name:?} looks like a controller"
+            );
+            ensure!(!workers[..i].contains(name), "worker {name:?} is declared twice");
+        }
+        let binaries = control_plane::binaries()?;
+
+        let short_name: String = test_name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+            .take(24)
+            .collect();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("k0s-it-{short_name}-"))
+            .tempdir()
+            .context("creating the cluster directory")?;
+        let root = dir.path().to_path_buf();
+        let keep_dir = std::env::var(KEEP_TEST_DIRS_ENV).is_ok_and(|v| v == "1" || v == "true");
+
+        // Identities and key material.
+        let ca = pki::Ca::generate(&test_name)?;
+        let pki_dir = root.join("pki");
+        fs::create_dir_all(&pki_dir)?;
+        let ca_cert = pki_dir.join("ca.crt");
+        fs::write(&ca_cert, ca.cert_pem())?;
+        let (sa_private, sa_public) = pki::service_account_keys()?;
+        fs::write(pki_dir.join("sa.key"), sa_private)?;
+        fs::write(pki_dir.join("sa.pub"), sa_public)?;
+        let admin_token = random_token();
+        let controller_tokens: Vec<String> = (0..controllers).map(|_| random_token()).collect();
+        let worker_tokens: BTreeMap<String, String> =
+            workers.iter().map(|name| (name.clone(), random_token())).collect();
+        let mut tokens_csv = format!("{admin_token},{ADMIN_USER},{ADMIN_USER},system:masters\n");
+        for (i, token) in controller_tokens.iter().enumerate() {
+            writeln!(tokens_csv, "{token},controller-{i},controller-{i},system:masters")?;
+        }
+        for (name, token) in &worker_tokens {
+            writeln!(tokens_csv, "{token},system:node:{name},node-{name},system:nodes")?;
+        }
+        fs::write(pki_dir.join("tokens.csv"), tokens_csv)?;
+
+        let registry = GroupRegistry::default();
+        let mut cluster = Cluster {
+            name: test_name,
+            root,
+            dir: Some(dir),
+            keep_dir,
+            binaries,
+            ca_pem: ca.cert_pem().to_owned(),
+            ca_cert,
+            admin_token,
+            controller_tokens,
+            worker_tokens,
+            startup_timeout,
+            etcd: Etcd { client_port: 0, slot: ProcessSlot::new(GroupRegistry::default()) },
+            apiservers: Vec::new(),
+            k0s_registry: registry,
+            k0s_binary,
+        };
+        cluster.start_etcd().await?;
+        for i in 0..controllers {
+            let ip = net::controller_ip(i)?;
+            let serving = ca.serving_cert(ip)?;
+            let dir = cluster.root.join(format!("apiserver-{i}"));
+            fs::create_dir_all(&dir)?;
+            fs::write(dir.join("serving.crt"), &serving.cert_pem)?;
+            fs::write(dir.join("serving.key"), &serving.key_pem)?;
+            cluster.apiservers.push(ApiServer {
+                index: i,
+                ip,
+                port: 0,
+                log: dir.join("kube-apiserver.log"),
+                dir,
+                extra_args: apiserver_args.clone(),
+                slot: ProcessSlot::new(GroupRegistry::default()),
+            });
+        }
+        // Start them all at once: startup is mostly waiting on etcd and on bootstrap hooks,
+        // so overlapping it saves most of the wall time of a multi-controller cluster.
+        let ports = futures::future::try_join_all(
+            cluster.apiservers.iter().map(|apiserver| cluster.first_start(apiserver)),
+        )
+        .await?;
+        for (apiserver, port) in cluster.apiservers.iter_mut().zip(ports) {
+            apiserver.port = port;
+        }
+        cluster.write_kubeconfigs()?;
+        Ok(cluster)
+    }
+}
+
+/// A running test control plane. Dropping it kills every process it started (etcd, the
+/// apiservers and all k0s nodes, also leaked ones) and deletes its directory unless
+/// `K0S_KEEP_TEST_DIRS=1`.
+///
+/// Directory layout: `pki/` (CA, service-account keys, `tokens.csv`), `etcd/`,
+/// `apiserver-<i>/` (serving cert, `kube-apiserver.log`), `kubeconfigs/`, `nodes/<node>/`.
+#[derive(Debug)]
+pub struct Cluster {
+    name: String,
+    root: PathBuf,
+    dir: Option<tempfile::TempDir>,
+    keep_dir: bool,
+    binaries: Binaries,
+    ca_pem: String,
+    ca_cert: PathBuf,
+    admin_token: String,
+    controller_tokens: Vec<String>,
+    worker_tokens: BTreeMap<String, String>,
+    startup_timeout: Duration,
+    etcd: Etcd,
+    apiservers: Vec<ApiServer>,
+    /// Process groups of the k0s nodes, killed when the cluster is dropped.
+    k0s_registry: GroupRegistry,
+    /// The binary new nodes start with; `None`: [`crate::k0s_binary`].
+    k0s_binary: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+struct Etcd {
+    client_port: u16,
+    slot: ProcessSlot,
+}
+
+#[derive(Debug)]
+struct ApiServer {
+    index: usize,
+    ip: Ipv4Addr,
+    /// Fixed after the first successful start; restarts reuse it.
+    port: u16,
+    dir: PathBuf,
+    log: PathBuf,
+    extra_args: Vec<String>,
+    slot: ProcessSlot,
+}
+
+impl ApiServer {
+    fn address(&self, port: u16) -> String {
+        format!("{}:{port}", self.ip)
+    }
+}
+
+impl Cluster {
+    // --- accessors ---
+
+    /// The test name the cluster was built for.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cluster directory (see the type docs for its layout).
+    pub fn dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// Number of controllers (apiservers).
+    pub fn controllers(&self) -> usize {
+        self.apiservers.len()
+    }
+
+    /// The declared worker names, sorted.
+    pub fn workers(&self) -> Vec<&str> {
+        self.worker_tokens.keys().map(String::as_str).collect()
+    }
+
+    /// The control-plane binaries in use.
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// etcd's client URL (`http://127.0.0.1:PORT`).
+    pub fn etcd_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.etcd.client_port)
+    }
+
+    /// `HOST:PORT` of apiserver `i`, e.g. `127.0.0.2:36125`.
+    ///
+    /// # Panics
+    /// If there is no controller `i`.
+    pub fn api_address(&self, i: usize) -> String {
+        let apiserver = self.apiserver(i);
+        apiserver.address(apiserver.port)
+    }
+
+    /// `https://HOST:PORT` of apiserver `i`.
+    ///
+    /// # Panics
+    /// If there is no controller `i`.
+    pub fn api_url(&self, i: usize) -> String {
+        format!("https://{}", self.api_address(i))
+    }
+
+    /// The cluster CA certificate (PEM), which signed every apiserver's serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// Path of the cluster CA certificate.
+    pub fn ca_cert_path(&self) -> &Path {
+        &self.ca_cert
+    }
+
+    /// The admin bearer token (user [`ADMIN_USER`], group `system:masters`).
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// The bearer token of worker `name` (`system:node:<name>`, group `system:nodes`).
+    ///
+    /// # Panics
+    /// If `name` was not declared with [`ClusterBuilder::workers`].
+    pub fn node_token(&self, name: &str) -> &str {
+        self.worker_token(name)
+    }
+
+    /// The log file of apiserver `i`.
+    ///
+    /// # Panics
+    /// If there is no controller `i`.
+    pub fn apiserver_log_path(&self, i: usize) -> PathBuf {
+        self.apiserver(i).log.clone()
+    }
+
+    // --- kubeconfigs and clients ---
+
+    /// Kubeconfig of the admin identity against apiserver `i`.
+    ///
+    /// # Panics
+    /// If there is no controller `i`.
+    pub fn admin_kubeconfig(&self, i: usize) -> PathBuf {
+        self.apiserver(i);
+        self.kubeconfig_dir().join(format!("admin-{i}.kubeconfig"))
+    }
+
+    /// Kubeconfig of controller `i`'s own identity (`controller-<i>`, group `system:masters`,
+    /// so admin-equivalent) against apiserver `i`; what [`Cluster::spawn_controller`] uses.
+    ///
+    /// # Panics
+    /// If there is no controller `i`.
+    pub fn controller_kubeconfig(&self, i: usize) -> PathBuf {
+        self.apiserver(i);
+        self.kubeconfig_dir().join(format!("controller-{i}.kubeconfig"))
+    }
+
+    /// Kubeconfig of worker `name` (`system:node:<name>`) against apiserver 0.
+    ///
+    /// # Panics
+    /// If `name` was not declared with [`ClusterBuilder::workers`].
+    pub fn node_kubeconfig(&self, name: &str) -> PathBuf {
+        self.node_kubeconfig_at(name, 0)
+    }
+
+    /// Kubeconfig of worker `name` against apiserver `i`.
+    ///
+    /// # Panics
+    /// If `name` was not declared or there is no controller `i`.
+    pub fn node_kubeconfig_at(&self, name: &str, i: usize) -> PathBuf {
+        self.worker_token(name);
+        self.apiserver(i);
+        self.kubeconfig_dir().join(format!("node-{name}-{i}.kubeconfig"))
+    }
+
+    /// An admin client against apiserver 0.
+    pub async fn admin_client(&self) -> anyhow::Result<kube::Client> {
+        self.admin_client_at(0).await
+    }
+
+    /// An admin client against apiserver `i`.
+    pub async fn admin_client_at(&self, i: usize) -> anyhow::Result<kube::Client> {
+        self.check_index(i)?;
+        client_from_kubeconfig(&self.admin_kubeconfig(i)).await
+    }
+
+    /// A client with worker `name`'s node identity against apiserver 0.
+    pub async fn node_client(&self, name: &str) -> anyhow::Result<kube::Client> {
+        self.node_client_at(name, 0).await
+    }
+
+    /// A client with worker `name`'s node identity against apiserver `i`.
+    pub async fn node_client_at(&self, name: &str, i: usize) -> anyhow::Result<kube::Client> {
+        self.check_index(i)?;
+        ensure!(self.worker_tokens.contains_key(name), "worker {name:?} was not declared");
+        client_from_kubeconfig(&self.node_kubeconfig_at(name, i)).await
+    }
+
+    // --- apiserver lifecycle ---
+
+    /// Whether apiserver `i` is running.
+    pub fn is_apiserver_running(&self, i: usize) -> bool {
+        self.apiservers.get(i).is_some_and(|a| a.slot.is_running())
+    }
+
+    /// Stops apiserver `i` gracefully (SIGTERM; SIGKILL after 30 s) and waits for it to exit.
+    pub async fn stop_apiserver(&self, i: usize) -> anyhow::Result<()> {
+        self.check_index(i)?;
+        let apiserver = &self.apiservers[i];
+        if !apiserver.slot.is_running() {
+            return Ok(());
+        }
+        apiserver.slot.signal(Signal::SIGTERM)?;
+        if apiserver.slot.wait_exit(APISERVER_STOP_GRACE).await.is_err() {
+            apiserver.slot.kill_group()?;
+        }
+        apiserver.slot.wait_exit(Duration::from_secs(10)).await?;
+        Ok(())
+    }
+
+    /// Kills apiserver `i` (SIGKILL, like a crash) and waits for it to exit.
+    pub async fn kill_apiserver(&self, i: usize) -> anyhow::Result<()> {
+        self.check_index(i)?;
+        let apiserver = &self.apiservers[i];
+        apiserver.slot.kill_group()?;
+        if apiserver.slot.pid().is_some() {
+            apiserver.slot.wait_exit(Duration::from_secs(10)).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts apiserver `i` again (same address, port, flags and certificates) and waits for
+    /// `/readyz`. Fails if it is running.
+    pub async fn start_apiserver(&self, i: usize) -> anyhow::Result<()> {
+        self.check_index(i)?;
+        let apiserver = &self.apiservers[i];
+        ensure!(!apiserver.slot.is_running(), "apiserver {i} is already running");
+        self.spawn_apiserver(apiserver, apiserver.port)?;
+        self.await_ready(apiserver, apiserver.port).await
+    }
+
+    /// Waits until apiserver `i` answers `/readyz` with `ok` (admin token, CA-verified TLS).
+    pub async fn wait_apiserver_ready(&self, i: usize) -> anyhow::Result<()> {
+        self.check_index(i)?;
+        let apiserver = &self.apiservers[i];
+        self.await_ready(apiserver, apiserver.port).await
+    }
+
+    // --- k0s nodes ---
+
+    /// A k0s controller for controller `i`, to configure further and [`K0sCommand::spawn`]:
+    /// `k0s controller --enable-autopilot --kubeconfig <controller kubeconfig i> --data-dir
+    /// <node dir>/data --node-name controller-<i> --api-address <api_address(i)>`.
+    ///
+    /// # Panics
+    /// If there is no controller `i`.
+    pub fn k0s_controller(&self, i: usize) -> K0sCommand {
+        let node_name = format!("controller-{i}");
+        let dir = self.node_dir(&node_name);
+        let args: Vec<OsString> = vec![
+            "controller".into(),
+            "--enable-autopilot".into(),
+            "--kubeconfig".into(),
+            self.controller_kubeconfig(i).into(),
+            "--data-dir".into(),
+            dir.join("data").into(),
+            "--node-name".into(),
+            node_name.clone().into(),
+            "--api-address".into(),
+            self.api_address(i).into(),
+        ];
+        self.k0s_command(node_name, dir, args)
+    }
+
+    /// A k0s worker named `name`, to configure further and [`K0sCommand::spawn`]:
+    /// `k0s worker --kubeconfig <node kubeconfig> --data-dir <node dir>/data --node-name <name>
+    /// --register-node`.
+    ///
+    /// # Panics
+    /// If `name` was not declared with [`ClusterBuilder::workers`].
+    pub fn k0s_worker(&self, name: &str) -> K0sCommand {
+        let dir = self.node_dir(name);
+        let args: Vec<OsString> = vec![
+            "worker".into(),
+            "--kubeconfig".into(),
+            self.node_kubeconfig(name).into(),
+            "--data-dir".into(),
+            dir.join("data").into(),
+            "--node-name".into(),
+            name.into(),
+            "--register-node".into(),
+        ];
+        self.k0s_command(name.to_owned(), dir, args)
+    }
+
+    /// Starts controller `i`'s k0s with `extra_args`; see [`Cluster::k0s_controller`].
+    pub async fn spawn_controller(
+        &self,
+        i: usize,
+        extra_args: &[&str],
+    ) -> anyhow::Result<crate::K0sProcess> {
+        self.check_index(i)?;
+        self.k0s_controller(i).args(extra_args).spawn().await
+    }
+
+    /// Starts worker `name`'s k0s with `extra_args`; see [`Cluster::k0s_worker`].
+    pub async fn spawn_worker(
+        &self,
+        name: &str,
+        extra_args: &[&str],
+    ) -> anyhow::Result<crate::K0sProcess> {
+        ensure!(self.worker_tokens.contains_key(name), "worker {name:?} was not declared");
+        self.k0s_worker(name).args(extra_args).spawn().await
+    }
+
+    // --- internals ---
+
+    fn apiserver(&self, i: usize) -> &ApiServer {
+        match self.apiservers.get(i) {
+            Some(apiserver) => apiserver,
+            None => panic!("the cluster has {} controllers, not {}", self.apiservers.len(), i + 1),
+        }
+    }
+
+    fn check_index(&self, i: usize) -> anyhow::Result<()> {
+        ensure!(
+            i < self.apiservers.len(),
+            "the cluster has {} controllers, not {}",
+            self.apiservers.len(),
+            i + 1
+        );
+        Ok(())
+    }
+
+    fn worker_token(&self, name: &str) -> &str {
+        match self.worker_tokens.get(name) {
+            Some(token) => token,
+            None => panic!(
+                "worker {name:?} was not declared with ClusterBuilder::workers (have {:?})",
+                self.workers()
+            ),
+        }
+    }
+
+    fn kubeconfig_dir(&self) -> PathBuf {
+        self.root.join("kubeconfigs")
+    }
+
+    fn node_dir(&self, node_name: &str) -> PathBuf {
+        self.root.join("nodes").join(node_name)
+    }
+
+    fn k0s_command(&self, node_name: String, dir: PathBuf, args: Vec<OsString>) -> K0sCommand {
+        K0sCommand {
+            node_name,
+            dir,
+            args,
+            extra_args: Vec::new(),
+            env: Vec::new(),
+            binary: None,
+            default_binary: self.k0s_binary.clone(),
+            registry: self.k0s_registry.clone(),
+        }
+    }
+
+    fn write_kubeconfigs(&self) -> anyhow::Result<()> {
+        let dir = self.kubeconfig_dir();
+        fs::create_dir_all(&dir)?;
+        for i in 0..self.apiservers.len() {
+            let server = self.api_url(i);
+            let write = |path: PathBuf, user: &str, token: &str| {
+                kubeconfig::write(&path, &self.name, &server, &self.ca_pem, user, token)
+            };
+            write(self.admin_kubeconfig(i), ADMIN_USER, &self.admin_token)?;
+            write(
+                self.controller_kubeconfig(i),
+                &format!("controller-{i}"),
+                &self.controller_tokens[i],
+            )?;
+            for (name, token) in &self.worker_tokens {
+                write(self.node_kubeconfig_at(name, i), &format!("system:node:{name}"), token)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn start_etcd(&mut self) -> anyhow::Result<()> {
+        let dir = self.root.join("etcd");
+        fs::create_dir_all(&dir)?;
+        let log = dir.join("etcd.log");
+        for attempt in 1..=PORT_ATTEMPTS {
+            let client_port = net::free_port(Ipv4Addr::LOCALHOST)?;
+            let peer_port = net::free_port(Ipv4Addr::LOCALHOST)?;
+            let client_url = format!("http://127.0.0.1:{client_port}");
+            let peer_url = format!("http://127.0.0.1:{peer_port}");
+            let mut cmd = Command::new(&self.binaries.etcd);
+            cmd.arg("--name=default")
+                .arg(format!("--data-dir={}", dir.join("data").display()))
+                .arg(format!("--listen-client-urls={client_url}"))
+                .arg(format!("--advertise-client-urls={client_url}"))
+                .arg(format!("--listen-peer-urls={peer_url}"))
+                .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+                .arg(format!("--initial-cluster=default={peer_url}"))
+                .arg("--initial-cluster-state=new")
+                .arg("--log-level=warn")
+                // Test data is thrown away anyway, and fsync dominates etcd latency on CI disks.
+                .arg("--unsafe-no-fsync");
+            self.etcd.slot.start(&mut cmd, &log)?;
+            match wait_etcd_healthy(&self.etcd.slot, &client_url, &log, self.startup_timeout).await
+            {
+                Ok(()) => {
+                    self.etcd.client_port = client_port;
+                    return Ok(());
+                }
+                Err(err) if attempt < PORT_ATTEMPTS && net::lost_port_race(&tail(&log, 20)) => {
+                    eprintln!("integration: etcd lost a port race, retrying: {err:#}");
+                    self.etcd.slot.kill_and_reap();
+                }
+                Err(err) => {
+                    self.etcd.slot.kill_and_reap();
+                    return Err(err.context(format!("starting etcd for cluster {}", self.name)));
+                }
+            }
+        }
+        bail!("etcd could not get a port after {PORT_ATTEMPTS} attempts")
+    }
+
+    /// The first start of an apiserver: picks a port, retrying on port races. Returns the port.
+    async fn first_start(&self, apiserver: &ApiServer) -> anyhow::Result<u16> {
+        for attempt in 1..=PORT_ATTEMPTS {
+            let port = net::free_port(apiserver.ip)?;
+            self.spawn_apiserver(apiserver, port)?;
+            match self.await_ready(apiserver, port).await {
+                Ok(()) => return Ok(port),
+                Err(err)
+                    if attempt < PORT_ATTEMPTS
+                        && !apiserver.slot.is_running()
+                        && net::lost_port_race(&tail(&apiserver.log, 20)) =>
+                {
+                    eprintln!(
+                        "integration: apiserver {} lost a port race, retrying: {err:#}",
+                        apiserver.index
+                    );
+                }
+                Err(err) => {
+                    apiserver.slot.kill_and_reap();
+                    return Err(err);
+                }
+            }
+        }
+        bail!("apiserver {} could not get a port after {PORT_ATTEMPTS} attempts", apiserver.index)
+    }
+
+    fn spawn_apiserver(&self, apiserver: &ApiServer, port: u16) -> anyhow::Result<()> {
+        let pki = self.root.join("pki");
+        let ip = apiserver.ip;
+        let mut cmd = Command::new(&self.binaries.kube_apiserver);
+        cmd.arg(format!("--etcd-servers={}", self.etcd_url()))
+            .arg(format!("--bind-address={ip}"))
+            .arg(format!("--advertise-address={ip}"))
+            .arg(format!("--secure-port={port}"))
+            .arg(format!("--tls-cert-file={}", apiserver.dir.join("serving.crt").display()))
+            .arg(format!("--tls-private-key-file={}", apiserver.dir.join("serving.key").display()))
+            .arg(format!("--client-ca-file={}", self.ca_cert.display()))
+            .arg(format!("--token-auth-file={}", pki.join("tokens.csv").display()))
+            .arg("--authorization-mode=Node,RBAC")
+            .arg("--enable-admission-plugins=NodeRestriction")
+            .arg(format!("--service-account-key-file={}", pki.join("sa.pub").display()))
+            .arg(format!("--service-account-signing-key-file={}", pki.join("sa.key").display()))
+            .arg(format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"))
+            .arg(format!("--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"))
+            // Several apiservers share one etcd but are not reachable as a Service: don't let
+            // them fight over the `kubernetes` Endpoints.
+            .arg("--endpoint-reconciler-type=none")
+            // Saves startup work and CPU; the tests don't exercise API priority and fairness.
+            .arg("--enable-priority-and-fairness=false")
+            .arg("--profiling=false")
+            .args(&apiserver.extra_args);
+        apiserver.slot.start(&mut cmd, &apiserver.log)?;
+        Ok(())
+    }
+
+    async fn await_ready(&self, apiserver: &ApiServer, port: u16) -> anyhow::Result<()> {
+        let i = apiserver.index;
+        let kubeconfig = kubeconfig::render(
+            &self.name,
+            &format!("https://{}", apiserver.address(port)),
+            &self.ca_pem,
+            ADMIN_USER,
+            &self.admin_token,
+        )?;
+        let client = kubeconfig::client_from_yaml(&kubeconfig).await?;
+        let what = format!("apiserver {i} at {} to be ready", apiserver.address(port));
+        let result = wait_for(self.startup_timeout, &what, || {
+            let client = client.clone();
+            async move {
+                if let Some(status) = apiserver.slot.exit_status() {
+                    return Ok(Some(Err(anyhow::anyhow!("apiserver {i} exited ({status})"))));
+                }
+                let request = http::Request::get("/readyz").body(Vec::new())?;
+                let body = client.request_text(request).await?;
+                Ok((body.trim() == "ok").then_some(Ok(())))
+            }
+        })
+        .await
+        .and_then(|exited| exited);
+        result.with_context(|| {
+            format!(
+                "apiserver {i} of cluster {} did not become ready; last lines of {}:\n{}",
+                self.name,
+                apiserver.log.display(),
+                tail(&apiserver.log, ERROR_LOG_LINES)
+            )
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Nodes first (they talk to the apiservers), then the apiservers, then etcd.
+        self.k0s_registry.kill_all();
+        for apiserver in &self.apiservers {
+            apiserver.slot.kill_and_reap();
+        }
+        self.etcd.slot.kill_and_reap();
+        let panicking = std::thread::panicking();
+        if panicking {
+            for apiserver in &self.apiservers {
+                eprintln!(
+                    "---- last lines of apiserver {} ({}) ----\n{}",
+                    apiserver.index,
+                    apiserver.log.display(),
+                    tail(&apiserver.log, 15)
+                );
+            }
+        }
+        if let Some(dir) = self.dir.take() {
+            if self.keep_dir {
+                let path = dir.keep();
+                eprintln!("integration: kept cluster directory {}", path.display());
+            } else if panicking {
+                eprintln!(
+                    "integration: removing cluster directory {} (set {KEEP_TEST_DIRS_ENV}=1 to \
+                     keep it)",
+                    self.root.display()
+                );
+            }
+        }
+    }
+}
+
+/// Waits until etcd's `/health` says `"health":"true"`, or fails early if etcd exited.
+async fn wait_etcd_healthy(
+    slot: &ProcessSlot,
+    client_url: &str,
+    log: &Path,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri: http::Uri = format!("{client_url}/health").parse()?;
+    let result = wait_for(timeout, &format!("etcd at {client_url} to be healthy"), || {
+        let client = client.clone();
+        let uri = uri.clone();
+        async move {
+            if let Some(status) = slot.exit_status() {
+                return Ok(Some(Err(anyhow::anyhow!("etcd exited ({status})"))));
+            }
+            let response = client.get(uri).await?;
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok(String::from_utf8_lossy(&body).contains(r#""health":"true""#).then_some(Ok(())))
+        }
+    })
+    .await
+    .and_then(|exited| exited);
+    result.with_context(|| {
+        format!("last lines of {}:\n{}", log.display(), tail(log, ERROR_LOG_LINES))
+    })
+}
+
+/// A random 32-hex-digit bearer token.
+fn random_token() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `name` is a DNS-1123 label (what node names and our file names need).
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}

@@ -1,0 +1,469 @@
+//! Real `k0s` node processes: where the binary comes from, how a node is started, and the
+//! [`K0sProcess`] handle tests use to stop, crash, restart and read a node.
+
+use std::{
+    collections::BTreeMap,
+    ffi::{OsStr, OsString},
+    fs,
+    io::{Read as _, Seek as _, SeekFrom},
+    path::{Path, PathBuf},
+    process::{Command, ExitStatus, Output, Stdio},
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use nix::sys::signal::Signal;
+use std::os::unix::process::CommandExt as _;
+
+use crate::process::{GroupRegistry, ProcessSlot, tail};
+
+/// Environment variable naming a prebuilt k0s binary; when unset the harness builds one.
+pub const K0S_BIN_ENV: &str = "K0S_BIN";
+
+/// How long [`run_k0s`] lets a command run before killing it.
+pub const RUN_K0S_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Lines of a node's log printed to stderr when its handle is dropped during a panic.
+const PANIC_LOG_LINES: usize = 60;
+
+/// The k0s binary under test: `$K0S_BIN` if set, otherwise `cargo build -p k0s --bin k0s` of
+/// this workspace (default `K0S_VERSION`), built once per test process.
+///
+/// Blocks while cargo builds; the outcome (also a failure) is cached for the process.
+pub fn k0s_binary() -> anyhow::Result<PathBuf> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let cached = BINARY.get_or_init(|| {
+        if let Some(path) = std::env::var_os(K0S_BIN_ENV).filter(|p| !p.is_empty()) {
+            let path = PathBuf::from(path);
+            return if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!("{K0S_BIN_ENV}={} is not a file", path.display()))
+            };
+        }
+        cargo_build_k0s(None, None).map_err(|err| format!("{err:#}"))
+    });
+    cached.clone().map_err(anyhow::Error::msg)
+}
+
+/// A k0s binary that reports `version` (built with `K0S_VERSION=<version>`), for upgrade tests.
+///
+/// Built once per version and test process, in the separate target directory
+/// `<target>/k0s-versions` so it never disturbs the default build, then copied to
+/// `<target>/k0s-versions/bin/<version>/k0s` and checked with `k0s version`. The first call
+/// compiles the dependencies a second time (a few minutes); later ones only the k0s crate.
+pub fn k0s_binary_with_version(version: &str) -> anyhow::Result<PathBuf> {
+    static BY_VERSION: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut by_version = BY_VERSION.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(path) = by_version.get(version) {
+        return Ok(path.clone());
+    }
+    ensure!(
+        !version.is_empty() && !version.contains(['/', '\0']) && version != "." && version != "..",
+        "{version:?} cannot be used as a version"
+    );
+    let target_dir = target_dir()?.join("k0s-versions");
+    let dest_dir = target_dir.join("bin").join(version);
+    fs::create_dir_all(&dest_dir)?;
+    let dest = dest_dir.join("k0s");
+    // Other test processes may build another version in the same target directory at the same
+    // time; a copy that reports the wrong version lost that race and is built again.
+    for _ in 0..3 {
+        let built = cargo_build_k0s(Some(version), Some(&target_dir))?;
+        copy_atomically(&built, &dest)?;
+        let reported = run_k0s_binary(&dest, &["version"], RUN_K0S_TIMEOUT)?;
+        if String::from_utf8_lossy(&reported.stdout).contains(version) {
+            by_version.insert(version.to_owned(), dest.clone());
+            return Ok(dest);
+        }
+    }
+    bail!("built k0s with K0S_VERSION={version}, but `k0s version` keeps reporting another version")
+}
+
+/// Runs the k0s binary under test once with `args` and returns its output. The command gets
+/// [`RUN_K0S_TIMEOUT`]; after that it is killed and this fails, showing what it printed.
+pub fn run_k0s(args: &[&str]) -> anyhow::Result<Output> {
+    run_k0s_binary(&k0s_binary()?, args, RUN_K0S_TIMEOUT)
+}
+
+/// Runs `binary` with `args`, killing it after `timeout`.
+pub fn run_k0s_binary(binary: &Path, args: &[&str], timeout: Duration) -> anyhow::Result<Output> {
+    let mut cmd = Command::new(binary);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("NO_COLOR", "1")
+        .process_group(0);
+    let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(output) => Ok(output.with_context(|| format!("waiting for {cmd:?}"))?),
+        Err(_) => {
+            // The waiting thread has not reaped the child, so the pid is still ours.
+            let _ = nix::sys::signal::killpg(pid, Signal::SIGKILL);
+            let output = rx.recv().context("the waiting thread vanished")??;
+            bail!(
+                "{cmd:?} did not finish within {timeout:?}; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        }
+    }
+}
+
+/// The workspace this crate belongs to.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// `$CARGO_TARGET_DIR` or `<workspace>/target`.
+fn target_dir() -> anyhow::Result<PathBuf> {
+    let dir = match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => workspace_root().join("target"),
+    };
+    Ok(if dir.is_absolute() { dir } else { workspace_root().join(dir) })
+}
+
+/// `cargo build -p k0s --bin k0s`, returning the executable cargo reports.
+fn cargo_build_k0s(version: Option<&str>, target_dir: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO")
+        .or_else(|| option_env!("CARGO").map(OsString::from))
+        .unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .args(["build", "-p", "k0s", "--bin", "k0s", "--message-format=json-render-diagnostics"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    match version {
+        Some(version) => cmd.env("K0S_VERSION", version),
+        None => cmd.env_remove("K0S_VERSION"),
+    };
+    if let Some(target_dir) = target_dir {
+        cmd.env("CARGO_TARGET_DIR", target_dir);
+    }
+    eprintln!("integration: building k0s ({cmd:?})");
+    let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    ensure!(output.status.success(), "{cmd:?} failed: {}", output.status);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let executable = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter(|message| message["target"]["name"] == "k0s")
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from));
+    executable.with_context(|| format!("{cmd:?} reported no k0s executable"))
+}
+
+/// Copies `from` to `to` via a temporary file and a rename, so a running `to` is never
+/// written to (that would fail with ETXTBSY) and readers never see half a binary.
+pub(crate) fn copy_atomically(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let file_name = to.file_name().context("destination has no file name")?.to_string_lossy();
+    let tmp = to.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
+    fs::copy(from, &tmp)
+        .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+    fs::rename(&tmp, to).with_context(|| format!("moving {} to {}", tmp.display(), to.display()))
+}
+
+// === impl K0sCommand ===
+
+/// A k0s node process about to be started; made by [`crate::Cluster::k0s_controller`] and
+/// [`crate::Cluster::k0s_worker`], started with [`K0sCommand::spawn`].
+///
+/// The node's directory is `<cluster dir>/nodes/<node name>/` with the binary copy `k0s`, the
+/// data dir `data/` and the log `k0s.log`. Spawning the same node again (after dropping the
+/// old handle) reuses that directory and keeps the binary that is in it, like a machine
+/// rebooting into whatever was installed; [`K0sCommand::binary`] replaces it explicitly.
+#[derive(Debug)]
+#[must_use = "a K0sCommand does nothing until spawned"]
+pub struct K0sCommand {
+    pub(crate) node_name: String,
+    pub(crate) dir: PathBuf,
+    /// The subcommand and its fixed flags (everything before the extra arguments).
+    pub(crate) args: Vec<OsString>,
+    pub(crate) extra_args: Vec<OsString>,
+    pub(crate) env: Vec<(OsString, OsString)>,
+    pub(crate) binary: Option<PathBuf>,
+    /// What a node without a binary gets ([`crate::ClusterBuilder::k0s_binary`]).
+    pub(crate) default_binary: Option<PathBuf>,
+    pub(crate) registry: GroupRegistry,
+}
+
+impl K0sCommand {
+    /// Appends one extra argument (after the harness's own flags).
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.extra_args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// Appends extra arguments (after the harness's own flags).
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.extra_args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Sets an environment variable for the process (also on every restart).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Installs a copy of `binary` as this node's k0s, replacing whatever the node had,
+    /// instead of the default [`k0s_binary`].
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = Some(binary.into());
+        self
+    }
+
+    /// Prepares the node directory and starts the process.
+    pub async fn spawn(self) -> anyhow::Result<K0sProcess> {
+        let Self { node_name, dir, args, extra_args, env, binary, default_binary, registry } = self;
+        let data_dir = dir.join("data");
+        fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+        let installed = dir.join("k0s");
+        let source = match (binary, default_binary) {
+            (Some(explicit), _) => Some(explicit),
+            (None, _) if installed.is_file() => None,
+            (None, Some(default)) => Some(default),
+            (None, None) => Some(tokio::task::spawn_blocking(k0s_binary).await??),
+        };
+        if let Some(source) = source {
+            copy_atomically(&source, &installed)?;
+        }
+        let mut all_args = args;
+        all_args.extend(extra_args);
+        let process = K0sProcess {
+            node_name,
+            log_path: dir.join("k0s.log"),
+            binary: installed,
+            data_dir,
+            dir,
+            args: all_args,
+            env,
+            slot: ProcessSlot::new(registry),
+        };
+        process.start()?;
+        Ok(process)
+    }
+}
+
+// === impl K0sProcess ===
+
+/// A position in a node's log; see [`K0sProcess::log_mark`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LogMark(u64);
+
+/// A running (or exited) k0s node process started by the harness.
+///
+/// Dropping it SIGKILLs the process group and reaps it; during a panic it also prints the
+/// tail of the node's log to stderr. The node directory is owned by the cluster and removed
+/// with it.
+#[derive(Debug)]
+pub struct K0sProcess {
+    node_name: String,
+    dir: PathBuf,
+    binary: PathBuf,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    slot: ProcessSlot,
+}
+
+impl K0sProcess {
+    fn start(&self) -> anyhow::Result<()> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(&self.args).current_dir(&self.dir).env_remove("KUBECONFIG").env("NO_COLOR", "1");
+        let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
+        let k0s_log = std::env::var("K0S_LOG").unwrap_or_else(|_| rust_log.clone());
+        cmd.env("RUST_LOG", rust_log).env("K0S_LOG", k0s_log);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        self.slot.start(&mut cmd, &self.log_path)?;
+        Ok(())
+    }
+
+    /// The node name (`controller-<i>` or the worker's name).
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    /// The pid of the current process (or of the last one, once it exited).
+    pub fn pid(&self) -> u32 {
+        self.slot.pid().unwrap_or_default()
+    }
+
+    /// Whether the process is running right now.
+    pub fn is_running(&self) -> bool {
+        self.slot.is_running()
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        self.slot.exit_status()
+    }
+
+    /// Sends SIGTERM to the process (a graceful stop). Fails if it is not running.
+    pub fn terminate(&self) -> anyhow::Result<()> {
+        self.signal(Signal::SIGTERM)
+    }
+
+    /// Sends `signal` to the process. Fails if it is not running.
+    pub fn signal(&self, signal: Signal) -> anyhow::Result<()> {
+        self.slot.signal(signal).with_context(|| format!("signalling {}", self.node_name))
+    }
+
+    /// SIGKILLs the process and everything in its process group (a crash). Succeeds (doing
+    /// nothing) if it already exited. Use [`K0sProcess::wait_exit`] to reap it.
+    pub fn kill(&self) -> anyhow::Result<()> {
+        self.slot.kill_group().with_context(|| format!("killing {}", self.node_name))
+    }
+
+    /// Waits for the process to exit and returns its status; fails after `timeout`.
+    pub async fn wait_exit(&self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        self.slot.wait_exit(timeout).await.with_context(|| {
+            format!("waiting for {} to exit; log tail:\n{}", self.node_name, self.log_tail(30))
+        })
+    }
+
+    /// Stops the process: SIGTERM, then SIGKILL if it has not exited within `grace`.
+    pub async fn stop(&self, grace: Duration) -> anyhow::Result<ExitStatus> {
+        if self.is_running() {
+            self.terminate()?;
+            if let Ok(status) = self.slot.wait_exit(grace).await {
+                return Ok(status);
+            }
+            self.kill()?;
+        }
+        self.wait_exit(Duration::from_secs(10)).await
+    }
+
+    /// Starts the same command again after the process exited, like a supervisor would: same
+    /// arguments and environment, and whatever binary file is in the node directory now (the
+    /// node agent may have replaced it). Fails if the process is still running.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        if self.is_running() {
+            bail!(
+                "{} is still running (pid {}); stop or kill it first",
+                self.node_name,
+                self.pid()
+            );
+        }
+        self.start()
+    }
+
+    /// The node's k0s binary (the file the node agent replaces on update).
+    pub fn binary_path(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The node's `--data-dir`.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The node directory (binary, data dir and log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The log file (stdout and stderr of every start, each run introduced by a
+    /// `==== harness: starting ...` line).
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The whole log, across restarts.
+    pub fn log(&self) -> String {
+        fs::read(&self.log_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        tail(&self.log_path, lines)
+    }
+
+    /// The current end of the log, to wait only for lines written after this point with
+    /// [`K0sProcess::wait_for_log_after`] (e.g. taken just before a restart).
+    pub fn log_mark(&self) -> LogMark {
+        LogMark(fs::metadata(&self.log_path).map(|m| m.len()).unwrap_or(0))
+    }
+
+    /// Waits until a log line contains `pattern` (anywhere in the log) and returns that line.
+    /// Fails after `timeout`, or early if the process exits first, showing the log tail.
+    pub async fn wait_for_log(&self, pattern: &str, timeout: Duration) -> anyhow::Result<String> {
+        self.wait_for_log_after(LogMark(0), pattern, timeout).await
+    }
+
+    /// Like [`K0sProcess::wait_for_log`], but only considers the log after `mark`.
+    pub async fn wait_for_log_after(
+        &self,
+        mark: LogMark,
+        pattern: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut interval = Duration::from_millis(20);
+        loop {
+            // Check for exit before reading, so a line written just before exiting is seen.
+            let exited = self.exit_status();
+            if let Some(line) = self.find_in_log(mark, pattern) {
+                return Ok(line);
+            }
+            if let Some(status) = exited {
+                bail!(
+                    "{} exited ({status}) before logging {pattern:?}; log tail:\n{}",
+                    self.node_name,
+                    self.log_tail(40)
+                );
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for {} to log {pattern:?}; log tail:\n{}",
+                    self.node_name,
+                    self.log_tail(40)
+                );
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_millis(250));
+        }
+    }
+
+    fn find_in_log(&self, mark: LogMark, pattern: &str) -> Option<String> {
+        let mut file = fs::File::open(&self.log_path).ok()?;
+        file.seek(SeekFrom::Start(mark.0)).ok()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
+        text.lines().find(|line| line.contains(pattern)).map(str::to_owned)
+    }
+}
+
+impl Drop for K0sProcess {
+    fn drop(&mut self) {
+        self.slot.kill_and_reap();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- last {PANIC_LOG_LINES} lines of {} ({}) ----\n{}\n---- end of {} log ----",
+                self.node_name,
+                self.log_path.display(),
+                self.log_tail(PANIC_LOG_LINES),
+                self.node_name
+            );
+        }
+    }
+}

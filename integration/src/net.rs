@@ -1,0 +1,42 @@
+//! Loopback addresses and free ports for the processes of a test cluster.
+
+use std::{
+    collections::BTreeSet,
+    net::{Ipv4Addr, TcpListener},
+    sync::Mutex,
+};
+
+use anyhow::{Context as _, bail};
+
+/// Ports this test process has handed out already, so two clusters in one process never get
+/// the same one. Other processes can still race us between probing and binding; callers
+/// retry when a server fails with "address already in use".
+static HANDED_OUT: Mutex<BTreeSet<(Ipv4Addr, u16)>> = Mutex::new(BTreeSet::new());
+
+/// The loopback address of controller `index`'s apiserver: 127.0.0.(2 + index).
+pub(crate) fn controller_ip(index: usize) -> anyhow::Result<Ipv4Addr> {
+    match u8::try_from(index + 2) {
+        Ok(last) if last < 255 => Ok(Ipv4Addr::new(127, 0, 0, last)),
+        _ => bail!("controller index {index} does not fit into 127.0.0.0/24"),
+    }
+}
+
+/// A port that is free on `ip` right now: binds `ip:0`, notes the port and releases it.
+pub(crate) fn free_port(ip: Ipv4Addr) -> anyhow::Result<u16> {
+    for _ in 0..64 {
+        let listener =
+            TcpListener::bind((ip, 0)).with_context(|| format!("binding {ip}:0 to find a port"))?;
+        let port = listener.local_addr()?.port();
+        drop(listener);
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if handed_out.insert((ip, port)) {
+            return Ok(port);
+        }
+    }
+    bail!("found no free port on {ip}")
+}
+
+/// Whether a server log says it lost a race for its port.
+pub(crate) fn lost_port_race(log_tail: &str) -> bool {
+    log_tail.contains("address already in use")
+}

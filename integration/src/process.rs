@@ -1,0 +1,218 @@
+//! Child processes the harness starts: each in its own process group, output to a log file,
+//! killed (group-wide) and reaped when its owner goes away.
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    io::{Read as _, Seek as _, SeekFrom, Write as _},
+    path::Path,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use nix::{
+    sys::signal::{self, Signal},
+    unistd::Pid,
+};
+use std::os::unix::process::CommandExt as _;
+
+/// Process groups (by leader pid) that are started and not yet reaped.
+///
+/// A [`crate::Cluster`] shares one with every `K0sProcess` it spawns, so dropping the cluster
+/// kills processes even if their handles were leaked. An entry is removed under this lock in
+/// the same step that reaps the leader, so a pid in here can never have been reused.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GroupRegistry(Arc<Mutex<BTreeSet<i32>>>);
+
+impl GroupRegistry {
+    fn lock(&self) -> MutexGuard<'_, BTreeSet<i32>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// SIGKILLs every registered group (the leaders are reaped later by their owners).
+    pub(crate) fn kill_all(&self) {
+        for pid in self.lock().iter() {
+            let _ = signal::killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// The state of one supervised process slot.
+#[derive(Debug)]
+enum State {
+    /// Never started.
+    Idle,
+    /// Started and not reaped yet (the pid is still ours).
+    Running(Child),
+    /// Exited and reaped.
+    Exited { pid: u32, status: ExitStatus },
+}
+
+/// One restartable child process: at most one instance runs at a time.
+#[derive(Debug)]
+pub(crate) struct ProcessSlot {
+    state: Mutex<State>,
+    registry: GroupRegistry,
+}
+
+impl ProcessSlot {
+    pub(crate) fn new(registry: GroupRegistry) -> Self {
+        Self { state: Mutex::new(State::Idle), registry }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts `cmd` in a new process group with stdin from /dev/null and stdout+stderr appended
+    /// to `log`, after writing a marker line naming the command. Fails if still running.
+    pub(crate) fn start(&self, cmd: &mut Command, log: &Path) -> anyhow::Result<u32> {
+        let mut state = self.lock();
+        reap(&mut state, &self.registry);
+        if let State::Running(child) = &*state {
+            bail!("process {} is still running", child.id());
+        }
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening log {}", log.display()))?;
+        writeln!(file, "==== harness: starting {cmd:?}")?;
+        let stderr = file.try_clone()?;
+        cmd.stdin(Stdio::null()).stdout(file).stderr(stderr).process_group(0);
+        let mut registry = self.registry.lock();
+        let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+        let pid = child.id();
+        registry.insert(pid_i32(pid));
+        drop(registry);
+        *state = State::Running(child);
+        Ok(pid)
+    }
+
+    /// The pid of the current or last process.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match &*self.lock() {
+            State::Idle => None,
+            State::Running(child) => Some(child.id()),
+            State::Exited { pid, .. } => Some(*pid),
+        }
+    }
+
+    /// The exit status if the last process has exited (reaping it), `None` while it runs.
+    pub(crate) fn exit_status(&self) -> Option<ExitStatus> {
+        let mut state = self.lock();
+        reap(&mut state, &self.registry);
+        match &*state {
+            State::Exited { status, .. } => Some(*status),
+            State::Idle | State::Running(_) => None,
+        }
+    }
+
+    /// Whether a process is running right now.
+    pub(crate) fn is_running(&self) -> bool {
+        let mut state = self.lock();
+        reap(&mut state, &self.registry);
+        matches!(&*state, State::Running(_))
+    }
+
+    /// Sends `sig` to the process itself (not its group). Fails if it is not running.
+    pub(crate) fn signal(&self, sig: Signal) -> anyhow::Result<()> {
+        let mut state = self.lock();
+        reap(&mut state, &self.registry);
+        match &*state {
+            State::Running(child) => signal::kill(Pid::from_raw(pid_i32(child.id())), sig)
+                .with_context(|| format!("sending {sig} to {}", child.id())),
+            State::Idle => bail!("process was never started"),
+            State::Exited { pid, status } => bail!("process {pid} already exited ({status})"),
+        }
+    }
+
+    /// SIGKILLs the whole process group if the leader is running; a no-op otherwise.
+    pub(crate) fn kill_group(&self) -> anyhow::Result<()> {
+        let mut state = self.lock();
+        reap(&mut state, &self.registry);
+        if let State::Running(child) = &*state {
+            let pid = pid_i32(child.id());
+            match signal::killpg(Pid::from_raw(pid), Signal::SIGKILL) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                Err(err) => return Err(err).with_context(|| format!("killing group {pid}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the process exits, polling with a deadline. Returns the exit status (also
+    /// when it had already exited). Fails on timeout or if it was never started.
+    pub(crate) async fn wait_exit(&self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut interval = Duration::from_millis(10);
+        loop {
+            {
+                let mut state = self.lock();
+                reap(&mut state, &self.registry);
+                match &*state {
+                    State::Idle => bail!("process was never started"),
+                    State::Exited { status, .. } => return Ok(*status),
+                    State::Running(child) if tokio::time::Instant::now() >= deadline => {
+                        bail!("process {} did not exit within {timeout:?}", child.id())
+                    }
+                    State::Running(_) => {}
+                }
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills the group and reaps the leader, blocking. For `Drop`: SIGKILL cannot be ignored,
+    /// so the wait is short.
+    pub(crate) fn kill_and_reap(&self) {
+        let mut state = self.lock();
+        let State::Running(child) = &mut *state else { return };
+        let pid = child.id();
+        let _ = signal::killpg(Pid::from_raw(pid_i32(pid)), Signal::SIGKILL);
+        let _ = child.kill();
+        let mut registry = self.registry.lock();
+        if let Ok(status) = child.wait() {
+            registry.remove(&pid_i32(pid));
+            *state = State::Exited { pid, status };
+        }
+    }
+}
+
+impl Drop for ProcessSlot {
+    fn drop(&mut self) {
+        self.kill_and_reap();
+    }
+}
+
+/// Reaps a running process if it has exited, deregistering it in the same critical section.
+fn reap(state: &mut State, registry: &GroupRegistry) {
+    let State::Running(child) = state else { return };
+    let pid = child.id();
+    let mut registry = registry.lock();
+    if let Ok(Some(status)) = child.try_wait() {
+        registry.remove(&pid_i32(pid));
+        *state = State::Exited { pid, status };
+    }
+}
+
+/// Pids always fit in `i32` on Linux (`pid_max` ≤ 2^22).
+fn pid_i32(pid: u32) -> i32 {
+    i32::try_from(pid).unwrap_or(i32::MAX)
+}
+
+/// The last `lines` lines of a log file ("" if it cannot be read).
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
+    const MAX_BYTES: u64 = 256 * 1024;
+    let Ok(mut file) = fs::File::open(path) else { return String::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(MAX_BYTES)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
