@@ -7,12 +7,13 @@
 //! with k0s both ways: field names and order are k0s', our one extra field
 //! (`status.reason`) is left out when unset, and unknown fields are ignored on read.
 //!
-//! Read with [`from_annotations`] (which also [`validate`]s), write with
+//! Read with [`from_annotations`] or [`from_meta`] (which also [`validate`]), write with
 //! [`to_annotations`]. Everything here is pure: no I/O, no clock.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -329,6 +330,11 @@ pub fn from_annotations(
         (Some(version), Some(data)) => (version, data),
     };
     decode(version, data).map(Some)
+}
+
+/// [`from_annotations`] on an object's metadata (no annotations at all means no signal).
+pub fn from_meta(meta: &ObjectMeta) -> Result<Option<SignalData>, SignalError> {
+    meta.annotations.as_ref().map_or(Ok(None), from_annotations)
 }
 
 /// Parse and [`validate`] a signal from its two annotation values.

@@ -180,6 +180,14 @@ fn annotations_round_trip_a_signal() {
 fn no_annotations_mean_no_signal() {
     let other = BTreeMap::from([("a".to_owned(), "b".to_owned())]);
     assert_eq!(from_annotations(&other).expect("no error"), None);
+    assert_eq!(from_meta(&ObjectMeta::default()).expect("no error"), None);
+}
+
+#[test]
+fn a_signal_is_read_from_object_metadata() {
+    let meta =
+        ObjectMeta { annotations: Some(to_annotations(&k0s_signal())), ..ObjectMeta::default() };
+    assert_eq!(from_meta(&meta).expect("valid"), Some(k0s_signal()));
 }
 
 #[test]
