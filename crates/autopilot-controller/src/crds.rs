@@ -61,8 +61,7 @@ pub async fn install(
                 }
             }
         }
-        let established =
-            await_condition(api.clone(), &name, conditions::is_crd_established());
+        let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
             Ok(Ok(_)) => info!(crd = %name, "CRD established"),
             Ok(Err(err)) => {

@@ -68,6 +68,18 @@ pub struct Args {
     pub startup_timeout: Duration,
 }
 
+impl Args {
+    /// Check the flags that need no connection (so mistakes fail before any network I/O).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.enable_autopilot,
+            "this build runs only the autopilot part of a controller: pass --enable-autopilot"
+        );
+        leader::Timings::new(self.lease_duration, self.renew_deadline, self.retry_period)?;
+        Ok(())
+    }
+}
+
 /// Parse a duration such as `60s`, `1m30s` or `2h` (Go-style, as operators know from k0s).
 pub fn parse_duration(value: &str) -> Result<Duration, String> {
     let parsed: jiff::SignedDuration =
@@ -110,10 +122,7 @@ pub async fn run(
         retry_period,
         startup_timeout,
     } = args;
-    anyhow::ensure!(
-        enable_autopilot,
-        "this build runs only the autopilot part of a controller: pass --enable-autopilot"
-    );
+    anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
     let timings = leader::Timings::new(lease_duration, renew_deadline, retry_period)?;
     let Process { client, server_url, node_name, data_dir, version } = process;
     std::fs::create_dir_all(&data_dir)

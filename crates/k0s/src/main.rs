@@ -108,10 +108,17 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
                 _ => {
-                    // One clear line: clap's first line names the flag and the problem.
+                    // One clear line: clap's first line names the flag and the problem; the
+                    // accepted values, when clap lists them, are appended.
                     let rendered = err.render().to_string();
-                    let first = rendered.lines().next().unwrap_or("error: invalid arguments");
-                    eprintln!("{first} (see 'k0s --help')");
+                    let mut line =
+                        rendered.lines().next().unwrap_or("error: invalid arguments").to_string();
+                    if let Some(values) =
+                        rendered.lines().map(str::trim).find(|l| l.starts_with("[possible values"))
+                    {
+                        line = format!("{line} {values}");
+                    }
+                    eprintln!("{line} (see 'k0s --help')");
                     ExitCode::from(2)
                 }
             };
@@ -124,8 +131,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            tracing::error!(error = %format!("{err:#}"), "k0s failed");
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", one_line(&err));
             ExitCode::FAILURE
         }
     }
@@ -138,6 +144,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Controller { node, args } => runtime()?.block_on(async move {
+            args.validate()?;
             let ResolvedNode { client, server_url, node_name, data_dir } = node.resolve().await?;
             let process = autopilot_controller::Process {
                 client,
@@ -150,11 +157,35 @@ fn run(command: Command) -> anyhow::Result<()> {
         }),
         Command::Worker { node, args } => runtime()?.block_on(async move {
             let ResolvedNode { client, server_url, node_name, data_dir } = node.resolve().await?;
-            let process =
-                autopilot_signal::Process { client, server_url, node_name, data_dir, version: VERSION };
+            let process = autopilot_signal::Process {
+                client,
+                server_url,
+                node_name,
+                data_dir,
+                version: VERSION,
+            };
             autopilot_signal::run_worker(args, process, shutdown_signal()).await
         }),
     }
+}
+
+/// The error and its causes on one line, leaving out a cause whose text the previous message
+/// already repeats (some libraries put their source into their own message), and any
+/// multi-line detail (source snippets) after a cause's first line.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        let text = text.lines().next().unwrap_or_default().trim_end().to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -204,8 +235,10 @@ fn resolve_node_name(flag: Option<&str>) -> anyhow::Result<String> {
 
 /// A client from a kubeconfig file, with errors that name the file, and the server URL.
 async fn connect(path: &std::path::Path) -> anyhow::Result<(kube::Client, String)> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+    let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
+        .with_context(|| format!("parsing kubeconfig {}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .with_context(|| format!("loading kubeconfig {}", path.display()))?;

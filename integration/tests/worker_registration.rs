@@ -1,0 +1,119 @@
+//! Worker registration against the real control plane: a worker creates its own `Node` with
+//! the platform labels and `Ready`, and with its credentials it cannot modify another
+//! worker's Node (NodeRestriction).
+
+use std::time::Duration;
+
+use autopilot_api::keys;
+use integration::{ClusterBuilder, run_k0s, wait_for};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const STARTUP: Duration = Duration::from_secs(60);
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn worker_registers_a_ready_node_with_platform_labels() {
+    let cluster = ClusterBuilder::new("worker-register")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let _worker = cluster.spawn_worker("worker-0", &[]).await.unwrap();
+    let nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    let node = wait_for(STARTUP, "Node worker-0 Ready", || async {
+        Ok(nodes.get_opt("worker-0").await?.filter(is_ready))
+    })
+    .await
+    .unwrap();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(keys::LABEL_OS).map(String::as_str), Some(autopilot_api::platform::os()));
+    assert_eq!(
+        labels.get(keys::LABEL_ARCH).map(String::as_str),
+        Some(autopilot_api::platform::arch())
+    );
+    assert_eq!(labels.get(keys::LABEL_HOSTNAME).map(String::as_str), Some("worker-0"));
+    let version = String::from_utf8(run_k0s(&["version"]).unwrap().stdout).unwrap();
+    assert_eq!(
+        node.metadata.annotations.unwrap_or_default().get(keys::ANNOTATION_K0S_VERSION),
+        Some(&version.trim().to_string())
+    );
+}
+
+#[tokio::test]
+async fn worker_heartbeat_keeps_the_ready_condition_fresh() {
+    let cluster = ClusterBuilder::new("worker-heartbeat")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let _worker = cluster.spawn_worker("worker-0", &["--heartbeat-interval", "1s"]).await.unwrap();
+    let nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    let heartbeat = |node: &Node| {
+        node.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .last_heartbeat_time
+            .clone()
+    };
+    let first = wait_for(STARTUP, "a Ready heartbeat", || async {
+        Ok(nodes.get_opt("worker-0").await?.as_ref().and_then(heartbeat))
+    })
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(15), "a later heartbeat", || async {
+        let now = nodes.get("worker-0").await.ok().as_ref().and_then(heartbeat);
+        Ok(now.filter(|t| t.0 > first.0))
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn worker_credentials_cannot_modify_another_workers_node() {
+    let cluster = ClusterBuilder::new("worker-restrict")
+        .controllers(1)
+        .workers(&["worker-0", "worker-1"])
+        .build()
+        .await
+        .unwrap();
+    let _w0 = cluster.spawn_worker("worker-0", &[]).await.unwrap();
+    let _w1 = cluster.spawn_worker("worker-1", &[]).await.unwrap();
+    let admin_nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    for name in ["worker-0", "worker-1"] {
+        wait_for(STARTUP, "both Nodes Ready", || async {
+            Ok(admin_nodes.get_opt(name).await?.filter(is_ready))
+        })
+        .await
+        .unwrap();
+    }
+
+    let as_worker0: Api<Node> = Api::all(cluster.node_client("worker-0").await.unwrap());
+    let patch = json!({ "metadata": { "labels": { "example.com/touched": "yes" } } });
+    // Its own Node: allowed.
+    as_worker0.patch("worker-0", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    // Another worker's Node: refused by the Node authorizer / NodeRestriction.
+    let refused = as_worker0
+        .patch("worker-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect_err("worker-0 must not modify worker-1's Node");
+    match refused {
+        kube::Error::Api(status) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("expected a 403 from the API server, got {other}"),
+    }
+    let untouched = admin_nodes.get("worker-1").await.unwrap();
+    assert!(!untouched.metadata.labels.unwrap_or_default().contains_key("example.com/touched"));
+}
