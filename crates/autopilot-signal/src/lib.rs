@@ -64,12 +64,11 @@ pub async fn run_worker(
     process: Process,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let WorkerArgs {
-        register_node,
-        heartbeat_interval,
-        startup_timeout,
-    } = args;
-    anyhow::ensure!(!heartbeat_interval.is_zero(), "--heartbeat-interval must be greater than zero");
+    let WorkerArgs { register_node, heartbeat_interval, startup_timeout } = args;
+    anyhow::ensure!(
+        !heartbeat_interval.is_zero(),
+        "--heartbeat-interval must be greater than zero"
+    );
     let Process { client, server_url, node_name, data_dir, version } = process;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
