@@ -6,12 +6,14 @@
 //! - [`signal`]: the versioned annotation envelope through which the leader signals nodes
 //!   and nodes report progress.
 //! - [`keys`]: every annotation, label, name and finalizer string.
+//! - [`duration`]: Go-style durations (`1h30m`) for flags and fields.
 //! - [`platform`]: `<os>-<arch>` names as Kubernetes spells them.
 //!
 //! This crate is data and pure functions only: no client, no tokio, no I/O. Field names,
 //! defaults and serialised strings follow k0s, so k0s nodes and tools understand what we
 //! write and vice versa.
 
+pub mod duration;
 pub mod keys;
 pub mod platform;
 mod schema;

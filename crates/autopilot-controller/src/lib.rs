@@ -50,21 +50,21 @@ pub struct Args {
     pub enable_worker: bool,
 
     /// How long a leader's claim on the lease is valid without renewal.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub lease_duration: Duration,
 
     /// How soon after its last renewal the leader renews its claim; must be shorter than
     /// `--lease-duration`.
-    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "15s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub renew_deadline: Duration,
 
     /// How long to wait before rejoining the election after a failed lease operation.
-    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "5s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub retry_period: Duration,
 
     /// How long to keep retrying while the API server is unreachable at startup before
     /// giving up with an error.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub startup_timeout: Duration,
 }
 
@@ -78,13 +78,6 @@ impl Args {
         leader::Timings::new(self.lease_duration, self.renew_deadline, self.retry_period)?;
         Ok(())
     }
-}
-
-/// Parse a duration such as `60s`, `1m30s` or `2h` (Go-style, as operators know from k0s).
-pub fn parse_duration(value: &str) -> Result<Duration, String> {
-    let parsed: jiff::SignedDuration =
-        value.parse().map_err(|err| format!("not a duration (e.g. 30s, 5m, 1h30m): {err}"))?;
-    Duration::try_from(parsed).map_err(|_| "a duration must not be negative".to_string())
 }
 
 /// What the binary resolved before starting the controller: the connection and this node's

@@ -26,20 +26,13 @@ pub struct WorkerArgs {
     pub register_node: bool,
 
     /// How often the Node's Ready condition and node lease are renewed.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub heartbeat_interval: Duration,
 
     /// How long to keep retrying while the API server is unreachable at startup before
     /// giving up with an error.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub startup_timeout: Duration,
-}
-
-/// Parse a duration such as `10s`, `1m30s` or `2h` (Go-style, as operators know from k0s).
-pub fn parse_duration(value: &str) -> Result<Duration, String> {
-    let parsed: jiff::SignedDuration =
-        value.parse().map_err(|err| format!("not a duration (e.g. 30s, 5m, 1h30m): {err}"))?;
-    Duration::try_from(parsed).map_err(|_| "a duration must not be negative".to_string())
 }
 
 /// What the binary resolved before starting the worker: the connection and this node's
