@@ -164,7 +164,6 @@ impl ClusterBuilder {
         }
         fs::write(pki_dir.join("tokens.csv"), tokens_csv)?;
 
-        let registry = GroupRegistry::default();
         let mut cluster = Cluster {
             name: test_name,
             root,
@@ -179,7 +178,7 @@ impl ClusterBuilder {
             startup_timeout,
             etcd: Etcd { client_port: 0, slot: ProcessSlot::new(GroupRegistry::default()) },
             apiservers: Vec::new(),
-            k0s_registry: registry,
+            k0s_registry: GroupRegistry::default(),
             k0s_binary,
         };
         cluster.start_etcd().await?;
@@ -630,7 +629,8 @@ impl Cluster {
                 }
                 Err(err) => {
                     self.etcd.slot.kill_and_reap();
-                    return Err(err.context(format!("starting etcd for cluster {}", self.name)));
+                    let name = &self.name;
+                    bail!("etcd of cluster {name} did not start: {err:#}");
                 }
             }
         }
@@ -716,9 +716,9 @@ impl Cluster {
         })
         .await
         .and_then(|exited| exited);
-        result.with_context(|| {
-            format!(
-                "apiserver {i} of cluster {} did not become ready; last lines of {}:\n{}",
+        result.map_err(|err| {
+            anyhow::anyhow!(
+                "apiserver {i} of cluster {} did not become ready: {err:#}\nlast lines of {}:\n{}",
                 self.name,
                 apiserver.log.display(),
                 tail(&apiserver.log, ERROR_LOG_LINES)
@@ -784,8 +784,8 @@ async fn wait_etcd_healthy(
     })
     .await
     .and_then(|exited| exited);
-    result.with_context(|| {
-        format!("last lines of {}:\n{}", log.display(), tail(log, ERROR_LOG_LINES))
+    result.map_err(|err| {
+        anyhow::anyhow!("{err:#}\nlast lines of {}:\n{}", log.display(), tail(log, ERROR_LOG_LINES))
     })
 }
 
