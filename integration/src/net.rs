@@ -40,3 +40,29 @@ pub(crate) fn free_port(ip: Ipv4Addr) -> anyhow::Result<u16> {
 pub(crate) fn lost_port_race(log_tail: &str) -> bool {
     log_tail.contains("address already in use")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bind_failure_of_kube_apiserver_is_a_lost_port_race() {
+        let log = r#"E1122 02:51:00.390406 run.go:72] "command failed" err="failed to create listener: failed to listen on 127.0.0.2:44201: listen tcp 127.0.0.2:44201: bind: address already in use""#;
+        assert!(lost_port_race(log));
+        assert!(!lost_port_race(r#"err="unknown flag: --bogus""#));
+    }
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice() {
+        let ip = controller_ip(0).unwrap();
+        let ports: BTreeSet<u16> = (0..20).map(|_| free_port(ip).unwrap()).collect();
+        assert_eq!(ports.len(), 20);
+    }
+
+    #[test]
+    fn controller_addresses_start_at_127_0_0_2() {
+        assert_eq!(controller_ip(0).unwrap(), Ipv4Addr::new(127, 0, 0, 2));
+        assert_eq!(controller_ip(2).unwrap(), Ipv4Addr::new(127, 0, 0, 4));
+        assert!(controller_ip(253).is_err());
+    }
+}
