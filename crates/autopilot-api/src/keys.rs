@@ -78,6 +78,10 @@ pub const MODE_CONTROLLER: &str = "controller";
 /// cordoned and drained around its update).
 pub const MODE_CONTROLLER_WORKER: &str = "controller+worker";
 
+/// ControlNode annotation with the controller's API server address (`IP:PORT`), so the
+/// leader probes `/readyz` on the right port even when controllers use different ports.
+pub const ANNOTATION_API_ADDRESS: &str = "autopilot.k0sproject.io/api-address";
+
 /// Node annotation where a worker publishes the k0s version it runs (ours: controllers
 /// publish it in ControlNode `status.k0sVersion`).
 pub const ANNOTATION_K0S_VERSION: &str = "autopilot.k0sproject.io/k0s-version";

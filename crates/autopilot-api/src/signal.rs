@@ -35,6 +35,11 @@ pub struct SignalData {
     /// What the node has done so far; absent until the node first reacts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<SignalStatus>,
+
+    /// The plan run this signal belongs to (the Plan's `status.runId`; our addition, ignored
+    /// by k0s). Absent in signals written by k0s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// What the node is asked to do: exactly one of `k0supdate` and `airgapupdate`.

@@ -24,6 +24,7 @@ fn k0s_signal() -> SignalData {
             airgapupdate: None,
         },
         status: None,
+        run_id: None,
     }
 }
 
@@ -41,6 +42,7 @@ fn airgap_signal() -> SignalData {
             }),
         },
         status: None,
+        run_id: None,
     }
 }
 
@@ -461,9 +463,16 @@ fn signal_data() -> impl Strategy<Value = SignalData> {
                 reason,
             }),
     );
-    (non_empty(), non_empty(), command, status).prop_map(|(plan_id, created, command, status)| {
-        SignalData { plan_id, created, command, status }
-    })
+    let run_id = proptest::option::of(non_empty());
+    (non_empty(), non_empty(), command, status, run_id).prop_map(
+        |(plan_id, created, command, status, run_id)| SignalData {
+            plan_id,
+            created,
+            command,
+            status,
+            run_id,
+        },
+    )
 }
 
 proptest! {

@@ -222,9 +222,16 @@ pub struct PlanStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 
-    /// The `metadata.generation` of the spec this status describes.
+    /// The `metadata.generation` of the spec this status describes (the generation the
+    /// current run started from). A terminal plan whose generation moves on starts a new run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// Identifies the current run (`<plan uid>/<generation>`); written into every signal of
+    /// this run, so a node's signal from an earlier run (even with the same `spec.id`) is
+    /// never mistaken for this run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// Progress of one command.
@@ -249,6 +256,21 @@ pub struct PlanCommandStatus {
     /// Per-node progress of an `airgapupdate` command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub airgapupdate: Option<PlanCommandAirgapUpdateStatus>,
+
+    /// The command exactly as the run captured it at NewPlan (version, platforms, targets,
+    /// limits). Plans are immutable while they run: the run uses this copy, not the live spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<PlanCommand>,
+
+    /// What the command waits for right now, when it is held (for example a controller whose
+    /// `/readyz` fails, or a worker that is not Ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+
+    /// Since when a plan controller has been seen not ready; the command ends in
+    /// `InconsistentTargets` once this is older than the controller's readiness grace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_since: Option<Time>,
 }
 
 /// Per-node progress of a `k0supdate` command.
