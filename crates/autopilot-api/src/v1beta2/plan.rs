@@ -232,6 +232,11 @@ pub struct PlanStatus {
     /// never mistaken for this run's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+
+    /// The `spec.id` the current run started with, frozen like the commands: every signal
+    /// of this run carries it as `planId`, even if the spec is edited while the run goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<String>,
 }
 
 /// Progress of one command.
