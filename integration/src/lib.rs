@@ -87,6 +87,7 @@ mod kubeconfig;
 mod net;
 mod pki;
 mod process;
+pub mod responder;
 pub mod wait;
 
 pub use cluster::{
@@ -97,4 +98,5 @@ pub use k0s::{
     run_k0s_binary,
 };
 pub use kubeconfig::client_from_kubeconfig;
+pub use responder::{Behaviour, Release, Responder};
 pub use wait::{conditions, wait_for, wait_for_condition};

@@ -1,0 +1,389 @@
+//! Helpers shared by the `plan_*` scenarios: building plans, starting nodes and waiting on
+//! plan states with deadlines (printing the plan status when a wait fails).
+
+#![allow(dead_code, reason = "each scenario file uses a different subset of the helpers")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use autopilot_api::keys;
+use autopilot_api::signal::{self, SignalData};
+use autopilot_api::v1beta2::{
+    ControlNode, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
+    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
+    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
+    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanStateType, TargetState, TargetStatus,
+};
+use futures::StreamExt as _;
+use integration::{Cluster, K0sProcess, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
+
+/// How long nodes get to start and register (apiservers are already up).
+pub const STARTUP: Duration = Duration::from_secs(60);
+
+/// How long a plan gets to reach the state a scenario expects.
+pub const PLAN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Fast election timings, so a failover takes seconds (as in `controller_startup.rs`).
+pub const FAST_ELECTION: &[&str] =
+    &["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
+
+/// The version forced updates go to. The responder plays the nodes, so nothing checks it;
+/// like k0s' own scenarios (`v0.0.0` + `forceupdate`), forcing keeps the removed-API check
+/// out of scenarios that are not about it.
+pub const FORCED_VERSION: &str = "v0.0.0";
+
+/// A version newer than every API removal the cluster could hit (the control plane serves
+/// Kubernetes 1.35, which no longer serves any API in the removed-API table below v99).
+pub const PLAIN_VERSION: &str = "v1.35.0+k0s.0";
+
+/// The download URL of `platform` in every plan: never fetched (the responder plays the
+/// nodes), but unique per platform so tests can tell which one a node was given.
+pub fn url(platform: &str) -> String {
+    format!("http://127.0.0.1:9/k0s/{platform}/k0s")
+}
+
+/// `platforms` with only this machine's platform.
+pub fn current_platforms() -> BTreeMap<String, PlanResourceUrl> {
+    platforms(&[&autopilot_api::platform::current()])
+}
+
+/// `platforms` with one entry per name, each with its own [`url`].
+pub fn platforms(names: &[&str]) -> BTreeMap<String, PlanResourceUrl> {
+    names.iter().map(|p| ((*p).to_owned(), PlanResourceUrl { url: url(p), sha256: None })).collect()
+}
+
+/// A target group listing `names`, at most `concurrent` at a time.
+pub fn static_nodes(names: &[&str], concurrent: u32) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: Some(PlanCommandTargetDiscoveryStatic {
+                nodes: names.iter().map(|n| (*n).to_owned()).collect(),
+            }),
+            selector: None,
+        },
+        limits: PlanCommandTargetLimits { concurrent },
+    }
+}
+
+/// A target group found by a label and/or field selector.
+pub fn selected(labels: Option<&str>, fields: Option<&str>) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: None,
+            selector: Some(PlanCommandTargetDiscoverySelector {
+                labels: labels.map(str::to_owned),
+                fields: fields.map(str::to_owned),
+            }),
+        },
+        limits: PlanCommandTargetLimits::default(),
+    }
+}
+
+/// A forced `k0supdate` to [`FORCED_VERSION`] for this machine's platform.
+pub fn k0s_update(
+    controllers: Option<PlanCommandTarget>,
+    workers: Option<PlanCommandTarget>,
+) -> PlanCommandK0sUpdate {
+    PlanCommandK0sUpdate {
+        version: FORCED_VERSION.to_owned(),
+        forceupdate: true,
+        platforms: current_platforms(),
+        targets: PlanCommandTargets { controllers, workers },
+    }
+}
+
+/// A plan command running `update`.
+pub fn k0s_command(update: PlanCommandK0sUpdate) -> PlanCommand {
+    PlanCommand { k0supdate: Some(update), airgapupdate: None }
+}
+
+/// An `airgapupdate` of `workers` to [`PLAIN_VERSION`], bundle URL per this platform.
+pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
+    let platform = autopilot_api::platform::current();
+    PlanCommand {
+        k0supdate: None,
+        airgapupdate: Some(PlanCommandAirgapUpdate {
+            version: PLAIN_VERSION.to_owned(),
+            platforms: BTreeMap::from([(
+                platform.clone(),
+                PlanResourceUrl { url: format!("{}.tar", url(&platform)), sha256: None },
+            )]),
+            workers,
+        }),
+    }
+}
+
+/// A Plan named `name` with spec id `id`.
+pub fn plan(name: &str, id: &str, commands: Vec<PlanCommand>) -> Plan {
+    Plan::new(name, PlanSpec { id: id.to_owned(), timestamp: "now".to_owned(), commands })
+}
+
+/// Creates `plan`.
+pub async fn create_plan(client: &kube::Client, plan: &Plan) -> anyhow::Result<Plan> {
+    let plans: Api<Plan> = Api::all(client.clone());
+    plans.create(&PostParams::default(), plan).await.context("creating the plan")
+}
+
+/// The plan's status as YAML, for failure messages.
+pub fn status_yaml(plan: &Plan) -> String {
+    match &plan.status {
+        Some(status) => serde_yaml::to_string(status).unwrap_or_else(|e| format!("{e}")),
+        None => "(no status)".to_owned(),
+    }
+}
+
+/// The plan-level state (`NewPlan` without a status).
+pub fn state(plan: &Plan) -> PlanStateType {
+    plan.status.as_ref().map(|s| s.state).unwrap_or_default()
+}
+
+/// Watches the plan `name` until `done` holds and returns it. Fails early, with the status,
+/// if the plan reaches a terminal state for which `done` is false; on timeout the error
+/// carries the last status seen.
+pub async fn wait_plan(
+    client: &kube::Client,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&Plan) -> bool,
+) -> anyhow::Result<Plan> {
+    let plans: Api<Plan> = Api::all(client.clone());
+    let mut stream = std::pin::pin!(watcher::watch_object(plans.clone(), name));
+    let mut last: Option<Plan> = None;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => break,
+            Ok(None) => anyhow::bail!("the watch on plan {name} ended while waiting for {what}"),
+            Ok(Some(Err(err))) => eprintln!("watch on plan {name}: {err} (retrying)"),
+            Ok(Some(Ok(Some(plan)))) => {
+                if done(&plan) {
+                    return Ok(plan);
+                }
+                if state(&plan).is_terminal() {
+                    anyhow::bail!(
+                        "plan {name} ended in {} while waiting for {what}; status:\n{}",
+                        state(&plan),
+                        status_yaml(&plan)
+                    );
+                }
+                last = Some(plan);
+            }
+            Ok(Some(Ok(None))) => last = None,
+        }
+    }
+    let last = match plans.get_opt(name).await {
+        Ok(Some(plan)) => status_yaml(&plan),
+        Ok(None) => "(plan does not exist)".to_owned(),
+        Err(err) => format!(
+            "(could not read the plan: {err}; last seen: {})",
+            last.as_ref().map_or("none".to_owned(), status_yaml)
+        ),
+    };
+    anyhow::bail!("timed out after {timeout:?} waiting for {what}; plan {name} status:\n{last}")
+}
+
+/// Waits until the plan `name` is in `wanted` (failing early on another terminal state).
+pub async fn wait_plan_state(
+    client: &kube::Client,
+    name: &str,
+    wanted: PlanStateType,
+) -> anyhow::Result<Plan> {
+    wait_plan(client, name, PLAN_TIMEOUT, &format!("plan {name} to be {wanted}"), |p| {
+        state(p) == wanted
+    })
+    .await
+}
+
+/// Watches the plan `name` for `window` and fails, with the status, the first time `check`
+/// returns an error for a version of it.
+pub async fn watch_plan_for(
+    client: &kube::Client,
+    name: &str,
+    window: Duration,
+    check: impl Fn(&Plan) -> Result<(), String>,
+) -> anyhow::Result<Plan> {
+    let plans: Api<Plan> = Api::all(client.clone());
+    let mut stream = std::pin::pin!(watcher::watch_object(plans.clone(), name));
+    let deadline = tokio::time::Instant::now() + window;
+    let mut last = None;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => break,
+            Ok(None) => anyhow::bail!("the watch on plan {name} ended"),
+            Ok(Some(Err(err))) => eprintln!("watch on plan {name}: {err} (retrying)"),
+            Ok(Some(Ok(plan))) => {
+                let Some(plan) = plan else { anyhow::bail!("plan {name} disappeared") };
+                if let Err(problem) = check(&plan) {
+                    anyhow::bail!("{problem}; plan {name} status:\n{}", status_yaml(&plan));
+                }
+                last = Some(plan);
+            }
+        }
+    }
+    match last {
+        Some(plan) => Ok(plan),
+        None => plans.get(name).await.context("reading the plan after the window"),
+    }
+}
+
+/// Status of command `i`, panicking with the plan status if it has none.
+pub fn command(plan: &Plan, i: usize) -> &PlanCommandStatus {
+    plan.status
+        .as_ref()
+        .and_then(|s| s.commands.get(i))
+        .unwrap_or_else(|| panic!("plan has no status for command {i}:\n{}", status_yaml(plan)))
+}
+
+/// Every target of a command status: k0supdate controllers, then workers, then airgap
+/// workers.
+pub fn targets(command: &PlanCommandStatus) -> Vec<&TargetStatus> {
+    let mut all = Vec::new();
+    if let Some(k0s) = &command.k0supdate {
+        all.extend(k0s.controllers.iter());
+        all.extend(k0s.workers.iter());
+    }
+    if let Some(airgap) = &command.airgapupdate {
+        all.extend(airgap.workers.iter());
+    }
+    all
+}
+
+/// How many targets of any command are in `state` (0 before the plan has a status).
+pub fn count_targets(plan: &Plan, state: TargetState) -> usize {
+    let commands = plan.status.as_ref().map(|s| s.commands.as_slice()).unwrap_or_default();
+    commands.iter().flat_map(targets).filter(|t| t.state == state).count()
+}
+
+/// The names of a command's k0supdate controller targets, in status order.
+pub fn controller_names(command: &PlanCommandStatus) -> Vec<&str> {
+    command.k0supdate.iter().flat_map(|k| &k.controllers).map(|t| t.name.as_str()).collect()
+}
+
+/// The names of a command's worker targets (k0supdate or airgap), in status order.
+pub fn worker_names(command: &PlanCommandStatus) -> Vec<&str> {
+    let k0s = command.k0supdate.iter().flat_map(|k| &k.workers);
+    let airgap = command.airgapupdate.iter().flat_map(|a| &a.workers);
+    k0s.chain(airgap).map(|t| t.name.as_str()).collect()
+}
+
+/// The target `name` of command `i`, panicking with the plan status if absent.
+pub fn target<'a>(plan: &'a Plan, i: usize, name: &str) -> &'a TargetStatus {
+    targets(command(plan, i))
+        .into_iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("command {i} has no target {name}:\n{}", status_yaml(plan)))
+}
+
+/// Starts `count` controllers with `extra` flags and waits until every ControlNode is
+/// registered and a leader holds the lease.
+pub async fn start_controllers(
+    cluster: &Cluster,
+    count: usize,
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    let mut controllers = Vec::new();
+    for i in 0..count {
+        controllers.push(cluster.spawn_controller(i, extra).await?);
+    }
+    let client = cluster.admin_client().await?;
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    wait_for(STARTUP, &format!("{count} registered ControlNodes"), || async {
+        let list = control_nodes.list(&ListParams::default()).await?;
+        let registered = list
+            .items
+            .iter()
+            .filter(|n| n.status.as_ref().is_some_and(|s| s.k0s_version.is_some()))
+            .count();
+        Ok((registered >= count).then_some(()))
+    })
+    .await?;
+    wait_for(STARTUP, "a leader", || leader(&client)).await?;
+    Ok(controllers)
+}
+
+/// Starts the workers `names` and waits until each Node is Ready.
+pub async fn start_workers(cluster: &Cluster, names: &[&str]) -> anyhow::Result<Vec<K0sProcess>> {
+    let mut workers = Vec::new();
+    for name in names {
+        workers.push(cluster.spawn_worker(name, &[]).await?);
+    }
+    let nodes: Api<Node> = Api::all(cluster.admin_client().await?);
+    for name in names {
+        wait_for(STARTUP, &format!("Node {name} Ready"), || async {
+            Ok(nodes.get_opt(name).await?.filter(is_ready).map(|_| ()))
+        })
+        .await?;
+    }
+    Ok(workers)
+}
+
+/// Whether a Node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The index of the controller holding the leader lease, if any.
+pub async fn leader(client: &kube::Client) -> anyhow::Result<Option<usize>> {
+    Ok(leader_identity(client).await?.and_then(|holder| {
+        let (name, _) = holder.split_once('_')?;
+        name.strip_prefix("controller-")?.parse().ok()
+    }))
+}
+
+/// The identity holding the leader lease, if any.
+pub async fn leader_identity(client: &kube::Client) -> anyhow::Result<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
+    let lease = leases.get_opt(keys::LEASE_NAME).await?;
+    Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
+}
+
+/// Every Node and ControlNode that carries signal annotations, as `Kind/name`.
+pub async fn objects_with_signals(client: &kube::Client) -> anyhow::Result<BTreeSet<String>> {
+    let mut found = BTreeSet::new();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for node in nodes.list(&ListParams::default()).await? {
+        if has_signal(&node.metadata) {
+            found.insert(format!("Node/{}", node.metadata.name.unwrap_or_default()));
+        }
+    }
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    for node in control_nodes.list(&ListParams::default()).await? {
+        if has_signal(&node.metadata) {
+            found.insert(format!("ControlNode/{}", node.metadata.name.unwrap_or_default()));
+        }
+    }
+    Ok(found)
+}
+
+fn has_signal(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(|a| {
+        a.contains_key(keys::ANNOTATION_SIGNAL_VERSION)
+            || a.contains_key(keys::ANNOTATION_SIGNAL_DATA)
+    })
+}
+
+/// The signal currently on the ControlNode `name`.
+pub async fn control_node_signal(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<Option<SignalData>> {
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    let node = control_nodes.get(name).await?;
+    Ok(signal::from_meta(&node.metadata)?)
+}
+
+/// The signal currently on the Node `name`.
+pub async fn node_signal(client: &kube::Client, name: &str) -> anyhow::Result<Option<SignalData>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(name).await?;
+    Ok(signal::from_meta(&node.metadata)?)
+}
