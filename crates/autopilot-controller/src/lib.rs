@@ -10,6 +10,7 @@
 pub mod control_node;
 pub mod crds;
 pub mod leader;
+pub mod plan;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,0 +1,314 @@
+//! One plan command as the machine sees it: its kind, its target groups, where each group's
+//! objects live, and the signal a target of it receives.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::platform::platform_id;
+use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData};
+use autopilot_api::v1beta2::{
+    PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandStatus,
+    PlanCommandTarget, PlanResourceUrl, TargetStatus,
+};
+
+use super::{ObjectKind, ObservedSignal, TargetObject};
+
+/// A command with exactly one update kind.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Command<'a> {
+    /// `k0supdate`: controllers (ControlNodes), then workers (Nodes).
+    K0s(&'a PlanCommandK0sUpdate),
+    /// `airgapupdate`: workers (Nodes) only.
+    Airgap(&'a PlanCommandAirgapUpdate),
+}
+
+/// A target group of a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Group {
+    /// `k0supdate.targets.controllers`.
+    Controllers,
+    /// `k0supdate.targets.workers` or `airgapupdate.workers`.
+    Workers,
+}
+
+impl Group {
+    /// Plural name, as in the spec.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::Controllers => "controllers",
+            Self::Workers => "workers",
+        }
+    }
+}
+
+/// The two update kinds of a command, for messages about malformed commands.
+pub(super) fn kind_problem(command: &PlanCommand) -> Option<&'static str> {
+    match (&command.k0supdate, &command.airgapupdate) {
+        (Some(_), Some(_)) => Some("sets both k0supdate and airgapupdate; exactly one is required"),
+        (None, None) => Some("sets neither k0supdate nor airgapupdate; exactly one is required"),
+        (Some(_), None) | (None, Some(_)) => None,
+    }
+}
+
+impl<'a> Command<'a> {
+    /// The command's kind, if exactly one is set.
+    pub(super) fn resolve(command: &'a PlanCommand) -> Option<Self> {
+        match (&command.k0supdate, &command.airgapupdate) {
+            (Some(k0s), None) => Some(Self::K0s(k0s)),
+            (None, Some(airgap)) => Some(Self::Airgap(airgap)),
+            (Some(_), Some(_)) | (None, None) => None,
+        }
+    }
+
+    /// `k0supdate` or `airgapupdate`.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::K0s(_) => "k0supdate",
+            Self::Airgap(_) => "airgapupdate",
+        }
+    }
+
+    /// The version the command updates to.
+    pub(super) fn version(self) -> &'a str {
+        match self {
+            Self::K0s(k0s) => &k0s.version,
+            Self::Airgap(airgap) => &airgap.version,
+        }
+    }
+
+    /// Download locations per `<os>-<arch>`.
+    pub(super) fn platforms(self) -> &'a BTreeMap<String, PlanResourceUrl> {
+        match self {
+            Self::K0s(k0s) => &k0s.platforms,
+            Self::Airgap(airgap) => &airgap.platforms,
+        }
+    }
+
+    /// Whether NewPlan runs the removed-API pre-check: always for airgap, for k0s unless
+    /// `forceupdate` (REF §3.4).
+    pub(super) fn needs_removed_api_check(self) -> bool {
+        match self {
+            Self::K0s(k0s) => !k0s.forceupdate,
+            Self::Airgap(_) => true,
+        }
+    }
+
+    /// The target groups, in the order they are updated.
+    pub(super) fn groups(self) -> &'static [Group] {
+        match self {
+            Self::K0s(_) => &[Group::Controllers, Group::Workers],
+            Self::Airgap(_) => &[Group::Workers],
+        }
+    }
+
+    /// The spec of a group (`None`: the group targets nothing).
+    pub(super) fn target(self, group: Group) -> Option<&'a PlanCommandTarget> {
+        match (self, group) {
+            (Self::K0s(k0s), Group::Controllers) => k0s.targets.controllers.as_ref(),
+            (Self::K0s(k0s), Group::Workers) => k0s.targets.workers.as_ref(),
+            (Self::Airgap(_), Group::Controllers) => None,
+            (Self::Airgap(airgap), Group::Workers) => Some(&airgap.workers),
+        }
+    }
+
+    /// How many workers may be `SignalSent` at once. The schema says at least 1; a 0 from an
+    /// older schema counts as 1, so a plan never waits forever on its own limit (DESIGN §9.6).
+    pub(super) fn worker_concurrency(self) -> usize {
+        let concurrent = self.target(Group::Workers).map_or(1, |target| target.limits.concurrent);
+        usize::try_from(concurrent.max(1)).unwrap_or(usize::MAX)
+    }
+
+    /// The kind of object a group's targets are signalled through: ControlNodes for k0s
+    /// controllers, Nodes for everything else (airgap always on Nodes).
+    pub(super) fn object_kind(self, group: Group) -> ObjectKind {
+        match (self, group) {
+            (Self::K0s(_), Group::Controllers) => ObjectKind::ControlNode,
+            (Self::K0s(_), Group::Workers)
+            | (Self::Airgap(_), Group::Controllers | Group::Workers) => ObjectKind::Node,
+        }
+    }
+
+    /// Whether a worker must be Ready before it is signalled (k0s only, REF §4.5).
+    pub(super) fn gates_workers_on_ready(self) -> bool {
+        match self {
+            Self::K0s(_) => true,
+            Self::Airgap(_) => false,
+        }
+    }
+
+    /// Whether a signal's command is of this command's kind.
+    pub(super) fn same_kind(self, signal: &SignalCommand) -> bool {
+        match self {
+            Self::K0s(_) => signal.k0supdate.is_some() && signal.airgapupdate.is_none(),
+            Self::Airgap(_) => signal.airgapupdate.is_some() && signal.k0supdate.is_none(),
+        }
+    }
+
+    /// The signal for a target of this command at command index `index`.
+    pub(super) fn signal(
+        self,
+        run: &RunIdentity,
+        index: u32,
+        entry: &PlanResourceUrl,
+        created: String,
+    ) -> SignalData {
+        let url = entry.url.clone();
+        let sha256 = entry.sha256.clone().unwrap_or_default();
+        let command = match self {
+            Self::K0s(k0s) => SignalCommand {
+                id: index,
+                k0supdate: Some(CommandK0sUpdate {
+                    url,
+                    version: k0s.version.clone(),
+                    sha256,
+                    forceupdate: k0s.forceupdate,
+                }),
+                airgapupdate: None,
+            },
+            Self::Airgap(airgap) => SignalCommand {
+                id: index,
+                k0supdate: None,
+                airgapupdate: Some(CommandAirgapUpdate {
+                    url,
+                    version: airgap.version.clone(),
+                    sha256,
+                }),
+            },
+        };
+        SignalData {
+            plan_id: run.plan_id.clone(),
+            created,
+            command,
+            status: None,
+            run_id: Some(run.run_id.clone()),
+        }
+    }
+
+    /// The platform entry for an object: its `<os>-<arch>` labels must name a key of
+    /// `platforms`. The error says why not, for the target's `reason`.
+    pub(super) fn platform_entry(
+        self,
+        object: &TargetObject,
+    ) -> Result<&'a PlanResourceUrl, String> {
+        let os = object.labels.get(keys::LABEL_OS);
+        let arch = object.labels.get(keys::LABEL_ARCH);
+        let id = match (os, arch) {
+            (Some(os), Some(arch)) => platform_id(os, arch),
+            (None, Some(_)) => return Err(format!("label {} is missing", keys::LABEL_OS)),
+            (Some(_), None) => return Err(format!("label {} is missing", keys::LABEL_ARCH)),
+            (None, None) => {
+                return Err(format!(
+                    "labels {} and {} are missing",
+                    keys::LABEL_OS,
+                    keys::LABEL_ARCH
+                ));
+            }
+        };
+        self.platforms().get(&id).ok_or_else(|| format!("platforms has no entry for {id}"))
+    }
+}
+
+/// The identity of the current run, as carried by each of its signals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct RunIdentity {
+    /// The frozen `spec.id` (`status.planId`).
+    pub(super) plan_id: String,
+    /// `status.runId`.
+    pub(super) run_id: String,
+}
+
+impl RunIdentity {
+    /// The signal on `object` if it is this run's signal for command `index` of `command`'s
+    /// kind: plan id, run id, command index and kind all match. Anything else (another plan,
+    /// an earlier run with the same `spec.id`, another command) is not this run's.
+    pub(super) fn signal_on<'o>(
+        &self,
+        object: &'o TargetObject,
+        index: u32,
+        command: Command<'_>,
+    ) -> Option<&'o SignalData> {
+        match &object.signal {
+            ObservedSignal::Valid(data)
+                if data.plan_id == self.plan_id
+                    && data.run_id.as_deref() == Some(self.run_id.as_str())
+                    && data.command.id == index
+                    && command.same_kind(&data.command) =>
+            {
+                Some(data)
+            }
+            ObservedSignal::Valid(_) | ObservedSignal::Invalid(_) | ObservedSignal::None => None,
+        }
+    }
+}
+
+/// The targets of a group in a command status (empty when the status has none).
+pub(super) fn targets<'s>(
+    status: &'s PlanCommandStatus,
+    command: Command<'_>,
+    group: Group,
+) -> &'s [TargetStatus] {
+    match (command, group) {
+        (Command::K0s(_), Group::Controllers) => {
+            status.k0supdate.as_ref().map_or(&[], |s| s.controllers.as_slice())
+        }
+        (Command::K0s(_), Group::Workers) => {
+            status.k0supdate.as_ref().map_or(&[], |s| s.workers.as_slice())
+        }
+        (Command::Airgap(_), Group::Workers) => {
+            status.airgapupdate.as_ref().map_or(&[], |s| s.workers.as_slice())
+        }
+        (Command::Airgap(_), Group::Controllers) => &[],
+    }
+}
+
+/// The targets of a group in a command status, for changing (creating the kind's status
+/// when missing).
+pub(super) fn targets_mut<'s>(
+    status: &'s mut PlanCommandStatus,
+    command: Command<'_>,
+    group: Group,
+) -> Option<&'s mut Vec<TargetStatus>> {
+    match (command, group) {
+        (Command::K0s(_), Group::Controllers) => {
+            Some(&mut status.k0supdate.get_or_insert_with(Default::default).controllers)
+        }
+        (Command::K0s(_), Group::Workers) => {
+            Some(&mut status.k0supdate.get_or_insert_with(Default::default).workers)
+        }
+        (Command::Airgap(_), Group::Workers) => {
+            Some(&mut status.airgapupdate.get_or_insert_with(Default::default).workers)
+        }
+        (Command::Airgap(_), Group::Controllers) => None,
+    }
+}
+
+/// A duration the way operators write them in flags (`10m`, `1h30m`, `45s`, `500ms`).
+pub(super) fn format_duration(duration: Duration) -> String {
+    let total = duration.as_secs();
+    if total == 0 {
+        let millis = duration.subsec_millis();
+        return if millis == 0 { "0s".to_owned() } else { format!("{millis}ms") };
+    }
+    let (hours, minutes, seconds) = (total / 3600, (total / 60) % 60, total % 60);
+    let mut out = String::new();
+    if hours > 0 {
+        out.push_str(&format!("{hours}h"));
+    }
+    if minutes > 0 {
+        out.push_str(&format!("{minutes}m"));
+    }
+    if seconds > 0 || out.is_empty() {
+        out.push_str(&format!("{seconds}s"));
+    }
+    out
+}
+
+impl std::fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ControlNode => "ControlNode",
+            Self::Node => "Node",
+        })
+    }
+}

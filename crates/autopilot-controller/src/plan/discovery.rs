@@ -1,0 +1,229 @@
+//! NewPlan: resolve every command's targets once, run the pre-checks, and record the result
+//! in the command statuses (REF §3.4, §4; DESIGN §4).
+//!
+//! Commands are processed in order. The first one that fails gives its state to itself and
+//! to the plan; the commands after it keep `NewPlan`, so the status shows how far it got.
+
+use std::collections::BTreeSet;
+
+use autopilot_api::v1beta2::{PlanCommand, PlanStateType, PlanStatus, TargetState, TargetStatus};
+
+use super::command::{Command, Group, kind_problem, targets_mut};
+use super::machine::Inputs;
+use super::removed_apis::{RemovedApiUse, blocking_use};
+use super::selector::{FieldSelector, LabelSelector};
+
+/// Run NewPlan over every command of a freshly started run. Sets the plan state to
+/// `SchedulableWait` on success or to the failing command's state.
+pub(super) fn new_plan(inputs: &Inputs<'_>, status: &mut PlanStatus, findings: &[RemovedApiUse]) {
+    for command_status in &mut status.commands {
+        let index = command_status.id;
+        let outcome = match &command_status.frozen {
+            Some(frozen) => new_command(inputs, index, frozen, findings),
+            // Crash safety: a fresh run always freezes every command; a missing copy means
+            // the status was edited by hand, and a command we cannot see must not run.
+            None => NewCommand::failed(
+                PlanStateType::Warning,
+                format!("command {index} has no frozen copy in the status"),
+            ),
+        };
+        let NewCommand { state, description, targets } = outcome;
+        let frozen = command_status.frozen.clone();
+        if let Some(command) = frozen.as_ref().and_then(Command::resolve) {
+            for (group, group_targets) in targets {
+                if let Some(slot) = targets_mut(command_status, command, group) {
+                    *slot = group_targets;
+                }
+            }
+        }
+        command_status.state = state;
+        command_status.description = description;
+        if state != PlanStateType::SchedulableWait {
+            status.state = state;
+            return;
+        }
+    }
+    status.state = PlanStateType::SchedulableWait;
+}
+
+/// The NewPlan result of one command.
+struct NewCommand {
+    /// `SchedulableWait` or the failure.
+    state: PlanStateType,
+    /// Why it failed.
+    description: Option<String>,
+    /// The resolved targets per group (recorded even when a target check fails, so the
+    /// status shows which nodes were missing or had no platform).
+    targets: Vec<(Group, Vec<TargetStatus>)>,
+}
+
+impl NewCommand {
+    fn failed(state: PlanStateType, description: String) -> Self {
+        Self { state, description: Some(description), targets: Vec::new() }
+    }
+}
+
+fn new_command(
+    inputs: &Inputs<'_>,
+    index: u32,
+    spec: &PlanCommand,
+    findings: &[RemovedApiUse],
+) -> NewCommand {
+    // Check 1: exactly one update kind (the schema should already ensure it).
+    let Some(command) = Command::resolve(spec) else {
+        let problem = kind_problem(spec).unwrap_or("is malformed");
+        return NewCommand::failed(PlanStateType::Warning, format!("command {index} {problem}"));
+    };
+    let label = format!("command {index} ({})", command.name());
+
+    // Check 2: the removed-API pre-check (REF §9.1), unless forced.
+    if command.needs_removed_api_check()
+        && let Some(use_) = blocking_use(findings, command.version())
+    {
+        return NewCommand::failed(PlanStateType::Warning, use_.message());
+    }
+
+    // Check 3: discovery; a selector that does not parse is an error, never "all".
+    let mut groups = Vec::new();
+    for &group in command.groups() {
+        match discover(inputs, command, group) {
+            Ok(names) => groups.push((group, names)),
+            Err(problem) => {
+                return NewCommand::failed(
+                    PlanStateType::IncompleteTargets,
+                    format!("{label}: {problem}"),
+                );
+            }
+        }
+    }
+
+    // Check 4: every target has an object and a platform.
+    let mut missing = Vec::new();
+    let mut no_platform = Vec::new();
+    let mut targets = Vec::new();
+    for (group, names) in groups {
+        let kind = command.object_kind(group);
+        let objects = inputs.objects(kind);
+        let statuses = names
+            .into_iter()
+            .map(|name| match objects.get(&name) {
+                None => {
+                    missing.push(format!("{kind} {name}"));
+                    let mut target = TargetStatus::new(
+                        name.clone(),
+                        TargetState::MissingSignalNode,
+                        inputs.stamp,
+                    );
+                    target.reason = Some(format!("{kind} {name} does not exist"));
+                    target
+                }
+                Some(object) => match command.platform_entry(object) {
+                    Ok(_) => TargetStatus::new(name, TargetState::SignalPending, inputs.stamp),
+                    Err(why) => {
+                        no_platform.push(format!("{kind} {name} ({why})"));
+                        let mut target =
+                            TargetStatus::new(name, TargetState::MissingPlatform, inputs.stamp);
+                        target.reason = Some(why);
+                        target
+                    }
+                },
+            })
+            .collect::<Vec<_>>();
+        targets.push((group, statuses));
+    }
+    if !missing.is_empty() {
+        let mut description = format!("{label}: targets without an object: {}", missing.join(", "));
+        if !no_platform.is_empty() {
+            description
+                .push_str(&format!("; targets without a platform: {}", no_platform.join(", ")));
+        }
+        return NewCommand {
+            state: PlanStateType::IncompleteTargets,
+            description: Some(description),
+            targets,
+        };
+    }
+    if !no_platform.is_empty() {
+        return NewCommand {
+            state: PlanStateType::MissingPlatform,
+            description: Some(format!(
+                "{label}: targets without a platform: {}",
+                no_platform.join(", ")
+            )),
+            targets,
+        };
+    }
+
+    // Check 5: the node kinds this controller excludes from plans (`--exclude-from-plans`).
+    let mut restricted = Vec::new();
+    for (group, statuses) in &targets {
+        let excluded = match group {
+            Group::Controllers => inputs.policy.exclude_controllers,
+            Group::Workers => inputs.policy.exclude_workers,
+        };
+        if excluded && !statuses.is_empty() {
+            let names: Vec<&str> = statuses.iter().map(|t| t.name.as_str()).collect();
+            restricted.push(format!("{} ({})", group.name(), names.join(", ")));
+        }
+    }
+    if !restricted.is_empty() {
+        return NewCommand {
+            state: PlanStateType::Restricted,
+            description: Some(format!(
+                "{label} targets {}, which this controller excludes from plans \
+                 (--exclude-from-plans)",
+                restricted.join(" and ")
+            )),
+            targets,
+        };
+    }
+
+    NewCommand { state: PlanStateType::SchedulableWait, description: None, targets }
+}
+
+/// The names a group targets, deduplicated and sorted by name.
+///
+/// `static` wins over `selector`; neither targets nothing. A selector's labels and fields
+/// must both match; `selector: {}` selects every object of the kind. For k0s workers, a Node
+/// that is also a ControlNode with a usable platform is a controller+worker and is updated
+/// as a controller only (REF §4.3 rule 3).
+fn discover(
+    inputs: &Inputs<'_>,
+    command: Command<'_>,
+    group: Group,
+) -> Result<Vec<String>, String> {
+    let Some(target) = command.target(group) else {
+        return Ok(Vec::new());
+    };
+    let objects = inputs.objects(command.object_kind(group));
+    let names: BTreeSet<String> = if let Some(list) = &target.discovery.r#static {
+        list.nodes.iter().cloned().collect()
+    } else if let Some(selector) = &target.discovery.selector {
+        let label_text = selector.labels.as_deref().unwrap_or_default();
+        let labels = LabelSelector::parse(label_text).map_err(|problem| {
+            format!("{} label selector {label_text:?} is invalid: {problem}", group.name())
+        })?;
+        let field_text = selector.fields.as_deref().unwrap_or_default();
+        let fields = FieldSelector::parse(field_text).map_err(|problem| {
+            format!("{} field selector {field_text:?} is invalid: {problem}", group.name())
+        })?;
+        objects
+            .iter()
+            .filter(|(name, object)| labels.matches(&object.labels) && fields.matches(name))
+            .map(|(name, _)| name.clone())
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let is_controller_worker = |name: &String| {
+        matches!(command, Command::K0s(_))
+            && group == Group::Workers
+            && inputs.observed.nodes.contains_key(name)
+            && inputs
+                .observed
+                .control_nodes
+                .get(name)
+                .is_some_and(|control_node| command.platform_entry(control_node).is_ok())
+    };
+    Ok(names.into_iter().filter(|name| !is_controller_worker(name)).collect())
+}

@@ -1,0 +1,554 @@
+//! The machine: one pass over a Plan, from the status it read to the complete next status,
+//! the effects to perform and when to look again.
+//!
+//! A pass (1) leaves Plans not named `autopilot` alone but says why in a condition,
+//! (2) starts a new run when there is none or when the last one ended and the spec moved on,
+//! running NewPlan over every command ([`super::discovery`]), (3) drives the active command
+//! ([`super::schedule`]), and (4) derives conditions and one Event per state change by
+//! comparing the status it started from with the one it returns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use autopilot_api::keys::{self, conditions};
+use autopilot_api::v1beta2::{
+    PlanCommandStatus, PlanStateType, PlanStatus, TargetState, TargetStatus,
+};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::command::{Command, targets};
+use super::phases::reasons;
+use super::removed_apis::RemovedApiUse;
+use super::{
+    Effect, EventKind, ObjectKind, Observed, PlanView, Policy, Readiness, Requeue, TargetObject,
+    Transition, discovery, schedule,
+};
+
+/// How soon to look again when a run waits for the removed-API findings the shell has not
+/// passed yet. Short: the shell is expected to answer on its next pass.
+pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
+
+/// Decide one pass over `plan`: the complete next status, the effects, and when to requeue.
+///
+/// Deterministic and idempotent: the same inputs give the same transition, and calling it
+/// again with its own output status and the same snapshot changes nothing (effects then only
+/// repeat as identical signal resends for targets whose object does not yet carry them).
+pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
+    let mut probes = Probes::Observed(observed.readiness);
+    Pass { inputs: Inputs::new(observed, policy), plan, assume_no_removed_apis: false }
+        .run(&mut probes)
+}
+
+/// The controllers whose `/readyz` the shell must probe before calling [`step`] with the
+/// same arguments (`observed.readiness` and `observed.removed_apis` are not read here).
+///
+/// Exactly the controller targets of the k0s command that is active once this pass's read-
+/// back is applied, when one of them may be signalled in this pass (some pending, none in
+/// flight); empty otherwise. Sorted by name.
+pub fn controllers_to_probe(
+    plan: PlanView<'_>,
+    observed: &Observed<'_>,
+    policy: &Policy,
+) -> Vec<String> {
+    let mut probes = Probes::Record(BTreeSet::new());
+    let _ = Pass { inputs: Inputs::new(observed, policy), plan, assume_no_removed_apis: true }
+        .run(&mut probes);
+    match probes {
+        Probes::Record(names) => names.into_iter().collect(),
+        Probes::Observed(_) => Vec::new(),
+    }
+}
+
+/// The k0s versions whose removed APIs the shell must look for before calling [`step`]
+/// (REF §9.1): the versions of the commands that run the check (every `airgapupdate`,
+/// every `k0supdate` without `forceupdate`) when this pass starts a new run; empty
+/// otherwise. Deduplicated and sorted. Pass what is found as `observed.removed_apis`.
+pub fn removed_api_check_versions(plan: PlanView<'_>) -> Vec<String> {
+    if plan.name != keys::PLAN_NAME {
+        return Vec::new();
+    }
+    match run_state(plan) {
+        RunState::New => plan
+            .spec
+            .commands
+            .iter()
+            .filter_map(Command::resolve)
+            .filter(|command| command.needs_removed_api_check())
+            .map(|command| command.version().to_owned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        RunState::Running(_) | RunState::Ended(_) => Vec::new(),
+    }
+}
+
+/// What every part of a pass reads: the snapshot, the policy and the time.
+pub(super) struct Inputs<'a> {
+    /// The snapshot.
+    pub(super) observed: &'a Observed<'a>,
+    /// This controller's flags.
+    pub(super) policy: &'a Policy,
+    /// The time of the snapshot, for durations.
+    pub(super) now: Timestamp,
+    /// The time of the snapshot in whole seconds, for everything written to the status (the
+    /// API server keeps whole seconds, so a status read back equals the one written).
+    pub(super) stamp: Timestamp,
+}
+
+impl<'a> Inputs<'a> {
+    fn new(observed: &'a Observed<'a>, policy: &'a Policy) -> Self {
+        let now = observed.now;
+        let stamp = Timestamp::from_second(now.as_second()).unwrap_or(now);
+        Self { observed, policy, now, stamp }
+    }
+
+    /// Every object of a kind, by name.
+    pub(super) fn objects(&self, kind: ObjectKind) -> &'a BTreeMap<String, TargetObject> {
+        match kind {
+            ObjectKind::ControlNode => self.observed.control_nodes,
+            ObjectKind::Node => self.observed.nodes,
+        }
+    }
+}
+
+/// Where controller readiness comes from in a pass.
+pub(super) enum Probes<'a> {
+    /// [`step`]: the shell's probe results.
+    Observed(&'a BTreeMap<String, Readiness>),
+    /// [`controllers_to_probe`]: record what would be asked and answer "ready".
+    Record(BTreeSet<String>),
+}
+
+impl Probes<'_> {
+    /// The first of `names` (in the given order) that is not ready, and why.
+    pub(super) fn first_not_ready(&mut self, names: &[&str]) -> Option<(String, String)> {
+        match self {
+            Self::Observed(readiness) => names.iter().find_map(|name| match readiness.get(*name) {
+                Some(Readiness::Ready) => None,
+                Some(Readiness::NotReady(why)) => Some(((*name).to_owned(), why.clone())),
+                None => Some(((*name).to_owned(), "its /readyz was not probed".to_owned())),
+            }),
+            Self::Record(asked) => {
+                asked.extend(names.iter().map(|name| (*name).to_owned()));
+                None
+            }
+        }
+    }
+}
+
+/// The signals and the requeue a pass decided on (events are derived at the end).
+#[derive(Debug)]
+pub(super) struct Decision {
+    /// Signals to write, in order.
+    pub(super) signals: Vec<Effect>,
+    /// When to look again without a change.
+    pub(super) requeue: Requeue,
+}
+
+impl Decision {
+    /// Look again after `delay` at the latest.
+    pub(super) fn requeue_after(&mut self, delay: Duration) {
+        self.requeue = match self.requeue {
+            Requeue::OnChange => Requeue::After(delay),
+            Requeue::After(current) => Requeue::After(current.min(delay)),
+        };
+    }
+}
+
+/// Where a Plan's run stands before the pass.
+enum RunState<'s> {
+    /// A new run starts in this pass.
+    New,
+    /// A run is in progress.
+    Running(&'s PlanStatus),
+    /// The run ended and the spec has not changed since it started: nothing to do.
+    Ended(&'s PlanStatus),
+}
+
+/// A run starts when there is no status, when the status is not one of ours (no
+/// `observedGeneration`: never processed, or written by k0s), or when the last run ended
+/// and the spec changed since it started. A non-terminal status that is missing something
+/// every run of ours records (run id, plan id, a frozen copy of each command, commands past
+/// NewPlan) cannot be driven safely and starts a new run too.
+fn run_state(plan: PlanView<'_>) -> RunState<'_> {
+    let Some(status) = plan.status else { return RunState::New };
+    let Some(observed_generation) = status.observed_generation else { return RunState::New };
+    if status.is_terminal() {
+        return if observed_generation == plan.generation {
+            RunState::Ended(status)
+        } else {
+            RunState::New
+        };
+    }
+    let intact = status.run_id.is_some()
+        && status.plan_id.is_some()
+        && status.state != PlanStateType::NewPlan
+        && status.commands.iter().all(|command| {
+            command.state != PlanStateType::NewPlan
+                && command.frozen.as_ref().and_then(Command::resolve).is_some()
+        });
+    if intact { RunState::Running(status) } else { RunState::New }
+}
+
+/// One pass.
+struct Pass<'a> {
+    inputs: Inputs<'a>,
+    plan: PlanView<'a>,
+    /// Treat missing removed-API findings as "none found" ([`controllers_to_probe`] asks
+    /// before the shell has checked).
+    assume_no_removed_apis: bool,
+}
+
+impl Pass<'_> {
+    fn run(&self, probes: &mut Probes<'_>) -> Transition {
+        let plan = self.plan;
+        // Check 1: only the Plan named `autopilot` runs.
+        if plan.name != keys::PLAN_NAME {
+            return self.ignore();
+        }
+        // Check 2: start a new run, go on with the current one, or leave an ended one be.
+        let mut decision = Decision { signals: Vec::new(), requeue: Requeue::OnChange };
+        let mut events = Vec::new();
+        let (base, mut status) = match run_state(plan) {
+            RunState::Ended(status) => return unchanged(status.clone(), Requeue::OnChange),
+            RunState::Running(status) => (status.clone(), status.clone()),
+            RunState::New => {
+                let Some(findings) = self.removed_api_findings() else {
+                    // The shell has not checked for removed APIs yet: wait, change nothing.
+                    let status = plan.status.cloned().unwrap_or_default();
+                    return unchanged(status, Requeue::After(REMOVED_API_RECHECK));
+                };
+                let fresh = self.fresh_status();
+                events.push(self.started_event(&fresh));
+                let mut status = fresh.clone();
+                discovery::new_plan(&self.inputs, &mut status, findings);
+                (fresh, status)
+            }
+        };
+        // Check 3: drive the active command.
+        if !status.is_terminal()
+            && let Some(state) =
+                schedule::schedule(&self.inputs, probes, &mut decision, &mut status)
+        {
+            status.state = state;
+        }
+        self.spec_change_condition(&mut status, &mut events);
+
+        let mut effects = decision.signals;
+        effects.extend(state_events(&base, &status));
+        effects.extend(events);
+        Transition { status, effects, requeue: decision.requeue }
+    }
+
+    /// What the removed-API pre-check found, if the run needs it; `None` while the shell
+    /// has not passed findings that the run needs.
+    fn removed_api_findings(&self) -> Option<&[RemovedApiUse]> {
+        if removed_api_check_versions(self.plan).is_empty() || self.assume_no_removed_apis {
+            return Some(&[]);
+        }
+        self.inputs.observed.removed_apis
+    }
+
+    /// The status a new run starts from: every command frozen and in NewPlan.
+    fn fresh_status(&self) -> PlanStatus {
+        let plan = self.plan;
+        let commands = plan
+            .spec
+            .commands
+            .iter()
+            .enumerate()
+            .map(|(index, command)| PlanCommandStatus {
+                id: u32::try_from(index).unwrap_or(u32::MAX),
+                frozen: Some(command.clone()),
+                ..PlanCommandStatus::default()
+            })
+            .collect();
+        let conditions = plan
+            .status
+            .map(|status| status.conditions.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|condition| {
+                condition.type_ != conditions::SPEC_CHANGE_IGNORED
+                    && condition.type_ != conditions::IGNORED
+            })
+            .collect();
+        PlanStatus {
+            state: PlanStateType::NewPlan,
+            commands,
+            conditions,
+            observed_generation: Some(plan.generation),
+            run_id: Some(format!("{}/{}", plan.uid, plan.generation)),
+            plan_id: Some(plan.spec.id.clone()),
+        }
+    }
+
+    fn started_event(&self, fresh: &PlanStatus) -> Effect {
+        let plan = self.plan;
+        let mut note = format!(
+            "plan {} started run {} (plan id {:?}, generation {}, {} command(s))",
+            plan.name,
+            fresh.run_id.as_deref().unwrap_or_default(),
+            plan.spec.id,
+            plan.generation,
+            fresh.commands.len(),
+        );
+        if let Some(previous) = plan.status.filter(|status| status.state != PlanStateType::NewPlan)
+        {
+            note.push_str(&format!("; the previous run ended {}", previous.state));
+        }
+        Effect::Event { kind: EventKind::Normal, reason: reasons::PLAN_STARTED, note }
+    }
+
+    /// Set `SpecChangeIgnored` while a run goes on with a spec that changed since it
+    /// started; remove it once the status describes the current generation.
+    fn spec_change_condition(&self, status: &mut PlanStatus, events: &mut Vec<Effect>) {
+        let plan = self.plan;
+        match status.observed_generation {
+            Some(observed) if observed != plan.generation => {
+                if status.is_terminal() {
+                    // The run ended in this pass; the next pass starts the new one.
+                    return;
+                }
+                let message = format!(
+                    "the spec changed (generation {}) while run {} of generation {observed} is \
+                     in progress; plans are immutable while they run, so the change is not \
+                     applied to this run. When the run ends, the changed spec starts a new run",
+                    plan.generation,
+                    status.run_id.as_deref().unwrap_or_default(),
+                );
+                if set_condition(
+                    &mut status.conditions,
+                    conditions::SPEC_CHANGE_IGNORED,
+                    conditions::REASON_PLAN_RUNNING,
+                    &message,
+                    plan.generation,
+                    self.inputs.stamp,
+                ) {
+                    events.push(Effect::Event {
+                        kind: EventKind::Warning,
+                        reason: reasons::SPEC_CHANGE_IGNORED,
+                        note: format!("plan {}: {message}", plan.name),
+                    });
+                }
+            }
+            Some(_) | None => {
+                status.conditions.retain(|c| c.type_ != conditions::SPEC_CHANGE_IGNORED);
+            }
+        }
+    }
+
+    /// A Plan that is not named `autopilot`: unchanged but for the `Ignored` condition.
+    fn ignore(&self) -> Transition {
+        let plan = self.plan;
+        let mut status = plan.status.cloned().unwrap_or_default();
+        let message = format!(
+            "only the Plan named {:?} is executed; this Plan ({:?}) is left alone. Rename it to \
+             {:?} to run it",
+            keys::PLAN_NAME,
+            plan.name,
+            keys::PLAN_NAME
+        );
+        let added = set_condition(
+            &mut status.conditions,
+            conditions::IGNORED,
+            conditions::REASON_NOT_AUTOPILOT_PLAN,
+            &message,
+            plan.generation,
+            self.inputs.stamp,
+        );
+        let effects = if added {
+            vec![Effect::Event {
+                kind: EventKind::Warning,
+                reason: reasons::PLAN_IGNORED,
+                note: format!("plan {}: {message}", plan.name),
+            }]
+        } else {
+            Vec::new()
+        };
+        Transition { status, effects, requeue: Requeue::OnChange }
+    }
+}
+
+fn unchanged(status: PlanStatus, requeue: Requeue) -> Transition {
+    Transition { status, effects: Vec::new(), requeue }
+}
+
+/// Make a `True` condition of `type_` say `reason` and `message`. Returns whether it is new.
+/// An existing condition keeps its `lastTransitionTime` (its status does not change).
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: Timestamp,
+) -> bool {
+    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if existing.status != "True" {
+            existing.status = "True".to_owned();
+            existing.last_transition_time = Time(now);
+        }
+        reason.clone_into(&mut existing.reason);
+        message.clone_into(&mut existing.message);
+        existing.observed_generation = Some(generation);
+        return false;
+    }
+    conditions.push(Condition {
+        type_: type_.to_owned(),
+        status: "True".to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: Some(generation),
+        last_transition_time: Time(now),
+    });
+    true
+}
+
+// === Events ===
+
+/// One Event per target, command and plan state change between `base` and `status`, plus
+/// one per new hold reason. Targets that first appear as `SignalPending` get none (NewPlan
+/// discovering them is part of the command's event).
+fn state_events(base: &PlanStatus, status: &PlanStatus) -> Vec<Effect> {
+    let mut events = Vec::new();
+    for command_status in &status.commands {
+        let before = base.commands.iter().find(|c| c.id == command_status.id);
+        let Some(command) = command_status.frozen.as_ref().and_then(Command::resolve) else {
+            events.extend(command_event(before, command_status, "?"));
+            continue;
+        };
+        let label = format!("command {} ({})", command_status.id, command.name());
+        for &group in command.groups() {
+            let kind = command.object_kind(group);
+            let old = before.map_or(&[][..], |before| targets(before, command, group));
+            for target in targets(command_status, command, group) {
+                let from = old.iter().find(|t| t.name == target.name).map(|t| t.state);
+                if from == Some(target.state)
+                    || (from.is_none() && target.state == TargetState::SignalPending)
+                {
+                    continue;
+                }
+                events.push(target_event(&label, kind, target));
+            }
+        }
+        let old_reason = before.and_then(|before| before.reason.as_ref());
+        if let Some(reason) = &command_status.reason
+            && old_reason != Some(reason)
+        {
+            // Only controller holds have a deadline, so only they record `notReadySince`.
+            let controller_hold = command_status.not_ready_since.is_some();
+            events.push(Effect::Event {
+                kind: EventKind::Warning,
+                reason: if controller_hold {
+                    reasons::CONTROLLER_NOT_READY
+                } else {
+                    reasons::WORKER_NOT_READY
+                },
+                note: format!("{label} is held: {reason}"),
+            });
+        }
+        events.extend(command_event(before, command_status, &label));
+    }
+    if base.state != status.state {
+        let mut note =
+            format!("plan {} -> {}", display_state(base.state), display_state(status.state));
+        if status.state.is_failure()
+            && let Some(description) = status
+                .commands
+                .iter()
+                .find(|c| c.state == status.state)
+                .and_then(|c| c.description.as_ref())
+        {
+            note.push_str(&format!(": {description}"));
+        }
+        events.push(Effect::Event {
+            kind: state_event_kind(status.state),
+            reason: reasons::PLAN_STATE_CHANGED,
+            note,
+        });
+    }
+    events
+}
+
+fn command_event(
+    before: Option<&PlanCommandStatus>,
+    status: &PlanCommandStatus,
+    label: &str,
+) -> Option<Effect> {
+    let from = before.map_or(PlanStateType::NewPlan, |before| before.state);
+    if from == status.state {
+        return None;
+    }
+    let label = if label == "?" { format!("command {}", status.id) } else { label.to_owned() };
+    let mut note = format!("{label}: {} -> {}", display_state(from), display_state(status.state));
+    if let Some(description) = status.description.as_ref().filter(|_| status.state.is_failure()) {
+        note.push_str(&format!(": {description}"));
+    }
+    Some(Effect::Event {
+        kind: state_event_kind(status.state),
+        reason: reasons::COMMAND_STATE_CHANGED,
+        note,
+    })
+}
+
+fn target_event(label: &str, kind: ObjectKind, target: &TargetStatus) -> Effect {
+    let name = &target.name;
+    let reason_text = target.reason.as_deref().unwrap_or("no reason given");
+    let (event_kind, reason, note) = match target.state {
+        TargetState::SignalSent => (
+            EventKind::Normal,
+            reasons::NODE_SIGNALLED,
+            format!("{label}: signalled {kind} {name}"),
+        ),
+        TargetState::SignalCompleted => (
+            EventKind::Normal,
+            reasons::NODE_COMPLETED,
+            format!("{label}: {kind} {name} completed"),
+        ),
+        TargetState::SignalApplyFailed => (
+            EventKind::Warning,
+            reasons::NODE_FAILED,
+            format!("{label}: {kind} {name} failed: {reason_text}"),
+        ),
+        TargetState::MissingSignalNode => {
+            (EventKind::Warning, reasons::NODE_MISSING, format!("{label}: {reason_text}"))
+        }
+        TargetState::MissingPlatform => (
+            EventKind::Warning,
+            reasons::NODE_MISSING_PLATFORM,
+            format!("{label}: {kind} {name} has no usable platform: {reason_text}"),
+        ),
+        // Not reachable: no state leads back to pending, and new pending targets are
+        // skipped by the caller.
+        TargetState::SignalPending => (
+            EventKind::Normal,
+            reasons::NODE_SIGNALLED,
+            format!("{label}: {kind} {name} is pending"),
+        ),
+    };
+    Effect::Event { kind: event_kind, reason, note }
+}
+
+/// Failures and holds are Warnings; progress is Normal.
+fn state_event_kind(state: PlanStateType) -> EventKind {
+    match state {
+        PlanStateType::NewPlan | PlanStateType::SchedulableWait | PlanStateType::Completed => {
+            EventKind::Normal
+        }
+        PlanStateType::Schedulable
+        | PlanStateType::IncompleteTargets
+        | PlanStateType::MissingSignalNode
+        | PlanStateType::MissingPlatform
+        | PlanStateType::InconsistentTargets
+        | PlanStateType::Restricted
+        | PlanStateType::ApplyFailed
+        | PlanStateType::Warning => EventKind::Warning,
+    }
+}
+
+/// `NewPlan` for the empty state, the wire string otherwise.
+fn display_state(state: PlanStateType) -> String {
+    state.to_string()
+}

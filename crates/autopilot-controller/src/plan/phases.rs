@@ -1,0 +1,378 @@
+//! The declared phase tables of the Plan engine: every plan/command phase and every target
+//! phase, which are initial and terminal, and which phase may follow which.
+//!
+//! A transition here is what one pass of [`super::step`] may do to a stored state: `from` is
+//! the state in the status the pass read, `to` the state in the status it returns. One pass
+//! may do several things (NewPlan, then signal the first node), so `NewPlan → Schedulable`
+//! is a single transition. Staying in the same phase is always allowed. The property tests
+//! check every pass against these tables and the table tests exercise every entry, so the
+//! tables are also the documentation (`docs/state-machines.md` carries the same data).
+
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
+
+/// One plan or command phase (plans and commands share the vocabulary and the table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PhaseInfo {
+    /// The phase.
+    pub state: PlanStateType,
+    /// Whether nothing ever moves a plan or command out of this phase within a run.
+    pub terminal: bool,
+    /// The phases one pass may move to from here (not counting staying).
+    pub next: &'static [PlanStateType],
+    /// What the phase means, in one line.
+    pub description: &'static str,
+}
+
+/// The phase every plan and command starts a run in.
+pub const INITIAL_PLAN_PHASE: PlanStateType = PlanStateType::NewPlan;
+
+use PlanStateType as P;
+
+/// Every plan/command phase, in [`PlanStateType::ALL`] order.
+pub const PLAN_PHASES: [PhaseInfo; 11] = [
+    PhaseInfo {
+        state: P::NewPlan,
+        terminal: false,
+        next: &[
+            P::SchedulableWait,
+            P::Schedulable,
+            P::Completed,
+            P::IncompleteTargets,
+            P::MissingPlatform,
+            P::InconsistentTargets,
+            P::Restricted,
+            P::ApplyFailed,
+            P::Warning,
+        ],
+        description: "not processed yet: NewPlan resolves targets and runs the pre-checks, \
+                      then scheduling goes on in the same pass",
+    },
+    PhaseInfo {
+        state: P::SchedulableWait,
+        terminal: false,
+        next: &[
+            P::Schedulable,
+            P::Completed,
+            P::MissingSignalNode,
+            P::MissingPlatform,
+            P::InconsistentTargets,
+            P::ApplyFailed,
+        ],
+        description: "running: nodes are being signalled or are working on their signal",
+    },
+    PhaseInfo {
+        state: P::Schedulable,
+        terminal: false,
+        next: &[
+            P::SchedulableWait,
+            P::Completed,
+            P::MissingSignalNode,
+            P::MissingPlatform,
+            P::InconsistentTargets,
+            P::ApplyFailed,
+        ],
+        description: "held: a node may be signalled as soon as it is ready (the command's \
+                      reason names it)",
+    },
+    PhaseInfo {
+        state: P::Completed,
+        terminal: true,
+        next: &[],
+        description: "every target of every command completed",
+    },
+    PhaseInfo {
+        state: P::IncompleteTargets,
+        terminal: true,
+        next: &[],
+        description: "NewPlan: a static target has no object, or a selector does not parse",
+    },
+    PhaseInfo {
+        state: P::MissingSignalNode,
+        terminal: true,
+        next: &[],
+        description: "a target's Node or ControlNode disappeared after NewPlan",
+    },
+    PhaseInfo {
+        state: P::MissingPlatform,
+        terminal: true,
+        next: &[],
+        description: "a target's <os>-<arch> is unknown or has no entry in platforms",
+    },
+    PhaseInfo {
+        state: P::InconsistentTargets,
+        terminal: true,
+        next: &[],
+        description: "a plan controller stayed not ready past the readiness grace",
+    },
+    PhaseInfo {
+        state: P::Restricted,
+        terminal: true,
+        next: &[],
+        description: "the plan targets a node kind excluded by --exclude-from-plans",
+    },
+    PhaseInfo {
+        state: P::ApplyFailed,
+        terminal: true,
+        next: &[],
+        description: "a node reported a failed download, verification or apply",
+    },
+    PhaseInfo {
+        state: P::Warning,
+        terminal: true,
+        next: &[],
+        description: "the removed-API pre-check failed, or the command is malformed",
+    },
+];
+
+/// The table entry of a plan/command phase.
+pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
+    let index = match state {
+        P::NewPlan => 0,
+        P::SchedulableWait => 1,
+        P::Schedulable => 2,
+        P::Completed => 3,
+        P::IncompleteTargets => 4,
+        P::MissingSignalNode => 5,
+        P::MissingPlatform => 6,
+        P::InconsistentTargets => 7,
+        P::Restricted => 8,
+        P::ApplyFailed => 9,
+        P::Warning => 10,
+    };
+    &PLAN_PHASES[index]
+}
+
+/// Whether one pass may move a plan or command from `from` to `to`.
+pub fn plan_transition_allowed(from: PlanStateType, to: PlanStateType) -> bool {
+    from == to || plan_phase(from).next.contains(&to)
+}
+
+/// Every `(from, to)` plan/command transition of the table, staying excluded.
+pub fn plan_transitions() -> impl Iterator<Item = (PlanStateType, PlanStateType)> {
+    PLAN_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)))
+}
+
+/// One target (node) phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetPhaseInfo {
+    /// The phase.
+    pub state: TargetState,
+    /// Whether a target in this phase ever moves again within the run.
+    pub terminal: bool,
+    /// Whether NewPlan may create a target in this phase.
+    pub initial: bool,
+    /// The phases one pass may move to from here (not counting staying).
+    pub next: &'static [TargetState],
+    /// What the phase means, in one line.
+    pub description: &'static str,
+}
+
+use TargetState as T;
+
+/// Every target phase, in [`TargetState::ALL`] order.
+pub const TARGET_PHASES: [TargetPhaseInfo; 6] = [
+    TargetPhaseInfo {
+        state: T::SignalPending,
+        terminal: false,
+        initial: true,
+        next: &[
+            T::SignalSent,
+            T::SignalCompleted,
+            T::SignalApplyFailed,
+            T::MissingPlatform,
+            T::MissingSignalNode,
+        ],
+        description: "discovered and valid; not signalled yet",
+    },
+    TargetPhaseInfo {
+        state: T::SignalSent,
+        terminal: false,
+        initial: false,
+        next: &[T::SignalCompleted, T::SignalApplyFailed, T::MissingPlatform, T::MissingSignalNode],
+        description: "signalled (or about to be: the status is written first); the node works",
+    },
+    TargetPhaseInfo {
+        state: T::SignalCompleted,
+        terminal: true,
+        initial: false,
+        next: &[],
+        description: "the node reported Completed for this run and command",
+    },
+    TargetPhaseInfo {
+        state: T::SignalApplyFailed,
+        terminal: true,
+        initial: false,
+        next: &[],
+        description: "the node reported FailedDownload or Failed (reason kept)",
+    },
+    TargetPhaseInfo {
+        state: T::MissingPlatform,
+        terminal: true,
+        initial: true,
+        next: &[],
+        description: "the node's <os>-<arch> is unknown or has no entry in platforms",
+    },
+    TargetPhaseInfo {
+        state: T::MissingSignalNode,
+        terminal: true,
+        initial: true,
+        next: &[],
+        description: "the node's Node or ControlNode object does not exist",
+    },
+];
+
+/// The table entry of a target phase.
+pub fn target_phase(state: TargetState) -> &'static TargetPhaseInfo {
+    let index = match state {
+        T::SignalPending => 0,
+        T::SignalSent => 1,
+        T::SignalCompleted => 2,
+        T::SignalApplyFailed => 3,
+        T::MissingPlatform => 4,
+        T::MissingSignalNode => 5,
+    };
+    &TARGET_PHASES[index]
+}
+
+/// Whether one pass may move a target from `from` to `to`.
+pub fn target_transition_allowed(from: TargetState, to: TargetState) -> bool {
+    from == to || target_phase(from).next.contains(&to)
+}
+
+/// Whether a target first recorded in one pass may be in `state` at the end of that pass:
+/// NewPlan creates it in an initial phase and the same pass may move it on once.
+pub fn new_target_allowed(state: TargetState) -> bool {
+    TARGET_PHASES
+        .iter()
+        .filter(|info| info.initial)
+        .any(|info| target_transition_allowed(info.state, state))
+}
+
+/// Every `(from, to)` target transition of the table, staying excluded.
+pub fn target_transitions() -> impl Iterator<Item = (TargetState, TargetState)> {
+    TARGET_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)))
+}
+
+/// Event reasons (PascalCase, as Kubernetes Events spell them).
+pub mod reasons {
+    /// A new run of the plan started (first pass, or a new generation after a run ended).
+    pub const PLAN_STARTED: &str = "PlanStarted";
+    /// The plan-level state changed.
+    pub const PLAN_STATE_CHANGED: &str = "PlanStateChanged";
+    /// A command's state changed.
+    pub const COMMAND_STATE_CHANGED: &str = "CommandStateChanged";
+    /// A node was signalled (its target became `SignalSent`).
+    pub const NODE_SIGNALLED: &str = "NodeSignalled";
+    /// A node reported `Completed`.
+    pub const NODE_COMPLETED: &str = "NodeCompleted";
+    /// A node reported `FailedDownload` or `Failed`.
+    pub const NODE_FAILED: &str = "NodeFailed";
+    /// A target's object does not exist (at NewPlan or later).
+    pub const NODE_MISSING: &str = "NodeMissing";
+    /// A target's platform has no entry in the command's `platforms`.
+    pub const NODE_MISSING_PLATFORM: &str = "NodeMissingPlatform";
+    /// A command is held because a plan controller's `/readyz` fails.
+    pub const CONTROLLER_NOT_READY: &str = "ControllerNotReady";
+    /// A command is held because the next worker's Node is not Ready.
+    pub const WORKER_NOT_READY: &str = "WorkerNotReady";
+    /// The Plan is not executed (its name is not `autopilot`).
+    pub const PLAN_IGNORED: &str = "PlanIgnored";
+    /// The spec of a running plan changed; the change waits for the run to end.
+    pub const SPEC_CHANGE_IGNORED: &str = "SpecChangeIgnored";
+
+    /// Every reason, for tests and docs.
+    pub const ALL: [&str; 12] = [
+        PLAN_STARTED,
+        PLAN_STATE_CHANGED,
+        COMMAND_STATE_CHANGED,
+        NODE_SIGNALLED,
+        NODE_COMPLETED,
+        NODE_FAILED,
+        NODE_MISSING,
+        NODE_MISSING_PLATFORM,
+        CONTROLLER_NOT_READY,
+        WORKER_NOT_READY,
+        PLAN_IGNORED,
+        SPEC_CHANGE_IGNORED,
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_table_lists_every_phase_once_in_order() {
+        let states: Vec<_> = PLAN_PHASES.iter().map(|info| info.state).collect();
+        assert_eq!(states, PlanStateType::ALL);
+        for state in PlanStateType::ALL {
+            assert_eq!(plan_phase(state).state, state);
+        }
+    }
+
+    #[test]
+    fn the_target_table_lists_every_phase_once_in_order() {
+        let states: Vec<_> = TARGET_PHASES.iter().map(|info| info.state).collect();
+        assert_eq!(states, TargetState::ALL);
+        for state in TargetState::ALL {
+            assert_eq!(target_phase(state).state, state);
+        }
+    }
+
+    #[test]
+    fn terminal_phases_agree_with_the_api_and_have_no_exits() {
+        for info in PLAN_PHASES {
+            assert_eq!(info.terminal, info.state.is_terminal(), "{}", info.state);
+            assert_eq!(info.terminal, info.next.is_empty(), "{}", info.state);
+        }
+        for info in TARGET_PHASES {
+            assert_eq!(info.terminal, info.state.is_terminal(), "{}", info.state);
+            assert_eq!(info.terminal, info.next.is_empty(), "{}", info.state);
+        }
+    }
+
+    #[test]
+    fn no_phase_leads_back_to_new_plan_or_lists_itself() {
+        for (from, to) in plan_transitions() {
+            assert_ne!(to, PlanStateType::NewPlan);
+            assert_ne!(from, to);
+        }
+        for (from, to) in target_transitions() {
+            assert_ne!(to, TargetState::SignalPending);
+            assert_ne!(from, to);
+        }
+    }
+
+    #[test]
+    fn running_phases_share_their_failure_exits() {
+        let running_next = [
+            PlanStateType::Completed,
+            PlanStateType::MissingSignalNode,
+            PlanStateType::MissingPlatform,
+            PlanStateType::InconsistentTargets,
+            PlanStateType::ApplyFailed,
+        ];
+        for state in [PlanStateType::SchedulableWait, PlanStateType::Schedulable] {
+            for to in running_next {
+                assert!(plan_transition_allowed(state, to), "{state} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_target_may_be_signalled_in_its_first_pass() {
+        assert!(new_target_allowed(TargetState::SignalPending));
+        assert!(new_target_allowed(TargetState::SignalSent));
+        assert!(new_target_allowed(TargetState::MissingSignalNode));
+    }
+
+    #[test]
+    fn event_reasons_are_pascal_case_and_distinct() {
+        let mut seen = std::collections::BTreeSet::new();
+        for reason in reasons::ALL {
+            assert!(reason.chars().next().is_some_and(|c| c.is_ascii_uppercase()), "{reason}");
+            assert!(reason.chars().all(|c| c.is_ascii_alphanumeric()), "{reason}");
+            assert!(seen.insert(reason), "{reason} twice");
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The removed-API pre-check of NewPlan (REF §9.1): which Kubernetes APIs a target version
+//! no longer serves, and the decision whether the cluster still uses them.
+//!
+//! The shell does the I/O (discovery, listing, the GET through the still-served version) and
+//! reports each use as a [`RemovedApiUse`]; this module holds the table as data, the version
+//! comparison and the failure message, so the decision itself is pure and tested here.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// One API version that Kubernetes stopped serving in a given release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemovedApi {
+    /// API group (`flowcontrol.apiserver.k8s.io`).
+    pub group: &'static str,
+    /// The removed version of that group (`v1beta2`).
+    pub version: &'static str,
+    /// Kind (`FlowSchema`).
+    pub kind: &'static str,
+    /// Resource plural, as discovery names it (`flowschemas`).
+    pub resource: &'static str,
+    /// The first Kubernetes release that no longer serves this version (`v1.29.0`).
+    pub removed_in: &'static str,
+    /// A version of the same group that still serves the kind, if any. Objects reachable
+    /// through it are migrated automatically and do not block (REF §9.1 step 4).
+    pub served_in: Option<&'static str>,
+}
+
+/// Every removed API the pre-check knows about (REF §9.1), in table order.
+///
+/// The last entry is a test fixture that k0s ships too: a CRD that "will be removed" in a
+/// version nobody runs, so the integration tests can make the check fail on purpose.
+pub const REMOVED_APIS: &[RemovedApi] = &[
+    RemovedApi {
+        group: "flowcontrol.apiserver.k8s.io",
+        version: "v1beta2",
+        kind: "FlowSchema",
+        resource: "flowschemas",
+        removed_in: "v1.29.0",
+        served_in: Some("v1beta3"),
+    },
+    RemovedApi {
+        group: "flowcontrol.apiserver.k8s.io",
+        version: "v1beta2",
+        kind: "PriorityLevelConfiguration",
+        resource: "prioritylevelconfigurations",
+        removed_in: "v1.29.0",
+        served_in: Some("v1"),
+    },
+    RemovedApi {
+        group: "flowcontrol.apiserver.k8s.io",
+        version: "v1beta3",
+        kind: "FlowSchema",
+        resource: "flowschemas",
+        removed_in: "v1.32.0",
+        served_in: Some("v1"),
+    },
+    RemovedApi {
+        group: "flowcontrol.apiserver.k8s.io",
+        version: "v1beta3",
+        kind: "PriorityLevelConfiguration",
+        resource: "prioritylevelconfigurations",
+        removed_in: "v1.32.0",
+        served_in: Some("v1"),
+    },
+    RemovedApi {
+        group: "k0s.k0sproject.example.com",
+        version: "v1beta1",
+        kind: "RemovedCRD",
+        resource: "removedcrds",
+        removed_in: "v99.99.99",
+        served_in: None,
+    },
+];
+
+/// The table entries that matter for an update to `target_version`: those removed in that
+/// version or earlier. A version that is not semver needs no check (REF §9.1 step 3).
+pub fn removed_by(target_version: &str) -> impl Iterator<Item = &'static RemovedApi> + '_ {
+    REMOVED_APIS.iter().filter(move |api| is_removed_in(target_version, api.removed_in))
+}
+
+/// Whether an update to `target_version` crosses `removed_in`, i.e. `target_version >=
+/// removed_in` in semver order, ignoring `+build` metadata (`v1.29.0+k0s.0` counts as
+/// `v1.29.0`). A `target_version` that is not semver is lower than everything (`false`).
+pub fn is_removed_in(target_version: &str, removed_in: &str) -> bool {
+    match (Semver::parse(target_version), Semver::parse(removed_in)) {
+        (Some(target), Some(removed)) => target.cmp(&removed) != Ordering::Less,
+        (None, _) | (_, None) => false,
+    }
+}
+
+/// One removed API that the shell found objects of, for the versions the machine asked
+/// about (see [`super::removed_api_check_versions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemovedApiUse {
+    /// Resource plural (`flowschemas`).
+    pub resource: String,
+    /// API group (`flowcontrol.apiserver.k8s.io`).
+    pub group: String,
+    /// The removed version (`v1beta2`).
+    pub version: String,
+    /// The release that removed it (`v1.29.0`), as in [`RemovedApi::removed_in`].
+    pub removed_in: String,
+    /// How many objects of the resource were listed in the cluster.
+    pub count: u64,
+    /// Whether the use blocks the update: the API has no still-served version, or some
+    /// object cannot be read through it (REF §9.1 step 4). The shell decides.
+    pub blocking: bool,
+}
+
+impl RemovedApiUse {
+    /// The failure message k0s writes into the command's `description` (REF §9.1 step 5):
+    /// `<resource>.<group> <version> has been removed in Kubernetes <removedIn>, but there
+    /// are <N> such resources in the cluster`.
+    pub fn message(&self) -> String {
+        let Self { resource, group, version, removed_in, count, blocking: _ } = self;
+        format!(
+            "{resource}.{group} {version} has been removed in Kubernetes {removed_in}, but there \
+             are {count} such resources in the cluster"
+        )
+    }
+
+    /// Whether this use blocks an update to `target_version`.
+    pub fn blocks(&self, target_version: &str) -> bool {
+        self.blocking && is_removed_in(target_version, &self.removed_in)
+    }
+}
+
+impl fmt::Display for RemovedApiUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+/// The use that blocks an update to `target_version`, if any. When several do, the first in
+/// `(group, resource, version)` order, so the answer does not depend on the shell's order.
+pub fn blocking_use<'a>(
+    uses: &'a [RemovedApiUse],
+    target_version: &str,
+) -> Option<&'a RemovedApiUse> {
+    uses.iter().filter(|use_| use_.blocks(target_version)).min_by(|a, b| {
+        (&a.group, &a.resource, &a.version).cmp(&(&b.group, &b.resource, &b.version))
+    })
+}
+
+/// A semantic version without build metadata, compared by semver precedence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Semver {
+    major: u64,
+    minor: u64,
+    patch: u64,
+    /// Dot-separated pre-release identifiers (`rc.1`); empty for a release.
+    pre: Vec<String>,
+}
+
+impl Semver {
+    /// Parse `[v]MAJOR.MINOR.PATCH[-PRE][+BUILD]`; `None` if it is not semver.
+    fn parse(text: &str) -> Option<Self> {
+        let text = text.strip_prefix('v').unwrap_or(text);
+        let text = text.split_once('+').map_or(text, |(version, _build)| version);
+        let (core, pre) = match text.split_once('-') {
+            Some((core, pre)) => (core, Some(pre)),
+            None => (text, None),
+        };
+        let mut numbers = core.split('.');
+        let major = numeric(numbers.next()?)?;
+        let minor = numeric(numbers.next()?)?;
+        let patch = numeric(numbers.next()?)?;
+        if numbers.next().is_some() {
+            return None;
+        }
+        let pre = match pre {
+            None => Vec::new(),
+            Some(pre) => {
+                let ids: Vec<String> = pre.split('.').map(str::to_owned).collect();
+                let valid = ids.iter().all(|id| {
+                    !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                });
+                if !valid {
+                    return None;
+                }
+                ids
+            }
+        };
+        Some(Self { major, minor, patch, pre })
+    }
+}
+
+/// A semver numeric identifier: digits, no leading zero (except `0` itself).
+fn numeric(text: &str) -> Option<u64> {
+    let valid = !text.is_empty()
+        && text.chars().all(|c| c.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    if valid { text.parse().ok() } else { None }
+}
+
+impl Ord for Semver {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.major, self.minor, self.patch)
+            .cmp(&(other.major, other.minor, other.patch))
+            .then_with(|| match (self.pre.is_empty(), other.pre.is_empty()) {
+                // A release is higher than any of its pre-releases.
+                (true, true) => Ordering::Equal,
+                (true, false) => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                (false, false) => compare_pre(&self.pre, &other.pre),
+            })
+    }
+}
+
+impl PartialOrd for Semver {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Semver pre-release precedence: identifier by identifier, numbers below words, numbers
+/// numerically, words in ASCII order, and a shorter list first when it is a prefix.
+fn compare_pre(a: &[String], b: &[String]) -> Ordering {
+    for (x, y) in a.iter().zip(b) {
+        let order = match (x.parse::<u64>(), y.parse::<u64>()) {
+            (Ok(x), Ok(y)) => x.cmp(&y),
+            (Ok(_), Err(_)) => Ordering::Less,
+            (Err(_), Ok(_)) => Ordering::Greater,
+            (Err(_), Err(_)) => x.cmp(y),
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_metadata_is_ignored_when_comparing_versions() {
+        assert!(is_removed_in("v1.29.0+k0s.0", "v1.29.0"));
+        assert!(is_removed_in("v1.29.1+k0s.0", "v1.29.0"));
+        assert!(is_removed_in("1.32.0", "v1.32.0"));
+        assert!(!is_removed_in("v1.28.9+k0s.1", "v1.29.0"));
+    }
+
+    #[test]
+    fn a_pre_release_is_below_its_release() {
+        assert!(!is_removed_in("v1.29.0-rc.1+k0s.0", "v1.29.0"));
+        assert!(is_removed_in("v1.29.1-rc.1", "v1.29.0"));
+        assert_eq!(
+            compare_pre(&["rc".into(), "2".into()], &["rc".into(), "10".into()]),
+            Ordering::Less
+        );
+        assert_eq!(compare_pre(&["1".into()], &["alpha".into()]), Ordering::Less);
+        assert_eq!(compare_pre(&["alpha".into()], &["alpha".into(), "1".into()]), Ordering::Less);
+    }
+
+    #[test]
+    fn a_version_that_is_not_semver_passes_the_check() {
+        assert!(!is_removed_in("latest", "v1.29.0"));
+        assert!(!is_removed_in("v1.29", "v1.29.0"));
+        assert!(!is_removed_in("v01.29.0", "v1.29.0"));
+        assert!(!is_removed_in("", "v1.29.0"));
+        assert_eq!(removed_by("nightly").count(), 0);
+    }
+
+    #[test]
+    fn the_table_entries_apply_from_their_release_on() {
+        let names = |version| {
+            removed_by(version)
+                .map(|api| format!("{}/{}", api.resource, api.version))
+                .collect::<Vec<_>>()
+        };
+        assert!(names("v1.28.3+k0s.0").is_empty());
+        assert_eq!(
+            names("v1.29.0+k0s.0"),
+            ["flowschemas/v1beta2", "prioritylevelconfigurations/v1beta2"]
+        );
+        assert_eq!(names("v1.35.1+k0s.0").len(), 4);
+        assert_eq!(names("v99.99.99").len(), 5);
+    }
+
+    #[test]
+    fn the_message_is_exactly_what_k0s_writes() {
+        let use_ = RemovedApiUse {
+            resource: "removedcrds".into(),
+            group: "k0s.k0sproject.example.com".into(),
+            version: "v1beta1".into(),
+            removed_in: "v99.99.99".into(),
+            count: 1,
+            blocking: true,
+        };
+        assert_eq!(
+            use_.message(),
+            "removedcrds.k0s.k0sproject.example.com v1beta1 has been removed in Kubernetes \
+             v99.99.99, but there are 1 such resources in the cluster"
+        );
+        assert_eq!(use_.to_string(), use_.message());
+    }
+
+    #[test]
+    fn only_blocking_uses_at_or_below_the_target_version_block() {
+        let use_ = |resource: &str, removed_in: &str, blocking| RemovedApiUse {
+            resource: resource.into(),
+            group: "g".into(),
+            version: "v1beta1".into(),
+            removed_in: removed_in.into(),
+            count: 2,
+            blocking,
+        };
+        let uses = [
+            use_("zs", "v1.29.0", true),
+            use_("as", "v1.29.0", true),
+            use_("bs", "v1.20.0", false),
+        ];
+        assert_eq!(blocking_use(&uses, "v1.29.0+k0s.0").map(|u| u.resource.as_str()), Some("as"));
+        assert_eq!(blocking_use(&uses, "v1.28.0+k0s.0"), None);
+        assert_eq!(blocking_use(&uses[2..], "v1.30.0"), None);
+    }
+}

@@ -1,0 +1,427 @@
+//! Scheduling: drive the active command of a running plan (DESIGN §4).
+//!
+//! The active command is the first one not `Completed`; commands run strictly in order and
+//! the next one starts in the same pass once the previous one completes. Within a k0s
+//! command, controllers go one at a time and all before any worker, each only while every
+//! controller of the command answers `/readyz`; workers go at most `limits.concurrent` at a
+//! time, Ready nodes only (k0s), in name order.
+
+use autopilot_api::signal::{SignalData, SignalPhase, format_timestamp};
+use autopilot_api::v1beta2::{
+    PlanCommandStatus, PlanStateType, PlanStatus, TargetState, TargetStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
+use super::machine::{Decision, Inputs, Probes};
+use super::{Effect, SignalTarget};
+
+/// Drive the run's commands in order. Returns the plan state the pass ends in, or `None`
+/// when the status is not one this machine can drive (left as it is).
+pub(super) fn schedule(
+    inputs: &Inputs<'_>,
+    probes: &mut Probes<'_>,
+    decision: &mut Decision,
+    status: &mut PlanStatus,
+) -> Option<PlanStateType> {
+    let run = RunIdentity { plan_id: status.plan_id.clone()?, run_id: status.run_id.clone()? };
+    for command_status in &mut status.commands {
+        let frozen = command_status.frozen.clone()?;
+        let command = Command::resolve(&frozen)?;
+        match command_status.state {
+            PlanStateType::Completed => continue,
+            PlanStateType::SchedulableWait | PlanStateType::Schedulable => {}
+            // A running plan has no command left in NewPlan (NewPlan either succeeds for
+            // every command or ends the plan); a status that has one is not driven.
+            PlanStateType::NewPlan => return None,
+            PlanStateType::IncompleteTargets
+            | PlanStateType::MissingSignalNode
+            | PlanStateType::MissingPlatform
+            | PlanStateType::InconsistentTargets
+            | PlanStateType::Restricted
+            | PlanStateType::ApplyFailed
+            | PlanStateType::Warning => return Some(command_status.state),
+        }
+        match step_command(inputs, probes, decision, &run, command, command_status) {
+            Outcome::Completed => continue,
+            Outcome::Running | Outcome::Ended => return Some(command_status.state),
+        }
+    }
+    Some(PlanStateType::Completed)
+}
+
+/// Where one pass left a command.
+enum Outcome {
+    /// Every target completed; the next command may start.
+    Completed,
+    /// Still running (`SchedulableWait`) or held (`Schedulable`).
+    Running,
+    /// Ended in a failure state.
+    Ended,
+}
+
+fn step_command(
+    inputs: &Inputs<'_>,
+    probes: &mut Probes<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+) -> Outcome {
+    let index = status.id;
+    let label = format!("command {index} ({})", command.name());
+
+    // 1. Read back every target that is not done: the node's own progress, and the
+    //    signals this run already wrote.
+    let first_signal = decision.signals.len();
+    let mut resends = Vec::new();
+    for &group in command.groups() {
+        let kind = command.object_kind(group);
+        let objects = inputs.objects(kind);
+        let Some(group_targets) = targets_mut(status, command, group) else { continue };
+        for target in group_targets.iter_mut().filter(|target| !target.state.is_terminal()) {
+            let Some(object) = objects.get(&target.name) else {
+                set_state(target, TargetState::MissingSignalNode, inputs);
+                target.reason = Some(format!("{kind} {} no longer exists", target.name));
+                continue;
+            };
+            if let Some(signal) = run.signal_on(object, index, command) {
+                read_back(target, signal, inputs);
+                continue;
+            }
+            if target.state == TargetState::SignalSent {
+                // Crash safety: the status says SignalSent but the object does not carry the
+                // signal (a crash between the status write and the signal write, or a write
+                // that lost a conflict). Send the identical signal again.
+                match command.platform_entry(object) {
+                    Ok(entry) => {
+                        let created = format_timestamp(target.last_updated_timestamp.0);
+                        resends.push(Effect::Signal {
+                            target: SignalTarget { kind, name: target.name.clone() },
+                            data: command.signal(run, index, entry, created),
+                        });
+                    }
+                    Err(why) => {
+                        set_state(target, TargetState::MissingPlatform, inputs);
+                        target.reason = Some(why);
+                    }
+                }
+            }
+        }
+    }
+
+    // 2. Decide.
+    // Checks 1-3: a node reported a failure, a target's object disappeared, or a target's
+    // platform went away before its signal could be resent.
+    if let Some(outcome) = end_on_target_failure(status, command, &label) {
+        return outcome;
+    }
+    // Check 4: every target completed (vacuously true for a command without targets).
+    let all_completed = command.groups().iter().all(|&group| {
+        targets(status, command, group).iter().all(|t| t.state == TargetState::SignalCompleted)
+    });
+    if all_completed {
+        release_hold(status);
+        status.state = PlanStateType::Completed;
+        return Outcome::Completed;
+    }
+    // Check 5: controllers first, one at a time, each only while all plan controllers are
+    // ready. Workers wait until every controller completed (version-skew rule).
+    let controllers = targets(status, command, Group::Controllers);
+    if controllers.iter().any(|t| t.state != TargetState::SignalCompleted) {
+        let outcome = if controllers.iter().any(|t| t.state == TargetState::SignalSent) {
+            release_hold(status);
+            status.state = PlanStateType::SchedulableWait;
+            Outcome::Running
+        } else {
+            signal_next_controller(inputs, probes, decision, run, command, status, &label)
+        };
+        if let Outcome::Running = outcome {
+            decision.signals.splice(first_signal..first_signal, resends);
+        }
+        return outcome;
+    }
+    // Check 6: workers, up to the concurrency limit, in name order.
+    let outcome = signal_workers(inputs, decision, run, command, status, &label);
+    if let Outcome::Running = outcome {
+        decision.signals.splice(first_signal..first_signal, resends);
+    }
+    outcome
+}
+
+/// Apply what a node reports on this run's signal. Changing only the phase does not touch
+/// `lastUpdatedTimestamp`; changing the state does.
+fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>) {
+    // Crash safety: the node carries this run's signal, so it was signalled even if the
+    // status that said so was lost. It never gets a second signal.
+    if target.state == TargetState::SignalPending {
+        set_state(target, TargetState::SignalSent, inputs);
+    }
+    let Some(node_status) = &signal.status else { return };
+    let phase = node_status.status;
+    if target.phase != Some(phase) {
+        target.phase = Some(phase);
+    }
+    match phase {
+        SignalPhase::Completed => set_state(target, TargetState::SignalCompleted, inputs),
+        SignalPhase::FailedDownload | SignalPhase::Failed => {
+            set_state(target, TargetState::SignalApplyFailed, inputs);
+            target.reason = Some(
+                node_status
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| format!("the node reported {phase} without a reason")),
+            );
+        }
+        SignalPhase::Downloading
+        | SignalPhase::Cordoning
+        | SignalPhase::ApplyingUpdate
+        | SignalPhase::Restarting
+        | SignalPhase::Uncordoning => {}
+    }
+}
+
+/// Signal the first pending controller by name, if every controller of the command is
+/// ready; otherwise hold the command, up to the readiness grace.
+fn signal_next_controller(
+    inputs: &Inputs<'_>,
+    probes: &mut Probes<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    label: &str,
+) -> Outcome {
+    let controllers = targets(status, command, Group::Controllers);
+    let mut names: Vec<&str> = controllers.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    let next = controllers
+        .iter()
+        .filter(|t| t.state == TargetState::SignalPending)
+        .map(|t| t.name.clone())
+        .min();
+    if let Some((name, why)) = probes.first_not_ready(&names) {
+        return hold_for_controller(inputs, decision, status, label, &name, &why);
+    }
+    release_hold(status);
+    let Some(next) = next else {
+        // Not reachable: the caller found a controller neither completed nor sent.
+        status.state = PlanStateType::SchedulableWait;
+        return Outcome::Running;
+    };
+    if let Err(outcome) =
+        signal_target(inputs, decision, run, command, status, Group::Controllers, &[next])
+    {
+        return end_on_target_failure(status, command, label).unwrap_or(outcome);
+    }
+    status.state = PlanStateType::SchedulableWait;
+    Outcome::Running
+}
+
+/// Hold the command for a not-ready controller, or end it in `InconsistentTargets` once the
+/// controllers have been not ready for the readiness grace.
+fn hold_for_controller(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    status: &mut PlanCommandStatus,
+    label: &str,
+    name: &str,
+    why: &str,
+) -> Outcome {
+    let since = status.not_ready_since.as_ref().map_or(inputs.stamp, |time| time.0);
+    let grace = inputs.policy.readiness_grace;
+    let elapsed = inputs.now.duration_since(since);
+    let remaining = jiff::SignedDuration::try_from(grace)
+        .ok()
+        .and_then(|grace| grace.checked_sub(elapsed))
+        .filter(|remaining| remaining.is_positive());
+    let Some(remaining) = remaining else {
+        status.not_ready_since = Some(Time(since));
+        end(
+            status,
+            PlanStateType::InconsistentTargets,
+            format!(
+                "{label}: controller {name} is not ready ({why}); plan controllers have not all \
+                 been ready since {} and the readiness grace of {} is over",
+                format_timestamp(since),
+                format_duration(grace),
+            ),
+        );
+        return Outcome::Ended;
+    };
+    status.state = PlanStateType::Schedulable;
+    status.reason = Some(format!("waiting for controller {name} to become ready: {why}"));
+    status.not_ready_since = Some(Time(since));
+    let recheck = inputs.policy.readiness_recheck;
+    let until_deadline = std::time::Duration::try_from(remaining).unwrap_or(recheck);
+    decision.requeue_after(recheck.min(until_deadline));
+    Outcome::Running
+}
+
+/// Fill the free worker slots with pending workers in name order (k0s: Ready nodes only).
+fn signal_workers(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    label: &str,
+) -> Outcome {
+    let objects = inputs.objects(command.object_kind(Group::Workers));
+    let workers = targets(status, command, Group::Workers);
+    let sent = workers.iter().filter(|t| t.state == TargetState::SignalSent).count();
+    let mut free = command.worker_concurrency().saturating_sub(sent);
+    let mut pending: Vec<&str> = workers
+        .iter()
+        .filter(|t| t.state == TargetState::SignalPending)
+        .map(|t| t.name.as_str())
+        .collect();
+    pending.sort_unstable();
+    let mut chosen = Vec::new();
+    let mut first_not_ready = None;
+    for name in pending {
+        let ready = !command.gates_workers_on_ready()
+            || objects.get(name).is_some_and(|object| object.ready);
+        if !ready {
+            first_not_ready.get_or_insert(name.to_owned());
+        } else if free > 0 {
+            chosen.push(name.to_owned());
+            free -= 1;
+        }
+    }
+    if let Err(outcome) =
+        signal_target(inputs, decision, run, command, status, Group::Workers, &chosen)
+    {
+        return end_on_target_failure(status, command, label).unwrap_or(outcome);
+    }
+    status.not_ready_since = None;
+    match first_not_ready {
+        Some(name) if free > 0 => {
+            status.state = PlanStateType::Schedulable;
+            status.reason = Some(format!("waiting for worker {name} to become Ready"));
+        }
+        Some(_) | None => {
+            status.state = PlanStateType::SchedulableWait;
+            status.reason = None;
+        }
+    }
+    Outcome::Running
+}
+
+/// Signal the named pending targets of a group. Every target's platform is checked first;
+/// if one has none, it becomes `MissingPlatform`, nothing is signalled, and `Err` tells the
+/// caller to end the command (see [`end_on_target_failure`]).
+fn signal_target(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    group: Group,
+    names: &[String],
+) -> Result<(), Outcome> {
+    let index = status.id;
+    let kind = command.object_kind(group);
+    let objects = inputs.objects(kind);
+    let Some(group_targets) = targets_mut(status, command, group) else { return Ok(()) };
+    let mut signals = Vec::new();
+    let mut failed = false;
+    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+        let Some(object) = objects.get(&target.name) else {
+            // Not reachable: read-back already marked targets without an object.
+            set_state(target, TargetState::MissingSignalNode, inputs);
+            target.reason = Some(format!("{kind} {} no longer exists", target.name));
+            failed = true;
+            continue;
+        };
+        match command.platform_entry(object) {
+            Ok(entry) => {
+                let created = format_timestamp(inputs.stamp);
+                signals.push((target.name.clone(), command.signal(run, index, entry, created)));
+            }
+            Err(why) => {
+                set_state(target, TargetState::MissingPlatform, inputs);
+                target.reason = Some(why);
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        return Err(Outcome::Ended);
+    }
+    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+        set_state(target, TargetState::SignalSent, inputs);
+    }
+    for (name, data) in signals {
+        decision.signals.push(Effect::Signal { target: SignalTarget { kind, name }, data });
+    }
+    Ok(())
+}
+
+/// End the command if a target failed: a node reported a failure (`ApplyFailed`), an object
+/// disappeared (`MissingSignalNode`) or a platform went away (`MissingPlatform`), in that
+/// order of precedence. The description names every such node and why.
+fn end_on_target_failure(
+    status: &mut PlanCommandStatus,
+    command: Command<'_>,
+    label: &str,
+) -> Option<Outcome> {
+    let failures = [
+        (TargetState::SignalApplyFailed, PlanStateType::ApplyFailed),
+        (TargetState::MissingSignalNode, PlanStateType::MissingSignalNode),
+        (TargetState::MissingPlatform, PlanStateType::MissingPlatform),
+    ];
+    for (target_state, command_state) in failures {
+        let mut lines = Vec::new();
+        for &group in command.groups() {
+            let kind = command.object_kind(group);
+            for target in targets(status, command, group).iter().filter(|t| t.state == target_state)
+            {
+                let reason = target.reason.as_deref().unwrap_or("no reason given");
+                lines.push(match target_state {
+                    TargetState::SignalApplyFailed => {
+                        let phase = target.phase.map_or("a failure", SignalPhase::as_str);
+                        format!("{kind} {} reported {phase}: {reason}", target.name)
+                    }
+                    TargetState::MissingSignalNode => reason.to_owned(),
+                    TargetState::MissingPlatform => {
+                        format!("{kind} {} has no usable platform: {reason}", target.name)
+                    }
+                    TargetState::SignalPending
+                    | TargetState::SignalSent
+                    | TargetState::SignalCompleted => continue,
+                });
+            }
+        }
+        if !lines.is_empty() {
+            end(status, command_state, format!("{label}: {}", lines.join("; ")));
+            return Some(Outcome::Ended);
+        }
+    }
+    None
+}
+
+/// Move a target to `state` as of this pass (a no-op when it is already there).
+fn set_state(target: &mut TargetStatus, state: TargetState, inputs: &Inputs<'_>) {
+    if target.state != state {
+        target.state = state;
+        target.last_updated_timestamp = Time(inputs.stamp);
+    }
+}
+
+/// End a command in a failure state with a description. The hold reason goes (nothing is
+/// waited for any more); `notReadySince` stays only as the evidence of `InconsistentTargets`.
+fn end(status: &mut PlanCommandStatus, state: PlanStateType, description: String) {
+    status.state = state;
+    status.description = Some(description);
+    status.reason = None;
+    if state != PlanStateType::InconsistentTargets {
+        status.not_ready_since = None;
+    }
+}
+
+/// Nothing holds the command any more.
+fn release_hold(status: &mut PlanCommandStatus) {
+    status.reason = None;
+    status.not_ready_since = None;
+}
