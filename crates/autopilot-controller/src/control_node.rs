@@ -5,7 +5,7 @@
 //! signals. Unlike k0s, the labels and the mode annotation are re-applied on every start, so
 //! switching a controller to `--enable-worker` is reflected (k0s writes them only once).
 
-use std::net::IpAddr;
+use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use autopilot_api::keys;
@@ -41,8 +41,9 @@ pub struct Registration {
     pub name: String,
     /// Controller or controller+worker.
     pub mode: Mode,
-    /// The IP of this controller's API server (`InternalIP` address).
-    pub internal_ip: IpAddr,
+    /// This controller's API server: its IP is the `InternalIP` address, and the whole
+    /// address is published as an annotation so the leader probes `/readyz` on the right port.
+    pub api_address: SocketAddr,
     /// The running k0s version (`status.k0sVersion`).
     pub version: String,
 }
@@ -52,7 +53,7 @@ pub struct Registration {
 pub async fn register(client: &kube::Client, registration: &Registration) -> anyhow::Result<()> {
     let api: Api<ControlNode> = Api::all(client.clone());
     let params = PatchParams::apply(keys::FIELD_MANAGER).force();
-    let Registration { name, mode, internal_ip, version } = registration;
+    let Registration { name, mode, api_address, version } = registration;
 
     let metadata = json!({
         "apiVersion": keys::API_VERSION,
@@ -66,6 +67,7 @@ pub async fn register(client: &kube::Client, registration: &Registration) -> any
             },
             "annotations": {
                 keys::ANNOTATION_MODE: mode.as_str(),
+                keys::ANNOTATION_API_ADDRESS: api_address.to_string(),
             },
         },
     });
@@ -79,8 +81,8 @@ pub async fn register(client: &kube::Client, registration: &Registration) -> any
         "metadata": { "name": name },
         "status": {
             "addresses": [
-                { "type": "InternalIP", "address": internal_ip.to_string() },
-                { "type": "Hostname", "address": name },
+                { "type": keys::ADDRESS_INTERNAL_IP, "address": api_address.ip().to_string() },
+                { "type": keys::ADDRESS_HOSTNAME, "address": name },
             ],
             "k0sVersion": version,
         },

@@ -15,6 +15,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use rand::Rng as _;
 use serde_json::json;
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 /// How long to wait for the lease to be released on shutdown before giving up on it (it
@@ -68,7 +69,8 @@ pub fn identity(node_name: &str) -> String {
     format!("{node_name}_{suffix:08x}")
 }
 
-/// Take part in the election until `shutdown` resolves, logging every leadership change.
+/// Take part in the election until `shutdown` resolves, logging every leadership change and
+/// publishing it on `leading` (the Plan engine runs only while it is `true`).
 ///
 /// The returned error means the election could not be set up at all; failures after that
 /// are logged and the election is rejoined after the retry period.
@@ -76,6 +78,7 @@ pub async fn run(
     client: kube::Client,
     identity: String,
     timings: Timings,
+    leading: watch::Sender<bool>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     ensure_namespace(&client).await?;
@@ -98,15 +101,15 @@ pub async fn run(
                 }
             }
         };
-        let (mut leading, mut task) = manager.watch().await;
+        let (mut lease_state, mut task) = manager.watch().await;
         let mut is_leader = false;
         loop {
             tokio::select! {
-                changed = leading.changed() => {
+                changed = lease_state.changed() => {
                     if changed.is_err() {
                         break;
                     }
-                    let now = *leading.borrow_and_update();
+                    let now = *lease_state.borrow_and_update();
                     if now != is_leader {
                         is_leader = now;
                         if is_leader {
@@ -114,11 +117,13 @@ pub async fn run(
                         } else {
                             info!(%identity, leader = false, "lost autopilot leadership");
                         }
+                        leading.send_replace(is_leader);
                     }
                 }
                 () = &mut shutdown => {
                     info!(%identity, leader = is_leader, "shutting down, releasing the leader lease");
-                    drop(leading);
+                    leading.send_replace(false);
+                    drop(lease_state);
                     return release(task, &identity).await;
                 }
             }
@@ -131,6 +136,7 @@ pub async fn run(
         }
         if is_leader {
             info!(%identity, leader = false, "lost autopilot leadership");
+            leading.send_replace(false);
         }
         tokio::select! {
             () = tokio::time::sleep(timings.retry_period) => {}

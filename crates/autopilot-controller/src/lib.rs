@@ -9,8 +9,12 @@
 
 pub mod control_node;
 pub mod crds;
+pub mod effect;
 pub mod leader;
+pub mod observe;
 pub mod plan;
+pub mod probe;
+pub mod reconcile;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,7 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Node kinds an operator may exclude from plans with `--exclude-from-plans`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -67,6 +71,11 @@ pub struct Args {
     /// giving up with an error.
     #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub startup_timeout: Duration,
+
+    /// How long a plan may wait for a not-ready controller (`/readyz` failing) before the
+    /// command ends in `InconsistentTargets`.
+    #[arg(long, default_value = "10m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    pub readiness_grace: Duration,
 }
 
 impl Args {
@@ -87,6 +96,9 @@ impl Args {
 pub struct Process {
     /// Client with admin credentials for this controller's API server.
     pub client: kube::Client,
+    /// The configuration `client` was made from (TLS and credentials reused for the
+    /// `/readyz` probes of other controllers).
+    pub config: kube::Config,
     /// The API server URL the client talks to (for error messages).
     pub server_url: String,
     /// This controller's ControlNode name.
@@ -115,10 +127,11 @@ pub async fn run(
         renew_deadline,
         retry_period,
         startup_timeout,
+        readiness_grace,
     } = args;
     anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
     let timings = leader::Timings::new(lease_duration, renew_deadline, retry_period)?;
-    let Process { client, server_url, node_name, data_dir, version } = process;
+    let Process { client, config, server_url, node_name, data_dir, version } = process;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
 
@@ -140,7 +153,7 @@ pub async fn run(
             } else {
                 control_node::Mode::Controller
             },
-            internal_ip: api_address.ip(),
+            api_address,
             version: version.to_string(),
         };
         control_node::register(&client, &registration).await?;
@@ -154,6 +167,30 @@ pub async fn run(
         }
     }
 
+    let policy = plan::Policy {
+        exclude_controllers: exclude_from_plans.contains(&NodeKind::Controller),
+        exclude_workers: exclude_from_plans.contains(&NodeKind::Worker),
+        readiness_grace,
+        readiness_recheck: READINESS_RECHECK,
+    };
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
+    let engine = reconcile::Engine::new(client.clone(), config, api_address, policy, &node_name);
     let identity = leader::identity(&node_name);
-    leader::run(client, identity, timings, shutdown).await
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, stop_rx));
+    let result = leader::run(client, identity, timings, leading_tx, shutdown).await;
+    let _ = stop_tx.send(true);
+    match engine_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => warn!(error = %format!("{err:#}"), "plan engine stopped with an error"),
+        Err(err) => warn!(error = %err, "plan engine task failed"),
+    }
+    result
 }
+
+/// How soon the plan engine probes again while a command is held by a not-ready controller.
+///
+/// Readiness is not an event the API server sends, so this is the one timed re-check of the
+/// engine; two seconds keeps a recovered controller from waiting long without hammering a
+/// failing one.
+const READINESS_RECHECK: Duration = Duration::from_secs(2);

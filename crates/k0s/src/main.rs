@@ -79,6 +79,7 @@ struct NodeFlags {
 /// What `NodeFlags` resolve to before a component starts.
 struct ResolvedNode {
     client: kube::Client,
+    config: kube::Config,
     server_url: String,
     node_name: String,
     data_dir: PathBuf,
@@ -88,8 +89,8 @@ impl NodeFlags {
     async fn resolve(self) -> anyhow::Result<ResolvedNode> {
         let NodeFlags { kubeconfig, data_dir, node_name } = self;
         let node_name = resolve_node_name(node_name.as_deref())?;
-        let (client, server_url) = connect(&kubeconfig).await?;
-        Ok(ResolvedNode { client, server_url, node_name, data_dir })
+        let (client, config, server_url) = connect(&kubeconfig).await?;
+        Ok(ResolvedNode { client, config, server_url, node_name, data_dir })
     }
 }
 
@@ -145,9 +146,11 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Controller { node, args } => runtime()?.block_on(async move {
             args.validate()?;
-            let ResolvedNode { client, server_url, node_name, data_dir } = node.resolve().await?;
+            let ResolvedNode { client, config, server_url, node_name, data_dir } =
+                node.resolve().await?;
             let process = autopilot_controller::Process {
                 client,
+                config,
                 server_url,
                 node_name,
                 data_dir,
@@ -156,7 +159,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             autopilot_controller::run(args, process, shutdown_signal()).await
         }),
         Command::Worker { node, args } => runtime()?.block_on(async move {
-            let ResolvedNode { client, server_url, node_name, data_dir } = node.resolve().await?;
+            let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
+                node.resolve().await?;
             let process = autopilot_signal::Process {
                 client,
                 server_url,
@@ -233,8 +237,9 @@ fn resolve_node_name(flag: Option<&str>) -> anyhow::Result<String> {
     Ok(name)
 }
 
-/// A client from a kubeconfig file, with errors that name the file, and the server URL.
-async fn connect(path: &std::path::Path) -> anyhow::Result<(kube::Client, String)> {
+/// A client from a kubeconfig file, with errors that name the file; also the configuration
+/// it was made from and the server URL.
+async fn connect(path: &std::path::Path) -> anyhow::Result<(kube::Client, kube::Config, String)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
@@ -243,7 +248,7 @@ async fn connect(path: &std::path::Path) -> anyhow::Result<(kube::Client, String
         .await
         .with_context(|| format!("loading kubeconfig {}", path.display()))?;
     let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config)
+    let client = kube::Client::try_from(config.clone())
         .with_context(|| format!("creating a client for {url} from {}", path.display()))?;
-    Ok((client, url))
+    Ok((client, config, url))
 }

@@ -1,0 +1,347 @@
+//! The Plan engine's shell: a kube-runtime `Controller` on Plans that also watches Nodes and
+//! ControlNodes, so a node reporting progress moves the plan at once (no fixed poll).
+//!
+//! Runs only while this controller leads: when leadership is gained the watches start (and
+//! re-list everything, which resumes any running plan); when it is lost they stop. Writes
+//! are additionally safe against a stale or split-brain leader because every write carries a
+//! resourceVersion precondition.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
+use crate::{effect, observe, probe};
+
+/// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
+/// fresh usually arrives within milliseconds and triggers a pass by itself.
+const CONFLICT_RETRY: Duration = Duration::from_millis(200);
+
+/// Retry delay after an API error (with the controller's own backoff on top).
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+/// Errors of one reconcile pass.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Executing the decision failed.
+    #[error(transparent)]
+    Effect(#[from] effect::Error),
+    /// The removed-API pre-check could not run.
+    #[error(transparent)]
+    Observe(#[from] observe::Error),
+}
+
+/// The Plan engine: what each pass needs.
+#[derive(Clone)]
+pub struct Engine {
+    client: kube::Client,
+    prober: probe::Prober,
+    policy: Policy,
+    reporter: Reporter,
+}
+
+struct Context {
+    engine: Engine,
+    plans: Api<Plan>,
+    control_nodes: Store<ControlNode>,
+    nodes: Store<Node>,
+    recorder: Recorder,
+}
+
+impl Engine {
+    /// An engine acting with `client` (admin credentials) and probing controllers with the
+    /// same TLS settings (`config`); `api_address` is this controller's own API server.
+    pub fn new(
+        client: kube::Client,
+        config: kube::Config,
+        api_address: SocketAddr,
+        policy: Policy,
+        node_name: &str,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "k0s-autopilot".to_string(),
+            instance: Some(node_name.to_string()),
+        };
+        Self { prober: probe::Prober::new(config, api_address), client, policy, reporter }
+    }
+
+    /// Run the engine whenever `leading` is `true`, until `stop` becomes `true`.
+    pub async fn run_while_leader(
+        self,
+        mut leading: watch::Receiver<bool>,
+        mut stop: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        loop {
+            // Wait to lead (or to stop).
+            tokio::select! {
+                result = leading.wait_for(|leads| *leads) => {
+                    if result.is_err() {
+                        return Ok(());
+                    }
+                }
+                _ = stop.wait_for(|stop| *stop) => return Ok(()),
+            }
+            info!("plan engine started (leader)");
+            let mut lost = leading.clone();
+            let mut stopping = stop.clone();
+            let until = async move {
+                tokio::select! {
+                    _ = lost.wait_for(|leads| !*leads) => {}
+                    _ = stopping.wait_for(|stop| *stop) => {}
+                }
+            };
+            self.clone().run_once(until).await;
+            info!("plan engine stopped");
+            if *stop.borrow() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Run the controller until `until` resolves.
+    async fn run_once(self, until: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+        let client = self.client.clone();
+        let config = watcher::Config::default();
+
+        let (control_nodes, control_node_writer) = reflector::store::<ControlNode>();
+        let control_node_events = reflector::reflector(
+            control_node_writer,
+            watcher(Api::<ControlNode>::all(client.clone()), config.clone()),
+        )
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(control_node_fingerprint, Default::default());
+
+        let (nodes, node_writer) = reflector::store::<Node>();
+        let node_events = reflector::reflector(
+            node_writer,
+            watcher(Api::<Node>::all(client.clone()), config.clone()),
+        )
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(node_fingerprint, Default::default());
+
+        let plans: Api<Plan> = Api::all(client.clone());
+        let context = Arc::new(Context {
+            recorder: Recorder::new(client.clone(), self.reporter.clone()),
+            engine: self,
+            plans: plans.clone(),
+            control_nodes,
+            nodes,
+        });
+        Controller::new(plans, config)
+            .watches_stream(control_node_events, |_| to_autopilot_plan())
+            .watches_stream(node_events, |_| to_autopilot_plan())
+            .graceful_shutdown_on(until)
+            .run(reconcile, error_policy, context)
+            .for_each(|result| async move {
+                if let Err(err) = result {
+                    debug!(error = %err, "plan reconcile did not complete");
+                }
+            })
+            .await;
+    }
+}
+
+/// Every node change concerns the one Plan that runs.
+fn to_autopilot_plan() -> std::iter::Once<ObjectRef<Plan>> {
+    std::iter::once(ObjectRef::new(keys::PLAN_NAME))
+}
+
+/// What about a Node can change a plan decision: labels (platform, selectors), the signal
+/// annotations and the Ready condition. Heartbeats change none of these, so they do not
+/// trigger passes.
+fn node_fingerprint(node: &Node) -> Option<u64> {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    node.metadata.uid.hash(&mut hasher);
+    node.labels().hash(&mut hasher);
+    signal_annotations(node.annotations()).hash(&mut hasher);
+    observe::is_node_ready(node).hash(&mut hasher);
+    node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What about a ControlNode can change a plan decision: labels, signal annotations and the
+/// published addresses.
+fn control_node_fingerprint(control_node: &ControlNode) -> Option<u64> {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    control_node.metadata.uid.hash(&mut hasher);
+    control_node.labels().hash(&mut hasher);
+    signal_annotations(control_node.annotations()).hash(&mut hasher);
+    control_node.annotations().get(keys::ANNOTATION_API_ADDRESS).hash(&mut hasher);
+    control_node.internal_ip().hash(&mut hasher);
+    control_node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+fn signal_annotations(annotations: &BTreeMap<String, String>) -> [Option<&String>; 2] {
+    [
+        annotations.get(keys::ANNOTATION_SIGNAL_VERSION),
+        annotations.get(keys::ANNOTATION_SIGNAL_DATA),
+    ]
+}
+
+/// One pass: observe, decide, write the status, perform the effects.
+async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Decisions need complete caches: an empty Node cache would look like missing targets.
+    let (control_nodes_ready, nodes_ready) =
+        futures::join!(ctx.control_nodes.wait_until_ready(), ctx.nodes.wait_until_ready());
+    if control_nodes_ready.is_err() || nodes_ready.is_err() {
+        return Ok(Action::requeue(CONFLICT_RETRY));
+    }
+    let name = plan.name_any();
+    let uid = plan.uid().unwrap_or_default();
+    let view = PlanView {
+        name: &name,
+        uid: &uid,
+        generation: plan.metadata.generation.unwrap_or_default(),
+        spec: &plan.spec,
+        status: plan.status.as_ref(),
+    };
+
+    let control_nodes = observe::collect_control_nodes(&ctx.control_nodes);
+    let nodes = observe::collect_nodes(&ctx.nodes);
+    let no_readiness = BTreeMap::new();
+    let mut observed = Observed {
+        now: jiff::Timestamp::now(),
+        control_nodes: &control_nodes,
+        nodes: &nodes,
+        readiness: &no_readiness,
+        removed_apis: None,
+    };
+
+    // The two questions the machine needs answered by I/O before it decides.
+    let to_probe = plan::controllers_to_probe(view, &observed, &ctx.engine.policy);
+    let readiness = if to_probe.is_empty() {
+        BTreeMap::new()
+    } else {
+        ctx.engine.prober.probe_all(&to_probe, &ctx.control_nodes).await
+    };
+    let versions = plan::removed_api_check_versions(view);
+    let removed_apis = if versions.is_empty() {
+        None
+    } else {
+        Some(observe::observe_removed_apis(&ctx.engine.client, &versions).await?)
+    };
+    observed.readiness = &readiness;
+    observed.removed_apis = removed_apis.as_deref();
+    observed.now = jiff::Timestamp::now();
+    let transition = plan::step(view, &observed, &ctx.engine.policy);
+
+    let current = plan.status.clone().unwrap_or_default();
+    if transition.status != current {
+        effect::write_status(&ctx.plans, &plan, &transition.status).await?;
+        log_changes(&name, &current, &transition.status);
+    }
+    for effect in &transition.effects {
+        match effect {
+            Effect::Signal { target, data } => {
+                effect::write_signal(
+                    &ctx.engine.client,
+                    &ctx.control_nodes,
+                    &ctx.nodes,
+                    target,
+                    data,
+                )
+                .await?;
+                info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
+            }
+            Effect::Event { kind, reason, note } => {
+                if let Err(err) =
+                    effect::publish_event(&ctx.recorder, &plan, *kind, reason, note).await
+                {
+                    warn!(plan = %name, %reason, error = %err, "cannot publish event");
+                }
+            }
+        }
+    }
+    Ok(match transition.requeue {
+        Requeue::OnChange => Action::await_change(),
+        Requeue::After(delay) => Action::requeue(delay),
+    })
+}
+
+fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {
+    match error {
+        Error::Effect(err) if err.is_conflict() => {
+            debug!(plan = %plan.name_any(), error = %err, "stale snapshot, re-observing");
+            Action::requeue(CONFLICT_RETRY)
+        }
+        _ => {
+            warn!(plan = %plan.name_any(), error = %chain(error), "plan pass failed, retrying");
+            Action::requeue(ERROR_RETRY)
+        }
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Log each plan, command and target state change once, at info.
+fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
+    if before.state != after.state {
+        info!(plan, from = before.state.as_str(), to = after.state.as_str(), "plan state changed");
+    }
+    for command in &after.commands {
+        let old = before.commands.iter().find(|c| c.id == command.id);
+        if old.map(|c| c.state) != Some(command.state) {
+            info!(
+                plan,
+                command = command.id,
+                from = old.map(|c| c.state.as_str()).unwrap_or(""),
+                to = command.state.as_str(),
+                reason = command.description.as_deref().or(command.reason.as_deref()).unwrap_or(""),
+                "command state changed"
+            );
+        }
+        let targets = |c: &autopilot_api::v1beta2::PlanCommandStatus| {
+            let mut all = Vec::new();
+            if let Some(k) = &c.k0supdate {
+                all.extend(k.controllers.iter().chain(k.workers.iter()).cloned());
+            }
+            if let Some(a) = &c.airgapupdate {
+                all.extend(a.workers.iter().cloned());
+            }
+            all
+        };
+        let old_targets = old.map(targets).unwrap_or_default();
+        for target in targets(command) {
+            let was = old_targets.iter().find(|t| t.name == target.name).map(|t| t.state);
+            if was != Some(target.state) {
+                info!(
+                    plan,
+                    command = command.id,
+                    node = %target.name,
+                    from = was.map(|s| s.as_str()).unwrap_or(""),
+                    to = target.state.as_str(),
+                    reason = target.reason.as_deref().unwrap_or(""),
+                    "node state changed"
+                );
+            }
+        }
+    }
+}
