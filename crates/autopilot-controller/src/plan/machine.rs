@@ -43,47 +43,65 @@ pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Tra
 /// The controllers whose `/readyz` the shell must probe before calling [`step`] with the
 /// same arguments (`observed.readiness` and `observed.removed_apis` are not read here).
 ///
-/// Exactly the controller targets of the k0s command that is active once this pass's read-
-/// back is applied, when one of them may be signalled in this pass (some pending, none in
-/// flight); empty otherwise. Sorted by name.
+/// The controller targets of the k0s command that is active once this pass's read-back is
+/// applied, when one of them may be signalled in this pass (some pending, none in flight);
+/// empty otherwise. Sorted by name. When a run ends in this pass because a controller
+/// stayed not ready past the grace while its spec moved on, the next run starts in the same
+/// pass; its controllers are included too (a few probes too many at worst).
 pub fn controllers_to_probe(
     plan: PlanView<'_>,
     observed: &Observed<'_>,
     policy: &Policy,
 ) -> Vec<String> {
-    let mut probes = Probes::Record(BTreeSet::new());
-    let _ = Pass { inputs: Inputs::new(observed, policy), plan, assume_no_removed_apis: true }
-        .run(&mut probes);
-    match probes {
-        Probes::Record(names) => names.into_iter().collect(),
-        Probes::Observed(_) => Vec::new(),
+    // The pass is simulated twice, once with every probe answering ready and once with
+    // every probe failing: whether a run ends in this pass (and the next one starts and
+    // asks for its own controllers) can depend on the answer, so the union covers every
+    // path the real pass can take.
+    let mut asked = BTreeSet::new();
+    for answer_ready in [true, false] {
+        let mut probes = Probes::Record { asked: BTreeSet::new(), answer_ready };
+        let _ = Pass { inputs: Inputs::new(observed, policy), plan, assume_no_removed_apis: true }
+            .run(&mut probes);
+        if let Probes::Record { asked: names, .. } = probes {
+            asked.extend(names);
+        }
     }
+    asked.into_iter().collect()
 }
 
 /// The k0s versions whose removed APIs the shell must look for before calling [`step`]
 /// (REF §9.1): the versions of the commands that run the check (every `airgapupdate`,
-/// every `k0supdate` without `forceupdate`) when this pass starts a new run; empty
-/// otherwise. Deduplicated and sorted. Pass what is found as `observed.removed_apis`.
+/// every `k0supdate` without `forceupdate`) when this pass may start a new run (no run yet,
+/// an ended run whose spec changed, or a running one whose spec changed and which may end in
+/// this pass); empty otherwise. Deduplicated and sorted. Pass what is found as
+/// `observed.removed_apis`.
 pub fn removed_api_check_versions(plan: PlanView<'_>) -> Vec<String> {
     if plan.name != keys::PLAN_NAME {
         return Vec::new();
     }
-    match run_state(plan) {
-        RunState::New => plan
-            .spec
-            .commands
-            .iter()
-            .filter_map(Command::resolve)
-            .filter(|command| command.needs_removed_api_check())
-            .map(|command| command.version().to_owned())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect(),
-        RunState::Running(_) | RunState::Ended(_) => Vec::new(),
+    let may_start = match run_state(plan) {
+        RunState::New => true,
+        // The spec moved on during the run: if the run ends in this pass, the next run
+        // starts in the same pass (see [`step`]), so it needs the findings too.
+        RunState::Running(status) => status.observed_generation != Some(plan.generation),
+        RunState::Ended(_) => false,
+    };
+    if !may_start {
+        return Vec::new();
     }
+    plan.spec
+        .commands
+        .iter()
+        .filter_map(Command::resolve)
+        .filter(|command| command.needs_removed_api_check())
+        .map(|command| command.version().to_owned())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// What every part of a pass reads: the snapshot, the policy and the time.
+#[derive(Clone, Copy)]
 pub(super) struct Inputs<'a> {
     /// The snapshot.
     pub(super) observed: &'a Observed<'a>,
@@ -116,8 +134,13 @@ impl<'a> Inputs<'a> {
 pub(super) enum Probes<'a> {
     /// [`step`]: the shell's probe results.
     Observed(&'a BTreeMap<String, Readiness>),
-    /// [`controllers_to_probe`]: record what would be asked and answer "ready".
-    Record(BTreeSet<String>),
+    /// [`controllers_to_probe`]: record what would be asked, and answer.
+    Record {
+        /// Every name asked about.
+        asked: BTreeSet<String>,
+        /// Whether every probe answers ready (else the first asked is not ready).
+        answer_ready: bool,
+    },
 }
 
 impl Probes<'_> {
@@ -129,9 +152,14 @@ impl Probes<'_> {
                 Some(Readiness::NotReady(why)) => Some(((*name).to_owned(), why.clone())),
                 None => Some(((*name).to_owned(), "its /readyz was not probed".to_owned())),
             }),
-            Self::Record(asked) => {
+            Self::Record { asked, answer_ready } => {
                 asked.extend(names.iter().map(|name| (*name).to_owned()));
-                None
+                match (*answer_ready, names.first()) {
+                    (true, _) | (false, None) => None,
+                    (false, Some(name)) => {
+                        Some(((*name).to_owned(), "simulated probe failure".to_owned()))
+                    }
+                }
             }
         }
     }
@@ -192,6 +220,7 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
 }
 
 /// One pass.
+#[derive(Clone, Copy)]
 struct Pass<'a> {
     inputs: Inputs<'a>,
     plan: PlanView<'a>,
@@ -201,7 +230,34 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// The pass, plus the start of the next run when the current one ends in it while its
+    /// spec has moved on: the new run starts in the same pass (so a second pass over the
+    /// same snapshot changes nothing); the ended run's events still go out, and the
+    /// `PlanStarted` note says how it ended.
     fn run(&self, probes: &mut Probes<'_>) -> Transition {
+        let ending = self.run_once(probes);
+        let outdated = matches!(run_state(self.plan), RunState::Running(_))
+            && ending.status.is_terminal()
+            && ending.status.observed_generation != Some(self.plan.generation);
+        if !outdated {
+            return ending;
+        }
+        let plan = PlanView { status: Some(&ending.status), ..self.plan };
+        let next = Pass { plan, ..*self }.run_once(probes);
+        let mut requeue = Decision { signals: Vec::new(), requeue: ending.requeue };
+        if let Requeue::After(delay) = next.requeue {
+            requeue.requeue_after(delay);
+        }
+        if next.status == ending.status {
+            // The next run waits for its removed-API findings: record the end for now.
+            return Transition { requeue: requeue.requeue, ..ending };
+        }
+        let mut effects = ending.effects;
+        effects.extend(next.effects);
+        Transition { status: next.status, effects, requeue: requeue.requeue }
+    }
+
+    fn run_once(&self, probes: &mut Probes<'_>) -> Transition {
         let plan = self.plan;
         // Check 1: only the Plan named `autopilot` runs.
         if plan.name != keys::PLAN_NAME {
@@ -209,7 +265,7 @@ impl Pass<'_> {
         }
         // Check 2: start a new run, go on with the current one, or leave an ended one be.
         let mut decision = Decision { signals: Vec::new(), requeue: Requeue::OnChange };
-        let mut events = Vec::new();
+        let mut started = None;
         let (base, mut status) = match run_state(plan) {
             RunState::Ended(status) => return unchanged(status.clone(), Requeue::OnChange),
             RunState::Running(status) => (status.clone(), status.clone()),
@@ -220,7 +276,7 @@ impl Pass<'_> {
                     return unchanged(status, Requeue::After(REMOVED_API_RECHECK));
                 };
                 let fresh = self.fresh_status();
-                events.push(self.started_event(&fresh));
+                started = Some(self.started_event(&fresh));
                 let mut status = fresh.clone();
                 discovery::new_plan(&self.inputs, &mut status, findings);
                 (fresh, status)
@@ -233,11 +289,13 @@ impl Pass<'_> {
         {
             status.state = state;
         }
-        self.spec_change_condition(&mut status, &mut events);
+        let mut condition_events = Vec::new();
+        self.spec_change_condition(&mut status, &mut condition_events);
 
         let mut effects = decision.signals;
+        effects.extend(started);
         effects.extend(state_events(&base, &status));
-        effects.extend(events);
+        effects.extend(condition_events);
         Transition { status, effects, requeue: decision.requeue }
     }
 

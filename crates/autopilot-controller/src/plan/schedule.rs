@@ -231,11 +231,10 @@ fn hold_for_controller(
     let since = status.not_ready_since.as_ref().map_or(inputs.stamp, |time| time.0);
     let grace = inputs.policy.readiness_grace;
     let elapsed = inputs.now.duration_since(since);
-    let remaining = jiff::SignedDuration::try_from(grace)
-        .ok()
-        .and_then(|grace| grace.checked_sub(elapsed))
-        .filter(|remaining| remaining.is_positive());
-    let Some(remaining) = remaining else {
+    // A grace too long to represent never runs out.
+    let remaining =
+        jiff::SignedDuration::try_from(grace).ok().and_then(|grace| grace.checked_sub(elapsed));
+    if remaining.is_some_and(|remaining| !remaining.is_positive()) {
         status.not_ready_since = Some(Time(since));
         end(
             status,
@@ -248,13 +247,15 @@ fn hold_for_controller(
             ),
         );
         return Outcome::Ended;
-    };
+    }
     status.state = PlanStateType::Schedulable;
     status.reason = Some(format!("waiting for controller {name} to become ready: {why}"));
     status.not_ready_since = Some(Time(since));
+    // Look again after the recheck interval, but not later than the deadline.
     let recheck = inputs.policy.readiness_recheck;
-    let until_deadline = std::time::Duration::try_from(remaining).unwrap_or(recheck);
-    decision.requeue_after(recheck.min(until_deadline));
+    let until_deadline =
+        remaining.and_then(|remaining| std::time::Duration::try_from(remaining).ok());
+    decision.requeue_after(until_deadline.map_or(recheck, |until| recheck.min(until)));
     Outcome::Running
 }
 

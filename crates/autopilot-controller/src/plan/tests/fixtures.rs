@@ -1,0 +1,682 @@
+//! Fixture builders that read like k0s scenarios: a [`PlanFixture`] for the Plan, a
+//! [`ClusterFixture`] for the objects, readiness and removed-API findings, and a [`Sim`]
+//! that runs passes the way the shell does and delivers the signals.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
+use autopilot_api::v1beta2::{
+    PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandStatus,
+    PlanCommandTarget, PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
+    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanCommandTargets, PlanResourceUrl,
+    PlanSpec, PlanStateType, PlanStatus, TargetState, TargetStatus,
+};
+use jiff::Timestamp;
+
+use crate::plan::{
+    Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Readiness,
+    RemovedApiUse, SignalTarget, TargetObject, Transition, controllers_to_probe,
+    removed_api_check_versions, step,
+};
+
+/// The fixed start of every scenario's clock.
+pub const START: &str = "2024-05-01T12:00:00Z";
+
+/// The uid of every fixture plan.
+pub const UID: &str = "5f0c6a2e-uid";
+
+pub fn start() -> Timestamp {
+    START.parse().expect("valid timestamp")
+}
+
+pub fn sha(c: char) -> String {
+    std::iter::repeat_n(c, 64).collect()
+}
+
+fn platforms(artifact: &str) -> BTreeMap<String, PlanResourceUrl> {
+    ["linux-amd64", "linux-arm64"]
+        .into_iter()
+        .map(|platform| {
+            (
+                platform.to_owned(),
+                PlanResourceUrl {
+                    url: format!("https://example.com/{artifact}-{platform}"),
+                    sha256: (platform == "linux-amd64").then(|| sha('a')),
+                },
+            )
+        })
+        .collect()
+}
+
+fn static_target(names: &[&str]) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: Some(PlanCommandTargetDiscoveryStatic {
+                nodes: names.iter().map(|name| (*name).to_owned()).collect(),
+            }),
+            selector: None,
+        },
+        limits: PlanCommandTargetLimits::default(),
+    }
+}
+
+fn selector_target(labels: Option<&str>, fields: Option<&str>) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: None,
+            selector: Some(PlanCommandTargetDiscoverySelector {
+                labels: labels.map(str::to_owned),
+                fields: fields.map(str::to_owned),
+            }),
+        },
+        limits: PlanCommandTargetLimits::default(),
+    }
+}
+
+// === PlanFixture ===
+
+/// A Plan as the shell reads it: name, uid, generation, spec and status.
+#[derive(Clone, Debug)]
+pub struct PlanFixture {
+    pub name: String,
+    pub uid: String,
+    pub generation: i64,
+    pub spec: PlanSpec,
+    pub status: Option<PlanStatus>,
+}
+
+impl PlanFixture {
+    fn empty() -> Self {
+        Self {
+            name: keys::PLAN_NAME.to_owned(),
+            uid: UID.to_owned(),
+            generation: 1,
+            spec: PlanSpec {
+                id: "id123".to_owned(),
+                timestamp: "now".to_owned(),
+                commands: Vec::new(),
+            },
+            status: None,
+        }
+    }
+
+    /// A plan of one `k0supdate` command to `version`, targeting nothing yet.
+    pub fn k0s_update(version: &str) -> Self {
+        Self::empty().then_k0s_update(version)
+    }
+
+    /// A plan of one `airgapupdate` command to `version`, targeting nothing yet.
+    pub fn airgap_update(version: &str) -> Self {
+        Self::empty().then_airgap_update(version)
+    }
+
+    /// A plan with no commands at all.
+    pub fn without_commands() -> Self {
+        Self::empty()
+    }
+
+    /// Append a `k0supdate` command (later builder steps change it).
+    pub fn then_k0s_update(mut self, version: &str) -> Self {
+        self.spec.commands.push(PlanCommand {
+            k0supdate: Some(PlanCommandK0sUpdate {
+                version: version.to_owned(),
+                forceupdate: false,
+                platforms: platforms("k0s"),
+                targets: PlanCommandTargets::default(),
+            }),
+            airgapupdate: None,
+        });
+        self
+    }
+
+    /// Append an `airgapupdate` command (later builder steps change it).
+    pub fn then_airgap_update(mut self, version: &str) -> Self {
+        self.spec.commands.push(PlanCommand {
+            k0supdate: None,
+            airgapupdate: Some(PlanCommandAirgapUpdate {
+                version: version.to_owned(),
+                platforms: platforms("bundle"),
+                workers: PlanCommandTarget::default(),
+            }),
+        });
+        self
+    }
+
+    /// Append a command as given (e.g. malformed).
+    pub fn then_command(mut self, command: PlanCommand) -> Self {
+        self.spec.commands.push(command);
+        self
+    }
+
+    fn last(&mut self) -> &mut PlanCommand {
+        self.spec.commands.last_mut().expect("a command to change")
+    }
+
+    fn set_controllers(mut self, target: PlanCommandTarget) -> Self {
+        let k0s = self.last().k0supdate.as_mut().expect("controllers need a k0supdate command");
+        k0s.targets.controllers = Some(target);
+        self
+    }
+
+    fn set_workers(mut self, target: PlanCommandTarget) -> Self {
+        let command = self.last();
+        if let Some(k0s) = command.k0supdate.as_mut() {
+            k0s.targets.workers = Some(target);
+        } else if let Some(airgap) = command.airgapupdate.as_mut() {
+            airgap.workers = target;
+        }
+        self
+    }
+
+    fn workers_target(&mut self) -> &mut PlanCommandTarget {
+        let command = self.last();
+        if let Some(k0s) = command.k0supdate.as_mut() {
+            k0s.targets.workers.get_or_insert_with(Default::default)
+        } else {
+            &mut command.airgapupdate.as_mut().expect("a command").workers
+        }
+    }
+
+    /// The last command targets these controllers by name.
+    pub fn controllers<const N: usize>(self, names: [&str; N]) -> Self {
+        self.set_controllers(static_target(&names))
+    }
+
+    /// The last command targets these workers by name.
+    pub fn workers<const N: usize>(self, names: [&str; N]) -> Self {
+        self.set_workers(static_target(&names))
+    }
+
+    /// The last command selects its controllers.
+    pub fn controller_selector(self, labels: Option<&str>, fields: Option<&str>) -> Self {
+        self.set_controllers(selector_target(labels, fields))
+    }
+
+    /// The last command selects its workers.
+    pub fn worker_selector(self, labels: Option<&str>, fields: Option<&str>) -> Self {
+        self.set_workers(selector_target(labels, fields))
+    }
+
+    /// The last command's workers go `n` at a time.
+    pub fn concurrent(mut self, n: u32) -> Self {
+        self.workers_target().limits.concurrent = n;
+        self
+    }
+
+    /// The last (k0s) command is forced.
+    pub fn forced(mut self) -> Self {
+        self.last().k0supdate.as_mut().expect("a k0supdate command").forceupdate = true;
+        self
+    }
+
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    pub fn with_id(mut self, id: &str) -> Self {
+        self.spec.id = id.to_owned();
+        self
+    }
+
+    /// An edit of the spec: a new generation, with the change made by `edit`.
+    pub fn edited(mut self, edit: impl FnOnce(&mut PlanSpec)) -> Self {
+        edit(&mut self.spec);
+        self.generation += 1;
+        self
+    }
+
+    pub fn view(&self) -> PlanView<'_> {
+        PlanView {
+            name: &self.name,
+            uid: &self.uid,
+            generation: self.generation,
+            spec: &self.spec,
+            status: self.status.as_ref(),
+        }
+    }
+
+    /// The run id a run started at the current generation gets.
+    pub fn run_id(&self) -> String {
+        format!("{}/{}", self.uid, self.generation)
+    }
+
+    pub fn status(&self) -> &PlanStatus {
+        self.status.as_ref().expect("the plan has a status")
+    }
+
+    pub fn state(&self) -> PlanStateType {
+        self.status().state
+    }
+
+    pub fn command(&self, index: usize) -> &PlanCommandStatus {
+        &self.status().commands[index]
+    }
+
+    /// A target of a command by name (controllers first, then workers).
+    pub fn target(&self, index: usize, name: &str) -> &TargetStatus {
+        all_targets(self.command(index))
+            .into_iter()
+            .find(|target| target.name == name)
+            .unwrap_or_else(|| panic!("command {index} has no target {name}"))
+    }
+
+    pub fn target_state(&self, index: usize, name: &str) -> TargetState {
+        self.target(index, name).state
+    }
+
+    /// `name: state` of every target of a command, in status order.
+    pub fn target_states(&self, index: usize) -> Vec<(String, TargetState)> {
+        all_targets(self.command(index)).into_iter().map(|t| (t.name.clone(), t.state)).collect()
+    }
+}
+
+/// Every target of a command status, controllers first.
+pub fn all_targets(command: &PlanCommandStatus) -> Vec<&TargetStatus> {
+    let mut all = Vec::new();
+    if let Some(k0s) = &command.k0supdate {
+        all.extend(&k0s.controllers);
+        all.extend(&k0s.workers);
+    }
+    if let Some(airgap) = &command.airgapupdate {
+        all.extend(&airgap.workers);
+    }
+    all
+}
+
+// === ClusterFixture ===
+
+/// The objects, probe results and removed-API findings the shell would observe.
+#[derive(Clone, Debug)]
+pub struct ClusterFixture {
+    pub now: Timestamp,
+    pub control_nodes: BTreeMap<String, TargetObject>,
+    pub nodes: BTreeMap<String, TargetObject>,
+    /// `/readyz` of every controller (absent: not reachable at all).
+    pub readyz: BTreeMap<String, Readiness>,
+    /// Removed APIs in use, for every version the shell is asked about.
+    pub removed_api_uses: Vec<RemovedApiUse>,
+}
+
+fn object(name: &str) -> TargetObject {
+    TargetObject {
+        name: name.to_owned(),
+        labels: BTreeMap::from([
+            (keys::LABEL_OS.to_owned(), "linux".to_owned()),
+            (keys::LABEL_ARCH.to_owned(), "amd64".to_owned()),
+            (keys::LABEL_HOSTNAME.to_owned(), name.to_owned()),
+        ]),
+        ready: true,
+        signal: ObservedSignal::None,
+    }
+}
+
+impl ClusterFixture {
+    pub fn new() -> Self {
+        Self {
+            now: start(),
+            control_nodes: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            readyz: BTreeMap::new(),
+            removed_api_uses: Vec::new(),
+        }
+    }
+
+    /// ControlNodes (linux-amd64) whose `/readyz` answers.
+    pub fn controllers<const N: usize>(mut self, names: [&str; N]) -> Self {
+        for name in names {
+            self.control_nodes.insert(name.to_owned(), object(name));
+            self.readyz.insert(name.to_owned(), Readiness::Ready);
+        }
+        self
+    }
+
+    /// Ready Nodes (linux-amd64).
+    pub fn workers<const N: usize>(mut self, names: [&str; N]) -> Self {
+        for name in names {
+            self.nodes.insert(name.to_owned(), object(name));
+        }
+        self
+    }
+
+    /// Controllers started with `--enable-worker`: a ControlNode and a Node each.
+    pub fn controller_workers<const N: usize>(self, names: [&str; N]) -> Self {
+        self.controllers(names).workers(names)
+    }
+
+    /// Label an object (ControlNode and Node of that name, whichever exist).
+    pub fn label(mut self, name: &str, key: &str, value: &str) -> Self {
+        for object in self.objects_named(name) {
+            object.labels.insert(key.to_owned(), value.to_owned());
+        }
+        self
+    }
+
+    /// Give the objects of that name another platform.
+    pub fn platform(self, name: &str, os: &str, arch: &str) -> Self {
+        self.label(name, keys::LABEL_OS, os).label(name, keys::LABEL_ARCH, arch)
+    }
+
+    /// Remove the platform labels from the objects of that name.
+    pub fn without_platform_labels(mut self, name: &str) -> Self {
+        for object in self.objects_named(name) {
+            object.labels.remove(keys::LABEL_OS);
+            object.labels.remove(keys::LABEL_ARCH);
+        }
+        self
+    }
+
+    /// A controller whose `/readyz` fails.
+    pub fn controller_down(mut self, name: &str, why: &str) -> Self {
+        self.readyz.insert(name.to_owned(), Readiness::NotReady(why.to_owned()));
+        self
+    }
+
+    /// A controller whose `/readyz` answers again.
+    pub fn controller_up(mut self, name: &str) -> Self {
+        self.readyz.insert(name.to_owned(), Readiness::Ready);
+        self
+    }
+
+    /// A Node whose `Ready` condition is not `True`.
+    pub fn worker_not_ready(mut self, name: &str) -> Self {
+        if let Some(node) = self.nodes.get_mut(name) {
+            node.ready = false;
+        }
+        self
+    }
+
+    pub fn worker_ready(mut self, name: &str) -> Self {
+        if let Some(node) = self.nodes.get_mut(name) {
+            node.ready = true;
+        }
+        self
+    }
+
+    /// Delete every object of that name.
+    pub fn without(mut self, name: &str) -> Self {
+        self.control_nodes.remove(name);
+        self.nodes.remove(name);
+        self
+    }
+
+    /// The cluster still serves a removed API.
+    pub fn using_removed_api(mut self, use_: RemovedApiUse) -> Self {
+        self.removed_api_uses.push(use_);
+        self
+    }
+
+    /// The clock moved on.
+    pub fn later(mut self, by: Duration) -> Self {
+        self.now += jiff::SignedDuration::try_from(by).expect("small duration");
+        self
+    }
+
+    /// Put a signal on an object, as if written earlier.
+    pub fn with_signal(mut self, kind: ObjectKind, name: &str, data: SignalData) -> Self {
+        if let Some(object) = self.objects_mut(kind).get_mut(name) {
+            object.signal = ObservedSignal::Valid(data);
+        }
+        self
+    }
+
+    /// The node on `kind`/`name` reports `phase` on the signal it carries.
+    pub fn reports(mut self, kind: ObjectKind, name: &str, phase: SignalPhase) -> Self {
+        self.report(kind, name, phase, None);
+        self
+    }
+
+    /// The node reports a failure with a reason.
+    pub fn fails(mut self, kind: ObjectKind, name: &str, phase: SignalPhase, reason: &str) -> Self {
+        self.report(kind, name, phase, Some(reason));
+        self
+    }
+
+    pub fn report(
+        &mut self,
+        kind: ObjectKind,
+        name: &str,
+        phase: SignalPhase,
+        reason: Option<&str>,
+    ) {
+        let now = self.now;
+        let object = self.objects_mut(kind).get_mut(name).expect("object to report on");
+        let ObservedSignal::Valid(data) = &mut object.signal else {
+            panic!("{kind} {name} carries no signal to report on");
+        };
+        let mut status = SignalStatus::new(phase, now);
+        status.reason = reason.map(str::to_owned);
+        data.status = Some(status);
+    }
+
+    /// Write the signals of a transition onto the objects, as the shell does.
+    pub fn deliver(&mut self, transition: &Transition) {
+        for effect in &transition.effects {
+            if let Effect::Signal { target, data } = effect {
+                self.write_signal(target, data);
+            }
+        }
+    }
+
+    pub fn write_signal(&mut self, target: &SignalTarget, data: &SignalData) {
+        if let Some(object) = self.objects_mut(target.kind).get_mut(&target.name) {
+            object.signal = ObservedSignal::Valid(data.clone());
+        }
+    }
+
+    pub fn objects_mut(&mut self, kind: ObjectKind) -> &mut BTreeMap<String, TargetObject> {
+        match kind {
+            ObjectKind::ControlNode => &mut self.control_nodes,
+            ObjectKind::Node => &mut self.nodes,
+        }
+    }
+
+    pub fn objects(&self, kind: ObjectKind) -> &BTreeMap<String, TargetObject> {
+        match kind {
+            ObjectKind::ControlNode => &self.control_nodes,
+            ObjectKind::Node => &self.nodes,
+        }
+    }
+
+    fn objects_named(&mut self, name: &str) -> Vec<&mut TargetObject> {
+        self.control_nodes.get_mut(name).into_iter().chain(self.nodes.get_mut(name)).collect()
+    }
+
+    /// The signal an object carries, if valid.
+    pub fn signal(&self, kind: ObjectKind, name: &str) -> Option<&SignalData> {
+        match &self.objects(kind).get(name)?.signal {
+            ObservedSignal::Valid(data) => Some(data),
+            ObservedSignal::None | ObservedSignal::Invalid(_) => None,
+        }
+    }
+}
+
+// === Passes ===
+
+pub fn policy() -> Policy {
+    Policy {
+        exclude_controllers: false,
+        exclude_workers: false,
+        readiness_grace: Duration::from_secs(600),
+        readiness_recheck: Duration::from_secs(2),
+    }
+}
+
+/// What the shell gathers before a pass: readiness of exactly the controllers the machine
+/// names, and the removed-API findings for exactly the versions it names.
+pub struct Snapshot {
+    pub readiness: BTreeMap<String, Readiness>,
+    pub removed_apis: Option<Vec<RemovedApiUse>>,
+}
+
+impl Snapshot {
+    pub fn gather(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) -> Self {
+        let empty = BTreeMap::new();
+        let blind = Observed {
+            now: cluster.now,
+            control_nodes: &cluster.control_nodes,
+            nodes: &cluster.nodes,
+            readiness: &empty,
+            removed_apis: None,
+        };
+        let readiness = controllers_to_probe(plan.view(), &blind, policy)
+            .into_iter()
+            .map(|name| {
+                let result = cluster
+                    .readyz
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| Readiness::NotReady("connection refused".to_owned()));
+                (name, result)
+            })
+            .collect();
+        let versions = removed_api_check_versions(plan.view());
+        let removed_apis = (!versions.is_empty()).then(|| {
+            cluster
+                .removed_api_uses
+                .iter()
+                .filter(|use_| {
+                    versions
+                        .iter()
+                        .any(|v| crate::plan::removed_apis::is_removed_in(v, &use_.removed_in))
+                })
+                .cloned()
+                .collect()
+        });
+        Self { readiness, removed_apis }
+    }
+
+    pub fn observed<'a>(&'a self, cluster: &'a ClusterFixture) -> Observed<'a> {
+        Observed {
+            now: cluster.now,
+            control_nodes: &cluster.control_nodes,
+            nodes: &cluster.nodes,
+            readiness: &self.readiness,
+            removed_apis: self.removed_apis.as_deref(),
+        }
+    }
+}
+
+/// One pass as the shell runs it (probe, check, step), without writing anything.
+pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) -> Transition {
+    let snapshot = Snapshot::gather(plan, cluster, policy);
+    step(plan.view(), &snapshot.observed(cluster), policy)
+}
+
+/// What one [`Sim`] pass decided (a [`Transition`] that may be ignored).
+#[derive(Debug)]
+pub struct Passed(pub Transition);
+
+impl std::ops::Deref for Passed {
+    type Target = Transition;
+
+    fn deref(&self) -> &Transition {
+        &self.0
+    }
+}
+
+/// A plan and a cluster evolving pass by pass.
+#[derive(Clone, Debug)]
+pub struct Sim {
+    pub plan: PlanFixture,
+    pub cluster: ClusterFixture,
+    pub policy: Policy,
+}
+
+impl Sim {
+    pub fn new(plan: PlanFixture, cluster: ClusterFixture) -> Self {
+        Self { plan, cluster, policy: policy() }
+    }
+
+    pub fn with_policy(mut self, edit: impl FnOnce(&mut Policy)) -> Self {
+        edit(&mut self.policy);
+        self
+    }
+
+    /// One pass: the status is written, then the signals (all of them).
+    pub fn pass(&mut self) -> Passed {
+        let transition = self.pass_without_signals();
+        self.cluster.deliver(&transition);
+        transition
+    }
+
+    /// One pass where the leader crashes after writing the status, before any signal.
+    pub fn pass_without_signals(&mut self) -> Passed {
+        let transition = pass_with(&self.plan, &self.cluster, &self.policy);
+        self.plan.status = Some(transition.status.clone());
+        Passed(transition)
+    }
+
+    /// Change the cluster between passes.
+    pub fn cluster(&mut self, change: impl FnOnce(ClusterFixture) -> ClusterFixture) {
+        self.cluster = change(self.cluster.clone());
+    }
+
+    /// Change the plan between passes.
+    pub fn plan(&mut self, change: impl FnOnce(PlanFixture) -> PlanFixture) {
+        self.plan = change(self.plan.clone());
+    }
+}
+
+// === Reading transitions ===
+
+/// The `(kind, name)` of every signal in a transition.
+pub fn signalled(transition: &Transition) -> Vec<(ObjectKind, String)> {
+    transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Signal { target, .. } => Some((target.kind, target.name.clone())),
+            Effect::Event { .. } => None,
+        })
+        .collect()
+}
+
+/// The signal a transition sends to `name`.
+pub fn signal_to<'t>(transition: &'t Transition, name: &str) -> &'t SignalData {
+    transition
+        .effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::Signal { target, data } if target.name == name => Some(data),
+            Effect::Signal { .. } | Effect::Event { .. } => None,
+        })
+        .unwrap_or_else(|| panic!("no signal to {name} in {transition:#?}"))
+}
+
+/// `(kind, reason, note)` of every event in a transition.
+pub fn events(transition: &Transition) -> Vec<(EventKind, &'static str, String)> {
+    transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Event { kind, reason, note } => Some((*kind, *reason, note.clone())),
+            Effect::Signal { .. } => None,
+        })
+        .collect()
+}
+
+/// The reasons of every event in a transition.
+pub fn event_reasons(transition: &Transition) -> Vec<&'static str> {
+    events(transition).into_iter().map(|(_, reason, _)| reason).collect()
+}
+
+/// A removed-API finding.
+pub fn removed_api(
+    resource: &str,
+    group: &str,
+    version: &str,
+    removed_in: &str,
+    count: u64,
+) -> RemovedApiUse {
+    RemovedApiUse {
+        resource: resource.to_owned(),
+        group: group.to_owned(),
+        version: version.to_owned(),
+        removed_in: removed_in.to_owned(),
+        count,
+        blocking: true,
+    }
+}
