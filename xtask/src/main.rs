@@ -3,6 +3,7 @@
 //! One module per subcommand. Everything a newcomer or CI needs goes through here, so the
 //! README's commands stay short and true.
 
+mod bench;
 mod control_plane;
 mod crdgen;
 mod demo;
@@ -28,6 +29,8 @@ enum Command {
     Demo(demo::Args),
     /// Run every test: unit, shell and end-to-end against the real control plane.
     Test(test::Args),
+    /// Run a benchmark on the real control plane (`cargo xtask bench plan`).
+    Bench(bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         Command::ControlPlane(args) => control_plane::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Test(args) => test::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 

@@ -40,17 +40,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Build the `k0s` binary the scenarios copy into each node, and return its path.
 pub fn build_k0s() -> anyhow::Result<std::path::PathBuf> {
-    println!("==> building k0s");
+    build_k0s_profile("dev", "debug")
+}
+
+/// Build an optimised `k0s` (for benchmarks), and return its path.
+pub fn build_k0s_release() -> anyhow::Result<std::path::PathBuf> {
+    build_k0s_profile("release", "release")
+}
+
+fn build_k0s_profile(profile: &str, dir: &str) -> anyhow::Result<std::path::PathBuf> {
+    println!("==> building k0s ({profile} profile)");
     let status = Command::new(cargo())
         .current_dir(crate::workspace_root())
-        .args(["build", "--locked", "--package", "k0s", "--bin", "k0s"])
+        .args(["build", "--locked", "--profile", profile, "--package", "k0s", "--bin", "k0s"])
         .status()
         .context("running cargo build")?;
     anyhow::ensure!(status.success(), "building k0s failed ({status})");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("target"));
-    Ok(target.join("debug").join("k0s"))
+    Ok(target.join(dir).join("k0s"))
 }
 
 /// The cargo that runs this xtask.

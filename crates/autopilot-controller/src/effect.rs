@@ -8,11 +8,13 @@
 use autopilot_api::signal;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
 use serde_json::json;
+use tracing::warn;
 
 use crate::plan::{EventKind, ObjectKind, SignalTarget};
 
@@ -74,24 +76,16 @@ pub async fn write_status(
         .map_err(|source| api_error(format!("the status of Plan {name}"), source))
 }
 
-/// Write a signal onto its target object, with the cached resourceVersion as precondition.
+/// Write a signal onto its target object, with the resourceVersion of the snapshot the
+/// decision was made on as precondition (`None`: the object was not in the snapshot).
 pub async fn write_signal(
     client: &kube::Client,
-    control_nodes: &Store<ControlNode>,
-    nodes: &Store<Node>,
     target: &SignalTarget,
+    resource_version: Option<&str>,
     data: &signal::SignalData,
 ) -> Result<(), Error> {
     let what = format!("{:?} {}", target.kind, target.name);
     let annotations = signal::to_annotations(data);
-    let resource_version = match target.kind {
-        ObjectKind::ControlNode => {
-            control_nodes.get(&ObjectRef::new(&target.name)).and_then(|o| o.resource_version())
-        }
-        ObjectKind::Node => {
-            nodes.get(&ObjectRef::new(&target.name)).and_then(|o| o.resource_version())
-        }
-    };
     let Some(resource_version) = resource_version else {
         return Err(Error::Gone { what });
     };
@@ -115,26 +109,86 @@ pub async fn write_signal(
     result.map_err(|source| api_error(what, source))
 }
 
-/// Publish a Kubernetes Event about the Plan. Failures are returned for logging; they never
-/// stop a plan.
-pub async fn publish_event(
-    recorder: &Recorder,
-    plan: &Plan,
-    kind: EventKind,
-    reason: &str,
-    note: &str,
+/// A Kubernetes Event about a Plan, waiting to be published.
+#[derive(Clone, Debug)]
+pub struct PlanEvent {
+    /// The Plan the event is about.
+    pub regarding: ObjectReference,
+    /// `Normal` or `Warning`.
+    pub kind: EventKind,
+    /// PascalCase reason.
+    pub reason: &'static str,
+    /// Human-readable note.
+    pub note: String,
+}
+
+/// How many events may wait for publication before new ones are dropped (with a log line).
+/// Events are informational; a burst must never slow down or block a plan.
+const EVENT_QUEUE: usize = 4096;
+
+/// Publishes Plan events in the background, in order, one `events.k8s.io/v1` Event per
+/// state change (unlike kube-runtime's `Recorder`, which folds events with the same reason
+/// into a series and would lose each node's note).
+#[derive(Clone)]
+pub struct EventPublisher {
+    queue: tokio::sync::mpsc::Sender<PlanEvent>,
+}
+
+impl EventPublisher {
+    /// Start the background publisher; it ends when every handle is dropped.
+    pub fn start(client: kube::Client, reporter: String, instance: String) -> Self {
+        let (queue, mut events) = tokio::sync::mpsc::channel::<PlanEvent>(EVENT_QUEUE);
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if let Err(err) = publish(&client, &reporter, &instance, &event).await {
+                    warn!(reason = event.reason, error = %err, "cannot publish plan event");
+                }
+            }
+        });
+        Self { queue }
+    }
+
+    /// Queue an event; never waits.
+    pub fn publish(&self, event: PlanEvent) {
+        if let Err(err) = self.queue.try_send(event) {
+            warn!(error = %err, "plan event queue full, dropping an event");
+        }
+    }
+}
+
+async fn publish(
+    client: &kube::Client,
+    reporter: &str,
+    instance: &str,
+    event: &PlanEvent,
 ) -> Result<(), kube::Error> {
-    let event = Event {
-        type_: match kind {
-            EventKind::Normal => EventType::Normal,
-            EventKind::Warning => EventType::Warning,
+    let namespace = event.regarding.namespace.clone().unwrap_or_else(|| "default".to_string());
+    let now = jiff::Timestamp::now();
+    let name =
+        format!("{}.{:x}", event.regarding.name.as_deref().unwrap_or("plan"), now.as_nanosecond());
+    let body = K8sEvent {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace.clone()),
+            ..Default::default()
         },
-        reason: reason.to_string(),
-        note: Some(truncate(note, 1000)),
-        action: "Reconcile".to_string(),
-        secondary: None,
+        action: Some("Reconcile".to_string()),
+        reason: Some(event.reason.to_string()),
+        note: Some(truncate(&event.note, 1000)),
+        type_: Some(match event.kind {
+            EventKind::Normal => "Normal".to_string(),
+            EventKind::Warning => "Warning".to_string(),
+        }),
+        regarding: Some(event.regarding.clone()),
+        reporting_controller: Some(reporter.to_string()),
+        reporting_instance: Some(instance.to_string()),
+        event_time: Some(MicroTime(now)),
+        ..Default::default()
     };
-    recorder.publish(&event, &plan.object_ref(&())).await
+    Api::<K8sEvent>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &body)
+        .await
+        .map(drop)
 }
 
 fn truncate(text: &str, max: usize) -> String {

@@ -15,10 +15,17 @@ use kube::{Resource, ResourceExt};
 use crate::plan::removed_apis::{self, RemovedApiUse};
 use crate::plan::{ObservedSignal, TargetObject};
 
-/// Every ControlNode in the cache, as the planner sees it.
-pub fn collect_control_nodes(store: &Store<ControlNode>) -> BTreeMap<String, TargetObject> {
-    store
-        .state()
+/// The resourceVersion of each object in a snapshot. A write based on the snapshot uses it as
+/// its precondition, so a decision made on stale data can never overwrite newer data.
+pub type Versions = BTreeMap<String, String>;
+
+/// Every ControlNode in the cache, as the planner sees it, with the snapshot's versions.
+pub fn collect_control_nodes(
+    store: &Store<ControlNode>,
+) -> (BTreeMap<String, TargetObject>, Versions) {
+    let snapshot = store.state();
+    let versions = versions_of(&snapshot);
+    let objects = snapshot
         .iter()
         .filter(|cn| cn.meta().deletion_timestamp.is_none())
         .map(|cn| {
@@ -31,13 +38,15 @@ pub fn collect_control_nodes(store: &Store<ControlNode>) -> BTreeMap<String, Tar
             };
             (target.name.clone(), target)
         })
-        .collect()
+        .collect();
+    (objects, versions)
 }
 
-/// Every Node in the cache, as the planner sees it.
-pub fn collect_nodes(store: &Store<Node>) -> BTreeMap<String, TargetObject> {
-    store
-        .state()
+/// Every Node in the cache, as the planner sees it, with the snapshot's versions.
+pub fn collect_nodes(store: &Store<Node>) -> (BTreeMap<String, TargetObject>, Versions) {
+    let snapshot = store.state();
+    let versions = versions_of(&snapshot);
+    let objects = snapshot
         .iter()
         .filter(|node| node.meta().deletion_timestamp.is_none())
         .map(|node| {
@@ -49,6 +58,14 @@ pub fn collect_nodes(store: &Store<Node>) -> BTreeMap<String, TargetObject> {
             };
             (target.name.clone(), target)
         })
+        .collect();
+    (objects, versions)
+}
+
+fn versions_of<K: Resource>(snapshot: &[std::sync::Arc<K>]) -> Versions {
+    snapshot
+        .iter()
+        .filter_map(|object| Some((object.meta().name.clone()?, object.resource_version()?)))
         .collect()
 }
 

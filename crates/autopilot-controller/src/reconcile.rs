@@ -16,12 +16,11 @@ use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -52,7 +51,7 @@ pub struct Engine {
     client: kube::Client,
     prober: probe::Prober,
     policy: Policy,
-    reporter: Reporter,
+    instance: String,
 }
 
 struct Context {
@@ -60,7 +59,7 @@ struct Context {
     plans: Api<Plan>,
     control_nodes: Store<ControlNode>,
     nodes: Store<Node>,
-    recorder: Recorder,
+    events: effect::EventPublisher,
 }
 
 impl Engine {
@@ -73,11 +72,12 @@ impl Engine {
         policy: Policy,
         node_name: &str,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "k0s-autopilot".to_string(),
-            instance: Some(node_name.to_string()),
-        };
-        Self { prober: probe::Prober::new(config, api_address), client, policy, reporter }
+        Self {
+            prober: probe::Prober::new(config, api_address),
+            client,
+            policy,
+            instance: node_name.to_string(),
+        }
     }
 
     /// Run the engine whenever `leading` is `true`, until `stop` becomes `true`.
@@ -138,7 +138,11 @@ impl Engine {
 
         let plans: Api<Plan> = Api::all(client.clone());
         let context = Arc::new(Context {
-            recorder: Recorder::new(client.clone(), self.reporter.clone()),
+            events: effect::EventPublisher::start(
+                client.clone(),
+                keys::FIELD_MANAGER.to_string(),
+                self.instance.clone(),
+            ),
             engine: self,
             plans: plans.clone(),
             control_nodes,
@@ -214,8 +218,8 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         status: plan.status.as_ref(),
     };
 
-    let control_nodes = observe::collect_control_nodes(&ctx.control_nodes);
-    let nodes = observe::collect_nodes(&ctx.nodes);
+    let (control_nodes, control_node_versions) = observe::collect_control_nodes(&ctx.control_nodes);
+    let (nodes, node_versions) = observe::collect_nodes(&ctx.nodes);
     let no_readiness = BTreeMap::new();
     let mut observed = Observed {
         now: jiff::Timestamp::now(),
@@ -251,22 +255,21 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     for effect in &transition.effects {
         match effect {
             Effect::Signal { target, data } => {
-                effect::write_signal(
-                    &ctx.engine.client,
-                    &ctx.control_nodes,
-                    &ctx.nodes,
-                    target,
-                    data,
-                )
-                .await?;
+                let versions = match target.kind {
+                    plan::ObjectKind::ControlNode => &control_node_versions,
+                    plan::ObjectKind::Node => &node_versions,
+                };
+                let version = versions.get(&target.name).map(String::as_str);
+                effect::write_signal(&ctx.engine.client, target, version, data).await?;
                 info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
             }
             Effect::Event { kind, reason, note } => {
-                if let Err(err) =
-                    effect::publish_event(&ctx.recorder, &plan, *kind, reason, note).await
-                {
-                    warn!(plan = %name, %reason, error = %err, "cannot publish event");
-                }
+                ctx.events.publish(effect::PlanEvent {
+                    regarding: plan.object_ref(&()),
+                    kind: *kind,
+                    reason,
+                    note: note.clone(),
+                });
             }
         }
     }

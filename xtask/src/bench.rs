@@ -1,0 +1,282 @@
+//! `cargo xtask bench plan`: how fast the Plan engine drives a fleet, on the real control
+//! plane.
+//!
+//! Three `k0s controller` processes (each with its own kube-apiserver) and 100 worker Nodes
+//! registered Ready; the test-side responder plays every node agent and completes each signal
+//! at once, so the figure is the engine's own latency (watch → decide → write), not download
+//! time. Reported per run: wall time from creating the Plan to `Completed`, and the API
+//! requests the leading controller made in that window, counted by the API servers' audit
+//! logs (so nothing the controller does is left out).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use autopilot_api::keys;
+use autopilot_api::v1beta2::{Plan, PlanStateType};
+use integration::responder::{Config, Responder};
+use integration::{ClusterBuilder, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// Arguments of `cargo xtask bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// What to measure.
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Drive one k0supdate plan over 3 controllers and many workers with instant responders.
+    Plan {
+        /// Number of worker Nodes.
+        #[arg(long, default_value_t = 100)]
+        workers: usize,
+        /// `limits.concurrent` for the workers.
+        #[arg(long, default_value_t = 10)]
+        concurrent: u32,
+        /// Number of plan runs (each a new run of the same Plan with a new id).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+}
+
+/// Run the subcommand.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let Args { what } = args;
+    integration::control_plane::ensure_built()?;
+    let k0s = crate::test::build_k0s_release()?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    match what {
+        What::Plan { workers, concurrent, runs } => {
+            runtime.block_on(bench_plan(&k0s, workers, concurrent, runs))
+        }
+    }
+}
+
+/// Audit policy: one event per request (at ResponseComplete), metadata only.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+";
+
+async fn bench_plan(
+    k0s: &Path,
+    workers: usize,
+    concurrent: u32,
+    runs: usize,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(runs >= 1, "--runs must be at least 1");
+    let scratch = tempfile::tempdir().context("creating a scratch dir")?;
+    let policy = scratch.path().join("audit-policy.yaml");
+    std::fs::write(&policy, AUDIT_POLICY).context("writing the audit policy")?;
+    let audit_log = scratch.path().join("audit.log");
+
+    println!("==> starting etcd and 3 kube-apiservers (audit log {})", audit_log.display());
+    let cluster = ClusterBuilder::new("bench-plan")
+        .k0s_binary(k0s)
+        .controllers(3)
+        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+        .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        .build()
+        .await?;
+    let client = cluster.admin_client().await?;
+
+    println!("==> registering {workers} Ready worker Nodes");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let worker_names: Vec<String> = (0..workers).map(|i| format!("worker-{i:03}")).collect();
+    for name in &worker_names {
+        register_ready_node(&nodes, name).await?;
+    }
+
+    println!("==> starting 3 controllers");
+    let mut controllers = Vec::new();
+    for i in 0..3 {
+        controllers.push(cluster.spawn_controller(i, &[]).await?);
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
+    let holder = wait_for(Duration::from_secs(90), "an autopilot leader", || async {
+        let lease = leases.get_opt(keys::LEASE_NAME).await?;
+        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
+    })
+    .await?;
+    let leader_user = holder.split_once('_').map(|(node, _)| node.to_string()).unwrap_or(holder);
+    println!("    leader: {leader_user}");
+    let control_nodes: Api<autopilot_api::v1beta2::ControlNode> = Api::all(client.clone());
+    wait_for(Duration::from_secs(90), "three ControlNodes", || async {
+        Ok((control_nodes.list(&Default::default()).await?.items.len() == 3).then_some(()))
+    })
+    .await?;
+
+    let responder = Responder::start(client.clone(), Config::new()).await?;
+    let plans: Api<Plan> = Api::all(client.clone());
+    let mut results = Vec::new();
+    for run in 0..runs {
+        let plan = plan_object(run, &worker_names, concurrent);
+        let started = Instant::now();
+        let started_at = jiff::Timestamp::now();
+        if run == 0 {
+            plans.create(&PostParams::default(), &plan).await.context("creating the Plan")?;
+        } else {
+            let patch = json!({ "spec": plan.spec });
+            plans
+                .patch(keys::PLAN_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .context("changing the Plan for a new run")?;
+        }
+        let completed = wait_for(Duration::from_secs(300), "the plan to complete", || async {
+            let plan = plans.get(keys::PLAN_NAME).await?;
+            let status = plan.status.unwrap_or_default();
+            let this_run = status.plan_id.as_deref() == Some(&format!("bench-{run}"));
+            Ok((this_run && status.state.is_terminal()).then_some(status.state))
+        })
+        .await?;
+        let elapsed = started.elapsed();
+        let finished_at = jiff::Timestamp::now();
+        anyhow::ensure!(
+            completed == PlanStateType::Completed,
+            "run {run} ended in {} instead of Completed",
+            completed.as_str()
+        );
+        // Let the audit backend flush the last events of the window before counting.
+        let requests = wait_for(Duration::from_secs(10), "audit events of the run", || async {
+            let counts = count_requests(&audit_log, &leader_user, started_at, finished_at)?;
+            Ok((counts.values().sum::<usize>() > 0).then_some(counts))
+        })
+        .await?;
+        let total: usize = requests.values().sum();
+        println!(
+            "run {run}: {} nodes Completed in {:.3} s; leader made {total} API requests ({})",
+            workers + 3,
+            elapsed.as_secs_f64(),
+            requests.iter().map(|(verb, n)| format!("{verb} {n}")).collect::<Vec<_>>().join(", ")
+        );
+        results.push((elapsed, total));
+    }
+    let log = responder.log();
+    let max_in_flight = log.max_in_flight_of(Some(integration::responder::ObjectKind::Node));
+    let duplicates = log.duplicate_signals();
+    println!(
+        "responder: max workers in flight {max_in_flight}, duplicate signals {}",
+        duplicates.len()
+    );
+    // A fast wrong answer is no answer: the run only counts if the engine kept its promises.
+    anyhow::ensure!(
+        duplicates.is_empty(),
+        "nodes were signalled twice within a run:\n{}",
+        duplicates.join("\n")
+    );
+    anyhow::ensure!(
+        max_in_flight <= concurrent as usize,
+        "{max_in_flight} workers were in flight at once (limit {concurrent})"
+    );
+    let mut times: Vec<f64> = results.iter().map(|(d, _)| d.as_secs_f64()).collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "plan bench: 3 controllers + {workers} workers, concurrent {concurrent}: median {:.3} s, min {:.3} s, max {:.3} s over {runs} runs",
+        times[times.len() / 2],
+        times[0],
+        times[times.len() - 1]
+    );
+    drop(controllers);
+    Ok(())
+}
+
+/// A Ready worker Node, created through the admin client (no kubelet, no worker process: the
+/// responder plays the node agent).
+async fn register_ready_node(nodes: &Api<Node>, name: &str) -> anyhow::Result<()> {
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                keys::LABEL_HOSTNAME: name,
+                keys::LABEL_OS: autopilot_api::platform::os(),
+                keys::LABEL_ARCH: autopilot_api::platform::arch(),
+            },
+        },
+    }))?;
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .with_context(|| format!("creating {name}"))?;
+    let status = json!({
+        "status": { "conditions": [{
+            "type": "Ready", "status": "True", "reason": "Bench",
+            "lastHeartbeatTime": jiff::Timestamp::now().to_string(),
+            "lastTransitionTime": jiff::Timestamp::now().to_string(),
+        }]},
+    });
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("marking {name} Ready"))?;
+    Ok(())
+}
+
+fn plan_object(run: usize, workers: &[String], concurrent: u32) -> Plan {
+    let platform = autopilot_api::platform::current();
+    serde_json::from_value(json!({
+        "apiVersion": keys::API_VERSION,
+        "kind": "Plan",
+        "metadata": { "name": keys::PLAN_NAME },
+        "spec": {
+            "id": format!("bench-{run}"),
+            "timestamp": "now",
+            "commands": [{
+                "k0supdate": {
+                    "version": "v1.35.9+k0s.0",
+                    "platforms": { platform: { "url": "http://127.0.0.1:9/k0s" } },
+                    "targets": {
+                        "controllers": { "discovery": { "static": {
+                            "nodes": ["controller-0", "controller-1", "controller-2"] } } },
+                        "workers": {
+                            "discovery": { "static": { "nodes": workers } },
+                            "limits": { "concurrent": concurrent },
+                        },
+                    },
+                },
+            }],
+        },
+    }))
+    .expect("the bench plan literal is a valid Plan")
+}
+
+/// Requests by `user` received within `[from, to]`, by verb, from the audit log.
+fn count_requests(
+    audit_log: &Path,
+    user: &str,
+    from: jiff::Timestamp,
+    to: jiff::Timestamp,
+) -> anyhow::Result<BTreeMap<String, usize>> {
+    let text = std::fs::read_to_string(audit_log)
+        .with_context(|| format!("reading {}", audit_log.display()))?;
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if event["user"]["username"].as_str() != Some(user) {
+            continue;
+        }
+        let Some(received) = event["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        else {
+            continue;
+        };
+        if received < from || received > to {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or("?").to_string();
+        *counts.entry(verb).or_insert(0) += 1;
+    }
+    Ok(counts)
+}
