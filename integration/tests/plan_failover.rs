@@ -107,6 +107,7 @@ async fn a_new_leader_finishes_the_plan_without_resignalling_or_exceeding_concur
         assert_eq!(target.state, TargetState::SignalCompleted, "{}: {status}", target.name);
     }
     let log = responder.log();
+    eprintln!("responder log:\n{log}");
     assert!(log.duplicate_signals().is_empty(), "{:?}\n{log}", log.duplicate_signals());
     assert_eq!(log.max_in_flight_of(Some(ObjectKind::Node)), CONCURRENT, "{log}");
     let signalled: Vec<ObjectRef> = log.signal_order(None);

@@ -8,9 +8,10 @@ mod support;
 use std::time::Duration;
 
 use autopilot_api::keys;
+use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
 use integration::ClusterBuilder;
-use integration::responder::{Behaviour, Config, ObjectRef, Responder};
+use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -47,20 +48,25 @@ async fn a_worker_node_deleted_during_the_run_ends_the_plan_in_missing_signal_no
     let client = cluster.admin_client().await.unwrap();
     let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
     let processes = start_workers(&cluster, &workers).await.unwrap();
-    // worker-0 (first by name) never answers, so the run stays in flight.
-    let responder =
-        Responder::start(client.clone(), Config::new().node("worker-0", Behaviour::Hold))
-            .await
-            .unwrap();
+    // worker-0 (first by name) reports Downloading and then never finishes, so the run stays
+    // in flight.
+    let never = Behaviour::CompleteAfter(Release::new());
+    let config = Config::new().node("worker-0", never);
+    let responder = Responder::start(client.clone(), config).await.unwrap();
 
     let update = k0s_update(None, Some(static_nodes(&workers, 1)));
     create_plan(&client, &plan("autopilot", "deleted", vec![k0s_command(update)])).await.unwrap();
-    responder
-        .wait_until(PLAN_TIMEOUT, "worker-0 to be signalled", |log| {
-            log.was_signalled(&ObjectRef::node("worker-0")).then_some(())
+    // Once the plan shows worker-0's phase, the engine has read the signal back and has
+    // nothing left to do: the deletion below is the only thing that can move the plan.
+    wait_plan(&client, "autopilot", PLAN_TIMEOUT, "worker-0 Downloading on the plan", |p| {
+        p.status.as_ref().and_then(|s| s.commands.first()).is_some_and(|c| {
+            targets(c)
+                .iter()
+                .any(|t| t.name == "worker-0" && t.phase == Some(SignalPhase::Downloading))
         })
-        .await
-        .unwrap();
+    })
+    .await
+    .unwrap();
 
     // worker-2 goes away for good: stop its process (which would re-create its Node), then
     // delete the Node.
