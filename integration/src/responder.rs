@@ -101,6 +101,9 @@ pub enum Behaviour {
     /// Walk through every phase at once and end `Completed`.
     #[default]
     Complete,
+    /// Answer `Completed` in one write, as a node that already runs the requested version
+    /// does (REF §7.3); the fastest possible node, for benchmarks of the engine itself.
+    AlreadyUpToDate,
     /// Report `Downloading`, then fail: with `FailedDownload` right away, or with any other
     /// `phase` (normally `Failed`) after `Cordoning` and `ApplyingUpdate` (k0supdate). The
     /// `reason` goes into the status.
@@ -1019,6 +1022,7 @@ fn script(behaviour: &Behaviour, command: CommandKind) -> Vec<Step> {
     let write = |phase: &SignalPhase| Step::Write(*phase, None);
     match behaviour {
         Behaviour::Complete => success.iter().map(write).collect(),
+        Behaviour::AlreadyUpToDate => vec![write(&Completed)],
         Behaviour::Hold => Vec::new(),
         Behaviour::CompleteAfter(release) => {
             let mut steps = vec![write(&Downloading), Step::Wait(release.clone())];

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
@@ -30,6 +30,11 @@ use crate::{effect, observe, probe};
 /// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
 /// fresh usually arrives within milliseconds and triggers a pass by itself.
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
+
+/// How long a written signal suppresses resends while the cache has not caught up. Watch
+/// events arrive in milliseconds; a much older entry means the signal was removed again
+/// before the cache saw it, and must be resent.
+const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 
 /// Retry delay after an API error (with the controller's own backoff on top).
 const ERROR_RETRY: Duration = Duration::from_secs(5);
@@ -60,6 +65,13 @@ struct Context {
     control_nodes: Store<ControlNode>,
     nodes: Store<Node>,
     events: effect::EventPublisher,
+    /// Signals this engine wrote whose target the cache does not show yet, by target. A
+    /// resend decided on a cache that lags behind our own write would only lose a conflict,
+    /// so it is skipped; once the cache shows the signal (or after [`WRITTEN_MEMORY`]) the
+    /// entry is dropped, and a signal that later disappears from the object is resent as usual.
+    written: std::sync::Mutex<
+        BTreeMap<plan::SignalTarget, (autopilot_api::signal::SignalData, Instant)>,
+    >,
 }
 
 impl Engine {
@@ -137,6 +149,15 @@ impl Engine {
         .predicate_filter(node_fingerprint, Default::default());
 
         let plans: Api<Plan> = Api::all(client.clone());
+        let controller = Controller::new(plans.clone(), config);
+        // Node changes matter only once the Plan exists; mapping them to a missing Plan makes
+        // the controller report (and delay) a reconcile of an object it does not have.
+        let plan_store = controller.store();
+        let to_autopilot_plan = move || {
+            let plan = ObjectRef::new(keys::PLAN_NAME);
+            plan_store.get(&plan).map(|_| plan)
+        };
+        let to_autopilot_plan_too = to_autopilot_plan.clone();
         let context = Arc::new(Context {
             events: effect::EventPublisher::start(
                 client.clone(),
@@ -144,13 +165,14 @@ impl Engine {
                 self.instance.clone(),
             ),
             engine: self,
-            plans: plans.clone(),
+            plans,
             control_nodes,
             nodes,
+            written: std::sync::Mutex::new(BTreeMap::new()),
         });
-        Controller::new(plans, config)
-            .watches_stream(control_node_events, |_| to_autopilot_plan())
-            .watches_stream(node_events, |_| to_autopilot_plan())
+        controller
+            .watches_stream(control_node_events, move |_| to_autopilot_plan())
+            .watches_stream(node_events, move |_| to_autopilot_plan_too())
             .graceful_shutdown_on(until)
             .run(reconcile, error_policy, context)
             .for_each(|result| async move {
@@ -160,11 +182,6 @@ impl Engine {
             })
             .await;
     }
-}
-
-/// Every node change concerns the one Plan that runs.
-fn to_autopilot_plan() -> std::iter::Once<ObjectRef<Plan>> {
-    std::iter::once(ObjectRef::new(keys::PLAN_NAME))
 }
 
 /// What about a Node can change a plan decision: labels (platform, selectors), the signal
@@ -234,13 +251,19 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     let readiness = if to_probe.is_empty() {
         BTreeMap::new()
     } else {
-        ctx.engine.prober.probe_all(&to_probe, &ctx.control_nodes).await
+        let started = std::time::Instant::now();
+        let readiness = ctx.engine.prober.probe_all(&to_probe, &ctx.control_nodes).await;
+        debug!(plan = %name, controllers = ?to_probe, took = ?started.elapsed(), "probed controllers");
+        readiness
     };
     let versions = plan::removed_api_check_versions(view);
     let removed_apis = if versions.is_empty() {
         None
     } else {
-        Some(observe::observe_removed_apis(&ctx.engine.client, &versions).await?)
+        let started = std::time::Instant::now();
+        let uses = observe::observe_removed_apis(&ctx.engine.client, &versions).await?;
+        debug!(plan = %name, ?versions, took = ?started.elapsed(), "checked removed APIs");
+        Some(uses)
     };
     observed.readiness = &readiness;
     observed.removed_apis = removed_apis.as_deref();
@@ -252,16 +275,30 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         effect::write_status(&ctx.plans, &plan, &transition.status).await?;
         log_changes(&name, &current, &transition.status);
     }
+    // Signals go out concurrently (each to its own object, each with its own precondition);
+    // events are queued for the background publisher.
+    forget_visible_signals(&ctx, &control_nodes, &nodes);
+    let mut signals = Vec::new();
     for effect in &transition.effects {
         match effect {
+            Effect::Signal { target, data } if already_written(&ctx, target, data) => {
+                debug!(plan = %name, node = %target.name, "signal written, cache not caught up yet");
+            }
             Effect::Signal { target, data } => {
                 let versions = match target.kind {
                     plan::ObjectKind::ControlNode => &control_node_versions,
                     plan::ObjectKind::Node => &node_versions,
                 };
                 let version = versions.get(&target.name).map(String::as_str);
-                effect::write_signal(&ctx.engine.client, target, version, data).await?;
-                info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
+                let client = &ctx.engine.client;
+                let name = &name;
+                let ctx = &ctx;
+                signals.push(async move {
+                    effect::write_signal(client, target, version, data).await?;
+                    remember_written(ctx, target, data);
+                    info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
+                    Ok::<(), effect::Error>(())
+                });
             }
             Effect::Event { kind, reason, note } => {
                 ctx.events.publish(effect::PlanEvent {
@@ -273,10 +310,59 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
             }
         }
     }
+    for result in futures::future::join_all(signals).await {
+        result?;
+    }
     Ok(match transition.requeue {
         Requeue::OnChange => Action::await_change(),
         Requeue::After(delay) => Action::requeue(delay),
     })
+}
+
+fn already_written(
+    ctx: &Context,
+    target: &plan::SignalTarget,
+    data: &autopilot_api::signal::SignalData,
+) -> bool {
+    let written = ctx.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    written.get(target).is_some_and(|(written, _)| written == data)
+}
+
+fn remember_written(
+    ctx: &Context,
+    target: &plan::SignalTarget,
+    data: &autopilot_api::signal::SignalData,
+) {
+    let mut written = ctx.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    written.insert(target.clone(), (data.clone(), Instant::now()));
+}
+
+/// Drop the memory of signals the cache now shows on their objects (see `Context::written`).
+fn forget_visible_signals(
+    ctx: &Context,
+    control_nodes: &BTreeMap<String, plan::TargetObject>,
+    nodes: &BTreeMap<String, plan::TargetObject>,
+) {
+    let mut written = ctx.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    written.retain(|target, (data, at)| {
+        if at.elapsed() > WRITTEN_MEMORY {
+            return false;
+        }
+        let objects = match target.kind {
+            plan::ObjectKind::ControlNode => control_nodes,
+            plan::ObjectKind::Node => nodes,
+        };
+        let visible = objects.get(&target.name).is_some_and(|object| match &object.signal {
+            plan::ObservedSignal::Valid(seen) => {
+                seen.plan_id == data.plan_id
+                    && seen.run_id == data.run_id
+                    && seen.created == data.created
+                    && seen.command == data.command
+            }
+            plan::ObservedSignal::Invalid(_) | plan::ObservedSignal::None => false,
+        });
+        !visible
+    });
 }
 
 fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {
