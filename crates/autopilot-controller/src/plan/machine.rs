@@ -34,6 +34,11 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// Deterministic and idempotent: the same inputs give the same transition, and calling it
 /// again with its own output status and the same snapshot changes nothing (effects then only
 /// repeat as identical signal resends for targets whose object does not yet carry them).
+///
+/// Before calling it, the shell probes the controllers named by [`controllers_to_probe`]
+/// and checks the versions named by [`removed_api_check_versions`]. A plan with no status
+/// that cannot start yet (its removed-API findings are missing) gets
+/// `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
     let mut probes = Probes::Observed(observed.readiness);
     Pass { inputs: Inputs::new(observed, policy), plan, assume_no_removed_apis: false }

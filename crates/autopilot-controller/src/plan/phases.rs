@@ -6,7 +6,7 @@
 //! may do several things (NewPlan, then signal the first node), so `NewPlan → Schedulable`
 //! is a single transition. Staying in the same phase is always allowed. The property tests
 //! check every pass against these tables and the table tests exercise every entry, so the
-//! tables are also the documentation (`docs/state-machines.md` carries the same data).
+//! tables are also the documentation: [`markdown`] renders them for the docs.
 
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 
@@ -253,6 +253,58 @@ pub fn target_transitions() -> impl Iterator<Item = (TargetState, TargetState)> 
     TARGET_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)))
 }
 
+/// Both tables as Markdown (plan/command phases, then target phases), for the docs.
+pub fn markdown() -> String {
+    fn list<T: std::fmt::Display>(items: &[T]) -> String {
+        if items.is_empty() {
+            "—".to_owned()
+        } else {
+            items.iter().map(|item| format!("`{item}`")).collect::<Vec<_>>().join(", ")
+        }
+    }
+    let yes_no = |flag: bool| if flag { "yes" } else { "no" };
+    let mut out = String::from(
+        "| Plan/command phase | Terminal | Next (one pass) | Meaning |\n|---|---|---|---|\n",
+    );
+    for info in PLAN_PHASES {
+        let wire = match info.state {
+            P::NewPlan => " (`\"\"` on the wire)",
+            P::SchedulableWait
+            | P::Schedulable
+            | P::Completed
+            | P::IncompleteTargets
+            | P::MissingSignalNode
+            | P::MissingPlatform
+            | P::InconsistentTargets
+            | P::Restricted
+            | P::ApplyFailed
+            | P::Warning => "",
+        };
+        out.push_str(&format!(
+            "| `{}`{wire} | {} | {} | {} |\n",
+            info.state,
+            yes_no(info.terminal),
+            list(info.next),
+            info.description
+        ));
+    }
+    out.push_str(
+        "\n| Target phase | Terminal | Initial | Next (one pass) | Meaning |\n\
+         |---|---|---|---|---|\n",
+    );
+    for info in TARGET_PHASES {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            info.state,
+            yes_no(info.terminal),
+            yes_no(info.initial),
+            list(info.next),
+            info.description
+        ));
+    }
+    out
+}
+
 /// Event reasons (PascalCase, as Kubernetes Events spell them).
 pub mod reasons {
     /// A new run of the plan started (first pass, or a new generation after a run ended).
@@ -364,6 +416,18 @@ mod tests {
         assert!(new_target_allowed(TargetState::SignalPending));
         assert!(new_target_allowed(TargetState::SignalSent));
         assert!(new_target_allowed(TargetState::MissingSignalNode));
+    }
+
+    #[test]
+    fn the_markdown_tables_name_every_phase_by_its_wire_string() {
+        let doc = markdown();
+        for state in PlanStateType::ALL {
+            assert!(doc.contains(&format!("| `{state}`")), "{state}");
+        }
+        for state in TargetState::ALL {
+            assert!(doc.contains(&format!("| `{}` |", state.as_str())), "{state}");
+        }
+        assert!(doc.contains("| `Schedulable` | no | `SchedulableWait`, `Completed`"));
     }
 
     #[test]
