@@ -6,7 +6,7 @@
 //! are additionally safe against a stale or split-brain leader because every write carries a
 //! resourceVersion precondition.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -131,22 +131,24 @@ impl Engine {
         let config = watcher::Config::default();
 
         let (control_nodes, control_node_writer) = reflector::store::<ControlNode>();
-        let control_node_events = reflector::reflector(
-            control_node_writer,
-            watcher(Api::<ControlNode>::all(client.clone()), config.clone()),
-        )
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(control_node_fingerprint, Default::default());
+        let control_node_events = triggers(
+            reflector::reflector(
+                control_node_writer,
+                watcher(Api::<ControlNode>::all(client.clone()), config.clone()),
+            )
+            .default_backoff(),
+            control_node_fingerprint,
+        );
 
         let (nodes, node_writer) = reflector::store::<Node>();
-        let node_events = reflector::reflector(
-            node_writer,
-            watcher(Api::<Node>::all(client.clone()), config.clone()),
-        )
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(node_fingerprint, Default::default());
+        let node_events = triggers(
+            reflector::reflector(
+                node_writer,
+                watcher(Api::<Node>::all(client.clone()), config.clone()),
+            )
+            .default_backoff(),
+            node_fingerprint,
+        );
 
         let plans: Api<Plan> = Api::all(client.clone());
         let controller = Controller::new(plans.clone(), config);
@@ -184,22 +186,54 @@ impl Engine {
     }
 }
 
+/// The objects of a watch whose change can matter to a plan: every deletion, every object of
+/// a (re)list, and every update that changes the object's `fingerprint`. Heartbeats and
+/// other irrelevant updates are dropped here, so they do not cause passes. (kube-runtime's
+/// predicate filter cannot be used: a deleted object hashes like its last version, so a
+/// deletion would be dropped and a target's disappearance would go unnoticed.)
+fn triggers<K: Resource>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    fingerprint: fn(&K) -> u64,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    events.filter_map(move |event| {
+        let trigger = match event {
+            Err(err) => Some(Err(err)),
+            Ok(watcher::Event::Init) => {
+                seen.clear();
+                None
+            }
+            Ok(watcher::Event::InitDone) => None,
+            Ok(watcher::Event::Delete(object)) => {
+                seen.remove(object.meta().name.as_deref().unwrap_or_default());
+                Some(Ok(object))
+            }
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                let name = object.meta().name.clone().unwrap_or_default();
+                let print = fingerprint(&object);
+                (seen.insert(name, print) != Some(print)).then_some(Ok(object))
+            }
+        };
+        std::future::ready(trigger)
+    })
+}
+
 /// What about a Node can change a plan decision: labels (platform, selectors), the signal
 /// annotations and the Ready condition. Heartbeats change none of these, so they do not
 /// trigger passes.
-fn node_fingerprint(node: &Node) -> Option<u64> {
+fn node_fingerprint(node: &Node) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     node.metadata.uid.hash(&mut hasher);
     node.labels().hash(&mut hasher);
     signal_annotations(node.annotations()).hash(&mut hasher);
     observe::is_node_ready(node).hash(&mut hasher);
     node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
-    Some(hasher.finish())
+    hasher.finish()
 }
 
 /// What about a ControlNode can change a plan decision: labels, signal annotations and the
 /// published addresses.
-fn control_node_fingerprint(control_node: &ControlNode) -> Option<u64> {
+fn control_node_fingerprint(control_node: &ControlNode) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     control_node.metadata.uid.hash(&mut hasher);
     control_node.labels().hash(&mut hasher);
@@ -207,7 +241,7 @@ fn control_node_fingerprint(control_node: &ControlNode) -> Option<u64> {
     control_node.annotations().get(keys::ANNOTATION_API_ADDRESS).hash(&mut hasher);
     control_node.internal_ip().hash(&mut hasher);
     control_node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
-    Some(hasher.finish())
+    hasher.finish()
 }
 
 fn signal_annotations(annotations: &BTreeMap<String, String>) -> [Option<&String>; 2] {
@@ -275,10 +309,9 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         effect::write_status(&ctx.plans, &plan, &transition.status).await?;
         log_changes(&name, &current, &transition.status);
     }
-    // Signals go out concurrently (each to its own object, each with its own precondition);
-    // events are queued for the background publisher.
+    // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
+    // the order the plan chose; events are queued for the background publisher.
     forget_visible_signals(&ctx, &control_nodes, &nodes);
-    let mut signals = Vec::new();
     for effect in &transition.effects {
         match effect {
             Effect::Signal { target, data } if already_written(&ctx, target, data) => {
@@ -290,15 +323,9 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                     plan::ObjectKind::Node => &node_versions,
                 };
                 let version = versions.get(&target.name).map(String::as_str);
-                let client = &ctx.engine.client;
-                let name = &name;
-                let ctx = &ctx;
-                signals.push(async move {
-                    effect::write_signal(client, target, version, data).await?;
-                    remember_written(ctx, target, data);
-                    info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
-                    Ok::<(), effect::Error>(())
-                });
+                effect::write_signal(&ctx.engine.client, target, version, data).await?;
+                remember_written(&ctx, target, data);
+                info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
             }
             Effect::Event { kind, reason, note } => {
                 ctx.events.publish(effect::PlanEvent {
@@ -309,9 +336,6 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                 });
             }
         }
-    }
-    for result in futures::future::join_all(signals).await {
-        result?;
     }
     Ok(match transition.requeue {
         Requeue::OnChange => Action::await_change(),
