@@ -1,0 +1,27 @@
+//! `docs/state-machines.md` carries the phase tables exactly as the code declares them.
+//! Regenerate with `K0S_UPDATE_DOCS=1 cargo test -p autopilot-controller --test state_machine_docs`.
+
+use std::path::PathBuf;
+
+const BEGIN: &str = "<!-- BEGIN GENERATED: plan::phases::markdown() -->\n";
+const END: &str = "<!-- END GENERATED -->";
+
+#[test]
+fn state_machine_doc_matches_the_declared_phase_tables() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/state-machines.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/state-machines.md exists");
+    let start = doc.find(BEGIN).expect("doc has the BEGIN marker") + BEGIN.len();
+    let end = doc.find(END).expect("doc has the END marker");
+    let tables = autopilot_controller::plan::phases::markdown();
+    if std::env::var_os("K0S_UPDATE_DOCS").is_some() {
+        let updated = format!("{}{tables}{}", &doc[..start], &doc[end..]);
+        std::fs::write(&path, updated).expect("write the doc");
+        return;
+    }
+    assert_eq!(
+        &doc[start..end],
+        tables,
+        "docs/state-machines.md is out of date: run \
+         K0S_UPDATE_DOCS=1 cargo test -p autopilot-controller --test state_machine_docs"
+    );
+}
