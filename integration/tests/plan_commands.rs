@@ -81,11 +81,13 @@ async fn airgap_update_completes_on_every_worker_before_k0s_update_signals_anyon
         .revision;
     assert!(k0s_first > airgap_done, "k0supdate starts after the airgap completed:\n{log}");
     // Airgap went to both Nodes (command 0); the k0supdate to the controller, then the workers.
-    let airgap_signals: Vec<_> = log
+    // One pass admits both airgap targets; it may write their signals in either order.
+    let mut airgap_signals: Vec<_> = log
         .signals()
         .filter(|(_, d)| d.command.airgapupdate.is_some())
         .map(|(o, d)| (o.object.clone(), d.command.id))
         .collect();
+    airgap_signals.sort();
     assert_eq!(
         airgap_signals,
         [(ObjectRef::node("worker-0"), 0), (ObjectRef::node("worker-1"), 0)],

@@ -16,6 +16,7 @@ use autopilot_api::v1beta2::{
     PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanStateType, TargetState, TargetStatus,
 };
 use futures::StreamExt as _;
+use integration::responder::{Event, Log, ObjectKind, ObjectRef};
 use integration::{Cluster, K0sProcess, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -386,4 +387,26 @@ pub async fn node_signal(client: &kube::Client, name: &str) -> anyhow::Result<Op
     let nodes: Api<Node> = Api::all(client.clone());
     let node = nodes.get(name).await?;
     Ok(signal::from_meta(&node.metadata)?)
+}
+
+/// The objects in the order they were admitted, where signals admitted together (no
+/// terminal write or ended signal between them, as when one pass fills several free slots)
+/// are sorted by name: the engine picks targets in name order but may write one pass's
+/// signals in any order.
+pub fn admission_order(log: &Log, kind: Option<ObjectKind>) -> Vec<ObjectRef> {
+    let mut order = Vec::new();
+    let mut batch: Vec<ObjectRef> = Vec::new();
+    for o in log.entries().iter().filter(|o| kind.is_none_or(|k| o.object.kind == k)) {
+        match &o.event {
+            Event::Signalled { .. } => batch.push(o.object.clone()),
+            Event::Wrote { phase, .. } if !phase.is_terminal() => {}
+            Event::Wrote { .. } | Event::Ended { .. } => {
+                batch.sort();
+                order.append(&mut batch);
+            }
+        }
+    }
+    batch.sort();
+    order.append(&mut batch);
+    order
 }
