@@ -3,3 +3,4 @@
 //! - [`version`]: k0s version ordering (`v1.35.1+k0s.0 < v1.35.1+k0s.1`).
 
 pub mod version;
+pub mod window;
