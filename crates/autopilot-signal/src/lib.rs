@@ -7,6 +7,7 @@
 //!
 //! Not here: anything the leader does (that is `autopilot-controller`).
 
+pub mod download;
 pub mod node;
 
 use std::future::Future;

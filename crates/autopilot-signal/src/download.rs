@@ -1,0 +1,698 @@
+//! Streaming, verified HTTP(S) download into a directory, with no partial file ever left at
+//! the destination (REF §7.5).
+//!
+//! Start at [`Downloader::download`] (or the one-shot [`download`]). Trust roots are the
+//! system's (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), never a kubeconfig's.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, LOCATION, USER_AGENT};
+use http::{Request, StatusCode, Uri};
+use http_body_util::{BodyExt as _, Empty};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest as _, Sha256};
+use tokio::io::AsyncWriteExt as _;
+
+/// Result of this module.
+pub type Result<T, E = DownloadError> = std::result::Result<T, E>;
+
+/// Why a download failed. The destination is untouched and no temp file is left behind.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    /// The URL does not parse or has no host.
+    #[error("invalid url {url:?}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+    },
+    /// The URL's scheme is neither `http` nor `https`.
+    #[error("unsupported url scheme {scheme:?} in {url} (only http and https)")]
+    UnsupportedScheme {
+        /// The URL as given.
+        url: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// The expected digest is not 64 hex digits.
+    #[error("invalid sha256 {value:?}: expected 64 hex digits")]
+    InvalidSha256 {
+        /// The digest as given.
+        value: String,
+    },
+    /// The TLS client could not be set up.
+    #[error("setting up the tls client")]
+    Tls(#[source] rustls::Error),
+    /// The server answered with a status other than 200 (or an unusable redirect).
+    #[error("GET {url}: {status}")]
+    Status {
+        /// The URL requested.
+        url: String,
+        /// The status it answered with.
+        status: StatusCode,
+    },
+    /// A redirect without a usable `Location` header.
+    #[error("GET {url}: {status} without a usable location")]
+    BadRedirect {
+        /// The URL requested.
+        url: String,
+        /// The redirect status.
+        status: StatusCode,
+    },
+    /// A redirect pointed at a URL already visited.
+    #[error("GET {url}: redirect loop")]
+    RedirectLoop {
+        /// The URL that was redirected to a second time.
+        url: String,
+    },
+    /// More redirects than [`DownloadConfig::max_redirects`].
+    #[error("GET {url}: too many redirects (more than {limit})")]
+    TooManyRedirects {
+        /// The original URL.
+        url: String,
+        /// The limit.
+        limit: u32,
+    },
+    /// Connecting or sending the request failed.
+    #[error("GET {url}: request failed")]
+    Request {
+        /// The URL requested.
+        url: String,
+        /// The cause.
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    /// Reading the response body failed (other than a short body, see [`Self::Truncated`]).
+    #[error("GET {url}: reading the body")]
+    Body {
+        /// The URL requested.
+        url: String,
+        /// The cause.
+        #[source]
+        source: hyper::Error,
+    },
+    /// No response or no body bytes arrived for [`DownloadConfig::stall_timeout`].
+    #[error("GET {url}: no data received for {timeout:?}")]
+    Stalled {
+        /// The URL requested.
+        url: String,
+        /// The stall timeout.
+        timeout: Duration,
+    },
+    /// The whole download took longer than [`DownloadConfig::overall_timeout`].
+    #[error("GET {url}: not finished within {timeout:?}")]
+    TimedOut {
+        /// The URL requested.
+        url: String,
+        /// The overall timeout.
+        timeout: Duration,
+    },
+    /// The body is (or announces to be) larger than [`DownloadConfig::max_size`].
+    #[error("GET {url}: body larger than the limit of {limit} bytes")]
+    TooLarge {
+        /// The URL requested.
+        url: String,
+        /// The size cap.
+        limit: u64,
+    },
+    /// The body ended before the announced `Content-Length`.
+    #[error("GET {url}: body truncated after {received} of {expected} bytes")]
+    Truncated {
+        /// The URL requested.
+        url: String,
+        /// Bytes received.
+        received: u64,
+        /// Bytes announced.
+        expected: u64,
+    },
+    /// The downloaded bytes do not have the expected SHA-256 digest.
+    #[error("sha256 mismatch for {url}: expected {expected}, got {actual}")]
+    DigestMismatch {
+        /// The URL requested.
+        url: String,
+        /// The expected digest (lowercase hex).
+        expected: String,
+        /// The digest of the downloaded bytes (lowercase hex).
+        actual: String,
+    },
+    /// Neither `Content-Disposition` nor the URL yields a usable file name.
+    #[error("GET {url}: no usable file name in the response or the url")]
+    NoFileName {
+        /// The final URL.
+        url: String,
+    },
+    /// The file system is full (or a quota is exhausted).
+    #[error("no space left on device writing {path}")]
+    NoSpace {
+        /// The file being written.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Another file system error.
+    #[error("{action} {path}")]
+    Io {
+        /// What was being done (e.g. "creating a temp file in").
+        action: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl DownloadError {
+    /// Wraps an I/O error, mapping "no space left" and "quota exceeded" to [`Self::NoSpace`].
+    pub fn io(action: &'static str, path: &Path, source: io::Error) -> Self {
+        let path = path.to_path_buf();
+        match source.kind() {
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
+                Self::NoSpace { path, source }
+            }
+            _ => Self::Io { action, path, source },
+        }
+    }
+}
+
+/// Limits and identity of the downloader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DownloadConfig {
+    /// Give up when no response or body bytes arrive for this long (default 60s).
+    pub stall_timeout: Duration,
+    /// Give up when the whole download takes longer than this (default 6h).
+    pub overall_timeout: Duration,
+    /// Largest accepted body in bytes (default 512 MiB).
+    pub max_size: u64,
+    /// Most redirects followed (default 10).
+    pub max_redirects: u32,
+    /// `User-Agent` header (default `k0s/<crate version>`; see [`Self::for_version`]).
+    pub user_agent: String,
+}
+
+impl Default for DownloadConfig {
+    fn default() -> Self {
+        Self {
+            stall_timeout: Duration::from_secs(60),
+            overall_timeout: Duration::from_secs(6 * 60 * 60),
+            max_size: 512 * 1024 * 1024,
+            max_redirects: 10,
+            user_agent: format!("k0s/{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+impl DownloadConfig {
+    /// The defaults, with `User-Agent: k0s/<version>`.
+    pub fn for_version(version: &str) -> Self {
+        Self { user_agent: format!("k0s/{version}"), ..Self::default() }
+    }
+}
+
+/// Where a download goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// Exactly this path (its directory must exist).
+    File(&'a Path),
+    /// This directory, under the name from `Content-Disposition` or the final URL's last
+    /// path segment, sanitised with [`sanitise_file_name`].
+    Directory(&'a Path),
+}
+
+/// A completed, verified download.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Downloaded {
+    /// Where the file now is.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its SHA-256 digest (lowercase hex).
+    pub sha256: String,
+    /// The URL finally fetched (after redirects).
+    pub url: String,
+}
+
+/// An HTTP(S) client with the system's trust roots; cheap to reuse for many downloads.
+#[derive(Clone, Debug)]
+pub struct Downloader {
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    config: DownloadConfig,
+}
+
+impl Downloader {
+    /// A downloader with `config`. Unreadable system certificates are skipped (HTTPS to a
+    /// server they would have vouched for then fails verification with a clear error).
+    pub fn new(config: DownloadConfig) -> Result<Self> {
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        let (_added, _ignored) = roots.add_parsable_certificates(native.certs);
+        let tls = rustls::ClientConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()
+        .map_err(DownloadError::Tls)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(config.stall_timeout));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
+        Ok(Self { client, config })
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> &DownloadConfig {
+        &self.config
+    }
+
+    /// Downloads `url` to `target`, verifying `sha256` (lowercase or uppercase hex; empty or
+    /// `None` skips verification). The bytes stream into a hidden temp file in the target's
+    /// directory, which is fsynced, verified and then renamed into place; on any failure
+    /// (including this future being dropped) the temp file is removed and the destination is
+    /// untouched.
+    pub async fn download(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        target: Target<'_>,
+    ) -> Result<Downloaded> {
+        let want = match sha256.map(str::trim).filter(|s| !s.is_empty()) {
+            Some(s) => Some(parse_sha256(s)?),
+            None => None,
+        };
+        let uri = parse_url(url)?;
+        let timeout = self.config.overall_timeout;
+        match tokio::time::timeout(timeout, self.fetch(uri, want, target)).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(DownloadError::TimedOut { url: url.to_string(), timeout }),
+        }
+    }
+
+    async fn fetch(
+        &self,
+        uri: Uri,
+        want: Option<String>,
+        target: Target<'_>,
+    ) -> Result<Downloaded> {
+        let DownloadConfig {
+            stall_timeout,
+            overall_timeout: _,
+            max_size,
+            max_redirects,
+            user_agent,
+        } = &self.config;
+        let stall =
+            |url: &Uri| DownloadError::Stalled { url: url.to_string(), timeout: *stall_timeout };
+        let original = uri.to_string();
+        let mut current = uri;
+        let mut visited = vec![current.clone()];
+        let response = loop {
+            let request = Request::get(current.clone())
+                .header(USER_AGENT, user_agent.as_str())
+                .body(Empty::<Bytes>::new())
+                .map_err(|_| DownloadError::InvalidUrl { url: current.to_string() })?;
+            let response = tokio::time::timeout(*stall_timeout, self.client.request(request))
+                .await
+                .map_err(|_| stall(&current))?
+                .map_err(|source| DownloadError::Request { url: current.to_string(), source })?;
+            let status = response.status();
+            if status == StatusCode::OK {
+                break response;
+            }
+            if !is_followed_redirect(status) {
+                return Err(DownloadError::Status { url: current.to_string(), status });
+            }
+            let next = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|location| resolve(&current, location))
+                .ok_or_else(|| DownloadError::BadRedirect { url: current.to_string(), status })?;
+            let next = parse_url(&next.to_string())?;
+            if visited.contains(&next) {
+                return Err(DownloadError::RedirectLoop { url: next.to_string() });
+            }
+            if visited.len() > *max_redirects as usize {
+                return Err(DownloadError::TooManyRedirects {
+                    url: original,
+                    limit: *max_redirects,
+                });
+            }
+            visited.push(next.clone());
+            current = next;
+        };
+        let url = current.to_string();
+
+        let announced = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if announced.is_some_and(|n| n > *max_size) {
+            return Err(DownloadError::TooLarge { url, limit: *max_size });
+        }
+        let (dir, name) = match target {
+            Target::File(path) => {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .ok_or_else(|| DownloadError::NoFileName { url: url.clone() })?;
+                (parent_dir(path), name)
+            }
+            Target::Directory(dir) => {
+                let mut dispositions = response.headers().get_all(CONTENT_DISPOSITION).iter();
+                let disposition = match (dispositions.next(), dispositions.next()) {
+                    (Some(one), None) => one.to_str().ok(),
+                    (None, _) | (Some(_), Some(_)) => None,
+                };
+                let name = file_name_from_response(disposition, &current)
+                    .ok_or_else(|| DownloadError::NoFileName { url: url.clone() })?;
+                (dir.to_path_buf(), name)
+            }
+        };
+        let dest = dir.join(&name);
+
+        let temp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&dir)
+            .map_err(|e| DownloadError::io("creating a temp file in", &dir, e))?;
+        let temp_path = temp.path().to_path_buf();
+        let handle =
+            temp.as_file().try_clone().map_err(|e| DownloadError::io("opening", &temp_path, e))?;
+        let mut out =
+            tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(handle));
+        let mut hasher = Sha256::new();
+        let mut received: u64 = 0;
+        let mut body = response.into_body();
+        loop {
+            let frame = match tokio::time::timeout(*stall_timeout, body.frame()).await {
+                Err(_elapsed) => return Err(stall(&current)),
+                Ok(None) => break,
+                Ok(Some(Ok(frame))) => frame,
+                Ok(Some(Err(source))) => {
+                    return Err(match announced {
+                        Some(expected) if received < expected => {
+                            DownloadError::Truncated { url, received, expected }
+                        }
+                        Some(_) | None => DownloadError::Body { url, source },
+                    });
+                }
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            received += data.len() as u64;
+            if received > *max_size {
+                return Err(DownloadError::TooLarge { url, limit: *max_size });
+            }
+            hasher.update(&data);
+            out.write_all(&data).await.map_err(|e| DownloadError::io("writing", &temp_path, e))?;
+        }
+        if let Some(expected) = announced
+            && received != expected
+        {
+            return Err(DownloadError::Truncated { url, received, expected });
+        }
+        out.flush().await.map_err(|e| DownloadError::io("writing", &temp_path, e))?;
+        let file = out.into_inner();
+        file.sync_all().await.map_err(|e| DownloadError::io("syncing", &temp_path, e))?;
+        drop(file);
+
+        let actual = hex::encode(hasher.finalize());
+        if let Some(expected) = want
+            && expected != actual
+        {
+            return Err(DownloadError::DigestMismatch { url, expected, actual });
+        }
+        temp.persist(&dest)
+            .map_err(|e| DownloadError::io("renaming a temp file to", &dest, e.error))?;
+        sync_dir(&dir)?;
+        Ok(Downloaded { path: dest, size: received, sha256: actual, url })
+    }
+}
+
+/// One-shot download with a fresh [`Downloader`] (see [`Downloader::download`]); the entry
+/// point for benchmarks.
+pub async fn download(
+    url: &str,
+    sha256: Option<&str>,
+    target: Target<'_>,
+    config: DownloadConfig,
+) -> Result<Downloaded> {
+    Downloader::new(config)?.download(url, sha256, target).await
+}
+
+/// Fsyncs a directory so that renames in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| DownloadError::io("syncing directory", dir, e))
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        Some(_) | None => PathBuf::from("."),
+    }
+}
+
+/// Normalises a hex SHA-256 digest to lowercase, rejecting anything but 64 hex digits.
+pub fn parse_sha256(value: &str) -> Result<String> {
+    let value = value.trim();
+    if value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(value.to_ascii_lowercase())
+    } else {
+        Err(DownloadError::InvalidSha256 { value: value.to_string() })
+    }
+}
+
+fn parse_url(url: &str) -> Result<Uri> {
+    let invalid = || DownloadError::InvalidUrl { url: url.to_string() };
+    let uri: Uri = url.parse().map_err(|_| invalid())?;
+    let scheme = uri.scheme_str().ok_or_else(invalid)?;
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(DownloadError::UnsupportedScheme {
+            url: url.to_string(),
+            scheme: scheme.to_string(),
+        });
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(invalid());
+    }
+    Ok(uri)
+}
+
+fn is_followed_redirect(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    )
+}
+
+/// Resolves a `Location` header value against the URL that answered with it.
+fn resolve(base: &Uri, location: &str) -> Option<Uri> {
+    let location = location.trim();
+    if let Ok(uri) = location.parse::<Uri>()
+        && uri.scheme().is_some()
+    {
+        return Some(uri);
+    }
+    let scheme = base.scheme_str()?;
+    let authority = base.authority()?;
+    let joined = if let Some(rest) = location.strip_prefix("//") {
+        format!("{scheme}://{rest}")
+    } else if location.starts_with('/') {
+        format!("{scheme}://{authority}{location}")
+    } else {
+        let path = base.path();
+        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+        let dir = if dir.is_empty() { "/" } else { dir };
+        format!("{scheme}://{authority}{dir}{location}")
+    };
+    joined.parse().ok()
+}
+
+/// The file name for an airgap bundle (REF §7.5): the `filename` parameter of a
+/// `Content-Disposition` value if it yields a usable name, else the last path segment of
+/// `url` (percent-decoded), each sanitised with [`sanitise_file_name`].
+pub fn file_name_from_response(content_disposition: Option<&str>, url: &Uri) -> Option<String> {
+    content_disposition
+        .and_then(disposition_file_name)
+        .and_then(|name| sanitise_file_name(&name))
+        .or_else(|| {
+            let segment = url.path().rsplit('/').next().unwrap_or_default();
+            sanitise_file_name(&percent_decode(segment))
+        })
+}
+
+fn disposition_file_name(value: &str) -> Option<String> {
+    value.split(';').skip(1).find_map(|param| {
+        let (key, value) = param.split_once('=')?;
+        if !key.trim().eq_ignore_ascii_case("filename") {
+            return None;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .map_or_else(|| value.to_string(), |v| v.replace("\\\"", "\"").replace("\\\\", "\\"));
+        Some(value)
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(decoded)) => {
+                out.push(decoded);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Makes `name` safe as a single file name (REF §7.5): path separators, `<>|:"?*`, control
+/// and bidi-override characters, a leading space and trailing dots/spaces become `_`;
+/// Windows reserved names get a `_` prefix; the result is cut to 255 bytes. `None` for an
+/// empty name, `.` or `..`. (Unicode NFC normalisation is not applied.)
+pub fn sanitise_file_name(name: &str) -> Option<String> {
+    if name.is_empty() || name == "." || name == ".." {
+        return None;
+    }
+    let mut chars: Vec<char> =
+        name.chars().map(|c| if is_forbidden(c) { '_' } else { c }).collect();
+    if let Some(first) = chars.first_mut()
+        && *first == ' '
+    {
+        *first = '_';
+    }
+    for c in chars.iter_mut().rev() {
+        if *c == '.' || *c == ' ' {
+            *c = '_';
+        } else {
+            break;
+        }
+    }
+    let mut out: String = chars.into_iter().collect();
+    let stem = out.split('.').next().unwrap_or_default().to_ascii_uppercase();
+    if is_windows_reserved(&stem) {
+        out.insert(0, '_');
+    }
+    while out.len() > 255 {
+        out.pop();
+    }
+    Some(out)
+}
+
+fn is_forbidden(c: char) -> bool {
+    matches!(c, '/' | '\\' | '<' | '>' | '|' | ':' | '"' | '?' | '*')
+        || c.is_control()
+        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+fn is_windows_reserved(stem: &str) -> bool {
+    match stem {
+        "CON" | "PRN" | "AUX" | "NUL" => true,
+        _ => {
+            let (prefix, digit) = stem.split_at(stem.len().min(3));
+            matches!(prefix, "COM" | "LPT")
+                && digit.len() == 1
+                && digit.bytes().all(|b| (b'1'..=b'9').contains(&b))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitising_replaces_separators_and_trailing_dots() {
+        assert_eq!(sanitise_file_name("a/b\\c:d.tar."), Some("a_b_c_d.tar_".into()));
+        assert_eq!(sanitise_file_name(" x "), Some("_x_".into()));
+        assert_eq!(sanitise_file_name("evil\u{202E}rat.exe"), Some("evil_rat.exe".into()));
+    }
+
+    #[test]
+    fn sanitising_rejects_dot_names_and_prefixes_reserved_names() {
+        assert_eq!(sanitise_file_name(""), None);
+        assert_eq!(sanitise_file_name("."), None);
+        assert_eq!(sanitise_file_name(".."), None);
+        assert_eq!(sanitise_file_name("con.tar"), Some("_con.tar".into()));
+        assert_eq!(sanitise_file_name("COM1"), Some("_COM1".into()));
+        assert_eq!(sanitise_file_name("COM10"), Some("COM10".into()));
+    }
+
+    #[test]
+    fn sanitising_cuts_long_names_to_255_bytes() {
+        let long = "é".repeat(200);
+        let out = sanitise_file_name(&long).expect("usable");
+        assert!(out.len() <= 255);
+    }
+
+    #[test]
+    fn bundle_name_comes_from_content_disposition_then_url() {
+        let url: Uri = "http://h/dist/bundle%20v2.tar?x=1".parse().expect("uri");
+        assert_eq!(file_name_from_response(None, &url), Some("bundle v2.tar".into()));
+        assert_eq!(
+            file_name_from_response(Some("attachment; filename=\"images.tar\""), &url),
+            Some("images.tar".into())
+        );
+        assert_eq!(
+            file_name_from_response(Some("attachment; filename=\"..\""), &url),
+            Some("bundle v2.tar".into())
+        );
+        let bare: Uri = "http://h/".parse().expect("uri");
+        assert_eq!(file_name_from_response(None, &bare), None);
+    }
+
+    #[test]
+    fn relative_redirects_resolve_against_the_request_url() {
+        let base: Uri = "http://h:1/a/b/c?q".parse().expect("uri");
+        let r = |l| resolve(&base, l).map(|u| u.to_string());
+        assert_eq!(r("/x"), Some("http://h:1/x".into()));
+        assert_eq!(r("y"), Some("http://h:1/a/b/y".into()));
+        assert_eq!(r("https://o/z"), Some("https://o/z".into()));
+        assert_eq!(r("//o/z"), Some("http://o/z".into()));
+    }
+
+    #[test]
+    fn only_http_and_https_urls_are_accepted() {
+        assert!(matches!(
+            parse_url("ftp://h/k0s"),
+            Err(DownloadError::UnsupportedScheme { scheme, .. }) if scheme == "ftp"
+        ));
+        assert!(matches!(parse_url("/k0s"), Err(DownloadError::InvalidUrl { .. })));
+        assert!(parse_url("HTTPS://h/k0s").is_ok());
+    }
+
+    #[test]
+    fn sha256_must_be_64_hex_digits() {
+        assert!(parse_sha256("xyz").is_err());
+        assert_eq!(parse_sha256(&"AB".repeat(32)).expect("valid"), "ab".repeat(32));
+    }
+}
