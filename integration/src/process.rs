@@ -83,7 +83,7 @@ impl ProcessSlot {
         let stderr = file.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(file).stderr(stderr).process_group(0);
         let mut registry = self.registry.lock();
-        let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+        let child = spawn_retrying_busy_text(cmd).with_context(|| format!("starting {cmd:?}"))?;
         let pid = child.id();
         registry.insert(pid_i32(pid));
         drop(registry);
@@ -215,4 +215,28 @@ pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let text = String::from_utf8_lossy(&bytes);
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// How often a spawn that fails with `ETXTBSY` is retried.
+///
+/// Copying a node's binary leaves, for a moment, a writable descriptor of it in any child
+/// that another thread forks during the copy (until that child execs and the descriptor
+/// closes). Exec of the fresh copy then fails with "Text file busy". The window is the
+/// microseconds between that fork and exec, so an immediate retry succeeds; this bound only
+/// keeps a real, lasting problem from spinning forever.
+const BUSY_TEXT_RETRIES: usize = 10_000;
+
+fn spawn_retrying_busy_text(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut attempts = 0;
+    loop {
+        match cmd.spawn() {
+            Err(err)
+                if err.raw_os_error() == Some(libc::ETXTBSY) && attempts < BUSY_TEXT_RETRIES =>
+            {
+                attempts += 1;
+                std::thread::yield_now();
+            }
+            result => return result,
+        }
+    }
 }
