@@ -2,6 +2,7 @@
 //!
 //! - [`version`]: k0s version ordering (`v1.35.1+k0s.0 < v1.35.1+k0s.1`).
 
+pub mod channel;
 pub mod cron;
 pub mod version;
 pub mod window;
