@@ -618,10 +618,10 @@ fn is_windows_reserved(stem: &str) -> bool {
     match stem {
         "CON" | "PRN" | "AUX" | "NUL" => true,
         _ => {
-            let (prefix, digit) = stem.split_at(stem.len().min(3));
-            matches!(prefix, "COM" | "LPT")
-                && digit.len() == 1
-                && digit.bytes().all(|b| (b'1'..=b'9').contains(&b))
+            let (prefix, digit) = (stem.get(..3), stem.get(3..));
+            matches!(prefix, Some("COM" | "LPT"))
+                && digit
+                    .is_some_and(|d| d.len() == 1 && d.bytes().all(|b| (b'1'..=b'9').contains(&b)))
         }
     }
 }

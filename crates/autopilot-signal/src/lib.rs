@@ -9,6 +9,7 @@
 
 pub mod download;
 pub mod node;
+pub mod phase;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1,0 +1,486 @@
+//! The node-side phase machine for one signal (REF §7.3, §7.9): pure, no I/O, no clock.
+//!
+//! [`next`] looks at the signal's phase and the [`Facts`] the shell gathered (mostly from
+//! disk, so they survive a crash) and returns one [`Step`]. Every step is idempotent:
+//! replaying [`next`] after a crash at any point converges.
+
+use autopilot_api::signal::{SignalPhase, UpdateRef};
+
+/// What the agent knows when it decides, captured once per pass. Snapshot: may be stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Facts<'a> {
+    /// The update the signal asks for.
+    pub update: UpdateRef<'a>,
+    /// The k0s version this process runs.
+    pub running_version: &'a str,
+    /// A verified staged binary for this signal exists next to the live binary.
+    pub staged: bool,
+    /// SHA-256 of the live binary (lowercase hex), if it could be read.
+    pub live_sha256: Option<&'a str>,
+    /// This process started after the restart for this signal was prepared (the restart
+    /// marker names this signal and another process instance).
+    pub restarted: bool,
+    /// The machine runs a kubelet (pure workers, controller+workers): the leader drains it.
+    pub kubelet: bool,
+}
+
+/// A host effect for the shell to perform through [`crate::host::Host`]. Each is idempotent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostAction {
+    /// Download, verify and stage the new binary next to the live one (never over it).
+    Download {
+        /// Where from.
+        url: String,
+        /// Expected SHA-256 (hex), if the signal gives one.
+        sha256: Option<String>,
+    },
+    /// Replace the live binary by the staged one, keeping the old one as `k0s.prev`.
+    Swap,
+    /// Record the restart marker for this signal; the shell then re-execs (or exits).
+    Restart,
+    /// Download and verify an airgap bundle into `<data-dir>/images`.
+    DownloadBundle {
+        /// Where from.
+        url: String,
+        /// Expected SHA-256 (hex), if the signal gives one.
+        sha256: Option<String>,
+    },
+}
+
+/// The kind of a [`HostAction`], without its data (for failure injection and metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ActionKind {
+    /// [`HostAction::Download`].
+    Download,
+    /// [`HostAction::Swap`].
+    Swap,
+    /// [`HostAction::Restart`].
+    Restart,
+    /// [`HostAction::DownloadBundle`].
+    DownloadBundle,
+}
+
+impl HostAction {
+    /// The action's kind.
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Self::Download { .. } => ActionKind::Download,
+            Self::Swap => ActionKind::Swap,
+            Self::Restart => ActionKind::Restart,
+            Self::DownloadBundle { .. } => ActionKind::DownloadBundle,
+        }
+    }
+}
+
+/// What to do when a [`Step::Run`] action fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Write this phase with the error as the reason.
+    Report(SignalPhase),
+    /// Stay in the phase and retry with backoff (the action is idempotent).
+    Retry,
+}
+
+/// Whom the agent waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitFor {
+    /// The leader cordons and drains this machine's Node, then writes `ApplyingUpdate`.
+    Drain,
+    /// The leader uncordons this machine's Node, then writes `Completed`.
+    Uncordon,
+    /// No kubelet here: the leader just advances the phase.
+    Leader,
+}
+
+/// The one thing to do next.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Write this phase (and reason) into the signal's status.
+    Report {
+        /// The new phase.
+        phase: SignalPhase,
+        /// Why, for failures.
+        reason: Option<String>,
+    },
+    /// Perform `action`; then write `on_success` (unless it is the current phase), or
+    /// handle the failure as `on_failure` says. After a successful [`HostAction::Restart`]
+    /// the shell re-execs (or exits) instead of writing anything.
+    Run {
+        /// The effect.
+        action: HostAction,
+        /// The phase after success.
+        on_success: SignalPhase,
+        /// What a failure means.
+        on_failure: OnFailure,
+    },
+    /// Nothing to do until the signal changes.
+    Wait(WaitFor),
+    /// The signal is finished on this node.
+    Done,
+}
+
+impl Step {
+    fn report(phase: SignalPhase) -> Self {
+        Self::Report { phase, reason: None }
+    }
+
+    fn fail(phase: SignalPhase, reason: String) -> Self {
+        Self::Report { phase, reason: Some(reason) }
+    }
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// Decides the next step for a signal in `phase` (`None`: the node has not reacted yet).
+pub fn next(phase: Option<SignalPhase>, facts: &Facts<'_>) -> Step {
+    match facts.update {
+        UpdateRef::K0s(update) => k0s_update(phase, facts, update),
+        UpdateRef::Airgap(update) => airgap_update(phase, update),
+    }
+}
+
+fn k0s_update(
+    phase: Option<SignalPhase>,
+    facts: &Facts<'_>,
+    update: &autopilot_api::signal::CommandK0sUpdate,
+) -> Step {
+    let wanted = update.version.as_str();
+    let want_sha256 = non_empty(&update.sha256).map(|s| s.to_ascii_lowercase());
+    let Some(phase) = phase else {
+        return if facts.running_version == wanted && !update.forceupdate {
+            Step::report(SignalPhase::Completed)
+        } else {
+            Step::report(SignalPhase::Downloading)
+        };
+    };
+    match phase {
+        SignalPhase::Downloading if facts.staged => Step::report(SignalPhase::Cordoning),
+        SignalPhase::Downloading => Step::Run {
+            action: HostAction::Download { url: update.url.clone(), sha256: want_sha256 },
+            on_success: SignalPhase::Cordoning,
+            on_failure: OnFailure::Report(SignalPhase::FailedDownload),
+        },
+        SignalPhase::Cordoning => {
+            Step::Wait(if facts.kubelet { WaitFor::Drain } else { WaitFor::Leader })
+        }
+        SignalPhase::ApplyingUpdate if facts.staged => Step::Run {
+            action: HostAction::Swap,
+            on_success: SignalPhase::Restarting,
+            on_failure: OnFailure::Retry,
+        },
+        // The staged file is gone: an earlier pass swapped it in (REF §7.7, step 1). With a
+        // digest we can check that the live binary is the one we staged.
+        SignalPhase::ApplyingUpdate => match (&want_sha256, facts.live_sha256) {
+            (Some(want), Some(live)) if live != want => Step::fail(
+                SignalPhase::Failed,
+                format!(
+                    "staged binary is gone and the live binary's sha256 {live} is not the expected {want}"
+                ),
+            ),
+            (Some(_), None) => Step::fail(
+                SignalPhase::Failed,
+                "staged binary is gone and the live binary cannot be read".to_string(),
+            ),
+            (Some(_), Some(_)) | (None, _) => Step::report(SignalPhase::Restarting),
+        },
+        SignalPhase::Restarting if facts.restarted => {
+            if facts.running_version == wanted || update.forceupdate {
+                Step::report(SignalPhase::Uncordoning)
+            } else {
+                Step::fail(
+                    SignalPhase::Failed,
+                    format!(
+                        "running version {} after restart, expected {wanted}",
+                        facts.running_version
+                    ),
+                )
+            }
+        }
+        SignalPhase::Restarting => Step::Run {
+            action: HostAction::Restart,
+            on_success: SignalPhase::Restarting,
+            on_failure: OnFailure::Retry,
+        },
+        SignalPhase::Uncordoning => {
+            Step::Wait(if facts.kubelet { WaitFor::Uncordon } else { WaitFor::Leader })
+        }
+        SignalPhase::Completed | SignalPhase::FailedDownload | SignalPhase::Failed => Step::Done,
+    }
+}
+
+fn airgap_update(
+    phase: Option<SignalPhase>,
+    update: &autopilot_api::signal::CommandAirgapUpdate,
+) -> Step {
+    let Some(phase) = phase else {
+        return Step::report(SignalPhase::Downloading);
+    };
+    match phase {
+        SignalPhase::Downloading => Step::Run {
+            action: HostAction::DownloadBundle {
+                url: update.url.clone(),
+                sha256: non_empty(&update.sha256).map(|s| s.to_ascii_lowercase()),
+            },
+            on_success: SignalPhase::Completed,
+            on_failure: OnFailure::Report(SignalPhase::FailedDownload),
+        },
+        SignalPhase::Cordoning
+        | SignalPhase::ApplyingUpdate
+        | SignalPhase::Restarting
+        | SignalPhase::Uncordoning => Step::fail(
+            SignalPhase::Failed,
+            format!("phase {phase} is not part of an airgap update"),
+        ),
+        SignalPhase::Completed | SignalPhase::FailedDownload | SignalPhase::Failed => Step::Done,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate};
+
+    const V1: &str = "v1.35.0+k0s.0";
+    const V2: &str = "v1.35.1+k0s.0";
+    const SHA: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const OTHER: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    fn k0s(sha256: &str, forceupdate: bool) -> CommandK0sUpdate {
+        CommandK0sUpdate {
+            url: "http://127.0.0.1/k0s".into(),
+            version: V2.into(),
+            sha256: sha256.into(),
+            forceupdate,
+        }
+    }
+
+    fn facts(update: &CommandK0sUpdate) -> Facts<'_> {
+        Facts {
+            update: UpdateRef::K0s(update),
+            running_version: V1,
+            staged: false,
+            live_sha256: Some(OTHER),
+            restarted: false,
+            kubelet: true,
+        }
+    }
+
+    fn report(phase: SignalPhase) -> Step {
+        Step::Report { phase, reason: None }
+    }
+
+    fn reason(step: &Step) -> &str {
+        match step {
+            Step::Report { reason: Some(reason), .. } => reason,
+            other => panic!("expected a report with a reason, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fresh_signal_for_the_running_version_completes_at_once() {
+        let update = k0s(SHA, false);
+        let f = Facts { running_version: V2, ..facts(&update) };
+        assert_eq!(next(None, &f), report(SignalPhase::Completed));
+    }
+
+    #[test]
+    fn a_forced_signal_for_the_running_version_still_downloads() {
+        let update = k0s(SHA, true);
+        let f = Facts { running_version: V2, ..facts(&update) };
+        assert_eq!(next(None, &f), report(SignalPhase::Downloading));
+    }
+
+    #[test]
+    fn a_fresh_signal_for_another_version_starts_downloading() {
+        let update = k0s(SHA, false);
+        assert_eq!(next(None, &facts(&update)), report(SignalPhase::Downloading));
+    }
+
+    #[test]
+    fn downloading_fetches_into_staging_and_fails_as_failed_download() {
+        let update = k0s(&SHA.to_uppercase(), false);
+        assert_eq!(
+            next(Some(SignalPhase::Downloading), &facts(&update)),
+            Step::Run {
+                action: HostAction::Download { url: update.url.clone(), sha256: Some(SHA.into()) },
+                on_success: SignalPhase::Cordoning,
+                on_failure: OnFailure::Report(SignalPhase::FailedDownload),
+            }
+        );
+    }
+
+    #[test]
+    fn downloading_without_a_digest_downloads_unverified() {
+        let update = k0s("", false);
+        let step = next(Some(SignalPhase::Downloading), &facts(&update));
+        assert!(matches!(
+            step,
+            Step::Run { action: HostAction::Download { sha256: None, .. }, .. }
+        ));
+    }
+
+    #[test]
+    fn downloading_after_a_crash_with_the_file_staged_moves_on() {
+        let update = k0s(SHA, false);
+        let f = Facts { staged: true, ..facts(&update) };
+        assert_eq!(next(Some(SignalPhase::Downloading), &f), report(SignalPhase::Cordoning));
+    }
+
+    #[test]
+    fn cordoning_and_uncordoning_wait_for_the_leader() {
+        let update = k0s(SHA, false);
+        let f = facts(&update);
+        assert_eq!(next(Some(SignalPhase::Cordoning), &f), Step::Wait(WaitFor::Drain));
+        assert_eq!(next(Some(SignalPhase::Uncordoning), &f), Step::Wait(WaitFor::Uncordon));
+        let f = Facts { kubelet: false, ..f };
+        assert_eq!(next(Some(SignalPhase::Cordoning), &f), Step::Wait(WaitFor::Leader));
+        assert_eq!(next(Some(SignalPhase::Uncordoning), &f), Step::Wait(WaitFor::Leader));
+    }
+
+    #[test]
+    fn applying_update_swaps_the_staged_binary_and_retries_failures() {
+        let update = k0s(SHA, false);
+        let f = Facts { staged: true, ..facts(&update) };
+        assert_eq!(
+            next(Some(SignalPhase::ApplyingUpdate), &f),
+            Step::Run {
+                action: HostAction::Swap,
+                on_success: SignalPhase::Restarting,
+                on_failure: OnFailure::Retry,
+            }
+        );
+    }
+
+    #[test]
+    fn applying_update_after_crash_skips_swap_when_staged_file_is_gone() {
+        let update = k0s(SHA, false);
+        let f = Facts { live_sha256: Some(SHA), ..facts(&update) };
+        assert_eq!(next(Some(SignalPhase::ApplyingUpdate), &f), report(SignalPhase::Restarting));
+    }
+
+    #[test]
+    fn applying_update_without_a_digest_trusts_a_missing_staged_file() {
+        let update = k0s("", false);
+        assert_eq!(
+            next(Some(SignalPhase::ApplyingUpdate), &facts(&update)),
+            report(SignalPhase::Restarting)
+        );
+    }
+
+    #[test]
+    fn applying_update_fails_when_staged_file_is_gone_and_live_binary_is_not_the_new_one() {
+        let update = k0s(SHA, false);
+        let step = next(Some(SignalPhase::ApplyingUpdate), &facts(&update));
+        assert!(reason(&step).contains(OTHER), "{step:?}");
+        assert!(matches!(step, Step::Report { phase: SignalPhase::Failed, .. }));
+        let f = Facts { live_sha256: None, ..facts(&update) };
+        let step = next(Some(SignalPhase::ApplyingUpdate), &f);
+        assert!(matches!(step, Step::Report { phase: SignalPhase::Failed, .. }));
+    }
+
+    #[test]
+    fn restart_before_restarting_asks_for_the_restart() {
+        let update = k0s(SHA, false);
+        assert_eq!(
+            next(Some(SignalPhase::Restarting), &facts(&update)),
+            Step::Run {
+                action: HostAction::Restart,
+                on_success: SignalPhase::Restarting,
+                on_failure: OnFailure::Retry,
+            }
+        );
+    }
+
+    #[test]
+    fn restart_is_done_when_the_new_process_runs_the_requested_version() {
+        let update = k0s(SHA, false);
+        let f = Facts { restarted: true, running_version: V2, ..facts(&update) };
+        assert_eq!(next(Some(SignalPhase::Restarting), &f), report(SignalPhase::Uncordoning));
+    }
+
+    #[test]
+    fn restart_into_the_wrong_version_fails_with_both_versions() {
+        let update = k0s(SHA, false);
+        let f = Facts { restarted: true, ..facts(&update) };
+        let step = next(Some(SignalPhase::Restarting), &f);
+        assert_eq!(reason(&step), format!("running version {V1} after restart, expected {V2}"));
+        assert!(matches!(step, Step::Report { phase: SignalPhase::Failed, .. }));
+    }
+
+    #[test]
+    fn a_forced_restart_accepts_any_running_version() {
+        let update = k0s(SHA, true);
+        let f = Facts { restarted: true, ..facts(&update) };
+        assert_eq!(next(Some(SignalPhase::Restarting), &f), report(SignalPhase::Uncordoning));
+    }
+
+    #[test]
+    fn terminal_phases_are_done() {
+        let update = k0s(SHA, false);
+        for phase in [SignalPhase::Completed, SignalPhase::FailedDownload, SignalPhase::Failed] {
+            assert_eq!(next(Some(phase), &facts(&update)), Step::Done, "{phase}");
+        }
+    }
+
+    #[test]
+    fn every_phase_and_fact_combination_has_exactly_one_step() {
+        // The whole table: every phase × every combination of the boolean facts. Terminal
+        // phases stay terminal; only Downloading/ApplyingUpdate/Restarting act on the host.
+        let update = k0s(SHA, false);
+        let phases = std::iter::once(None).chain(SignalPhase::ALL.into_iter().map(Some));
+        for phase in phases {
+            for bits in 0..16u8 {
+                let f = Facts {
+                    staged: bits & 1 != 0,
+                    restarted: bits & 2 != 0,
+                    kubelet: bits & 4 != 0,
+                    running_version: if bits & 8 != 0 { V2 } else { V1 },
+                    ..facts(&update)
+                };
+                let step = next(phase, &f);
+                match (phase, &step) {
+                    (Some(p), Step::Done) => assert!(p.is_terminal()),
+                    (Some(p), _) => assert!(!p.is_terminal(), "{p} → {step:?}"),
+                    (None, step) => assert!(matches!(step, Step::Report { .. })),
+                }
+                if let Step::Run { action, .. } = &step {
+                    let expected = match phase {
+                        Some(SignalPhase::Downloading) => ActionKind::Download,
+                        Some(SignalPhase::ApplyingUpdate) => ActionKind::Swap,
+                        Some(SignalPhase::Restarting) => ActionKind::Restart,
+                        other => panic!("{other:?} must not act on the host"),
+                    };
+                    assert_eq!(action.kind(), expected);
+                }
+                assert_eq!(next(phase, &f), step, "deciding is deterministic");
+            }
+        }
+    }
+
+    #[test]
+    fn an_airgap_signal_downloads_the_bundle_and_completes_without_restart() {
+        let update = CommandAirgapUpdate {
+            url: "http://127.0.0.1/bundle.tar".into(),
+            version: V2.into(),
+            sha256: String::new(),
+        };
+        let k0s_update = k0s(SHA, false);
+        let f = Facts { update: UpdateRef::Airgap(&update), ..facts(&k0s_update) };
+        assert_eq!(next(None, &f), report(SignalPhase::Downloading));
+        assert_eq!(
+            next(Some(SignalPhase::Downloading), &f),
+            Step::Run {
+                action: HostAction::DownloadBundle { url: update.url.clone(), sha256: None },
+                on_success: SignalPhase::Completed,
+                on_failure: OnFailure::Report(SignalPhase::FailedDownload),
+            }
+        );
+        let step = next(Some(SignalPhase::Restarting), &f);
+        assert!(matches!(step, Step::Report { phase: SignalPhase::Failed, .. }), "{step:?}");
+        assert_eq!(next(Some(SignalPhase::Completed), &f), Step::Done);
+    }
+}
