@@ -4,5 +4,6 @@
 
 pub mod channel;
 pub mod cron;
+pub mod decide;
 pub mod version;
 pub mod window;

@@ -1,0 +1,355 @@
+//! The pure update decision: given an UpdateConfig, the time, the running version, what the
+//! update server offers and the current `autopilot` Plan, what should happen now.
+//!
+//! No I/O, no clock: `now` and the time zone come in as arguments, and `spec.id` /
+//! `spec.timestamp` of a generated Plan are `now` in Unix seconds (as k0s writes them).
+//!
+//! Rules, in order (REF §11.2, §11.7, DESIGN §6):
+//!
+//! 1. The strategy must be valid (type set, window or cron expression parses), else
+//!    [`Decision::Invalid`].
+//! 2. `periodic`: the offered version must be strictly newer than the running one under
+//!    k0s ordering ([`crate::version`]), else [`Decision::UpToDate`]. Exception: when a
+//!    `k0supdate` item of `planSpec` has `forceupdate: true`, any *different* version the
+//!    server offers is taken (the server may roll a cluster back); an equal one never is.
+//!    `cron`: no local comparison, the server decides (as in k0s).
+//! 3. `periodic`: now must be inside the window ([`crate::window`]), else
+//!    [`Decision::OutsideWindow`] with when it opens. `cron` runs when its schedule fires,
+//!    which the shell times with [`crate::cron::Schedule::next_after`].
+//! 4. A Plan that has not reached a terminal state is never touched
+//!    ([`Decision::PlanRunning`]), for either strategy.
+//! 5. A terminal Plan whose commands are exactly what we would generate is left alone
+//!    ([`Decision::AlreadyPlanned`]): that update already ran (or failed: delete the Plan
+//!    to retry the same version). This keeps a stuck version from re-running every period.
+//! 6. Otherwise the Plan is generated (REF §11.6): [`Decision::CreatePlan`] when none exists,
+//!    [`Decision::ReplacePlan`] over a terminal one. Applying a new spec to a terminal Plan
+//!    starts a fresh run (DESIGN §9.4), so repeated updates work, unlike k0s.
+
+use autopilot_api::v1beta2::{
+    AutopilotPlanCommand, AutopilotPlanSpec, Plan, PlanCommand, PlanCommandAirgapUpdate,
+    PlanCommandK0sUpdate, PlanCommandTarget, PlanCommandTargetDiscovery,
+    PlanCommandTargetDiscoverySelector, PlanCommandTargets, PlanSpec, PlanStateType,
+    UpdateConfigSpec, UpgradeStrategy, UpgradeStrategyType,
+};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use thiserror::Error;
+
+use crate::channel::ChannelAnswer;
+use crate::cron::Schedule;
+use crate::version::K0sVersion;
+use crate::window::{Window, WindowState};
+
+/// Why an UpdateConfig's `upgradeStrategy` cannot be used.
+#[derive(Debug, Error)]
+pub enum StrategyError {
+    /// `upgradeStrategy` or its `type` is absent (k0s: "unknown strategy").
+    #[error("upgradeStrategy.type is required (periodic or cron)")]
+    MissingType,
+    /// The `periodic` window is invalid.
+    #[error(transparent)]
+    Window(#[from] crate::window::Error),
+    /// The `cron` expression is invalid.
+    #[error(transparent)]
+    Cron(#[from] crate::cron::Error),
+}
+
+/// A validated `upgradeStrategy`.
+#[derive(Clone, Debug)]
+pub enum Strategy {
+    /// Check every period (the shell's `K0S_UPDATE_PERIOD`); update inside the window.
+    Periodic(Window),
+    /// Deprecated: check when the schedule fires; the server decides whether to update.
+    Cron(Schedule),
+}
+
+impl Strategy {
+    /// Validate `upgradeStrategy`. The shell calls this once per UpdateConfig change to
+    /// know how to time its checks; [`decide`] calls it again (it is cheap).
+    pub fn from_spec(strategy: Option<&UpgradeStrategy>) -> Result<Self, StrategyError> {
+        let strategy = strategy.ok_or(StrategyError::MissingType)?;
+        match strategy.r#type.ok_or(StrategyError::MissingType)? {
+            UpgradeStrategyType::Periodic => {
+                Ok(Self::Periodic(Window::parse(strategy.periodic.as_ref())?))
+            }
+            UpgradeStrategyType::Cron => {
+                Ok(Self::Cron(Schedule::parse_or_default(strategy.cron.as_deref())?))
+            }
+        }
+    }
+}
+
+/// Everything [`decide`] looks at, captured once per check.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// The UpdateConfig's spec.
+    pub spec: &'a UpdateConfigSpec,
+    /// The current time.
+    pub now: Timestamp,
+    /// The zone windows are evaluated in; the controller passes its local zone.
+    pub tz: &'a TimeZone,
+    /// The version the controller runs (its own build version, as k0s compares).
+    pub running_version: &'a str,
+    /// What the update server offers.
+    pub answer: &'a ChannelAnswer,
+    /// The Plan named `autopilot`, if it exists.
+    pub plan: Option<&'a Plan>,
+}
+
+/// What the shell should do after one check. Every variant is worth an Event on the
+/// UpdateConfig ([`Decision::reason`]).
+#[must_use]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// The server offers nothing newer than what runs.
+    UpToDate {
+        /// The running version.
+        running: String,
+        /// The offered version.
+        offered: String,
+    },
+    /// A newer version is offered but the window is closed; check again at `opens_at`.
+    OutsideWindow {
+        /// The offered version.
+        offered: String,
+        /// When the window opens next.
+        opens_at: Option<Timestamp>,
+    },
+    /// The `autopilot` Plan is still running; it is never replaced mid-run.
+    PlanRunning {
+        /// Its current state.
+        state: PlanStateType,
+    },
+    /// The terminal `autopilot` Plan already has exactly these commands; nothing to do.
+    AlreadyPlanned {
+        /// Its terminal state.
+        state: PlanStateType,
+        /// The offered version.
+        offered: String,
+    },
+    /// No `autopilot` Plan exists: create it with this spec.
+    CreatePlan(PlanSpec),
+    /// The `autopilot` Plan is terminal: apply this spec over it to start a fresh run.
+    ReplacePlan {
+        /// The terminal state of the previous run.
+        previous: PlanStateType,
+        /// The new spec.
+        spec: PlanSpec,
+    },
+    /// The UpdateConfig or the server's answer cannot be used; the message says why.
+    Invalid(String),
+}
+
+/// Event reasons for [`Decision`]s (PascalCase, stable).
+pub mod reasons {
+    /// [`super::Decision::UpToDate`].
+    pub const UP_TO_DATE: &str = "UpToDate";
+    /// [`super::Decision::OutsideWindow`].
+    pub const OUTSIDE_WINDOW: &str = "OutsideWindow";
+    /// [`super::Decision::PlanRunning`].
+    pub const PLAN_RUNNING: &str = "PlanRunning";
+    /// [`super::Decision::AlreadyPlanned`].
+    pub const ALREADY_PLANNED: &str = "AlreadyPlanned";
+    /// [`super::Decision::CreatePlan`] and [`super::Decision::ReplacePlan`].
+    pub const PLAN_CREATED: &str = "PlanCreated";
+    /// [`super::Decision::Invalid`].
+    pub const INVALID: &str = "InvalidUpdateConfig";
+    /// For the shell: the update server could not be reached or answered badly.
+    pub const SERVER_ERROR: &str = "UpdateServerError";
+}
+
+impl Decision {
+    /// The Plan spec to server-side apply, if any.
+    pub fn plan_spec(&self) -> Option<&PlanSpec> {
+        match self {
+            Self::CreatePlan(spec) | Self::ReplacePlan { spec, .. } => Some(spec),
+            Self::UpToDate { .. }
+            | Self::OutsideWindow { .. }
+            | Self::PlanRunning { .. }
+            | Self::AlreadyPlanned { .. }
+            | Self::Invalid(_) => None,
+        }
+    }
+
+    /// The Event reason for this decision (see [`reasons`]).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::UpToDate { .. } => reasons::UP_TO_DATE,
+            Self::OutsideWindow { .. } => reasons::OUTSIDE_WINDOW,
+            Self::PlanRunning { .. } => reasons::PLAN_RUNNING,
+            Self::AlreadyPlanned { .. } => reasons::ALREADY_PLANNED,
+            Self::CreatePlan(_) | Self::ReplacePlan { .. } => reasons::PLAN_CREATED,
+            Self::Invalid(_) => reasons::INVALID,
+        }
+    }
+
+    /// A one-line, lowercase description for an Event note or a log line.
+    pub fn message(&self) -> String {
+        match self {
+            Self::UpToDate { running, offered } => {
+                format!("running {running}; the server offers {offered}, nothing newer")
+            }
+            Self::OutsideWindow { offered, opens_at: Some(at) } => {
+                format!("{offered} is available; the update window opens at {at}")
+            }
+            Self::OutsideWindow { offered, opens_at: None } => {
+                format!("{offered} is available; the update window is closed")
+            }
+            Self::PlanRunning { state } => {
+                format!("the autopilot plan is still running ({state}); left alone")
+            }
+            Self::AlreadyPlanned { state, offered } => format!(
+                "the autopilot plan for {offered} already ended ({state}); delete it to run it again"
+            ),
+            Self::CreatePlan(spec) => format!("created the autopilot plan {}", spec.id),
+            Self::ReplacePlan { previous, spec } => {
+                format!("replaced the ended autopilot plan ({previous}) with a new run {}", spec.id)
+            }
+            Self::Invalid(reason) => reason.clone(),
+        }
+    }
+}
+
+/// Decide what to do now. Pure; see the module docs for the rules.
+pub fn decide(inputs: &Inputs<'_>) -> Decision {
+    let Inputs { spec, now, tz, running_version, answer, plan } = *inputs;
+
+    // Check 1: the strategy is usable.
+    let strategy = match Strategy::from_spec(spec.upgrade_strategy.as_ref()) {
+        Ok(strategy) => strategy,
+        Err(err) => return Decision::Invalid(err.to_string()),
+    };
+
+    match strategy {
+        Strategy::Periodic(window) => {
+            // Check 2: strictly newer (or different, when the operator forces updates).
+            let offered = match K0sVersion::parse(&answer.version) {
+                Ok(v) => v,
+                Err(err) => return Decision::Invalid(format!("update server offers {err}")),
+            };
+            let running = match K0sVersion::parse(running_version) {
+                Ok(v) => v,
+                Err(err) => return Decision::Invalid(format!("running version: {err}")),
+            };
+            let wanted = if forces_update(spec.plan_spec.as_ref()) {
+                offered != running
+            } else {
+                offered > running
+            };
+            if !wanted {
+                return Decision::UpToDate {
+                    running: running_version.to_owned(),
+                    offered: answer.version.clone(),
+                };
+            }
+            // Check 3: inside the window.
+            if let WindowState::Closed { opens_at } = window.state_at(now, tz) {
+                return Decision::OutsideWindow { offered: answer.version.clone(), opens_at };
+            }
+        }
+        // The server decides (REF §11.7); the schedule decided when to ask.
+        Strategy::Cron(_) => {}
+    }
+
+    // Check 4: never touch a running plan.
+    let previous = plan.map(|p| p.status.as_ref().map(|s| s.state).unwrap_or_default());
+    if let Some(state) = previous.filter(|s| !s.is_terminal()) {
+        return Decision::PlanRunning { state };
+    }
+
+    let new_spec = match plan_spec(spec.plan_spec.as_ref(), answer, now) {
+        Ok(spec) => spec,
+        Err(reason) => return Decision::Invalid(reason),
+    };
+
+    // Check 5 and 6: same commands already ran, or create / replace.
+    match (plan, previous) {
+        (Some(plan), Some(state)) if plan.spec.commands == new_spec.commands => {
+            Decision::AlreadyPlanned { state, offered: answer.version.clone() }
+        }
+        (Some(_), Some(previous)) => Decision::ReplacePlan { previous, spec: new_spec },
+        (None, _) | (Some(_), None) => Decision::CreatePlan(new_spec),
+    }
+}
+
+/// Whether any `k0supdate` item of the template asks for forced updates.
+fn forces_update(template: Option<&AutopilotPlanSpec>) -> bool {
+    template.is_some_and(|t| {
+        t.commands.iter().any(|c| c.k0supdate.as_ref().is_some_and(|k| k.forceupdate))
+    })
+}
+
+/// Generate the `autopilot` Plan spec from the template and the answer (REF §11.6).
+///
+/// - No template, or no item with `k0supdate`/`airgapupdate`: one `k0supdate` of the whole
+///   cluster (`selector: {}` for controllers and workers), not forced.
+/// - Otherwise each item in order. An item with both parts becomes two commands, the
+///   `airgapupdate` first so the new images are on the workers before their k0s restarts
+///   (k0s puts both in one command, where only the k0s part runs). An item with neither is
+///   an error (k0s writes an empty command, which breaks the plan).
+///
+/// `spec.id` and `spec.timestamp` are `now` in Unix seconds.
+pub fn plan_spec(
+    template: Option<&AutopilotPlanSpec>,
+    answer: &ChannelAnswer,
+    now: Timestamp,
+) -> Result<PlanSpec, String> {
+    let version = answer.version.clone();
+    let k0s_update = |forceupdate: bool, targets: PlanCommandTargets| PlanCommand {
+        k0supdate: Some(PlanCommandK0sUpdate {
+            version: version.clone(),
+            forceupdate,
+            platforms: answer.k0s.clone(),
+            targets,
+        }),
+        airgapupdate: None,
+    };
+    let airgap_update = |workers: PlanCommandTarget| PlanCommand {
+        k0supdate: None,
+        airgapupdate: Some(PlanCommandAirgapUpdate {
+            version: version.clone(),
+            platforms: answer.airgap.clone(),
+            workers,
+        }),
+    };
+
+    let items: &[AutopilotPlanCommand] = template.map(|t| t.commands.as_slice()).unwrap_or(&[]);
+    let has_update = items.iter().any(|c| c.k0supdate.is_some() || c.airgapupdate.is_some());
+
+    let commands = if has_update {
+        let mut commands = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let AutopilotPlanCommand { k0supdate, airgapupdate } = item;
+            if k0supdate.is_none() && airgapupdate.is_none() {
+                return Err(format!(
+                    "planSpec.commands[{i}] has neither k0supdate nor airgapupdate"
+                ));
+            }
+            if let Some(airgap) = airgapupdate {
+                commands.push(airgap_update(airgap.workers.clone()));
+            }
+            if let Some(k0s) = k0supdate {
+                commands.push(k0s_update(k0s.forceupdate, k0s.targets.clone()));
+            }
+        }
+        commands
+    } else {
+        let everyone = || PlanCommandTarget {
+            discovery: PlanCommandTargetDiscovery {
+                r#static: None,
+                selector: Some(PlanCommandTargetDiscoverySelector::default()),
+            },
+            limits: Default::default(),
+        };
+        vec![k0s_update(
+            false,
+            PlanCommandTargets { controllers: Some(everyone()), workers: Some(everyone()) },
+        )]
+    };
+
+    let id = now.as_second().to_string();
+    Ok(PlanSpec { id: id.clone(), timestamp: id, commands })
+}
+
+#[cfg(test)]
+mod tests;

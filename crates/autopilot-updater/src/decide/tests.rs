@@ -1,0 +1,453 @@
+//! Table-style tests of [`super::decide`] and [`super::plan_spec`].
+
+use std::collections::BTreeMap;
+
+use autopilot_api::v1beta2::{
+    AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate, PeriodicUpgradeStrategy,
+    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanResourceUrl, PlanStatus,
+};
+use jiff::civil::date;
+
+use super::*;
+
+const RUNNING: &str = "v1.35.1+k0s.0";
+const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// Monday 2026-11-23 at `hour:minute` UTC.
+fn monday(hour: i8, minute: i8) -> Timestamp {
+    date(2026, 11, 23).at(hour, minute, 0, 0).to_zoned(TimeZone::UTC).unwrap().timestamp()
+}
+
+fn periodic(days: &[&str], start: &str, length: &str) -> UpdateConfigSpec {
+    UpdateConfigSpec {
+        upgrade_strategy: Some(UpgradeStrategy {
+            r#type: Some(UpgradeStrategyType::Periodic),
+            cron: None,
+            periodic: Some(PeriodicUpgradeStrategy {
+                days: days.iter().map(|d| (*d).to_owned()).collect(),
+                start_time: Some(start.to_owned()),
+                length: Some(length.to_owned()),
+            }),
+        }),
+        ..UpdateConfigSpec::default()
+    }
+}
+
+/// Window Monday 13:00 for 2h.
+fn monday_window() -> UpdateConfigSpec {
+    periodic(&["Monday"], "13:00", "2h")
+}
+
+fn cron(expr: &str) -> UpdateConfigSpec {
+    UpdateConfigSpec {
+        upgrade_strategy: Some(UpgradeStrategy {
+            r#type: Some(UpgradeStrategyType::Cron),
+            cron: Some(expr.to_owned()),
+            periodic: None,
+        }),
+        ..UpdateConfigSpec::default()
+    }
+}
+
+fn answer(version: &str) -> ChannelAnswer {
+    ChannelAnswer {
+        version: version.to_owned(),
+        k0s: BTreeMap::from([
+            (
+                "linux-amd64".to_owned(),
+                PlanResourceUrl {
+                    url: "https://x/k0s-amd64".to_owned(),
+                    sha256: Some(SHA.to_owned()),
+                },
+            ),
+            (
+                "linux-arm64".to_owned(),
+                PlanResourceUrl { url: "https://x/k0s-arm64".to_owned(), sha256: None },
+            ),
+        ]),
+        airgap: BTreeMap::from([(
+            "linux-amd64".to_owned(),
+            PlanResourceUrl {
+                url: "https://x/airgap-amd64".to_owned(),
+                sha256: Some(SHA.to_owned()),
+            },
+        )]),
+        ..ChannelAnswer::default()
+    }
+}
+
+fn plan_in(state: PlanStateType, spec: PlanSpec) -> Plan {
+    let mut plan = Plan::new("autopilot", spec);
+    plan.status = Some(PlanStatus { state, ..PlanStatus::default() });
+    plan
+}
+
+fn run(
+    spec: &UpdateConfigSpec,
+    now: Timestamp,
+    offered: &ChannelAnswer,
+    plan: Option<&Plan>,
+) -> Decision {
+    decide(&Inputs {
+        spec,
+        now,
+        tz: &TimeZone::UTC,
+        running_version: RUNNING,
+        answer: offered,
+        plan,
+    })
+}
+
+fn selector_all() -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: None,
+            selector: Some(PlanCommandTargetDiscoverySelector::default()),
+        },
+        limits: PlanCommandTargetLimits { concurrent: 1 },
+    }
+}
+
+fn static_nodes(nodes: &[&str], concurrent: u32) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: Some(PlanCommandTargetDiscoveryStatic {
+                nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+            }),
+            selector: None,
+        },
+        limits: PlanCommandTargetLimits { concurrent },
+    }
+}
+
+// === periodic ===
+
+#[test]
+fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
+    let now = monday(13, 30);
+    let decision = run(&monday_window(), now, &answer("v1.35.2+k0s.0"), None);
+    let expected = PlanSpec {
+        id: now.as_second().to_string(),
+        timestamp: now.as_second().to_string(),
+        commands: vec![PlanCommand {
+            k0supdate: Some(PlanCommandK0sUpdate {
+                version: "v1.35.2+k0s.0".to_owned(),
+                forceupdate: false,
+                platforms: answer("v1.35.2+k0s.0").k0s,
+                targets: PlanCommandTargets {
+                    controllers: Some(selector_all()),
+                    workers: Some(selector_all()),
+                },
+            }),
+            airgapupdate: None,
+        }],
+    };
+    assert_eq!(decision, Decision::CreatePlan(expected));
+    assert_eq!(decision.reason(), reasons::PLAN_CREATED);
+}
+
+#[test]
+fn whole_cluster_plan_serialises_selectors_as_empty_objects() {
+    let spec = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
+    let json = serde_json::to_value(&spec).unwrap();
+    let targets = &json["commands"][0]["k0supdate"]["targets"];
+    assert_eq!(targets["controllers"]["discovery"], serde_json::json!({ "selector": {} }));
+    assert_eq!(targets["workers"]["discovery"], serde_json::json!({ "selector": {} }));
+    assert_eq!(json["id"], serde_json::json!(monday(13, 30).as_second().to_string()));
+}
+
+#[test]
+fn same_version_is_up_to_date_even_inside_the_window() {
+    let decision = run(&monday_window(), monday(13, 30), &answer(RUNNING), None);
+    assert_eq!(
+        decision,
+        Decision::UpToDate { running: RUNNING.to_owned(), offered: RUNNING.to_owned() }
+    );
+}
+
+#[test]
+fn older_version_is_up_to_date() {
+    let decision = run(&monday_window(), monday(13, 30), &answer("v1.35.0+k0s.3"), None);
+    assert!(matches!(decision, Decision::UpToDate { .. }), "{decision:?}");
+}
+
+#[test]
+fn newer_k0s_build_of_the_same_kubernetes_version_is_an_update() {
+    let decision = run(&monday_window(), monday(13, 30), &answer("v1.35.1+k0s.1"), None);
+    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
+}
+
+#[test]
+fn newer_version_outside_the_window_waits_for_it_to_open() {
+    let decision = run(&monday_window(), monday(12, 0), &answer("v1.35.2+k0s.0"), None);
+    assert_eq!(
+        decision,
+        Decision::OutsideWindow {
+            offered: "v1.35.2+k0s.0".to_owned(),
+            opens_at: Some(monday(13, 0))
+        }
+    );
+}
+
+#[test]
+fn window_end_is_exclusive_in_the_decision_too() {
+    let decision = run(&monday_window(), monday(15, 0), &answer("v1.35.2+k0s.0"), None);
+    assert!(matches!(decision, Decision::OutsideWindow { .. }), "{decision:?}");
+    let decision = run(&monday_window(), monday(13, 0), &answer("v1.35.2+k0s.0"), None);
+    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
+}
+
+#[test]
+fn running_plan_is_never_touched() {
+    let old = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(13, 0)).unwrap();
+    for state in
+        [PlanStateType::NewPlan, PlanStateType::SchedulableWait, PlanStateType::Schedulable]
+    {
+        let plan = plan_in(state, old.clone());
+        let decision = run(&monday_window(), monday(13, 30), &answer("v1.35.3+k0s.0"), Some(&plan));
+        assert_eq!(decision, Decision::PlanRunning { state });
+    }
+}
+
+#[test]
+fn plan_without_status_counts_as_running() {
+    let mut plan = plan_in(PlanStateType::NewPlan, PlanSpec::default());
+    plan.status = None;
+    let decision = run(&monday_window(), monday(13, 30), &answer("v1.35.2+k0s.0"), Some(&plan));
+    assert_eq!(decision, Decision::PlanRunning { state: PlanStateType::NewPlan });
+}
+
+#[test]
+fn terminal_plan_is_replaced_by_a_fresh_run() {
+    let old = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(13, 0)).unwrap();
+    for state in [PlanStateType::Completed, PlanStateType::ApplyFailed, PlanStateType::Warning] {
+        let plan = plan_in(state, old.clone());
+        let now = monday(13, 30);
+        let decision = run(&monday_window(), now, &answer("v1.35.3+k0s.0"), Some(&plan));
+        let Decision::ReplacePlan { previous, spec } = &decision else {
+            panic!("{decision:?}");
+        };
+        assert_eq!(*previous, state);
+        assert_eq!(spec.id, now.as_second().to_string());
+        assert_ne!(spec.id, old.id);
+        assert_eq!(spec.commands[0].k0supdate.as_ref().unwrap().version, "v1.35.3+k0s.0");
+    }
+}
+
+#[test]
+fn terminal_plan_with_the_same_commands_is_not_rerun() {
+    let offered = answer("v1.35.2+k0s.0");
+    let old = plan_spec(None, &offered, monday(13, 0)).unwrap();
+    let plan = plan_in(PlanStateType::ApplyFailed, old);
+    let decision = run(&monday_window(), monday(13, 30), &offered, Some(&plan));
+    assert_eq!(
+        decision,
+        Decision::AlreadyPlanned {
+            state: PlanStateType::ApplyFailed,
+            offered: "v1.35.2+k0s.0".to_owned()
+        }
+    );
+}
+
+#[test]
+fn forced_update_takes_a_different_version_but_never_the_same_one() {
+    let mut spec = monday_window();
+    spec.plan_spec = Some(AutopilotPlanSpec {
+        commands: vec![AutopilotPlanCommand {
+            k0supdate: Some(AutopilotPlanCommandK0sUpdate {
+                forceupdate: true,
+                targets: PlanCommandTargets { controllers: Some(selector_all()), workers: None },
+            }),
+            airgapupdate: None,
+        }],
+    });
+    let decision = run(&spec, monday(13, 30), &answer("v1.35.0+k0s.0"), None);
+    let Decision::CreatePlan(plan) = &decision else { panic!("{decision:?}") };
+    assert!(plan.commands[0].k0supdate.as_ref().unwrap().forceupdate);
+    let decision = run(&spec, monday(13, 30), &answer(RUNNING), None);
+    assert!(matches!(decision, Decision::UpToDate { .. }), "{decision:?}");
+}
+
+#[test]
+fn unparseable_offered_version_is_invalid() {
+    let decision = run(&monday_window(), monday(13, 30), &answer("latest"), None);
+    let Decision::Invalid(reason) = &decision else { panic!("{decision:?}") };
+    assert!(reason.contains("\"latest\""), "{reason}");
+}
+
+#[test]
+fn unknown_weekday_makes_the_config_invalid() {
+    let spec = periodic(&["Tuesdsay"], "13:00", "2h");
+    let decision = run(&spec, monday(13, 30), &answer("v1.35.2+k0s.0"), None);
+    let Decision::Invalid(reason) = &decision else { panic!("{decision:?}") };
+    assert!(reason.contains("Tuesdsay"), "{reason}");
+    assert_eq!(decision.reason(), reasons::INVALID);
+}
+
+#[test]
+fn missing_strategy_type_is_invalid() {
+    let decision =
+        run(&UpdateConfigSpec::default(), monday(13, 30), &answer("v1.35.2+k0s.0"), None);
+    assert_eq!(
+        decision,
+        Decision::Invalid("upgradeStrategy.type is required (periodic or cron)".to_owned())
+    );
+}
+
+// === plan generation from planSpec ===
+
+#[test]
+fn plan_spec_items_fill_version_platforms_digests_and_targets() {
+    let template = AutopilotPlanSpec {
+        commands: vec![
+            AutopilotPlanCommand {
+                k0supdate: Some(AutopilotPlanCommandK0sUpdate {
+                    forceupdate: true,
+                    targets: PlanCommandTargets {
+                        controllers: Some(static_nodes(&["c1", "c2"], 1)),
+                        workers: Some(static_nodes(&["w1"], 5)),
+                    },
+                }),
+                airgapupdate: None,
+            },
+            AutopilotPlanCommand {
+                k0supdate: None,
+                airgapupdate: Some(AutopilotPlanCommandAirgapUpdate {
+                    workers: static_nodes(&["w1"], 2),
+                }),
+            },
+        ],
+    };
+    let offered = answer("v1.35.2+k0s.0");
+    let spec = plan_spec(Some(&template), &offered, monday(13, 30)).unwrap();
+    assert_eq!(
+        spec.commands,
+        vec![
+            PlanCommand {
+                k0supdate: Some(PlanCommandK0sUpdate {
+                    version: "v1.35.2+k0s.0".to_owned(),
+                    forceupdate: true,
+                    platforms: offered.k0s.clone(),
+                    targets: PlanCommandTargets {
+                        controllers: Some(static_nodes(&["c1", "c2"], 1)),
+                        workers: Some(static_nodes(&["w1"], 5)),
+                    },
+                }),
+                airgapupdate: None,
+            },
+            PlanCommand {
+                k0supdate: None,
+                airgapupdate: Some(PlanCommandAirgapUpdate {
+                    version: "v1.35.2+k0s.0".to_owned(),
+                    platforms: offered.airgap.clone(),
+                    workers: static_nodes(&["w1"], 2),
+                }),
+            },
+        ]
+    );
+    assert_eq!(
+        spec.commands[0].k0supdate.as_ref().unwrap().platforms["linux-amd64"].sha256.as_deref(),
+        Some(SHA)
+    );
+}
+
+#[test]
+fn item_with_both_parts_becomes_airgap_then_k0s() {
+    let template = AutopilotPlanSpec {
+        commands: vec![AutopilotPlanCommand {
+            k0supdate: Some(AutopilotPlanCommandK0sUpdate {
+                forceupdate: false,
+                targets: PlanCommandTargets { controllers: None, workers: Some(selector_all()) },
+            }),
+            airgapupdate: Some(AutopilotPlanCommandAirgapUpdate { workers: selector_all() }),
+        }],
+    };
+    let spec = plan_spec(Some(&template), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
+    assert_eq!(spec.commands.len(), 2);
+    assert!(spec.commands[0].airgapupdate.is_some() && spec.commands[0].k0supdate.is_none());
+    assert!(spec.commands[1].k0supdate.is_some() && spec.commands[1].airgapupdate.is_none());
+}
+
+#[test]
+fn empty_plan_spec_means_the_whole_cluster() {
+    let empty = AutopilotPlanSpec { commands: vec![] };
+    let from_empty = plan_spec(Some(&empty), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
+    let from_none = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
+    assert_eq!(from_empty, from_none);
+}
+
+#[test]
+fn item_with_neither_part_is_invalid() {
+    let template = AutopilotPlanSpec {
+        commands: vec![
+            AutopilotPlanCommand {
+                k0supdate: Some(AutopilotPlanCommandK0sUpdate::default()),
+                airgapupdate: None,
+            },
+            AutopilotPlanCommand::default(),
+        ],
+    };
+    let err = plan_spec(Some(&template), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap_err();
+    assert!(err.contains("planSpec.commands[1]"), "{err}");
+}
+
+// === cron ===
+
+#[test]
+fn cron_strategy_lets_the_server_decide_the_version() {
+    // No local comparison: even the running version creates a plan when none exists.
+    let decision = run(&cron("@hourly"), monday(3, 0), &answer(RUNNING), None);
+    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
+}
+
+#[test]
+fn cron_strategy_never_replaces_a_running_plan() {
+    let old = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(2, 0)).unwrap();
+    let plan = plan_in(PlanStateType::SchedulableWait, old);
+    let decision = run(&cron("* * * * * *"), monday(3, 0), &answer("v1.35.3+k0s.0"), Some(&plan));
+    assert_eq!(decision, Decision::PlanRunning { state: PlanStateType::SchedulableWait });
+}
+
+#[test]
+fn cron_strategy_replaces_a_completed_plan_for_a_new_answer() {
+    let old = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(2, 0)).unwrap();
+    let plan = plan_in(PlanStateType::Completed, old);
+    let decision = run(&cron("@hourly"), monday(3, 0), &answer("v1.35.3+k0s.0"), Some(&plan));
+    assert!(
+        matches!(decision, Decision::ReplacePlan { previous: PlanStateType::Completed, .. }),
+        "{decision:?}"
+    );
+}
+
+#[test]
+fn invalid_cron_expression_is_invalid() {
+    let decision = run(&cron("every hour"), monday(3, 0), &answer("v1.35.2+k0s.0"), None);
+    let Decision::Invalid(reason) = &decision else { panic!("{decision:?}") };
+    assert!(reason.starts_with("cron expression \"every hour\""), "{reason}");
+}
+
+#[test]
+fn strategy_from_spec_gives_the_shell_the_schedule() {
+    let spec = cron("0 30 * * * *");
+    let Ok(Strategy::Cron(schedule)) = Strategy::from_spec(spec.upgrade_strategy.as_ref()) else {
+        panic!("not a cron strategy");
+    };
+    assert_eq!(schedule.next_after(monday(3, 0), &TimeZone::UTC).unwrap(), monday(3, 30));
+    let spec = monday_window();
+    assert!(matches!(
+        Strategy::from_spec(spec.upgrade_strategy.as_ref()),
+        Ok(Strategy::Periodic(_))
+    ));
+}
+
+#[test]
+fn every_decision_has_a_message() {
+    let decisions = [
+        run(&monday_window(), monday(13, 30), &answer(RUNNING), None),
+        run(&monday_window(), monday(12, 0), &answer("v1.35.2+k0s.0"), None),
+        run(&monday_window(), monday(13, 30), &answer("v1.35.2+k0s.0"), None),
+    ];
+    for decision in decisions {
+        assert!(!decision.message().is_empty());
+    }
+}
