@@ -8,6 +8,7 @@
 //! Not here: anything the leader does (that is `autopilot-controller`).
 
 pub mod download;
+pub mod host;
 pub mod node;
 pub mod phase;
 

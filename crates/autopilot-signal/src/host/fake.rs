@@ -1,0 +1,241 @@
+//! [`FakeHost`]: an in-memory disk and HTTP server for replay tests, with injected failures
+//! ([`FakeHost::fail_next`]) and crashes ([`FakeHost::crash_after`]).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use autopilot_api::signal::UpdateRef;
+use http::StatusCode;
+use sha2::{Digest as _, Sha256};
+
+use super::{Host, HostError, Observed, RestartMarker, Result, SignalKey, expected_sha256};
+use crate::download::{DownloadError, parse_sha256};
+use crate::phase::ActionKind;
+
+/// The live binary's name on the fake disk.
+pub const LIVE: &str = "k0s";
+/// The staged binary's name.
+pub const STAGED: &str = "k0s.tmp";
+/// The previous binary's name.
+pub const PREVIOUS: &str = "k0s.prev";
+/// The restart marker's name.
+pub const MARKER: &str = "autopilot-restart.json";
+
+/// A fake host. Every disk mutation is atomic (like `rename(2)`) and counts as one crash
+/// point; after [`Self::crash_after`]`(n)` the (n+1)th mutation fails with
+/// [`HostError::Crashed`] without happening, and so does everything after it until
+/// [`Self::restart_process`].
+#[derive(Debug, Default)]
+pub struct FakeHost {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    files: BTreeMap<String, Vec<u8>>,
+    server: BTreeMap<String, Vec<u8>>,
+    fail: VecDeque<ActionKind>,
+    budget: Option<usize>,
+    crashed: bool,
+    mutations: usize,
+    instance: u64,
+    log: Vec<String>,
+}
+
+impl State {
+    /// Spends one crash point; `Err(Crashed)` when the budget is exhausted.
+    fn mutate(&mut self, what: String) -> Result<()> {
+        if self.crashed {
+            return Err(HostError::Crashed);
+        }
+        if let Some(budget) = self.budget.as_mut() {
+            if *budget == 0 {
+                self.crashed = true;
+                return Err(HostError::Crashed);
+            }
+            *budget -= 1;
+        }
+        self.mutations += 1;
+        self.log.push(what);
+        Ok(())
+    }
+
+    fn injected(&mut self, kind: ActionKind) -> Result<()> {
+        if self.crashed {
+            return Err(HostError::Crashed);
+        }
+        if self.fail.front() == Some(&kind) {
+            self.fail.pop_front();
+            return Err(HostError::Injected(kind));
+        }
+        Ok(())
+    }
+
+    fn fetch(&self, url: &str, sha256: Option<&str>) -> Result<Vec<u8>> {
+        let want = sha256.map(parse_sha256).transpose()?;
+        let body = self.server.get(url).ok_or_else(|| DownloadError::Status {
+            url: url.to_string(),
+            status: StatusCode::NOT_FOUND,
+        })?;
+        let actual = sha256_hex(body);
+        if let Some(expected) = want
+            && expected != actual
+        {
+            return Err(
+                DownloadError::DigestMismatch { url: url.to_string(), expected, actual }.into()
+            );
+        }
+        Ok(body.clone())
+    }
+}
+
+/// SHA-256 of `bytes` (lowercase hex).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl FakeHost {
+    /// A host whose live binary holds `live`.
+    pub fn new(live: &[u8]) -> Self {
+        let host = Self::default();
+        host.lock().files.insert(LIVE.to_string(), live.to_vec());
+        host
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Serves `body` at `url` from now on.
+    pub fn serve(&self, url: &str, body: &[u8]) {
+        self.lock().server.insert(url.to_string(), body.to_vec());
+    }
+
+    /// Makes the next action of `kind` fail with [`HostError::Injected`] (queued in order).
+    pub fn fail_next(&self, kind: ActionKind) {
+        self.lock().fail.push_back(kind);
+    }
+
+    /// Lets `n` more mutations happen, then crashes.
+    pub fn crash_after(&self, n: usize) {
+        self.lock().budget = Some(n);
+    }
+
+    /// Whether the simulated process crashed.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
+    }
+
+    /// A new process starts on the same disk: the crash is over, the instance id changes.
+    pub fn restart_process(&self) {
+        let mut state = self.lock();
+        state.crashed = false;
+        state.budget = None;
+        state.instance += 1;
+    }
+
+    /// Spends one crash point for an effect outside the host (e.g. a status write), so
+    /// replay tests can crash around it; `Err(Crashed)` when the budget is exhausted.
+    pub fn external_effect(&self, what: &str) -> Result<()> {
+        self.lock().mutate(what.to_string())
+    }
+
+    /// How many mutations (host and external) happened so far.
+    pub fn mutations(&self) -> usize {
+        self.lock().mutations
+    }
+
+    /// What happened, one line per mutation.
+    pub fn log(&self) -> Vec<String> {
+        self.lock().log.clone()
+    }
+
+    /// A file on the fake disk (names: [`LIVE`], [`STAGED`], [`PREVIOUS`], [`MARKER`],
+    /// `images/<name>`).
+    pub fn file(&self, name: &str) -> Option<Vec<u8>> {
+        self.lock().files.get(name).cloned()
+    }
+
+    /// The names of all files on the fake disk.
+    pub fn files(&self) -> Vec<String> {
+        self.lock().files.keys().cloned().collect()
+    }
+}
+
+impl Host for FakeHost {
+    async fn observe(&self, signal: &SignalKey, update: UpdateRef<'_>) -> Result<Observed> {
+        let state = self.lock();
+        if state.crashed {
+            return Err(HostError::Crashed);
+        }
+        let (staged, live_sha256) = match update {
+            UpdateRef::Airgap(_) => (false, None),
+            UpdateRef::K0s(_) => {
+                let staged = state.files.get(STAGED).is_some_and(|bytes| {
+                    expected_sha256(update).is_none_or(|want| sha256_hex(bytes) == want)
+                });
+                (staged, state.files.get(LIVE).map(|b| sha256_hex(b)))
+            }
+        };
+        let marker = state
+            .files
+            .get(MARKER)
+            .map(|bytes| serde_json::from_slice::<RestartMarker>(bytes))
+            .transpose()
+            .map_err(|source| HostError::Marker { path: PathBuf::from(MARKER), source })?;
+        let instance = state.instance.to_string();
+        let restarted = marker.is_some_and(|m| &m.signal == signal && m.instance != instance);
+        Ok(Observed { staged, live_sha256, restarted })
+    }
+
+    async fn download(&self, url: &str, sha256: Option<&str>) -> Result<()> {
+        let mut state = self.lock();
+        state.injected(ActionKind::Download)?;
+        let body = state.fetch(url, sha256)?;
+        state.mutate(format!("stage {url}"))?;
+        state.files.insert(STAGED.to_string(), body);
+        Ok(())
+    }
+
+    async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf> {
+        let mut state = self.lock();
+        state.injected(ActionKind::DownloadBundle)?;
+        let body = state.fetch(url, sha256)?;
+        let uri: http::Uri =
+            url.parse().map_err(|_| DownloadError::InvalidUrl { url: url.into() })?;
+        let name = crate::download::file_name_from_response(None, &uri)
+            .ok_or_else(|| DownloadError::NoFileName { url: url.to_string() })?;
+        let path = format!("images/{name}");
+        state.mutate(format!("store {path}"))?;
+        state.files.insert(path.clone(), body);
+        Ok(PathBuf::from(path))
+    }
+
+    fn swap_binary(&self) -> Result<()> {
+        let mut state = self.lock();
+        state.injected(ActionKind::Swap)?;
+        let Some(staged) = state.files.get(STAGED).cloned() else {
+            return Ok(());
+        };
+        if let Some(live) = state.files.get(LIVE).cloned() {
+            state.mutate(format!("keep {LIVE} as {PREVIOUS}"))?;
+            state.files.insert(PREVIOUS.to_string(), live);
+        }
+        state.mutate(format!("rename {STAGED} over {LIVE}"))?;
+        state.files.remove(STAGED);
+        state.files.insert(LIVE.to_string(), staged);
+        Ok(())
+    }
+
+    fn prepare_restart(&self, signal: &SignalKey) -> Result<()> {
+        let mut state = self.lock();
+        state.injected(ActionKind::Restart)?;
+        let marker = RestartMarker { signal: signal.clone(), instance: state.instance.to_string() };
+        let bytes = serde_json::to_vec(&marker)
+            .map_err(|source| HostError::Marker { path: PathBuf::from(MARKER), source })?;
+        state.mutate(format!("write {MARKER}"))?;
+        state.files.insert(MARKER.to_string(), bytes);
+        Ok(())
+    }
+}

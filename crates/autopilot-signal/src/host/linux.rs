@@ -1,0 +1,213 @@
+//! [`Host`] on a real Linux machine: files next to the running binary and in the data
+//! directory (REF §7.5, §7.7).
+
+use std::io::{self, Read as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use autopilot_api::signal::UpdateRef;
+use sha2::{Digest as _, Sha256};
+
+use super::{HostError, Observed, RestartMarker, Result, SignalKey, expected_sha256};
+use crate::download::{DownloadConfig, Downloader, Target, parent_dir, sync_dir};
+use crate::host::Host;
+
+/// The real host. Given the live binary `D/k0s`: the staged binary is `D/k0s.tmp`, the
+/// previous one `D/k0s.prev`, download temp files `D/.k0s.tmp.<random>.tmp`; the restart
+/// marker is `<data-dir>/autopilot-restart.json` and bundles go to `<data-dir>/images`.
+#[derive(Clone, Debug)]
+pub struct LinuxHost {
+    live: PathBuf,
+    data_dir: PathBuf,
+    downloader: Downloader,
+    instance: String,
+}
+
+impl LinuxHost {
+    /// A host replacing `live` (the running executable, symlinks resolved, captured at
+    /// startup) and keeping its state in `data_dir`. Construct it once per process: its
+    /// instance id tells this process from the one before a restart.
+    pub fn new(live: PathBuf, data_dir: PathBuf, config: DownloadConfig) -> Result<Self> {
+        let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let instance = format!("{}-{}", std::process::id(), started.as_nanos());
+        Ok(Self { live, data_dir, downloader: Downloader::new(config)?, instance })
+    }
+
+    /// The same host with an explicit process instance id.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = instance.into();
+        self
+    }
+
+    /// This process instance's id (recorded in the restart marker).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The live binary.
+    pub fn live_path(&self) -> &Path {
+        &self.live
+    }
+
+    /// Where a downloaded, verified binary waits for the swap.
+    pub fn staged_path(&self) -> PathBuf {
+        self.sibling(".tmp")
+    }
+
+    /// Where the binary replaced by the last swap is kept.
+    pub fn previous_path(&self) -> PathBuf {
+        self.sibling(".prev")
+    }
+
+    /// The restart marker.
+    pub fn marker_path(&self) -> PathBuf {
+        self.data_dir.join("autopilot-restart.json")
+    }
+
+    /// Where airgap bundles go.
+    pub fn images_dir(&self) -> PathBuf {
+        self.data_dir.join("images")
+    }
+
+    fn sibling(&self, suffix: &str) -> PathBuf {
+        let mut name = self.live.file_name().unwrap_or_default().to_os_string();
+        name.push(suffix);
+        parent_dir(&self.live).join(name)
+    }
+
+    fn read_marker(&self) -> Result<Option<RestartMarker>> {
+        let path = self.marker_path();
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| HostError::Marker { path, source }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(HostError::io("reading restart marker", path, e)),
+        }
+    }
+}
+
+/// SHA-256 of a file (lowercase hex); `None` if it does not exist.
+pub fn sha256_file(path: &Path) -> Result<Option<String>> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(HostError::io("opening", path, e)),
+    };
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| HostError::io("reading", path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(Some(hex::encode(hasher.finalize())))
+}
+
+async fn sha256_file_async(path: PathBuf) -> Result<Option<String>> {
+    tokio::task::spawn_blocking(move || sha256_file(&path)).await.map_err(HostError::Task)?
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(HostError::io("removing", path, e)),
+    }
+}
+
+impl Host for LinuxHost {
+    async fn observe(&self, signal: &SignalKey, update: UpdateRef<'_>) -> Result<Observed> {
+        let staged = match update {
+            UpdateRef::Airgap(_) => false,
+            UpdateRef::K0s(_) => match expected_sha256(update) {
+                None => self.staged_path().exists(),
+                Some(want) => {
+                    sha256_file_async(self.staged_path()).await?.is_some_and(|got| got == want)
+                }
+            },
+        };
+        let live_sha256 = match update {
+            UpdateRef::Airgap(_) => None,
+            UpdateRef::K0s(_) => sha256_file_async(self.live.clone()).await.ok().flatten(),
+        };
+        let restarted =
+            self.read_marker()?.is_some_and(|m| &m.signal == signal && m.instance != self.instance);
+        Ok(Observed { staged, live_sha256, restarted })
+    }
+
+    async fn download(&self, url: &str, sha256: Option<&str>) -> Result<()> {
+        let staged = self.staged_path();
+        self.downloader.download(url, sha256, Target::File(&staged)).await?;
+        Ok(())
+    }
+
+    async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf> {
+        let dir = self.images_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
+        let done = self.downloader.download(url, sha256, Target::Directory(&dir)).await?;
+        Ok(done.path)
+    }
+
+    fn swap_binary(&self) -> Result<()> {
+        let staged = self.staged_path();
+        let dir = parent_dir(&self.live);
+        match std::fs::File::open(&staged) {
+            Ok(file) => {
+                file.set_permissions(std::fs::Permissions::from_mode(0o755))
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| HostError::io("making executable", &staged, e))?;
+            }
+            // Already swapped by an earlier attempt.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(HostError::io("opening", &staged, e)),
+        }
+        // Keep the previous binary: link it under a temp name, then rename that over
+        // `k0s.prev`, so `k0s.prev` is always complete too. While the staged file exists
+        // the live binary is still the old one, so repeating this is harmless.
+        let previous = self.previous_path();
+        let mut name = previous.file_name().unwrap_or_default().to_os_string();
+        name.push(".new");
+        let previous_new = dir.join(name);
+        remove_if_present(&previous_new)?;
+        match std::fs::hard_link(&self.live, &previous_new) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) => {
+                std::fs::copy(&self.live, &previous_new)
+                    .map_err(|e| HostError::io("copying the live binary to", &previous_new, e))?;
+            }
+        }
+        if previous_new.exists() {
+            std::fs::rename(&previous_new, &previous)
+                .map_err(|e| HostError::io("renaming to", &previous, e))?;
+        }
+        std::fs::rename(&staged, &self.live)
+            .map_err(|e| HostError::io("renaming the staged binary to", &self.live, e))?;
+        sync_dir(&dir)?;
+        Ok(())
+    }
+
+    fn prepare_restart(&self, signal: &SignalKey) -> Result<()> {
+        let path = self.marker_path();
+        std::fs::create_dir_all(&self.data_dir)
+            .map_err(|e| HostError::io("creating", &self.data_dir, e))?;
+        let marker = RestartMarker { signal: signal.clone(), instance: self.instance.clone() };
+        let bytes = serde_json::to_vec(&marker)
+            .map_err(|source| HostError::Marker { path: path.clone(), source })?;
+        let mut temp = tempfile::Builder::new()
+            .prefix(".autopilot-restart.")
+            .suffix(".tmp")
+            .tempfile_in(&self.data_dir)
+            .map_err(|e| HostError::io("creating a temp file in", &self.data_dir, e))?;
+        std::io::Write::write_all(&mut temp, &bytes)
+            .and_then(|()| temp.as_file().sync_all())
+            .map_err(|e| HostError::io("writing", temp.path(), e))?;
+        temp.persist(&path).map_err(|e| HostError::io("renaming to", &path, e.error))?;
+        sync_dir(&self.data_dir)?;
+        Ok(())
+    }
+}
