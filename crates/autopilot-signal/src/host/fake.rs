@@ -127,11 +127,14 @@ impl FakeHost {
         self.lock().crashed
     }
 
-    /// A new process starts on the same disk: the crash is over, the instance id changes.
+    /// A new process starts on the same disk and gets a new instance id. After a crash,
+    /// no further crash is scheduled; after a clean re-exec the crash budget carries on.
     pub fn restart_process(&self) {
         let mut state = self.lock();
-        state.crashed = false;
-        state.budget = None;
+        if state.crashed {
+            state.crashed = false;
+            state.budget = None;
+        }
         state.instance += 1;
     }
 

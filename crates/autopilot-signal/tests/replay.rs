@@ -1,0 +1,391 @@
+//! The phase machine replayed against [`FakeHost`]: a crash at every mutation and a failure
+//! injected at every action; the live binary is always complete and the signal converges.
+
+use autopilot_api::signal::{
+    CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
+};
+use autopilot_signal::host::Host as _;
+use autopilot_signal::host::fake::{self, FakeHost, sha256_hex};
+use autopilot_signal::host::{HostError, SignalKey, perform};
+use autopilot_signal::phase::{ActionKind, HostAction, OnFailure, Step, next};
+
+const V1: &str = "v1.35.0+k0s.0";
+const V2: &str = "v1.35.1+k0s.0";
+const URL: &str = "http://127.0.0.1:8080/k0s";
+
+/// A "runnable" fake binary: a header naming its version, then a body.
+fn binary(version: &str) -> Vec<u8> {
+    format!("#!k0s {version}\n{}", "x".repeat(4096)).into_bytes()
+}
+
+fn version_of(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let header = text.lines().next().unwrap_or_default();
+    header.strip_prefix("#!k0s ").unwrap_or("corrupt").to_string()
+}
+
+fn k0s_signal(version: &str, sha256: &str, forceupdate: bool) -> SignalData {
+    SignalData {
+        plan_id: "id123".into(),
+        created: "2026-11-22T00:00:00Z".into(),
+        command: SignalCommand {
+            id: 0,
+            k0supdate: Some(CommandK0sUpdate {
+                url: URL.into(),
+                version: version.into(),
+                sha256: sha256.into(),
+                forceupdate,
+            }),
+            airgapupdate: None,
+        },
+        status: None,
+        run_id: None,
+    }
+}
+
+enum Exit {
+    Done,
+    Crashed,
+    Restart,
+}
+
+/// One node: the fake disk, the signal as the API server holds it, the running process.
+struct World {
+    host: FakeHost,
+    signal: SignalData,
+    running: String,
+    kubelet: bool,
+    history: Vec<SignalPhase>,
+    restarts: usize,
+    crashes: usize,
+}
+
+impl World {
+    fn new(signal: SignalData) -> Self {
+        let host = FakeHost::new(&binary(V1));
+        host.serve(URL, &binary(V2));
+        Self {
+            host,
+            signal,
+            running: V1.into(),
+            kubelet: true,
+            history: Vec::new(),
+            restarts: 0,
+            crashes: 0,
+        }
+    }
+
+    fn write(&mut self, phase: SignalPhase, reason: Option<String>) -> Result<(), HostError> {
+        self.host.external_effect(&format!("status {phase}"))?;
+        let mut status = SignalStatus::new(phase, jiff::Timestamp::UNIX_EPOCH);
+        status.reason = reason;
+        self.signal.status = Some(status);
+        self.history.push(phase);
+        Ok(())
+    }
+
+    fn check_binary_is_complete(&self) {
+        let live = self.host.file(fake::LIVE).expect("the live binary always exists");
+        assert!(
+            live == binary(V1) || live == binary(V2) || live == binary("v1.35.9+k0s.0"),
+            "live binary is not a complete known build"
+        );
+    }
+
+    /// Runs one process until it is done, crashes or re-execs.
+    async fn run_process(&mut self) -> Exit {
+        for _ in 0..50 {
+            self.check_binary_is_complete();
+            let signal = self.signal.clone();
+            let key = SignalKey::of(&signal);
+            let update = signal.command.update().expect("valid command");
+            let observed = match self.host.observe(&key, update).await {
+                Ok(observed) => observed,
+                Err(HostError::Crashed) => return Exit::Crashed,
+                Err(e) => panic!("observe: {}", e.reason()),
+            };
+            let facts = observed.facts(update, &self.running, self.kubelet);
+            let written = match next(signal.phase(), &facts) {
+                Step::Report { phase, reason } => self.write(phase, reason),
+                Step::Run { action, on_success, on_failure } => {
+                    match perform(&self.host, &action, &key).await {
+                        Ok(()) if action == HostAction::Restart => return Exit::Restart,
+                        Ok(()) if signal.phase() == Some(on_success) => Ok(()),
+                        Ok(()) => self.write(on_success, None),
+                        Err(HostError::Crashed) => return Exit::Crashed,
+                        Err(e) => match on_failure {
+                            OnFailure::Report(phase) => self.write(phase, Some(e.reason())),
+                            OnFailure::Retry => Ok(()),
+                        },
+                    }
+                }
+                // The leader's part, done at once.
+                Step::Wait(_) => match signal.phase() {
+                    Some(SignalPhase::Cordoning) => self.write(SignalPhase::ApplyingUpdate, None),
+                    Some(SignalPhase::Uncordoning) => self.write(SignalPhase::Completed, None),
+                    other => panic!("waiting in {other:?}"),
+                },
+                Step::Done => return Exit::Done,
+            };
+            if let Err(e) = written {
+                assert!(matches!(e, HostError::Crashed), "{e}");
+                return Exit::Crashed;
+            }
+        }
+        panic!("no progress within 50 steps; history {:?}", self.history);
+    }
+
+    /// Runs processes (restarting after each crash or re-exec) until the signal is done.
+    async fn run_to_end(&mut self) {
+        for _ in 0..20 {
+            match self.run_process().await {
+                Exit::Done => {
+                    self.check_binary_is_complete();
+                    return;
+                }
+                Exit::Crashed => self.crashes += 1,
+                Exit::Restart => self.restarts += 1,
+            }
+            self.host.restart_process();
+            let live = self.host.file(fake::LIVE).expect("live binary");
+            self.running = version_of(&live);
+        }
+        panic!("did not converge; history {:?}", self.history);
+    }
+
+    fn phase(&self) -> Option<SignalPhase> {
+        self.signal.phase()
+    }
+
+    fn reason(&self) -> String {
+        self.signal.status.as_ref().and_then(|s| s.reason.clone()).unwrap_or_default()
+    }
+
+    fn assert_history_in_order(&self) {
+        assert!(
+            self.history.windows(2).all(|w| w[0] <= w[1]),
+            "phases out of order: {:?}",
+            self.history
+        );
+    }
+
+    fn assert_updated(&self) {
+        assert_eq!(self.phase(), Some(SignalPhase::Completed), "{:?}", self.history);
+        assert_eq!(self.host.file(fake::LIVE), Some(binary(V2)));
+        assert_eq!(self.host.file(fake::PREVIOUS), Some(binary(V1)));
+        assert_eq!(self.host.file(fake::STAGED), None);
+        assert_eq!(self.running, V2);
+        self.assert_history_in_order();
+    }
+}
+
+fn update_signal() -> SignalData {
+    k0s_signal(V2, &sha256_hex(&binary(V2)), false)
+}
+
+/// How many crash points a clean run of `signal` has.
+async fn crash_points(signal: SignalData) -> usize {
+    let mut world = World::new(signal);
+    world.run_to_end().await;
+    world.host.mutations()
+}
+
+#[tokio::test]
+async fn a_clean_update_walks_every_phase_once_and_restarts_once() {
+    let mut world = World::new(update_signal());
+    world.run_to_end().await;
+    world.assert_updated();
+    assert_eq!(
+        world.history,
+        vec![
+            SignalPhase::Downloading,
+            SignalPhase::Cordoning,
+            SignalPhase::ApplyingUpdate,
+            SignalPhase::Restarting,
+            SignalPhase::Uncordoning,
+            SignalPhase::Completed,
+        ]
+    );
+    assert_eq!(world.restarts, 1);
+}
+
+#[tokio::test]
+async fn a_crash_at_every_point_still_converges_to_the_new_binary() {
+    let points = crash_points(update_signal()).await;
+    assert!(points >= 10, "{points}");
+    for n in 0..=points {
+        let mut world = World::new(update_signal());
+        world.host.crash_after(n);
+        world.run_to_end().await;
+        world.assert_updated();
+        assert_eq!(world.crashes, usize::from(n < points), "crash after {n}");
+    }
+}
+
+#[tokio::test]
+async fn a_crash_at_every_point_converges_without_a_digest_too() {
+    let signal = k0s_signal(V2, "", false);
+    let points = crash_points(signal.clone()).await;
+    for n in 0..=points {
+        let mut world = World::new(signal.clone());
+        world.host.crash_after(n);
+        world.run_to_end().await;
+        world.assert_updated();
+    }
+}
+
+#[tokio::test]
+async fn failed_swaps_and_restarts_are_retried_at_every_crash_point() {
+    for kind in [ActionKind::Swap, ActionKind::Restart] {
+        let points = crash_points(update_signal()).await;
+        for n in 0..=points {
+            let mut world = World::new(update_signal());
+            world.host.fail_next(kind);
+            world.host.fail_next(kind);
+            world.host.crash_after(n);
+            world.run_to_end().await;
+            world.assert_updated();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failed_download_ends_in_failed_download_with_the_old_binary_in_place() {
+    let points = crash_points(update_signal()).await;
+    for n in 0..=points {
+        let mut world = World::new(update_signal());
+        world.host.fail_next(ActionKind::Download);
+        world.host.crash_after(n);
+        world.run_to_end().await;
+        world.assert_history_in_order();
+        match world.phase() {
+            // The crash came before the download was attempted: it then succeeded.
+            Some(SignalPhase::Completed) => world.assert_updated(),
+            Some(SignalPhase::FailedDownload) => {
+                assert_eq!(world.reason(), "injected failure of Download");
+                assert_eq!(world.host.file(fake::LIVE), Some(binary(V1)));
+                assert_eq!(world.host.file(fake::STAGED), None);
+                assert_eq!(world.running, V1);
+            }
+            other => panic!("crash after {n}: ended in {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_digest_fails_the_download_with_both_digests() {
+    let wrong = "0".repeat(64);
+    let mut world = World::new(k0s_signal(V2, &wrong, false));
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::FailedDownload));
+    let reason = world.reason();
+    assert!(reason.contains(&wrong) && reason.contains(&sha256_hex(&binary(V2))), "{reason}");
+    assert_eq!(world.host.file(fake::LIVE), Some(binary(V1)));
+    assert_eq!(world.restarts, 0);
+}
+
+#[tokio::test]
+async fn a_missing_artifact_fails_the_download_with_the_status() {
+    let mut world = World::new(update_signal());
+    world.host.serve(URL, b"");
+    let mut signal = update_signal();
+    if let Some(k0s) = signal.command.k0supdate.as_mut() {
+        k0s.url = "http://127.0.0.1:8080/missing".into();
+    }
+    world.signal = signal;
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::FailedDownload));
+    assert_eq!(world.reason(), "GET http://127.0.0.1:8080/missing: 404 Not Found");
+}
+
+#[tokio::test]
+async fn a_binary_that_restarts_into_another_version_fails_with_the_reason() {
+    let odd = binary("v1.35.9+k0s.0");
+    let signal = k0s_signal(V2, &sha256_hex(&odd), false);
+    let points = crash_points(signal.clone()).await;
+    for n in 0..=points {
+        let mut world = World::new(signal.clone());
+        world.host.serve(URL, &odd);
+        world.host.crash_after(n);
+        world.run_to_end().await;
+        assert_eq!(world.phase(), Some(SignalPhase::Failed), "crash after {n}");
+        assert_eq!(
+            world.reason(),
+            format!("running version v1.35.9+k0s.0 after restart, expected {V2}")
+        );
+        world.assert_history_in_order();
+    }
+}
+
+#[tokio::test]
+async fn a_forced_update_to_the_running_version_swaps_and_restarts() {
+    let mut world = World::new(k0s_signal(V2, "", true));
+    world.running = V2.into();
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Completed));
+    assert_eq!(world.restarts, 1);
+    assert_eq!(world.host.file(fake::LIVE), Some(binary(V2)));
+}
+
+#[tokio::test]
+async fn an_update_to_the_running_version_completes_without_touching_the_disk() {
+    let mut world = World::new(update_signal());
+    world.running = V2.into();
+    world.run_to_end().await;
+    assert_eq!(world.history, vec![SignalPhase::Completed]);
+    assert_eq!(world.host.files(), vec![fake::LIVE.to_string()]);
+}
+
+#[tokio::test]
+async fn a_staged_file_lost_before_the_swap_fails_instead_of_claiming_success() {
+    let mut world = World::new(update_signal());
+    let key = SignalKey::of(&world.signal);
+    world.write(SignalPhase::ApplyingUpdate, None).expect("write");
+    let observed = world
+        .host
+        .observe(&key, world.signal.command.update().expect("valid"))
+        .await
+        .expect("observe");
+    assert!(!observed.staged);
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Failed));
+    assert!(world.reason().starts_with("staged binary is gone"), "{}", world.reason());
+    assert_eq!(world.host.file(fake::LIVE), Some(binary(V1)));
+}
+
+#[tokio::test]
+async fn an_airgap_bundle_is_stored_under_images_without_a_restart() {
+    let url = "http://127.0.0.1:8080/dist/bundle.tar";
+    let bundle = b"images".to_vec();
+    let signal = SignalData {
+        command: SignalCommand {
+            id: 1,
+            k0supdate: None,
+            airgapupdate: Some(CommandAirgapUpdate {
+                url: url.into(),
+                version: V2.into(),
+                sha256: sha256_hex(&bundle),
+            }),
+        },
+        ..update_signal()
+    };
+    // A clean run has three crash points: Downloading, the bundle, Completed.
+    for n in 0..=4 {
+        let mut world = World::new(signal.clone());
+        world.host.serve(url, &bundle);
+        world.host.fail_next(ActionKind::DownloadBundle);
+        world.host.crash_after(n);
+        world.run_to_end().await;
+        assert_eq!(world.restarts, 0);
+        assert_eq!(world.host.file(fake::LIVE), Some(binary(V1)));
+        match world.phase() {
+            Some(SignalPhase::Completed) => {
+                assert_eq!(world.host.file("images/bundle.tar"), Some(bundle.clone()));
+            }
+            Some(SignalPhase::FailedDownload) => {
+                assert_eq!(world.host.file("images/bundle.tar"), None);
+            }
+            other => panic!("crash after {n}: ended in {other:?}"),
+        }
+    }
+}
