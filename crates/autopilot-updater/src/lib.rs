@@ -5,5 +5,6 @@
 pub mod channel;
 pub mod cron;
 pub mod decide;
+pub mod source;
 pub mod version;
 pub mod window;
