@@ -1,0 +1,197 @@
+//! [`LinuxHost`] on a temp directory: staging, swap with `k0s.prev`, restart marker, bundle.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+
+use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalData, UpdateRef};
+use autopilot_signal::download::{DownloadConfig, DownloadError};
+use autopilot_signal::host::{Host as _, HostError, LinuxHost, SignalKey};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use sha2::{Digest as _, Sha256};
+
+const OLD: &[u8] = b"#!/bin/sh\necho v1\n";
+const NEW: &[u8] = b"#!/bin/sh\necho v2\n";
+
+async fn serve() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let response = match req.uri().path() {
+                        "/k0s" | "/dist/bundle.tar" => Response::new(Full::new(Bytes::from(NEW))),
+                        _ => Response::builder()
+                            .status(StatusCode::NOT_FOUND)
+                            .body(Full::new(Bytes::new()))
+                            .expect("response"),
+                    };
+                    Ok::<_, Infallible>(response)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+fn sha(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    host: LinuxHost,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("bin")).expect("bin");
+        let live = dir.path().join("bin/k0s");
+        std::fs::write(&live, OLD).expect("write live");
+        std::fs::set_permissions(&live, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let host = LinuxHost::new(live, dir.path().join("data"), DownloadConfig::default())
+            .expect("host")
+            .with_instance("first");
+        Self { dir, host }
+    }
+
+    fn bin(&self) -> std::path::PathBuf {
+        self.dir.path().join("bin")
+    }
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn signal() -> SignalData {
+    serde_json::from_str(
+        r#"{"planId":"id123","created":"2026-11-22T00:00:00Z","command":{"id":0,"k0supdate":{"url":"u","version":"v2"}}}"#,
+    )
+    .expect("signal")
+}
+
+fn k0s(sha256: &str) -> CommandK0sUpdate {
+    CommandK0sUpdate {
+        url: String::new(),
+        version: "v2".into(),
+        sha256: sha256.into(),
+        forceupdate: false,
+    }
+}
+
+#[tokio::test]
+async fn a_staged_download_sits_next_to_the_live_binary_until_the_swap() {
+    let addr = serve().await;
+    let f = Fixture::new();
+    let key = SignalKey::of(&signal());
+    f.host.download(&format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
+    assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.tmp"]);
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
+
+    let update = k0s(&sha(NEW));
+    let observed = f.host.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
+    assert!(observed.staged);
+    assert_eq!(observed.live_sha256.as_deref(), Some(sha(OLD).as_str()));
+    let other = k0s(&sha(OLD));
+    let observed = f.host.observe(&key, UpdateRef::K0s(&other)).await.expect("observe");
+    assert!(!observed.staged, "a staged file with another digest is not this signal's");
+}
+
+#[tokio::test]
+async fn a_failed_download_leaves_only_the_live_binary() {
+    let addr = serve().await;
+    let f = Fixture::new();
+    let err = f
+        .host
+        .download(&format!("http://{addr}/k0s"), Some(&sha(OLD)))
+        .await
+        .expect_err("digest mismatch");
+    assert!(matches!(err, HostError::Download(DownloadError::DigestMismatch { .. })), "{err}");
+    let err = f.host.download(&format!("http://{addr}/nope"), None).await.expect_err("404");
+    assert!(err.reason().ends_with("/nope: 404 Not Found"), "{}", err.reason());
+    assert_eq!(listing(&f.bin()), vec!["k0s"]);
+}
+
+#[tokio::test]
+async fn the_swap_keeps_the_previous_binary_and_is_idempotent() {
+    let f = Fixture::new();
+    std::fs::write(f.host.staged_path(), NEW).expect("stage");
+    f.host.swap_binary().expect("swap");
+    assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.prev"]);
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), NEW);
+    assert_eq!(std::fs::read(f.host.previous_path()).expect("prev"), OLD);
+    let mode = std::fs::metadata(f.host.live_path()).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o755);
+
+    f.host.swap_binary().expect("second swap is a no-op");
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), NEW);
+    assert_eq!(std::fs::read(f.host.previous_path()).expect("prev"), OLD);
+}
+
+#[tokio::test]
+async fn a_swap_interrupted_after_keeping_the_previous_binary_completes_on_replay() {
+    let f = Fixture::new();
+    std::fs::write(f.host.staged_path(), NEW).expect("stage");
+    // A crash left the half-made previous link behind.
+    std::fs::write(f.bin().join("k0s.prev.new"), b"partial").expect("leftover");
+    f.host.swap_binary().expect("swap");
+    assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.prev"]);
+    assert_eq!(std::fs::read(f.host.previous_path()).expect("prev"), OLD);
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), NEW);
+}
+
+#[tokio::test]
+async fn the_restart_marker_counts_only_for_the_next_process_and_the_same_signal() {
+    let f = Fixture::new();
+    let data = signal();
+    let key = SignalKey::of(&data);
+    let update = k0s("");
+    let before = f.host.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
+    assert!(!before.restarted);
+
+    f.host.prepare_restart(&key).expect("marker");
+    let same = f.host.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
+    assert!(!same.restarted, "the process that wrote the marker has not restarted");
+
+    let next = f.host.clone().with_instance("second");
+    let after = next.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
+    assert!(after.restarted);
+
+    let other = SignalKey { created: "2026-11-23T00:00:00Z".into(), ..key };
+    let unrelated = next.observe(&other, UpdateRef::K0s(&update)).await.expect("observe");
+    assert!(!unrelated.restarted, "a marker for another signal does not count");
+}
+
+#[tokio::test]
+async fn an_airgap_bundle_lands_in_the_images_directory() {
+    let addr = serve().await;
+    let f = Fixture::new();
+    let path = f
+        .host
+        .download_bundle(&format!("http://{addr}/dist/bundle.tar"), Some(&sha(NEW)))
+        .await
+        .expect("bundle");
+    assert_eq!(path, f.dir.path().join("data/images/bundle.tar"));
+    assert_eq!(std::fs::read(&path).expect("bundle"), NEW);
+    let update = CommandAirgapUpdate { url: String::new(), version: "v2".into(), sha256: sha(NEW) };
+    let key = SignalKey::of(&signal());
+    let observed = f.host.observe(&key, UpdateRef::Airgap(&update)).await.expect("observe");
+    assert!(!observed.staged && observed.live_sha256.is_none());
+    assert_eq!(listing(&f.bin()), vec!["k0s"]);
+}
