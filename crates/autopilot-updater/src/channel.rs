@@ -27,7 +27,7 @@ pub enum Error {
     },
 }
 
-/// `Result` with this module's [`Error`].
+/// `Result` with this module's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The version an update server offers and where to download it, per platform.

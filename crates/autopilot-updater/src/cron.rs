@@ -55,7 +55,7 @@ pub enum Error {
     },
 }
 
-/// `Result` with this module's [`Error`].
+/// `Result` with this module's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A parsed cron schedule.

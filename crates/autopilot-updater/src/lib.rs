@@ -1,6 +1,43 @@
-//! Automatic k0s updates: `UpdateConfig`, update-server channels and maintenance windows.
+//! Automatic k0s updates: `UpdateConfig`, update-server channels and maintenance windows
+//! (REF §11, DESIGN §6).
 //!
-//! - [`version`]: k0s version ordering (`v1.35.1+k0s.0 < v1.35.1+k0s.1`).
+//! This crate is the updater's **decision core and its one I/O edge** (the update-server
+//! client). It is *not* the Kubernetes side: watching UpdateConfigs, the finalizer, reading
+//! the token Secret, collecting cluster info, applying the Plan and writing Events belong to
+//! the shell (run by the autopilot leader), which drives this crate.
+//!
+//! Start with [`decide::decide`]. The modules:
+//!
+//! - [`decide`]: the pure decision ([`decide::Decision`]) and plan generation
+//!   ([`decide::plan_spec`]); [`decide::Strategy`] validates `upgradeStrategy`.
+//! - [`window`]: weekly windows of the `periodic` strategy (inclusive start, exclusive end,
+//!   the start day counts across midnight).
+//! - [`cron`]: the deprecated `cron` strategy's schedule, read as k0s reads it (seconds
+//!   field first).
+//! - [`version`]: k0s version ordering (`v1.35.1+k0s.0 < v1.35.1+k0s.1 < v1.35.2+k0s.0`).
+//! - [`channel`]: the update server's two YAML answers, parsed into
+//!   [`channel::ChannelAnswer`].
+//! - [`source`]: the HTTP client for both endpoints ([`source::Client`]).
+//!
+//! # Driving it from the shell
+//!
+//! One updater per UpdateConfig, on the leader only:
+//!
+//! 1. On each change of the UpdateConfig, [`decide::Strategy::from_spec`]: an error is an
+//!    Event (`InvalidUpdateConfig`) and nothing more until the object changes.
+//! 2. Time the checks: `periodic` every `K0S_UPDATE_PERIOD` (first check soon after start);
+//!    `cron` at [`cron::Schedule::next_after`]. Both evaluate time in the controller's local
+//!    zone (`jiff::tz::TimeZone::system()`), as k0s does.
+//! 3. Each check: read the token, fetch the answer with [`source::Client::fetch_index`]
+//!    (`periodic`) or [`source::Client::fetch_legacy`] (`cron`), passing a
+//!    [`source::ClusterInfo`] only if the operator opted in. A fetch error is logged and an
+//!    Event (`UpdateServerError`, [`decide::reasons::SERVER_ERROR`]); the next check retries.
+//! 4. Read the `autopilot` Plan and call [`decide::decide`] with `now`, the zone, the
+//!    controller's own version and the answer. Record [`decide::Decision::reason`] /
+//!    [`decide::Decision::message`] as an Event. If [`decide::Decision::plan_spec`] is
+//!    `Some`, server-side apply the Plan `autopilot` with that spec (for `ReplacePlan` this
+//!    starts a new run of the terminal Plan). For `OutsideWindow { opens_at }` the shell
+//!    may requeue at `opens_at` instead of waiting a full period.
 
 pub mod channel;
 pub mod cron;

@@ -14,7 +14,7 @@
 //! the caller passes a [`ClusterInfo`] (the operator opted in): then the REF §11.4 headers
 //! go along. Header names are case-insensitive in HTTP; we send them lowercase.
 //!
-//! A non-200 status, a body that is not the expected YAML, or a timeout is an [`Error`]
+//! A non-200 status, a body that is not the expected YAML, or a timeout is an [`Error`](enum@Error)
 //! naming the URL; the shell logs it, records an Event, and retries next period.
 
 use std::collections::BTreeMap;
@@ -113,7 +113,7 @@ pub enum Error {
     },
 }
 
-/// `Result` with this module's [`Error`].
+/// `Result` with this module's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
