@@ -401,6 +401,19 @@ mod tests {
     }
 
     #[test]
+    fn start_time_in_a_dst_gap_moves_to_the_later_instant_and_length_is_elapsed_time() {
+        // US Eastern: on Sunday 2026-03-08 clocks jump from 02:00 EST to 03:00 EDT, so 02:30
+        // does not exist that day; the window starts at 03:30 EDT (07:30 UTC).
+        let tz = TimeZone::posix("EST5EDT,M3.2.0,M11.1.0").unwrap();
+        let w = window(&["Sunday"], "02:30", "1h");
+        let utc = |h: i8, m: i8| {
+            date(2026, 3, 8).at(h, m, 0, 0).to_zoned(TimeZone::UTC).unwrap().timestamp()
+        };
+        assert_eq!(w.state_at(utc(7, 0), &tz), WindowState::Closed { opens_at: Some(utc(7, 30)) });
+        assert_eq!(w.state_at(utc(7, 30), &tz), WindowState::Open { closes_at: utc(8, 30) });
+    }
+
+    #[test]
     fn display_names_days_time_and_length() {
         assert_eq!(
             window(&["monday", "Friday"], "9:05", "2h").to_string(),
