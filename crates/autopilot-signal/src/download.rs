@@ -169,6 +169,30 @@ pub enum DownloadError {
 }
 
 impl DownloadError {
+    /// A stable, low-cardinality label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::InvalidUrl { .. } => "invalid_url",
+            Self::UnsupportedScheme { .. } => "unsupported_scheme",
+            Self::InvalidSha256 { .. } => "invalid_sha256",
+            Self::Tls(_) => "tls",
+            Self::Status { .. } => "status",
+            Self::BadRedirect { .. } => "bad_redirect",
+            Self::RedirectLoop { .. } => "redirect_loop",
+            Self::TooManyRedirects { .. } => "too_many_redirects",
+            Self::Request { .. } => "request",
+            Self::Body { .. } => "body",
+            Self::Stalled { .. } => "stalled",
+            Self::TimedOut { .. } => "timed_out",
+            Self::TooLarge { .. } => "too_large",
+            Self::Truncated { .. } => "truncated",
+            Self::DigestMismatch { .. } => "digest_mismatch",
+            Self::NoFileName { .. } => "no_file_name",
+            Self::NoSpace { .. } => "no_space",
+            Self::Io { .. } => "io",
+        }
+    }
+
     /// Wraps an I/O error, mapping "no space left" and "quota exceeded" to [`Self::NoSpace`].
     pub fn io(action: &'static str, path: &Path, source: io::Error) -> Self {
         let path = path.to_path_buf();

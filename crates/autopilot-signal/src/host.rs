@@ -65,6 +65,18 @@ impl HostError {
         Self::Io { action, path: path.into(), source }
     }
 
+    /// A stable, low-cardinality label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Download(e) => e.metric_label(),
+            Self::Io { .. } => "io",
+            Self::Marker { .. } => "marker",
+            Self::Task(_) => "task",
+            Self::Injected(_) => "injected",
+            Self::Crashed => "crashed",
+        }
+    }
+
     /// The error and its causes joined with `": "`, for a signal status reason.
     pub fn reason(&self) -> String {
         let mut out = self.to_string();

@@ -158,7 +158,10 @@ fn k0s_update(
         };
     };
     match phase {
-        SignalPhase::Downloading if facts.staged => Step::report(SignalPhase::Cordoning),
+        // Only a digest ties a staged file to this signal; without one, download afresh.
+        SignalPhase::Downloading if facts.staged && want_sha256.is_some() => {
+            Step::report(SignalPhase::Cordoning)
+        }
         SignalPhase::Downloading => Step::Run {
             action: HostAction::Download { url: update.url.clone(), sha256: want_sha256 },
             on_success: SignalPhase::Cordoning,
@@ -328,6 +331,14 @@ mod tests {
         let update = k0s(SHA, false);
         let f = Facts { staged: true, ..facts(&update) };
         assert_eq!(next(Some(SignalPhase::Downloading), &f), report(SignalPhase::Cordoning));
+    }
+
+    #[test]
+    fn downloading_without_a_digest_does_not_trust_a_staged_file() {
+        let update = k0s("", false);
+        let f = Facts { staged: true, ..facts(&update) };
+        let step = next(Some(SignalPhase::Downloading), &f);
+        assert!(matches!(step, Step::Run { action: HostAction::Download { .. }, .. }));
     }
 
     #[test]

@@ -195,3 +195,21 @@ async fn an_airgap_bundle_lands_in_the_images_directory() {
     assert!(!observed.staged && observed.live_sha256.is_none());
     assert_eq!(listing(&f.bin()), vec!["k0s"]);
 }
+
+#[tokio::test]
+async fn a_download_clears_temp_files_left_by_a_killed_process() {
+    let addr = serve().await;
+    let f = Fixture::new();
+    let stale = f.bin().join(".k0s.tmp.dead01.tmp");
+    let fresh = f.bin().join(".k0s.tmp.live01.tmp");
+    std::fs::write(&stale, b"partial").expect("stale");
+    std::fs::write(&fresh, b"partial").expect("fresh");
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .and_then(|file| file.set_modified(an_hour_ago))
+        .expect("age the stale file");
+    f.host.download(&format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
+    assert_eq!(listing(&f.bin()), vec![".k0s.tmp.live01.tmp", "k0s", "k0s.tmp"]);
+}

@@ -4,7 +4,7 @@
 use std::io::{self, Read as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use autopilot_api::signal::UpdateRef;
 use sha2::{Digest as _, Sha256};
@@ -111,6 +111,29 @@ async fn sha256_file_async(path: PathBuf) -> Result<Option<String>> {
     tokio::task::spawn_blocking(move || sha256_file(&path)).await.map_err(HostError::Task)?
 }
 
+/// Removes download temp files for `target` (`.<name>.<random>.tmp` next to it) that have
+/// not been written to for `stale_after`: a download in progress writes continuously, so
+/// only leftovers of a killed process qualify. Best effort.
+fn remove_stale_temp_files(target: &Path, stale_after: Duration) {
+    let dir = parent_dir(target);
+    let prefix = format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&prefix) || !name.ends_with(".tmp") {
+            continue;
+        }
+        let idle = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok());
+        if idle.is_some_and(|idle| idle >= stale_after) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn remove_if_present(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
@@ -141,6 +164,9 @@ impl Host for LinuxHost {
 
     async fn download(&self, url: &str, sha256: Option<&str>) -> Result<()> {
         let staged = self.staged_path();
+        // A process killed mid-download cannot remove its temp file; do it for it.
+        let stale_after = self.downloader.config().stall_timeout * 2;
+        remove_stale_temp_files(&staged, stale_after);
         self.downloader.download(url, sha256, Target::File(&staged)).await?;
         Ok(())
     }
