@@ -715,6 +715,16 @@ mod tests {
     }
 
     #[test]
+    fn a_full_disk_is_reported_as_no_space_left() {
+        let full = io::Error::from_raw_os_error(28); // ENOSPC
+        let err = DownloadError::io("writing", Path::new("/d/.k0s.x.tmp"), full);
+        assert_eq!(err.to_string(), "no space left on device writing /d/.k0s.x.tmp");
+        let other = io::Error::from_raw_os_error(13); // EACCES
+        let err = DownloadError::io("writing", Path::new("/d/f"), other);
+        assert!(matches!(err, DownloadError::Io { .. }));
+    }
+
+    #[test]
     fn sha256_must_be_64_hex_digits() {
         assert!(parse_sha256("xyz").is_err());
         assert_eq!(parse_sha256(&"AB".repeat(32)).expect("valid"), "ab".repeat(32));

@@ -5,9 +5,12 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalData, UpdateRef};
+use autopilot_api::signal::{
+    CommandAirgapUpdate, CommandK0sUpdate, SignalData, SignalPhase, SignalStatus, UpdateRef,
+};
 use autopilot_signal::download::{DownloadConfig, DownloadError};
-use autopilot_signal::host::{Host as _, HostError, LinuxHost, SignalKey};
+use autopilot_signal::host::{Host as _, HostError, LinuxHost, SignalKey, perform};
+use autopilot_signal::phase::{HostAction, OnFailure, Step, next};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -212,4 +215,66 @@ async fn a_download_clears_temp_files_left_by_a_killed_process() {
         .expect("age the stale file");
     f.host.download(&format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
     assert_eq!(listing(&f.bin()), vec![".k0s.tmp.live01.tmp", "k0s", "k0s.tmp"]);
+}
+
+/// The version a test binary claims (its `echo` line).
+fn version_of(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).expect("live binary");
+    text.lines().nth(1).and_then(|l| l.strip_prefix("echo ")).unwrap_or("corrupt").to_string()
+}
+
+#[tokio::test]
+async fn a_signal_runs_to_completion_on_a_real_disk() {
+    let addr = serve().await;
+    let f = Fixture::new();
+    let mut data = signal();
+    data.command.k0supdate =
+        Some(CommandK0sUpdate { url: format!("http://{addr}/k0s"), ..k0s(&sha(NEW)) });
+    let mut host = f.host.clone();
+    let mut running = version_of(host.live_path());
+    let mut history = Vec::new();
+    let mut processes = 1;
+    while history.len() < 20 {
+        let key = SignalKey::of(&data);
+        let update = data.command.update().expect("valid");
+        let observed = host.observe(&key, update).await.expect("observe");
+        let facts = observed.facts(update, &running, false);
+        let write = match next(data.phase(), &facts) {
+            Step::Report { phase, reason } => Some((phase, reason)),
+            Step::Run { action, on_success, on_failure } => {
+                match perform(&host, &action, &key).await {
+                    Ok(()) if action == HostAction::Restart => {
+                        // What the agent shell does: re-exec; the new process is a new instance.
+                        processes += 1;
+                        host = host.clone().with_instance(format!("process-{processes}"));
+                        running = version_of(host.live_path());
+                        None
+                    }
+                    Ok(()) => Some((on_success, None)),
+                    Err(e) => match on_failure {
+                        OnFailure::Report(phase) => Some((phase, Some(e.reason()))),
+                        OnFailure::Retry => panic!("{}", e.reason()),
+                    },
+                }
+            }
+            Step::Wait(_) => match data.phase() {
+                Some(SignalPhase::Cordoning) => Some((SignalPhase::ApplyingUpdate, None)),
+                Some(SignalPhase::Uncordoning) => Some((SignalPhase::Completed, None)),
+                other => panic!("waiting in {other:?}"),
+            },
+            Step::Done => break,
+        };
+        if let Some((phase, reason)) = write {
+            let mut status = SignalStatus::new(phase, jiff::Timestamp::UNIX_EPOCH);
+            status.reason = reason;
+            data.status = Some(status);
+            history.push(phase);
+        }
+    }
+    assert_eq!(data.phase(), Some(SignalPhase::Completed), "{history:?}");
+    assert_eq!(processes, 2);
+    assert_eq!(running, "v2");
+    assert_eq!(std::fs::read(host.live_path()).expect("live"), NEW);
+    assert_eq!(std::fs::read(host.previous_path()).expect("prev"), OLD);
+    assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.prev"]);
 }
