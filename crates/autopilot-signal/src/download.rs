@@ -16,6 +16,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt as _;
 
@@ -48,6 +50,15 @@ pub enum DownloadError {
     /// The TLS client could not be set up.
     #[error("setting up the tls client")]
     Tls(#[source] rustls::Error),
+    /// The extra trust roots in [`DownloadConfig::ca_file`] cannot be read.
+    #[error("reading trust roots from {path}")]
+    CaFile {
+        /// The PEM file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
     /// The server answered with a status other than 200 (or an unusable redirect).
     #[error("GET {url}: {status}")]
     Status {
@@ -176,6 +187,7 @@ impl DownloadError {
             Self::UnsupportedScheme { .. } => "unsupported_scheme",
             Self::InvalidSha256 { .. } => "invalid_sha256",
             Self::Tls(_) => "tls",
+            Self::CaFile { .. } => "ca_file",
             Self::Status { .. } => "status",
             Self::BadRedirect { .. } => "bad_redirect",
             Self::RedirectLoop { .. } => "redirect_loop",
@@ -218,6 +230,8 @@ pub struct DownloadConfig {
     pub max_redirects: u32,
     /// `User-Agent` header (default `k0s/<crate version>`; see [`Self::for_version`]).
     pub user_agent: String,
+    /// Extra trust roots (PEM), in addition to the system's (default none).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for DownloadConfig {
@@ -228,6 +242,7 @@ impl Default for DownloadConfig {
             max_size: 512 * 1024 * 1024,
             max_redirects: 10,
             user_agent: format!("k0s/{}", env!("CARGO_PKG_VERSION")),
+            ca_file: None,
         }
     }
 }
@@ -276,6 +291,12 @@ impl Downloader {
         let mut roots = rustls::RootCertStore::empty();
         let native = rustls_native_certs::load_native_certs();
         let (_added, _ignored) = roots.add_parsable_certificates(native.certs);
+        if let Some(path) = &config.ca_file {
+            let ca_error = |source| DownloadError::CaFile { path: path.clone(), source };
+            for cert in CertificateDer::pem_file_iter(path).map_err(ca_error)? {
+                roots.add(cert.map_err(ca_error)?).map_err(DownloadError::Tls)?;
+            }
+        }
         let tls = rustls::ClientConfig::builder_with_provider(
             rustls::crypto::ring::default_provider().into(),
         )
@@ -335,6 +356,7 @@ impl Downloader {
             max_size,
             max_redirects,
             user_agent,
+            ca_file: _,
         } = &self.config;
         let stall =
             |url: &Uri| DownloadError::Stalled { url: url.to_string(), timeout: *stall_timeout };

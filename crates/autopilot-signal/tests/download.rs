@@ -309,3 +309,62 @@ async fn a_bundle_without_content_disposition_is_named_by_the_url() {
     assert_eq!(done.path, dir.path().join("bundle.tar"));
     assert_eq!(std::fs::read(&done.path).expect("read"), PAYLOAD);
 }
+
+/// An HTTPS server on 127.0.0.1 with a fresh self-signed certificate; returns its address
+/// and the certificate's PEM.
+async fn serve_tls() -> (SocketAddr, String) {
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("cert");
+    let key = rustls::pki_types::PrivateKeyDer::try_from(signing_key.serialize_der())
+        .expect("private key");
+    let tls = rustls::ServerConfig::builder_with_provider(
+        rustls::crypto::ring::default_provider().into(),
+    )
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone()], key)
+    .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else { return };
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    Ok::<_, Infallible>(respond(&req))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, cert.pem())
+}
+
+#[tokio::test]
+async fn https_works_with_a_trusted_root_and_fails_without_it() {
+    let (addr, pem) = serve_tls().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("https://{addr}/k0s");
+
+    let untrusted = dir.path().join("untrusted");
+    let err = download::download(&url, None, Target::File(&untrusted), config())
+        .await
+        .expect_err("unknown issuer");
+    assert!(matches!(err, DownloadError::Request { .. }), "{err}");
+    assert!(!untrusted.exists());
+
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, pem).expect("write ca");
+    let dest = dir.path().join("k0s");
+    let config = DownloadConfig { ca_file: Some(ca), ..config() };
+    download::download(&url, Some(&sha(PAYLOAD)), Target::File(&dest), config)
+        .await
+        .expect("download over https");
+    assert_eq!(std::fs::read(&dest).expect("read"), PAYLOAD);
+}
