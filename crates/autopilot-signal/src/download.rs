@@ -254,6 +254,74 @@ impl DownloadConfig {
     }
 }
 
+/// Download flags shared by `k0s worker` and `k0s controller` (flatten into their args).
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct DownloadArgs {
+    /// Abort an update download when no data arrives for this long.
+    #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse,
+          value_name = "DURATION", env = "K0S_DOWNLOAD_STALL_TIMEOUT")]
+    pub download_stall_timeout: Duration,
+
+    /// Abort an update download that takes longer than this overall.
+    #[arg(long, default_value = "6h", value_parser = autopilot_api::duration::parse,
+          value_name = "DURATION", env = "K0S_DOWNLOAD_TIMEOUT")]
+    pub download_timeout: Duration,
+
+    /// Largest accepted update download (bytes, or with a Ki/Mi/Gi suffix).
+    #[arg(long, default_value = "512Mi", value_parser = parse_size, value_name = "SIZE",
+          env = "K0S_DOWNLOAD_MAX_SIZE")]
+    pub download_max_size: u64,
+
+    /// Most HTTP redirects followed by an update download.
+    #[arg(long, default_value_t = 10, value_name = "COUNT")]
+    pub download_max_redirects: u32,
+
+    /// Extra trust roots (PEM) for HTTPS update downloads, besides the system's.
+    #[arg(long, value_name = "FILE", env = "K0S_DOWNLOAD_CA_FILE")]
+    pub download_ca_file: Option<PathBuf>,
+}
+
+impl DownloadArgs {
+    /// The download configuration these flags describe, for a k0s of `version`.
+    pub fn config(&self, version: &str) -> DownloadConfig {
+        let Self {
+            download_stall_timeout,
+            download_timeout,
+            download_max_size,
+            download_max_redirects,
+            download_ca_file,
+        } = self;
+        DownloadConfig {
+            stall_timeout: *download_stall_timeout,
+            overall_timeout: *download_timeout,
+            max_size: *download_max_size,
+            max_redirects: *download_max_redirects,
+            ca_file: download_ca_file.clone(),
+            ..DownloadConfig::for_version(version)
+        }
+    }
+}
+
+/// Parses a size: plain bytes (`1048576`) or with a binary suffix (`512Ki`, `512Mi`, `1Gi`).
+pub fn parse_size(value: &str) -> Result<u64, String> {
+    let trimmed = value.trim();
+    let (digits, unit) = match trimmed.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => trimmed.split_at(i),
+        None => (trimmed, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        _ => return Err(format!("{value:?} is not a size (e.g. 1048576, 512Mi, 1Gi)")),
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{value:?} is not a size (e.g. 1048576, 512Mi, 1Gi)"))?;
+    number.checked_mul(1 << shift).ok_or_else(|| format!("{value:?} is too large"))
+}
+
 /// Where a download goes.
 #[derive(Clone, Copy, Debug)]
 pub enum Target<'a> {
@@ -744,6 +812,27 @@ mod tests {
         let other = io::Error::from_raw_os_error(13); // EACCES
         let err = DownloadError::io("writing", Path::new("/d/f"), other);
         assert!(matches!(err, DownloadError::Io { .. }));
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("512Mi"), Ok(512 * 1024 * 1024));
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert_eq!(parse_size("2Gi"), Ok(2 << 30));
+        assert!(parse_size("12MB").is_err());
+        assert!(parse_size("Mi").is_err());
+    }
+
+    #[test]
+    fn the_flag_defaults_are_the_config_defaults() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            download: DownloadArgs,
+        }
+        let cli = Cli::try_parse_from(["k0s"]).expect("defaults parse");
+        assert_eq!(cli.download.config("v1"), DownloadConfig::for_version("v1"));
     }
 
     #[test]
