@@ -173,7 +173,7 @@ async fn a_server_that_stops_sending_trips_the_stall_timeout() {
 }
 
 #[tokio::test]
-async fn the_overall_timeout_bounds_a_trickling_download() {
+async fn the_overall_timeout_bounds_a_download_that_is_not_yet_stalled() {
     let config = DownloadConfig {
         stall_timeout: Duration::from_secs(30),
         overall_timeout: Duration::from_millis(300),
