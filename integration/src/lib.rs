@@ -84,6 +84,7 @@ pub mod cluster;
 pub mod control_plane;
 pub mod k0s;
 mod kubeconfig;
+pub mod kubelet;
 mod net;
 mod pki;
 mod process;

@@ -104,6 +104,11 @@ pub enum Behaviour {
     /// Answer `Completed` in one write, as a node that already runs the requested version
     /// does (REF §7.3); the fastest possible node, for benchmarks of the engine itself.
     AlreadyUpToDate,
+    /// Walk the phases as a real agent does with central cordoning (DESIGN §5): write
+    /// `Downloading` and `Cordoning`, wait until the leader has cordoned and drained the node
+    /// and written `ApplyingUpdate`, write `Restart` and `UnCordoning`, and leave `Completed`
+    /// to the leader. (Airgap signals complete as with [`Behaviour::Complete`].)
+    CompleteWithLeader,
     /// Report `Downloading`, then fail: with `FailedDownload` right away, or with any other
     /// `phase` (normally `Failed`) after `Cordoning` and `ApplyingUpdate` (k0supdate). The
     /// `reason` goes into the status.
@@ -1006,7 +1011,12 @@ enum Step {
     Write(SignalPhase, Option<String>),
     /// Wait until the release is open.
     Wait(Release),
+    /// Wait until someone else (the leader) has written this phase onto the signal.
+    AwaitPhase(SignalPhase),
 }
+
+/// How often [`Step::AwaitPhase`] looks at the object again.
+const AWAIT_PHASE_POLL: Duration = Duration::from_millis(50);
 
 /// The steps `behaviour` takes for a `command` signal (empty for [`Behaviour::Hold`]).
 fn script(behaviour: &Behaviour, command: CommandKind) -> Vec<Step> {
@@ -1023,6 +1033,16 @@ fn script(behaviour: &Behaviour, command: CommandKind) -> Vec<Step> {
     match behaviour {
         Behaviour::Complete => success.iter().map(write).collect(),
         Behaviour::AlreadyUpToDate => vec![write(&Completed)],
+        Behaviour::CompleteWithLeader => match command {
+            CommandKind::K0sUpdate => vec![
+                write(&Downloading),
+                write(&Cordoning),
+                Step::AwaitPhase(ApplyingUpdate),
+                write(&Restarting),
+                write(&Uncordoning),
+            ],
+            CommandKind::AirgapUpdate => success.iter().map(write).collect(),
+        },
         Behaviour::Hold => Vec::new(),
         Behaviour::CompleteAfter(release) => {
             let mut steps = vec![write(&Downloading), Step::Wait(release.clone())];
@@ -1078,6 +1098,11 @@ impl<K: SignalObject> Driver<K> {
             for step in steps {
                 match step {
                     Step::Wait(release) => release.released().await,
+                    Step::AwaitPhase(phase) => match self.await_phase(&key, phase).await {
+                        Ok(()) => {}
+                        Err(Stop::Rewritten) => continue 'signal,
+                        Err(Stop::NotOurs | Stop::Terminal) => break 'signal,
+                    },
                     Step::Write(phase, reason) => {
                         match self.write(&key, phase, reason, wrote_any).await {
                             Ok(()) => wrote_any = true,
@@ -1094,6 +1119,27 @@ impl<K: SignalObject> Driver<K> {
             && entry.driver.as_ref().is_some_and(|(id, _, _)| *id == self.id)
         {
             entry.driver = None;
+        }
+    }
+
+    /// Waits until the signal `key` shows `phase` (written by someone else).
+    async fn await_phase(&self, key: &SignalKey, phase: SignalPhase) -> Result<(), Stop> {
+        loop {
+            if let Ok(object) = self.api.get_opt(&self.object.name).await {
+                let Some(object) = object else { return Err(Stop::NotOurs) };
+                match signal::from_meta(object.meta()) {
+                    Ok(Some(data)) if SignalKey::of(&data) == *key => {
+                        if data.phase() == Some(phase) {
+                            return Ok(());
+                        }
+                        if data.phase().is_some_and(|p| p.is_terminal()) {
+                            return Err(Stop::Terminal);
+                        }
+                    }
+                    _ => return Err(Stop::NotOurs),
+                }
+            }
+            tokio::time::sleep(AWAIT_PHASE_POLL).await;
         }
     }
 
@@ -1300,7 +1346,7 @@ mod tests {
             .iter()
             .map(|s| match s {
                 Step::Write(p, r) => (*p, r.clone()),
-                Step::Wait(_) => unreachable!(),
+                Step::Wait(_) | Step::AwaitPhase(_) => unreachable!(),
             })
             .collect();
         assert_eq!(

@@ -8,7 +8,9 @@
 //! command line of the whole binary (that is `k0s`). Start with [`Args`] and [`run`].
 
 pub mod control_node;
+pub mod cordon;
 pub mod crds;
+pub mod drain;
 pub mod effect;
 pub mod leader;
 pub mod observe;
@@ -174,7 +176,7 @@ pub async fn run(
         readiness_recheck: READINESS_RECHECK,
     };
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
-    let engine = reconcile::Engine::new(client.clone(), config, api_address, policy, &node_name);
+    let engine = reconcile::Engine::new(client.clone(), config, api_address, policy, &node_name)?;
     let identity = leader::identity(&node_name);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, stop_rx));

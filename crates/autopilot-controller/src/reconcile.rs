@@ -54,6 +54,10 @@ pub enum Error {
 #[derive(Clone)]
 pub struct Engine {
     client: kube::Client,
+    /// Like `client` but without kube's automatic retry of 429 answers, which are how a
+    /// PodDisruptionBudget refuses an eviction: the drain must see them to back off and
+    /// report the blocking budget instead of hanging in retries.
+    eviction_client: kube::Client,
     prober: probe::Prober,
     policy: Policy,
     instance: String,
@@ -83,13 +87,18 @@ impl Engine {
         api_address: SocketAddr,
         policy: Policy,
         node_name: &str,
-    ) -> Self {
-        Self {
+    ) -> anyhow::Result<Self> {
+        let mut no_retry = config.clone();
+        no_retry.default_retry = false;
+        let eviction_client = kube::Client::try_from(no_retry)
+            .map_err(|err| anyhow::anyhow!("creating the eviction client: {err}"))?;
+        Ok(Self {
             prober: probe::Prober::new(config, api_address),
             client,
+            eviction_client,
             policy,
             instance: node_name.to_string(),
-        }
+        })
     }
 
     /// Run the engine whenever `leading` is `true`, until `stop` becomes `true`.
@@ -125,8 +134,28 @@ impl Engine {
         }
     }
 
-    /// Run the controller until `until` resolves.
+    /// Run the plan controller and the central cordon/drain controllers until `until`
+    /// resolves.
     async fn run_once(self, until: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let drain = crate::drain::run(
+            self.client.clone(),
+            self.eviction_client.clone(),
+            stopped(stop_rx.clone()),
+        );
+        let plans = self.run_plans(stopped(stop_rx));
+        let stop = async move {
+            until.await;
+            let _ = stop_tx.send(true);
+        };
+        futures::join!(drain, plans, stop);
+    }
+
+    /// Run the plan controller until `until` resolves.
+    async fn run_plans(self, until: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
         let client = self.client.clone();
         let config = watcher::Config::default();
 

@@ -1,0 +1,230 @@
+//! Central cordon and drain: the pure decision.
+//!
+//! The leader drives two node phases for every signal object: `Cordoning` (cordon the node
+//! and evict its pods, then `ApplyingUpdate`) and `UnCordoning` (uncordon, then
+//! `Completed`). Only kubelet-bearing machines (pure workers' Nodes and controller+worker
+//! ControlNodes) are cordoned; a pure controller passes straight through. Autopilot records
+//! that it cordoned a node and uncordons only such nodes, so a node an administrator
+//! cordoned before the update stays cordoned after it (unlike k0s).
+//!
+//! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
+//! (`crate::drain`) performs it and calls again. Every step is idempotent.
+
+use autopilot_api::signal::SignalPhase;
+
+/// A pod on the node being drained, as far as the decision needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodFacts {
+    /// Namespace of the pod.
+    pub namespace: String,
+    /// Name of the pod.
+    pub name: String,
+    /// Owned by a DaemonSet: not evicted (the DaemonSet would recreate it at once).
+    pub daemon_set: bool,
+    /// A static (mirror) pod: not evicted (the API object only mirrors the kubelet's).
+    pub mirror: bool,
+    /// Already being deleted (`deletionTimestamp` set): waiting for it to go away.
+    pub terminating: bool,
+}
+
+/// Everything the decision looks at for one signal object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    /// The node-side phase on the object's current signal (`None`: no signal or no status).
+    pub phase: Option<SignalPhase>,
+    /// Whether a kubelet runs on the machine (a Node, or a controller+worker ControlNode).
+    pub kubelet_bearing: bool,
+    /// Whether the machine's Node exists (a controller+worker may not have registered it).
+    pub node_exists: bool,
+    /// `spec.unschedulable` of the machine's Node.
+    pub unschedulable: bool,
+    /// Autopilot's own "cordoned by autopilot" mark is on the Node.
+    pub cordoned_by_autopilot: bool,
+    /// Pods bound to the Node.
+    pub pods: Vec<PodFacts>,
+}
+
+/// What to do next for one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do in this phase (not ours to drive, or already done).
+    Nothing,
+    /// Mark the Node unschedulable and record that autopilot did it.
+    Cordon,
+    /// Evict these pods through the Eviction API (PodDisruptionBudgets apply).
+    Evict(Vec<(String, String)>),
+    /// Evicted pods are still terminating; look again soon.
+    WaitForPods(Vec<(String, String)>),
+    /// Clear `spec.unschedulable` and the mark (only for nodes autopilot cordoned).
+    Uncordon,
+    /// Write this phase onto the signal (the drive of this phase is done).
+    Advance(SignalPhase),
+}
+
+/// Decide the next step for one signal object.
+pub fn decide(facts: &Facts) -> Step {
+    let Some(phase) = facts.phase else {
+        return Step::Nothing;
+    };
+    match phase {
+        SignalPhase::Cordoning => cordoning(facts),
+        SignalPhase::Uncordoning => {
+            // Check 1: undo only our own cordon; an administrator's stays.
+            if facts.kubelet_bearing && facts.node_exists && facts.cordoned_by_autopilot {
+                Step::Uncordon
+            } else {
+                Step::Advance(SignalPhase::Completed)
+            }
+        }
+        // A signal that ended (or failed) on a node autopilot cordoned must not leave it
+        // cordoned: clean up even if the node skipped UnCordoning.
+        SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload => {
+            if facts.kubelet_bearing && facts.node_exists && facts.cordoned_by_autopilot {
+                Step::Uncordon
+            } else {
+                Step::Nothing
+            }
+        }
+        SignalPhase::Downloading | SignalPhase::ApplyingUpdate | SignalPhase::Restarting => {
+            Step::Nothing
+        }
+    }
+}
+
+fn cordoning(facts: &Facts) -> Step {
+    // Check 1: machines without a kubelet have nothing to cordon.
+    if !facts.kubelet_bearing || !facts.node_exists {
+        return Step::Advance(SignalPhase::ApplyingUpdate);
+    }
+    // Check 2: cordon first, so nothing new is scheduled while pods are evicted. A node an
+    // administrator already cordoned is left as it is (and not marked as ours).
+    if !facts.unschedulable {
+        return Step::Cordon;
+    }
+    // Check 3: evict what must go; wait for what is going.
+    let must_go: Vec<&PodFacts> =
+        facts.pods.iter().filter(|p| !p.daemon_set && !p.mirror).collect();
+    let evict: Vec<(String, String)> = must_go
+        .iter()
+        .filter(|p| !p.terminating)
+        .map(|p| (p.namespace.clone(), p.name.clone()))
+        .collect();
+    if !evict.is_empty() {
+        return Step::Evict(evict);
+    }
+    let going: Vec<(String, String)> =
+        must_go.iter().map(|p| (p.namespace.clone(), p.name.clone())).collect();
+    if !going.is_empty() {
+        return Step::WaitForPods(going);
+    }
+    Step::Advance(SignalPhase::ApplyingUpdate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(phase: SignalPhase) -> Facts {
+        Facts {
+            phase: Some(phase),
+            kubelet_bearing: true,
+            node_exists: true,
+            unschedulable: false,
+            cordoned_by_autopilot: false,
+            pods: Vec::new(),
+        }
+    }
+
+    fn pod(name: &str) -> PodFacts {
+        PodFacts {
+            namespace: "default".into(),
+            name: name.into(),
+            daemon_set: false,
+            mirror: false,
+            terminating: false,
+        }
+    }
+
+    #[test]
+    fn a_pure_controller_passes_through_cordoning_and_uncordoning() {
+        let facts = Facts { kubelet_bearing: false, ..node(SignalPhase::Cordoning) };
+        assert_eq!(decide(&facts), Step::Advance(SignalPhase::ApplyingUpdate));
+        let facts = Facts { kubelet_bearing: false, ..node(SignalPhase::Uncordoning) };
+        assert_eq!(decide(&facts), Step::Advance(SignalPhase::Completed));
+    }
+
+    #[test]
+    fn a_schedulable_worker_is_cordoned_first() {
+        let facts = Facts { pods: vec![pod("a")], ..node(SignalPhase::Cordoning) };
+        assert_eq!(decide(&facts), Step::Cordon);
+    }
+
+    #[test]
+    fn a_cordoned_worker_has_its_pods_evicted_except_daemon_set_and_mirror_pods() {
+        let facts = Facts {
+            unschedulable: true,
+            cordoned_by_autopilot: true,
+            pods: vec![
+                pod("app"),
+                PodFacts { daemon_set: true, ..pod("ds") },
+                PodFacts { mirror: true, ..pod("static") },
+            ],
+            ..node(SignalPhase::Cordoning)
+        };
+        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "app".into())]));
+    }
+
+    #[test]
+    fn terminating_pods_are_waited_for_before_applying_the_update() {
+        let facts = Facts {
+            unschedulable: true,
+            pods: vec![PodFacts { terminating: true, ..pod("app") }],
+            ..node(SignalPhase::Cordoning)
+        };
+        assert_eq!(decide(&facts), Step::WaitForPods(vec![("default".into(), "app".into())]));
+    }
+
+    #[test]
+    fn a_drained_worker_moves_on_to_applying_the_update() {
+        let facts = Facts {
+            unschedulable: true,
+            pods: vec![PodFacts { daemon_set: true, ..pod("ds") }],
+            ..node(SignalPhase::Cordoning)
+        };
+        assert_eq!(decide(&facts), Step::Advance(SignalPhase::ApplyingUpdate));
+    }
+
+    #[test]
+    fn only_a_node_autopilot_cordoned_is_uncordoned() {
+        let ours = Facts {
+            unschedulable: true,
+            cordoned_by_autopilot: true,
+            ..node(SignalPhase::Uncordoning)
+        };
+        assert_eq!(decide(&ours), Step::Uncordon);
+        let admins = Facts { unschedulable: true, ..node(SignalPhase::Uncordoning) };
+        assert_eq!(decide(&admins), Step::Advance(SignalPhase::Completed));
+    }
+
+    #[test]
+    fn a_finished_or_failed_signal_never_leaves_our_cordon_behind() {
+        for phase in [SignalPhase::Completed, SignalPhase::Failed, SignalPhase::FailedDownload] {
+            let ours = Facts { unschedulable: true, cordoned_by_autopilot: true, ..node(phase) };
+            assert_eq!(decide(&ours), Step::Uncordon, "{phase:?}");
+            let clean = Facts { unschedulable: false, ..node(phase) };
+            assert_eq!(decide(&clean), Step::Nothing, "{phase:?}");
+        }
+    }
+
+    #[test]
+    fn phases_the_node_drives_itself_are_left_alone() {
+        for phase in
+            [SignalPhase::Downloading, SignalPhase::ApplyingUpdate, SignalPhase::Restarting]
+        {
+            let facts = Facts { unschedulable: true, cordoned_by_autopilot: true, ..node(phase) };
+            assert_eq!(decide(&facts), Step::Nothing, "{phase:?}");
+        }
+        let no_signal = Facts { phase: None, ..node(SignalPhase::Cordoning) };
+        assert_eq!(decide(&no_signal), Step::Nothing);
+    }
+}

@@ -1,0 +1,379 @@
+//! Central cordon and drain: the shell around [`crate::cordon::decide`].
+//!
+//! On the leader, one kube-runtime controller per signal-object kind (Nodes and ControlNodes)
+//! looks at each object's signal. In `Cordoning` it cordons the machine's Node (marking it as
+//! cordoned by autopilot) and evicts its pods through the Eviction API, so
+//! PodDisruptionBudgets are respected; a refused eviction is retried with backoff and the
+//! blocking pod and budget are named in the node's signal status `reason`. When the Node is
+//! drained it writes `ApplyingUpdate`. In `UnCordoning` it uncordons nodes autopilot
+//! cordoned and writes `Completed`. Every write carries a resourceVersion precondition.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus};
+use autopilot_api::v1beta2::ControlNode;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::cordon::{self, Facts, PodFacts, Step};
+
+/// How long one eviction request may take before the attempt counts as failed.
+const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// First wait after a refused eviction; doubles per refusal up to [`MAX_BLOCKED_RETRY`].
+const FIRST_BLOCKED_RETRY: Duration = Duration::from_secs(1);
+
+/// Longest wait between eviction attempts while a PodDisruptionBudget refuses them.
+const MAX_BLOCKED_RETRY: Duration = Duration::from_secs(30);
+
+/// How soon to look again while evicted pods are terminating (pod deletions are not events
+/// of the signal object, so this is a timed re-check).
+const TERMINATING_RECHECK: Duration = Duration::from_secs(1);
+
+/// How many decide-act rounds one reconcile performs before handing back to the queue.
+const MAX_ROUNDS: usize = 8;
+
+/// Errors of one cordon/drain pass.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("{what}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Api { what, source }
+}
+
+/// A signal object kind the leader cordons for.
+pub trait SignalObject:
+    Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The machine's Node name, when the machine runs a kubelet.
+    fn kubelet_node(&self) -> Option<String>;
+}
+
+impl SignalObject for Node {
+    fn kubelet_node(&self) -> Option<String> {
+        Some(self.name_any())
+    }
+}
+
+impl SignalObject for ControlNode {
+    fn kubelet_node(&self) -> Option<String> {
+        let mode = self.annotations().get(keys::ANNOTATION_MODE).map(String::as_str);
+        (mode == Some(keys::MODE_CONTROLLER_WORKER))
+            .then(|| self.hostname().map(str::to_string).unwrap_or_else(|| self.name_any()))
+    }
+}
+
+struct Context {
+    client: kube::Client,
+    /// A client that does not retry 429 answers (see `reconcile::Engine`).
+    eviction_client: kube::Client,
+    /// Consecutive refused evictions per object, for the backoff.
+    refusals: Mutex<HashMap<String, u32>>,
+}
+
+/// Run the cordon/drain controllers for Nodes and ControlNodes until `until` resolves.
+/// `eviction_client` must not retry 429 answers (a PodDisruptionBudget's refusal).
+pub async fn run(
+    client: kube::Client,
+    eviction_client: kube::Client,
+    until: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let context = Arc::new(Context {
+        client: client.clone(),
+        eviction_client,
+        refusals: Mutex::new(HashMap::new()),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let nodes = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(reconcile::<Node>, error_policy::<Node>, context.clone())
+        .for_each(|_| async {});
+    let control_nodes =
+        Controller::new(Api::<ControlNode>::all(client), watcher::Config::default())
+            .graceful_shutdown_on(stopped(stop_rx))
+            .run(reconcile::<ControlNode>, error_policy::<ControlNode>, context)
+            .for_each(|_| async {});
+    let stop = async move {
+        until.await;
+        let _ = stop_tx.send(true);
+    };
+    futures::join!(nodes, control_nodes, stop);
+}
+
+async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = object.name_any();
+    let kind = K::kind(&());
+    let objects: Api<K> = Api::all(ctx.client.clone());
+    let mut current = (*object).clone();
+    for _ in 0..MAX_ROUNDS {
+        let Ok(Some(data)) = signal::from_meta(current.meta()) else {
+            return Ok(Action::await_change());
+        };
+        let phase = data.status.as_ref().map(|s| s.status);
+        let node_name = current.kubelet_node();
+        let facts = observe(&ctx.client, phase, node_name.as_deref()).await?;
+        let step = cordon::decide(&facts);
+        let node = node_name.unwrap_or_default();
+        match step {
+            Step::Nothing => {
+                ctx.reset(&name);
+                return Ok(Action::await_change());
+            }
+            Step::Cordon => {
+                cordon_node(&ctx.client, &node).await?;
+                info!(%kind, object = %name, %node, "cordoned node for its update");
+            }
+            Step::Uncordon => {
+                uncordon_node(&ctx.client, &node).await?;
+                info!(%kind, object = %name, %node, "uncordoned node after its update");
+            }
+            Step::Evict(pods) => match evict(&ctx.eviction_client, &pods).await? {
+                None => info!(%kind, object = %name, %node, pods = pods.len(), "evicted pods"),
+                Some(blocked) => {
+                    let delay = ctx.refused(&name);
+                    let reason = format!("draining {node}: {blocked}; retrying");
+                    // The attempt may have taken a while: write onto a fresh read.
+                    if let Some(fresh) = objects
+                        .get_opt(&name)
+                        .await
+                        .map_err(api(format!("reading {kind} {name}")))?
+                        && let Ok(Some(fresh_data)) = signal::from_meta(fresh.meta())
+                        && fresh_data.plan_id == data.plan_id
+                        && fresh_data.created == data.created
+                    {
+                        write_reason(&objects, &fresh, &fresh_data, &reason).await?;
+                    }
+                    warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "eviction refused");
+                    return Ok(Action::requeue(delay));
+                }
+            },
+            Step::WaitForPods(pods) => {
+                debug!(%kind, object = %name, %node, waiting = pods.len(), "pods terminating");
+                return Ok(Action::requeue(TERMINATING_RECHECK));
+            }
+            Step::Advance(next) => {
+                ctx.reset(&name);
+                write_phase(&objects, &current, &data, next).await?;
+                info!(%kind, object = %name, to = %next, "advanced node phase");
+                return Ok(Action::await_change());
+            }
+        }
+        // Re-read for the next round (our own write changed the picture).
+        match objects.get_opt(&name).await.map_err(api(format!("reading {kind} {name}")))? {
+            Some(fresh) => current = fresh,
+            None => return Ok(Action::await_change()),
+        }
+    }
+    Ok(Action::requeue(Duration::ZERO))
+}
+
+fn error_policy<K: SignalObject>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.refused(&object.name_any());
+    warn!(object = %object.name_any(), error = %chain(error), retry_in = ?delay, "cordon/drain pass failed");
+    Action::requeue(delay)
+}
+
+impl Context {
+    /// Record a refusal and return how long to wait before the next attempt.
+    fn refused(&self, name: &str) -> Duration {
+        let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = refusals.entry(name.to_string()).or_insert(0);
+        let delay = FIRST_BLOCKED_RETRY.saturating_mul(1 << (*count).min(5)).min(MAX_BLOCKED_RETRY);
+        *count += 1;
+        delay
+    }
+
+    fn reset(&self, name: &str) {
+        self.refusals.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
+    }
+}
+
+/// Collect the facts for one object. Pods are listed only while draining.
+async fn observe(
+    client: &kube::Client,
+    phase: Option<SignalPhase>,
+    node_name: Option<&str>,
+) -> Result<Facts, Error> {
+    let mut facts = Facts {
+        phase,
+        kubelet_bearing: node_name.is_some(),
+        node_exists: false,
+        unschedulable: false,
+        cordoned_by_autopilot: false,
+        pods: Vec::new(),
+    };
+    let Some(node_name) = node_name else { return Ok(facts) };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let Some(node) =
+        nodes.get_opt(node_name).await.map_err(api(format!("reading Node {node_name}")))?
+    else {
+        return Ok(facts);
+    };
+    facts.node_exists = true;
+    facts.unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    facts.cordoned_by_autopilot = node.annotations().contains_key(keys::ANNOTATION_CORDONED);
+    if phase == Some(SignalPhase::Cordoning) {
+        let pods: Api<Pod> = Api::all(client.clone());
+        let list = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+            .await
+            .map_err(api(format!("listing the pods of Node {node_name}")))?;
+        facts.pods = list.items.iter().map(pod_facts).collect();
+    }
+    Ok(facts)
+}
+
+fn pod_facts(pod: &Pod) -> PodFacts {
+    PodFacts {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+        daemon_set: pod.owner_references().iter().any(|o| o.kind == "DaemonSet"),
+        mirror: pod.annotations().contains_key("kubernetes.io/config.mirror"),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+async fn cordon_node(client: &kube::Client, node: &str) -> Result<(), Error> {
+    let patch = json!({
+        "metadata": { "annotations": { keys::ANNOTATION_CORDONED: "true" } },
+        "spec": { "unschedulable": true },
+    });
+    Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api(format!("cordoning Node {node}")))?;
+    Ok(())
+}
+
+async fn uncordon_node(client: &kube::Client, node: &str) -> Result<(), Error> {
+    let patch = json!({
+        "metadata": { "annotations": { keys::ANNOTATION_CORDONED: null } },
+        "spec": { "unschedulable": null },
+    });
+    Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api(format!("uncordoning Node {node}")))?;
+    Ok(())
+}
+
+/// Evict `pods`; `Some(why)` names the first pod whose eviction was refused (a
+/// PodDisruptionBudget, HTTP 429) or timed out.
+async fn evict(client: &kube::Client, pods: &[(String, String)]) -> Result<Option<String>, Error> {
+    for (namespace, name) in pods {
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let params = EvictParams::default();
+        let attempt = tokio::time::timeout(EVICTION_TIMEOUT, api.evict(name, &params));
+        match attempt.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => {}
+            Ok(Err(kube::Error::Api(status))) if status.code == 429 => {
+                return Ok(Some(format!(
+                    "eviction of pod {namespace}/{name} refused: {}",
+                    status.message
+                )));
+            }
+            Ok(Err(source)) => {
+                return Err(Error::Api {
+                    what: format!("evicting pod {namespace}/{name}"),
+                    source,
+                });
+            }
+            Err(_) => {
+                return Ok(Some(format!(
+                    "eviction of pod {namespace}/{name} took longer than {}s",
+                    EVICTION_TIMEOUT.as_secs()
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Write `phase` as the node status of the object's signal (same signal, fresh timestamp).
+async fn write_phase<K: SignalObject>(
+    objects: &Api<K>,
+    object: &K,
+    data: &SignalData,
+    phase: SignalPhase,
+) -> Result<(), Error> {
+    let mut next = data.clone();
+    next.status = Some(SignalStatus::new(phase, jiff::Timestamp::now()));
+    write_signal(objects, object, &next).await
+}
+
+/// Keep the phase, set the status reason (only when it changes, to avoid churn).
+async fn write_reason<K: SignalObject>(
+    objects: &Api<K>,
+    object: &K,
+    data: &SignalData,
+    reason: &str,
+) -> Result<(), Error> {
+    let Some(status) = &data.status else { return Ok(()) };
+    if status.reason.as_deref() == Some(reason) {
+        return Ok(());
+    }
+    let mut next = data.clone();
+    next.status = Some(status.clone().with_reason(reason));
+    write_signal(objects, object, &next).await
+}
+
+async fn write_signal<K: SignalObject>(
+    objects: &Api<K>,
+    object: &K,
+    data: &SignalData,
+) -> Result<(), Error> {
+    let name = object.name_any();
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": object.resource_version(),
+            "annotations": signal::to_annotations(data),
+        },
+    });
+    objects
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api(format!("writing the signal status of {} {name}", K::kind(&()))))?;
+    Ok(())
+}
+
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
