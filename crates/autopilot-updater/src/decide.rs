@@ -79,6 +79,27 @@ impl Strategy {
     }
 }
 
+impl Strategy {
+    /// When the shell should check next, after a check at `now`: `periodic` checks every
+    /// `period` (the shell's `K0S_UPDATE_PERIOD`, 10m by default), `cron` when the schedule
+    /// next fires in `tz`. `None` only if no such time exists (a cron expression that never
+    /// fires again, or the end of representable time).
+    pub fn next_check(
+        &self,
+        now: Timestamp,
+        tz: &TimeZone,
+        period: std::time::Duration,
+    ) -> Option<Timestamp> {
+        match self {
+            Self::Periodic(_) => {
+                let period = jiff::SignedDuration::try_from(period).ok()?;
+                now.checked_add(period).ok()
+            }
+            Self::Cron(schedule) => schedule.next_after(now, tz).ok(),
+        }
+    }
+}
+
 /// Everything [`decide`] looks at, captured once per check.
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a> {

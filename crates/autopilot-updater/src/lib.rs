@@ -25,9 +25,10 @@
 //!
 //! 1. On each change of the UpdateConfig, [`decide::Strategy::from_spec`]: an error is an
 //!    Event (`InvalidUpdateConfig`) and nothing more until the object changes.
-//! 2. Time the checks: `periodic` every `K0S_UPDATE_PERIOD` (first check soon after start);
-//!    `cron` at [`cron::Schedule::next_after`]. Both evaluate time in the controller's local
-//!    zone (`jiff::tz::TimeZone::system()`), as k0s does.
+//! 2. Time the checks with [`decide::Strategy::next_check`]: `periodic` every
+//!    `K0S_UPDATE_PERIOD` (first check soon after start), `cron` when the schedule fires.
+//!    Windows and schedules are evaluated in the controller's local zone
+//!    (`jiff::tz::TimeZone::system()`), as k0s does.
 //! 3. Each check: read the token, fetch the answer with [`source::Client::fetch_index`]
 //!    (`periodic`) or [`source::Client::fetch_legacy`] (`cron`), passing a
 //!    [`source::ClusterInfo`] only if the operator opted in. A fetch error is logged and an

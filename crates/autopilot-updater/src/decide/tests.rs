@@ -451,3 +451,14 @@ fn every_decision_has_a_message() {
         assert!(!decision.message().is_empty());
     }
 }
+
+#[test]
+fn next_check_is_a_period_later_for_periodic_and_the_next_firing_for_cron() {
+    let period = std::time::Duration::from_secs(600);
+    let spec = monday_window();
+    let periodic = Strategy::from_spec(spec.upgrade_strategy.as_ref()).unwrap();
+    assert_eq!(periodic.next_check(monday(3, 0), &TimeZone::UTC, period), Some(monday(3, 10)));
+    let spec = cron("@hourly");
+    let hourly = Strategy::from_spec(spec.upgrade_strategy.as_ref()).unwrap();
+    assert_eq!(hourly.next_check(monday(3, 0), &TimeZone::UTC, period), Some(monday(4, 0)));
+}
