@@ -361,13 +361,24 @@ pub enum Event {
         /// What happened to it.
         why: String,
     },
+    /// Someone else (the leader, which drives `ApplyingUpdate` and `Completed` with central
+    /// cordoning) wrote a terminal phase onto a signal the responder was answering.
+    Saw {
+        /// Which signal.
+        key: SignalKey,
+        /// The phase found.
+        phase: SignalPhase,
+    },
 }
 
 impl Event {
     /// The signal this event is about.
     pub fn key(&self) -> &SignalKey {
         match self {
-            Self::Signalled { key, .. } | Self::Wrote { key, .. } | Self::Ended { key, .. } => key,
+            Self::Signalled { key, .. }
+            | Self::Wrote { key, .. }
+            | Self::Ended { key, .. }
+            | Self::Saw { key, .. } => key,
         }
     }
 }
@@ -439,11 +450,15 @@ impl Log {
             .collect()
     }
 
-    /// Every object the responder wrote `phase` to.
+    /// Every object the responder wrote `phase` to, or found `phase` on (written by someone
+    /// else, see [`Event::Saw`]).
     pub fn objects_with(&self, phase: SignalPhase) -> BTreeSet<ObjectRef> {
         self.entries
             .iter()
-            .filter(|o| matches!(&o.event, Event::Wrote { phase: p, .. } if *p == phase))
+            .filter(|o| match &o.event {
+                Event::Wrote { phase: p, .. } | Event::Saw { phase: p, .. } => *p == phase,
+                Event::Signalled { .. } | Event::Ended { .. } => false,
+            })
             .map(|o| o.object.clone())
             .collect()
     }
@@ -492,7 +507,7 @@ impl Log {
                     }
                 }
                 Event::Wrote { .. } => {}
-                Event::Ended { key, .. } => {
+                Event::Ended { key, .. } | Event::Saw { key, .. } => {
                     if current.get(&o.object) == Some(key) {
                         current.remove(&o.object);
                     }
@@ -584,6 +599,9 @@ impl fmt::Display for Log {
                 }
                 Event::Ended { key, why } => {
                     write!(f, "ended (command {}): {why}", key.command_id)?
+                }
+                Event::Saw { key, phase } => {
+                    write!(f, "saw {phase} written by someone else (command {})", key.command_id)?
                 }
             }
             writeln!(f)?;
@@ -1182,6 +1200,8 @@ impl<K: SignalObject> Driver<K> {
                 match current.phase() {
                     Some(p) if p.is_terminal() => {
                         let mut state = self.shared.lock();
+                        let saw = Event::Saw { key: key.clone(), phase: p };
+                        self.shared.record(&mut state, revision, &self.object, saw);
                         let why = format!("someone else wrote the terminal status {p}");
                         self.shared.end(&mut state, &self.object, key.clone(), revision, &why);
                         return Ok(Err(Stop::Terminal));

@@ -400,7 +400,7 @@ pub fn admission_order(log: &Log, kind: Option<ObjectKind>) -> Vec<ObjectRef> {
         match &o.event {
             Event::Signalled { .. } => batch.push(o.object.clone()),
             Event::Wrote { phase, .. } if !phase.is_terminal() => {}
-            Event::Wrote { .. } | Event::Ended { .. } => {
+            Event::Wrote { .. } | Event::Ended { .. } | Event::Saw { .. } => {
                 batch.sort();
                 order.append(&mut batch);
             }
