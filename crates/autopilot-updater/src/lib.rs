@@ -43,6 +43,7 @@
 pub mod channel;
 pub mod cron;
 pub mod decide;
+pub mod run;
 pub mod source;
 pub mod version;
 pub mod window;
