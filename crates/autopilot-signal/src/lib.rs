@@ -7,6 +7,7 @@
 //!
 //! Not here: anything the leader does (that is `autopilot-controller`).
 
+pub mod agent;
 pub mod download;
 pub mod host;
 pub mod node;
@@ -36,6 +37,34 @@ pub struct WorkerArgs {
     /// giving up with an error.
     #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub startup_timeout: Duration,
+
+    /// How the worker restarts into a new binary after an update: `exec` re-executes itself
+    /// with the same arguments (no supervisor needed); `exit` exits for a supervisor
+    /// (systemd `Restart=always` and the like) to start the new binary.
+    #[arg(long, value_enum, default_value_t = RestartMode::Exec)]
+    pub restart: RestartMode,
+
+    /// Download limits for update payloads.
+    #[command(flatten)]
+    pub download: download::DownloadArgs,
+}
+
+/// How a node restarts into a new binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RestartMode {
+    /// Re-execute the (new) binary in place, same arguments.
+    Exec,
+    /// Exit; a supervisor starts the new binary.
+    Exit,
+}
+
+/// How a worker run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerExit {
+    /// Stopped by a signal (SIGTERM/SIGINT).
+    Stopped,
+    /// A new binary is in place: restart as `mode` says.
+    Restart(RestartMode),
 }
 
 /// What the binary resolved before starting the worker: the connection and this node's
@@ -52,35 +81,63 @@ pub struct Process {
     pub data_dir: PathBuf,
     /// The k0s version this binary was built as (e.g. `v1.35.0+k0s.0`).
     pub version: &'static str,
+    /// The path of the running binary (resolved at start, before any update replaces it).
+    pub binary: PathBuf,
 }
 
-/// Run the worker until `shutdown` resolves.
+/// Run the worker until `shutdown` resolves or an update asks for a restart.
 pub async fn run_worker(
     args: WorkerArgs,
     process: Process,
     shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
-    let WorkerArgs { register_node, heartbeat_interval, startup_timeout } = args;
+) -> anyhow::Result<WorkerExit> {
+    let WorkerArgs { register_node, heartbeat_interval, startup_timeout, restart, download } = args;
     anyhow::ensure!(
         !heartbeat_interval.is_zero(),
         "--heartbeat-interval must be greater than zero"
     );
-    let Process { client, server_url, node_name, data_dir, version } = process;
+    let Process { client, server_url, node_name, data_dir, version, binary } = process;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-    info!(node.name = %node_name, version, register_node, "starting worker");
+    info!(node.name = %node_name, version, register_node, binary = %binary.display(), "starting worker");
+    let host = host::LinuxHost::new(binary, data_dir, download.config(version))
+        .context("preparing the update host")?;
 
     let mut shutdown = std::pin::pin!(shutdown);
-    let heartbeat = node::Heartbeat { name: node_name, version: version.to_string() };
+    let heartbeat = node::Heartbeat { name: node_name.clone(), version: version.to_string() };
     if register_node {
         tokio::select! {
             result = heartbeat.register(&client, &server_url, startup_timeout) => result?,
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => return Ok(WorkerExit::Stopped),
         }
-        heartbeat.run(&client, heartbeat_interval, shutdown).await;
-    } else {
-        shutdown.await;
     }
-    info!("worker stopped");
-    Ok(())
+    let agent = agent::Agent { name: node_name, version: version.to_string(), kubelet: true };
+    let (stop_beat, beat_stopped) = tokio::sync::oneshot::channel::<()>();
+    let beat = async {
+        if register_node {
+            heartbeat
+                .run(&client, heartbeat_interval, async {
+                    let _ = beat_stopped.await;
+                })
+                .await;
+        }
+    };
+    let agent_run = async {
+        let outcome = agent::run::<k8s_openapi::api::core::v1::Node, _>(
+            client.clone(),
+            agent,
+            &host,
+            &mut shutdown,
+        )
+        .await;
+        let _ = stop_beat.send(());
+        outcome
+    };
+    let (outcome, ()) = tokio::join!(agent_run, beat);
+    let exit = match outcome? {
+        agent::Outcome::Stopped => WorkerExit::Stopped,
+        agent::Outcome::Restart => WorkerExit::Restart(restart),
+    };
+    info!(?exit, "worker stopped");
+    Ok(exit)
 }

@@ -1,0 +1,122 @@
+//! A real update of a worker with the real node agent (issue 4): a v2 build served over
+//! loopback HTTP with its sha256, a Plan for the worker, and the agent downloads, verifies,
+//! waits for the leader's cordon, swaps the binary atomically (keeping `k0s.prev`),
+//! re-executes itself and reports; the leader uncordons and completes. Afterwards the binary
+//! on disk and the running process both report v2.
+
+mod support;
+
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::signal::SignalPhase;
+use autopilot_api::v1beta2::{
+    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
+};
+use integration::{ClusterBuilder, k0s_binary_with_version, run_k0s_binary, wait_for};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use sha2::Digest as _;
+use support::*;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const V2: &str = "v1.35.1+k0s.0";
+
+/// Serve `body` at any path over plain HTTP/1.1 on 127.0.0.1; returns the base URL.
+async fn serve(body: Vec<u8>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound address");
+    let body = std::sync::Arc::new(body);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_worker_updates_to_v2_and_runs_it() {
+    let v2 = k0s_binary_with_version(V2).unwrap();
+    let v2_bytes = std::fs::read(&v2).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
+    let base = serve(v2_bytes).await;
+
+    let cluster = ClusterBuilder::new("update-worker")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let worker = &workers[0];
+    let pid = worker.pid();
+    let v1 = run_k0s_binary(worker.binary_path(), &["version"], Duration::from_secs(30)).unwrap();
+    let v1 = String::from_utf8(v1.stdout).unwrap().trim().to_string();
+    assert_ne!(v1, V2);
+
+    let platform = autopilot_api::platform::current();
+    let update = PlanCommandK0sUpdate {
+        version: V2.to_owned(),
+        forceupdate: false,
+        platforms: [(platform, PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha) })]
+            .into(),
+        targets: PlanCommandTargets {
+            controllers: None,
+            workers: Some(static_nodes(&["worker-0"], 1)),
+        },
+    };
+    create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(
+        target(&done, 0, "worker-0").state,
+        TargetState::SignalCompleted,
+        "{}",
+        status_yaml(&done)
+    );
+
+    // The binary on disk is v2, the previous one is kept, and the same process (re-executed
+    // in place) publishes v2.
+    let on_disk =
+        run_k0s_binary(worker.binary_path(), &["version"], Duration::from_secs(30)).unwrap();
+    assert_eq!(String::from_utf8(on_disk.stdout).unwrap().trim(), V2);
+    let prev = worker.binary_path().with_file_name("k0s.prev");
+    let prev = run_k0s_binary(&prev, &["version"], Duration::from_secs(30)).unwrap();
+    assert_eq!(String::from_utf8(prev.stdout).unwrap().trim(), v1);
+    assert!(worker.is_running() && worker.pid() == pid, "re-executed in place, same process");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let published = wait_for(Duration::from_secs(30), "worker-0 to publish v2", || async {
+        let node = nodes.get("worker-0").await?;
+        Ok(node.annotations().get(keys::ANNOTATION_K0S_VERSION).filter(|v| *v == V2).cloned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(published, V2);
+    let node = nodes.get("worker-0").await.unwrap();
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    assert!(!unschedulable, "uncordoned after the update");
+    let signal = node_signal(&client, "worker-0").await.unwrap().unwrap();
+    assert_eq!(signal.phase(), Some(SignalPhase::Completed));
+}
+
+use kube::ResourceExt as _;
