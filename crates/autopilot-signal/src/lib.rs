@@ -141,3 +141,34 @@ pub async fn run_worker(
     info!(?exit, "worker stopped");
     Ok(exit)
 }
+
+/// What a controller's agent needs: it acts on the controller's own `ControlNode`.
+#[derive(Clone, Debug)]
+pub struct ControllerAgent {
+    /// The ControlNode name.
+    pub name: String,
+    /// The running k0s version.
+    pub version: &'static str,
+    /// The path of the running binary (resolved at start).
+    pub binary: PathBuf,
+    /// This node's data directory.
+    pub data_dir: PathBuf,
+    /// `--enable-worker`: a kubelet runs here, so the leader drains it.
+    pub kubelet: bool,
+    /// Download limits.
+    pub download: download::DownloadConfig,
+}
+
+/// Run the signal agent of a controller on its own `ControlNode` until `shutdown` resolves
+/// or an update asks for a restart (then the caller stops the controller and restarts).
+pub async fn run_controller_agent(
+    client: kube::Client,
+    agent: ControllerAgent,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<agent::Outcome> {
+    let ControllerAgent { name, version, binary, data_dir, kubelet, download } = agent;
+    let host =
+        host::LinuxHost::new(binary, data_dir, download).context("preparing the update host")?;
+    let agent = agent::Agent { name, version: version.to_string(), kubelet };
+    agent::run::<autopilot_api::v1beta2::ControlNode, _>(client, agent, &host, shutdown).await
+}
