@@ -109,6 +109,10 @@ pub struct Process {
     pub data_dir: PathBuf,
     /// The k0s version this binary was built as (e.g. `v1.35.0+k0s.0`).
     pub version: &'static str,
+    /// Set to `true` while this controller leads and `false` otherwise; the caller keeps a
+    /// receiver (`leading.subscribe()`) to run leader-only components beside the controller
+    /// (the updater) without this crate depending on them.
+    pub leading: tokio::sync::watch::Sender<bool>,
 }
 
 /// Run the controller-side autopilot until `shutdown` resolves.
@@ -133,7 +137,7 @@ pub async fn run(
     } = args;
     anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
     let timings = leader::Timings::new(lease_duration, renew_deadline, retry_period)?;
-    let Process { client, config, server_url, node_name, data_dir, version } = process;
+    let Process { client, config, server_url, node_name, data_dir, version, leading } = process;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
 
@@ -175,12 +179,12 @@ pub async fn run(
         readiness_grace,
         readiness_recheck: READINESS_RECHECK,
     };
-    let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
+    let leading_rx = leading.subscribe();
     let engine = reconcile::Engine::new(client.clone(), config, api_address, policy, &node_name)?;
     let identity = leader::identity(&node_name);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, stop_rx));
-    let result = leader::run(client, identity, timings, leading_tx, shutdown).await;
+    let result = leader::run(client, identity, timings, leading, shutdown).await;
     let _ = stop_tx.send(true);
     match engine_task.await {
         Ok(Ok(())) => {}

@@ -608,3 +608,16 @@ fn go_arch() -> &'static str {
         other => other,
     }
 }
+
+impl UpdaterProcess {
+    /// An updater for a controller running `running_version`, evaluating windows in the
+    /// controller's local zone (as k0s does).
+    pub fn local(running_version: &str, period: Duration, send_cluster_info: bool) -> Self {
+        Self {
+            running_version: running_version.to_string(),
+            tz: TimeZone::system(),
+            period,
+            send_cluster_info,
+        }
+    }
+}

@@ -48,6 +48,8 @@ enum Command {
         node: NodeFlags,
         #[command(flatten)]
         args: autopilot_controller::Args,
+        #[command(flatten)]
+        updater: UpdaterFlags,
     },
     /// Run a worker node: register its Node and act on update signals.
     Worker {
@@ -74,6 +76,25 @@ struct NodeFlags {
     /// name, lower-cased.
     #[arg(long, env = "AUTOPILOT_HOSTNAME", value_name = "NAME")]
     node_name: Option<String>,
+}
+
+/// Flags of the updater, which runs on the leading controller (DESIGN §6).
+#[derive(clap::Args)]
+struct UpdaterFlags {
+    /// How often the `periodic` update strategy asks the update server (e.g. `10m`, `30s`).
+    #[arg(
+        long,
+        env = "K0S_UPDATE_PERIOD",
+        default_value = "10m",
+        value_parser = autopilot_api::duration::parse,
+        value_name = "DURATION"
+    )]
+    update_period: std::time::Duration,
+
+    /// Send cluster information (storage type, cluster ID, node counts, architectures, CNI)
+    /// to the update server as request headers. Off unless the operator opts in.
+    #[arg(long, env = "K0S_SEND_CLUSTER_INFO")]
+    send_cluster_info: bool,
 }
 
 /// What `NodeFlags` resolve to before a component starts.
@@ -144,10 +165,26 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("{VERSION}");
             Ok(())
         }
-        Command::Controller { node, args } => runtime()?.block_on(async move {
+        Command::Controller { node, args, updater } => runtime()?.block_on(async move {
             args.validate()?;
+            let UpdaterFlags { update_period, send_cluster_info } = updater;
             let ResolvedNode { client, config, server_url, node_name, data_dir } =
                 node.resolve().await?;
+            // The updater runs beside the controller and acts only while it leads.
+            let (leading, leading_rx) = tokio::sync::watch::channel(false);
+            let (stop_updater, updater_stop) = tokio::sync::oneshot::channel::<()>();
+            let updater = tokio::spawn(autopilot_updater::run::run(
+                client.clone(),
+                autopilot_updater::run::UpdaterProcess::local(
+                    VERSION,
+                    update_period,
+                    send_cluster_info,
+                ),
+                leading_rx,
+                async move {
+                    let _ = updater_stop.await;
+                },
+            ));
             let process = autopilot_controller::Process {
                 client,
                 config,
@@ -155,31 +192,27 @@ fn run(command: Command) -> anyhow::Result<()> {
                 node_name,
                 data_dir,
                 version: VERSION,
+                leading,
             };
-            autopilot_controller::run(args, process, shutdown_signal()).await
-        }),
-        Command::Worker { node, args } => {
-            // Resolved before anything can replace the file: an update swaps a new binary in
-            // at this path, and the restart executes whatever is there then.
-            let binary = std::env::current_exe().context("finding the running binary")?;
-            let exit = runtime()?.block_on(async {
-                let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
-                    node.resolve().await?;
-                let process = autopilot_signal::Process {
-                    client,
-                    server_url,
-                    node_name,
-                    data_dir,
-                    version: VERSION,
-                    binary: binary.clone(),
-                };
-                autopilot_signal::run_worker(args, process, shutdown_signal()).await
-            })?;
-            match exit {
-                autopilot_signal::WorkerExit::Stopped => Ok(()),
-                autopilot_signal::WorkerExit::Restart(mode) => restart(&binary, mode),
+            let result = autopilot_controller::run(args, process, shutdown_signal()).await;
+            let _ = stop_updater.send(());
+            if let Err(err) = updater.await {
+                tracing::warn!(error = %err, "updater task failed");
             }
-        }
+            result
+        }),
+        Command::Worker { node, args } => runtime()?.block_on(async move {
+            let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
+                node.resolve().await?;
+            let process = autopilot_signal::Process {
+                client,
+                server_url,
+                node_name,
+                data_dir,
+                version: VERSION,
+            };
+            autopilot_signal::run_worker(args, process, shutdown_signal()).await
+        }),
     }
 }
 
@@ -200,23 +233,6 @@ fn one_line(err: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line
-}
-
-/// Restart into the binary now at `binary` (the runtime has shut down by now): re-execute it
-/// with the same arguments, or exit for a supervisor.
-fn restart(binary: &std::path::Path, mode: autopilot_signal::RestartMode) -> anyhow::Result<()> {
-    match mode {
-        autopilot_signal::RestartMode::Exec => {
-            use std::os::unix::process::CommandExt as _;
-            eprintln!("k0s: restarting into {}", binary.display());
-            let err = std::process::Command::new(binary).args(std::env::args_os().skip(1)).exec();
-            Err(err).with_context(|| format!("re-executing {}", binary.display()))
-        }
-        autopilot_signal::RestartMode::Exit => {
-            eprintln!("k0s: exiting so the supervisor starts the new binary");
-            Ok(())
-        }
-    }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
