@@ -201,18 +201,28 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             result
         }),
-        Command::Worker { node, args } => runtime()?.block_on(async move {
-            let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
-                node.resolve().await?;
-            let process = autopilot_signal::Process {
-                client,
-                server_url,
-                node_name,
-                data_dir,
-                version: VERSION,
-            };
-            autopilot_signal::run_worker(args, process, shutdown_signal()).await
-        }),
+        Command::Worker { node, args } => {
+            // Resolved before anything can replace the file: an update swaps a new binary in
+            // at this path, and the restart executes whatever is there then.
+            let binary = std::env::current_exe().context("finding the running binary")?;
+            let exit = runtime()?.block_on(async {
+                let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
+                    node.resolve().await?;
+                let process = autopilot_signal::Process {
+                    client,
+                    server_url,
+                    node_name,
+                    data_dir,
+                    version: VERSION,
+                    binary: binary.clone(),
+                };
+                autopilot_signal::run_worker(args, process, shutdown_signal()).await
+            })?;
+            match exit {
+                autopilot_signal::WorkerExit::Stopped => Ok(()),
+                autopilot_signal::WorkerExit::Restart(mode) => restart(&binary, mode),
+            }
+        }
     }
 }
 
@@ -233,6 +243,23 @@ fn one_line(err: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line
+}
+
+/// Restart into the binary now at `binary` (the runtime has shut down by now): re-execute it
+/// with the same arguments, or exit for a supervisor.
+fn restart(binary: &std::path::Path, mode: autopilot_signal::RestartMode) -> anyhow::Result<()> {
+    match mode {
+        autopilot_signal::RestartMode::Exec => {
+            use std::os::unix::process::CommandExt as _;
+            eprintln!("k0s: restarting into {}", binary.display());
+            let err = std::process::Command::new(binary).args(std::env::args_os().skip(1)).exec();
+            Err(err).with_context(|| format!("re-executing {}", binary.display()))
+        }
+        autopilot_signal::RestartMode::Exit => {
+            eprintln!("k0s: exiting so the supervisor starts the new binary");
+            Ok(())
+        }
+    }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
