@@ -50,6 +50,8 @@ enum Command {
         args: autopilot_controller::Args,
         #[command(flatten)]
         updater: UpdaterFlags,
+        #[command(flatten)]
+        agent: ControllerAgentFlags,
     },
     /// Run a worker node: register its Node and act on update signals.
     Worker {
@@ -76,6 +78,19 @@ struct NodeFlags {
     /// name, lower-cased.
     #[arg(long, env = "AUTOPILOT_HOSTNAME", value_name = "NAME")]
     node_name: Option<String>,
+}
+
+/// Flags of the signal agent a controller runs for its own ControlNode.
+#[derive(clap::Args)]
+struct ControllerAgentFlags {
+    /// How the controller restarts into a new binary after an update: `exec` re-executes
+    /// itself with the same arguments (no supervisor needed); `exit` exits for a supervisor.
+    #[arg(long, value_enum, default_value_t = autopilot_signal::RestartMode::Exec)]
+    restart: autopilot_signal::RestartMode,
+
+    /// Download limits for update payloads.
+    #[command(flatten)]
+    download: autopilot_signal::download::DownloadArgs,
 }
 
 /// Flags of the updater, which runs on the leading controller (DESIGN §6).
@@ -165,42 +180,97 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("{VERSION}");
             Ok(())
         }
-        Command::Controller { node, args, updater } => runtime()?.block_on(async move {
-            args.validate()?;
-            let UpdaterFlags { update_period, send_cluster_info } = updater;
-            let ResolvedNode { client, config, server_url, node_name, data_dir } =
-                node.resolve().await?;
-            // The updater runs beside the controller and acts only while it leads.
-            let (leading, leading_rx) = tokio::sync::watch::channel(false);
-            let (stop_updater, updater_stop) = tokio::sync::oneshot::channel::<()>();
-            let updater = tokio::spawn(autopilot_updater::run::run(
-                client.clone(),
-                autopilot_updater::run::UpdaterProcess::local(
-                    VERSION,
-                    update_period,
-                    send_cluster_info,
-                ),
-                leading_rx,
-                async move {
-                    let _ = updater_stop.await;
-                },
-            ));
-            let process = autopilot_controller::Process {
-                client,
-                config,
-                server_url,
-                node_name,
-                data_dir,
-                version: VERSION,
-                leading,
-            };
-            let result = autopilot_controller::run(args, process, shutdown_signal()).await;
-            let _ = stop_updater.send(());
-            if let Err(err) = updater.await {
-                tracing::warn!(error = %err, "updater task failed");
-            }
-            result
-        }),
+        Command::Controller { node, args, updater, agent } => {
+            // Resolved before anything can replace the file (see the worker).
+            let binary = std::env::current_exe().context("finding the running binary")?;
+            let ControllerAgentFlags { restart: restart_mode, download } = agent;
+            let restart_due = runtime()?.block_on(async {
+                args.validate()?;
+                let UpdaterFlags { update_period, send_cluster_info } = updater;
+                let ResolvedNode { client, config, server_url, node_name, data_dir } =
+                    node.resolve().await?;
+                // The updater runs beside the controller and acts only while it leads.
+                let (leading, leading_rx) = tokio::sync::watch::channel(false);
+                let (stop_updater, updater_stop) = tokio::sync::oneshot::channel::<()>();
+                let updater = tokio::spawn(autopilot_updater::run::run(
+                    client.clone(),
+                    autopilot_updater::run::UpdaterProcess::local(
+                        VERSION,
+                        update_period,
+                        send_cluster_info,
+                    ),
+                    leading_rx,
+                    async move {
+                        let _ = updater_stop.await;
+                    },
+                ));
+                // The agent acts on this controller's own ControlNode; when it has put a new
+                // binary in place, the controller stops cleanly (releasing the leader lease)
+                // before the process restarts.
+                let (restart_tx, mut restart_rx) = tokio::sync::watch::channel(false);
+                let agent = autopilot_signal::ControllerAgent {
+                    name: node_name.clone(),
+                    version: VERSION,
+                    binary: binary.clone(),
+                    data_dir: data_dir.clone(),
+                    kubelet: args.enable_worker,
+                    download: download.config(VERSION),
+                };
+                let agent_client = client.clone();
+                let agent_task = tokio::spawn(async move {
+                    let outcome = autopilot_signal::run_controller_agent(
+                        agent_client,
+                        agent,
+                        shutdown_signal(),
+                    )
+                    .await;
+                    if matches!(outcome, Ok(autopilot_signal::agent::Outcome::Restart)) {
+                        let _ = restart_tx.send(true);
+                    }
+                    outcome
+                });
+                let process = autopilot_controller::Process {
+                    client,
+                    config,
+                    server_url,
+                    node_name,
+                    data_dir,
+                    version: VERSION,
+                    leading,
+                };
+                let stop = async move {
+                    tokio::select! {
+                        () = shutdown_signal() => {}
+                        _ = restart_rx.wait_for(|due| *due) => {
+                            tracing::info!("stopping the controller to restart into the new binary");
+                        }
+                    }
+                };
+                let result = autopilot_controller::run(args, process, stop).await;
+                let _ = stop_updater.send(());
+                if let Err(err) = updater.await {
+                    tracing::warn!(error = %err, "updater task failed");
+                }
+                let restart_due = if agent_task.is_finished() {
+                    match agent_task.await {
+                        Ok(Ok(outcome)) => outcome == autopilot_signal::agent::Outcome::Restart,
+                        Ok(Err(err)) => {
+                            tracing::warn!(error = %format!("{err:#}"), "signal agent failed");
+                            false
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "signal agent task failed");
+                            false
+                        }
+                    }
+                } else {
+                    agent_task.abort();
+                    false
+                };
+                result.map(|()| restart_due)
+            })?;
+            if restart_due { restart(&binary, restart_mode) } else { Ok(()) }
+        }
         Command::Worker { node, args } => {
             // Resolved before anything can replace the file: an update swaps a new binary in
             // at this path, and the restart executes whatever is there then.

@@ -1,0 +1,123 @@
+//! Real updates of controllers with the real node agent on their ControlNodes (issue 4):
+//! each controller downloads and verifies v2, passes the leader's (no-op) cordon, swaps its
+//! binary, stops cleanly (releasing the leader lease if it held it), re-executes itself and
+//! completes; controllers go one at a time and before any worker.
+
+mod support;
+
+use std::time::Duration;
+
+use autopilot_api::v1beta2::{
+    ControlNode, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType,
+    TargetState,
+};
+use integration::{ClusterBuilder, K0sProcess, k0s_binary_with_version, run_k0s_binary, wait_for};
+use kube::Api;
+use sha2::Digest as _;
+use support::*;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const V2: &str = "v1.35.1+k0s.0";
+
+/// Serve `body` at any path over plain HTTP/1.1 on 127.0.0.1; returns the base URL.
+async fn serve(body: Vec<u8>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound address");
+    let body = std::sync::Arc::new(body);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn version_of(process: &K0sProcess) -> String {
+    let out = run_k0s_binary(process.binary_path(), &["version"], Duration::from_secs(30))
+        .expect("k0s version runs");
+    String::from_utf8(out.stdout).expect("utf-8").trim().to_string()
+}
+
+#[tokio::test]
+async fn controllers_then_a_worker_update_to_v2_one_at_a_time() {
+    let v2 = k0s_binary_with_version(V2).unwrap();
+    let v2_bytes = std::fs::read(&v2).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
+    let base = serve(v2_bytes).await;
+
+    let cluster = ClusterBuilder::new("update-controllers")
+        .controllers(2)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let controllers = start_controllers(&cluster, 2, FAST_ELECTION).await.unwrap();
+    let workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let pids: Vec<u32> = controllers.iter().map(K0sProcess::pid).collect();
+
+    let platform = autopilot_api::platform::current();
+    let update = PlanCommandK0sUpdate {
+        version: V2.to_owned(),
+        forceupdate: false,
+        platforms: [(platform, PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha) })]
+            .into(),
+        targets: PlanCommandTargets {
+            controllers: Some(static_nodes(&["controller-0", "controller-1"], 1)),
+            workers: Some(static_nodes(&["worker-0"], 1)),
+        },
+    };
+    create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    for target in targets(command(&done, 0)) {
+        assert_eq!(target.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
+    }
+
+    // Every binary on disk is v2; each controller re-executed in place and published v2.
+    for process in controllers.iter().chain(workers.iter()) {
+        assert_eq!(version_of(process), V2, "{} on disk", process.node_name());
+    }
+    for (process, pid) in controllers.iter().zip(pids) {
+        assert!(
+            process.is_running() && process.pid() == pid,
+            "{} re-executed in place",
+            process.node_name()
+        );
+    }
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    for name in ["controller-0", "controller-1"] {
+        wait_for(Duration::from_secs(30), "the ControlNode to publish v2", || async {
+            let node = control_nodes.get(name).await?;
+            Ok((node.k0s_version() == Some(V2)).then_some(()))
+        })
+        .await
+        .unwrap();
+    }
+    // Controllers one at a time and before the worker: the worker's signal came after both
+    // controllers completed (its lastUpdatedTimestamp is when it was signalled).
+    let controller_done: Vec<_> = targets(command(&done, 0))
+        .into_iter()
+        .filter(|t| t.name.starts_with("controller-"))
+        .map(|t| t.last_updated_timestamp.0)
+        .collect();
+    let worker_signalled = target(&done, 0, "worker-0").last_updated_timestamp.0;
+    assert!(controller_done.iter().all(|t| *t <= worker_signalled), "{}", status_yaml(&done));
+}
