@@ -1,0 +1,53 @@
+//! The updater survives a bad update server (issue 5): a 500, garbage instead of YAML and an
+//! answer offering the running version create no Plan, each check records a clear Event
+//! (`UpdateServerError` with the error text, `UpToDate`), and once the server offers a newer
+//! version the next period creates the Plan, which completes.
+
+mod support;
+mod updater_support;
+
+use autopilot_api::v1beta2::{PlanStateType, UpdateConfig};
+use integration::wait_for;
+use kube::api::{Api, PostParams};
+use support::*;
+use updater_support::*;
+
+#[tokio::test]
+async fn server_errors_create_no_plan_and_the_next_period_recovers() {
+    let server = UpdateServer::start(OFFERED).await;
+    server.set(500, "internal error\n".to_owned());
+    let (_cluster, client, controller, _responder) = start("updater-errors").await.unwrap();
+    let configs: Api<UpdateConfig> = Api::all(client.clone());
+    configs
+        .create(&PostParams::default(), &update_config("flaky", &server, "00:00", "24h"))
+        .await
+        .unwrap();
+
+    // Check 1: a 500 is an UpdateServerError naming the status.
+    let errors = wait_events(&client, "flaky", "UpdateServerError", 1).await.unwrap();
+    assert!(errors[0].contains("500"), "{errors:?}");
+    controller.wait_for_log("answered 500", STARTUP).await.unwrap();
+
+    // Check 2: garbage instead of YAML is an UpdateServerError saying the answer is malformed.
+    server.set(200, "<html>oops</html>\n".to_owned());
+    let errors = wait_for(PLAN_TIMEOUT, "a malformed-answer event", || async {
+        let found = events(&client, "flaky", "UpdateServerError").await?;
+        Ok(found.into_iter().find(|note| note.contains("malformed")))
+    })
+    .await
+    .unwrap();
+    assert!(errors.contains("unusable"), "{errors}");
+
+    // Check 3: the running version on offer is UpToDate.
+    server.set(200, index_yaml(PLAIN_VERSION));
+    let up_to_date = wait_events(&client, "flaky", "UpToDate", 1).await.unwrap();
+    assert!(up_to_date[0].contains(PLAIN_VERSION), "{up_to_date:?}");
+    assert_no_plan_for(&client, PERIOD * 2).await;
+
+    // The server recovers with a newer version: the next period creates the plan.
+    server.set(200, index_yaml(OFFERED));
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    let update = done.spec.commands[0].k0supdate.as_ref().expect("a k0supdate command");
+    assert_eq!(update.version, OFFERED, "{}", status_yaml(&done));
+    wait_events(&client, "flaky", "PlanCreated", 1).await.unwrap();
+}
