@@ -2,7 +2,8 @@
 //! advertises a newer version on a channel; with the maintenance window open the leader's
 //! updater creates the `autopilot` Plan, which runs to Completed (the responder plays the
 //! nodes) and an Event `PlanCreated` lands on the UpdateConfig; with the window closed no Plan
-//! appears over several periods and the Events say `OutsideWindow`.
+//! appears over several periods and the Events say `OutsideWindow`, until the
+//! UpdateConfig is changed to open it (its updater restarts and creates the Plan).
 
 mod support;
 mod updater_support;
@@ -58,7 +59,7 @@ async fn window_open_creates_the_plan_which_completes() {
 }
 
 #[tokio::test]
-async fn window_closed_creates_no_plan_and_says_outside_window() {
+async fn window_closed_creates_no_plan_until_the_updateconfig_opens_it() {
     let server = UpdateServer::start(OFFERED).await;
     let (_cluster, client, _controller, _responder) = start("updater-closed").await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
@@ -76,4 +77,16 @@ async fn window_closed_creates_no_plan_and_says_outside_window() {
     let later = wait_events(&client, "closed", "OutsideWindow", 3).await.unwrap();
     assert!(later.len() >= 3, "{later:?}");
     assert!(events(&client, "closed", "PlanCreated").await.unwrap().is_empty());
+
+    // Opening the window changes the object: its updater restarts and creates the plan.
+    let mut config = configs.get("closed").await.unwrap();
+    config.spec = update_config("closed", &server, "00:00", "24h").spec;
+    configs.replace("closed", &PostParams::default(), &config).await.unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(
+        done.spec.commands[0].k0supdate.as_ref().map(|u| u.version.as_str()),
+        Some(OFFERED),
+        "{}",
+        status_yaml(&done)
+    );
 }
