@@ -82,6 +82,7 @@
 
 pub mod cluster;
 pub mod control_plane;
+pub mod http;
 pub mod k0s;
 mod kubeconfig;
 pub mod kubelet;

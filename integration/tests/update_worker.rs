@@ -18,47 +18,16 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use sha2::Digest as _;
 use support::*;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const V2: &str = "v1.35.1+k0s.0";
-
-/// Serve `body` at any path over plain HTTP/1.1 on 127.0.0.1; returns the base URL.
-async fn serve(body: Vec<u8>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
-    let addr = listener.local_addr().expect("bound address");
-    let body = std::sync::Arc::new(body);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else { return };
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = socket.write_all(head.as_bytes()).await;
-                let _ = socket.write_all(&body).await;
-                let _ = socket.shutdown().await;
-            });
-        }
-    });
-    format!("http://{addr}")
-}
 
 #[tokio::test]
 async fn a_worker_updates_to_v2_and_runs_it() {
     let v2 = k0s_binary_with_version(V2).unwrap();
     let v2_bytes = std::fs::read(&v2).unwrap();
     let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
-    let base = serve(v2_bytes).await;
+    let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
+    let base = server.base_url().to_owned();
 
     let cluster = ClusterBuilder::new("update-worker")
         .controllers(1)

@@ -1,8 +1,9 @@
 //! `cargo xtask demo`: the main job on a local real control plane.
 //!
-//! Today: build `k0s`, start etcd and three kube-apiservers, run three controllers and two
-//! workers, show who leads and what registered, tear everything down. Later issues extend it
-//! to a full v1 → v2 cluster update.
+//! Builds `k0s` at v1 and a v2 copy, starts etcd and one kube-apiserver per controller, runs
+//! the controllers and workers at v1, shows who leads and what registered, serves the v2
+//! build over loopback HTTP with its sha256, applies a Plan, shows each node's progress live
+//! until the Plan completes, verifies every node runs v2, and tears everything down.
 
 use std::time::Duration;
 
@@ -21,8 +22,11 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     controllers: usize,
     /// Number of workers.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     workers: usize,
+    /// The version to update to (a second build of k0s reporting it).
+    #[arg(long, default_value = "v1.35.1+k0s.0")]
+    to_version: String,
 }
 
 /// How long each stage of the demo may take before it is reported as failed.
@@ -30,15 +34,23 @@ const STAGE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let Args { controllers, workers } = args;
+    let Args { controllers, workers, to_version } = args;
     anyhow::ensure!(controllers >= 1, "--controllers must be at least 1");
     integration::control_plane::ensure_built()?;
     let k0s = crate::test::build_k0s()?;
+    println!("==> building the {to_version} copy of k0s to update to");
+    let v2 = integration::k0s_binary_with_version(&to_version)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    runtime.block_on(demo(k0s, controllers, workers))
+    runtime.block_on(demo(k0s, v2, &to_version, controllers, workers))
 }
 
-async fn demo(k0s: std::path::PathBuf, controllers: usize, workers: usize) -> anyhow::Result<()> {
+async fn demo(
+    k0s: std::path::PathBuf,
+    v2: std::path::PathBuf,
+    to_version: &str,
+    controllers: usize,
+    workers: usize,
+) -> anyhow::Result<()> {
     let worker_names: Vec<String> = (0..workers).map(|i| format!("worker-{i}")).collect();
     let worker_refs: Vec<&str> = worker_names.iter().map(String::as_str).collect();
     println!("==> starting etcd and {controllers} kube-apiservers");
@@ -124,6 +136,8 @@ async fn demo(k0s: std::path::PathBuf, controllers: usize, workers: usize) -> an
             annotations.get(keys::ANNOTATION_K0S_VERSION).cloned().unwrap_or_default(),
         );
     }
+    update(&cluster, &processes, &v2, to_version, controllers, &worker_names).await?;
+
     println!();
     println!("==> tearing down");
     drop(processes);
@@ -137,4 +151,130 @@ fn is_ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Serve v2, apply the Plan, show progress live, verify every node runs v2.
+async fn update(
+    cluster: &integration::Cluster,
+    processes: &[integration::K0sProcess],
+    v2: &std::path::Path,
+    to_version: &str,
+    controllers: usize,
+    workers: &[String],
+) -> anyhow::Result<()> {
+    use autopilot_api::v1beta2::{Plan, PlanStateType};
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    use sha2::Digest as _;
+
+    let bytes = std::fs::read(v2).with_context(|| format!("reading {}", v2.display()))?;
+    let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+    let server = integration::http::FileServer::start(bytes).await?;
+    let url = format!("{}/k0s-{to_version}", server.base_url());
+    println!();
+    println!("==> serving {to_version} at {url} (sha256 {sha256})");
+
+    let controller_names: Vec<String> =
+        (0..controllers).map(|i| format!("controller-{i}")).collect();
+    let plan: Plan = serde_json::from_value(serde_json::json!({
+        "apiVersion": keys::API_VERSION,
+        "kind": "Plan",
+        "metadata": { "name": keys::PLAN_NAME },
+        "spec": {
+            "id": "demo",
+            "timestamp": "now",
+            "commands": [{ "k0supdate": {
+                "version": to_version,
+                "platforms": { autopilot_api::platform::current(): { "url": url, "sha256": sha256 } },
+                "targets": {
+                    "controllers": { "discovery": { "static": { "nodes": controller_names } } },
+                    "workers": {
+                        "discovery": { "static": { "nodes": workers } },
+                        "limits": { "concurrent": 2 },
+                    },
+                },
+            }}],
+        },
+    }))?;
+    let client = cluster.admin_client().await?;
+    let plans: Api<Plan> = Api::all(client.clone());
+    println!(
+        "==> applying Plan autopilot: k0supdate to {to_version}, controllers one at a time, workers 2 at a time"
+    );
+    let started = std::time::Instant::now();
+    plans.create(&Default::default(), &plan).await.context("creating the Plan")?;
+
+    // Live progress: one line per change of a node's state or phase.
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", keys::PLAN_NAME));
+    let mut events = watcher(plans.clone(), config).default_backoff().applied_objects().boxed();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    let final_state = loop {
+        let next = tokio::time::timeout_at(deadline, events.next()).await;
+        let Ok(Some(Ok(plan))) = next else {
+            anyhow::bail!("the plan did not finish within 10 minutes");
+        };
+        let Some(status) = plan.status else { continue };
+        for command in &status.commands {
+            let mut targets = Vec::new();
+            if let Some(k) = &command.k0supdate {
+                targets.extend(k.controllers.iter().chain(k.workers.iter()));
+            }
+            for target in targets {
+                let phase = target.phase.map(|p| p.to_string()).unwrap_or_default();
+                let line = format!("{:<18} {}", target.state.as_str(), phase);
+                if seen.get(&target.name) != Some(&line) {
+                    println!(
+                        "  +{:>6.1}s  {:<14} {line}",
+                        started.elapsed().as_secs_f64(),
+                        target.name
+                    );
+                    seen.insert(target.name.clone(), line);
+                }
+            }
+        }
+        if status.state.is_terminal() {
+            break status.state;
+        }
+    };
+    println!("==> Plan {} after {:.1}s", final_state.as_str(), started.elapsed().as_secs_f64());
+    anyhow::ensure!(final_state == PlanStateType::Completed, "the update did not complete");
+
+    println!();
+    println!("{:<16} {:<18} {:<18} RUNNING (published)", "NODE", "BINARY ON DISK", "PREVIOUS");
+    for process in processes {
+        let on_disk = version_of(process.binary_path())?;
+        let previous = version_of(&process.binary_path().with_file_name("k0s.prev"))?;
+        println!(
+            "{:<16} {:<18} {:<18} {}",
+            process.node_name(),
+            on_disk,
+            previous,
+            published_version(&client, process.node_name()).await?
+        );
+        anyhow::ensure!(on_disk == to_version, "{} runs {on_disk} from disk", process.node_name());
+    }
+    Ok(())
+}
+
+fn version_of(binary: &std::path::Path) -> anyhow::Result<String> {
+    let out = integration::run_k0s_binary(binary, &["version"], Duration::from_secs(30))?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The version a node publishes: ControlNode `status.k0sVersion`, or the Node annotation.
+async fn published_version(client: &kube::Client, name: &str) -> anyhow::Result<String> {
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    if let Some(node) = control_nodes.get_opt(name).await? {
+        return Ok(node.k0s_version().unwrap_or_default().to_string());
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(name).await?;
+    Ok(node
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get(keys::ANNOTATION_K0S_VERSION)
+        .cloned()
+        .unwrap_or_default())
 }
