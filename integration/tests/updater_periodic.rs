@@ -1,7 +1,7 @@
 //! The updater's `periodic` strategy end to end (issue 5, DESIGN §6): a local update server
 //! advertises a newer version on a channel; with the maintenance window open the leader's
-//! updater creates the `autopilot` Plan, which runs to Completed (the responder plays the
-//! nodes) and an Event `PlanCreated` lands on the UpdateConfig; with the window closed no Plan
+//! updater creates the `autopilot` Plan, which runs to Completed (the controller's own agent
+//! downloads the served binary and restarts into it) and an Event `PlanCreated` lands on the UpdateConfig; with the window closed no Plan
 //! appears over several periods and the Events say `OutsideWindow`, until the
 //! UpdateConfig is changed to open it (its updater restarts and creates the Plan).
 
@@ -18,8 +18,10 @@ use updater_support::*;
 
 #[tokio::test]
 async fn window_open_creates_the_plan_which_completes() {
-    let server = UpdateServer::start(OFFERED).await;
-    let (_cluster, client, controller, _responder) = start("updater-open").await.unwrap();
+    let server = UpdateServer::start().await;
+    server.add_version(OFFERED).await.unwrap();
+    server.offer(OFFERED);
+    let (_cluster, client, controller) = start("updater-open").await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &update_config("open", &server, "00:00", "24h"))
@@ -37,6 +39,19 @@ async fn window_open_creates_the_plan_which_completes() {
     let created = wait_events(&client, "open", "PlanCreated", 1).await.unwrap();
     assert!(created[0].contains(&done.spec.id), "{created:?}");
     controller.wait_for_log("created the autopilot plan", STARTUP).await.unwrap();
+
+    // The controller now runs the offered version, and its updater says so.
+    wait_for(STARTUP, "controller-0 to report the offered version", || async {
+        let version = control_node_version(&client, "controller-0").await?;
+        Ok((version.as_deref() == Some(OFFERED)).then_some(()))
+    })
+    .await
+    .unwrap();
+    let up_to_date = wait_events(&client, "open", "UpToDate", 1).await.unwrap();
+    assert!(
+        up_to_date.iter().any(|note| note.contains(&format!("running {OFFERED}"))),
+        "{up_to_date:?}"
+    );
 
     // The finalizer is on, and deleting the UpdateConfig does not hang on it.
     let config = configs.get("open").await.unwrap();
@@ -60,8 +75,10 @@ async fn window_open_creates_the_plan_which_completes() {
 
 #[tokio::test]
 async fn window_closed_creates_no_plan_until_the_updateconfig_opens_it() {
-    let server = UpdateServer::start(OFFERED).await;
-    let (_cluster, client, _controller, _responder) = start("updater-closed").await.unwrap();
+    let server = UpdateServer::start().await;
+    server.add_version(OFFERED).await.unwrap();
+    server.offer(OFFERED);
+    let (_cluster, client, _controller) = start("updater-closed").await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     let start_time = local_time_in(jiff::SignedDuration::from_hours(1));
     configs

@@ -14,9 +14,10 @@ use updater_support::*;
 
 #[tokio::test]
 async fn server_errors_create_no_plan_and_the_next_period_recovers() {
-    let server = UpdateServer::start(OFFERED).await;
+    let server = UpdateServer::start().await;
+    server.add_version(OFFERED).await.unwrap();
     server.set(500, "internal error\n".to_owned());
-    let (_cluster, client, controller, _responder) = start("updater-errors").await.unwrap();
+    let (_cluster, client, controller) = start("updater-errors").await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &update_config("flaky", &server, "00:00", "24h"))
@@ -39,13 +40,13 @@ async fn server_errors_create_no_plan_and_the_next_period_recovers() {
     assert!(errors.contains("unusable"), "{errors}");
 
     // Check 3: the running version on offer is UpToDate.
-    server.set(200, index_yaml(PLAIN_VERSION));
+    server.offer(PLAIN_VERSION);
     let up_to_date = wait_events(&client, "flaky", "UpToDate", 1).await.unwrap();
     assert!(up_to_date[0].contains(PLAIN_VERSION), "{up_to_date:?}");
     assert_no_plan_for(&client, PERIOD * 2).await;
 
     // The server recovers with a newer version: the next period creates the plan.
-    server.set(200, index_yaml(OFFERED));
+    server.offer(OFFERED);
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     let update = done.spec.commands[0].k0supdate.as_ref().expect("a k0supdate command");
     assert_eq!(update.version, OFFERED, "{}", status_yaml(&done));

@@ -4,23 +4,24 @@
 
 #![allow(dead_code, reason = "each scenario file uses a different subset of the helpers")]
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use autopilot_api::v1beta2::{
-    PeriodicUpgradeStrategy, Plan, UpdateConfig, UpdateConfigSpec, UpgradeStrategy,
+    ControlNode, PeriodicUpgradeStrategy, Plan, UpdateConfig, UpdateConfigSpec, UpgradeStrategy,
     UpgradeStrategyType,
 };
 use futures::StreamExt as _;
 use http_body_util::Full;
 use hyper::body::Bytes;
-use integration::responder::{Behaviour, Config, Responder};
-use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
+use integration::{Cluster, ClusterBuilder, K0sProcess, k0s_binary_with_version, wait_for};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
+use sha2::Digest as _;
 
-use super::support::{PLAN_TIMEOUT, STARTUP, leader, status_yaml, url};
+use super::support::{PLAN_TIMEOUT, STARTUP, leader, status_yaml};
 
 /// The version the server offers; the controller runs [`PLAIN_VERSION`].
 pub const OFFERED: &str = "v1.35.9+k0s.0";
@@ -31,29 +32,42 @@ pub const CHANNEL: &str = "stable";
 /// `K0S_UPDATE_PERIOD` of the controller under test.
 pub const PERIOD: Duration = Duration::from_secs(2);
 
-/// What the test server answers for `/<CHANNEL>/index.yaml`: status and body.
+/// The test's update server: `/<CHANNEL>/index.yaml` answers what the test set, and
+/// `/k0s/<version>/k0s` serves the k0s binaries built for the versions it offers.
 #[derive(Clone)]
 pub struct UpdateServer {
-    answer: Arc<Mutex<(u16, String)>>,
+    state: Arc<Mutex<ServerState>>,
     /// The base URL (`http://127.0.0.1:<port>`).
     pub url: String,
 }
 
+#[derive(Default)]
+struct ServerState {
+    /// Status and body of `index.yaml`.
+    index: (u16, String),
+    /// Binaries and their sha256 by version.
+    binaries: HashMap<String, (Bytes, String)>,
+}
+
 impl UpdateServer {
-    /// Start serving `index.yaml` for [`CHANNEL`] advertising `version` on 127.0.0.1.
-    pub async fn start(version: &str) -> Self {
+    /// Start serving on 127.0.0.1; `index.yaml` answers 404 until [`UpdateServer::offer`] or
+    /// [`UpdateServer::set`].
+    pub async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
         let url = format!("http://{}", listener.local_addr().expect("bound address"));
-        let server = Self { answer: Arc::new(Mutex::new((200, index_yaml(version)))), url };
-        let answer = server.answer.clone();
+        let state = Arc::new(Mutex::new(ServerState {
+            index: (404, "not yet\n".to_owned()),
+            ..Default::default()
+        }));
+        let server = Self { state: state.clone(), url };
         tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else { return };
-                let answer = answer.clone();
+                let state = state.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
-                        let answer = answer.clone();
-                        async move { Ok::<_, std::convert::Infallible>(respond(&answer, &request)) }
+                        let state = state.clone();
+                        async move { Ok::<_, std::convert::Infallible>(respond(&state, &request)) }
                     });
                     let io = hyper_util::rt::TokioIo::new(socket);
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -65,34 +79,61 @@ impl UpdateServer {
         server
     }
 
-    /// Answer with `status` and `body` from now on.
+    /// Build (once per test process) a k0s binary reporting `version` and serve it.
+    pub async fn add_version(&self, version: &str) -> anyhow::Result<()> {
+        let owned = version.to_owned();
+        let path = tokio::task::spawn_blocking(move || k0s_binary_with_version(&owned)).await??;
+        let bytes = tokio::fs::read(&path).await?;
+        let sha = hex::encode(sha2::Sha256::digest(&bytes));
+        self.state
+            .lock()
+            .expect("server lock")
+            .binaries
+            .insert(version.to_owned(), (Bytes::from(bytes), sha));
+        Ok(())
+    }
+
+    /// Offer `version` in `index.yaml` from now on (with its binary's digest if served).
+    pub fn offer(&self, version: &str) {
+        let mut state = self.state.lock().expect("server lock");
+        let sha = state.binaries.get(version).map(|(_, sha)| sha.clone());
+        state.index = (200, index_yaml(&self.url, version, sha.as_deref()));
+    }
+
+    /// Answer `index.yaml` with `status` and `body` from now on.
     pub fn set(&self, status: u16, body: String) {
-        *self.answer.lock().expect("answer lock") = (status, body);
+        self.state.lock().expect("server lock").index = (status, body);
     }
 }
 
-pub fn respond(
-    answer: &Mutex<(u16, String)>,
+fn respond(
+    state: &Mutex<ServerState>,
     request: &hyper::Request<hyper::body::Incoming>,
 ) -> hyper::Response<Full<Bytes>> {
-    let (status, body) = if request.uri().path() == format!("/{CHANNEL}/index.yaml") {
-        answer.lock().expect("answer lock").clone()
+    let path = request.uri().path();
+    let state = state.lock().expect("server lock");
+    let (status, body) = if path == format!("/{CHANNEL}/index.yaml") {
+        (state.index.0, Bytes::from(state.index.1.clone()))
+    } else if let Some(version) = path.strip_prefix("/k0s/").and_then(|p| p.strip_suffix("/k0s"))
+        && let Some((bytes, _)) = state.binaries.get(version)
+    {
+        (200, bytes.clone())
     } else {
-        (404, "not found\n".to_owned())
+        (404, Bytes::from_static(b"not found\n"))
     };
-    let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+    let mut response = hyper::Response::new(Full::new(body));
     *response.status_mut() = hyper::StatusCode::from_u16(status).expect("a valid status");
     response
 }
 
-/// An `index.yaml` offering `version` for this machine's platform.
-pub fn index_yaml(version: &str) -> String {
+/// An `index.yaml` offering `version` for this machine's platform, downloadable from `base`.
+pub fn index_yaml(base: &str, version: &str, sha256: Option<&str>) -> String {
     let platform = autopilot_api::platform::current();
     let (os, arch) = platform.split_once('-').expect("platform is <os>-<arch>");
+    let sha = sha256.map(|s| format!("  k0sSha256: {s}\n")).unwrap_or_default();
     format!(
         "channel: {CHANNEL}\nversion: {version}\ndownloadURLs:\n- os: {os}\n  arch: {arch}\n  \
-         k0s: {}\n",
-        url(&platform)
+         k0s: {base}/k0s/{version}/k0s\n{sha}"
     )
 }
 
@@ -126,9 +167,9 @@ pub fn update_config(
     )
 }
 
-/// A one-controller cluster whose controller checks every [`PERIOD`], with a responder
-/// answering every signal as a node that already runs the version.
-pub async fn start(name: &str) -> anyhow::Result<(Cluster, kube::Client, K0sProcess, Responder)> {
+/// A one-controller cluster whose controller checks every [`PERIOD`]; the controller's own
+/// agent applies the updates for real.
+pub async fn start(name: &str) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
     let cluster = ClusterBuilder::new(name).controllers(1).build().await?;
     let client = cluster.admin_client().await?;
     let controller = cluster
@@ -137,9 +178,16 @@ pub async fn start(name: &str) -> anyhow::Result<(Cluster, kube::Client, K0sProc
         .spawn()
         .await?;
     wait_for(STARTUP, "a leader", || leader(&client)).await?;
-    let config = Config::new().default_behaviour(Behaviour::AlreadyUpToDate);
-    let responder = Responder::start(client.clone(), config).await?;
-    Ok((cluster, client, controller, responder))
+    Ok((cluster, client, controller))
+}
+
+/// The k0s version controller `i` reports on its ControlNode.
+pub async fn control_node_version(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    let nodes: Api<ControlNode> = Api::all(client.clone());
+    Ok(nodes.get_opt(name).await?.and_then(|n| n.status).and_then(|s| s.k0s_version))
 }
 
 /// Events about the UpdateConfig `name` with `reason`, oldest first.
