@@ -1,6 +1,7 @@
 //! Repeated automatic updates (issue 5, DESIGN §6, unlike k0s REF §11.6): after a completed
 //! run the server advertises a newer version and the updater starts a second run of the
-//! `autopilot` Plan, and the controller ends at the second version.
+//! `autopilot` Plan, and the controller ends at the second version; while a run is in
+//! progress a newer offer never replaces it (Events say `PlanRunning`).
 
 mod support;
 mod updater_support;
@@ -30,10 +31,12 @@ async fn wait_run(client: &kube::Client, wanted: &str, phase: PlanStateType) -> 
 }
 
 #[tokio::test]
-async fn a_newer_offer_after_a_completed_run_starts_a_second_run() {
+async fn a_running_plan_is_never_replaced_and_a_newer_offer_after_it_completes_starts_a_second_run()
+{
     let server = UpdateServer::start().await;
     server.add_version(OFFERED).await.unwrap();
     server.add_version(SECOND).await.unwrap();
+    server.hold_downloads();
     server.offer(OFFERED);
     let (_cluster, client, _controller) = start("updater-rerun").await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
@@ -42,11 +45,24 @@ async fn a_newer_offer_after_a_completed_run_starts_a_second_run() {
         .await
         .unwrap();
 
-    // Run 1 completes.
-    let first = wait_run(&client, OFFERED, PlanStateType::Completed).await;
-
-    // A newer version after the run completed: run 2, with a new id.
+    // Run 1 is in progress (its download is held); a newer offer meanwhile leaves it alone.
+    let plans: Api<Plan> = Api::all(client.clone());
+    let first = wait_for(PLAN_TIMEOUT, "run 1 to start", || async {
+        let plan = plans.get_opt("autopilot").await?;
+        Ok(plan.filter(|p| version(p) == Some(OFFERED) && !state(p).is_terminal()))
+    })
+    .await
+    .unwrap();
     server.offer(SECOND);
+    let running_before = events(&client, "rerun", "PlanRunning").await.unwrap().len();
+    wait_events(&client, "rerun", "PlanRunning", running_before + 2).await.unwrap();
+    let held = plans.get("autopilot").await.unwrap();
+    assert_eq!(version(&held), Some(OFFERED), "{}", status_yaml(&held));
+    assert_eq!(held.spec.id, first.spec.id, "{}", status_yaml(&held));
+    assert!(!state(&held).is_terminal(), "{}", status_yaml(&held));
+
+    // Run 1 completes; the next period starts run 2, with a new id, for the newer version.
+    server.release_downloads();
     let second = wait_run(&client, SECOND, PlanStateType::Completed).await;
     assert_ne!(first.spec.id, second.spec.id);
     assert!(wait_events(&client, "rerun", "PlanCreated", 2).await.unwrap().len() >= 2);

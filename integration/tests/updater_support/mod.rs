@@ -37,6 +37,8 @@ pub const PERIOD: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct UpdateServer {
     state: Arc<Mutex<ServerState>>,
+    /// While `true`, binary downloads wait (the index still answers).
+    hold: Arc<tokio::sync::watch::Sender<bool>>,
     /// The base URL (`http://127.0.0.1:<port>`).
     pub url: String,
 }
@@ -59,15 +61,23 @@ impl UpdateServer {
             index: (404, "not yet\n".to_owned()),
             ..Default::default()
         }));
-        let server = Self { state: state.clone(), url };
+        let hold = Arc::new(tokio::sync::watch::Sender::new(false));
+        let server = Self { state: state.clone(), hold: hold.clone(), url };
         tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else { return };
                 let state = state.clone();
+                let hold = hold.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
                         let state = state.clone();
-                        async move { Ok::<_, std::convert::Infallible>(respond(&state, &request)) }
+                        let mut held = hold.subscribe();
+                        async move {
+                            if request.uri().path().starts_with("/k0s/") {
+                                let _ = held.wait_for(|held| !*held).await;
+                            }
+                            Ok::<_, std::convert::Infallible>(respond(&state, &request))
+                        }
                     });
                     let io = hyper_util::rt::TokioIo::new(socket);
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -98,6 +108,17 @@ impl UpdateServer {
         let mut state = self.state.lock().expect("server lock");
         let sha = state.binaries.get(version).map(|(_, sha)| sha.clone());
         state.index = (200, index_yaml(&self.url, version, sha.as_deref()));
+    }
+
+    /// Make binary downloads wait until [`UpdateServer::release_downloads`] (a run in
+    /// progress that the test controls).
+    pub fn hold_downloads(&self) {
+        self.hold.send_replace(true);
+    }
+
+    /// Let held and future binary downloads proceed.
+    pub fn release_downloads(&self) {
+        self.hold.send_replace(false);
     }
 
     /// Answer `index.yaml` with `status` and `body` from now on.
