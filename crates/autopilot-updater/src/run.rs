@@ -309,7 +309,21 @@ impl Updater {
                 return;
             }
         };
-        tokio::time::sleep(FIRST_CHECK_DELAY).await;
+        // `periodic` checks soon after start; `cron` only when its schedule fires (as k0s).
+        let first = match &strategy {
+            Strategy::Periodic(_) => Some(FIRST_CHECK_DELAY),
+            Strategy::Cron(_) => {
+                let now = Timestamp::now();
+                strategy
+                    .next_check(now, &self.process.tz, self.process.period)
+                    .map(|at| Duration::try_from(now.duration_until(at)).unwrap_or(Duration::ZERO))
+            }
+        };
+        let Some(first) = first else {
+            info!(update_config = %name, "the cron schedule never fires; no checks");
+            return;
+        };
+        tokio::time::sleep(first).await;
         loop {
             let outcome = self.check(&strategy, &source).await;
             self.record(&outcome).await;

@@ -47,6 +47,10 @@ pub struct UpdateServer {
 struct ServerState {
     /// Status and body of `index.yaml`.
     index: (u16, String),
+    /// Status and body of the legacy (cron) endpoint `/<CHANNEL>`.
+    legacy: (u16, String),
+    /// Query strings the legacy endpoint was asked with, in order.
+    legacy_queries: Vec<String>,
     /// Binaries and their sha256 by version.
     binaries: HashMap<String, (Bytes, String)>,
 }
@@ -59,6 +63,7 @@ impl UpdateServer {
         let url = format!("http://{}", listener.local_addr().expect("bound address"));
         let state = Arc::new(Mutex::new(ServerState {
             index: (404, "not yet\n".to_owned()),
+            legacy: (404, "not yet\n".to_owned()),
             ..Default::default()
         }));
         let hold = Arc::new(tokio::sync::watch::Sender::new(false));
@@ -110,6 +115,21 @@ impl UpdateServer {
         state.index = (200, index_yaml(&self.url, version, sha.as_deref()));
     }
 
+    /// Offer `version` on the legacy (cron) endpoint from now on.
+    pub fn offer_legacy(&self, version: &str) {
+        let platform = autopilot_api::platform::current();
+        let body = format!(
+            "version: {version}\ndownloadURLs:\n  k0s:\n    {platform}: {}/k0s/{version}/k0s\n",
+            self.url
+        );
+        self.state.lock().expect("server lock").legacy = (200, body);
+    }
+
+    /// The query strings the legacy endpoint was asked with so far.
+    pub fn legacy_queries(&self) -> Vec<String> {
+        self.state.lock().expect("server lock").legacy_queries.clone()
+    }
+
     /// Make binary downloads wait until [`UpdateServer::release_downloads`] (a run in
     /// progress that the test controls).
     pub fn hold_downloads(&self) {
@@ -132,9 +152,12 @@ fn respond(
     request: &hyper::Request<hyper::body::Incoming>,
 ) -> hyper::Response<Full<Bytes>> {
     let path = request.uri().path();
-    let state = state.lock().expect("server lock");
+    let mut state = state.lock().expect("server lock");
     let (status, body) = if path == format!("/{CHANNEL}/index.yaml") {
         (state.index.0, Bytes::from(state.index.1.clone()))
+    } else if path == format!("/{CHANNEL}") {
+        state.legacy_queries.push(request.uri().query().unwrap_or_default().to_owned());
+        (state.legacy.0, Bytes::from(state.legacy.1.clone()))
     } else if let Some(version) = path.strip_prefix("/k0s/").and_then(|p| p.strip_suffix("/k0s"))
         && let Some((bytes, _)) = state.binaries.get(version)
     {
