@@ -1,12 +1,13 @@
 //! Automatic k0s updates: `UpdateConfig`, update-server channels and maintenance windows
 //! (REF §11, DESIGN §6).
 //!
-//! This crate is the updater's **decision core and its one I/O edge** (the update-server
-//! client). It is *not* the Kubernetes side: watching UpdateConfigs, the finalizer, reading
-//! the token Secret, collecting cluster info, applying the Plan and writing Events belong to
-//! the shell (run by the autopilot leader), which drives this crate.
+//! This crate is the updater's **decision core**, its HTTP edge (the update-server client)
+//! and, in [`run`], its Kubernetes shell: watching UpdateConfigs, the finalizer, reading the
+//! token Secret, collecting cluster info, writing the Plan and Events. The shell runs in every
+//! controller (`k0s controller` spawns [`run::run`]) but checks and writes only while that
+//! controller leads.
 //!
-//! Start with [`decide::decide`]. The modules:
+//! Start with [`decide::decide`] for the rules and [`run::run`] for the loop. The modules:
 //!
 //! - [`decide`]: the pure decision ([`decide::Decision`]) and plan generation
 //!   ([`decide::plan_spec`]); [`decide::Strategy`] validates `upgradeStrategy`.
@@ -18,15 +19,18 @@
 //! - [`channel`]: the update server's two YAML answers, parsed into
 //!   [`channel::ChannelAnswer`].
 //! - [`source`]: the HTTP client for both endpoints ([`source::Client`]).
+//! - [`run`]: the shell described below.
 //!
-//! # Driving it from the shell
+//! # How the shell drives it ([`run`])
 //!
-//! One updater per UpdateConfig, on the leader only:
+//! One updater task per UpdateConfig, on the leader only; restarted when the UpdateConfig's
+//! generation changes, stopped when it is deleted (removing the finalizer is the only thing
+//! done on delete, by any controller, leader or not):
 //!
 //! 1. On each change of the UpdateConfig, [`decide::Strategy::from_spec`]: an error is an
 //!    Event (`InvalidUpdateConfig`) and nothing more until the object changes.
 //! 2. Time the checks with [`decide::Strategy::next_check`]: `periodic` every
-//!    `K0S_UPDATE_PERIOD` (first check soon after start), `cron` when the schedule fires.
+//!    `K0S_UPDATE_PERIOD` (first check soon after start), `cron` only when the schedule fires.
 //!    Windows and schedules are evaluated in the controller's local zone
 //!    (`jiff::tz::TimeZone::system()`), as k0s does.
 //! 3. Each check: read the token, fetch the answer with [`source::Client::fetch_index`]
@@ -35,10 +39,12 @@
 //!    Event (`UpdateServerError`, [`decide::reasons::SERVER_ERROR`]); the next check retries.
 //! 4. Read the `autopilot` Plan and call [`decide::decide`] with `now`, the zone, the
 //!    controller's own version and the answer. Record [`decide::Decision::reason`] /
-//!    [`decide::Decision::message`] as an Event. If [`decide::Decision::plan_spec`] is
-//!    `Some`, server-side apply the Plan `autopilot` with that spec (for `ReplacePlan` this
-//!    starts a new run of the terminal Plan). For `OutsideWindow { opens_at }` the shell
-//!    may requeue at `opens_at` instead of waiting a full period.
+//!    [`decide::Decision::message`] as an Event (`events.k8s.io/v1`, namespace `default`,
+//!    regarding the UpdateConfig) and an `info` log line. `CreatePlan` creates the Plan
+//!    `autopilot`; `ReplacePlan` replaces its spec, guarded by the resourceVersion read
+//!    (a terminal Plan with a changed spec starts a new run). For
+//!    `OutsideWindow { opens_at }` the next check is at `opens_at` if that comes before the
+//!    next period.
 
 pub mod channel;
 pub mod cron;

@@ -84,7 +84,7 @@ pub async fn run(
                     is_leader = now_leading;
                     info!(leading = is_leader, "updater leadership changed");
                     if is_leader {
-                        state.start_all(&client, &process);
+                        state.start_all(&client, &api, &process).await;
                     } else {
                         state.stop_all();
                     }
@@ -195,8 +195,17 @@ impl Updaters {
         }
     }
 
-    fn start_all(&mut self, client: &kube::Client, process: &Arc<UpdaterProcess>) {
+    /// On becoming leader: the finalizer on every UpdateConfig seen meanwhile, and a task each.
+    async fn start_all(
+        &mut self,
+        client: &kube::Client,
+        api: &Api<UpdateConfig>,
+        process: &Arc<UpdaterProcess>,
+    ) {
         for entry in self.configs.values_mut() {
+            if !entry.config.finalizers().iter().any(|f| f == keys::UPDATECONFIG_FINALIZER) {
+                add_finalizer(api, &entry.config).await;
+            }
             entry.ensure_task(client, process);
         }
     }
