@@ -51,6 +51,8 @@ struct ServerState {
     legacy: (u16, String),
     /// Query strings the legacy endpoint was asked with, in order.
     legacy_queries: Vec<String>,
+    /// Request headers of every `index.yaml` request, in order.
+    index_headers: Vec<hyper::HeaderMap>,
     /// Binaries and their sha256 by version.
     binaries: HashMap<String, (Bytes, String)>,
 }
@@ -130,6 +132,11 @@ impl UpdateServer {
         self.state.lock().expect("server lock").legacy_queries.clone()
     }
 
+    /// The headers of every `index.yaml` request so far.
+    pub fn index_headers(&self) -> Vec<hyper::HeaderMap> {
+        self.state.lock().expect("server lock").index_headers.clone()
+    }
+
     /// Make binary downloads wait until [`UpdateServer::release_downloads`] (a run in
     /// progress that the test controls).
     pub fn hold_downloads(&self) {
@@ -154,6 +161,7 @@ fn respond(
     let path = request.uri().path();
     let mut state = state.lock().expect("server lock");
     let (status, body) = if path == format!("/{CHANNEL}/index.yaml") {
+        state.index_headers.push(request.headers().clone());
         (state.index.0, Bytes::from(state.index.1.clone()))
     } else if path == format!("/{CHANNEL}") {
         state.legacy_queries.push(request.uri().query().unwrap_or_default().to_owned());
@@ -214,13 +222,22 @@ pub fn update_config(
 /// A one-controller cluster whose controller checks every [`PERIOD`]; the controller's own
 /// agent applies the updates for real.
 pub async fn start(name: &str) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
+    start_with(name, &[]).await
+}
+
+/// [`start`] with extra environment variables for the controller.
+pub async fn start_with(
+    name: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
     let cluster = ClusterBuilder::new(name).controllers(1).build().await?;
     let client = cluster.admin_client().await?;
-    let controller = cluster
-        .k0s_controller(0)
-        .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
-        .spawn()
-        .await?;
+    let mut command =
+        cluster.k0s_controller(0).env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()));
+    for (key, value) in env {
+        command = command.env(key, value);
+    }
+    let controller = command.spawn().await?;
     wait_for(STARTUP, "a leader", || leader(&client)).await?;
     Ok((cluster, client, controller))
 }
