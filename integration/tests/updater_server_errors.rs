@@ -1,7 +1,8 @@
 //! The updater survives a bad update server (issue 5): a 500, garbage instead of YAML and an
 //! answer offering the running version create no Plan, each check records a clear Event
 //! (`UpdateServerError` with the error text, `UpToDate`), and once the server offers a newer
-//! version the next period creates the Plan, which completes.
+//! version the next period creates the Plan, which completes. An invalid UpdateConfig (an
+//! unknown weekday) is an `InvalidUpdateConfig` Event and asks nothing until it is fixed.
 
 mod support;
 mod updater_support;
@@ -51,4 +52,30 @@ async fn server_errors_create_no_plan_and_the_next_period_recovers() {
     let update = done.spec.commands[0].k0supdate.as_ref().expect("a k0supdate command");
     assert_eq!(update.version, OFFERED, "{}", status_yaml(&done));
     wait_events(&client, "flaky", "PlanCreated", 1).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_invalid_update_config_is_an_event_until_it_is_fixed() {
+    let server = UpdateServer::start().await;
+    server.add_version(OFFERED).await.unwrap();
+    server.offer(OFFERED);
+    let (_cluster, client, _controller) = start("updater-invalid").await.unwrap();
+    let configs: Api<UpdateConfig> = Api::all(client.clone());
+    let mut config = update_config("typo", &server, "00:00", "24h");
+    if let Some(periodic) = config.spec.upgrade_strategy.as_mut().and_then(|s| s.periodic.as_mut())
+    {
+        periodic.days = vec!["Funday".to_owned()];
+    }
+    configs.create(&PostParams::default(), &config).await.unwrap();
+
+    let invalid = wait_events(&client, "typo", "InvalidUpdateConfig", 1).await.unwrap();
+    assert!(invalid[0].contains("Funday"), "{invalid:?}");
+    assert_no_plan_for(&client, PERIOD * 2).await;
+    assert!(server.index_headers().is_empty(), "an invalid UpdateConfig asked the server");
+
+    // Fixed: its updater restarts and the update happens.
+    let mut fixed = configs.get("typo").await.unwrap();
+    fixed.spec = update_config("typo", &server, "00:00", "24h").spec;
+    configs.replace("typo", &PostParams::default(), &fixed).await.unwrap();
+    wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
 }
