@@ -232,6 +232,8 @@ pub async fn start_with(
 ) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
     let cluster = ClusterBuilder::new(name).controllers(1).build().await?;
     let client = cluster.admin_client().await?;
+    // The controller's own update agent stays on: these scenarios update it for real (no
+    // responder plays the nodes), so never pass `--disable-update-agent` here.
     let mut command =
         cluster.k0s_controller(0).env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()));
     for (key, value) in env {
