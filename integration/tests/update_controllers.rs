@@ -39,8 +39,8 @@ async fn controllers_then_a_worker_update_to_v2_one_at_a_time() {
         .await
         .unwrap();
     let client = cluster.admin_client().await.unwrap();
-    let controllers = start_controllers(&cluster, 2, FAST_ELECTION).await.unwrap();
-    let workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let controllers = start_controllers_with_agents(&cluster, 2, FAST_ELECTION).await.unwrap();
+    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
     let pids: Vec<u32> = controllers.iter().map(K0sProcess::pid).collect();
 
     let platform = autopilot_api::platform::current();

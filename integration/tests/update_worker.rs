@@ -36,8 +36,8 @@ async fn a_worker_updates_to_v2_and_runs_it() {
         .await
         .unwrap();
     let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
     let worker = &workers[0];
     let pid = worker.pid();
     let v1 = run_k0s_binary(worker.binary_path(), &["version"], Duration::from_secs(30)).unwrap();

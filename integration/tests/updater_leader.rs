@@ -26,6 +26,7 @@ async fn only_the_leader_checks_and_a_new_leader_takes_over() {
         let controller = cluster
             .k0s_controller(i)
             .args(FAST_ELECTION)
+            .arg("--disable-update-agent")
             .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
             .spawn()
             .await

@@ -29,7 +29,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut command = Command::new(cargo());
     command
         .current_dir(crate::workspace_root())
-        .args(["test", "--workspace", "--locked"])
+        .args(["test", "--workspace", "--locked", "--no-fail-fast"])
         .args(&cargo_args)
         .env("K0S_BIN", &k0s)
         .env("RUST_TEST_THREADS", test_threads.to_string());

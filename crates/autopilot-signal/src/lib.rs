@@ -47,6 +47,11 @@ pub struct WorkerArgs {
     /// Download limits for update payloads.
     #[command(flatten)]
     pub download: download::DownloadArgs,
+
+    /// Do not act on update signals: this node's binary is managed by other means (plans
+    /// that target it wait for someone else to report its progress).
+    #[arg(long)]
+    pub disable_update_agent: bool,
 }
 
 /// How a node restarts into a new binary.
@@ -91,7 +96,14 @@ pub async fn run_worker(
     process: Process,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<WorkerExit> {
-    let WorkerArgs { register_node, heartbeat_interval, startup_timeout, restart, download } = args;
+    let WorkerArgs {
+        register_node,
+        heartbeat_interval,
+        startup_timeout,
+        restart,
+        download,
+        disable_update_agent,
+    } = args;
     anyhow::ensure!(
         !heartbeat_interval.is_zero(),
         "--heartbeat-interval must be greater than zero"
@@ -123,13 +135,19 @@ pub async fn run_worker(
         }
     };
     let agent_run = async {
-        let outcome = agent::run::<k8s_openapi::api::core::v1::Node, _>(
-            client.clone(),
-            agent,
-            &host,
-            &mut shutdown,
-        )
-        .await;
+        let outcome = if disable_update_agent {
+            info!("update agent disabled: not acting on update signals");
+            shutdown.await;
+            Ok(agent::Outcome::Stopped)
+        } else {
+            agent::run::<k8s_openapi::api::core::v1::Node, _>(
+                client.clone(),
+                agent,
+                &host,
+                &mut shutdown,
+            )
+            .await
+        };
         let _ = stop_beat.send(());
         outcome
     };

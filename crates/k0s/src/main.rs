@@ -91,6 +91,11 @@ struct ControllerAgentFlags {
     /// Download limits for update payloads.
     #[command(flatten)]
     download: autopilot_signal::download::DownloadArgs,
+
+    /// Do not act on update signals for this controller's ControlNode: its binary is managed
+    /// by other means (plans that target it wait for someone else to report its progress).
+    #[arg(long)]
+    disable_update_agent: bool,
 }
 
 /// Flags of the updater, which runs on the leading controller (DESIGN §6).
@@ -183,9 +188,20 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Controller { node, args, updater, agent } => {
             // Resolved before anything can replace the file (see the worker).
             let binary = std::env::current_exe().context("finding the running binary")?;
-            let ControllerAgentFlags { restart: restart_mode, download } = agent;
+            let ControllerAgentFlags { restart: restart_mode, download, disable_update_agent } =
+                agent;
             let restart_due = runtime()?.block_on(async {
                 args.validate()?;
+                // One listener for SIGTERM/SIGINT, installed first, shared by everything that
+                // must stop (a late listener would miss an early signal).
+                let (terminated_tx, terminated_rx) = tokio::sync::watch::channel(false);
+                tokio::spawn(async move {
+                    shutdown_signal().await;
+                    let _ = terminated_tx.send(true);
+                });
+                let terminated = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+                    let _ = rx.wait_for(|done| *done).await;
+                };
                 let UpdaterFlags { update_period, send_cluster_info } = updater;
                 let ResolvedNode { client, config, server_url, node_name, data_dir } =
                     node.resolve().await?;
@@ -217,11 +233,17 @@ fn run(command: Command) -> anyhow::Result<()> {
                     download: download.config(VERSION),
                 };
                 let agent_client = client.clone();
+                let agent_terminated = terminated(terminated_rx.clone());
                 let agent_task = tokio::spawn(async move {
+                    if disable_update_agent {
+                        tracing::info!("update agent disabled: not acting on update signals");
+                        agent_terminated.await;
+                        return Ok(autopilot_signal::agent::Outcome::Stopped);
+                    }
                     let outcome = autopilot_signal::run_controller_agent(
                         agent_client,
                         agent,
-                        shutdown_signal(),
+                        agent_terminated,
                     )
                     .await;
                     if matches!(outcome, Ok(autopilot_signal::agent::Outcome::Restart)) {
@@ -238,9 +260,10 @@ fn run(command: Command) -> anyhow::Result<()> {
                     version: VERSION,
                     leading,
                 };
+                let controller_terminated = terminated(terminated_rx);
                 let stop = async move {
                     tokio::select! {
-                        () = shutdown_signal() => {}
+                        () = controller_terminated => {}
                         _ = restart_rx.wait_for(|due| *due) => {
                             tracing::info!("stopping the controller to restart into the new binary");
                         }
@@ -248,8 +271,11 @@ fn run(command: Command) -> anyhow::Result<()> {
                 };
                 let result = autopilot_controller::run(args, process, stop).await;
                 let _ = stop_updater.send(());
-                if let Err(err) = updater.await {
-                    tracing::warn!(error = %err, "updater task failed");
+                // Bounded: a check in flight must not keep the process from exiting.
+                match tokio::time::timeout(STOP_GRACE, updater).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => tracing::warn!(error = %err, "updater task failed"),
+                    Err(_) => tracing::warn!("updater did not stop in time, leaving it"),
                 }
                 let restart_due = if agent_task.is_finished() {
                     match agent_task.await {
@@ -314,6 +340,9 @@ fn one_line(err: &anyhow::Error) -> String {
     }
     line
 }
+
+/// How long components get to stop after the controller has stopped.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Restart into the binary now at `binary` (the runtime has shut down by now): re-execute it
 /// with the same arguments, or exit for a supervisor.

@@ -288,6 +288,22 @@ pub async fn start_controllers(
     count: usize,
     extra: &[&str],
 ) -> anyhow::Result<Vec<K0sProcess>> {
+    // The test responder plays the node agents in these scenarios; the real agents stay off
+    // so that only one peer answers each signal.
+    let mut args = extra.to_vec();
+    args.push(NO_AGENT);
+    start_controllers_with_agents(cluster, count, &args).await
+}
+
+/// The flag that keeps a node's real update agent off (the responder answers instead).
+pub const NO_AGENT: &str = "--disable-update-agent";
+
+/// Like [`start_controllers`], with the real update agents on (real updates).
+pub async fn start_controllers_with_agents(
+    cluster: &Cluster,
+    count: usize,
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
     let mut controllers = Vec::new();
     for i in 0..count {
         controllers.push(cluster.spawn_controller(i, extra).await?);
@@ -308,11 +324,28 @@ pub async fn start_controllers(
     Ok(controllers)
 }
 
-/// Starts the workers `names` and waits until each Node is Ready.
+/// Starts the workers `names` (real update agents off: the responder answers) and waits
+/// until each Node is Ready.
 pub async fn start_workers(cluster: &Cluster, names: &[&str]) -> anyhow::Result<Vec<K0sProcess>> {
+    start_workers_with(cluster, names, &[NO_AGENT]).await
+}
+
+/// Like [`start_workers`], with the real update agents on (real updates).
+pub async fn start_workers_with_agents(
+    cluster: &Cluster,
+    names: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    start_workers_with(cluster, names, &[]).await
+}
+
+async fn start_workers_with(
+    cluster: &Cluster,
+    names: &[&str],
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
     let mut workers = Vec::new();
     for name in names {
-        workers.push(cluster.spawn_worker(name, &[]).await?);
+        workers.push(cluster.spawn_worker(name, extra).await?);
     }
     let nodes: Api<Node> = Api::all(cluster.admin_client().await?);
     for name in names {
