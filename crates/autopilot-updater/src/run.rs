@@ -644,3 +644,34 @@ impl UpdaterProcess {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_chain_joins_causes_without_repeating_them() {
+        let inner = std::io::Error::other("connection refused");
+        let err = source::Error::Body {
+            url: "http://127.0.0.1:9/stable/index.yaml".to_owned(),
+            source: Box::new(inner),
+        };
+        let line = error_chain(&err);
+        assert!(line.contains("127.0.0.1:9"), "{line}");
+        assert!(line.ends_with("connection refused"), "{line}");
+        assert_eq!(line.matches("connection refused").count(), 1, "{line}");
+    }
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        assert_eq!(truncate("abc", 10), "abc");
+        assert_eq!(truncate("aéb", 2), "a");
+    }
+
+    #[test]
+    fn go_arch_uses_go_names() {
+        let arch = go_arch();
+        assert_ne!(arch, "x86_64");
+        assert_ne!(arch, "aarch64");
+    }
+}
