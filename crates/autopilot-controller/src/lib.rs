@@ -186,13 +186,18 @@ pub async fn run(
     let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, stop_rx));
     let result = leader::run(client, identity, timings, leading, shutdown).await;
     let _ = stop_tx.send(true);
-    match engine_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => warn!(error = %format!("{err:#}"), "plan engine stopped with an error"),
-        Err(err) => warn!(error = %err, "plan engine task failed"),
+    // Bounded: the engine finishes its current pass, but never holds up the exit for long.
+    match tokio::time::timeout(ENGINE_STOP_GRACE, engine_task).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(err))) => warn!(error = %format!("{err:#}"), "plan engine stopped with an error"),
+        Ok(Err(err)) => warn!(error = %err, "plan engine task failed"),
+        Err(_) => warn!("plan engine did not stop in time, leaving it"),
     }
     result
 }
+
+/// How long the plan engine gets to finish its current pass when the controller stops.
+const ENGINE_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How soon the plan engine probes again while a command is held by a not-ready controller.
 ///

@@ -36,6 +36,9 @@ const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// before the cache saw it, and must be resent.
 const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 
+/// How long a pass waits for the Node and ControlNode caches to be filled.
+const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Retry delay after an API error (with the controller's own backoff on top).
 const ERROR_RETRY: Duration = Duration::from_secs(5);
 
@@ -283,9 +286,14 @@ fn signal_annotations(annotations: &BTreeMap<String, String>) -> [Option<&String
 /// One pass: observe, decide, write the status, perform the effects.
 async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Decisions need complete caches: an empty Node cache would look like missing targets.
-    let (control_nodes_ready, nodes_ready) =
-        futures::join!(ctx.control_nodes.wait_until_ready(), ctx.nodes.wait_until_ready());
-    if control_nodes_ready.is_err() || nodes_ready.is_err() {
+    // Bounded, so a pass never outlives the watches it waits for (a graceful shutdown waits
+    // for running passes).
+    let ready = tokio::time::timeout(
+        CACHE_READY_TIMEOUT,
+        futures::future::join(ctx.control_nodes.wait_until_ready(), ctx.nodes.wait_until_ready()),
+    )
+    .await;
+    if !matches!(ready, Ok((Ok(()), Ok(())))) {
         return Ok(Action::requeue(CONFLICT_RETRY));
     }
     let name = plan.name_any();

@@ -190,7 +190,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             let binary = std::env::current_exe().context("finding the running binary")?;
             let ControllerAgentFlags { restart: restart_mode, download, disable_update_agent } =
                 agent;
-            let restart_due = runtime()?.block_on(async {
+            let runtime = runtime()?;
+            let restart_due = runtime.block_on(async {
                 args.validate()?;
                 // One listener for SIGTERM/SIGINT, installed first, shared by everything that
                 // must stop (a late listener would miss an early signal).
@@ -294,14 +295,18 @@ fn run(command: Command) -> anyhow::Result<()> {
                     false
                 };
                 result.map(|()| restart_due)
-            })?;
+            });
+            // Bounded: a task stuck in blocking I/O must not keep the process from exiting.
+            runtime.shutdown_timeout(STOP_GRACE);
+            let restart_due = restart_due?;
             if restart_due { restart(&binary, restart_mode) } else { Ok(()) }
         }
         Command::Worker { node, args } => {
             // Resolved before anything can replace the file: an update swaps a new binary in
             // at this path, and the restart executes whatever is there then.
             let binary = std::env::current_exe().context("finding the running binary")?;
-            let exit = runtime()?.block_on(async {
+            let runtime = runtime()?;
+            let exit = runtime.block_on(async {
                 let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
                     node.resolve().await?;
                 let process = autopilot_signal::Process {
@@ -313,7 +318,9 @@ fn run(command: Command) -> anyhow::Result<()> {
                     binary: binary.clone(),
                 };
                 autopilot_signal::run_worker(args, process, shutdown_signal()).await
-            })?;
+            });
+            runtime.shutdown_timeout(STOP_GRACE);
+            let exit = exit?;
             match exit {
                 autopilot_signal::WorkerExit::Stopped => Ok(()),
                 autopilot_signal::WorkerExit::Restart(mode) => restart(&binary, mode),
