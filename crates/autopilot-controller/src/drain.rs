@@ -199,7 +199,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
 
 fn error_policy<K: SignalObject>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.refused(&object.name_any());
-    warn!(object = %object.name_any(), error = %chain(error), retry_in = ?delay, "cordon/drain pass failed");
+    warn!(object = %object.name_any(), error = %crate::error_chain(error), retry_in = ?delay, "cordon/drain pass failed");
     Action::requeue(delay)
 }
 
@@ -365,15 +365,4 @@ async fn write_signal<K: SignalObject>(
         .await
         .map_err(api(format!("writing the signal status of {} {name}", K::kind(&()))))?;
     Ok(())
-}
-
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -433,22 +433,10 @@ fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {
             Action::requeue(CONFLICT_RETRY)
         }
         _ => {
-            warn!(plan = %plan.name_any(), error = %chain(error), "plan pass failed, retrying");
+            warn!(plan = %plan.name_any(), error = %crate::error_chain(error), "plan pass failed, retrying");
             Action::requeue(ERROR_RETRY)
         }
     }
-}
-
-/// An error and its causes on one line.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Log each plan, command and target state change once, at info.
