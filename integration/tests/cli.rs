@@ -186,3 +186,15 @@ fn controller_without_enable_autopilot_says_so() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--enable-autopilot"), "{stderr}");
 }
+
+#[test]
+fn status_without_a_running_process_names_the_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("nothing-runs-here");
+    let data_dir = data_dir.to_str().unwrap();
+    assert_one_line_error(
+        &["status", "--data-dir", data_dir],
+        1,
+        &["no k0s process is running", data_dir],
+    );
+}

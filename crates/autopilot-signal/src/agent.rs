@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus};
+use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus, UpdateRef};
 use futures::StreamExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::host::{self, Host, SignalKey};
 use crate::phase::{self, OnFailure, Step};
+use crate::status;
 
 /// First wait before retrying a failed idempotent action; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -44,6 +45,11 @@ pub struct Agent {
     pub version: String,
     /// Whether a kubelet runs here (the leader drains it).
     pub kubelet: bool,
+    /// Act only on airgap signals (the Node of a controller+worker: its k0s updates come
+    /// through its ControlNode, and one process must not swap its binary twice).
+    pub airgap_only: bool,
+    /// Where the agent shows the signal it acts on (for `k0s status`).
+    pub board: status::Board,
 }
 
 /// Act on the signals of the object `agent.name` of kind `K` until `shutdown` resolves or a
@@ -119,14 +125,28 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
+    let object_ref = format!("{}/{}", K::kind(&()), object.name_any());
     let data = match signal::from_meta(object.meta()) {
         Ok(Some(data)) => data,
-        Ok(None) => return Ok(Acted::Idle),
+        Ok(None) => {
+            agent.board.clear(&object_ref);
+            return Ok(Acted::Idle);
+        }
         Err(err) => {
             debug!(error = %err, "ignoring an invalid signal");
+            agent.board.clear(&object_ref);
             return Ok(Acted::Idle);
         }
     };
+    if agent.airgap_only && !matches!(data.command.update(), Some(UpdateRef::Airgap(_))) {
+        debug!(node = %agent.name, "not an airgap signal; the ControlNode's agent handles updates");
+        return Ok(Acted::Idle);
+    }
+    let publish = |data: &SignalData| match status::SignalView::of(object_ref.clone(), data) {
+        Some(view) => agent.board.publish(view),
+        None => agent.board.clear(&object_ref),
+    };
+    publish(&data);
     let Some(update) = data.command.update() else { return Ok(Acted::Idle) };
     let key = SignalKey::of(&data);
     let current = data.phase();
@@ -137,7 +157,7 @@ where
     match step {
         Step::Done | Step::Wait(_) => Ok(Acted::Idle),
         Step::Report { phase, reason } => {
-            write_status(api, object, &data, phase, reason).await?;
+            publish(&write_status(api, object, &data, phase, reason).await?);
             Ok(Acted::Idle)
         }
         Step::Run { action, on_success, on_failure } => {
@@ -150,14 +170,16 @@ where
                 }
                 Ok(()) => {
                     if current != Some(on_success) {
-                        write_status(api, object, &data, on_success, None).await?;
+                        publish(&write_status(api, object, &data, on_success, None).await?);
                     }
                     Ok(Acted::Idle)
                 }
                 Err(err) => match on_failure {
                     OnFailure::Report(phase) => {
                         warn!(node = %agent.name, error = %err.reason(), "update failed");
-                        write_status(api, object, &data, phase, Some(err.reason())).await?;
+                        let written =
+                            write_status(api, object, &data, phase, Some(err.reason())).await?;
+                        publish(&written);
                         Ok(Acted::Idle)
                     }
                     OnFailure::Retry => {
@@ -171,14 +193,14 @@ where
 }
 
 /// Write `phase` (and `reason`) as the node status of `data` on `object`, with its
-/// resourceVersion as precondition.
+/// resourceVersion as precondition; returns the signal as written.
 async fn write_status<K>(
     api: &Api<K>,
     object: &K,
     data: &SignalData,
     phase: SignalPhase,
     reason: Option<String>,
-) -> anyhow::Result<()>
+) -> anyhow::Result<SignalData>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -193,5 +215,5 @@ where
     });
     api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     info!(node = %object.name_any(), to = %phase, "signal status written");
-    Ok(())
+    Ok(next)
 }

@@ -12,6 +12,7 @@ pub mod download;
 pub mod host;
 pub mod node;
 pub mod phase;
+pub mod status;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -112,6 +113,23 @@ pub async fn run_worker(
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     info!(node.name = %node_name, version, register_node, binary = %binary.display(), "starting worker");
+    let board = status::Board::default();
+    let (stop_status, status_stopped) = tokio::sync::oneshot::channel::<()>();
+    let status_task = tokio::spawn(serve_status(
+        data_dir.clone(),
+        StatusFacts {
+            version,
+            role: status::Role::Worker,
+            node_name: node_name.clone(),
+            binary: binary.clone(),
+            update_agent: !disable_update_agent,
+            board: board.clone(),
+            leader: None,
+        },
+        async move {
+            let _ = status_stopped.await;
+        },
+    ));
     let host = host::LinuxHost::new(binary, data_dir, download.config(version))
         .context("preparing the update host")?;
 
@@ -123,7 +141,13 @@ pub async fn run_worker(
             () = &mut shutdown => return Ok(WorkerExit::Stopped),
         }
     }
-    let agent = agent::Agent { name: node_name, version: version.to_string(), kubelet: true };
+    let agent = agent::Agent {
+        name: node_name,
+        version: version.to_string(),
+        kubelet: true,
+        airgap_only: false,
+        board,
+    };
     let (stop_beat, beat_stopped) = tokio::sync::oneshot::channel::<()>();
     let beat = async {
         if register_node {
@@ -152,6 +176,8 @@ pub async fn run_worker(
         outcome
     };
     let (outcome, ()) = tokio::join!(agent_run, beat);
+    let _ = stop_status.send(());
+    let _ = status_task.await;
     let exit = match outcome? {
         agent::Outcome::Stopped => WorkerExit::Stopped,
         agent::Outcome::Restart => WorkerExit::Restart(restart),
@@ -160,10 +186,11 @@ pub async fn run_worker(
     Ok(exit)
 }
 
-/// What a controller's agent needs: it acts on the controller's own `ControlNode`.
+/// What a controller's node side needs: its update agent acts on the controller's own
+/// `ControlNode` (and, with `--enable-worker`, airgap signals on its own `Node`).
 #[derive(Clone, Debug)]
-pub struct ControllerAgent {
-    /// The ControlNode name.
+pub struct ControllerNode {
+    /// The ControlNode (and Node) name.
     pub name: String,
     /// The running k0s version.
     pub version: &'static str,
@@ -171,22 +198,161 @@ pub struct ControllerAgent {
     pub binary: PathBuf,
     /// This node's data directory.
     pub data_dir: PathBuf,
-    /// `--enable-worker`: a kubelet runs here, so the leader drains it.
-    pub kubelet: bool,
+    /// `--enable-worker`: this controller is also a worker node. It registers its `Node` and
+    /// keeps it Ready (no kubelet in this distribution's test topology), the leader drains
+    /// it, and its agent acts on airgap signals on that Node too.
+    pub worker: bool,
+    /// Whether the update agent acts on signals (`--disable-update-agent` turns it off).
+    pub update_agent: bool,
     /// Download limits.
     pub download: download::DownloadConfig,
+    /// How often the Node's Ready condition is renewed (`worker` only).
+    pub heartbeat_interval: Duration,
+    /// How long Node registration retries an unreachable API server (`worker` only).
+    pub startup_timeout: Duration,
+    /// Whether this controller leads now (shown by `k0s status`).
+    pub leading: tokio::sync::watch::Receiver<bool>,
 }
 
-/// Run the signal agent of a controller on its own `ControlNode` until `shutdown` resolves
-/// or an update asks for a restart (then the caller stops the controller and restarts).
-pub async fn run_controller_agent(
+/// Run the node side of a controller until `shutdown` resolves or an update asks for a
+/// restart (then the caller stops the controller and restarts): the status socket, the
+/// Node heartbeat of a controller+worker, and the update agents.
+pub async fn run_controller_node(
     client: kube::Client,
-    agent: ControllerAgent,
+    server_url: &str,
+    node: ControllerNode,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<agent::Outcome> {
-    let ControllerAgent { name, version, binary, data_dir, kubelet, download } = agent;
-    let host =
-        host::LinuxHost::new(binary, data_dir, download).context("preparing the update host")?;
-    let agent = agent::Agent { name, version: version.to_string(), kubelet };
-    agent::run::<autopilot_api::v1beta2::ControlNode, _>(client, agent, &host, shutdown).await
+    let ControllerNode {
+        name,
+        version,
+        binary,
+        data_dir,
+        worker,
+        update_agent,
+        download,
+        heartbeat_interval,
+        startup_timeout,
+        leading,
+    } = node;
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    let board = status::Board::default();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let status_task = tokio::spawn(serve_status(
+        data_dir.clone(),
+        StatusFacts {
+            version,
+            role: if worker { status::Role::ControllerWorker } else { status::Role::Controller },
+            node_name: name.clone(),
+            binary: binary.clone(),
+            update_agent,
+            board: board.clone(),
+            leader: Some(leading),
+        },
+        until_stopped(stop_rx.clone()),
+    ));
+    let heartbeat = node::Heartbeat { name: name.clone(), version: version.to_string() };
+    if worker {
+        tokio::select! {
+            result = heartbeat.register(&client, server_url, startup_timeout) => result?,
+            () = &mut shutdown => {
+                let _ = stop.send(true);
+                let _ = status_task.await;
+                return Ok(agent::Outcome::Stopped);
+            }
+        }
+    }
+    let beat = async {
+        if worker {
+            heartbeat.run(&client, heartbeat_interval, until_stopped(stop_rx.clone())).await;
+        }
+    };
+    let agents = async {
+        let outcome = if update_agent {
+            let host = host::LinuxHost::new(binary, data_dir, download)
+                .context("preparing the update host")?;
+            let control_node = agent::Agent {
+                name: name.clone(),
+                version: version.to_string(),
+                kubelet: worker,
+                airgap_only: false,
+                board: board.clone(),
+            };
+            let own_node =
+                agent::Agent { airgap_only: true, kubelet: true, ..control_node.clone() };
+            let stop_control_node = until_stopped(stop_rx.clone());
+            let stop_node = until_stopped(stop_rx.clone());
+            let on_control_node = agent::run::<autopilot_api::v1beta2::ControlNode, _>(
+                client.clone(),
+                control_node,
+                &host,
+                stop_control_node,
+            );
+            let on_node = async {
+                if worker {
+                    agent::run::<k8s_openapi::api::core::v1::Node, _>(
+                        client.clone(),
+                        own_node,
+                        &host,
+                        stop_node,
+                    )
+                    .await
+                } else {
+                    stop_node.await;
+                    Ok(agent::Outcome::Stopped)
+                }
+            };
+            tokio::select! {
+                outcome = on_control_node => outcome,
+                outcome = on_node => outcome,
+                () = &mut shutdown => Ok(agent::Outcome::Stopped),
+            }
+        } else {
+            info!("update agent disabled: not acting on update signals");
+            (&mut shutdown).await;
+            Ok(agent::Outcome::Stopped)
+        };
+        let _ = stop.send(true);
+        outcome
+    };
+    let (outcome, ()) = tokio::join!(agents, beat);
+    let _ = status_task.await;
+    outcome
+}
+
+/// What the status socket reports about this process, besides what changes.
+struct StatusFacts {
+    version: &'static str,
+    role: status::Role,
+    node_name: String,
+    binary: PathBuf,
+    update_agent: bool,
+    board: status::Board,
+    leader: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// Serves the status socket in `data_dir` until `shutdown`; a failure is logged, never
+/// fatal (the node keeps working without `k0s status`).
+async fn serve_status(data_dir: PathBuf, facts: StatusFacts, shutdown: impl Future<Output = ()>) {
+    let started = jiff::Timestamp::now().to_string();
+    let pid = std::process::id();
+    let report = move || status::Report {
+        version: facts.version.to_string(),
+        pid,
+        role: facts.role,
+        node_name: facts.node_name.clone(),
+        binary: facts.binary.clone(),
+        started: started.clone(),
+        leader: facts.leader.as_ref().map(|rx| *rx.borrow()),
+        update_agent: facts.update_agent,
+        signals: facts.board.signals(),
+    };
+    if let Err(err) = status::serve(&data_dir, report, shutdown).await {
+        tracing::warn!(error = %format!("{:#}", anyhow::Error::new(err)), "status socket not served; `k0s status` will not work");
+    }
 }

@@ -60,6 +60,26 @@ enum Command {
         #[command(flatten)]
         args: autopilot_signal::WorkerArgs,
     },
+    /// Show the status of the k0s process running on this machine (read from its status
+    /// socket in the data directory): version, pid, role and update progress.
+    Status {
+        /// The data directory of the k0s process to ask.
+        #[arg(long, default_value = "/var/lib/k0s", value_name = "DIR")]
+        data_dir: PathBuf,
+
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = StatusFormat::Text)]
+        output: StatusFormat,
+    },
+}
+
+/// How `k0s status` prints.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum StatusFormat {
+    /// Human-readable lines.
+    Text,
+    /// The status document as JSON.
+    Json,
 }
 
 /// Flags every node process shares.
@@ -96,6 +116,11 @@ struct ControllerAgentFlags {
     /// by other means (plans that target it wait for someone else to report its progress).
     #[arg(long)]
     disable_update_agent: bool,
+
+    /// With `--enable-worker`: how often this node's Node Ready condition and node lease are
+    /// renewed.
+    #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    heartbeat_interval: std::time::Duration,
 }
 
 /// Flags of the updater, which runs on the leading controller (DESIGN §6).
@@ -188,8 +213,12 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Controller { node, args, updater, agent } => {
             // Resolved before anything can replace the file (see the worker).
             let binary = std::env::current_exe().context("finding the running binary")?;
-            let ControllerAgentFlags { restart: restart_mode, download, disable_update_agent } =
-                agent;
+            let ControllerAgentFlags {
+                restart: restart_mode,
+                download,
+                disable_update_agent,
+                heartbeat_interval,
+            } = agent;
             let runtime = runtime()?;
             let restart_due = runtime.block_on(async {
                 args.validate()?;
@@ -221,29 +250,31 @@ fn run(command: Command) -> anyhow::Result<()> {
                         let _ = updater_stop.await;
                     },
                 ));
-                // The agent acts on this controller's own ControlNode; when it has put a new
+                // The node side: the status socket, a controller+worker's Node, and the agent
+                // acting on this controller's own ControlNode. When the agent has put a new
                 // binary in place, the controller stops cleanly (releasing the leader lease)
                 // before the process restarts.
                 let (restart_tx, mut restart_rx) = tokio::sync::watch::channel(false);
-                let agent = autopilot_signal::ControllerAgent {
+                let controller_node = autopilot_signal::ControllerNode {
                     name: node_name.clone(),
                     version: VERSION,
                     binary: binary.clone(),
                     data_dir: data_dir.clone(),
-                    kubelet: args.enable_worker,
+                    worker: args.enable_worker,
+                    update_agent: !disable_update_agent,
                     download: download.config(VERSION),
+                    heartbeat_interval,
+                    startup_timeout: args.startup_timeout,
+                    leading: leading.subscribe(),
                 };
                 let agent_client = client.clone();
+                let agent_server = server_url.clone();
                 let agent_terminated = terminated(terminated_rx.clone());
                 let agent_task = tokio::spawn(async move {
-                    if disable_update_agent {
-                        tracing::info!("update agent disabled: not acting on update signals");
-                        agent_terminated.await;
-                        return Ok(autopilot_signal::agent::Outcome::Stopped);
-                    }
-                    let outcome = autopilot_signal::run_controller_agent(
+                    let outcome = autopilot_signal::run_controller_node(
                         agent_client,
-                        agent,
+                        &agent_server,
+                        controller_node,
                         agent_terminated,
                     )
                     .await;
@@ -301,6 +332,16 @@ fn run(command: Command) -> anyhow::Result<()> {
             let restart_due = restart_due?;
             if restart_due { restart(&binary, restart_mode) } else { Ok(()) }
         }
+        Command::Status { data_dir, output } => {
+            let report = runtime()?
+                .block_on(autopilot_signal::status::query(&data_dir))
+                .context("reading the status")?;
+            match output {
+                StatusFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+                StatusFormat::Text => print!("{}", render_status(&report)),
+            }
+            Ok(())
+        }
         Command::Worker { node, args } => {
             // Resolved before anything can replace the file: an update swaps a new binary in
             // at this path, and the restart executes whatever is there then.
@@ -346,6 +387,42 @@ fn one_line(err: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line
+}
+
+/// `k0s status` for humans.
+fn render_status(report: &autopilot_signal::status::Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "Version: {}", report.version);
+    let _ = writeln!(out, "Process ID: {}", report.pid);
+    let _ = writeln!(out, "Role: {}", report.role);
+    let _ = writeln!(out, "Node: {}", report.node_name);
+    let _ = writeln!(out, "Binary: {}", report.binary.display());
+    let _ = writeln!(out, "Started: {}", report.started);
+    if let Some(leader) = report.leader {
+        let _ = writeln!(out, "Leader: {}", if leader { "yes" } else { "no" });
+    }
+    let _ =
+        writeln!(out, "Update agent: {}", if report.update_agent { "enabled" } else { "disabled" });
+    if report.signals.is_empty() {
+        let _ = writeln!(out, "Update: none");
+    }
+    for signal in &report.signals {
+        let phase = signal.phase.as_deref().unwrap_or("(not started)");
+        let _ = write!(
+            out,
+            "Update: {} to {} (plan {}, command {}) on {}: {phase}",
+            signal.command, signal.version, signal.plan_id, signal.command_id, signal.object
+        );
+        if let Some(since) = &signal.since {
+            let _ = write!(out, " since {since}");
+        }
+        if let Some(reason) = &signal.reason {
+            let _ = write!(out, ": {reason}");
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// How long components get to stop after the controller has stopped.

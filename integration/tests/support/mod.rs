@@ -338,7 +338,7 @@ pub async fn start_workers_with_agents(
     start_workers_with(cluster, names, &[]).await
 }
 
-async fn start_workers_with(
+pub async fn start_workers_with(
     cluster: &Cluster,
     names: &[&str],
     extra: &[&str],

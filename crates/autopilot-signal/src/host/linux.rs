@@ -1,9 +1,11 @@
 //! [`Host`] on a real Linux machine: files next to the running binary and in the data
 //! directory (REF §7.5, §7.7).
 
+use std::collections::HashMap;
 use std::io::{self, Read as _};
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use autopilot_api::signal::UpdateRef;
@@ -22,6 +24,74 @@ pub struct LinuxHost {
     data_dir: PathBuf,
     downloader: Downloader,
     instance: String,
+    digests: DigestCache,
+}
+
+/// Which file a path named when it was hashed: a rename over the path, a rewrite or a
+/// truncation changes at least one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_nsec: i128,
+    ctime_nsec: i128,
+}
+
+impl FileIdentity {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_nsec: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_nsec: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+}
+
+/// SHA-256 of files, remembered per path while the file's identity is unchanged: the agent
+/// observes the host on every signal change, and re-reading a 100+ MiB binary each time
+/// made every step cost a full hash.
+#[derive(Clone, Debug, Default)]
+struct DigestCache(Arc<Mutex<HashMap<PathBuf, (FileIdentity, String)>>>);
+
+impl DigestCache {
+    /// The digest of `path` (`None` if it does not exist), hashing only when the file
+    /// changed since the last call.
+    async fn sha256(&self, path: &Path) -> Result<Option<String>> {
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.forget(path);
+                return Ok(None);
+            }
+            Err(e) => return Err(HostError::io("reading metadata of", path, e)),
+        };
+        let identity = FileIdentity::of(&meta);
+        if let Some((known, digest)) = self.lock().get(path)
+            && *known == identity
+        {
+            return Ok(Some(digest.clone()));
+        }
+        let digest = sha256_file_async(path.to_path_buf()).await?;
+        match &digest {
+            // Only remember the digest if the file did not change while it was read.
+            Some(d) if std::fs::metadata(path).is_ok_and(|m| FileIdentity::of(&m) == identity) => {
+                self.lock().insert(path.to_path_buf(), (identity, d.clone()));
+            }
+            Some(_) | None => self.forget(path),
+        }
+        Ok(digest)
+    }
+
+    fn forget(&self, path: &Path) {
+        self.lock().remove(path);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (FileIdentity, String)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl LinuxHost {
@@ -31,7 +101,13 @@ impl LinuxHost {
     pub fn new(live: PathBuf, data_dir: PathBuf, config: DownloadConfig) -> Result<Self> {
         let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let instance = format!("{}-{}", std::process::id(), started.as_nanos());
-        Ok(Self { live, data_dir, downloader: Downloader::new(config)?, instance })
+        Ok(Self {
+            live,
+            data_dir,
+            downloader: Downloader::new(config)?,
+            instance,
+            digests: DigestCache::default(),
+        })
     }
 
     /// The same host with an explicit process instance id.
@@ -149,13 +225,13 @@ impl Host for LinuxHost {
             UpdateRef::K0s(_) => match expected_sha256(update) {
                 None => self.staged_path().exists(),
                 Some(want) => {
-                    sha256_file_async(self.staged_path()).await?.is_some_and(|got| got == want)
+                    self.digests.sha256(&self.staged_path()).await?.is_some_and(|got| got == want)
                 }
             },
         };
         let live_sha256 = match update {
             UpdateRef::Airgap(_) => None,
-            UpdateRef::K0s(_) => sha256_file_async(self.live.clone()).await.ok().flatten(),
+            UpdateRef::K0s(_) => self.digests.sha256(&self.live).await.ok().flatten(),
         };
         let restarted =
             self.read_marker()?.is_some_and(|m| &m.signal == signal && m.instance != self.instance);
@@ -235,5 +311,41 @@ impl Host for LinuxHost {
         temp.persist(&path).map_err(|e| HostError::io("renaming to", &path, e.error))?;
         sync_dir(&self.data_dir)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex_of(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
+    }
+
+    #[tokio::test]
+    async fn digest_cache_notices_every_kind_of_change_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k0s");
+        let cache = DigestCache::default();
+        assert_eq!(cache.sha256(&path).await.unwrap(), None, "absent file");
+
+        std::fs::write(&path, b"version one").unwrap();
+        assert_eq!(cache.sha256(&path).await.unwrap(), Some(hex_of(b"version one")));
+        assert_eq!(cache.sha256(&path).await.unwrap(), Some(hex_of(b"version one")), "cached");
+
+        // Rewritten in place with the same length.
+        std::fs::write(&path, b"version two").unwrap();
+        assert_eq!(cache.sha256(&path).await.unwrap(), Some(hex_of(b"version two")));
+
+        // Another file renamed over the path (what a swap does).
+        let other = dir.path().join("k0s.tmp");
+        std::fs::write(&other, b"version 3").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        assert_eq!(cache.sha256(&path).await.unwrap(), Some(hex_of(b"version 3")));
+
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(cache.sha256(&path).await.unwrap(), None, "removed");
+        std::fs::write(&path, b"version 3").unwrap();
+        assert_eq!(cache.sha256(&path).await.unwrap(), Some(hex_of(b"version 3")), "recreated");
     }
 }
