@@ -1,58 +1,212 @@
 //! A tiny loopback HTTP server for update payloads (a v2 k0s binary, a bundle), as the
-//! update server of a real installation would serve them.
+//! update server of a real installation would serve them — and as a broken one would:
+//! [`Serve`] chooses between a good answer, an error status, a body that stalls and a body
+//! held back until the test releases it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
+use anyhow::bail;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Serves one body at every path over plain HTTP/1.1 on 127.0.0.1; stops when dropped.
+/// What a [`FileServer`] answers to every request (any path, any method).
+#[derive(Clone, Debug)]
+pub enum Serve {
+    /// `200 OK` with this body.
+    Body(Vec<u8>),
+    /// This status (e.g. 404) with a short text body naming it.
+    Status(u16),
+    /// `200 OK` announcing the whole body's `Content-Length`, then the first `after` bytes,
+    /// then nothing more: the connection stays open and silent until the client gives up
+    /// (or the server is dropped).
+    Stall {
+        /// The body the headers announce.
+        body: Vec<u8>,
+        /// How many of its bytes are sent before the stall.
+        after: usize,
+    },
+    /// Like [`Serve::Stall`], but the rest of the body follows once
+    /// [`FileServer::release`] is called; requests arriving after that get the whole body
+    /// at once.
+    HoldUntilReleased {
+        /// The body the headers announce.
+        body: Vec<u8>,
+        /// How many of its bytes are sent before holding.
+        after: usize,
+    },
+}
+
+/// What the server has done so far, shared with its connections.
+#[derive(Debug)]
+struct Shared {
+    serve: Serve,
+    /// Requests answered (headers read).
+    requests: AtomicUsize,
+    /// Responses that sent their first part and now stall or hold; bumped on every change.
+    held: watch::Sender<usize>,
+    /// Whether held responses may go on.
+    released: watch::Sender<bool>,
+}
+
+/// Serves one answer at every path over plain HTTP/1.1 on 127.0.0.1; stops when dropped
+/// (which also closes stalled and held connections).
 #[derive(Debug)]
 pub struct FileServer {
     base: String,
+    shared: Arc<Shared>,
     task: JoinHandle<()>,
+    connections: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl FileServer {
-    /// Start serving `body`.
+    /// Start serving `body` with `200 OK`.
     pub async fn start(body: Vec<u8>) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let body = Arc::new(body);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else { return };
-                let body = body.clone();
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = socket.write_all(head.as_bytes()).await;
-                    let _ = socket.write_all(&body).await;
-                    let _ = socket.shutdown().await;
-                });
-            }
-        });
-        Ok(Self { base, task })
+        Self::start_with(Serve::Body(body)).await
     }
 
-    /// `http://127.0.0.1:<port>` (any path serves the body).
+    /// Start answering every request as `serve` says.
+    pub async fn start_with(serve: Serve) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let shared = Arc::new(Shared {
+            serve,
+            requests: AtomicUsize::new(0),
+            held: watch::Sender::new(0),
+            released: watch::Sender::new(false),
+        });
+        let connections: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let task = tokio::spawn({
+            let shared = shared.clone();
+            let connections = connections.clone();
+            async move {
+                loop {
+                    let Ok((socket, _)) = listener.accept().await else { return };
+                    let connection = tokio::spawn(answer(socket, shared.clone()));
+                    let mut all = connections.lock().unwrap_or_else(|p| p.into_inner());
+                    all.retain(|c| !c.is_finished());
+                    all.push(connection);
+                }
+            }
+        });
+        Ok(Self { base, shared, task, connections })
+    }
+
+    /// `http://127.0.0.1:<port>` (any path gets the same answer).
     pub fn base_url(&self) -> &str {
         &self.base
     }
+
+    /// How many requests the server has answered (started answering) so far.
+    pub fn requests(&self) -> usize {
+        self.shared.requests.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `count` responses have sent their first part and stalled or
+    /// are held ([`Serve::Stall`], [`Serve::HoldUntilReleased`]); fails after `timeout`.
+    pub async fn wait_held(&self, count: usize, timeout: Duration) -> anyhow::Result<()> {
+        let mut held = self.shared.held.subscribe();
+        let outcome = tokio::time::timeout(timeout, held.wait_for(|n| *n >= count))
+            .await
+            .map(|r| r.map(|_| ()));
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => bail!("the file server stopped"),
+            Err(_) => bail!(
+                "timed out after {timeout:?} waiting for {count} held responses ({} so far, {} requests)",
+                *self.shared.held.borrow(),
+                self.requests()
+            ),
+        }
+    }
+
+    /// Lets held responses ([`Serve::HoldUntilReleased`]) send the rest of their body, now
+    /// and for every later request.
+    pub fn release(&self) {
+        self.shared.released.send_replace(true);
+    }
+}
+
+/// Reads one request's headers and answers it as the server's [`Serve`] says.
+async fn answer(mut socket: TcpStream, shared: Arc<Shared>) {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    shared.requests.fetch_add(1, Ordering::SeqCst);
+    let ok_head = |len: usize| {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
+        )
+    };
+    match &shared.serve {
+        Serve::Body(body) => {
+            let _ = socket.write_all(ok_head(body.len()).as_bytes()).await;
+            let _ = socket.write_all(body).await;
+        }
+        Serve::Status(code) => {
+            let reason = http::StatusCode::from_u16(*code)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("Status");
+            let body = format!("{code} {reason}\n");
+            let head = format!(
+                "HTTP/1.1 {code} {reason}\r\nContent-Length: {}\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(body.as_bytes()).await;
+        }
+        Serve::Stall { body, after } => {
+            let (first, _) = body.split_at((*after).min(body.len()));
+            if socket.write_all(ok_head(body.len()).as_bytes()).await.is_err()
+                || socket.write_all(first).await.is_err()
+                || socket.flush().await.is_err()
+            {
+                return;
+            }
+            shared.held.send_modify(|n| *n += 1);
+            // Silent until the client hangs up (or the server is dropped).
+            let _ = socket.read(&mut buf).await;
+            return;
+        }
+        Serve::HoldUntilReleased { body, after } => {
+            if socket.write_all(ok_head(body.len()).as_bytes()).await.is_err() {
+                return;
+            }
+            let mut released = shared.released.subscribe();
+            let (first, rest) = body.split_at((*after).min(body.len()));
+            if !*released.borrow_and_update() {
+                if socket.write_all(first).await.is_err() || socket.flush().await.is_err() {
+                    return;
+                }
+                shared.held.send_modify(|n| *n += 1);
+                tokio::select! {
+                    _ = released.wait_for(|r| *r) => {}
+                    // The client hung up (e.g. it was killed) while held.
+                    _ = socket.read(&mut buf) => return,
+                }
+                let _ = socket.write_all(rest).await;
+            } else {
+                let _ = socket.write_all(body).await;
+            }
+        }
+    }
+    let _ = socket.shutdown().await;
 }
 
 impl Drop for FileServer {
     fn drop(&mut self) {
         self.task.abort();
+        for connection in self.connections.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            connection.abort();
+        }
     }
 }

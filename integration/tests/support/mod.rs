@@ -443,3 +443,83 @@ pub fn admission_order(log: &Log, kind: Option<ObjectKind>) -> Vec<ObjectRef> {
     order.append(&mut batch);
     order
 }
+
+// --- Real updates by the real node agents (`update_*` scenarios) ---
+
+/// Like [`start_workers_with_agents`], with `extra` flags for every worker (e.g. a short
+/// `--download-stall-timeout`).
+pub async fn start_workers_with_agents_and(
+    cluster: &Cluster,
+    names: &[&str],
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    start_workers_with(cluster, names, extra).await
+}
+
+/// What `k0s version` prints for the binary at `path` (trimmed).
+pub fn binary_version(path: &std::path::Path) -> String {
+    let out = integration::run_k0s_binary(path, &["version"], Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("running {} version: {e:#}", path.display()));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The files an update may leave behind for a node whose binary is `binary`: anything in
+/// the binary's directory besides the binary, `k0s.prev`, the data dir and the log (the
+/// staged `k0s.tmp`, download temp files `.k0s.tmp.<random>.tmp`, `k0s.prev.new`), and
+/// temp files (`*.tmp`) at the top of the data dir (`.autopilot-restart.<random>.tmp`).
+pub fn update_leftovers(binary: &std::path::Path, data_dir: &std::path::Path) -> Vec<String> {
+    let dir = binary.parent().expect("the binary is in a directory");
+    let name = binary.file_name().expect("the binary has a name").to_string_lossy();
+    let expected: BTreeSet<String> = [
+        name.to_string(),
+        format!("{name}.prev"),
+        data_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        "k0s.log".to_owned(),
+    ]
+    .into();
+    let list = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
+            .map(|e| e.expect("a directory entry").file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let mut leftovers: Vec<String> = list(dir)
+        .into_iter()
+        .filter(|n| !expected.contains(n))
+        .map(|n| dir.join(n).display().to_string())
+        .collect();
+    leftovers.extend(
+        list(data_dir)
+            .into_iter()
+            .filter(|n| n.ends_with(".tmp"))
+            .map(|n| data_dir.join(n).display().to_string()),
+    );
+    leftovers.sort();
+    leftovers
+}
+
+/// Waits until the Node `name` publishes `version` in its k0s-version annotation.
+pub async fn wait_node_version(
+    client: &kube::Client,
+    name: &str,
+    version: &str,
+) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(STARTUP, &format!("Node {name} to publish k0s version {version}"), || async {
+        let node = nodes.get(name).await?;
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        Ok(annotations.get(keys::ANNOTATION_K0S_VERSION).filter(|v| *v == version).map(|_| ()))
+    })
+    .await
+}
+
+/// Whether the Node `name` is cordoned (`spec.unschedulable`), and whether autopilot says it
+/// did that (its cordoned annotation).
+pub async fn node_cordon(client: &kube::Client, name: &str) -> anyhow::Result<(bool, bool)> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(name).await?;
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let marked =
+        node.metadata.annotations.is_some_and(|a| a.contains_key(keys::ANNOTATION_CORDONED));
+    Ok((unschedulable, marked))
+}

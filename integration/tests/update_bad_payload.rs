@@ -1,0 +1,169 @@
+//! Bad update payloads with the real node agent (DESIGN §5, §8 "bad payloads"): a worker is
+//! asked to update from a server that serves v2 under the wrong sha256, answers 404, or
+//! sends the headers and part of the body and then nothing. Each time the download fails,
+//! the worker reports `FailedDownload` with a reason naming the problem, the plan ends in
+//! `ApplyFailed` with that reason on the target, and the node is untouched: the same
+//! process keeps running the same binary, and no staged or temp file is left next to it.
+//!
+//! One cluster and one worker run the three cases in turn, each as a new plan (the previous
+//! one deleted first) with its own `spec.id`.
+
+mod support;
+
+use std::time::Duration;
+
+use autopilot_api::signal::SignalPhase;
+use autopilot_api::v1beta2::{
+    Plan, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
+};
+use integration::http::{FileServer, Serve};
+use integration::{ClusterBuilder, K0sProcess, k0s_binary_with_version, wait_for};
+use kube::Api;
+use kube::api::DeleteParams;
+use sha2::Digest as _;
+use support::*;
+
+const V2: &str = "v1.35.1+k0s.0";
+
+/// The worker's stall timeout: short, so the stalled download fails within seconds.
+const STALL_TIMEOUT: &str = "3s";
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// What the node had before the plans: its process and binary.
+struct Before {
+    pid: u32,
+    bytes: Vec<u8>,
+    version: String,
+}
+
+/// Runs one plan `id` updating worker-0 to v2 from `url` (with `sha256`), waits for it to
+/// fail, checks the node is untouched and returns the target's reason.
+async fn plan_fails(
+    client: &kube::Client,
+    worker: &K0sProcess,
+    before: &Before,
+    id: &str,
+    url: String,
+    sha256: String,
+) -> String {
+    let platform = autopilot_api::platform::current();
+    let update = PlanCommandK0sUpdate {
+        version: V2.to_owned(),
+        forceupdate: false,
+        platforms: [(platform, PlanResourceUrl { url, sha256: Some(sha256) })].into(),
+        targets: PlanCommandTargets {
+            controllers: None,
+            workers: Some(static_nodes(&["worker-0"], 1)),
+        },
+    };
+    create_plan(client, &plan("autopilot", id, vec![k0s_command(update)]))
+        .await
+        .expect("plan created");
+    let failed = wait_plan_state(client, "autopilot", PlanStateType::ApplyFailed)
+        .await
+        .expect("the plan fails");
+    let target = target(&failed, 0, "worker-0");
+    assert_eq!(target.state, TargetState::SignalApplyFailed, "{}", status_yaml(&failed));
+    assert_eq!(target.phase, Some(SignalPhase::FailedDownload), "{}", status_yaml(&failed));
+    let reason = target.reason.clone().unwrap_or_default();
+
+    // The node's own signal says the same, for this plan.
+    let signal =
+        node_signal(client, "worker-0").await.expect("reading the signal").expect("a signal");
+    assert_eq!(signal.plan_id, id);
+    let status = signal.status.expect("a node status");
+    assert_eq!(status.status, SignalPhase::FailedDownload);
+    assert_eq!(status.reason.as_deref(), Some(reason.as_str()));
+
+    // Untouched: same process, same binary, nothing staged or half-downloaded next to it,
+    // not cordoned.
+    assert!(worker.is_running(), "the worker exited:\n{}", worker.log_tail(40));
+    assert_eq!(worker.pid(), before.pid, "the same worker process runs");
+    let on_disk = std::fs::read(worker.binary_path()).expect("reading the binary");
+    assert!(on_disk == before.bytes, "the binary on disk changed ({id})");
+    assert_eq!(binary_version(worker.binary_path()), before.version);
+    let leftovers = update_leftovers(worker.binary_path(), worker.data_dir());
+    assert!(leftovers.is_empty(), "files left behind by {id}: {leftovers:?}");
+    assert!(
+        !worker.binary_path().with_file_name("k0s.prev").exists(),
+        "nothing was swapped, so there is no previous binary ({id})"
+    );
+    let (unschedulable, marked) = node_cordon(client, "worker-0").await.expect("reading the Node");
+    assert!(!unschedulable && !marked, "a failed download never cordons the node ({id})");
+
+    // Make room for the next case's plan.
+    let plans: Api<Plan> = Api::all(client.clone());
+    plans.delete("autopilot", &DeleteParams::default()).await.expect("deleting the plan");
+    wait_for(Duration::from_secs(30), "the plan to be deleted", || async {
+        Ok(plans.get_opt("autopilot").await?.is_none().then_some(()))
+    })
+    .await
+    .expect("the plan is deleted");
+    reason
+}
+
+#[tokio::test]
+async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
+    let v2 = k0s_binary_with_version(V2).unwrap();
+    let v2_bytes = std::fs::read(&v2).unwrap();
+    let v2_sha = sha256_hex(&v2_bytes);
+
+    let cluster = ClusterBuilder::new("update-bad-payload")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let workers = start_workers_with_agents_and(
+        &cluster,
+        &["worker-0"],
+        &["--download-stall-timeout", STALL_TIMEOUT],
+    )
+    .await
+    .unwrap();
+    let worker = &workers[0];
+    let before = Before {
+        pid: worker.pid(),
+        bytes: std::fs::read(worker.binary_path()).unwrap(),
+        version: binary_version(worker.binary_path()),
+    };
+    assert_ne!(before.version, V2);
+
+    // (a) v2 served under someone else's digest: the whole body arrives, the digest does not
+    // match, and the reason gives both digests.
+    let wrong_sha = sha256_hex(b"not the v2 binary");
+    let server = FileServer::start(v2_bytes.clone()).await.unwrap();
+    let url = format!("{}/k0s", server.base_url());
+    let reason =
+        plan_fails(&client, worker, &before, "bad-sha256", url.clone(), wrong_sha.clone()).await;
+    assert!(reason.contains("sha256 mismatch"), "{reason}");
+    assert!(reason.contains(&wrong_sha), "the expected digest is named: {reason}");
+    assert!(reason.contains(&v2_sha), "the digest of what arrived is named: {reason}");
+    assert!(server.requests() >= 1, "the worker fetched the payload");
+    drop(server);
+
+    // (b) 404: the status is named.
+    let server = FileServer::start_with(Serve::Status(404)).await.unwrap();
+    let url = format!("{}/k0s", server.base_url());
+    let reason =
+        plan_fails(&client, worker, &before, "not-found", url.clone(), v2_sha.clone()).await;
+    assert!(reason.contains("404"), "{reason}");
+    assert!(reason.contains(&url), "the URL is named: {reason}");
+    assert!(server.requests() >= 1, "the worker asked the server");
+    drop(server);
+
+    // (c) headers and the first MiB, then silence: the stall timeout ends the download.
+    let server = FileServer::start_with(Serve::Stall { body: v2_bytes.clone(), after: 1 << 20 })
+        .await
+        .unwrap();
+    let url = format!("{}/k0s", server.base_url());
+    let reason = plan_fails(&client, worker, &before, "stalled", url.clone(), v2_sha.clone()).await;
+    server.wait_held(1, Duration::ZERO).await.expect("the server stalled a response");
+    assert!(reason.contains("no data received for 3s"), "{reason}");
+    assert!(reason.contains(&url), "the URL is named: {reason}");
+}
