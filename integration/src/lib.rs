@@ -90,6 +90,7 @@ mod net;
 mod pki;
 mod process;
 pub mod responder;
+pub mod signals;
 pub mod wait;
 
 pub use cluster::{

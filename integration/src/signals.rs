@@ -1,0 +1,125 @@
+//! A passive recorder of signal progress: watches every `Node` and `ControlNode` and keeps,
+//! per object, each change of its signal's phase in etcd revision order. Unlike the
+//! [`crate::responder`] it never writes; scenarios with real node agents use it to check the
+//! order in which nodes went through their phases.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use autopilot_api::signal::{self, SignalPhase};
+use autopilot_api::v1beta2::ControlNode;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Resource, ResourceExt as _};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+pub use crate::responder::{ObjectKind, ObjectRef};
+
+/// One observed state of a signal on an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The etcd revision (`resourceVersion`) of the object in this state.
+    pub revision: u64,
+    /// The object.
+    pub object: ObjectRef,
+    /// The plan's `spec.id`.
+    pub plan_id: String,
+    /// The command index.
+    pub command_id: u32,
+    /// When the leader signalled (the signal's `created`).
+    pub created: String,
+    /// The node-side phase (`None`: signalled, no answer yet).
+    pub phase: Option<SignalPhase>,
+    /// The phase's timestamp, as written.
+    pub timestamp: Option<String>,
+}
+
+/// Records signal changes until dropped.
+#[derive(Debug)]
+pub struct SignalRecorder {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl SignalRecorder {
+    /// Starts watching every Node and ControlNode with `client`.
+    pub fn start(client: &kube::Client) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let tasks = vec![
+            tokio::spawn(record::<Node>(client.clone(), ObjectKind::Node, seen.clone())),
+            tokio::spawn(record::<ControlNode>(
+                client.clone(),
+                ObjectKind::ControlNode,
+                seen.clone(),
+            )),
+        ];
+        Self { seen, tasks }
+    }
+
+    /// Everything seen so far, in revision order.
+    pub fn history(&self) -> Vec<Seen> {
+        let mut all = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        all.sort_by_key(|s| s.revision);
+        all
+    }
+
+    /// The states each object went through, in revision order.
+    pub fn by_object(&self) -> BTreeMap<ObjectRef, Vec<Seen>> {
+        let mut by_object: BTreeMap<ObjectRef, Vec<Seen>> = BTreeMap::new();
+        for seen in self.history() {
+            by_object.entry(seen.object.clone()).or_default().push(seen);
+        }
+        by_object
+    }
+}
+
+impl Drop for SignalRecorder {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn record<K>(client: kube::Client, kind: ObjectKind, seen: Arc<Mutex<Vec<Seen>>>)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api: Api<K> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut last: BTreeMap<String, (String, u32, Option<SignalPhase>)> = BTreeMap::new();
+    while let Some(event) = stream.next().await {
+        let objects = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => vec![o],
+            Ok(_) | Err(_) => continue,
+        };
+        for object in objects {
+            let Ok(Some(data)) = signal::from_meta(object.meta()) else { continue };
+            let name = object.name_any();
+            let phase = data.phase();
+            let state = (data.created.clone(), data.command.id, phase);
+            if last.get(&name) == Some(&state) {
+                continue;
+            }
+            last.insert(name.clone(), state);
+            let revision = object.meta().resource_version.as_deref().and_then(|rv| rv.parse().ok());
+            seen.lock().unwrap_or_else(|p| p.into_inner()).push(Seen {
+                revision: revision.unwrap_or(0),
+                object: ObjectRef { kind, name },
+                plan_id: data.plan_id.clone(),
+                command_id: data.command.id,
+                created: data.created.clone(),
+                phase,
+                timestamp: data.status.as_ref().map(|s| s.timestamp.clone()),
+            });
+        }
+    }
+}
