@@ -569,6 +569,8 @@ impl Cluster {
             extra_args: Vec::new(),
             env: Vec::new(),
             binary: None,
+            install_path: None,
+            launch_link: None,
             default_binary: self.k0s_binary.clone(),
             registry: self.k0s_registry.clone(),
         }

@@ -192,6 +192,10 @@ pub struct K0sCommand {
     pub(crate) extra_args: Vec<OsString>,
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) binary: Option<PathBuf>,
+    /// Where the binary is installed instead of `<node dir>/k0s` ([`K0sCommand::install_at`]).
+    pub(crate) install_path: Option<PathBuf>,
+    /// A symlink to the installed binary that the process is started through.
+    pub(crate) launch_link: Option<PathBuf>,
     /// What a node without a binary gets ([`crate::ClusterBuilder::k0s_binary`]).
     pub(crate) default_binary: Option<PathBuf>,
     pub(crate) registry: GroupRegistry,
@@ -227,13 +231,41 @@ impl K0sCommand {
         self
     }
 
+    /// Installs the binary at `path` (any directory, any file name; created if missing)
+    /// instead of `<node dir>/k0s`, as an operator might put it under `/opt/...`.
+    pub fn install_at(mut self, path: impl Into<PathBuf>) -> Self {
+        self.install_path = Some(path.into());
+        self
+    }
+
+    /// Starts the process through a symlink at `link` pointing to the installed binary (as
+    /// `/usr/local/bin/k0s -> /opt/k0s/bin/k0s`); created or replaced on spawn.
+    pub fn launch_via_symlink(mut self, link: impl Into<PathBuf>) -> Self {
+        self.launch_link = Some(link.into());
+        self
+    }
+
     /// Prepares the node directory and starts the process.
     pub async fn spawn(self) -> anyhow::Result<K0sProcess> {
-        let Self { node_name, dir, args, extra_args, env, binary, default_binary, registry } = self;
+        let Self {
+            node_name,
+            dir,
+            args,
+            extra_args,
+            env,
+            binary,
+            install_path,
+            launch_link,
+            default_binary,
+            registry,
+        } = self;
         let data_dir = dir.join("data");
         fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?;
-        let installed = dir.join("k0s");
+        let installed = install_path.unwrap_or_else(|| dir.join("k0s"));
+        if let Some(parent) = installed.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
         let source = match (binary, default_binary) {
             (Some(explicit), _) => Some(explicit),
             (None, _) if installed.is_file() => None,
@@ -243,11 +275,22 @@ impl K0sCommand {
         if let Some(source) = source {
             copy_atomically(&source, &installed)?;
         }
+        if let Some(link) = &launch_link {
+            if let Some(parent) = link.parent() {
+                fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
+            }
+            let _ = fs::remove_file(link);
+            std::os::unix::fs::symlink(&installed, link).with_context(|| {
+                format!("linking {} to {}", link.display(), installed.display())
+            })?;
+        }
         let mut all_args = args;
         all_args.extend(extra_args);
         let process = K0sProcess {
             node_name,
             log_path: dir.join("k0s.log"),
+            launch: launch_link.unwrap_or_else(|| installed.clone()),
             binary: installed,
             data_dir,
             dir,
@@ -276,6 +319,8 @@ pub struct K0sProcess {
     node_name: String,
     dir: PathBuf,
     binary: PathBuf,
+    /// What is executed: the binary, or a symlink to it.
+    launch: PathBuf,
     data_dir: PathBuf,
     log_path: PathBuf,
     args: Vec<OsString>,
@@ -285,7 +330,7 @@ pub struct K0sProcess {
 
 impl K0sProcess {
     fn start(&self) -> anyhow::Result<()> {
-        let mut cmd = Command::new(&self.binary);
+        let mut cmd = Command::new(&self.launch);
         cmd.args(&self.args).current_dir(&self.dir).env_remove("KUBECONFIG").env("NO_COLOR", "1");
         let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
         let k0s_log = std::env::var("K0S_LOG").unwrap_or_else(|_| rust_log.clone());
