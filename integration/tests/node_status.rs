@@ -14,7 +14,7 @@ use support::*;
 
 /// `k0s status -o json` for `process`, once its socket answers.
 async fn status_of(process: &K0sProcess) -> Report {
-    let data_dir = process.data_dir().to_str().unwrap().to_owned();
+    let data_dir = process.data_dir().to_str().expect("a UTF-8 data dir").to_owned();
     wait_for(Duration::from_secs(30), "the status socket to answer", || async {
         let out = run_k0s(&["status", "--data-dir", &data_dir, "-o", "json"])?;
         if !out.status.success() {
@@ -23,14 +23,14 @@ async fn status_of(process: &K0sProcess) -> Report {
         Ok(Some(serde_json::from_slice::<Report>(&out.stdout)?))
     })
     .await
-    .unwrap()
+    .expect("k0s status answers")
 }
 
 fn text_status_of(process: &K0sProcess) -> String {
-    let data_dir = process.data_dir().to_str().unwrap();
-    let out = run_k0s(&["status", "--data-dir", data_dir]).unwrap();
+    let data_dir = process.data_dir().to_str().expect("a UTF-8 data dir");
+    let out = run_k0s(&["status", "--data-dir", data_dir]).expect("k0s status runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
 #[tokio::test]

@@ -27,8 +27,8 @@ fn version_of(path: &std::path::Path) -> String {
 
 fn file_names(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .expect("the directory is readable")
+        .map(|e| e.expect("a directory entry").file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
     names

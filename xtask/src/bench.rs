@@ -1,3 +1,6 @@
+//! `cargo xtask bench download` runs the node agent's download benchmark
+//! (`crates/autopilot-signal/benches/download.rs`).
+//!
 //! `cargo xtask bench plan`: how fast the Plan engine drives a fleet, on the real control
 //! plane.
 //!
@@ -46,17 +49,36 @@ enum What {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// Download + verify throughput of the node agent on loopback against
+    /// `curl -o f && sync f && sha256sum f` (release build; no control plane needed).
+    Download {
+        /// Payload size in MiB.
+        #[arg(long, default_value_t = 200)]
+        mib: usize,
+        /// Runs of each (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
 }
 
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { what } = args;
-    integration::control_plane::ensure_built()?;
-    let k0s = crate::test::build_k0s_release()?;
-    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     match what {
         What::Plan { workers, concurrent, runs } => {
+            integration::control_plane::ensure_built()?;
+            let k0s = crate::test::build_k0s_release()?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(bench_plan(&k0s, workers, concurrent, runs))
+        }
+        What::Download { mib, runs } => {
+            let status = std::process::Command::new(env!("CARGO"))
+                .args(["bench", "-p", "autopilot-signal", "--bench", "download", "--"])
+                .args([mib.to_string(), runs.to_string()])
+                .status()
+                .context("running cargo bench")?;
+            anyhow::ensure!(status.success(), "the download benchmark failed: {status}");
+            Ok(())
         }
     }
 }

@@ -29,7 +29,8 @@ enum Command {
     Demo(demo::Args),
     /// Run every test: unit, shell and end-to-end against the real control plane.
     Test(test::Args),
-    /// Run a benchmark on the real control plane (`cargo xtask bench plan`).
+    /// Run a benchmark (`cargo xtask bench plan`: the engine on the real control plane;
+    /// `cargo xtask bench download`: the agent's download + verify).
     Bench(bench::Args),
 }
 
