@@ -300,7 +300,7 @@ async fn evict(client: &kube::Client, pods: &[(String, String)]) -> Result<Optio
             Ok(Err(kube::Error::Api(status))) if status.code == 429 => {
                 return Ok(Some(format!(
                     "eviction of pod {namespace}/{name} refused: {}",
-                    status.message
+                    refusal(&status)
                 )));
             }
             Ok(Err(source)) => {
@@ -318,6 +318,19 @@ async fn evict(client: &kube::Client, pods: &[(String, String)]) -> Result<Optio
         }
     }
     Ok(None)
+}
+
+/// Why an eviction was refused: the answer's message and its causes, which are where the
+/// API server names the PodDisruptionBudget ("The disruption budget web needs 2 healthy
+/// pods and has 2 currently").
+fn refusal(status: &kube::core::Status) -> String {
+    let causes = status.details.iter().flat_map(|d| &d.causes);
+    let mut why = status.message.trim().to_owned();
+    for cause in causes.map(|c| c.message.trim()).filter(|m| !m.is_empty()) {
+        why.push_str(if why.is_empty() { "" } else { " " });
+        why.push_str(cause);
+    }
+    why
 }
 
 /// Write `phase` as the node status of the object's signal (same signal, fresh timestamp).
@@ -365,4 +378,29 @@ async fn write_signal<K: SignalObject>(
         .await
         .map_err(api(format!("writing the signal status of {} {name}", K::kind(&()))))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_budget_from_the_causes() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "code": 429,
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "details": { "causes": [{
+                "reason": "DisruptionBudget",
+                "message": "The disruption budget web needs 2 healthy pods and has 2 currently",
+            }]},
+        }))
+        .expect("a Status");
+        assert_eq!(
+            refusal(&status),
+            "Cannot evict pod as it would violate the pod's disruption budget. \
+             The disruption budget web needs 2 healthy pods and has 2 currently"
+        );
+        let bare = kube::core::Status::failure("Too many requests", "TooManyRequests");
+        assert_eq!(refusal(&bare), "Too many requests");
+    }
 }
