@@ -6,7 +6,9 @@
 //!   plan without signalling any node twice, and the killed controller, restarted like a
 //!   supervisor would, rejoins;
 //! - selector: only the workers a label selector picks are updated; the others keep v1 and
-//!   never see a signal.
+//!   never see a signal;
+//! - reruns: once a run has ended, a changed spec (back to the previous version) is a new
+//!   run that really rolls the worker back.
 
 mod support;
 
@@ -226,4 +228,66 @@ async fn only_the_selected_workers_update() {
     assert!(node_signal(&client, "worker-1").await.unwrap().is_none(), "worker-1 never signalled");
     let signalled: Vec<_> = recorder.by_object().into_keys().map(|o| o.name).collect();
     assert_eq!(signalled, ["worker-0", "worker-2"]);
+}
+
+#[tokio::test]
+async fn a_new_run_with_the_previous_version_rolls_a_worker_back() {
+    let (v2, v2_sha) = v2_build();
+    let v2_server = FileServer::start(v2).await.unwrap();
+    let cluster = ClusterBuilder::new("real-rollback")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
+    let worker = &workers[0];
+    let v1 = version_on_disk(worker);
+    let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
+    let v1_sha = hex::encode(sha2::Sha256::digest(&v1_bytes));
+    let v1_server = FileServer::start(v1_bytes).await.unwrap();
+
+    let forward = update_to_v2(&v2_server, &v2_sha, None, Some(static_nodes(&["worker-0"], 1)));
+    create_plan(&client, &plan("autopilot", "forward", vec![k0s_command(forward)])).await.unwrap();
+    wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(version_on_disk(worker), V2);
+
+    // The operator changes the ended plan back to the old version: a new run, a real update.
+    let mut back = update_to_v2(&v1_server, &v1_sha, None, Some(static_nodes(&["worker-0"], 1)));
+    back.version = v1.clone();
+    let spec = json!({ "spec": { "id": "back", "commands": [k0s_command(back)] } });
+    let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(client.clone());
+    plans.patch("autopilot", &PatchParams::default(), &Patch::Merge(&spec)).await.unwrap();
+    // The old run's Completed is still there at first: wait for the new run's.
+    let done = wait_for(PLAN_TIMEOUT, "the rollback run to complete", || async {
+        let plan = plans.get("autopilot").await?;
+        let back = plan.status.as_ref().is_some_and(|s| s.plan_id.as_deref() == Some("back"));
+        if back && state(&plan).is_terminal() {
+            anyhow::ensure!(
+                state(&plan) == PlanStateType::Completed,
+                "the rollback run ended in {}:\n{}",
+                state(&plan),
+                status_yaml(&plan)
+            );
+            return Ok(Some(plan));
+        }
+        Ok(None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(target(&done, 0, "worker-0").state, TargetState::SignalCompleted);
+    assert_eq!(version_on_disk(worker), v1, "rolled back on disk");
+    let prev = worker.binary_path().with_file_name("k0s.prev");
+    let prev = run_k0s_binary(&prev, &["version"], Duration::from_secs(30)).unwrap();
+    assert_eq!(String::from_utf8(prev.stdout).unwrap().trim(), V2, "v2 kept as k0s.prev");
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(Duration::from_secs(30), "worker-0 to publish the old version", || async {
+        let node = nodes.get("worker-0").await?;
+        let published = node.metadata.annotations.unwrap_or_default();
+        Ok((published.get(autopilot_api::keys::ANNOTATION_K0S_VERSION) == Some(&v1)).then_some(()))
+    })
+    .await
+    .unwrap();
 }
