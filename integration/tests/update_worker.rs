@@ -2,7 +2,8 @@
 //! loopback HTTP with its sha256, a Plan for the worker, and the agent downloads, verifies,
 //! waits for the leader's cordon, swaps the binary atomically (keeping `k0s.prev`),
 //! re-executes itself and reports; the leader uncordons and completes. Afterwards the binary
-//! on disk and the running process both report v2.
+//! on disk and the running process both report v2. With `--restart exit` the worker exits
+//! instead and a supervisor (the harness) starts the new binary.
 
 mod support;
 
@@ -89,3 +90,58 @@ async fn a_worker_updates_to_v2_and_runs_it() {
 }
 
 use kube::ResourceExt as _;
+
+#[tokio::test]
+async fn with_restart_exit_the_worker_exits_and_its_supervisor_starts_v2() {
+    let v2_bytes = std::fs::read(k0s_binary_with_version(V2).unwrap()).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
+    let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
+    let cluster = ClusterBuilder::new("update-worker-exit")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let mut workers =
+        start_workers_with(&cluster, &["worker-0"], &["--restart", "exit"]).await.unwrap();
+    let worker = &mut workers[0];
+
+    let update = PlanCommandK0sUpdate {
+        version: V2.to_owned(),
+        forceupdate: false,
+        platforms: [(
+            autopilot_api::platform::current(),
+            PlanResourceUrl { url: format!("{}/k0s", server.base_url()), sha256: Some(sha) },
+        )]
+        .into(),
+        targets: PlanCommandTargets {
+            controllers: None,
+            workers: Some(static_nodes(&["worker-0"], 1)),
+        },
+    };
+    create_plan(&client, &plan("autopilot", "v2-exit", vec![k0s_command(update)])).await.unwrap();
+
+    // The worker swaps the binary and exits cleanly, leaving the restart to its supervisor.
+    let exit = worker.wait_exit(PLAN_TIMEOUT).await.unwrap();
+    assert!(exit.success(), "exits with success for the supervisor: {exit:?}");
+    let signal = node_signal(&client, "worker-0").await.unwrap().unwrap();
+    assert_eq!(signal.phase(), Some(SignalPhase::Restarting), "{signal:?}");
+    let on_disk =
+        run_k0s_binary(worker.binary_path(), &["version"], Duration::from_secs(30)).unwrap();
+    assert_eq!(String::from_utf8(on_disk.stdout).unwrap().trim(), V2);
+
+    // The supervisor starts whatever is installed now: v2, which completes the update.
+    worker.restart().await.unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(target(&done, 0, "worker-0").state, TargetState::SignalCompleted);
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(Duration::from_secs(30), "worker-0 to publish v2", || async {
+        let node = nodes.get("worker-0").await?;
+        Ok((node.annotations().get(keys::ANNOTATION_K0S_VERSION).map(String::as_str) == Some(V2))
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+}
