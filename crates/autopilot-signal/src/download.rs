@@ -503,6 +503,11 @@ impl Downloader {
             .tempfile_in(&dir)
             .map_err(|e| DownloadError::io("creating a temp file in", &dir, e))?;
         let temp_path = temp.path().to_path_buf();
+        // Held while this download owns the file (released when the process dies or execs):
+        // how a later process tells a leftover from a download in progress.
+        temp.as_file().try_lock().map_err(|e| {
+            DownloadError::io("locking", &temp_path, io::Error::other(e.to_string()))
+        })?;
         let handle =
             temp.as_file().try_clone().map_err(|e| DownloadError::io("opening", &temp_path, e))?;
         let mut out =

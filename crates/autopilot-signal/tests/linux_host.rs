@@ -71,6 +71,10 @@ impl Fixture {
     fn bin(&self) -> std::path::PathBuf {
         self.dir.path().join("bin")
     }
+
+    fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
 }
 
 fn listing(dir: &Path) -> Vec<String> {
@@ -200,21 +204,36 @@ async fn an_airgap_bundle_lands_in_the_images_directory() {
 }
 
 #[tokio::test]
-async fn a_download_clears_temp_files_left_by_a_killed_process() {
+async fn a_download_clears_temp_files_left_by_a_killed_process_but_not_live_ones() {
     let addr = serve().await;
     let f = Fixture::new();
-    let stale = f.bin().join(".k0s.tmp.dead01.tmp");
-    let fresh = f.bin().join(".k0s.tmp.live01.tmp");
-    std::fs::write(&stale, b"partial").expect("stale");
-    std::fs::write(&fresh, b"partial").expect("fresh");
-    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&stale)
-        .and_then(|file| file.set_modified(an_hour_ago))
-        .expect("age the stale file");
+    // Left by a killed process: nobody holds its lock. In progress: its download holds one.
+    let dead = f.bin().join(".k0s.tmp.dead01.tmp");
+    let live = f.bin().join(".k0s.tmp.live01.tmp");
+    std::fs::write(&dead, b"partial").expect("dead");
+    std::fs::write(&live, b"partial").expect("live");
+    let in_progress = std::fs::File::open(&live).expect("open");
+    in_progress.try_lock().expect("lock the live download");
+    // Written a moment ago: age does not matter, only whether a live download owns it.
     f.host.download(&format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
     assert_eq!(listing(&f.bin()), vec![".k0s.tmp.live01.tmp", "k0s", "k0s.tmp"]);
+    drop(in_progress);
+}
+
+#[test]
+fn a_new_host_clears_leftovers_next_to_the_binary_and_in_the_images_dir() {
+    let f = Fixture::new();
+    let images = f.data_dir().join("images");
+    std::fs::create_dir_all(&images).expect("images dir");
+    std::fs::write(f.bin().join(".k0s.tmp.dead02.tmp"), b"partial").expect("binary leftover");
+    std::fs::write(images.join(".bundle.tar.dead03.tmp"), b"partial").expect("bundle leftover");
+    std::fs::write(images.join("bundle.tar"), b"complete").expect("a finished bundle");
+    std::fs::write(f.bin().join(".other.dead04.tmp"), b"not ours").expect("someone else's");
+    let _host =
+        LinuxHost::new(f.host.live_path().to_path_buf(), f.data_dir(), DownloadConfig::default())
+            .expect("host");
+    assert_eq!(listing(&f.bin()), vec![".other.dead04.tmp", "k0s"]);
+    assert_eq!(listing(&images), vec!["bundle.tar"]);
 }
 
 /// The version a test binary claims (its `echo` line).

@@ -6,7 +6,7 @@ use std::io::{self, Read as _};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use autopilot_api::signal::UpdateRef;
 use sha2::{Digest as _, Sha256};
@@ -101,13 +101,16 @@ impl LinuxHost {
     pub fn new(live: PathBuf, data_dir: PathBuf, config: DownloadConfig) -> Result<Self> {
         let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let instance = format!("{}-{}", std::process::id(), started.as_nanos());
-        Ok(Self {
+        let host = Self {
             live,
             data_dir,
             downloader: Downloader::new(config)?,
             instance,
             digests: DigestCache::default(),
-        })
+        };
+        // Free the disk space a killed download holds as early as possible.
+        host.remove_leftovers();
+        Ok(host)
     }
 
     /// The same host with an explicit process instance id.
@@ -152,6 +155,18 @@ impl LinuxHost {
         parent_dir(&self.live).join(name)
     }
 
+    /// Removes the temp files of downloads a killed process left next to the binary and in
+    /// the images directory (a download in progress is never touched).
+    pub fn remove_leftovers(&self) {
+        let name = self.live.file_name().map(|n| n.to_string_lossy().into_owned());
+        let staged = name.map(|n| format!("{n}.tmp"));
+        let mut removed = remove_leftover_temp_files(&parent_dir(&self.live), staged.as_deref());
+        removed.extend(remove_leftover_temp_files(&self.images_dir(), None));
+        for path in removed {
+            tracing::info!(path = %path.display(), "removed a download left by an earlier process");
+        }
+    }
+
     fn read_marker(&self) -> Result<Option<RestartMarker>> {
         let path = self.marker_path();
         match std::fs::read(&path) {
@@ -187,27 +202,30 @@ async fn sha256_file_async(path: PathBuf) -> Result<Option<String>> {
     tokio::task::spawn_blocking(move || sha256_file(&path)).await.map_err(HostError::Task)?
 }
 
-/// Removes download temp files for `target` (`.<name>.<random>.tmp` next to it) that have
-/// not been written to for `stale_after`: a download in progress writes continuously, so
-/// only leftovers of a killed process qualify. Best effort.
-fn remove_stale_temp_files(target: &Path, stale_after: Duration) {
-    let dir = parent_dir(target);
-    let prefix = format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy());
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+/// Removes download temp files (`.<name>.<random>.tmp`) in `dir` that no live download
+/// owns: a download holds a lock on its temp file until it finishes, and the lock dies with
+/// the process, so a file whose lock can be taken was left by a killed process. `name`
+/// limits it to temp files of that target; `None` takes every hidden `.tmp` file (the
+/// images directory holds only bundles). Best effort: returns what it removed.
+pub fn remove_leftover_temp_files(dir: &Path, name: Option<&str>) -> Vec<PathBuf> {
+    let prefix = match name {
+        Some(name) => format!(".{name}."),
+        None => ".".to_owned(),
+    };
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return removed };
     for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with(&prefix) || !name.ends_with(".tmp") {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        if !file_name.starts_with(&prefix) || !file_name.ends_with(".tmp") {
             continue;
         }
-        let idle = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|modified| modified.elapsed().ok());
-        if idle.is_some_and(|idle| idle >= stale_after) {
-            let _ = std::fs::remove_file(entry.path());
+        let path = entry.path();
+        let Ok(file) = std::fs::File::open(&path) else { continue };
+        if file.try_lock().is_ok() && std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
         }
     }
+    removed
 }
 
 fn remove_if_present(path: &Path) -> Result<()> {
@@ -240,9 +258,7 @@ impl Host for LinuxHost {
 
     async fn download(&self, url: &str, sha256: Option<&str>) -> Result<()> {
         let staged = self.staged_path();
-        // A process killed mid-download cannot remove its temp file; do it for it.
-        let stale_after = self.downloader.config().stall_timeout * 2;
-        remove_stale_temp_files(&staged, stale_after);
+        self.remove_leftovers();
         self.downloader.download(url, sha256, Target::File(&staged)).await?;
         Ok(())
     }
@@ -250,6 +266,7 @@ impl Host for LinuxHost {
     async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf> {
         let dir = self.images_dir();
         std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
+        self.remove_leftovers();
         let done = self.downloader.download(url, sha256, Target::Directory(&dir)).await?;
         Ok(done.path)
     }
