@@ -130,7 +130,8 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
         "cordoned by autopilot"
     );
 
-    // It stays held while the budget exists: the plan shows worker-0 in Cordoning, worker-1
+    // It stays held while the budget exists: the plan shows worker-0 in Cordoning with the
+    // budget named on its target, worker-1
     // waits its turn, no pod is evicted and worker-0 still runs v1 from an unswapped binary.
     let moved_on = wait_for(HELD_WINDOW, "worker-0 to leave Cordoning", || async {
         let status = node_signal(&client, "worker-0").await?.and_then(|s| s.status);
@@ -138,17 +139,24 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
     })
     .await;
     assert!(moved_on.is_err(), "worker-0 passed Cordoning while the budget forbade eviction");
-    let held =
-        wait_plan(&client, "autopilot", PLAN_TIMEOUT, "worker-0 in Cordoning on the plan", |p| {
+    let held = wait_plan(
+        &client,
+        "autopilot",
+        PLAN_TIMEOUT,
+        "worker-0 held by the budget on the plan",
+        |p| {
             let commands = p.status.as_ref().map(|s| s.commands.as_slice()).unwrap_or_default();
             commands.first().is_some_and(|c| {
-                targets(c)
-                    .iter()
-                    .any(|t| t.name == "worker-0" && t.phase == Some(SignalPhase::Cordoning))
+                targets(c).iter().any(|t| {
+                    t.name == "worker-0"
+                        && t.phase == Some(SignalPhase::Cordoning)
+                        && t.reason.as_deref().is_some_and(|r| r.contains("web-budget"))
+                })
             })
-        })
-        .await
-        .unwrap();
+        },
+    )
+    .await
+    .unwrap();
     // Running (`SchedulableWait`), not held for readiness and not failed.
     assert_eq!(state(&held), PlanStateType::SchedulableWait, "{}", status_yaml(&held));
     assert_eq!(

@@ -149,8 +149,9 @@ fn step_command(
     outcome
 }
 
-/// Apply what a node reports on this run's signal. Changing only the phase does not touch
-/// `lastUpdatedTimestamp`; changing the state does.
+/// Apply what a node reports on this run's signal (phase, and the reason the node gives).
+/// Changing only the phase or reason does not touch `lastUpdatedTimestamp`; changing the
+/// state does.
 fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>) {
     // Crash safety: the node carries this run's signal, so it was signalled even if the
     // status that said so was lost. It never gets a second signal.
@@ -163,7 +164,10 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
         target.phase = Some(phase);
     }
     match phase {
-        SignalPhase::Completed => set_state(target, TargetState::SignalCompleted, inputs),
+        SignalPhase::Completed => {
+            set_state(target, TargetState::SignalCompleted, inputs);
+            target.reason = None;
+        }
         SignalPhase::FailedDownload | SignalPhase::Failed => {
             set_state(target, TargetState::SignalApplyFailed, inputs);
             target.reason = Some(
@@ -173,11 +177,17 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
                     .unwrap_or_else(|| format!("the node reported {phase} without a reason")),
             );
         }
+        // In flight: mirror why the node is where it is (e.g. the PodDisruptionBudget that
+        // holds a drain), so the Plan alone tells an operator what an update waits for.
         SignalPhase::Downloading
         | SignalPhase::Cordoning
         | SignalPhase::ApplyingUpdate
         | SignalPhase::Restarting
-        | SignalPhase::Uncordoning => {}
+        | SignalPhase::Uncordoning => {
+            if target.reason != node_status.reason {
+                target.reason.clone_from(&node_status.reason);
+            }
+        }
     }
 }
 

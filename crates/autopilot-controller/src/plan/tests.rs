@@ -928,6 +928,26 @@ fn a_node_failure_ends_the_plan_in_apply_failed_with_the_nodes_reason() {
 }
 
 #[test]
+fn an_in_flight_nodes_reason_is_mirrored_on_its_target_and_cleared_when_it_moves_on() {
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    let budget = "eviction of pod default/web-0 refused: The disruption budget web needs 2";
+    sim.cluster(|c| c.fails(Node, "w1", SignalPhase::Cordoning, budget));
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalSent, "a reason alone is no failure");
+    assert_eq!(target.phase, Some(SignalPhase::Cordoning));
+    assert_eq!(target.reason.as_deref(), Some(budget));
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::ApplyingUpdate));
+    sim.pass();
+    assert_eq!(sim.plan.target(0, "w1").reason, None, "the node no longer gives one");
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!((target.state, target.reason.as_deref()), (TargetState::SignalCompleted, None));
+}
+
+#[test]
 fn a_failure_without_a_reason_gets_one_naming_the_phase() {
     let mut sim = one_airgap_worker();
     sim.pass();
