@@ -41,6 +41,7 @@ pub struct Seen {
 #[derive(Debug)]
 pub struct SignalRecorder {
     seen: Arc<Mutex<Vec<Seen>>>,
+    vanished: Arc<Mutex<Vec<(u64, ObjectRef)>>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -48,15 +49,28 @@ impl SignalRecorder {
     /// Starts watching every Node and ControlNode with `client`.
     pub fn start(client: &kube::Client) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let vanished = Arc::new(Mutex::new(Vec::new()));
         let tasks = vec![
-            tokio::spawn(record::<Node>(client.clone(), ObjectKind::Node, seen.clone())),
+            tokio::spawn(record::<Node>(
+                client.clone(),
+                ObjectKind::Node,
+                seen.clone(),
+                vanished.clone(),
+            )),
             tokio::spawn(record::<ControlNode>(
                 client.clone(),
                 ObjectKind::ControlNode,
                 seen.clone(),
+                vanished.clone(),
             )),
         ];
-        Self { seen, tasks }
+        Self { seen, vanished, tasks }
+    }
+
+    /// Objects whose signal disappeared (annotations removed or unreadable) after it had been
+    /// seen, with the revision at which it was missing.
+    pub fn vanished(&self) -> Vec<(u64, ObjectRef)> {
+        self.vanished.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Everything seen so far, in revision order.
@@ -84,8 +98,12 @@ impl Drop for SignalRecorder {
     }
 }
 
-async fn record<K>(client: kube::Client, kind: ObjectKind, seen: Arc<Mutex<Vec<Seen>>>)
-where
+async fn record<K>(
+    client: kube::Client,
+    kind: ObjectKind,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    vanished: Arc<Mutex<Vec<(u64, ObjectRef)>>>,
+) where
     K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
         + Clone
         + DeserializeOwned
@@ -102,8 +120,17 @@ where
             Ok(_) | Err(_) => continue,
         };
         for object in objects {
-            let Ok(Some(data)) = signal::from_meta(object.meta()) else { continue };
             let name = object.name_any();
+            let revision = object.meta().resource_version.as_deref().and_then(|rv| rv.parse().ok());
+            let Ok(Some(data)) = signal::from_meta(object.meta()) else {
+                if last.remove(&name).is_some() {
+                    vanished
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((revision.unwrap_or(0), ObjectRef { kind, name }));
+                }
+                continue;
+            };
             let phase = data.phase();
             let state = (data.created.clone(), data.command.id, phase);
             if last.get(&name) == Some(&state) {
