@@ -6,7 +6,9 @@
 //! process keeps running the same binary, and no staged or temp file is left next to it.
 //!
 //! One cluster and one worker run the three cases in turn, each as a new plan (the previous
-//! one deleted first) with its own `spec.id`.
+//! one deleted first) with its own `spec.id`. A fourth case serves a binary that verifies but
+//! is another version than the plan names: it fails after the restart, and the node is not
+//! left cordoned.
 
 mod support;
 
@@ -166,4 +168,61 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     server.wait_held(1, Duration::ZERO).await.expect("the server stalled a response");
     assert!(reason.contains("no data received for 3s"), "{reason}");
     assert!(reason.contains(&url), "the URL is named: {reason}");
+}
+
+/// A payload that verifies but is not the version the plan names: the worker swaps it in
+/// and restarts, then finds itself running another version and reports `Failed` with both
+/// versions; the plan ends in `ApplyFailed` and the leader does not leave the node cordoned.
+#[tokio::test]
+async fn a_binary_of_another_version_fails_after_the_restart_and_leaves_no_cordon() {
+    let cluster = ClusterBuilder::new("update-wrong-version")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
+    let worker = &workers[0];
+    // The server hands out the node's own (v1) binary, with its correct digest, as "v2".
+    let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
+    let v1 = binary_version(worker.binary_path());
+    assert_ne!(v1, V2);
+    let sha = sha256_hex(&v1_bytes);
+    let server = FileServer::start(v1_bytes).await.unwrap();
+    let update = PlanCommandK0sUpdate {
+        version: V2.to_owned(),
+        forceupdate: false,
+        platforms: [(
+            autopilot_api::platform::current(),
+            PlanResourceUrl { url: format!("{}/k0s", server.base_url()), sha256: Some(sha) },
+        )]
+        .into(),
+        targets: PlanCommandTargets {
+            controllers: None,
+            workers: Some(static_nodes(&["worker-0"], 1)),
+        },
+    };
+    create_plan(&client, &plan("autopilot", "mislabelled", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    let failed = wait_plan_state(&client, "autopilot", PlanStateType::ApplyFailed).await.unwrap();
+    let target = target(&failed, 0, "worker-0");
+    assert_eq!(target.state, TargetState::SignalApplyFailed, "{}", status_yaml(&failed));
+    assert_eq!(target.phase, Some(SignalPhase::Failed));
+    assert_eq!(
+        target.reason.as_deref(),
+        Some(format!("running version {v1} after restart, expected {V2}").as_str()),
+        "{}",
+        status_yaml(&failed)
+    );
+    assert!(worker.is_running(), "the worker keeps running:\n{}", worker.log_tail(30));
+    assert_eq!(binary_version(worker.binary_path()), v1);
+    wait_for(Duration::from_secs(30), "worker-0 uncordoned after the failure", || async {
+        let (cordoned, marked) = node_cordon(&client, "worker-0").await?;
+        Ok((!cordoned && !marked).then_some(()))
+    })
+    .await
+    .unwrap();
 }
