@@ -1,11 +1,12 @@
 //! Bad update payloads with the real node agent (DESIGN §5, §8 "bad payloads"): a worker is
-//! asked to update from a server that serves v2 under the wrong sha256, answers 404, or
-//! sends the headers and part of the body and then nothing. Each time the download fails,
+//! asked to update from a server that serves v2 under the wrong sha256, answers 404, sends
+//! the headers and part of the body and then nothing, or serves more than the worker's size
+//! cap. Each time the download fails,
 //! the worker reports `FailedDownload` with a reason naming the problem, the plan ends in
 //! `ApplyFailed` with that reason on the target, and the node is untouched: the same
 //! process keeps running the same binary, and no staged or temp file is left next to it.
 //!
-//! One cluster and one worker run the three cases in turn, each as a new plan (the previous
+//! One cluster and one worker run the four cases in turn, each as a new plan (the previous
 //! one deleted first) with its own `spec.id`. A fourth case serves a binary that verifies but
 //! is another version than the plan names: it fails after the restart, and the node is not
 //! left cordoned.
@@ -121,10 +122,12 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
         .unwrap();
     let client = cluster.admin_client().await.unwrap();
     let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    // A size cap just above v2: v2 fits, anything much larger does not.
+    let cap = (v2_bytes.len() + (1 << 20)).to_string();
     let workers = start_workers_with_agents_and(
         &cluster,
         &["worker-0"],
-        &["--download-stall-timeout", STALL_TIMEOUT],
+        &["--download-stall-timeout", STALL_TIMEOUT, "--download-max-size", &cap],
     )
     .await
     .unwrap();
@@ -167,6 +170,17 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     let reason = plan_fails(&client, worker, &before, "stalled", url.clone(), v2_sha.clone()).await;
     server.wait_held(1, Duration::ZERO).await.expect("the server stalled a response");
     assert!(reason.contains("no data received for 3s"), "{reason}");
+    assert!(reason.contains(&url), "the URL is named: {reason}");
+    drop(server);
+
+    // (d) a payload larger than the worker's size cap: refused, the cap named.
+    let mut huge = v2_bytes.clone();
+    huge.resize(v2_bytes.len() + (4 << 20), 0);
+    let huge_sha = sha256_hex(&huge);
+    let server = FileServer::start(huge).await.unwrap();
+    let url = format!("{}/k0s", server.base_url());
+    let reason = plan_fails(&client, worker, &before, "too-large", url.clone(), huge_sha).await;
+    assert!(reason.contains(&format!("larger than the limit of {cap} bytes")), "{reason}");
     assert!(reason.contains(&url), "the URL is named: {reason}");
 }
 
