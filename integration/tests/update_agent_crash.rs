@@ -129,65 +129,85 @@ async fn a_worker_killed_during_the_download_completes_after_a_restart() {
     assert!(server.requests() >= 2, "the download started over after the crash");
 }
 
+/// How many fresh clusters the swap scenario may take to land its kill in the window.
+const SWAP_ATTEMPTS: usize = 3;
+
 #[tokio::test]
 async fn a_worker_killed_right_after_the_swap_completes_after_a_restart() {
     let v2 = k0s_binary_with_version(V2).unwrap();
     let v2_bytes = std::fs::read(&v2).unwrap();
     let v2_sha = sha256_hex(&v2_bytes);
     let server = FileServer::start(v2_bytes).await.unwrap();
+    // The window between the swap and the re-exec is short (tens of milliseconds); on a
+    // loaded machine the kill can miss it. A miss is detected, not counted: the scenario
+    // runs again in a fresh cluster until the kill lands right after the swap.
+    for attempt in 1..=SWAP_ATTEMPTS {
+        if kill_right_after_the_swap(attempt, server.base_url(), &v2_sha).await.unwrap() {
+            return;
+        }
+        eprintln!("attempt {attempt}: the kill missed the window after the swap; trying again");
+    }
+    panic!("in {SWAP_ATTEMPTS} attempts the kill never landed between the swap and the restart");
+}
 
-    let cluster = ClusterBuilder::new("update-crash-swap")
+/// One run of the swap scenario in a fresh cluster. The update must complete at v2 either
+/// way; returns whether the kill landed between the swap and the restart.
+async fn kill_right_after_the_swap(
+    attempt: usize,
+    base: &str,
+    v2_sha: &str,
+) -> anyhow::Result<bool> {
+    let cluster = ClusterBuilder::new(format!("update-crash-swap-{attempt}"))
         .controllers(1)
         .workers(&["worker-0"])
         .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut worker = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap().remove(0);
+        .await?;
+    let client = cluster.admin_client().await?;
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await?;
+    let mut worker = start_workers_with_agents(&cluster, &["worker-0"]).await?.remove(0);
     let v1 = binary_version(worker.binary_path());
     assert_ne!(v1, V2);
-    let v1_inode = std::fs::metadata(worker.binary_path()).unwrap().ino();
+    let v1_inode = std::fs::metadata(worker.binary_path())?.ino();
 
-    create_plan(&client, &v2_plan(server.base_url(), &v2_sha)).await.unwrap();
+    create_plan(&client, &v2_plan(base, v2_sha)).await?;
 
     // The swap is one rename(2) of the staged `k0s.tmp` over the binary's path, so the path
     // naming another inode is the first observable instant after it. The agent then still
-    // has to record `Restarting`, read its new binary back, write its restart marker and
-    // re-execute — tens of milliseconds at least — while this loop notices the new inode
-    // within about a millisecond and kills the process group at once.
+    // has to record `Restarting`, see its own write come back, write its restart marker and
+    // re-execute, while this loop notices the new inode within about a millisecond and kills
+    // the process group at once.
     let deadline = tokio::time::Instant::now() + PLAN_TIMEOUT;
     loop {
         let inode = std::fs::metadata(worker.binary_path()).map(|m| m.ino()).ok();
         if inode.is_some_and(|inode| inode != v1_inode) {
-            worker.kill().unwrap();
+            worker.kill()?;
             break;
         }
         assert!(worker.is_running(), "worker-0 exited before the swap:\n{}", worker.log_tail(40));
         assert!(tokio::time::Instant::now() < deadline, "worker-0 never swapped its binary");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    worker.wait_exit(Duration::from_secs(10)).await.unwrap();
+    worker.wait_exit(Duration::from_secs(10)).await?;
 
-    // Killed after the swap and before the restart: v2 is in place, v1 kept, nothing staged,
-    // the old process never re-executed, and the node had not confirmed the update.
+    // Whenever the kill landed, v2 is in place, v1 kept and nothing staged.
     assert_eq!(sha256_of_file(worker.binary_path()), v2_sha, "v2 swapped in before the kill");
     let prev = worker.binary_path().with_file_name("k0s.prev");
     assert_eq!(binary_version(&prev), v1, "v1 kept as k0s.prev");
     assert!(!worker.binary_path().with_file_name("k0s.tmp").exists(), "nothing staged");
-    assert!(
-        !worker.log().contains("restarting into"),
-        "the kill came after the re-exec, not right after the swap:\n{}",
-        worker.log_tail(40)
+    // Right after the swap: the old process never re-executed and the node had not got past
+    // the restart.
+    let phase = node_signal(&client, "worker-0")
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("worker-0 carries no signal"))?
+        .phase();
+    let landed = !worker.log().contains("restarting into")
+        && matches!(phase, Some(SignalPhase::ApplyingUpdate | SignalPhase::Restarting));
+    eprintln!(
+        "attempt {attempt}: killed worker-0 (signal {phase:?}, right after the swap: {landed})"
     );
-    let phase = node_signal(&client, "worker-0").await.unwrap().unwrap().phase();
-    assert!(
-        matches!(phase, Some(SignalPhase::ApplyingUpdate | SignalPhase::Restarting)),
-        "killed between the swap and the restart, but the signal is {phase:?}"
-    );
-    eprintln!("killed worker-0 right after the swap (signal {phase:?})");
 
     // The supervisor starts whatever binary is at the path now: v2.
-    worker.restart().await.unwrap();
-    completes_at_v2(&client, &worker, &v1, &v2_sha).await;
+    worker.restart().await?;
+    completes_at_v2(&client, &worker, &v1, v2_sha).await;
+    Ok(landed)
 }
