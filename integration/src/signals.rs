@@ -16,6 +16,9 @@ use kube::{Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+/// How long the recorder's watches get to list what exists.
+const STARTUP: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub use crate::responder::{ObjectKind, ObjectRef};
 
 /// One observed state of a signal on an object.
@@ -46,25 +49,38 @@ pub struct SignalRecorder {
 }
 
 impl SignalRecorder {
-    /// Starts watching every Node and ControlNode with `client`.
-    pub fn start(client: &kube::Client) -> Self {
+    /// Starts watching every Node and ControlNode with `client`; returns once both watches
+    /// have listed what exists (so nothing written afterwards is missed), or fails after
+    /// `STARTUP`.
+    pub async fn start(client: &kube::Client) -> anyhow::Result<Self> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let vanished = Arc::new(Mutex::new(Vec::new()));
+        let (listed, mut listed_rx) = tokio::sync::watch::channel(0usize);
+        let listed = Arc::new(listed);
         let tasks = vec![
             tokio::spawn(record::<Node>(
                 client.clone(),
                 ObjectKind::Node,
                 seen.clone(),
                 vanished.clone(),
+                listed.clone(),
             )),
             tokio::spawn(record::<ControlNode>(
                 client.clone(),
                 ObjectKind::ControlNode,
                 seen.clone(),
                 vanished.clone(),
+                listed,
             )),
         ];
-        Self { seen, vanished, tasks }
+        let recorder = Self { seen, vanished, tasks };
+        tokio::time::timeout(STARTUP, listed_rx.wait_for(|n| *n >= 2))
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("the signal recorder's watches did not list in {STARTUP:?}")
+            })?
+            .map_err(|_| anyhow::anyhow!("the signal recorder's watches ended"))?;
+        Ok(recorder)
     }
 
     /// Objects whose signal disappeared (annotations removed or unreadable) after it had been
@@ -103,6 +119,7 @@ async fn record<K>(
     kind: ObjectKind,
     seen: Arc<Mutex<Vec<Seen>>>,
     vanished: Arc<Mutex<Vec<(u64, ObjectRef)>>>,
+    listed: Arc<tokio::sync::watch::Sender<usize>>,
 ) where
     K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
         + Clone
@@ -114,9 +131,16 @@ async fn record<K>(
     let api: Api<K> = Api::all(client);
     let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
     let mut last: BTreeMap<String, (String, u32, Option<SignalPhase>)> = BTreeMap::new();
+    let mut first_list = true;
     while let Some(event) = stream.next().await {
         let objects = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => vec![o],
+            Ok(watcher::Event::InitDone) => {
+                if std::mem::take(&mut first_list) {
+                    listed.send_modify(|n| *n += 1);
+                }
+                continue;
+            }
             Ok(_) | Err(_) => continue,
         };
         for object in objects {

@@ -86,7 +86,7 @@ async fn quorum_safety_with_real_agents() {
     let cluster = ClusterBuilder::new("real-quorum-safety").controllers(3).build().await.unwrap();
     let client = cluster.admin_client().await.unwrap();
     let mut controllers = start_controllers_with_agents(&cluster, 3, FAST_ELECTION).await.unwrap();
-    let recorder = SignalRecorder::start(&client);
+    let recorder = SignalRecorder::start(&client).await.unwrap();
 
     // "Stopping a controller" stops its k0s and its API server (DESIGN §8).
     controllers[1].stop(Duration::from_secs(20)).await.unwrap();
@@ -149,7 +149,7 @@ async fn leader_killed_while_a_worker_downloads_the_new_leader_finishes() {
     let client = cluster.admin_client().await.unwrap();
     let mut controllers = start_controllers_with_agents(&cluster, 2, FAST_ELECTION).await.unwrap();
     let worker_processes = start_workers_with_agents(&cluster, &workers).await.unwrap();
-    let recorder = SignalRecorder::start(&client);
+    let recorder = SignalRecorder::start(&client).await.unwrap();
 
     let update = update_to_v2(&server, &sha, None, Some(static_nodes(&workers, 1)));
     create_plan(&client, &plan("autopilot", "real-failover", vec![k0s_command(update)]))
@@ -213,7 +213,7 @@ async fn only_the_selected_workers_update() {
         let patch = json!({ "metadata": { "labels": { "pool": "blue" } } });
         nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     }
-    let recorder = SignalRecorder::start(&client);
+    let recorder = SignalRecorder::start(&client).await.unwrap();
 
     let update = update_to_v2(&server, &sha, None, Some(selected(Some("pool=blue"), None)));
     create_plan(&client, &plan("autopilot", "real-selector", vec![k0s_command(update)]))

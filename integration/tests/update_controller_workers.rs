@@ -134,7 +134,7 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
             }
         }
     });
-    let recorder = SignalRecorder::start(&client);
+    let recorder = SignalRecorder::start(&client).await.unwrap();
 
     let update = PlanCommandK0sUpdate {
         version: V2.to_owned(),

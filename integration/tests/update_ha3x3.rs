@@ -64,7 +64,7 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
     let client = cluster.admin_client().await.unwrap();
     let controllers = start_controllers_with_agents(&cluster, 3, FAST_ELECTION).await.unwrap();
     let workers = start_workers_with_agents(&cluster, &WORKERS).await.unwrap();
-    let recorder = SignalRecorder::start(&client);
+    let recorder = SignalRecorder::start(&client).await.unwrap();
 
     let update = PlanCommandK0sUpdate {
         version: V2.to_owned(),
