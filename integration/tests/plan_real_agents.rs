@@ -15,13 +15,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use autopilot_api::v1beta2::{
-    PlanCommandK0sUpdate, PlanCommandTarget, PlanCommandTargets, PlanResourceUrl, PlanStateType,
-    TargetState,
-};
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::{FileServer, Serve};
 use integration::signals::SignalRecorder;
-use integration::{ClusterBuilder, K0sProcess, k0s_binary_with_version, run_k0s_binary, wait_for};
+use integration::{ClusterBuilder, run_k0s_binary, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -31,41 +28,6 @@ use support::*;
 
 const V2: &str = "v1.35.1+k0s.0";
 const CONTROLLERS: [&str; 3] = ["controller-0", "controller-1", "controller-2"];
-
-fn version_on_disk(process: &K0sProcess) -> String {
-    let out = run_k0s_binary(process.binary_path(), &["version"], Duration::from_secs(30))
-        .expect("k0s version runs");
-    String::from_utf8(out.stdout).expect("utf-8").trim().to_string()
-}
-
-/// The v2 build and its sha256.
-fn v2_build() -> (Vec<u8>, String) {
-    let bytes = std::fs::read(k0s_binary_with_version(V2).expect("v2 builds")).expect("v2 reads");
-    let sha = hex::encode(sha2::Sha256::digest(&bytes));
-    (bytes, sha)
-}
-
-/// A k0supdate to [`V2`] from `server`, not forced.
-fn update_to_v2(
-    server: &FileServer,
-    sha: &str,
-    controllers: Option<PlanCommandTarget>,
-    workers: Option<PlanCommandTarget>,
-) -> PlanCommandK0sUpdate {
-    PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(
-            autopilot_api::platform::current(),
-            PlanResourceUrl {
-                url: format!("{}/k0s", server.base_url()),
-                sha256: Some(sha.to_owned()),
-            },
-        )]
-        .into(),
-        targets: PlanCommandTargets { controllers, workers },
-    }
-}
 
 /// Per object, how many distinct signals (by `created`) it received.
 fn signals_per_object(recorder: &SignalRecorder) -> Vec<(String, usize)> {
@@ -91,7 +53,7 @@ async fn quorum_safety_with_real_agents() {
     // "Stopping a controller" stops its k0s and its API server (DESIGN §8).
     controllers[1].stop(Duration::from_secs(20)).await.unwrap();
     cluster.stop_apiserver(1).await.unwrap();
-    let update = update_to_v2(&server, &sha, Some(static_nodes(&CONTROLLERS, 1)), None);
+    let update = update_to(V2, server.base_url(), &sha, Some(static_nodes(&CONTROLLERS, 1)), None);
     create_plan(&client, &plan("autopilot", "real-quorum", vec![k0s_command(update)]))
         .await
         .unwrap();
@@ -151,7 +113,7 @@ async fn leader_killed_while_a_worker_downloads_the_new_leader_finishes() {
     let worker_processes = start_workers_with_agents(&cluster, &workers).await.unwrap();
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
-    let update = update_to_v2(&server, &sha, None, Some(static_nodes(&workers, 1)));
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&workers, 1)));
     create_plan(&client, &plan("autopilot", "real-failover", vec![k0s_command(update)]))
         .await
         .unwrap();
@@ -215,7 +177,8 @@ async fn only_the_selected_workers_update() {
     }
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
-    let update = update_to_v2(&server, &sha, None, Some(selected(Some("pool=blue"), None)));
+    let update =
+        update_to(V2, server.base_url(), &sha, None, Some(selected(Some("pool=blue"), None)));
     create_plan(&client, &plan("autopilot", "real-selector", vec![k0s_command(update)]))
         .await
         .unwrap();
@@ -249,14 +212,15 @@ async fn a_new_run_with_the_previous_version_rolls_a_worker_back() {
     let v1_sha = hex::encode(sha2::Sha256::digest(&v1_bytes));
     let v1_server = FileServer::start(v1_bytes).await.unwrap();
 
-    let forward = update_to_v2(&v2_server, &v2_sha, None, Some(static_nodes(&["worker-0"], 1)));
+    let forward =
+        update_to(V2, v2_server.base_url(), &v2_sha, None, Some(static_nodes(&["worker-0"], 1)));
     create_plan(&client, &plan("autopilot", "forward", vec![k0s_command(forward)])).await.unwrap();
     wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     assert_eq!(version_on_disk(worker), V2);
 
     // The operator changes the ended plan back to the old version: a new run, a real update.
-    let mut back = update_to_v2(&v1_server, &v1_sha, None, Some(static_nodes(&["worker-0"], 1)));
-    back.version = v1.clone();
+    let back =
+        update_to(&v1, v1_server.base_url(), &v1_sha, None, Some(static_nodes(&["worker-0"], 1)));
     let spec = json!({ "spec": { "id": "back", "commands": [k0s_command(back)] } });
     let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(client.clone());
     plans.patch("autopilot", &PatchParams::default(), &Patch::Merge(&spec)).await.unwrap();

@@ -11,19 +11,10 @@ use std::os::unix::fs::MetadataExt as _;
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{
-    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
-};
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess, k0s_binary_with_version, wait_for};
-use sha2::Digest as _;
+use integration::{ClusterBuilder, K0sProcess, wait_for};
 use support::*;
-
-const V2: &str = "v1.35.1+k0s.0";
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(sha2::Sha256::digest(bytes))
-}
 
 fn sha256_of_file(path: &std::path::Path) -> String {
     sha256_hex(&std::fs::read(path).expect("reading a binary"))
@@ -31,20 +22,7 @@ fn sha256_of_file(path: &std::path::Path) -> String {
 
 /// A plan updating worker-0 to v2 from `base` with `sha256`.
 fn v2_plan(base: &str, sha256: &str) -> autopilot_api::v1beta2::Plan {
-    let platform = autopilot_api::platform::current();
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(
-            platform,
-            PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha256.to_owned()) },
-        )]
-        .into(),
-        targets: PlanCommandTargets {
-            controllers: None,
-            workers: Some(static_nodes(&["worker-0"], 1)),
-        },
-    };
+    let update = update_to(V2, base, sha256, None, Some(static_nodes(&["worker-0"], 1)));
     plan("autopilot", "v2", vec![k0s_command(update)])
 }
 
@@ -76,9 +54,7 @@ async fn completes_at_v2(client: &kube::Client, worker: &K0sProcess, v1: &str, v
 
 #[tokio::test]
 async fn a_worker_killed_during_the_download_completes_after_a_restart() {
-    let v2 = k0s_binary_with_version(V2).unwrap();
-    let v2_bytes = std::fs::read(&v2).unwrap();
-    let v2_sha = sha256_hex(&v2_bytes);
+    let (v2_bytes, v2_sha) = v2_build();
     // The first half of v2 arrives, the rest only once the test releases it.
     let half = v2_bytes.len() / 2;
     let server = FileServer::start_with(Serve::HoldUntilReleased { body: v2_bytes, after: half })
@@ -134,9 +110,7 @@ const SWAP_ATTEMPTS: usize = 3;
 
 #[tokio::test]
 async fn a_worker_killed_right_after_the_swap_completes_after_a_restart() {
-    let v2 = k0s_binary_with_version(V2).unwrap();
-    let v2_bytes = std::fs::read(&v2).unwrap();
-    let v2_sha = sha256_hex(&v2_bytes);
+    let (v2_bytes, v2_sha) = v2_build();
     let server = FileServer::start(v2_bytes).await.unwrap();
     // The window between the swap and the re-exec is short (tens of milliseconds); on a
     // loaded machine the kill can miss it. A miss is detected, not counted: the scenario

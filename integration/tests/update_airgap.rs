@@ -10,26 +10,16 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{
-    ControlNode, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandTargets,
-    PlanResourceUrl, PlanStateType, TargetState,
+    ControlNode, PlanCommand, PlanCommandAirgapUpdate, PlanResourceUrl, PlanStateType, TargetState,
 };
 use autopilot_signal::status::Report;
-use integration::{
-    ClusterBuilder, K0sProcess, k0s_binary_with_version, run_k0s, run_k0s_binary, wait_for,
-};
+use integration::{ClusterBuilder, K0sProcess, run_k0s, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt as _};
-use sha2::Digest as _;
 use support::*;
 
 const V2: &str = "v1.35.1+k0s.0";
 const BUNDLE: &str = "k0s-airgap-bundle-v1.35.1.tar";
-
-fn version_on_disk(process: &K0sProcess) -> String {
-    let out = run_k0s_binary(process.binary_path(), &["version"], Duration::from_secs(30))
-        .expect("k0s version runs");
-    String::from_utf8(out.stdout).expect("utf-8").trim().to_string()
-}
 
 /// A bundle-sized payload that is not all zeros (so a digest mix-up would show).
 fn bundle_bytes() -> Vec<u8> {
@@ -38,11 +28,10 @@ fn bundle_bytes() -> Vec<u8> {
 
 #[tokio::test]
 async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
-    let v2 = std::fs::read(k0s_binary_with_version(V2).unwrap()).unwrap();
-    let v2_sha = hex::encode(sha2::Sha256::digest(&v2));
+    let (v2, v2_sha) = v2_build();
     let binary_server = integration::http::FileServer::start(v2).await.unwrap();
     let bundle = bundle_bytes();
-    let bundle_sha = hex::encode(sha2::Sha256::digest(&bundle));
+    let bundle_sha = sha256_hex(&bundle);
     let bundle_server = integration::http::FileServer::start(bundle).await.unwrap();
 
     let cluster = ClusterBuilder::new("update-airgap")
@@ -66,7 +55,7 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
     let airgap = PlanCommandAirgapUpdate {
         version: V2.to_owned(),
         platforms: BTreeMap::from([(
-            platform.clone(),
+            platform,
             PlanResourceUrl {
                 url: format!("{}/bundles/{BUNDLE}", bundle_server.base_url()),
                 sha256: Some(bundle_sha.clone()),
@@ -74,21 +63,13 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
         )]),
         workers: static_nodes(&["controller-0", "worker-0"], 2),
     };
-    let k0s = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: BTreeMap::from([(
-            platform,
-            PlanResourceUrl {
-                url: format!("{}/k0s", binary_server.base_url()),
-                sha256: Some(v2_sha),
-            },
-        )]),
-        targets: PlanCommandTargets {
-            controllers: Some(static_nodes(&["controller-0"], 1)),
-            workers: Some(static_nodes(&["worker-0"], 1)),
-        },
-    };
+    let k0s = update_to(
+        V2,
+        binary_server.base_url(),
+        &v2_sha,
+        Some(static_nodes(&["controller-0"], 1)),
+        Some(static_nodes(&["worker-0"], 1)),
+    );
     let commands = vec![
         PlanCommand { k0supdate: None, airgapupdate: Some(airgap) },
         PlanCommand { k0supdate: Some(k0s), airgapupdate: None },
@@ -117,7 +98,7 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
         let path = process.data_dir().join("images").join(BUNDLE);
         let bytes = std::fs::read(&path)
             .unwrap_or_else(|e| panic!("{}: bundle {}: {e}", process.node_name(), path.display()));
-        assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), bundle_sha, "{}", path.display());
+        assert_eq!(sha256_hex(&bytes), bundle_sha, "{}", path.display());
         let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

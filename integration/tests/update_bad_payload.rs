@@ -20,20 +20,15 @@ use autopilot_api::v1beta2::{
     Plan, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
 };
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess, k0s_binary_with_version, wait_for};
+use integration::{ClusterBuilder, K0sProcess, wait_for};
 use kube::Api;
 use kube::api::DeleteParams;
-use sha2::Digest as _;
 use support::*;
 
 const V2: &str = "v1.35.1+k0s.0";
 
 /// The worker's stall timeout: short, so the stalled download fails within seconds.
 const STALL_TIMEOUT: &str = "3s";
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(sha2::Sha256::digest(bytes))
-}
 
 /// What the node had before the plans: its process and binary.
 struct Before {
@@ -110,9 +105,7 @@ async fn plan_fails(
 
 #[tokio::test]
 async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
-    let v2 = k0s_binary_with_version(V2).unwrap();
-    let v2_bytes = std::fs::read(&v2).unwrap();
-    let v2_sha = sha256_hex(&v2_bytes);
+    let (v2_bytes, v2_sha) = v2_build();
 
     let cluster = ClusterBuilder::new("update-bad-payload")
         .controllers(1)
@@ -205,19 +198,7 @@ async fn a_binary_of_another_version_fails_after_the_restart_and_leaves_no_cordo
     assert_ne!(v1, V2);
     let sha = sha256_hex(&v1_bytes);
     let server = FileServer::start(v1_bytes).await.unwrap();
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(
-            autopilot_api::platform::current(),
-            PlanResourceUrl { url: format!("{}/k0s", server.base_url()), sha256: Some(sha) },
-        )]
-        .into(),
-        targets: PlanCommandTargets {
-            controllers: None,
-            workers: Some(static_nodes(&["worker-0"], 1)),
-        },
-    };
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&["worker-0"], 1)));
     create_plan(&client, &plan("autopilot", "mislabelled", vec![k0s_command(update)]))
         .await
         .unwrap();

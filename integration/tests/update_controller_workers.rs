@@ -13,51 +13,21 @@ mod support;
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{
-    ControlNode, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType,
-    TargetState,
-};
+use autopilot_api::v1beta2::{ControlNode, PlanCommandK0sUpdate, PlanStateType, TargetState};
 use integration::http::FileServer;
 use integration::kubelet::FakeKubelet;
 use integration::signals::{ObjectKind, SignalRecorder};
-use integration::{ClusterBuilder, k0s_binary_with_version, wait_for};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use integration::{ClusterBuilder, wait_for};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use sha2::Digest as _;
 use support::*;
 
-const V2: &str = "v1.35.1+k0s.0";
 const CONTROLLERS: [&str; 3] = ["controller-0", "controller-1", "controller-2"];
 
 /// How long the blocked plan is watched before the budget is deleted.
 const BLOCKED_WINDOW: Duration = Duration::from_secs(10);
-
-/// Every phase of a k0s update, in order (`None`: signalled).
-const PHASES: [Option<SignalPhase>; 7] = [
-    None,
-    Some(SignalPhase::Downloading),
-    Some(SignalPhase::Cordoning),
-    Some(SignalPhase::ApplyingUpdate),
-    Some(SignalPhase::Restarting),
-    Some(SignalPhase::Uncordoning),
-    Some(SignalPhase::Completed),
-];
-
-fn web_pod(name: &str, node: &str) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "labels": { "app": "web" } },
-        "spec": {
-            "nodeName": node,
-            "automountServiceAccountToken": false,
-            "containers": [{ "name": "app", "image": "example.invalid/app:1" }],
-        },
-    }))
-    .expect("a valid Pod")
-}
 
 /// Whether `phase` is past `Cordoning` (the drain let it go).
 fn past_cordoning(phase: Option<SignalPhase>) -> bool {
@@ -74,8 +44,7 @@ fn past_cordoning(phase: Option<SignalPhase>) -> bool {
 
 #[tokio::test]
 async fn controller_workers_update_once_the_budget_allows_under_write_contention() {
-    let v2 = std::fs::read(k0s_binary_with_version(V2).unwrap()).unwrap();
-    let sha = hex::encode(sha2::Sha256::digest(&v2));
+    let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
 
     let cluster =
@@ -94,27 +63,8 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     let _kubelet = FakeKubelet::start(client.clone(), &CONTROLLERS);
 
     // One web pod per Node, Running and Ready, and a budget that needs all three.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    let account: ServiceAccount =
-        serde_json::from_value(json!({ "metadata": { "name": "default" } })).unwrap();
-    accounts.create(&PostParams::default(), &account).await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    for (i, node) in CONTROLLERS.iter().enumerate() {
-        let name = format!("web-{i}");
-        pods.create(&PostParams::default(), &web_pod(&name, node)).await.unwrap();
-        let running = json!({ "status": {
-            "phase": "Running",
-            "conditions": [{ "type": "Ready", "status": "True" }],
-        }});
-        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&running)).await.unwrap();
-    }
+    pods_under_budget(&client, &CONTROLLERS, 3).await.unwrap();
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": { "name": "web-budget" },
-        "spec": { "minAvailable": 3, "selector": { "matchLabels": { "app": "web" } } },
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
 
     // Write contention: someone else touches every ControlNode's annotations every second.
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
@@ -136,18 +86,10 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     });
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
+    // Forced, as in k0s' scenario.
     let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
         forceupdate: true,
-        platforms: [(
-            autopilot_api::platform::current(),
-            PlanResourceUrl { url: format!("{}/k0s", server.base_url()), sha256: Some(sha) },
-        )]
-        .into(),
-        targets: PlanCommandTargets {
-            controllers: Some(static_nodes(&CONTROLLERS, 1)),
-            workers: None,
-        },
+        ..update_to(V2, server.base_url(), &sha, Some(static_nodes(&CONTROLLERS, 1)), None)
     };
     create_plan(&client, &plan("autopilot", "controller-workers", vec![k0s_command(update)]))
         .await
@@ -204,7 +146,7 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     for (object, seen) in &by_object {
         assert_eq!(object.kind, ObjectKind::ControlNode);
         let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
-        assert_eq!(phases, PHASES, "{object}: {seen:?}");
+        assert_eq!(phases, UPDATE_PHASES, "{object}: {seen:?}");
         let stamps: Vec<_> = seen.iter().filter_map(|s| s.timestamp.clone()).collect();
         assert!(stamps.is_sorted(), "{object} timestamps go back: {seen:?}");
     }

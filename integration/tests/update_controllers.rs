@@ -7,28 +7,14 @@ mod support;
 
 use std::time::Duration;
 
-use autopilot_api::v1beta2::{
-    ControlNode, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType,
-    TargetState,
-};
-use integration::{ClusterBuilder, K0sProcess, k0s_binary_with_version, run_k0s_binary, wait_for};
+use autopilot_api::v1beta2::{ControlNode, PlanStateType, TargetState};
+use integration::{ClusterBuilder, K0sProcess, wait_for};
 use kube::Api;
-use sha2::Digest as _;
 use support::*;
-
-const V2: &str = "v1.35.1+k0s.0";
-
-fn version_of(process: &K0sProcess) -> String {
-    let out = run_k0s_binary(process.binary_path(), &["version"], Duration::from_secs(30))
-        .expect("k0s version runs");
-    String::from_utf8(out.stdout).expect("utf-8").trim().to_string()
-}
 
 #[tokio::test]
 async fn controllers_then_a_worker_update_to_v2_one_at_a_time() {
-    let v2 = k0s_binary_with_version(V2).unwrap();
-    let v2_bytes = std::fs::read(&v2).unwrap();
-    let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
+    let (v2_bytes, sha) = v2_build();
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
 
@@ -43,17 +29,13 @@ async fn controllers_then_a_worker_update_to_v2_one_at_a_time() {
     let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
     let pids: Vec<u32> = controllers.iter().map(K0sProcess::pid).collect();
 
-    let platform = autopilot_api::platform::current();
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(platform, PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha) })]
-            .into(),
-        targets: PlanCommandTargets {
-            controllers: Some(static_nodes(&["controller-0", "controller-1"], 1)),
-            workers: Some(static_nodes(&["worker-0"], 1)),
-        },
-    };
+    let update = update_to(
+        V2,
+        &base,
+        &sha,
+        Some(static_nodes(&["controller-0", "controller-1"], 1)),
+        Some(static_nodes(&["worker-0"], 1)),
+    );
     create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     for target in targets(command(&done, 0)) {
@@ -62,7 +44,7 @@ async fn controllers_then_a_worker_update_to_v2_one_at_a_time() {
 
     // Every binary on disk is v2; each controller re-executed in place and published v2.
     for process in controllers.iter().chain(workers.iter()) {
-        assert_eq!(version_of(process), V2, "{} on disk", process.node_name());
+        assert_eq!(version_on_disk(process), V2, "{} on disk", process.node_name());
     }
     for (process, pid) in controllers.iter().zip(pids) {
         assert!(

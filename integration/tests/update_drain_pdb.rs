@@ -14,44 +14,23 @@ mod support;
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{
-    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
-};
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::FileServer;
 use integration::kubelet::FakeKubelet;
-use integration::{ClusterBuilder, k0s_binary_with_version, wait_for};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use integration::{ClusterBuilder, wait_for};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use sha2::Digest as _;
 use support::*;
-
-const V2: &str = "v1.35.1+k0s.0";
 
 /// How long the test watches the held node before it removes the budget.
 const HELD_WINDOW: Duration = Duration::from_secs(5);
 
-fn web_pod(name: &str, node: &str) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "labels": { "app": "web" } },
-        "spec": {
-            "nodeName": node,
-            "automountServiceAccountToken": false,
-            "containers": [{ "name": "app", "image": "example.invalid/app:1" }],
-        },
-    }))
-    .expect("a valid Pod")
-}
-
 #[tokio::test]
 async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
-    let v2 = k0s_binary_with_version(V2).unwrap();
-    let v2_bytes = std::fs::read(&v2).unwrap();
-    let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
+    let (v2_bytes, sha) = v2_build();
     let server = FileServer::start(v2_bytes).await.unwrap();
 
     let names = ["worker-0", "worker-1"];
@@ -70,45 +49,15 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
     assert_ne!(v1, V2);
 
     // Two web pods on worker-0, Running and Ready, and a budget that needs both of them.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    let account: ServiceAccount =
-        serde_json::from_value(json!({ "metadata": { "name": "default" } })).unwrap();
-    accounts.create(&PostParams::default(), &account).await.unwrap();
+    pods_under_budget(&client, &["worker-0", "worker-0"], 2).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    for name in ["web-0", "web-1"] {
-        pods.create(&PostParams::default(), &web_pod(name, "worker-0")).await.unwrap();
-        let running = json!({ "status": {
-            "phase": "Running",
-            "conditions": [{ "type": "Ready", "status": "True" }],
-        }});
-        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&running)).await.unwrap();
-    }
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": { "name": "web-budget" },
-        "spec": { "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } },
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
     // An administrator cordoned worker-1 before the update.
     let nodes: Api<Node> = Api::all(client.clone());
     let cordon = json!({ "spec": { "unschedulable": true } });
     nodes.patch("worker-1", &PatchParams::default(), &Patch::Merge(&cordon)).await.unwrap();
 
-    let platform = autopilot_api::platform::current();
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(
-            platform,
-            PlanResourceUrl {
-                url: format!("{}/k0s", server.base_url()),
-                sha256: Some(sha.clone()),
-            },
-        )]
-        .into(),
-        targets: PlanCommandTargets { controllers: None, workers: Some(static_nodes(&names, 1)) },
-    };
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&names, 1)));
     create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
 
     // worker-0 downloaded v2 and is held in Cordoning by the budget, which its reason names

@@ -12,38 +12,16 @@ use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{
-    ControlNode, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType,
-    TargetState,
-};
+use autopilot_api::v1beta2::{ControlNode, PlanStateType, TargetState};
 use integration::signals::{ObjectKind, Seen, SignalRecorder};
-use integration::{ClusterBuilder, K0sProcess, k0s_binary_with_version, run_k0s_binary, wait_for};
+use integration::{ClusterBuilder, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt as _};
-use sha2::Digest as _;
 use support::*;
 
-const V2: &str = "v1.35.1+k0s.0";
 const CONTROLLERS: [&str; 3] = ["controller-0", "controller-1", "controller-2"];
 const WORKERS: [&str; 3] = ["worker-0", "worker-1", "worker-2"];
 const WORKER_CONCURRENCY: u32 = 2;
-
-/// Every phase a node passes through in a normal k0s update, in order (`None`: signalled).
-const PHASES: [Option<SignalPhase>; 7] = [
-    None,
-    Some(SignalPhase::Downloading),
-    Some(SignalPhase::Cordoning),
-    Some(SignalPhase::ApplyingUpdate),
-    Some(SignalPhase::Restarting),
-    Some(SignalPhase::Uncordoning),
-    Some(SignalPhase::Completed),
-];
-
-fn version_on_disk(process: &K0sProcess) -> String {
-    let out = run_k0s_binary(process.binary_path(), &["version"], Duration::from_secs(30))
-        .expect("k0s version runs");
-    String::from_utf8(out.stdout).expect("utf-8").trim().to_string()
-}
 
 fn describe(history: &[Seen]) -> String {
     history
@@ -55,8 +33,7 @@ fn describe(history: &[Seen]) -> String {
 
 #[tokio::test]
 async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
-    let v2 = std::fs::read(k0s_binary_with_version(V2).unwrap()).unwrap();
-    let sha = hex::encode(sha2::Sha256::digest(&v2));
+    let (v2, sha) = v2_build();
     let server = integration::http::FileServer::start(v2).await.unwrap();
 
     let cluster =
@@ -66,19 +43,13 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
     let workers = start_workers_with_agents(&cluster, &WORKERS).await.unwrap();
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(
-            autopilot_api::platform::current(),
-            PlanResourceUrl { url: format!("{}/k0s", server.base_url()), sha256: Some(sha) },
-        )]
-        .into(),
-        targets: PlanCommandTargets {
-            controllers: Some(static_nodes(&CONTROLLERS, 1)),
-            workers: Some(static_nodes(&WORKERS, WORKER_CONCURRENCY)),
-        },
-    };
+    let update = update_to(
+        V2,
+        server.base_url(),
+        &sha,
+        Some(static_nodes(&CONTROLLERS, 1)),
+        Some(static_nodes(&WORKERS, WORKER_CONCURRENCY)),
+    );
     let started = Instant::now();
     create_plan(&client, &plan("autopilot", "ha3x3-v2", vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan(&client, "autopilot", Duration::from_secs(240), "Completed", |p| {
@@ -125,7 +96,7 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
     assert_eq!(by_object.len(), 6, "six signalled objects:\n{}", describe(&history));
     for (object, seen) in &by_object {
         let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
-        assert_eq!(phases, PHASES, "{object}:\n{}", describe(seen));
+        assert_eq!(phases, UPDATE_PHASES, "{object}:\n{}", describe(seen));
         let stamps: Vec<_> = seen.iter().filter_map(|s| s.timestamp.clone()).collect();
         assert!(stamps.is_sorted(), "{object} timestamps go back:\n{}", describe(seen));
         let expected_kind = if object.name.starts_with("controller-") {

@@ -8,22 +8,11 @@ mod support;
 
 use std::time::Duration;
 
-use autopilot_api::v1beta2::{
-    ControlNode, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType,
-    TargetState,
-};
+use autopilot_api::v1beta2::{ControlNode, PlanStateType, TargetState};
 use autopilot_signal::status::Report;
-use integration::{ClusterBuilder, k0s_binary_with_version, run_k0s, run_k0s_binary, wait_for};
+use integration::{ClusterBuilder, run_k0s, wait_for};
 use kube::Api;
-use sha2::Digest as _;
 use support::*;
-
-const V2: &str = "v1.35.1+k0s.0";
-
-fn version_of(path: &std::path::Path) -> String {
-    let out = run_k0s_binary(path, &["version"], Duration::from_secs(30)).expect("k0s runs");
-    String::from_utf8(out.stdout).expect("utf-8").trim().to_string()
-}
 
 fn file_names(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -36,8 +25,7 @@ fn file_names(dir: &std::path::Path) -> Vec<String> {
 
 #[tokio::test]
 async fn a_single_controller_installed_under_an_unusual_path_updates_itself() {
-    let v2 = std::fs::read(k0s_binary_with_version(V2).unwrap()).unwrap();
-    let sha = hex::encode(sha2::Sha256::digest(&v2));
+    let (v2, sha) = v2_build();
     let server = integration::http::FileServer::start(v2).await.unwrap();
 
     let cluster = ClusterBuilder::new("update-single").controllers(1).build().await.unwrap();
@@ -54,32 +42,21 @@ async fn a_single_controller_installed_under_an_unusual_path_updates_itself() {
         .await
         .unwrap();
     wait_for(STARTUP, "a leader", || leader(&client)).await.unwrap();
-    let v1 = version_of(&real);
+    let v1 = binary_version(&real);
     assert_ne!(v1, V2);
     let pid = controller.pid();
 
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(
-            autopilot_api::platform::current(),
-            PlanResourceUrl { url: format!("{}/k0s", server.base_url()), sha256: Some(sha) },
-        )]
-        .into(),
-        targets: PlanCommandTargets {
-            controllers: Some(static_nodes(&["controller-0"], 1)),
-            workers: None,
-        },
-    };
+    let update =
+        update_to(V2, server.base_url(), &sha, Some(static_nodes(&["controller-0"], 1)), None);
     create_plan(&client, &plan("autopilot", "single-v2", vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     assert_eq!(target(&done, 0, "controller-0").state, TargetState::SignalCompleted);
 
     // The real file was replaced; the symlink still points to it; the old one is kept beside
     // the real file; nothing else is left in either directory.
-    assert_eq!(version_of(&real), V2);
+    assert_eq!(binary_version(&real), V2);
     assert_eq!(std::fs::read_link(&link).unwrap(), real, "the symlink is untouched");
-    assert_eq!(version_of(&install_dir.join("k0s.prev")), v1);
+    assert_eq!(binary_version(&install_dir.join("k0s.prev")), v1);
     assert_eq!(file_names(&install_dir), ["k0s", "k0s.prev"]);
     assert_eq!(file_names(&link_dir), ["k0s"]);
 

@@ -11,22 +11,15 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{
-    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
-};
-use integration::{ClusterBuilder, k0s_binary_with_version, run_k0s_binary, wait_for};
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
+use integration::{ClusterBuilder, run_k0s_binary, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use sha2::Digest as _;
 use support::*;
-
-const V2: &str = "v1.35.1+k0s.0";
 
 #[tokio::test]
 async fn a_worker_updates_to_v2_and_runs_it() {
-    let v2 = k0s_binary_with_version(V2).unwrap();
-    let v2_bytes = std::fs::read(&v2).unwrap();
-    let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
+    let (v2_bytes, sha) = v2_build();
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
 
@@ -45,17 +38,7 @@ async fn a_worker_updates_to_v2_and_runs_it() {
     let v1 = String::from_utf8(v1.stdout).unwrap().trim().to_string();
     assert_ne!(v1, V2);
 
-    let platform = autopilot_api::platform::current();
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(platform, PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha) })]
-            .into(),
-        targets: PlanCommandTargets {
-            controllers: None,
-            workers: Some(static_nodes(&["worker-0"], 1)),
-        },
-    };
+    let update = update_to(V2, &base, &sha, None, Some(static_nodes(&["worker-0"], 1)));
     create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     assert_eq!(
@@ -93,8 +76,7 @@ use kube::ResourceExt as _;
 
 #[tokio::test]
 async fn with_restart_exit_the_worker_exits_and_its_supervisor_starts_v2() {
-    let v2_bytes = std::fs::read(k0s_binary_with_version(V2).unwrap()).unwrap();
-    let sha = hex::encode(sha2::Sha256::digest(&v2_bytes));
+    let (v2_bytes, sha) = v2_build();
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let cluster = ClusterBuilder::new("update-worker-exit")
         .controllers(1)
@@ -108,19 +90,7 @@ async fn with_restart_exit_the_worker_exits_and_its_supervisor_starts_v2() {
         start_workers_with(&cluster, &["worker-0"], &["--restart", "exit"]).await.unwrap();
     let worker = &mut workers[0];
 
-    let update = PlanCommandK0sUpdate {
-        version: V2.to_owned(),
-        forceupdate: false,
-        platforms: [(
-            autopilot_api::platform::current(),
-            PlanResourceUrl { url: format!("{}/k0s", server.base_url()), sha256: Some(sha) },
-        )]
-        .into(),
-        targets: PlanCommandTargets {
-            controllers: None,
-            workers: Some(static_nodes(&["worker-0"], 1)),
-        },
-    };
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&["worker-0"], 1)));
     create_plan(&client, &plan("autopilot", "v2-exit", vec![k0s_command(update)])).await.unwrap();
 
     // The worker swaps the binary and exits cleanly, leaving the restart to its supervisor.

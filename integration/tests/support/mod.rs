@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use autopilot_api::keys;
-use autopilot_api::signal::{self, SignalData};
+use autopilot_api::signal::{self, SignalData, SignalPhase};
 use autopilot_api::v1beta2::{
     ControlNode, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
     PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
@@ -522,4 +522,108 @@ pub async fn node_cordon(client: &kube::Client, name: &str) -> anyhow::Result<(b
     let marked =
         node.metadata.annotations.is_some_and(|a| a.contains_key(keys::ANNOTATION_CORDONED));
     Ok((unschedulable, marked))
+}
+
+/// The version the update scenarios go to: a second build of this workspace
+/// ([`integration::k0s_binary_with_version`]).
+pub const V2: &str = "v1.35.1+k0s.0";
+
+/// Every phase a node passes through in a normal k0s update, in order (`None`: signalled,
+/// not answered yet).
+pub const UPDATE_PHASES: [Option<SignalPhase>; 7] = [
+    None,
+    Some(SignalPhase::Downloading),
+    Some(SignalPhase::Cordoning),
+    Some(SignalPhase::ApplyingUpdate),
+    Some(SignalPhase::Restarting),
+    Some(SignalPhase::Uncordoning),
+    Some(SignalPhase::Completed),
+];
+
+/// The [`V2`] build: its bytes and their sha256 (built on first use).
+pub fn v2_build() -> (Vec<u8>, String) {
+    let path = integration::k0s_binary_with_version(V2).expect("the v2 build");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let sha = sha256_hex(&bytes);
+    (bytes, sha)
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// A `k0supdate` to `version`, not forced, downloading `<base>/k0s` with `sha256` on this
+/// machine's platform.
+pub fn update_to(
+    version: &str,
+    base: &str,
+    sha256: &str,
+    controllers: Option<PlanCommandTarget>,
+    workers: Option<PlanCommandTarget>,
+) -> PlanCommandK0sUpdate {
+    PlanCommandK0sUpdate {
+        version: version.to_owned(),
+        forceupdate: false,
+        platforms: BTreeMap::from([(
+            autopilot_api::platform::current(),
+            PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha256.to_owned()) },
+        )]),
+        targets: PlanCommandTargets { controllers, workers },
+    }
+}
+
+/// What `k0s version` of `process`'s binary on disk prints.
+pub fn version_on_disk(process: &K0sProcess) -> String {
+    binary_version(process.binary_path())
+}
+
+/// Pods named `web-<i>` (label `app: web`) bound to `nodes[i]`, reported Running and Ready,
+/// and a PodDisruptionBudget `web-budget` needing `min_available` of them. No kubelet runs
+/// in the test topology, so the `default` ServiceAccount is created here and the pods'
+/// status is written by hand (evicting a Pending pod would skip the budget check).
+pub async fn pods_under_budget(
+    client: &kube::Client,
+    nodes: &[&str],
+    min_available: usize,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let account: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": "default" } }))?;
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .context("creating the ServiceAccount")?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for (i, node) in nodes.iter().enumerate() {
+        let name = format!("web-{i}");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": { "app": "web" } },
+            "spec": {
+                "nodeName": node,
+                "automountServiceAccountToken": false,
+                "containers": [{ "name": "app", "image": "example.invalid/app:1" }],
+            },
+        }))?;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating {name}"))?;
+        let running = json!({ "status": {
+            "phase": "Running",
+            "conditions": [{ "type": "Ready", "status": "True" }],
+        }});
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&running)).await?;
+    }
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": { "name": "web-budget" },
+        "spec": { "minAvailable": min_available, "selector": { "matchLabels": { "app": "web" } } },
+    }))?;
+    budgets.create(&PostParams::default(), &budget).await.context("creating the budget")?;
+    Ok(())
 }
