@@ -62,6 +62,8 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
     for t in targets(command(&done, 0)) {
         assert_eq!(t.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
     }
+    let progress = done.status.as_ref().and_then(|s| s.progress.as_deref());
+    assert_eq!(progress, Some("6/6"), "the Progress column:\n{}", status_yaml(&done));
 
     // Every node runs v2: the file on disk, and the running process publishes it.
     for process in controllers.iter().chain(&workers) {

@@ -17,6 +17,9 @@ use crate::signal::SignalPhase;
 /// Specification of an update plan: an ordered list of commands.
 ///
 /// Only the Plan named `autopilot` is executed. Its spec must not change while it runs.
+// Two printer columns are strings: clippy reads their repeated `type_` as a duplicated
+// attribute, but each `printcolumn(...)` is its own column.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "autopilot.k0sproject.io",
@@ -39,6 +42,12 @@ use crate::signal::SignalPhase;
         type_ = "integer",
         json_path = ".status.commands[?(@.state!=\"Completed\")].id",
         description = "Index of the first command that has not completed"
+    ),
+    printcolumn(
+        name = "Progress",
+        type_ = "string",
+        json_path = ".status.progress",
+        description = "Node updates completed / node updates planned, over all commands"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -237,6 +246,12 @@ pub struct PlanStatus {
     /// of this run carries it as `planId`, even if the spec is edited while the run goes on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_id: Option<String>,
+
+    /// Node updates completed over node updates planned in this run, over all commands
+    /// (`4/6`: four targets are `SignalCompleted` out of six), the `Progress` column of
+    /// `kubectl get plans`. Absent until targets are known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 /// Progress of one command.
@@ -339,6 +354,24 @@ impl PlanStatus {
     /// Whether the plan-level state is terminal (see [`PlanStateType::is_terminal`]).
     pub fn is_terminal(&self) -> bool {
         self.state.is_terminal()
+    }
+
+    /// Every target of every command, in command order (controllers before workers).
+    pub fn targets(&self) -> impl Iterator<Item = &TargetStatus> {
+        self.commands.iter().flat_map(|command| {
+            let k0s = command.k0supdate.iter().flat_map(|k| k.controllers.iter().chain(&k.workers));
+            let airgap = command.airgapupdate.iter().flat_map(|a| a.workers.iter());
+            k0s.chain(airgap)
+        })
+    }
+
+    /// The `progress` this status should carry: `completed/planned` over every target of
+    /// every command, or `None` while no command has targets.
+    pub fn computed_progress(&self) -> Option<String> {
+        let (completed, planned) = self.targets().fold((0, 0), |(done, all), target| {
+            (done + usize::from(target.state == TargetState::SignalCompleted), all + 1)
+        });
+        (planned > 0).then(|| format!("{completed}/{planned}"))
     }
 }
 

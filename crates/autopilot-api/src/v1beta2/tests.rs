@@ -420,7 +420,7 @@ fn plans_and_control_nodes_have_a_status_subresource_and_update_configs_do_not()
 }
 
 #[test]
-fn plan_printer_columns_are_state_command_and_age() {
+fn plan_printer_columns_are_state_command_progress_and_age() {
     let crd = Plan::crd();
     let columns = crd.spec.versions[0].additional_printer_columns.as_ref().expect("columns");
     let columns: Vec<(&str, &str)> =
@@ -430,6 +430,7 @@ fn plan_printer_columns_are_state_command_and_age() {
         [
             ("State", ".status.state"),
             ("Command", ".status.commands[?(@.state!=\"Completed\")].id"),
+            ("Progress", ".status.progress"),
             ("Age", ".metadata.creationTimestamp"),
         ]
     );

@@ -297,6 +297,8 @@ impl Pass<'_> {
         let mut condition_events = Vec::new();
         self.spec_change_condition(&mut status, &mut condition_events);
 
+        status.progress = status.computed_progress();
+
         let mut effects = decision.signals;
         effects.extend(started);
         effects.extend(state_events(&base, &status));
@@ -344,6 +346,7 @@ impl Pass<'_> {
             observed_generation: Some(plan.generation),
             run_id: Some(format!("{}/{}", plan.uid, plan.generation)),
             plan_id: Some(plan.spec.id.clone()),
+            progress: None,
         }
     }
 

@@ -738,6 +738,47 @@ fn commands_run_in_order_and_the_next_starts_in_the_same_pass() {
 }
 
 #[test]
+fn progress_counts_completed_node_updates_over_every_command() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V)
+            .workers(["w1"])
+            .then_k0s_update(V)
+            .controllers(["c1"])
+            .workers(["w1", "w2"]),
+        ClusterFixture::new().controllers(["c1"]).workers(["w1", "w2"]),
+    );
+    let progress = |sim: &Sim| sim.plan.status.as_ref().and_then(|s| s.progress.clone());
+
+    sim.pass();
+    assert_eq!(progress(&sim).as_deref(), Some("0/4"));
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(progress(&sim).as_deref(), Some("1/4"), "the airgap update of w1 counts");
+    sim.cluster(|c| c.reports(ControlNode, "c1", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(progress(&sim).as_deref(), Some("2/4"));
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(progress(&sim).as_deref(), Some("3/4"));
+    sim.cluster(|c| c.reports(Node, "w2", SignalPhase::Failed));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::ApplyFailed);
+    assert_eq!(progress(&sim).as_deref(), Some("3/4"), "a failed node is not progress");
+}
+
+#[test]
+fn a_plan_that_ends_before_signalling_shows_nothing_done_of_every_listed_target() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).controllers(["c1", "gone"]),
+        ClusterFixture::new().controllers(["c1"]),
+    );
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::IncompleteTargets);
+    let status = sim.plan.status.as_ref().expect("a status");
+    assert_eq!(status.progress.as_deref(), Some("0/2"), "{status:?}");
+}
+
+#[test]
 fn a_controller_is_signalled_only_while_every_plan_controller_is_ready() {
     let mut sim = two_controllers_one_worker();
     sim.cluster(|c| c.controller_down("c2", "connection refused"));
