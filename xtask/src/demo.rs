@@ -204,7 +204,9 @@ async fn update(
     let started = std::time::Instant::now();
     plans.create(&Default::default(), &plan).await.context("creating the Plan")?;
 
-    // Live progress: one line per change of a node's state or phase.
+    // Live progress: one line per change of a node's state or phase, with the Plan's
+    // Progress column (node updates completed / planned).
+    println!("  {:>8}  {:>5}  {:<14} {:<18} PHASE", "TIME", "DONE", "NODE", "STATE");
     let mut seen: std::collections::BTreeMap<String, String> = Default::default();
     let config = watcher::Config::default().fields(&format!("metadata.name={}", keys::PLAN_NAME));
     let mut events = watcher(plans.clone(), config).default_backoff().applied_objects().boxed();
@@ -215,29 +217,29 @@ async fn update(
             anyhow::bail!("the plan did not finish within 10 minutes");
         };
         let Some(status) = plan.status else { continue };
-        for command in &status.commands {
-            let mut targets = Vec::new();
-            if let Some(k) = &command.k0supdate {
-                targets.extend(k.controllers.iter().chain(k.workers.iter()));
-            }
-            for target in targets {
-                let phase = target.phase.map(|p| p.to_string()).unwrap_or_default();
-                let line = format!("{:<18} {}", target.state.as_str(), phase);
-                if seen.get(&target.name) != Some(&line) {
-                    println!(
-                        "  +{:>6.1}s  {:<14} {line}",
-                        started.elapsed().as_secs_f64(),
-                        target.name
-                    );
-                    seen.insert(target.name.clone(), line);
-                }
+        let progress = status.progress.as_deref().unwrap_or("-");
+        for target in status.targets() {
+            let phase = target.phase.map(|p| p.to_string()).unwrap_or_default();
+            let line = format!("{:<18} {}", target.state.as_str(), phase);
+            if seen.get(&target.name) != Some(&line) {
+                println!(
+                    "  +{:>6.1}s  {progress:>5}  {:<14} {line}",
+                    started.elapsed().as_secs_f64(),
+                    target.name
+                );
+                seen.insert(target.name.clone(), line);
             }
         }
         if status.state.is_terminal() {
-            break status.state;
+            break (status.state, status.progress.unwrap_or_default());
         }
     };
-    println!("==> Plan {} after {:.1}s", final_state.as_str(), started.elapsed().as_secs_f64());
+    let (final_state, progress) = final_state;
+    println!(
+        "==> Plan {} ({progress} node updates) after {:.1}s",
+        final_state.as_str(),
+        started.elapsed().as_secs_f64()
+    );
     anyhow::ensure!(final_state == PlanStateType::Completed, "the update did not complete");
 
     println!();
