@@ -82,6 +82,7 @@
 
 pub mod cluster;
 pub mod control_plane;
+pub mod disk;
 pub mod http;
 pub mod k0s;
 mod kubeconfig;

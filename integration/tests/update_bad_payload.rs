@@ -9,7 +9,8 @@
 //! One cluster and one worker run the four cases in turn, each as a new plan (the previous
 //! one deleted first) with its own `spec.id`. A fourth case serves a binary that verifies but
 //! is another version than the plan names: it fails after the restart, and the node is not
-//! left cordoned.
+//! left cordoned. A fifth puts the worker's binary on a filesystem with room for one copy
+//! only: the download runs out of space, the plan says so, and the node is untouched.
 
 mod support;
 
@@ -19,6 +20,7 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{
     Plan, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
 };
+use integration::disk::SmallFilesystem;
 use integration::http::{FileServer, Serve};
 use integration::{ClusterBuilder, K0sProcess, wait_for};
 use kube::Api;
@@ -220,4 +222,65 @@ async fn a_binary_of_another_version_fails_after_the_restart_and_leaves_no_cordo
     })
     .await
     .unwrap();
+}
+
+/// A full disk (DESIGN "bad input"): the worker's binary lives on a filesystem with room for
+/// itself and 4 MiB more, so the v2 download runs out of space part way. The plan ends in
+/// `ApplyFailed` with "no space left on device" and the directory named on the target; the
+/// partial download is removed (the space is free again), and the same process keeps running
+/// the same, complete binary.
+#[tokio::test]
+async fn a_full_disk_fails_the_plan_with_the_reason_and_leaves_the_worker_untouched() {
+    if !SmallFilesystem::can_mount() {
+        eprintln!("skipped: mounting a small filesystem needs root");
+        return;
+    }
+    let (v2_bytes, v2_sha) = v2_build();
+    let cluster = ClusterBuilder::new("update-disk-full")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+
+    let v1_len = std::fs::metadata(integration::k0s_binary().unwrap()).unwrap().len();
+    let bin_dir = cluster.dir().join("small-disk").join("bin");
+    // Declared before the worker, so the worker is stopped before the unmount.
+    let small = SmallFilesystem::mount(&bin_dir, v1_len + (4 << 20)).unwrap();
+    let worker = cluster.k0s_worker("worker-0").install_at(bin_dir.join("k0s")).spawn().await;
+    let worker = worker.unwrap();
+    wait_for(STARTUP, "worker-0 Ready", || async {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        Ok(nodes.get_opt("worker-0").await?.filter(is_ready).map(|_| ()))
+    })
+    .await
+    .unwrap();
+    let before = Before {
+        pid: worker.pid(),
+        bytes: std::fs::read(worker.binary_path()).unwrap(),
+        version: binary_version(worker.binary_path()),
+    };
+    let free_before = free_bytes(small.path());
+    assert!(v2_bytes.len() as u64 > free_before, "v2 cannot fit in the {free_before} bytes left");
+
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    let url = format!("{}/k0s", server.base_url());
+    let reason = plan_fails(&client, &worker, &before, "disk-full", url, v2_sha).await;
+    assert!(reason.starts_with("no space left on device writing "), "{reason}");
+    assert!(reason.contains(&bin_dir.display().to_string()), "the place is named: {reason}");
+    let free = free_bytes(small.path());
+    assert_eq!(free, free_before, "the partial download's space is free again");
+}
+
+/// Bytes free on the filesystem holding `path` (as `df` reports to unprivileged users).
+fn free_bytes(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .expect("running df");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().nth(1).and_then(|l| l.trim().parse().ok()).expect("df prints a number")
 }
