@@ -39,6 +39,16 @@ struct Before {
     version: String,
 }
 
+impl Before {
+    fn of(worker: &K0sProcess) -> Self {
+        Self {
+            pid: worker.pid(),
+            bytes: std::fs::read(worker.binary_path()).expect("reading the binary"),
+            version: binary_version(worker.binary_path()),
+        }
+    }
+}
+
 /// Runs one plan `id` updating worker-0 to v2 from `url` (with `sha256`), waits for it to
 /// fail, checks the node is untouched and returns the target's reason.
 async fn plan_fails(
@@ -127,11 +137,7 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     .await
     .unwrap();
     let worker = &workers[0];
-    let before = Before {
-        pid: worker.pid(),
-        bytes: std::fs::read(worker.binary_path()).unwrap(),
-        version: binary_version(worker.binary_path()),
-    };
+    let before = Before::of(worker);
     assert_ne!(before.version, V2);
 
     // (a) v2 served under someone else's digest: the whole body arrives, the digest does not
@@ -251,17 +257,8 @@ async fn a_full_disk_fails_the_plan_with_the_reason_and_leaves_the_worker_untouc
     let small = SmallFilesystem::mount(&bin_dir, v1_len + (4 << 20)).unwrap();
     let worker = cluster.k0s_worker("worker-0").install_at(bin_dir.join("k0s")).spawn().await;
     let worker = worker.unwrap();
-    wait_for(STARTUP, "worker-0 Ready", || async {
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        Ok(nodes.get_opt("worker-0").await?.filter(is_ready).map(|_| ()))
-    })
-    .await
-    .unwrap();
-    let before = Before {
-        pid: worker.pid(),
-        bytes: std::fs::read(worker.binary_path()).unwrap(),
-        version: binary_version(worker.binary_path()),
-    };
+    wait_nodes_ready(&client, &["worker-0"]).await.unwrap();
+    let before = Before::of(&worker);
     let free_before = free_bytes(small.path());
     assert!(v2_bytes.len() as u64 > free_before, "v2 cannot fit in the {free_before} bytes left");
 

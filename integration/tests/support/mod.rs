@@ -347,14 +347,20 @@ pub async fn start_workers_with(
     for name in names {
         workers.push(cluster.spawn_worker(name, extra).await?);
     }
-    let nodes: Api<Node> = Api::all(cluster.admin_client().await?);
+    wait_nodes_ready(&cluster.admin_client().await?, names).await?;
+    Ok(workers)
+}
+
+/// Waits until each named Node exists and is Ready.
+pub async fn wait_nodes_ready(client: &kube::Client, names: &[&str]) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
     for name in names {
         wait_for(STARTUP, &format!("Node {name} Ready"), || async {
             Ok(nodes.get_opt(name).await?.filter(is_ready).map(|_| ()))
         })
         .await?;
     }
-    Ok(workers)
+    Ok(())
 }
 
 /// Whether a Node's `Ready` condition is `True`.
