@@ -18,9 +18,36 @@ pub fn parse(value: &str) -> Result<Duration, String> {
     Duration::try_from(parsed).map_err(|_| format!("{value:?} is negative"))
 }
 
+/// Formats a duration the way [`parse`] reads it, in whole seconds: `2m`, `90s` → `1m30s`,
+/// `1h`, `0s`.
+pub fn format(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_whole_seconds_as_parse_reads_them() {
+        for (secs, text) in [(0, "0s"), (90, "1m30s"), (120, "2m"), (3600, "1h"), (3661, "1h1m1s")]
+        {
+            assert_eq!(format(Duration::from_secs(secs)), text);
+            assert_eq!(parse(text), Ok(Duration::from_secs(secs)));
+        }
+    }
 
     #[test]
     fn parses_go_style_durations() {

@@ -342,6 +342,23 @@ pub fn from_meta(meta: &ObjectMeta) -> Result<Option<SignalData>, SignalError> {
     meta.annotations.as_ref().map_or(Ok(None), from_annotations)
 }
 
+/// The signal in an object's annotations, parsed but not validated: for answering a signal
+/// that fails [`validate`] (its `planId`, `created` and `command.id` identify it).
+/// `Ok(None)` without both annotations.
+pub fn from_meta_unchecked(meta: &ObjectMeta) -> Result<Option<SignalData>, SignalError> {
+    let Some(annotations) = meta.annotations.as_ref() else { return Ok(None) };
+    let (Some(version), Some(data)) = (
+        annotations.get(keys::ANNOTATION_SIGNAL_VERSION),
+        annotations.get(keys::ANNOTATION_SIGNAL_DATA),
+    ) else {
+        return Ok(None);
+    };
+    if version != keys::SIGNAL_VERSION {
+        return Err(SignalError::UnsupportedVersion { found: version.to_owned() });
+    }
+    serde_json::from_str(data).map(Some).map_err(|source| SignalError::InvalidJson { source })
+}
+
 /// Parse and [`validate`] a signal from its two annotation values.
 pub fn decode(version: &str, data: &str) -> Result<SignalData, SignalError> {
     if version != keys::SIGNAL_VERSION {

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 /// How long to wait for one CRD to become `Established` after it was applied.
 ///
@@ -27,8 +27,10 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
 
 /// Apply every autopilot CRD and wait until each is `Established`.
 ///
-/// Connection failures are retried until `startup_timeout` has passed; then the error names
-/// the API server that could not be reached.
+/// While the API server cannot answer (connection failures, 5xx, 429) this keeps retrying
+/// with capped backoff: for ever with a zero `startup_timeout`, else until it has passed, and
+/// then the error names the API server that could not be reached. A misconfiguration (TLS
+/// trust, 401/403) fails at once.
 pub async fn install(
     client: &kube::Client,
     server_url: &str,
@@ -36,19 +38,21 @@ pub async fn install(
 ) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(autopilot_api::keys::FIELD_MANAGER).force();
-    let deadline = tokio::time::Instant::now() + startup_timeout;
+    let deadline =
+        (!startup_timeout.is_zero()).then(|| tokio::time::Instant::now() + startup_timeout);
+    let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
     for crd in autopilot_api::crds() {
         let name = crd.metadata.name.clone().context("generated CRD has no name")?;
         let mut delay = FIRST_RETRY_DELAY;
         loop {
             match api.patch(&name, &params, &Patch::Apply(&crd)).await {
                 Ok(_) => break,
-                Err(err) if is_unreachable(&err) && tokio::time::Instant::now() < deadline => {
-                    debug!(error = %err, crd = %name, "API server not reachable yet, retrying");
+                Err(err) if is_transient(&err) && in_time() => {
+                    warn!(error = %err, crd = %name, retry_in = ?delay, "API server not answering, retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
-                Err(err) if is_unreachable(&err) => {
+                Err(err) if is_transient(&err) => {
                     return Err(err).with_context(|| {
                         format!(
                             "cannot reach the API server at {server_url} within {}s",
@@ -79,12 +83,51 @@ pub async fn install(
     Ok(())
 }
 
-/// Whether an API error means "could not talk to the server at all" (worth retrying during
-/// startup), as opposed to an answer from the server.
-pub fn is_unreachable(err: &kube::Error) -> bool {
+/// Whether an API error means the server cannot answer now (connection failures, 5xx,
+/// 429: worth retrying for as long as it takes), as opposed to a misconfiguration (TLS
+/// trust, credentials) or an answer that will not change.
+pub fn is_transient(err: &kube::Error) -> bool {
     match err {
-        kube::Error::Api(_) => false,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => !is_tls_problem(err),
         _ => false,
+    }
+}
+
+/// Whether a TLS error (an untrusted or mismatched certificate) is among the causes.
+fn is_tls_problem(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if e.downcast_ref::<rustls::Error>().is_some() || e.to_string().contains("certificate") {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// Runs `attempt` until it succeeds or fails with something other than a transient API
+/// error (see [`is_transient`]); transient failures are retried with capped backoff and
+/// logged, for ever: an API server outage never makes a node give up.
+pub async fn retry_transient<T, F, Fut>(what: &str, mut attempt: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut delay = FIRST_RETRY_DELAY;
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(err)
+                if err
+                    .chain()
+                    .any(|c| c.downcast_ref::<kube::Error>().is_some_and(is_transient)) =>
+            {
+                warn!(error = %format!("{err:#}"), retry_in = ?delay, "{what}: API server not answering, retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_RETRY_DELAY);
+            }
+            Err(err) => return Err(err),
+        }
     }
 }

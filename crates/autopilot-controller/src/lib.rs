@@ -69,9 +69,11 @@ pub struct Args {
     #[arg(long, default_value = "5s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub retry_period: Duration,
 
-    /// How long to keep retrying while the API server is unreachable at startup before
-    /// giving up with an error.
-    #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    /// How long to keep retrying while the API server cannot answer at startup before
+    /// giving up with an error; `0s` (the default) keeps retrying for as long as it takes,
+    /// so an outage never kills a node. A misconfiguration (TLS trust, credentials) fails at
+    /// once either way.
+    #[arg(long, default_value = "0s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub startup_timeout: Duration,
 
     /// How long a plan may wait for a not-ready controller (`/readyz` failing) before the
@@ -162,7 +164,10 @@ pub async fn run(
             api_address,
             version: version.to_string(),
         };
-        control_node::register(&client, &registration).await?;
+        crds::retry_transient("registering the ControlNode", || {
+            control_node::register(&client, &registration)
+        })
+        .await?;
         anyhow::Ok(())
     };
     tokio::select! {

@@ -18,7 +18,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use crate::host::{self, Host, SignalKey};
-use crate::phase::{self, OnFailure, Step};
+use crate::phase::{self, Step};
 use crate::status;
 
 /// First wait before retrying a failed idempotent action; doubles up to [`MAX_RETRY`].
@@ -76,26 +76,38 @@ where
     let mut shutdown = std::pin::pin!(shutdown);
     let mut retry = FIRST_RETRY;
     let mut latest: Option<K> = None;
+    let mut again = false;
+    let mut failures = Failures::default();
     info!(node = %agent.name, kind = %K::kind(&()), "signal agent watching its own object");
     loop {
         // Act on the newest version of the object; after a failed action, try again after
-        // the backoff even if nothing changes.
+        // the backoff even if nothing changes; after an action that changed only the host,
+        // decide again at once.
         let pending_retry = latest.is_some();
-        tokio::select! {
-            event = objects.next() => match event {
-                Some(Ok(object)) => latest = Some(object),
-                Some(Err(err)) => {
-                    debug!(error = %err, "watch of own object interrupted, resuming");
-                    continue;
-                }
-                None => anyhow::bail!("the watch of {} ended", agent.name),
-            },
-            () = tokio::time::sleep(retry), if pending_retry => {}
-            () = &mut shutdown => return Ok(Outcome::Stopped),
+        if again {
+            again = false;
+        } else {
+            tokio::select! {
+                event = objects.next() => match event {
+                    Some(Ok(object)) => latest = Some(object),
+                    Some(Err(err)) => {
+                        debug!(error = %err, "watch of own object interrupted, resuming");
+                        continue;
+                    }
+                    None => anyhow::bail!("the watch of {} ended", agent.name),
+                },
+                () = tokio::time::sleep(retry), if pending_retry => {}
+                () = &mut shutdown => return Ok(Outcome::Stopped),
+            }
         }
         let Some(object) = latest.take() else { continue };
-        match act(&api, &agent, host, &object).await {
+        match act(&api, &agent, host, &object, &mut failures).await {
             Ok(Acted::Idle) => retry = FIRST_RETRY,
+            Ok(Acted::Again) => {
+                retry = FIRST_RETRY;
+                latest = Some(object);
+                again = true;
+            }
             Ok(Acted::Restart) => return Ok(Outcome::Restart),
             Ok(Acted::Retry) => {
                 retry = (retry * 2).min(MAX_RETRY);
@@ -114,13 +126,44 @@ where
 enum Acted {
     /// Done for now; wait for the object to change.
     Idle,
+    /// The host changed but not the phase: decide again now.
+    Again,
     /// An idempotent action failed; try again after the backoff.
     Retry,
     /// Restart the process now.
     Restart,
 }
 
-async fn act<K, H>(api: &Api<K>, agent: &Agent, host: &H, object: &K) -> anyhow::Result<Acted>
+/// How often in a row the current signal's retried action has failed.
+#[derive(Default)]
+struct Failures {
+    signal: Option<SignalKey>,
+    kind: Option<phase::ActionKind>,
+    count: u32,
+}
+
+impl Failures {
+    /// Counts one more failure of `kind` for `signal`; returns the count in a row.
+    fn record(&mut self, signal: &SignalKey, kind: phase::ActionKind) -> u32 {
+        if self.signal.as_ref() != Some(signal) || self.kind != Some(kind) {
+            *self = Self { signal: Some(signal.clone()), kind: Some(kind), count: 0 };
+        }
+        self.count += 1;
+        self.count
+    }
+
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+async fn act<K, H>(
+    api: &Api<K>,
+    agent: &Agent,
+    host: &H,
+    object: &K,
+    failures: &mut Failures,
+) -> anyhow::Result<Acted>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
@@ -133,9 +176,8 @@ where
             return Ok(Acted::Idle);
         }
         Err(err) => {
-            debug!(error = %err, "ignoring an invalid signal");
             agent.board.clear(&object_ref);
-            return Ok(Acted::Idle);
+            return refuse(api, agent, object, &err).await;
         }
     };
     if agent.airgap_only && !matches!(data.command.update(), Some(UpdateRef::Airgap(_))) {
@@ -163,33 +205,67 @@ where
         Step::Run { action, on_success, on_failure } => {
             let is_restart = matches!(action, phase::HostAction::Restart);
             info!(node = %agent.name, action = ?action.kind(), "signal agent performing");
+            let kind = action.kind();
             match host::perform(host, &action, &key).await {
                 Ok(()) if is_restart => {
+                    failures.reset();
                     info!(node = %agent.name, "new binary in place; restarting");
                     Ok(Acted::Restart)
                 }
+                Ok(()) if current == Some(on_success) => {
+                    failures.reset();
+                    Ok(Acted::Again)
+                }
                 Ok(()) => {
-                    if current != Some(on_success) {
-                        publish(&write_status(api, object, &data, on_success, None).await?);
-                    }
+                    failures.reset();
+                    publish(&write_status(api, object, &data, on_success, None).await?);
                     Ok(Acted::Idle)
                 }
-                Err(err) => match on_failure {
-                    OnFailure::Report(phase) => {
-                        warn!(node = %agent.name, error = %err.reason(), "update failed");
-                        let written =
-                            write_status(api, object, &data, phase, Some(err.reason())).await?;
-                        publish(&written);
-                        Ok(Acted::Idle)
+                Err(err) => {
+                    let reason = err.reason();
+                    let in_a_row = failures.record(&key, kind);
+                    match phase::after_failure(on_failure, kind, in_a_row, &reason) {
+                        Some(Step::Report { phase, reason }) => {
+                            warn!(node = %agent.name, error = %err.reason(), "update failed");
+                            failures.reset();
+                            publish(&write_status(api, object, &data, phase, reason).await?);
+                            Ok(Acted::Idle)
+                        }
+                        Some(other) => anyhow::bail!("unexpected step after a failure: {other:?}"),
+                        None => {
+                            warn!(node = %agent.name, error = %reason, in_a_row, "action failed, retrying");
+                            Ok(Acted::Retry)
+                        }
                     }
-                    OnFailure::Retry => {
-                        warn!(node = %agent.name, error = %err.reason(), "action failed, retrying");
-                        Ok(Acted::Retry)
-                    }
-                },
+                }
             }
         }
     }
+}
+
+/// Answers a signal that cannot be read as a valid one with `Failed` and the problem as
+/// reason, so the plan ends instead of waiting; a signal whose JSON cannot be parsed at all
+/// cannot carry an answer, so it is logged as a warning.
+async fn refuse<K>(
+    api: &Api<K>,
+    agent: &Agent,
+    object: &K,
+    problem: &signal::SignalError,
+) -> anyhow::Result<Acted>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let reason = format!("refused: {problem}");
+    let Some(data) = signal::from_meta_unchecked(object.meta()).ok().flatten() else {
+        warn!(node = %agent.name, error = %problem, "ignoring a signal that cannot be read");
+        return Ok(Acted::Idle);
+    };
+    if data.phase().is_some_and(SignalPhase::is_terminal) {
+        return Ok(Acted::Idle);
+    }
+    warn!(node = %agent.name, %reason, "refusing a signal");
+    write_status(api, object, &data, SignalPhase::Failed, Some(reason)).await?;
+    Ok(Acted::Idle)
 }
 
 /// Write `phase` (and `reason`) as the node status of `data` on `object`, with its

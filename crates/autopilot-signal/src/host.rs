@@ -14,7 +14,7 @@ use autopilot_api::signal::{SignalData, UpdateRef};
 use serde::{Deserialize, Serialize};
 
 use crate::download::DownloadError;
-use crate::phase::{ActionKind, Facts, HostAction};
+use crate::phase::{ActionKind, Facts, HostAction, Restart};
 
 pub use fake::FakeHost;
 pub use linux::LinuxHost;
@@ -38,6 +38,13 @@ pub enum HostError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// The staged binary failed its self-test; it was removed.
+    #[error("the downloaded binary failed its self-test: {reason}")]
+    SelfTest {
+        /// What happened when it ran (exit status and first line of output, or why it
+        /// could not be started).
+        reason: String,
     },
     /// The restart marker exists but cannot be parsed.
     #[error("parsing restart marker {path}")]
@@ -70,6 +77,7 @@ impl HostError {
         match self {
             Self::Download(e) => e.metric_label(),
             Self::Io { .. } => "io",
+            Self::SelfTest { .. } => "self_test",
             Self::Marker { .. } => "marker",
             Self::Task(_) => "task",
             Self::Injected(_) => "injected",
@@ -117,13 +125,107 @@ impl SignalKey {
     }
 }
 
-/// What the restart marker file holds: which signal, prepared by which process instance.
+/// What the restart marker file holds: which signal, prepared by which process instance,
+/// and how the new binary's trial boot went.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartMarker {
     /// The signal the restart is for.
     pub signal: SignalKey,
     /// The instance id of the process that prepared it (see [`LinuxHost::instance`]).
     pub instance: String,
+    /// The trial boot of the new binary (see `crate::trial`).
+    #[serde(default)]
+    pub trial: TrialState,
+}
+
+/// Where the trial boot of a new binary stands, as recorded in the restart marker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum TrialState {
+    /// The restart is prepared; the trial has not concluded. A process of another instance
+    /// that reads this found the trial interrupted (the process running it died): it runs
+    /// the restart, and so the trial, again.
+    #[default]
+    Pending,
+    /// The new binary became healthy; it is proven.
+    Passed,
+    /// The new binary failed its trial; the previous one was put back.
+    RolledBack {
+        /// The version put back.
+        to: String,
+        /// Why the new binary was refused.
+        reason: String,
+    },
+}
+
+/// What the staging record (`<data-dir>/autopilot-staged.json`) says about the staged
+/// binary: which signal it was downloaded for, its digest, and whether it passed the
+/// self-test. It describes the staged file only while the digest matches the file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedRecord {
+    /// The signal the file was downloaded for.
+    pub signal: SignalKey,
+    /// SHA-256 of the staged file when it was recorded.
+    pub sha256: String,
+    /// The version the file reported in its self-test, once it passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_tested: Option<String>,
+}
+
+impl StagedRecord {
+    /// Whether the staged file with digest `actual` is the one for `signal` (expecting
+    /// `want`, if the signal names a digest), and whether it passed its self-test:
+    /// `(staged, proven)`.
+    pub fn judge(
+        record: Option<&Self>,
+        actual: Option<&str>,
+        want: Option<&str>,
+        signal: &SignalKey,
+    ) -> (bool, bool) {
+        let Some(actual) = actual else { return (false, false) };
+        let recorded = record.filter(|r| r.sha256 == actual);
+        let staged = match want {
+            Some(want) => want == actual,
+            // Without a digest only the record ties the file to this signal.
+            None => recorded.is_some_and(|r| &r.signal == signal),
+        };
+        (staged, staged && recorded.is_some_and(|r| r.self_tested.is_some()))
+    }
+}
+
+/// How the restart for a signal went, as this process sees it (owned
+/// [`crate::phase::Restart`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum RestartState {
+    /// Not restarted for this signal.
+    #[default]
+    NotYet,
+    /// Restarted into the new binary, which passed its trial.
+    Done,
+    /// The new binary was refused and the previous one put back.
+    RolledBack {
+        /// The version put back.
+        to: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl RestartState {
+    /// What `marker` means for `signal` in the process `instance`.
+    pub fn of(marker: Option<&RestartMarker>, signal: &SignalKey, instance: &str) -> Self {
+        match marker {
+            Some(m) if &m.signal == signal && m.instance != instance => match &m.trial {
+                TrialState::Pending => Self::NotYet,
+                TrialState::Passed => Self::Done,
+                TrialState::RolledBack { to, reason } => {
+                    Self::RolledBack { to: to.clone(), reason: reason.clone() }
+                }
+            },
+            Some(_) | None => Self::NotYet,
+        }
+    }
 }
 
 /// The host's share of [`Facts`], owned.
@@ -131,10 +233,12 @@ pub struct RestartMarker {
 pub struct Observed {
     /// A verified staged binary for this signal exists next to the live binary.
     pub staged: bool,
+    /// The staged binary passed its self-test.
+    pub proven: bool,
     /// SHA-256 of the live binary (lowercase hex), if readable.
     pub live_sha256: Option<String>,
-    /// The restart marker names this signal and another process instance.
-    pub restarted: bool,
+    /// How the restart for this signal went.
+    pub restart: RestartState,
 }
 
 impl Observed {
@@ -149,8 +253,13 @@ impl Observed {
             update,
             running_version,
             staged: self.staged,
+            proven: self.proven,
             live_sha256: self.live_sha256.as_deref(),
-            restarted: self.restarted,
+            restart: match &self.restart {
+                RestartState::NotYet => Restart::NotYet,
+                RestartState::Done => Restart::Done,
+                RestartState::RolledBack { to, reason } => Restart::RolledBack { to, reason },
+            },
             kubelet,
         }
     }
@@ -163,29 +272,52 @@ pub trait Host {
     /// The host facts for `signal` asking for `update` (read-only).
     async fn observe(&self, signal: &SignalKey, update: UpdateRef<'_>) -> Result<Observed>;
 
-    /// Downloads `url`, verifies `sha256` and stages it next to the live binary. The live
-    /// binary is never touched; a failure leaves no staged or temp file behind.
-    async fn download(&self, url: &str, sha256: Option<&str>) -> Result<()>;
+    /// Downloads `url`, verifies `sha256` and stages it next to the live binary for
+    /// `signal` (recording which signal it is for). The live binary is never touched; a
+    /// failure leaves no staged or temp file behind.
+    async fn download(&self, signal: &SignalKey, url: &str, sha256: Option<&str>) -> Result<()>;
+
+    /// Runs the staged binary's `version` (bounded time, clean environment, no shell) and
+    /// records that it passed if it exits 0 and prints `version` (any version if
+    /// `any_version`); otherwise removes it and fails with [`HostError::SelfTest`].
+    async fn self_test(&self, signal: &SignalKey, version: &str, any_version: bool) -> Result<()>;
 
     /// Downloads and verifies an airgap bundle into the images directory; returns its path.
     async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf>;
 
-    /// Moves the staged binary over the live one (same directory, `rename(2)`), keeping the
-    /// previous one as `k0s.prev`. Without a staged binary: nothing to do (already swapped).
+    /// Moves the staged binary over the live one (same directory, `rename(2)`). The live
+    /// one is kept as `k0s.prev` only if it is proven (it is the binary this process runs);
+    /// an unproven live binary (swapped in, never run) is replaced and `k0s.prev` stays.
+    /// Without a staged binary: nothing to do (already swapped).
     fn swap_binary(&self) -> Result<()>;
 
-    /// Records the restart marker for `signal`. The caller re-execs (or exits) afterwards.
+    /// Records the restart marker for `signal` (trial pending). The caller runs the trial
+    /// boot and then re-execs (or exits).
     fn prepare_restart(&self, signal: &SignalKey) -> Result<()>;
+
+    /// The new binary passed its trial boot: records it in the restart marker.
+    fn pass_trial(&self, signal: &SignalKey) -> Result<()>;
+
+    /// The new binary failed its trial boot: the node goes back to the binary it ran
+    /// (`to_version`, still live: the staged one was never swapped in). Keeps the refused
+    /// binary as `k0s.refused` for inspection and records `reason` in the restart marker.
+    /// Idempotent: after a crash at any point, calling it again converges.
+    fn roll_back(&self, signal: &SignalKey, to_version: &str, reason: &str) -> Result<()>;
+
+    /// Whether a staged binary waits for the swap.
+    fn has_staged(&self) -> bool;
 }
 
 /// Performs `action` for `signal` on `host`.
 pub async fn perform(host: &impl Host, action: &HostAction, signal: &SignalKey) -> Result<()> {
     match action {
-        HostAction::Download { url, sha256 } => host.download(url, sha256.as_deref()).await,
+        HostAction::Download { url, sha256 } => host.download(signal, url, sha256.as_deref()).await,
+        HostAction::SelfTest { version, any_version } => {
+            host.self_test(signal, version, *any_version).await
+        }
         HostAction::DownloadBundle { url, sha256 } => {
             host.download_bundle(url, sha256.as_deref()).await.map(drop)
         }
-        HostAction::Swap => host.swap_binary(),
         HostAction::Restart => host.prepare_restart(signal),
     }
 }
@@ -197,4 +329,81 @@ pub(crate) fn expected_sha256(update: UpdateRef<'_>) -> Option<String> {
         UpdateRef::Airgap(u) => u.sha256.trim(),
     };
     (!sha.is_empty()).then(|| sha.to_ascii_lowercase())
+}
+
+/// Judges one self-test run of a staged binary: `exit` is its exit code (`None`: killed by
+/// a signal), `output` what it printed (stdout, then stderr). Passes with the version it
+/// reported if it exited 0 and its first line is `version` (or, with `any_version`, looks
+/// like a version); otherwise says why, quoting the exit status and first line.
+pub fn judge_self_test(
+    exit: Option<i32>,
+    output: &str,
+    version: &str,
+    any_version: bool,
+) -> std::result::Result<String, String> {
+    let first = output.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
+    let quoted = truncate(first, 200);
+    match exit {
+        Some(0) => {}
+        Some(code) => return Err(format!("`version` exited with status {code}: {quoted:?}")),
+        None => return Err(format!("`version` was killed by a signal: {quoted:?}")),
+    }
+    let looks_like_version = first.starts_with('v')
+        && first[1..].starts_with(|c: char| c.is_ascii_digit())
+        && !first.contains(char::is_whitespace);
+    if first == version || (any_version && looks_like_version) {
+        Ok(first.to_string())
+    } else if any_version {
+        Err(format!("`version` printed {quoted:?}, which is not a version"))
+    } else {
+        Err(format!("`version` reported {quoted:?}, expected {version}"))
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a char boundary, with `…` marking a cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V2: &str = "v1.35.1+k0s.0";
+
+    #[test]
+    fn a_self_test_passes_only_on_exit_zero_and_the_requested_version() {
+        assert_eq!(judge_self_test(Some(0), "v1.35.1+k0s.0\n", V2, false), Ok(V2.to_string()));
+        let wrong = judge_self_test(Some(0), "v1.35.0+k0s.0\n", V2, false).unwrap_err();
+        assert_eq!(wrong, format!("`version` reported \"v1.35.0+k0s.0\", expected {V2}"));
+        let failed = judge_self_test(Some(2), "\n  sh: 2: Syntax error\nmore", V2, false);
+        assert_eq!(failed.unwrap_err(), "`version` exited with status 2: \"sh: 2: Syntax error\"");
+        let killed = judge_self_test(None, "", V2, false).unwrap_err();
+        assert!(killed.contains("killed by a signal"), "{killed}");
+    }
+
+    #[test]
+    fn a_forced_self_test_accepts_any_version_but_not_any_text() {
+        assert_eq!(
+            judge_self_test(Some(0), "v9.9.9+k0s.1", V2, true),
+            Ok("v9.9.9+k0s.1".to_string())
+        );
+        let html = judge_self_test(Some(0), "<html>", V2, true).unwrap_err();
+        assert!(html.contains("not a version"), "{html}");
+        assert!(judge_self_test(Some(0), "", V2, true).is_err());
+    }
+
+    #[test]
+    fn truncation_keeps_whole_characters_and_marks_the_cut() {
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(truncate("ééé", 3), "é…");
+        assert_eq!(truncate(&"x".repeat(2000), 1024).len(), 1024 + '…'.len_utf8());
+    }
 }

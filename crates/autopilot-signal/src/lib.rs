@@ -13,6 +13,7 @@ pub mod host;
 pub mod node;
 pub mod phase;
 pub mod status;
+pub mod trial;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -34,9 +35,11 @@ pub struct WorkerArgs {
     #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub heartbeat_interval: Duration,
 
-    /// How long to keep retrying while the API server is unreachable at startup before
-    /// giving up with an error.
-    #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    /// How long to keep retrying while the API server cannot answer at startup before
+    /// giving up with an error; `0s` (the default) keeps retrying for as long as it takes,
+    /// so an outage never kills a node. A misconfiguration (TLS trust, credentials) fails at
+    /// once either way.
+    #[arg(long, default_value = "0s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub startup_timeout: Duration,
 
     /// How the worker restarts into a new binary after an update: `exec` re-executes itself
@@ -44,6 +47,11 @@ pub struct WorkerArgs {
     /// (systemd `Restart=always` and the like) to start the new binary.
     #[arg(long, value_enum, default_value_t = RestartMode::Exec)]
     pub restart: RestartMode,
+
+    /// How long a new binary may take to become healthy in its trial boot (counted only
+    /// while the API server answers) before the node goes back to the binary it ran.
+    #[arg(long, default_value = "2m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    pub trial_timeout: Duration,
 
     /// Download limits for update payloads.
     #[command(flatten)]
@@ -102,6 +110,7 @@ pub async fn run_worker(
         heartbeat_interval,
         startup_timeout,
         restart,
+        trial_timeout: _,
         download,
         disable_update_agent,
     } = args;

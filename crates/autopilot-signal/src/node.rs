@@ -39,25 +39,33 @@ pub struct Heartbeat {
 impl Heartbeat {
     /// Create the Node if it is absent (labels, version annotation) and mark it Ready.
     ///
-    /// Connection failures are retried until `startup_timeout`; then the error names the API
-    /// server.
+    /// While the API server cannot answer (connection failures, 5xx, 429) this keeps retrying
+    /// with capped backoff: for ever with a zero `startup_timeout` (an outage never kills a
+    /// node), else until it has passed, and then the error names the API server. A
+    /// misconfiguration (TLS trust, 401/403) fails at once.
     pub async fn register(
         &self,
         client: &kube::Client,
         server_url: &str,
         startup_timeout: Duration,
     ) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + startup_timeout;
+        let deadline =
+            (!startup_timeout.is_zero()).then(|| tokio::time::Instant::now() + startup_timeout);
+        let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
         let mut delay = FIRST_RETRY_DELAY;
         loop {
-            match self.create_if_absent(client).await {
+            let attempt = match self.create_if_absent(client).await {
+                Ok(()) => self.beat(client, true).await,
+                Err(err) => Err(err),
+            };
+            match attempt {
                 Ok(()) => break,
-                Err(err) if is_unreachable(&err) && tokio::time::Instant::now() < deadline => {
-                    debug!(error = %err, "API server not reachable yet, retrying");
+                Err(err) if is_transient(&err) && in_time() => {
+                    warn!(error = %err, retry_in = ?delay, "API server not answering, retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
-                Err(err) if is_unreachable(&err) => {
+                Err(err) if is_transient(&err) => {
                     return Err(err).with_context(|| {
                         format!(
                             "cannot reach the API server at {server_url} within {}s",
@@ -70,9 +78,6 @@ impl Heartbeat {
                 }
             }
         }
-        self.beat(client, true)
-            .await
-            .with_context(|| format!("marking Node {} ready", self.name))?;
         info!(node = %self.name, version = %self.version, "Node registered and ready");
         Ok(())
     }
@@ -189,7 +194,23 @@ impl Heartbeat {
     }
 }
 
-/// Whether an API error means "could not talk to the server at all".
-fn is_unreachable(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::HyperError(_) | kube::Error::Service(_))
+/// Whether an API error means the server cannot answer now (connection failures, 5xx,
+/// 429), as opposed to a misconfiguration (TLS trust, credentials) or a real answer.
+pub fn is_transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+            while let Some(e) = cause {
+                if e.downcast_ref::<rustls::Error>().is_some()
+                    || e.to_string().contains("certificate")
+                {
+                    return false;
+                }
+                cause = e.source();
+            }
+            true
+        }
+        _ => false,
+    }
 }

@@ -9,8 +9,11 @@ use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, SignalData, SignalPhase, SignalStatus, UpdateRef,
 };
 use autopilot_signal::download::{DownloadConfig, DownloadError};
-use autopilot_signal::host::{Host as _, HostError, LinuxHost, SignalKey, perform};
+use autopilot_signal::host::{
+    Host as _, HostError, LinuxHost, RestartState, SignalKey, TrialState, perform,
+};
 use autopilot_signal::phase::{HostAction, OnFailure, Step, next};
+use autopilot_signal::trial::{Outcome, Verdict, conclude};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -96,6 +99,10 @@ fn signal() -> SignalData {
     .expect("signal")
 }
 
+fn key() -> SignalKey {
+    SignalKey::of(&signal())
+}
+
 fn k0s(sha256: &str) -> CommandK0sUpdate {
     CommandK0sUpdate {
         url: String::new(),
@@ -110,7 +117,7 @@ async fn a_staged_download_sits_next_to_the_live_binary_until_the_swap() {
     let addr = serve().await;
     let f = Fixture::new();
     let key = SignalKey::of(&signal());
-    f.host.download(&format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
+    f.host.download(&key, &format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
     assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.tmp"]);
     assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
 
@@ -129,11 +136,11 @@ async fn a_failed_download_leaves_only_the_live_binary() {
     let f = Fixture::new();
     let err = f
         .host
-        .download(&format!("http://{addr}/k0s"), Some(&sha(OLD)))
+        .download(&key(), &format!("http://{addr}/k0s"), Some(&sha(OLD)))
         .await
         .expect_err("digest mismatch");
     assert!(matches!(err, HostError::Download(DownloadError::DigestMismatch { .. })), "{err}");
-    let err = f.host.download(&format!("http://{addr}/nope"), None).await.expect_err("404");
+    let err = f.host.download(&key(), &format!("http://{addr}/nope"), None).await.expect_err("404");
     assert!(err.reason().ends_with("/nope: 404 Not Found"), "{}", err.reason());
     assert_eq!(listing(&f.bin()), vec!["k0s"]);
 }
@@ -179,7 +186,7 @@ async fn a_full_disk_fails_the_download_with_no_space_and_leaves_the_binary_whol
         .with_instance("first");
 
     let err = host
-        .download(&format!("http://{addr}/big"), Some(&sha(&vec![7u8; BIG])))
+        .download(&key(), &format!("http://{addr}/big"), Some(&sha(&vec![7u8; BIG])))
         .await
         .expect_err("4 MiB cannot fit on 1 MiB");
     assert!(matches!(err, HostError::Download(DownloadError::NoSpace { .. })), "{err}");
@@ -189,7 +196,7 @@ async fn a_full_disk_fails_the_download_with_no_space_and_leaves_the_binary_whol
     assert_eq!(std::fs::read(&live).expect("live"), OLD, "the binary is untouched");
 
     // Once space is back (here: a small payload), the same host downloads and stages fine.
-    host.download(&format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
+    host.download(&key(), &format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
     assert_eq!(listing(&bin), vec!["k0s", "k0s.tmp"]);
 }
 
@@ -228,19 +235,31 @@ async fn the_restart_marker_counts_only_for_the_next_process_and_the_same_signal
     let key = SignalKey::of(&data);
     let update = k0s("");
     let before = f.host.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
-    assert!(!before.restarted);
+    assert_eq!(before.restart, RestartState::NotYet);
 
     f.host.prepare_restart(&key).expect("marker");
     let same = f.host.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
-    assert!(!same.restarted, "the process that wrote the marker has not restarted");
+    assert_eq!(same.restart, RestartState::NotYet, "the process that wrote it has not restarted");
 
     let next = f.host.clone().with_instance("second");
+    let interrupted = next.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
+    assert_eq!(
+        interrupted.restart,
+        RestartState::NotYet,
+        "a trial that never concluded runs again"
+    );
+
+    f.host.pass_trial(&key).expect("pass");
     let after = next.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
-    assert!(after.restarted);
+    assert_eq!(after.restart, RestartState::Done);
 
     let other = SignalKey { created: "2026-11-23T00:00:00Z".into(), ..key };
     let unrelated = next.observe(&other, UpdateRef::K0s(&update)).await.expect("observe");
-    assert!(!unrelated.restarted, "a marker for another signal does not count");
+    assert_eq!(
+        unrelated.restart,
+        RestartState::NotYet,
+        "a marker for another signal does not count"
+    );
 }
 
 #[tokio::test]
@@ -273,7 +292,10 @@ async fn a_download_clears_temp_files_left_by_a_killed_process_but_not_live_ones
     let in_progress = std::fs::File::open(&live).expect("open");
     in_progress.try_lock().expect("lock the live download");
     // Written a moment ago: age does not matter, only whether a live download owns it.
-    f.host.download(&format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
+    f.host
+        .download(&key(), &format!("http://{addr}/k0s"), Some(&sha(NEW)))
+        .await
+        .expect("download");
     assert_eq!(listing(&f.bin()), vec![".k0s.tmp.live01.tmp", "k0s", "k0s.tmp"]);
     drop(in_progress);
 }
@@ -321,12 +343,17 @@ async fn a_signal_runs_to_completion_on_a_real_disk() {
             Step::Run { action, on_success, on_failure } => {
                 match perform(&host, &action, &key).await {
                     Ok(()) if action == HostAction::Restart => {
-                        // What the agent shell does: re-exec; the new process is a new instance.
+                        // What the restart does after the new binary passed its trial boot:
+                        // swap it in, record the pass, re-exec as a new instance.
+                        let outcome =
+                            conclude(&host, &key, Verdict::Pass, &running).expect("conclude");
+                        assert_eq!(outcome, Outcome::Passed);
                         processes += 1;
                         host = host.clone().with_instance(format!("process-{processes}"));
                         running = version_of(host.live_path());
                         None
                     }
+                    Ok(()) if data.phase() == Some(on_success) => None,
                     Ok(()) => Some((on_success, None)),
                     Err(e) => match on_failure {
                         OnFailure::Report(phase) => Some((phase, Some(e.reason()))),
@@ -354,4 +381,89 @@ async fn a_signal_runs_to_completion_on_a_real_disk() {
     assert_eq!(std::fs::read(host.live_path()).expect("live"), NEW);
     assert_eq!(std::fs::read(host.previous_path()).expect("prev"), OLD);
     assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.prev"]);
+}
+
+#[tokio::test]
+async fn a_staged_binary_that_runs_and_reports_the_version_passes_its_self_test() {
+    let addr = serve().await;
+    let f = Fixture::new();
+    let update = k0s(&sha(NEW));
+    f.host
+        .download(&key(), &format!("http://{addr}/k0s"), Some(&sha(NEW)))
+        .await
+        .expect("download");
+    let staged = f.host.observe(&key(), UpdateRef::K0s(&update)).await.expect("observe");
+    assert!(staged.staged && !staged.proven, "{staged:?}");
+    f.host.self_test(&key(), "v2", false).await.expect("self-test");
+    let proven = f.host.observe(&key(), UpdateRef::K0s(&update)).await.expect("observe");
+    assert!(proven.staged && proven.proven, "{proven:?}");
+}
+
+/// Stages `bytes` as if downloaded for [`key`] and self-tests it for version `v2`.
+async fn self_test_of(f: &Fixture, bytes: &[u8]) -> HostError {
+    std::fs::write(f.host.staged_path(), bytes).expect("stage");
+    f.host.self_test(&key(), "v2", false).await.expect_err("the self-test fails")
+}
+
+#[tokio::test]
+async fn a_payload_that_is_not_an_executable_fails_its_self_test_and_is_removed() {
+    let f = Fixture::new();
+    let err = self_test_of(&f, b"<html><body>502 Bad Gateway</body></html>\n").await;
+    let reason = err.reason();
+    assert!(
+        reason.starts_with("the downloaded binary failed its self-test: it cannot be executed"),
+        "{reason}"
+    );
+    assert_eq!(listing(&f.bin()), vec!["k0s"], "the staged file is removed, the live one kept");
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
+}
+
+#[tokio::test]
+async fn a_binary_reporting_another_version_or_failing_fails_its_self_test_with_its_output() {
+    let f = Fixture::new();
+    let reason = self_test_of(&f, b"#!/bin/sh\necho v3\n").await.reason();
+    assert!(reason.ends_with("`version` reported \"v3\", expected v2"), "{reason}");
+    let reason = self_test_of(&f, b"#!/bin/sh\necho oops >&2\nexit 3\n").await.reason();
+    assert!(reason.ends_with("`version` exited with status 3: \"oops\""), "{reason}");
+    assert_eq!(listing(&f.bin()), vec!["k0s"]);
+}
+
+#[tokio::test]
+async fn a_swap_never_puts_an_unproven_binary_into_k0s_prev() {
+    let f = Fixture::new();
+    std::fs::write(f.host.staged_path(), NEW).expect("stage");
+    f.host.swap_binary().expect("swap");
+    // A second signal swaps again before any restart: the live binary (NEW) never ran, so
+    // the last good copy (OLD) stays in k0s.prev.
+    std::fs::write(f.host.staged_path(), b"#!/bin/sh\necho v3\n").expect("stage");
+    f.host.swap_binary().expect("swap");
+    assert_eq!(std::fs::read(f.host.previous_path()).expect("prev"), OLD);
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), b"#!/bin/sh\necho v3\n");
+}
+
+#[tokio::test]
+async fn a_refused_binary_is_kept_aside_and_the_live_one_is_untouched_repeatably() {
+    let f = Fixture::new();
+    std::fs::write(f.host.staged_path(), NEW).expect("stage");
+    f.host.prepare_restart(&key()).expect("marker");
+    for _ in 0..2 {
+        let outcome = conclude(&f.host, &key(), Verdict::RollBack("it crashed".into()), "v1")
+            .expect("roll back");
+        assert_eq!(outcome, Outcome::RolledBack("it crashed".into()));
+        assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.refused"]);
+        assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
+        assert_eq!(std::fs::read(f.host.refused_path()).expect("refused"), NEW);
+    }
+    let marker = f.host.read_marker().expect("marker").expect("a marker");
+    assert_eq!(
+        marker.trial,
+        TrialState::RolledBack { to: "v1".into(), reason: "it crashed".into() }
+    );
+    let next = f.host.clone().with_instance("second");
+    let update = k0s(&sha(NEW));
+    let observed = next.observe(&key(), UpdateRef::K0s(&update)).await.expect("observe");
+    assert_eq!(
+        observed.restart,
+        RestartState::RolledBack { to: "v1".into(), reason: "it crashed".into() }
+    );
 }

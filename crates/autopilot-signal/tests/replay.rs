@@ -8,6 +8,7 @@ use autopilot_signal::host::Host as _;
 use autopilot_signal::host::fake::{self, FakeHost, sha256_hex};
 use autopilot_signal::host::{HostError, SignalKey, perform};
 use autopilot_signal::phase::{ActionKind, HostAction, OnFailure, Step, next};
+use autopilot_signal::trial::{Verdict, conclude};
 
 const V1: &str = "v1.35.0+k0s.0";
 const V2: &str = "v1.35.1+k0s.0";
@@ -16,6 +17,11 @@ const URL: &str = "http://127.0.0.1:8080/k0s";
 /// A "runnable" fake binary: a header naming its version, then a body.
 fn binary(version: &str) -> Vec<u8> {
     format!("#!k0s {version}\n{}", "x".repeat(4096)).into_bytes()
+}
+
+/// A fake binary that answers `version` but exits at startup (fails its trial boot).
+fn crashing(version: &str) -> Vec<u8> {
+    format!("#!k0s-crash {version}\n{}", "x".repeat(4096)).into_bytes()
 }
 
 fn version_of(bytes: &[u8]) -> String {
@@ -88,8 +94,11 @@ impl World {
         let live = self.host.file(fake::LIVE).expect("the live binary always exists");
         assert!(
             live == binary(V1) || live == binary(V2) || live == binary("v1.35.9+k0s.0"),
-            "live binary is not a complete known build"
+            "live binary is not a complete known build that boots"
         );
+        if let Some(previous) = self.host.file(fake::PREVIOUS) {
+            assert!(fake::boots(&previous), "k0s.prev holds a binary that does not boot");
+        }
     }
 
     /// Runs one process until it is done, crashes or re-execs.
@@ -109,7 +118,20 @@ impl World {
                 Step::Report { phase, reason } => self.write(phase, reason),
                 Step::Run { action, on_success, on_failure } => {
                     match perform(&self.host, &action, &key).await {
-                        Ok(()) if action == HostAction::Restart => return Exit::Restart,
+                        Ok(()) if action == HostAction::Restart => {
+                            // The restart's trial boot of the staged binary, then its verdict.
+                            let verdict = match self.host.file(fake::STAGED) {
+                                Some(staged) if !fake::boots(&staged) => Verdict::RollBack(
+                                    "the new binary exited 3 times before it was healthy".into(),
+                                ),
+                                Some(_) | None => Verdict::Pass,
+                            };
+                            return match conclude(&self.host, &key, verdict, &self.running) {
+                                Ok(_) => Exit::Restart,
+                                Err(_) if self.host.crashed() => Exit::Crashed,
+                                Err(e) => panic!("concluding the trial: {e:#}"),
+                            };
+                        }
                         Ok(()) if signal.phase() == Some(on_success) => Ok(()),
                         Ok(()) => self.write(on_success, None),
                         Err(HostError::Crashed) => return Exit::Crashed,
@@ -298,23 +320,90 @@ async fn a_missing_artifact_fails_the_download_with_the_status() {
     assert_eq!(world.reason(), "GET http://127.0.0.1:8080/missing: 404 Not Found");
 }
 
-#[tokio::test]
-async fn a_binary_that_restarts_into_another_version_fails_with_the_reason() {
-    let odd = binary("v1.35.9+k0s.0");
-    let signal = k0s_signal(V2, &sha256_hex(&odd), false);
-    let points = crash_points(signal.clone()).await;
+/// Runs `payload` (served with its own digest) to the end with a crash at every point and
+/// checks each run ends `Failed` with `reason`, the node on V1 with nothing staged.
+async fn fails_at_every_crash_point(payload: &[u8], check: impl Fn(&World)) {
+    let signal = k0s_signal(V2, &sha256_hex(payload), false);
+    let mut clean = World::new(signal.clone());
+    clean.host.serve(URL, payload);
+    clean.run_to_end().await;
+    let points = clean.host.mutations();
     for n in 0..=points {
         let mut world = World::new(signal.clone());
-        world.host.serve(URL, &odd);
+        world.host.serve(URL, payload);
         world.host.crash_after(n);
         world.run_to_end().await;
-        assert_eq!(world.phase(), Some(SignalPhase::Failed), "crash after {n}");
+        assert_eq!(
+            world.phase(),
+            Some(SignalPhase::Failed),
+            "crash after {n}: {:?}",
+            world.history
+        );
+        assert!(world.host.file(fake::LIVE) == Some(binary(V1)), "crash after {n}: live is not v1");
+        assert!(world.host.file(fake::STAGED).is_none(), "crash after {n}: a staged file is left");
+        assert_eq!(world.running, V1);
+        world.assert_history_in_order();
+        check(&world);
+    }
+}
+
+#[tokio::test]
+async fn a_binary_of_another_version_fails_its_self_test_before_the_node_is_cordoned() {
+    fails_at_every_crash_point(&binary("v1.35.9+k0s.0"), |world| {
         assert_eq!(
             world.reason(),
-            format!("running version v1.35.9+k0s.0 after restart, expected {V2}")
+            format!(
+                "the downloaded binary failed its self-test: `version` reported \"v1.35.9+k0s.0\", expected {V2}"
+            )
         );
-        world.assert_history_in_order();
-    }
+        assert!(!world.history.contains(&SignalPhase::Cordoning), "{:?}", world.history);
+        assert_eq!(world.restarts, 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_payload_that_does_not_run_fails_its_self_test_with_its_output() {
+    fails_at_every_crash_point(b"<html>502 Bad Gateway</html>", |world| {
+        let reason = world.reason();
+        assert!(reason.contains("`version` exited with status 126"), "{reason}");
+        assert!(!world.history.contains(&SignalPhase::Cordoning), "{:?}", world.history);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_binary_that_fails_its_trial_boot_is_refused_and_the_node_stays_on_v1() {
+    fails_at_every_crash_point(&crashing(V2), |world| {
+        assert_eq!(
+            world.reason(),
+            format!("rolled back to {V1}: the new binary exited 3 times before it was healthy")
+        );
+        assert!(world.host.file(fake::REFUSED) == Some(crashing(V2)), "kept for inspection");
+        assert!(world.host.file(fake::PREVIOUS).is_none(), "nothing unproven became k0s.prev");
+        assert!(world.history.contains(&SignalPhase::Restarting), "{:?}", world.history);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_second_update_keeps_the_proven_binary_as_k0s_prev() {
+    // v1 → v2 (proven by its trial), then v2 → a v3 that fails its trial: the node stays on
+    // v2 and k0s.prev holds v1, the last binary proven before v2 (never the refused one).
+    let mut world = World::new(update_signal());
+    world.run_to_end().await;
+    world.assert_updated();
+    let v3 = "v1.35.2+k0s.0";
+    let mut signal = k0s_signal(v3, &sha256_hex(&crashing(v3)), false);
+    signal.created = "2026-11-23T00:00:00Z".into();
+    world.host.serve(URL, &crashing(v3));
+    world.signal = signal;
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Failed));
+    assert!(world.host.file(fake::LIVE) == Some(binary(V2)), "the node stays on v2");
+    assert!(world.host.file(fake::PREVIOUS) == Some(binary(V1)), "k0s.prev is still v1");
+    assert!(world.host.file(fake::REFUSED) == Some(crashing(v3)), "v3 is kept aside");
+    assert_eq!(world.running, V2);
 }
 
 #[tokio::test]

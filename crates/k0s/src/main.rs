@@ -108,6 +108,11 @@ struct ControllerAgentFlags {
     #[arg(long, value_enum, default_value_t = autopilot_signal::RestartMode::Exec)]
     restart: autopilot_signal::RestartMode,
 
+    /// How long a new binary may take to become healthy in its trial boot (counted only
+    /// while the API server answers) before the node goes back to the binary it ran.
+    #[arg(long, default_value = "2m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    trial_timeout: std::time::Duration,
+
     /// Download limits for update payloads.
     #[command(flatten)]
     download: autopilot_signal::download::DownloadArgs,
@@ -205,6 +210,9 @@ fn main() -> ExitCode {
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
+    if let Some(token) = autopilot_signal::trial::token() {
+        return trial_boot(command, &token);
+    }
     match command {
         Command::Version => {
             println!("{VERSION}");
@@ -215,10 +223,12 @@ fn run(command: Command) -> anyhow::Result<()> {
             let binary = std::env::current_exe().context("finding the running binary")?;
             let ControllerAgentFlags {
                 restart: restart_mode,
+                trial_timeout,
                 download,
                 disable_update_agent,
                 heartbeat_interval,
             } = agent;
+            let mut trial = None;
             let runtime = runtime()?;
             let restart_due = runtime.block_on(async {
                 args.validate()?;
@@ -235,6 +245,12 @@ fn run(command: Command) -> anyhow::Result<()> {
                 let UpdaterFlags { update_period, send_cluster_info } = updater;
                 let ResolvedNode { client, config, server_url, node_name, data_dir } =
                     node.resolve().await?;
+                trial = Some(Trial {
+                    config: config.clone(),
+                    data_dir: data_dir.clone(),
+                    download: download.config(VERSION),
+                    timeout: trial_timeout,
+                });
                 // The updater runs beside the controller and acts only while it leads.
                 let (leading, leading_rx) = tokio::sync::watch::channel(false);
                 let (stop_updater, updater_stop) = tokio::sync::oneshot::channel::<()>();
@@ -330,7 +346,10 @@ fn run(command: Command) -> anyhow::Result<()> {
             // Bounded: a task stuck in blocking I/O must not keep the process from exiting.
             runtime.shutdown_timeout(STOP_GRACE);
             let restart_due = restart_due?;
-            if restart_due { restart(&binary, restart_mode) } else { Ok(()) }
+            match trial {
+                Some(trial) if restart_due => trial.then_restart(&binary, restart_mode),
+                Some(_) | None => Ok(()),
+            }
         }
         Command::Status { data_dir, output } => {
             let report = runtime()?
@@ -347,9 +366,16 @@ fn run(command: Command) -> anyhow::Result<()> {
             // at this path, and the restart executes whatever is there then.
             let binary = std::env::current_exe().context("finding the running binary")?;
             let runtime = runtime()?;
+            let mut trial = None;
             let exit = runtime.block_on(async {
-                let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
+                let ResolvedNode { client, config, server_url, node_name, data_dir } =
                     node.resolve().await?;
+                trial = Some(Trial {
+                    config,
+                    data_dir: data_dir.clone(),
+                    download: args.download.config(VERSION),
+                    timeout: args.trial_timeout,
+                });
                 let process = autopilot_signal::Process {
                     client,
                     server_url,
@@ -362,12 +388,130 @@ fn run(command: Command) -> anyhow::Result<()> {
             });
             runtime.shutdown_timeout(STOP_GRACE);
             let exit = exit?;
-            match exit {
-                autopilot_signal::WorkerExit::Stopped => Ok(()),
-                autopilot_signal::WorkerExit::Restart(mode) => restart(&binary, mode),
+            match (exit, trial) {
+                (autopilot_signal::WorkerExit::Restart(mode), Some(trial)) => {
+                    trial.then_restart(&binary, mode)
+                }
+                (
+                    autopilot_signal::WorkerExit::Restart(_)
+                    | autopilot_signal::WorkerExit::Stopped,
+                    _,
+                ) => Ok(()),
             }
         }
     }
+}
+
+/// What the trial boot of a new binary needs from this process (see
+/// `autopilot_signal::trial`).
+struct Trial {
+    config: kube::Config,
+    data_dir: PathBuf,
+    download: autopilot_signal::download::DownloadConfig,
+    timeout: std::time::Duration,
+}
+
+impl Trial {
+    /// Runs the trial boot of the staged binary (this process's work has stopped), which
+    /// swaps it in if it passes; then restarts into whatever is live: the new binary, or the
+    /// one this process runs if the new one was refused.
+    fn then_restart(
+        self,
+        binary: &std::path::Path,
+        mode: autopilot_signal::RestartMode,
+    ) -> anyhow::Result<()> {
+        let Self { config, data_dir, download, timeout } = self;
+        let runtime = runtime()?;
+        let outcome = runtime.block_on(async {
+            let client = kube::Client::try_from(config).context("creating a client")?;
+            let host =
+                autopilot_signal::host::LinuxHost::new(binary.to_path_buf(), data_dir, download)
+                    .context("preparing the update host")?;
+            let trial = autopilot_signal::trial::TrialConfig {
+                args: std::env::args_os().skip(1).collect(),
+                deadline: timeout,
+                version: VERSION.to_string(),
+            };
+            autopilot_signal::trial::run(&host, &trial, &client).await
+        });
+        runtime.shutdown_timeout(STOP_GRACE);
+        match outcome {
+            Ok(outcome) => tracing::info!(?outcome, "trial boot concluded"),
+            // The live binary is still one that runs (the swap happens only after a pass).
+            Err(err) => tracing::error!(
+                error = %format!("{err:#}"),
+                "the trial boot failed; restarting into the live binary"
+            ),
+        }
+        restart(binary, mode)
+    }
+}
+
+/// This process is the child of a trial boot (`autopilot_signal::trial`): boot the node's
+/// startup path up to healthy (connected; ControlNode registered for a controller, Node
+/// registered with a fresh Ready heartbeat for a worker), prove it, and exit.
+fn trial_boot(command: Command, token: &str) -> anyhow::Result<()> {
+    let runtime = runtime()?;
+    let result = runtime.block_on(async {
+        let (node, data_dir) = match command {
+            Command::Controller { node, args, updater: _, agent: _ } => {
+                let startup_timeout = args.startup_timeout;
+                let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
+                    node.resolve().await?;
+                autopilot_controller::crds::install(&client, &server_url, startup_timeout).await?;
+                let registration = autopilot_controller::control_node::Registration {
+                    name: node_name.clone(),
+                    mode: if args.enable_worker {
+                        autopilot_controller::control_node::Mode::ControllerWorker
+                    } else {
+                        autopilot_controller::control_node::Mode::Controller
+                    },
+                    api_address: args.api_address,
+                    version: VERSION.to_string(),
+                };
+                autopilot_controller::crds::retry_transient("registering the ControlNode", || {
+                    autopilot_controller::control_node::register(&client, &registration)
+                })
+                .await?;
+                if args.enable_worker {
+                    let heartbeat = autopilot_signal::node::Heartbeat {
+                        name: node_name.clone(),
+                        version: VERSION.to_string(),
+                    };
+                    heartbeat.register(&client, &server_url, startup_timeout).await?;
+                }
+                (node_name, data_dir)
+            }
+            Command::Worker { node, args } => {
+                let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
+                    node.resolve().await?;
+                let heartbeat = autopilot_signal::node::Heartbeat {
+                    name: node_name.clone(),
+                    version: VERSION.to_string(),
+                };
+                if args.register_node {
+                    heartbeat.register(&client, &server_url, args.startup_timeout).await?;
+                } else {
+                    autopilot_controller::crds::retry_transient(
+                        "reaching the API server",
+                        || async { Ok(client.apiserver_version().await?) },
+                    )
+                    .await?;
+                }
+                (node_name, data_dir)
+            }
+            Command::Version | Command::Status { .. } => {
+                anyhow::bail!("only `k0s controller` and `k0s worker` boot on trial")
+            }
+        };
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+        autopilot_signal::trial::prove(&data_dir, token)?;
+        tracing::info!(node.name = %node, version = VERSION, "trial boot healthy");
+        anyhow::Ok(())
+    });
+    runtime.shutdown_timeout(STOP_GRACE);
+    result
 }
 
 /// The error and its causes on one line, leaving out a cause whose text the previous message

@@ -9,7 +9,10 @@ use autopilot_api::signal::UpdateRef;
 use http::StatusCode;
 use sha2::{Digest as _, Sha256};
 
-use super::{Host, HostError, Observed, RestartMarker, Result, SignalKey, expected_sha256};
+use super::{
+    Host, HostError, Observed, RestartMarker, RestartState, Result, SignalKey, StagedRecord,
+    TrialState, expected_sha256, judge_self_test,
+};
 use crate::download::{DownloadError, parse_sha256};
 use crate::phase::ActionKind;
 
@@ -21,6 +24,27 @@ pub const STAGED: &str = "k0s.tmp";
 pub const PREVIOUS: &str = "k0s.prev";
 /// The restart marker's name.
 pub const MARKER: &str = "autopilot-restart.json";
+/// The staging record's name.
+pub const STAGED_RECORD: &str = "autopilot-staged.json";
+/// Where a binary refused by its trial is kept.
+pub const REFUSED: &str = "k0s.refused";
+
+/// What running a fake binary's `version` gives: a file starting with `#!k0s <version>` (or
+/// `#!k0s-crash <version>`, one that answers `version` but fails its trial boot) prints the
+/// version and exits 0; anything else cannot be executed (exit 126).
+pub fn run_version(bytes: &[u8]) -> (Option<i32>, String) {
+    let text = String::from_utf8_lossy(bytes);
+    let header = text.lines().next().unwrap_or_default();
+    match header.strip_prefix("#!k0s ").or_else(|| header.strip_prefix("#!k0s-crash ")) {
+        Some(version) => (Some(0), format!("{version}\n")),
+        None => (Some(126), "cannot execute binary file: Exec format error\n".to_string()),
+    }
+}
+
+/// Whether a fake binary passes its trial boot (see [`run_version`]).
+pub fn boots(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"#!k0s ")
+}
 
 /// A fake host. Every disk mutation is atomic (like `rename(2)`) and counts as one crash
 /// point; after [`Self::crash_after`]`(n)` the (n+1)th mutation fails with
@@ -34,6 +58,8 @@ pub struct FakeHost {
 #[derive(Debug, Default)]
 struct State {
     files: BTreeMap<String, Vec<u8>>,
+    /// The bytes of the binary the current process runs (proven).
+    running: Vec<u8>,
     server: BTreeMap<String, Vec<u8>>,
     fail: VecDeque<ActionKind>,
     budget: Option<usize>,
@@ -99,7 +125,10 @@ impl FakeHost {
     /// A host whose live binary holds `live`.
     pub fn new(live: &[u8]) -> Self {
         let host = Self::default();
-        host.lock().files.insert(LIVE.to_string(), live.to_vec());
+        let mut state = host.lock();
+        state.files.insert(LIVE.to_string(), live.to_vec());
+        state.running = live.to_vec();
+        drop(state);
         host
     }
 
@@ -136,6 +165,9 @@ impl FakeHost {
             state.budget = None;
         }
         state.instance += 1;
+        state.running = state.files.get(LIVE).cloned().unwrap_or_default();
+        // What a new LinuxHost does at startup.
+        let _ = state.finish_rollback();
     }
 
     /// Spends one crash point for an effect outside the host (e.g. a status write), so
@@ -152,6 +184,12 @@ impl FakeHost {
     /// What happened, one line per mutation.
     pub fn log(&self) -> Vec<String> {
         self.lock().log.clone()
+    }
+
+    /// The restart marker, if there is one.
+    pub fn marker(&self) -> Option<RestartMarker> {
+        let bytes = self.file(MARKER)?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// A file on the fake disk (names: [`LIVE`], [`STAGED`], [`PREVIOUS`], [`MARKER`],
@@ -172,13 +210,22 @@ impl Host for FakeHost {
         if state.crashed {
             return Err(HostError::Crashed);
         }
-        let (staged, live_sha256) = match update {
-            UpdateRef::Airgap(_) => (false, None),
+        let ((staged, proven), live_sha256) = match update {
+            UpdateRef::Airgap(_) => ((false, false), None),
             UpdateRef::K0s(_) => {
-                let staged = state.files.get(STAGED).is_some_and(|bytes| {
-                    expected_sha256(update).is_none_or(|want| sha256_hex(bytes) == want)
-                });
-                (staged, state.files.get(LIVE).map(|b| sha256_hex(b)))
+                let record = state
+                    .files
+                    .get(STAGED_RECORD)
+                    .and_then(|b| serde_json::from_slice::<StagedRecord>(b).ok());
+                let actual = state.files.get(STAGED).map(|b| sha256_hex(b));
+                let want = expected_sha256(update);
+                let judged = StagedRecord::judge(
+                    record.as_ref(),
+                    actual.as_deref(),
+                    want.as_deref(),
+                    signal,
+                );
+                (judged, state.files.get(LIVE).map(|b| sha256_hex(b)))
             }
         };
         let marker = state
@@ -188,17 +235,52 @@ impl Host for FakeHost {
             .transpose()
             .map_err(|source| HostError::Marker { path: PathBuf::from(MARKER), source })?;
         let instance = state.instance.to_string();
-        let restarted = marker.is_some_and(|m| &m.signal == signal && m.instance != instance);
-        Ok(Observed { staged, live_sha256, restarted })
+        let restart = RestartState::of(marker.as_ref(), signal, &instance);
+        Ok(Observed { staged, proven, live_sha256, restart })
     }
 
-    async fn download(&self, url: &str, sha256: Option<&str>) -> Result<()> {
+    async fn download(&self, signal: &SignalKey, url: &str, sha256: Option<&str>) -> Result<()> {
         let mut state = self.lock();
         state.injected(ActionKind::Download)?;
+        if state.files.contains_key(STAGED_RECORD) {
+            state.mutate(format!("remove {STAGED_RECORD}"))?;
+            state.files.remove(STAGED_RECORD);
+        }
         let body = state.fetch(url, sha256)?;
+        let record =
+            StagedRecord { signal: signal.clone(), sha256: sha256_hex(&body), self_tested: None };
         state.mutate(format!("stage {url}"))?;
         state.files.insert(STAGED.to_string(), body);
+        state.mutate(format!("write {STAGED_RECORD}"))?;
+        state.files.insert(STAGED_RECORD.to_string(), record_bytes(&record));
         Ok(())
+    }
+
+    async fn self_test(&self, signal: &SignalKey, version: &str, any_version: bool) -> Result<()> {
+        let mut state = self.lock();
+        state.injected(ActionKind::SelfTest)?;
+        let Some(staged) = state.files.get(STAGED).cloned() else {
+            return Err(HostError::SelfTest { reason: "the staged binary is gone".into() });
+        };
+        let (exit, output) = run_version(&staged);
+        match judge_self_test(exit, &output, version, any_version) {
+            Ok(reported) => {
+                let record = StagedRecord {
+                    signal: signal.clone(),
+                    sha256: sha256_hex(&staged),
+                    self_tested: Some(reported),
+                };
+                state.mutate(format!("write {STAGED_RECORD} (self-tested)"))?;
+                state.files.insert(STAGED_RECORD.to_string(), record_bytes(&record));
+                Ok(())
+            }
+            Err(reason) => {
+                state.mutate(format!("remove {STAGED}"))?;
+                state.files.remove(STAGED);
+                state.files.remove(STAGED_RECORD);
+                Err(HostError::SelfTest { reason })
+            }
+        }
     }
 
     async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf> {
@@ -221,24 +303,88 @@ impl Host for FakeHost {
         let Some(staged) = state.files.get(STAGED).cloned() else {
             return Ok(());
         };
-        if let Some(live) = state.files.get(LIVE).cloned() {
+        // Only the binary this process runs is proven; an unproven live binary (swapped in
+        // by an earlier signal, never run) is simply replaced.
+        if let Some(live) = state.files.get(LIVE).cloned()
+            && live == state.running
+        {
             state.mutate(format!("keep {LIVE} as {PREVIOUS}"))?;
             state.files.insert(PREVIOUS.to_string(), live);
         }
         state.mutate(format!("rename {STAGED} over {LIVE}"))?;
         state.files.remove(STAGED);
         state.files.insert(LIVE.to_string(), staged);
+        state.files.remove(STAGED_RECORD);
         Ok(())
     }
 
     fn prepare_restart(&self, signal: &SignalKey) -> Result<()> {
         let mut state = self.lock();
         state.injected(ActionKind::Restart)?;
-        let marker = RestartMarker { signal: signal.clone(), instance: state.instance.to_string() };
+        let instance = state.instance.to_string();
+        state.write_marker(signal, instance, TrialState::Pending)
+    }
+
+    fn pass_trial(&self, signal: &SignalKey) -> Result<()> {
+        let mut state = self.lock();
+        let instance = state.instance.to_string();
+        state.write_marker(signal, instance, TrialState::Passed)
+    }
+
+    fn roll_back(&self, signal: &SignalKey, to_version: &str, reason: &str) -> Result<()> {
+        let mut state = self.lock();
+        let instance = state.instance.to_string();
+        let trial =
+            TrialState::RolledBack { to: to_version.to_string(), reason: reason.to_string() };
+        state.write_marker(signal, instance, trial)?;
+        state.finish_rollback()
+    }
+
+    fn has_staged(&self) -> bool {
+        self.lock().files.contains_key(STAGED)
+    }
+}
+
+fn record_bytes(record: &StagedRecord) -> Vec<u8> {
+    serde_json::to_vec(record).expect("a staging record serialises")
+}
+
+impl State {
+    /// Like `LinuxHost::finish_rollback`: moves a refused staged binary aside.
+    fn finish_rollback(&mut self) -> Result<()> {
+        let marker =
+            self.files.get(MARKER).and_then(|b| serde_json::from_slice::<RestartMarker>(b).ok());
+        let Some(marker) = marker.filter(|m| matches!(m.trial, TrialState::RolledBack { .. }))
+        else {
+            return Ok(());
+        };
+        let record = self
+            .files
+            .get(STAGED_RECORD)
+            .and_then(|b| serde_json::from_slice::<StagedRecord>(b).ok());
+        if record.is_some_and(|r| r.signal != marker.signal) {
+            return Ok(());
+        }
+        if let Some(refused) = self.files.get(STAGED).cloned() {
+            self.mutate(format!("move {STAGED} to {REFUSED}"))?;
+            self.files.remove(STAGED);
+            self.files.insert(REFUSED.to_string(), refused);
+        }
+        self.files.remove(STAGED_RECORD);
+        Ok(())
+    }
+
+    fn write_marker(
+        &mut self,
+        signal: &SignalKey,
+        instance: String,
+        trial: TrialState,
+    ) -> Result<()> {
+        let marker = RestartMarker { signal: signal.clone(), instance, trial };
         let bytes = serde_json::to_vec(&marker)
             .map_err(|source| HostError::Marker { path: PathBuf::from(MARKER), source })?;
-        state.mutate(format!("write {MARKER}"))?;
-        state.files.insert(MARKER.to_string(), bytes);
+        self.mutate(format!("write {MARKER} ({:?})", marker.trial))?;
+        self.files.insert(MARKER.to_string(), bytes);
         Ok(())
     }
 }

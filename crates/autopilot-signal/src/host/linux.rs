@@ -11,13 +11,24 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use autopilot_api::signal::UpdateRef;
 use sha2::{Digest as _, Sha256};
 
-use super::{HostError, Observed, RestartMarker, Result, SignalKey, expected_sha256};
+use super::{
+    HostError, Observed, RestartMarker, RestartState, Result, SignalKey, StagedRecord, TrialState,
+    expected_sha256, judge_self_test,
+};
 use crate::download::{DownloadConfig, Downloader, Target, parent_dir, sync_dir};
 use crate::host::Host;
 
+/// How long a staged binary's `version` may run in its self-test.
+pub const SELF_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most output of a self-test that is kept (the first line is what counts).
+const SELF_TEST_OUTPUT_LIMIT: u64 = 64 * 1024;
+
 /// The real host. Given the live binary `D/k0s`: the staged binary is `D/k0s.tmp`, the
-/// previous one `D/k0s.prev`, download temp files `D/.k0s.tmp.<random>.tmp`; the restart
-/// marker is `<data-dir>/autopilot-restart.json` and bundles go to `<data-dir>/images`.
+/// previous one `D/k0s.prev`, a binary refused by its trial `D/k0s.refused`, download temp
+/// files `D/.k0s.tmp.<random>.tmp`; the restart marker is `<data-dir>/autopilot-restart.json`,
+/// the staging record `<data-dir>/autopilot-staged.json`, and bundles go to
+/// `<data-dir>/images`.
 #[derive(Clone, Debug)]
 pub struct LinuxHost {
     live: PathBuf,
@@ -25,6 +36,9 @@ pub struct LinuxHost {
     downloader: Downloader,
     instance: String,
     digests: DigestCache,
+    /// The file this process runs (device and inode of `live` when the host was made): the
+    /// proven binary, the only one a swap keeps as `k0s.prev`.
+    running: Option<(u64, u64)>,
 }
 
 /// Which file a path named when it was hashed: a rename over the path, a rewrite or a
@@ -99,17 +113,21 @@ impl LinuxHost {
     /// startup) and keeping its state in `data_dir`. Construct it once per process: its
     /// instance id tells this process from the one before a restart.
     pub fn new(live: PathBuf, data_dir: PathBuf, config: DownloadConfig) -> Result<Self> {
-        let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let instance = format!("{}-{}", std::process::id(), started.as_nanos());
+        let instance = process_instance().to_string();
+        let running = std::fs::metadata(&live).ok().map(|m| (m.dev(), m.ino()));
         let host = Self {
             live,
             data_dir,
             downloader: Downloader::new(config)?,
             instance,
             digests: DigestCache::default(),
+            running,
         };
         // Free the disk space a killed download holds as early as possible.
         host.remove_leftovers();
+        if let Err(err) = host.finish_rollback() {
+            tracing::warn!(error = %err.reason(), "could not finish an interrupted rollback");
+        }
         Ok(host)
     }
 
@@ -139,9 +157,25 @@ impl LinuxHost {
         self.sibling(".prev")
     }
 
+    /// Where a binary refused by its trial boot is kept for inspection.
+    pub fn refused_path(&self) -> PathBuf {
+        self.sibling(".refused")
+    }
+
     /// The restart marker.
     pub fn marker_path(&self) -> PathBuf {
         self.data_dir.join("autopilot-restart.json")
+    }
+
+    /// The staging record: which signal the staged binary is for, and whether it passed
+    /// its self-test.
+    pub fn staged_record_path(&self) -> PathBuf {
+        self.data_dir.join("autopilot-staged.json")
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     /// Where airgap bundles go.
@@ -153,6 +187,25 @@ impl LinuxHost {
         let mut name = self.live.file_name().unwrap_or_default().to_os_string();
         name.push(suffix);
         parent_dir(&self.live).join(name)
+    }
+
+    /// Moves the staged binary aside as `k0s.refused` if the restart marker says it was
+    /// refused (the staging record still names the refused signal): the end of a rollback a
+    /// killed process did not finish. Idempotent; run at startup and by the rollback.
+    pub fn finish_rollback(&self) -> Result<()> {
+        let Some(marker) = self.read_marker()? else { return Ok(()) };
+        let refused_signal = matches!(marker.trial, TrialState::RolledBack { .. });
+        let record = self.read_staged_record();
+        if !refused_signal || record.is_some_and(|r| r.signal != marker.signal) {
+            return Ok(());
+        }
+        let refused = self.refused_path();
+        match std::fs::rename(self.staged_path(), &refused) {
+            Ok(()) => sync_dir(&parent_dir(&self.live))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostError::io("keeping the refused binary as", &refused, e)),
+        }
+        remove_if_present(&self.staged_record_path())
     }
 
     /// Removes the temp files of downloads a killed process left next to the binary and in
@@ -167,7 +220,38 @@ impl LinuxHost {
         }
     }
 
-    fn read_marker(&self) -> Result<Option<RestartMarker>> {
+    fn read_staged_record(&self) -> Option<StagedRecord> {
+        let bytes = std::fs::read(self.staged_record_path()).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    fn write_json(&self, path: &Path, value: &impl serde::Serialize) -> Result<()> {
+        std::fs::create_dir_all(&self.data_dir)
+            .map_err(|e| HostError::io("creating", &self.data_dir, e))?;
+        let bytes = serde_json::to_vec(value)
+            .map_err(|source| HostError::Marker { path: path.to_path_buf(), source })?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let mut temp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&self.data_dir)
+            .map_err(|e| HostError::io("creating a temp file in", &self.data_dir, e))?;
+        std::io::Write::write_all(&mut temp, &bytes)
+            .and_then(|()| temp.as_file().sync_all())
+            .map_err(|e| HostError::io("writing", temp.path(), e))?;
+        temp.persist(path).map_err(|e| HostError::io("renaming to", path, e.error))?;
+        sync_dir(&self.data_dir)?;
+        Ok(())
+    }
+
+    fn write_marker(&self, signal: &SignalKey, trial: TrialState) -> Result<()> {
+        let marker =
+            RestartMarker { signal: signal.clone(), instance: self.instance.clone(), trial };
+        self.write_json(&self.marker_path(), &marker)
+    }
+
+    /// The restart marker, if there is one.
+    pub fn read_marker(&self) -> Result<Option<RestartMarker>> {
         let path = self.marker_path();
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -177,6 +261,17 @@ impl LinuxHost {
             Err(e) => Err(HostError::io("reading restart marker", path, e)),
         }
     }
+}
+
+/// This process's instance id (pid and start time), the same for every [`LinuxHost`] made
+/// in it: a restart marker written by this process names it, and the next process (even
+/// with the same pid, after an exec) has another.
+pub fn process_instance() -> &'static str {
+    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        format!("{}-{}", std::process::id(), started.as_nanos())
+    })
 }
 
 /// SHA-256 of a file (lowercase hex); `None` if it does not exist.
@@ -238,29 +333,55 @@ fn remove_if_present(path: &Path) -> Result<()> {
 
 impl Host for LinuxHost {
     async fn observe(&self, signal: &SignalKey, update: UpdateRef<'_>) -> Result<Observed> {
-        let staged = match update {
-            UpdateRef::Airgap(_) => false,
-            UpdateRef::K0s(_) => match expected_sha256(update) {
-                None => self.staged_path().exists(),
-                Some(want) => {
-                    self.digests.sha256(&self.staged_path()).await?.is_some_and(|got| got == want)
-                }
-            },
+        let (staged, proven) = match update {
+            UpdateRef::Airgap(_) => (false, false),
+            UpdateRef::K0s(_) => {
+                let actual = self.digests.sha256(&self.staged_path()).await?;
+                let record = self.read_staged_record();
+                let want = expected_sha256(update);
+                StagedRecord::judge(record.as_ref(), actual.as_deref(), want.as_deref(), signal)
+            }
         };
         let live_sha256 = match update {
             UpdateRef::Airgap(_) => None,
             UpdateRef::K0s(_) => self.digests.sha256(&self.live).await.ok().flatten(),
         };
-        let restarted =
-            self.read_marker()?.is_some_and(|m| &m.signal == signal && m.instance != self.instance);
-        Ok(Observed { staged, live_sha256, restarted })
+        let restart = RestartState::of(self.read_marker()?.as_ref(), signal, &self.instance);
+        Ok(Observed { staged, proven, live_sha256, restart })
     }
 
-    async fn download(&self, url: &str, sha256: Option<&str>) -> Result<()> {
+    async fn download(&self, signal: &SignalKey, url: &str, sha256: Option<&str>) -> Result<()> {
         let staged = self.staged_path();
         self.remove_leftovers();
-        self.downloader.download(url, sha256, Target::File(&staged)).await?;
-        Ok(())
+        // The record must never describe a file it was not written for.
+        remove_if_present(&self.staged_record_path())?;
+        let done = self.downloader.download(url, sha256, Target::File(&staged)).await?;
+        let record =
+            StagedRecord { signal: signal.clone(), sha256: done.sha256, self_tested: None };
+        self.write_json(&self.staged_record_path(), &record)
+    }
+
+    async fn self_test(&self, signal: &SignalKey, version: &str, any_version: bool) -> Result<()> {
+        let staged = self.staged_path();
+        let verdict = match run_version(&staged).await {
+            Ok((exit, output)) => judge_self_test(exit, &output, version, any_version),
+            Err(reason) => Err(reason),
+        };
+        match verdict {
+            Ok(reported) => {
+                let sha256 = self.digests.sha256(&staged).await?.ok_or_else(|| {
+                    HostError::SelfTest { reason: "the staged binary is gone".into() }
+                })?;
+                let record =
+                    StagedRecord { signal: signal.clone(), sha256, self_tested: Some(reported) };
+                self.write_json(&self.staged_record_path(), &record)
+            }
+            Err(reason) => {
+                remove_if_present(&staged)?;
+                remove_if_present(&self.staged_record_path())?;
+                Err(HostError::SelfTest { reason })
+            }
+        }
     }
 
     async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf> {
@@ -284,9 +405,18 @@ impl Host for LinuxHost {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(HostError::io("opening", &staged, e)),
         }
-        // Keep the previous binary: link it under a temp name, then rename that over
-        // `k0s.prev`, so `k0s.prev` is always complete too. While the staged file exists
-        // the live binary is still the old one, so repeating this is harmless.
+        // Keep the previous binary if it is proven (the one this process runs): link it
+        // under a temp name, then rename that over `k0s.prev`, so `k0s.prev` is always
+        // complete too. While the staged file exists the live binary is still the old one,
+        // so repeating this is harmless. An unproven live binary (swapped in by an earlier
+        // signal and never run) must not displace the last good copy.
+        let live_identity = std::fs::metadata(&self.live).ok().map(|m| (m.dev(), m.ino()));
+        if live_identity.is_none() || live_identity != self.running {
+            std::fs::rename(&staged, &self.live)
+                .map_err(|e| HostError::io("renaming the staged binary to", &self.live, e))?;
+            sync_dir(&dir)?;
+            return remove_if_present(&self.staged_record_path());
+        }
         let previous = self.previous_path();
         let mut name = previous.file_name().unwrap_or_default().to_os_string();
         name.push(".new");
@@ -307,27 +437,85 @@ impl Host for LinuxHost {
         std::fs::rename(&staged, &self.live)
             .map_err(|e| HostError::io("renaming the staged binary to", &self.live, e))?;
         sync_dir(&dir)?;
-        Ok(())
+        remove_if_present(&self.staged_record_path())
     }
 
     fn prepare_restart(&self, signal: &SignalKey) -> Result<()> {
-        let path = self.marker_path();
-        std::fs::create_dir_all(&self.data_dir)
-            .map_err(|e| HostError::io("creating", &self.data_dir, e))?;
-        let marker = RestartMarker { signal: signal.clone(), instance: self.instance.clone() };
-        let bytes = serde_json::to_vec(&marker)
-            .map_err(|source| HostError::Marker { path: path.clone(), source })?;
-        let mut temp = tempfile::Builder::new()
-            .prefix(".autopilot-restart.")
-            .suffix(".tmp")
-            .tempfile_in(&self.data_dir)
-            .map_err(|e| HostError::io("creating a temp file in", &self.data_dir, e))?;
-        std::io::Write::write_all(&mut temp, &bytes)
-            .and_then(|()| temp.as_file().sync_all())
-            .map_err(|e| HostError::io("writing", temp.path(), e))?;
-        temp.persist(&path).map_err(|e| HostError::io("renaming to", &path, e.error))?;
-        sync_dir(&self.data_dir)?;
-        Ok(())
+        self.write_marker(signal, TrialState::Pending)
+    }
+
+    fn pass_trial(&self, signal: &SignalKey) -> Result<()> {
+        self.write_marker(signal, TrialState::Passed)
+    }
+
+    fn roll_back(&self, signal: &SignalKey, to_version: &str, reason: &str) -> Result<()> {
+        // The marker first: from then on the refusal stands, and an interrupted move of the
+        // refused file is finished by the next process (see `finish_rollback`).
+        let trial =
+            TrialState::RolledBack { to: to_version.to_string(), reason: reason.to_string() };
+        self.write_marker(signal, trial)?;
+        self.finish_rollback()
+    }
+
+    fn has_staged(&self) -> bool {
+        self.staged_path().exists()
+    }
+}
+
+/// Runs `binary version` with a clean environment and no shell, bounded by
+/// [`SELF_TEST_TIMEOUT`]; returns its exit code and output (stdout, then stderr, each cut at
+/// [`SELF_TEST_OUTPUT_LIMIT`]), or why it could not be run.
+async fn run_version(binary: &Path) -> std::result::Result<(Option<i32>, String), String> {
+    use tokio::io::AsyncReadExt as _;
+    if let Err(e) = std::fs::set_permissions(binary, std::fs::Permissions::from_mode(0o755)) {
+        return Err(format!("cannot make it executable: {e}"));
+    }
+    let run = async {
+        // A file just written can be briefly "busy" (ETXTBSY) while another thread's fork
+        // still holds its write descriptor; that passes in milliseconds.
+        let mut delay = std::time::Duration::from_millis(20);
+        let mut child = loop {
+            let spawned = tokio::process::Command::new(binary)
+                .arg("version")
+                .env_clear()
+                .current_dir(parent_dir(binary))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn();
+            match spawned {
+                Ok(child) => break child,
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && delay.as_secs() < 2 => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => return Err(format!("it cannot be executed: {e}")),
+            }
+        };
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let out = child.stdout.take();
+        let err = child.stderr.take();
+        let read_out = async {
+            if let Some(out) = out {
+                let _ = out.take(SELF_TEST_OUTPUT_LIMIT).read_to_end(&mut stdout).await;
+            }
+        };
+        let read_err = async {
+            if let Some(err) = err {
+                let _ = err.take(SELF_TEST_OUTPUT_LIMIT).read_to_end(&mut stderr).await;
+            }
+        };
+        let ((), (), status) = tokio::join!(read_out, read_err, child.wait());
+        let status = status.map_err(|e| format!("waiting for it failed: {e}"))?;
+        let mut output = String::from_utf8_lossy(&stdout).into_owned();
+        output.push('\n');
+        output.push_str(&String::from_utf8_lossy(&stderr));
+        Ok((status.code(), output))
+    };
+    match tokio::time::timeout(SELF_TEST_TIMEOUT, run).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("`version` did not finish within {}s", SELF_TEST_TIMEOUT.as_secs())),
     }
 }
 

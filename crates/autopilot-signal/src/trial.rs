@@ -1,0 +1,419 @@
+//! The trial boot of a new binary, and the rollback when it fails (DESIGN §11).
+//!
+//! The process that prepared the restart (running the old, proven binary) does not hand its
+//! place to the new binary blindly. It stops its own work and starts the staged binary as
+//! a child with the same arguments and [`TRIAL_ENV`] set: the child boots the node's real
+//! startup path (connect, install and register: its `ControlNode` for a controller, its
+//! `Node` with a fresh Ready heartbeat for a worker) and, once that worked, writes the token
+//! it was given into [`PROOF_FILE`] and exits. Only then is the new binary proven: it is
+//! swapped in (the running binary kept as `k0s.prev`), the marker records the pass, and the
+//! process re-executes (or exits for its supervisor) into it. If the child exits before that
+//! (three times: a crash loop), or is not healthy within the trial deadline counted only
+//! while the API server answers, the node goes back to the binary it ran: the new one is
+//! kept aside as `k0s.refused`, the marker records why, and the process re-executes (or
+//! exits) into the unchanged live binary, whose agent then reports `Failed` with
+//! `rolled back to <version>: <why>`. The live binary is never one that has not booted.
+//!
+//! [`decide`] is the pure verdict; [`run`] is the shell that spawns, watches and probes.
+//! What this cannot catch is written down in `docs/updating-a-cluster.md`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tracing::{info, warn};
+
+use crate::host::{Host, LinuxHost, SignalKey, TrialState, truncate};
+
+/// The environment variable that puts a process on trial: its value is the token the
+/// process writes into [`PROOF_FILE`] once it is healthy, before it exits.
+pub const TRIAL_ENV: &str = "K0S_AUTOPILOT_TRIAL";
+
+/// The file in the data directory where a process on trial proves it became healthy.
+pub const PROOF_FILE: &str = "autopilot-trial-proof";
+
+/// How many times the new binary may exit before it was healthy before it is refused: one
+/// exit may be bad luck, three in a row are a crash loop.
+pub const MAX_TRIAL_STARTS: u32 = 3;
+
+/// How often the parent looks at the child and probes the API server.
+const TICK: Duration = Duration::from_millis(100);
+
+/// How often the API server is probed during a trial.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a proven child gets to exit by itself before it is stopped.
+const CHILD_EXIT_GRACE: Duration = Duration::from_secs(10);
+
+/// What the parent sees of a trial at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// The child's state.
+    pub child: Child,
+    /// The child wrote the expected token into the proof file.
+    pub proof: bool,
+    /// How many times the child has been started (this run included).
+    pub starts: u32,
+    /// How long the trial has run while the API server answered (outages do not count).
+    pub reachable_for: Duration,
+}
+
+/// The child process of a trial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Child {
+    /// Still running.
+    Running,
+    /// Exited (or could not be started).
+    Exited {
+        /// How: `exit status: 1`, `signal: 9 (SIGKILL)`, or why it could not start.
+        status: String,
+        /// The last line it wrote to stderr, if any.
+        last_line: Option<String>,
+    },
+}
+
+/// What to do about a trial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep waiting.
+    Wait,
+    /// Start the child again (it exited before it was healthy, but not too often yet).
+    StartAgain,
+    /// The new binary is healthy: it is proven.
+    Pass,
+    /// Refuse the new binary, with the reason.
+    RollBack(String),
+}
+
+/// The verdict on a trial given what was seen and the trial `deadline`.
+pub fn decide(seen: &Observation, deadline: Duration) -> Verdict {
+    if seen.proof {
+        return Verdict::Pass;
+    }
+    match &seen.child {
+        Child::Exited { .. } if seen.starts < MAX_TRIAL_STARTS => Verdict::StartAgain,
+        Child::Exited { status, last_line } => {
+            let times =
+                if seen.starts == 1 { String::new() } else { format!(" {} times", seen.starts) };
+            let said = last_line.as_deref().map(|l| format!(": {l}")).unwrap_or_default();
+            Verdict::RollBack(format!(
+                "the new binary exited{times} before it was healthy ({status}){said}"
+            ))
+        }
+        Child::Running if seen.reachable_for >= deadline => Verdict::RollBack(format!(
+            "the new binary was not healthy within {} while the API server answered",
+            autopilot_api::duration::format(deadline)
+        )),
+        Child::Running => Verdict::Wait,
+    }
+}
+
+/// How a trial ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// There was no trial to run (no pending restart marker of this process).
+    NoTrial,
+    /// The new binary passed; restart into it.
+    Passed,
+    /// The previous binary is back; restart into it.
+    RolledBack(String),
+}
+
+/// What the trial needs to know about this process.
+#[derive(Clone, Debug)]
+pub struct TrialConfig {
+    /// The arguments to start it with (this process's own).
+    pub args: Vec<std::ffi::OsString>,
+    /// How long the new binary may take to become healthy while the API server answers.
+    pub deadline: Duration,
+    /// The version this process runs (what a rollback puts back).
+    pub version: String,
+}
+
+/// Runs the trial boot of the staged binary for the restart this process prepared, then
+/// swaps it in (pass) or refuses it (rollback). `client` only probes whether the API server
+/// answers. Whatever happens, the live binary is then one that can run: the one this
+/// process runs, or the staged one after it passed.
+pub async fn run(
+    host: &LinuxHost,
+    config: &TrialConfig,
+    client: &kube::Client,
+) -> anyhow::Result<Outcome> {
+    let marker = host.read_marker()?;
+    let Some(marker) = marker.filter(|m| m.instance == host.instance()) else {
+        return Ok(Outcome::NoTrial);
+    };
+    let signal = marker.signal.clone();
+    match marker.trial {
+        TrialState::Pending => {}
+        TrialState::Passed => return Ok(Outcome::Passed),
+        TrialState::RolledBack { reason, .. } => return Ok(Outcome::RolledBack(reason)),
+    }
+    if !host.has_staged() {
+        // Swapped in by an earlier process that passed the trial and died before recording
+        // it (this process then runs the new binary), or lost: restart into what is live.
+        info!("no staged binary to try; restarting into the live binary");
+        return conclude(host, &signal, Verdict::Pass, &config.version);
+    }
+    let proof_path = host.data_dir().join(PROOF_FILE);
+    let token = format!("{}-{}", host.instance(), std::process::id());
+    let staged = host.staged_path();
+    info!(binary = %staged.display(), deadline = ?config.deadline, "trial boot of the new binary");
+    let started = tokio::time::Instant::now();
+    let verdict = watch(&staged, config, &proof_path, &token, client).await?;
+    let _ = std::fs::remove_file(&proof_path);
+    info!(took = ?started.elapsed(), ?verdict, "trial boot over");
+    conclude(host, &signal, verdict, &config.version)
+}
+
+/// Acts on a trial's verdict: a pass swaps the staged binary in (keeping the running one as
+/// `k0s.prev`) and records the pass; a rollback keeps the refused binary aside and records
+/// why. A swap that keeps failing turns the pass into a rollback. Idempotent.
+pub fn conclude(
+    host: &impl Host,
+    signal: &SignalKey,
+    verdict: Verdict,
+    running_version: &str,
+) -> anyhow::Result<Outcome> {
+    let reason = match verdict {
+        Verdict::Pass => {
+            let mut last = None;
+            for _ in 0..3 {
+                match host.swap_binary() {
+                    Ok(()) => {
+                        host.pass_trial(signal).context("recording the passed trial")?;
+                        return Ok(Outcome::Passed);
+                    }
+                    Err(err) => last = Some(err.reason()),
+                }
+            }
+            format!(
+                "the new binary passed its trial boot but could not be put in place: {}",
+                last.unwrap_or_default()
+            )
+        }
+        Verdict::RollBack(reason) => reason,
+        Verdict::Wait | Verdict::StartAgain => anyhow::bail!("the trial has no verdict yet"),
+    };
+    warn!(%reason, to = running_version, "the new binary is refused; rolling back");
+    let reason = truncate(&reason, 512);
+    host.roll_back(signal, running_version, &reason).context("refusing the new binary")?;
+    Ok(Outcome::RolledBack(reason))
+}
+
+/// The token this process is on trial with, if it is (see [`TRIAL_ENV`]).
+pub fn token() -> Option<String> {
+    std::env::var(TRIAL_ENV).ok().filter(|t| !t.is_empty())
+}
+
+/// Proves, as the child of a trial, that this process became healthy: writes `token` into
+/// [`PROOF_FILE`] in `data_dir` (whole, by rename). The caller exits afterwards.
+pub fn prove(data_dir: &Path, token: &str) -> anyhow::Result<()> {
+    let path = data_dir.join(PROOF_FILE);
+    let temp = data_dir.join(format!(".{PROOF_FILE}.{}.tmp", std::process::id()));
+    std::fs::write(&temp, token).with_context(|| format!("writing {}", temp.display()))?;
+    std::fs::rename(&temp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    info!(proof = %path.display(), "healthy on trial; proof written");
+    Ok(())
+}
+
+/// Spawns and watches the child until a verdict other than wait.
+async fn watch(
+    binary: &Path,
+    config: &TrialConfig,
+    proof_path: &Path,
+    token: &str,
+    client: &kube::Client,
+) -> anyhow::Result<Verdict> {
+    let _ = std::fs::remove_file(proof_path);
+    let mut starts = 1;
+    let mut child = spawn(binary, config, token);
+    let mut reachable_for = Duration::ZERO;
+    let mut answered = false;
+    let mut next_probe = tokio::time::Instant::now();
+    let mut last_tick = tokio::time::Instant::now();
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        // Time counts against the deadline only while the API server answered.
+        let now = tokio::time::Instant::now();
+        if answered {
+            reachable_for += now - last_tick;
+        }
+        last_tick = now;
+        if now >= next_probe {
+            answered = probe(client).await;
+            next_probe = tokio::time::Instant::now() + PROBE_EVERY;
+        }
+        let state = child.state();
+        let proof = std::fs::read_to_string(proof_path).is_ok_and(|t| t.trim() == token);
+        let seen = Observation { child: state, proof, starts, reachable_for };
+        match decide(&seen, config.deadline) {
+            Verdict::Wait => {}
+            Verdict::StartAgain => {
+                warn!(child = ?seen.child, starts, "the new binary exited during its trial; starting it again");
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(starts))).await;
+                starts += 1;
+                child = spawn(binary, config, token);
+            }
+            verdict @ Verdict::Pass => {
+                child.finish(CHILD_EXIT_GRACE).await;
+                return Ok(verdict);
+            }
+            verdict @ Verdict::RollBack(_) => {
+                child.finish(Duration::from_secs(2)).await;
+                return Ok(verdict);
+            }
+        }
+    }
+}
+
+/// Whether the API server answers at all (any HTTP answer but 5xx/429 counts).
+async fn probe(client: &kube::Client) -> bool {
+    match tokio::time::timeout(Duration::from_secs(2), client.apiserver_version()).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(err)) => !crate::node::is_transient(&err) && matches!(err, kube::Error::Api(_)),
+        Err(_elapsed) => false,
+    }
+}
+
+/// The child of a trial.
+struct TrialChild {
+    child: Option<tokio::process::Child>,
+    spawn_error: Option<String>,
+    last_line: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    exited: Option<String>,
+}
+
+fn spawn(binary: &Path, config: &TrialConfig, token: &str) -> TrialChild {
+    let last_line = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let spawned = tokio::process::Command::new(binary)
+        .args(&config.args)
+        .env(TRIAL_ENV, token)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    match spawned {
+        Ok(mut child) => {
+            if let Some(stderr) = child.stderr.take() {
+                let last = last_line.clone();
+                tokio::spawn(forward_stderr(stderr, last));
+            }
+            TrialChild { child: Some(child), spawn_error: None, last_line, exited: None }
+        }
+        Err(e) => TrialChild {
+            child: None,
+            spawn_error: Some(format!("cannot be started: {e}")),
+            last_line,
+            exited: None,
+        },
+    }
+}
+
+/// Copies the child's stderr to ours (the node's log), remembering the last line.
+async fn forward_stderr(
+    stderr: tokio::process::ChildStderr,
+    last: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        eprintln!("{line}");
+        let trimmed = line.trim();
+        if !trimmed.is_empty() {
+            *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(truncate(trimmed, 300));
+        }
+    }
+}
+
+impl TrialChild {
+    fn state(&mut self) -> Child {
+        if let Some(error) = &self.spawn_error {
+            return Child::Exited { status: error.clone(), last_line: None };
+        }
+        if self.exited.is_none()
+            && let Some(child) = self.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            self.exited = Some(status.to_string());
+        }
+        match &self.exited {
+            Some(status) => Child::Exited {
+                status: status.clone(),
+                last_line: self
+                    .last_line
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+            },
+            None => Child::Running,
+        }
+    }
+
+    /// Lets the child exit by itself within `grace`, then kills it, and reaps it.
+    async fn finish(&mut self, grace: Duration) {
+        let Some(child) = self.child.as_mut() else { return };
+        if self.exited.is_some() {
+            return;
+        }
+        if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
+            // Ask politely first: a healthy child stops its work cleanly on SIGTERM.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(child: Child, proof: bool, starts: u32, reachable: u64) -> Observation {
+        Observation { child, proof, starts, reachable_for: Duration::from_secs(reachable) }
+    }
+
+    fn exited() -> Child {
+        Child::Exited { status: "exit status: 1".into(), last_line: Some("boom".into()) }
+    }
+
+    const DEADLINE: Duration = Duration::from_secs(120);
+
+    #[test]
+    fn a_proof_passes_the_trial_whatever_the_child_does_next() {
+        assert_eq!(decide(&seen(Child::Running, true, 1, 0), DEADLINE), Verdict::Pass);
+        assert_eq!(decide(&seen(exited(), true, 3, 500), DEADLINE), Verdict::Pass);
+    }
+
+    #[test]
+    fn an_exit_before_the_proof_starts_again_then_rolls_back_after_three() {
+        assert_eq!(decide(&seen(exited(), false, 1, 0), DEADLINE), Verdict::StartAgain);
+        assert_eq!(decide(&seen(exited(), false, 2, 0), DEADLINE), Verdict::StartAgain);
+        assert_eq!(
+            decide(&seen(exited(), false, 3, 0), DEADLINE),
+            Verdict::RollBack(
+                "the new binary exited 3 times before it was healthy (exit status: 1): boom".into()
+            )
+        );
+    }
+
+    #[test]
+    fn only_time_while_the_api_server_answers_counts_against_the_deadline() {
+        assert_eq!(decide(&seen(Child::Running, false, 1, 119), DEADLINE), Verdict::Wait);
+        let Verdict::RollBack(reason) = decide(&seen(Child::Running, false, 1, 120), DEADLINE)
+        else {
+            panic!("expected a rollback")
+        };
+        assert_eq!(
+            reason,
+            "the new binary was not healthy within 2m while the API server answered"
+        );
+    }
+}
