@@ -437,6 +437,17 @@ impl K0sProcess {
             .unwrap_or_default()
     }
 
+    /// The log written after `mark` (see [`K0sProcess::log_mark`]).
+    pub fn log_after(&self, mark: LogMark) -> String {
+        let mut bytes = Vec::new();
+        if let Ok(mut file) = fs::File::open(&self.log_path)
+            && file.seek(SeekFrom::Start(mark.0)).is_ok()
+        {
+            let _ = file.read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
     /// The last `lines` lines of the log.
     pub fn log_tail(&self, lines: usize) -> String {
         tail(&self.log_path, lines)

@@ -185,51 +185,6 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     assert!(reason.contains(&url), "the URL is named: {reason}");
 }
 
-/// A payload that verifies but is not the version the plan names: the worker swaps it in
-/// and restarts, then finds itself running another version and reports `Failed` with both
-/// versions; the plan ends in `ApplyFailed` and the leader does not leave the node cordoned.
-#[tokio::test]
-async fn a_binary_of_another_version_fails_after_the_restart_and_leaves_no_cordon() {
-    let cluster = ClusterBuilder::new("update-wrong-version")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
-    let worker = &workers[0];
-    // The server hands out the node's own (v1) binary, with its correct digest, as "v2".
-    let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
-    let v1 = binary_version(worker.binary_path());
-    assert_ne!(v1, V2);
-    let sha = sha256_hex(&v1_bytes);
-    let server = FileServer::start(v1_bytes).await.unwrap();
-    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&["worker-0"], 1)));
-    create_plan(&client, &plan("autopilot", "mislabelled", vec![k0s_command(update)]))
-        .await
-        .unwrap();
-    let failed = wait_plan_state(&client, "autopilot", PlanStateType::ApplyFailed).await.unwrap();
-    let target = target(&failed, 0, "worker-0");
-    assert_eq!(target.state, TargetState::SignalApplyFailed, "{}", status_yaml(&failed));
-    assert_eq!(target.phase, Some(SignalPhase::Failed));
-    assert_eq!(
-        target.reason.as_deref(),
-        Some(format!("running version {v1} after restart, expected {V2}").as_str()),
-        "{}",
-        status_yaml(&failed)
-    );
-    assert!(worker.is_running(), "the worker keeps running:\n{}", worker.log_tail(30));
-    assert_eq!(binary_version(worker.binary_path()), v1);
-    wait_for(Duration::from_secs(30), "worker-0 uncordoned after the failure", || async {
-        let (cordoned, marked) = node_cordon(&client, "worker-0").await?;
-        Ok((!cordoned && !marked).then_some(()))
-    })
-    .await
-    .unwrap();
-}
-
 /// A full disk (DESIGN "bad input"): the worker's binary lives on a filesystem with room for
 /// itself and 4 MiB more, so the v2 download runs out of space part way. The plan ends in
 /// `ApplyFailed` with "no space left on device" and the directory named on the target; the

@@ -13,6 +13,7 @@
 //! defaults and serialised strings follow k0s, so k0s nodes and tools understand what we
 //! write and vice versa.
 
+pub mod backoff;
 pub mod duration;
 pub mod keys;
 pub mod platform;

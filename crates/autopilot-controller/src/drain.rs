@@ -115,11 +115,13 @@ pub async fn run(
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let nodes = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .trigger_backoff(crate::observe::WatchBackoff::default())
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(reconcile::<Node>, error_policy::<Node>, context.clone())
         .for_each(|_| async {});
     let control_nodes =
         Controller::new(Api::<ControlNode>::all(client), watcher::Config::default())
+            .trigger_backoff(crate::observe::WatchBackoff::default())
             .graceful_shutdown_on(stopped(stop_rx))
             .run(reconcile::<ControlNode>, error_policy::<ControlNode>, context)
             .for_each(|_| async {});

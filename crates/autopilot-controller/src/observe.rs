@@ -76,14 +76,70 @@ pub fn is_node_ready(node: &Node) -> bool {
     })
 }
 
-/// Decode the signal annotations of an object.
+/// Decode the signal annotations of an object. A signal that fails validation but that the
+/// node has answered with a terminal status (a node refuses what it cannot act on, with the
+/// reason) is read as it stands, so the answer ends the plan instead of being ignored.
 pub fn observe_signal(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> ObservedSignal {
     match signal::from_meta(meta) {
         Ok(None) => ObservedSignal::None,
         Ok(Some(data)) => ObservedSignal::Valid(data),
-        Err(err) => ObservedSignal::Invalid(err.to_string()),
+        Err(err) => match signal::from_meta_unchecked(meta) {
+            Ok(Some(data)) if data.phase().is_some_and(signal::SignalPhase::is_terminal) => {
+                ObservedSignal::Valid(data)
+            }
+            Ok(_) | Err(_) => ObservedSignal::Invalid(err.to_string()),
+        },
+    }
+}
+
+/// [`autopilot_api::backoff::Capped`] as a kube-runtime watch backoff: a watch broken by an
+/// API-server outage is re-established within two seconds of the server answering again.
+#[derive(Clone, Debug, Default)]
+pub struct WatchBackoff(autopilot_api::backoff::Capped);
+
+impl Iterator for WatchBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next()
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autopilot_api::keys;
+
+    fn meta(data: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            annotations: Some(
+                [
+                    (keys::ANNOTATION_SIGNAL_VERSION.to_owned(), "v2".to_owned()),
+                    (keys::ANNOTATION_SIGNAL_DATA.to_owned(), data.to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_node_answer_to_a_signal_it_refused_is_read_but_an_unanswered_invalid_one_is_not() {
+        let unanswered = r#"{"planId":"p","created":"c","command":{"id":0,"k0supdate":{"url":"example.invalid/k0s","version":"v2"}}}"#;
+        assert!(matches!(observe_signal(&meta(unanswered)), ObservedSignal::Invalid(_)));
+        let answered = r#"{"planId":"p","created":"c","command":{"id":0,"k0supdate":{"url":"example.invalid/k0s","version":"v2"}},"status":{"status":"Failed","timestamp":"t","reason":"refused: no scheme"}}"#;
+        let ObservedSignal::Valid(data) = observe_signal(&meta(answered)) else {
+            panic!("the answer is read")
+        };
+        assert_eq!(data.phase(), Some(signal::SignalPhase::Failed));
     }
 }
 

@@ -168,7 +168,7 @@ impl Engine {
                 control_node_writer,
                 watcher(Api::<ControlNode>::all(client.clone()), config.clone()),
             )
-            .default_backoff(),
+            .backoff(observe::WatchBackoff::default()),
             control_node_fingerprint,
         );
 
@@ -178,12 +178,13 @@ impl Engine {
                 node_writer,
                 watcher(Api::<Node>::all(client.clone()), config.clone()),
             )
-            .default_backoff(),
+            .backoff(observe::WatchBackoff::default()),
             node_fingerprint,
         );
 
         let plans: Api<Plan> = Api::all(client.clone());
-        let controller = Controller::new(plans.clone(), config);
+        let controller = Controller::new(plans.clone(), config)
+            .trigger_backoff(observe::WatchBackoff::default());
         // Node changes matter only once the Plan exists; mapping them to a missing Plan makes
         // the controller report (and delay) a reconcile of an object it does not have.
         let plan_store = controller.store();

@@ -27,6 +27,9 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// Longest wait between retries of a failed idempotent action.
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
+/// The longest reason the agent writes (the controller caps what it copies the same way).
+pub const MAX_REASON_BYTES: usize = 1024;
+
 /// How [`run`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -72,7 +75,8 @@ where
 {
     let api: Api<K> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", agent.name));
-    let mut objects = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
+    let mut objects =
+        watcher(api.clone(), config).backoff(WatchBackoff::default()).applied_objects().boxed();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut retry = FIRST_RETRY;
     let mut latest: Option<K> = None;
@@ -281,7 +285,8 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let mut status = SignalStatus::new(phase, jiff::Timestamp::now());
-    status.reason = reason;
+    // The reason travels in an annotation and into the Plan's status: keep it readable.
+    status.reason = reason.map(|r| host::truncate(&r, MAX_REASON_BYTES));
     let next = data.clone().with_status(status);
     let patch = json!({
         "metadata": {
@@ -292,4 +297,22 @@ where
     api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     info!(node = %object.name_any(), to = %phase, "signal status written");
     Ok(next)
+}
+/// [`autopilot_api::backoff::Capped`] as a kube-runtime watch backoff: a watch broken by an
+/// API-server outage is re-established within two seconds of the server answering again.
+#[derive(Clone, Debug, Default)]
+pub struct WatchBackoff(autopilot_api::backoff::Capped);
+
+impl Iterator for WatchBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next()
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
 }

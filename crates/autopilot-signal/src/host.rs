@@ -133,19 +133,20 @@ pub struct RestartMarker {
     pub signal: SignalKey,
     /// The instance id of the process that prepared it (see [`LinuxHost::instance`]).
     pub instance: String,
-    /// The trial boot of the new binary (see `crate::trial`).
-    #[serde(default)]
+    /// The trial boot of the new binary (see `crate::trial`). A marker without it was
+    /// written by a version without trial boots, which swapped before restarting: for it
+    /// the restart was the whole story, so it reads as passed.
+    #[serde(default = "TrialState::before_trials")]
     pub trial: TrialState,
 }
 
 /// Where the trial boot of a new binary stands, as recorded in the restart marker.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "camelCase")]
 pub enum TrialState {
     /// The restart is prepared; the trial has not concluded. A process of another instance
     /// that reads this found the trial interrupted (the process running it died): it runs
     /// the restart, and so the trial, again.
-    #[default]
     Pending,
     /// The new binary became healthy; it is proven.
     Passed,
@@ -156,6 +157,12 @@ pub enum TrialState {
         /// Why the new binary was refused.
         reason: String,
     },
+}
+
+impl TrialState {
+    fn before_trials() -> Self {
+        Self::Passed
+    }
 }
 
 /// What the staging record (`<data-dir>/autopilot-staged.json`) says about the staged
@@ -398,6 +405,17 @@ mod tests {
         let html = judge_self_test(Some(0), "<html>", V2, true).unwrap_err();
         assert!(html.contains("not a version"), "{html}");
         assert!(judge_self_test(Some(0), "", V2, true).is_err());
+    }
+
+    #[test]
+    fn a_restart_marker_of_a_version_without_trials_reads_as_passed() {
+        let old = r#"{"signal":{"planId":"p","created":"c","commandId":0},"instance":"1-2"}"#;
+        let marker: RestartMarker = serde_json::from_str(old).unwrap();
+        assert_eq!(marker.trial, TrialState::Passed);
+        let pending = RestartMarker { trial: TrialState::Pending, ..marker };
+        let text = serde_json::to_string(&pending).unwrap();
+        assert!(text.contains(r#""trial":{"state":"pending"}"#), "{text}");
+        assert_eq!(serde_json::from_str::<RestartMarker>(&text).unwrap(), pending);
     }
 
     #[test]
