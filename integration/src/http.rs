@@ -1,15 +1,16 @@
-//! A tiny loopback HTTP server for update payloads (a v2 k0s binary, a bundle), as the
+//! A tiny loopback HTTP(S) server for update payloads (a v2 k0s binary, a bundle), as the
 //! update server of a real installation would serve them — and as a broken one would:
-//! [`Serve`] chooses between a good answer, an error status, a body that stalls and a body
-//! held back until the test releases it.
+//! [`Serve`] chooses between a good answer, an error status, a redirect, a body that stalls
+//! and a body held back until the test releases it. [`FileServer::start_tls`] serves over
+//! https with a fresh self-signed certificate for 127.0.0.1 ([`FileServer::ca_pem`] is what
+//! a client must trust, e.g. a worker's `--download-ca-file`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::bail;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
+use anyhow::{Context as _, bail};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -20,6 +21,8 @@ pub enum Serve {
     Body(Vec<u8>),
     /// This status (e.g. 404) with a short text body naming it.
     Status(u16),
+    /// `302 Found` with this URL as `Location`.
+    Redirect(String),
     /// `200 OK` announcing the whole body's `Content-Length`, then the first `after` bytes,
     /// then nothing more: the connection stays open and silent until the client gives up
     /// (or the server is dropped).
@@ -52,11 +55,14 @@ struct Shared {
     released: watch::Sender<bool>,
 }
 
-/// Serves one answer at every path over plain HTTP/1.1 on 127.0.0.1; stops when dropped
-/// (which also closes stalled and held connections).
+/// Serves one answer at every path over HTTP/1.1 on 127.0.0.1 (plain, or TLS with
+/// [`FileServer::start_tls`]); stops when dropped (which also closes stalled and held
+/// connections).
 #[derive(Debug)]
 pub struct FileServer {
     base: String,
+    /// The self-signed certificate (PEM) of a TLS server.
+    ca_pem: Option<String>,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
     connections: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
@@ -70,8 +76,36 @@ impl FileServer {
 
     /// Start answering every request as `serve` says.
     pub async fn start_with(serve: Serve) -> anyhow::Result<Self> {
+        Self::start_on(serve, None).await
+    }
+
+    /// Start answering every request as `serve` says, over https with a fresh self-signed
+    /// certificate for `127.0.0.1` (see [`FileServer::ca_pem`]).
+    pub async fn start_tls(serve: Serve) -> anyhow::Result<Self> {
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
+                .context("generating the file server's certificate")?;
+        let key = rustls::pki_types::PrivateKeyDer::try_from(signing_key.serialize_der())
+            .map_err(|e| anyhow::anyhow!("the file server's private key: {e}"))?;
+        let config = rustls::ServerConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()
+        .context("tls protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .context("the file server's tls configuration")?;
+        let tls =
+            Tls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_pem: cert.pem() };
+        Self::start_on(serve, Some(tls)).await
+    }
+
+    async fn start_on(serve: Serve, tls: Option<Tls>) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base = format!("{scheme}://{}", listener.local_addr()?);
+        let ca_pem = tls.as_ref().map(|tls| tls.ca_pem.clone());
+        let acceptor = tls.map(|tls| tls.acceptor);
         let shared = Arc::new(Shared {
             serve,
             requests: AtomicUsize::new(0),
@@ -85,19 +119,38 @@ impl FileServer {
             async move {
                 loop {
                     let Ok((socket, _)) = listener.accept().await else { return };
-                    let connection = tokio::spawn(answer(socket, shared.clone()));
+                    let shared = shared.clone();
+                    let acceptor = acceptor.clone();
+                    let connection = tokio::spawn(async move {
+                        match acceptor {
+                            None => answer(socket, shared).await,
+                            Some(acceptor) => {
+                                // A client that does not trust the certificate hangs up here.
+                                if let Ok(stream) = acceptor.accept(socket).await {
+                                    answer(stream, shared).await;
+                                }
+                            }
+                        }
+                    });
                     let mut all = connections.lock().unwrap_or_else(|p| p.into_inner());
                     all.retain(|c| !c.is_finished());
                     all.push(connection);
                 }
             }
         });
-        Ok(Self { base, shared, task, connections })
+        Ok(Self { base, ca_pem, shared, task, connections })
     }
 
-    /// `http://127.0.0.1:<port>` (any path gets the same answer).
+    /// `http://127.0.0.1:<port>`, or `https://…` for a TLS server (any path gets the same
+    /// answer).
     pub fn base_url(&self) -> &str {
         &self.base
+    }
+
+    /// The PEM certificate a client must trust to reach a TLS server (`None` for plain
+    /// http).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// How many requests the server has answered (started answering) so far.
@@ -130,8 +183,14 @@ impl FileServer {
     }
 }
 
+/// The TLS side of a [`FileServer::start_tls`] server.
+struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    ca_pem: String,
+}
+
 /// Reads one request's headers and answers it as the server's [`Serve`] says.
-async fn answer(mut socket: TcpStream, shared: Arc<Shared>) {
+async fn answer(mut socket: impl AsyncRead + AsyncWrite + Unpin, shared: Arc<Shared>) {
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
     while !request.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -163,6 +222,12 @@ async fn answer(mut socket: TcpStream, shared: Arc<Shared>) {
             );
             let _ = socket.write_all(head.as_bytes()).await;
             let _ = socket.write_all(body.as_bytes()).await;
+        }
+        Serve::Redirect(location) => {
+            let head = format!(
+                "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
         }
         Serve::Stall { body, after } => {
             let (first, _) = body.split_at((*after).min(body.len()));

@@ -271,7 +271,12 @@ fn plan_object(run: usize, workers: &[String], concurrent: u32) -> Plan {
             "commands": [{
                 "k0supdate": {
                     "version": "v1.35.9+k0s.0",
-                    "platforms": { platform: { "url": "http://127.0.0.1:9/k0s" } },
+                    // Never downloaded (simulated nodes), but a plain-http payload needs
+                    // a digest or the controller refuses the plan.
+                    "platforms": { platform: {
+                        "url": "http://127.0.0.1:9/k0s",
+                        "sha256": "0".repeat(64),
+                    } },
                     "targets": {
                         "controllers": { "discovery": { "static": {
                             "nodes": ["controller-0", "controller-1", "controller-2"] } } },

@@ -80,6 +80,12 @@ pub struct Args {
     /// command ends in `InconsistentTargets`.
     #[arg(long, default_value = "10m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub readiness_grace: Duration,
+
+    /// Accept plans whose payloads no node can verify: a platform entry with neither a
+    /// `sha256` nor an `https://` URL. Without this flag such a plan ends in `Warning` before
+    /// any node is signalled; with it, it runs and each such entry gets a Warning Event.
+    #[arg(long)]
+    pub allow_unverified_payloads: bool,
 }
 
 impl Args {
@@ -136,6 +142,7 @@ pub async fn run(
         retry_period,
         startup_timeout,
         readiness_grace,
+        allow_unverified_payloads,
     } = args;
     anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
     let timings = leader::Timings::new(lease_duration, renew_deadline, retry_period)?;
@@ -149,6 +156,7 @@ pub async fn run(
         api.address = %api_address,
         version,
         excluded = ?exclude_from_plans,
+        allow_unverified_payloads,
         "starting autopilot controller"
     );
 
@@ -183,6 +191,7 @@ pub async fn run(
         exclude_workers: exclude_from_plans.contains(&NodeKind::Worker),
         readiness_grace,
         readiness_recheck: READINESS_RECHECK,
+        allow_unverified_payloads,
     };
     let leading_rx = leading.subscribe();
     let engine = reconcile::Engine::new(client.clone(), config, api_address, policy, &node_name)?;

@@ -81,6 +81,16 @@ pub enum DownloadError {
         /// The URL that was redirected to a second time.
         url: String,
     },
+    /// A redirect from an `https://` URL to a plain `http://` one: following it would give
+    /// up the TLS that authenticates the server, so it is refused (a payload without a
+    /// `sha256` would then arrive with nothing vouching for it).
+    #[error("GET {from}: refusing the redirect to {to}: it leaves https for plain http")]
+    InsecureRedirect {
+        /// The `https://` URL that answered with the redirect.
+        from: String,
+        /// The `http://` URL it pointed at.
+        to: String,
+    },
     /// More redirects than [`DownloadConfig::max_redirects`].
     #[error("GET {url}: too many redirects (more than {limit})")]
     TooManyRedirects {
@@ -191,6 +201,7 @@ impl DownloadError {
             Self::Status { .. } => "status",
             Self::BadRedirect { .. } => "bad_redirect",
             Self::RedirectLoop { .. } => "redirect_loop",
+            Self::InsecureRedirect { .. } => "insecure_redirect",
             Self::TooManyRedirects { .. } => "too_many_redirects",
             Self::Request { .. } => "request",
             Self::Body { .. } => "body",
@@ -454,6 +465,12 @@ impl Downloader {
                 .and_then(|location| resolve(&current, location))
                 .ok_or_else(|| DownloadError::BadRedirect { url: current.to_string(), status })?;
             let next = parse_url(&next.to_string())?;
+            if is_https(&current) && !is_https(&next) {
+                return Err(DownloadError::InsecureRedirect {
+                    from: current.to_string(),
+                    to: next.to_string(),
+                });
+            }
             if visited.contains(&next) {
                 return Err(DownloadError::RedirectLoop { url: next.to_string() });
             }
@@ -610,6 +627,11 @@ fn parse_url(url: &str) -> Result<Uri> {
         return Err(invalid());
     }
     Ok(uri)
+}
+
+/// Whether `uri` is fetched over TLS (`parse_url` admits only `http` and `https`).
+fn is_https(uri: &Uri) -> bool {
+    uri.scheme_str().is_some_and(|scheme| scheme.eq_ignore_ascii_case("https"))
 }
 
 fn is_followed_redirect(status: StatusCode) -> bool {
@@ -797,6 +819,14 @@ mod tests {
         assert_eq!(r("y"), Some("http://h:1/a/b/y".into()));
         assert_eq!(r("https://o/z"), Some("https://o/z".into()));
         assert_eq!(r("//o/z"), Some("http://o/z".into()));
+    }
+
+    #[test]
+    fn only_https_urls_count_as_tls() {
+        let uri = |s: &str| s.parse::<Uri>().expect("uri");
+        assert!(is_https(&uri("https://h/k0s")));
+        assert!(is_https(&uri("HTTPS://h/k0s")));
+        assert!(!is_https(&uri("http://h/k0s")));
     }
 
     #[test]

@@ -62,6 +62,22 @@ fn respond(req: &Request<Incoming>) -> Response<TestBody> {
             .header("content-disposition", "attachment; filename=\"images v2.tar\"")
             .body(body(PAYLOAD)),
         "/dist/bundle.tar" => builder.body(body(PAYLOAD)),
+        // `/to-http/<host:port>`: a redirect to `http://<host:port>/k0s`.
+        _ if path.starts_with("/to-http/") => {
+            let authority = path.trim_start_matches("/to-http/");
+            builder
+                .status(StatusCode::FOUND)
+                .header("location", format!("http://{authority}/k0s"))
+                .body(body(b""))
+        }
+        // `/to-https/<host:port>`: a redirect to `https://<host:port>/k0s`.
+        _ if path.starts_with("/to-https/") => {
+            let authority = path.trim_start_matches("/to-https/");
+            builder
+                .status(StatusCode::FOUND)
+                .header("location", format!("https://{authority}/k0s"))
+                .body(body(b""))
+        }
         _ => builder.status(StatusCode::INTERNAL_SERVER_ERROR).body(body(b"")),
     };
     response.expect("valid response")
@@ -366,5 +382,66 @@ async fn https_works_with_a_trusted_root_and_fails_without_it() {
     download::download(&url, Some(&sha(PAYLOAD)), Target::File(&dest), config)
         .await
         .expect("download over https");
+    assert_eq!(std::fs::read(&dest).expect("read"), PAYLOAD);
+}
+
+#[tokio::test]
+async fn a_redirect_from_https_to_http_is_refused_naming_both_urls() {
+    let (tls_addr, pem) = serve_tls().await;
+    let plain_addr = serve().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, pem).expect("write ca");
+    let config = DownloadConfig { ca_file: Some(ca), ..config() };
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    let dest = work.join("k0s");
+
+    // The plain URL itself serves the payload: only the redirect is refused.
+    download::download(
+        &format!("http://{plain_addr}/k0s"),
+        Some(&sha(PAYLOAD)),
+        Target::File(&dest),
+        config.clone(),
+    )
+    .await
+    .expect("the http URL works on its own");
+    std::fs::remove_file(&dest).expect("remove");
+
+    let from = format!("https://{tls_addr}/to-http/{plain_addr}");
+    let to = format!("http://{plain_addr}/k0s");
+    let err = download::download(&from, Some(&sha(PAYLOAD)), Target::File(&dest), config)
+        .await
+        .expect_err("https -> http refused");
+    assert!(
+        matches!(&err, DownloadError::InsecureRedirect { from: f, to: t } if *f == from && *t == to),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("GET {from}: refusing the redirect to {to}: it leaves https for plain http")
+    );
+    assert_eq!(err.metric_label(), "insecure_redirect");
+    assert!(listing(&work).is_empty(), "nothing left behind");
+}
+
+#[tokio::test]
+async fn a_redirect_from_http_to_https_is_followed() {
+    let (tls_addr, pem) = serve_tls().await;
+    let plain_addr = serve().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, pem).expect("write ca");
+    let dest = dir.path().join("k0s");
+    let config = DownloadConfig { ca_file: Some(ca), ..config() };
+    let done = download::download(
+        &format!("http://{plain_addr}/to-https/{tls_addr}"),
+        Some(&sha(PAYLOAD)),
+        Target::File(&dest),
+        config,
+    )
+    .await
+    .expect("http -> https is an upgrade");
+    assert_eq!(done.url, format!("https://{tls_addr}/k0s"));
     assert_eq!(std::fs::read(&dest).expect("read"), PAYLOAD);
 }

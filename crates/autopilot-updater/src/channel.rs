@@ -3,7 +3,8 @@
 //!
 //! The periodic format (`<server>/<channel>/index.yaml`) lists one entry per platform with
 //! optional SHA-256 digests; the legacy format of the cron strategy has two maps keyed by
-//! `<os>-<arch>` and no digests. Both become the same [`ChannelAnswer`].
+//! `<os>-<arch>` and no digests. Both become the same [`ChannelAnswer`]. An entry without a
+//! digest only becomes a Plan if its URL is `https://` (see [`crate::decide`], rule 5).
 
 use std::collections::BTreeMap;
 

@@ -18,10 +18,15 @@
 //!    which the shell times with [`crate::cron::Schedule::next_after`].
 //! 4. A Plan that has not reached a terminal state is never touched
 //!    ([`Decision::PlanRunning`]), for either strategy.
-//! 5. A terminal Plan whose commands are exactly what we would generate is left alone
+//! 5. Every download of the generated Plan must be verifiable: an entry the server gives
+//!    no digest for (always so on the legacy endpoint of the cron strategy) must be an
+//!    `https://` URL, else the Plan is not created ([`Decision::UnverifiedPayload`]); the
+//!    controller would refuse it anyway (DESIGN §11), and an operator learns why here, on
+//!    the UpdateConfig, instead of from a refused Plan.
+//! 6. A terminal Plan whose commands are exactly what we would generate is left alone
 //!    ([`Decision::AlreadyPlanned`]): that update already ran (or failed: delete the Plan
 //!    to retry the same version). This keeps a stuck version from re-running every period.
-//! 6. Otherwise the Plan is generated (REF §11.6): [`Decision::CreatePlan`] when none exists,
+//! 7. Otherwise the Plan is generated (REF §11.6): [`Decision::CreatePlan`] when none exists,
 //!    [`Decision::ReplacePlan`] over a terminal one. Applying a new spec to a terminal Plan
 //!    starts a fresh run (DESIGN §9.4), so repeated updates work, unlike k0s.
 
@@ -157,6 +162,14 @@ pub enum Decision {
         /// The new spec.
         spec: PlanSpec,
     },
+    /// The server offers downloads without a sha256 over plain `http://`: no node could
+    /// check what it gets, so no Plan is created (rule 5 of the module docs).
+    UnverifiedPayload {
+        /// The offered version.
+        offered: String,
+        /// Each such entry, as `<k0s|airgap> <platform> (<url>)`, sorted.
+        entries: Vec<String>,
+    },
     /// The UpdateConfig or the server's answer cannot be used; the message says why.
     Invalid(String),
 }
@@ -173,6 +186,8 @@ pub mod reasons {
     pub const ALREADY_PLANNED: &str = "AlreadyPlanned";
     /// [`super::Decision::CreatePlan`] and [`super::Decision::ReplacePlan`].
     pub const PLAN_CREATED: &str = "PlanCreated";
+    /// [`super::Decision::UnverifiedPayload`].
+    pub const UNVERIFIED_PAYLOAD: &str = "UnverifiedPayload";
     /// [`super::Decision::Invalid`].
     pub const INVALID: &str = "InvalidUpdateConfig";
     /// For the shell: the update server could not be reached or answered badly.
@@ -188,7 +203,22 @@ impl Decision {
             | Self::OutsideWindow { .. }
             | Self::PlanRunning { .. }
             | Self::AlreadyPlanned { .. }
+            | Self::UnverifiedPayload { .. }
             | Self::Invalid(_) => None,
+        }
+    }
+
+    /// Whether the decision is a problem an operator must fix (a Warning Event and a
+    /// `warn` log line) rather than progress.
+    pub fn is_problem(&self) -> bool {
+        match self {
+            Self::UnverifiedPayload { .. } | Self::Invalid(_) => true,
+            Self::UpToDate { .. }
+            | Self::OutsideWindow { .. }
+            | Self::PlanRunning { .. }
+            | Self::AlreadyPlanned { .. }
+            | Self::CreatePlan(_)
+            | Self::ReplacePlan { .. } => false,
         }
     }
 
@@ -200,6 +230,7 @@ impl Decision {
             Self::PlanRunning { .. } => reasons::PLAN_RUNNING,
             Self::AlreadyPlanned { .. } => reasons::ALREADY_PLANNED,
             Self::CreatePlan(_) | Self::ReplacePlan { .. } => reasons::PLAN_CREATED,
+            Self::UnverifiedPayload { .. } => reasons::UNVERIFIED_PAYLOAD,
             Self::Invalid(_) => reasons::INVALID,
         }
     }
@@ -226,6 +257,14 @@ impl Decision {
             Self::ReplacePlan { previous, spec } => {
                 format!("replaced the ended autopilot plan ({previous}) with a new run {}", spec.id)
             }
+            Self::UnverifiedPayload { offered, entries } => format!(
+                "not planning {offered}: the update server gives no sha256 for {}, and \
+                 {} not https, so no node could check what it downloads; the server must \
+                 serve its downloads over https or give their digests (k0sSha256, \
+                 airgapSha256 in index.yaml)",
+                entries.join(", "),
+                if entries.len() == 1 { "it is" } else { "they are" },
+            ),
             Self::Invalid(reason) => reason.clone(),
         }
     }
@@ -283,7 +322,13 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         Err(reason) => return Decision::Invalid(reason),
     };
 
-    // Check 5 and 6: same commands already ran, or create / replace.
+    // Check 5: every download can be verified, or at least comes over https.
+    let entries = unverified_plain_downloads(&new_spec);
+    if !entries.is_empty() {
+        return Decision::UnverifiedPayload { offered: answer.version.clone(), entries };
+    }
+
+    // Check 6 and 7: same commands already ran, or create / replace.
     match (plan, previous) {
         (Some(plan), Some(state)) if plan.spec.commands == new_spec.commands => {
             Decision::AlreadyPlanned { state, offered: answer.version.clone() }
@@ -291,6 +336,31 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         (Some(_), Some(previous)) => Decision::ReplacePlan { previous, spec: new_spec },
         (None, _) | (Some(_), None) => Decision::CreatePlan(new_spec),
     }
+}
+
+/// The downloads of `spec` without a sha256 whose URL is not `https://`, as
+/// `<k0s|airgap> <platform> (<url>)`, deduplicated and sorted.
+fn unverified_plain_downloads(spec: &PlanSpec) -> Vec<String> {
+    let mut entries = std::collections::BTreeSet::new();
+    for command in &spec.commands {
+        let k0s = command.k0supdate.iter().flat_map(|k| k.platforms.iter().map(|p| ("k0s", p)));
+        let airgap =
+            command.airgapupdate.iter().flat_map(|a| a.platforms.iter().map(|p| ("airgap", p)));
+        for (what, (platform, entry)) in k0s.chain(airgap) {
+            let verified = entry.sha256.as_deref().is_some_and(|sha| !sha.trim().is_empty());
+            if !verified && !is_https(&entry.url) {
+                entries.insert(format!("{what} {platform} ({})", entry.url));
+            }
+        }
+    }
+    entries.into_iter().collect()
+}
+
+/// Whether `url` has the `https` scheme (compared without regard to case).
+fn is_https(url: &str) -> bool {
+    url.trim_start()
+        .split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("https"))
 }
 
 /// Whether any `k0supdate` item of the template asks for forced updates.

@@ -425,6 +425,7 @@ impl Updater {
             | Decision::OutsideWindow { .. }
             | Decision::PlanRunning { .. }
             | Decision::AlreadyPlanned { .. }
+            | Decision::UnverifiedPayload { .. }
             | Decision::Invalid(_) => Ok(()),
         };
         if let Err(err) = written {
@@ -438,7 +439,7 @@ impl Updater {
         Outcome {
             reason: decision.reason(),
             message: decision.message(),
-            warning: matches!(decision, Decision::Invalid(_)),
+            warning: decision.is_problem(),
             opens_at,
         }
     }

@@ -48,6 +48,12 @@ pub fn url(platform: &str) -> String {
     format!("http://127.0.0.1:9/k0s/{platform}/k0s")
 }
 
+/// The sha256 every plan of the responder scenarios names. Nothing is downloaded (the
+/// responder plays the nodes), but the controller refuses a plain-http payload without a
+/// digest (DESIGN §11), so these plans carry one.
+pub const PLACEHOLDER_SHA256: &str =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
 /// `platforms` with only this machine's platform.
 pub fn current_platforms() -> BTreeMap<String, PlanResourceUrl> {
     platforms(&[&autopilot_api::platform::current()])
@@ -55,7 +61,14 @@ pub fn current_platforms() -> BTreeMap<String, PlanResourceUrl> {
 
 /// `platforms` with one entry per name, each with its own [`url`].
 pub fn platforms(names: &[&str]) -> BTreeMap<String, PlanResourceUrl> {
-    names.iter().map(|p| ((*p).to_owned(), PlanResourceUrl { url: url(p), sha256: None })).collect()
+    names
+        .iter()
+        .map(|p| {
+            let entry =
+                PlanResourceUrl { url: url(p), sha256: Some(PLACEHOLDER_SHA256.to_owned()) };
+            ((*p).to_owned(), entry)
+        })
+        .collect()
 }
 
 /// A target group listing `names`, at most `concurrent` at a time.
@@ -112,7 +125,10 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
             version: PLAIN_VERSION.to_owned(),
             platforms: BTreeMap::from([(
                 platform.clone(),
-                PlanResourceUrl { url: format!("{}.tar", url(&platform)), sha256: None },
+                PlanResourceUrl {
+                    url: format!("{}.tar", url(&platform)),
+                    sha256: Some(PLACEHOLDER_SHA256.to_owned()),
+                },
             )]),
             workers,
         }),

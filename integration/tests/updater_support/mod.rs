@@ -53,6 +53,8 @@ struct ServerState {
     legacy_queries: Vec<String>,
     /// Request headers of every `index.yaml` request, in order.
     index_headers: Vec<hyper::HeaderMap>,
+    /// Requests for `/k0s/...` (binary downloads) so far.
+    binary_requests: usize,
     /// Binaries and their sha256 by version.
     binaries: HashMap<String, (Bytes, String)>,
 }
@@ -117,12 +119,18 @@ impl UpdateServer {
         state.index = (200, index_yaml(&self.url, version, sha.as_deref()));
     }
 
-    /// Offer `version` on the legacy (cron) endpoint from now on.
+    /// Offer `version` on the legacy (cron) endpoint from now on, downloadable from this
+    /// server (plain http; the legacy format has no digests).
     pub fn offer_legacy(&self, version: &str) {
+        self.offer_legacy_from(version, &self.url.clone());
+    }
+
+    /// Offer `version` on the legacy (cron) endpoint from now on, downloadable from
+    /// `<base>/k0s/<version>/k0s` (e.g. an https [`integration::http::FileServer`]).
+    pub fn offer_legacy_from(&self, version: &str, base: &str) {
         let platform = autopilot_api::platform::current();
         let body = format!(
-            "version: {version}\ndownloadURLs:\n  k0s:\n    {platform}: {}/k0s/{version}/k0s\n",
-            self.url
+            "version: {version}\ndownloadURLs:\n  k0s:\n    {platform}: {base}/k0s/{version}/k0s\n"
         );
         self.state.lock().expect("server lock").legacy = (200, body);
     }
@@ -130,6 +138,11 @@ impl UpdateServer {
     /// The query strings the legacy endpoint was asked with so far.
     pub fn legacy_queries(&self) -> Vec<String> {
         self.state.lock().expect("server lock").legacy_queries.clone()
+    }
+
+    /// How many binary downloads (`/k0s/...`) were asked for so far.
+    pub fn binary_requests(&self) -> usize {
+        self.state.lock().expect("server lock").binary_requests
     }
 
     /// The headers of every `index.yaml` request so far.
@@ -166,10 +179,12 @@ fn respond(
     } else if path == format!("/{CHANNEL}") {
         state.legacy_queries.push(request.uri().query().unwrap_or_default().to_owned());
         (state.legacy.0, Bytes::from(state.legacy.1.clone()))
-    } else if let Some(version) = path.strip_prefix("/k0s/").and_then(|p| p.strip_suffix("/k0s"))
-        && let Some((bytes, _)) = state.binaries.get(version)
-    {
-        (200, bytes.clone())
+    } else if let Some(version) = path.strip_prefix("/k0s/").and_then(|p| p.strip_suffix("/k0s")) {
+        state.binary_requests += 1;
+        match state.binaries.get(version) {
+            Some((bytes, _)) => (200, bytes.clone()),
+            None => (404, Bytes::from_static(b"not found\n")),
+        }
     } else {
         (404, Bytes::from_static(b"not found\n"))
     };
@@ -230,12 +245,23 @@ pub async fn start_with(
     name: &str,
     env: &[(&str, &str)],
 ) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
+    start_with_args(name, env, &[]).await
+}
+
+/// [`start`] with extra environment variables and flags for the controller.
+pub async fn start_with_args(
+    name: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
     let cluster = ClusterBuilder::new(name).controllers(1).build().await?;
     let client = cluster.admin_client().await?;
     // The controller's own update agent stays on: these scenarios update it for real (no
     // responder plays the nodes), so never pass `--disable-update-agent` here.
-    let mut command =
-        cluster.k0s_controller(0).env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()));
+    let mut command = cluster
+        .k0s_controller(0)
+        .args(args)
+        .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()));
     for (key, value) in env {
         command = command.env(key, value);
     }

@@ -408,7 +408,9 @@ pub enum PlanStateType {
     Restricted,
     /// Terminal: a node reported a failed download, verification or apply.
     ApplyFailed,
-    /// Terminal: a pre-flight check (removed APIs) failed; `description` says why.
+    /// Terminal: NewPlan refused the plan: a pre-flight check (removed APIs) failed, a
+    /// payload has neither a `sha256` nor an `https://` URL, or a command is malformed;
+    /// `description` says why.
     Warning,
 }
 

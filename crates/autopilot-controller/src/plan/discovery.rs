@@ -3,19 +3,31 @@
 //!
 //! Commands are processed in order. The first one that fails gives its state to itself and
 //! to the plan; the commands after it keep `NewPlan`, so the status shows how far it got.
+//! A command whose payload no node could verify is refused here, before any node is
+//! signalled ([`super::payload`]).
 
 use std::collections::BTreeSet;
 
 use autopilot_api::v1beta2::{PlanCommand, PlanStateType, PlanStatus, TargetState, TargetStatus};
 
+use super::Effect;
 use super::command::{Command, Group, kind_problem, targets_mut};
 use super::machine::Inputs;
+use super::payload;
 use super::removed_apis::{RemovedApiUse, blocking_use};
 use super::selector::{FieldSelector, LabelSelector};
 
 /// Run NewPlan over every command of a freshly started run. Sets the plan state to
 /// `SchedulableWait` on success or to the failing command's state.
-pub(super) fn new_plan(inputs: &Inputs<'_>, status: &mut PlanStatus, findings: &[RemovedApiUse]) {
+///
+/// Returns the Warning Events about payloads downloaded without an integrity check, for
+/// every command, when NewPlan succeeds (empty when it fails: nothing is downloaded then).
+pub(super) fn new_plan(
+    inputs: &Inputs<'_>,
+    status: &mut PlanStatus,
+    findings: &[RemovedApiUse],
+) -> Vec<Effect> {
+    let mut warnings = Vec::new();
     for command_status in &mut status.commands {
         let index = command_status.id;
         let outcome = match &command_status.frozen {
@@ -27,7 +39,8 @@ pub(super) fn new_plan(inputs: &Inputs<'_>, status: &mut PlanStatus, findings: &
                 format!("command {index} has no frozen copy in the status"),
             ),
         };
-        let NewCommand { state, description, targets } = outcome;
+        let NewCommand { state, description, targets, warnings: command_warnings } = outcome;
+        warnings.extend(command_warnings);
         let frozen = command_status.frozen.clone();
         if let Some(command) = frozen.as_ref().and_then(Command::resolve) {
             for (group, group_targets) in targets {
@@ -40,10 +53,11 @@ pub(super) fn new_plan(inputs: &Inputs<'_>, status: &mut PlanStatus, findings: &
         command_status.description = description;
         if state != PlanStateType::SchedulableWait {
             status.state = state;
-            return;
+            return Vec::new();
         }
     }
     status.state = PlanStateType::SchedulableWait;
+    warnings
 }
 
 /// The NewPlan result of one command.
@@ -55,11 +69,13 @@ struct NewCommand {
     /// The resolved targets per group (recorded even when a target check fails, so the
     /// status shows which nodes were missing or had no platform).
     targets: Vec<(Group, Vec<TargetStatus>)>,
+    /// Warning Events about payloads accepted without an integrity check.
+    warnings: Vec<Effect>,
 }
 
 impl NewCommand {
     fn failed(state: PlanStateType, description: String) -> Self {
-        Self { state, description: Some(description), targets: Vec::new() }
+        Self { state, description: Some(description), targets: Vec::new(), warnings: Vec::new() }
     }
 }
 
@@ -76,14 +92,22 @@ fn new_command(
     };
     let label = format!("command {index} ({})", command.name());
 
-    // Check 2: the removed-API pre-check (REF §9.1), unless forced.
+    // Check 2: every payload can be verified by the nodes, or is at least fetched over
+    // https (DESIGN §11), unless this controller allows unverified payloads.
+    let payload::Verdict { refusal, warnings } =
+        payload::judge(&label, command, inputs.policy.allow_unverified_payloads);
+    if let Some(refusal) = refusal {
+        return NewCommand::failed(PlanStateType::Warning, refusal);
+    }
+
+    // Check 3: the removed-API pre-check (REF §9.1), unless forced.
     if command.needs_removed_api_check()
         && let Some(use_) = blocking_use(findings, command.version())
     {
         return NewCommand::failed(PlanStateType::Warning, use_.message());
     }
 
-    // Check 3: discovery; a selector that does not parse is an error, never "all".
+    // Check 4: discovery; a selector that does not parse is an error, never "all".
     let mut groups = Vec::new();
     for &group in command.groups() {
         match discover(inputs, command, group) {
@@ -97,7 +121,7 @@ fn new_command(
         }
     }
 
-    // Check 4: every target has an object and a platform.
+    // Check 5: every target has an object and a platform.
     let mut missing = Vec::new();
     let mut no_platform = Vec::new();
     let mut targets = Vec::new();
@@ -141,6 +165,7 @@ fn new_command(
             state: PlanStateType::IncompleteTargets,
             description: Some(description),
             targets,
+            warnings: Vec::new(),
         };
     }
     if !no_platform.is_empty() {
@@ -151,10 +176,11 @@ fn new_command(
                 no_platform.join(", ")
             )),
             targets,
+            warnings: Vec::new(),
         };
     }
 
-    // Check 5: the node kinds this controller excludes from plans (`--exclude-from-plans`).
+    // Check 6: the node kinds this controller excludes from plans (`--exclude-from-plans`).
     let mut restricted = Vec::new();
     for (group, statuses) in &targets {
         let excluded = match group {
@@ -175,10 +201,11 @@ fn new_command(
                 restricted.join(" and ")
             )),
             targets,
+            warnings: Vec::new(),
         };
     }
 
-    NewCommand { state: PlanStateType::SchedulableWait, description: None, targets }
+    NewCommand { state: PlanStateType::SchedulableWait, description: None, targets, warnings }
 }
 
 /// The names a group targets, deduplicated and sorted by name.

@@ -271,6 +271,7 @@ impl Pass<'_> {
         // Check 2: start a new run, go on with the current one, or leave an ended one be.
         let mut decision = Decision { signals: Vec::new(), requeue: Requeue::OnChange };
         let mut started = None;
+        let mut payload_warnings = Vec::new();
         let (base, mut status) = match run_state(plan) {
             RunState::Ended(status) => return unchanged(status.clone(), Requeue::OnChange),
             RunState::Running(status) => (status.clone(), status.clone()),
@@ -283,7 +284,7 @@ impl Pass<'_> {
                 let fresh = self.fresh_status();
                 started = Some(self.started_event(&fresh));
                 let mut status = fresh.clone();
-                discovery::new_plan(&self.inputs, &mut status, findings);
+                payload_warnings = discovery::new_plan(&self.inputs, &mut status, findings);
                 (fresh, status)
             }
         };
@@ -301,6 +302,7 @@ impl Pass<'_> {
 
         let mut effects = decision.signals;
         effects.extend(started);
+        effects.extend(payload_warnings);
         effects.extend(state_events(&base, &status));
         effects.extend(condition_events);
         Transition { status, effects, requeue: decision.requeue }

@@ -13,6 +13,8 @@
 //!   that tests and docs read.
 //! - [`selector`]: label and field selectors, parsed strictly.
 //! - [`removed_apis`]: the removed-API table and the pre-check decision.
+//! - `payload` (private): which platform entries no node could verify, refused or warned
+//!   about at NewPlan (`Policy::allow_unverified_payloads`).
 //! - [`step`], [`controllers_to_probe`] and [`removed_api_check_versions`]: the machine and
 //!   the two questions the shell asks before a pass (what to probe, what to check).
 
@@ -23,6 +25,7 @@ pub mod selector;
 mod command;
 mod discovery;
 mod machine;
+mod payload;
 mod schedule;
 
 #[cfg(test)]
@@ -118,6 +121,10 @@ pub struct Policy {
     pub readiness_grace: Duration,
     /// How soon to probe again while a command is held by a not-ready controller.
     pub readiness_recheck: Duration,
+    /// `--allow-unverified-payloads`: accept platform entries with neither a `sha256` nor
+    /// an `https://` URL (each still gets a Warning Event). Without it, NewPlan refuses
+    /// such a plan (`Warning`) before any node is signalled.
+    pub allow_unverified_payloads: bool,
 }
 
 /// The decision of one pass.

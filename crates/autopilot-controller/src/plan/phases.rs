@@ -120,7 +120,8 @@ pub const PLAN_PHASES: [PhaseInfo; 11] = [
         state: P::Warning,
         terminal: true,
         next: &[],
-        description: "the removed-API pre-check failed, or the command is malformed",
+        description: "NewPlan refused the plan: the removed-API pre-check failed, a payload \
+                      has neither a sha256 nor an https URL, or the command is malformed",
     },
 ];
 
@@ -331,9 +332,12 @@ pub mod reasons {
     pub const PLAN_IGNORED: &str = "PlanIgnored";
     /// The spec of a running plan changed; the change waits for the run to end.
     pub const SPEC_CHANGE_IGNORED: &str = "SpecChangeIgnored";
+    /// A platform entry without a `sha256` is downloaded without an integrity check
+    /// (`https://`, or plain `http://` under `--allow-unverified-payloads`); once per run.
+    pub const UNVERIFIED_PAYLOAD: &str = "UnverifiedPayload";
 
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -346,6 +350,7 @@ pub mod reasons {
         WORKER_NOT_READY,
         PLAN_IGNORED,
         SPEC_CHANGE_IGNORED,
+        UNVERIFIED_PAYLOAD,
     ];
 }
 

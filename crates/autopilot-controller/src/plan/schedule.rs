@@ -170,12 +170,10 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
         }
         SignalPhase::FailedDownload | SignalPhase::Failed => {
             set_state(target, TargetState::SignalApplyFailed, inputs);
-            target.reason = Some(
-                node_status
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| format!("the node reported {phase} without a reason")),
-            );
+            target.reason = Some(node_status.reason.as_deref().map_or_else(
+                || format!("the node reported {phase} without a reason"),
+                cap_node_reason,
+            ));
         }
         // In flight: mirror why the node is where it is (e.g. the PodDisruptionBudget that
         // holds a drain), so the Plan alone tells an operator what an update waits for.
@@ -184,11 +182,35 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
         | SignalPhase::ApplyingUpdate
         | SignalPhase::Restarting
         | SignalPhase::Uncordoning => {
-            if target.reason != node_status.reason {
-                target.reason.clone_from(&node_status.reason);
+            let reason = node_status.reason.as_deref().map(cap_node_reason);
+            if target.reason != reason {
+                target.reason = reason;
             }
         }
     }
+}
+
+/// The most bytes of a node-written `reason` copied into the Plan status.
+///
+/// A node writes its signal's `reason` itself, so it could put megabytes there; the Plan
+/// status (and every Event and command description quoting it) must stay small enough to
+/// write and to read. 1 KiB holds any real error chain (a sha256 mismatch with both digests
+/// and the URL is about 250 bytes).
+pub(super) const MAX_NODE_REASON: usize = 1024;
+
+/// A node-written reason as the Plan status keeps it: unchanged if it fits in
+/// [`MAX_NODE_REASON`] bytes, else cut at a char boundary and ended with `…`, the whole
+/// still within [`MAX_NODE_REASON`] bytes.
+pub(super) fn cap_node_reason(reason: &str) -> String {
+    if reason.len() <= MAX_NODE_REASON {
+        return reason.to_owned();
+    }
+    const MARK: &str = "…";
+    let mut end = MAX_NODE_REASON - MARK.len();
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &reason[..end])
 }
 
 /// Signal the first pending controller by name, if every controller of the command is

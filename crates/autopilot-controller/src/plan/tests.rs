@@ -16,6 +16,7 @@ use jiff::Timestamp;
 
 use self::fixtures::*;
 use super::phases::{self, reasons};
+use super::schedule::{MAX_NODE_REASON, cap_node_reason};
 use super::{EventKind, ObjectKind, Readiness, Requeue, Transition, controllers_to_probe, step};
 
 const V: &str = "v1.35.1+k0s.0";
@@ -163,6 +164,12 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
         P::NewPlan,
         P::ApplyFailed,
         Sim::new(plan, ClusterFixture::new().workers(["w1"]).with_signal(Node, "w1", failed)),
+    );
+    case(
+        "newplan refuses an http payload without sha256",
+        P::NewPlan,
+        P::Warning,
+        one_worker_downloading(PLAIN_URL, None),
     );
     case(
         "newplan finds a removed api in use",
@@ -621,6 +628,243 @@ fn the_removed_api_check_is_asked_for_only_when_a_run_starts() {
     assert!(super::removed_api_check_versions(sim.plan.clone().named("other").view()).is_empty());
 }
 
+// === NewPlan: payload authentication ===
+
+const PLAIN_URL: &str = "http://files.internal/k0s-linux-amd64";
+
+/// One worker on linux-amd64, updated by an airgap command whose amd64 entry is `url` with
+/// `sha256`.
+fn one_worker_downloading(url: &str, sha256: Option<&str>) -> Sim {
+    Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1"]).payload("linux-amd64", url, sha256),
+        ClusterFixture::new().workers(["w1"]),
+    )
+}
+
+fn unverified_payload_warnings(t: &Transition) -> Vec<String> {
+    events(t)
+        .into_iter()
+        .filter(|(kind, reason, _)| {
+            *kind == EventKind::Warning && *reason == reasons::UNVERIFIED_PAYLOAD
+        })
+        .map(|(_, _, note)| note)
+        .collect()
+}
+
+#[test]
+fn an_http_payload_without_sha256_is_refused_before_any_node_is_signalled() {
+    let mut sim = one_worker_downloading(PLAIN_URL, None);
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "no node is signalled: {t:#?}");
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(sim.plan.command(0).state, P::Warning);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some(
+            "command 0 (airgapupdate): platform linux-amd64 \
+             (http://files.internal/k0s-linux-amd64) has no sha256 and is not https, so \
+             nothing would check what the nodes download; give its sha256, serve it over \
+             https, or run the controller with --allow-unverified-payloads"
+        )
+    );
+    assert!(unverified_payload_warnings(&t).is_empty(), "a refused plan downloads nothing");
+    let state_change = events(&t)
+        .into_iter()
+        .find(|(_, reason, _)| *reason == reasons::PLAN_STATE_CHANGED)
+        .expect("a plan state event");
+    assert_eq!(state_change.0, EventKind::Warning);
+    assert!(state_change.2.contains("--allow-unverified-payloads"), "{}", state_change.2);
+
+    // Terminal: nothing more happens on the same spec.
+    let t = sim.pass();
+    assert!(t.effects.is_empty());
+}
+
+#[test]
+fn an_empty_sha256_counts_as_none() {
+    let mut sim = one_worker_downloading(PLAIN_URL, Some(""));
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty());
+    assert_eq!(sim.plan.state(), P::Warning);
+}
+
+#[test]
+fn every_platform_entry_is_checked_even_one_no_target_needs() {
+    // w1 is linux-amd64 with a verified payload; the arm64 entry has no node at all.
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1"]).payload(
+            "linux-arm64",
+            "HTTP://files.internal/bundle-arm64",
+            None,
+        ),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty());
+    assert_eq!(sim.plan.state(), P::Warning);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(description.contains("platform linux-arm64"), "{description}");
+    assert!(description.contains("HTTP://files.internal/bundle-arm64"), "{description}");
+}
+
+#[test]
+fn several_refused_entries_are_named_together_and_later_commands_wait() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V)
+            .workers(["w1"])
+            .then_k0s_update(V)
+            .workers(["w1"])
+            .payload("linux-amd64", "http://a/k0s", None)
+            .payload("linux-arm64", "http://b/k0s", Some("")),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "command 0 was fine, but the plan never started");
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(sim.plan.command(0).state, P::SchedulableWait);
+    assert_eq!(sim.plan.command(1).state, P::Warning);
+    let description = sim.plan.command(1).description.clone().unwrap_or_default();
+    assert!(
+        description.starts_with(
+            "command 1 (k0supdate): platform linux-amd64 (http://a/k0s), platform linux-arm64 \
+             (http://b/k0s) have no sha256 and are not https"
+        ),
+        "{description}"
+    );
+    assert!(description.contains("give their sha256, serve them over https"), "{description}");
+}
+
+#[test]
+fn an_http_payload_without_sha256_runs_when_the_controller_allows_it_with_a_warning() {
+    let mut sim =
+        one_worker_downloading(PLAIN_URL, None).with_policy(|p| p.allow_unverified_payloads = true);
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w1".to_owned())]);
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    assert_eq!(
+        unverified_payload_warnings(&t),
+        ["command 0 (airgapupdate): platform linux-amd64 \
+          (http://files.internal/k0s-linux-amd64) has no sha256: it is downloaded over plain \
+          http (allowed by --allow-unverified-payloads) without an integrity check; give its \
+          sha256 to have every node verify it"]
+    );
+    let update = signal_to(&t, "w1").command.airgapupdate.clone().expect("airgap");
+    assert_eq!((update.url.as_str(), update.sha256.as_str()), (PLAIN_URL, ""));
+}
+
+#[test]
+fn an_https_payload_without_sha256_runs_with_one_warning_per_run() {
+    let url = "https://files.internal/bundle-amd64";
+    let mut sim = one_worker_downloading(url, None);
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w1".to_owned())]);
+    let warnings = unverified_payload_warnings(&t);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("command 0 (airgapupdate): platform linux-amd64"));
+    assert!(warnings[0].contains(url), "{}", warnings[0]);
+    assert!(warnings[0].contains("without an integrity check"), "{}", warnings[0]);
+    assert_eq!(
+        event_reasons(&t)[..2],
+        [reasons::PLAN_STARTED, reasons::UNVERIFIED_PAYLOAD],
+        "announced right after the run starts"
+    );
+
+    // Later passes of the same run say nothing more about it.
+    let t = sim.pass();
+    assert!(unverified_payload_warnings(&t).is_empty());
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::Completed);
+    assert!(unverified_payload_warnings(&t).is_empty());
+
+    // A new run warns again.
+    sim.plan(|p| p.edited(|spec| spec.timestamp = "again".to_owned()));
+    let t = sim.pass();
+    assert_eq!(unverified_payload_warnings(&t).len(), 1);
+}
+
+#[test]
+fn a_plan_refused_for_another_reason_gives_no_payload_warning() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1", "w9"]).payload(
+            "linux-amd64",
+            "https://files.internal/bundle",
+            None,
+        ),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::IncompleteTargets);
+    assert!(unverified_payload_warnings(&t).is_empty());
+}
+
+#[test]
+fn verified_payloads_need_no_warning_whatever_the_scheme() {
+    let mut sim = one_worker_downloading(PLAIN_URL, Some(&sha('b')));
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w1".to_owned())]);
+    assert!(unverified_payload_warnings(&t).is_empty());
+}
+
+// === Node-written reasons ===
+
+#[test]
+fn a_node_reason_within_the_cap_is_kept_as_written() {
+    let exact = "x".repeat(MAX_NODE_REASON);
+    assert_eq!(cap_node_reason(&exact), exact);
+    assert_eq!(cap_node_reason("sha256 mismatch"), "sha256 mismatch");
+    assert_eq!(cap_node_reason(""), "");
+}
+
+#[test]
+fn a_long_node_reason_is_cut_at_a_char_boundary_and_marked() {
+    // 'é' is two bytes: a cut at an odd byte would split one.
+    let long = format!("a{}", "é".repeat(2000));
+    let capped = cap_node_reason(&long);
+    assert!(capped.len() <= MAX_NODE_REASON, "{} bytes", capped.len());
+    assert!(capped.len() >= MAX_NODE_REASON - 4, "{} bytes", capped.len());
+    assert!(capped.ends_with('…'));
+    assert!(long.starts_with(capped.trim_end_matches('…')));
+
+    let one_over = "y".repeat(MAX_NODE_REASON + 1);
+    let capped = cap_node_reason(&one_over);
+    assert_eq!(capped, format!("{}…", "y".repeat(MAX_NODE_REASON - '…'.len_utf8())));
+}
+
+#[test]
+fn a_huge_reason_from_a_node_is_capped_in_the_plan_status() {
+    let huge = "z".repeat(4 << 20);
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    sim.cluster(|c| c.fails(Node, "w1", SignalPhase::FailedDownload, &huge));
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::ApplyFailed);
+    let reason = sim.plan.target(0, "w1").reason.clone().unwrap_or_default();
+    assert_eq!(reason, cap_node_reason(&huge));
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(description.len() < 2 * MAX_NODE_REASON, "{} bytes", description.len());
+    for (_, _, note) in events(&t) {
+        assert!(note.len() < 2 * MAX_NODE_REASON, "an event of {} bytes", note.len());
+    }
+}
+
+#[test]
+fn a_huge_reason_of_a_node_in_flight_is_capped_too() {
+    let huge = "w".repeat(64 << 10);
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    sim.cluster(|mut c| {
+        c.report(Node, "w1", SignalPhase::Downloading, Some(&huge));
+        c
+    });
+    sim.pass();
+    let reason = sim.plan.target(0, "w1").reason.clone().unwrap_or_default();
+    assert_eq!(reason, cap_node_reason(&huge));
+    // The same report read again changes nothing (the cap is stable).
+    let t = sim.pass();
+    assert_eq!(Some(&t.status), sim.plan.status.as_ref());
+}
+
 // === Scheduling ===
 
 #[test]
@@ -675,6 +919,7 @@ fn the_signal_carries_the_frozen_command_and_the_run_identity() {
         PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1"]).forced().with_id("plan-7"),
         ClusterFixture::new().controllers(["c1"]).workers(["w1"]).platform("w1", "linux", "arm64"),
     );
+    sim.plan(|p| p.payload("linux-arm64", "https://example.com/k0s-linux-arm64", None));
     let t = sim.pass();
     let data = signal_to(&t, "c1");
     assert_eq!(data.plan_id, "plan-7");
@@ -1356,6 +1601,7 @@ fn the_pure_core_uses_no_client_clock_or_randomness() {
         ("phases.rs", include_str!("phases.rs")),
         ("selector.rs", include_str!("selector.rs")),
         ("removed_apis.rs", include_str!("removed_apis.rs")),
+        ("payload.rs", include_str!("payload.rs")),
     ];
     let forbidden =
         ["kube::", "tokio", "reqwest", "Timestamp::now", "SystemTime", "Instant::", "rand::"];

@@ -419,6 +419,92 @@ fn cron_strategy_replaces_a_completed_plan_for_a_new_answer() {
     );
 }
 
+// === downloads without digests ===
+
+/// What the legacy (cron) endpoint answers: `version` and one k0s URL per platform, never a
+/// digest.
+fn legacy_answer(version: &str, urls: &[(&str, &str)]) -> ChannelAnswer {
+    let body = urls
+        .iter()
+        .fold(format!("version: {version}\ndownloadURLs:\n  k0s:\n"), |body, (platform, url)| {
+            format!("{body}    {platform}: {url}\n")
+        });
+    ChannelAnswer::from_legacy_yaml(&body).unwrap()
+}
+
+#[test]
+fn a_legacy_answer_over_https_creates_the_plan_without_digests() {
+    let offered = legacy_answer("v1.35.3+k0s.0", &[("linux-amd64", "https://x/k0s-amd64")]);
+    let decision = run(&cron("@hourly"), monday(3, 0), &offered, None);
+    let Decision::CreatePlan(spec) = &decision else { panic!("{decision:?}") };
+    let update = spec.commands[0].k0supdate.as_ref().unwrap();
+    assert_eq!(update.platforms["linux-amd64"].sha256, None);
+    assert!(!decision.is_problem());
+}
+
+#[test]
+fn a_legacy_answer_over_plain_http_creates_no_plan_and_says_why() {
+    let offered = legacy_answer(
+        "v1.35.3+k0s.0",
+        &[("linux-amd64", "https://x/k0s-amd64"), ("linux-arm64", "http://x/k0s-arm64")],
+    );
+    let decision = run(&cron("@hourly"), monday(3, 0), &offered, None);
+    assert_eq!(
+        decision,
+        Decision::UnverifiedPayload {
+            offered: "v1.35.3+k0s.0".to_owned(),
+            entries: vec!["k0s linux-arm64 (http://x/k0s-arm64)".to_owned()],
+        }
+    );
+    assert_eq!(decision.plan_spec(), None);
+    assert_eq!(decision.reason(), reasons::UNVERIFIED_PAYLOAD);
+    assert!(decision.is_problem(), "a Warning Event and a warn log line");
+    assert_eq!(
+        decision.message(),
+        "not planning v1.35.3+k0s.0: the update server gives no sha256 for k0s linux-arm64 \
+         (http://x/k0s-arm64), and it is not https, so no node could check what it downloads; \
+         the server must serve its downloads over https or give their digests (k0sSha256, \
+         airgapSha256 in index.yaml)"
+    );
+}
+
+#[test]
+fn a_plain_http_answer_never_replaces_an_ended_plan() {
+    let old = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(2, 0)).unwrap();
+    let plan = plan_in(PlanStateType::Completed, old);
+    let offered = legacy_answer("v1.35.3+k0s.0", &[("linux-amd64", "http://x/k0s")]);
+    let decision = run(&cron("@hourly"), monday(3, 0), &offered, Some(&plan));
+    assert!(matches!(decision, Decision::UnverifiedPayload { .. }), "{decision:?}");
+}
+
+#[test]
+fn index_entries_over_plain_http_need_their_digests() {
+    let mut offered = answer("v1.35.2+k0s.0");
+    offered.k0s.get_mut("linux-amd64").unwrap().url = "http://x/k0s-amd64".to_owned();
+    let decision = run(&monday_window(), monday(13, 30), &offered, None);
+    assert!(matches!(decision, Decision::CreatePlan(_)), "verified by its digest: {decision:?}");
+
+    let mut spec = monday_window();
+    spec.plan_spec = Some(AutopilotPlanSpec {
+        commands: vec![AutopilotPlanCommand {
+            k0supdate: None,
+            airgapupdate: Some(AutopilotPlanCommandAirgapUpdate { workers: selector_all() }),
+        }],
+    });
+    offered.airgap.insert(
+        "linux-arm64".to_owned(),
+        PlanResourceUrl { url: "http://x/airgap-arm64".to_owned(), sha256: Some(String::new()) },
+    );
+    offered.k0s.get_mut("linux-arm64").unwrap().url = "http://x/k0s-arm64".to_owned();
+    let decision = run(&spec, monday(13, 30), &offered, None);
+    let Decision::UnverifiedPayload { entries, .. } = &decision else { panic!("{decision:?}") };
+    assert_eq!(
+        entries,
+        &["airgap linux-arm64 (http://x/airgap-arm64)"],
+        "only what the plan downloads counts: this plan has no k0supdate"
+    );
+}
+
 #[test]
 fn invalid_cron_expression_is_invalid() {
     let decision = run(&cron("every hour"), monday(3, 0), &answer("v1.35.2+k0s.0"), None);

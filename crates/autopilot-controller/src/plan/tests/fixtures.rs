@@ -43,7 +43,7 @@ fn platforms(artifact: &str) -> BTreeMap<String, PlanResourceUrl> {
                 platform.to_owned(),
                 PlanResourceUrl {
                     url: format!("https://example.com/{artifact}-{platform}"),
-                    sha256: (platform == "linux-amd64").then(|| sha('a')),
+                    sha256: Some(sha('a')),
                 },
             )
         })
@@ -202,6 +202,21 @@ impl PlanFixture {
     /// The last command's workers go `n` at a time.
     pub fn concurrent(mut self, n: u32) -> Self {
         self.workers_target().limits.concurrent = n;
+        self
+    }
+
+    /// The last command downloads `platform` from `url`, verified against `sha256` if given.
+    pub fn payload(mut self, platform: &str, url: &str, sha256: Option<&str>) -> Self {
+        let command = self.last();
+        let platforms = match (command.k0supdate.as_mut(), command.airgapupdate.as_mut()) {
+            (Some(k0s), _) => &mut k0s.platforms,
+            (None, Some(airgap)) => &mut airgap.platforms,
+            (None, None) => panic!("a payload needs a k0supdate or airgapupdate command"),
+        };
+        platforms.insert(
+            platform.to_owned(),
+            PlanResourceUrl { url: url.to_owned(), sha256: sha256.map(str::to_owned) },
+        );
         self
     }
 
@@ -501,6 +516,7 @@ pub fn policy() -> Policy {
         exclude_workers: false,
         readiness_grace: Duration::from_secs(600),
         readiness_recheck: Duration::from_secs(2),
+        allow_unverified_payloads: false,
     }
 }
 
