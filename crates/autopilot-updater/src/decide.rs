@@ -120,6 +120,9 @@ pub struct Inputs<'a> {
     pub answer: &'a ChannelAnswer,
     /// The Plan named `autopilot`, if it exists.
     pub plan: Option<&'a Plan>,
+    /// The controller runs with `--allow-unverified-payloads`: plain-http downloads without
+    /// a digest are planned too (the Plan engine lets them through as well).
+    pub allow_unverified_payloads: bool,
 }
 
 /// What the shell should do after one check. Every variant is worth an Event on the
@@ -272,7 +275,8 @@ impl Decision {
 
 /// Decide what to do now. Pure; see the module docs for the rules.
 pub fn decide(inputs: &Inputs<'_>) -> Decision {
-    let Inputs { spec, now, tz, running_version, answer, plan } = *inputs;
+    let Inputs { spec, now, tz, running_version, answer, plan, allow_unverified_payloads } =
+        *inputs;
 
     // Check 1: the strategy is usable.
     let strategy = match Strategy::from_spec(spec.upgrade_strategy.as_ref()) {
@@ -324,7 +328,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
 
     // Check 5: every download can be verified, or at least comes over https.
     let entries = unverified_plain_downloads(&new_spec);
-    if !entries.is_empty() {
+    if !entries.is_empty() && !allow_unverified_payloads {
         return Decision::UnverifiedPayload { offered: answer.version.clone(), entries };
     }
 

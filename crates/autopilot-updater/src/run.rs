@@ -53,6 +53,8 @@ pub struct UpdaterProcess {
     pub period: Duration,
     /// Send cluster information headers to the update server (operator opt-in).
     pub send_cluster_info: bool,
+    /// Plan plain-http downloads without a digest too (`--allow-unverified-payloads`).
+    pub allow_unverified_payloads: bool,
 }
 
 /// Run the updater until `stop` resolves. Updater tasks run only while `leading` is true;
@@ -410,6 +412,7 @@ impl Updater {
             running_version: &self.process.running_version,
             answer: &answer,
             plan: plan.as_ref(),
+            allow_unverified_payloads: self.process.allow_unverified_payloads,
         });
         let opens_at = match &decision {
             Decision::OutsideWindow { opens_at, .. } => *opens_at,
@@ -636,12 +639,18 @@ fn go_arch() -> &'static str {
 impl UpdaterProcess {
     /// An updater for a controller running `running_version`, evaluating windows in the
     /// controller's local zone (as k0s does).
-    pub fn local(running_version: &str, period: Duration, send_cluster_info: bool) -> Self {
+    pub fn local(
+        running_version: &str,
+        period: Duration,
+        send_cluster_info: bool,
+        allow_unverified_payloads: bool,
+    ) -> Self {
         Self {
             running_version: running_version.to_string(),
             tz: TimeZone::system(),
             period,
             send_cluster_info,
+            allow_unverified_payloads,
         }
     }
 }

@@ -260,6 +260,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                         VERSION,
                         update_period,
                         send_cluster_info,
+                        args.allow_unverified_payloads,
                     ),
                     leading_rx,
                     async move {

@@ -95,6 +95,7 @@ fn run(
         running_version: RUNNING,
         answer: offered,
         plan,
+        allow_unverified_payloads: false,
     })
 }
 
@@ -440,6 +441,21 @@ fn a_legacy_answer_over_https_creates_the_plan_without_digests() {
     let update = spec.commands[0].k0supdate.as_ref().unwrap();
     assert_eq!(update.platforms["linux-amd64"].sha256, None);
     assert!(!decision.is_problem());
+}
+
+#[test]
+fn a_controller_allowing_unverified_payloads_plans_plain_http_downloads_too() {
+    let offered = legacy_answer("v1.35.3+k0s.0", &[("linux-amd64", "http://x/k0s-amd64")]);
+    let decision = decide(&Inputs {
+        spec: &cron("@hourly"),
+        now: monday(3, 0),
+        tz: &TimeZone::UTC,
+        running_version: RUNNING,
+        answer: &offered,
+        plan: None,
+        allow_unverified_payloads: true,
+    });
+    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
 }
 
 #[test]
