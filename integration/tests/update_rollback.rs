@@ -137,6 +137,9 @@ async fn a_v2_that_cannot_start_or_never_gets_healthy_is_rolled_back_in_both_res
     let reason = rolled_back(&client, exec_worker, &v1_bytes, &v1, &crashing).await;
     let took = started.elapsed();
     eprintln!("exec mode: plan created → rolled back and failed in {took:?}");
+    for line in exec_worker.log().lines().filter(|l| l.contains("trial boot over")) {
+        eprintln!("exec mode, worker-0: {line}");
+    }
     assert_eq!(
         reason,
         format!(
