@@ -18,13 +18,11 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{
-    Plan, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
+    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
 };
 use integration::disk::SmallFilesystem;
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess, wait_for};
-use kube::Api;
-use kube::api::DeleteParams;
+use integration::{ClusterBuilder, K0sProcess};
 use support::*;
 
 const V2: &str = "v1.35.1+k0s.0";
@@ -105,13 +103,7 @@ async fn plan_fails(
     assert!(!unschedulable && !marked, "a failed download never cordons the node ({id})");
 
     // Make room for the next case's plan.
-    let plans: Api<Plan> = Api::all(client.clone());
-    plans.delete("autopilot", &DeleteParams::default()).await.expect("deleting the plan");
-    wait_for(Duration::from_secs(30), "the plan to be deleted", || async {
-        Ok(plans.get_opt("autopilot").await?.is_none().then_some(()))
-    })
-    .await
-    .expect("the plan is deleted");
+    delete_plan(client).await;
     reason
 }
 

@@ -11,11 +11,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::FileServer;
 use integration::{ClusterBuilder, K0sProcess, wait_for};
-use kube::Api;
-use kube::api::DeleteParams;
 use support::*;
 
 /// The trial deadline the workers run with.
@@ -93,13 +91,7 @@ async fn rolled_back(
     .await
     .expect("uncordoned after the rollback");
 
-    let plans: Api<Plan> = Api::all(client.clone());
-    plans.delete("autopilot", &DeleteParams::default()).await.expect("deleting the plan");
-    wait_for(Duration::from_secs(30), "the plan to be deleted", || async {
-        Ok(plans.get_opt("autopilot").await?.is_none().then_some(()))
-    })
-    .await
-    .expect("the plan is deleted");
+    delete_plan(client).await;
     reason
 }
 

@@ -14,14 +14,10 @@
 
 mod support;
 
-use std::time::Duration;
-
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::FileServer;
-use integration::{ClusterBuilder, K0sProcess, wait_for};
-use kube::Api;
-use kube::api::DeleteParams;
+use integration::{ClusterBuilder, K0sProcess};
 use support::*;
 
 /// Serves `payload` (with its own, correct digest) as v2 to worker-0, waits for the plan to
@@ -70,13 +66,7 @@ async fn fails(
     let (unschedulable, marked) = node_cordon(client, "worker-0").await.expect("reading the Node");
     assert!(!unschedulable && !marked, "a refused payload never cordons the node ({id})");
 
-    let plans: Api<Plan> = Api::all(client.clone());
-    plans.delete("autopilot", &DeleteParams::default()).await.expect("deleting the plan");
-    wait_for(Duration::from_secs(30), "the plan to be deleted", || async {
-        Ok(plans.get_opt("autopilot").await?.is_none().then_some(()))
-    })
-    .await
-    .expect("the plan is deleted");
+    delete_plan(client).await;
     reason
 }
 

@@ -18,13 +18,12 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{
-    Plan, PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
+    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
 };
 use integration::http::{FileServer, Serve};
 use integration::{ClusterBuilder, K0sProcess, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::DeleteParams;
 use support::*;
 
 /// A `k0supdate` of `worker` to [`V2`] from `url`, with no sha256.
@@ -88,17 +87,6 @@ async fn plan_events(client: &kube::Client) -> anyhow::Result<Vec<(String, Strin
             (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default())
         })
         .collect())
-}
-
-/// Deletes the Plan `autopilot` and waits until it is gone.
-async fn delete_plan(client: &kube::Client) {
-    let plans: Api<Plan> = Api::all(client.clone());
-    plans.delete("autopilot", &DeleteParams::default()).await.expect("deleting the plan");
-    wait_for(Duration::from_secs(30), "the plan to be deleted", || async {
-        Ok(plans.get_opt("autopilot").await?.is_none().then_some(()))
-    })
-    .await
-    .expect("the plan is deleted");
 }
 
 #[tokio::test]

@@ -140,6 +140,21 @@ pub fn plan(name: &str, id: &str, commands: Vec<PlanCommand>) -> Plan {
     Plan::new(name, PlanSpec { id: id.to_owned(), timestamp: "now".to_owned(), commands })
 }
 
+/// Deletes the Plan named `autopilot` and waits until it is gone (to make room for the next
+/// case of a scenario).
+pub async fn delete_plan(client: &kube::Client) {
+    let plans: Api<Plan> = Api::all(client.clone());
+    plans
+        .delete(autopilot_api::keys::PLAN_NAME, &kube::api::DeleteParams::default())
+        .await
+        .expect("deleting the plan");
+    wait_for(Duration::from_secs(30), "the plan to be deleted", || async {
+        Ok(plans.get_opt(autopilot_api::keys::PLAN_NAME).await?.is_none().then_some(()))
+    })
+    .await
+    .expect("the plan is deleted");
+}
+
 /// Creates `plan`.
 pub async fn create_plan(client: &kube::Client, plan: &Plan) -> anyhow::Result<Plan> {
     let plans: Api<Plan> = Api::all(client.clone());
