@@ -62,6 +62,7 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
             },
         )]),
         workers: static_nodes(&["controller-0", "worker-0"], 2),
+        progress_timeout: None,
     };
     let k0s = update_to(
         V2,

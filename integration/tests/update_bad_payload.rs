@@ -66,6 +66,7 @@ async fn plan_fails(
             controllers: None,
             workers: Some(static_nodes(&["worker-0"], 1)),
         },
+        progress_timeout: None,
     };
     create_plan(client, &plan("autopilot", id, vec![k0s_command(update)]))
         .await

@@ -40,6 +40,7 @@ fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
             controllers: None,
             workers: Some(static_nodes(&[worker], 1)),
         },
+        progress_timeout: None,
     }
 }
 

@@ -4,8 +4,10 @@
 //! looks at each object's signal. In `Cordoning` it cordons the machine's Node (marking it as
 //! cordoned by autopilot) and evicts its pods through the Eviction API, so
 //! PodDisruptionBudgets are respected; a refused eviction is retried with backoff and the
-//! blocking pod and budget are named in the node's signal status `reason`. When the Node is
-//! drained it writes `ApplyingUpdate`. In `UnCordoning` it uncordons nodes autopilot
+//! blocking pod and budget are named in the node's signal status `reason`. A drain still
+//! blocked `--drain-timeout` after the node entered `Cordoning` fails the node (`Failed`,
+//! naming the pod and budget), which uncordons it: its binary was not touched yet. When the
+//! Node is drained it writes `ApplyingUpdate`. In `UnCordoning` it uncordons nodes autopilot
 //! cordoned and writes `Completed`. Every write carries a resourceVersion precondition.
 
 use std::collections::HashMap;
@@ -96,19 +98,24 @@ struct Context {
     eviction_client: kube::Client,
     /// Consecutive refused evictions per object, for the backoff.
     refusals: Mutex<HashMap<String, u32>>,
+    /// `--drain-timeout`: how long a drain may stay blocked before the node fails.
+    drain_timeout: Duration,
 }
 
 /// Run the cordon/drain controllers for Nodes and ControlNodes until `until` resolves.
-/// `eviction_client` must not retry 429 answers (a PodDisruptionBudget's refusal).
+/// `eviction_client` must not retry 429 answers (a PodDisruptionBudget's refusal); a drain
+/// blocked for `drain_timeout` fails its node.
 pub async fn run(
     client: kube::Client,
     eviction_client: kube::Client,
+    drain_timeout: Duration,
     until: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let context = Arc::new(Context {
         client: client.clone(),
         eviction_client,
         refusals: Mutex::new(HashMap::new()),
+        drain_timeout,
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -143,7 +150,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         };
         let phase = data.status.as_ref().map(|s| s.status);
         let node_name = current.kubelet_node();
-        let facts = observe(&ctx.client, phase, node_name.as_deref()).await?;
+        let (facts, node_version) = observe(&ctx.client, phase, node_name.as_deref()).await?;
         let step = cordon::decide(&facts);
         let node = node_name.unwrap_or_default();
         match step {
@@ -152,29 +159,53 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 return Ok(Action::await_change());
             }
             Step::Cordon => {
-                cordon_node(&ctx.client, &node).await?;
+                cordon_node(&ctx.client, &node, node_version.as_deref()).await?;
                 info!(%kind, object = %name, %node, "cordoned node for its update");
             }
             Step::Uncordon => {
-                uncordon_node(&ctx.client, &node).await?;
+                uncordon_node(&ctx.client, &node, node_version.as_deref()).await?;
                 info!(%kind, object = %name, %node, "uncordoned node after its update");
             }
             Step::Evict(pods) => match evict(&ctx.eviction_client, &pods).await? {
                 None => info!(%kind, object = %name, %node, pods = pods.len(), "evicted pods"),
                 Some(blocked) => {
-                    let delay = ctx.refused(&name);
-                    let reason = format!("draining {node}: {blocked}; retrying");
+                    let mut delay = ctx.refused(&name);
                     // The attempt may have taken a while: write onto a fresh read.
-                    if let Some(fresh) = objects
+                    let Some(fresh) = objects
                         .get_opt(&name)
                         .await
                         .map_err(api(format!("reading {kind} {name}")))?
-                        && let Ok(Some(fresh_data)) = signal::from_meta(fresh.meta())
-                        && fresh_data.plan_id == data.plan_id
-                        && fresh_data.created == data.created
-                    {
-                        write_reason(&objects, &fresh, &fresh_data, &reason).await?;
+                    else {
+                        return Ok(Action::await_change());
+                    };
+                    let Ok(Some(fresh_data)) = signal::from_meta(fresh.meta()) else {
+                        return Ok(Action::await_change());
+                    };
+                    if fresh_data.plan_id != data.plan_id || fresh_data.created != data.created {
+                        return Ok(Action::await_change());
                     }
+                    let cordoning_since = fresh_data
+                        .status
+                        .as_ref()
+                        .filter(|status| status.status == SignalPhase::Cordoning)
+                        .and_then(|status| status.timestamp.parse::<jiff::Timestamp>().ok());
+                    match drain_deadline(cordoning_since, jiff::Timestamp::now(), ctx.drain_timeout)
+                    {
+                        DrainDeadline::Over => {
+                            let reason = format!(
+                                "drain of {node} blocked for {}: {blocked}",
+                                autopilot_api::duration::format(ctx.drain_timeout)
+                            );
+                            ctx.reset(&name);
+                            write_failed(&objects, &fresh, &fresh_data, &reason).await?;
+                            warn!(%kind, object = %name, %node, %blocked, "drain timed out, node failed");
+                            return Ok(Action::await_change());
+                        }
+                        DrainDeadline::In(remaining) => delay = delay.min(remaining),
+                        DrainDeadline::Unknown => {}
+                    }
+                    let reason = format!("draining {node}: {blocked}; retrying");
+                    write_reason(&objects, &fresh, &fresh_data, &reason).await?;
                     warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "eviction refused");
                     return Ok(Action::requeue(delay));
                 }
@@ -220,12 +251,44 @@ impl Context {
     }
 }
 
-/// Collect the facts for one object. Pods are listed only while draining.
+/// Where a blocked drain stands against `--drain-timeout`.
+#[derive(Debug, PartialEq, Eq)]
+enum DrainDeadline {
+    /// The drain has been blocked for the whole timeout: the node fails.
+    Over,
+    /// Time left before the drain times out.
+    In(Duration),
+    /// The node's `Cordoning` status has no readable timestamp: the drain never times out.
+    Unknown,
+}
+
+/// How long the drain of a node that entered `Cordoning` at `since` has left at `now`.
+fn drain_deadline(
+    since: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+    timeout: Duration,
+) -> DrainDeadline {
+    let Some(since) = since else { return DrainDeadline::Unknown };
+    let elapsed = now.duration_since(since);
+    let Ok(timeout) = jiff::SignedDuration::try_from(timeout) else {
+        return DrainDeadline::Unknown;
+    };
+    match timeout.checked_sub(elapsed) {
+        Some(left) if left.is_positive() => {
+            Duration::try_from(left).map_or(DrainDeadline::Unknown, DrainDeadline::In)
+        }
+        Some(_) => DrainDeadline::Over,
+        None => DrainDeadline::Unknown,
+    }
+}
+
+/// Collect the facts for one object, and the resourceVersion of its Node (the precondition
+/// of a cordon or uncordon). Pods are listed only while draining.
 async fn observe(
     client: &kube::Client,
     phase: Option<SignalPhase>,
     node_name: Option<&str>,
-) -> Result<Facts, Error> {
+) -> Result<(Facts, Option<String>), Error> {
     let mut facts = Facts {
         phase,
         kubelet_bearing: node_name.is_some(),
@@ -234,12 +297,12 @@ async fn observe(
         cordoned_by_autopilot: false,
         pods: Vec::new(),
     };
-    let Some(node_name) = node_name else { return Ok(facts) };
+    let Some(node_name) = node_name else { return Ok((facts, None)) };
     let nodes: Api<Node> = Api::all(client.clone());
     let Some(node) =
         nodes.get_opt(node_name).await.map_err(api(format!("reading Node {node_name}")))?
     else {
-        return Ok(facts);
+        return Ok((facts, None));
     };
     facts.node_exists = true;
     facts.unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
@@ -252,7 +315,7 @@ async fn observe(
             .map_err(api(format!("listing the pods of Node {node_name}")))?;
         facts.pods = list.items.iter().map(pod_facts).collect();
     }
-    Ok(facts)
+    Ok((facts, node.resource_version()))
 }
 
 fn pod_facts(pod: &Pod) -> PodFacts {
@@ -265,9 +328,18 @@ fn pod_facts(pod: &Pod) -> PodFacts {
     }
 }
 
-async fn cordon_node(client: &kube::Client, node: &str) -> Result<(), Error> {
+/// Cordon `node`, guarded by the resourceVersion it was observed at (a conflict means
+/// re-observe and re-decide).
+async fn cordon_node(
+    client: &kube::Client,
+    node: &str,
+    version: Option<&str>,
+) -> Result<(), Error> {
     let patch = json!({
-        "metadata": { "annotations": { keys::ANNOTATION_CORDONED: "true" } },
+        "metadata": {
+            "resourceVersion": version,
+            "annotations": { keys::ANNOTATION_CORDONED: "true" },
+        },
         "spec": { "unschedulable": true },
     });
     Api::<Node>::all(client.clone())
@@ -277,9 +349,17 @@ async fn cordon_node(client: &kube::Client, node: &str) -> Result<(), Error> {
     Ok(())
 }
 
-async fn uncordon_node(client: &kube::Client, node: &str) -> Result<(), Error> {
+/// Uncordon `node`, guarded by the resourceVersion it was observed at.
+async fn uncordon_node(
+    client: &kube::Client,
+    node: &str,
+    version: Option<&str>,
+) -> Result<(), Error> {
     let patch = json!({
-        "metadata": { "annotations": { keys::ANNOTATION_CORDONED: null } },
+        "metadata": {
+            "resourceVersion": version,
+            "annotations": { keys::ANNOTATION_CORDONED: null },
+        },
         "spec": { "unschedulable": null },
     });
     Api::<Node>::all(client.clone())
@@ -347,6 +427,20 @@ async fn write_phase<K: SignalObject>(
     write_signal(objects, object, &next).await
 }
 
+/// Fail the node: `Failed` with `reason` (same signal, fresh timestamp). Its binary was not
+/// touched (the drain comes before the update), and `Failed` makes the next pass uncordon it.
+async fn write_failed<K: SignalObject>(
+    objects: &Api<K>,
+    object: &K,
+    data: &SignalData,
+    reason: &str,
+) -> Result<(), Error> {
+    let mut next = data.clone();
+    next.status =
+        Some(SignalStatus::new(SignalPhase::Failed, jiff::Timestamp::now()).with_reason(reason));
+    write_signal(objects, object, &next).await
+}
+
 /// Keep the phase, set the status reason (only when it changes, to avoid churn).
 async fn write_reason<K: SignalObject>(
     objects: &Api<K>,
@@ -404,5 +498,20 @@ mod tests {
         );
         let bare = kube::core::Status::failure("Too many requests", "TooManyRequests");
         assert_eq!(refusal(&bare), "Too many requests");
+    }
+
+    #[test]
+    fn a_drain_times_out_once_blocked_for_the_whole_timeout() {
+        let since: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
+        let timeout = Duration::from_secs(600);
+        let at = |secs: i64| since + jiff::SignedDuration::from_secs(secs);
+        assert_eq!(drain_deadline(Some(since), at(0), timeout), DrainDeadline::In(timeout));
+        assert_eq!(
+            drain_deadline(Some(since), at(599), timeout),
+            DrainDeadline::In(Duration::from_secs(1))
+        );
+        assert_eq!(drain_deadline(Some(since), at(600), timeout), DrainDeadline::Over);
+        assert_eq!(drain_deadline(Some(since), at(3600), timeout), DrainDeadline::Over);
+        assert_eq!(drain_deadline(None, at(3600), timeout), DrainDeadline::Unknown);
     }
 }

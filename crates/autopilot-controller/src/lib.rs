@@ -81,6 +81,18 @@ pub struct Args {
     #[arg(long, default_value = "10m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub readiness_grace: Duration,
 
+    /// How long a signalled node (controller or worker) may show no progress (its signal
+    /// phase unchanged) before it fails with `no progress in <phase> for <duration>` and the
+    /// plan ends `ApplyFailed`. A command's `progressTimeout` overrides it for that command.
+    #[arg(long, default_value = "15m", value_parser = positive_duration, value_name = "DURATION")]
+    pub node_progress_timeout: Duration,
+
+    /// How long the leader's drain of a node may stay blocked (a PodDisruptionBudget refusing
+    /// an eviction) before the node fails, naming the blocking pod and budget, and is
+    /// uncordoned (its binary not touched yet).
+    #[arg(long, default_value = "10m", value_parser = positive_duration, value_name = "DURATION")]
+    pub drain_timeout: Duration,
+
     /// Accept plans whose payloads no node can verify: a platform entry with neither a
     /// `sha256` nor an `https://` URL. Without this flag such a plan ends in `Warning` before
     /// any node is signalled; with it, it runs and each such entry gets a Warning Event.
@@ -142,6 +154,8 @@ pub async fn run(
         retry_period,
         startup_timeout,
         readiness_grace,
+        node_progress_timeout,
+        drain_timeout,
         allow_unverified_payloads,
     } = args;
     anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
@@ -191,6 +205,8 @@ pub async fn run(
         exclude_workers: exclude_from_plans.contains(&NodeKind::Worker),
         readiness_grace,
         readiness_recheck: READINESS_RECHECK,
+        node_progress_timeout,
+        drain_timeout,
         allow_unverified_payloads,
     };
     let leading_rx = leading.subscribe();
@@ -208,6 +224,15 @@ pub async fn run(
         Err(_) => warn!("plan engine did not stop in time, leaving it"),
     }
     result
+}
+
+/// A duration flag that must not be zero (a zero deadline would fail every node at once).
+fn positive_duration(value: &str) -> Result<Duration, String> {
+    let duration = autopilot_api::duration::parse(value)?;
+    if duration.is_zero() {
+        return Err(format!("{value:?} is zero; give a node some time (e.g. 10m)"));
+    }
+    Ok(duration)
 }
 
 /// How long the plan engine gets to finish its current pass when the controller stops.

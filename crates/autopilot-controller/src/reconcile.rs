@@ -147,6 +147,7 @@ impl Engine {
         let drain = crate::drain::run(
             self.client.clone(),
             self.eviction_client.clone(),
+            self.policy.drain_timeout,
             stopped(stop_rx.clone()),
         );
         let plans = self.run_plans(stopped(stop_rx));

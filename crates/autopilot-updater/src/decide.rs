@@ -396,6 +396,7 @@ pub fn plan_spec(
             forceupdate,
             platforms: answer.k0s.clone(),
             targets,
+            progress_timeout: None,
         }),
         airgapupdate: None,
     };
@@ -405,6 +406,7 @@ pub fn plan_spec(
             version: version.clone(),
             platforms: answer.airgap.clone(),
             workers,
+            progress_timeout: None,
         }),
     };
 

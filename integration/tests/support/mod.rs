@@ -108,6 +108,7 @@ pub fn k0s_update(
         forceupdate: true,
         platforms: current_platforms(),
         targets: PlanCommandTargets { controllers, workers },
+        progress_timeout: None,
     }
 }
 
@@ -131,6 +132,7 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
                 },
             )]),
             workers,
+            progress_timeout: None,
         }),
     }
 }
@@ -608,6 +610,7 @@ pub fn update_to(
             PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha256.to_owned()) },
         )]),
         targets: PlanCommandTargets { controllers, workers },
+        progress_timeout: None,
     }
 }
 

@@ -95,6 +95,12 @@ pub struct PlanCommandK0sUpdate {
 
     /// Which controllers and workers to update.
     pub targets: PlanCommandTargets,
+
+    /// How long a node may show no progress (its signal phase unchanged) before it fails
+    /// with `no progress in <phase> for <duration>`; a duration such as `5m` or `1h30m`.
+    /// Unset: the controller's `--node-progress-timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_timeout: Option<String>,
 }
 
 /// Download an airgap image bundle onto workers.
@@ -110,6 +116,12 @@ pub struct PlanCommandAirgapUpdate {
 
     /// Which workers receive the bundle.
     pub workers: PlanCommandTarget,
+
+    /// How long a node may show no progress (its signal phase unchanged) before it fails
+    /// with `no progress in <phase> for <duration>`; a duration such as `5m` or `1h30m`.
+    /// Unset: the controller's `--node-progress-timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_timeout: Option<String>,
 }
 
 /// Where to download one artifact from, and its expected digest.

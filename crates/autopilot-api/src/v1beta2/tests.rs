@@ -226,6 +226,7 @@ fn false_forceupdate_and_missing_options_are_left_out() {
                 PlanResourceUrl { url: "https://x/k0s".into(), sha256: None },
             )]),
             targets: PlanCommandTargets::default(),
+            progress_timeout: None,
         }),
         airgapupdate: None,
     };

@@ -112,6 +112,31 @@ impl<'a> Command<'a> {
         }
     }
 
+    /// The command's `progressTimeout`, if set: `Err` says why it does not parse.
+    pub(super) fn progress_timeout_override(self) -> Option<Result<Duration, String>> {
+        let text = match self {
+            Self::K0s(k0s) => k0s.progress_timeout.as_deref(),
+            Self::Airgap(airgap) => airgap.progress_timeout.as_deref(),
+        }?;
+        Some(autopilot_api::duration::parse(text).and_then(|duration| {
+            if duration.is_zero() {
+                Err(format!("{text:?} is zero; a node needs some time to make progress"))
+            } else {
+                Ok(duration)
+            }
+        }))
+    }
+
+    /// How long a signalled node of this command may show no progress: the command's
+    /// `progressTimeout`, else `default` (a value NewPlan refused never gets here; it falls
+    /// back to `default` all the same).
+    pub(super) fn progress_timeout(self, default: Duration) -> Duration {
+        match self.progress_timeout_override() {
+            Some(Ok(duration)) => duration,
+            Some(Err(_)) | None => default,
+        }
+    }
+
     /// How many workers may be `SignalSent` at once. The schema says at least 1; a 0 from an
     /// older schema counts as 1, so a plan never waits forever on its own limit (DESIGN §9.6).
     pub(super) fn worker_concurrency(self) -> usize {

@@ -92,6 +92,14 @@ fn new_command(
     };
     let label = format!("command {index} ({})", command.name());
 
+    // Check 1b: a progressTimeout that does not parse is refused before any node moves.
+    if let Some(Err(why)) = command.progress_timeout_override() {
+        return NewCommand::failed(
+            PlanStateType::Warning,
+            format!("{label}: {}.progressTimeout: {why}", command.name()),
+        );
+    }
+
     // Check 2: every payload can be verified by the nodes, or is at least fetched over
     // https (DESIGN §11), unless this controller allows unverified payloads.
     let payload::Verdict { refusal, warnings } =

@@ -257,7 +257,15 @@ impl Pass<'_> {
             // The next run waits for its removed-API findings: record the end for now.
             return Transition { requeue: requeue.requeue, ..ending };
         }
-        let mut effects = ending.effects;
+        // The ended run's signals go: the next run signals its nodes afresh.
+        let mut effects: Vec<Effect> = ending
+            .effects
+            .into_iter()
+            .filter(|effect| match effect {
+                Effect::Signal { .. } => false,
+                Effect::Event { .. } => true,
+            })
+            .collect();
         effects.extend(next.effects);
         Transition { status: next.status, effects, requeue: requeue.requeue }
     }
@@ -273,7 +281,11 @@ impl Pass<'_> {
         let mut started = None;
         let mut payload_warnings = Vec::new();
         let (base, mut status) = match run_state(plan) {
-            RunState::Ended(status) => return unchanged(status.clone(), Requeue::OnChange),
+            RunState::Ended(status) => {
+                // A failed node still in flight is told so until its object shows it.
+                let effects = schedule::tell_failed_nodes(&self.inputs, status);
+                return Transition { status: status.clone(), effects, requeue: Requeue::OnChange };
+            }
             RunState::Running(status) => (status.clone(), status.clone()),
             RunState::New => {
                 let Some(findings) = self.removed_api_findings() else {
@@ -301,6 +313,7 @@ impl Pass<'_> {
         status.progress = status.computed_progress();
 
         let mut effects = decision.signals;
+        effects.extend(schedule::tell_failed_nodes(&self.inputs, &status));
         effects.extend(started);
         effects.extend(payload_warnings);
         effects.extend(state_events(&base, &status));

@@ -121,6 +121,13 @@ pub struct Policy {
     pub readiness_grace: Duration,
     /// How soon to probe again while a command is held by a not-ready controller.
     pub readiness_recheck: Duration,
+    /// `--node-progress-timeout`: how long a signalled node (controller or worker) may show
+    /// no progress (its signal phase unchanged) before it fails with
+    /// `no progress in <phase> for <duration>`. A command's `progressTimeout` overrides it.
+    pub node_progress_timeout: Duration,
+    /// `--drain-timeout`: how long the leader's drain of a node may stay blocked before the
+    /// node fails (read by the cordon/drain controllers, not by the machine).
+    pub drain_timeout: Duration,
     /// `--allow-unverified-payloads`: accept platform entries with neither a `sha256` nor
     /// an `https://` URL (each still gets a Warning Event). Without it, NewPlan refuses
     /// such a plan (`Warning`) before any node is signalled.
@@ -147,7 +154,10 @@ pub enum Effect {
     /// Write the signal annotations onto the target's object (optimistic concurrency:
     /// a conflict means re-observe and re-decide). Emitted for each newly `SignalSent`
     /// target and for each `SignalSent` target whose object does not carry this run's
-    /// signal; the data is identical each time for a given target.
+    /// signal; the data is identical each time for a given target and has no node status.
+    /// Also emitted once when a node misses its progress deadline: then the data is the
+    /// node's own signal with the status `Failed` and the deadline as its reason, so the
+    /// node stops and an autopilot cordon is undone as for any failed node.
     Signal {
         /// Which object.
         target: SignalTarget,

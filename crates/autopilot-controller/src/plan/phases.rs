@@ -114,7 +114,8 @@ pub const PLAN_PHASES: [PhaseInfo; 11] = [
         state: P::ApplyFailed,
         terminal: true,
         next: &[],
-        description: "a node reported a failed download, verification or apply",
+        description: "a node reported a failed download, verification or apply, or showed no \
+                      progress for its progress deadline",
     },
     PhaseInfo {
         state: P::Warning,
@@ -204,7 +205,8 @@ pub const TARGET_PHASES: [TargetPhaseInfo; 6] = [
         terminal: true,
         initial: false,
         next: &[],
-        description: "the node reported FailedDownload or Failed (reason kept)",
+        description: "the node reported FailedDownload or Failed (reason kept), or its signal \
+                      phase did not change for the progress deadline",
     },
     TargetPhaseInfo {
         state: T::MissingPlatform,

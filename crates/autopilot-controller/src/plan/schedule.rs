@@ -6,11 +6,13 @@
 //! controller of the command answers `/readyz`; workers go at most `limits.concurrent` at a
 //! time, Ready nodes only (k0s), in name order.
 
-use autopilot_api::signal::{SignalData, SignalPhase, format_timestamp};
+use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus, format_timestamp};
 use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use autopilot_api::duration;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
 use super::machine::{Decision, Inputs, Probes};
@@ -110,7 +112,11 @@ fn step_command(
         }
     }
 
-    // 2. Decide.
+    // 2. A node that showed no progress for the command's deadline fails (controllers
+    //    too: an in-flight controller is not held by the readiness grace).
+    enforce_progress_deadline(inputs, decision, run, command, status);
+
+    // 3. Decide.
     // Checks 1-3: a node reported a failure, a target's object disappeared, or a target's
     // platform went away before its signal could be resent.
     if let Some(outcome) = end_on_target_failure(status, command, &label) {
@@ -147,6 +153,120 @@ fn step_command(
         decision.signals.splice(first_signal..first_signal, resends);
     }
     outcome
+}
+
+/// Fail every `SignalSent` target whose signal showed no progress for the command's
+/// progress deadline, and ask for a pass when the earliest remaining deadline is due (a
+/// stuck node sends no event).
+///
+/// Progress is the node's signal status changing phase: the clock starts at the status
+/// timestamp the node (or the leader's drain) wrote with its current phase, and at the
+/// target's `lastUpdatedTimestamp` (when it was signalled) before the node answered. The
+/// later of the two counts, so a node clock running behind cannot shorten the deadline. A
+/// failed node's signal gets the status `Failed` with the same reason, so the node stops
+/// and an autopilot cordon is undone as for any other failure.
+fn enforce_progress_deadline(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+) {
+    let index = status.id;
+    let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
+    for &group in command.groups() {
+        let kind = command.object_kind(group);
+        let objects = inputs.objects(kind);
+        let Some(group_targets) = targets_mut(status, command, group) else { continue };
+        for target in group_targets.iter_mut().filter(|t| t.state == TargetState::SignalSent) {
+            let signal = objects.get(&target.name).and_then(|o| run.signal_on(o, index, command));
+            let node_status = signal.and_then(|signal| signal.status.as_ref());
+            let answered_at =
+                node_status.and_then(|status| status.timestamp.parse::<jiff::Timestamp>().ok());
+            let since = answered_at.map_or(target.last_updated_timestamp.0, |at| {
+                at.max(target.last_updated_timestamp.0)
+            });
+            let elapsed = inputs.now.duration_since(since);
+            // A deadline too long to represent never runs out.
+            let remaining = jiff::SignedDuration::try_from(deadline)
+                .ok()
+                .and_then(|deadline| deadline.checked_sub(elapsed));
+            match remaining {
+                Some(remaining) if !remaining.is_positive() => {}
+                Some(remaining) => {
+                    if let Ok(remaining) = std::time::Duration::try_from(remaining) {
+                        decision.requeue_after(remaining);
+                    }
+                    continue;
+                }
+                None => continue,
+            }
+            let phase = node_status.map_or(TargetState::SignalSent.as_str(), |s| s.status.as_str());
+            let reason = format!("no progress in {phase} for {}", duration::format(deadline));
+            // The node's signal is told in the same pass (see `tell_failed_nodes`).
+            set_state(target, TargetState::SignalApplyFailed, inputs);
+            target.phase = Some(SignalPhase::Failed);
+            target.reason = Some(reason);
+        }
+    }
+}
+
+/// The signal writes that tell nodes they failed: every `SignalApplyFailed` target of the
+/// run whose object still carries this run's signal in flight (no status yet, or a phase
+/// short of `Completed`, `Failed` and `FailedDownload`) gets that signal back with the
+/// status `Failed` and the target's reason. This is how a node that missed its progress
+/// deadline stops and has an autopilot cordon undone. Emitted on every pass until the
+/// object shows it, also after the run ended, so a write lost to a conflict is repeated.
+pub(super) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec<Effect> {
+    let (Some(plan_id), Some(run_id)) = (status.plan_id.clone(), status.run_id.clone()) else {
+        return Vec::new();
+    };
+    let run = RunIdentity { plan_id, run_id };
+    let mut effects = Vec::new();
+    for command_status in &status.commands {
+        let Some(frozen) = command_status.frozen.as_ref() else { continue };
+        let Some(command) = Command::resolve(frozen) else { continue };
+        for &group in command.groups() {
+            let kind = command.object_kind(group);
+            let objects = inputs.objects(kind);
+            for target in targets(command_status, command, group)
+                .iter()
+                .filter(|t| t.state == TargetState::SignalApplyFailed)
+            {
+                let Some(signal) = objects
+                    .get(&target.name)
+                    .and_then(|object| run.signal_on(object, command_status.id, command))
+                else {
+                    continue;
+                };
+                let in_flight = match signal.status.as_ref().map(|s| s.status) {
+                    None
+                    | Some(
+                        SignalPhase::Downloading
+                        | SignalPhase::Cordoning
+                        | SignalPhase::ApplyingUpdate
+                        | SignalPhase::Restarting
+                        | SignalPhase::Uncordoning,
+                    ) => true,
+                    Some(
+                        SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload,
+                    ) => false,
+                };
+                if !in_flight {
+                    continue;
+                }
+                let reason = target.reason.clone().unwrap_or_else(|| "failed".to_owned());
+                let mut failed = signal.clone();
+                failed.status =
+                    Some(SignalStatus::new(SignalPhase::Failed, inputs.stamp).with_reason(reason));
+                effects.push(Effect::Signal {
+                    target: SignalTarget { kind, name: target.name.clone() },
+                    data: failed,
+                });
+            }
+        }
+    }
+    effects
 }
 
 /// Apply what a node reports on this run's signal (phase, and the reason the node gives).
@@ -384,6 +504,10 @@ fn signal_target(
     }
     for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
         set_state(target, TargetState::SignalSent, inputs);
+    }
+    if !names.is_empty() {
+        // Their progress deadline starts now (see `enforce_progress_deadline`).
+        decision.requeue_after(command.progress_timeout(inputs.policy.node_progress_timeout));
     }
     for (name, data) in signals {
         decision.signals.push(Effect::Signal { target: SignalTarget { kind, name }, data });

@@ -139,6 +139,7 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
                     controllers: Some(selector_all()),
                     workers: Some(selector_all()),
                 },
+                progress_timeout: None,
             }),
             airgapupdate: None,
         }],
@@ -333,6 +334,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
                         controllers: Some(static_nodes(&["c1", "c2"], 1)),
                         workers: Some(static_nodes(&["w1"], 5)),
                     },
+                    progress_timeout: None,
                 }),
                 airgapupdate: None,
             },
@@ -342,6 +344,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
                     version: "v1.35.2+k0s.0".to_owned(),
                     platforms: offered.airgap.clone(),
                     workers: static_nodes(&["w1"], 2),
+                    progress_timeout: None,
                 }),
             },
         ]

@@ -125,6 +125,7 @@ impl PlanFixture {
                 forceupdate: false,
                 platforms: platforms("k0s"),
                 targets: PlanCommandTargets::default(),
+                progress_timeout: None,
             }),
             airgapupdate: None,
         });
@@ -139,6 +140,7 @@ impl PlanFixture {
                 version: version.to_owned(),
                 platforms: platforms("bundle"),
                 workers: PlanCommandTarget::default(),
+                progress_timeout: None,
             }),
         });
         self
@@ -516,6 +518,8 @@ pub fn policy() -> Policy {
         exclude_workers: false,
         readiness_grace: Duration::from_secs(600),
         readiness_recheck: Duration::from_secs(2),
+        node_progress_timeout: Duration::from_secs(15 * 60),
+        drain_timeout: Duration::from_secs(10 * 60),
         allow_unverified_payloads: false,
     }
 }

@@ -457,13 +457,34 @@ fn check_pass(
                         .map(|u| u.version.as_str())),
                     Some(kind.version())
                 );
+                // A node that missed its progress deadline gets its own signal back as
+                // `Failed`; every other signal goes to a `SignalSent` target.
+                let failed_by_deadline =
+                    data.status.as_ref().map(|status| status.status) == Some(SignalPhase::Failed);
+                let wanted = if failed_by_deadline {
+                    TargetState::SignalApplyFailed
+                } else {
+                    TargetState::SignalSent
+                };
                 let sent = kind.groups().iter().any(|&group| {
                     kind.object_kind(group) == target.kind
                         && targets(command, kind, group)
                             .iter()
-                            .any(|t| t.name == target.name && t.state == TargetState::SignalSent)
+                            .any(|t| t.name == target.name && t.state == wanted)
                 });
-                prop_assert!(sent, "signal to {} which is not SignalSent", target.name);
+                prop_assert!(sent, "signal to {} which is not {wanted}", target.name);
+                if failed_by_deadline {
+                    // Only a node that carries this run's signal is told it failed.
+                    let carried = cluster.signal(target.kind, &target.name);
+                    prop_assert!(
+                        carried.is_some_and(|carried| carried.run_id == data.run_id
+                            && carried.created == data.created
+                            && carried.command == data.command),
+                        "failed {} which does not carry this run's signal",
+                        target.name
+                    );
+                    continue;
+                }
                 if let Some(carried) = cluster.signal(target.kind, &target.name) {
                     prop_assert!(
                         !(carried.run_id == data.run_id
