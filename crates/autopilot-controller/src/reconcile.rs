@@ -164,20 +164,20 @@ impl Engine {
 
         let (control_nodes, control_node_writer) = reflector::store::<ControlNode>();
         let control_node_events = triggers(
-            reflector::reflector(
+            observe::relist_at_once(reflector::reflector(
                 control_node_writer,
                 watcher(Api::<ControlNode>::all(client.clone()), config.clone()),
-            )
+            ))
             .backoff(observe::WatchBackoff::default()),
             control_node_fingerprint,
         );
 
         let (nodes, node_writer) = reflector::store::<Node>();
         let node_events = triggers(
-            reflector::reflector(
+            observe::relist_at_once(reflector::reflector(
                 node_writer,
                 watcher(Api::<Node>::all(client.clone()), config.clone()),
-            )
+            ))
             .backoff(observe::WatchBackoff::default()),
             node_fingerprint,
         );
@@ -191,9 +191,12 @@ impl Engine {
         // kube-runtime's default 30 s one).
         let plans: Api<Plan> = Api::all(client.clone());
         let (plan_store, plan_writer) = reflector::store::<Plan>();
-        let plan_events = reflector::reflector(plan_writer, watcher(plans.clone(), config))
-            .backoff(observe::WatchBackoff::default())
-            .applied_objects();
+        let plan_events = observe::relist_at_once(reflector::reflector(
+            plan_writer,
+            watcher(plans.clone(), config),
+        ))
+        .backoff(observe::WatchBackoff::default())
+        .applied_objects();
         let controller = Controller::for_stream(plan_events, plan_store)
             .trigger_backoff(observe::NoTriggerBackoff);
         // Node changes matter only once the Plan exists; mapping them to a missing Plan makes
