@@ -100,6 +100,8 @@ struct Context {
     refusals: Mutex<HashMap<String, u32>>,
     /// `--drain-timeout`: how long a drain may stay blocked before the node fails.
     drain_timeout: Duration,
+    /// Consecutive failed passes (API errors) per object, for their backoff.
+    failures: Mutex<HashMap<String, autopilot_api::backoff::Capped>>,
 }
 
 /// Run the cordon/drain controllers for Nodes and ControlNodes until `until` resolves.
@@ -116,6 +118,7 @@ pub async fn run(
         eviction_client,
         refusals: Mutex::new(HashMap::new()),
         drain_timeout,
+        failures: Mutex::new(HashMap::new()),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -230,8 +233,13 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
     Ok(Action::requeue(Duration::ZERO))
 }
 
+/// A failed API request is retried on the short capped backoff of the watches, not on the
+/// eviction-refusal backoff (up to 30 s): a pass that failed because the API server was away
+/// runs again within [`autopilot_api::backoff::CAP`] of it answering, so a node waiting to
+/// be cordoned or uncordoned after an outage is not left waiting (a resumed watch need not
+/// deliver any event that would trigger the pass sooner).
 fn error_policy<K: SignalObject>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.refused(&object.name_any());
+    let delay = ctx.failed(&object.name_any());
     warn!(object = %object.name_any(), error = %crate::error_chain(error), retry_in = ?delay, "cordon/drain pass failed");
     Action::requeue(delay)
 }
@@ -246,7 +254,16 @@ impl Context {
         delay
     }
 
+    /// Record a failed pass and return how long to wait before the next one: doubling from
+    /// [`autopilot_api::backoff::FIRST`] up to [`autopilot_api::backoff::CAP`].
+    fn failed(&self, name: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let backoff = failures.entry(name.to_string()).or_default();
+        backoff.next().unwrap_or(autopilot_api::backoff::CAP)
+    }
+
     fn reset(&self, name: &str) {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
         self.refusals.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
     }
 }

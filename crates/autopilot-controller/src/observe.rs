@@ -113,6 +113,49 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// `events` without the `410 Gone` errors of an expired watch, to put before a backoff.
+///
+/// On `410 Gone` the watcher has already given up the old watch and re-lists on its next
+/// poll; passed on, the error would make the backoff delay that re-list (by up to its cap,
+/// right after an outage, when every watch of a restarted API server answers so) while the
+/// engine's caches are stale and every write it attempts only loses a conflict.
+pub fn relist_at_once<K>(
+    events: impl futures::Stream<
+        Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
+    >,
+) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
+{
+    use futures::StreamExt as _;
+    events.filter(|event| {
+        let expired = matches!(
+            event,
+            Err(kube::runtime::watcher::Error::WatchError(status)) if status.code == 410
+        );
+        if expired {
+            tracing::debug!("watch expired (410 Gone), re-listing at once");
+        }
+        std::future::ready(!expired)
+    })
+}
+
+/// A kube-runtime `Controller` trigger backoff that never waits, for a controller whose
+/// watches each carry their own [`WatchBackoff`]: the controller's trigger backoff applies to
+/// all its watches merged, so one watch's error would pause the others too.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoTriggerBackoff;
+
+impl Iterator for NoTriggerBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(std::time::Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for NoTriggerBackoff {
+    fn reset(&mut self) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

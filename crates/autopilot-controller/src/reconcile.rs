@@ -39,9 +39,6 @@ const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 /// How long a pass waits for the Node and ControlNode caches to be filled.
 const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Retry delay after an API error (with the controller's own backoff on top).
-const ERROR_RETRY: Duration = Duration::from_secs(5);
-
 /// Errors of one reconcile pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -79,6 +76,9 @@ struct Context {
     written: std::sync::Mutex<
         BTreeMap<plan::SignalTarget, (autopilot_api::signal::SignalData, Instant)>,
     >,
+    /// The retry delays of failed passes (see [`error_policy`]); reset by a pass that
+    /// completes.
+    errors: std::sync::Mutex<autopilot_api::backoff::Capped>,
 }
 
 impl Engine {
@@ -165,27 +165,41 @@ impl Engine {
 
         let (control_nodes, control_node_writer) = reflector::store::<ControlNode>();
         let control_node_events = triggers(
-            reflector::reflector(
+            observe::relist_at_once(reflector::reflector(
                 control_node_writer,
                 watcher(Api::<ControlNode>::all(client.clone()), config.clone()),
-            )
+            ))
             .backoff(observe::WatchBackoff::default()),
             control_node_fingerprint,
         );
 
         let (nodes, node_writer) = reflector::store::<Node>();
         let node_events = triggers(
-            reflector::reflector(
+            observe::relist_at_once(reflector::reflector(
                 node_writer,
                 watcher(Api::<Node>::all(client.clone()), config.clone()),
-            )
+            ))
             .backoff(observe::WatchBackoff::default()),
             node_fingerprint,
         );
 
+        // Each watch backs off on its own errors, and the controller adds no backoff of its
+        // own: kube-runtime applies the controller's trigger backoff to the *merged* trigger
+        // streams, so an error of any one watch paused all of them. After an outage the
+        // Plan, Node and ControlNode watches each answer once with an error (410 Gone, then
+        // a re-list), and these pauses added up, one per watch, before the Plan created
+        // during the outage reached the engine (seconds with the 2 s cap, minutes with
+        // kube-runtime's default 30 s one).
         let plans: Api<Plan> = Api::all(client.clone());
-        let controller = Controller::new(plans.clone(), config)
-            .trigger_backoff(observe::WatchBackoff::default());
+        let (plan_store, plan_writer) = reflector::store::<Plan>();
+        let plan_events = observe::relist_at_once(reflector::reflector(
+            plan_writer,
+            watcher(plans.clone(), config),
+        ))
+        .backoff(observe::WatchBackoff::default())
+        .applied_objects();
+        let controller = Controller::for_stream(plan_events, plan_store)
+            .trigger_backoff(observe::NoTriggerBackoff);
         // Node changes matter only once the Plan exists; mapping them to a missing Plan makes
         // the controller report (and delay) a reconcile of an object it does not have.
         let plan_store = controller.store();
@@ -205,6 +219,7 @@ impl Engine {
             control_nodes,
             nodes,
             written: std::sync::Mutex::new(BTreeMap::new()),
+            errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
         });
         controller
             .watches_stream(control_node_events, move |_| to_autopilot_plan())
@@ -376,6 +391,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
             }
         }
     }
+    ctx.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).reset();
     Ok(match transition.requeue {
         Requeue::OnChange => Action::await_change(),
         Requeue::After(delay) => Action::requeue(delay),
@@ -428,15 +444,27 @@ fn forget_visible_signals(
     });
 }
 
-fn error_policy(plan: Arc<Plan>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// What to do after a failed pass. A conflict is retried at once (the watch event that
+/// makes the snapshot fresh is on its way); any other failure, typically an API server that
+/// does not answer, on the short capped backoff of the watches (`backoff::CAP`), so a pass
+/// that failed during an outage runs again within that cap of the server answering. A
+/// longer fixed delay would add itself to every outage: nothing else triggers the pass if
+/// the resumed watches bring no change.
+fn error_policy(plan: Arc<Plan>, error: &Error, ctx: Arc<Context>) -> Action {
     match error {
         Error::Effect(err) if err.is_conflict() => {
             debug!(plan = %plan.name_any(), error = %err, "stale snapshot, re-observing");
             Action::requeue(CONFLICT_RETRY)
         }
         _ => {
-            warn!(plan = %plan.name_any(), error = %crate::error_chain(error), "plan pass failed, retrying");
-            Action::requeue(ERROR_RETRY)
+            let delay = ctx
+                .errors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .next()
+                .unwrap_or(autopilot_api::backoff::CAP);
+            warn!(plan = %plan.name_any(), error = %crate::error_chain(error), retry_in = ?delay, "plan pass failed, retrying");
+            Action::requeue(delay)
         }
     }
 }

@@ -79,6 +79,11 @@ where
         watcher(api.clone(), config).backoff(WatchBackoff::default()).applied_objects().boxed();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut retry = FIRST_RETRY;
+    // Failed API requests (an outage, a conflict) are retried on the short capped backoff of
+    // the watches, not on the long one of failing host actions: a report that could not be
+    // written during an outage goes out within `backoff::CAP` of the API server answering
+    // again, instead of up to 30 s later (the plan waits for that report).
+    let mut api_retry = autopilot_api::backoff::Capped::default();
     let mut latest: Option<K> = None;
     let mut again = false;
     let mut failures = Failures::default();
@@ -106,9 +111,13 @@ where
         }
         let Some(object) = latest.take() else { continue };
         match act(&api, &agent, host, &object, &mut failures).await {
-            Ok(Acted::Idle) => retry = FIRST_RETRY,
+            Ok(Acted::Idle) => {
+                retry = FIRST_RETRY;
+                api_retry.reset();
+            }
             Ok(Acted::Again) => {
                 retry = FIRST_RETRY;
+                api_retry.reset();
                 latest = Some(object);
                 again = true;
             }
@@ -118,10 +127,17 @@ where
                 latest = Some(object);
             }
             Err(err) => {
+                retry = api_retry.next().unwrap_or(autopilot_api::backoff::CAP);
                 warn!(node = %agent.name, error = %format!("{err:#}"), retry_in = ?retry, "signal agent step failed");
-                retry = (retry * 2).min(MAX_RETRY);
-                // Re-read before retrying: the failure may be a conflict.
-                latest = api.get_opt(&agent.name).await.ok().flatten();
+                // Re-read before retrying: the failure may be a conflict. If the API server
+                // does not answer, retry on the object as it was (writes carry its
+                // resourceVersion, so a stale copy only costs a conflict) rather than
+                // dropping it and waiting for a watch event that a resumed watch may never
+                // send.
+                latest = match api.get_opt(&agent.name).await {
+                    Ok(fresh) => fresh,
+                    Err(_) => Some(object),
+                };
             }
         }
     }

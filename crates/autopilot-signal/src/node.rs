@@ -24,8 +24,10 @@ const NODE_LEASE_SECONDS: i32 = 40;
 /// First delay between attempts while the API server is unreachable at startup.
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(200);
 
-/// Longest delay between attempts while the API server is unreachable at startup.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// Longest delay between attempts while the API server is unreachable at startup: the
+/// short cap of every watch and retry of autopilot, so a node restarted during an outage
+/// registers (and its update proceeds) within that cap of the API server answering again.
+const MAX_RETRY_DELAY: Duration = autopilot_api::backoff::CAP;
 
 /// The heartbeat of one worker's Node.
 #[derive(Clone, Debug)]

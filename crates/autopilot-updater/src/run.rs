@@ -73,8 +73,10 @@ pub async fn run(
     let mut is_leader = *leading.borrow_and_update();
     let mut elector_gone = false;
     // Re-creating the stream after an error is what the watcher does itself; back off a bit
-    // so a missing CRD or an outage does not spin.
-    let mut backoff = Duration::from_millis(500);
+    // so a missing CRD or an outage does not spin, but with the short cap every watch of
+    // autopilot uses: after an API-server outage the updater sees UpdateConfig changes again
+    // within `backoff::CAP` of the server answering (it used to wait up to 10 s).
+    let mut backoff = autopilot_api::backoff::Capped::default();
     loop {
         tokio::select! {
             () = &mut stop => break,
@@ -94,13 +96,16 @@ pub async fn run(
             }
             event = events.next() => match event {
                 Some(Ok(event)) => {
-                    backoff = Duration::from_millis(500);
+                    backoff.reset();
                     state.apply(event, &client, &api, &process, is_leader).await;
                 }
                 Some(Err(err)) => {
                     debug!(error = %err, "updateconfig watch failed, retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let delay = backoff.next().unwrap_or(autopilot_api::backoff::CAP);
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = &mut stop => break,
+                    }
                 }
                 None => break,
             },
