@@ -30,23 +30,6 @@ const V2: &str = "v1.35.1+k0s.0";
 /// The worker's stall timeout: short, so the stalled download fails within seconds.
 const STALL_TIMEOUT: &str = "3s";
 
-/// What the node had before the plans: its process and binary.
-struct Before {
-    pid: u32,
-    bytes: Vec<u8>,
-    version: String,
-}
-
-impl Before {
-    fn of(worker: &K0sProcess) -> Self {
-        Self {
-            pid: worker.pid(),
-            bytes: std::fs::read(worker.binary_path()).expect("reading the binary"),
-            version: binary_version(worker.binary_path()),
-        }
-    }
-}
-
 /// Runs one plan `id` updating worker-0 to v2 from `url` (with `sha256`), waits for it to
 /// fail, checks the node is untouched and returns the target's reason.
 async fn plan_fails(
@@ -89,13 +72,7 @@ async fn plan_fails(
 
     // Untouched: same process, same binary, nothing staged or half-downloaded next to it,
     // not cordoned.
-    assert!(worker.is_running(), "the worker exited:\n{}", worker.log_tail(40));
-    assert_eq!(worker.pid(), before.pid, "the same worker process runs");
-    let on_disk = std::fs::read(worker.binary_path()).expect("reading the binary");
-    assert!(on_disk == before.bytes, "the binary on disk changed ({id})");
-    assert_eq!(binary_version(worker.binary_path()), before.version);
-    let leftovers = update_leftovers(worker.binary_path(), worker.data_dir());
-    assert!(leftovers.is_empty(), "files left behind by {id}: {leftovers:?}");
+    before.assert_untouched(worker, id);
     assert!(
         !worker.binary_path().with_file_name("k0s.prev").exists(),
         "nothing was swapped, so there is no previous binary ({id})"

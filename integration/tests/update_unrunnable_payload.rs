@@ -41,8 +41,7 @@ async fn fails(
     url: String,
     sha: String,
 ) -> String {
-    let pid = worker.pid();
-    let v1_bytes = std::fs::read(worker.binary_path()).expect("reading the binary");
+    let before = Before::of(worker);
     let mut update = update_to(V2, "", &sha, None, Some(static_nodes(&["worker-0"], 1)));
     for platform in update.platforms.values_mut() {
         platform.url.clone_from(&url);
@@ -57,12 +56,7 @@ async fn fails(
     let reason = target.reason.clone().unwrap_or_default();
 
     // Untouched: same process, same binary, nothing staged, never cordoned.
-    assert!(worker.is_running(), "the worker exited:\n{}", worker.log_tail(40));
-    assert_eq!(worker.pid(), pid, "the same worker process runs");
-    let on_disk = std::fs::read(worker.binary_path()).expect("reading the binary");
-    assert!(on_disk == v1_bytes, "the binary on disk changed ({id})");
-    let leftovers = update_leftovers(worker.binary_path(), worker.data_dir());
-    assert!(leftovers.is_empty(), "files left behind by {id}: {leftovers:?}");
+    before.assert_untouched(worker, id);
     let (unschedulable, marked) = node_cordon(client, "worker-0").await.expect("reading the Node");
     assert!(!unschedulable && !marked, "a refused payload never cordons the node ({id})");
 

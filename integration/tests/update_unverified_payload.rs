@@ -21,7 +21,7 @@ use autopilot_api::v1beta2::{
     PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
 };
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{ClusterBuilder, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use support::*;
@@ -41,34 +41,6 @@ fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
             workers: Some(static_nodes(&[worker], 1)),
         },
         progress_timeout: None,
-    }
-}
-
-/// What a node had before the plans: its process and its binary.
-struct Before {
-    pid: u32,
-    bytes: Vec<u8>,
-    version: String,
-}
-
-impl Before {
-    fn of(worker: &K0sProcess) -> Self {
-        Self {
-            pid: worker.pid(),
-            bytes: std::fs::read(worker.binary_path()).expect("reading the binary"),
-            version: binary_version(worker.binary_path()),
-        }
-    }
-
-    /// The same process still runs the same binary, with nothing staged next to it.
-    fn assert_untouched(&self, worker: &K0sProcess, case: &str) {
-        assert!(worker.is_running(), "{case}: the worker exited:\n{}", worker.log_tail(40));
-        assert_eq!(worker.pid(), self.pid, "{case}: the same worker process runs");
-        let on_disk = std::fs::read(worker.binary_path()).expect("reading the binary");
-        assert!(on_disk == self.bytes, "{case}: the binary on disk changed");
-        assert_eq!(binary_version(worker.binary_path()), self.version, "{case}");
-        let leftovers = update_leftovers(worker.binary_path(), worker.data_dir());
-        assert!(leftovers.is_empty(), "{case}: files left behind: {leftovers:?}");
     }
 }
 

@@ -614,6 +614,38 @@ pub fn update_to(
     }
 }
 
+/// What a node had before a scenario's plans: its process and its binary.
+pub struct Before {
+    /// The node process's pid.
+    pub pid: u32,
+    /// The binary's bytes.
+    pub bytes: Vec<u8>,
+    /// What the binary's `version` printed.
+    pub version: String,
+}
+
+impl Before {
+    /// What `worker` has now.
+    pub fn of(worker: &K0sProcess) -> Self {
+        Self {
+            pid: worker.pid(),
+            bytes: std::fs::read(worker.binary_path()).expect("reading the binary"),
+            version: binary_version(worker.binary_path()),
+        }
+    }
+
+    /// The same process still runs the same binary, with nothing staged next to it.
+    pub fn assert_untouched(&self, worker: &K0sProcess, case: &str) {
+        assert!(worker.is_running(), "{case}: the worker exited:\n{}", worker.log_tail(40));
+        assert_eq!(worker.pid(), self.pid, "{case}: the same worker process runs");
+        let on_disk = std::fs::read(worker.binary_path()).expect("reading the binary");
+        assert!(on_disk == self.bytes, "{case}: the binary on disk changed");
+        assert_eq!(binary_version(worker.binary_path()), self.version, "{case}");
+        let leftovers = update_leftovers(worker.binary_path(), worker.data_dir());
+        assert!(leftovers.is_empty(), "{case}: files left behind: {leftovers:?}");
+    }
+}
+
 /// What `k0s version` of `process`'s binary on disk prints.
 pub fn version_on_disk(process: &K0sProcess) -> String {
     binary_version(process.binary_path())
