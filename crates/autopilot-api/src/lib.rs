@@ -19,6 +19,7 @@ pub mod keys;
 pub mod platform;
 mod schema;
 pub mod signal;
+pub mod text;
 pub mod v1beta2;
 
 pub use v1beta2::{ControlNode, Plan, PlanSpec, PlanStatus, UpdateConfig, UpdateConfigSpec, crds};

@@ -6,6 +6,7 @@
 //! stale: the pass stops and the engine re-observes.
 
 use autopilot_api::signal;
+use autopilot_api::text::truncate;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -189,15 +190,4 @@ async fn publish(
         .create(&PostParams::default(), &body)
         .await
         .map(drop)
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }

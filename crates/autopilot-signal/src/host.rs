@@ -367,17 +367,7 @@ pub fn judge_self_test(
     }
 }
 
-/// At most `max` bytes of `text`, cut at a char boundary, with `…` marking a cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
+pub use autopilot_api::text::truncate;
 
 #[cfg(test)]
 mod tests {
@@ -416,12 +406,5 @@ mod tests {
         let text = serde_json::to_string(&pending).unwrap();
         assert!(text.contains(r#""trial":{"state":"pending"}"#), "{text}");
         assert_eq!(serde_json::from_str::<RestartMarker>(&text).unwrap(), pending);
-    }
-
-    #[test]
-    fn truncation_keeps_whole_characters_and_marks_the_cut() {
-        assert_eq!(truncate("short", 10), "short");
-        assert_eq!(truncate("ééé", 3), "é…");
-        assert_eq!(truncate(&"x".repeat(2000), 1024).len(), 1024 + '…'.len_utf8());
     }
 }

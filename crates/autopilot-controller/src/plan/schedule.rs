@@ -325,12 +325,8 @@ pub(super) fn cap_node_reason(reason: &str) -> String {
     if reason.len() <= MAX_NODE_REASON {
         return reason.to_owned();
     }
-    const MARK: &str = "…";
-    let mut end = MAX_NODE_REASON - MARK.len();
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{MARK}", &reason[..end])
+    // The mark counts against the budget.
+    autopilot_api::text::truncate(reason, MAX_NODE_REASON - '…'.len_utf8())
 }
 
 /// Signal the first pending controller by name, if every controller of the command is
