@@ -94,6 +94,15 @@ pub const ANNOTATION_CORDONED: &str = "autopilot.k0sproject.io/cordoned";
 /// identity, on `kube-node-lease/<node>` it is empty.
 pub const LABEL_CENTRAL_CORDONING: &str = "autopilot.k0sproject.io/central-cordoning";
 
+/// Plan annotation: while `"true"`, the plan signals no new node (nodes in flight finish).
+/// `k0s autopilot pause` sets it, `k0s autopilot resume` removes it.
+pub const ANNOTATION_PAUSED: &str = "autopilot.k0sproject.io/paused";
+
+/// Plan annotation: when `"true"`, the current run signals no new node, waits for the nodes
+/// in flight and ends `Aborted`. `k0s autopilot abort` sets it; a new run (a changed spec)
+/// starts only once it is removed.
+pub const ANNOTATION_ABORT: &str = "autopilot.k0sproject.io/abort";
+
 /// Well-known host name label, also set on every ControlNode.
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 
@@ -144,6 +153,13 @@ pub mod conditions {
 
     /// Reason of [`SPEC_CHANGE_IGNORED`] while a run is in progress.
     pub const REASON_PLAN_RUNNING: &str = "PlanRunning";
+
+    /// Condition type set while the Plan carries [`super::ANNOTATION_PAUSED`]: no new node
+    /// is signalled; the message counts the nodes still in flight.
+    pub const PAUSED: &str = "Paused";
+
+    /// Reason of [`PAUSED`]: an operator paused the plan.
+    pub const REASON_PAUSED_BY_OPERATOR: &str = "PausedByOperator";
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalData, SignalPhase};
 use autopilot_api::v1beta2::{
-    ControlNode, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
+    Concurrency, ControlNode, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
     PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
     PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
     PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanStateType, TargetState, TargetStatus,
@@ -80,7 +80,10 @@ pub fn static_nodes(names: &[&str], concurrent: u32) -> PlanCommandTarget {
             }),
             selector: None,
         },
-        limits: PlanCommandTargetLimits { concurrent },
+        limits: PlanCommandTargetLimits {
+            concurrent: Concurrency::Count(concurrent),
+            ..PlanCommandTargetLimits::default()
+        },
     }
 }
 

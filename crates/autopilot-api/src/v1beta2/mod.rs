@@ -12,11 +12,12 @@ mod tests;
 
 pub use control_node::{ControlNode, ControlNodeStatus};
 pub use plan::{
-    CommandState, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandAirgapUpdateStatus,
-    PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanCommandTarget,
-    PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
-    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanCommandTargets, PlanResourceUrl,
-    PlanSpec, PlanState, PlanStateType, PlanStatus, TargetState, TargetStatus,
+    CommandState, Concurrency, Plan, PlanCommand, PlanCommandAirgapUpdate,
+    PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
+    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
+    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
+    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanState, PlanStateType, PlanStatus,
+    TargetState, TargetStatus,
 };
 pub use update_config::{
     AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,

@@ -199,24 +199,143 @@ pub struct PlanCommandTargetDiscoverySelector {
     pub fields: Option<String>,
 }
 
-/// Concurrency limits of a target group.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Limits of a target group: how many nodes update at once, how many may fail, and an
+/// optional canary. Controllers ignore them (one at a time, any failure stops the plan).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommandTargetLimits {
-    /// How many nodes of this group may be updating at the same time (at least 1).
-    #[serde(default = "default_concurrent")]
+    /// How many nodes of this group may be updating at the same time: a count (at least 1)
+    /// or a percentage of the group's targets (`"25%"`, rounded down, at least 1 node).
+    /// Nodes still working on a signal of an earlier run count too.
+    #[serde(default)]
+    pub concurrent: Concurrency,
+
+    /// Workers only: how many nodes may fail before the plan stops signalling new ones.
+    /// Unset or 0: the first failure stops it (in-flight nodes finish, then `ApplyFailed`).
+    /// With N, the command goes on while at most N workers have failed and then completes,
+    /// its `description` naming each failed node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<u32>,
+
+    /// Workers only: update this many workers (the first by name) first; every other
+    /// worker waits until they completed and stayed Ready for `soak`. A canary that fails
+    /// or goes NotReady during the soak ends the command with no other worker touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
-    pub concurrent: u32,
+    pub canary: Option<u32>,
+
+    /// How long the canary workers must stay Ready after they completed before the rest
+    /// are signalled; a duration such as `10m`. Unset: no soak (the rest follow as soon as
+    /// the canaries completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<String>,
 }
 
-impl Default for PlanCommandTargetLimits {
+/// `limits.concurrent`: a node count or a percentage of the group's targets.
+///
+/// On the wire an integer (`3`) or a string ending in `%` (`"25%"`), like a Deployment's
+/// `maxUnavailable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Concurrency {
+    /// At most this many nodes (0 from an older schema counts as 1).
+    Count(u32),
+    /// At most this percentage (1..=100) of the group's targets, rounded down, at least 1.
+    Percent(u32),
+}
+
+impl Default for Concurrency {
     fn default() -> Self {
-        Self { concurrent: default_concurrent() }
+        Self::Count(1)
     }
 }
 
-fn default_concurrent() -> u32 {
-    1
+impl Concurrency {
+    /// How many of `targets` nodes may be in flight at once (always at least 1).
+    pub fn of(self, targets: usize) -> usize {
+        let limit = match self {
+            Self::Count(count) => usize::try_from(count).unwrap_or(usize::MAX),
+            Self::Percent(percent) => {
+                let percent = usize::try_from(percent.min(100)).unwrap_or(100);
+                targets.saturating_mul(percent) / 100
+            }
+        };
+        limit.max(1)
+    }
+}
+
+impl fmt::Display for Concurrency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Count(count) => write!(f, "{count}"),
+            Self::Percent(percent) => write!(f, "{percent}%"),
+        }
+    }
+}
+
+impl Serialize for Concurrency {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Count(count) => serializer.serialize_u32(*count),
+            Self::Percent(_) => serializer.collect_str(self),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Concurrency {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Count(u32),
+            Text(String),
+            // The int-or-string schema is nullable: `null` is the default, as if unset.
+            Null(()),
+        }
+        match Wire::deserialize(deserializer)? {
+            Wire::Null(()) => Ok(Self::default()),
+            Wire::Count(count) => Ok(Self::Count(count)),
+            Wire::Text(text) => text.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl std::str::FromStr for Concurrency {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || {
+            format!(
+                "limits.concurrent {text:?} is neither a node count nor a percentage from 1% to \
+                 100% (for example 3 or \"25%\")"
+            )
+        };
+        match text.strip_suffix('%') {
+            Some(number) => match number.parse::<u32>() {
+                Ok(percent @ 1..=100) if !number.starts_with('+') => Ok(Self::Percent(percent)),
+                Ok(_) | Err(_) => Err(invalid()),
+            },
+            None => text.parse::<u32>().map(Self::Count).map_err(|_| invalid()),
+        }
+    }
+}
+
+impl JsonSchema for Concurrency {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Concurrency".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "How many nodes of this group may be updating at the same time: a \
+                            count (at least 1) or a percentage of the group's targets (\"25%\", \
+                            rounded down, at least 1 node). Nodes still working on a signal of \
+                            an earlier run count too.",
+            "x-kubernetes-int-or-string": true,
+            "minimum": 1,
+            "pattern": "^(100|[1-9][0-9]?)%$",
+            "default": 1,
+        })
+    }
 }
 
 /// Serde helper: leave `false` booleans out, as Go's `omitempty` does.
@@ -424,6 +543,10 @@ pub enum PlanStateType {
     /// payload has neither a `sha256` nor an `https://` URL, or a command is malformed;
     /// `description` says why.
     Warning,
+    /// Terminal: an operator aborted the plan (the `autopilot.k0sproject.io/abort`
+    /// annotation); nodes in flight finished first and no node autopilot cordoned is left
+    /// cordoned.
+    Aborted,
 }
 
 /// k0s' name for the plan-level use of [`PlanStateType`].
@@ -434,7 +557,7 @@ pub type CommandState = PlanStateType;
 
 impl PlanStateType {
     /// Every state, in declaration order.
-    pub const ALL: [PlanStateType; 11] = [
+    pub const ALL: [PlanStateType; 12] = [
         Self::NewPlan,
         Self::SchedulableWait,
         Self::Schedulable,
@@ -446,6 +569,7 @@ impl PlanStateType {
         Self::Restricted,
         Self::ApplyFailed,
         Self::Warning,
+        Self::Aborted,
     ];
 
     /// The wire string (`""` for [`PlanStateType::NewPlan`]).
@@ -462,6 +586,7 @@ impl PlanStateType {
             Self::Restricted => "Restricted",
             Self::ApplyFailed => "ApplyFailed",
             Self::Warning => "Warning",
+            Self::Aborted => "Aborted",
         }
     }
 
@@ -476,7 +601,8 @@ impl PlanStateType {
             | Self::InconsistentTargets
             | Self::Restricted
             | Self::ApplyFailed
-            | Self::Warning => true,
+            | Self::Warning
+            | Self::Aborted => true,
         }
     }
 

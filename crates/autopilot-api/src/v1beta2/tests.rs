@@ -34,6 +34,7 @@ fn every_plan_state_serialises_to_its_k0s_string() {
             json!("Restricted"),
             json!("ApplyFailed"),
             json!("Warning"),
+            json!("Aborted"),
         ]
     );
     for state in PlanStateType::ALL {
@@ -61,7 +62,7 @@ fn only_new_plan_and_the_schedulable_states_are_not_terminal() {
         [PlanStateType::NewPlan, PlanStateType::SchedulableWait, PlanStateType::Schedulable]
     );
     let failures: Vec<_> = PlanStateType::ALL.into_iter().filter(|s| s.is_failure()).collect();
-    assert_eq!(failures.len(), 7);
+    assert_eq!(failures.len(), 8);
     assert!(!PlanStateType::Completed.is_failure());
 }
 
@@ -191,7 +192,7 @@ fn a_k0s_shaped_plan_reads_into_the_expected_types() {
     let nodes = &controllers.discovery.r#static.as_ref().expect("static").nodes;
     assert_eq!(nodes, &["controller0", "controller1"]);
     let workers = k0s.targets.workers.as_ref().expect("workers");
-    assert_eq!(workers.limits.concurrent, 3);
+    assert_eq!(workers.limits.concurrent, Concurrency::Count(3));
     let selector = workers.discovery.selector.as_ref().expect("selector");
     assert_eq!(selector.labels.as_deref(), Some("env=prod"));
 
@@ -206,13 +207,44 @@ fn a_k0s_shaped_plan_reads_into_the_expected_types() {
 }
 
 #[test]
+fn concurrency_reads_a_count_or_a_percentage_and_writes_it_back_the_same() {
+    for (wire, parsed) in [
+        (json!(3), Concurrency::Count(3)),
+        (json!("25%"), Concurrency::Percent(25)),
+        (json!("100%"), Concurrency::Percent(100)),
+        (json!("2"), Concurrency::Count(2)),
+        (json!(null), Concurrency::Count(1)),
+    ] {
+        let read: Concurrency = serde_json::from_value(wire.clone()).expect("parse");
+        assert_eq!(read, parsed, "{wire}");
+    }
+    assert_eq!(serde_json::to_value(Concurrency::Percent(25)).expect("write"), json!("25%"));
+    assert_eq!(serde_json::to_value(Concurrency::Count(4)).expect("write"), json!(4));
+    for bad in [json!("0%"), json!("101%"), json!("%"), json!("+5%"), json!("x"), json!(-1)] {
+        let error = serde_json::from_value::<Concurrency>(bad.clone()).expect_err("refused");
+        assert!(!error.to_string().is_empty(), "{bad}");
+    }
+}
+
+#[test]
+fn a_percentage_rounds_down_and_never_goes_below_one_node() {
+    assert_eq!(Concurrency::Percent(50).of(4), 2);
+    assert_eq!(Concurrency::Percent(25).of(7), 1);
+    assert_eq!(Concurrency::Percent(25).of(3), 1);
+    assert_eq!(Concurrency::Percent(100).of(9), 9);
+    assert_eq!(Concurrency::Percent(10).of(0), 1);
+    assert_eq!(Concurrency::Count(0).of(5), 1);
+    assert_eq!(Concurrency::Count(3).of(2), 3);
+}
+
+#[test]
 fn limits_default_to_one_concurrent_node() {
     let target: PlanCommandTarget =
         serde_json::from_value(json!({"discovery": {}})).expect("parse");
-    assert_eq!(target.limits.concurrent, 1);
+    assert_eq!(target.limits.concurrent, Concurrency::Count(1));
     let target: PlanCommandTarget =
         serde_json::from_value(json!({"discovery": {}, "limits": {}})).expect("parse");
-    assert_eq!(target.limits.concurrent, 1);
+    assert_eq!(target.limits.concurrent, Concurrency::Count(1));
 }
 
 #[test]

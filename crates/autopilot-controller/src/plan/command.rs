@@ -137,11 +137,11 @@ impl<'a> Command<'a> {
         }
     }
 
-    /// How many workers may be `SignalSent` at once. The schema says at least 1; a 0 from an
-    /// older schema counts as 1, so a plan never waits forever on its own limit (DESIGN §9.6).
-    pub(super) fn worker_concurrency(self) -> usize {
-        let concurrent = self.target(Group::Workers).map_or(1, |target| target.limits.concurrent);
-        usize::try_from(concurrent.max(1)).unwrap_or(usize::MAX)
+    /// How many of the command's `workers` targets may be in flight at once: a count, or
+    /// a percentage of `workers` rounded down. Always at least 1 (a 0 from an older schema
+    /// counts as 1), so a plan never waits forever on its own limit (DESIGN §9.6).
+    pub(super) fn worker_concurrency(self, workers: usize) -> usize {
+        self.target(Group::Workers).map_or(1, |target| target.limits.concurrent.of(workers))
     }
 
     /// The kind of object a group's targets are signalled through: ControlNodes for k0s

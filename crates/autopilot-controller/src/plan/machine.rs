@@ -625,7 +625,8 @@ fn state_event_kind(state: PlanStateType) -> EventKind {
         | PlanStateType::InconsistentTargets
         | PlanStateType::Restricted
         | PlanStateType::ApplyFailed
-        | PlanStateType::Warning => EventKind::Warning,
+        | PlanStateType::Warning
+        | PlanStateType::Aborted => EventKind::Warning,
     }
 }
 

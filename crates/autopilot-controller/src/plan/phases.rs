@@ -29,7 +29,7 @@ pub const INITIAL_PLAN_PHASE: PlanStateType = PlanStateType::NewPlan;
 use PlanStateType as P;
 
 /// Every plan/command phase, in [`PlanStateType::ALL`] order.
-pub const PLAN_PHASES: [PhaseInfo; 11] = [
+pub const PLAN_PHASES: [PhaseInfo; 12] = [
     PhaseInfo {
         state: P::NewPlan,
         terminal: false,
@@ -124,6 +124,13 @@ pub const PLAN_PHASES: [PhaseInfo; 11] = [
         description: "NewPlan refused the plan: the removed-API pre-check failed, a payload \
                       has neither a sha256 nor an https URL, or the command is malformed",
     },
+    PhaseInfo {
+        state: P::Aborted,
+        terminal: true,
+        next: &[],
+        description: "an operator aborted the plan: no node was signalled after the abort, \
+                      the nodes in flight finished, and no autopilot cordon is left",
+    },
 ];
 
 /// The table entry of a plan/command phase.
@@ -140,6 +147,7 @@ pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
         P::Restricted => 8,
         P::ApplyFailed => 9,
         P::Warning => 10,
+        P::Aborted => 11,
     };
     &PLAN_PHASES[index]
 }
@@ -281,7 +289,8 @@ pub fn markdown() -> String {
             | P::InconsistentTargets
             | P::Restricted
             | P::ApplyFailed
-            | P::Warning => "",
+            | P::Warning
+            | P::Aborted => "",
         };
         out.push_str(&format!(
             "| `{}`{wire} | {} | {} | {} |\n",

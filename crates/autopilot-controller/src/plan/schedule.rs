@@ -42,7 +42,8 @@ pub(super) fn schedule(
             | PlanStateType::InconsistentTargets
             | PlanStateType::Restricted
             | PlanStateType::ApplyFailed
-            | PlanStateType::Warning => return Some(command_status.state),
+            | PlanStateType::Warning
+            | PlanStateType::Aborted => return Some(command_status.state),
         }
         match step_command(inputs, probes, decision, &run, command, command_status) {
             Outcome::Completed => continue,
@@ -419,7 +420,7 @@ fn signal_workers(
     let objects = inputs.objects(command.object_kind(Group::Workers));
     let workers = targets(status, command, Group::Workers);
     let sent = workers.iter().filter(|t| t.state == TargetState::SignalSent).count();
-    let mut free = command.worker_concurrency().saturating_sub(sent);
+    let mut free = command.worker_concurrency(workers.len()).saturating_sub(sent);
     let mut pending: Vec<&str> = workers
         .iter()
         .filter(|t| t.state == TargetState::SignalPending)

@@ -105,7 +105,7 @@ fn selector_all() -> PlanCommandTarget {
             r#static: None,
             selector: Some(PlanCommandTargetDiscoverySelector::default()),
         },
-        limits: PlanCommandTargetLimits { concurrent: 1 },
+        limits: PlanCommandTargetLimits::default(),
     }
 }
 
@@ -117,7 +117,10 @@ fn static_nodes(nodes: &[&str], concurrent: u32) -> PlanCommandTarget {
             }),
             selector: None,
         },
-        limits: PlanCommandTargetLimits { concurrent },
+        limits: PlanCommandTargetLimits {
+            concurrent: autopilot_api::v1beta2::Concurrency::Count(concurrent),
+            ..PlanCommandTargetLimits::default()
+        },
     }
 }
 

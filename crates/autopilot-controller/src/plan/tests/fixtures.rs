@@ -203,7 +203,7 @@ impl PlanFixture {
 
     /// The last command's workers go `n` at a time.
     pub fn concurrent(mut self, n: u32) -> Self {
-        self.workers_target().limits.concurrent = n;
+        self.workers_target().limits.concurrent = autopilot_api::v1beta2::Concurrency::Count(n);
         self
     }
 

@@ -170,7 +170,13 @@ fn target(
             }
         }
     };
-    Some(PlanCommandTarget { discovery, limits: PlanCommandTargetLimits { concurrent } })
+    Some(PlanCommandTarget {
+        discovery,
+        limits: PlanCommandTargetLimits {
+            concurrent: autopilot_api::v1beta2::Concurrency::Count(concurrent),
+            ..PlanCommandTargetLimits::default()
+        },
+    })
 }
 
 fn build(scenario: &Scenario) -> Sim {
@@ -357,7 +363,8 @@ fn check_pass(
         );
         // Never more workers in flight than the limit.
         prop_assert!(
-            count(command, Group::Workers, TargetState::SignalSent) <= kind.worker_concurrency(),
+            count(command, Group::Workers, TargetState::SignalSent)
+                <= kind.worker_concurrency(targets(command, kind, Group::Workers).len()),
             "{after:#?}"
         );
         // No worker is signalled before every controller completed.
