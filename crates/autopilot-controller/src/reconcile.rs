@@ -321,6 +321,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         generation: plan.metadata.generation.unwrap_or_default(),
         spec: &plan.spec,
         status: plan.status.as_ref(),
+        steering: plan::Steering::of(plan.annotations()),
     };
 
     let (control_nodes, control_node_versions) = observe::collect_control_nodes(&ctx.control_nodes);

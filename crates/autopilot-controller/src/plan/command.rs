@@ -144,6 +144,30 @@ impl<'a> Command<'a> {
         self.target(Group::Workers).map_or(1, |target| target.limits.concurrent.of(workers))
     }
 
+    /// How many workers may fail before the command stops signalling new ones
+    /// (`limits.maxFailures`; 0 when unset). Controllers have no budget.
+    pub(super) fn max_failures(self) -> usize {
+        self.target(Group::Workers)
+            .and_then(|target| target.limits.max_failures)
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// How many workers go first as canaries (`limits.canary`; 0 when unset).
+    pub(super) fn canary(self) -> usize {
+        self.target(Group::Workers)
+            .and_then(|target| target.limits.canary)
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// How long the canaries must stay Ready after they completed (`limits.soak`; zero when
+    /// unset or unparseable, which NewPlan refuses before a run gets here).
+    pub(super) fn soak(self) -> Duration {
+        self.target(Group::Workers)
+            .and_then(|target| target.limits.soak.as_deref())
+            .and_then(|text| autopilot_api::duration::parse(text).ok())
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// The kind of object a group's targets are signalled through: ControlNodes for k0s
     /// controllers, Nodes for everything else (airgap always on Nodes).
     pub(super) fn object_kind(self, group: Group) -> ObjectKind {

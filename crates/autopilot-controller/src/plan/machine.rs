@@ -21,8 +21,8 @@ use super::command::{Command, targets};
 use super::phases::reasons;
 use super::removed_apis::RemovedApiUse;
 use super::{
-    Effect, EventKind, ObjectKind, Observed, PlanView, Policy, Readiness, Requeue, TargetObject,
-    Transition, discovery, schedule,
+    Effect, EventKind, ObjectKind, Observed, PlanView, Policy, Readiness, Requeue, Steering,
+    TargetObject, Transition, discovery, schedule,
 };
 
 /// How soon to look again when a run waits for the removed-API findings the shell has not
@@ -41,8 +41,12 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
     let mut probes = Probes::Observed(observed.readiness);
-    Pass { inputs: Inputs::new(observed, policy), plan, assume_no_removed_apis: false }
-        .run(&mut probes)
+    Pass {
+        inputs: Inputs::new(observed, policy, plan.steering),
+        plan,
+        assume_no_removed_apis: false,
+    }
+    .run(&mut probes)
 }
 
 /// The controllers whose `/readyz` the shell must probe before calling [`step`] with the
@@ -65,8 +69,12 @@ pub fn controllers_to_probe(
     let mut asked = BTreeSet::new();
     for answer_ready in [true, false] {
         let mut probes = Probes::Record { asked: BTreeSet::new(), answer_ready };
-        let _ = Pass { inputs: Inputs::new(observed, policy), plan, assume_no_removed_apis: true }
-            .run(&mut probes);
+        let _ = Pass {
+            inputs: Inputs::new(observed, policy, plan.steering),
+            plan,
+            assume_no_removed_apis: true,
+        }
+        .run(&mut probes);
         if let Probes::Record { asked: names, .. } = probes {
             asked.extend(names);
         }
@@ -89,7 +97,7 @@ pub fn removed_api_check_versions(plan: PlanView<'_>) -> Vec<String> {
         // The spec moved on during the run: if the run ends in this pass, the next run
         // starts in the same pass (see [`step`]), so it needs the findings too.
         RunState::Running(status) => status.observed_generation != Some(plan.generation),
-        RunState::Ended(_) => false,
+        RunState::Ended(_) | RunState::Held => false,
     };
     if !may_start {
         return Vec::new();
@@ -117,13 +125,15 @@ pub(super) struct Inputs<'a> {
     /// The time of the snapshot in whole seconds, for everything written to the status (the
     /// API server keeps whole seconds, so a status read back equals the one written).
     pub(super) stamp: Timestamp,
+    /// The operator's pause/abort.
+    pub(super) steering: Steering,
 }
 
 impl<'a> Inputs<'a> {
-    fn new(observed: &'a Observed<'a>, policy: &'a Policy) -> Self {
+    fn new(observed: &'a Observed<'a>, policy: &'a Policy, steering: Steering) -> Self {
         let now = observed.now;
         let stamp = Timestamp::from_second(now.as_second()).unwrap_or(now);
-        Self { observed, policy, now, stamp }
+        Self { observed, policy, now, stamp, steering }
     }
 
     /// Every object of a kind, by name.
@@ -177,9 +187,22 @@ pub(super) struct Decision {
     pub(super) signals: Vec<Effect>,
     /// When to look again without a change.
     pub(super) requeue: Requeue,
+    /// The Event reason of each command's hold (`reason`), by command id, when it is not a
+    /// not-ready worker (the default): a not-ready controller, a pause, a soak, a stop.
+    pub(super) holds: BTreeMap<u32, &'static str>,
 }
 
 impl Decision {
+    /// Nothing decided yet.
+    pub(super) fn new() -> Self {
+        Self { signals: Vec::new(), requeue: Requeue::OnChange, holds: BTreeMap::new() }
+    }
+
+    /// Record what kind of hold command `id`'s `reason` describes (for its Event).
+    pub(super) fn hold(&mut self, id: u32, reason: &'static str) {
+        self.holds.insert(id, reason);
+    }
+
     /// Look again after `delay` at the latest.
     pub(super) fn requeue_after(&mut self, delay: Duration) {
         self.requeue = match self.requeue {
@@ -195,8 +218,11 @@ enum RunState<'s> {
     New,
     /// A run is in progress.
     Running(&'s PlanStatus),
-    /// The run ended and the spec has not changed since it started: nothing to do.
+    /// The run ended and the spec has not changed since it started (or the plan is
+    /// aborted, which holds a changed spec back): nothing to do.
     Ended(&'s PlanStatus),
+    /// No run of ours, and the plan is aborted: none starts.
+    Held,
 }
 
 /// A run starts when there is no status, when the status is not one of ours (no
@@ -205,10 +231,11 @@ enum RunState<'s> {
 /// every run of ours records (run id, plan id, a frozen copy of each command, commands past
 /// NewPlan) cannot be driven safely and starts a new run too.
 fn run_state(plan: PlanView<'_>) -> RunState<'_> {
-    let Some(status) = plan.status else { return RunState::New };
-    let Some(observed_generation) = status.observed_generation else { return RunState::New };
+    let new = if plan.steering.aborted { RunState::Held } else { RunState::New };
+    let Some(status) = plan.status else { return new };
+    let Some(observed_generation) = status.observed_generation else { return new };
     if status.is_terminal() {
-        return if observed_generation == plan.generation {
+        return if observed_generation == plan.generation || plan.steering.aborted {
             RunState::Ended(status)
         } else {
             RunState::New
@@ -221,7 +248,7 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
             command.state != PlanStateType::NewPlan
                 && command.frozen.as_ref().and_then(Command::resolve).is_some()
         });
-    if intact { RunState::Running(status) } else { RunState::New }
+    if intact { RunState::Running(status) } else { new }
 }
 
 /// One pass.
@@ -249,7 +276,7 @@ impl Pass<'_> {
         }
         let plan = PlanView { status: Some(&ending.status), ..self.plan };
         let next = Pass { plan, ..*self }.run_once(probes);
-        let mut requeue = Decision { signals: Vec::new(), requeue: ending.requeue };
+        let mut requeue = Decision { requeue: ending.requeue, ..Decision::new() };
         if let Requeue::After(delay) = next.requeue {
             requeue.requeue_after(delay);
         }
@@ -277,7 +304,7 @@ impl Pass<'_> {
             return self.ignore();
         }
         // Check 2: start a new run, go on with the current one, or leave an ended one be.
-        let mut decision = Decision { signals: Vec::new(), requeue: Requeue::OnChange };
+        let mut decision = Decision::new();
         let mut started = None;
         let mut payload_warnings = Vec::new();
         let (base, mut status) = match run_state(plan) {
@@ -285,6 +312,10 @@ impl Pass<'_> {
                 // A failed node still in flight is told so until its object shows it.
                 let effects = schedule::tell_failed_nodes(&self.inputs, status);
                 return Transition { status: status.clone(), effects, requeue: Requeue::OnChange };
+            }
+            RunState::Held => {
+                let status = plan.status.cloned().unwrap_or_default();
+                return unchanged(status, Requeue::OnChange);
             }
             RunState::Running(status) => (status.clone(), status.clone()),
             RunState::New => {
@@ -309,6 +340,7 @@ impl Pass<'_> {
         }
         let mut condition_events = Vec::new();
         self.spec_change_condition(&mut status, &mut condition_events);
+        self.paused_condition(&mut status, &mut condition_events);
 
         status.progress = status.computed_progress();
 
@@ -316,7 +348,7 @@ impl Pass<'_> {
         effects.extend(schedule::tell_failed_nodes(&self.inputs, &status));
         effects.extend(started);
         effects.extend(payload_warnings);
-        effects.extend(state_events(&base, &status));
+        effects.extend(state_events(&base, &status, &decision.holds));
         effects.extend(condition_events);
         Transition { status, effects, requeue: decision.requeue }
     }
@@ -420,6 +452,62 @@ impl Pass<'_> {
         }
     }
 
+    /// Set `Paused` while the plan carries the pause annotation and its run goes on (the
+    /// message counts the nodes still in flight); remove it once the annotation is gone or
+    /// the run ended. An Event when the plan pauses and when it resumes.
+    fn paused_condition(&self, status: &mut PlanStatus, events: &mut Vec<Effect>) {
+        let plan = self.plan;
+        let had = status.conditions.iter().any(|c| c.type_ == conditions::PAUSED);
+        if plan.steering.paused && !status.is_terminal() {
+            let in_flight: Vec<&str> = status
+                .targets()
+                .filter(|t| t.state == TargetState::SignalSent)
+                .map(|t| t.name.as_str())
+                .collect();
+            let mut message = format!(
+                "paused by the {} annotation: no new node is signalled",
+                keys::ANNOTATION_PAUSED
+            );
+            if in_flight.is_empty() {
+                message.push_str("; no node is in flight");
+            } else {
+                message.push_str(&format!(
+                    "; {} node(s) in flight finish: {}",
+                    in_flight.len(),
+                    in_flight.join(", ")
+                ));
+            }
+            message.push_str(". Remove the annotation (k0s autopilot resume) to go on");
+            if set_condition(
+                &mut status.conditions,
+                conditions::PAUSED,
+                conditions::REASON_PAUSED_BY_OPERATOR,
+                &message,
+                plan.generation,
+                self.inputs.stamp,
+            ) {
+                events.push(Effect::Event {
+                    kind: EventKind::Normal,
+                    reason: reasons::PLAN_PAUSED,
+                    note: format!("plan {}: {message}", plan.name),
+                });
+            }
+        } else if had {
+            status.conditions.retain(|c| c.type_ != conditions::PAUSED);
+            if !plan.steering.paused {
+                events.push(Effect::Event {
+                    kind: EventKind::Normal,
+                    reason: reasons::PLAN_RESUMED,
+                    note: format!(
+                        "plan {}: resumed (the {} annotation is gone)",
+                        plan.name,
+                        keys::ANNOTATION_PAUSED
+                    ),
+                });
+            }
+        }
+    }
+
     /// A Plan that is not named `autopilot`: unchanged but for the `Ignored` condition.
     fn ignore(&self) -> Transition {
         let plan = self.plan;
@@ -492,7 +580,11 @@ fn set_condition(
 /// One Event per target, command and plan state change between `base` and `status`, plus
 /// one per new hold reason. Targets that first appear as `SignalPending` get none (NewPlan
 /// discovering them is part of the command's event).
-fn state_events(base: &PlanStatus, status: &PlanStatus) -> Vec<Effect> {
+fn state_events(
+    base: &PlanStatus,
+    status: &PlanStatus,
+    holds: &BTreeMap<u32, &'static str>,
+) -> Vec<Effect> {
     let mut events = Vec::new();
     for command_status in &status.commands {
         let before = base.commands.iter().find(|c| c.id == command_status.id);
@@ -518,15 +610,14 @@ fn state_events(base: &PlanStatus, status: &PlanStatus) -> Vec<Effect> {
         if let Some(reason) = &command_status.reason
             && old_reason != Some(reason)
         {
-            // Only controller holds have a deadline, so only they record `notReadySince`.
-            let controller_hold = command_status.not_ready_since.is_some();
+            let kind = holds.get(&command_status.id).copied().unwrap_or(reasons::WORKER_NOT_READY);
+            let event_kind = match kind {
+                reasons::PLAN_PAUSED | reasons::CANARY_SOAKING => EventKind::Normal,
+                _ => EventKind::Warning,
+            };
             events.push(Effect::Event {
-                kind: EventKind::Warning,
-                reason: if controller_hold {
-                    reasons::CONTROLLER_NOT_READY
-                } else {
-                    reasons::WORKER_NOT_READY
-                },
+                kind: event_kind,
+                reason: kind,
                 note: format!("{label} is held: {reason}"),
             });
         }

@@ -34,6 +34,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autopilot_api::keys;
 use autopilot_api::signal::SignalData;
 use autopilot_api::v1beta2::{PlanSpec, PlanStatus};
 
@@ -53,6 +54,30 @@ pub struct PlanView<'a> {
     pub spec: &'a PlanSpec,
     /// The current status (`None` before the first pass).
     pub status: Option<&'a PlanStatus>,
+    /// What the operator asked for through the Plan's annotations ([`Steering::of`]).
+    pub steering: Steering,
+}
+
+/// An operator's steering of a running plan, kept in the Plan's annotations so it survives
+/// leader changes (`k0s autopilot pause|resume|abort`, or `kubectl annotate`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Steering {
+    /// [`keys::ANNOTATION_PAUSED`]: signal no new node; nodes in flight finish.
+    pub paused: bool,
+    /// [`keys::ANNOTATION_ABORT`]: signal no new node, let the nodes in flight finish, then
+    /// end the run `Aborted`. While it is set, a changed spec does not start a new run.
+    pub aborted: bool,
+}
+
+impl Steering {
+    /// Read from a Plan's annotations: an annotation counts when present with any value but
+    /// `false` (so `kubectl annotate … paused=true` and `…=yes` both pause).
+    pub fn of(annotations: &BTreeMap<String, String>) -> Self {
+        let set = |key: &str| {
+            annotations.get(key).is_some_and(|value| !value.trim().eq_ignore_ascii_case("false"))
+        };
+        Self { paused: set(keys::ANNOTATION_PAUSED), aborted: set(keys::ANNOTATION_ABORT) }
+    }
 }
 
 /// One `Node` or `ControlNode` as the planner sees it.

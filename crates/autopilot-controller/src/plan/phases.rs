@@ -57,8 +57,11 @@ pub const PLAN_PHASES: [PhaseInfo; 12] = [
             P::MissingPlatform,
             P::InconsistentTargets,
             P::ApplyFailed,
+            P::Aborted,
         ],
-        description: "running: nodes are being signalled or are working on their signal",
+        description: "running: nodes are being signalled or are working on their signal; \
+                      also while paused, soaking canaries, or stopping after a failure or \
+                      an abort until the nodes in flight finished (the reason says which)",
     },
     PhaseInfo {
         state: P::Schedulable,
@@ -70,6 +73,7 @@ pub const PLAN_PHASES: [PhaseInfo; 12] = [
             P::MissingPlatform,
             P::InconsistentTargets,
             P::ApplyFailed,
+            P::Aborted,
         ],
         description: "held: a node may be signalled as soon as it is ready (the command's \
                       reason names it)",
@@ -115,7 +119,9 @@ pub const PLAN_PHASES: [PhaseInfo; 12] = [
         terminal: true,
         next: &[],
         description: "a node reported a failed download, verification or apply, or showed no \
-                      progress for its progress deadline",
+                      progress for its progress deadline (past limits.maxFailures for \
+                      workers; any controller or canary); set once the nodes in flight \
+                      finished, or a canary went NotReady during its soak",
     },
     PhaseInfo {
         state: P::Warning,
@@ -346,9 +352,20 @@ pub mod reasons {
     /// A platform entry without a `sha256` is downloaded without an integrity check
     /// (`https://`, or plain `http://` under `--allow-unverified-payloads`); once per run.
     pub const UNVERIFIED_PAYLOAD: &str = "UnverifiedPayload";
+    /// An operator paused the plan (the paused annotation); also the hold of its commands.
+    pub const PLAN_PAUSED: &str = "PlanPaused";
+    /// The paused annotation is gone: the plan goes on.
+    pub const PLAN_RESUMED: &str = "PlanResumed";
+    /// A command stopped signalling new nodes (a failure past its budget, or an abort) and
+    /// waits for the nodes in flight before it ends.
+    pub const PLAN_STOPPING: &str = "PlanStopping";
+    /// A command waits for nodes still working on a signal of an earlier run.
+    pub const EARLIER_RUN_IN_FLIGHT: &str = "EarlierRunInFlight";
+    /// The canary workers completed; the others wait for the soak to pass.
+    pub const CANARY_SOAKING: &str = "CanarySoaking";
 
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 18] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -362,6 +379,11 @@ pub mod reasons {
         PLAN_IGNORED,
         SPEC_CHANGE_IGNORED,
         UNVERIFIED_PAYLOAD,
+        PLAN_PAUSED,
+        PLAN_RESUMED,
+        PLAN_STOPPING,
+        EARLIER_RUN_IN_FLIGHT,
+        CANARY_SOAKING,
     ];
 }
 

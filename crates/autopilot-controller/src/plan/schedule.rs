@@ -12,11 +12,13 @@ use autopilot_api::v1beta2::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use autopilot_api::duration;
+use autopilot_api::{duration, keys};
+use jiff::Timestamp;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
 use super::machine::{Decision, Inputs, Probes};
-use super::{Effect, SignalTarget};
+use super::phases::reasons;
+use super::{Effect, ObservedSignal, SignalTarget};
 
 /// Drive the run's commands in order. Returns the plan state the pass ends in, or `None`
 /// when the status is not one this machine can drive (left as it is).
@@ -117,43 +119,421 @@ fn step_command(
     //    too: an in-flight controller is not held by the readiness grace).
     enforce_progress_deadline(inputs, decision, run, command, status);
 
-    // 3. Decide.
-    // Checks 1-3: a node reported a failure, a target's object disappeared, or a target's
-    // platform went away before its signal could be resent.
-    if let Some(outcome) = end_on_target_failure(status, command, &label) {
-        return outcome;
+    // 3. Decide. A pass that finds a target without a platform when it is about to signal
+    //    it marks the target failed and decides again (at most once per target).
+    loop {
+        match decide(inputs, probes, decision, run, command, status, &label) {
+            Decided::Again => continue,
+            Decided::Done(outcome) => {
+                if let Outcome::Running = outcome {
+                    // Only targets still in flight get their signal again (a target the
+                    // progress deadline just failed does not).
+                    let still_sent = |effect: &Effect| match effect {
+                        Effect::Signal { target, .. } => command.groups().iter().any(|&group| {
+                            command.object_kind(group) == target.kind
+                                && targets(status, command, group).iter().any(|t| {
+                                    t.name == target.name && t.state == TargetState::SignalSent
+                                })
+                        }),
+                        Effect::Event { .. } => false,
+                    };
+                    resends.retain(still_sent);
+                    decision.signals.splice(first_signal..first_signal, resends);
+                }
+                return outcome;
+            }
+        }
     }
-    // Check 4: every target completed (vacuously true for a command without targets).
-    let all_completed = command.groups().iter().all(|&group| {
-        targets(status, command, group).iter().all(|t| t.state == TargetState::SignalCompleted)
-    });
-    if all_completed {
+}
+
+/// What [`decide`] concluded.
+enum Decided {
+    /// The command is where the pass leaves it.
+    Done(Outcome),
+    /// A target turned out to have no platform as it was about to be signalled; it is now
+    /// failed and the failure policy must look again.
+    Again,
+}
+
+/// Why a command signals no new node and ends once nothing is in flight.
+enum Halt {
+    /// Failures past the command's budget: any controller, any canary, or more workers than
+    /// `limits.maxFailures`. The text names them.
+    Failed(String),
+    /// The operator aborted the plan.
+    Aborted,
+}
+
+/// The failure policy, the steering and the rollout shape, in that order, then scheduling.
+fn decide(
+    inputs: &Inputs<'_>,
+    probes: &mut Probes<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    label: &str,
+) -> Decided {
+    let index = status.id;
+    let in_flight: Vec<String> = command
+        .groups()
+        .iter()
+        .flat_map(|&group| targets(status, command, group))
+        .filter(|t| t.state == TargetState::SignalSent)
+        .map(|t| t.name.clone())
+        .collect();
+    let halt = failures_past_budget(status, command)
+        .map(Halt::Failed)
+        .or_else(|| inputs.steering.aborted.then_some(Halt::Aborted));
+
+    // Check 1: failures past the budget stop the command; nodes in flight finish first.
+    if let Some(Halt::Failed(why)) = &halt {
+        if !in_flight.is_empty() {
+            return Decided::Done(stopping(decision, status, why, &in_flight));
+        }
+        return Decided::Done(
+            end_on_target_failure(status, command, label).unwrap_or(Outcome::Ended),
+        );
+    }
+    // Check 2: every target done (completed, or failed within the budget).
+    let all_done = command
+        .groups()
+        .iter()
+        .all(|&group| targets(status, command, group).iter().all(|t| t.state.is_terminal()));
+    if all_done {
         release_hold(status);
         status.state = PlanStateType::Completed;
-        return Outcome::Completed;
+        status.description = failed_within_budget(status, command, label);
+        return Decided::Done(Outcome::Completed);
+    }
+    // Check 3: an abort stops the command; nodes in flight finish first.
+    if let Some(Halt::Aborted) = halt {
+        let why = format!("the plan is aborted ({} annotation)", keys::ANNOTATION_ABORT);
+        if !in_flight.is_empty() {
+            return Decided::Done(stopping(decision, status, &why, &in_flight));
+        }
+        let done = command
+            .groups()
+            .iter()
+            .flat_map(|&group| targets(status, command, group))
+            .filter(|t| t.state == TargetState::SignalCompleted)
+            .count();
+        end(
+            status,
+            PlanStateType::Aborted,
+            format!(
+                "{label}: aborted by the {} annotation; {done} node(s) had completed and no \
+                 node was signalled after the abort",
+                keys::ANNOTATION_ABORT
+            ),
+        );
+        return Decided::Done(Outcome::Ended);
+    }
+    // Check 4: a paused plan signals no new node.
+    if inputs.steering.paused {
+        status.state = PlanStateType::SchedulableWait;
+        status.not_ready_since = None;
+        status.reason = Some(if in_flight.is_empty() {
+            format!("paused ({} annotation); no node is in flight", keys::ANNOTATION_PAUSED)
+        } else {
+            format!(
+                "paused ({} annotation); waiting for {} node(s) in flight: {}",
+                keys::ANNOTATION_PAUSED,
+                in_flight.len(),
+                in_flight.join(", ")
+            )
+        });
+        decision.hold(index, reasons::PLAN_PAUSED);
+        return Decided::Done(Outcome::Running);
     }
     // Check 5: controllers first, one at a time, each only while all plan controllers are
-    // ready. Workers wait until every controller completed (version-skew rule).
+    // ready and no controller works on a signal of an earlier run. Workers wait until
+    // every controller is done (version-skew rule).
     let controllers = targets(status, command, Group::Controllers);
-    if controllers.iter().any(|t| t.state != TargetState::SignalCompleted) {
-        let outcome = if controllers.iter().any(|t| t.state == TargetState::SignalSent) {
+    if controllers.iter().any(|t| !t.state.is_terminal()) {
+        if controllers.iter().any(|t| t.state == TargetState::SignalSent) {
             release_hold(status);
             status.state = PlanStateType::SchedulableWait;
-            Outcome::Running
-        } else {
-            signal_next_controller(inputs, probes, decision, run, command, status, &label)
-        };
-        if let Outcome::Running = outcome {
-            decision.signals.splice(first_signal..first_signal, resends);
+            return Decided::Done(Outcome::Running);
         }
-        return outcome;
+        let earlier = earlier_in_flight(inputs, decision, run, command, index, Group::Controllers);
+        if !earlier.is_empty() {
+            hold_for_earlier_run(decision, status, &earlier);
+            return Decided::Done(Outcome::Running);
+        }
+        return signal_next_controller(inputs, probes, decision, run, command, status, label);
     }
-    // Check 6: workers, up to the concurrency limit, in name order.
-    let outcome = signal_workers(inputs, decision, run, command, status, &label);
-    if let Outcome::Running = outcome {
-        decision.signals.splice(first_signal..first_signal, resends);
+    // Check 6: workers: canaries first and their soak, then up to the concurrency limit,
+    // in name order.
+    let canaries = canaries(status, command);
+    let canaries_done = canaries.iter().all(|name| {
+        targets(status, command, Group::Workers)
+            .iter()
+            .any(|t| &t.name == name && t.state == TargetState::SignalCompleted)
+    });
+    if !canaries_done {
+        return signal_workers(inputs, decision, run, command, status, Some(&canaries));
     }
-    outcome
+    if let Some(outcome) = soak(inputs, decision, command, status, &canaries, label) {
+        return Decided::Done(outcome);
+    }
+    signal_workers(inputs, decision, run, command, status, None)
+}
+
+/// The command stops signalling new nodes and waits for the ones in flight.
+fn stopping(
+    decision: &mut Decision,
+    status: &mut PlanCommandStatus,
+    why: &str,
+    in_flight: &[String],
+) -> Outcome {
+    status.state = PlanStateType::SchedulableWait;
+    status.not_ready_since = None;
+    status.reason = Some(format!(
+        "stopping: {why}; no new node is signalled, waiting for {} node(s) in flight to \
+         finish: {}",
+        in_flight.len(),
+        in_flight.join(", ")
+    ));
+    decision.hold(status.id, reasons::PLAN_STOPPING);
+    Outcome::Running
+}
+
+/// Whether a target's state is a failure (the node failed, its object went away, or its
+/// platform has no entry).
+fn is_failed(state: TargetState) -> bool {
+    match state {
+        TargetState::SignalApplyFailed
+        | TargetState::MissingSignalNode
+        | TargetState::MissingPlatform => true,
+        TargetState::SignalPending | TargetState::SignalSent | TargetState::SignalCompleted => {
+            false
+        }
+    }
+}
+
+/// The failures that stop the command, if any: a controller's, a canary's, or more failed
+/// workers than `limits.maxFailures`.
+fn failures_past_budget(status: &PlanCommandStatus, command: Command<'_>) -> Option<String> {
+    let failed = |group: Group| -> Vec<&str> {
+        targets(status, command, group)
+            .iter()
+            .filter(|t| is_failed(t.state))
+            .map(|t| t.name.as_str())
+            .collect()
+    };
+    let controllers = failed(Group::Controllers);
+    if !controllers.is_empty() {
+        return Some(format!("controller {} failed", controllers.join(", ")));
+    }
+    let workers = failed(Group::Workers);
+    let canaries = canaries(status, command);
+    let failed_canaries: Vec<&str> =
+        workers.iter().copied().filter(|name| canaries.iter().any(|c| c == name)).collect();
+    if !failed_canaries.is_empty() {
+        return Some(format!("canary worker {} failed", failed_canaries.join(", ")));
+    }
+    let budget = command.max_failures();
+    (workers.len() > budget).then(|| {
+        let mut why = format!("worker {} failed", workers.join(", "));
+        if budget > 0 {
+            why.push_str(&format!(" (limits.maxFailures is {budget})"));
+        }
+        why
+    })
+}
+
+/// The description of a command that completed with failed workers within its budget.
+fn failed_within_budget(
+    status: &PlanCommandStatus,
+    command: Command<'_>,
+    label: &str,
+) -> Option<String> {
+    let kind = command.object_kind(Group::Workers);
+    let lines: Vec<String> = targets(status, command, Group::Workers)
+        .iter()
+        .filter(|t| is_failed(t.state))
+        .map(|t| {
+            let reason = t.reason.as_deref().unwrap_or("no reason given");
+            format!("{kind} {} ({}): {reason}", t.name, t.state)
+        })
+        .collect();
+    (!lines.is_empty()).then(|| {
+        format!(
+            "{label}: completed with {} failed worker(s), within limits.maxFailures {}: {}",
+            lines.len(),
+            command.max_failures(),
+            lines.join("; ")
+        )
+    })
+}
+
+/// The canary workers: the first `limits.canary` worker targets by name (none when unset).
+fn canaries(status: &PlanCommandStatus, command: Command<'_>) -> Vec<String> {
+    let mut names: Vec<String> =
+        targets(status, command, Group::Workers).iter().map(|t| t.name.clone()).collect();
+    names.sort_unstable();
+    names.truncate(command.canary());
+    names
+}
+
+/// The canaries completed: hold the other workers until the canaries have stayed Ready for
+/// the soak, counted from the last canary's completion. A canary that is not Ready during
+/// the soak ends the command (no other worker was touched). `None` once the soak passed
+/// (or there is none): the other workers go.
+///
+/// The soak has passed once any other worker left `SignalPending`, so a leader change after
+/// the soak never soaks again.
+fn soak(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    canaries: &[String],
+    label: &str,
+) -> Option<Outcome> {
+    let soak = command.soak();
+    if canaries.is_empty() || soak.is_zero() {
+        return None;
+    }
+    let workers = targets(status, command, Group::Workers);
+    let others_started = workers
+        .iter()
+        .any(|t| !canaries.contains(&t.name) && t.state != TargetState::SignalPending);
+    let others_left = workers.iter().any(|t| !canaries.contains(&t.name));
+    if others_started || !others_left {
+        return None;
+    }
+    let objects = inputs.objects(command.object_kind(Group::Workers));
+    let not_ready = canaries.iter().find(|name| !objects.get(*name).is_some_and(|o| o.ready));
+    if let Some(name) = not_ready {
+        let kind = command.object_kind(Group::Workers);
+        end(
+            status,
+            PlanStateType::ApplyFailed,
+            format!(
+                "{label}: canary {kind} {name} is not Ready during its soak of {}; no other \
+                 worker was signalled",
+                duration::format(soak)
+            ),
+        );
+        return Some(Outcome::Ended);
+    }
+    let since = workers
+        .iter()
+        .filter(|t| canaries.contains(&t.name))
+        .map(|t| t.last_updated_timestamp.0)
+        .max()
+        .unwrap_or(inputs.stamp);
+    let elapsed = inputs.now.duration_since(since);
+    let remaining =
+        jiff::SignedDuration::try_from(soak).ok().and_then(|soak| soak.checked_sub(elapsed));
+    let remaining = match remaining {
+        Some(remaining) if !remaining.is_positive() => return None,
+        Some(remaining) => std::time::Duration::try_from(remaining).ok(),
+        // A soak too long to represent never ends; NewPlan refuses such a value.
+        None => None,
+    };
+    let until = remaining
+        .and_then(|r| jiff::SignedDuration::try_from(r).ok())
+        .and_then(|r| inputs.now.checked_add(r).ok())
+        .map_or_else(
+            || "never".to_owned(),
+            |at| format_timestamp(Timestamp::from_second(at.as_second()).unwrap_or(at)),
+        );
+    status.state = PlanStateType::SchedulableWait;
+    status.not_ready_since = None;
+    status.reason = Some(format!(
+        "soaking: canary worker(s) {} completed; the other workers follow if they stay Ready \
+         for {} (until {until})",
+        canaries.join(", "),
+        duration::format(soak)
+    ));
+    decision.hold(status.id, reasons::CANARY_SOAKING);
+    if let Some(remaining) = remaining {
+        decision.requeue_after(remaining);
+    }
+    Some(Outcome::Running)
+}
+
+/// A node of a group's object kind that works on a signal other than this command's of this
+/// run, and has made progress within the command's progress deadline.
+struct EarlierSignal {
+    /// Object name.
+    name: String,
+    /// Where the node is (`no answer yet` before it answered).
+    phase: &'static str,
+}
+
+/// Every object of `group`'s kind still working on another run's (or plan's, or command's)
+/// signal: it counts against the limits like one of this run's nodes. A signal counts while
+/// its node made progress (answered, or was signalled) within the command's progress
+/// deadline, so an abandoned one holds nothing for longer than that; the pass is requeued
+/// for when the first one stops counting.
+fn earlier_in_flight(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    index: u32,
+    group: Group,
+) -> Vec<EarlierSignal> {
+    let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
+    let mut found = Vec::new();
+    for (name, object) in inputs.objects(command.object_kind(group)) {
+        if run.signal_on(object, index, command).is_some() {
+            continue;
+        }
+        let ObservedSignal::Valid(data) = &object.signal else { continue };
+        let (phase, since) = match data.status.as_ref() {
+            None => ("no answer yet", data.created.parse::<Timestamp>().ok()),
+            Some(node) => match node.status {
+                SignalPhase::Downloading
+                | SignalPhase::Cordoning
+                | SignalPhase::ApplyingUpdate
+                | SignalPhase::Restarting
+                | SignalPhase::Uncordoning => {
+                    (node.status.as_str(), node.timestamp.parse::<Timestamp>().ok())
+                }
+                SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload => {
+                    continue;
+                }
+            },
+        };
+        // A signal without a readable time cannot be aged: it does not hold the plan.
+        let Some(since) = since else { continue };
+        let remaining = jiff::SignedDuration::try_from(deadline)
+            .ok()
+            .and_then(|deadline| deadline.checked_sub(inputs.now.duration_since(since)));
+        match remaining {
+            Some(remaining) if !remaining.is_positive() => continue,
+            Some(remaining) => {
+                if let Ok(remaining) = std::time::Duration::try_from(remaining) {
+                    decision.requeue_after(remaining);
+                }
+            }
+            None => {}
+        }
+        found.push(EarlierSignal { name: name.clone(), phase });
+    }
+    found
+}
+
+/// Hold the command while nodes work on an earlier run's signal and no slot is free.
+fn hold_for_earlier_run(
+    decision: &mut Decision,
+    status: &mut PlanCommandStatus,
+    earlier: &[EarlierSignal],
+) {
+    let names: Vec<String> = earlier.iter().map(|e| format!("{} ({})", e.name, e.phase)).collect();
+    status.state = PlanStateType::SchedulableWait;
+    status.not_ready_since = None;
+    status.reason = Some(format!(
+        "waiting for {} node(s) still working on a signal of an earlier run: {}",
+        earlier.len(),
+        names.join(", ")
+    ));
+    decision.hold(status.id, reasons::EARLIER_RUN_IN_FLIGHT);
 }
 
 /// Fail every `SignalSent` target whose signal showed no progress for the command's
@@ -340,7 +720,7 @@ fn signal_next_controller(
     command: Command<'_>,
     status: &mut PlanCommandStatus,
     label: &str,
-) -> Outcome {
+) -> Decided {
     let controllers = targets(status, command, Group::Controllers);
     let mut names: Vec<&str> = controllers.iter().map(|t| t.name.as_str()).collect();
     names.sort_unstable();
@@ -350,21 +730,19 @@ fn signal_next_controller(
         .map(|t| t.name.clone())
         .min();
     if let Some((name, why)) = probes.first_not_ready(&names) {
-        return hold_for_controller(inputs, decision, status, label, &name, &why);
+        return Decided::Done(hold_for_controller(inputs, decision, status, label, &name, &why));
     }
     release_hold(status);
     let Some(next) = next else {
-        // Not reachable: the caller found a controller neither completed nor sent.
+        // Not reachable: the caller found a controller neither done nor sent.
         status.state = PlanStateType::SchedulableWait;
-        return Outcome::Running;
+        return Decided::Done(Outcome::Running);
     };
-    if let Err(outcome) =
-        signal_target(inputs, decision, run, command, status, Group::Controllers, &[next])
-    {
-        return end_on_target_failure(status, command, label).unwrap_or(outcome);
+    if !signal_target(inputs, decision, run, command, status, Group::Controllers, &[next]) {
+        return Decided::Again;
     }
     status.state = PlanStateType::SchedulableWait;
-    Outcome::Running
+    Decided::Done(Outcome::Running)
 }
 
 /// Hold the command for a not-ready controller, or end it in `InconsistentTargets` once the
@@ -400,6 +778,7 @@ fn hold_for_controller(
     status.state = PlanStateType::Schedulable;
     status.reason = Some(format!("waiting for controller {name} to become ready: {why}"));
     status.not_ready_since = Some(Time(since));
+    decision.hold(status.id, reasons::CONTROLLER_NOT_READY);
     // Look again after the recheck interval, but not later than the deadline.
     let recheck = inputs.policy.readiness_recheck;
     let until_deadline =
@@ -408,22 +787,29 @@ fn hold_for_controller(
     Outcome::Running
 }
 
-/// Fill the free worker slots with pending workers in name order (k0s: Ready nodes only).
+/// Fill the free worker slots with pending workers in name order (k0s: Ready nodes only),
+/// only from `only` when given (the canaries). Nodes working on an earlier run's signal take
+/// slots too, and are not signalled until they finished.
 fn signal_workers(
     inputs: &Inputs<'_>,
     decision: &mut Decision,
     run: &RunIdentity,
     command: Command<'_>,
     status: &mut PlanCommandStatus,
-    label: &str,
-) -> Outcome {
+    only: Option<&[String]>,
+) -> Decided {
+    let index = status.id;
     let objects = inputs.objects(command.object_kind(Group::Workers));
+    let earlier = earlier_in_flight(inputs, decision, run, command, index, Group::Workers);
     let workers = targets(status, command, Group::Workers);
     let sent = workers.iter().filter(|t| t.state == TargetState::SignalSent).count();
-    let mut free = command.worker_concurrency(workers.len()).saturating_sub(sent);
+    let limit = command.worker_concurrency(workers.len());
+    let mut free = limit.saturating_sub(sent + earlier.len());
     let mut pending: Vec<&str> = workers
         .iter()
         .filter(|t| t.state == TargetState::SignalPending)
+        .filter(|t| only.is_none_or(|only| only.contains(&t.name)))
+        .filter(|t| !earlier.iter().any(|e| e.name == t.name))
         .map(|t| t.name.as_str())
         .collect();
     pending.sort_unstable();
@@ -439,28 +825,40 @@ fn signal_workers(
             free -= 1;
         }
     }
-    if let Err(outcome) =
-        signal_target(inputs, decision, run, command, status, Group::Workers, &chosen)
-    {
-        return end_on_target_failure(status, command, label).unwrap_or(outcome);
+    if !signal_target(inputs, decision, run, command, status, Group::Workers, &chosen) {
+        return Decided::Again;
     }
     status.not_ready_since = None;
+    let sent_now = sent + chosen.len();
     match first_not_ready {
         Some(name) if free > 0 => {
             status.state = PlanStateType::Schedulable;
             status.reason = Some(format!("waiting for worker {name} to become Ready"));
         }
+        Some(_) | None if sent_now == 0 && !earlier.is_empty() => {
+            hold_for_earlier_run(decision, status, &earlier);
+        }
         Some(_) | None => {
             status.state = PlanStateType::SchedulableWait;
-            status.reason = None;
+            status.reason = only.filter(|only| !only.is_empty()).map(|only| {
+                format!(
+                    "canary: worker(s) {} go first; the others wait for them{}",
+                    only.join(", "),
+                    if command.soak().is_zero() {
+                        String::new()
+                    } else {
+                        format!(" and a soak of {}", duration::format(command.soak()))
+                    }
+                )
+            });
         }
     }
-    Outcome::Running
+    Decided::Done(Outcome::Running)
 }
 
 /// Signal the named pending targets of a group. Every target's platform is checked first;
-/// if one has none, it becomes `MissingPlatform`, nothing is signalled, and `Err` tells the
-/// caller to end the command (see [`end_on_target_failure`]).
+/// if one has none, it becomes `MissingPlatform`, nothing is signalled, and `false` tells
+/// the caller to decide again (the failure policy now counts it).
 fn signal_target(
     inputs: &Inputs<'_>,
     decision: &mut Decision,
@@ -469,11 +867,11 @@ fn signal_target(
     status: &mut PlanCommandStatus,
     group: Group,
     names: &[String],
-) -> Result<(), Outcome> {
+) -> bool {
     let index = status.id;
     let kind = command.object_kind(group);
     let objects = inputs.objects(kind);
-    let Some(group_targets) = targets_mut(status, command, group) else { return Ok(()) };
+    let Some(group_targets) = targets_mut(status, command, group) else { return true };
     let mut signals = Vec::new();
     let mut failed = false;
     for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
@@ -497,7 +895,7 @@ fn signal_target(
         }
     }
     if failed {
-        return Err(Outcome::Ended);
+        return false;
     }
     for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
         set_state(target, TargetState::SignalSent, inputs);
@@ -509,7 +907,7 @@ fn signal_target(
     for (name, data) in signals {
         decision.signals.push(Effect::Signal { target: SignalTarget { kind, name }, data });
     }
-    Ok(())
+    true
 }
 
 /// End the command if a target failed: a node reported a failure (`ApplyFailed`), an object

@@ -3,6 +3,7 @@
 
 mod fixtures;
 mod props;
+mod steering;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -237,6 +238,25 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     let failed = run_signal(&sim.plan, 0, Some(SignalPhase::Failed));
     sim.cluster(|c| c.with_signal(Node, "w1", failed));
     case("a held node already failed this run", P::Schedulable, P::ApplyFailed, sim);
+    let mut sim = held_on_worker();
+    sim.plan(|p| p.steered(false, true));
+    case("a held plan is aborted", P::Schedulable, P::Aborted, sim);
+
+    // Stopping after an abort.
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1", "w2"]),
+        ClusterFixture::new().workers(["w1", "w2"]),
+    );
+    sim.pass();
+    sim.plan(|p| p.steered(false, true));
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    case(
+        "the last node in flight of an aborted plan completes",
+        P::SchedulableWait,
+        P::Aborted,
+        sim,
+    );
 
     cases
 }
@@ -1262,13 +1282,20 @@ fn a_new_phase_alone_does_not_touch_the_timestamp() {
 }
 
 #[test]
-fn a_vanished_node_ends_the_plan_in_missing_signal_node() {
+fn a_vanished_node_ends_the_plan_in_missing_signal_node_once_nothing_is_in_flight() {
     let mut sim = Sim::new(
         PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1"]),
         ClusterFixture::new().controllers(["c1"]).workers(["w1"]),
     );
     sim.pass();
     sim.cluster(|c| c.without("w1"));
+    sim.pass();
+    // c1 is in flight: it finishes first.
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    let reason = sim.plan.command(0).reason.clone().unwrap_or_default();
+    assert!(reason.starts_with("stopping: worker w1 failed"), "{reason}");
+    assert!(reason.ends_with("finish: c1"), "{reason}");
+    sim.cluster(|c| c.reports(ControlNode, "c1", SignalPhase::Completed));
     sim.pass();
     assert_eq!(sim.plan.state(), P::MissingSignalNode);
     assert_eq!(sim.plan.target_state(0, "w1"), TargetState::MissingSignalNode);

@@ -17,7 +17,7 @@ use jiff::Timestamp;
 
 use crate::plan::{
     Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Readiness,
-    RemovedApiUse, SignalTarget, TargetObject, Transition, controllers_to_probe,
+    RemovedApiUse, SignalTarget, Steering, TargetObject, Transition, controllers_to_probe,
     removed_api_check_versions, step,
 };
 
@@ -85,6 +85,7 @@ pub struct PlanFixture {
     pub generation: i64,
     pub spec: PlanSpec,
     pub status: Option<PlanStatus>,
+    pub steering: Steering,
 }
 
 impl PlanFixture {
@@ -99,6 +100,7 @@ impl PlanFixture {
                 commands: Vec::new(),
             },
             status: None,
+            steering: Steering::default(),
         }
     }
 
@@ -207,6 +209,33 @@ impl PlanFixture {
         self
     }
 
+    /// The last command's workers go `percent`% of them at a time.
+    pub fn concurrent_percent(mut self, percent: u32) -> Self {
+        self.workers_target().limits.concurrent =
+            autopilot_api::v1beta2::Concurrency::Percent(percent);
+        self
+    }
+
+    /// The last command's workers may fail `n` times before it stops.
+    pub fn max_failures(mut self, n: u32) -> Self {
+        self.workers_target().limits.max_failures = Some(n);
+        self
+    }
+
+    /// The last command's first `n` workers go first and soak for `soak` (e.g. `"5m"`).
+    pub fn canary(mut self, n: u32, soak: Option<&str>) -> Self {
+        let limits = &mut self.workers_target().limits;
+        limits.canary = Some(n);
+        limits.soak = soak.map(str::to_owned);
+        self
+    }
+
+    /// The operator's pause/abort annotations.
+    pub fn steered(mut self, paused: bool, aborted: bool) -> Self {
+        self.steering = Steering { paused, aborted };
+        self
+    }
+
     /// The last command downloads `platform` from `url`, verified against `sha256` if given.
     pub fn payload(mut self, platform: &str, url: &str, sha256: Option<&str>) -> Self {
         let command = self.last();
@@ -252,6 +281,7 @@ impl PlanFixture {
             generation: self.generation,
             spec: &self.spec,
             status: self.status.as_ref(),
+            steering: self.steering,
         }
     }
 

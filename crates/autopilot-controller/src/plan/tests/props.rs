@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use autopilot_api::signal::SignalPhase;
+use autopilot_api::signal::{
+    CommandAirgapUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
+};
 use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
     PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
@@ -38,6 +40,11 @@ struct CommandShape {
     controllers: Targeting,
     workers: Targeting,
     concurrent: u32,
+    /// The workers' `limits`: a percentage instead of a count, a failure budget, a canary
+    /// count with or without a soak.
+    percent: Option<u32>,
+    max_failures: Option<u32>,
+    canary: Option<(u32, bool)>,
 }
 
 #[derive(Clone, Debug)]
@@ -60,6 +67,12 @@ enum Action {
     Delete(u8),
     /// The spec is edited (a new generation).
     Edit,
+    /// The pause annotation flips.
+    Pause,
+    /// The abort annotation is set (rarely removed again).
+    Abort(bool),
+    /// A node gets a signal of an earlier run, in flight or finished.
+    Earlier(u8, bool),
 }
 
 #[derive(Clone, Debug)]
@@ -85,15 +98,26 @@ fn targeting() -> impl Strategy<Value = Targeting> {
 }
 
 fn command_shape() -> impl Strategy<Value = CommandShape> {
-    (any::<bool>(), any::<bool>(), targeting(), targeting(), 1..=3u32).prop_map(
-        |(k0s, forced, controllers, workers, concurrent)| CommandShape {
-            k0s,
-            forced,
-            controllers,
-            workers,
-            concurrent,
-        },
+    (
+        (any::<bool>(), any::<bool>(), targeting(), targeting(), 1..=3u32),
+        prop::option::weighted(0.2, 1..=100u32),
+        prop::option::weighted(0.2, 0..=2u32),
+        prop::option::weighted(0.2, (1..=2u32, any::<bool>())),
     )
+        .prop_map(
+            |((k0s, forced, controllers, workers, concurrent), percent, max_failures, canary)| {
+                CommandShape {
+                    k0s,
+                    forced,
+                    controllers,
+                    workers,
+                    concurrent,
+                    percent,
+                    max_failures,
+                    canary,
+                }
+            },
+        )
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -107,6 +131,9 @@ fn action() -> impl Strategy<Value = Action> {
         2 => (0..400u16).prop_map(Action::Wait),
         1 => any::<u8>().prop_map(Action::Delete),
         1 => Just(Action::Edit),
+        1 => Just(Action::Pause),
+        1 => any::<bool>().prop_map(Action::Abort),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(i, done)| Action::Earlier(i, done)),
     ]
 }
 
@@ -216,7 +243,8 @@ fn build(scenario: &Scenario) -> Sim {
                 plan.spec.commands.last_mut().and_then(|c| c.k0supdate.as_mut()).expect("k0s");
             k0s.forceupdate = shape.forced;
             k0s.targets.controllers = target(&shape.controllers, &controller_candidates, 1);
-            k0s.targets.workers = target(&shape.workers, &worker_candidates, shape.concurrent);
+            k0s.targets.workers = target(&shape.workers, &worker_candidates, shape.concurrent)
+                .map(|target| shaped(target, shape));
         } else {
             plan = plan.then_airgap_update("v1.35.1+k0s.0");
             let airgap = plan
@@ -225,13 +253,28 @@ fn build(scenario: &Scenario) -> Sim {
                 .last_mut()
                 .and_then(|c| c.airgapupdate.as_mut())
                 .expect("airgap");
-            airgap.workers =
-                target(&shape.workers, &worker_candidates, shape.concurrent).unwrap_or_default();
+            airgap.workers = shaped(
+                target(&shape.workers, &worker_candidates, shape.concurrent).unwrap_or_default(),
+                shape,
+            );
         }
     }
     Sim::new(plan, cluster).with_policy(|policy| {
         policy.readiness_grace = Duration::from_secs(scenario.grace);
     })
+}
+
+/// The workers' limits of a command shape.
+fn shaped(mut target: PlanCommandTarget, shape: &CommandShape) -> PlanCommandTarget {
+    if let Some(percent) = shape.percent {
+        target.limits.concurrent = autopilot_api::v1beta2::Concurrency::Percent(percent);
+    }
+    target.limits.max_failures = shape.max_failures;
+    if let Some((canary, soak)) = shape.canary {
+        target.limits.canary = Some(canary);
+        target.limits.soak = soak.then(|| "2m".to_owned());
+    }
+    target
 }
 
 /// Every object that carries a signal the node has not finished, in a stable order.
@@ -319,6 +362,30 @@ fn act(sim: &mut Sim, action: &Action) {
                 sim.cluster = sim.cluster.clone().without(&name);
             }
         }
+        Action::Pause => {
+            sim.plan.steering.paused = !sim.plan.steering.paused;
+        }
+        Action::Abort(set) => {
+            // Mostly set; sometimes removed again so later runs can start.
+            sim.plan.steering.aborted = *set || !sim.plan.steering.aborted;
+        }
+        Action::Earlier(i, done) => {
+            let names: Vec<String> =
+                sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
+            if let Some(name) = pick(&names, *i) {
+                let now = sim.cluster.now;
+                let mut data = earlier_run_signal(now);
+                if *done {
+                    data.status = Some(SignalStatus::new(SignalPhase::Completed, now));
+                }
+                let kind = if sim.cluster.nodes.contains_key(&name) {
+                    ObjectKind::Node
+                } else {
+                    ObjectKind::ControlNode
+                };
+                sim.cluster = sim.cluster.clone().with_signal(kind, &name, data);
+            }
+        }
         Action::Edit => {
             sim.plan = sim.plan.clone().edited(|spec| {
                 for command in &mut spec.commands {
@@ -334,7 +401,68 @@ fn act(sim: &mut Sim, action: &Action) {
     }
 }
 
+/// A signal of another, earlier run of the plan (no status yet).
+fn earlier_run_signal(now: jiff::Timestamp) -> SignalData {
+    SignalData {
+        plan_id: "earlier".to_owned(),
+        created: autopilot_api::signal::format_timestamp(now),
+        command: SignalCommand {
+            id: 0,
+            k0supdate: None,
+            airgapupdate: Some(CommandAirgapUpdate {
+                url: "https://example.invalid/bundle".to_owned(),
+                version: "v1.35.0+k0s.0".to_owned(),
+                sha256: String::new(),
+            }),
+        },
+        status: None,
+        run_id: Some("earlier/1".to_owned()),
+    }
+}
+
 // === Invariants ===
+
+/// Objects of `kind` working on a signal that is not this run's and that made progress
+/// within the progress deadline (they count against the limits).
+fn earlier_in_flight(
+    cluster: &ClusterFixture,
+    kind: ObjectKind,
+    run_id: Option<&String>,
+    deadline: Duration,
+) -> usize {
+    cluster
+        .objects(kind)
+        .values()
+        .filter(|object| match &object.signal {
+            ObservedSignal::Valid(data) if data.run_id.as_ref() != run_id => {
+                let since = match &data.status {
+                    None => data.created.parse::<jiff::Timestamp>().ok(),
+                    Some(status) if !status.status.is_terminal() => {
+                        status.timestamp.parse::<jiff::Timestamp>().ok()
+                    }
+                    Some(_) => None,
+                };
+                since.is_some_and(|since| {
+                    cluster.now.duration_since(since)
+                        < jiff::SignedDuration::try_from(deadline).expect("small")
+                })
+            }
+            ObservedSignal::Valid(_) | ObservedSignal::None | ObservedSignal::Invalid(_) => false,
+        })
+        .count()
+}
+
+/// Whether a target state is a failure.
+fn failed(state: TargetState) -> bool {
+    match state {
+        TargetState::SignalApplyFailed
+        | TargetState::MissingSignalNode
+        | TargetState::MissingPlatform => true,
+        TargetState::SignalPending | TargetState::SignalSent | TargetState::SignalCompleted => {
+            false
+        }
+    }
+}
 
 fn command_of(status: &PlanCommandStatus) -> Option<Command<'_>> {
     status.frozen.as_ref().and_then(Command::resolve)
@@ -386,6 +514,91 @@ fn check_pass(
         }
     }
 
+    // Newly signalled targets: never while paused or aborted, never once failures are past
+    // the budget, and never beyond the limit counting earlier runs' nodes in flight.
+    let newly_sent = |command: &PlanCommandStatus, kind: Command<'_>, group: Group| -> usize {
+        let old = before
+            .filter(|before| before.run_id == after.run_id)
+            .and_then(|before| before.commands.iter().find(|c| c.id == command.id));
+        targets(command, kind, group)
+            .iter()
+            .filter(|t| t.state == TargetState::SignalSent)
+            .filter(|t| {
+                !old.is_some_and(|old| {
+                    targets(old, kind, group)
+                        .iter()
+                        .any(|o| o.name == t.name && o.state == TargetState::SignalSent)
+                })
+            })
+            .count()
+    };
+    for command in &after.commands {
+        let Some(kind) = command_of(command) else { continue };
+        let fresh: usize = kind.groups().iter().map(|&g| newly_sent(command, kind, g)).sum();
+        if fresh == 0 {
+            continue;
+        }
+        prop_assert!(!sim.plan.steering.paused, "signalled while paused: {after:#?}");
+        prop_assert!(!sim.plan.steering.aborted, "signalled while aborted: {after:#?}");
+        let failed_workers =
+            targets(command, kind, Group::Workers).iter().filter(|t| failed(t.state)).count();
+        let failed_controllers =
+            targets(command, kind, Group::Controllers).iter().filter(|t| failed(t.state)).count();
+        prop_assert!(failed_controllers == 0, "signalled after a controller failed");
+        prop_assert!(
+            failed_workers <= kind.max_failures(),
+            "signalled with {failed_workers} failed workers: {after:#?}"
+        );
+        let deadline = kind.progress_timeout(sim.policy.node_progress_timeout);
+        if newly_sent(command, kind, Group::Workers) > 0 {
+            let earlier = earlier_in_flight(
+                cluster,
+                kind.object_kind(Group::Workers),
+                after.run_id.as_ref(),
+                deadline,
+            );
+            let workers = targets(command, kind, Group::Workers);
+            prop_assert!(
+                count(command, Group::Workers, TargetState::SignalSent) + earlier
+                    <= kind.worker_concurrency(workers.len()),
+                "{earlier} earlier-run node(s) in flight and the limit exceeded: {after:#?}"
+            );
+            // Canaries first: no other worker before every canary completed.
+            if kind.canary() > 0 {
+                let mut names: Vec<&str> = workers.iter().map(|t| t.name.as_str()).collect();
+                names.sort_unstable();
+                let canaries = &names[..kind.canary().min(names.len())];
+                let others_started = workers.iter().any(|t| {
+                    !canaries.contains(&t.name.as_str()) && t.state != TargetState::SignalPending
+                });
+                if others_started {
+                    prop_assert!(
+                        workers
+                            .iter()
+                            .filter(|t| canaries.contains(&t.name.as_str()))
+                            .all(|t| t.state == TargetState::SignalCompleted),
+                        "a worker went before the canaries completed: {after:#?}"
+                    );
+                }
+            }
+        }
+    }
+
+    // A terminal run has nothing in flight.
+    if after.is_terminal() {
+        for command in &after.commands {
+            let Some(kind) = command_of(command) else { continue };
+            for &group in kind.groups() {
+                prop_assert!(
+                    targets(command, kind, group)
+                        .iter()
+                        .all(|t| t.state != TargetState::SignalSent),
+                    "a terminal plan with a node in flight: {after:#?}"
+                );
+            }
+        }
+    }
+
     // Transitions are in the phase tables; terminal states stay terminal within a run.
     let same_run = before.is_some_and(|before| {
         before.run_id.is_some()
@@ -401,7 +614,17 @@ fn check_pass(
         );
         if before.is_terminal() {
             prop_assert_eq!(before, after, "a terminal run changed");
-            prop_assert!(transition.effects.is_empty());
+            // An ended run only tells a failed node again that it failed (a write lost to
+            // a crash); the signal checks below hold it to that.
+            prop_assert!(
+                transition.effects.iter().all(|effect| matches!(
+                    effect,
+                    Effect::Signal { data, .. }
+                        if data.status.as_ref().map(|s| s.status) == Some(SignalPhase::Failed)
+                )),
+                "{:#?}",
+                transition.effects
+            );
         }
         prop_assert_eq!(before.commands.len(), after.commands.len());
         for (old, new) in before.commands.iter().zip(&after.commands) {
@@ -527,6 +750,32 @@ fn check_pass(
     Ok(())
 }
 
+/// DESIGN §11's invariant: once a pass that ends the run has been carried out (status and
+/// signals written), no node works on a signal of the run: every node autopilot cordoned
+/// for it has finished (an agent and the leader's drain uncordon a node on `Completed`
+/// and on `Failed`), or been told it failed.
+fn check_nothing_cordoned(sim: &Sim, transition: &Transition) -> Result<(), TestCaseError> {
+    let status = &transition.status;
+    if !status.is_terminal() {
+        return Ok(());
+    }
+    for kind in [ObjectKind::ControlNode, ObjectKind::Node] {
+        for object in sim.cluster.objects(kind).values() {
+            let ObservedSignal::Valid(data) = &object.signal else { continue };
+            if data.run_id != status.run_id {
+                continue;
+            }
+            prop_assert!(
+                data.phase().is_some_and(SignalPhase::is_terminal),
+                "{kind} {} still works on a signal of the ended run ({:?}): {status:#?}",
+                object.name,
+                data.phase()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn run_scenario(scenario: &Scenario) -> Result<Sim, TestCaseError> {
     let mut sim = build(scenario);
     for action in &scenario.actions {
@@ -539,6 +788,9 @@ fn run_scenario(scenario: &Scenario) -> Result<Sim, TestCaseError> {
                     _ => sim.pass(),
                 };
                 check_pass(&sim, before.as_ref(), &snapshot, &transition)?;
+                if matches!(action, Action::Pass) {
+                    check_nothing_cordoned(&sim, &transition)?;
+                }
             }
             other => act(&mut sim, other),
         }
@@ -592,6 +844,12 @@ proptest! {
             }
             if transition.status.is_terminal() {
                 break;
+            }
+            // A soak ends with time alone.
+            if busy_objects(&sim.cluster).is_empty()
+                && let crate::plan::Requeue::After(delay) = transition.requeue
+            {
+                sim.cluster = sim.cluster.clone().later(delay);
             }
             for (kind, name) in busy_objects(&sim.cluster) {
                 sim.cluster.report(kind, &name, SignalPhase::Completed, None);
