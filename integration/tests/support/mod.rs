@@ -200,6 +200,10 @@ pub async fn wait_plan(
             Ok(Some(Err(err))) => eprintln!("watch on plan {name}: {err} (retrying)"),
             Ok(Some(Ok(Some(plan)))) => {
                 if done(&plan) {
+                    if state(&plan).is_terminal() {
+                        // DESIGN §11: a plan that ended leaves no node cordoned by autopilot.
+                        wait_no_autopilot_cordons(client, name).await?;
+                    }
                     return Ok(plan);
                 }
                 if state(&plan).is_terminal() {
@@ -223,6 +227,46 @@ pub async fn wait_plan(
         ),
     };
     anyhow::bail!("timed out after {timeout:?} waiting for {what}; plan {name} status:\n{last}")
+}
+
+/// How long after a plan ended a node autopilot cordoned may take to be uncordoned (the
+/// leader's drain uncordons a node once its signal says `Completed` or `Failed`, which may be
+/// written just after the plan's last status).
+pub const UNCORDON_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until no Node carries autopilot's cordon (its cordoned annotation, or
+/// `spec.unschedulable` together with it) and fails naming the Nodes that still do after
+/// [`UNCORDON_TIMEOUT`]. Called by [`wait_plan`] whenever the plan it returns has ended, so
+/// every scenario that ends checks DESIGN §11's invariant.
+pub async fn wait_no_autopilot_cordons(client: &kube::Client, plan: &str) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let cordoned = || async {
+        let list = nodes.list(&ListParams::default()).await?;
+        Ok::<_, anyhow::Error>(
+            list.items
+                .into_iter()
+                .filter(|node| {
+                    node.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(keys::ANNOTATION_CORDONED))
+                })
+                .map(|node| node.metadata.name.unwrap_or_default())
+                .collect::<Vec<String>>(),
+        )
+    };
+    let what = format!("plan {plan} ended: no node left cordoned by autopilot");
+    let waited = wait_for(UNCORDON_TIMEOUT, &what, || async {
+        Ok(cordoned().await?.is_empty().then_some(()))
+    })
+    .await;
+    if waited.is_err() {
+        anyhow::bail!(
+            "plan {plan} ended but autopilot's cordon is still on {:?} after {UNCORDON_TIMEOUT:?}",
+            cordoned().await?
+        );
+    }
+    Ok(())
 }
 
 /// Waits until the plan `name` is in `wanted` (failing early on another terminal state).
