@@ -36,6 +36,8 @@ async fn a_static_target_without_an_object_ends_the_plan_in_incomplete_targets()
     assert!(objects_with_signals(&client).await.unwrap().is_empty(), "{status}");
 }
 
+/// The failure policy (DESIGN §11): the deletion stops new signals at once, worker-0 (in
+/// flight) finishes, and only then does the plan end.
 #[tokio::test]
 async fn a_worker_node_deleted_during_the_run_ends_the_plan_in_missing_signal_node() {
     let workers = ["worker-0", "worker-1", "worker-2"];
@@ -48,10 +50,10 @@ async fn a_worker_node_deleted_during_the_run_ends_the_plan_in_missing_signal_no
     let client = cluster.admin_client().await.unwrap();
     let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
     let processes = start_workers(&cluster, &workers).await.unwrap();
-    // worker-0 (first by name) reports Downloading and then never finishes, so the run stays
-    // in flight.
-    let never = Behaviour::CompleteAfter(Release::new());
-    let config = Config::new().node("worker-0", never);
+    // worker-0 (first by name) reports Downloading and then waits for the test, so the run
+    // stays in flight.
+    let release = Release::new();
+    let config = Config::new().node("worker-0", Behaviour::CompleteAfter(release.clone()));
     let responder = Responder::start(client.clone(), config).await.unwrap();
 
     let update = k0s_update(None, Some(static_nodes(&workers, 1)));
@@ -74,10 +76,23 @@ async fn a_worker_node_deleted_during_the_run_ends_the_plan_in_missing_signal_no
     let nodes: Api<Node> = Api::all(client.clone());
     nodes.delete("worker-2", &DeleteParams::default()).await.unwrap();
 
+    // No new node is signalled; the plan waits for worker-0, which is in flight.
+    wait_plan(&client, "autopilot", PLAN_TIMEOUT, "the command to stop for worker-2", |p| {
+        p.status.as_ref().and_then(|s| s.commands.first()).is_some_and(|c| {
+            c.reason.as_deref().is_some_and(|r| {
+                r.starts_with("stopping: worker worker-2 failed") && r.ends_with("finish: worker-0")
+            })
+        })
+    })
+    .await
+    .unwrap();
+    release.release();
+
     let ended =
         wait_plan_state(&client, "autopilot", PlanStateType::MissingSignalNode).await.unwrap();
     let status = status_yaml(&ended);
     assert_eq!(target(&ended, 0, "worker-2").state, TargetState::MissingSignalNode, "{status}");
+    assert_eq!(target(&ended, 0, "worker-0").state, TargetState::SignalCompleted, "{status}");
     let log = responder.log();
     assert_eq!(
         log.signal_order(None),

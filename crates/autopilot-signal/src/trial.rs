@@ -246,7 +246,7 @@ async fn watch(
             answered = probe(client).await;
             next_probe = tokio::time::Instant::now() + PROBE_EVERY;
         }
-        let state = child.state();
+        let state = child.state().await;
         let proof = std::fs::read_to_string(proof_path).is_ok_and(|t| t.trim() == token);
         let seen = Observation { child: state, proof, starts, reachable_for };
         match decide(&seen, config.deadline) {
@@ -283,8 +283,14 @@ struct TrialChild {
     child: Option<tokio::process::Child>,
     spawn_error: Option<String>,
     last_line: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// The task copying the child's stderr; it ends at the pipe's end.
+    forwarder: Option<tokio::task::JoinHandle<()>>,
     exited: Option<String>,
 }
+
+/// How long an exited child's last stderr lines may take to be read (the pipe ends when the
+/// child exits, unless a process it started still holds it).
+const STDERR_DRAIN: Duration = Duration::from_secs(2);
 
 fn spawn(binary: &Path, config: &TrialConfig, token: &str) -> TrialChild {
     let last_line = std::sync::Arc::new(std::sync::Mutex::new(None));
@@ -297,16 +303,17 @@ fn spawn(binary: &Path, config: &TrialConfig, token: &str) -> TrialChild {
         .spawn();
     match spawned {
         Ok(mut child) => {
-            if let Some(stderr) = child.stderr.take() {
+            let forwarder = child.stderr.take().map(|stderr| {
                 let last = last_line.clone();
-                tokio::spawn(forward_stderr(stderr, last));
-            }
-            TrialChild { child: Some(child), spawn_error: None, last_line, exited: None }
+                tokio::spawn(forward_stderr(stderr, last))
+            });
+            TrialChild { child: Some(child), spawn_error: None, last_line, forwarder, exited: None }
         }
         Err(e) => TrialChild {
             child: None,
             spawn_error: Some(format!("cannot be started: {e}")),
             last_line,
+            forwarder: None,
             exited: None,
         },
     }
@@ -330,7 +337,7 @@ async fn forward_stderr(
 }
 
 impl TrialChild {
-    fn state(&mut self) -> Child {
+    async fn state(&mut self) -> Child {
         if let Some(error) = &self.spawn_error {
             return Child::Exited { status: error.clone(), last_line: None };
         }
@@ -339,6 +346,10 @@ impl TrialChild {
             && let Ok(Some(status)) = child.try_wait()
         {
             self.exited = Some(status.to_string());
+            // Its last words may still be in the pipe: read them before quoting them.
+            if let Some(forwarder) = self.forwarder.take() {
+                let _ = tokio::time::timeout(STDERR_DRAIN, forwarder).await;
+            }
         }
         match &self.exited {
             Some(status) => Child::Exited {

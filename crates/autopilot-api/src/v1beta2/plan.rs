@@ -678,6 +678,15 @@ impl TargetState {
         }
     }
 
+    /// Whether the target failed: its node reported a failure, its object vanished, or its
+    /// platform has no entry.
+    pub fn is_failure(self) -> bool {
+        match self {
+            Self::SignalApplyFailed | Self::MissingPlatform | Self::MissingSignalNode => true,
+            Self::SignalPending | Self::SignalSent | Self::SignalCompleted => false,
+        }
+    }
+
     /// Whether the node is done with this command, successfully or not.
     pub fn is_terminal(self) -> bool {
         match self {

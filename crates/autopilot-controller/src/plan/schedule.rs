@@ -299,26 +299,13 @@ fn stopping(
     Outcome::Running
 }
 
-/// Whether a target's state is a failure (the node failed, its object went away, or its
-/// platform has no entry).
-fn is_failed(state: TargetState) -> bool {
-    match state {
-        TargetState::SignalApplyFailed
-        | TargetState::MissingSignalNode
-        | TargetState::MissingPlatform => true,
-        TargetState::SignalPending | TargetState::SignalSent | TargetState::SignalCompleted => {
-            false
-        }
-    }
-}
-
 /// The failures that stop the command, if any: a controller's, a canary's, or more failed
 /// workers than `limits.maxFailures`.
 fn failures_past_budget(status: &PlanCommandStatus, command: Command<'_>) -> Option<String> {
     let failed = |group: Group| -> Vec<&str> {
         targets(status, command, group)
             .iter()
-            .filter(|t| is_failed(t.state))
+            .filter(|t| t.state.is_failure())
             .map(|t| t.name.as_str())
             .collect()
     };
@@ -352,7 +339,7 @@ fn failed_within_budget(
     let kind = command.object_kind(Group::Workers);
     let lines: Vec<String> = targets(status, command, Group::Workers)
         .iter()
-        .filter(|t| is_failed(t.state))
+        .filter(|t| t.state.is_failure())
         .map(|t| {
             let reason = t.reason.as_deref().unwrap_or("no reason given");
             format!("{kind} {} ({}): {reason}", t.name, t.state)

@@ -452,18 +452,6 @@ fn earlier_in_flight(
         .count()
 }
 
-/// Whether a target state is a failure.
-fn failed(state: TargetState) -> bool {
-    match state {
-        TargetState::SignalApplyFailed
-        | TargetState::MissingSignalNode
-        | TargetState::MissingPlatform => true,
-        TargetState::SignalPending | TargetState::SignalSent | TargetState::SignalCompleted => {
-            false
-        }
-    }
-}
-
 fn command_of(status: &PlanCommandStatus) -> Option<Command<'_>> {
     status.frozen.as_ref().and_then(Command::resolve)
 }
@@ -541,9 +529,11 @@ fn check_pass(
         prop_assert!(!sim.plan.steering.paused, "signalled while paused: {after:#?}");
         prop_assert!(!sim.plan.steering.aborted, "signalled while aborted: {after:#?}");
         let failed_workers =
-            targets(command, kind, Group::Workers).iter().filter(|t| failed(t.state)).count();
-        let failed_controllers =
-            targets(command, kind, Group::Controllers).iter().filter(|t| failed(t.state)).count();
+            targets(command, kind, Group::Workers).iter().filter(|t| t.state.is_failure()).count();
+        let failed_controllers = targets(command, kind, Group::Controllers)
+            .iter()
+            .filter(|t| t.state.is_failure())
+            .count();
         prop_assert!(failed_controllers == 0, "signalled after a controller failed");
         prop_assert!(
             failed_workers <= kind.max_failures(),
