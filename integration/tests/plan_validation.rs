@@ -238,11 +238,16 @@ async fn create_and_follow(client: &kube::Client, plan: &Plan) -> (Plan, Vec<Pla
     }
 }
 
-/// No node was signalled: the responder (which sees every signal written) saw none, and no
-/// Node or ControlNode carries signal annotations now.
+/// No node was touched: the responder (which sees every signal written) saw none, no Node
+/// or ControlNode carries signal annotations now, and the worker is neither cordoned nor
+/// marked as cordoned by autopilot.
 async fn assert_no_signal(client: &kube::Client, responder: &Responder, case: &str) {
     let log = responder.log();
     assert_eq!(log.signals().count(), 0, "{case}: a node was signalled:\n{log}");
     let annotated = objects_with_signals(client).await.expect("listing signal objects");
     assert!(annotated.is_empty(), "{case}: objects carry a signal: {annotated:?}");
+    for worker in WORKERS {
+        let cordon = node_cordon(client, worker).await.expect("reading the worker");
+        assert_eq!(cordon, (false, false), "{case}: {worker} cordoned / marked");
+    }
 }
