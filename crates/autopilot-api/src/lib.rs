@@ -8,6 +8,8 @@
 //! - [`keys`]: every annotation, label, name and finalizer string.
 //! - [`duration`]: Go-style durations (`1h30m`) for flags and fields.
 //! - [`platform`]: `<os>-<arch>` names as Kubernetes spells them.
+//! - [`payload`]: the URL and version rules a node holds a command to, shared by the node
+//!   agent and the Plan engine.
 //!
 //! This crate is data and pure functions only: no client, no tokio, no I/O. Field names,
 //! defaults and serialised strings follow k0s, so k0s nodes and tools understand what we
@@ -16,6 +18,7 @@
 pub mod backoff;
 pub mod duration;
 pub mod keys;
+pub mod payload;
 pub mod platform;
 mod schema;
 pub mod signal;

@@ -4,6 +4,7 @@
 //! disk, so they survive a crash) and returns one [`Step`]. Every step is idempotent:
 //! replaying [`next`] after a crash at any point converges.
 
+use autopilot_api::payload;
 use autopilot_api::signal::{SignalPhase, UpdateRef};
 
 /// What the agent knows when it decides, captured once per pass. Snapshot: may be stale.
@@ -217,23 +218,18 @@ pub fn next(phase: Option<SignalPhase>, facts: &Facts<'_>) -> Step {
     }
 }
 
-/// Why this node cannot act on `update` at all, if it cannot: no version, or a URL this
-/// agent cannot download from (only `http://` and `https://` with a host).
+/// Why this node cannot act on `update` at all, if it cannot: no usable version, or a URL
+/// this agent cannot download from (only `http://` and `https://` with a host). The rules
+/// are [`autopilot_api::payload`]'s, the same the Plan engine applies at NewPlan.
 pub fn refusal(update: UpdateRef<'_>) -> Option<String> {
     let (command, url, version) = match update {
         UpdateRef::K0s(u) => ("k0supdate", u.url.as_str(), u.version.as_str()),
         UpdateRef::Airgap(u) => ("airgapupdate", u.url.as_str(), u.version.as_str()),
     };
-    if version.trim().is_empty() {
-        return Some(format!("refused: command.{command}.version is empty"));
+    if let Some(problem) = payload::version_problem(version) {
+        return Some(format!("refused: command.{command}.version: {problem}"));
     }
-    let host = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
-    match host.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default()) {
-        Some(authority) if !authority.is_empty() && !url.contains(char::is_whitespace) => None,
-        Some(_) | None => Some(format!(
-            "refused: command.{command}.url {url:?} is not an http:// or https:// URL with a host"
-        )),
-    }
+    payload::url_problem(url).map(|problem| format!("refused: command.{command}.url: {problem}"))
 }
 
 fn k0s_update(
@@ -466,6 +462,8 @@ mod tests {
             ("ftp://127.0.0.1/k0s", V2),
             ("http:///k0s", V2),
             ("http://127.0.0.1/k0s", " "),
+            ("http://127.0.0.1:port/k0s", V2),
+            ("http://127.0.0.1/k0s", "v1 .2"),
         ] {
             let update = CommandK0sUpdate { version: version.into(), ..k0s(SHA, false) };
             let update = CommandK0sUpdate { url: url.into(), ..update };

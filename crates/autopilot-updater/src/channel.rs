@@ -103,10 +103,11 @@ impl ChannelAnswer {
             let os = non_empty(entry.os, || field("os"))?;
             let arch = non_empty(entry.arch, || field("arch"))?;
             let platform = format!("{os}-{arch}");
-            let url = non_empty(entry.k0s, || field("k0s"))?;
+            let url = download_url(entry.k0s, || field("k0s"))?;
             let sha256 = digest(entry.k0s_sha256, || field("k0sSha256"))?;
             k0s.insert(platform.clone(), PlanResourceUrl { url, sha256 });
             if let Some(bundle) = entry.airgap_bundle.filter(|u| !u.trim().is_empty()) {
+                let bundle = download_url(bundle, || field("airgapBundle"))?;
                 let sha256 = digest(entry.airgap_sha256, || field("airgapSha256"))?;
                 airgap.insert(platform, PlanResourceUrl { url: bundle, sha256 });
             }
@@ -121,7 +122,7 @@ impl ChannelAnswer {
         let urls = |map: BTreeMap<String, String>, name: &str| {
             map.into_iter()
                 .map(|(platform, url)| {
-                    let url = non_empty(url, || format!("downloadURLs.{name}.{platform}"))?;
+                    let url = download_url(url, || format!("downloadURLs.{name}.{platform}"))?;
                     Ok((platform, PlanResourceUrl { url, sha256: None }))
                 })
                 .collect::<Result<BTreeMap<_, _>>>()
@@ -136,8 +137,25 @@ impl ChannelAnswer {
     }
 }
 
+/// The offered version, trimmed: one the Plan schema and the nodes accept
+/// ([`autopilot_api::payload::version_problem`]), or an error naming `version`.
 fn check_version(version: String) -> Result<String> {
-    non_empty(version, || "version".to_owned())
+    let version = non_empty(version, || "version".to_owned())?;
+    match autopilot_api::payload::version_problem(&version) {
+        Some(reason) => Err(Error::Field { field: "version".to_owned(), reason }),
+        None => Ok(version),
+    }
+}
+
+/// A download URL, trimmed: one the Plan schema and the nodes accept
+/// ([`autopilot_api::payload::url_problem`]), or an error naming `field`. A Plan with
+/// any other URL would be refused by the API server or at NewPlan.
+fn download_url(value: String, field: impl Fn() -> String) -> Result<String> {
+    let url = non_empty(value, &field)?;
+    match autopilot_api::payload::url_problem(&url) {
+        Some(reason) => Err(Error::Field { field: field(), reason }),
+        None => Ok(url),
+    }
 }
 
 fn non_empty(value: String, field: impl FnOnce() -> String) -> Result<String> {
@@ -210,6 +228,28 @@ mod tests {
     }
 
     #[test]
+    fn urls_and_versions_no_node_accepts_are_errors_naming_the_field() {
+        let index = |version: &str, url: &str| {
+            format!("version: {version}\ndownloadURLs:\n- os: linux\n  arch: amd64\n  k0s: {url}\n")
+        };
+        let err = ChannelAnswer::from_index_yaml(&index("v1.35.2+k0s.0", "x/k0s")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "update server answer is malformed: downloadURLs[0].k0s: \"x/k0s\" is not an \
+             http:// or https:// URL with a host"
+        );
+        let err =
+            ChannelAnswer::from_index_yaml(&index("v1.35.2+k0s.0", "https://x:y/k0s")).unwrap_err();
+        assert!(err.to_string().contains("downloadURLs[0].k0s: "), "{err}");
+        let err = ChannelAnswer::from_index_yaml(&index("\"v1 2\"", "https://x/k0s")).unwrap_err();
+        assert!(err.to_string().contains("version: \"v1 2\" contains whitespace"), "{err}");
+        let legacy =
+            "version: v1.35.2+k0s.0\ndownloadURLs:\n  k0s:\n    linux-amd64: ftp://x/k0s\n";
+        let err = ChannelAnswer::from_legacy_yaml(legacy).unwrap_err();
+        assert!(err.to_string().contains("downloadURLs.k0s.linux-amd64: "), "{err}");
+    }
+
+    #[test]
     fn missing_fields_are_errors_naming_them() {
         let err = ChannelAnswer::from_index_yaml("channel: stable\n").unwrap_err();
         assert!(err.to_string().contains("version"), "{err}");
@@ -224,8 +264,7 @@ mod tests {
 
     #[test]
     fn bad_digest_is_an_error_naming_the_field() {
-        let body =
-            "version: v1\ndownloadURLs:\n- {os: linux, arch: amd64, k0s: u, k0sSha256: nope}\n";
+        let body = "version: v1\ndownloadURLs:\n- {os: linux, arch: amd64, k0s: \"https://x/k0s\", k0sSha256: nope}\n";
         let err = ChannelAnswer::from_index_yaml(body).unwrap_err();
         assert!(err.to_string().contains("downloadURLs[0].k0sSha256"), "{err}");
     }

@@ -53,7 +53,8 @@ use crate::signal::SignalPhase;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PlanSpec {
-    /// Free-form identifier of this plan, copied into every signal as `planId`.
+    /// Free-form identifier of this plan, copied into every signal as `planId`; not empty.
+    #[schemars(length(min = 1))]
     pub id: String,
 
     /// Free-form creation time of this plan; informational, never interpreted.
@@ -82,7 +83,8 @@ pub struct PlanCommand {
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommandK0sUpdate {
     /// Target k0s version, compared as an exact string with the version a node runs
-    /// (for example `v1.30.1+k0s.0`).
+    /// (for example `v1.30.1+k0s.0`); not empty, no whitespace.
+    #[schemars(length(min = 1), regex(pattern = crate::payload::VERSION_PATTERN))]
     pub version: String,
 
     /// Update even if a node already runs `version`, and skip the removed-API check.
@@ -108,7 +110,8 @@ pub struct PlanCommandK0sUpdate {
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommandAirgapUpdate {
     /// k0s version the bundle belongs to; used for the removed-API check and copied into
-    /// the signal.
+    /// the signal. Not empty, no whitespace.
+    #[schemars(length(min = 1), regex(pattern = crate::payload::VERSION_PATTERN))]
     pub version: String,
 
     /// Download location of the bundle per platform, keyed by `<os>-<arch>`.
@@ -128,7 +131,8 @@ pub struct PlanCommandAirgapUpdate {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanResourceUrl {
-    /// Download URL (`http` or `https`).
+    /// Download URL: `http://` or `https://`, with a host.
+    #[schemars(regex(pattern = crate::payload::URL_PATTERN))]
     pub url: String,
 
     /// Hex SHA-256 of the downloaded content; verified before the artifact is used.
@@ -540,8 +544,10 @@ pub enum PlanStateType {
     /// Terminal: a node reported a failed download, verification or apply.
     ApplyFailed,
     /// Terminal: NewPlan refused the plan: a pre-flight check (removed APIs) failed, a
-    /// payload has neither a `sha256` nor an `https://` URL, or a command is malformed;
-    /// `description` says why.
+    /// payload has neither a `sha256` nor an `https://` URL, a command is malformed, or a
+    /// field is one no node or scheduler could act on (a URL or version the node agent
+    /// refuses, a `soak` that is not a duration, a canary on controllers); `description`
+    /// says why, naming each field by its path.
     Warning,
     /// Terminal: an operator aborted the plan (the `autopilot.k0sproject.io/abort`
     /// annotation); nodes in flight finished first and no node autopilot cordoned is left

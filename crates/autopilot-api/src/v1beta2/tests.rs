@@ -510,6 +510,45 @@ fn the_schemas_carry_the_validation_we_promise() {
     assert_eq!(properties, ["status"], "a ControlNode has only a status");
 }
 
+#[test]
+fn the_plan_schema_refuses_an_empty_id_version_and_a_url_without_http_or_https() {
+    let plan = root_schema(&Plan::crd());
+    let spec = at(&plan, &["properties", "spec", "properties"]);
+    assert_eq!(spec["id"]["minLength"], json!(1));
+    let command = at(spec, &["commands", "items", "properties"]);
+    for kind in ["k0supdate", "airgapupdate"] {
+        let update = &command[kind]["properties"];
+        assert_eq!(update["version"]["minLength"], json!(1), "{kind}");
+        assert_eq!(update["version"]["pattern"], json!(crate::payload::VERSION_PATTERN), "{kind}");
+        let url = &update["platforms"]["additionalProperties"]["properties"]["url"];
+        assert_eq!(url["pattern"], json!(r"^https?://[^\s/?#]+\S*$"), "{kind}");
+        assert_eq!(url["pattern"], json!(crate::payload::URL_PATTERN), "{kind}");
+    }
+    // The frozen copy in the status is the same type: a run's status always validates,
+    // because the copy comes from a spec that did.
+    let frozen = at(&plan, &["properties", "status", "properties", "commands", "items"]);
+    let frozen = at(frozen, &["properties", "frozen", "properties", "k0supdate", "properties"]);
+    assert_eq!(frozen["version"]["minLength"], json!(1));
+}
+
+#[test]
+fn an_update_config_template_has_no_version_or_url_the_updater_must_fill_in() {
+    // The updater fills `version` and the platform URLs from the update server; the
+    // template an operator writes must not be required to carry them.
+    let update_config = root_schema(&UpdateConfig::crd());
+    let template = at(
+        &update_config,
+        &["properties", "spec", "properties", "planSpec", "properties", "commands", "items"],
+    );
+    for kind in ["k0supdate", "airgapupdate"] {
+        let update = &template["properties"][kind];
+        assert!(update["properties"].get("version").is_none(), "{kind}: {update}");
+        assert!(update["properties"].get("platforms").is_none(), "{kind}: {update}");
+        let required = update["required"].as_array().cloned().unwrap_or_default();
+        assert!(!required.contains(&json!("version")), "{kind}: {update}");
+    }
+}
+
 /// Every way `schema` (at `path`) breaks the apiserver's structural-schema rules.
 ///
 /// The rules checked are those of `apiextensions-apiserver` (`schema/validation.go`,

@@ -4,11 +4,16 @@
 //! Commands are processed in order. The first one that fails gives its state to itself and
 //! to the plan; the commands after it keep `NewPlan`, so the status shows how far it got.
 //! A command whose payload no node could verify is refused here, before any node is
-//! signalled ([`super::payload`]).
+//! signalled ([`super::payload`]), and so is every field the schema lets through but no
+//! node or scheduler could act on ([`field_problems`]): a plan never sends a signal that a
+//! node will refuse.
 
 use std::collections::BTreeSet;
 
-use autopilot_api::v1beta2::{PlanCommand, PlanStateType, PlanStatus, TargetState, TargetStatus};
+use autopilot_api::duration;
+use autopilot_api::v1beta2::{
+    PlanCommand, PlanCommandTargetLimits, PlanStateType, PlanStatus, TargetState, TargetStatus,
+};
 
 use super::Effect;
 use super::command::{Command, Group, kind_problem, targets_mut};
@@ -92,12 +97,11 @@ fn new_command(
     };
     let label = format!("command {index} ({})", command.name());
 
-    // Check 1b: a progressTimeout that does not parse is refused before any node moves.
-    if let Some(Err(why)) = command.progress_timeout_override() {
-        return NewCommand::failed(
-            PlanStateType::Warning,
-            format!("{label}: {}.progressTimeout: {why}", command.name()),
-        );
+    // Check 1b: every field the schema cannot judge (version, URLs, progressTimeout,
+    // limits) is one the nodes and the scheduler can act on; all problems in one pass.
+    let problems = field_problems(index, command);
+    if !problems.is_empty() {
+        return NewCommand::failed(PlanStateType::Warning, problems.join("; "));
     }
 
     // Check 2: every payload can be verified by the nodes, or is at least fetched over
@@ -214,6 +218,96 @@ fn new_command(
     }
 
     NewCommand { state: PlanStateType::SchedulableWait, description: None, targets, warnings }
+}
+
+/// Every field of command `index` that no node or scheduler could act on, each as
+/// `<field path>: <problem>` (`commands[0].k0supdate.targets.workers.limits.soak: ...`), in
+/// spec order; empty when the command can run.
+///
+/// The CRD schema refuses the plain cases at the API server (an empty version, a URL
+/// without `http(s)://`); this catches what a schema cannot, with the node agent's own
+/// rules ([`autopilot_api::payload`]), so no node is ever signalled only to refuse.
+fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
+    let path = format!("commands[{index}].{}", command.name());
+    let mut problems = Vec::new();
+    if let Some(problem) = autopilot_api::payload::version_problem(command.version()) {
+        problems.push(format!("{path}.version: {problem}"));
+    }
+    for (platform, entry) in command.platforms() {
+        if let Some(problem) = autopilot_api::payload::url_problem(&entry.url) {
+            problems.push(format!("{path}.platforms.{platform}.url: {problem}"));
+        }
+    }
+    if let Some(Err(why)) = command.progress_timeout_override() {
+        problems.push(format!("{path}.progressTimeout: {why}"));
+    }
+    for &group in command.groups() {
+        if let Some(target) = command.target(group) {
+            let limits = match (command, group) {
+                (Command::K0s(_), Group::Controllers | Group::Workers) => {
+                    format!("{path}.targets.{}.limits", group.name())
+                }
+                (Command::Airgap(_), Group::Controllers | Group::Workers) => {
+                    format!("{path}.{}.limits", group.name())
+                }
+            };
+            problems.extend(limits_problems(&limits, group, &target.limits));
+        }
+    }
+    problems
+}
+
+/// The problems of one group's `limits` (at `path`, e.g.
+/// `commands[0].k0supdate.targets.workers.limits`).
+///
+/// Controllers update one at a time and any failed controller stops the plan, so a
+/// `canary`, `soak` or non-zero `maxFailures` on them would be silently ignored: refused,
+/// so the operator learns it before the run rather than after. (`concurrent` is accepted
+/// and ignored, as in k0s, whose example plans set it on controllers.)
+fn limits_problems(path: &str, group: Group, limits: &PlanCommandTargetLimits) -> Vec<String> {
+    let PlanCommandTargetLimits { concurrent: _, max_failures, canary, soak } = limits;
+    let mut problems = Vec::new();
+    match group {
+        Group::Controllers => {
+            if let Some(canary) = canary {
+                problems.push(format!(
+                    "{path}.canary: {canary} is not allowed on controllers (they update one at \
+                     a time, before any worker); set it on workers.limits or remove it"
+                ));
+            }
+            if let Some(max_failures @ 1..) = max_failures {
+                problems.push(format!(
+                    "{path}.maxFailures: {max_failures} is not allowed on controllers (any \
+                     failed controller stops the plan); set it on workers.limits or remove it"
+                ));
+            }
+            if let Some(soak) = soak {
+                problems.push(format!(
+                    "{path}.soak: {soak:?} is not allowed on controllers (they take no \
+                     canary); set it on workers.limits or remove it"
+                ));
+            }
+        }
+        Group::Workers => {
+            if *canary == Some(0) {
+                problems.push(format!(
+                    "{path}.canary: 0 canary workers; set at least 1 or remove canary"
+                ));
+            }
+            if let Some(soak) = soak {
+                if let Err(why) = duration::parse(soak) {
+                    problems.push(format!("{path}.soak: {why}"));
+                }
+                if canary.is_none() {
+                    problems.push(format!(
+                        "{path}.soak: {soak:?} is set without {path}.canary (the soak is how \
+                         long the canary workers must stay Ready); set canary or remove soak"
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// The names a group targets, deduplicated and sorted by name.
