@@ -252,10 +252,12 @@ fn steering_an_unreachable_api_server_is_one_error_line() {
     )
     .unwrap();
     for verb in ["pause", "resume", "abort"] {
-        assert_one_line_error(
-            &["autopilot", verb, "--kubeconfig", kubeconfig.to_str().unwrap(), "--plan", "p1"],
-            1,
-            &["reading plan \"p1\"", &server],
-        );
+        let args =
+            ["autopilot", verb, "--kubeconfig", kubeconfig.to_str().unwrap(), "--plan", "p1"];
+        assert_one_line_error(&args, 1, &["reading plan \"p1\"", &server]);
+        // A one-shot verb logs nothing by default: the error line is all there is.
+        let output = run_k0s(&args).expect("k0s runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "only the error line:\n{stderr}");
     }
 }

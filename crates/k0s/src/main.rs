@@ -21,9 +21,10 @@ const VERSION: &str = env!("K0S_BUILD_VERSION");
 #[derive(Parser)]
 #[command(name = "k0s", version = VERSION, disable_version_flag = true)]
 struct Cli {
-    /// Log filter (e.g. `info`, `debug`, `autopilot_controller=debug`).
-    #[arg(long, global = true, env = "K0S_LOG", default_value = "info", value_name = "FILTER")]
-    log_level: String,
+    /// Log filter (e.g. `info`, `debug`, `autopilot_controller=debug`). Default: `info`;
+    /// the one-shot `autopilot` verbs log nothing unless asked (their result is their output).
+    #[arg(long, global = true, env = "K0S_LOG", value_name = "FILTER")]
+    log_level: Option<String>,
 
     /// Log output format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
@@ -219,7 +220,15 @@ fn main() -> ExitCode {
             };
         }
     };
-    if let Err(err) = init_logging(&cli.log_level, cli.log_format) {
+    let default_filter = match cli.command {
+        Command::Autopilot { .. } => "off",
+        Command::Version
+        | Command::Controller { .. }
+        | Command::Worker { .. }
+        | Command::Status { .. } => "info",
+    };
+    let filter = cli.log_level.as_deref().unwrap_or(default_filter);
+    if let Err(err) = init_logging(filter, cli.log_format) {
         eprintln!("error: {err:#}");
         return ExitCode::from(2);
     }
