@@ -198,3 +198,66 @@ fn status_without_a_running_process_names_the_data_dir() {
         &["no k0s process is running", data_dir],
     );
 }
+
+#[test]
+fn autopilot_help_lists_the_steering_verbs_and_their_flags() {
+    let output = run_k0s(&["autopilot", "--help"]).expect("k0s runs");
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for verb in ["pause", "resume", "abort"] {
+        assert!(help.contains(verb), "`k0s autopilot --help` does not list {verb}:\n{help}");
+    }
+    for verb in ["pause", "resume", "abort"] {
+        let output = run_k0s(&["autopilot", verb, "--help"]).expect("k0s runs");
+        assert!(output.status.success());
+        let help = String::from_utf8(output.stdout).unwrap();
+        for needle in ["--kubeconfig", "KUBECONFIG", "--plan", "[default: autopilot]"] {
+            assert!(help.contains(needle), "`k0s autopilot {verb} --help` lacks {needle}:\n{help}");
+        }
+    }
+    let output = run_k0s(&["autopilot", "pause", "--help"]).expect("k0s runs");
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("autopilot.k0sproject.io/paused"), "names its annotation:\n{help}");
+}
+
+#[test]
+fn autopilot_without_a_verb_or_with_an_unknown_one_is_a_usage_error() {
+    let output = run_k0s(&["autopilot"]).expect("k0s runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert_one_line_error(&["autopilot", "stop", "--kubeconfig", "/x"], 2, &["stop"]);
+}
+
+#[test]
+fn steering_with_a_missing_kubeconfig_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.kubeconfig");
+    let missing = missing.to_str().unwrap();
+    for verb in ["pause", "resume", "abort"] {
+        assert_one_line_error(&["autopilot", verb, "--kubeconfig", missing], 1, &[missing]);
+    }
+}
+
+#[test]
+fn steering_an_unreachable_api_server_is_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // A loopback port nobody listens on: bind, note the port, release it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = format!("https://127.0.0.1:{port}");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    for verb in ["pause", "resume", "abort"] {
+        let args =
+            ["autopilot", verb, "--kubeconfig", kubeconfig.to_str().unwrap(), "--plan", "p1"];
+        assert_one_line_error(&args, 1, &["reading plan \"p1\"", &server]);
+        // A one-shot verb logs nothing by default: the error line is all there is.
+        let output = run_k0s(&args).expect("k0s runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "only the error line:\n{stderr}");
+    }
+}

@@ -7,6 +7,11 @@
 //! that it cordoned a node and uncordons only such nodes, so a node an administrator
 //! cordoned before the update stays cordoned after it (unlike k0s).
 //!
+//! The drain acts only on signals of the Plan's current run (or on signals that name no run,
+//! as k0s writes them): a `Cordoning` signal left over from another run is failed instead of
+//! drained, so its node stops and nothing waits for it. Undoing autopilot's own cordon is
+//! always safe and happens whatever run the signal belongs to.
+//!
 //! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
 //! (`crate::drain`) performs it and calls again. Every step is idempotent.
 
@@ -42,6 +47,49 @@ pub struct Facts {
     pub cordoned_by_autopilot: bool,
     /// Pods bound to the Node.
     pub pods: Vec<PodFacts>,
+    /// How the signal's run relates to the Plan's current run. Looked up only when
+    /// [`needs_run`] says the decision depends on it.
+    pub run: Run,
+}
+
+/// How a signal's run (`runId` in the signal data) relates to the current run of the Plan
+/// named `autopilot` (its `status.runId`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// Not looked up: the signal's phase is driven the same whatever its run (see
+    /// [`needs_run`]).
+    NotLookedUp,
+    /// The signal names no run (written by k0s or another k0s-compatible writer): driven as
+    /// k0s drives it.
+    Unmarked,
+    /// The signal belongs to the Plan's current run.
+    Current,
+    /// The signal belongs to another run: an earlier run of the Plan, or a Plan that has
+    /// since been deleted (and perhaps created again).
+    Other {
+        /// The run the signal names.
+        signal: String,
+        /// What the Plan's current run is.
+        plan: PlanRun,
+    },
+}
+
+/// The current run of the Plan named `autopilot`, as seen when a signal's run is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanRun {
+    /// No Plan named `autopilot` exists.
+    Missing,
+    /// The Plan exists but no run has started (no `status.runId`).
+    NotStarted,
+    /// The Plan's `status.runId`.
+    Run(String),
+}
+
+/// Whether the decision for a signal in `phase` depends on its run, so the shell must look
+/// the Plan up. Only `Cordoning` does: cordoning and evicting is what must not happen for
+/// another run's signal.
+pub fn needs_run(phase: Option<SignalPhase>) -> bool {
+    phase == Some(SignalPhase::Cordoning)
 }
 
 /// What to do next for one object.
@@ -59,6 +107,9 @@ pub enum Step {
     Uncordon,
     /// Write this phase onto the signal (the drive of this phase is done).
     Advance(SignalPhase),
+    /// Write `Failed` with this reason onto the signal: it is not ours to drive, and the
+    /// node must stop rather than wait for a drain that will not come.
+    Fail(String),
 }
 
 /// Decide the next step for one signal object.
@@ -67,7 +118,15 @@ pub fn decide(facts: &Facts) -> Step {
         return Step::Nothing;
     };
     match phase {
-        SignalPhase::Cordoning => cordoning(facts),
+        SignalPhase::Cordoning => match &facts.run {
+            // Check 1: drive only the current run's signals (and k0s' unmarked ones).
+            Run::Current | Run::Unmarked => cordoning(facts),
+            Run::Other { signal, plan } => Step::Fail(not_drained(signal, plan)),
+            // The shell looks the run up whenever `needs_run` says so; should it ever not
+            // have, cordoning without knowing the run would be the unsafe choice.
+            Run::NotLookedUp => Step::Nothing,
+        },
+        // Undoing autopilot's own cordon is safe whatever run the signal belongs to.
         SignalPhase::Uncordoning => {
             // Check 1: undo only our own cordon; an administrator's stays.
             if facts.kubelet_bearing && facts.node_exists && facts.cordoned_by_autopilot {
@@ -88,6 +147,24 @@ pub fn decide(facts: &Facts) -> Step {
         SignalPhase::Downloading | SignalPhase::ApplyingUpdate | SignalPhase::Restarting => {
             Step::Nothing
         }
+    }
+}
+
+/// Why a `Cordoning` signal of another run is failed instead of drained.
+fn not_drained(signal: &str, plan: &PlanRun) -> String {
+    match plan {
+        PlanRun::Run(current) => format!(
+            "not drained: the signal belongs to run {signal}, not the plan's current run {current}"
+        ),
+        PlanRun::NotStarted => format!(
+            "not drained: the signal belongs to run {signal}, and the plan {} has not started \
+             a run",
+            autopilot_api::keys::PLAN_NAME
+        ),
+        PlanRun::Missing => format!(
+            "not drained: the signal belongs to run {signal}, and no plan {} exists",
+            autopilot_api::keys::PLAN_NAME
+        ),
     }
 }
 
@@ -132,7 +209,12 @@ mod tests {
             unschedulable: false,
             cordoned_by_autopilot: false,
             pods: Vec::new(),
+            run: Run::Current,
         }
+    }
+
+    fn other_run(plan: PlanRun) -> Run {
+        Run::Other { signal: "uid-1/1".into(), plan }
     }
 
     fn pod(name: &str) -> PodFacts {
@@ -226,5 +308,115 @@ mod tests {
         }
         let no_signal = Facts { phase: None, ..node(SignalPhase::Cordoning) };
         assert_eq!(decide(&no_signal), Step::Nothing);
+    }
+
+    #[test]
+    fn a_cordoning_signal_of_the_current_run_is_drained() {
+        let facts = Facts { run: Run::Current, ..node(SignalPhase::Cordoning) };
+        assert_eq!(decide(&facts), Step::Cordon);
+    }
+
+    #[test]
+    fn a_cordoning_signal_without_a_run_is_drained_as_k0s_does() {
+        let facts = Facts { run: Run::Unmarked, ..node(SignalPhase::Cordoning) };
+        assert_eq!(decide(&facts), Step::Cordon);
+        let drained =
+            Facts { unschedulable: true, run: Run::Unmarked, ..node(SignalPhase::Cordoning) };
+        assert_eq!(decide(&drained), Step::Advance(SignalPhase::ApplyingUpdate));
+    }
+
+    #[test]
+    fn a_cordoning_signal_of_an_earlier_run_is_failed_not_drained() {
+        let facts = Facts {
+            pods: vec![pod("app")],
+            run: other_run(PlanRun::Run("uid-1/2".into())),
+            ..node(SignalPhase::Cordoning)
+        };
+        assert_eq!(
+            decide(&facts),
+            Step::Fail(
+                "not drained: the signal belongs to run uid-1/1, not the plan's current run \
+                 uid-1/2"
+                    .into()
+            )
+        );
+        // Also when a cordon is already on the node: failing it lets the next pass undo ours.
+        let cordoned = Facts {
+            unschedulable: true,
+            cordoned_by_autopilot: true,
+            run: other_run(PlanRun::Run("uid-1/2".into())),
+            ..node(SignalPhase::Cordoning)
+        };
+        assert!(matches!(decide(&cordoned), Step::Fail(_)));
+    }
+
+    #[test]
+    fn a_cordoning_signal_is_failed_when_the_plan_is_gone_or_has_no_run() {
+        let gone = Facts { run: other_run(PlanRun::Missing), ..node(SignalPhase::Cordoning) };
+        assert_eq!(
+            decide(&gone),
+            Step::Fail(
+                "not drained: the signal belongs to run uid-1/1, and no plan autopilot exists"
+                    .into()
+            )
+        );
+        let fresh = Facts { run: other_run(PlanRun::NotStarted), ..node(SignalPhase::Cordoning) };
+        assert_eq!(
+            decide(&fresh),
+            Step::Fail(
+                "not drained: the signal belongs to run uid-1/1, and the plan autopilot has not \
+                 started a run"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_pure_controller_of_an_earlier_run_is_failed_too() {
+        let facts = Facts {
+            kubelet_bearing: false,
+            run: other_run(PlanRun::Run("uid-1/2".into())),
+            ..node(SignalPhase::Cordoning)
+        };
+        assert!(matches!(decide(&facts), Step::Fail(_)));
+    }
+
+    #[test]
+    fn uncordoning_is_driven_whatever_the_run() {
+        for run in [
+            Run::NotLookedUp,
+            Run::Unmarked,
+            Run::Current,
+            other_run(PlanRun::Run("uid-1/2".into())),
+            other_run(PlanRun::Missing),
+        ] {
+            let ours = Facts {
+                unschedulable: true,
+                cordoned_by_autopilot: true,
+                run: run.clone(),
+                ..node(SignalPhase::Uncordoning)
+            };
+            assert_eq!(decide(&ours), Step::Uncordon, "{run:?}");
+            let clean = Facts { run: run.clone(), ..node(SignalPhase::Uncordoning) };
+            assert_eq!(decide(&clean), Step::Advance(SignalPhase::Completed), "{run:?}");
+            let failed = Facts {
+                unschedulable: true,
+                cordoned_by_autopilot: true,
+                run: run.clone(),
+                ..node(SignalPhase::Failed)
+            };
+            assert_eq!(decide(&failed), Step::Uncordon, "{run:?}");
+        }
+    }
+
+    #[test]
+    fn only_cordoning_needs_the_run_looked_up() {
+        for phase in SignalPhase::ALL {
+            assert_eq!(needs_run(Some(phase)), phase == SignalPhase::Cordoning, "{phase:?}");
+        }
+        assert!(!needs_run(None));
+        // And the safe answer, should the shell not have looked it up.
+        let facts = Facts { run: Run::NotLookedUp, ..node(SignalPhase::Cordoning) };
+        assert_eq!(decide(&facts), Step::Nothing);
     }
 }

@@ -9,6 +9,13 @@
 //! naming the pod and budget), which uncordons it: its binary was not touched yet. When the
 //! Node is drained it writes `ApplyingUpdate`. In `UnCordoning` it uncordons nodes autopilot
 //! cordoned and writes `Completed`. Every write carries a resourceVersion precondition.
+//!
+//! Only signals of the current run are drained: a `Cordoning` signal whose `runId` is not the
+//! `status.runId` of the Plan named `autopilot` (or when there is no such Plan) is failed with
+//! the two runs named, never cordoned. The Plan is read with a GET when (and only when) a
+//! `Cordoning` signal names a run: the engine writes a run's `status.runId` before any signal
+//! of that run, so a read made after seeing the signal can never show an older run than the
+//! signal's own (a watch cache could lag behind and fail a signal of the current run).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,7 +23,7 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus};
-use autopilot_api::v1beta2::ControlNode;
+use autopilot_api::v1beta2::{ControlNode, Plan};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
@@ -27,7 +34,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::cordon::{self, Facts, PodFacts, Step};
+use crate::cordon::{self, Facts, PlanRun, PodFacts, Run, Step};
 
 /// How long one eviction request may take before the attempt counts as failed.
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -153,7 +160,8 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         };
         let phase = data.status.as_ref().map(|s| s.status);
         let node_name = current.kubelet_node();
-        let (facts, node_version) = observe(&ctx.client, phase, node_name.as_deref()).await?;
+        let run = observe_run(&ctx.client, phase, data.run_id.as_deref()).await?;
+        let (facts, node_version) = observe(&ctx.client, phase, node_name.as_deref(), run).await?;
         let step = cordon::decide(&facts);
         let node = node_name.unwrap_or_default();
         match step {
@@ -222,6 +230,15 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 write_phase(&objects, &current, &data, next).await?;
                 info!(%kind, object = %name, to = %next, "advanced node phase");
                 return Ok(Action::await_change());
+            }
+            Step::Fail(reason) => {
+                // Crash safety: the write is guarded by the resourceVersion the signal was
+                // read at; a lost write leaves the signal in Cordoning, and the next pass
+                // decides the same again. The next pass (on the Failed signal) also undoes a
+                // cordon autopilot left on the node.
+                ctx.reset(&name);
+                write_failed(&objects, &current, &data, &reason).await?;
+                warn!(%kind, object = %name, %node, %reason, "signal of another run failed, not drained");
             }
         }
         // Re-read for the next round (our own write changed the picture).
@@ -299,12 +316,44 @@ fn drain_deadline(
     }
 }
 
+/// How a signal's run (`signal_run`, its `runId`) relates to the Plan's current run. The
+/// Plan is read only when the decision depends on it ([`cordon::needs_run`]) and the signal
+/// names a run; always from the API server, never from a cache (see the module docs).
+async fn observe_run(
+    client: &kube::Client,
+    phase: Option<SignalPhase>,
+    signal_run: Option<&str>,
+) -> Result<Run, Error> {
+    let Some(signal_run) = signal_run else { return Ok(Run::Unmarked) };
+    if !cordon::needs_run(phase) {
+        return Ok(Run::NotLookedUp);
+    }
+    let plans: Api<Plan> = Api::all(client.clone());
+    let plan = plans
+        .get_opt(keys::PLAN_NAME)
+        .await
+        .map_err(api(format!("reading Plan {}", keys::PLAN_NAME)))?;
+    let plan_run = match plan {
+        None => PlanRun::Missing,
+        Some(plan) => match plan.status.and_then(|status| status.run_id) {
+            None => PlanRun::NotStarted,
+            Some(run) => PlanRun::Run(run),
+        },
+    };
+    Ok(match plan_run {
+        PlanRun::Run(current) if current == signal_run => Run::Current,
+        plan => Run::Other { signal: signal_run.to_string(), plan },
+    })
+}
+
 /// Collect the facts for one object, and the resourceVersion of its Node (the precondition
-/// of a cordon or uncordon). Pods are listed only while draining.
+/// of a cordon or uncordon). Pods are listed only while draining a signal that is ours to
+/// drain.
 async fn observe(
     client: &kube::Client,
     phase: Option<SignalPhase>,
     node_name: Option<&str>,
+    run: Run,
 ) -> Result<(Facts, Option<String>), Error> {
     let mut facts = Facts {
         phase,
@@ -313,6 +362,7 @@ async fn observe(
         unschedulable: false,
         cordoned_by_autopilot: false,
         pods: Vec::new(),
+        run,
     };
     let Some(node_name) = node_name else { return Ok((facts, None)) };
     let nodes: Api<Node> = Api::all(client.clone());
@@ -324,7 +374,7 @@ async fn observe(
     facts.node_exists = true;
     facts.unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
     facts.cordoned_by_autopilot = node.annotations().contains_key(keys::ANNOTATION_CORDONED);
-    if phase == Some(SignalPhase::Cordoning) {
+    if phase == Some(SignalPhase::Cordoning) && matches!(facts.run, Run::Current | Run::Unmarked) {
         let pods: Api<Pod> = Api::all(client.clone());
         let list = pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))

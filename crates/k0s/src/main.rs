@@ -2,7 +2,10 @@
 //!
 //! `k0s controller --enable-autopilot` runs the controller side of autopilot
 //! (`autopilot-controller`), `k0s worker` the node side (`autopilot-signal`). Everything that
-//! decides or acts lives in those crates.
+//! decides or acts lives in those crates; `k0s autopilot pause|resume|abort` only annotates
+//! the Plan (module [`steer`]).
+
+mod steer;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,9 +21,10 @@ const VERSION: &str = env!("K0S_BUILD_VERSION");
 #[derive(Parser)]
 #[command(name = "k0s", version = VERSION, disable_version_flag = true)]
 struct Cli {
-    /// Log filter (e.g. `info`, `debug`, `autopilot_controller=debug`).
-    #[arg(long, global = true, env = "K0S_LOG", default_value = "info", value_name = "FILTER")]
-    log_level: String,
+    /// Log filter (e.g. `info`, `debug`, `autopilot_controller=debug`). Default: `info`;
+    /// the one-shot `autopilot` verbs log nothing unless asked (their result is their output).
+    #[arg(long, global = true, env = "K0S_LOG", value_name = "FILTER")]
+    log_level: Option<String>,
 
     /// Log output format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
@@ -71,6 +75,26 @@ enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusFormat::Text)]
         output: StatusFormat,
     },
+    /// Steer the running plan.
+    Autopilot {
+        #[command(subcommand)]
+        command: AutopilotCommand,
+    },
+}
+
+/// `k0s autopilot ...`: steer the running plan through annotations on the Plan (which
+/// `kubectl annotate` can set too), so a steer survives a change of leader.
+#[derive(Subcommand)]
+enum AutopilotCommand {
+    /// Pause the plan: no new node is signalled; nodes in flight finish
+    /// (annotation `autopilot.k0sproject.io/paused=true`).
+    Pause(steer::Args),
+    /// Resume a paused plan (removes the `autopilot.k0sproject.io/paused` annotation).
+    Resume(steer::Args),
+    /// Abort the plan: no new node is signalled; nodes in flight finish, then the plan ends
+    /// `Aborted` with no autopilot cordon left (annotation `autopilot.k0sproject.io/abort=true`;
+    /// a changed spec starts a new run only once it is removed).
+    Abort(steer::Args),
 }
 
 /// How `k0s status` prints.
@@ -196,7 +220,15 @@ fn main() -> ExitCode {
             };
         }
     };
-    if let Err(err) = init_logging(&cli.log_level, cli.log_format) {
+    let default_filter = match cli.command {
+        Command::Autopilot { .. } => "off",
+        Command::Version
+        | Command::Controller { .. }
+        | Command::Worker { .. }
+        | Command::Status { .. } => "info",
+    };
+    let filter = cli.log_level.as_deref().unwrap_or(default_filter);
+    if let Err(err) = init_logging(filter, cli.log_format) {
         eprintln!("error: {err:#}");
         return ExitCode::from(2);
     }
@@ -362,6 +394,14 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Autopilot { command } => {
+            let (verb, args) = match command {
+                AutopilotCommand::Pause(args) => (steer::Verb::Pause, args),
+                AutopilotCommand::Resume(args) => (steer::Verb::Resume, args),
+                AutopilotCommand::Abort(args) => (steer::Verb::Abort, args),
+            };
+            runtime()?.block_on(steer::run(verb, args))
+        }
         Command::Worker { node, args } => {
             // Resolved before anything can replace the file: an update swaps a new binary in
             // at this path, and the restart executes whatever is there then.
@@ -501,7 +541,7 @@ fn trial_boot(command: Command, token: &str) -> anyhow::Result<()> {
                 }
                 (node_name, data_dir)
             }
-            Command::Version | Command::Status { .. } => {
+            Command::Version | Command::Status { .. } | Command::Autopilot { .. } => {
                 anyhow::bail!("only `k0s controller` and `k0s worker` boot on trial")
             }
         };
