@@ -162,13 +162,18 @@ async fn the_canary_goes_first_and_nobody_else_is_signalled_before_its_soak_pass
             responder.log()
         );
     }
-    // And in the order the responder saw things: the canary completed before anyone else
-    // was signalled.
+    // And in the order the responder saw things: the canary completed (written by the
+    // responder, or by the leader that finishes a node it uncordoned) before anyone else was
+    // signalled.
     let log = responder.log();
     let canary_done = log
         .first(|o| {
             o.object == canary
-                && matches!(o.event, Event::Wrote { phase: SignalPhase::Completed, .. })
+                && matches!(
+                    o.event,
+                    Event::Wrote { phase: SignalPhase::Completed, .. }
+                        | Event::Saw { phase: SignalPhase::Completed, .. }
+                )
         })
         .unwrap_or_else(|| panic!("the canary's completion in the log:\n{log}"))
         .revision;
@@ -181,7 +186,8 @@ async fn the_canary_goes_first_and_nobody_else_is_signalled_before_its_soak_pass
 }
 
 /// Canary 1 that fails: the plan ends `ApplyFailed` and none of the other workers ever got
-/// a signal of this plan.
+/// a signal of this plan, although `limits.maxFailures` would allow the failure (a canary's
+/// failure ends the plan whatever the budget).
 async fn a_failing_canary_ends_the_plan_with_no_other_worker_signalled(
     client: &kube::Client,
 ) -> anyhow::Result<()> {
@@ -193,6 +199,7 @@ async fn a_failing_canary_ends_the_plan_with_no_other_worker_signalled(
     let mut workers = static_nodes(&WORKERS, 3);
     workers.limits.canary = Some(1);
     workers.limits.soak = Some(SOAK_SPEC.to_owned());
+    workers.limits.max_failures = Some(3);
     let update = k0s_update(None, Some(workers));
     create_plan(client, &plan("autopilot", "canary-fails", vec![k0s_command(update)])).await?;
 
