@@ -144,7 +144,8 @@ async fn the_canary_goes_first_and_nobody_else_is_signalled_before_its_soak_pass
         assert_eq!(target.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
     }
 
-    // Timestamps: the canary's own report of completion, and each other signal's creation.
+    // Timestamps: the Completed status on the canary's signal, and each other signal's
+    // creation.
     let canary_signal = node_signal(client, "worker-0").await?.expect("the canary's signal");
     let completed = canary_signal.status.as_ref().expect("the canary's status");
     assert_eq!(completed.status, SignalPhase::Completed, "{canary_signal:?}");
