@@ -128,7 +128,8 @@ pub const PLAN_PHASES: [PhaseInfo; 12] = [
         terminal: true,
         next: &[],
         description: "NewPlan refused the plan: the removed-API pre-check failed, a payload \
-                      has neither a sha256 nor an https URL, or the command is malformed",
+                      has neither a sha256 nor an https URL, the command is malformed, or a \
+                      field no node or scheduler could act on (the description names it)",
     },
     PhaseInfo {
         state: P::Aborted,
