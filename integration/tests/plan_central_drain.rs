@@ -174,18 +174,6 @@ async fn a_cordoning_signal_of_an_earlier_run_is_failed_not_drained() {
     let cluster = ClusterBuilder::new("plan-drain-runs").controllers(1).build().await.unwrap();
     let client = cluster.admin_client().await.unwrap();
     let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-    // worker-0 is schedulable; worker-1 still carries the cordon an earlier run put on it.
-    for (name, cordoned) in [("worker-0", false), ("worker-1", true)] {
-        let mut node = json!({ "metadata": { "name": name } });
-        if cordoned {
-            node["metadata"]["annotations"] = json!({ keys::ANNOTATION_CORDONED: "true" });
-            node["spec"] = json!({ "unschedulable": true });
-        }
-        let node: Node = serde_json::from_value(node).unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
-
     // The current run: a plan the engine ends at once (its only target does not exist), so
     // that it touches neither Node.
     let update = k0s_update(None, Some(static_nodes(&["gone"], 1)));
@@ -195,6 +183,19 @@ async fn a_cordoning_signal_of_an_earlier_run_is_failed_not_drained() {
     let current_run = ended.status.and_then(|s| s.run_id).expect("the run has an id");
     let earlier_run = "00000000-0000-0000-0000-00000000e001/1";
     assert_ne!(current_run, earlier_run);
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    // worker-0 is schedulable; worker-1 still carries the cordon an earlier run put on it
+    // (created after the current run ended, which checks that no cordon of its own is left).
+    for (name, cordoned) in [("worker-0", false), ("worker-1", true)] {
+        let mut node = json!({ "metadata": { "name": name } });
+        if cordoned {
+            node["metadata"]["annotations"] = json!({ keys::ANNOTATION_CORDONED: "true" });
+            node["spec"] = json!({ "unschedulable": true });
+        }
+        let node: Node = serde_json::from_value(node).unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
 
     // Record every version of worker-0 from now on, and whether any was cordoned (the watch
     // has listed before any signal is written).
