@@ -125,6 +125,7 @@ impl LinuxHost {
         };
         // Free the disk space a killed download holds as early as possible.
         host.remove_leftovers();
+        host.remove_record_temp_files();
         if let Err(err) = host.finish_rollback() {
             tracing::warn!(error = %err.reason(), "could not finish an interrupted rollback");
         }
@@ -217,6 +218,19 @@ impl LinuxHost {
         removed.extend(remove_leftover_temp_files(&self.images_dir(), None));
         for path in removed {
             tracing::info!(path = %path.display(), "removed a download left by an earlier process");
+        }
+    }
+
+    /// Removes the temp files of marker and staging-record writes a process killed in the
+    /// middle of one left in the data directory (the record itself is either the old or the
+    /// new one: it is renamed into place). Only at startup, when no write of this node is in
+    /// flight.
+    fn remove_record_temp_files(&self) {
+        for record in [self.marker_path(), self.staged_record_path()] {
+            let name = record.file_name().map(|n| n.to_string_lossy().into_owned());
+            for path in remove_leftover_temp_files(&self.data_dir, name.as_deref()) {
+                tracing::info!(path = %path.display(), "removed a half-written record of an earlier process");
+            }
         }
     }
 
@@ -525,6 +539,30 @@ mod tests {
 
     fn hex_of(bytes: &[u8]) -> String {
         hex::encode(Sha256::digest(bytes))
+    }
+
+    #[tokio::test]
+    async fn a_record_write_cut_short_by_a_kill_leaves_no_temp_file_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("k0s");
+        std::fs::write(&live, b"binary").unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let half_written = [
+            data.join(".autopilot-restart.json.AbC123.tmp"),
+            data.join(".autopilot-staged.json.XyZ789.tmp"),
+        ];
+        for path in &half_written {
+            std::fs::write(path, b"{\"sign").unwrap();
+        }
+        let unrelated = data.join(".someone-else.tmp");
+        std::fs::write(&unrelated, b"keep").unwrap();
+
+        let _host = LinuxHost::new(live, data.clone(), DownloadConfig::default()).unwrap();
+        for path in &half_written {
+            assert!(!path.exists(), "{} is removed at startup", path.display());
+        }
+        assert!(unrelated.exists(), "only the records' temp files are removed");
     }
 
     #[tokio::test]
