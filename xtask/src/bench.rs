@@ -123,7 +123,7 @@ async fn bench_plan(
     println!("==> starting 3 controllers");
     let mut controllers = Vec::new();
     for i in 0..3 {
-        controllers.push(cluster.spawn_controller(i, &[]).await?);
+        controllers.push(cluster.spawn_controller(i, &["--disable-update-agent"]).await?);
     }
     let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
     let holder = wait_for(Duration::from_secs(90), "an autopilot leader", || async {
@@ -174,13 +174,20 @@ async fn bench_plan(
         .context("the plan did not end within 300 s")?
         .context("watching the plan")?;
         let elapsed = started.elapsed();
-        let completed = ended.and_then(|p| p.status).map(|s| s.state).unwrap_or_default();
+        let status = ended.and_then(|p| p.status);
+        let completed = status.as_ref().map(|s| s.state).unwrap_or_default();
         println!("    run {run}: created at {started_at}, ended at {}", jiff::Timestamp::now());
         let finished_at = jiff::Timestamp::now();
         anyhow::ensure!(
             completed == PlanStateType::Completed,
-            "run {run} ended in {} instead of Completed",
-            completed.as_str()
+            "run {run} ended in {} instead of Completed: {}",
+            completed.as_str(),
+            status
+                .iter()
+                .flat_map(|s| &s.commands)
+                .filter_map(|c| c.description.as_deref())
+                .collect::<Vec<_>>()
+                .join("; ")
         );
         // Let the audit backend flush the last events of the window before counting.
         let requests = wait_for(Duration::from_secs(10), "audit events of the run", || async {
