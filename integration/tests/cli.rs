@@ -103,20 +103,28 @@ fn missing_kubeconfig_file_is_named_in_the_error() {
     );
 }
 
-#[test]
-fn unreachable_api_server_fails_after_the_startup_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    // A loopback port nobody listens on: bind, note the port, release it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+/// A kubeconfig in `dir` for a loopback port nobody listens on (bound, noted, released),
+/// and that server's URL.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    drop(listener);
     let server = format!("https://127.0.0.1:{port}");
-    let kubeconfig = dir.path().join("kubeconfig");
+    let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
         ),
     )
-    .unwrap();
+    .expect("writing the kubeconfig");
+    (kubeconfig, server)
+}
+
+#[test]
+fn unreachable_api_server_fails_after_the_startup_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kubeconfig, server) = unreachable_kubeconfig(dir.path());
     let data_dir = dir.path().join("data");
     let common = [
         "--kubeconfig",
@@ -240,17 +248,7 @@ fn steering_with_a_missing_kubeconfig_names_the_file() {
 #[test]
 fn steering_an_unreachable_api_server_is_one_error_line() {
     let dir = tempfile::tempdir().unwrap();
-    // A loopback port nobody listens on: bind, note the port, release it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let server = format!("https://127.0.0.1:{port}");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
-        ),
-    )
-    .unwrap();
+    let (kubeconfig, server) = unreachable_kubeconfig(dir.path());
     for verb in ["pause", "resume", "abort"] {
         let args =
             ["autopilot", verb, "--kubeconfig", kubeconfig.to_str().unwrap(), "--plan", "p1"];
