@@ -140,7 +140,9 @@ async fn workers_and_controllers_are_limited_to_what_autopilot_needs() {
         "a controller deleting a Node",
     );
     let controller_crds: Api<CustomResourceDefinition> = Api::all(controller.clone());
-    controller_crds.get(keys::CRD_PLANS).await.expect("a controller may read its own CRDs");
+    let own_crd = ListParams::default().fields(&format!("metadata.name={}", keys::CRD_PLANS));
+    controller_crds.list(&own_crd).await.expect("a controller may list its own CRD by name");
+    assert_forbidden(controller_crds.get(keys::CRD_PLANS).await, "a controller getting a CRD");
     assert_forbidden(
         controller_crds.delete(keys::CRD_PLANS, &DeleteParams::default()).await,
         "a controller deleting its CRD",
