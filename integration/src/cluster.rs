@@ -24,6 +24,7 @@ use crate::{
     kubeconfig::{self, client_from_kubeconfig},
     net, pki,
     process::{GroupRegistry, ProcessSlot, tail},
+    rbac,
     wait::wait_for,
 };
 
@@ -156,8 +157,11 @@ impl ClusterBuilder {
         let worker_tokens: BTreeMap<String, String> =
             workers.iter().map(|name| (name.clone(), random_token())).collect();
         let mut tokens_csv = format!("{admin_token},{ADMIN_USER},{ADMIN_USER},system:masters\n");
+        // Controllers get the least-privilege identity of `manifests/rbac/`, not admin: a
+        // verb missing there fails the test that needs it.
         for (i, token) in controller_tokens.iter().enumerate() {
-            writeln!(tokens_csv, "{token},controller-{i},controller-{i},system:masters")?;
+            let user = rbac::controller_user(i);
+            writeln!(tokens_csv, "{token},{user},controller-{i},{}", rbac::CONTROLLER_GROUP)?;
         }
         for (name, token) in &worker_tokens {
             writeln!(tokens_csv, "{token},system:node:{name},node-{name},system:nodes")?;
@@ -209,6 +213,7 @@ impl ClusterBuilder {
             apiserver.port = port;
         }
         cluster.write_kubeconfigs()?;
+        cluster.apply_rbac().await?;
         Ok(cluster)
     }
 }
@@ -356,8 +361,9 @@ impl Cluster {
         self.kubeconfig_dir().join(format!("admin-{i}.kubeconfig"))
     }
 
-    /// Kubeconfig of controller `i`'s own identity (`controller-<i>`, group `system:masters`,
-    /// so admin-equivalent) against apiserver `i`; what [`Cluster::spawn_controller`] uses.
+    /// Kubeconfig of controller `i`'s own identity ([`rbac::controller_user`]`(i)`, only in
+    /// group [`rbac::CONTROLLER_GROUP`], so limited to `manifests/rbac/`) against apiserver
+    /// `i`; what [`Cluster::spawn_controller`] uses.
     ///
     /// # Panics
     /// If there is no controller `i`.
@@ -393,6 +399,12 @@ impl Cluster {
     pub async fn admin_client_at(&self, i: usize) -> anyhow::Result<kube::Client> {
         self.check_index(i)?;
         client_from_kubeconfig(&self.admin_kubeconfig(i)).await
+    }
+
+    /// A client with controller `i`'s least-privilege identity against apiserver `i`.
+    pub async fn controller_client(&self, i: usize) -> anyhow::Result<kube::Client> {
+        self.check_index(i)?;
+        client_from_kubeconfig(&self.controller_kubeconfig(i)).await
     }
 
     /// A client with worker `name`'s node identity against apiserver 0.
@@ -576,6 +588,17 @@ impl Cluster {
         }
     }
 
+    /// Applies `manifests/rbac/` as admin and waits until every apiserver enforces it.
+    async fn apply_rbac(&self) -> anyhow::Result<()> {
+        let admin = self.admin_client().await?;
+        rbac::apply(&admin).await.with_context(|| format!("cluster {}", self.name))?;
+        for i in 0..self.apiservers.len() {
+            let admin = self.admin_client_at(i).await?;
+            rbac::wait_authorized(&admin, i, self.startup_timeout).await?;
+        }
+        Ok(())
+    }
+
     fn write_kubeconfigs(&self) -> anyhow::Result<()> {
         let dir = self.kubeconfig_dir();
         fs::create_dir_all(&dir)?;
@@ -587,7 +610,7 @@ impl Cluster {
             write(self.admin_kubeconfig(i), ADMIN_USER, &self.admin_token)?;
             write(
                 self.controller_kubeconfig(i),
-                &format!("controller-{i}"),
+                &rbac::controller_user(i),
                 &self.controller_tokens[i],
             )?;
             for (name, token) in &self.worker_tokens {

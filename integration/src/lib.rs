@@ -42,10 +42,11 @@
 //! | identity | groups | kubeconfig |
 //! |---|---|---|
 //! | `admin` | `system:masters` | [`Cluster::admin_kubeconfig`]`(i)` → apiserver `i` |
-//! | `controller-<i>` | `system:masters` | [`Cluster::controller_kubeconfig`]`(i)` → apiserver `i` |
+//! | `k0s-autopilot-controller:controller-<i>` | `k0s-autopilot-controllers` only (bound by `manifests/rbac/`, applied at build) | [`Cluster::controller_kubeconfig`]`(i)` → apiserver `i` |
 //! | `system:node:<name>` | `system:nodes` | [`Cluster::node_kubeconfig`]`(name)` → apiserver 0, [`Cluster::node_kubeconfig_at`] |
 //!
-//! Clients: [`Cluster::admin_client`], [`Cluster::admin_client_at`], [`Cluster::node_client`],
+//! Clients: [`Cluster::admin_client`], [`Cluster::admin_client_at`],
+//! [`Cluster::controller_client`], [`Cluster::node_client`],
 //! [`Cluster::node_client_at`], or [`client_from_kubeconfig`] for any file.
 //!
 //! # k0s nodes
@@ -90,6 +91,7 @@ pub mod kubelet;
 mod net;
 mod pki;
 mod process;
+pub mod rbac;
 pub mod responder;
 pub mod signals;
 pub mod wait;

@@ -64,6 +64,10 @@ async fn demo(
         println!("    kube-apiserver {i} at https://{}", cluster.api_address(i));
     }
     let mut processes = Vec::new();
+    println!(
+        "    manifests/rbac/ applied; controllers run in group {}, not as cluster admin",
+        integration::rbac::CONTROLLER_GROUP
+    );
     for i in 0..controllers {
         println!("==> starting k0s controller controller-{i}");
         processes.push(cluster.spawn_controller(i, &[]).await?);
