@@ -131,8 +131,15 @@ async fn bench_plan(
         Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
     })
     .await?;
-    let leader_user = holder.split_once('_').map(|(node, _)| node.to_string()).unwrap_or(holder);
-    println!("    leader: {leader_user}");
+    // The holder is `<node>_<suffix>`; controller `i` runs as the node `controller-<i>`
+    // under its own identity.
+    let leader_node = holder.split_once('_').map(|(node, _)| node.to_string()).unwrap_or(holder);
+    let leader_index: usize = leader_node
+        .strip_prefix("controller-")
+        .and_then(|i| i.parse().ok())
+        .with_context(|| format!("the leader {leader_node:?} is not one of the controllers"))?;
+    let leader_user = integration::rbac::controller_user(leader_index);
+    println!("    leader: {leader_node} (user {leader_user})");
     let control_nodes: Api<autopilot_api::v1beta2::ControlNode> = Api::all(client.clone());
     wait_for(Duration::from_secs(90), "three ControlNodes", || async {
         Ok((control_nodes.list(&Default::default()).await?.items.len() == 3).then_some(()))
