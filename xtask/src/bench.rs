@@ -1,3 +1,6 @@
+//! `cargo xtask bench footprint`: idle memory of release `k0s` processes (worker, leading and
+//! non-leading controller) on the real control plane.
+//!
 //! `cargo xtask bench download` runs the node agent's download benchmark
 //! (`crates/autopilot-signal/benches/download.rs`).
 //!
@@ -49,6 +52,14 @@ enum What {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
+    /// Idle memory of release `k0s` processes: a worker, a leading and a non-leading
+    /// controller, measured after they settled (RSS from /proc, split into what the process
+    /// allocated and what it maps from files).
+    Footprint {
+        /// How long the processes run before they are measured.
+        #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse)]
+        settle: Duration,
+    },
     /// Download + verify throughput of the node agent on loopback against
     /// `curl -o f && sync f && sha256sum f` (release build; no control plane needed).
     Download {
@@ -70,6 +81,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let k0s = crate::test::build_k0s_release()?;
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(bench_plan(&k0s, workers, concurrent, runs))
+        }
+        What::Footprint { settle } => {
+            integration::control_plane::ensure_built()?;
+            let k0s = crate::test::build_k0s_release()?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(bench_footprint(&k0s, settle))
         }
         What::Download { mib, runs } => {
             let status = std::process::Command::new(env!("CARGO"))
@@ -238,6 +255,101 @@ async fn bench_plan(
     );
     drop(controllers);
     Ok(())
+}
+
+/// `cargo xtask bench footprint`: 2 controllers (one leads) and 1 worker, all release builds
+/// with their default flags, idle on the real control plane for `settle`; then each one's
+/// memory from `/proc/<pid>/status`.
+async fn bench_footprint(k0s: &Path, settle: Duration) -> anyhow::Result<()> {
+    println!("==> starting etcd and 2 kube-apiservers");
+    let cluster = ClusterBuilder::new("bench-footprint")
+        .k0s_binary(k0s)
+        .controllers(2)
+        .workers(&["worker-0"])
+        .build()
+        .await?;
+    let client = cluster.admin_client().await?;
+    println!("==> starting 2 controllers and 1 worker ({k0s})", k0s = k0s.display());
+    let controllers =
+        [cluster.spawn_controller(0, &[]).await?, cluster.spawn_controller(1, &[]).await?];
+    let worker = cluster.spawn_worker("worker-0", &[]).await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
+    let holder = wait_for(Duration::from_secs(90), "an autopilot leader", || async {
+        let lease = leases.get_opt(keys::LEASE_NAME).await?;
+        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
+    })
+    .await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(Duration::from_secs(90), "worker-0 registered", || async {
+        Ok(nodes.get_opt("worker-0").await?.map(|_| ()))
+    })
+    .await?;
+    let leader = usize::from(!holder.starts_with("controller-0_"));
+    println!("    leader: controller-{leader}; idling for {}", humantime(settle));
+    // The figure is defined as the memory after this long idle; nothing to wait for.
+    tokio::time::sleep(settle).await;
+
+    let measured = [
+        ("k0s worker", worker.pid()),
+        ("k0s controller (leading)", controllers[leader].pid()),
+        ("k0s controller (not leading)", controllers[1 - leader].pid()),
+    ];
+    println!(
+        "{:<30} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "process", "RSS MiB", "anon MiB", "file MiB", "peak MiB", "threads"
+    );
+    for (what, pid) in measured {
+        let memory = Memory::of(pid)?;
+        println!(
+            "{what:<30} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8}",
+            mib(memory.rss_kib),
+            mib(memory.anon_kib),
+            mib(memory.file_kib),
+            mib(memory.peak_kib),
+            memory.threads
+        );
+    }
+    drop(worker);
+    drop(controllers);
+    Ok(())
+}
+
+/// A process's memory as `/proc/<pid>/status` reports it.
+struct Memory {
+    rss_kib: u64,
+    anon_kib: u64,
+    file_kib: u64,
+    peak_kib: u64,
+    threads: u64,
+}
+
+impl Memory {
+    fn of(pid: u32) -> anyhow::Result<Self> {
+        anyhow::ensure!(pid != 0, "the process is not running");
+        let path = format!("/proc/{pid}/status");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let field = |name: &str| -> anyhow::Result<u64> {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|value| value.split_whitespace().next()?.parse().ok())
+                .with_context(|| format!("{path} has no {name}"))
+        };
+        Ok(Self {
+            rss_kib: field("VmRSS")?,
+            anon_kib: field("RssAnon")?,
+            file_kib: field("RssFile")?,
+            peak_kib: field("VmHWM")?,
+            threads: field("Threads")?,
+        })
+    }
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn humantime(d: Duration) -> String {
+    format!("{:.0} s", d.as_secs_f64())
 }
 
 /// A Ready worker Node, created through the admin client (no kubelet, no worker process: the
