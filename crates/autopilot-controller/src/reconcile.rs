@@ -61,6 +61,7 @@ pub struct Engine {
     prober: probe::Prober,
     policy: Policy,
     instance: String,
+    metrics: crate::metrics::Metrics,
 }
 
 struct Context {
@@ -90,6 +91,7 @@ impl Engine {
         api_address: SocketAddr,
         policy: Policy,
         node_name: &str,
+        metrics: crate::metrics::Metrics,
     ) -> anyhow::Result<Self> {
         let mut no_retry = config.clone();
         no_retry.default_retry = false;
@@ -101,6 +103,7 @@ impl Engine {
             eviction_client,
             policy,
             instance: node_name.to_string(),
+            metrics,
         })
     }
 
@@ -130,6 +133,8 @@ impl Engine {
                 }
             };
             self.clone().run_once(until).await;
+            // Another controller leads now and shows the plans.
+            self.metrics.forget_plans();
             info!("plan engine stopped");
             if *stop.borrow() {
                 return Ok(());
@@ -148,6 +153,7 @@ impl Engine {
             self.client.clone(),
             self.eviction_client.clone(),
             self.policy.drain_timeout,
+            self.metrics.drain_blocked.clone(),
             stopped(stop_rx.clone()),
         );
         let plans = self.run_plans(stopped(stop_rx));
@@ -363,6 +369,9 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     if transition.status != current {
         effect::write_status(&ctx.plans, &plan, &transition.status).await?;
         log_changes(&name, &current, &transition.status);
+        ctx.engine.metrics.record_status(&name, &current, &transition.status);
+    } else {
+        ctx.engine.metrics.observe_plan(&name, &current);
     }
     // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
     // the order the plan chose; events are queued for the background publisher.
@@ -379,6 +388,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                 };
                 let version = versions.get(&target.name).map(String::as_str);
                 effect::write_signal(&ctx.engine.client, target, version, data).await?;
+                ctx.engine.metrics.signals_written.inc();
                 remember_written(&ctx, target, data);
                 info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
             }

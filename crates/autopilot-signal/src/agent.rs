@@ -53,6 +53,8 @@ pub struct Agent {
     pub airgap_only: bool,
     /// Where the agent shows the signal it acts on (for `k0s status`).
     pub board: status::Board,
+    /// Where the agent records its metrics.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Act on the signals of the object `agent.name` of kind `K` until `shutdown` resolves or a
@@ -188,15 +190,18 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
-    let object_ref = format!("{}/{}", K::kind(&()), object.name_any());
+    let kind = K::kind(&());
+    let object_ref = format!("{kind}/{}", object.name_any());
     let data = match signal::from_meta(object.meta()) {
         Ok(Some(data)) => data,
         Ok(None) => {
             agent.board.clear(&object_ref);
+            agent.metrics.set_phase(&kind, None);
             return Ok(Acted::Idle);
         }
         Err(err) => {
             agent.board.clear(&object_ref);
+            agent.metrics.set_phase(&kind, None);
             return refuse(api, agent, object, &err).await;
         }
     };
@@ -204,9 +209,12 @@ where
         debug!(node = %agent.name, "not an airgap signal; the ControlNode's agent handles updates");
         return Ok(Acted::Idle);
     }
-    let publish = |data: &SignalData| match status::SignalView::of(object_ref.clone(), data) {
-        Some(view) => agent.board.publish(view),
-        None => agent.board.clear(&object_ref),
+    let publish = |data: &SignalData| {
+        agent.metrics.set_phase(&kind, data.phase());
+        match status::SignalView::of(object_ref.clone(), data) {
+            Some(view) => agent.board.publish(view),
+            None => agent.board.clear(&object_ref),
+        }
     };
     publish(&data);
     let Some(update) = data.command.update() else { return Ok(Acted::Idle) };
@@ -225,7 +233,7 @@ where
         Step::Run { action, on_success, on_failure } => {
             let is_restart = matches!(action, phase::HostAction::Restart);
             info!(node = %agent.name, action = ?action.kind(), "signal agent performing");
-            let kind = action.kind();
+            let action_kind = action.kind();
             match host::perform(host, &action, &key).await {
                 Ok(()) if is_restart => {
                     failures.reset();
@@ -242,9 +250,10 @@ where
                     Ok(Acted::Idle)
                 }
                 Err(err) => {
+                    record_failure(&agent.metrics, action_kind, &err);
                     let reason = err.reason();
-                    let in_a_row = failures.record(&key, kind);
-                    match phase::after_failure(on_failure, kind, in_a_row, &reason) {
+                    let in_a_row = failures.record(&key, action_kind);
+                    match phase::after_failure(on_failure, action_kind, in_a_row, &reason) {
                         Some(Step::Report { phase, reason }) => {
                             warn!(node = %agent.name, error = %err.reason(), "update failed");
                             failures.reset();
@@ -260,6 +269,27 @@ where
                 }
             }
         }
+    }
+}
+
+/// Count a failed download (each attempt) or verification in `metrics`.
+fn record_failure(
+    metrics: &crate::metrics::Metrics,
+    kind: phase::ActionKind,
+    err: &host::HostError,
+) {
+    match kind {
+        phase::ActionKind::Download | phase::ActionKind::DownloadBundle => match err {
+            host::HostError::Download(crate::download::DownloadError::DigestMismatch {
+                ..
+            }) => {
+                metrics.verify_failures.inc();
+            }
+            _ => {
+                metrics.download_failures.inc();
+            }
+        },
+        phase::ActionKind::SelfTest | phase::ActionKind::Swap | phase::ActionKind::Restart => {}
     }
 }
 
