@@ -156,6 +156,19 @@ pub async fn run(
     drain_blocked.set(0);
 }
 
+/// One cordon/drain pass over a signalled object. Its span carries the object (`node`), its
+/// kind and, from its signal, the plan, command and phase.
+#[tracing::instrument(
+    name = "drain",
+    skip_all,
+    fields(
+        node = %object.name_any(),
+        kind = %K::kind(&()),
+        plan = tracing::field::Empty,
+        command = tracing::field::Empty,
+        phase = tracing::field::Empty,
+    )
+)]
 async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = object.name_any();
     let kind = K::kind(&());
@@ -166,6 +179,10 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
             return Ok(Action::await_change());
         };
         let phase = data.status.as_ref().map(|s| s.status);
+        let span = tracing::Span::current();
+        span.record("plan", data.plan_id.as_str());
+        span.record("command", data.command.id);
+        span.record("phase", phase.map_or("", SignalPhase::as_str));
         let node_name = current.kubelet_node();
         let run = observe_run(&ctx.client, phase, data.run_id.as_deref()).await?;
         let (facts, node_version) = observe(&ctx.client, phase, node_name.as_deref(), run).await?;

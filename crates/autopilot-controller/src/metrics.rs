@@ -190,6 +190,15 @@ impl Metrics {
         }
     }
 
+    /// Forget the states of `plan` (it was deleted).
+    pub fn forget_plan(&self, plan: &str) {
+        for state in PlanStateType::ALL {
+            self.plan_state
+                .remove(&PlanStateLabels { plan: plan.to_string(), state: state.to_string() });
+        }
+        self.nodes_in_flight.set(0);
+    }
+
     /// Forget what was shown about plans: this controller stopped leading and no longer
     /// knows (the new leader shows them).
     pub fn forget_plans(&self) {

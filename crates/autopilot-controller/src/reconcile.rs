@@ -198,11 +198,21 @@ impl Engine {
         // kube-runtime's default 30 s one).
         let plans: Api<Plan> = Api::all(client.clone());
         let (plan_store, plan_writer) = reflector::store::<Plan>();
+        // A deleted plan is no longer shown in the metrics (the controller only hears of
+        // applied objects, so deletions are caught here).
+        let metrics = self.metrics.clone();
         let plan_events = observe::relist_at_once(reflector::reflector(
             plan_writer,
             watcher(plans.clone(), config),
         ))
         .backoff(observe::WatchBackoff::default())
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(plan)) = event
+                && plan.name_any() == keys::PLAN_NAME
+            {
+                metrics.forget_plan(keys::PLAN_NAME);
+            }
+        })
         .applied_objects();
         let controller = Controller::for_stream(plan_events, plan_store)
             .trigger_backoff(observe::NoTriggerBackoff);
@@ -306,7 +316,17 @@ fn signal_annotations(annotations: &BTreeMap<String, String>) -> [Option<&String
     ]
 }
 
-/// One pass: observe, decide, write the status, perform the effects.
+/// One pass: observe, decide, write the status, perform the effects. Its span carries the
+/// plan's name, id and state, so every line logged during the pass names the plan.
+#[tracing::instrument(
+    name = "reconcile",
+    skip_all,
+    fields(
+        plan = %plan.name_any(),
+        plan_id = %plan.spec.id,
+        state = %plan.status.as_ref().map(|s| s.state).unwrap_or_default(),
+    )
+)]
 async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Decisions need complete caches: an empty Node cache would look like missing targets.
     // Bounded, so a pass never outlives the watches it waits for (a graceful shutdown waits
@@ -366,12 +386,17 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     let transition = plan::step(view, &observed, &ctx.engine.policy);
 
     let current = plan.status.clone().unwrap_or_default();
+    // Only the Plan named `autopilot` runs; an ignored Plan would show as a plan that never
+    // starts.
+    let metrics = (name == keys::PLAN_NAME).then_some(&ctx.engine.metrics);
     if transition.status != current {
         effect::write_status(&ctx.plans, &plan, &transition.status).await?;
         log_changes(&name, &current, &transition.status);
-        ctx.engine.metrics.record_status(&name, &current, &transition.status);
-    } else {
-        ctx.engine.metrics.observe_plan(&name, &current);
+        if let Some(metrics) = metrics {
+            metrics.record_status(&name, &current, &transition.status);
+        }
+    } else if let Some(metrics) = metrics {
+        metrics.observe_plan(&name, &current);
     }
     // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
     // the order the plan chose; events are queued for the background publisher.
@@ -515,6 +540,7 @@ fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
                     plan,
                     command = command.id,
                     node = %target.name,
+                    phase = target.phase.map_or("", |p| p.as_str()),
                     from = was.map(|s| s.as_str()).unwrap_or(""),
                     to = target.state.as_str(),
                     reason = target.reason.as_deref().unwrap_or(""),

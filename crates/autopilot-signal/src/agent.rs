@@ -179,6 +179,20 @@ impl Failures {
     }
 }
 
+/// One step on the newest version of the agent's object. Its span carries the node, the
+/// object's kind and, once the signal is read, the plan, command and phase, so every line
+/// logged while acting on a signal names them.
+#[tracing::instrument(
+    name = "signal",
+    skip_all,
+    fields(
+        node = %agent.name,
+        kind = %K::kind(&()),
+        plan = tracing::field::Empty,
+        command = tracing::field::Empty,
+        phase = tracing::field::Empty,
+    )
+)]
 async fn act<K, H>(
     api: &Api<K>,
     agent: &Agent,
@@ -205,6 +219,10 @@ where
             return refuse(api, agent, object, &err).await;
         }
     };
+    let span = tracing::Span::current();
+    span.record("plan", data.plan_id.as_str());
+    span.record("command", data.command.id);
+    span.record("phase", data.phase().map_or("", SignalPhase::as_str));
     if agent.airgap_only && !matches!(data.command.update(), Some(UpdateRef::Airgap(_))) {
         debug!(node = %agent.name, "not an airgap signal; the ControlNode's agent handles updates");
         return Ok(Acted::Idle);

@@ -723,7 +723,9 @@ fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        // Each line carries the fields of the span it was logged in (`span`: the plan, command,
+        // node and phase a reconcile or agent step is about) and of the spans around it.
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).init(),
     }
     Ok(())
 }
