@@ -296,17 +296,17 @@ fn record_failure(
     kind: phase::ActionKind,
     err: &host::HostError,
 ) {
+    let digest_mismatch = matches!(
+        err,
+        host::HostError::Download(crate::download::DownloadError::DigestMismatch { .. })
+    );
     match kind {
-        phase::ActionKind::Download | phase::ActionKind::DownloadBundle => match err {
-            host::HostError::Download(crate::download::DownloadError::DigestMismatch {
-                ..
-            }) => {
-                metrics.verify_failures.inc();
-            }
-            _ => {
-                metrics.download_failures.inc();
-            }
-        },
+        phase::ActionKind::Download | phase::ActionKind::DownloadBundle if digest_mismatch => {
+            metrics.verify_failures.inc();
+        }
+        phase::ActionKind::Download | phase::ActionKind::DownloadBundle => {
+            metrics.download_failures.inc();
+        }
         phase::ActionKind::SelfTest | phase::ActionKind::Swap | phase::ActionKind::Restart => {}
     }
 }
