@@ -130,7 +130,17 @@ where
             }
             Err(err) => {
                 retry = api_retry.next().unwrap_or(autopilot_api::backoff::CAP);
-                warn!(node = %agent.name, error = %format!("{err:#}"), retry_in = ?retry, "signal agent step failed");
+                // Logged outside the step's span: name the signal here.
+                let data = signal::from_meta_unchecked(object.meta()).ok().flatten();
+                warn!(
+                    node = %agent.name,
+                    plan = data.as_ref().map_or("", |d| d.plan_id.as_str()),
+                    command = data.as_ref().map(|d| d.command.id),
+                    phase = data.as_ref().and_then(SignalData::phase).map_or("", SignalPhase::as_str),
+                    error = %format!("{err:#}"),
+                    retry_in = ?retry,
+                    "signal agent step failed"
+                );
                 // Re-read before retrying: the failure may be a conflict. If the API server
                 // does not answer, retry on the object as it was (writes carry its
                 // resourceVersion, so a stale copy only costs a conflict) rather than

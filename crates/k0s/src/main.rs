@@ -328,9 +328,11 @@ fn run(command: Command) -> anyhow::Result<()> {
                     mut registry,
                     metrics_listener,
                 } = node.resolve().await?;
-                let controller_metrics = autopilot_controller::metrics::Metrics::register(&mut registry);
+                let controller_metrics =
+                    autopilot_controller::metrics::Metrics::register(&mut registry);
                 let agent_metrics = autopilot_signal::metrics::Metrics::register(&mut registry);
-                let updater_metrics = autopilot_updater::metrics::Metrics::register(&mut registry);
+                let updater_metrics =
+                    autopilot_updater::metrics::Metrics::register(&mut registry);
                 let _metrics_server = serve_metrics(metrics_listener, registry);
                 trial = Some(Trial {
                     config: config.clone(),
