@@ -177,9 +177,11 @@ impl Metrics {
         {
             self.node_updates.get_or_create(&ResultLabels { result }).inc();
         }
-        // A phase the node left: it spent from the old entry's timestamp until now in it.
+        // A phase the node left: it spent from the old entry's timestamp until now in it. A
+        // terminal phase is not left but replaced by a new run, which says nothing about it.
         if let Some(old) = old
             && let Some(phase) = old.phase
+            && !phase.is_terminal()
             && old.phase != new.phase
         {
             let spent = new.last_updated_timestamp.0.duration_since(old.last_updated_timestamp.0);
@@ -323,6 +325,22 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_new_run_over_a_completed_node_times_no_phase() {
+        let metrics = Metrics::default();
+        let done = status(
+            PlanStateType::Completed,
+            vec![target("w1", TargetState::SignalCompleted, Some(SignalPhase::Completed), 10)],
+        );
+        let rerun = status(
+            PlanStateType::SchedulableWait,
+            vec![target("w1", TargetState::SignalPending, None, 100)],
+        );
+        metrics.record_status("autopilot", &done, &rerun);
+        let completed = PhaseLabels { phase: SignalPhase::Completed.as_str() };
+        assert!(metrics.phase_duration.get(&completed).is_none());
     }
 
     #[test]
