@@ -585,6 +585,7 @@ impl Cluster {
             launch_link: None,
             default_binary: self.k0s_binary.clone(),
             registry: self.k0s_registry.clone(),
+            metrics_address: None,
         }
     }
 

@@ -199,9 +199,24 @@ pub struct K0sCommand {
     /// What a node without a binary gets ([`crate::ClusterBuilder::k0s_binary`]).
     pub(crate) default_binary: Option<PathBuf>,
     pub(crate) registry: GroupRegistry,
+    /// The `--metrics-address` passed ([`K0sCommand::with_metrics`]).
+    pub(crate) metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl K0sCommand {
+    /// Serves the node's metrics on a free loopback port: passes `--metrics-address
+    /// 127.0.0.1:<port>` (kept across restarts, so a re-executed node serves on the same
+    /// address); [`K0sProcess::metrics_address`] tells where, [`crate::metrics::scrape`]
+    /// reads them.
+    pub fn with_metrics(mut self) -> anyhow::Result<Self> {
+        let ip = std::net::Ipv4Addr::LOCALHOST;
+        let address = std::net::SocketAddr::from((ip, crate::net::free_port(ip)?));
+        self.extra_args.push("--metrics-address".into());
+        self.extra_args.push(address.to_string().into());
+        self.metrics_address = Some(address);
+        Ok(self)
+    }
+
     /// Appends one extra argument (after the harness's own flags).
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
         self.extra_args.push(arg.as_ref().to_owned());
@@ -258,6 +273,7 @@ impl K0sCommand {
             launch_link,
             default_binary,
             registry,
+            metrics_address,
         } = self;
         let data_dir = dir.join("data");
         fs::create_dir_all(&data_dir)
@@ -297,6 +313,7 @@ impl K0sCommand {
             args: all_args,
             env,
             slot: ProcessSlot::new(registry),
+            metrics_address,
         };
         process.start()?;
         Ok(process)
@@ -326,6 +343,7 @@ pub struct K0sProcess {
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     slot: ProcessSlot,
+    metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl K0sProcess {
@@ -338,6 +356,11 @@ impl K0sProcess {
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         self.slot.start(&mut cmd, &self.log_path)?;
         Ok(())
+    }
+
+    /// Where the node serves its metrics, if it was started [`K0sCommand::with_metrics`].
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_address
     }
 
     /// The node name (`controller-<i>` or the worker's name).

@@ -88,6 +88,7 @@ pub mod http;
 pub mod k0s;
 mod kubeconfig;
 pub mod kubelet;
+pub mod metrics;
 mod net;
 mod pki;
 mod process;

@@ -11,6 +11,9 @@
 //! is another version than the plan names: it fails after the restart, and the node is not
 //! left cordoned. A fifth puts the worker's binary on a filesystem with room for one copy
 //! only: the download runs out of space, the plan says so, and the node is untouched.
+//!
+//! The worker serves its metrics: a bad digest counts as a verification failure, a 404 as
+//! a failed download.
 
 mod support;
 
@@ -99,14 +102,16 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
     // A size cap just above v2: v2 fits, anything much larger does not.
     let cap = (v2_bytes.len() + (1 << 20)).to_string();
-    let workers = start_workers_with_agents_and(
-        &cluster,
-        &["worker-0"],
-        &["--download-stall-timeout", STALL_TIMEOUT, "--download-max-size", &cap],
-    )
-    .await
-    .unwrap();
-    let worker = &workers[0];
+    let worker = cluster
+        .k0s_worker("worker-0")
+        .args(["--download-stall-timeout", STALL_TIMEOUT, "--download-max-size", &cap])
+        .with_metrics()
+        .unwrap()
+        .spawn()
+        .await
+        .unwrap();
+    wait_nodes_ready(&client, &["worker-0"]).await.unwrap();
+    let worker = &worker;
     let before = Before::of(worker);
     assert_ne!(before.version, V2);
 
@@ -122,6 +127,10 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     assert!(reason.contains(&v2_sha), "the digest of what arrived is named: {reason}");
     assert!(server.requests() >= 1, "the worker fetched the payload");
     drop(server);
+    // The agent counted the verification failure (before it reported it), not a download
+    // failure.
+    let counted = failures(worker).await;
+    assert_eq!(counted, (0.0, 1.0), "(download, verify) failures after a bad digest");
 
     // (b) 404: the status is named.
     let server = FileServer::start_with(Serve::Status(404)).await.unwrap();
@@ -132,6 +141,9 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     assert!(reason.contains(&url), "the URL is named: {reason}");
     assert!(server.requests() >= 1, "the worker asked the server");
     drop(server);
+    let (download, verify) = failures(worker).await;
+    assert!(download >= 1.0, "a 404 counts as a failed download attempt ({download})");
+    assert_eq!(verify, 1.0, "and not as a verification failure");
 
     // (c) headers and the first MiB, then silence: the stall timeout ends the download.
     let server = FileServer::start_with(Serve::Stall { body: v2_bytes.clone(), after: 1 << 20 })
@@ -153,6 +165,16 @@ async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     let reason = plan_fails(&client, worker, &before, "too-large", url.clone(), huge_sha).await;
     assert!(reason.contains(&format!("larger than the limit of {cap} bytes")), "{reason}");
     assert!(reason.contains(&url), "the URL is named: {reason}");
+}
+
+/// The worker's `(agent_download_failures_total, agent_verify_failures_total)`.
+async fn failures(worker: &K0sProcess) -> (f64, f64) {
+    let address = worker.metrics_address().expect("started with metrics");
+    let scrape = integration::metrics::scrape(address).await.expect("scraping the worker");
+    (
+        scrape.value_or_zero("k0s_autopilot_agent_download_failures_total", &[]),
+        scrape.value_or_zero("k0s_autopilot_agent_verify_failures_total", &[]),
+    )
 }
 
 /// A full disk (DESIGN "bad input"): the worker's binary lives on a filesystem with room for

@@ -3,7 +3,9 @@
 //! updater creates the `autopilot` Plan, which runs to Completed (the controller's own agent
 //! downloads the served binary and restarts into it) and an Event `PlanCreated` lands on the UpdateConfig; with the window closed no Plan
 //! appears over several periods and the Events say `OutsideWindow`, until the
-//! UpdateConfig is changed to open it (its updater restarts and creates the Plan).
+//! UpdateConfig is changed to open it (its updater restarts and creates the Plan). The
+//! leader's updater metrics follow: window closed with `OutsideWindow` as the last result,
+//! then open.
 
 mod support;
 mod updater_support;
@@ -78,7 +80,7 @@ async fn window_closed_creates_no_plan_until_the_updateconfig_opens_it() {
     let server = UpdateServer::start().await;
     server.add_version(OFFERED).await.unwrap();
     server.offer(OFFERED);
-    let (_cluster, client, _controller) = start("updater-closed").await.unwrap();
+    let (_cluster, client, controller) = start("updater-closed").await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     let start_time = local_time_in(jiff::SignedDuration::from_hours(1));
     configs
@@ -88,6 +90,30 @@ async fn window_closed_creates_no_plan_until_the_updateconfig_opens_it() {
 
     let first = wait_events(&client, "closed", "OutsideWindow", 1).await.unwrap();
     assert!(first[0].contains(OFFERED), "{first:?}");
+    // The leader's metrics say the same: window closed, last result OutsideWindow, and a
+    // next check scheduled in the future.
+    let labels = [("update_config", "closed")];
+    let closed = wait_metrics(&controller, "the updater metrics of a closed window", |s| {
+        s.value("k0s_autopilot_updater_window_open", &labels) == Some(0.0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        closed.value(
+            "k0s_autopilot_updater_last_check_result",
+            &[("update_config", "closed"), ("result", "OutsideWindow")]
+        ),
+        Some(1.0),
+        "{}",
+        closed.text
+    );
+    let next = closed.value("k0s_autopilot_updater_next_check_timestamp_seconds", &labels);
+    let now = jiff::Timestamp::now().as_second() as f64;
+    assert!(
+        next.is_some_and(|at| at >= now - 1.0),
+        "next check {next:?} at {now}:\n{}",
+        closed.text
+    );
 
     // Three more periods: every check says outside window, and no Plan ever appears.
     assert_no_plan_for(&client, PERIOD * 3 + Duration::from_secs(1)).await;
@@ -106,4 +132,10 @@ async fn window_closed_creates_no_plan_until_the_updateconfig_opens_it() {
         "{}",
         status_yaml(&done)
     );
+    // The updated controller (same address, new process) checks again: window open.
+    wait_metrics(&controller, "the updater metrics of an open window", |s| {
+        s.value("k0s_autopilot_updater_window_open", &labels) == Some(1.0)
+    })
+    .await
+    .unwrap();
 }

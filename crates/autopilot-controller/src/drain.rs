@@ -30,6 +30,7 @@ use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -109,6 +110,8 @@ struct Context {
     drain_timeout: Duration,
     /// Consecutive failed passes (API errors) per object, for their backoff.
     failures: Mutex<HashMap<String, autopilot_api::backoff::Capped>>,
+    /// The `drain_blocked` metric: how many objects have a refusal recorded in `refusals`.
+    drain_blocked: Gauge,
 }
 
 /// Run the cordon/drain controllers for Nodes and ControlNodes until `until` resolves.
@@ -118,6 +121,7 @@ pub async fn run(
     client: kube::Client,
     eviction_client: kube::Client,
     drain_timeout: Duration,
+    drain_blocked: Gauge,
     until: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let context = Arc::new(Context {
@@ -126,6 +130,7 @@ pub async fn run(
         refusals: Mutex::new(HashMap::new()),
         drain_timeout,
         failures: Mutex::new(HashMap::new()),
+        drain_blocked: drain_blocked.clone(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -147,8 +152,23 @@ pub async fn run(
         let _ = stop_tx.send(true);
     };
     futures::join!(nodes, control_nodes, stop);
+    // Nothing is being drained by this controller any more.
+    drain_blocked.set(0);
 }
 
+/// One cordon/drain pass over a signalled object. Its span carries the object (`node`), its
+/// kind and, from its signal, the plan, command and phase.
+#[tracing::instrument(
+    name = "drain",
+    skip_all,
+    fields(
+        node = %object.name_any(),
+        kind = %K::kind(&()),
+        plan = tracing::field::Empty,
+        command = tracing::field::Empty,
+        phase = tracing::field::Empty,
+    )
+)]
 async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = object.name_any();
     let kind = K::kind(&());
@@ -159,6 +179,10 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
             return Ok(Action::await_change());
         };
         let phase = data.status.as_ref().map(|s| s.status);
+        let span = tracing::Span::current();
+        span.record("plan", data.plan_id.as_str());
+        span.record("command", data.command.id);
+        span.record("phase", phase.map_or("", SignalPhase::as_str));
         let node_name = current.kubelet_node();
         let run = observe_run(&ctx.client, phase, data.run_id.as_deref()).await?;
         let (facts, node_version) = observe(&ctx.client, phase, node_name.as_deref(), run).await?;
@@ -268,6 +292,7 @@ impl Context {
         let count = refusals.entry(name.to_string()).or_insert(0);
         let delay = FIRST_BLOCKED_RETRY.saturating_mul(1 << (*count).min(5)).min(MAX_BLOCKED_RETRY);
         *count += 1;
+        self.drain_blocked.set(i64::try_from(refusals.len()).unwrap_or(i64::MAX));
         delay
     }
 
@@ -281,7 +306,9 @@ impl Context {
 
     fn reset(&self, name: &str) {
         self.failures.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
-        self.refusals.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
+        let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        refusals.remove(name);
+        self.drain_blocked.set(i64::try_from(refusals.len()).unwrap_or(i64::MAX));
     }
 }
 

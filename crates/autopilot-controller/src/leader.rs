@@ -70,7 +70,8 @@ pub fn identity(node_name: &str) -> String {
 }
 
 /// Take part in the election until `shutdown` resolves, logging every leadership change and
-/// publishing it on `leading` (the Plan engine runs only while it is `true`).
+/// publishing it on `leading` (the Plan engine runs only while it is `true`) and as 1 or 0 on
+/// `is_leader_gauge` (the `is_leader` metric).
 ///
 /// The returned error means the election could not be set up at all; failures after that
 /// are logged and the election is rejoined after the retry period.
@@ -79,6 +80,7 @@ pub async fn run(
     identity: String,
     timings: Timings,
     leading: watch::Sender<bool>,
+    is_leader_gauge: prometheus_client::metrics::gauge::Gauge,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     ensure_namespace(&client).await?;
@@ -118,11 +120,13 @@ pub async fn run(
                             info!(%identity, leader = false, "lost autopilot leadership");
                         }
                         leading.send_replace(is_leader);
+                        is_leader_gauge.set(i64::from(is_leader));
                     }
                 }
                 () = &mut shutdown => {
                     info!(%identity, leader = is_leader, "shutting down, releasing the leader lease");
                     leading.send_replace(false);
+            is_leader_gauge.set(0);
                     drop(lease_state);
                     return release(task, &identity).await;
                 }
@@ -137,6 +141,7 @@ pub async fn run(
         if is_leader {
             info!(%identity, leader = false, "lost autopilot leadership");
             leading.send_replace(false);
+            is_leader_gauge.set(0);
         }
         tokio::select! {
             () = tokio::time::sleep(timings.retry_period) => {}

@@ -13,6 +13,7 @@ pub mod crds;
 pub mod drain;
 pub mod effect;
 pub mod leader;
+pub mod metrics;
 pub mod observe;
 pub mod plan;
 pub mod probe;
@@ -133,6 +134,9 @@ pub struct Process {
     /// receiver (`leading.subscribe()`) to run leader-only components beside the controller
     /// (the updater) without this crate depending on them.
     pub leading: tokio::sync::watch::Sender<bool>,
+    /// Where the controller records its metrics (registered by the caller when
+    /// `--metrics-address` is set; otherwise recorded into the void).
+    pub metrics: metrics::Metrics,
 }
 
 /// Run the controller-side autopilot until `shutdown` resolves.
@@ -160,7 +164,8 @@ pub async fn run(
     } = args;
     anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
     let timings = leader::Timings::new(lease_duration, renew_deadline, retry_period)?;
-    let Process { client, config, server_url, node_name, data_dir, version, leading } = process;
+    let Process { client, config, server_url, node_name, data_dir, version, leading, metrics } =
+        process;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
 
@@ -210,11 +215,18 @@ pub async fn run(
         allow_unverified_payloads,
     };
     let leading_rx = leading.subscribe();
-    let engine = reconcile::Engine::new(client.clone(), config, api_address, policy, &node_name)?;
+    let engine = reconcile::Engine::new(
+        client.clone(),
+        config,
+        api_address,
+        policy,
+        &node_name,
+        metrics.clone(),
+    )?;
     let identity = leader::identity(&node_name);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, stop_rx));
-    let result = leader::run(client, identity, timings, leading, shutdown).await;
+    let result = leader::run(client, identity, timings, leading, metrics.is_leader, shutdown).await;
     let _ = stop_tx.send(true);
     // Bounded: the engine finishes its current pass, but never holds up the exit for long.
     match tokio::time::timeout(ENGINE_STOP_GRACE, engine_task).await {

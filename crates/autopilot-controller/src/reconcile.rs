@@ -61,6 +61,7 @@ pub struct Engine {
     prober: probe::Prober,
     policy: Policy,
     instance: String,
+    metrics: crate::metrics::Metrics,
 }
 
 struct Context {
@@ -90,6 +91,7 @@ impl Engine {
         api_address: SocketAddr,
         policy: Policy,
         node_name: &str,
+        metrics: crate::metrics::Metrics,
     ) -> anyhow::Result<Self> {
         let mut no_retry = config.clone();
         no_retry.default_retry = false;
@@ -101,6 +103,7 @@ impl Engine {
             eviction_client,
             policy,
             instance: node_name.to_string(),
+            metrics,
         })
     }
 
@@ -130,6 +133,8 @@ impl Engine {
                 }
             };
             self.clone().run_once(until).await;
+            // Another controller leads now and shows the plans.
+            self.metrics.forget_plans();
             info!("plan engine stopped");
             if *stop.borrow() {
                 return Ok(());
@@ -148,6 +153,7 @@ impl Engine {
             self.client.clone(),
             self.eviction_client.clone(),
             self.policy.drain_timeout,
+            self.metrics.drain_blocked.clone(),
             stopped(stop_rx.clone()),
         );
         let plans = self.run_plans(stopped(stop_rx));
@@ -192,11 +198,21 @@ impl Engine {
         // kube-runtime's default 30 s one).
         let plans: Api<Plan> = Api::all(client.clone());
         let (plan_store, plan_writer) = reflector::store::<Plan>();
+        // A deleted plan is no longer shown in the metrics (the controller only hears of
+        // applied objects, so deletions are caught here).
+        let metrics = self.metrics.clone();
         let plan_events = observe::relist_at_once(reflector::reflector(
             plan_writer,
             watcher(plans.clone(), config),
         ))
         .backoff(observe::WatchBackoff::default())
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(plan)) = event
+                && plan.name_any() == keys::PLAN_NAME
+            {
+                metrics.forget_plan(keys::PLAN_NAME);
+            }
+        })
         .applied_objects();
         let controller = Controller::for_stream(plan_events, plan_store)
             .trigger_backoff(observe::NoTriggerBackoff);
@@ -300,7 +316,17 @@ fn signal_annotations(annotations: &BTreeMap<String, String>) -> [Option<&String
     ]
 }
 
-/// One pass: observe, decide, write the status, perform the effects.
+/// One pass: observe, decide, write the status, perform the effects. Its span carries the
+/// plan's name, id and state, so every line logged during the pass names the plan.
+#[tracing::instrument(
+    name = "reconcile",
+    skip_all,
+    fields(
+        plan = %plan.name_any(),
+        plan_id = %plan.spec.id,
+        state = %plan.status.as_ref().map(|s| s.state).unwrap_or_default(),
+    )
+)]
 async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Decisions need complete caches: an empty Node cache would look like missing targets.
     // Bounded, so a pass never outlives the watches it waits for (a graceful shutdown waits
@@ -360,9 +386,17 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     let transition = plan::step(view, &observed, &ctx.engine.policy);
 
     let current = plan.status.clone().unwrap_or_default();
+    // Only the Plan named `autopilot` runs; an ignored Plan would show as a plan that never
+    // starts.
+    let metrics = (name == keys::PLAN_NAME).then_some(&ctx.engine.metrics);
     if transition.status != current {
         effect::write_status(&ctx.plans, &plan, &transition.status).await?;
         log_changes(&name, &current, &transition.status);
+        if let Some(metrics) = metrics {
+            metrics.record_status(&name, &current, &transition.status);
+        }
+    } else if let Some(metrics) = metrics {
+        metrics.observe_plan(&name, &current);
     }
     // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
     // the order the plan chose; events are queued for the background publisher.
@@ -379,6 +413,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                 };
                 let version = versions.get(&target.name).map(String::as_str);
                 effect::write_signal(&ctx.engine.client, target, version, data).await?;
+                ctx.engine.metrics.signals_written.inc();
                 remember_written(&ctx, target, data);
                 info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
             }
@@ -505,6 +540,7 @@ fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
                     plan,
                     command = command.id,
                     node = %target.name,
+                    phase = target.phase.map_or("", |p| p.as_str()),
                     from = was.map(|s| s.as_str()).unwrap_or(""),
                     to = target.state.as_str(),
                     reason = target.reason.as_deref().unwrap_or(""),

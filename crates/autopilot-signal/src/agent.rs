@@ -53,6 +53,8 @@ pub struct Agent {
     pub airgap_only: bool,
     /// Where the agent shows the signal it acts on (for `k0s status`).
     pub board: status::Board,
+    /// Where the agent records its metrics.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Act on the signals of the object `agent.name` of kind `K` until `shutdown` resolves or a
@@ -128,7 +130,17 @@ where
             }
             Err(err) => {
                 retry = api_retry.next().unwrap_or(autopilot_api::backoff::CAP);
-                warn!(node = %agent.name, error = %format!("{err:#}"), retry_in = ?retry, "signal agent step failed");
+                // Logged outside the step's span: name the signal here.
+                let data = signal::from_meta_unchecked(object.meta()).ok().flatten();
+                warn!(
+                    node = %agent.name,
+                    plan = data.as_ref().map_or("", |d| d.plan_id.as_str()),
+                    command = data.as_ref().map(|d| d.command.id),
+                    phase = data.as_ref().and_then(SignalData::phase).map_or("", SignalPhase::as_str),
+                    error = %format!("{err:#}"),
+                    retry_in = ?retry,
+                    "signal agent step failed"
+                );
                 // Re-read before retrying: the failure may be a conflict. If the API server
                 // does not answer, retry on the object as it was (writes carry its
                 // resourceVersion, so a stale copy only costs a conflict) rather than
@@ -177,6 +189,20 @@ impl Failures {
     }
 }
 
+/// One step on the newest version of the agent's object. Its span carries the node, the
+/// object's kind and, once the signal is read, the plan, command and phase, so every line
+/// logged while acting on a signal names them.
+#[tracing::instrument(
+    name = "signal",
+    skip_all,
+    fields(
+        node = %agent.name,
+        kind = %K::kind(&()),
+        plan = tracing::field::Empty,
+        command = tracing::field::Empty,
+        phase = tracing::field::Empty,
+    )
+)]
 async fn act<K, H>(
     api: &Api<K>,
     agent: &Agent,
@@ -188,25 +214,35 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
-    let object_ref = format!("{}/{}", K::kind(&()), object.name_any());
+    let kind = K::kind(&());
+    let object_ref = format!("{kind}/{}", object.name_any());
     let data = match signal::from_meta(object.meta()) {
         Ok(Some(data)) => data,
         Ok(None) => {
             agent.board.clear(&object_ref);
+            agent.metrics.set_phase(&kind, None);
             return Ok(Acted::Idle);
         }
         Err(err) => {
             agent.board.clear(&object_ref);
+            agent.metrics.set_phase(&kind, None);
             return refuse(api, agent, object, &err).await;
         }
     };
+    let span = tracing::Span::current();
+    span.record("plan", data.plan_id.as_str());
+    span.record("command", data.command.id);
+    span.record("phase", data.phase().map_or("", SignalPhase::as_str));
     if agent.airgap_only && !matches!(data.command.update(), Some(UpdateRef::Airgap(_))) {
         debug!(node = %agent.name, "not an airgap signal; the ControlNode's agent handles updates");
         return Ok(Acted::Idle);
     }
-    let publish = |data: &SignalData| match status::SignalView::of(object_ref.clone(), data) {
-        Some(view) => agent.board.publish(view),
-        None => agent.board.clear(&object_ref),
+    let publish = |data: &SignalData| {
+        agent.metrics.set_phase(&kind, data.phase());
+        match status::SignalView::of(object_ref.clone(), data) {
+            Some(view) => agent.board.publish(view),
+            None => agent.board.clear(&object_ref),
+        }
     };
     publish(&data);
     let Some(update) = data.command.update() else { return Ok(Acted::Idle) };
@@ -225,7 +261,7 @@ where
         Step::Run { action, on_success, on_failure } => {
             let is_restart = matches!(action, phase::HostAction::Restart);
             info!(node = %agent.name, action = ?action.kind(), "signal agent performing");
-            let kind = action.kind();
+            let action_kind = action.kind();
             match host::perform(host, &action, &key).await {
                 Ok(()) if is_restart => {
                     failures.reset();
@@ -242,9 +278,10 @@ where
                     Ok(Acted::Idle)
                 }
                 Err(err) => {
+                    record_failure(&agent.metrics, action_kind, &err);
                     let reason = err.reason();
-                    let in_a_row = failures.record(&key, kind);
-                    match phase::after_failure(on_failure, kind, in_a_row, &reason) {
+                    let in_a_row = failures.record(&key, action_kind);
+                    match phase::after_failure(on_failure, action_kind, in_a_row, &reason) {
                         Some(Step::Report { phase, reason }) => {
                             warn!(node = %agent.name, error = %err.reason(), "update failed");
                             failures.reset();
@@ -260,6 +297,27 @@ where
                 }
             }
         }
+    }
+}
+
+/// Count a failed download (each attempt) or verification in `metrics`.
+fn record_failure(
+    metrics: &crate::metrics::Metrics,
+    kind: phase::ActionKind,
+    err: &host::HostError,
+) {
+    let digest_mismatch = matches!(
+        err,
+        host::HostError::Download(crate::download::DownloadError::DigestMismatch { .. })
+    );
+    match kind {
+        phase::ActionKind::Download | phase::ActionKind::DownloadBundle if digest_mismatch => {
+            metrics.verify_failures.inc();
+        }
+        phase::ActionKind::Download | phase::ActionKind::DownloadBundle => {
+            metrics.download_failures.inc();
+        }
+        phase::ActionKind::SelfTest | phase::ActionKind::Swap | phase::ActionKind::Restart => {}
     }
 }
 

@@ -361,6 +361,9 @@ pub struct Downloaded {
 pub struct Downloader {
     client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     config: DownloadConfig,
+    /// Counts every body byte received (the `agent_download_bytes` metric once
+    /// [`Self::counting_bytes`] shared it; otherwise counted for nobody).
+    bytes: prometheus_client::metrics::counter::Counter,
 }
 
 impl Downloader {
@@ -392,7 +395,12 @@ impl Downloader {
             .enable_http1()
             .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
-        Ok(Self { client, config })
+        Ok(Self { client, config, bytes: Default::default() })
+    }
+
+    /// The same downloader, adding every body byte it receives to `bytes`.
+    pub fn counting_bytes(self, bytes: prometheus_client::metrics::counter::Counter) -> Self {
+        Self { bytes, ..self }
     }
 
     /// The limits in force.
@@ -548,6 +556,7 @@ impl Downloader {
             };
             let Ok(data) = frame.into_data() else { continue };
             received += data.len() as u64;
+            self.bytes.inc_by(data.len() as u64);
             if received > *max_size {
                 return Err(DownloadError::TooLarge { url, limit: *max_size });
             }

@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod download;
 pub mod host;
+pub mod metrics;
 pub mod node;
 pub mod phase;
 pub mod status;
@@ -97,6 +98,9 @@ pub struct Process {
     pub version: &'static str,
     /// The path of the running binary (resolved at start, before any update replaces it).
     pub binary: PathBuf,
+    /// Where the agent records its metrics (registered by the caller when
+    /// `--metrics-address` is set; otherwise recorded into the void).
+    pub metrics: metrics::Metrics,
 }
 
 /// Run the worker until `shutdown` resolves or an update asks for a restart.
@@ -118,7 +122,7 @@ pub async fn run_worker(
         !heartbeat_interval.is_zero(),
         "--heartbeat-interval must be greater than zero"
     );
-    let Process { client, server_url, node_name, data_dir, version, binary } = process;
+    let Process { client, server_url, node_name, data_dir, version, binary, metrics } = process;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     info!(node.name = %node_name, version, register_node, binary = %binary.display(), "starting worker");
@@ -140,7 +144,8 @@ pub async fn run_worker(
         },
     ));
     let host = host::LinuxHost::new(binary, data_dir, download.config(version))
-        .context("preparing the update host")?;
+        .context("preparing the update host")?
+        .with_metrics(&metrics);
 
     let mut shutdown = std::pin::pin!(shutdown);
     let heartbeat = node::Heartbeat { name: node_name.clone(), version: version.to_string() };
@@ -156,6 +161,7 @@ pub async fn run_worker(
         kubelet: true,
         airgap_only: false,
         board,
+        metrics,
     };
     let (stop_beat, beat_stopped) = tokio::sync::oneshot::channel::<()>();
     let beat = async {
@@ -221,6 +227,8 @@ pub struct ControllerNode {
     pub startup_timeout: Duration,
     /// Whether this controller leads now (shown by `k0s status`).
     pub leading: tokio::sync::watch::Receiver<bool>,
+    /// Where the agents record their metrics.
+    pub metrics: metrics::Metrics,
 }
 
 /// Run the node side of a controller until `shutdown` resolves or an update asks for a
@@ -243,6 +251,7 @@ pub async fn run_controller_node(
         heartbeat_interval,
         startup_timeout,
         leading,
+        metrics,
     } = node;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
@@ -284,13 +293,15 @@ pub async fn run_controller_node(
     let agents = async {
         let outcome = if update_agent {
             let host = host::LinuxHost::new(binary, data_dir, download)
-                .context("preparing the update host")?;
+                .context("preparing the update host")?
+                .with_metrics(&metrics);
             let control_node = agent::Agent {
                 name: name.clone(),
                 version: version.to_string(),
                 kubelet: worker,
                 airgap_only: false,
                 board: board.clone(),
+                metrics: metrics.clone(),
             };
             let own_node =
                 agent::Agent { airgap_only: true, kubelet: true, ..control_node.clone() };

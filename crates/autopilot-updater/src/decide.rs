@@ -195,6 +195,18 @@ pub mod reasons {
     pub const INVALID: &str = "InvalidUpdateConfig";
     /// For the shell: the update server could not be reached or answered badly.
     pub const SERVER_ERROR: &str = "UpdateServerError";
+
+    /// Every reason.
+    pub const ALL: [&str; 8] = [
+        UP_TO_DATE,
+        OUTSIDE_WINDOW,
+        PLAN_RUNNING,
+        ALREADY_PLANNED,
+        PLAN_CREATED,
+        UNVERIFIED_PAYLOAD,
+        INVALID,
+        SERVER_ERROR,
+    ];
 }
 
 impl Decision {

@@ -49,6 +49,7 @@
 pub mod channel;
 pub mod cron;
 pub mod decide;
+pub mod metrics;
 pub mod run;
 pub mod source;
 pub mod version;

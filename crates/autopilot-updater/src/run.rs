@@ -55,6 +55,8 @@ pub struct UpdaterProcess {
     pub send_cluster_info: bool,
     /// Plan plain-http downloads without a digest too (`--allow-unverified-payloads`).
     pub allow_unverified_payloads: bool,
+    /// Where the updater records its metrics.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Run the updater until `stop` resolves. Updater tasks run only while `leading` is true;
@@ -90,7 +92,7 @@ pub async fn run(
                     if is_leader {
                         state.start_all(&client, &api, &process).await;
                     } else {
-                        state.stop_all();
+                        state.stop_all(&process);
                     }
                 }
             }
@@ -111,7 +113,7 @@ pub async fn run(
             },
         }
     }
-    state.stop_all();
+    state.stop_all(&process);
 }
 
 /// What the watch knows: the latest version of every UpdateConfig and its task, if running.
@@ -150,14 +152,14 @@ impl Updaters {
                     let gone: Vec<String> =
                         self.configs.keys().filter(|n| !seen.contains(n)).cloned().collect();
                     for name in gone {
-                        self.remove(&name);
+                        self.remove(&name, process);
                     }
                 }
             }
             watcher::Event::Apply(config) => {
                 self.upsert(config, client, api, process, is_leader).await;
             }
-            watcher::Event::Delete(config) => self.remove(&config.name_any()),
+            watcher::Event::Delete(config) => self.remove(&config.name_any(), process),
         }
     }
 
@@ -173,7 +175,7 @@ impl Updaters {
         let has_finalizer = config.finalizers().iter().any(|f| f == keys::UPDATECONFIG_FINALIZER);
         if config.meta().deletion_timestamp.is_some() {
             // Deletion never waits for anything: stop the task, drop the finalizer.
-            self.remove(&name);
+            self.remove(&name, process);
             if has_finalizer {
                 remove_finalizer(api, &config).await;
             }
@@ -193,7 +195,8 @@ impl Updaters {
         }
     }
 
-    fn remove(&mut self, name: &str) {
+    fn remove(&mut self, name: &str, process: &UpdaterProcess) {
+        process.metrics.forget(name);
         if let Some(entry) = self.configs.remove(name)
             && let Some((_, task)) = entry.task
         {
@@ -217,8 +220,10 @@ impl Updaters {
         }
     }
 
-    fn stop_all(&mut self) {
-        for entry in self.configs.values_mut() {
+    fn stop_all(&mut self, process: &UpdaterProcess) {
+        for (name, entry) in &mut self.configs {
+            // The new leader's updater shows these.
+            process.metrics.forget(name);
             if let Some((_, task)) = entry.task.take() {
                 task.abort();
             }
@@ -351,6 +356,12 @@ impl Updater {
             {
                 next = Some(opens);
             }
+            let window_open = match &strategy {
+                Strategy::Periodic(window) => window.state_at(now, &self.process.tz).is_open(),
+                // The server decides when to update; there is no window to wait for.
+                Strategy::Cron(_) => true,
+            };
+            self.process.metrics.record_schedule(&name, next, window_open);
             let Some(next) = next else {
                 info!(update_config = %name, "no further checks are scheduled");
                 return;
@@ -557,6 +568,7 @@ impl Updater {
     /// Log the outcome and record it as an Event on the UpdateConfig.
     async fn record(&self, outcome: &Outcome) {
         let name = self.config.name_any();
+        self.process.metrics.record_check(&name, Timestamp::now(), outcome.reason);
         if outcome.warning {
             warn!(update_config = %name, reason = outcome.reason, "{}", outcome.message);
         } else {
@@ -649,6 +661,7 @@ impl UpdaterProcess {
         period: Duration,
         send_cluster_info: bool,
         allow_unverified_payloads: bool,
+        metrics: crate::metrics::Metrics,
     ) -> Self {
         Self {
             running_version: running_version.to_string(),
@@ -656,6 +669,7 @@ impl UpdaterProcess {
             period,
             send_cluster_info,
             allow_unverified_payloads,
+            metrics,
         }
     }
 }

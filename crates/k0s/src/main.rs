@@ -5,6 +5,7 @@
 //! decides or acts lives in those crates; `k0s autopilot pause|resume|abort` only annotates
 //! the Plan (module [`steer`]).
 
+mod metrics;
 mod steer;
 
 use std::path::PathBuf;
@@ -122,6 +123,11 @@ struct NodeFlags {
     /// name, lower-cased.
     #[arg(long, env = "AUTOPILOT_HOSTNAME", value_name = "NAME")]
     node_name: Option<String>,
+
+    /// Serve Prometheus metrics (`k0s_autopilot_*`, OpenMetrics text) on `GET /metrics` at
+    /// this address (e.g. `127.0.0.1:9443`). Off unless set.
+    #[arg(long, env = "K0S_METRICS_ADDRESS", value_name = "IP:PORT")]
+    metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// Flags of the signal agent a controller runs for its own ControlNode.
@@ -178,15 +184,53 @@ struct ResolvedNode {
     server_url: String,
     node_name: String,
     data_dir: PathBuf,
+    /// The registry the components register their metrics in (API errors already are).
+    registry: prometheus_client::registry::Registry,
+    /// The bound `--metrics-address`, if set; served once the components registered.
+    metrics_listener: Option<tokio::net::TcpListener>,
 }
 
 impl NodeFlags {
-    async fn resolve(self) -> anyhow::Result<ResolvedNode> {
-        let NodeFlags { kubeconfig, data_dir, node_name } = self;
-        let node_name = resolve_node_name(node_name.as_deref())?;
-        let (client, config, server_url) = connect(&kubeconfig).await?;
-        Ok(ResolvedNode { client, config, server_url, node_name, data_dir })
+    /// The same flags without `--metrics-address`: a trial boot serves no metrics.
+    fn without_metrics(self) -> Self {
+        Self { metrics_address: None, ..self }
     }
+
+    async fn resolve(self) -> anyhow::Result<ResolvedNode> {
+        let NodeFlags { kubeconfig, data_dir, node_name, metrics_address } = self;
+        let node_name = resolve_node_name(node_name.as_deref())?;
+        let metrics_listener = match metrics_address {
+            Some(address) => Some(metrics::bind(address).await?),
+            None => None,
+        };
+        let mut registry = metrics::registry();
+        let api_errors = metrics::register_api_errors(&mut registry);
+        let (client, config, server_url) = connect_counting_errors(&kubeconfig, api_errors).await?;
+        Ok(ResolvedNode {
+            client,
+            config,
+            server_url,
+            node_name,
+            data_dir,
+            registry,
+            metrics_listener,
+        })
+    }
+}
+
+/// Serve `registry` on `listener` (if `--metrics-address` was set) until the returned
+/// sender is dropped or fired.
+fn serve_metrics(
+    listener: Option<tokio::net::TcpListener>,
+    registry: prometheus_client::registry::Registry,
+) -> tokio::sync::oneshot::Sender<()> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(listener) = listener {
+        tokio::spawn(metrics::serve(listener, std::sync::Arc::new(registry), async move {
+            let _ = stopped.await;
+        }));
+    }
+    stop
 }
 
 fn main() -> ExitCode {
@@ -275,8 +319,21 @@ fn run(command: Command) -> anyhow::Result<()> {
                     let _ = rx.wait_for(|done| *done).await;
                 };
                 let UpdaterFlags { update_period, send_cluster_info } = updater;
-                let ResolvedNode { client, config, server_url, node_name, data_dir } =
-                    node.resolve().await?;
+                let ResolvedNode {
+                    client,
+                    config,
+                    server_url,
+                    node_name,
+                    data_dir,
+                    mut registry,
+                    metrics_listener,
+                } = node.resolve().await?;
+                let controller_metrics =
+                    autopilot_controller::metrics::Metrics::register(&mut registry);
+                let agent_metrics = autopilot_signal::metrics::Metrics::register(&mut registry);
+                let updater_metrics =
+                    autopilot_updater::metrics::Metrics::register(&mut registry);
+                let _metrics_server = serve_metrics(metrics_listener, registry);
                 trial = Some(Trial {
                     config: config.clone(),
                     data_dir: data_dir.clone(),
@@ -293,6 +350,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                         update_period,
                         send_cluster_info,
                         args.allow_unverified_payloads,
+                        updater_metrics,
                     ),
                     leading_rx,
                     async move {
@@ -315,6 +373,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                     heartbeat_interval,
                     startup_timeout: args.startup_timeout,
                     leading: leading.subscribe(),
+                    metrics: agent_metrics,
                 };
                 let agent_client = client.clone();
                 let agent_server = server_url.clone();
@@ -340,6 +399,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                     data_dir,
                     version: VERSION,
                     leading,
+                    metrics: controller_metrics,
                 };
                 let controller_terminated = terminated(terminated_rx);
                 let stop = async move {
@@ -409,8 +469,17 @@ fn run(command: Command) -> anyhow::Result<()> {
             let runtime = runtime()?;
             let mut trial = None;
             let exit = runtime.block_on(async {
-                let ResolvedNode { client, config, server_url, node_name, data_dir } =
-                    node.resolve().await?;
+                let ResolvedNode {
+                    client,
+                    config,
+                    server_url,
+                    node_name,
+                    data_dir,
+                    mut registry,
+                    metrics_listener,
+                } = node.resolve().await?;
+                let agent_metrics = autopilot_signal::metrics::Metrics::register(&mut registry);
+                let _metrics_server = serve_metrics(metrics_listener, registry);
                 trial = Some(Trial {
                     config,
                     data_dir: data_dir.clone(),
@@ -424,6 +493,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                     data_dir,
                     version: VERSION,
                     binary: binary.clone(),
+                    metrics: agent_metrics,
                 };
                 autopilot_signal::run_worker(args, process, shutdown_signal()).await
             });
@@ -497,8 +567,8 @@ fn trial_boot(command: Command, token: &str) -> anyhow::Result<()> {
         let (node, data_dir) = match command {
             Command::Controller { node, args, updater: _, agent: _ } => {
                 let startup_timeout = args.startup_timeout;
-                let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
-                    node.resolve().await?;
+                let ResolvedNode { client, server_url, node_name, data_dir, .. } =
+                    node.without_metrics().resolve().await?;
                 autopilot_controller::crds::install(&client, &server_url, startup_timeout).await?;
                 let registration = autopilot_controller::control_node::Registration {
                     name: node_name.clone(),
@@ -524,8 +594,8 @@ fn trial_boot(command: Command, token: &str) -> anyhow::Result<()> {
                 (node_name, data_dir)
             }
             Command::Worker { node, args } => {
-                let ResolvedNode { client, config: _, server_url, node_name, data_dir } =
-                    node.resolve().await?;
+                let ResolvedNode { client, server_url, node_name, data_dir, .. } =
+                    node.without_metrics().resolve().await?;
                 let heartbeat = autopilot_signal::node::Heartbeat {
                     name: node_name.clone(),
                     version: VERSION.to_string(),
@@ -655,7 +725,9 @@ fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        // Each line carries the fields of the span it was logged in (`span`: the plan, command,
+        // node and phase a reconcile or agent step is about) and of the spans around it.
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).init(),
     }
     Ok(())
 }
@@ -678,6 +750,14 @@ fn resolve_node_name(flag: Option<&str>) -> anyhow::Result<String> {
 /// A client from a kubeconfig file, with errors that name the file; also the configuration
 /// it was made from and the server URL.
 async fn connect(path: &std::path::Path) -> anyhow::Result<(kube::Client, kube::Config, String)> {
+    connect_counting_errors(path, metrics::ApiErrors::default()).await
+}
+
+/// [`connect`], counting the client's failed requests in `api_errors`.
+async fn connect_counting_errors(
+    path: &std::path::Path,
+    api_errors: metrics::ApiErrors,
+) -> anyhow::Result<(kube::Client, kube::Config, String)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
@@ -686,7 +766,9 @@ async fn connect(path: &std::path::Path) -> anyhow::Result<(kube::Client, kube::
         .await
         .with_context(|| format!("loading kubeconfig {}", path.display()))?;
     let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config.clone())
-        .with_context(|| format!("creating a client for {url} from {}", path.display()))?;
+    let client = kube::client::ClientBuilder::try_from(config.clone())
+        .with_context(|| format!("creating a client for {url} from {}", path.display()))?
+        .with_layer(&metrics::ApiErrorsLayer(api_errors))
+        .build();
     Ok((client, config, url))
 }

@@ -234,8 +234,9 @@ pub fn update_config(
     )
 }
 
-/// A one-controller cluster whose controller checks every [`PERIOD`]; the controller's own
-/// agent applies the updates for real.
+/// A one-controller cluster whose controller checks every [`PERIOD`] and serves its metrics
+/// ([`integration::K0sProcess::metrics_address`]); the controller's own agent applies the
+/// updates for real.
 pub async fn start(name: &str) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
     start_with(name, &[]).await
 }
@@ -261,7 +262,8 @@ pub async fn start_with_args(
     let mut command = cluster
         .k0s_controller(0)
         .args(args)
-        .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()));
+        .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
+        .with_metrics()?;
     for (key, value) in env {
         command = command.env(key, value);
     }
@@ -332,4 +334,24 @@ pub async fn assert_no_plan_for(client: &kube::Client, window: Duration) {
             panic!("a plan appeared:\n{}", status_yaml(&plan));
         }
     }
+}
+
+/// Scrapes `controller`'s metrics until `done` holds; the error names the last scrape.
+pub async fn wait_metrics(
+    controller: &K0sProcess,
+    what: &str,
+    done: impl Fn(&integration::metrics::Scrape) -> bool,
+) -> anyhow::Result<integration::metrics::Scrape> {
+    let Some(address) = controller.metrics_address() else {
+        anyhow::bail!("{} was started without metrics", controller.node_name());
+    };
+    wait_for(STARTUP, what, || async {
+        let scrape = integration::metrics::scrape(address).await?;
+        if done(&scrape) {
+            Ok(Some(scrape))
+        } else {
+            Err(anyhow::anyhow!("the last scrape:\n{}", scrape.text))
+        }
+    })
+    .await
 }

@@ -132,6 +132,11 @@ impl LinuxHost {
         Ok(host)
     }
 
+    /// The same host, counting downloaded bytes in `metrics`.
+    pub fn with_metrics(self, metrics: &crate::metrics::Metrics) -> Self {
+        Self { downloader: self.downloader.counting_bytes(metrics.download_bytes.clone()), ..self }
+    }
+
     /// The same host with an explicit process instance id.
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = instance.into();

@@ -1,0 +1,97 @@
+//! The node agent's Prometheus metrics (`k0s_autopilot_agent_*`, DESIGN §12): bytes
+//! downloaded, failed downloads and verifications, and the phase of the signal the agent
+//! acts on.
+//!
+//! The agent's shell records them after it performed an action or read its signal; the pure
+//! phase machine never sees them. A [`Metrics`] that was not registered anywhere records
+//! into the void (tests, and a node without `--metrics-address`).
+
+use autopilot_api::signal::SignalPhase;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Labels of [`Metrics::phase`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// The kind of the object the signal is on (`Node` or `ControlNode`).
+    pub kind: String,
+    /// The signal phase (its wire name, e.g. `Downloading`).
+    pub phase: &'static str,
+}
+
+/// The node agent's metrics. Cheap to clone (every metric is shared).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// `agent_download_bytes_total`: payload bytes received by update downloads, counted as
+    /// they arrive (a download that fails half-way counts what it received).
+    pub download_bytes: Counter,
+    /// `agent_download_failures_total`: download attempts that failed for any reason but a
+    /// digest mismatch (each retry counts).
+    pub download_failures: Counter,
+    /// `agent_verify_failures_total`: downloads whose sha256 did not match the plan's.
+    pub verify_failures: Counter,
+    /// `agent_phase{kind,phase}`: 1 for the phase of the signal the agent acts on, 0 for
+    /// every other phase; all 0 while there is no signal.
+    pub phase: Family<PhaseLabels, Gauge>,
+}
+
+impl Metrics {
+    /// New metrics, registered in `registry` (which carries the `k0s_autopilot` prefix).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        let Self { download_bytes, download_failures, verify_failures, phase } = &metrics;
+        registry.register(
+            "agent_download_bytes",
+            "Payload bytes received by update downloads",
+            download_bytes.clone(),
+        );
+        registry.register(
+            "agent_download_failures",
+            "Update download attempts that failed (other than a digest mismatch)",
+            download_failures.clone(),
+        );
+        registry.register(
+            "agent_verify_failures",
+            "Update downloads whose sha256 did not match the plan's",
+            verify_failures.clone(),
+        );
+        registry.register(
+            "agent_phase",
+            "1 for the phase of the signal the agent acts on, by object kind and phase",
+            phase.clone(),
+        );
+        metrics
+    }
+
+    /// Show `phase` (`None`: no signal) as the current phase of the signal on a `kind`.
+    pub fn set_phase(&self, kind: &str, phase: Option<SignalPhase>) {
+        for each in SignalPhase::ALL {
+            let labels = PhaseLabels { kind: kind.to_string(), phase: each.as_str() };
+            self.phase.get_or_create(&labels).set(i64::from(Some(each) == phase));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_phase_is_one_hot_and_cleared_without_a_signal() {
+        let metrics = Metrics::default();
+        let value = |phase: SignalPhase| {
+            metrics
+                .phase
+                .get_or_create(&PhaseLabels { kind: "Node".into(), phase: phase.as_str() })
+                .get()
+        };
+        metrics.set_phase("Node", Some(SignalPhase::Cordoning));
+        assert_eq!(value(SignalPhase::Cordoning), 1);
+        assert_eq!(value(SignalPhase::Downloading), 0);
+        metrics.set_phase("Node", None);
+        assert!(SignalPhase::ALL.iter().all(|p| value(*p) == 0));
+    }
+}
