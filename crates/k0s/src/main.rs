@@ -5,6 +5,7 @@
 //! decides or acts lives in those crates; `k0s autopilot pause|resume|abort` only annotates
 //! the Plan (module [`steer`]).
 
+mod ops;
 mod steer;
 
 use std::path::PathBuf;
@@ -75,17 +76,21 @@ enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusFormat::Text)]
         output: StatusFormat,
     },
-    /// Steer the running plan.
+    /// Follow, preview and steer plans.
     Autopilot {
         #[command(subcommand)]
         command: AutopilotCommand,
     },
 }
 
-/// `k0s autopilot ...`: steer the running plan through annotations on the Plan (which
-/// `kubectl annotate` can set too), so a steer survives a change of leader.
+/// `k0s autopilot ...`: follow a plan (`status`), and steer the running plan through
+/// annotations on the Plan (which `kubectl annotate` can set too), so a steer survives a
+/// change of leader.
 #[derive(Subcommand)]
 enum AutopilotCommand {
+    /// Show the plan at a glance: state, command, progress and ETA, each node's phase, what
+    /// is blocking, the last Events (`--watch` to follow it live).
+    Status(ops::StatusArgs),
     /// Pause the plan: no new node is signalled; nodes in flight finish
     /// (annotation `autopilot.k0sproject.io/paused=true`).
     Pause(steer::Args),
@@ -396,6 +401,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Autopilot { command } => {
             let (verb, args) = match command {
+                AutopilotCommand::Status(args) => return runtime()?.block_on(ops::status(args)),
                 AutopilotCommand::Pause(args) => (steer::Verb::Pause, args),
                 AutopilotCommand::Resume(args) => (steer::Verb::Resume, args),
                 AutopilotCommand::Abort(args) => (steer::Verb::Abort, args),

@@ -1,0 +1,1 @@
+//! `k0s autopilot preview -f plan.yaml` (not written yet).
