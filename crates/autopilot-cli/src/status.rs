@@ -277,10 +277,8 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
     let steering = Steering::of(plan.annotations());
     let nodes_by_name: BTreeMap<&str, &Node> =
         nodes.iter().map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n)).collect();
-    let control_by_name: BTreeMap<&str, &ControlNode> = control_nodes
-        .iter()
-        .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
-        .collect();
+    let control_by_name: BTreeMap<&str, &ControlNode> =
+        control_nodes.iter().map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n)).collect();
 
     let commands: Vec<CommandView> = status
         .commands
@@ -509,9 +507,7 @@ fn plan_events(plan: &Plan, events: &[Event], now: jiff::Timestamp) -> Vec<Event
         })
         .map(|event| (event_time(event), event))
         .collect();
-    about.sort_by(|(a, x), (b, y)| {
-        a.cmp(b).then_with(|| x.metadata.name.cmp(&y.metadata.name))
-    });
+    about.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.metadata.name.cmp(&y.metadata.name)));
     let skip = about.len().saturating_sub(EVENTS_SHOWN);
     about
         .into_iter()

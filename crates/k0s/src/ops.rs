@@ -51,8 +51,7 @@ impl Kubeconfig {
             return Ok(path.clone());
         }
         if let Some(list) = std::env::var_os("KUBECONFIG") {
-            if let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
-            {
+            if let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty()) {
                 return Ok(first);
             }
         }

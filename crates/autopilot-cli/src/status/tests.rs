@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 
 use autopilot_api::signal::{SignalCommand, SignalData, SignalStatus, to_annotations};
 use autopilot_api::v1beta2::{
-    ControlNodeStatus, PlanCommandK0sUpdate,
-    PlanCommandK0sUpdateStatus, PlanCommandTarget, PlanCommandTargets, PlanSpec, PlanStatus,
+    ControlNodeStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus, PlanCommandTarget,
+    PlanCommandTargets, PlanSpec, PlanStatus,
 };
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta, Time};
@@ -121,11 +121,14 @@ fn mid_update() -> Snapshot {
         }),
         airgapupdate: None,
     };
-    let mut plan = Plan::new("autopilot", PlanSpec {
-        id: "rollout".to_owned(),
-        timestamp: "now".to_owned(),
-        commands: vec![command.clone()],
-    });
+    let mut plan = Plan::new(
+        "autopilot",
+        PlanSpec {
+            id: "rollout".to_owned(),
+            timestamp: "now".to_owned(),
+            commands: vec![command.clone()],
+        },
+    );
     plan.status = Some(PlanStatus {
         state: PlanStateType::SchedulableWait,
         commands: vec![PlanCommandStatus {
@@ -366,8 +369,7 @@ fn only_the_newest_events_about_the_plan_are_shown_oldest_first() {
 #[test]
 fn the_json_document_has_stable_field_names() {
     let json = serde_json::to_value(view(&mid_update(), now())).expect("serialisable");
-    let keys: Vec<&str> =
-        json.as_object().expect("an object").keys().map(String::as_str).collect();
+    let keys: Vec<&str> = json.as_object().expect("an object").keys().map(String::as_str).collect();
     assert_eq!(
         keys,
         [

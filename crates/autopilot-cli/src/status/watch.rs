@@ -106,8 +106,7 @@ pub async fn read(client: &kube::Client, plan_name: &str) -> anyhow::Result<Snap
     let reads = async {
         let plan = plans.get_opt(plan_name).await.context("reading the Plan")?;
         let nodes = nodes.list(&all).await.context("listing Nodes")?.items;
-        let control_nodes =
-            control_nodes.list(&all).await.context("listing ControlNodes")?.items;
+        let control_nodes = control_nodes.list(&all).await.context("listing ControlNodes")?.items;
         let events = events
             .list(&all)
             .await
