@@ -172,7 +172,7 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
     drop(responder);
 
     // The same status as JSON, once.
-    let args = vec![
+    let args = [
         "autopilot".to_owned(),
         "status".into(),
         "-o".into(),

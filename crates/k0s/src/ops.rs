@@ -50,10 +50,10 @@ impl Kubeconfig {
         if let Some(path) = &self.path {
             return Ok(path.clone());
         }
-        if let Some(list) = std::env::var_os("KUBECONFIG") {
-            if let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty()) {
-                return Ok(first);
-            }
+        if let Some(list) = std::env::var_os("KUBECONFIG")
+            && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
+        {
+            return Ok(first);
         }
         let home = std::env::var_os("HOME").ok_or_else(|| {
             anyhow::anyhow!("no kubeconfig: pass --kubeconfig, set KUBECONFIG or HOME")
