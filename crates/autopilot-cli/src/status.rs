@@ -27,7 +27,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt as _;
 use serde::Serialize;
 
-pub use watch::{Output, run};
+pub use watch::{CLEAR, Output, read, run};
 
 /// How many of the Plan's Events the screen shows (the newest).
 pub const EVENTS_SHOWN: usize = 8;

@@ -28,7 +28,7 @@ const API_TIMEOUT: Duration = Duration::from_secs(30);
 const CLOCK: Duration = Duration::from_secs(1);
 
 /// Clears the terminal and puts the cursor top left (ANSI), before each `--watch` frame.
-const CLEAR: &str = "\x1b[H\x1b[2J";
+pub const CLEAR: &str = "\x1b[H\x1b[2J";
 
 /// How the status is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
