@@ -317,6 +317,7 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
 
     // Every target, with the durations of the node updates completed in this run.
     let mut node_views = Vec::new();
+    let mut target_states = Vec::new();
     let mut samples = Vec::new();
     let mut groups = Vec::new();
     let mut progress = Progress::default();
@@ -359,6 +360,7 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
                     | TargetState::MissingPlatform
                     | TargetState::MissingSignalNode => progress.failed += 1,
                 }
+                target_states.push(target.state);
                 node_views.push(NodeView {
                     name: target.name.clone(),
                     role: role.to_owned(),
@@ -389,7 +391,7 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         })
     };
 
-    let blocking = blocking(&status, steering, current, &node_views);
+    let blocking = blocking(&status, steering, current, &node_views, &target_states);
     let events = plan_events(plan, events, now);
     View {
         plan: plan_name.clone(),
@@ -436,6 +438,7 @@ fn blocking(
     steering: Steering,
     current: Option<&PlanCommandStatus>,
     nodes: &[NodeView],
+    states: &[TargetState],
 ) -> Vec<String> {
     let mut out = Vec::new();
     let ended = status.state.is_terminal();
@@ -464,17 +467,29 @@ fn blocking(
         out.push(format!("command {}: {reason}", current.map_or(0, |c| c.id)));
     }
     let held_by = current.and_then(|c| c.reason.as_deref()).unwrap_or_default();
-    for node in nodes {
+    for (node, state) in nodes.iter().zip(states) {
         let in_current = current.is_some_and(|c| c.id == node.command);
         if !in_current || ended {
             continue;
         }
-        match (node.state.as_str(), &node.reason, node.ready) {
-            ("SignalSent", Some(reason), _) => out.push(format!("{}: {reason}", node.name)),
-            ("SignalPending", _, Some(false)) if !held_by.contains(&node.name) => {
-                out.push(format!("{}: Node is not Ready (not signalled until it is)", node.name));
+        match state {
+            TargetState::SignalSent => {
+                if let Some(reason) = &node.reason {
+                    out.push(format!("{}: {reason}", node.name));
+                }
             }
-            _ => {}
+            TargetState::SignalPending => {
+                if node.ready == Some(false) && !held_by.contains(&node.name) {
+                    out.push(format!(
+                        "{}: Node is not Ready (not signalled until it is)",
+                        node.name
+                    ));
+                }
+            }
+            TargetState::SignalCompleted
+            | TargetState::SignalApplyFailed
+            | TargetState::MissingPlatform
+            | TargetState::MissingSignalNode => {}
         }
     }
     if status.state.is_failure() {

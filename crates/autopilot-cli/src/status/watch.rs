@@ -60,7 +60,10 @@ pub async fn run(
     loop {
         let tick = watches.changes.next().await;
         match tick {
-            Some(Tick::Changed | Tick::Clock) => {}
+            Some(Tick::Changed) => {}
+            // The clock only moves times on; a JSON document per second would say nothing new.
+            Some(Tick::Clock) if output == Output::Json => continue,
+            Some(Tick::Clock) => {}
             // A (re)list in progress: its store changes at `Listed`.
             Some(Tick::Listing) => continue,
             Some(Tick::Listed(which)) => {
