@@ -20,6 +20,7 @@ use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalPhase};
 use autopilot_api::v1beta2::{
     ControlNode, Plan, PlanCommand, PlanCommandStatus, PlanStateType, TargetState, TargetStatus,
+    UpdateConfig,
 };
 use autopilot_controller::plan::Steering;
 use k8s_openapi::api::core::v1::Node;
@@ -45,7 +46,7 @@ const REASON_TEXT: usize = 60;
 
 /// What the status view reads from the cluster. Objects are as the API server returned
 /// them; nothing here is interpreted yet.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Snapshot {
     /// The name of the Plan asked about (`--plan`, default `autopilot`).
     pub plan_name: String,
@@ -57,6 +58,26 @@ pub struct Snapshot {
     pub control_nodes: Vec<ControlNode>,
     /// Events in [`EVENTS_NAMESPACE`] (those about other objects are left out by [`view`]).
     pub events: Vec<Event>,
+    /// Every UpdateConfig (their update windows decide when the updater creates a plan).
+    pub update_configs: Vec<UpdateConfig>,
+    /// The time zone the windows are read in: the leader reads them in its own, so the shell
+    /// passes this machine's (fixtures: UTC).
+    pub time_zone: jiff::tz::TimeZone,
+}
+
+impl Snapshot {
+    /// Nothing read yet about the Plan `plan_name`, windows read in UTC.
+    pub fn empty(plan_name: &str) -> Self {
+        Self {
+            plan_name: plan_name.to_owned(),
+            plan: None,
+            nodes: Vec::new(),
+            control_nodes: Vec::new(),
+            events: Vec::new(),
+            update_configs: Vec::new(),
+            time_zone: jiff::tz::TimeZone::UTC,
+        }
+    }
 }
 
 /// The status of one Plan: the document `k0s autopilot status -o json` prints.
@@ -99,6 +120,23 @@ pub struct View {
     pub nodes: Vec<NodeView>,
     /// The last [`EVENTS_SHOWN`] Events about the Plan, oldest first.
     pub events: Vec<EventView>,
+    /// The update window of each UpdateConfig with the `periodic` strategy.
+    pub windows: Vec<WindowView>,
+}
+
+/// The update window of one UpdateConfig.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowView {
+    /// The UpdateConfig's name.
+    pub update_config: String,
+    /// The window as configured (days, start time, length).
+    pub window: String,
+    /// Whether it is open now.
+    pub open: bool,
+    /// When it closes (open) or next opens (closed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 /// One command of the plan.
@@ -253,8 +291,21 @@ pub fn eta(samples: &[Duration], groups: &[EtaGroup]) -> Option<Duration> {
 
 /// The status of the Plan in `snapshot` as of `now`.
 pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
-    let Snapshot { plan_name, plan, nodes, control_nodes, events } = snapshot;
+    let Snapshot { plan_name, plan, nodes, control_nodes, events, update_configs, time_zone } =
+        snapshot;
+    let windows = windows(update_configs, now, time_zone);
+    let closed_windows = windows.iter().filter(|w| !w.open).map(|w| {
+        format!(
+            "UpdateConfig {}: its update window ({}) is closed{}: the updater creates no plan \
+             before it opens",
+            w.update_config,
+            w.window,
+            w.until.as_deref().map(|t| format!(" until {t}")).unwrap_or_default()
+        )
+    });
     let Some(plan) = plan else {
+        let mut blocking = vec![format!("there is no Plan named {plan_name}")];
+        blocking.extend(closed_windows);
         return View {
             plan: plan_name.clone(),
             found: false,
@@ -268,9 +319,10 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
             eta: None,
             paused: false,
             aborting: false,
-            blocking: vec![format!("there is no Plan named {plan_name}")],
+            blocking,
             nodes: Vec::new(),
             events: Vec::new(),
+            windows,
         };
     };
     let status = plan.status.clone().unwrap_or_default();
@@ -391,7 +443,10 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         })
     };
 
-    let blocking = blocking(&status, steering, current, &node_views, &target_states);
+    let mut blocking = blocking(&status, steering, current, &node_views, &target_states);
+    if status.state.is_terminal() {
+        blocking.extend(closed_windows);
+    }
     let events = plan_events(plan, events, now);
     View {
         plan: plan_name.clone(),
@@ -409,7 +464,40 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         blocking,
         nodes: node_views,
         events,
+        windows,
     }
+}
+
+/// The window of each UpdateConfig with a valid `periodic` strategy, at `now` in `tz`.
+fn windows(
+    update_configs: &[UpdateConfig],
+    now: jiff::Timestamp,
+    tz: &jiff::tz::TimeZone,
+) -> Vec<WindowView> {
+    use autopilot_updater::decide::Strategy;
+    use autopilot_updater::window::WindowState;
+    let mut out: Vec<WindowView> = update_configs
+        .iter()
+        .filter_map(|config| {
+            let strategy = Strategy::from_spec(config.spec.upgrade_strategy.as_ref()).ok()?;
+            let window = match strategy {
+                Strategy::Periodic(window) => window,
+                Strategy::Cron(_) => return None,
+            };
+            let (open, until) = match window.state_at(now, tz) {
+                WindowState::Open { closes_at } => (true, Some(closes_at)),
+                WindowState::Closed { opens_at } => (false, opens_at),
+            };
+            Some(WindowView {
+                update_config: config.name_any(),
+                window: window.to_string(),
+                open,
+                until: until.map(|t| t.to_string()),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.update_config.cmp(&b.update_config));
+    out
 }
 
 /// The controller and worker targets of a command.
@@ -629,6 +717,7 @@ pub fn render_view(view: &View) -> String {
     let mut out = String::new();
     if !view.found {
         let _ = writeln!(out, "Plan {}: not found", view.plan);
+        render_windows(&mut out, &view.windows);
         return out;
     }
     let steer = match (view.aborting, view.paused) {
@@ -675,6 +764,7 @@ pub fn render_view(view: &View) -> String {
         None => {}
     }
     out.push('\n');
+    render_windows(&mut out, &view.windows);
     out.push('\n');
     if view.blocking.is_empty() {
         let _ = writeln!(out, "Blocking: nothing");
@@ -727,6 +817,23 @@ pub fn render_view(view: &View) -> String {
         }
     }
     out
+}
+
+/// One line per update window.
+fn render_windows(out: &mut String, windows: &[WindowView]) {
+    for window in windows {
+        let until = window.until.as_deref().unwrap_or("-");
+        let state = if window.open {
+            format!("open until {until}")
+        } else {
+            format!("closed, opens {until}")
+        };
+        let _ = writeln!(
+            out,
+            "Update window of UpdateConfig {}: {} ({state})",
+            window.update_config, window.window
+        );
+    }
 }
 
 /// A duration for the screen: `42s`, `3m05s`, `1h02m`.

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use autopilot_api::signal::{SignalCommand, SignalData, SignalStatus, to_annotations};
 use autopilot_api::v1beta2::{
     ControlNodeStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus, PlanCommandTarget,
-    PlanCommandTargets, PlanSpec, PlanStatus,
+    PlanCommandTargets, PlanSpec, PlanStatus, UpdateConfig,
 };
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta, Time};
@@ -167,7 +167,6 @@ fn mid_update() -> Snapshot {
         ..PlanStatus::default()
     });
     Snapshot {
-        plan_name: "autopilot".to_owned(),
         plan: Some(plan),
         nodes: vec![
             node(
@@ -215,6 +214,7 @@ fn mid_update() -> Snapshot {
                 "autopilot",
             ),
         ],
+        ..Snapshot::empty("autopilot")
     }
 }
 
@@ -284,7 +284,7 @@ fn nothing_left_is_an_eta_of_zero() {
 
 #[test]
 fn a_missing_plan_is_said_in_one_line() {
-    let snapshot = Snapshot { plan_name: "autopilot".to_owned(), ..Snapshot::default() };
+    let snapshot = Snapshot::empty("autopilot");
     assert_eq!(render(&snapshot, now()), "Plan autopilot: not found\n");
     let view = view(&snapshot, now());
     assert!(!view.found);
@@ -374,7 +374,7 @@ fn the_json_document_has_stable_field_names() {
         keys,
         [
             "aborting", "blocking", "command", "commands", "ended", "eta", "events", "found",
-            "nodes", "paused", "plan", "planId", "progress", "runId", "state"
+            "nodes", "paused", "plan", "planId", "progress", "runId", "state", "windows"
         ]
     );
     assert_eq!(
@@ -395,4 +395,57 @@ fn the_json_document_has_stable_field_names() {
     );
     assert_eq!(json["events"][1]["reason"], "NodeSignalled");
     assert_eq!(json["events"][1]["type"], "Normal");
+}
+
+fn update_config(name: &str, start: &str, length: &str) -> UpdateConfig {
+    use autopilot_api::v1beta2::{
+        PeriodicUpgradeStrategy, UpdateConfigSpec, UpgradeStrategy, UpgradeStrategyType,
+    };
+    UpdateConfig::new(
+        name,
+        UpdateConfigSpec {
+            upgrade_strategy: Some(UpgradeStrategy {
+                r#type: Some(UpgradeStrategyType::Periodic),
+                cron: None,
+                periodic: Some(PeriodicUpgradeStrategy {
+                    days: Vec::new(),
+                    start_time: Some(start.to_owned()),
+                    length: Some(length.to_owned()),
+                }),
+            }),
+            ..UpdateConfigSpec::default()
+        },
+    )
+}
+
+#[test]
+fn a_closed_update_window_is_what_blocks_once_no_plan_runs() {
+    // 12:10 UTC: the nightly window (02:00, 2h) is closed, the noon one (12:00, 1h) open.
+    let mut snapshot = Snapshot::empty("autopilot");
+    snapshot.update_configs =
+        vec![update_config("nightly", "02:00", "2h"), update_config("noon", "12:00", "1h")];
+    let view = view(&snapshot, now());
+    assert_eq!(
+        view.blocking,
+        [
+            "there is no Plan named autopilot",
+            "UpdateConfig nightly: its update window (every day at 02:00 for 2h) is closed until \
+             2026-01-02T02:00:00Z: the updater creates no plan before it opens",
+        ]
+    );
+    let screen = render_view(&view);
+    assert!(
+        screen.contains(
+            "Update window of UpdateConfig noon: every day at 12:00 for 1h (open until \
+             2026-01-01T13:00:00Z)"
+        ),
+        "{screen}"
+    );
+
+    // While a plan runs, the window holds nothing: it is shown, not listed as blocking.
+    let mut running = mid_update();
+    running.update_configs = snapshot.update_configs.clone();
+    let view = self::view(&running, now());
+    assert!(view.blocking.iter().all(|b| !b.contains("update window")), "{:?}", view.blocking);
+    assert_eq!(view.windows.len(), 2);
 }

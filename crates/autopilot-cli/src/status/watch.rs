@@ -2,7 +2,8 @@
 //! watches and redraw.
 //!
 //! `--watch` runs one kube-runtime watcher (with a reflector store) each for the Plan, the
-//! Nodes, the ControlNodes and the Events in [`EVENTS_NAMESPACE`], and redraws whenever one of
+//! Nodes, the ControlNodes, the Events in [`EVENTS_NAMESPACE`] and the UpdateConfigs, and
+//! redraws whenever one of
 //! them reports a change. A one-second timer also redraws, only so that "time in phase" and
 //! the ages of Events move on between changes; nothing is polled from the API server.
 
@@ -10,7 +11,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use autopilot_api::v1beta2::{ControlNode, Plan};
+use autopilot_api::v1beta2::{ControlNode, Plan, UpdateConfig};
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
@@ -105,6 +106,7 @@ pub async fn read(client: &kube::Client, plan_name: &str) -> anyhow::Result<Snap
     let nodes: Api<Node> = Api::all(client.clone());
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
     let events: Api<Event> = Api::namespaced(client.clone(), EVENTS_NAMESPACE);
+    let update_configs: Api<UpdateConfig> = Api::all(client.clone());
     let all = ListParams::default();
     let reads = async {
         let plan = plans.get_opt(plan_name).await.context("reading the Plan")?;
@@ -115,7 +117,17 @@ pub async fn read(client: &kube::Client, plan_name: &str) -> anyhow::Result<Snap
             .await
             .with_context(|| format!("listing Events in {EVENTS_NAMESPACE}"))?
             .items;
-        anyhow::Ok(Snapshot { plan_name: plan_name.to_owned(), plan, nodes, control_nodes, events })
+        let update_configs =
+            update_configs.list(&all).await.context("listing UpdateConfigs")?.items;
+        anyhow::Ok(Snapshot {
+            plan_name: plan_name.to_owned(),
+            plan,
+            nodes,
+            control_nodes,
+            events,
+            update_configs,
+            time_zone: jiff::tz::TimeZone::system(),
+        })
     };
     tokio::time::timeout(API_TIMEOUT, reads)
         .await
@@ -136,15 +148,16 @@ enum Tick {
     Error(String),
 }
 
-/// How many watches `--watch` runs (Plan, Nodes, ControlNodes, Events).
-const WATCHES: usize = 4;
+/// How many watches `--watch` runs (Plan, Nodes, ControlNodes, Events, UpdateConfigs).
+const WATCHES: usize = 5;
 
-/// The four reflector stores and the merged stream of their changes.
+/// The reflector stores and the merged stream of their changes.
 struct Watches {
     plans: Store<Plan>,
     nodes: Store<Node>,
     control_nodes: Store<ControlNode>,
     events: Store<Event>,
+    update_configs: Store<UpdateConfig>,
     changes: futures::stream::BoxStream<'static, Tick>,
 }
 
@@ -161,6 +174,8 @@ impl Watches {
             Api::namespaced(client.clone(), EVENTS_NAMESPACE),
             watcher::Config::default(),
         );
+        let (update_configs, update_config_changes) =
+            reflect(4, Api::all(client.clone()), watcher::Config::default());
         let clock = futures::stream::unfold(tokio::time::interval(CLOCK), |mut interval| async {
             interval.tick().await;
             Some((Tick::Clock, interval))
@@ -170,10 +185,11 @@ impl Watches {
             node_changes,
             control_node_changes,
             event_changes,
+            update_config_changes,
             clock.boxed(),
         ])
         .boxed();
-        Self { plans, nodes, control_nodes, events, changes }
+        Self { plans, nodes, control_nodes, events, update_configs, changes }
     }
 
     fn snapshot(&self, plan_name: &str) -> Snapshot {
@@ -188,6 +204,8 @@ impl Watches {
             nodes: self.nodes.state().iter().map(|n| (**n).clone()).collect(),
             control_nodes: self.control_nodes.state().iter().map(|n| (**n).clone()).collect(),
             events: self.events.state().iter().map(|e| (**e).clone()).collect(),
+            update_configs: self.update_configs.state().iter().map(|u| (**u).clone()).collect(),
+            time_zone: jiff::tz::TimeZone::system(),
         }
     }
 }
