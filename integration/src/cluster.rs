@@ -55,6 +55,13 @@ const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.loc
 /// Token user name of the admin identity (group `system:masters`).
 pub const ADMIN_USER: &str = "admin";
 
+/// Token user name of the viewer identity (group [`VIEWER_GROUP`]): no permission until a
+/// test binds a role to the group, for tools that must work read-only.
+pub const VIEWER_USER: &str = "viewer";
+
+/// The group of [`VIEWER_USER`]; nothing is bound to it by the harness.
+pub const VIEWER_GROUP: &str = "k0s-viewers";
+
 /// Configures and starts a [`Cluster`].
 #[derive(Debug, Clone)]
 #[must_use = "a ClusterBuilder does nothing until built"]
@@ -153,6 +160,7 @@ impl ClusterBuilder {
         fs::write(pki_dir.join("sa.key"), sa_private)?;
         fs::write(pki_dir.join("sa.pub"), sa_public)?;
         let admin_token = random_token();
+        let viewer_token = random_token();
         let controller_tokens: Vec<String> = (0..controllers).map(|_| random_token()).collect();
         let worker_tokens: BTreeMap<String, String> =
             workers.iter().map(|name| (name.clone(), random_token())).collect();
@@ -166,6 +174,7 @@ impl ClusterBuilder {
         for (name, token) in &worker_tokens {
             writeln!(tokens_csv, "{token},system:node:{name},node-{name},system:nodes")?;
         }
+        writeln!(tokens_csv, "{viewer_token},{VIEWER_USER},{VIEWER_USER},{VIEWER_GROUP}")?;
         fs::write(pki_dir.join("tokens.csv"), tokens_csv)?;
 
         let mut cluster = Cluster {
@@ -177,6 +186,7 @@ impl ClusterBuilder {
             ca_pem: ca.cert_pem().to_owned(),
             ca_cert,
             admin_token,
+            viewer_token,
             controller_tokens,
             worker_tokens,
             startup_timeout,
@@ -234,6 +244,7 @@ pub struct Cluster {
     ca_pem: String,
     ca_cert: PathBuf,
     admin_token: String,
+    viewer_token: String,
     controller_tokens: Vec<String>,
     worker_tokens: BTreeMap<String, String>,
     startup_timeout: Duration,
@@ -359,6 +370,16 @@ impl Cluster {
     pub fn admin_kubeconfig(&self, i: usize) -> PathBuf {
         self.apiserver(i);
         self.kubeconfig_dir().join(format!("admin-{i}.kubeconfig"))
+    }
+
+    /// Kubeconfig of the viewer identity ([`VIEWER_USER`], only in group [`VIEWER_GROUP`],
+    /// which nothing is bound to unless the test binds it) against apiserver `i`.
+    ///
+    /// # Panics
+    /// If there is no controller `i`.
+    pub fn viewer_kubeconfig(&self, i: usize) -> PathBuf {
+        self.apiserver(i);
+        self.kubeconfig_dir().join(format!("viewer-{i}.kubeconfig"))
     }
 
     /// Kubeconfig of controller `i`'s own identity ([`rbac::controller_user`]`(i)`, only in
@@ -609,6 +630,7 @@ impl Cluster {
                 kubeconfig::write(&path, &self.name, &server, &self.ca_pem, user, token)
             };
             write(self.admin_kubeconfig(i), ADMIN_USER, &self.admin_token)?;
+            write(self.viewer_kubeconfig(i), VIEWER_USER, &self.viewer_token)?;
             write(
                 self.controller_kubeconfig(i),
                 &rbac::controller_user(i),

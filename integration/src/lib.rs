@@ -44,6 +44,7 @@
 //! | `admin` | `system:masters` | [`Cluster::admin_kubeconfig`]`(i)` → apiserver `i` |
 //! | `k0s-autopilot-controller:controller-<i>` | `k0s-autopilot-controllers` only (bound by `manifests/rbac/`, applied at build) | [`Cluster::controller_kubeconfig`]`(i)` → apiserver `i` |
 //! | `system:node:<name>` | `system:nodes` | [`Cluster::node_kubeconfig`]`(name)` → apiserver 0, [`Cluster::node_kubeconfig_at`] |
+//! | `viewer` | `k0s-viewers` only (nothing bound: a test binds what it allows) | [`Cluster::viewer_kubeconfig`]`(i)` → apiserver `i` |
 //!
 //! Clients: [`Cluster::admin_client`], [`Cluster::admin_client_at`],
 //! [`Cluster::controller_client`], [`Cluster::node_client`],
@@ -98,7 +99,8 @@ pub mod signals;
 pub mod wait;
 
 pub use cluster::{
-    ADMIN_USER, Cluster, ClusterBuilder, DEFAULT_STARTUP_TIMEOUT, KEEP_TEST_DIRS_ENV,
+    ADMIN_USER, Cluster, ClusterBuilder, DEFAULT_STARTUP_TIMEOUT, KEEP_TEST_DIRS_ENV, VIEWER_GROUP,
+    VIEWER_USER,
 };
 pub use k0s::{
     K0S_BIN_ENV, K0sCommand, K0sProcess, LogMark, k0s_binary, k0s_binary_with_version, run_k0s,

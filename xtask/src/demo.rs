@@ -1,10 +1,13 @@
 //! `cargo xtask demo`: the main job on a local real control plane.
 //!
-//! Builds `k0s` at v1 and a v2 copy, starts etcd and one kube-apiserver per controller, runs
-//! the controllers and workers at v1, shows who leads and what registered, serves the v2
-//! build over loopback HTTP with its sha256, applies a Plan, shows each node's progress live
-//! until the Plan completes, verifies every node runs v2, and tears everything down.
+//! Builds the control plane, `k0s` at v1 and a v2 copy (one line per step; the build output
+//! goes to a log file whose path it prints), starts etcd and one kube-apiserver per
+//! controller, runs the controllers and workers at v1, shows who leads and what registered,
+//! serves the v2 build over loopback HTTP with its sha256, applies a Plan, shows the update
+//! through the `k0s autopilot status` view until the Plan completes, verifies every node runs
+//! v2, and tears everything down.
 
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -29,6 +32,52 @@ pub struct Args {
     to_version: String,
 }
 
+/// The file the demo's build steps write their output to.
+struct BuildLog {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+}
+
+impl BuildLog {
+    /// `<target>/demo-build.log`, truncated.
+    fn create() -> anyhow::Result<Self> {
+        let dir = crate::test::target_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("demo-build.log");
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self { path, file })
+    }
+
+    /// Run `command` as the step `what`: one line on the terminal, everything it prints in
+    /// the log. Returns its stdout.
+    fn step(&self, what: &str, mut command: Command) -> anyhow::Result<String> {
+        use std::io::Write as _;
+        print!("==> {what} ... ");
+        std::io::stdout().flush()?;
+        let started = std::time::Instant::now();
+        let mut file = &self.file;
+        writeln!(file, "\n==> {what}\n$ {command:?}")?;
+        let output = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(self.file.try_clone()?)
+            .output()
+            .with_context(|| format!("running {command:?}"))?;
+        file.write_all(&output.stdout)?;
+        if !output.status.success() {
+            println!("failed");
+            anyhow::bail!(
+                "{what} failed ({}); its output is in {}",
+                output.status,
+                self.path.display()
+            );
+        }
+        println!("done ({:.0}s)", started.elapsed().as_secs_f64());
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
 /// How long each stage of the demo may take before it is reported as failed.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -36,10 +85,23 @@ const STAGE_TIMEOUT: Duration = Duration::from_secs(90);
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { controllers, workers, to_version } = args;
     anyhow::ensure!(controllers >= 1, "--controllers must be at least 1");
-    integration::control_plane::ensure_built()?;
-    let k0s = crate::test::build_k0s()?;
-    println!("==> building the {to_version} copy of k0s to update to");
-    let v2 = integration::k0s_binary_with_version(&to_version)?;
+    let log = BuildLog::create()?;
+    println!("==> build output goes to {}", log.path.display());
+    let xtask = std::env::current_exe().context("finding the xtask binary")?;
+    let mut control_plane = Command::new(&xtask);
+    control_plane.arg("control-plane");
+    log.step(
+        "building the control plane (kube-apiserver, etcd; cached after the first run)",
+        control_plane,
+    )?;
+    log.step("building k0s", crate::test::build_k0s_command("dev"))?;
+    let k0s = crate::test::k0s_path("debug");
+    let mut copy = Command::new(&xtask);
+    copy.args(["build-k0s-version", &to_version]);
+    let built = log.step(&format!("building the {to_version} copy of k0s to update to"), copy)?;
+    let v2 = built.lines().last().map(std::path::PathBuf::from).with_context(|| {
+        format!("the {to_version} build printed no path (see {})", log.path.display())
+    })?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(demo(k0s, v2, &to_version, controllers, workers))
 }
@@ -208,10 +270,11 @@ async fn update(
     let started = std::time::Instant::now();
     plans.create(&Default::default(), &plan).await.context("creating the Plan")?;
 
-    // Live progress: one line per change of a node's state or phase, with the Plan's
-    // Progress column (node updates completed / planned).
-    println!("  {:>8}  {:>5}  {:<14} {:<18} PHASE", "TIME", "DONE", "NODE", "STATE");
-    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    // The update through the `k0s autopilot status` view: redrawn in place on a terminal,
+    // else printed again whenever a node's state or phase changes.
+    use std::io::IsTerminal as _;
+    let terminal = std::io::stdout().is_terminal();
+    let mut shown: Option<Vec<(String, String, Option<String>)>> = None;
     let config = watcher::Config::default().fields(&format!("metadata.name={}", keys::PLAN_NAME));
     let mut events = watcher(plans.clone(), config).default_backoff().applied_objects().boxed();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
@@ -221,20 +284,20 @@ async fn update(
             anyhow::bail!("the plan did not finish within 10 minutes");
         };
         let Some(status) = plan.status else { continue };
-        let progress = status.progress.as_deref().unwrap_or("-");
-        for target in status.targets() {
-            let phase = target.phase.map(|p| p.to_string()).unwrap_or_default();
-            let line = format!("{:<18} {}", target.state.as_str(), phase);
-            if seen.get(&target.name) != Some(&line) {
-                println!(
-                    "  +{:>6.1}s  {progress:>5}  {:<14} {line}",
-                    started.elapsed().as_secs_f64(),
-                    target.name
-                );
-                seen.insert(target.name.clone(), line);
-            }
+        let snapshot = autopilot_cli::status::read(&client, keys::PLAN_NAME).await?;
+        let view = autopilot_cli::status::view(&snapshot, jiff::Timestamp::now());
+        let nodes: Vec<_> =
+            view.nodes.iter().map(|n| (n.name.clone(), n.state.clone(), n.phase.clone())).collect();
+        let ended = status.state.is_terminal();
+        if terminal {
+            print!("{}", autopilot_cli::status::CLEAR);
+            print!("{}", autopilot_cli::status::render_view(&view));
+        } else if shown.as_ref() != Some(&nodes) || ended {
+            println!("--- +{:.1}s", started.elapsed().as_secs_f64());
+            print!("{}", autopilot_cli::status::render_view(&view));
         }
-        if status.state.is_terminal() {
+        shown = Some(nodes);
+        if ended {
             break (status.state, status.progress.unwrap_or_default());
         }
     };

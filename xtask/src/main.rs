@@ -32,6 +32,13 @@ enum Command {
     /// Run a benchmark (`cargo xtask bench plan`: the engine on the real control plane;
     /// `cargo xtask bench download`: the agent's download + verify).
     Bench(bench::Args),
+    /// Build a copy of k0s that reports VERSION and print its path (a step of the demo, run
+    /// as a child so its build output goes to the demo's log).
+    #[command(hide = true)]
+    BuildK0sVersion {
+        /// The version the copy reports.
+        version: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +49,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::BuildK0sVersion { version } => {
+            println!("{}", integration::k0s_binary_with_version(&version)?.display());
+            Ok(())
+        }
     }
 }
 

@@ -50,16 +50,37 @@ pub fn build_k0s_release() -> anyhow::Result<std::path::PathBuf> {
 
 fn build_k0s_profile(profile: &str, dir: &str) -> anyhow::Result<std::path::PathBuf> {
     println!("==> building k0s ({profile} profile)");
-    let status = Command::new(cargo())
-        .current_dir(crate::workspace_root())
-        .args(["build", "--locked", "--profile", profile, "--package", "k0s", "--bin", "k0s"])
-        .status()
-        .context("running cargo build")?;
+    let status = build_k0s_command(profile).status().context("running cargo build")?;
     anyhow::ensure!(status.success(), "building k0s failed ({status})");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    Ok(k0s_path(dir))
+}
+
+/// The `cargo build` of the `k0s` binary with `profile`.
+pub fn build_k0s_command(profile: &str) -> Command {
+    let mut command = Command::new(cargo());
+    command.current_dir(crate::workspace_root()).args([
+        "build",
+        "--locked",
+        "--profile",
+        profile,
+        "--package",
+        "k0s",
+        "--bin",
+        "k0s",
+    ]);
+    command
+}
+
+/// Where the `k0s` binary of the profile directory `dir` (`debug`, `release`) is built.
+pub fn k0s_path(dir: &str) -> std::path::PathBuf {
+    target_dir().join(dir).join("k0s")
+}
+
+/// The `target` directory (`$CARGO_TARGET_DIR`, else `<workspace>/target`).
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"));
-    Ok(target.join(dir).join("k0s"))
+        .unwrap_or_else(|| crate::workspace_root().join("target"))
 }
 
 /// The cargo that runs this xtask.

@@ -32,6 +32,14 @@ pub struct PodFacts {
     pub terminating: bool,
 }
 
+impl PodFacts {
+    /// Whether a drain must move the pod off the node (everything but DaemonSet and static
+    /// pods).
+    pub fn must_go(&self) -> bool {
+        !self.daemon_set && !self.mirror
+    }
+}
+
 /// Everything the decision looks at for one signal object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
@@ -179,8 +187,7 @@ fn cordoning(facts: &Facts) -> Step {
         return Step::Cordon;
     }
     // Check 3: evict what must go; wait for what is going.
-    let must_go: Vec<&PodFacts> =
-        facts.pods.iter().filter(|p| !p.daemon_set && !p.mirror).collect();
+    let must_go: Vec<&PodFacts> = facts.pods.iter().filter(|p| p.must_go()).collect();
     let evict: Vec<(String, String)> = must_go
         .iter()
         .filter(|p| !p.terminating)

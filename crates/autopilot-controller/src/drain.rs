@@ -412,7 +412,8 @@ async fn observe(
     Ok((facts, node.resource_version()))
 }
 
-fn pod_facts(pod: &Pod) -> PodFacts {
+/// What a drain needs to know about `pod`.
+pub fn pod_facts(pod: &Pod) -> PodFacts {
     PodFacts {
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),

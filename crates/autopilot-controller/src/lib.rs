@@ -111,6 +111,34 @@ impl Args {
         leader::Timings::new(self.lease_duration, self.renew_deadline, self.retry_period)?;
         Ok(())
     }
+
+    /// The plan policy these flags give.
+    pub fn policy(&self) -> plan::Policy {
+        plan::Policy {
+            exclude_controllers: self.exclude_from_plans.contains(&NodeKind::Controller),
+            exclude_workers: self.exclude_from_plans.contains(&NodeKind::Worker),
+            readiness_grace: self.readiness_grace,
+            readiness_recheck: READINESS_RECHECK,
+            node_progress_timeout: self.node_progress_timeout,
+            drain_timeout: self.drain_timeout,
+            allow_unverified_payloads: self.allow_unverified_payloads,
+        }
+    }
+
+    /// The flags of a controller started with every optional flag at its default (for
+    /// tools that reason about what a controller would do, such as `k0s autopilot
+    /// preview`).
+    pub fn defaults() -> Self {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            args: Args,
+        }
+        Only::try_parse_from(["k0s", "--api-address", "127.0.0.1:6443"])
+            .expect("every flag but --api-address has a default")
+            .args
+    }
 }
 
 /// What the binary resolved before starting the controller: the connection and this node's
@@ -148,6 +176,7 @@ pub async fn run(
     process: Process,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let policy = args.policy();
     let Args {
         enable_autopilot,
         api_address,
@@ -157,9 +186,10 @@ pub async fn run(
         renew_deadline,
         retry_period,
         startup_timeout,
-        readiness_grace,
-        node_progress_timeout,
-        drain_timeout,
+        // In `policy`.
+        readiness_grace: _,
+        node_progress_timeout: _,
+        drain_timeout: _,
         allow_unverified_payloads,
     } = args;
     anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
@@ -205,15 +235,6 @@ pub async fn run(
         }
     }
 
-    let policy = plan::Policy {
-        exclude_controllers: exclude_from_plans.contains(&NodeKind::Controller),
-        exclude_workers: exclude_from_plans.contains(&NodeKind::Worker),
-        readiness_grace,
-        readiness_recheck: READINESS_RECHECK,
-        node_progress_timeout,
-        drain_timeout,
-        allow_unverified_payloads,
-    };
     let leading_rx = leading.subscribe();
     let engine = reconcile::Engine::new(
         client.clone(),

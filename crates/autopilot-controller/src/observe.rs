@@ -29,17 +29,32 @@ pub fn collect_control_nodes(
         .iter()
         .filter(|cn| cn.meta().deletion_timestamp.is_none())
         .map(|cn| {
-            let target = TargetObject {
-                name: cn.name_any(),
-                labels: cn.labels().clone(),
-                // Controller readiness comes from the /readyz probe, not from the object.
-                ready: true,
-                signal: observe_signal(cn.meta()),
-            };
+            let target = control_node_object(cn);
             (target.name.clone(), target)
         })
         .collect();
     (objects, versions)
+}
+
+/// A ControlNode as the planner sees it.
+pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
+    TargetObject {
+        name: control_node.name_any(),
+        labels: control_node.labels().clone(),
+        // Controller readiness comes from the /readyz probe, not from the object.
+        ready: true,
+        signal: observe_signal(control_node.meta()),
+    }
+}
+
+/// A Node as the planner sees it.
+pub fn node_object(node: &Node) -> TargetObject {
+    TargetObject {
+        name: node.name_any(),
+        labels: node.labels().clone(),
+        ready: is_node_ready(node),
+        signal: observe_signal(node.meta()),
+    }
 }
 
 /// Every Node in the cache, as the planner sees it, with the snapshot's versions.
@@ -50,12 +65,7 @@ pub fn collect_nodes(store: &Store<Node>) -> (BTreeMap<String, TargetObject>, Ve
         .iter()
         .filter(|node| node.meta().deletion_timestamp.is_none())
         .map(|node| {
-            let target = TargetObject {
-                name: node.name_any(),
-                labels: node.labels().clone(),
-                ready: is_node_ready(node),
-                signal: observe_signal(node.meta()),
-            };
+            let target = node_object(node);
             (target.name.clone(), target)
         })
         .collect();

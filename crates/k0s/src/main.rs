@@ -6,6 +6,7 @@
 //! the Plan (module [`steer`]).
 
 mod metrics;
+mod ops;
 mod steer;
 
 use std::path::PathBuf;
@@ -76,17 +77,24 @@ enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusFormat::Text)]
         output: StatusFormat,
     },
-    /// Steer the running plan.
+    /// Follow, preview and steer plans.
     Autopilot {
         #[command(subcommand)]
         command: AutopilotCommand,
     },
 }
 
-/// `k0s autopilot ...`: steer the running plan through annotations on the Plan (which
-/// `kubectl annotate` can set too), so a steer survives a change of leader.
+/// `k0s autopilot ...`: follow a plan (`status`), and steer the running plan through
+/// annotations on the Plan (which `kubectl annotate` can set too), so a steer survives a
+/// change of leader.
 #[derive(Subcommand)]
 enum AutopilotCommand {
+    /// Show the plan at a glance: state, command, progress and ETA, each node's phase, what
+    /// is blocking, the last Events (`--watch` to follow it live).
+    Status(ops::StatusArgs),
+    /// Preview a plan on the live cluster, writing nothing: the targets it resolves, the
+    /// order and batches, and every problem it would hit. Exit status 1 if it would not run.
+    Preview(ops::PreviewArgs),
     /// Pause the plan: no new node is signalled; nodes in flight finish
     /// (annotation `autopilot.k0sproject.io/paused=true`).
     Pause(steer::Args),
@@ -278,6 +286,8 @@ fn main() -> ExitCode {
     }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
+        // The report says why; nothing more to print.
+        Err(err) if err.is::<ops::WouldNotRun>() => ExitCode::FAILURE,
         Err(err) => {
             eprintln!("error: {}", one_line(&err));
             ExitCode::FAILURE
@@ -456,6 +466,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Autopilot { command } => {
             let (verb, args) = match command {
+                AutopilotCommand::Status(args) => return runtime()?.block_on(ops::status(args)),
+                AutopilotCommand::Preview(args) => return runtime()?.block_on(ops::preview(args)),
                 AutopilotCommand::Pause(args) => (steer::Verb::Pause, args),
                 AutopilotCommand::Resume(args) => (steer::Verb::Resume, args),
                 AutopilotCommand::Abort(args) => (steer::Verb::Abort, args),

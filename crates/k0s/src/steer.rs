@@ -5,7 +5,6 @@
 //! does the same and a steer survives a change of leader. [`decide`] is pure (what to write
 //! and what to say, from what the Plan shows); [`run`] reads the Plan, writes and prints.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -25,9 +24,9 @@ const TRUE: &str = "true";
 /// Flags every steering verb takes.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kubeconfig with credentials that may read and annotate Plans.
-    #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
-    kubeconfig: PathBuf,
+    /// Credentials that may read and annotate Plans.
+    #[command(flatten)]
+    kubeconfig: crate::ops::Kubeconfig,
 
     /// The Plan to steer.
     #[arg(long, default_value = keys::PLAN_NAME, value_name = "NAME")]
@@ -151,7 +150,7 @@ fn annotation(key: &str, value: serde_json::Value) -> serde_json::Value {
 /// what was done and what happens next.
 pub async fn run(verb: Verb, args: Args) -> anyhow::Result<()> {
     let Args { kubeconfig, plan: name } = args;
-    let (client, _config, server_url) = crate::connect(&kubeconfig).await?;
+    let (client, _config, server_url) = crate::connect(&kubeconfig.resolve()?).await?;
     let plans: Api<Plan> = Api::all(client);
     let plan = tokio::time::timeout(API_TIMEOUT, plans.get_opt(&name))
         .await

@@ -15,11 +15,13 @@
 //! - [`removed_apis`]: the removed-API table and the pre-check decision.
 //! - `payload` (private): which platform entries no node could verify, refused or warned
 //!   about at NewPlan (`Policy::allow_unverified_payloads`).
+//! - [`rollout`]: a dry run of [`step`] over a spec on a snapshot (`k0s autopilot preview`).
 //! - [`step`], [`controllers_to_probe`] and [`removed_api_check_versions`]: the machine and
 //!   the two questions the shell asks before a pass (what to probe, what to check).
 
 pub mod phases;
 pub mod removed_apis;
+pub mod rollout;
 pub mod selector;
 
 mod command;

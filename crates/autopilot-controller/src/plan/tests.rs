@@ -3,6 +3,7 @@
 
 mod fixtures;
 mod props;
+mod rollout;
 mod steering;
 
 use std::collections::BTreeSet;

@@ -1,0 +1,530 @@
+//! `k0s autopilot preview -f plan.yaml`: what the plan engine would do with a Plan on the
+//! live cluster, writing nothing.
+//!
+//! The shell ([`run`]) reads a [`Cluster`] snapshot: Nodes, ControlNodes, the pods and
+//! PodDisruptionBudgets a drain would meet, the `/readyz` answer of each controller, and the
+//! uses of removed APIs (discovery). [`preview`] is pure: it runs the engine's own dry run
+//! ([`autopilot_controller::plan::rollout`]) for the resolved targets, the refusals and the
+//! batches, and adds what would hold or endanger the run right now: targets that are not
+//! ready, budgets that block an eviction, and version skew.
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use anyhow::Context as _;
+use autopilot_api::keys;
+use autopilot_api::v1beta2::{ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, TargetStatus};
+use autopilot_controller::cordon::PodFacts;
+use autopilot_controller::observe;
+use autopilot_controller::plan::rollout::{self, Rollout};
+use autopilot_controller::plan::{ObjectKind, Observed, Policy, Readiness, RemovedApiUse};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+
+/// What the preview reads from the cluster.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    /// Every Node.
+    pub nodes: Vec<Node>,
+    /// Every ControlNode.
+    pub control_nodes: Vec<ControlNode>,
+    /// The pods bound to the nodes a plan would drain.
+    pub pods: Vec<Pod>,
+    /// Every PodDisruptionBudget.
+    pub budgets: Vec<PodDisruptionBudget>,
+    /// The `/readyz` answer of each controller the plan targets.
+    pub readiness: BTreeMap<String, Readiness>,
+    /// Uses of removed APIs for the versions the plan checks (`None`: not looked up).
+    pub removed_apis: Option<Vec<RemovedApiUse>>,
+}
+
+/// What the preview found: the document `-o json` prints.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Whether the plan would run to completion on the cluster as it is now.
+    pub would_run: bool,
+    /// The state the engine's dry run ended in.
+    pub end_state: String,
+    /// Every command with its resolved targets.
+    pub commands: Vec<CommandReport>,
+    /// The nodes signalled together, in order.
+    pub batches: Vec<BatchReport>,
+    /// Everything that would stop or hold the plan, one sentence each.
+    pub problems: Vec<String>,
+}
+
+/// One command and its resolved targets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandReport {
+    /// Index in `spec.commands`.
+    pub id: u32,
+    /// `k0supdate` or `airgapupdate`.
+    pub kind: String,
+    /// The version it updates to.
+    pub version: String,
+    /// The controllers it targets (one at a time).
+    pub controllers: Vec<String>,
+    /// The workers it targets.
+    pub workers: Vec<String>,
+    /// How many workers at once (`limits.concurrent` resolved).
+    pub worker_concurrency: usize,
+}
+
+/// One batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchReport {
+    /// The command.
+    pub command: u32,
+    /// `ControlNode/<name>` or `Node/<name>`, in the engine's order.
+    pub targets: Vec<String>,
+    /// Seconds the engine waits before it (a canary's soak).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_seconds: Option<u64>,
+}
+
+/// Preview `spec` on `cluster` under `policy` (the controllers' flags, which the cluster does
+/// not show). `now` is only the dry run's clock.
+pub fn preview(
+    spec: &PlanSpec,
+    cluster: &Cluster,
+    policy: &Policy,
+    now: jiff::Timestamp,
+) -> Report {
+    let control_nodes: BTreeMap<String, _> = cluster
+        .control_nodes
+        .iter()
+        .map(|c| (c.name_any(), observe::control_node_object(c)))
+        .collect();
+    let nodes: BTreeMap<String, _> =
+        cluster.nodes.iter().map(|n| (n.name_any(), observe::node_object(n))).collect();
+    let readiness = BTreeMap::new();
+    let observed = Observed {
+        now,
+        control_nodes: &control_nodes,
+        nodes: &nodes,
+        readiness: &readiness,
+        removed_apis: Some(cluster.removed_apis.as_deref().unwrap_or_default()),
+    };
+    let rollout = rollout::rollout(spec, &observed, policy);
+    let commands = command_reports(spec, &rollout);
+
+    // Check 1: the engine's own verdict (refusals at NewPlan, a failed run).
+    let mut problems = Vec::new();
+    if rollout.end.state.is_failure() {
+        let why = rollout
+            .end
+            .commands
+            .iter()
+            .find(|c| c.state.is_failure())
+            .and_then(|c| c.description.clone())
+            .unwrap_or_else(|| "no reason given".to_owned());
+        problems.push(format!("the plan would end {}: {why}", rollout.end.state));
+    } else if !rollout::completes(&rollout) {
+        problems.push(format!("the plan would not finish: it would wait in {}", rollout.end.state));
+    }
+    // Check 2: targets that are not ready now (the engine would wait for them).
+    problems.extend(not_ready(&commands, cluster));
+    // Check 3: budgets that block an eviction now.
+    problems.extend(blocked_drains(&commands, cluster));
+    // Check 4: version skew.
+    problems.extend(skew(spec, &commands, cluster));
+
+    Report {
+        would_run: problems.is_empty(),
+        end_state: rollout.end.state.to_string(),
+        commands,
+        batches: rollout
+            .batches
+            .iter()
+            .map(|batch| BatchReport {
+                command: batch.command,
+                targets: batch
+                    .targets
+                    .iter()
+                    .map(|(kind, name)| format!("{}/{name}", kind_name(*kind)))
+                    .collect(),
+                after_seconds: batch.waited.map(|d| d.as_secs()),
+            })
+            .collect(),
+        problems,
+    }
+}
+
+fn kind_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::ControlNode => keys::KIND_CONTROL_NODE,
+        ObjectKind::Node => "Node",
+    }
+}
+
+/// The commands with the targets the engine resolved.
+fn command_reports(spec: &PlanSpec, rollout: &Rollout) -> Vec<CommandReport> {
+    spec.commands
+        .iter()
+        .enumerate()
+        .map(|(index, command)| {
+            let id = u32::try_from(index).unwrap_or(u32::MAX);
+            let status = rollout.resolved.commands.iter().find(|c| c.id == id);
+            let names = |targets: &[TargetStatus]| -> Vec<String> {
+                targets.iter().map(|t| t.name.clone()).collect()
+            };
+            let (controllers, workers) = match status {
+                Some(PlanCommandStatus { k0supdate: Some(k0s), .. }) => {
+                    (names(&k0s.controllers), names(&k0s.workers))
+                }
+                Some(PlanCommandStatus { airgapupdate: Some(airgap), .. }) => {
+                    (Vec::new(), names(&airgap.workers))
+                }
+                Some(_) | None => (Vec::new(), Vec::new()),
+            };
+            let (kind, version, concurrency) = match command {
+                PlanCommand { k0supdate: Some(update), .. } => (
+                    "k0supdate",
+                    update.version.clone(),
+                    update.targets.workers.as_ref().map(|w| w.limits.concurrent),
+                ),
+                PlanCommand { airgapupdate: Some(update), .. } => {
+                    ("airgapupdate", update.version.clone(), Some(update.workers.limits.concurrent))
+                }
+                PlanCommand { k0supdate: None, airgapupdate: None } => {
+                    ("unknown", String::new(), None)
+                }
+            };
+            let worker_concurrency = concurrency.unwrap_or_default().of(workers.len());
+            CommandReport {
+                id,
+                kind: kind.to_owned(),
+                version,
+                controllers,
+                workers,
+                worker_concurrency,
+            }
+        })
+        .collect()
+}
+
+/// Targets that are not ready now: controllers whose `/readyz` fails, workers whose Node is
+/// not `Ready`.
+fn not_ready(commands: &[CommandReport], cluster: &Cluster) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for command in commands {
+        for name in &command.controllers {
+            if !seen.insert(("controller", name.clone())) {
+                continue;
+            }
+            match cluster.readiness.get(name) {
+                Some(Readiness::Ready) => {}
+                Some(Readiness::NotReady(why)) => problems.push(format!(
+                    "controller {name} is not ready ({why}): the plan would wait for it, then \
+                     end InconsistentTargets"
+                )),
+                None => {}
+            }
+        }
+        for name in &command.workers {
+            if !seen.insert(("worker", name.clone())) {
+                continue;
+            }
+            let node = cluster.nodes.iter().find(|n| n.name_any() == *name);
+            if node.is_some_and(|n| !observe::is_node_ready(n)) {
+                problems.push(format!(
+                    "worker {name} is not Ready: the plan would wait for it before signalling it"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The Node a target drains, if it runs a kubelet: a worker's own Node, a controller+worker's
+/// Node.
+fn drained_nodes(commands: &[CommandReport], cluster: &Cluster) -> BTreeSet<String> {
+    let mut drained = BTreeSet::new();
+    for command in commands.iter().filter(|c| c.kind == "k0supdate") {
+        drained.extend(command.workers.iter().cloned());
+        for name in &command.controllers {
+            let control_node = cluster.control_nodes.iter().find(|c| c.name_any() == *name);
+            let Some(control_node) = control_node else { continue };
+            let mode = control_node.annotations().get(keys::ANNOTATION_MODE).map(String::as_str);
+            if mode == Some(keys::MODE_CONTROLLER_WORKER) {
+                drained.insert(control_node.hostname().unwrap_or(name).to_owned());
+            }
+        }
+    }
+    drained
+}
+
+/// The pods a drain of `node` would evict whose budget allows no disruption now.
+fn blocked_drains(commands: &[CommandReport], cluster: &Cluster) -> Vec<String> {
+    let mut problems = Vec::new();
+    for node in drained_nodes(commands, cluster) {
+        let pods = cluster.pods.iter().filter(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+        });
+        for pod in pods {
+            let facts: PodFacts = autopilot_controller::drain::pod_facts(pod);
+            if !facts.must_go() || facts.terminating {
+                continue;
+            }
+            for budget in cluster.budgets.iter().filter(|b| covers(b, pod)) {
+                let allowed = budget.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+                if allowed < 1 {
+                    problems.push(format!(
+                        "draining {node} is blocked now: evicting {}/{} is refused by \
+                         PodDisruptionBudget {}/{} (0 disruptions allowed)",
+                        facts.namespace,
+                        facts.name,
+                        budget.namespace().unwrap_or_default(),
+                        budget.name_any()
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Whether `budget` covers `pod`: same namespace, and its selector matches the pod's labels
+/// (a budget without a selector, or with one that does not parse, covers nothing).
+fn covers(budget: &PodDisruptionBudget, pod: &Pod) -> bool {
+    if budget.namespace() != pod.namespace() {
+        return false;
+    }
+    let Some(selector) = budget.spec.as_ref().and_then(|s| s.selector.clone()) else {
+        return false;
+    };
+    match kube::core::Selector::try_from(selector) {
+        Ok(selector) => kube::core::SelectorExt::matches(&selector, pod.labels()),
+        Err(_) => false,
+    }
+}
+
+/// A k0s version as `(major, minor, patch)`: `v1.35.1+k0s.0` → `(1, 35, 1)`.
+pub fn release(version: &str) -> Option<(u64, u64, u64)> {
+    let core = version.trim().trim_start_matches('v');
+    let core = core.split(['+', '-']).next()?;
+    let mut parts = core.split('.').map(str::parse::<u64>);
+    let major = parts.next()?.ok()?;
+    let minor = parts.next()?.ok()?;
+    let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+    Some((major, minor, patch))
+}
+
+/// Version skew the plan would create or meet: a target that would skip a minor version, and
+/// workers that would run a newer minor than a controller left behind.
+fn skew(spec: &PlanSpec, commands: &[CommandReport], cluster: &Cluster) -> Vec<String> {
+    let mut problems = Vec::new();
+    let controller_version: BTreeMap<String, String> = cluster
+        .control_nodes
+        .iter()
+        .filter_map(|c| Some((c.name_any(), c.k0s_version()?.to_owned())))
+        .collect();
+    let worker_version: BTreeMap<String, String> = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            Some((n.name_any(), n.annotations().get(keys::ANNOTATION_K0S_VERSION)?.clone()))
+        })
+        .collect();
+    for (command, report) in spec.commands.iter().zip(commands) {
+        let Some(update) = &command.k0supdate else { continue };
+        let Some(to) = release(&update.version) else { continue };
+        // Check 1: no target skips a minor version.
+        let targets = report
+            .controllers
+            .iter()
+            .map(|n| ("controller", n, controller_version.get(n)))
+            .chain(report.workers.iter().map(|n| ("worker", n, worker_version.get(n))));
+        for (role, name, running) in targets {
+            let Some(running) = running else { continue };
+            let Some(from) = release(running) else { continue };
+            if to.0 == from.0 && to.1 > from.1 + 1 || to.0 > from.0 {
+                problems.push(format!(
+                    "{role} {name} would skip a minor version: {running} -> {} (update one \
+                     minor version at a time)",
+                    update.version
+                ));
+            }
+        }
+        // Check 2: no worker ends up on a newer minor than a controller the plan leaves as
+        // it is.
+        if report.workers.is_empty() {
+            continue;
+        }
+        for (name, running) in &controller_version {
+            if report.controllers.contains(name) {
+                continue;
+            }
+            let Some(controller) = release(running) else { continue };
+            if (to.0, to.1) > (controller.0, controller.1) {
+                problems.push(format!(
+                    "workers would run {}, newer than controller {name} ({running}), which the \
+                     plan does not update: controllers go first",
+                    update.version
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The report for a person.
+pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Plan {plan_name} (id {}): {} command(s); the engine's dry run ends {}",
+        spec.id,
+        report.commands.len(),
+        report.end_state
+    );
+    for command in &report.commands {
+        let _ = writeln!(out, "Command {}: {} to {}", command.id, command.kind, command.version);
+        if !command.controllers.is_empty() {
+            let _ =
+                writeln!(out, "  controllers (one at a time): {}", command.controllers.join(", "));
+        }
+        if !command.workers.is_empty() {
+            let _ = writeln!(
+                out,
+                "  workers ({} at a time): {}",
+                command.worker_concurrency,
+                command.workers.join(", ")
+            );
+        }
+        if command.controllers.is_empty() && command.workers.is_empty() {
+            let _ = writeln!(out, "  no targets resolved");
+        }
+    }
+    if !report.batches.is_empty() {
+        let _ =
+            writeln!(out, "Order (each line signalled together, once the one before completed):");
+        for (i, batch) in report.batches.iter().enumerate() {
+            let after = batch
+                .after_seconds
+                .map(|s| {
+                    format!(
+                        " (after waiting {})",
+                        crate::status::human(std::time::Duration::from_secs(s))
+                    )
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:>2}. command {}: {}{after}",
+                i + 1,
+                batch.command,
+                batch.targets.join(", ")
+            );
+        }
+    }
+    if report.problems.is_empty() {
+        let _ = writeln!(out, "Problems: none");
+        let _ = writeln!(out, "The plan would run.");
+    } else {
+        let _ = writeln!(out, "Problems ({}):", report.problems.len());
+        for problem in &report.problems {
+            let _ = writeln!(out, "  - {problem}");
+        }
+        let _ = writeln!(out, "The plan would not run as it is.");
+    }
+    out
+}
+
+// === Shell ===
+
+/// How long reading the cluster may take.
+const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Read the snapshot `spec` needs and preview it. Reads only (get, list, and `/readyz`
+/// probes of the targeted controllers with the same credentials).
+pub async fn run(
+    client: kube::Client,
+    config: kube::Config,
+    spec: &PlanSpec,
+    policy: &Policy,
+) -> anyhow::Result<Report> {
+    let read = async {
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing Nodes")?
+            .items;
+        let control_nodes = Api::<ControlNode>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing ControlNodes")?
+            .items;
+        let budgets = Api::<PodDisruptionBudget>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing PodDisruptionBudgets")?
+            .items;
+        anyhow::Ok((nodes, control_nodes, budgets))
+    };
+    let (nodes, control_nodes, budgets) = tokio::time::timeout(API_TIMEOUT, read)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer from the API server in {API_TIMEOUT:?}"))??;
+    let mut cluster = Cluster { nodes, control_nodes, budgets, ..Cluster::default() };
+
+    // The engine's first pass tells what it targets; read what those targets need.
+    let now = jiff::Timestamp::now();
+    let first = preview(spec, &cluster, policy, now);
+    for node in drained_nodes(&first.commands, &cluster) {
+        let pods = Api::<Pod>::all(client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .with_context(|| format!("listing the pods of Node {node}"))?;
+        cluster.pods.extend(pods.items);
+    }
+    let own_address = config
+        .cluster_url
+        .authority()
+        .and_then(|a| {
+            let port = a.port_u16().unwrap_or(443);
+            format!("127.0.0.1:{port}").parse().ok()
+        })
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 6443)));
+    let prober = autopilot_controller::probe::Prober::new(config, own_address);
+    let controllers: BTreeSet<&String> =
+        first.commands.iter().flat_map(|c| c.controllers.iter()).collect();
+    for name in controllers {
+        let readiness = match cluster.control_nodes.iter().find(|c| c.name_any() == *name) {
+            Some(control_node) => prober.probe(control_node).await,
+            None => continue,
+        };
+        cluster.readiness.insert(name.clone(), readiness);
+    }
+    let versions = check_versions(spec);
+    if !versions.is_empty() {
+        let uses = observe::observe_removed_apis(&client, &versions)
+            .await
+            .context("looking for uses of removed APIs")?;
+        cluster.removed_apis = Some(uses);
+    }
+    Ok(preview(spec, &cluster, policy, now))
+}
+
+/// The versions whose removed APIs the engine checks at NewPlan for `spec`.
+fn check_versions(spec: &PlanSpec) -> Vec<String> {
+    let status = None;
+    let view = autopilot_controller::plan::PlanView {
+        name: keys::PLAN_NAME,
+        uid: "preview",
+        generation: 1,
+        spec,
+        status,
+        steering: autopilot_controller::plan::Steering::default(),
+    };
+    autopilot_controller::plan::removed_api_check_versions(view)
+}

@@ -1,0 +1,315 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::v1beta2::{
+    Concurrency, ControlNodeStatus, PlanCommandK0sUpdate, PlanCommandTarget,
+    PlanCommandTargetDiscovery, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
+    PlanCommandTargets, PlanResourceUrl,
+};
+use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodSpec};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use super::*;
+
+fn now() -> jiff::Timestamp {
+    "2026-01-01T12:00:00Z".parse().expect("a timestamp")
+}
+
+fn policy() -> Policy {
+    Policy {
+        exclude_controllers: false,
+        exclude_workers: false,
+        readiness_grace: Duration::from_secs(600),
+        readiness_recheck: Duration::from_secs(5),
+        node_progress_timeout: Duration::from_secs(900),
+        drain_timeout: Duration::from_secs(600),
+        allow_unverified_payloads: false,
+    }
+}
+
+fn platform_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (keys::LABEL_OS.to_owned(), "linux".to_owned()),
+        (keys::LABEL_ARCH.to_owned(), "amd64".to_owned()),
+    ])
+}
+
+fn node(name: &str, ready: bool, version: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(platform_labels()),
+            annotations: Some(BTreeMap::from([(
+                keys::ANNOTATION_K0S_VERSION.to_owned(),
+                version.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".to_owned(),
+                status: if ready { "True" } else { "False" }.to_owned(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        }),
+        ..Node::default()
+    }
+}
+
+fn control_node(name: &str, version: &str) -> ControlNode {
+    let mut object = ControlNode::new(name);
+    object.metadata.labels = Some(platform_labels());
+    object.status =
+        Some(ControlNodeStatus { k0s_version: Some(version.to_owned()), ..Default::default() });
+    object
+}
+
+fn targets(names: &[&str], concurrent: u32) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: Some(PlanCommandTargetDiscoveryStatic {
+                nodes: names.iter().map(|n| (*n).to_owned()).collect(),
+            }),
+            selector: None,
+        },
+        limits: PlanCommandTargetLimits {
+            concurrent: Concurrency::Count(concurrent),
+            ..PlanCommandTargetLimits::default()
+        },
+    }
+}
+
+/// A plan updating `controllers` and then `workers` (two at a time) to `version`.
+fn plan(version: &str, controllers: &[&str], workers: &[&str]) -> PlanSpec {
+    PlanSpec {
+        id: "preview".to_owned(),
+        timestamp: "now".to_owned(),
+        commands: vec![PlanCommand {
+            k0supdate: Some(PlanCommandK0sUpdate {
+                version: version.to_owned(),
+                forceupdate: false,
+                platforms: BTreeMap::from([(
+                    "linux-amd64".to_owned(),
+                    PlanResourceUrl {
+                        url: "https://example.com/k0s".to_owned(),
+                        sha256: Some("a".repeat(64)),
+                    },
+                )]),
+                targets: PlanCommandTargets {
+                    controllers: (!controllers.is_empty()).then(|| targets(controllers, 1)),
+                    workers: (!workers.is_empty()).then(|| targets(workers, 2)),
+                },
+                progress_timeout: None,
+            }),
+            airgapupdate: None,
+        }],
+    }
+}
+
+/// One controller and three Ready workers, all at v1.34.2.
+fn cluster() -> Cluster {
+    Cluster {
+        nodes: ["worker-0", "worker-1", "worker-2"]
+            .into_iter()
+            .map(|n| node(n, true, "v1.34.2+k0s.0"))
+            .collect(),
+        control_nodes: vec![control_node("controller-0", "v1.34.2+k0s.0")],
+        readiness: BTreeMap::from([("controller-0".to_owned(), Readiness::Ready)]),
+        removed_apis: Some(Vec::new()),
+        ..Cluster::default()
+    }
+}
+
+const WORKERS: [&str; 3] = ["worker-0", "worker-1", "worker-2"];
+
+#[test]
+fn a_good_plan_would_run_controllers_first_then_workers_two_at_a_time() {
+    let spec = plan("v1.35.0+k0s.0", &["controller-0"], &WORKERS);
+    let report = preview(&spec, &cluster(), &policy(), now());
+    assert_eq!(report.problems, Vec::<String>::new());
+    assert!(report.would_run);
+    assert_eq!(report.end_state, "Completed");
+    assert_eq!(report.commands[0].controllers, ["controller-0"]);
+    assert_eq!(report.commands[0].workers, WORKERS);
+    assert_eq!(report.commands[0].worker_concurrency, 2);
+    let batches: Vec<Vec<&str>> =
+        report.batches.iter().map(|b| b.targets.iter().map(String::as_str).collect()).collect();
+    assert_eq!(
+        batches,
+        [
+            vec!["ControlNode/controller-0"],
+            vec!["Node/worker-0", "Node/worker-1"],
+            vec!["Node/worker-2"]
+        ]
+    );
+    let text = render("autopilot", &spec, &report);
+    assert_eq!(
+        text,
+        "\
+Plan autopilot (id preview): 1 command(s); the engine's dry run ends Completed
+Command 0: k0supdate to v1.35.0+k0s.0
+  controllers (one at a time): controller-0
+  workers (2 at a time): worker-0, worker-1, worker-2
+Order (each line signalled together, once the one before completed):
+   1. command 0: ControlNode/controller-0
+   2. command 0: Node/worker-0, Node/worker-1
+   3. command 0: Node/worker-2
+Problems: none
+The plan would run.
+"
+    );
+}
+
+#[test]
+fn a_target_that_does_not_exist_is_named_and_the_plan_would_not_run() {
+    let spec = plan("v1.34.3+k0s.0", &[], &["worker-0", "worker-9"]);
+    let report = preview(&spec, &cluster(), &policy(), now());
+    assert!(!report.would_run);
+    assert_eq!(report.end_state, "IncompleteTargets");
+    assert_eq!(
+        report.problems,
+        ["the plan would end IncompleteTargets: command 0 (k0supdate): targets without an \
+          object: Node worker-9"]
+    );
+    assert!(report.batches.is_empty());
+}
+
+#[test]
+fn a_worker_that_is_not_ready_and_a_controller_without_readyz_are_problems() {
+    let mut cluster = cluster();
+    cluster.nodes[1] = node("worker-1", false, "v1.34.2+k0s.0");
+    cluster.readiness.insert(
+        "controller-0".to_owned(),
+        Readiness::NotReady("https://10.0.0.1:6443/readyz: connection refused".to_owned()),
+    );
+    let spec = plan("v1.35.0+k0s.0", &["controller-0"], &WORKERS);
+    let report = preview(&spec, &cluster, &policy(), now());
+    assert!(!report.would_run);
+    assert_eq!(
+        report.problems,
+        [
+            "controller controller-0 is not ready (https://10.0.0.1:6443/readyz: connection \
+             refused): the plan would wait for it, then end InconsistentTargets",
+            "worker worker-1 is not Ready: the plan would wait for it before signalling it",
+        ]
+    );
+    // The order is still shown, as once every target is ready.
+    assert_eq!(report.batches.len(), 3);
+}
+
+#[test]
+fn a_budget_that_allows_no_disruption_blocks_the_drain_of_its_pods_node() {
+    let mut cluster = cluster();
+    let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+    cluster.pods.push(Pod {
+        metadata: ObjectMeta {
+            name: Some("web-0".to_owned()),
+            namespace: Some("shop".to_owned()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec { node_name: Some("worker-1".to_owned()), ..PodSpec::default() }),
+        ..Pod::default()
+    });
+    let budget = |name: &str, allowed: i32| PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("shop".to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: Some(PodDisruptionBudgetStatus {
+            disruptions_allowed: allowed,
+            ..PodDisruptionBudgetStatus::default()
+        }),
+    };
+    cluster.budgets = vec![budget("web", 0), budget("roomy", 1)];
+    let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
+    let report = preview(&spec, &cluster, &policy(), now());
+    assert_eq!(
+        report.problems,
+        ["draining worker-1 is blocked now: evicting shop/web-0 is refused by \
+          PodDisruptionBudget shop/web (0 disruptions allowed)"]
+    );
+    assert!(!report.would_run);
+}
+
+#[test]
+fn skipping_a_minor_version_and_workers_ahead_of_controllers_are_version_skew() {
+    let spec = plan("v1.36.0+k0s.0", &[], &["worker-0"]);
+    let report = preview(&spec, &cluster(), &policy(), now());
+    assert_eq!(
+        report.problems,
+        [
+            "worker worker-0 would skip a minor version: v1.34.2+k0s.0 -> v1.36.0+k0s.0 \
+             (update one minor version at a time)",
+            "workers would run v1.36.0+k0s.0, newer than controller controller-0 \
+             (v1.34.2+k0s.0), which the plan does not update: controllers go first",
+        ]
+    );
+    // A patch release for workers alone is fine.
+    let spec = plan("v1.34.3+k0s.0", &[], &["worker-0"]);
+    assert!(preview(&spec, &cluster(), &policy(), now()).would_run);
+}
+
+#[test]
+fn a_canary_with_a_soak_goes_alone_and_the_rest_follow_after_the_soak() {
+    let mut spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
+    let workers = spec.commands[0]
+        .k0supdate
+        .as_mut()
+        .and_then(|u| u.targets.workers.as_mut())
+        .expect("workers");
+    workers.limits.canary = Some(1);
+    workers.limits.soak = Some("5m".to_owned());
+    let report = preview(&spec, &cluster(), &policy(), now());
+    assert!(report.would_run, "{:?}", report.problems);
+    assert_eq!(report.batches[0].targets, ["Node/worker-0"]);
+    assert_eq!(report.batches[1].targets, ["Node/worker-1", "Node/worker-2"]);
+    let waited = report.batches[1].after_seconds.expect("a soak before the rest");
+    // The soak of 5m counts from the canary's completion; a pass or two went by meanwhile.
+    assert!((295..=300).contains(&waited), "waited {waited}s");
+}
+
+#[test]
+fn the_engine_refusals_removed_apis_and_excluded_kinds_are_problems() {
+    let mut cluster = cluster();
+    cluster.removed_apis = Some(vec![RemovedApiUse {
+        group: "flowcontrol.apiserver.k8s.io".to_owned(),
+        version: "v1beta3".to_owned(),
+        resource: "flowschemas".to_owned(),
+        removed_in: "v1.32.0".to_owned(),
+        count: 2,
+        blocking: true,
+    }]);
+    let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
+    let report = preview(&spec, &cluster, &policy(), now());
+    assert_eq!(report.end_state, "Warning");
+    assert!(
+        report.problems[0].starts_with("the plan would end Warning: "),
+        "{:?}",
+        report.problems
+    );
+    assert!(report.problems[0].contains("flowschemas"), "{:?}", report.problems);
+
+    let excluding = Policy { exclude_workers: true, ..policy() };
+    let report = preview(&spec, &self::cluster(), &excluding, now());
+    assert_eq!(report.end_state, "Restricted");
+    assert!(report.problems[0].contains("--exclude-from-plans"), "{:?}", report.problems);
+}
+
+#[test]
+fn k0s_versions_read_as_releases() {
+    assert_eq!(release("v1.35.1+k0s.0"), Some((1, 35, 1)));
+    assert_eq!(release("v1.35.0-rc.1+k0s.0"), Some((1, 35, 0)));
+    assert_eq!(release("1.34"), Some((1, 34, 0)));
+    assert_eq!(release("latest"), None);
+}

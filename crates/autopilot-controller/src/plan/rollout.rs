@@ -1,0 +1,150 @@
+//! A dry run of the engine: the passes [`step`] would make over a Plan spec on a snapshot,
+//! if every node it signals completed at once. `k0s autopilot preview` shows the result.
+//!
+//! Nothing here decides anything of its own: every pass is the engine's [`step`], and the
+//! "cluster" between passes is the snapshot with each signalled object answering
+//! `Completed`. So the resolved targets, the refusals (missing targets or platforms, an
+//! excluded node kind, removed APIs, malformed fields), the order and the batches are
+//! exactly the engine's.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::signal::{SignalPhase, SignalStatus};
+use autopilot_api::v1beta2::{PlanSpec, PlanStateType, PlanStatus};
+
+use super::{
+    Effect, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Requeue, Steering,
+    TargetObject, step,
+};
+
+/// The most passes a dry run makes before it reports that it stalled (a run of N targets
+/// needs about 2N passes).
+const MAX_PASSES: usize = 10_000;
+
+/// How far the clock of a dry run moves between two passes that changed something.
+const PASS: Duration = Duration::from_secs(1);
+
+/// Nodes the engine signalled in one pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// The command (index in `spec.commands`).
+    pub command: u32,
+    /// The objects signalled, in the engine's order.
+    pub targets: Vec<(ObjectKind, String)>,
+    /// How long the engine waited before this batch with nothing in flight (a canary's
+    /// soak), if it did.
+    pub waited: Option<Duration>,
+}
+
+/// What a dry run found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rollout {
+    /// The status after the first pass: every command's resolved targets, or the state and
+    /// `description` the run would end in at once.
+    pub resolved: PlanStatus,
+    /// The batches, in order.
+    pub batches: Vec<Batch>,
+    /// The status the dry run ended with (terminal unless it stalled).
+    pub end: PlanStatus,
+}
+
+/// Run the engine over `spec` on the snapshot `observed` until the run ends.
+///
+/// Every object counts as ready (controllers answer `/readyz`, Nodes are `Ready`): which
+/// targets are not ready now is the caller's to report; the rollout shows the order once
+/// they are. `observed.readiness` is not read.
+pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rollout {
+    let mut control_nodes = ready(observed.control_nodes);
+    let mut nodes = ready(observed.nodes);
+    let readiness: BTreeMap<String, Readiness> =
+        control_nodes.keys().map(|name| (name.clone(), Readiness::Ready)).collect();
+    let mut now = observed.now;
+    let mut status: Option<PlanStatus> = None;
+    let mut resolved = None;
+    let mut batches = Vec::new();
+    let mut waited = Duration::ZERO;
+    for _ in 0..MAX_PASSES {
+        let plan = PlanView {
+            name: keys::PLAN_NAME,
+            uid: "preview",
+            generation: 1,
+            spec,
+            status: status.as_ref(),
+            steering: Steering::default(),
+        };
+        let snapshot = Observed {
+            now,
+            control_nodes: &control_nodes,
+            nodes: &nodes,
+            readiness: &readiness,
+            removed_apis: observed.removed_apis,
+        };
+        let transition = step(plan, &snapshot, policy);
+        let mut batch: Vec<(u32, ObjectKind, String)> = Vec::new();
+        for effect in &transition.effects {
+            match effect {
+                Effect::Signal { target, data } => {
+                    let objects = match target.kind {
+                        ObjectKind::ControlNode => &mut control_nodes,
+                        ObjectKind::Node => &mut nodes,
+                    };
+                    let answered =
+                        data.clone().with_status(SignalStatus::new(SignalPhase::Completed, now));
+                    if let Some(object) = objects.get_mut(&target.name) {
+                        object.signal = ObservedSignal::Valid(answered);
+                    }
+                    batch.push((data.command.id, target.kind, target.name.clone()));
+                }
+                Effect::Event { .. } => {}
+            }
+        }
+        let changed = status.as_ref() != Some(&transition.status) || !batch.is_empty();
+        if status.is_none() && transition.status != PlanStatus::default() {
+            resolved = Some(transition.status.clone());
+        }
+        if let Some(&(command, _, _)) = batch.first() {
+            batches.push(Batch {
+                command,
+                targets: batch.into_iter().map(|(_, kind, name)| (kind, name)).collect(),
+                waited: (waited > Duration::ZERO).then_some(waited),
+            });
+            waited = Duration::ZERO;
+        }
+        let ended = transition.status.is_terminal();
+        let requeue = transition.requeue;
+        if transition.status != PlanStatus::default() {
+            status = Some(transition.status);
+        }
+        if ended {
+            break;
+        }
+        match (changed, requeue) {
+            (true, _) => now += PASS,
+            // Time itself matters (a soak, a re-check): let it pass.
+            (false, Requeue::After(delay)) => {
+                let delay = delay.max(PASS);
+                now += delay;
+                waited += delay;
+            }
+            // Nothing changes and nothing is due: the run would wait for the cluster.
+            (false, Requeue::OnChange) => break,
+        }
+    }
+    let end = status.clone().unwrap_or_default();
+    Rollout { resolved: resolved.unwrap_or_else(|| end.clone()), batches, end }
+}
+
+/// `objects`, every one ready.
+fn ready(objects: &BTreeMap<String, TargetObject>) -> BTreeMap<String, TargetObject> {
+    objects
+        .iter()
+        .map(|(name, object)| (name.clone(), TargetObject { ready: true, ..object.clone() }))
+        .collect()
+}
+
+/// Whether a rollout's run would complete.
+pub fn completes(rollout: &Rollout) -> bool {
+    rollout.end.state == PlanStateType::Completed
+}

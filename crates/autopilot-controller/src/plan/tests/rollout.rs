@@ -1,0 +1,79 @@
+//! The dry run of [`crate::plan::rollout`]: the engine's own order and batches on a snapshot.
+
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
+
+use super::fixtures::{ClusterFixture, PlanFixture, policy};
+use crate::plan::rollout::{Rollout, rollout};
+use crate::plan::{ObjectKind, Observed};
+
+fn dry_run(plan: &PlanFixture, cluster: &ClusterFixture) -> Rollout {
+    let observed = Observed {
+        now: cluster.now,
+        control_nodes: &cluster.control_nodes,
+        nodes: &cluster.nodes,
+        readiness: &cluster.readyz,
+        removed_apis: Some(&cluster.removed_api_uses),
+    };
+    rollout(plan.view().spec, &observed, &policy())
+}
+
+fn batches(rollout: &Rollout) -> Vec<Vec<(ObjectKind, &str)>> {
+    rollout
+        .batches
+        .iter()
+        .map(|b| b.targets.iter().map(|(kind, name)| (*kind, name.as_str())).collect())
+        .collect()
+}
+
+#[test]
+fn controllers_go_one_at_a_time_then_workers_by_the_concurrency_limit() {
+    let plan = PlanFixture::k0s_update("v1.31.0+k0s.0")
+        .controllers(["c0", "c1"])
+        .workers(["w0", "w1", "w2"])
+        .concurrent(2);
+    let cluster = ClusterFixture::new().controllers(["c0", "c1"]).workers(["w0", "w1", "w2"]);
+    let dry = dry_run(&plan, &cluster);
+    use ObjectKind::{ControlNode, Node};
+    assert_eq!(
+        batches(&dry),
+        [
+            vec![(ControlNode, "c0")],
+            vec![(ControlNode, "c1")],
+            vec![(Node, "w0"), (Node, "w1")],
+            vec![(Node, "w2")],
+        ]
+    );
+    assert_eq!(dry.end.state, PlanStateType::Completed);
+    assert!(dry.batches.iter().all(|b| b.command == 0 && b.waited.is_none()));
+}
+
+#[test]
+fn targets_that_are_not_ready_now_are_ordered_as_if_they_were() {
+    let plan = PlanFixture::k0s_update("v1.31.0+k0s.0")
+        .controllers(["c0"])
+        .workers(["w0", "w1"])
+        .concurrent(1);
+    let cluster = ClusterFixture::new()
+        .controllers(["c0"])
+        .workers(["w0", "w1"])
+        .controller_down("c0", "connection refused")
+        .worker_not_ready("w0");
+    let dry = dry_run(&plan, &cluster);
+    assert_eq!(dry.end.state, PlanStateType::Completed);
+    assert_eq!(dry.batches.len(), 3);
+}
+
+#[test]
+fn a_missing_target_ends_the_dry_run_at_new_plan_with_no_batch() {
+    let plan = PlanFixture::k0s_update("v1.31.0+k0s.0").workers(["w0", "w9"]);
+    let cluster = ClusterFixture::new().workers(["w0"]);
+    let dry = dry_run(&plan, &cluster);
+    assert_eq!(dry.resolved.state, PlanStateType::IncompleteTargets);
+    assert_eq!(dry.end, dry.resolved);
+    assert!(dry.batches.is_empty());
+    let missing = super::fixtures::all_targets(&dry.resolved.commands[0])
+        .into_iter()
+        .find(|t| t.name == "w9")
+        .map(|t| t.state);
+    assert_eq!(missing, Some(TargetState::MissingSignalNode));
+}

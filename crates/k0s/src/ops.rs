@@ -1,0 +1,144 @@
+//! `k0s autopilot status` and `k0s autopilot preview`: flags and wiring. The views and the
+//! preview themselves live in `autopilot-cli`.
+
+use std::path::PathBuf;
+
+use autopilot_api::keys;
+
+/// How `k0s autopilot status` prints.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    /// The status screen.
+    Text,
+    /// The status document as JSON (with `--watch`, one document per change).
+    Json,
+}
+
+/// Flags of `k0s autopilot status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    kubeconfig: Kubeconfig,
+
+    /// The Plan to show.
+    #[arg(long, default_value = keys::PLAN_NAME, value_name = "NAME")]
+    plan: String,
+
+    /// Keep the screen current: redraw on every change of the Plan, Nodes, ControlNodes and
+    /// the Plan's Events (watches, no polling) until interrupted.
+    #[arg(long, short = 'w')]
+    watch: bool,
+
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
+    output: Format,
+}
+
+/// The kubeconfig flag shared by the `k0s autopilot` verbs.
+#[derive(clap::Args)]
+pub struct Kubeconfig {
+    /// Kubeconfig to reach the API server. Default: `$KUBECONFIG` (its first entry), else
+    /// `~/.kube/config`, as kubectl.
+    #[arg(long = "kubeconfig", value_name = "PATH")]
+    path: Option<PathBuf>,
+}
+
+impl Kubeconfig {
+    /// The file to read: the flag, else the first entry of `$KUBECONFIG`, else
+    /// `$HOME/.kube/config`.
+    pub fn resolve(&self) -> anyhow::Result<PathBuf> {
+        if let Some(path) = &self.path {
+            return Ok(path.clone());
+        }
+        if let Some(list) = std::env::var_os("KUBECONFIG")
+            && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
+        {
+            return Ok(first);
+        }
+        let home = std::env::var_os("HOME").ok_or_else(|| {
+            anyhow::anyhow!("no kubeconfig: pass --kubeconfig, set KUBECONFIG or HOME")
+        })?;
+        Ok(PathBuf::from(home).join(".kube").join("config"))
+    }
+}
+
+/// Run `k0s autopilot status`.
+pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let StatusArgs { kubeconfig, plan, watch, output } = args;
+    let (client, _config, _server_url) = crate::connect(&kubeconfig.resolve()?).await?;
+    let output = match output {
+        Format::Text => autopilot_cli::status::Output::Text,
+        Format::Json => autopilot_cli::status::Output::Json,
+    };
+    autopilot_cli::status::run(client, &plan, watch, output, std::io::stdout()).await
+}
+
+/// Flags of `k0s autopilot preview`.
+#[derive(clap::Args)]
+pub struct PreviewArgs {
+    #[command(flatten)]
+    kubeconfig: Kubeconfig,
+
+    /// The Plan to preview (YAML or JSON, as for `kubectl apply -f`; `-` reads stdin).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    file: PathBuf,
+
+    /// The controllers' `--exclude-from-plans` (the cluster does not show it).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "controller,worker")]
+    exclude_from_plans: Vec<autopilot_controller::NodeKind>,
+
+    /// The controllers run with `--allow-unverified-payloads`.
+    #[arg(long)]
+    allow_unverified_payloads: bool,
+
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
+    output: Format,
+}
+
+/// `k0s autopilot preview` found problems: the report is printed; the process exits 1.
+#[derive(Debug)]
+pub struct WouldNotRun;
+
+impl std::fmt::Display for WouldNotRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the plan would not run")
+    }
+}
+
+impl std::error::Error for WouldNotRun {}
+
+/// Run `k0s autopilot preview`: print the report; [`WouldNotRun`] when it lists problems.
+pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let PreviewArgs { kubeconfig, file, exclude_from_plans, allow_unverified_payloads, output } =
+        args;
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the plan from stdin")?
+    } else {
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let plan: autopilot_api::v1beta2::Plan =
+        serde_yaml::from_str(&text).with_context(|| format!("{} is not a Plan", file.display()))?;
+    let name = plan.metadata.name.clone().unwrap_or_else(|| keys::PLAN_NAME.to_owned());
+    let policy = autopilot_controller::Args {
+        exclude_from_plans,
+        allow_unverified_payloads,
+        ..autopilot_controller::Args::defaults()
+    }
+    .policy();
+    let (client, config, _server_url) = crate::connect(&kubeconfig.resolve()?).await?;
+    let mut report = autopilot_cli::preview::run(client, config, &plan.spec, &policy).await?;
+    if name != keys::PLAN_NAME {
+        report.problems.insert(
+            0,
+            format!("only the Plan named {} runs; {name:?} would be ignored", keys::PLAN_NAME),
+        );
+        report.would_run = false;
+    }
+    match output {
+        Format::Text => print!("{}", autopilot_cli::preview::render(&name, &plan.spec, &report)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if report.would_run { Ok(()) } else { Err(WouldNotRun.into()) }
+}
