@@ -15,6 +15,7 @@ pub mod effect;
 pub mod leader;
 pub mod observe;
 pub mod plan;
+pub mod preflight;
 pub mod probe;
 pub mod reconcile;
 

@@ -12,6 +12,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::preflight::PlanCommandPreflight;
 use crate::signal::SignalPhase;
 
 /// Specification of an update plan: an ordered list of commands.
@@ -65,7 +66,8 @@ pub struct PlanSpec {
     pub commands: Vec<PlanCommand>,
 }
 
-/// One step of a plan. Exactly one of `k0supdate` and `airgapupdate` should be set.
+/// One step of a plan. Exactly one of `k0supdate`, `airgapupdate` and `preflight` should be
+/// set.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommand {
@@ -76,6 +78,11 @@ pub struct PlanCommand {
     /// Download an airgap image bundle onto the targeted workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub airgapupdate: Option<PlanCommandAirgapUpdate>,
+
+    /// Run checks on nodes and gate the commands that follow: any check ending in `error`
+    /// ends the plan `PreflightFailed` before a later command touches a node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PlanCommandPreflight>,
 }
 
 /// Update k0s itself to a given version.
@@ -553,6 +560,10 @@ pub enum PlanStateType {
     /// annotation); nodes in flight finished first and no node autopilot cordoned is left
     /// cordoned.
     Aborted,
+    /// Terminal: a `preflight` command's checks ended in `error` (or NewPlan refused its
+    /// checks: an unknown target, a condition that does not compile); no later command
+    /// touched a node, and `description` names the failing checks and nodes.
+    PreflightFailed,
 }
 
 /// k0s' name for the plan-level use of [`PlanStateType`].
@@ -563,7 +574,7 @@ pub type CommandState = PlanStateType;
 
 impl PlanStateType {
     /// Every state, in declaration order.
-    pub const ALL: [PlanStateType; 12] = [
+    pub const ALL: [PlanStateType; 13] = [
         Self::NewPlan,
         Self::SchedulableWait,
         Self::Schedulable,
@@ -576,6 +587,7 @@ impl PlanStateType {
         Self::ApplyFailed,
         Self::Warning,
         Self::Aborted,
+        Self::PreflightFailed,
     ];
 
     /// The wire string (`""` for [`PlanStateType::NewPlan`]).
@@ -593,6 +605,7 @@ impl PlanStateType {
             Self::ApplyFailed => "ApplyFailed",
             Self::Warning => "Warning",
             Self::Aborted => "Aborted",
+            Self::PreflightFailed => "PreflightFailed",
         }
     }
 
@@ -608,7 +621,8 @@ impl PlanStateType {
             | Self::Restricted
             | Self::ApplyFailed
             | Self::Warning
-            | Self::Aborted => true,
+            | Self::Aborted
+            | Self::PreflightFailed => true,
         }
     }
 

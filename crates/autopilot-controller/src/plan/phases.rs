@@ -29,7 +29,7 @@ pub const INITIAL_PLAN_PHASE: PlanStateType = PlanStateType::NewPlan;
 use PlanStateType as P;
 
 /// Every plan/command phase, in [`PlanStateType::ALL`] order.
-pub const PLAN_PHASES: [PhaseInfo; 12] = [
+pub const PLAN_PHASES: [PhaseInfo; 13] = [
     PhaseInfo {
         state: P::NewPlan,
         terminal: false,
@@ -138,6 +138,14 @@ pub const PLAN_PHASES: [PhaseInfo; 12] = [
         description: "an operator aborted the plan: no node was signalled after the abort, \
                       the nodes in flight finished, and no autopilot cordon is left",
     },
+    PhaseInfo {
+        state: P::PreflightFailed,
+        terminal: true,
+        next: &[],
+        description: "a preflight command's checks ended in error; no later command touched \
+                      a node (not reached yet: NewPlan refuses preflight commands until the \
+                      engine runs them)",
+    },
 ];
 
 /// The table entry of a plan/command phase.
@@ -155,6 +163,7 @@ pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
         P::ApplyFailed => 9,
         P::Warning => 10,
         P::Aborted => 11,
+        P::PreflightFailed => 12,
     };
     &PLAN_PHASES[index]
 }
@@ -297,7 +306,8 @@ pub fn markdown() -> String {
             | P::Restricted
             | P::ApplyFailed
             | P::Warning
-            | P::Aborted => "",
+            | P::Aborted
+            | P::PreflightFailed => "",
         };
         out.push_str(&format!(
             "| `{}`{wire} | {} | {} | {} |\n",

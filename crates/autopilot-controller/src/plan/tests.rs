@@ -532,6 +532,7 @@ fn a_command_with_both_or_neither_kind_ends_in_warning() {
     let both = PlanCommand {
         k0supdate: PlanFixture::k0s_update(V).spec.commands[0].k0supdate.clone(),
         airgapupdate: PlanFixture::airgap_update(V).spec.commands[0].airgapupdate.clone(),
+        preflight: None,
     };
     let mut sim =
         Sim::new(PlanFixture::without_commands().then_command(both), ClusterFixture::new());
