@@ -12,6 +12,7 @@ pub mod download;
 pub mod host;
 pub mod node;
 pub mod phase;
+pub mod preflight;
 pub mod status;
 pub mod trial;
 

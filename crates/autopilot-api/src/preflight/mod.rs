@@ -43,6 +43,21 @@ pub mod status_code {
 /// needs longer should run the work outside the plan.
 pub const MAX_CHECK_DURATION: Duration = Duration::from_secs(10 * 60);
 
+/// How long a check may run on a node: its `timeout` in seconds, or for `-1` ("no timeout")
+/// and anything longer, [`MAX_CHECK_DURATION`]. `Err` for a timeout that is neither -1 nor
+/// at least 1 second.
+pub fn check_timeout(seconds: i64) -> Result<Duration, String> {
+    match seconds {
+        crate::v1beta2::NO_TIMEOUT => Ok(MAX_CHECK_DURATION),
+        seconds if seconds >= 1 => {
+            Ok(Duration::from_secs(seconds.unsigned_abs()).min(MAX_CHECK_DURATION))
+        }
+        seconds => {
+            Err(format!("{seconds} is neither -1 (no timeout) nor a number of seconds from 1"))
+        }
+    }
+}
+
 /// How many messages a record keeps; later ones are dropped (the count is noted).
 pub const MAX_MESSAGES: usize = 16;
 
@@ -151,6 +166,15 @@ mod tests {
     #[test]
     fn status_codes_are_exactly_seed_004s() {
         assert_eq!(status_code::ALL, [0, 1, 22, 62, 98, 111]);
+    }
+
+    #[test]
+    fn timeouts_are_seconds_and_minus_one_is_the_node_maximum() {
+        assert_eq!(check_timeout(15), Ok(Duration::from_secs(15)));
+        assert_eq!(check_timeout(-1), Ok(MAX_CHECK_DURATION));
+        assert_eq!(check_timeout(i64::MAX), Ok(MAX_CHECK_DURATION));
+        assert!(check_timeout(0).is_err());
+        assert!(check_timeout(-5).is_err());
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use autopilot_api::preflight::{MAX_CHECK_DURATION, request::Request};
 use autopilot_api::v1beta2::{
-    CheckStatus, NO_TIMEOUT, OnWarn, PlanCommandPreflight, PlanSpec, PreflightCheck,
-    PreflightCommandId, PreflightResult,
+    CheckStatus, OnWarn, PlanCommandPreflight, PlanSpec, PreflightCheck, PreflightCommandId,
+    PreflightResult,
 };
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
@@ -211,19 +211,11 @@ fn compile_check(path: &str, check: &PreflightCheck) -> Result<CompiledCheck, Ve
             "targets no node; set all: true, controllers or workers".into(),
         ),
     }
-    let timeout = match command.timeout {
-        NO_TIMEOUT => MAX_CHECK_DURATION,
-        seconds if seconds >= 1 => {
-            Duration::from_secs(seconds.unsigned_abs()).min(MAX_CHECK_DURATION)
-        }
-        seconds => {
-            problem(
-                format!("{path}.command.timeout"),
-                format!("{seconds} is neither -1 (no timeout) nor a number of seconds from 1"),
-            );
+    let timeout =
+        autopilot_api::preflight::check_timeout(command.timeout).unwrap_or_else(|message| {
+            problem(format!("{path}.command.timeout"), message);
             MAX_CHECK_DURATION
-        }
-    };
+        });
     let request = match Request::parse(command.id, command.data.as_ref()) {
         Ok(request) => Some(request),
         Err(message) => {
