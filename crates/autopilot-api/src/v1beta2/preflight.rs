@@ -78,7 +78,7 @@ impl JsonSchema for OnWarn {
 }
 
 /// One check: a command run on each target node, and how its outcome is judged.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightCheck {
     /// Identifier of the check, unique within the command; names it in status, Events and
@@ -103,7 +103,8 @@ pub struct PreflightCheck {
     pub results: Vec<PreflightResult>,
 }
 
-/// The nodes a check runs on: the `k0supdate` target shape, or every node.
+/// The nodes a check runs on: the `k0supdate` target shape, or every node. A check runs on
+/// all its nodes at once: `limits` are ignored.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightTargets {
@@ -140,12 +141,6 @@ pub struct PreflightCommand {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::any_object")]
     pub data: Option<serde_json::Value>,
-}
-
-impl Default for PreflightCommand {
-    fn default() -> Self {
-        Self { id: PreflightCommandId::FileExists, timeout: DEFAULT_TIMEOUT_SECONDS, data: None }
-    }
 }
 
 /// A command's timeout when the Plan does not give one (seed 004: 15 seconds).
@@ -258,12 +253,9 @@ pub struct PreflightResult {
 /// The status of a check on a node, of a check, or of a whole preflight command.
 ///
 /// Ordered by severity: `Success < Warn < Error`, so the worst of several is their `max`.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum CheckStatus {
     /// The check passed.
-    #[default]
     #[serde(rename = "success")]
     Success,
     /// The check passed with a warning; `onWarn` decides whether the plan goes on.
@@ -315,12 +307,6 @@ pub enum PreflightMessage {
     Text(String),
     /// A message with an id (for localisation), a default text and arguments.
     Message(LocalizedMessage),
-}
-
-impl Default for PreflightMessage {
-    fn default() -> Self {
-        Self::Text(String::new())
-    }
 }
 
 impl JsonSchema for PreflightMessage {

@@ -276,6 +276,13 @@ fn compile_result(path: &str, result: &PreflightResult) -> Result<CompiledResult
 
 /// Compile a `boolExpr`: it must parse, and every free variable must be one of
 /// [`CEL_VARIABLES`] (so a typo such as `statuscode` is refused now, not on every node).
+///
+/// The expression is then tried once on a sample record (success, no messages): a call of
+/// a function CEL does not have, operands of types no operator takes, or a value that is
+/// not a bool are refused. Other failures of the trial (an index out of bounds, `int("")`)
+/// depend on the record and are left to evaluation, where they decide `error`. The trial
+/// only sees the branches the sample takes, so it narrows what can fail on nodes without
+/// proving that nothing can.
 fn compile_cel(source: &str) -> Result<cel::Program, String> {
     if source.trim().is_empty() {
         return Err("is empty".to_owned());
@@ -293,7 +300,21 @@ fn compile_cel(source: &str) -> Result<cel::Program, String> {
             known.join(", ")
         ));
     }
-    Ok(program)
+    let sample = autopilot_api::preflight::RawRecord::default();
+    match program.execute(&super::evaluate::context_for("node", &sample)) {
+        Ok(cel::Value::Bool(_)) => Ok(program),
+        Ok(other) => Err(format!("gives {}, not a bool", other.type_of())),
+        Err(cel::ExecutionError::UndeclaredReference(name)) => {
+            Err(format!("calls {name:?}, which CEL does not have"))
+        }
+        // Our variables have fixed types, so these fail on every record alike.
+        Err(
+            error @ (cel::ExecutionError::NoSuchOverload(_)
+            | cel::ExecutionError::UnsupportedBinaryOperator(..)
+            | cel::ExecutionError::ValuesNotComparable(..)),
+        ) => Err(format!("fails on any record: {error}")),
+        Err(_depends_on_the_record) => Ok(program),
+    }
 }
 
 /// Collect identifiers of `expr` that are neither bound by an enclosing comprehension

@@ -131,20 +131,26 @@ impl CompiledResult {
             return Ok(false);
         }
         let Some(program) = &self.bool_expr else { return Ok(true) };
-        let mut context = cel::Context::default();
-        context.add_variable_from_value("result", record.result().to_owned());
-        context.add_variable_from_value("results", record.messages.clone());
-        context.add_variable_from_value("statusCode", record.status_code);
-        context.add_variable_from_value("error", record.is_error());
-        context.add_variable_from_value("stdout", record.stdout.clone());
-        context.add_variable_from_value("stderr", record.stderr.clone());
-        context.add_variable_from_value("node", node.to_owned());
+        let context = context_for(node, record);
         match program.execute(&context) {
             Ok(cel::Value::Bool(holds)) => Ok(holds),
-            Ok(other) => Err(format!("it gave {other:?}, not a bool")),
+            Ok(other) => Err(format!("it gave {}, not a bool", other.type_of())),
             Err(error) => Err(error.to_string()),
         }
     }
+}
+
+/// A CEL context with every variable of [`super::CEL_VARIABLES`] bound to `record`.
+pub(super) fn context_for(node: &str, record: &RawRecord) -> cel::Context<'static, 'static> {
+    let mut context = cel::Context::default();
+    context.add_variable_from_value("result", record.result().to_owned());
+    context.add_variable_from_value("results", record.messages.clone());
+    context.add_variable_from_value("statusCode", record.status_code);
+    context.add_variable_from_value("error", record.is_error());
+    context.add_variable_from_value("stdout", record.stdout.clone());
+    context.add_variable_from_value("stderr", record.stderr.clone());
+    context.add_variable_from_value("node", node.to_owned());
+    context
 }
 
 /// The worst of some statuses, `None` when there are none.

@@ -211,10 +211,12 @@ fn a_bool_expr_that_cannot_be_evaluated_decides_error_not_the_next_result() {
         verdict.message
     );
 
+    // Gives a bool on the trial record (status code 0) and an int on this one.
     let not_a_bool = single(json!([
-        {"status": "success", "message": "m", "condition": {"boolExpr": "statusCode + 1"}}
+        {"status": "success", "message": "m",
+         "condition": {"boolExpr": "statusCode == 0 ? true : statusCode"}}
     ]));
-    let verdict = not_a_bool.judge("n", &ok(&[]));
+    let verdict = not_a_bool.judge("n", &record(1, None, &[]));
     assert_eq!(verdict.status, CheckStatus::Error);
     assert!(verdict.message.ends_with("not a bool"), "{}", verdict.message);
 }
@@ -405,6 +407,32 @@ fn unknown_variables_are_refused_but_comprehension_variables_are_not() {
     );
     assert_eq!(problems(json!([expr("results.exists(x, x == y)")])).len(), 1);
     assert_eq!(problems(json!([expr("  ")])).len(), 1, "an empty expression is refused");
+}
+
+#[test]
+fn expressions_that_cannot_be_a_condition_are_refused_on_a_trial_run() {
+    let expr = |expr: &str| {
+        check_with(json!([{"status": "success", "message": "m", "condition": {"boolExpr": expr}}]))
+    };
+    let path = "spec.commands[1].preflight.checks[0].results[0].condition.boolExpr";
+    let cases = [
+        ("statusCode", "gives int, not a bool"),
+        ("result", "gives string, not a bool"),
+        ("sizeof(result) > 0", "calls \"sizeof\", which CEL does not have"),
+        ("statusCode + 'x' == 1", "fails on any record: "),
+        ("result < 5", "fails on any record: "),
+    ];
+    for (source, message) in cases {
+        let found = problems(json!([expr(source)]));
+        assert_eq!(found.len(), 1, "{source}: {found:?}");
+        assert!(found[0].starts_with(&format!("{path}: {message}")), "{source}: {found:?}");
+    }
+    // Failures that depend on the record are left to evaluation.
+    for source in
+        ["int(result) > 3", "results[0] == 'x'", "size(results) > 0 && results[0] == 'ok'"]
+    {
+        assert_eq!(problems(json!([expr(source)])), Vec::<String>::new(), "{source}");
+    }
 }
 
 #[test]
