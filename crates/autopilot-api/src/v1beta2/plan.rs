@@ -551,18 +551,20 @@ pub enum PlanStateType {
     /// Terminal: a node reported a failed download, verification or apply.
     ApplyFailed,
     /// Terminal: NewPlan refused the plan: a pre-flight check (removed APIs) failed, a
-    /// payload has neither a `sha256` nor an `https://` URL, a command is malformed, or a
-    /// field is one no node or scheduler could act on (a URL or version the node agent
-    /// refuses, a `soak` that is not a duration, a canary on controllers); `description`
-    /// says why, naming each field by its path.
+    /// payload has neither a `sha256` nor an `https://` URL, a command is malformed (a
+    /// preflight check that does not compile included), or a field is one no node or
+    /// scheduler could act on (a URL or version the node agent refuses, a `soak` that is not
+    /// a duration, a canary on controllers); `description` says why, naming each field by
+    /// its path.
     Warning,
     /// Terminal: an operator aborted the plan (the `autopilot.k0sproject.io/abort`
     /// annotation); nodes in flight finished first and no node autopilot cordoned is left
     /// cordoned.
     Aborted,
-    /// Terminal: a `preflight` command's checks ended in `error` (or NewPlan refused its
-    /// checks: an unknown target, a condition that does not compile); no later command
-    /// touched a node, and `description` names the failing checks and nodes.
+    /// Terminal: a `preflight` command's checks ended in `error`; no later command touched
+    /// a node, and `description` names the failing checks and nodes. (A check NewPlan
+    /// cannot compile, such as a `boolExpr` that does not parse, ends the plan `Warning`
+    /// like any other malformed command.)
     PreflightFailed,
 }
 

@@ -128,8 +128,9 @@ pub const PLAN_PHASES: [PhaseInfo; 13] = [
         terminal: true,
         next: &[],
         description: "NewPlan refused the plan: the removed-API pre-check failed, a payload \
-                      has neither a sha256 nor an https URL, the command is malformed, or a \
-                      field no node or scheduler could act on (the description names it)",
+                      has neither a sha256 nor an https URL, the command is malformed (a \
+                      preflight check that does not compile included), or a field no node or \
+                      scheduler could act on (the description names it)",
     },
     PhaseInfo {
         state: P::Aborted,

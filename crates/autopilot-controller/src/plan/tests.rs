@@ -589,6 +589,25 @@ fn a_preflight_command_is_refused_until_the_engine_runs_checks() {
     );
     assert_eq!(sim.cluster.signal(ObjectKind::ControlNode, "c1"), None);
 
+    let mut broken = preflight.clone();
+    broken.checks[0].results[0].condition = Some(autopilot_api::v1beta2::PreflightCondition {
+        bool_expr: Some("statuscode == 0".into()),
+        ..Default::default()
+    });
+    let gate = PlanCommand { preflight: Some(broken), ..PlanCommand::default() };
+    let mut sim =
+        Sim::new(PlanFixture::without_commands().then_command(gate), ClusterFixture::new());
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Warning);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(
+        description.starts_with(
+            "spec.commands[0].preflight.checks[0].results[0].condition.boolExpr: uses unknown \
+             variable \"statuscode\""
+        ),
+        "{description}"
+    );
+
     let mixed = PlanCommand {
         preflight: Some(preflight),
         ..PlanFixture::k0s_update(V).spec.commands[0].clone()

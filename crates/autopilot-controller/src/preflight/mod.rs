@@ -3,12 +3,14 @@
 //!
 //! # How execution plugs in
 //!
-//! 1. **NewPlan** calls [`compile`] on the spec. Any [`Problem`] (a `boolExpr` that does not
-//!    parse or names an unknown variable, a placeholder that does not exist, data no node
-//!    could use, a timeout of 0) refuses the plan before any node is touched; the problems
-//!    name the field by its path (`spec.commands[0].preflight.checks[1].results[0]
-//!    .condition.boolExpr: …`). The engine keeps the [`Compiled`] plan for the run (it is
-//!    derived from the frozen spec, so it can be rebuilt after a leader change).
+//! 1. **NewPlan** compiles each preflight command ([`compile`] for a whole spec,
+//!    [`compile_command`] for one). Any [`Problem`] (a `boolExpr` that does not parse or
+//!    names an unknown variable, a placeholder that does not exist, data no node could use,
+//!    a timeout of 0) refuses the plan (`Warning`, like any malformed command) before any
+//!    node is touched, naming the field by its path
+//!    (`spec.commands[0].preflight.checks[1].results[0].condition.boolExpr: …`). NewPlan
+//!    does this today; the engine will keep the [`Compiled`] plan for the run (derived from
+//!    the frozen spec, so a new leader rebuilds it).
 //! 2. **Signal**: the leader writes a *reference* to each target node — the run id, the
 //!    command index and the ids of the checks that target that node — never the check
 //!    definitions themselves.
