@@ -22,8 +22,9 @@ pub use plan::{
 };
 pub use preflight::{
     CheckStatus, DEFAULT_TIMEOUT_SECONDS, LocalizedMessage, NO_TIMEOUT, OnWarn,
-    PlanCommandPreflight, PreflightCheck, PreflightCommand, PreflightCommandId, PreflightCondition,
-    PreflightMessage, PreflightResult, PreflightTargets, SchedulerData, SchedulerPodRef,
+    PlanCommandPreflight, PlanCommandPreflightStatus, PreflightCheck, PreflightCheckStatus,
+    PreflightCommand, PreflightCommandId, PreflightCondition, PreflightMessage,
+    PreflightNodeStatus, PreflightResult, PreflightTargets, SchedulerData, SchedulerPodRef,
 };
 pub use update_config::{
     AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,

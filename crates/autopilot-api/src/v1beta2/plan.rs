@@ -12,7 +12,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::preflight::PlanCommandPreflight;
+use super::preflight::{PlanCommandPreflight, PlanCommandPreflightStatus};
 use crate::signal::SignalPhase;
 
 /// Specification of an update plan: an ordered list of commands.
@@ -418,6 +418,10 @@ pub struct PlanCommandStatus {
     /// Per-node progress of an `airgapupdate` command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub airgapupdate: Option<PlanCommandAirgapUpdateStatus>,
+
+    /// What the checks of a `preflight` command found, per check and node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PlanCommandPreflightStatus>,
 
     /// The command exactly as the run captured it at NewPlan (version, platforms, targets,
     /// limits). Plans are immutable while they run: the run uses this copy, not the live spec.

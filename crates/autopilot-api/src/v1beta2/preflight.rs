@@ -404,6 +404,56 @@ pub struct SchedulerPodRef {
     pub global: bool,
 }
 
+// === Status ===
+
+/// What a `preflight` command found, written by the leader once the nodes reported (or the
+/// command's deadline passed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandPreflightStatus {
+    /// The worst status of any check; absent while the checks run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CheckStatus>,
+
+    /// Every check, in spec order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<PreflightCheckStatus>,
+}
+
+/// What one check found over its nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightCheckStatus {
+    /// The check's id.
+    pub id: String,
+
+    /// The worst status of its nodes; absent while nodes are still running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CheckStatus>,
+
+    /// Every target node, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<PreflightNodeStatus>,
+}
+
+/// What one check found on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightNodeStatus {
+    /// Name of the `Node` or `ControlNode`.
+    pub name: String,
+
+    /// The status of the first matching result (`error` when none matched).
+    pub status: CheckStatus,
+
+    /// The status code the node reported (62 when it sent no report by the deadline).
+    pub status_code: i64,
+
+    /// The matching result's message with its placeholders filled in, or why the node is
+    /// `error` without one.
+    pub message: String,
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -561,6 +611,92 @@ results:
         let preflight = command.preflight.expect("preflight");
         assert_eq!(preflight.checks[0].command.id, PreflightCommandId::K0sVersion);
         assert!(preflight.checks[0].results.is_empty());
+    }
+
+    #[test]
+    fn a_preflight_status_leaves_out_what_is_not_known_yet() {
+        let running = PlanCommandPreflightStatus {
+            status: None,
+            checks: vec![PreflightCheckStatus { id: "c".into(), status: None, nodes: vec![] }],
+        };
+        assert_eq!(
+            serde_json::to_value(&running).expect("serialise"),
+            json!({"checks": [{"id": "c"}]})
+        );
+        let done = PlanCommandPreflightStatus {
+            status: Some(CheckStatus::Error),
+            checks: vec![PreflightCheckStatus {
+                id: "c".into(),
+                status: Some(CheckStatus::Error),
+                nodes: vec![PreflightNodeStatus {
+                    name: "w1".into(),
+                    status: CheckStatus::Error,
+                    status_code: 98,
+                    message: "port 6443 in use".into(),
+                }],
+            }],
+        };
+        let wire = serde_json::to_value(&done).expect("serialise");
+        assert_eq!(
+            wire["checks"][0]["nodes"][0],
+            json!({"name": "w1", "status": "error", "statusCode": 98, "message": "port 6443 in use"})
+        );
+        assert_eq!(
+            serde_json::from_value::<PlanCommandPreflightStatus>(wire).expect("parse"),
+            done
+        );
+    }
+
+    #[test]
+    fn a_whole_plan_with_a_preflight_gate_round_trips() {
+        let yaml = r#"
+id: gated-update
+timestamp: now
+commands:
+  - preflight:
+      onWarn: Block
+      deadline: 2m
+      checks:
+        - id: api-port
+          targets:
+            controllers:
+              discovery:
+                static:
+                  nodes: [controller0]
+          command:
+            id: portAvailable
+            data: {port: 6443}
+          results:
+            - status: error
+              message: "port in use on {{ .Node }}"
+              condition: {status_code: 98}
+            - status: success
+              message: free
+  - k0supdate:
+      version: v1.33.4+k0s.0
+      platforms:
+        linux-amd64: {url: "https://example.com/k0s"}
+      targets:
+        controllers:
+          discovery:
+            static:
+              nodes: [controller0]
+"#;
+        let spec: crate::v1beta2::PlanSpec = serde_yaml::from_str(yaml).expect("parse");
+        let preflight = spec.commands[0].preflight.as_ref().expect("preflight");
+        assert_eq!(preflight.on_warn, OnWarn::Block);
+        assert_eq!(
+            preflight.checks[0].results[0].condition.as_ref().and_then(|c| c.status_code),
+            Some(98)
+        );
+        assert!(spec.commands[1].k0supdate.is_some());
+        let wire = serde_json::to_value(&spec).expect("serialise");
+        assert_eq!(
+            wire["commands"][0]["preflight"]["checks"][0]["results"][0]["condition"],
+            json!({"statusCode": 98})
+        );
+        let back: crate::v1beta2::PlanSpec = serde_json::from_value(wire).expect("parse back");
+        assert_eq!(back, spec);
     }
 
     #[test]

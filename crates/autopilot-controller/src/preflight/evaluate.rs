@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use autopilot_api::preflight::RawRecord;
-use autopilot_api::v1beta2::CheckStatus;
+use autopilot_api::v1beta2::{
+    CheckStatus, PlanCommandPreflightStatus, PreflightCheckStatus, PreflightNodeStatus,
+};
 
 use super::compile::{CompiledCheck, CompiledCommand, CompiledResult};
 
@@ -117,6 +119,33 @@ impl CompiledCommand {
             .collect();
         let status = worst(checks.iter().map(|check| check.status)).unwrap_or(CheckStatus::Error);
         CommandVerdict { status, checks }
+    }
+}
+
+impl CommandVerdict {
+    /// The verdict as the Plan's command status records it.
+    pub fn to_status(&self) -> PlanCommandPreflightStatus {
+        PlanCommandPreflightStatus {
+            status: Some(self.status),
+            checks: self
+                .checks
+                .iter()
+                .map(|check| PreflightCheckStatus {
+                    id: check.id.clone(),
+                    status: Some(check.status),
+                    nodes: check
+                        .nodes
+                        .iter()
+                        .map(|node| PreflightNodeStatus {
+                            name: node.node.clone(),
+                            status: node.status,
+                            status_code: node.status_code,
+                            message: node.message.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
     }
 }
 

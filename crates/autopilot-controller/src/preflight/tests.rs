@@ -300,6 +300,11 @@ fn a_check_is_its_worst_node_and_a_command_its_worst_check() {
         assert_eq!(verdict.checks[1].status, version_status);
         assert_eq!(verdict.status, command_status);
         assert_eq!(verdict.checks[0].nodes.len(), 3);
+        let status = verdict.to_status();
+        assert_eq!(status.status, Some(command_status));
+        assert_eq!(status.checks[0].status, Some(port_status));
+        let names: Vec<&str> = status.checks[0].nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["c1", "w1", "w2"]);
     }
 }
 
