@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use autopilot_api::preflight::request::{DiskSpace, FileExists, HttpGet, PortAvailable, Request};
 use autopilot_api::preflight::{RawRecord, check_timeout, status_code};
-use autopilot_api::v1beta2::PreflightCommandId;
+use autopilot_api::v1beta2::PreflightCommand;
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
@@ -60,14 +60,10 @@ pub fn timed_out(timeout: Duration) -> RawRecord {
 
 /// Run one check's command on this node and report what happened, bounded
 /// ([`RawRecord::bounded`]) and with its duration.
-pub async fn run(
-    id: PreflightCommandId,
-    data: Option<&serde_json::Value>,
-    timeout_seconds: i64,
-    facts: Facts<'_>,
-) -> RawRecord {
+pub async fn run(command: &PreflightCommand, facts: Facts<'_>) -> RawRecord {
+    let PreflightCommand { id, timeout, data } = command;
     let started = Instant::now();
-    let record = match (Request::parse(id, data), check_timeout(timeout_seconds)) {
+    let record = match (Request::parse(*id, data.as_ref()), check_timeout(*timeout)) {
         (Err(problem), _) | (Ok(_), Err(problem)) => invalid_data(&problem),
         (Ok(request), Ok(timeout)) => {
             match tokio::time::timeout(timeout, probe(&request, facts)).await {
@@ -219,12 +215,22 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use serde_json::json;
 
+    use autopilot_api::v1beta2::PreflightCommandId;
+
     use super::*;
 
     const FACTS: Facts<'static> = Facts { k0s_version: "v1.33.4+k0s.0" };
 
+    fn command(
+        id: PreflightCommandId,
+        timeout: i64,
+        data: Option<serde_json::Value>,
+    ) -> PreflightCommand {
+        PreflightCommand { id, timeout, data }
+    }
+
     async fn check(id: PreflightCommandId, data: serde_json::Value) -> RawRecord {
-        run(id, Some(&data), 5, FACTS).await
+        run(&command(id, 5, Some(data)), FACTS).await
     }
 
     #[test]
@@ -253,8 +259,12 @@ mod tests {
         assert_eq!(record.status_code, status_code::INVALID_ARGUMENT);
         assert!(record.is_error());
         assert!(record.result().starts_with("invalid data: portAvailable data:"), "{record:?}");
-        let record = run(PreflightCommandId::K0sVersion, None, 0, FACTS).await;
+        let record = run(&command(PreflightCommandId::K0sVersion, 0, None), FACTS).await;
         assert_eq!(record.status_code, status_code::INVALID_ARGUMENT);
+        assert_eq!(
+            record.result(),
+            "invalid data: 0 is neither -1 (no timeout) nor a number of seconds from 1"
+        );
     }
 
     #[tokio::test]
@@ -309,6 +319,19 @@ mod tests {
         assert_eq!(record.status_code, status_code::CONNECTION_REFUSED, "{record:?}");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_overruns_its_timeout_reports_62() {
+        // Connections to this listener are queued by the kernel and never answered, so the
+        // GET waits until the check's timeout (virtual time: no real second passes).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let data = json!({"url": format!("http://127.0.0.1:{port}/")});
+        let record = run(&command(PreflightCommandId::HttpGet, 1, Some(data)), FACTS).await;
+        assert_eq!(record.status_code, status_code::TIMEOUT, "{record:?}");
+        assert_eq!(record.error.as_deref(), Some("timed out after 1s"));
+        drop(listener);
+    }
+
     #[tokio::test]
     async fn file_exists_is_0_when_present_and_1_without_error_when_absent() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -344,7 +367,7 @@ mod tests {
 
     #[tokio::test]
     async fn k0s_version_reports_the_running_version() {
-        let record = run(PreflightCommandId::K0sVersion, None, 15, FACTS).await;
+        let record = run(&command(PreflightCommandId::K0sVersion, 15, None), FACTS).await;
         assert_eq!(record.messages, ["v1.33.4+k0s.0"]);
         assert_eq!(record.status_code, 0);
     }
