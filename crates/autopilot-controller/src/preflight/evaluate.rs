@@ -2,6 +2,7 @@
 //! their worst status.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use autopilot_api::preflight::RawRecord;
@@ -171,7 +172,9 @@ impl CompiledResult {
 
 /// A CEL context with every variable of [`super::CEL_VARIABLES`] bound to `record`.
 pub(super) fn context_for(node: &str, record: &RawRecord) -> cel::Context<'static, 'static> {
-    let mut context = cel::Context::default();
+    /// CEL's standard library, built once: every evaluation shares it (it is immutable).
+    static STDLIB: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+    let mut context = cel::Context::with_env(Arc::clone(&STDLIB));
     context.add_variable_from_value("result", record.result().to_owned());
     context.add_variable_from_value("results", record.messages.clone());
     context.add_variable_from_value("statusCode", record.status_code);
