@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::{
-    CheckStatus, PlanCommandPreflightStatus, PreflightCheckStatus, PreflightNodeStatus,
+    CheckStatus, OnWarn, PlanCommandPreflightStatus, PreflightCheckStatus, PreflightNodeStatus,
 };
 
 use super::compile::{CompiledCheck, CompiledCommand, CompiledResult};
@@ -124,6 +125,18 @@ impl CompiledCommand {
 }
 
 impl CommandVerdict {
+    /// Whether the plan may go on to its next command: `success` always; `warn` with
+    /// `onWarn: Proceed`, or with `Block` once an operator accepted the warnings of this
+    /// plan ([`warnings_accepted`]); `error` never.
+    pub fn may_proceed(&self, on_warn: OnWarn, accepted: bool) -> bool {
+        match (self.status, on_warn) {
+            (CheckStatus::Success, OnWarn::Proceed | OnWarn::Block) => true,
+            (CheckStatus::Warn, OnWarn::Proceed) => true,
+            (CheckStatus::Warn, OnWarn::Block) => accepted,
+            (CheckStatus::Error, OnWarn::Proceed | OnWarn::Block) => false,
+        }
+    }
+
     /// The verdict as the Plan's command status records it.
     pub fn to_status(&self) -> PlanCommandPreflightStatus {
         PlanCommandPreflightStatus {
@@ -168,6 +181,12 @@ impl CompiledResult {
             Err(error) => Err(error.to_string()),
         }
     }
+}
+
+/// Whether a Plan's annotations accept the preflight warnings of the plan `plan_id`
+/// ([`keys::ANNOTATION_ACCEPT_WARNINGS`] names exactly that id).
+pub fn warnings_accepted(annotations: &BTreeMap<String, String>, plan_id: &str) -> bool {
+    annotations.get(keys::ANNOTATION_ACCEPT_WARNINGS).is_some_and(|id| id.trim() == plan_id)
 }
 
 /// A CEL context with every variable of [`super::CEL_VARIABLES`] bound to `record`.

@@ -22,8 +22,11 @@
 //! 4. **Evaluate**: once every node reported or the command's deadline
 //!    ([`CompiledCommand::deadline`]) passed, the leader calls [`CompiledCommand::evaluate`]
 //!    with the records it has; a node with none counts as timed out (status code 62). The
-//!    [`CommandVerdict`] decides: `error` ends the plan `PreflightFailed`, `warn` proceeds or
-//!    blocks on `onWarn`, `success` goes on to the next command.
+//!    [`CommandVerdict`] decides ([`CommandVerdict::may_proceed`]): `error` ends the plan
+//!    `PreflightFailed`, `warn` proceeds or, with `onWarn: Block`, waits for the
+//!    accept-warnings annotation naming the plan's id ([`warnings_accepted`]), `success`
+//!    goes on to the next command. [`CommandVerdict::to_status`] is what the command's
+//!    status records.
 //!
 //! Evaluation follows seed 004: results are tried in order and the first whose condition
 //! holds decides; a result without a condition always matches; no match is `error`. A
@@ -41,6 +44,6 @@ pub use compile::{
     CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN, Problem,
     compile, compile_command,
 };
-pub use evaluate::{CheckVerdict, CommandVerdict, NodeVerdict};
+pub use evaluate::{CheckVerdict, CommandVerdict, NodeVerdict, warnings_accepted};
 
 pub use autopilot_api::preflight::RawRecord;

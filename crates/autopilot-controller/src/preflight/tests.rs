@@ -332,6 +332,36 @@ fn a_check_that_ran_on_no_node_is_an_error() {
     assert!(verdict.nodes.is_empty());
 }
 
+#[test]
+fn warnings_block_only_with_on_warn_block_until_accepted_for_this_plan() {
+    use autopilot_api::keys::ANNOTATION_ACCEPT_WARNINGS;
+    use autopilot_api::v1beta2::OnWarn;
+
+    let verdict = |status| CommandVerdict { status, checks: Vec::new() };
+    let cases = [
+        // (status, onWarn, accepted, may proceed)
+        (CheckStatus::Success, OnWarn::Block, false, true),
+        (CheckStatus::Warn, OnWarn::Proceed, false, true),
+        (CheckStatus::Warn, OnWarn::Block, false, false),
+        (CheckStatus::Warn, OnWarn::Block, true, true),
+        (CheckStatus::Error, OnWarn::Proceed, true, false),
+        (CheckStatus::Error, OnWarn::Block, true, false),
+    ];
+    for (status, on_warn, accepted, proceeds) in cases {
+        assert_eq!(
+            verdict(status).may_proceed(on_warn, accepted),
+            proceeds,
+            "{status} {on_warn:?} accepted={accepted}"
+        );
+    }
+
+    let annotations =
+        |value: &str| BTreeMap::from([(ANNOTATION_ACCEPT_WARNINGS.to_owned(), value.to_owned())]);
+    assert!(warnings_accepted(&annotations("upgrade-1.33"), "upgrade-1.33"));
+    assert!(!warnings_accepted(&annotations("upgrade-1.32"), "upgrade-1.33"), "another plan");
+    assert!(!warnings_accepted(&BTreeMap::new(), "upgrade-1.33"));
+}
+
 // === Compiling ===
 
 fn plan_with(checks: Value) -> PlanSpec {
