@@ -536,3 +536,88 @@ fn compiled_plans_can_be_shared_across_tasks() {
     fn is_send_sync<T: Send + Sync>() {}
     is_send_sync::<Compiled>();
 }
+
+// === Properties ===
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn status() -> impl Strategy<Value = CheckStatus> {
+        prop::sample::select(CheckStatus::ALL.to_vec())
+    }
+
+    fn code() -> impl Strategy<Value = i64> {
+        prop::sample::select(status_code::ALL.to_vec())
+    }
+
+    /// A result whose condition sets any subset of `error` and `statusCode`.
+    fn result() -> impl Strategy<Value = (CheckStatus, Option<bool>, Option<i64>)> {
+        (status(), prop::option::of(any::<bool>()), prop::option::of(code()))
+    }
+
+    proptest! {
+        /// Seed 004's rule as a model: the first result whose every set field holds decides;
+        /// none is `error`.
+        #[test]
+        fn the_first_result_whose_condition_holds_decides(
+            results in prop::collection::vec(result(), 0..6),
+            code in code(),
+            failed in any::<bool>(),
+        ) {
+            let spec: Vec<Value> = results
+                .iter()
+                .map(|(status, error, status_code)| {
+                    let mut condition = serde_json::Map::new();
+                    if let Some(error) = error {
+                        condition.insert("error".into(), json!(error));
+                    }
+                    if let Some(status_code) = status_code {
+                        condition.insert("statusCode".into(), json!(status_code));
+                    }
+                    json!({"status": status, "message": "r", "condition": condition})
+                })
+                .collect();
+            let check = single(Value::Array(spec));
+            let record = record(code, failed.then_some("failed"), &[]);
+            let expected = results
+                .iter()
+                .position(|(_, error, status_code)| {
+                    error.is_none_or(|error| error == failed)
+                        && status_code.is_none_or(|status_code| status_code == code)
+                })
+                .map_or((CheckStatus::Error, None), |index| (results[index].0, Some(index)));
+            let verdict = check.judge("n", &record);
+            prop_assert_eq!((verdict.status, verdict.matched), expected);
+        }
+
+        /// A check is its worst node; a check on no node is `error`.
+        #[test]
+        fn a_check_is_exactly_as_bad_as_its_worst_node(
+            statuses in prop::collection::vec(status(), 0..8),
+        ) {
+            // Each node reports the status code that selects its status.
+            let check = single(json!([
+                {"status": "success", "message": "s", "condition": {"statusCode": 0}},
+                {"status": "warn", "message": "w", "condition": {"statusCode": 1}},
+                {"status": "error", "message": "e", "condition": {"statusCode": 22}}
+            ]));
+            let code_of = |status: CheckStatus| match status {
+                CheckStatus::Success => 0,
+                CheckStatus::Warn => 1,
+                CheckStatus::Error => 22,
+            };
+            let targets: Vec<String> = (0..statuses.len()).map(|i| format!("n{i}")).collect();
+            let records: BTreeMap<String, RawRecord> = statuses
+                .iter()
+                .enumerate()
+                .map(|(i, status)| (format!("n{i}"), record(code_of(*status), None, &[])))
+                .collect();
+            let verdict = check.evaluate(&targets, &records, DEADLINE);
+            let worst = statuses.iter().copied().max().unwrap_or(CheckStatus::Error);
+            prop_assert_eq!(verdict.status, worst);
+            prop_assert_eq!(verdict.nodes.len(), statuses.len());
+        }
+    }
+}
