@@ -72,8 +72,8 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
         Some(static_nodes(&["worker-0"], 1)),
     );
     let commands = vec![
-        PlanCommand { k0supdate: None, airgapupdate: Some(airgap) },
-        PlanCommand { k0supdate: Some(k0s), airgapupdate: None },
+        PlanCommand { k0supdate: None, airgapupdate: Some(airgap), preflight: None },
+        PlanCommand { k0supdate: Some(k0s), airgapupdate: None, preflight: None },
     ];
     let pids: Vec<u32> = controllers.iter().chain(&workers).map(K0sProcess::pid).collect();
     create_plan(&client, &plan("autopilot", "airgap-then-k0s", commands)).await.unwrap();

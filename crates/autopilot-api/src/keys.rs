@@ -103,6 +103,12 @@ pub const ANNOTATION_PAUSED: &str = "autopilot.k0sproject.io/paused";
 /// starts only once it is removed.
 pub const ANNOTATION_ABORT: &str = "autopilot.k0sproject.io/abort";
 
+/// Plan annotation: its value is a plan id (`spec.id`) whose preflight warnings an operator
+/// accepted. A `preflight` command with `onWarn: Block` that ended in `warn` goes on only
+/// while this names the running plan's id, so an acceptance never carries over to a later
+/// plan by accident.
+pub const ANNOTATION_ACCEPT_WARNINGS: &str = "autopilot.k0sproject.io/accept-warnings";
+
 /// Well-known host name label, also set on every ControlNode.
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 

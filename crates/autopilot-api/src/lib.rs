@@ -8,6 +8,8 @@
 //! - [`keys`]: every annotation, label, name and finalizer string.
 //! - [`duration`]: Go-style durations (`1h30m`) for flags and fields.
 //! - [`platform`]: `<os>-<arch>` names as Kubernetes spells them.
+//! - [`preflight`]: what a node reports for a preflight check (seed 004's status codes and
+//!   the raw record the controller judges).
 //! - [`payload`]: the URL and version rules a node holds a command to, shared by the node
 //!   agent and the Plan engine.
 //!
@@ -20,6 +22,7 @@ pub mod duration;
 pub mod keys;
 pub mod payload;
 pub mod platform;
+pub mod preflight;
 mod schema;
 pub mod signal;
 pub mod text;

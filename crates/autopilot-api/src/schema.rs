@@ -39,3 +39,13 @@ pub(crate) fn crd_schema_for<T: schemars::JsonSchema>() -> JSONSchemaProps {
     }
     serde_json::from_value(value).expect("schemars emits valid JSONSchemaProps")
 }
+
+/// An object of any shape, kept as written (`x-kubernetes-preserve-unknown-fields`), for
+/// fields whose shape depends on another field (a preflight command's `data`).
+pub(crate) fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "The command's data; its shape depends on the command id.",
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}

@@ -16,6 +16,7 @@ pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod plan;
+pub mod preflight;
 pub mod probe;
 pub mod reconcile;
 

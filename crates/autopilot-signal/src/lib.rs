@@ -13,6 +13,7 @@ pub mod host;
 pub mod metrics;
 pub mod node;
 pub mod phase;
+pub mod preflight;
 pub mod status;
 pub mod trial;
 

@@ -411,6 +411,7 @@ pub fn plan_spec(
             progress_timeout: None,
         }),
         airgapupdate: None,
+        preflight: None,
     };
     let airgap_update = |workers: PlanCommandTarget| PlanCommand {
         k0supdate: None,
@@ -420,6 +421,7 @@ pub fn plan_spec(
             workers,
             progress_timeout: None,
         }),
+        preflight: None,
     };
 
     let items: &[AutopilotPlanCommand] = template.map(|t| t.commands.as_slice()).unwrap_or(&[]);

@@ -117,7 +117,7 @@ pub fn k0s_update(
 
 /// A plan command running `update`.
 pub fn k0s_command(update: PlanCommandK0sUpdate) -> PlanCommand {
-    PlanCommand { k0supdate: Some(update), airgapupdate: None }
+    PlanCommand { k0supdate: Some(update), airgapupdate: None, preflight: None }
 }
 
 /// An `airgapupdate` of `workers` to [`PLAIN_VERSION`], bundle URL per this platform.
@@ -137,6 +137,7 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
             workers,
             progress_timeout: None,
         }),
+        preflight: None,
     }
 }
 

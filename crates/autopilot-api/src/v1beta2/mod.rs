@@ -5,6 +5,7 @@
 
 mod control_node;
 mod plan;
+mod preflight;
 mod update_config;
 
 #[cfg(test)]
@@ -18,6 +19,12 @@ pub use plan::{
     PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
     PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanState, PlanStateType, PlanStatus,
     TargetState, TargetStatus,
+};
+pub use preflight::{
+    CheckStatus, DEFAULT_TIMEOUT_SECONDS, LocalizedMessage, NO_TIMEOUT, OnWarn,
+    PlanCommandPreflight, PlanCommandPreflightStatus, PreflightCheck, PreflightCheckStatus,
+    PreflightCommand, PreflightCommandId, PreflightCondition, PreflightMessage,
+    PreflightNodeStatus, PreflightResult, PreflightTargets, SchedulerData, SchedulerPodRef,
 };
 pub use update_config::{
     AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,

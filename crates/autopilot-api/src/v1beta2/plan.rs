@@ -12,6 +12,7 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::preflight::{PlanCommandPreflight, PlanCommandPreflightStatus};
 use crate::signal::SignalPhase;
 
 /// Specification of an update plan: an ordered list of commands.
@@ -65,7 +66,8 @@ pub struct PlanSpec {
     pub commands: Vec<PlanCommand>,
 }
 
-/// One step of a plan. Exactly one of `k0supdate` and `airgapupdate` should be set.
+/// One step of a plan. Exactly one of `k0supdate`, `airgapupdate` and `preflight` should be
+/// set.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommand {
@@ -76,6 +78,11 @@ pub struct PlanCommand {
     /// Download an airgap image bundle onto the targeted workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub airgapupdate: Option<PlanCommandAirgapUpdate>,
+
+    /// Run checks on nodes and gate the commands that follow: any check ending in `error`
+    /// ends the plan `PreflightFailed` before a later command touches a node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PlanCommandPreflight>,
 }
 
 /// Update k0s itself to a given version.
@@ -412,6 +419,10 @@ pub struct PlanCommandStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub airgapupdate: Option<PlanCommandAirgapUpdateStatus>,
 
+    /// What the checks of a `preflight` command found, per check and node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PlanCommandPreflightStatus>,
+
     /// The command exactly as the run captured it at NewPlan (version, platforms, targets,
     /// limits). Plans are immutable while they run: the run uses this copy, not the live spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -544,15 +555,21 @@ pub enum PlanStateType {
     /// Terminal: a node reported a failed download, verification or apply.
     ApplyFailed,
     /// Terminal: NewPlan refused the plan: a pre-flight check (removed APIs) failed, a
-    /// payload has neither a `sha256` nor an `https://` URL, a command is malformed, or a
-    /// field is one no node or scheduler could act on (a URL or version the node agent
-    /// refuses, a `soak` that is not a duration, a canary on controllers); `description`
-    /// says why, naming each field by its path.
+    /// payload has neither a `sha256` nor an `https://` URL, a command is malformed (a
+    /// preflight check that does not compile included), or a field is one no node or
+    /// scheduler could act on (a URL or version the node agent refuses, a `soak` that is not
+    /// a duration, a canary on controllers); `description` says why, naming each field by
+    /// its path.
     Warning,
     /// Terminal: an operator aborted the plan (the `autopilot.k0sproject.io/abort`
     /// annotation); nodes in flight finished first and no node autopilot cordoned is left
     /// cordoned.
     Aborted,
+    /// Terminal: a `preflight` command's checks ended in `error`; no later command touched
+    /// a node, and `description` names the failing checks and nodes. (A check NewPlan
+    /// cannot compile, such as a `boolExpr` that does not parse, ends the plan `Warning`
+    /// like any other malformed command.)
+    PreflightFailed,
 }
 
 /// k0s' name for the plan-level use of [`PlanStateType`].
@@ -563,7 +580,7 @@ pub type CommandState = PlanStateType;
 
 impl PlanStateType {
     /// Every state, in declaration order.
-    pub const ALL: [PlanStateType; 12] = [
+    pub const ALL: [PlanStateType; 13] = [
         Self::NewPlan,
         Self::SchedulableWait,
         Self::Schedulable,
@@ -576,6 +593,7 @@ impl PlanStateType {
         Self::ApplyFailed,
         Self::Warning,
         Self::Aborted,
+        Self::PreflightFailed,
     ];
 
     /// The wire string (`""` for [`PlanStateType::NewPlan`]).
@@ -593,6 +611,7 @@ impl PlanStateType {
             Self::ApplyFailed => "ApplyFailed",
             Self::Warning => "Warning",
             Self::Aborted => "Aborted",
+            Self::PreflightFailed => "PreflightFailed",
         }
     }
 
@@ -608,7 +627,8 @@ impl PlanStateType {
             | Self::Restricted
             | Self::ApplyFailed
             | Self::Warning
-            | Self::Aborted => true,
+            | Self::Aborted
+            | Self::PreflightFailed => true,
         }
     }
 

@@ -35,6 +35,7 @@ fn every_plan_state_serialises_to_its_k0s_string() {
             json!("ApplyFailed"),
             json!("Warning"),
             json!("Aborted"),
+            json!("PreflightFailed"),
         ]
     );
     for state in PlanStateType::ALL {
@@ -62,7 +63,7 @@ fn only_new_plan_and_the_schedulable_states_are_not_terminal() {
         [PlanStateType::NewPlan, PlanStateType::SchedulableWait, PlanStateType::Schedulable]
     );
     let failures: Vec<_> = PlanStateType::ALL.into_iter().filter(|s| s.is_failure()).collect();
-    assert_eq!(failures.len(), 8);
+    assert_eq!(failures.len(), 9);
     assert!(!PlanStateType::Completed.is_failure());
 }
 
@@ -261,6 +262,7 @@ fn false_forceupdate_and_missing_options_are_left_out() {
             progress_timeout: None,
         }),
         airgapupdate: None,
+        preflight: None,
     };
     assert_eq!(
         serde_json::to_value(&command).expect("serialise"),
@@ -709,4 +711,40 @@ fn every_schema_property_has_a_description() {
         walk(&root_schema(&crd), "", &mut undocumented);
         assert_eq!(undocumented, Vec::<String>::new(), "{:?}", crd.metadata.name);
     }
+}
+
+#[test]
+fn the_plan_schema_describes_the_preflight_command() {
+    let schema = root_schema(&Plan::crd());
+    let command = at(&schema, &["properties", "spec", "properties", "commands", "items"]);
+    let preflight = at(command, &["properties", "preflight"]);
+    assert!(preflight["description"].as_str().is_some_and(|d| d.contains("PreflightFailed")));
+    let check = at(preflight, &["properties", "checks", "items", "properties"]);
+    assert_eq!(
+        check["command"]["properties"]["id"]["enum"],
+        json!([
+            "scheduler",
+            "diskSpaceAvailable",
+            "tcpDial",
+            "portAvailable",
+            "httpGet",
+            "fileExists",
+            "k0sVersion",
+            "exec"
+        ])
+    );
+    assert_eq!(check["command"]["properties"]["timeout"]["default"], json!(15));
+    assert_eq!(check["command"]["properties"]["timeout"]["minimum"].as_f64(), Some(-1.0));
+    assert_eq!(
+        check["command"]["properties"]["data"]["x-kubernetes-preserve-unknown-fields"],
+        json!(true)
+    );
+    let result = at(check, &["results", "items", "properties"]);
+    assert_eq!(result["status"]["enum"], json!(["success", "warn", "error"]));
+    assert_eq!(result["message"]["x-kubernetes-preserve-unknown-fields"], json!(true));
+    for field in ["error", "statusCode", "boolExpr"] {
+        let described = result["condition"]["properties"][field]["description"].as_str();
+        assert!(described.is_some_and(|d| !d.is_empty()), "condition.{field}");
+    }
+    assert_eq!(preflight["properties"]["onWarn"]["enum"], json!(["Proceed", "Block"]));
 }

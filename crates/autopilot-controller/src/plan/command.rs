@@ -42,22 +42,40 @@ impl Group {
     }
 }
 
-/// The two update kinds of a command, for messages about malformed commands.
+/// What is wrong with a command's kinds, for messages about malformed commands.
+///
+/// A `preflight` command is refused here until the engine runs preflight checks: its
+/// definition is accepted by the API (and compiled by `crate::preflight`), but no node
+/// would run it, and a check that silently passed would be worse than a refused plan.
 pub(super) fn kind_problem(command: &PlanCommand) -> Option<&'static str> {
-    match (&command.k0supdate, &command.airgapupdate) {
-        (Some(_), Some(_)) => Some("sets both k0supdate and airgapupdate; exactly one is required"),
-        (None, None) => Some("sets neither k0supdate nor airgapupdate; exactly one is required"),
-        (Some(_), None) | (None, Some(_)) => None,
+    match (&command.k0supdate, &command.airgapupdate, &command.preflight) {
+        (Some(_), Some(_), _) => {
+            Some("sets both k0supdate and airgapupdate; exactly one is required")
+        }
+        (None, None, None) => {
+            Some("sets neither k0supdate nor airgapupdate; exactly one is required")
+        }
+        (Some(_), None, Some(_)) | (None, Some(_), Some(_)) => {
+            Some("sets preflight together with an update command; exactly one is required")
+        }
+        (None, None, Some(_)) => {
+            Some("is a preflight command, which this controller does not run yet")
+        }
+        (Some(_), None, None) | (None, Some(_), None) => None,
     }
 }
 
 impl<'a> Command<'a> {
-    /// The command's kind, if exactly one is set.
+    /// The command's update kind, if exactly one is set and it is not a preflight command
+    /// (see [`kind_problem`]).
     pub(super) fn resolve(command: &'a PlanCommand) -> Option<Self> {
-        match (&command.k0supdate, &command.airgapupdate) {
-            (Some(k0s), None) => Some(Self::K0s(k0s)),
-            (None, Some(airgap)) => Some(Self::Airgap(airgap)),
-            (Some(_), Some(_)) | (None, None) => None,
+        match (&command.k0supdate, &command.airgapupdate, &command.preflight) {
+            (Some(k0s), None, None) => Some(Self::K0s(k0s)),
+            (None, Some(airgap), None) => Some(Self::Airgap(airgap)),
+            (Some(_), Some(_), _)
+            | (None, None, _)
+            | (Some(_), None, Some(_))
+            | (None, Some(_), Some(_)) => None,
         }
     }
 

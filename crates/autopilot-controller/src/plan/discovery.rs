@@ -90,7 +90,18 @@ fn new_command(
     spec: &PlanCommand,
     findings: &[RemovedApiUse],
 ) -> NewCommand {
-    // Check 1: exactly one update kind (the schema should already ensure it).
+    // Check 1: exactly one update kind (the schema should already ensure it). A preflight
+    // command is compiled first, so a plan with a broken check is told what is broken (the
+    // field path of every problem) rather than only that preflight does not run yet.
+    if let (None, None, Some(preflight)) = (&spec.k0supdate, &spec.airgapupdate, &spec.preflight)
+        && let Err(problems) = crate::preflight::compile_command(
+            &format!("spec.commands[{index}].preflight"),
+            preflight,
+        )
+    {
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return NewCommand::failed(PlanStateType::Warning, problems.join("; "));
+    }
     let Some(command) = Command::resolve(spec) else {
         let problem = kind_problem(spec).unwrap_or("is malformed");
         return NewCommand::failed(PlanStateType::Warning, format!("command {index} {problem}"));

@@ -717,7 +717,8 @@ fn state_event_kind(state: PlanStateType) -> EventKind {
         | PlanStateType::Restricted
         | PlanStateType::ApplyFailed
         | PlanStateType::Warning
-        | PlanStateType::Aborted => EventKind::Warning,
+        | PlanStateType::Aborted
+        | PlanStateType::PreflightFailed => EventKind::Warning,
     }
 }
 

@@ -29,7 +29,7 @@ pub const INITIAL_PLAN_PHASE: PlanStateType = PlanStateType::NewPlan;
 use PlanStateType as P;
 
 /// Every plan/command phase, in [`PlanStateType::ALL`] order.
-pub const PLAN_PHASES: [PhaseInfo; 12] = [
+pub const PLAN_PHASES: [PhaseInfo; 13] = [
     PhaseInfo {
         state: P::NewPlan,
         terminal: false,
@@ -128,8 +128,9 @@ pub const PLAN_PHASES: [PhaseInfo; 12] = [
         terminal: true,
         next: &[],
         description: "NewPlan refused the plan: the removed-API pre-check failed, a payload \
-                      has neither a sha256 nor an https URL, the command is malformed, or a \
-                      field no node or scheduler could act on (the description names it)",
+                      has neither a sha256 nor an https URL, the command is malformed (a \
+                      preflight check that does not compile included), or a field no node or \
+                      scheduler could act on (the description names it)",
     },
     PhaseInfo {
         state: P::Aborted,
@@ -137,6 +138,14 @@ pub const PLAN_PHASES: [PhaseInfo; 12] = [
         next: &[],
         description: "an operator aborted the plan: no node was signalled after the abort, \
                       the nodes in flight finished, and no autopilot cordon is left",
+    },
+    PhaseInfo {
+        state: P::PreflightFailed,
+        terminal: true,
+        next: &[],
+        description: "a preflight command's checks ended in error; no later command touched \
+                      a node (not reached yet: NewPlan refuses preflight commands until the \
+                      engine runs them)",
     },
 ];
 
@@ -155,6 +164,7 @@ pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
         P::ApplyFailed => 9,
         P::Warning => 10,
         P::Aborted => 11,
+        P::PreflightFailed => 12,
     };
     &PLAN_PHASES[index]
 }
@@ -297,7 +307,8 @@ pub fn markdown() -> String {
             | P::Restricted
             | P::ApplyFailed
             | P::Warning
-            | P::Aborted => "",
+            | P::Aborted
+            | P::PreflightFailed => "",
         };
         out.push_str(&format!(
             "| `{}`{wire} | {} | {} | {} |\n",

@@ -45,7 +45,8 @@ pub(super) fn schedule(
             | PlanStateType::Restricted
             | PlanStateType::ApplyFailed
             | PlanStateType::Warning
-            | PlanStateType::Aborted => return Some(command_status.state),
+            | PlanStateType::Aborted
+            | PlanStateType::PreflightFailed => return Some(command_status.state),
         }
         match step_command(inputs, probes, decision, &run, command, command_status) {
             Outcome::Completed => continue,

@@ -19,7 +19,9 @@ use jiff::Timestamp;
 use self::fixtures::*;
 use super::phases::{self, reasons};
 use super::schedule::{MAX_NODE_REASON, cap_node_reason};
-use super::{EventKind, ObjectKind, Readiness, Requeue, Transition, controllers_to_probe, step};
+use super::{
+    Effect, EventKind, ObjectKind, Readiness, Requeue, Transition, controllers_to_probe, step,
+};
 
 const V: &str = "v1.35.1+k0s.0";
 
@@ -533,6 +535,7 @@ fn a_command_with_both_or_neither_kind_ends_in_warning() {
     let both = PlanCommand {
         k0supdate: PlanFixture::k0s_update(V).spec.commands[0].k0supdate.clone(),
         airgapupdate: PlanFixture::airgap_update(V).spec.commands[0].airgapupdate.clone(),
+        preflight: None,
     };
     let mut sim =
         Sim::new(PlanFixture::without_commands().then_command(both), ClusterFixture::new());
@@ -554,6 +557,69 @@ fn a_command_with_both_or_neither_kind_ends_in_warning() {
     assert_eq!(
         sim.plan.command(1).description.as_deref(),
         Some("command 1 sets neither k0supdate nor airgapupdate; exactly one is required")
+    );
+}
+
+#[test]
+fn a_preflight_command_is_refused_until_the_engine_runs_checks() {
+    let preflight: autopilot_api::v1beta2::PlanCommandPreflight =
+        serde_json::from_value(serde_json::json!({"checks": [{
+            "id": "api-port",
+            "targets": {"all": true},
+            "command": {"id": "portAvailable", "data": {"port": 6443}},
+            "results": [{"status": "success", "message": "free"}]
+        }]}))
+        .expect("a preflight command");
+    let gate = PlanCommand { preflight: Some(preflight.clone()), ..PlanCommand::default() };
+    let mut sim = Sim::new(
+        PlanFixture::without_commands()
+            .then_command(gate)
+            .then_command(PlanFixture::k0s_update(V).controllers(["c1"]).spec.commands[0].clone()),
+        ClusterFixture::new().controllers(["c1"]),
+    );
+    let passed = sim.pass();
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some("command 0 is a preflight command, which this controller does not run yet")
+    );
+    assert!(
+        !passed.effects.iter().any(|effect| matches!(effect, Effect::Signal { .. })),
+        "no node is signalled: {:?}",
+        passed.effects
+    );
+    assert_eq!(sim.cluster.signal(ObjectKind::ControlNode, "c1"), None);
+
+    let mut broken = preflight.clone();
+    broken.checks[0].results[0].condition = Some(autopilot_api::v1beta2::PreflightCondition {
+        bool_expr: Some("statuscode == 0".into()),
+        ..Default::default()
+    });
+    let gate = PlanCommand { preflight: Some(broken), ..PlanCommand::default() };
+    let mut sim =
+        Sim::new(PlanFixture::without_commands().then_command(gate), ClusterFixture::new());
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Warning);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(
+        description.starts_with(
+            "spec.commands[0].preflight.checks[0].results[0].condition.boolExpr: uses unknown \
+             variable \"statuscode\""
+        ),
+        "{description}"
+    );
+
+    let mixed = PlanCommand {
+        preflight: Some(preflight),
+        ..PlanFixture::k0s_update(V).spec.commands[0].clone()
+    };
+    let mut sim =
+        Sim::new(PlanFixture::without_commands().then_command(mixed), ClusterFixture::new());
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some("command 0 sets preflight together with an update command; exactly one is required")
     );
 }
 

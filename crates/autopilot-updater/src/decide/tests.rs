@@ -145,6 +145,7 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
                 progress_timeout: None,
             }),
             airgapupdate: None,
+            preflight: None,
         }],
     };
     assert_eq!(decision, Decision::CreatePlan(expected));
@@ -340,6 +341,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
                     progress_timeout: None,
                 }),
                 airgapupdate: None,
+                preflight: None,
             },
             PlanCommand {
                 k0supdate: None,
@@ -349,6 +351,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
                     workers: static_nodes(&["w1"], 2),
                     progress_timeout: None,
                 }),
+                preflight: None,
             },
         ]
     );

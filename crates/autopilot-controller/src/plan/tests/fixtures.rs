@@ -130,6 +130,7 @@ impl PlanFixture {
                 progress_timeout: None,
             }),
             airgapupdate: None,
+            preflight: None,
         });
         self
     }
@@ -144,6 +145,7 @@ impl PlanFixture {
                 workers: PlanCommandTarget::default(),
                 progress_timeout: None,
             }),
+            preflight: None,
         });
         self
     }
