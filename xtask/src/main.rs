@@ -7,6 +7,7 @@ mod bench;
 mod control_plane;
 mod crdgen;
 mod demo;
+mod fuzz;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Command {
     /// Run a benchmark (`cargo xtask bench plan`: the engine on the real control plane;
     /// `cargo xtask bench download`: the agent's download + verify).
     Bench(bench::Args),
+    /// Run every fuzz target with 100,000 cases each (the default test run has 10,000).
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Fuzz(args) => fuzz::run(args),
     }
 }
 
