@@ -7,6 +7,7 @@ mod bench;
 mod control_plane;
 mod crdgen;
 mod demo;
+mod fuzz;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +40,8 @@ enum Command {
         /// The version the copy reports.
         version: String,
     },
+    /// Run every fuzz target with 100,000 cases each (the default test run has 10,000).
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +56,7 @@ fn main() -> anyhow::Result<()> {
             println!("{}", integration::k0s_binary_with_version(&version)?.display());
             Ok(())
         }
+        Command::Fuzz(args) => fuzz::run(args),
     }
 }
 

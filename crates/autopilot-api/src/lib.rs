@@ -19,6 +19,8 @@
 
 pub mod backoff;
 pub mod duration;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 pub mod keys;
 pub mod payload;
 pub mod platform;

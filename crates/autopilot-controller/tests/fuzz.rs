@@ -1,0 +1,176 @@
+//! Fuzz targets of the Plan engine: arbitrary and mutated Plans through the first pass
+//! (NewPlan) over a small cluster, and arbitrary label and field selectors. No input
+//! panics; every failed plan says why; a refused plan signals no node; signals only go to
+//! nodes that exist.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::Plan;
+use autopilot_api::fuzz::{config, json, mutated, word};
+use autopilot_controller::plan::selector::{FieldSelector, LabelSelector};
+use autopilot_controller::plan::{
+    Effect, EventKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering,
+    TargetObject, step,
+};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn valid_plan() -> Value {
+    let platform = autopilot_api::platform::current();
+    json!({
+        "apiVersion": "autopilot.k0sproject.io/v1beta2",
+        "kind": "Plan",
+        "metadata": { "name": "autopilot", "uid": "uid-1", "generation": 1 },
+        "spec": {
+            "id": "id-1",
+            "timestamp": "now",
+            "commands": [{
+                "k0supdate": {
+                    "version": "v1.35.1+k0s.0",
+                    "platforms": { platform.clone(): {
+                        "url": "https://127.0.0.1:8443/k0s", "sha256": "ab".repeat(32) } },
+                    "targets": {
+                        "controllers": { "discovery": { "static": { "nodes": ["c0", "c1"] } } },
+                        "workers": {
+                            "discovery": { "selector": { "labels": "role=worker" } },
+                            "limits": { "concurrent": "50%", "maxFailures": 1, "canary": 1, "soak": "1m" },
+                        },
+                    },
+                },
+            }, {
+                "airgapupdate": {
+                    "version": "v1.35.1+k0s.0",
+                    "platforms": { platform: { "url": "https://127.0.0.1/bundle.tar" } },
+                    "workers": { "discovery": { "static": { "nodes": ["w0", "w1"] } } },
+                },
+            }],
+        },
+    })
+}
+
+fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
+    let mut all: BTreeMap<String, String> = [
+        (autopilot_api::keys::LABEL_OS, autopilot_api::platform::os()),
+        (autopilot_api::keys::LABEL_ARCH, autopilot_api::platform::arch()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    all.extend(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let object = TargetObject {
+        name: name.to_owned(),
+        labels: all,
+        ready: true,
+        signal: ObservedSignal::None,
+    };
+    (name.to_owned(), object)
+}
+
+fn policy(exclude_workers: bool) -> Policy {
+    Policy {
+        exclude_controllers: false,
+        exclude_workers,
+        readiness_grace: Duration::from_secs(600),
+        readiness_recheck: Duration::from_secs(2),
+        node_progress_timeout: Duration::from_secs(900),
+        drain_timeout: Duration::from_secs(600),
+        allow_unverified_payloads: false,
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn new_plans_start_or_are_refused_with_a_reason(
+        doc in prop_oneof![1 => json(4), 6 => mutated(valid_plan())],
+        exclude_workers in any::<bool>(),
+        paused in any::<bool>(),
+    ) {
+        let Ok(plan) = serde_json::from_value::<Plan>(doc) else { return Ok(()) };
+        let control_nodes: BTreeMap<_, _> = [target("c0", &[]), target("c1", &[])].into();
+        let nodes: BTreeMap<_, _> =
+            [target("w0", &[("role", "worker")]), target("w1", &[("role", "worker")])].into();
+        let readiness: BTreeMap<_, _> =
+            ["c0", "c1"].map(|c| (c.to_owned(), Readiness::Ready)).into();
+        let observed = Observed {
+            now: jiff::Timestamp::from_second(1_800_000_000).expect("in range"),
+            control_nodes: &control_nodes,
+            nodes: &nodes,
+            readiness: &readiness,
+            removed_apis: Some(&[]),
+        };
+        let view = PlanView {
+            name: plan.metadata.name.as_deref().unwrap_or_default(),
+            uid: "uid-1",
+            generation: 1,
+            spec: &plan.spec,
+            status: None,
+            steering: Steering { paused, aborted: false },
+        };
+        let transition = step(view, &observed, &policy(exclude_workers));
+        let status = &transition.status;
+
+        if status.state.is_failure() {
+            let said = status.commands.iter().any(|c| {
+                c.description.as_deref().is_some_and(|d| !d.trim().is_empty())
+                    || c.reason.as_deref().is_some_and(|r| !r.trim().is_empty())
+            }) || status.conditions.iter().any(|c| !c.message.trim().is_empty());
+            prop_assert!(said, "{} without a reason: {status:?}", status.state);
+        }
+        for effect in &transition.effects {
+            match effect {
+                Effect::Signal { target, data } => {
+                    prop_assert!(
+                        !status.state.is_failure(),
+                        "a refused plan ({}) signalled {}", status.state, target.name
+                    );
+                    prop_assert!(
+                        control_nodes.contains_key(&target.name) || nodes.contains_key(&target.name),
+                        "a signal to {} which does not exist", target.name
+                    );
+                    prop_assert!(autopilot_api::signal::validate(data).is_ok(), "{data:?}");
+                }
+                Effect::Event { kind: EventKind::Warning, note, .. } => {
+                    prop_assert!(!note.trim().is_empty(), "a Warning Event without a note");
+                }
+                Effect::Event { kind: EventKind::Normal, .. } => {}
+            }
+        }
+    }
+
+    #[test]
+    fn label_selectors_parse_or_say_why(
+        text in prop_oneof![
+            "[a-z0-9./-]{0,6}(=|==|!=| in | notin |<|>)?[a-z0-9(), -]{0,10}(,[!a-z0-9=]{0,6})?",
+            word(),
+            any::<String>(),
+        ],
+        labels in proptest::collection::btree_map("[a-z]{1,3}", "[a-z0-9]{0,3}", 0..4),
+    ) {
+        match LabelSelector::parse(&text) {
+            Ok(selector) => {
+                let _ = selector.matches(&labels);
+            }
+            Err(err) => prop_assert!(!err.to_string().trim().is_empty()),
+        }
+    }
+
+    #[test]
+    fn field_selectors_parse_or_say_why(
+        text in prop_oneof![
+            "(metadata\\.name|spec\\.x)?(=|==|!=)?[a-z0-9\\\\,=-]{0,10}",
+            word(),
+            any::<String>(),
+        ],
+        name in "[a-z0-9-]{0,8}",
+    ) {
+        match FieldSelector::parse(&text) {
+            Ok(selector) => {
+                let _ = selector.matches(&name);
+            }
+            Err(err) => prop_assert!(!err.to_string().trim().is_empty()),
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Fuzz targets of the node agent's pure parts: the phase machine over arbitrary signals
+//! and facts, bundle file names from arbitrary `Content-Disposition` values and URLs, and
+//! the download flags' parsers. No input panics; every failure and refusal says why; no
+//! bad input reaches a host action.
+
+use autopilot_api::fuzz::{config, word};
+use autopilot_api::payload;
+use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalPhase, UpdateRef};
+use autopilot_signal::download::{file_name_from_response, parse_sha256, parse_size};
+use autopilot_signal::phase::{self, Facts, HostAction, Restart, Step};
+use proptest::prelude::*;
+
+/// The strings of one update command: mostly plausible, sometimes anything.
+fn update_strings() -> impl Strategy<Value = (String, String, String)> {
+    let url = prop_oneof![
+        Just("https://127.0.0.1/k0s".to_owned()),
+        "(https?|ftp|file)://[a-z0-9.:@\\[\\]]{0,12}(/[a-z%.]{0,8}){0,3}",
+        word(),
+    ];
+    let version = prop_oneof![Just("v1.35.1+k0s.0".to_owned()), word()];
+    let sha256 = prop_oneof![Just("ab".repeat(32)), Just(String::new()), "[0-9a-fA-FxX]{0,70}"];
+    (url, version, sha256)
+}
+
+fn restart() -> impl Strategy<Value = (u8, String, String)> {
+    (0u8..3, word(), word())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn the_phase_machine_answers_every_signal(
+        phase in proptest::option::of(proptest::sample::select(SignalPhase::ALL.to_vec())),
+        (url, version, sha256) in update_strings(),
+        airgap in any::<bool>(),
+        forceupdate in any::<bool>(),
+        running_version in prop_oneof![Just("v1.35.1+k0s.0".to_owned()), word()],
+        (staged, proven, kubelet) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        live_sha256 in proptest::option::of(prop_oneof![Just("ab".repeat(32)), word()]),
+        (restart_kind, rolled_to, rolled_reason) in restart(),
+    ) {
+        let k0s = CommandK0sUpdate {
+            url: url.clone(), version: version.clone(), sha256: sha256.clone(), forceupdate,
+        };
+        let bundle = CommandAirgapUpdate { url: url.clone(), version: version.clone(), sha256 };
+        let update = if airgap { UpdateRef::Airgap(&bundle) } else { UpdateRef::K0s(&k0s) };
+        let restart = match restart_kind {
+            0 => Restart::NotYet,
+            1 => Restart::Done,
+            _ => Restart::RolledBack { to: &rolled_to, reason: &rolled_reason },
+        };
+        let facts = Facts {
+            update,
+            running_version: &running_version,
+            staged,
+            proven,
+            live_sha256: live_sha256.as_deref(),
+            restart,
+            kubelet,
+        };
+        let step = phase::next(phase, &facts);
+        match &step {
+            Step::Report { phase: SignalPhase::Failed | SignalPhase::FailedDownload, reason } => {
+                prop_assert!(
+                    reason.as_deref().is_some_and(|r| !r.trim().is_empty()),
+                    "a failure without a reason: {step:?}"
+                );
+            }
+            Step::Run { action: HostAction::Download { url: to, .. }
+                | HostAction::DownloadBundle { url: to, .. }, .. } => {
+                // Nothing is fetched from a URL or for a version the node refuses.
+                prop_assert_eq!(to, &url);
+                prop_assert!(payload::url_problem(&url).is_none(), "fetching from {url:?}");
+                prop_assert!(payload::version_problem(&version).is_none());
+            }
+            Step::Report { .. } | Step::Run { .. } | Step::Wait(_) | Step::Done => {}
+        }
+        // A signal the node refuses is answered at once unless it already ended.
+        if phase::refusal(update).is_some() && !phase.is_some_and(SignalPhase::is_terminal) {
+            let failed = matches!(step, Step::Report { phase: SignalPhase::Failed, .. });
+            prop_assert!(failed, "a refused signal was not answered: {step:?}");
+        }
+    }
+
+    #[test]
+    fn bundle_file_names_are_single_safe_names(
+        disposition in proptest::option::of(prop_oneof![
+            word().prop_map(|name| format!("attachment; filename=\"{name}\"")),
+            word().prop_map(|name| format!("attachment;filename={name}")),
+            any::<String>(),
+        ]),
+        path in "(/[a-zA-Z0-9%._ -]{0,16}){0,4}",
+    ) {
+        let Ok(url) = format!("http://127.0.0.1{path}").parse() else { return Ok(()) };
+        if let Some(name) = file_name_from_response(disposition.as_deref(), &url) {
+            prop_assert!(!name.is_empty() && name != "." && name != "..", "{name:?}");
+            prop_assert!(!name.contains(['/', '\\', '\0']), "{name:?}");
+            prop_assert!(!name.chars().any(char::is_control), "{name:?}");
+            prop_assert!(name.len() <= 255, "{} bytes", name.len());
+        }
+    }
+
+    #[test]
+    fn download_flags_parse_or_say_why(text in prop_oneof![word(), "[0-9]{0,25}[KMGTkmgti]{0,2}", any::<String>()]) {
+        if let Err(reason) = parse_size(&text) {
+            prop_assert!(!reason.trim().is_empty());
+        }
+        match parse_sha256(&text) {
+            Ok(hex) => prop_assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())),
+            Err(err) => {
+                let reason = format!("{err:#}");
+                prop_assert!(!reason.trim().is_empty());
+            }
+        }
+    }
+}
