@@ -195,7 +195,8 @@ fn command_reports(spec: &PlanSpec, rollout: &Rollout) -> Vec<CommandReport> {
                 PlanCommand { airgapupdate: Some(update), .. } => {
                     ("airgapupdate", update.version.clone(), Some(update.workers.limits.concurrent))
                 }
-                PlanCommand { k0supdate: None, airgapupdate: None } => {
+                PlanCommand { preflight: Some(_), .. } => ("preflight", String::new(), None),
+                PlanCommand { k0supdate: None, airgapupdate: None, preflight: None } => {
                     ("unknown", String::new(), None)
                 }
             };

@@ -347,9 +347,9 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
                 Some(PlanCommand { airgapupdate: Some(update), .. }) => {
                     ("airgapupdate", Some(update.version.clone()))
                 }
-                Some(PlanCommand { k0supdate: None, airgapupdate: None }) | None => {
-                    ("unknown", None)
-                }
+                Some(PlanCommand { preflight: Some(_), .. }) => ("preflight", None),
+                Some(PlanCommand { k0supdate: None, airgapupdate: None, preflight: None })
+                | None => ("unknown", None),
             };
             CommandView {
                 id: command.id,

@@ -104,6 +104,7 @@ fn plan(version: &str, controllers: &[&str], workers: &[&str]) -> PlanSpec {
                 progress_timeout: None,
             }),
             airgapupdate: None,
+            preflight: None,
         }],
     }
 }

@@ -120,6 +120,7 @@ fn mid_update() -> Snapshot {
             ..Default::default()
         }),
         airgapupdate: None,
+        preflight: None,
     };
     let mut plan = Plan::new(
         "autopilot",
