@@ -1,7 +1,7 @@
-//! Fuzz targets of the Plan engine: arbitrary and mutated Plans through the first pass
-//! (NewPlan) over a small cluster, and arbitrary label and field selectors. No input
-//! panics; every failed plan says why; a refused plan signals no node; signals only go to
-//! nodes that exist.
+//! Fuzz targets of the Plan engine: arbitrary and mutated Plans (with a preflight, a
+//! k0supdate and an airgapupdate command) through the first pass (NewPlan) over a small
+//! cluster, and arbitrary label and field selectors. No input panics; every failed plan
+//! says why; a refused plan signals no node; signals only go to nodes that exist.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,6 +26,27 @@ fn valid_plan() -> Value {
             "id": "id-1",
             "timestamp": "now",
             "commands": [{
+                "preflight": {
+                    "onWarn": "Block",
+                    "deadline": "2m",
+                    "checks": [{
+                        "id": "api-port",
+                        "targets": { "all": true },
+                        "command": { "id": "tcpDial", "timeout": 5,
+                                     "data": { "host": "127.0.0.1", "port": 6443 } },
+                        "results": [
+                            { "status": "success", "message": "{{ .Node }} reaches {{ .Result }}",
+                              "condition": { "statusCode": 0, "error": false,
+                                             "boolExpr": "statusCode == 0 && !error" } },
+                            { "status": "warn",
+                              "message": { "id": "m", "defaultMessage": "{{ .Args.a }}",
+                                           "args": { "a": "{{ .StatusCode }}" } },
+                              "condition": { "statusCode": 62 } },
+                            { "status": "error", "message": "{{ .Error }}" },
+                        ],
+                    }],
+                },
+            }, {
                 "k0supdate": {
                     "version": "v1.35.1+k0s.0",
                     "platforms": { platform.clone(): {

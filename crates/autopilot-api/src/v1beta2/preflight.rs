@@ -307,6 +307,10 @@ pub enum PreflightMessage {
     Text(String),
     /// A message with an id (for localisation), a default text and arguments.
     Message(LocalizedMessage),
+    /// Anything else (a number, a list, an object without `defaultMessage`): kept as
+    /// written so the Plan still decodes, and refused when the plan is resolved, naming
+    /// the field (the schema cannot refuse it: the field has no single structural type).
+    Invalid(serde_json::Value),
 }
 
 impl JsonSchema for PreflightMessage {

@@ -60,6 +60,10 @@ impl Template {
                     .map_err(|problem| format!("defaultMessage: {problem}"))?;
                 Ok((text, args))
             }
+            PreflightMessage::Invalid(value) => Err(format!(
+                "must be a string or an object {{id, defaultMessage, args}}, not {}",
+                autopilot_api::text::truncate(&value.to_string(), 80)
+            )),
         }
     }
 

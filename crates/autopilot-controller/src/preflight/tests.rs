@@ -422,6 +422,24 @@ fn a_bad_bool_expr_is_refused_naming_the_check_and_field() {
 }
 
 #[test]
+fn a_message_that_is_neither_text_nor_a_message_object_is_refused_naming_the_field() {
+    for message in [json!(42), json!(["a"]), json!({"id": "x"}), json!(null)] {
+        let checks = json!([
+            {"id": "only", "targets": {"all": true}, "command": {"id": "k0sVersion"},
+             "results": [{"status": "success", "message": message}]}
+        ]);
+        let found = problems(checks);
+        assert_eq!(found.len(), 1, "{message}: {found:?}");
+        assert!(
+            found[0].starts_with(
+                "spec.commands[1].preflight.checks[0].results[0].message: must be a string or an object"
+            ),
+            "{message}: {found:?}"
+        );
+    }
+}
+
+#[test]
 fn unknown_variables_are_refused_but_comprehension_variables_are_not() {
     let expr = |expr: &str| {
         check_with(json!([{"status": "success", "message": "m", "condition": {"boolExpr": expr}}]))
