@@ -11,14 +11,17 @@ use autopilot_api::fuzz::{config, json, mutated, word};
 use autopilot_controller::plan::selector::{FieldSelector, LabelSelector};
 use autopilot_controller::plan::{
     Effect, EventKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering,
-    TargetObject, step,
+    TargetObject, Transition, step,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-fn valid_plan() -> Value {
+/// A valid Plan: a k0supdate and an airgapupdate command, after a preflight command if
+/// `preflight` (such a plan stops at the preflight, so the update commands are reached
+/// mostly through the plans without one).
+fn valid_plan(preflight: bool) -> Value {
     let platform = autopilot_api::platform::current();
-    json!({
+    let mut plan = json!({
         "apiVersion": "autopilot.k0sproject.io/v1beta2",
         "kind": "Plan",
         "metadata": { "name": "autopilot", "uid": "uid-1", "generation": 1 },
@@ -67,7 +70,12 @@ fn valid_plan() -> Value {
                 },
             }],
         },
-    })
+    });
+    if !preflight {
+        let commands = plan["spec"]["commands"].as_array_mut().expect("commands is a list");
+        commands.remove(0);
+    }
+    plan
 }
 
 fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
@@ -100,37 +108,70 @@ fn policy(exclude_workers: bool) -> Policy {
     }
 }
 
+/// The cluster every case runs on: ControlNodes `c0`, `c1`; worker Nodes `w0`, `w1`
+/// (label `role=worker`); all Ready, on this machine's platform, no signals.
+fn cluster() -> (BTreeMap<String, TargetObject>, BTreeMap<String, TargetObject>) {
+    let control_nodes = [target("c0", &[]), target("c1", &[])].into();
+    let nodes = [target("w0", &[("role", "worker")]), target("w1", &[("role", "worker")])].into();
+    (control_nodes, nodes)
+}
+
+/// The engine's first pass over `plan` (no status yet) on [`cluster`].
+fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
+    let (control_nodes, nodes) = cluster();
+    let readiness: BTreeMap<_, _> = ["c0", "c1"].map(|c| (c.to_owned(), Readiness::Ready)).into();
+    let observed = Observed {
+        now: jiff::Timestamp::from_second(1_800_000_000).expect("in range"),
+        control_nodes: &control_nodes,
+        nodes: &nodes,
+        readiness: &readiness,
+        removed_apis: Some(&[]),
+    };
+    let view = PlanView {
+        name: plan.metadata.name.as_deref().unwrap_or_default(),
+        uid: "uid-1",
+        generation: 1,
+        spec: &plan.spec,
+        status: None,
+        steering: Steering { paused, aborted: false },
+    };
+    step(view, &observed, &policy(exclude_workers))
+}
+
+#[test]
+fn the_plan_every_mutation_starts_from_signals_the_first_controller() {
+    // Without this, a base plan the engine refuses would make the fuzz target below test
+    // refusals only.
+    let plan: Plan = serde_json::from_value(valid_plan(false)).expect("the base plan decodes");
+    let transition = first_pass(&plan, false, false);
+    assert!(!transition.status.state.is_terminal(), "{:?}", transition.status);
+    let signalled: Vec<&str> = transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Signal { target, .. } => Some(target.name.as_str()),
+            Effect::Event { .. } => None,
+        })
+        .collect();
+    assert_eq!(signalled, ["c0"]);
+}
+
 proptest! {
     #![proptest_config(config())]
 
     #[test]
     fn new_plans_start_or_are_refused_with_a_reason(
-        doc in prop_oneof![1 => json(4), 6 => mutated(valid_plan())],
+        doc in prop_oneof![
+            1 => json(4),
+            3 => mutated(valid_plan(false)),
+            3 => mutated(valid_plan(true)),
+        ],
         exclude_workers in any::<bool>(),
         paused in any::<bool>(),
     ) {
         let Ok(plan) = serde_json::from_value::<Plan>(doc) else { return Ok(()) };
-        let control_nodes: BTreeMap<_, _> = [target("c0", &[]), target("c1", &[])].into();
-        let nodes: BTreeMap<_, _> =
-            [target("w0", &[("role", "worker")]), target("w1", &[("role", "worker")])].into();
-        let readiness: BTreeMap<_, _> =
-            ["c0", "c1"].map(|c| (c.to_owned(), Readiness::Ready)).into();
-        let observed = Observed {
-            now: jiff::Timestamp::from_second(1_800_000_000).expect("in range"),
-            control_nodes: &control_nodes,
-            nodes: &nodes,
-            readiness: &readiness,
-            removed_apis: Some(&[]),
-        };
-        let view = PlanView {
-            name: plan.metadata.name.as_deref().unwrap_or_default(),
-            uid: "uid-1",
-            generation: 1,
-            spec: &plan.spec,
-            status: None,
-            steering: Steering { paused, aborted: false },
-        };
-        let transition = step(view, &observed, &policy(exclude_workers));
+        let (control_nodes, nodes) = cluster();
+        let transition = first_pass(&plan, exclude_workers, paused);
         let status = &transition.status;
 
         if status.state.is_failure() {
