@@ -42,7 +42,7 @@ pub struct SignalData {
     pub run_id: Option<String>,
 }
 
-/// What the node is asked to do: exactly one of `k0supdate` and `airgapupdate`.
+/// What the node is asked to do: exactly one of `k0supdate`, `airgapupdate` and `preflight`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SignalCommand {
@@ -56,6 +56,20 @@ pub struct SignalCommand {
     /// Download an airgap image bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub airgapupdate: Option<CommandAirgapUpdate>,
+
+    /// Run preflight checks (ours, DESIGN §13; k0s does not know it). A reference only: the
+    /// node reads the checks' definitions from the Plan's frozen command, never from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<CommandPreflight>,
+}
+
+/// Run the checks `checks` of the `preflight` command at this signal's command index of the
+/// plan run the signal names, and report a [`crate::preflight::RawRecord`] for each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandPreflight {
+    /// The ids of the checks that target this node, in spec order.
+    pub checks: Vec<String>,
 }
 
 /// Replace the k0s binary with the one at `url`.
@@ -105,12 +119,22 @@ pub struct SignalStatus {
     /// Human-readable detail, mostly why a phase failed (ours; k0s ignores it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+
+    /// For a preflight signal: what the node observed running each check, by check id
+    /// (ours). Bounded ([`crate::preflight::RawRecord::bounded`]); the leader judges them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub preflight: BTreeMap<String, crate::preflight::RawRecord>,
 }
 
 impl SignalStatus {
     /// A status in `phase` as of `now`, with no reason.
     pub fn new(phase: SignalPhase, now: jiff::Timestamp) -> Self {
-        Self { status: phase, timestamp: format_timestamp(now), reason: None }
+        Self {
+            status: phase,
+            timestamp: format_timestamp(now),
+            reason: None,
+            preflight: BTreeMap::new(),
+        }
     }
 
     /// The same status with a human-readable reason.
@@ -276,12 +300,12 @@ pub enum SignalError {
         field: &'static str,
     },
 
-    /// `command` has neither `k0supdate` nor `airgapupdate`.
-    #[error("signal field command has neither k0supdate nor airgapupdate")]
+    /// `command` has none of `k0supdate`, `airgapupdate` and `preflight`.
+    #[error("signal field command has none of k0supdate, airgapupdate and preflight")]
     NoUpdate,
 
-    /// `command` has both `k0supdate` and `airgapupdate`.
-    #[error("signal field command has both k0supdate and airgapupdate")]
+    /// `command` has more than one of `k0supdate`, `airgapupdate` and `preflight`.
+    #[error("signal field command has more than one of k0supdate, airgapupdate and preflight")]
     BothUpdates,
 
     /// An update URL does not look like a URL.
@@ -379,16 +403,26 @@ pub fn decode(version: &str, data: &str) -> Result<SignalData, SignalError> {
 pub fn validate(data: &SignalData) -> Result<(), SignalError> {
     non_empty("planId", &data.plan_id)?;
     non_empty("created", &data.created)?;
-    match (&data.command.k0supdate, &data.command.airgapupdate) {
-        (None, None) => return Err(SignalError::NoUpdate),
-        (Some(_), Some(_)) => return Err(SignalError::BothUpdates),
-        (Some(update), None) => {
+    match (&data.command.k0supdate, &data.command.airgapupdate, &data.command.preflight) {
+        (None, None, None) => return Err(SignalError::NoUpdate),
+        (Some(_), Some(_), _) | (Some(_), None, Some(_)) | (None, Some(_), Some(_)) => {
+            return Err(SignalError::BothUpdates);
+        }
+        (Some(update), None, None) => {
             check_url("command.k0supdate.url", &update.url)?;
             non_empty("command.k0supdate.version", &update.version)?;
         }
-        (None, Some(update)) => {
+        (None, Some(update), None) => {
             check_url("command.airgapupdate.url", &update.url)?;
             non_empty("command.airgapupdate.version", &update.version)?;
+        }
+        (None, None, Some(preflight)) => {
+            if preflight.checks.is_empty() {
+                return Err(SignalError::EmptyField { field: "command.preflight.checks" });
+            }
+            for check in &preflight.checks {
+                non_empty("command.preflight.checks[]", check.trim())?;
+            }
         }
     }
     if let Some(status) = &data.status {

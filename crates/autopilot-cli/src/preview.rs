@@ -526,6 +526,7 @@ fn check_versions(spec: &PlanSpec) -> Vec<String> {
         spec,
         status,
         steering: autopilot_controller::plan::Steering::default(),
+        accepted_warnings: None,
     };
     autopilot_controller::plan::removed_api_check_versions(view)
 }

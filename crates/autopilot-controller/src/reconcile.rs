@@ -348,6 +348,10 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         spec: &plan.spec,
         status: plan.status.as_ref(),
         steering: plan::Steering::of(plan.annotations()),
+        accepted_warnings: plan
+            .annotations()
+            .get(autopilot_api::keys::ANNOTATION_ACCEPT_WARNINGS)
+            .map(String::as_str),
     };
 
     let (control_nodes, control_node_versions) = observe::collect_control_nodes(&ctx.control_nodes);

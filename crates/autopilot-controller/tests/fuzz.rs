@@ -134,6 +134,7 @@ fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
         spec: &plan.spec,
         status: None,
         steering: Steering { paused, aborted: false },
+        accepted_warnings: None,
     };
     step(view, &observed, &policy(exclude_workers))
 }

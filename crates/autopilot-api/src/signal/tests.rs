@@ -14,6 +14,7 @@ fn k0s_signal() -> SignalData {
         plan_id: "id123".into(),
         created: "2024-05-01T12:00:00Z".into(),
         command: SignalCommand {
+            preflight: None,
             id: 0,
             k0supdate: Some(CommandK0sUpdate {
                 url: "https://example.com/k0s".into(),
@@ -33,6 +34,7 @@ fn airgap_signal() -> SignalData {
         plan_id: "id123".into(),
         created: "2024-05-01T12:00:00+02:00".into(),
         command: SignalCommand {
+            preflight: None,
             id: 1,
             k0supdate: None,
             airgapupdate: Some(CommandAirgapUpdate {
@@ -74,6 +76,7 @@ fn a_k0s_update_signal_with_status_is_pinned() {
         u
     });
     let data = data.with_status(SignalStatus {
+        preflight: BTreeMap::new(),
         status: SignalPhase::Downloading,
         timestamp: "2024-05-01T12:00:05Z".into(),
         reason: None,
@@ -106,6 +109,7 @@ fn a_fresh_airgap_update_signal_is_pinned() {
 #[test]
 fn an_airgap_update_signal_with_status_is_pinned() {
     let data = airgap_signal().with_status(SignalStatus {
+        preflight: BTreeMap::new(),
         status: SignalPhase::Completed,
         timestamp: "2024-05-01T12:03:00+02:00".into(),
         reason: None,
@@ -166,6 +170,7 @@ fn annotations_round_trip_a_signal() {
         k0s_signal(),
         airgap_signal(),
         k0s_signal().with_status(SignalStatus {
+            preflight: BTreeMap::new(),
             status: SignalPhase::Restarting,
             timestamp: "t".into(),
             reason: Some("r".into()),
@@ -281,13 +286,19 @@ fn exactly_one_update_must_be_set() {
     neither.command.k0supdate = None;
     let err = validate(&neither).expect_err("invalid");
     assert!(matches!(err, SignalError::NoUpdate));
-    assert_eq!(err.to_string(), "signal field command has neither k0supdate nor airgapupdate");
+    assert_eq!(
+        err.to_string(),
+        "signal field command has none of k0supdate, airgapupdate and preflight"
+    );
 
     let mut both = k0s_signal();
     both.command.airgapupdate = airgap_signal().command.airgapupdate;
     let err = validate(&both).expect_err("invalid");
     assert!(matches!(err, SignalError::BothUpdates));
-    assert_eq!(err.to_string(), "signal field command has both k0supdate and airgapupdate");
+    assert_eq!(
+        err.to_string(),
+        "signal field command has more than one of k0supdate, airgapupdate and preflight"
+    );
 }
 
 #[test]
@@ -384,6 +395,7 @@ fn urls_with_a_scheme_and_a_host_or_an_opaque_part_are_accepted() {
 #[test]
 fn a_present_status_needs_a_timestamp() {
     let data = k0s_signal().with_status(SignalStatus {
+        preflight: BTreeMap::new(),
         status: SignalPhase::Cordoning,
         timestamp: String::new(),
         reason: None,
@@ -395,6 +407,7 @@ fn a_present_status_needs_a_timestamp() {
 #[test]
 fn timestamps_are_not_parsed() {
     let mut data = k0s_signal().with_status(SignalStatus {
+        preflight: BTreeMap::new(),
         status: SignalPhase::Cordoning,
         timestamp: "whenever".into(),
         reason: None,
@@ -447,6 +460,7 @@ fn signal_data() -> impl Strategy<Value = SignalData> {
         prop_oneof![k0s.prop_map(|u| (Some(u), None)), airgap.prop_map(|u| (None, Some(u))),],
     )
         .prop_map(|(id, (k0supdate, airgapupdate))| SignalCommand {
+            preflight: None,
             id,
             k0supdate,
             airgapupdate,
@@ -458,6 +472,7 @@ fn signal_data() -> impl Strategy<Value = SignalData> {
             proptest::option::of(".*"),
         )
             .prop_map(|(status, timestamp, reason)| SignalStatus {
+                preflight: BTreeMap::new(),
                 status,
                 timestamp,
                 reason,

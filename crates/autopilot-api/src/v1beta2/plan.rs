@@ -481,6 +481,11 @@ pub struct TargetStatus {
     /// Human-readable detail, for example why the node failed or what it waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+
+    /// For a `preflight` command: the ids of the checks this node runs (resolved at NewPlan
+    /// from each check's targets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
 }
 
 impl TargetStatus {
@@ -492,6 +497,7 @@ impl TargetStatus {
             last_updated_timestamp: Time(now),
             phase: None,
             reason: None,
+            checks: Vec::new(),
         }
     }
 }

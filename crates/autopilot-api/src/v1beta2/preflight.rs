@@ -412,7 +412,7 @@ pub struct SchedulerPodRef {
 
 /// What a `preflight` command found, written by the leader once the nodes reported (or the
 /// command's deadline passed).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommandPreflightStatus {
     /// The worst status of any check; absent while the checks run.
@@ -422,6 +422,15 @@ pub struct PlanCommandPreflightStatus {
     /// Every check, in spec order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<PreflightCheckStatus>,
+
+    /// Targeted controllers (signalled through their `ControlNode`), each with the checks it
+    /// runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<super::TargetStatus>,
+
+    /// Targeted workers (signalled through their `Node`), each with the checks it runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<super::TargetStatus>,
 }
 
 /// What one check found over its nodes.
@@ -622,6 +631,7 @@ results:
         let running = PlanCommandPreflightStatus {
             status: None,
             checks: vec![PreflightCheckStatus { id: "c".into(), status: None, nodes: vec![] }],
+            ..PlanCommandPreflightStatus::default()
         };
         assert_eq!(
             serde_json::to_value(&running).expect("serialise"),
@@ -639,6 +649,7 @@ results:
                     message: "port 6443 in use".into(),
                 }],
             }],
+            ..PlanCommandPreflightStatus::default()
         };
         let wire = serde_json::to_value(&done).expect("serialise");
         assert_eq!(

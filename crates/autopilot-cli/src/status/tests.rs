@@ -28,6 +28,7 @@ fn target(name: &str, state: TargetState, phase: Option<SignalPhase>, since: &st
         last_updated_timestamp: Time(at(since)),
         phase,
         reason: None,
+        checks: Vec::new(),
     }
 }
 
@@ -38,6 +39,7 @@ fn signal(created: &str, phase: Option<(SignalPhase, &str)>) -> BTreeMap<String,
         plan_id: "rollout".to_owned(),
         created: created.to_owned(),
         command: SignalCommand {
+            preflight: None,
             id: 0,
             k0supdate: Some(autopilot_api::signal::CommandK0sUpdate {
                 url: "https://example.com/k0s".to_owned(),

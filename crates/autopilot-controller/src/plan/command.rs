@@ -6,25 +6,33 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::platform::platform_id;
-use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData};
+use autopilot_api::signal::{
+    CommandAirgapUpdate, CommandK0sUpdate, CommandPreflight, SignalCommand, SignalData,
+};
 use autopilot_api::v1beta2::{
-    PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandStatus,
-    PlanCommandTarget, PlanResourceUrl, TargetStatus,
+    PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandPreflight,
+    PlanCommandStatus, PlanCommandTarget, PlanResourceUrl, TargetStatus,
 };
 
 use super::{ObjectKind, ObservedSignal, TargetObject};
 
-/// A command with exactly one update kind.
+/// A command with exactly one kind.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Command<'a> {
     /// `k0supdate`: controllers (ControlNodes), then workers (Nodes).
     K0s(&'a PlanCommandK0sUpdate),
     /// `airgapupdate`: workers (Nodes) only.
     Airgap(&'a PlanCommandAirgapUpdate),
+    /// `preflight`: checks on controllers (ControlNodes) and workers (Nodes), all at once
+    /// (DESIGN §13, `super::checks`).
+    Preflight(&'a PlanCommandPreflight),
 }
 
+/// The platforms of a command that downloads nothing.
+static NO_PLATFORMS: BTreeMap<String, PlanResourceUrl> = BTreeMap::new();
+
 /// A target group of a command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Group {
     /// `k0supdate.targets.controllers`.
     Controllers,
@@ -43,10 +51,6 @@ impl Group {
 }
 
 /// What is wrong with a command's kinds, for messages about malformed commands.
-///
-/// A `preflight` command is refused here until the engine runs preflight checks: its
-/// definition is accepted by the API (and compiled by `crate::preflight`), but no node
-/// would run it, and a check that silently passed would be worse than a refused plan.
 pub(super) fn kind_problem(command: &PlanCommand) -> Option<&'static str> {
     match (&command.k0supdate, &command.airgapupdate, &command.preflight) {
         (Some(_), Some(_), _) => {
@@ -58,22 +62,19 @@ pub(super) fn kind_problem(command: &PlanCommand) -> Option<&'static str> {
         (Some(_), None, Some(_)) | (None, Some(_), Some(_)) => {
             Some("sets preflight together with an update command; exactly one is required")
         }
-        (None, None, Some(_)) => {
-            Some("is a preflight command, which this controller does not run yet")
-        }
-        (Some(_), None, None) | (None, Some(_), None) => None,
+        (Some(_), None, None) | (None, Some(_), None) | (None, None, Some(_)) => None,
     }
 }
 
 impl<'a> Command<'a> {
-    /// The command's update kind, if exactly one is set and it is not a preflight command
-    /// (see [`kind_problem`]).
+    /// The command's kind, if exactly one is set (see [`kind_problem`]).
     pub(super) fn resolve(command: &'a PlanCommand) -> Option<Self> {
         match (&command.k0supdate, &command.airgapupdate, &command.preflight) {
             (Some(k0s), None, None) => Some(Self::K0s(k0s)),
             (None, Some(airgap), None) => Some(Self::Airgap(airgap)),
+            (None, None, Some(preflight)) => Some(Self::Preflight(preflight)),
             (Some(_), Some(_), _)
-            | (None, None, _)
+            | (None, None, None)
             | (Some(_), None, Some(_))
             | (None, Some(_), Some(_)) => None,
         }
@@ -84,57 +85,68 @@ impl<'a> Command<'a> {
         match self {
             Self::K0s(_) => "k0supdate",
             Self::Airgap(_) => "airgapupdate",
+            Self::Preflight(_) => "preflight",
         }
     }
 
-    /// The version the command updates to.
+    /// The version the command updates to (empty for a preflight command).
     pub(super) fn version(self) -> &'a str {
         match self {
             Self::K0s(k0s) => &k0s.version,
             Self::Airgap(airgap) => &airgap.version,
+            Self::Preflight(_) => "",
         }
     }
 
-    /// Download locations per `<os>-<arch>`.
+    /// Download locations per `<os>-<arch>` (none for a preflight command).
     pub(super) fn platforms(self) -> &'a BTreeMap<String, PlanResourceUrl> {
         match self {
             Self::K0s(k0s) => &k0s.platforms,
             Self::Airgap(airgap) => &airgap.platforms,
+            Self::Preflight(_) => &NO_PLATFORMS,
         }
     }
 
     /// Whether NewPlan runs the removed-API pre-check: always for airgap, for k0s unless
-    /// `forceupdate` (REF §3.4).
+    /// `forceupdate` (REF §3.4), never for preflight (it changes nothing).
     pub(super) fn needs_removed_api_check(self) -> bool {
         match self {
             Self::K0s(k0s) => !k0s.forceupdate,
             Self::Airgap(_) => true,
+            Self::Preflight(_) => false,
         }
     }
 
     /// The target groups, in the order they are updated.
     pub(super) fn groups(self) -> &'static [Group] {
         match self {
-            Self::K0s(_) => &[Group::Controllers, Group::Workers],
+            Self::K0s(_) | Self::Preflight(_) => &[Group::Controllers, Group::Workers],
             Self::Airgap(_) => &[Group::Workers],
         }
     }
 
-    /// The spec of a group (`None`: the group targets nothing).
+    /// The spec of a group (`None`: the group targets nothing; a preflight command's
+    /// targets are per check, see `super::checks`).
     pub(super) fn target(self, group: Group) -> Option<&'a PlanCommandTarget> {
         match (self, group) {
             (Self::K0s(k0s), Group::Controllers) => k0s.targets.controllers.as_ref(),
             (Self::K0s(k0s), Group::Workers) => k0s.targets.workers.as_ref(),
             (Self::Airgap(_), Group::Controllers) => None,
             (Self::Airgap(airgap), Group::Workers) => Some(&airgap.workers),
+            (Self::Preflight(_), Group::Controllers | Group::Workers) => None,
         }
     }
 
-    /// The command's `progressTimeout`, if set: `Err` says why it does not parse.
+    /// The command's `progressTimeout`, if set: `Err` says why it does not parse. For a
+    /// preflight command, its report deadline ([`crate::preflight::deadline_of`]): a node
+    /// without a report by then counts as timed out.
     pub(super) fn progress_timeout_override(self) -> Option<Result<Duration, String>> {
         let text = match self {
             Self::K0s(k0s) => k0s.progress_timeout.as_deref(),
             Self::Airgap(airgap) => airgap.progress_timeout.as_deref(),
+            Self::Preflight(preflight) => {
+                return Some(Ok(crate::preflight::deadline_of(preflight)));
+            }
         }?;
         Some(autopilot_api::duration::parse(text).and_then(|duration| {
             if duration.is_zero() {
@@ -190,8 +202,8 @@ impl<'a> Command<'a> {
     /// controllers, Nodes for everything else (airgap always on Nodes).
     pub(super) fn object_kind(self, group: Group) -> ObjectKind {
         match (self, group) {
-            (Self::K0s(_), Group::Controllers) => ObjectKind::ControlNode,
-            (Self::K0s(_), Group::Workers)
+            (Self::K0s(_) | Self::Preflight(_), Group::Controllers) => ObjectKind::ControlNode,
+            (Self::K0s(_) | Self::Preflight(_), Group::Workers)
             | (Self::Airgap(_), Group::Controllers | Group::Workers) => ObjectKind::Node,
         }
     }
@@ -200,56 +212,84 @@ impl<'a> Command<'a> {
     pub(super) fn gates_workers_on_ready(self) -> bool {
         match self {
             Self::K0s(_) => true,
-            Self::Airgap(_) => false,
+            Self::Airgap(_) | Self::Preflight(_) => false,
         }
     }
 
     /// Whether a signal's command is of this command's kind.
     pub(super) fn same_kind(self, signal: &SignalCommand) -> bool {
         match self {
-            Self::K0s(_) => signal.k0supdate.is_some() && signal.airgapupdate.is_none(),
-            Self::Airgap(_) => signal.airgapupdate.is_some() && signal.k0supdate.is_none(),
+            Self::K0s(_) => {
+                signal.k0supdate.is_some()
+                    && signal.airgapupdate.is_none()
+                    && signal.preflight.is_none()
+            }
+            Self::Airgap(_) => {
+                signal.airgapupdate.is_some()
+                    && signal.k0supdate.is_none()
+                    && signal.preflight.is_none()
+            }
+            Self::Preflight(_) => {
+                signal.preflight.is_some()
+                    && signal.k0supdate.is_none()
+                    && signal.airgapupdate.is_none()
+            }
         }
     }
 
-    /// The signal for a target of this command at command index `index`.
-    pub(super) fn signal(
+    /// The signal for `target` of this command at command index `index`, written to
+    /// `object`: an update carries the payload of the object's platform (`Err` says why
+    /// there is none), a preflight command the ids of the target's checks.
+    pub(super) fn signal_for(
         self,
         run: &RunIdentity,
         index: u32,
-        entry: &PlanResourceUrl,
+        object: &TargetObject,
+        target: &TargetStatus,
         created: String,
-    ) -> SignalData {
-        let url = entry.url.clone();
-        let sha256 = entry.sha256.clone().unwrap_or_default();
+    ) -> Result<SignalData, String> {
         let command = match self {
-            Self::K0s(k0s) => SignalCommand {
-                id: index,
-                k0supdate: Some(CommandK0sUpdate {
-                    url,
-                    version: k0s.version.clone(),
-                    sha256,
-                    forceupdate: k0s.forceupdate,
-                }),
-                airgapupdate: None,
-            },
-            Self::Airgap(airgap) => SignalCommand {
+            Self::K0s(k0s) => {
+                let entry = self.platform_entry(object)?;
+                SignalCommand {
+                    id: index,
+                    k0supdate: Some(CommandK0sUpdate {
+                        url: entry.url.clone(),
+                        version: k0s.version.clone(),
+                        sha256: entry.sha256.clone().unwrap_or_default(),
+                        forceupdate: k0s.forceupdate,
+                    }),
+                    airgapupdate: None,
+                    preflight: None,
+                }
+            }
+            Self::Airgap(airgap) => {
+                let entry = self.platform_entry(object)?;
+                SignalCommand {
+                    id: index,
+                    k0supdate: None,
+                    airgapupdate: Some(CommandAirgapUpdate {
+                        url: entry.url.clone(),
+                        version: airgap.version.clone(),
+                        sha256: entry.sha256.clone().unwrap_or_default(),
+                    }),
+                    preflight: None,
+                }
+            }
+            Self::Preflight(_) => SignalCommand {
                 id: index,
                 k0supdate: None,
-                airgapupdate: Some(CommandAirgapUpdate {
-                    url,
-                    version: airgap.version.clone(),
-                    sha256,
-                }),
+                airgapupdate: None,
+                preflight: Some(CommandPreflight { checks: target.checks.clone() }),
             },
         };
-        SignalData {
+        Ok(SignalData {
             plan_id: run.plan_id.clone(),
             created,
             command,
             status: None,
             run_id: Some(run.run_id.clone()),
-        }
+        })
     }
 
     /// The platform entry for an object: its `<os>-<arch>` labels must name a key of
@@ -326,6 +366,12 @@ pub(super) fn targets<'s>(
             status.airgapupdate.as_ref().map_or(&[], |s| s.workers.as_slice())
         }
         (Command::Airgap(_), Group::Controllers) => &[],
+        (Command::Preflight(_), Group::Controllers) => {
+            status.preflight.as_ref().map_or(&[], |s| s.controllers.as_slice())
+        }
+        (Command::Preflight(_), Group::Workers) => {
+            status.preflight.as_ref().map_or(&[], |s| s.workers.as_slice())
+        }
     }
 }
 
@@ -347,6 +393,12 @@ pub(super) fn targets_mut<'s>(
             Some(&mut status.airgapupdate.get_or_insert_with(Default::default).workers)
         }
         (Command::Airgap(_), Group::Controllers) => None,
+        (Command::Preflight(_), Group::Controllers) => {
+            Some(&mut status.preflight.get_or_insert_with(Default::default).controllers)
+        }
+        (Command::Preflight(_), Group::Workers) => {
+            Some(&mut status.preflight.get_or_insert_with(Default::default).workers)
+        }
     }
 }
 

@@ -66,20 +66,20 @@ pub(super) fn new_plan(
 }
 
 /// The NewPlan result of one command.
-struct NewCommand {
+pub(super) struct NewCommand {
     /// `SchedulableWait` or the failure.
-    state: PlanStateType,
+    pub(super) state: PlanStateType,
     /// Why it failed.
-    description: Option<String>,
+    pub(super) description: Option<String>,
     /// The resolved targets per group (recorded even when a target check fails, so the
     /// status shows which nodes were missing or had no platform).
-    targets: Vec<(Group, Vec<TargetStatus>)>,
+    pub(super) targets: Vec<(Group, Vec<TargetStatus>)>,
     /// Warning Events about payloads accepted without an integrity check.
-    warnings: Vec<Effect>,
+    pub(super) warnings: Vec<Effect>,
 }
 
 impl NewCommand {
-    fn failed(state: PlanStateType, description: String) -> Self {
+    pub(super) fn failed(state: PlanStateType, description: String) -> Self {
         Self { state, description: Some(description), targets: Vec::new(), warnings: Vec::new() }
     }
 }
@@ -90,17 +90,11 @@ fn new_command(
     spec: &PlanCommand,
     findings: &[RemovedApiUse],
 ) -> NewCommand {
-    // Check 1: exactly one update kind (the schema should already ensure it). A preflight
-    // command is compiled first, so a plan with a broken check is told what is broken (the
-    // field path of every problem) rather than only that preflight does not run yet.
-    if let (None, None, Some(preflight)) = (&spec.k0supdate, &spec.airgapupdate, &spec.preflight)
-        && let Err(problems) = crate::preflight::compile_command(
-            &format!("spec.commands[{index}].preflight"),
-            preflight,
-        )
-    {
-        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        return NewCommand::failed(PlanStateType::Warning, problems.join("; "));
+    // Check 1: exactly one kind (the schema should already ensure it). A preflight command
+    // is compiled (every problem named by its field path) and its checks' targets resolved
+    // by `super::checks`.
+    if let (None, None, Some(preflight)) = (&spec.k0supdate, &spec.airgapupdate, &spec.preflight) {
+        return super::checks::new_command(inputs, index, preflight);
     }
     let Some(command) = Command::resolve(spec) else {
         let problem = kind_problem(spec).unwrap_or("is malformed");
@@ -261,6 +255,8 @@ fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
                 (Command::Airgap(_), Group::Controllers | Group::Workers) => {
                     format!("{path}.{}.limits", group.name())
                 }
+                // A preflight command's targets are per check (`super::checks`).
+                (Command::Preflight(_), Group::Controllers | Group::Workers) => continue,
             };
             problems.extend(limits_problems(&limits, group, &target.limits));
         }
@@ -335,7 +331,30 @@ fn discover(
     let Some(target) = command.target(group) else {
         return Ok(Vec::new());
     };
-    let objects = inputs.objects(command.object_kind(group));
+    let names = select(inputs, command.object_kind(group), group, target)?;
+    let is_controller_worker = |name: &String| {
+        matches!(command, Command::K0s(_))
+            && group == Group::Workers
+            && inputs.observed.nodes.contains_key(name)
+            && inputs
+                .observed
+                .control_nodes
+                .get(name)
+                .is_some_and(|control_node| command.platform_entry(control_node).is_ok())
+    };
+    Ok(names.into_iter().filter(|name| !is_controller_worker(name)).collect())
+}
+
+/// The names `target` selects among the objects of `kind`: its `static` list (objects need
+/// not exist), else its selector (labels and fields both match; `{}` is every object), else
+/// nothing. A selector that does not parse is an error naming the group, never "all".
+pub(super) fn select(
+    inputs: &Inputs<'_>,
+    kind: super::ObjectKind,
+    group: Group,
+    target: &autopilot_api::v1beta2::PlanCommandTarget,
+) -> Result<BTreeSet<String>, String> {
+    let objects = inputs.objects(kind);
     let names: BTreeSet<String> = if let Some(list) = &target.discovery.r#static {
         list.nodes.iter().cloned().collect()
     } else if let Some(selector) = &target.discovery.selector {
@@ -355,15 +374,5 @@ fn discover(
     } else {
         BTreeSet::new()
     };
-    let is_controller_worker = |name: &String| {
-        matches!(command, Command::K0s(_))
-            && group == Group::Workers
-            && inputs.observed.nodes.contains_key(name)
-            && inputs
-                .observed
-                .control_nodes
-                .get(name)
-                .is_some_and(|control_node| command.platform_entry(control_node).is_ok())
-    };
-    Ok(names.into_iter().filter(|name| !is_controller_worker(name)).collect())
+    Ok(names)
 }

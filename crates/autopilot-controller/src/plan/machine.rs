@@ -41,12 +41,8 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
     let mut probes = Probes::Observed(observed.readiness);
-    Pass {
-        inputs: Inputs::new(observed, policy, plan.steering),
-        plan,
-        assume_no_removed_apis: false,
-    }
-    .run(&mut probes)
+    Pass { inputs: Inputs::new(observed, policy, &plan), plan, assume_no_removed_apis: false }
+        .run(&mut probes)
 }
 
 /// The controllers whose `/readyz` the shell must probe before calling [`step`] with the
@@ -70,7 +66,7 @@ pub fn controllers_to_probe(
     for answer_ready in [true, false] {
         let mut probes = Probes::Record { asked: BTreeSet::new(), answer_ready };
         let _ = Pass {
-            inputs: Inputs::new(observed, policy, plan.steering),
+            inputs: Inputs::new(observed, policy, &plan),
             plan,
             assume_no_removed_apis: true,
         }
@@ -127,13 +123,22 @@ pub(super) struct Inputs<'a> {
     pub(super) stamp: Timestamp,
     /// The operator's pause/abort.
     pub(super) steering: Steering,
+    /// The plan id whose preflight warnings an operator accepted, if any.
+    pub(super) accepted_warnings: Option<&'a str>,
 }
 
 impl<'a> Inputs<'a> {
-    fn new(observed: &'a Observed<'a>, policy: &'a Policy, steering: Steering) -> Self {
+    fn new(observed: &'a Observed<'a>, policy: &'a Policy, plan: &PlanView<'a>) -> Self {
         let now = observed.now;
         let stamp = Timestamp::from_second(now.as_second()).unwrap_or(now);
-        Self { observed, policy, now, stamp, steering }
+        Self {
+            observed,
+            policy,
+            now,
+            stamp,
+            steering: plan.steering,
+            accepted_warnings: plan.accepted_warnings,
+        }
     }
 
     /// Every object of a kind, by name.
@@ -612,7 +617,9 @@ fn state_events(
         {
             let kind = holds.get(&command_status.id).copied().unwrap_or(reasons::WORKER_NOT_READY);
             let event_kind = match kind {
-                reasons::PLAN_PAUSED | reasons::CANARY_SOAKING => EventKind::Normal,
+                reasons::PLAN_PAUSED | reasons::CANARY_SOAKING | reasons::PREFLIGHT_RUNNING => {
+                    EventKind::Normal
+                }
                 _ => EventKind::Warning,
             };
             events.push(Effect::Event {

@@ -24,6 +24,7 @@ pub mod removed_apis;
 pub mod rollout;
 pub mod selector;
 
+mod checks;
 mod command;
 mod discovery;
 mod machine;
@@ -58,6 +59,9 @@ pub struct PlanView<'a> {
     pub status: Option<&'a PlanStatus>,
     /// What the operator asked for through the Plan's annotations ([`Steering::of`]).
     pub steering: Steering,
+    /// The value of the Plan's [`keys::ANNOTATION_ACCEPT_WARNINGS`] annotation: the plan id
+    /// whose preflight warnings an operator accepted (`onWarn: Block`).
+    pub accepted_warnings: Option<&'a str>,
 }
 
 /// An operator's steering of a running plan, kept in the Plan's annotations so it survives

@@ -58,9 +58,11 @@ pub const PLAN_PHASES: [PhaseInfo; 13] = [
             P::InconsistentTargets,
             P::ApplyFailed,
             P::Aborted,
+            P::PreflightFailed,
         ],
         description: "running: nodes are being signalled or are working on their signal; \
-                      also while paused, soaking canaries, or stopping after a failure or \
+                      also while paused, soaking canaries, waiting for preflight reports or accepted \
+                      warnings, or stopping after a failure or \
                       an abort until the nodes in flight finished (the reason says which)",
     },
     PhaseInfo {
@@ -144,8 +146,8 @@ pub const PLAN_PHASES: [PhaseInfo; 13] = [
         terminal: true,
         next: &[],
         description: "a preflight command's checks ended in error; no later command touched \
-                      a node (not reached yet: NewPlan refuses preflight commands until the \
-                      engine runs them)",
+                      a node; the failing checks, nodes and messages are in the command's preflight \
+                      status and Events",
     },
 ];
 
@@ -375,9 +377,14 @@ pub mod reasons {
     pub const EARLIER_RUN_IN_FLIGHT: &str = "EarlierRunInFlight";
     /// The canary workers completed; the others wait for the soak to pass.
     pub const CANARY_SOAKING: &str = "CanarySoaking";
+    /// A preflight command waits for its nodes' reports.
+    pub const PREFLIGHT_RUNNING: &str = "PreflightRunning";
+    /// A preflight command ended in warnings and `onWarn: Block` holds the plan until an
+    /// operator accepts them.
+    pub const PREFLIGHT_WARNINGS: &str = "PreflightWarnings";
 
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 20] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -396,6 +403,8 @@ pub mod reasons {
         PLAN_STOPPING,
         EARLIER_RUN_IN_FLIGHT,
         CANARY_SOAKING,
+        PREFLIGHT_RUNNING,
+        PREFLIGHT_WARNINGS,
     ];
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Nothing here decides anything of its own: every pass is the engine's [`step`], and the
 //! "cluster" between passes is the snapshot with each signalled object answering
-//! `Completed`. So the resolved targets, the refusals (missing targets or platforms, an
+//! `Completed` (a preflight check as a probe that succeeded with no output). So the resolved targets, the refusals (missing targets or platforms, an
 //! excluded node kind, removed APIs, malformed fields), the order and the batches are
 //! exactly the engine's.
 
@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use autopilot_api::keys;
+use autopilot_api::preflight::RawRecord;
 use autopilot_api::signal::{SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{PlanSpec, PlanStateType, PlanStatus};
 
@@ -73,6 +74,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
             spec,
             status: status.as_ref(),
             steering: Steering::default(),
+            accepted_warnings: None,
         };
         let snapshot = Observed {
             now,
@@ -90,8 +92,17 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
                         ObjectKind::ControlNode => &mut control_nodes,
                         ObjectKind::Node => &mut nodes,
                     };
-                    let answered =
-                        data.clone().with_status(SignalStatus::new(SignalPhase::Completed, now));
+                    // A preflight check answers as a probe that succeeded with no output
+                    // (status code 0): the dry run shows the order, not the checks' outcome.
+                    let mut answer = SignalStatus::new(SignalPhase::Completed, now);
+                    if let Some(preflight) = &data.command.preflight {
+                        answer.preflight = preflight
+                            .checks
+                            .iter()
+                            .map(|check| (check.clone(), RawRecord::success(Vec::new())))
+                            .collect();
+                    }
+                    let answered = data.clone().with_status(answer);
                     if let Some(object) = objects.get_mut(&target.name) {
                         object.signal = ObservedSignal::Valid(answered);
                     }

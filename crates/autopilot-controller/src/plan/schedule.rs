@@ -57,7 +57,7 @@ pub(super) fn schedule(
 }
 
 /// Where one pass left a command.
-enum Outcome {
+pub(super) enum Outcome {
     /// Every target completed; the next command may start.
     Completed,
     /// Still running (`SchedulableWait`) or held (`Schedulable`).
@@ -99,12 +99,12 @@ fn step_command(
                 // Crash safety: the status says SignalSent but the object does not carry the
                 // signal (a crash between the status write and the signal write, or a write
                 // that lost a conflict). Send the identical signal again.
-                match command.platform_entry(object) {
-                    Ok(entry) => {
-                        let created = format_timestamp(target.last_updated_timestamp.0);
+                let created = format_timestamp(target.last_updated_timestamp.0);
+                match command.signal_for(run, index, object, target, created) {
+                    Ok(data) => {
                         resends.push(Effect::Signal {
                             target: SignalTarget { kind, name: target.name.clone() },
-                            data: command.signal(run, index, entry, created),
+                            data,
                         });
                     }
                     Err(why) => {
@@ -120,8 +120,18 @@ fn step_command(
     //    too: an in-flight controller is not held by the readiness grace).
     enforce_progress_deadline(inputs, decision, run, command, status);
 
-    // 3. Decide. A pass that finds a target without a platform when it is about to signal
-    //    it marks the target failed and decides again (at most once per target).
+    // 3. Decide. A preflight command signals every target at once and judges the reports
+    //    (`super::checks`). An update command: a pass that finds a target without a
+    //    platform when it is about to signal it marks the target failed and decides again
+    //    (at most once per target).
+    if let Command::Preflight(preflight) = command {
+        let outcome = super::checks::decide(inputs, decision, run, command, preflight, status);
+        if let Outcome::Running = outcome {
+            resends.retain(|effect| still_in_flight(effect, command, status));
+            decision.signals.splice(first_signal..first_signal, resends);
+        }
+        return outcome;
+    }
     loop {
         match decide(inputs, probes, decision, run, command, status, &label) {
             Decided::Again => continue,
@@ -129,21 +139,25 @@ fn step_command(
                 if let Outcome::Running = outcome {
                     // Only targets still in flight get their signal again (a target the
                     // progress deadline just failed does not).
-                    let still_sent = |effect: &Effect| match effect {
-                        Effect::Signal { target, .. } => command.groups().iter().any(|&group| {
-                            command.object_kind(group) == target.kind
-                                && targets(status, command, group).iter().any(|t| {
-                                    t.name == target.name && t.state == TargetState::SignalSent
-                                })
-                        }),
-                        Effect::Event { .. } => false,
-                    };
-                    resends.retain(still_sent);
+                    resends.retain(|effect| still_in_flight(effect, command, status));
                     decision.signals.splice(first_signal..first_signal, resends);
                 }
                 return outcome;
             }
         }
+    }
+}
+
+/// Whether a signal effect goes to a target that is still `SignalSent`.
+fn still_in_flight(effect: &Effect, command: Command<'_>, status: &PlanCommandStatus) -> bool {
+    match effect {
+        Effect::Signal { target, .. } => command.groups().iter().any(|&group| {
+            command.object_kind(group) == target.kind
+                && targets(status, command, group)
+                    .iter()
+                    .any(|t| t.name == target.name && t.state == TargetState::SignalSent)
+        }),
+        Effect::Event { .. } => false,
     }
 }
 
@@ -847,7 +861,7 @@ fn signal_workers(
 /// Signal the named pending targets of a group. Every target's platform is checked first;
 /// if one has none, it becomes `MissingPlatform`, nothing is signalled, and `false` tells
 /// the caller to decide again (the failure policy now counts it).
-fn signal_target(
+pub(super) fn signal_target(
     inputs: &Inputs<'_>,
     decision: &mut Decision,
     run: &RunIdentity,
@@ -870,11 +884,9 @@ fn signal_target(
             failed = true;
             continue;
         };
-        match command.platform_entry(object) {
-            Ok(entry) => {
-                let created = format_timestamp(inputs.stamp);
-                signals.push((target.name.clone(), command.signal(run, index, entry, created)));
-            }
+        let created = format_timestamp(inputs.stamp);
+        match command.signal_for(run, index, object, target, created) {
+            Ok(data) => signals.push((target.name.clone(), data)),
             Err(why) => {
                 set_state(target, TargetState::MissingPlatform, inputs);
                 target.reason = Some(why);
@@ -951,7 +963,7 @@ fn set_state(target: &mut TargetStatus, state: TargetState, inputs: &Inputs<'_>)
 
 /// End a command in a failure state with a description. The hold reason goes (nothing is
 /// waited for any more); `notReadySince` stays only as the evidence of `InconsistentTargets`.
-fn end(status: &mut PlanCommandStatus, state: PlanStateType, description: String) {
+pub(super) fn end(status: &mut PlanCommandStatus, state: PlanStateType, description: String) {
     status.state = state;
     status.description = Some(description);
     status.reason = None;
@@ -961,7 +973,7 @@ fn end(status: &mut PlanCommandStatus, state: PlanStateType, description: String
 }
 
 /// Nothing holds the command any more.
-fn release_hold(status: &mut PlanCommandStatus) {
+pub(super) fn release_hold(status: &mut PlanCommandStatus) {
     status.reason = None;
     status.not_ready_since = None;
 }

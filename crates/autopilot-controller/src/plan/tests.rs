@@ -2,6 +2,7 @@
 //! scenario tests, and property tests over random clusters ([`props`]).
 
 mod fixtures;
+mod preflight;
 mod props;
 mod rollout;
 mod steering;
@@ -19,9 +20,7 @@ use jiff::Timestamp;
 use self::fixtures::*;
 use super::phases::{self, reasons};
 use super::schedule::{MAX_NODE_REASON, cap_node_reason};
-use super::{
-    Effect, EventKind, ObjectKind, Readiness, Requeue, Transition, controllers_to_probe, step,
-};
+use super::{EventKind, ObjectKind, Readiness, Requeue, Transition, controllers_to_probe, step};
 
 const V: &str = "v1.35.1+k0s.0";
 
@@ -37,6 +36,7 @@ fn run_signal(plan: &PlanFixture, index: u32, phase: Option<SignalPhase>) -> Sig
     let command = &plan.spec.commands[index as usize];
     let command = if let Some(k0s) = &command.k0supdate {
         SignalCommand {
+            preflight: None,
             id: index,
             k0supdate: Some(CommandK0sUpdate {
                 url: k0s.platforms["linux-amd64"].url.clone(),
@@ -49,6 +49,7 @@ fn run_signal(plan: &PlanFixture, index: u32, phase: Option<SignalPhase>) -> Sig
     } else {
         let airgap = command.airgapupdate.as_ref().expect("a command");
         SignalCommand {
+            preflight: None,
             id: index,
             k0supdate: None,
             airgapupdate: Some(CommandAirgapUpdate {
@@ -244,6 +245,25 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     let mut sim = held_on_worker();
     sim.plan(|p| p.steered(false, true));
     case("a held plan is aborted", P::Schedulable, P::Aborted, sim);
+
+    // A preflight command's checks end in error.
+    let preflight: autopilot_api::v1beta2::PlanCommandPreflight =
+        serde_json::from_value(serde_json::json!({"checks": [{
+            "id": "api-port",
+            "targets": {"all": true},
+            "command": {"id": "portAvailable", "data": {"port": 6443}},
+            "results": [{"status": "success", "message": "free", "condition": {"statusCode": 0}}]
+        }]}))
+        .expect("a preflight command");
+    let mut sim = Sim::new(
+        PlanFixture::without_commands()
+            .then_command(PlanCommand { preflight: Some(preflight), ..PlanCommand::default() }),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    sim.pass();
+    let in_use = autopilot_api::preflight::RawRecord::failure(98, "address in use");
+    sim.cluster(|c| c.reports_checks(Node, "w1", &[("api-port", in_use)]));
+    case("a preflight check ends in error", P::SchedulableWait, P::PreflightFailed, sim);
 
     // Stopping after an abort.
     let mut sim = Sim::new(
@@ -557,69 +577,6 @@ fn a_command_with_both_or_neither_kind_ends_in_warning() {
     assert_eq!(
         sim.plan.command(1).description.as_deref(),
         Some("command 1 sets neither k0supdate nor airgapupdate; exactly one is required")
-    );
-}
-
-#[test]
-fn a_preflight_command_is_refused_until_the_engine_runs_checks() {
-    let preflight: autopilot_api::v1beta2::PlanCommandPreflight =
-        serde_json::from_value(serde_json::json!({"checks": [{
-            "id": "api-port",
-            "targets": {"all": true},
-            "command": {"id": "portAvailable", "data": {"port": 6443}},
-            "results": [{"status": "success", "message": "free"}]
-        }]}))
-        .expect("a preflight command");
-    let gate = PlanCommand { preflight: Some(preflight.clone()), ..PlanCommand::default() };
-    let mut sim = Sim::new(
-        PlanFixture::without_commands()
-            .then_command(gate)
-            .then_command(PlanFixture::k0s_update(V).controllers(["c1"]).spec.commands[0].clone()),
-        ClusterFixture::new().controllers(["c1"]),
-    );
-    let passed = sim.pass();
-    assert_eq!(sim.plan.state(), P::Warning);
-    assert_eq!(
-        sim.plan.command(0).description.as_deref(),
-        Some("command 0 is a preflight command, which this controller does not run yet")
-    );
-    assert!(
-        !passed.effects.iter().any(|effect| matches!(effect, Effect::Signal { .. })),
-        "no node is signalled: {:?}",
-        passed.effects
-    );
-    assert_eq!(sim.cluster.signal(ObjectKind::ControlNode, "c1"), None);
-
-    let mut broken = preflight.clone();
-    broken.checks[0].results[0].condition = Some(autopilot_api::v1beta2::PreflightCondition {
-        bool_expr: Some("statuscode == 0".into()),
-        ..Default::default()
-    });
-    let gate = PlanCommand { preflight: Some(broken), ..PlanCommand::default() };
-    let mut sim =
-        Sim::new(PlanFixture::without_commands().then_command(gate), ClusterFixture::new());
-    sim.pass();
-    assert_eq!(sim.plan.state(), P::Warning);
-    let description = sim.plan.command(0).description.clone().unwrap_or_default();
-    assert!(
-        description.starts_with(
-            "spec.commands[0].preflight.checks[0].results[0].condition.boolExpr: uses unknown \
-             variable \"statuscode\""
-        ),
-        "{description}"
-    );
-
-    let mixed = PlanCommand {
-        preflight: Some(preflight),
-        ..PlanFixture::k0s_update(V).spec.commands[0].clone()
-    };
-    let mut sim =
-        Sim::new(PlanFixture::without_commands().then_command(mixed), ClusterFixture::new());
-    sim.pass();
-    assert_eq!(sim.plan.state(), P::Warning);
-    assert_eq!(
-        sim.plan.command(0).description.as_deref(),
-        Some("command 0 sets preflight together with an update command; exactly one is required")
     );
 }
 

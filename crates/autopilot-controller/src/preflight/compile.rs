@@ -91,6 +91,29 @@ impl CompiledCommand {
     }
 }
 
+/// How long after signalling a `preflight` command's nodes the leader waits for their
+/// reports: the command's `deadline` if it parses and is not zero, else its longest check
+/// timeout plus [`DEFAULT_DEADLINE_MARGIN`]. The same figure as
+/// [`CompiledCommand::deadline`] without compiling the checks (the engine asks every pass).
+pub fn deadline_of(command: &PlanCommandPreflight) -> Duration {
+    let set = command
+        .deadline
+        .as_deref()
+        .and_then(|text| autopilot_api::duration::parse(text).ok())
+        .filter(|deadline| !deadline.is_zero());
+    set.unwrap_or_else(|| {
+        let longest = command
+            .checks
+            .iter()
+            .map(|check| {
+                autopilot_api::preflight::check_timeout(check.command.timeout)
+                    .unwrap_or(MAX_CHECK_DURATION)
+            })
+            .max();
+        longest.unwrap_or_default().saturating_add(DEFAULT_DEADLINE_MARGIN)
+    })
+}
+
 /// One compiled check.
 #[derive(Clone, Debug)]
 pub struct CompiledCheck {

@@ -137,7 +137,8 @@ impl CommandVerdict {
         }
     }
 
-    /// The verdict as the Plan's command status records it.
+    /// The verdict as the Plan's command status records it (without the targets, which the
+    /// engine keeps beside it).
     pub fn to_status(&self) -> PlanCommandPreflightStatus {
         PlanCommandPreflightStatus {
             status: Some(self.status),
@@ -159,6 +160,8 @@ impl CommandVerdict {
                         .collect(),
                 })
                 .collect(),
+            controllers: Vec::new(),
+            workers: Vec::new(),
         }
     }
 }

@@ -42,7 +42,7 @@ mod tests;
 
 pub use compile::{
     CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN, Problem,
-    compile, compile_command,
+    compile, compile_command, deadline_of,
 };
 pub use evaluate::{CheckVerdict, CommandVerdict, NodeVerdict, warnings_accepted};
 

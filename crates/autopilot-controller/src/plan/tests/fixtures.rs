@@ -86,6 +86,7 @@ pub struct PlanFixture {
     pub spec: PlanSpec,
     pub status: Option<PlanStatus>,
     pub steering: Steering,
+    pub accepted_warnings: Option<String>,
 }
 
 impl PlanFixture {
@@ -101,6 +102,7 @@ impl PlanFixture {
             },
             status: None,
             steering: Steering::default(),
+            accepted_warnings: None,
         }
     }
 
@@ -232,6 +234,12 @@ impl PlanFixture {
         self
     }
 
+    /// The accept-warnings annotation with `id`.
+    pub fn accepting_warnings(mut self, id: &str) -> Self {
+        self.accepted_warnings = Some(id.to_owned());
+        self
+    }
+
     /// The operator's pause/abort annotations.
     pub fn steered(mut self, paused: bool, aborted: bool) -> Self {
         self.steering = Steering { paused, aborted };
@@ -284,6 +292,7 @@ impl PlanFixture {
             spec: &self.spec,
             status: self.status.as_ref(),
             steering: self.steering,
+            accepted_warnings: self.accepted_warnings.as_deref(),
         }
     }
 
@@ -331,6 +340,10 @@ pub fn all_targets(command: &PlanCommandStatus) -> Vec<&TargetStatus> {
     }
     if let Some(airgap) = &command.airgapupdate {
         all.extend(&airgap.workers);
+    }
+    if let Some(preflight) = &command.preflight {
+        all.extend(&preflight.controllers);
+        all.extend(&preflight.workers);
     }
     all
 }
@@ -498,6 +511,24 @@ impl ClusterFixture {
         let mut status = SignalStatus::new(phase, now);
         status.reason = reason.map(str::to_owned);
         data.status = Some(status);
+    }
+
+    /// The node on `kind`/`name` answers its preflight signal: `Completed` with `records`.
+    pub fn reports_checks(
+        mut self,
+        kind: ObjectKind,
+        name: &str,
+        records: &[(&str, autopilot_api::preflight::RawRecord)],
+    ) -> Self {
+        self.report(kind, name, SignalPhase::Completed, None);
+        let object = self.objects_mut(kind).get_mut(name).expect("object to report on");
+        if let ObservedSignal::Valid(data) = &mut object.signal
+            && let Some(status) = data.status.as_mut()
+        {
+            status.preflight =
+                records.iter().map(|(id, record)| ((*id).to_owned(), record.clone())).collect();
+        }
+        self
     }
 
     /// Write the signals of a transition onto the objects, as the shell does.

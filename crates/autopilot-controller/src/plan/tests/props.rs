@@ -407,6 +407,7 @@ fn earlier_run_signal(now: jiff::Timestamp) -> SignalData {
         plan_id: "earlier".to_owned(),
         created: autopilot_api::signal::format_timestamp(now),
         command: SignalCommand {
+            preflight: None,
             id: 0,
             k0supdate: None,
             airgapupdate: Some(CommandAirgapUpdate {

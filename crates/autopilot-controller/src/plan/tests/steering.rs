@@ -296,6 +296,7 @@ fn earlier_signal(phase: Option<SignalPhase>, at: jiff::Timestamp) -> SignalData
         plan_id: "id123".to_owned(),
         created: autopilot_api::signal::format_timestamp(at),
         command: SignalCommand {
+            preflight: None,
             id: 0,
             k0supdate: None,
             airgapupdate: Some(CommandAirgapUpdate {

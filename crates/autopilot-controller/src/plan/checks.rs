@@ -1,0 +1,480 @@
+//! Preflight commands in the engine (DESIGN §13; the evaluation rules are in
+//! `crate::preflight`).
+//!
+//! - **NewPlan** ([`new_command`]) compiles the command (a problem refuses the plan,
+//!   `Warning`, naming the field) and resolves each check's targets: `all` is every
+//!   ControlNode and every Node that is not also a ControlNode (a controller+worker runs its
+//!   checks once, through its ControlNode); `controllers` and `workers` select as an update
+//!   command's groups do. Each target records the ids of the checks it runs. A static target
+//!   without an object, or a check that targets no node at all, ends the plan
+//!   `IncompleteTargets` (a check that runs nowhere proves nothing).
+//! - **Schedule** ([`decide`]) signals every target at once (checks change nothing, so
+//!   there is no concurrency limit, no readiness gate and no drain), judges each node's
+//!   report as it arrives and keeps the verdict in the command's `preflight.checks`, and
+//!   concludes once no target is in flight. A node without a report by the command's
+//!   deadline (its progress deadline, [`crate::preflight::deadline_of`]) is judged as
+//!   status code 62. `error` ends the plan `PreflightFailed` before any later command
+//!   signals a node; `warn` proceeds, or with `onWarn: Block` holds the plan until the
+//!   Plan's accept-warnings annotation names the plan's id.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use autopilot_api::keys;
+use autopilot_api::preflight::RawRecord;
+use autopilot_api::v1beta2::{
+    CheckStatus, OnWarn, PlanCommandPreflight, PlanCommandPreflightStatus, PlanCommandStatus,
+    PlanStateType, PreflightCheck, PreflightCheckStatus, PreflightCommandId, PreflightNodeStatus,
+    TargetState, TargetStatus,
+};
+
+use super::ObjectKind;
+use super::command::{Command, Group, RunIdentity, targets};
+use super::discovery::{NewCommand, select};
+use super::machine::{Decision, Inputs};
+use super::phases::reasons;
+use super::schedule::{Outcome, end, release_hold, signal_target};
+use crate::preflight::{CompiledCommand, NodeVerdict};
+
+/// How many failing or warning nodes a command's description and reason name before
+/// summing up the rest (the status keeps every one).
+const MAX_NAMED: usize = 10;
+
+/// NewPlan for the `preflight` command at `index`.
+pub(super) fn new_command(
+    inputs: &Inputs<'_>,
+    index: u32,
+    preflight: &PlanCommandPreflight,
+) -> NewCommand {
+    let path = format!("spec.commands[{index}].preflight");
+    if let Err(problems) = crate::preflight::compile_command(&path, preflight) {
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return NewCommand::failed(PlanStateType::Warning, problems.join("; "));
+    }
+    // The leader does not run Pods for checks yet: a check that could not run must refuse
+    // the plan, never pass it.
+    let scheduler: Vec<String> = preflight
+        .checks
+        .iter()
+        .enumerate()
+        .filter(|(_, check)| check.command.id == PreflightCommandId::Scheduler)
+        .map(|(i, _)| format!("{path}.checks[{i}].command.id"))
+        .collect();
+    if !scheduler.is_empty() {
+        return NewCommand::failed(
+            PlanStateType::Warning,
+            format!(
+                "{}: scheduler checks are not run by this controller; use a node probe or an \
+                 allow-listed exec",
+                scheduler.join(", ")
+            ),
+        );
+    }
+    let label = format!("command {index} (preflight)");
+
+    let mut by_group: BTreeMap<Group, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    let mut nowhere = Vec::new();
+    for (i, check) in preflight.checks.iter().enumerate() {
+        let (controllers, workers) = match check_targets(inputs, check) {
+            Ok(found) => found,
+            Err(problem) => {
+                return NewCommand::failed(
+                    PlanStateType::IncompleteTargets,
+                    format!("{label}: checks[{i}] ({}): {problem}", check.id),
+                );
+            }
+        };
+        if controllers.is_empty() && workers.is_empty() {
+            nowhere.push(check.id.clone());
+        }
+        for (group, names) in [(Group::Controllers, controllers), (Group::Workers, workers)] {
+            for name in names {
+                by_group.entry(group).or_default().entry(name).or_default().push(check.id.clone());
+            }
+        }
+    }
+
+    let mut missing = Vec::new();
+    let mut groups = Vec::new();
+    for group in [Group::Controllers, Group::Workers] {
+        let kind = object_kind(group);
+        let objects = inputs.objects(kind);
+        let statuses: Vec<TargetStatus> = by_group
+            .remove(&group)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, checks)| {
+                let exists = objects.contains_key(&name);
+                let state = if exists {
+                    TargetState::SignalPending
+                } else {
+                    TargetState::MissingSignalNode
+                };
+                let mut target = TargetStatus::new(name.clone(), state, inputs.stamp);
+                target.checks = checks;
+                if !exists {
+                    missing.push(format!("{kind} {name}"));
+                    target.reason = Some(format!("{kind} {name} does not exist"));
+                }
+                target
+            })
+            .collect();
+        groups.push((group, statuses));
+    }
+    let problems: Vec<String> = [
+        (!missing.is_empty()).then(|| format!("targets without an object: {}", missing.join(", "))),
+        (!nowhere.is_empty()).then(|| {
+            format!(
+                "check(s) {} target no node (a check that runs nowhere proves nothing)",
+                nowhere.join(", ")
+            )
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !problems.is_empty() {
+        return NewCommand {
+            state: PlanStateType::IncompleteTargets,
+            description: Some(format!("{label}: {}", problems.join("; "))),
+            targets: groups,
+            warnings: Vec::new(),
+        };
+    }
+    NewCommand {
+        state: PlanStateType::SchedulableWait,
+        description: None,
+        targets: groups,
+        warnings: Vec::new(),
+    }
+}
+
+/// The ControlNodes and Nodes a check targets.
+fn check_targets(
+    inputs: &Inputs<'_>,
+    check: &PreflightCheck,
+) -> Result<(BTreeSet<String>, BTreeSet<String>), String> {
+    let control_nodes = &inputs.observed.control_nodes;
+    if check.targets.all {
+        let controllers: BTreeSet<String> = control_nodes.keys().cloned().collect();
+        let workers = inputs
+            .observed
+            .nodes
+            .keys()
+            .filter(|name| !control_nodes.contains_key(*name))
+            .cloned()
+            .collect();
+        return Ok((controllers, workers));
+    }
+    let controllers = match &check.targets.controllers {
+        Some(target) => select(inputs, ObjectKind::ControlNode, Group::Controllers, target)?,
+        None => BTreeSet::new(),
+    };
+    let workers = match &check.targets.workers {
+        // A controller+worker selected both ways runs the check once, as a controller.
+        Some(target) => select(inputs, ObjectKind::Node, Group::Workers, target)?
+            .into_iter()
+            .filter(|name| !controllers.contains(name))
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    Ok((controllers, workers))
+}
+
+/// The object kind a preflight group is signalled through.
+fn object_kind(group: Group) -> ObjectKind {
+    match group {
+        Group::Controllers => ObjectKind::ControlNode,
+        Group::Workers => ObjectKind::Node,
+    }
+}
+
+/// One pass over a running preflight command, after the read-back and the deadline: judge
+/// the reports that arrived, then signal, wait, hold or conclude.
+pub(super) fn decide(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    preflight: &PlanCommandPreflight,
+    status: &mut PlanCommandStatus,
+) -> Outcome {
+    let index = status.id;
+    let label = format!("command {index} (preflight)");
+    let compiled = match crate::preflight::compile_command(
+        &format!("spec.commands[{index}].preflight"),
+        preflight,
+    ) {
+        Ok(compiled) => compiled,
+        // NewPlan compiled the same frozen copy; a status edited by hand could get here.
+        Err(problems) => {
+            let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            end(status, PlanStateType::Warning, format!("{label}: {}", problems.join("; ")));
+            return Outcome::Ended;
+        }
+    };
+    let deadline = crate::preflight::deadline_of(preflight);
+    judge_reports(inputs, run, command, &compiled, deadline, status);
+
+    let in_state = |state: TargetState| -> Vec<(Group, String)> {
+        command
+            .groups()
+            .iter()
+            .flat_map(|&group| {
+                targets(status, command, group)
+                    .iter()
+                    .filter(move |t| t.state == state)
+                    .map(move |t| (group, t.name.clone()))
+            })
+            .collect()
+    };
+    let pending = in_state(TargetState::SignalPending);
+    let in_flight = in_state(TargetState::SignalSent);
+
+    // Check 1: an abort ends the command at once (checks change nothing on the nodes; a
+    // node still running one answers a signal nobody reads any more).
+    if inputs.steering.aborted {
+        end(
+            status,
+            PlanStateType::Aborted,
+            format!(
+                "{label}: aborted by the {} annotation during the preflight checks; no update \
+                 command signalled a node",
+                keys::ANNOTATION_ABORT
+            ),
+        );
+        return Outcome::Ended;
+    }
+    // Check 2: a paused plan signals no new node.
+    if inputs.steering.paused && !pending.is_empty() {
+        status.state = PlanStateType::SchedulableWait;
+        status.reason = Some(format!(
+            "paused ({} annotation); {} node(s) not signalled for the preflight checks yet",
+            keys::ANNOTATION_PAUSED,
+            pending.len()
+        ));
+        decision.hold(index, reasons::PLAN_PAUSED);
+        return Outcome::Running;
+    }
+    // Check 3: every pending target at once.
+    if !pending.is_empty() {
+        for group in [Group::Controllers, Group::Workers] {
+            let names: Vec<String> =
+                pending.iter().filter(|(g, _)| *g == group).map(|(_, name)| name.clone()).collect();
+            // Preflight targets need no platform: signalling cannot fail.
+            let _signalled = signal_target(inputs, decision, run, command, status, group, &names);
+        }
+    }
+    let in_flight: Vec<String> = in_flight
+        .into_iter()
+        .chain(pending)
+        .map(|(group, name)| format!("{} {name}", object_kind(group)))
+        .collect();
+    if !in_flight.is_empty() {
+        status.state = PlanStateType::SchedulableWait;
+        status.reason = Some(format!(
+            "running preflight checks: waiting for the reports of {} node(s) (within {} of \
+             being signalled): {}",
+            in_flight.len(),
+            autopilot_api::duration::format(deadline),
+            named(&in_flight)
+        ));
+        decision.hold(index, reasons::PREFLIGHT_RUNNING);
+        return Outcome::Running;
+    }
+
+    // Check 4: every node answered (or its deadline passed): conclude.
+    let verdict = conclude(&compiled, deadline, status);
+    let lines = |wanted: CheckStatus| -> Vec<String> {
+        let preflight = status.preflight.as_ref();
+        preflight
+            .into_iter()
+            .flat_map(|p| &p.checks)
+            .flat_map(|check| {
+                check.nodes.iter().filter(move |node| node.status == wanted).map(move |node| {
+                    format!("check {} on {}: {}", check.id, node.name, node.message)
+                })
+            })
+            .collect()
+    };
+    match verdict {
+        CheckStatus::Error => {
+            let errors = lines(CheckStatus::Error);
+            end(
+                status,
+                PlanStateType::PreflightFailed,
+                format!("{label}: preflight checks failed: {}", named(&errors)),
+            );
+            Outcome::Ended
+        }
+        CheckStatus::Warn
+            if compiled.on_warn == OnWarn::Block
+                && inputs.accepted_warnings.is_none_or(|id| id.trim() != run.plan_id) =>
+        {
+            let warnings = lines(CheckStatus::Warn);
+            status.state = PlanStateType::SchedulableWait;
+            status.reason = Some(format!(
+                "preflight warnings hold the plan (onWarn: Block): {}; accept them with the \
+                 annotation {}={}",
+                named(&warnings),
+                keys::ANNOTATION_ACCEPT_WARNINGS,
+                run.plan_id
+            ));
+            decision.hold(index, reasons::PREFLIGHT_WARNINGS);
+            Outcome::Running
+        }
+        CheckStatus::Warn | CheckStatus::Success => {
+            let warnings = lines(CheckStatus::Warn);
+            release_hold(status);
+            status.state = PlanStateType::Completed;
+            status.description = (!warnings.is_empty())
+                .then(|| format!("{label}: completed with warnings: {}", named(&warnings)));
+            Outcome::Completed
+        }
+    }
+}
+
+/// Judge every report that arrived since the last pass: each target that is done (answered,
+/// failed, gone, or past the deadline) and has no verdict yet for one of its checks.
+fn judge_reports(
+    inputs: &Inputs<'_>,
+    run: &RunIdentity,
+    command: Command<'_>,
+    compiled: &CompiledCommand,
+    deadline: std::time::Duration,
+    status: &mut PlanCommandStatus,
+) {
+    let index = status.id;
+    let mut verdicts: Vec<NodeVerdict> = Vec::new();
+    let mut judged: Vec<(String, String)> = Vec::new();
+    let known = |check: &str, node: &str| {
+        status.preflight.as_ref().is_some_and(|p| {
+            p.checks.iter().any(|c| c.id == check && c.nodes.iter().any(|n| n.name == node))
+        })
+    };
+    for &group in command.groups() {
+        let objects = inputs.objects(command.object_kind(group));
+        for target in targets(status, command, group).iter().filter(|t| t.state.is_terminal()) {
+            let signal = objects.get(&target.name).and_then(|o| run.signal_on(o, index, command));
+            for check_id in &target.checks {
+                if known(check_id, &target.name) {
+                    continue;
+                }
+                let Some(check) = compiled.checks.iter().find(|c| &c.id == check_id) else {
+                    continue;
+                };
+                let record =
+                    record_for(target, signal.and_then(|s| s.status.as_ref()), check_id, deadline);
+                verdicts.push(check.judge(&target.name, &record));
+                judged.push((check_id.clone(), target.name.clone()));
+            }
+        }
+    }
+    if verdicts.is_empty() {
+        return;
+    }
+    let preflight = status.preflight.get_or_insert_with(PlanCommandPreflightStatus::default);
+    for ((check_id, _), verdict) in judged.into_iter().zip(verdicts) {
+        let check = match preflight.checks.iter().position(|c| c.id == check_id) {
+            Some(at) => &mut preflight.checks[at],
+            None => {
+                preflight.checks.push(PreflightCheckStatus {
+                    id: check_id.clone(),
+                    status: None,
+                    nodes: Vec::new(),
+                });
+                preflight.checks.last_mut().expect("just pushed")
+            }
+        };
+        check.nodes.push(PreflightNodeStatus {
+            name: verdict.node,
+            status: verdict.status,
+            status_code: verdict.status_code,
+            message: verdict.message,
+        });
+        check.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+}
+
+/// What a done target reported for `check`: its record when it answered `Completed`; when it
+/// failed, a general error with its reason, or "no report" (status code 62) when the leader
+/// failed it at the deadline; when its object is gone, a general error.
+fn record_for(
+    target: &TargetStatus,
+    node_status: Option<&autopilot_api::signal::SignalStatus>,
+    check: &str,
+    deadline: std::time::Duration,
+) -> RawRecord {
+    let reason = target.reason.clone().unwrap_or_else(|| "failed without a reason".to_owned());
+    match target.state {
+        TargetState::SignalCompleted => match node_status.and_then(|s| s.preflight.get(check)) {
+            Some(record) => record.clone().bounded(),
+            None => RawRecord::failure(
+                autopilot_api::preflight::status_code::GENERAL_ERROR,
+                "the node reported no record for this check",
+            ),
+        },
+        // The leader failed it at its deadline (`no progress in …`): it sent no report.
+        TargetState::SignalApplyFailed if reason.starts_with("no progress in ") => {
+            RawRecord::no_report(deadline)
+        }
+        TargetState::SignalApplyFailed
+        | TargetState::MissingSignalNode
+        | TargetState::MissingPlatform => {
+            RawRecord::failure(autopilot_api::preflight::status_code::GENERAL_ERROR, reason)
+        }
+        TargetState::SignalPending | TargetState::SignalSent => RawRecord::no_report(deadline),
+    }
+}
+
+/// Every check's status (its worst node; a target never judged counts as no report) and
+/// the command's (its worst check), written into the status; returns the command's.
+fn conclude(
+    compiled: &CompiledCommand,
+    deadline: std::time::Duration,
+    status: &mut PlanCommandStatus,
+) -> CheckStatus {
+    let preflight = status.preflight.get_or_insert_with(PlanCommandPreflightStatus::default);
+    let mut targets_of: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for target in preflight.controllers.iter().chain(&preflight.workers) {
+        for check in &target.checks {
+            targets_of.entry(check.as_str()).or_default().push(target.name.clone());
+        }
+    }
+    let mut checks = Vec::new();
+    for check in &compiled.checks {
+        let mut nodes = preflight
+            .checks
+            .iter()
+            .find(|c| c.id == check.id)
+            .map(|c| c.nodes.clone())
+            .unwrap_or_default();
+        for name in targets_of.get(check.id.as_str()).into_iter().flatten() {
+            if !nodes.iter().any(|n| &n.name == name) {
+                let verdict = check.judge(name, &RawRecord::no_report(deadline));
+                nodes.push(PreflightNodeStatus {
+                    name: verdict.node,
+                    status: verdict.status,
+                    status_code: verdict.status_code,
+                    message: verdict.message,
+                });
+            }
+        }
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        // A check that ran on no node proved nothing (NewPlan refuses such a plan).
+        let worst = nodes.iter().map(|n| n.status).max().unwrap_or(CheckStatus::Error);
+        checks.push(PreflightCheckStatus { id: check.id.clone(), status: Some(worst), nodes });
+    }
+    let worst = checks.iter().filter_map(|c| c.status).max().unwrap_or(CheckStatus::Error);
+    preflight.checks = checks;
+    preflight.status = Some(worst);
+    worst
+}
+
+/// The first [`MAX_NAMED`] lines joined, and how many more there are.
+fn named(lines: &[String]) -> String {
+    let mut text = lines.iter().take(MAX_NAMED).cloned().collect::<Vec<_>>().join("; ");
+    if lines.len() > MAX_NAMED {
+        text.push_str(&format!(" (and {} more)", lines.len() - MAX_NAMED));
+    }
+    text
+}
