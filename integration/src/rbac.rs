@@ -25,6 +25,7 @@ pub const CONTROLLER_GROUP: &str = "k0s-autopilot-controllers";
 pub const MANIFESTS: &[(&str, &str)] = &[
     ("controller.yaml", include_str!("../../manifests/rbac/controller.yaml")),
     ("controller-worker.yaml", include_str!("../../manifests/rbac/controller-worker.yaml")),
+    ("worker.yaml", include_str!("../../manifests/rbac/worker.yaml")),
 ];
 
 /// Field manager of the harness's server-side applies.

@@ -17,8 +17,16 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use autopilot_api::keys;
+use autopilot_api::preflight::RawRecord;
+use autopilot_api::v1beta2::Plan;
+
 use crate::host::{self, Host, SignalKey};
 use crate::phase::{self, Step};
+use crate::preflight;
 use crate::status;
 
 /// First wait before retrying a failed idempotent action; doubles up to [`MAX_RETRY`].
@@ -55,6 +63,9 @@ pub struct Agent {
     pub board: status::Board,
     /// Where the agent records its metrics.
     pub metrics: crate::metrics::Metrics,
+    /// The node-local allow-list of executables preflight `exec` checks may run
+    /// ([`crate::preflight::exec`]); absent means no `exec` check can run here.
+    pub exec_allow_list: std::path::PathBuf,
 }
 
 /// Act on the signals of the object `agent.name` of kind `K` until `shutdown` resolves or a
@@ -233,7 +244,11 @@ where
     span.record("plan", data.plan_id.as_str());
     span.record("command", data.command.id);
     span.record("phase", data.phase().map_or("", SignalPhase::as_str));
-    if agent.airgap_only && !matches!(data.command.update(), Some(UpdateRef::Airgap(_))) {
+    // Checks run wherever they are signalled (a controller+worker's Node too: they only look).
+    if agent.airgap_only
+        && data.command.preflight.is_none()
+        && !matches!(data.command.update(), Some(UpdateRef::Airgap(_)))
+    {
         debug!(node = %agent.name, "not an airgap signal; the ControlNode's agent handles updates");
         return Ok(Acted::Idle);
     }
@@ -245,6 +260,12 @@ where
         }
     };
     publish(&data);
+    if let Some(preflight) = &data.command.preflight {
+        if let Some(answered) = run_checks(api, agent, object, &data, preflight).await? {
+            publish(&answered);
+        }
+        return Ok(Acted::Idle);
+    }
     let Some(update) = data.command.update() else { return Ok(Acted::Idle) };
     let key = SignalKey::of(&data);
     let current = data.phase();
@@ -298,6 +319,63 @@ where
             }
         }
     }
+}
+
+/// Answer a preflight signal (DESIGN §13): read the checks it names from the Plan, run them
+/// (all at once, each within its timeout) and write `Completed` with a record per check;
+/// `Failed` when the checks cannot be read. Returns the signal as written, `None` when it
+/// was answered already. An API error reading the Plan other than "forbidden" is returned
+/// (the caller retries on its backoff).
+async fn run_checks<K>(
+    api: &Api<K>,
+    agent: &Agent,
+    object: &K,
+    data: &SignalData,
+    wanted: &signal::CommandPreflight,
+) -> anyhow::Result<Option<SignalData>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match phase::preflight(data.phase()) {
+        phase::PreflightStep::Done => return Ok(None),
+        phase::PreflightStep::Run => {}
+    }
+    let plans: Api<Plan> = Api::all(api.clone().into_client());
+    let plan = match plans.get_opt(keys::PLAN_NAME).await {
+        Ok(plan) => plan,
+        Err(kube::Error::Api(response)) if response.code == 403 => {
+            let reason =
+                format!("reading Plan {}: forbidden: {}", keys::PLAN_NAME, response.message);
+            warn!(node = %agent.name, %reason, "cannot read the preflight checks");
+            return write_status(api, object, data, SignalPhase::Failed, Some(reason))
+                .await
+                .map(Some);
+        }
+        Err(err) => return Err(err).context(format!("reading Plan {}", keys::PLAN_NAME)),
+    };
+    let checks = match preflight::definitions(plan.as_ref(), data, &wanted.checks) {
+        Ok(checks) => checks,
+        Err(reason) => {
+            warn!(node = %agent.name, %reason, "cannot find the preflight checks");
+            return write_status(api, object, data, SignalPhase::Failed, Some(reason))
+                .await
+                .map(Some);
+        }
+    };
+    info!(node = %agent.name, checks = ?wanted.checks, "running preflight checks");
+    let facts =
+        preflight::Facts { k0s_version: &agent.version, exec_allow_list: &agent.exec_allow_list };
+    let records =
+        futures::future::join_all(checks.iter().map(|check| preflight::run(&check.command, facts)))
+            .await;
+    let report: BTreeMap<String, RawRecord> =
+        checks.iter().map(|check| check.id.clone()).zip(records).collect();
+    for (id, record) in &report {
+        info!(node = %agent.name, check = %id, status_code = record.status_code, "preflight check ran");
+    }
+    let mut status = SignalStatus::new(SignalPhase::Completed, jiff::Timestamp::now());
+    status.preflight = autopilot_api::preflight::fit_report(report);
+    write_signal_status(api, object, data, status).await.map(Some)
 }
 
 /// Count a failed download (each attempt) or verification in `metrics`.
@@ -361,6 +439,21 @@ where
     let mut status = SignalStatus::new(phase, jiff::Timestamp::now());
     // The reason travels in an annotation and into the Plan's status: keep it readable.
     status.reason = reason.map(|r| host::truncate(&r, MAX_REASON_BYTES));
+    write_signal_status(api, object, data, status).await
+}
+
+/// Write `status` as the node status of `data` on `object`, with its resourceVersion as
+/// precondition; returns the signal as written.
+async fn write_signal_status<K>(
+    api: &Api<K>,
+    object: &K,
+    data: &SignalData,
+    status: SignalStatus,
+) -> anyhow::Result<SignalData>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let phase = status.status;
     let next = data.clone().with_status(status);
     let patch = json!({
         "metadata": {

@@ -144,6 +144,7 @@ pub async fn run_worker(
             let _ = status_stopped.await;
         },
     ));
+    let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
     let host = host::LinuxHost::new(binary, data_dir, download.config(version))
         .context("preparing the update host")?
         .with_metrics(&metrics);
@@ -163,6 +164,7 @@ pub async fn run_worker(
         airgap_only: false,
         board,
         metrics,
+        exec_allow_list,
     };
     let (stop_beat, beat_stopped) = tokio::sync::oneshot::channel::<()>();
     let beat = async {
@@ -293,6 +295,7 @@ pub async fn run_controller_node(
     };
     let agents = async {
         let outcome = if update_agent {
+            let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
             let host = host::LinuxHost::new(binary, data_dir, download)
                 .context("preparing the update host")?
                 .with_metrics(&metrics);
@@ -303,6 +306,7 @@ pub async fn run_controller_node(
                 airgap_only: false,
                 board: board.clone(),
                 metrics: metrics.clone(),
+                exec_allow_list,
             };
             let own_node =
                 agent::Agent { airgap_only: true, kubelet: true, ..control_node.clone() };

@@ -346,6 +346,36 @@ fn airgap_update(
     }
 }
 
+/// What a node does with a preflight signal (DESIGN §13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreflightStep {
+    /// Read the checks from the Plan, run them, and answer `Completed` with a record per
+    /// check (or `Failed` when the checks cannot be read). Checks only look, so running them
+    /// again after a crash before the answer is harmless.
+    Run,
+    /// The node answered already (or the leader ended the signal): nothing to do.
+    Done,
+}
+
+/// The next step for a preflight signal in `phase` (`None`: not answered yet).
+pub fn preflight(phase: Option<SignalPhase>) -> PreflightStep {
+    match phase {
+        None => PreflightStep::Run,
+        Some(SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload) => {
+            PreflightStep::Done
+        }
+        // Not phases of a preflight signal; a node never writes them for one. Answering is
+        // how the signal ends, so run the checks.
+        Some(
+            SignalPhase::Downloading
+            | SignalPhase::Cordoning
+            | SignalPhase::ApplyingUpdate
+            | SignalPhase::Restarting
+            | SignalPhase::Uncordoning,
+        ) => PreflightStep::Run,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -689,5 +719,15 @@ mod tests {
         let step = next(Some(SignalPhase::Restarting), &f);
         assert!(matches!(step, Step::Report { phase: SignalPhase::Failed, .. }), "{step:?}");
         assert_eq!(next(Some(SignalPhase::Completed), &f), Step::Done);
+    }
+
+    #[test]
+    fn a_preflight_signal_runs_until_answered() {
+        assert_eq!(preflight(None), PreflightStep::Run);
+        for phase in SignalPhase::ALL {
+            let expected =
+                if phase.is_terminal() { PreflightStep::Done } else { PreflightStep::Run };
+            assert_eq!(preflight(Some(phase)), expected, "{phase}");
+        }
     }
 }

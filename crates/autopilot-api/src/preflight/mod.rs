@@ -159,9 +159,94 @@ impl RawRecord {
     }
 }
 
+/// The most bytes a node's report (every record of one preflight signal, as JSON) may take.
+/// It travels in an annotation beside the signal; the API server limits all of an object's
+/// annotations together to 256 KiB.
+pub const MAX_REPORT_BYTES: usize = 64 * 1024;
+
+/// How many bytes of stdout and of stderr, and of each message, a record keeps when a report
+/// is over [`MAX_REPORT_BYTES`].
+const SHRUNK_BYTES: usize = 256;
+
+/// The records of one report, each [`RawRecord::bounded`], and together within
+/// [`MAX_REPORT_BYTES`]: a report that is still too big keeps every record's status code,
+/// error and first message and cuts its output and other messages; if even that is too big,
+/// records keep only their status code and a cut error (the leader judges by them).
+pub fn fit_report(
+    records: std::collections::BTreeMap<String, RawRecord>,
+) -> std::collections::BTreeMap<String, RawRecord> {
+    let size = |records: &std::collections::BTreeMap<String, RawRecord>| {
+        serde_json::to_string(records).map_or(usize::MAX, |text| text.len())
+    };
+    let records: std::collections::BTreeMap<String, RawRecord> =
+        records.into_iter().map(|(id, record)| (id, record.bounded())).collect();
+    if size(&records) <= MAX_REPORT_BYTES {
+        return records;
+    }
+    let shrunk: std::collections::BTreeMap<String, RawRecord> = records
+        .iter()
+        .map(|(id, record)| {
+            let mut record = record.clone();
+            record.messages.truncate(1);
+            record.messages = record.messages.iter().map(|m| truncate(m, SHRUNK_BYTES)).collect();
+            record.stdout = truncate(&record.stdout, SHRUNK_BYTES);
+            record.stderr = truncate(&record.stderr, SHRUNK_BYTES);
+            record.error = record.error.map(|e| truncate(&e, SHRUNK_BYTES));
+            (id.clone(), record)
+        })
+        .collect();
+    if size(&shrunk) <= MAX_REPORT_BYTES {
+        return shrunk;
+    }
+    records
+        .into_iter()
+        .map(|(id, record)| {
+            let error = record.error.map(|e| truncate(&e, 64));
+            let short = RawRecord {
+                status_code: record.status_code,
+                error,
+                duration_ms: record.duration_ms,
+                ..RawRecord::default()
+            };
+            (id, short)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_too_big_for_its_annotation_is_cut_keeping_every_status_code() {
+        let big = |code| RawRecord {
+            status_code: code,
+            error: Some("e".repeat(2000)),
+            messages: (0..16).map(|i| format!("{i}{}", "m".repeat(1000))).collect(),
+            stdout: "o".repeat(10_000),
+            stderr: "x".repeat(10_000),
+            duration_ms: 3,
+        };
+        let small: std::collections::BTreeMap<String, RawRecord> =
+            [("a".to_owned(), RawRecord::success(vec!["ok".into()]))].into();
+        assert_eq!(fit_report(small.clone()), small, "a small report is kept whole");
+
+        let some: std::collections::BTreeMap<String, RawRecord> =
+            (0..3).map(|i| (format!("c{i}"), big(i))).collect();
+        let fitted = fit_report(some);
+        let text = serde_json::to_string(&fitted).expect("serialise");
+        assert!(text.len() <= MAX_REPORT_BYTES, "{}", text.len());
+        assert_eq!(fitted["c2"].status_code, 2);
+        assert_eq!(fitted["c2"].messages.len(), 1);
+        assert!(fitted["c2"].messages[0].starts_with("0mmm"));
+
+        let many: std::collections::BTreeMap<String, RawRecord> =
+            (0..400).map(|i| (format!("check-{i}"), big(i))).collect();
+        let fitted = fit_report(many);
+        assert_eq!(fitted.len(), 400, "no record is dropped");
+        assert!(fitted.values().all(|r| r.messages.is_empty()));
+        assert!(fitted.iter().all(|(id, r)| id.ends_with(&r.status_code.to_string())));
+    }
 
     #[test]
     fn status_codes_are_exactly_seed_004s() {

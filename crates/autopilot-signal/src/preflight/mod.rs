@@ -6,14 +6,18 @@
 //! through [`status_code_for`] (`ECONNREFUSED` → 111, `EADDRINUSE` → 98, …). How the agent
 //! learns which checks to run is described in `autopilot_controller::preflight`.
 
+pub mod exec;
+
 use std::io;
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use autopilot_api::keys;
 use autopilot_api::preflight::request::{DiskSpace, FileExists, HttpGet, PortAvailable, Request};
 use autopilot_api::preflight::{RawRecord, check_timeout, status_code};
-use autopilot_api::v1beta2::PreflightCommand;
+use autopilot_api::signal::SignalData;
+use autopilot_api::v1beta2::{Plan, PreflightCheck, PreflightCommand};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
@@ -24,6 +28,48 @@ use hyper_util::rt::TokioExecutor;
 pub struct Facts<'a> {
     /// The k0s version this binary runs (`k0sVersion`'s answer).
     pub k0s_version: &'a str,
+    /// The node-local allow-list file of `exec` checks.
+    pub exec_allow_list: &'a std::path::Path,
+}
+
+/// The definitions of the checks a preflight signal names, from the Plan's frozen copy of
+/// the signal's command (never from the signal: a signal only refers to checks). `Err`
+/// says why they cannot be found: no Plan, another run, a command that is not a preflight
+/// command, or a check id the command does not have.
+pub fn definitions(
+    plan: Option<&Plan>,
+    signal: &SignalData,
+    wanted: &[String],
+) -> Result<Vec<PreflightCheck>, String> {
+    let index = signal.command.id;
+    let Some(plan) = plan else {
+        return Err(format!("Plan {} does not exist", keys::PLAN_NAME));
+    };
+    let status = plan.status.as_ref();
+    let run = status.and_then(|status| status.run_id.as_deref());
+    if signal.run_id.is_none() || run != signal.run_id.as_deref() {
+        return Err(format!(
+            "Plan {} is on run {}, not on the signal's run {}",
+            keys::PLAN_NAME,
+            run.unwrap_or("(none)"),
+            signal.run_id.as_deref().unwrap_or("(none)")
+        ));
+    }
+    let preflight = status
+        .and_then(|status| status.commands.iter().find(|command| command.id == index))
+        .and_then(|command| command.frozen.as_ref())
+        .and_then(|frozen| frozen.preflight.as_ref())
+        .ok_or_else(|| {
+            format!("command {index} of Plan {} is not a preflight command", keys::PLAN_NAME)
+        })?;
+    wanted
+        .iter()
+        .map(|id| {
+            preflight.checks.iter().find(|check| &check.id == id).cloned().ok_or_else(|| {
+                format!("command {index} of Plan {} has no check {id:?}", keys::PLAN_NAME)
+            })
+        })
+        .collect()
 }
 
 /// The seed 004 status code for an OS error: connection refused 111, address in use 98,
@@ -66,7 +112,7 @@ pub async fn run(command: &PreflightCommand, facts: Facts<'_>) -> RawRecord {
     let record = match (Request::parse(*id, data.as_ref()), check_timeout(*timeout)) {
         (Err(problem), _) | (Ok(_), Err(problem)) => invalid_data(&problem),
         (Ok(request), Ok(timeout)) => {
-            match tokio::time::timeout(timeout, probe(&request, facts)).await {
+            match tokio::time::timeout(timeout, probe(&request, facts, timeout)).await {
                 Ok(record) => record,
                 Err(_elapsed) => timed_out(timeout),
             }
@@ -75,8 +121,8 @@ pub async fn run(command: &PreflightCommand, facts: Facts<'_>) -> RawRecord {
     record.with_duration(started.elapsed()).bounded()
 }
 
-/// One probe, without a timeout of its own.
-async fn probe(request: &Request, facts: Facts<'_>) -> RawRecord {
+/// One probe, stopped by the caller at `timeout` (an `exec` entry may have a shorter cap).
+async fn probe(request: &Request, facts: Facts<'_>, timeout: Duration) -> RawRecord {
     match request {
         Request::DiskSpaceAvailable(disk) => disk_space(disk),
         Request::TcpDial(dial) => {
@@ -90,9 +136,10 @@ async fn probe(request: &Request, facts: Facts<'_>) -> RawRecord {
         Request::HttpGet(get) => http_get(get).await,
         Request::FileExists(file) => file_exists(file),
         Request::K0sVersion => RawRecord::success(vec![facts.k0s_version.to_owned()]),
-        Request::Scheduler(_) | Request::Exec(_) => RawRecord::failure(
+        Request::Exec(entry) => exec::run(facts.exec_allow_list, &entry.name, timeout).await,
+        Request::Scheduler(_) => RawRecord::failure(
             status_code::GENERAL_ERROR,
-            "this command is not a built-in probe of the node agent",
+            "scheduler checks run Pods through the leader, not on the node agent",
         ),
     }
 }
@@ -219,7 +266,12 @@ mod tests {
 
     use super::*;
 
-    const FACTS: Facts<'static> = Facts { k0s_version: "v1.33.4+k0s.0" };
+    fn facts() -> Facts<'static> {
+        Facts {
+            k0s_version: "v1.33.4+k0s.0",
+            exec_allow_list: Path::new("/nonexistent/preflight-exec.yaml"),
+        }
+    }
 
     fn command(
         id: PreflightCommandId,
@@ -230,7 +282,7 @@ mod tests {
     }
 
     async fn check(id: PreflightCommandId, data: serde_json::Value) -> RawRecord {
-        run(&command(id, 5, Some(data)), FACTS).await
+        run(&command(id, 5, Some(data)), facts()).await
     }
 
     #[test]
@@ -259,7 +311,7 @@ mod tests {
         assert_eq!(record.status_code, status_code::INVALID_ARGUMENT);
         assert!(record.is_error());
         assert!(record.result().starts_with("invalid data: portAvailable data:"), "{record:?}");
-        let record = run(&command(PreflightCommandId::K0sVersion, 0, None), FACTS).await;
+        let record = run(&command(PreflightCommandId::K0sVersion, 0, None), facts()).await;
         assert_eq!(record.status_code, status_code::INVALID_ARGUMENT);
         assert_eq!(
             record.result(),
@@ -326,7 +378,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("address").port();
         let data = json!({"url": format!("http://127.0.0.1:{port}/")});
-        let record = run(&command(PreflightCommandId::HttpGet, 1, Some(data)), FACTS).await;
+        let record = run(&command(PreflightCommandId::HttpGet, 1, Some(data)), facts()).await;
         assert_eq!(record.status_code, status_code::TIMEOUT, "{record:?}");
         assert_eq!(record.error.as_deref(), Some("timed out after 1s"));
         drop(listener);
@@ -367,16 +419,18 @@ mod tests {
 
     #[tokio::test]
     async fn k0s_version_reports_the_running_version() {
-        let record = run(&command(PreflightCommandId::K0sVersion, 15, None), FACTS).await;
+        let record = run(&command(PreflightCommandId::K0sVersion, 15, None), facts()).await;
         assert_eq!(record.messages, ["v1.33.4+k0s.0"]);
         assert_eq!(record.status_code, 0);
     }
 
     #[tokio::test]
-    async fn scheduler_and_exec_are_not_built_in_probes() {
+    async fn scheduler_is_not_a_node_probe_and_exec_needs_an_allow_list() {
         let data = json!({"kubernetes": {"podName": "p", "global": true}});
         let record = check(PreflightCommandId::Scheduler, data).await;
         assert_eq!(record.status_code, status_code::GENERAL_ERROR);
         assert!(record.is_error());
+        let record = check(PreflightCommandId::Exec, json!({"name": "anything"})).await;
+        assert_eq!(record.status_code, status_code::INVALID_ARGUMENT, "{record:?}");
     }
 }
