@@ -662,7 +662,9 @@ fn command_event(
     }
     let label = if label == "?" { format!("command {}", status.id) } else { label.to_owned() };
     let mut note = format!("{label}: {} -> {}", display_state(from), display_state(status.state));
-    if let Some(description) = status.description.as_ref().filter(|_| status.state.is_failure()) {
+    // A command that ended says how (a failure why; a completion with warnings or tolerated
+    // failures which).
+    if let Some(description) = status.description.as_ref().filter(|_| status.state.is_terminal()) {
         note.push_str(&format!(": {description}"));
     }
     Some(Effect::Event {

@@ -220,6 +220,16 @@ fn a_node_without_a_report_by_the_deadline_counts_as_status_code_62() {
             "command 0 (preflight): completed with warnings: check api-port on w2: w2 did not answer"
         )
     );
+    // The warnings are in the command's Event too, not only in the status.
+    assert!(
+        events(&passed).iter().any(|(_, reason, note)| *reason == reasons::COMMAND_STATE_CHANGED
+            && note.ends_with(
+                "Completed: command 0 (preflight): completed with warnings: check \
+                               api-port on w2: w2 did not answer"
+            )),
+        "{:?}",
+        events(&passed)
+    );
     // w2 is told its signal failed (so it stops), and the update goes on.
     let told: Vec<_> = passed
         .effects
