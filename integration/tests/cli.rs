@@ -212,7 +212,7 @@ fn autopilot_help_lists_the_steering_verbs_and_their_flags() {
     let output = run_k0s(&["autopilot", "--help"]).expect("k0s runs");
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
-    for verb in ["status", "preview", "pause", "resume", "abort"] {
+    for verb in ["status", "preview", "check", "pause", "resume", "abort"] {
         assert!(help.contains(verb), "`k0s autopilot --help` does not list {verb}:\n{help}");
     }
     for verb in ["pause", "resume", "abort"] {

@@ -95,6 +95,10 @@ enum AutopilotCommand {
     /// Preview a plan on the live cluster, writing nothing: the targets it resolves, the
     /// order and batches, and every problem it would hit. Exit status 1 if it would not run.
     Preview(ops::PreviewArgs),
+    /// Run preflight checks ad hoc, with no update: the checks of a `preflight` command run on
+    /// their nodes through the Plan `autopilot` (only while no plan runs); prints a table per
+    /// check and node. Exit status 0 success, 1 warn, 2 error.
+    Check(ops::CheckArgs),
     /// Pause the plan: no new node is signalled; nodes in flight finish
     /// (annotation `autopilot.k0sproject.io/paused=true`).
     Pause(steer::Args),
@@ -288,6 +292,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The report says why; nothing more to print.
         Err(err) if err.is::<ops::WouldNotRun>() => ExitCode::FAILURE,
+        Err(err) if err.is::<ops::CheckExit>() => {
+            ExitCode::from(err.downcast_ref::<ops::CheckExit>().map_or(2, |exit| exit.0))
+        }
         Err(err) => {
             eprintln!("error: {}", one_line(&err));
             ExitCode::FAILURE
@@ -468,6 +475,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             let (verb, args) = match command {
                 AutopilotCommand::Status(args) => return runtime()?.block_on(ops::status(args)),
                 AutopilotCommand::Preview(args) => return runtime()?.block_on(ops::preview(args)),
+                AutopilotCommand::Check(args) => return runtime()?.block_on(ops::check(args)),
                 AutopilotCommand::Pause(args) => (steer::Verb::Pause, args),
                 AutopilotCommand::Resume(args) => (steer::Verb::Resume, args),
                 AutopilotCommand::Abort(args) => (steer::Verb::Abort, args),
@@ -640,7 +648,7 @@ fn trial_boot(command: Command, token: &str) -> anyhow::Result<()> {
 /// The error and its causes on one line, leaving out a cause whose text the previous message
 /// already repeats (some libraries put their source into their own message), and any
 /// multi-line detail (source snippets) after a cause's first line.
-fn one_line(err: &anyhow::Error) -> String {
+pub(crate) fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in err.chain() {
         let text = cause.to_string();

@@ -1,5 +1,5 @@
-//! `k0s autopilot status` and `k0s autopilot preview`: flags and wiring. The views and the
-//! preview themselves live in `autopilot-cli`.
+//! `k0s autopilot status`, `preview` and `check`: flags and wiring. The views, the preview
+//! and the checks themselves live in `autopilot-cli`.
 
 use std::path::PathBuf;
 
@@ -141,4 +141,59 @@ pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     if report.would_run { Ok(()) } else { Err(WouldNotRun.into()) }
+}
+
+/// Flags of `k0s autopilot check`.
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    kubeconfig: Kubeconfig,
+
+    /// The checks: the body of a Plan's `preflight` command (a document with `checks:`, and
+    /// optionally `deadline:`), YAML or JSON; `-` reads stdin.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    file: PathBuf,
+
+    /// How long to wait for every node's verdict.
+    #[arg(long, default_value = "5m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    timeout: std::time::Duration,
+}
+
+/// `k0s autopilot check` ended with this exit status (0 success, 1 warn, 2 error); what to
+/// say was printed.
+#[derive(Debug)]
+pub struct CheckExit(pub u8);
+
+impl std::fmt::Display for CheckExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the checks ended with exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for CheckExit {}
+
+/// Run `k0s autopilot check`: run the checks through the Plan `autopilot`, print a table per
+/// check and node; [`CheckExit`] 1 on warnings, 2 on errors or when the checks cannot run.
+pub async fn check(args: CheckArgs) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let CheckArgs { kubeconfig, file, timeout } = args;
+    let ran = async {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("reading the checks from stdin")?
+        } else {
+            std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
+        };
+        let checks = autopilot_cli::check::parse(&text)
+            .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
+        let (client, _config, _server_url) = crate::connect(&kubeconfig.resolve()?).await?;
+        autopilot_cli::check::run(client, checks, timeout, std::io::stdout()).await
+    };
+    match ran.await {
+        Ok(0) => Ok(()),
+        Ok(code) => Err(CheckExit(code).into()),
+        Err(err) => {
+            eprintln!("error: {}", crate::one_line(&err));
+            Err(CheckExit(2).into())
+        }
+    }
 }
