@@ -23,8 +23,9 @@ use futures::StreamExt as _;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 
-/// What the file holds: the body of a `preflight` command (`checks`, optional `deadline`).
-/// `onWarn` is ignored: ad hoc checks never hold anything.
+/// What the file holds: the body of a `preflight` command (`checks`, optional `deadline`),
+/// compiled as NewPlan compiles it (a problem is refused here, naming the field). `onWarn` is
+/// ignored: ad hoc checks never hold anything.
 pub fn parse(text: &str) -> Result<PlanCommandPreflight, String> {
     let value: serde_json::Value =
         serde_yaml::from_str(text).map_err(|error| format!("not YAML or JSON: {error}"))?;
@@ -36,10 +37,15 @@ pub fn parse(text: &str) -> Result<PlanCommandPreflight, String> {
     }
     let mut preflight: PlanCommandPreflight =
         serde_json::from_value(value).map_err(|error| format!("not a set of checks: {error}"))?;
-    if preflight.checks.is_empty() {
-        return Err("checks: no check to run".to_owned());
-    }
     preflight.on_warn = OnWarn::Proceed;
+    // What NewPlan would refuse is refused here, before anything is written.
+    if let Err(problems) = autopilot_controller::preflight::compile_command("", &preflight) {
+        let problems: Vec<String> = problems
+            .iter()
+            .map(|p| format!("{}: {}", p.path.trim_start_matches('.'), p.message))
+            .collect();
+        return Err(problems.join("; "));
+    }
     Ok(preflight)
 }
 

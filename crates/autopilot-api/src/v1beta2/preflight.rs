@@ -241,8 +241,9 @@ pub struct PreflightResult {
     pub status: CheckStatus,
 
     /// What to tell the operator: a string, or a message object `{id, defaultMessage, args}`.
-    /// Placeholders `{{ .Result }}`, `{{ .StatusCode }}`, `{{ .Error }}` and `{{ .Node }}` are
-    /// replaced by the node's outcome, and `{{ .Args.<name> }}` by the message's args.
+    /// Placeholders `{{ .Result }}` (the first message), `{{ .Results }}` (every message),
+    /// `{{ .StatusCode }}`, `{{ .Error }}` and `{{ .Node }}` are replaced by the node's
+    /// outcome, and `{{ .Args.<name> }}` by the message's args.
     pub message: PreflightMessage,
 
     /// When this result applies; every field set must hold. No condition: always applies.
@@ -323,8 +324,8 @@ impl JsonSchema for PreflightMessage {
         // written and the controller reads it as one of the two forms.
         schemars::json_schema!({
             "description": "What to tell the operator: a string, or {id, defaultMessage, args}. \
-                            Placeholders {{ .Result }}, {{ .StatusCode }}, {{ .Error }} and \
-                            {{ .Node }} are replaced by the node's outcome, {{ .Args.<name> }} \
+                            Placeholders {{ .Result }}, {{ .Results }}, {{ .StatusCode }}, \
+                            {{ .Error }} and {{ .Node }} are replaced by the node's outcome, {{ .Args.<name> }} \
                             by the message's args.",
             "x-kubernetes-preserve-unknown-fields": true,
         })

@@ -67,7 +67,17 @@ fn the_file_is_a_preflight_body_and_never_holds_on_warnings() {
     let parsed = checks();
     assert_eq!(parsed.checks.len(), 1);
     assert_eq!(parsed.on_warn, OnWarn::Proceed, "an ad hoc check has nothing to hold");
-    assert!(parse("checks: []").unwrap_err().contains("no check"));
+    assert_eq!(
+        parse("checks: []").unwrap_err(),
+        "checks: is empty; a preflight command needs a check"
+    );
+    let bad_cel = CHECKS.replace("status_code: 98", "bool_expr: 'statuscode == 98'");
+    let refused = parse(&bad_cel).unwrap_err();
+    assert!(
+        refused.starts_with("checks[0].results[0].condition.boolExpr: ")
+            && refused.contains("\"statuscode\""),
+        "refused before anything is written, naming the field: {refused}"
+    );
     assert!(parse("spec: {}").unwrap_err().contains("not a Plan"));
     assert!(parse("preflight: {checks: []}").unwrap_err().contains("not a Plan or a command"));
     assert!(parse("checks: [{id: x}]").unwrap_err().starts_with("not a set of checks"));

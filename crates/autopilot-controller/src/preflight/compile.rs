@@ -247,6 +247,14 @@ fn compile_check(path: &str, check: &PreflightCheck) -> Result<CompiledCheck, Ve
         }
     };
 
+    if results.is_empty() {
+        problem(
+            format!("{path}.results"),
+            "is empty; no result can match, so every node would end error: add at least one \
+             result (one without a condition matches always)"
+                .into(),
+        );
+    }
     let mut compiled = Vec::new();
     for (index, result) in results.iter().enumerate() {
         match compile_result(&format!("{path}.results[{index}]"), result) {

@@ -117,8 +117,9 @@ fn no_matching_result_is_an_error_that_shows_the_outcome() {
     assert_eq!(verdict.matched, None);
     assert_eq!(verdict.message, "no result matched status code 111, error \"connection refused\"");
 
-    let verdict = single(json!([])).judge("n1", &ok(&["fine"]));
-    assert_eq!(verdict.status, CheckStatus::Error, "no results at all: nothing can match");
+    let check = single(json!([{"status": "warn", "message": "odd", "condition": {"error": true}}]));
+    let verdict = check.judge("n1", &ok(&["fine"]));
+    assert_eq!(verdict.status, CheckStatus::Error, "nothing matched");
     assert_eq!(verdict.message, "no result matched status code 0, result \"fine\"");
 }
 
@@ -496,7 +497,8 @@ fn every_problem_of_a_plan_is_reported_at_once() {
                      {"status": "warn", "message": {"defaultMessage": "{{ .Args.missing }}"}},
                      {"status": "warn", "message": "{{ .Result"}]},
         {"id": "a", "targets": {"all": true, "workers": {"discovery": {}}},
-         "command": {"id": "fileExists", "timeout": -2, "data": {"path": "/etc"}}}
+         "command": {"id": "fileExists", "timeout": -2, "data": {"path": "/etc"}},
+         "results": [{"status": "success", "message": "ok"}]}
     ]);
     let found = problems(checks);
     let paths: Vec<&str> = found.iter().map(|p| p.split(": ").next().unwrap_or_default()).collect();
@@ -524,19 +526,23 @@ fn every_problem_of_a_plan_is_reported_at_once() {
 #[test]
 fn timeouts_default_to_fifteen_seconds_and_minus_one_is_the_node_maximum() {
     let with_timeout = |timeout: Value| {
-        let mut check = check_with(json!([]));
+        let mut check = check_with(json!([{"status": "success", "message": "ok"}]));
         check["command"]["timeout"] = timeout;
         compiled(json!([check])).checks.remove(0).timeout
     };
     assert_eq!(with_timeout(json!(3)), Duration::from_secs(3));
     assert_eq!(with_timeout(json!(-1)), autopilot_api::preflight::MAX_CHECK_DURATION);
     assert_eq!(with_timeout(json!(100_000)), autopilot_api::preflight::MAX_CHECK_DURATION);
-    assert_eq!(single(json!([])).timeout, Duration::from_secs(15));
+    assert_eq!(
+        single(json!([{"status": "success", "message": "ok"}])).timeout,
+        Duration::from_secs(15)
+    );
 }
 
 #[test]
 fn a_deadline_must_be_a_non_zero_duration_and_overrides_the_margin() {
-    let mut command = command_of(json!([check_with(json!([]))]));
+    let mut command =
+        command_of(json!([check_with(json!([{"status": "success", "message": "ok"}]))]));
     command.deadline = Some("2m".into());
     let compiled = compile_command("p", &command).expect("compiles");
     assert_eq!(compiled.deadline(DEFAULT_DEADLINE_MARGIN), Duration::from_secs(120));
@@ -547,6 +553,15 @@ fn a_deadline_must_be_a_non_zero_duration_and_overrides_the_margin() {
     }
     let empty = compile_command("p", &command_of(json!([]))).expect_err("no checks");
     assert_eq!(empty[0].to_string(), "p.checks: is empty; a preflight command needs a check");
+}
+
+#[test]
+fn a_check_without_results_is_refused_since_nothing_could_match() {
+    let found =
+        compile_command("p", &command_of(json!([check_with(json!([]))]))).expect_err("no results");
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].path, "p.checks[0].results");
+    assert!(found[0].to_string().contains("every node would end error"), "{}", found[0]);
 }
 
 #[test]
@@ -580,7 +595,7 @@ mod props {
         /// none is `error`.
         #[test]
         fn the_first_result_whose_condition_holds_decides(
-            results in prop::collection::vec(result(), 0..6),
+            results in prop::collection::vec(result(), 1..6),
             code in code(),
             failed in any::<bool>(),
         ) {

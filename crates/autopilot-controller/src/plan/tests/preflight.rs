@@ -355,7 +355,8 @@ fn new_plan_refuses_what_could_not_run_before_any_node_is_signalled() {
     );
 
     let scheduler = json!({"id": "pods", "targets": {"all": true},
-        "command": {"id": "scheduler", "data": {"kubernetes": {"podName": "p", "global": true}}}});
+        "command": {"id": "scheduler", "data": {"kubernetes": {"podName": "p", "global": true}}},
+        "results": [{"status": "success", "message": "ok"}]});
     let (state, why) = refused(vec![scheduler]);
     assert_eq!(state, P::Warning);
     assert_eq!(
