@@ -156,7 +156,8 @@ pub fn outcome(plan: &Plan, generation: i64) -> Outcome {
     }
 }
 
-/// A table per check (its status, then each node's status, status code and message).
+/// A table per check (its status and what it is about, then each node's status, status code
+/// and message).
 pub fn render(plan: &Plan) -> String {
     let mut out = String::new();
     let checks = plan
@@ -166,9 +167,14 @@ pub fn render(plan: &Plan) -> String {
         .and_then(|c| c.preflight.as_ref())
         .map(|p| p.checks.as_slice())
         .unwrap_or_default();
+    let about = |id: &str| {
+        let preflight = plan.spec.commands.first().and_then(|c| c.preflight.as_ref());
+        let check = preflight.and_then(|p| p.checks.iter().find(|c| c.id == id));
+        check.and_then(|c| c.message.as_deref()).map(|m| format!(" ({m})")).unwrap_or_default()
+    };
     for check in checks {
         let status = check.status.map_or("-", CheckStatus::as_str);
-        let _ = writeln!(out, "CHECK {}: {status}", check.id);
+        let _ = writeln!(out, "CHECK {}: {status}{}", check.id, about(&check.id));
         let width = check.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).max(4);
         let _ = writeln!(out, "  {:<width$}  {:<7}  {:>4}  MESSAGE", "NODE", "STATUS", "CODE");
         for node in &check.nodes {

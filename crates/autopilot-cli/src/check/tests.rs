@@ -140,10 +140,14 @@ fn the_exit_status_is_the_worst_result_of_this_run() {
 
 #[test]
 fn the_table_shows_each_check_then_each_node() {
-    let plan = ended(PlanStateType::PreflightFailed, 1, Some(CheckStatus::Error));
+    let mut plan = ended(PlanStateType::PreflightFailed, 1, Some(CheckStatus::Error));
+    let Start::Create(with_spec) = start(None, checks(), "x", "t") else { panic!() };
+    plan.spec = with_spec.spec;
+    plan.spec.commands[0].preflight.as_mut().expect("checks").checks[0].message =
+        Some("the kubelet port".into());
     assert_eq!(
         render(&plan),
-        "CHECK port-free: error\n\
+        "CHECK port-free: error (the kubelet port)\n\
          \x20 NODE          STATUS   CODE  MESSAGE\n\
          \x20 controller-0  success     0  free\n\
          \x20 w1            error      98  in use on w1\n\n"
