@@ -35,6 +35,7 @@
 
 mod compile;
 mod evaluate;
+pub mod scheduler;
 mod template;
 
 #[cfg(test)]

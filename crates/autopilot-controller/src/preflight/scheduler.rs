@@ -1,0 +1,315 @@
+//! `scheduler` checks (seed 004): the pure half. A Pod template shipped in a ConfigMap
+//! becomes one Pod pinned to each target node; a Pod that ended becomes the node's raw
+//! record. Creating, watching and deleting the Pods is the leader's shell; nothing here
+//! touches the API.
+//!
+//! **The template**: a ConfigMap named after the check's `data.kubernetes.podName` in the
+//! namespace [`keys::NAMESPACE`], whose key [`TEMPLATE_KEY`] holds a Pod manifest (YAML or
+//! JSON). Only the manifest's labels, annotations and `spec` are used:
+//!
+//! ```yaml
+//! apiVersion: v1
+//! kind: ConfigMap
+//! metadata: {name: license-checker, namespace: k0s-autopilot}
+//! data:
+//!   pod.yaml: |
+//!     apiVersion: v1
+//!     kind: Pod
+//!     spec:
+//!       containers:
+//!         - name: check
+//!           image: registry.example/license-checker:1.0
+//!           command: ["/check", "--quick"]
+//! ```
+//!
+//! **The Pod** ([`pod_for`]): named from the run, command, check and node (stable, so a
+//! second leader finds the first one's Pod instead of starting another), labelled with them,
+//! bound to the node (`spec.nodeName`: no scheduler involved), `restartPolicy: Never`,
+//! `activeDeadlineSeconds` = the check's timeout (the kubelet stops it there), tolerating
+//! every taint (a check must also run on a cordoned node), and each container with
+//! `terminationMessagePolicy: FallbackToLogsOnError`, so its output reaches the Pod's status
+//! without reading logs.
+//!
+//! **The record** ([`record_of`]): the first container's exit code is the status code and its
+//! termination message's lines are the messages; a Pod stopped at its deadline is 62; a Pod
+//! that failed without running its container is 1. Seed 004's 22 (an invalid reference) is
+//! [`template`]'s error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::preflight::{RawRecord, status_code};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Toleration};
+use sha2::Digest as _;
+
+/// The ConfigMap key holding the Pod manifest.
+pub const TEMPLATE_KEY: &str = "pod.yaml";
+
+/// Label: the plan run a check Pod belongs to (a hash of the run id: label values are short).
+pub const LABEL_RUN: &str = "autopilot.k0sproject.io/preflight-run";
+/// Label: the check id.
+pub const LABEL_CHECK: &str = "autopilot.k0sproject.io/preflight-check";
+/// Label: the node the Pod runs on.
+pub const LABEL_NODE: &str = "autopilot.k0sproject.io/preflight-node";
+
+/// The Pod template of `pod_name`, from its ConfigMap (`None`: there is none). `Err` says
+/// why the reference is unusable (seed 004's status code 22).
+pub fn template(config_map: Option<&ConfigMap>, pod_name: &str) -> Result<Pod, String> {
+    let where_ = format!("ConfigMap {}/{pod_name}", keys::NAMESPACE);
+    let config_map = config_map.ok_or_else(|| format!("{where_} does not exist"))?;
+    let text = config_map
+        .data
+        .as_ref()
+        .and_then(|data| data.get(TEMPLATE_KEY))
+        .ok_or_else(|| format!("{where_} has no key {TEMPLATE_KEY}"))?;
+    let pod: Pod = serde_yaml::from_str(text)
+        .map_err(|error| format!("{where_} key {TEMPLATE_KEY} is not a Pod: {error}"))?;
+    let spec = pod.spec.as_ref().ok_or_else(|| format!("{where_}: the Pod has no spec"))?;
+    if spec.containers.is_empty() {
+        return Err(format!("{where_}: the Pod has no container"));
+    }
+    Ok(pod)
+}
+
+/// Which check Pod: one per run, command, check and node.
+#[derive(Clone, Copy, Debug)]
+pub struct PodKey<'a> {
+    /// The plan run (`status.runId`).
+    pub run_id: &'a str,
+    /// The command's index.
+    pub command: u32,
+    /// The check's id.
+    pub check: &'a str,
+    /// The node's name.
+    pub node: &'a str,
+}
+
+impl PodKey<'_> {
+    /// The Pod's name: `preflight-` and 16 hex digits of a hash of the key (node names and
+    /// check ids may be long; a Pod name may not).
+    pub fn pod_name(&self) -> String {
+        format!(
+            "preflight-{}",
+            self.digest(&[self.run_id, &self.command.to_string(), self.check, self.node])
+        )
+    }
+
+    /// The value of [`LABEL_RUN`] for this key's run.
+    pub fn run_label(&self) -> String {
+        self.digest(&[self.run_id])
+    }
+
+    fn digest(&self, parts: &[&str]) -> String {
+        let mut hash = sha2::Sha256::new();
+        for part in parts {
+            hash.update(part.as_bytes());
+            hash.update([0]);
+        }
+        hex::encode(&hash.finalize()[..8])
+    }
+}
+
+/// The Pod that runs `template` for `key`, stopped by the kubelet after `timeout`.
+pub fn pod_for(template: &Pod, key: PodKey<'_>, timeout: Duration) -> Pod {
+    let mut pod = Pod::default();
+    let mut labels: BTreeMap<String, String> = template.metadata.labels.clone().unwrap_or_default();
+    labels.insert(LABEL_RUN.to_owned(), key.run_label());
+    // Label values are at most 63 characters of a restricted set: the check id and node
+    // name go in annotations, hashed ones in labels.
+    labels.insert(LABEL_CHECK.to_owned(), key.digest(&[key.check]));
+    labels.insert(LABEL_NODE.to_owned(), key.digest(&[key.node]));
+    let mut annotations = template.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(LABEL_CHECK.to_owned(), key.check.to_owned());
+    annotations.insert(LABEL_NODE.to_owned(), key.node.to_owned());
+    pod.metadata.name = Some(key.pod_name());
+    pod.metadata.namespace = Some(keys::NAMESPACE.to_owned());
+    pod.metadata.labels = Some(labels);
+    pod.metadata.annotations = Some(annotations);
+
+    let mut spec = template.spec.clone().unwrap_or_default();
+    spec.node_name = Some(key.node.to_owned());
+    spec.node_selector = None;
+    spec.affinity = None;
+    spec.restart_policy = Some("Never".to_owned());
+    spec.active_deadline_seconds =
+        Some(i64::try_from(timeout.as_secs().max(1)).unwrap_or(i64::MAX));
+    spec.tolerations =
+        Some(vec![Toleration { operator: Some("Exists".to_owned()), ..Toleration::default() }]);
+    for container in &mut spec.containers {
+        container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
+    }
+    pod.spec = Some(spec);
+    pod
+}
+
+/// The record of a check Pod, once it ended (`None` while it is pending or running).
+pub fn record_of(pod: &Pod) -> Option<RawRecord> {
+    let status = pod.status.as_ref()?;
+    let phase = status.phase.as_deref().unwrap_or("Pending");
+    if phase != "Succeeded" && phase != "Failed" {
+        return None;
+    }
+    let name = pod.metadata.name.as_deref().unwrap_or("the check Pod");
+    if status.reason.as_deref() == Some("DeadlineExceeded") {
+        return Some(RawRecord::failure(
+            status_code::TIMEOUT,
+            format!("Pod {name} ran past its deadline"),
+        ));
+    }
+    let terminated = status
+        .container_statuses
+        .as_ref()
+        .and_then(|statuses| statuses.first())
+        .and_then(|s| s.state.as_ref())
+        .and_then(|state| state.terminated.as_ref());
+    let Some(terminated) = terminated else {
+        let why = status
+            .message
+            .clone()
+            .or_else(|| status.reason.clone())
+            .unwrap_or_else(|| "no container ran".to_owned());
+        return Some(RawRecord::failure(
+            status_code::GENERAL_ERROR,
+            format!("Pod {name} {phase}: {why}"),
+        ));
+    };
+    let output = terminated.message.clone().unwrap_or_default();
+    let messages: Vec<String> = output
+        .lines()
+        .map(str::trim_end)
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect();
+    Some(
+        RawRecord {
+            status_code: i64::from(terminated.exit_code),
+            error: None,
+            messages,
+            stdout: output,
+            stderr: String::new(),
+            duration_ms: 0,
+        }
+        .bounded(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn config_map(data: serde_json::Value) -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": "lic", "namespace": keys::NAMESPACE},
+                                      "data": data}))
+        .expect("a ConfigMap")
+    }
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  labels: {app: lic}\nspec:\n  \
+                       nodeSelector: {disk: ssd}\n  restartPolicy: Always\n  containers:\n  \
+                       - name: check\n    image: lic:1\n    command: [/check]\n";
+
+    const KEY: PodKey<'static> =
+        PodKey { run_id: "uid-1/3", command: 0, check: "license", node: "worker-0" };
+
+    #[test]
+    fn an_unusable_reference_says_why() {
+        let missing = template(None, "lic").unwrap_err();
+        assert_eq!(missing, "ConfigMap k0s-autopilot/lic does not exist");
+        let no_key = template(Some(&config_map(json!({"other": "x"}))), "lic").unwrap_err();
+        assert_eq!(no_key, "ConfigMap k0s-autopilot/lic has no key pod.yaml");
+        let not_pod = template(Some(&config_map(json!({"pod.yaml": "spec: 3"}))), "lic");
+        assert!(not_pod.unwrap_err().contains("is not a Pod"));
+        let empty =
+            template(Some(&config_map(json!({"pod.yaml": "spec: {containers: []}"}))), "lic");
+        assert_eq!(empty.unwrap_err(), "ConfigMap k0s-autopilot/lic: the Pod has no container");
+        assert!(template(Some(&config_map(json!({"pod.yaml": POD}))), "lic").is_ok());
+    }
+
+    #[test]
+    fn the_pod_is_pinned_to_its_node_never_restarts_and_stops_at_the_timeout() {
+        let template = template(Some(&config_map(json!({"pod.yaml": POD}))), "lic").expect("ok");
+        let pod = pod_for(&template, KEY, Duration::from_secs(15));
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("worker-0"));
+        assert_eq!(spec.node_selector, None, "bound by name, not scheduled");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.active_deadline_seconds, Some(15));
+        assert_eq!(
+            spec.tolerations.as_ref().map(|t| t[0].operator.as_deref()),
+            Some(Some("Exists")),
+            "runs on a cordoned or tainted node too"
+        );
+        assert_eq!(
+            spec.containers[0].termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
+        assert_eq!(pod.metadata.namespace.as_deref(), Some(keys::NAMESPACE));
+        let labels = pod.metadata.labels.as_ref().expect("labels");
+        assert_eq!(
+            labels.get("app").map(String::as_str),
+            Some("lic"),
+            "the template's labels stay"
+        );
+        assert_eq!(labels[LABEL_RUN], KEY.run_label());
+        let annotations = pod.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations[LABEL_CHECK], "license");
+        assert_eq!(annotations[LABEL_NODE], "worker-0");
+    }
+
+    #[test]
+    fn pod_names_are_stable_short_and_distinct_per_key() {
+        let name = KEY.pod_name();
+        assert_eq!(name, KEY.pod_name(), "a second leader computes the same name");
+        assert_eq!(name.len(), "preflight-".len() + 16);
+        let other_node = PodKey { node: "worker-1", ..KEY };
+        let other_run = PodKey { run_id: "uid-1/4", ..KEY };
+        let other_command = PodKey { command: 1, ..KEY };
+        let names = [other_node, other_run, other_command].map(|k| k.pod_name());
+        assert!(names.iter().all(|n| *n != name), "{names:?}");
+        let long = PodKey { node: &"n".repeat(300), check: &"c".repeat(300), ..KEY };
+        assert!(long.pod_name().len() <= 63);
+    }
+
+    fn ended(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "preflight-x"}, "status": status}))
+            .expect("a Pod")
+    }
+
+    #[test]
+    fn a_pod_that_ended_is_a_record_and_a_running_one_is_not_yet() {
+        assert_eq!(record_of(&ended(json!({"phase": "Running"}))), None);
+        assert_eq!(record_of(&ended(json!({"phase": "Pending"}))), None);
+        assert_eq!(record_of(&Pod::default()), None);
+
+        let terminated = |code: i32, message: &str, phase: &str| {
+            ended(json!({"phase": phase, "containerStatuses": [{
+                "name": "check", "image": "lic:1", "imageID": "", "ready": false,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": code, "message": message}}}]}))
+        };
+        let passed = record_of(&terminated(0, "valid\nuntil 2027\n", "Succeeded")).expect("ended");
+        assert_eq!(passed.status_code, 0);
+        assert_eq!(passed.messages, ["valid", "until 2027"]);
+        assert_eq!(passed.error, None);
+
+        let failed = record_of(&terminated(3, "expired", "Failed")).expect("ended");
+        assert_eq!(failed.status_code, 3, "the exit code is the status code");
+        assert_eq!(failed.messages, ["expired"]);
+        assert_eq!(failed.error, None, "an exit code is an answer");
+
+        let late = record_of(&ended(json!({"phase": "Failed", "reason": "DeadlineExceeded"})))
+            .expect("ended");
+        assert_eq!(late.status_code, status_code::TIMEOUT);
+
+        let never_ran = record_of(&ended(json!({"phase": "Failed", "reason": "OutOfcpu",
+                                                "message": "Node didn't have enough resource"})))
+        .expect("ended");
+        assert_eq!(never_ran.status_code, status_code::GENERAL_ERROR);
+        assert_eq!(
+            never_ran.error.as_deref(),
+            Some("Pod preflight-x Failed: Node didn't have enough resource")
+        );
+    }
+}
