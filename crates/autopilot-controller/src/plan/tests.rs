@@ -1845,6 +1845,13 @@ fn the_pure_core_uses_no_client_clock_or_randomness() {
         ("selector.rs", include_str!("selector.rs")),
         ("removed_apis.rs", include_str!("removed_apis.rs")),
         ("payload.rs", include_str!("payload.rs")),
+        ("checks.rs", include_str!("checks.rs")),
+        ("rollout.rs", include_str!("rollout.rs")),
+        ("preflight/mod.rs", include_str!("../preflight/mod.rs")),
+        ("preflight/compile.rs", include_str!("../preflight/compile.rs")),
+        ("preflight/evaluate.rs", include_str!("../preflight/evaluate.rs")),
+        ("preflight/template.rs", include_str!("../preflight/template.rs")),
+        ("preflight/scheduler.rs", include_str!("../preflight/scheduler.rs")),
     ];
     let forbidden =
         ["kube::", "tokio", "reqwest", "Timestamp::now", "SystemTime", "Instant::", "rand::"];
