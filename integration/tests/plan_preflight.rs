@@ -152,6 +152,7 @@ async fn preflight_checks_gate_the_update_with_real_agents() {
     let failed =
         wait_plan_state(&client, "autopilot", PlanStateType::PreflightFailed).await.unwrap();
     let yaml = status_yaml(&failed);
+    eprintln!("the failing plan's status:\n{yaml}");
     assert_eq!(command(&failed, 0).state, PlanStateType::PreflightFailed, "{yaml}");
     assert_eq!(
         check(&failed, "port-free").status,
