@@ -77,7 +77,7 @@ enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusFormat::Text)]
         output: StatusFormat,
     },
-    /// Follow, preview and steer plans.
+    /// Follow, preview and steer plans; run preflight checks ad hoc.
     Autopilot {
         #[command(subcommand)]
         command: AutopilotCommand,
