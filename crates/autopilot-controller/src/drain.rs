@@ -28,7 +28,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
@@ -136,17 +136,32 @@ pub async fn run(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let nodes = Controller::new(Api::<Node>::all(client.clone()), watcher::Config::default())
+    // The caches hold slimmed objects (`observe::slim_node`): drain reads labels,
+    // annotations and the spec, and writes patches.
+    let (node_store, node_writer) = reflector::store::<Node>();
+    let node_objects = reflector::reflector(
+        node_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .modify(crate::observe::slim_node),
+    )
+    .applied_objects();
+    let (control_node_store, control_node_writer) = reflector::store::<ControlNode>();
+    let control_node_objects = reflector::reflector(
+        control_node_writer,
+        watcher(Api::<ControlNode>::all(client), watcher::Config::default())
+            .modify(crate::observe::slim_control_node),
+    )
+    .applied_objects();
+    let nodes = Controller::for_stream(node_objects, node_store)
         .trigger_backoff(crate::observe::WatchBackoff::default())
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(reconcile::<Node>, error_policy::<Node>, context.clone())
         .for_each(|_| async {});
-    let control_nodes =
-        Controller::new(Api::<ControlNode>::all(client), watcher::Config::default())
-            .trigger_backoff(crate::observe::WatchBackoff::default())
-            .graceful_shutdown_on(stopped(stop_rx))
-            .run(reconcile::<ControlNode>, error_policy::<ControlNode>, context)
-            .for_each(|_| async {});
+    let control_nodes = Controller::for_stream(control_node_objects, control_node_store)
+        .trigger_backoff(crate::observe::WatchBackoff::default())
+        .graceful_shutdown_on(stopped(stop_rx))
+        .run(reconcile::<ControlNode>, error_policy::<ControlNode>, context)
+        .for_each(|_| async {});
     let stop = async move {
         until.await;
         let _ = stop_tx.send(true);

@@ -123,6 +123,23 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// Drop what autopilot never reads from a watched Node or ControlNode before it is cached:
+/// `metadata.managedFields` (a JSON tree per field manager, often larger than the rest of the
+/// object) and a Node's `status.images` (a kubelet lists every image on the node). Nothing
+/// writes a cached object back whole (signals and cordons are patches), so the cache may
+/// hold less than the server.
+pub fn slim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
+}
+
+/// [`slim_node`] for a ControlNode: its `metadata.managedFields`.
+pub fn slim_control_node(control_node: &mut ControlNode) {
+    control_node.metadata.managed_fields = None;
+}
+
 /// `events` without the `410 Gone` errors of an expired watch, to put before a backoff.
 ///
 /// On `410 Gone` the watcher has already given up the old watch and re-lists on its next
@@ -170,6 +187,34 @@ impl kube::runtime::utils::Backoff for NoTriggerBackoff {
 mod tests {
     use super::*;
     use autopilot_api::keys;
+
+    #[test]
+    fn a_slim_node_keeps_what_autopilot_reads() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "w1", "uid": "u", "resourceVersion": "7",
+                "labels": {"kubernetes.io/os": "linux"},
+                "annotations": {keys::ANNOTATION_SIGNAL_VERSION: "v2"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
+            },
+            "spec": {"unschedulable": true},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["registry.example/app:1"], "sizeBytes": 1}],
+            },
+        }))
+        .expect("a Node");
+        let before = node.clone();
+        slim_node(&mut node);
+        assert_eq!(node.metadata.managed_fields, None);
+        assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
+        assert_eq!(node.metadata.labels, before.metadata.labels);
+        assert_eq!(node.metadata.annotations, before.metadata.annotations);
+        assert_eq!(node.metadata.resource_version, before.metadata.resource_version);
+        assert_eq!(node.spec, before.spec);
+        assert!(is_node_ready(&node));
+    }
 
     fn meta(data: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {

@@ -173,7 +173,8 @@ impl Engine {
         let control_node_events = triggers(
             observe::relist_at_once(reflector::reflector(
                 control_node_writer,
-                watcher(Api::<ControlNode>::all(client.clone()), config.clone()),
+                watcher(Api::<ControlNode>::all(client.clone()), config.clone())
+                    .modify(observe::slim_control_node),
             ))
             .backoff(observe::WatchBackoff::default()),
             control_node_fingerprint,
@@ -183,7 +184,8 @@ impl Engine {
         let node_events = triggers(
             observe::relist_at_once(reflector::reflector(
                 node_writer,
-                watcher(Api::<Node>::all(client.clone()), config.clone()),
+                watcher(Api::<Node>::all(client.clone()), config.clone())
+                    .modify(observe::slim_node),
             ))
             .backoff(observe::WatchBackoff::default()),
             node_fingerprint,
