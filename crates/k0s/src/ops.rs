@@ -113,11 +113,7 @@ pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let PreviewArgs { kubeconfig, file, exclude_from_plans, allow_unverified_payloads, output } =
         args;
-    let text = if file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading the plan from stdin")?
-    } else {
-        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
-    };
+    let text = read_input(&file, "the plan")?;
     let plan: autopilot_api::v1beta2::Plan =
         serde_yaml::from_str(&text).with_context(|| format!("{} is not a Plan", file.display()))?;
     let name = plan.metadata.name.clone().unwrap_or_else(|| keys::PLAN_NAME.to_owned());
@@ -175,14 +171,9 @@ impl std::error::Error for CheckExit {}
 /// Run `k0s autopilot check`: run the checks through the Plan `autopilot`, print a table per
 /// check and node; [`CheckExit`] 1 on warnings, 2 on errors or when the checks cannot run.
 pub async fn check(args: CheckArgs) -> anyhow::Result<()> {
-    use anyhow::Context as _;
     let CheckArgs { kubeconfig, file, timeout } = args;
     let ran = async {
-        let text = if file.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin()).context("reading the checks from stdin")?
-        } else {
-            std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
-        };
+        let text = read_input(&file, "the checks")?;
         let checks = autopilot_cli::check::parse(&text)
             .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
         let (client, _config, _server_url) = crate::connect(&kubeconfig.resolve()?).await?;
@@ -195,5 +186,16 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<()> {
             eprintln!("error: {}", crate::one_line(&err));
             Err(CheckExit(2).into())
         }
+    }
+}
+
+/// The text of `file` (`-`: standard input), which holds `what`.
+fn read_input(file: &std::path::Path, what: &str) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+            .with_context(|| format!("reading {what} from stdin"))
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
     }
 }

@@ -159,6 +159,12 @@ impl RawRecord {
     }
 }
 
+/// A command's output as result messages: its non-empty lines, trailing whitespace removed
+/// (an `exec` entry's stdout, a `scheduler` Pod's termination message).
+pub fn output_lines(output: &str) -> Vec<String> {
+    output.lines().map(str::trim_end).filter(|line| !line.is_empty()).map(str::to_owned).collect()
+}
+
 /// The most bytes a node's report (every record of one preflight signal, as JSON) may take.
 /// It travels in an annotation beside the signal; the API server limits all of an object's
 /// annotations together to 256 KiB.

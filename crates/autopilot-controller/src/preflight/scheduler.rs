@@ -175,12 +175,7 @@ pub fn record_of(pod: &Pod) -> Option<RawRecord> {
         ));
     };
     let output = terminated.message.clone().unwrap_or_default();
-    let messages: Vec<String> = output
-        .lines()
-        .map(str::trim_end)
-        .filter(|line| !line.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let messages = autopilot_api::preflight::output_lines(&output);
     Some(
         RawRecord {
             status_code: i64::from(terminated.exit_code),

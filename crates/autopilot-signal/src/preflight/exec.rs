@@ -170,12 +170,7 @@ async fn run_entry(entry: &Entry, timeout: Duration) -> RawRecord {
         }
         Ok((stdout, stderr, Ok(status))) => {
             let code = status.code().map_or(status_code::GENERAL_ERROR, i64::from);
-            let messages: Vec<String> = stdout
-                .lines()
-                .map(str::trim_end)
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned)
-                .collect();
+            let messages = autopilot_api::preflight::output_lines(&stdout);
             // An exit code is the command's answer (its status code), not an error: `error`
             // is kept for a process that did not end on its own.
             let error =
