@@ -16,12 +16,16 @@ use std::fmt::Write as _;
 
 use anyhow::Context as _;
 use autopilot_api::keys;
-use autopilot_api::v1beta2::{ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, TargetStatus};
+use autopilot_api::v1beta2::{
+    ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, PreflightCommandId, TargetStatus,
+};
 use autopilot_controller::cordon::PodFacts;
 use autopilot_controller::observe;
 use autopilot_controller::plan::rollout::{self, Rollout};
-use autopilot_controller::plan::{ObjectKind, Observed, Policy, Readiness, RemovedApiUse};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use autopilot_controller::plan::{
+    CheckPods, ObjectKind, Observed, Policy, Readiness, RemovedApiUse,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
@@ -42,6 +46,9 @@ pub struct Cluster {
     pub readiness: BTreeMap<String, Readiness>,
     /// Uses of removed APIs for the versions the plan checks (`None`: not looked up).
     pub removed_apis: Option<Vec<RemovedApiUse>>,
+    /// The ConfigMaps of the autopilot namespace, by name (the templates of `scheduler`
+    /// checks; read only when the plan has one).
+    pub pod_templates: BTreeMap<String, ConfigMap>,
 }
 
 /// What the preview found: the document `-o json` prints.
@@ -113,6 +120,7 @@ pub fn preview(
         nodes: &nodes,
         readiness: &readiness,
         removed_apis: Some(cluster.removed_apis.as_deref().unwrap_or_default()),
+        check_pods: CheckPods { templates: &cluster.pod_templates, ..CheckPods::NONE },
     };
     let rollout = rollout::rollout(spec, &observed, policy);
     let commands = command_reports(spec, &rollout);
@@ -477,6 +485,23 @@ pub async fn run(
         .await
         .map_err(|_| anyhow::anyhow!("no answer from the API server in {API_TIMEOUT:?}"))??;
     let mut cluster = Cluster { nodes, control_nodes, budgets, ..Cluster::default() };
+    let scheduler_checks =
+        spec.commands.iter().filter_map(|c| c.preflight.as_ref()).any(|p| {
+            p.checks.iter().any(|check| check.command.id == PreflightCommandId::Scheduler)
+        });
+    if scheduler_checks {
+        let templates = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .with_context(|| {
+                format!("listing the ConfigMaps of {} (check Pod templates)", keys::NAMESPACE)
+            })?;
+        cluster.pod_templates = templates
+            .items
+            .into_iter()
+            .map(|config_map| (config_map.name_any(), config_map))
+            .collect();
+    }
 
     // The engine's first pass tells what it targets; read what those targets need.
     let now = jiff::Timestamp::now();

@@ -5,15 +5,15 @@
 //! object's resourceVersion as a precondition. A conflict on either means the snapshot was
 //! stale: the pass stops and the engine re-observes.
 
+use autopilot_api::keys;
 use autopilot_api::signal;
 use autopilot_api::text::truncate;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tracing::warn;
 
@@ -108,6 +108,32 @@ pub async fn write_signal(
             .map(drop),
     };
     result.map_err(|source| api_error(what, source))
+}
+
+/// Create a `scheduler` check's Pod in [`keys::NAMESPACE`]; one that exists already (its name
+/// is stable per check and node) is success.
+pub async fn create_pod(client: &kube::Client, pod: &Pod) -> Result<(), Error> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let params =
+        PostParams { field_manager: Some(keys::FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    match Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE).create(&params, pod).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Api { what: format!("Pod {}/{name}", keys::NAMESPACE), source }),
+    }
+}
+
+/// Delete a check Pod (one already gone is success). Default grace: a running Pod's
+/// kubelet stops its container before the Pod goes.
+pub async fn delete_pod(client: &kube::Client, name: &str) -> Result<(), Error> {
+    match Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(Error::Api { what: format!("Pod {}/{name}", keys::NAMESPACE), source }),
+    }
 }
 
 /// A Kubernetes Event about a Plan, waiting to be published.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use autopilot_api::signal;
 use autopilot_api::v1beta2::ControlNode;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -133,6 +133,25 @@ pub fn slim_node(node: &mut Node) {
     if let Some(status) = node.status.as_mut() {
         status.images = None;
     }
+}
+
+/// The check Pods and the ConfigMaps (their templates) in the caches, by name.
+pub fn collect_check_pods(
+    pods: &Store<Pod>,
+    templates: &Store<ConfigMap>,
+) -> (BTreeMap<String, Pod>, BTreeMap<String, ConfigMap>) {
+    let by_name = |name: Option<&String>| name.cloned().unwrap_or_default();
+    (
+        pods.state()
+            .iter()
+            .map(|pod| (by_name(pod.metadata.name.as_ref()), (**pod).clone()))
+            .collect(),
+        templates
+            .state()
+            .iter()
+            .map(|config_map| (by_name(config_map.metadata.name.as_ref()), (**config_map).clone()))
+            .collect(),
+    )
 }
 
 /// [`slim_node`] for a ControlNode: its `metadata.managedFields`.

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
-use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
+use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus, PreflightCommandId};
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
+use crate::preflight::scheduler;
 use crate::{effect, observe, probe};
 
 /// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
@@ -69,6 +70,10 @@ struct Context {
     plans: Api<Plan>,
     control_nodes: Store<ControlNode>,
     nodes: Store<Node>,
+    /// `scheduler` check Pods (labelled with their run) and the ConfigMaps holding their
+    /// templates, in [`keys::NAMESPACE`].
+    check_pods: Store<Pod>,
+    pod_templates: Store<ConfigMap>,
     events: effect::EventPublisher,
     /// Signals this engine wrote whose target the cache does not show yet, by target. A
     /// resend decided on a cache that lags behind our own write would only lose a conflict,
@@ -191,6 +196,34 @@ impl Engine {
             node_fingerprint,
         );
 
+        // `scheduler` check Pods and their templates, only in the autopilot namespace.
+        let (check_pods, check_pod_writer) = reflector::store::<Pod>();
+        let check_pod_events = triggers(
+            observe::relist_at_once(reflector::reflector(
+                check_pod_writer,
+                watcher(
+                    Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE),
+                    config.clone().labels(scheduler::LABEL_RUN),
+                )
+                .modify(|pod| pod.metadata.managed_fields = None),
+            ))
+            .backoff(observe::WatchBackoff::default()),
+            check_pod_fingerprint,
+        );
+        let (pod_templates, pod_template_writer) = reflector::store::<ConfigMap>();
+        let pod_template_events = triggers(
+            observe::relist_at_once(reflector::reflector(
+                pod_template_writer,
+                watcher(
+                    Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE),
+                    config.clone(),
+                )
+                .modify(|config_map| config_map.metadata.managed_fields = None),
+            ))
+            .backoff(observe::WatchBackoff::default()),
+            config_map_fingerprint,
+        );
+
         // Each watch backs off on its own errors, and the controller adds no backoff of its
         // own: kube-runtime applies the controller's trigger backoff to the *merged* trigger
         // streams, so an error of any one watch paused all of them. After an outage the
@@ -226,6 +259,8 @@ impl Engine {
             plan_store.get(&plan).map(|_| plan)
         };
         let to_autopilot_plan_too = to_autopilot_plan.clone();
+        let to_autopilot_plan_pods = to_autopilot_plan.clone();
+        let to_autopilot_plan_templates = to_autopilot_plan.clone();
         let context = Arc::new(Context {
             events: effect::EventPublisher::start(
                 client.clone(),
@@ -236,12 +271,16 @@ impl Engine {
             plans,
             control_nodes,
             nodes,
+            check_pods,
+            pod_templates,
             written: std::sync::Mutex::new(BTreeMap::new()),
             errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
         });
         controller
             .watches_stream(control_node_events, move |_| to_autopilot_plan())
             .watches_stream(node_events, move |_| to_autopilot_plan_too())
+            .watches_stream(check_pod_events, move |_| to_autopilot_plan_pods())
+            .watches_stream(pod_template_events, move |_| to_autopilot_plan_templates())
             .graceful_shutdown_on(until)
             .run(reconcile, error_policy, context)
             .for_each(|result| async move {
@@ -311,6 +350,44 @@ fn control_node_fingerprint(control_node: &ControlNode) -> u64 {
     hasher.finish()
 }
 
+/// What about a check Pod can change a plan decision: its phase and container states (an
+/// ended Pod is a result), and whether it is being deleted.
+fn check_pod_fingerprint(pod: &Pod) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    pod.metadata.uid.hash(&mut hasher);
+    pod.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    if let Some(status) = &pod.status {
+        status.phase.hash(&mut hasher);
+        status.reason.hash(&mut hasher);
+        for container in status.container_statuses.iter().flatten() {
+            let terminated = container.state.as_ref().and_then(|s| s.terminated.as_ref());
+            terminated.map(|t| (t.exit_code, &t.message)).hash(&mut hasher);
+        }
+    }
+    hasher.finish()
+}
+
+/// A ConfigMap's content (a template a check waits for may appear or change).
+fn config_map_fingerprint(config_map: &ConfigMap) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    config_map.metadata.uid.hash(&mut hasher);
+    config_map.data.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether a pass over `plan` reads check Pods and templates: its spec or its run has a
+/// `scheduler` check. (Other plans do not wait for those caches.)
+fn uses_check_pods(plan: &Plan) -> bool {
+    let in_spec =
+        plan.spec.commands.iter().filter_map(|c| c.preflight.as_ref()).any(|p| {
+            p.checks.iter().any(|check| check.command.id == PreflightCommandId::Scheduler)
+        });
+    let in_status = plan.status.iter().flat_map(|s| &s.commands).any(|command| {
+        command.preflight.as_ref().is_some_and(|preflight| !preflight.pods.is_empty())
+    });
+    in_spec || in_status
+}
+
 fn signal_annotations(annotations: &BTreeMap<String, String>) -> [Option<&String>; 2] {
     [
         annotations.get(keys::ANNOTATION_SIGNAL_VERSION),
@@ -341,6 +418,22 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     if !matches!(ready, Ok((Ok(()), Ok(())))) {
         return Ok(Action::requeue(CONFLICT_RETRY));
     }
+    // A missing template or Pod must be missing, not merely not listed yet.
+    let check_pods_needed = uses_check_pods(&plan);
+    if check_pods_needed {
+        let ready = tokio::time::timeout(
+            CACHE_READY_TIMEOUT,
+            futures::future::join(
+                ctx.check_pods.wait_until_ready(),
+                ctx.pod_templates.wait_until_ready(),
+            ),
+        )
+        .await;
+        if !matches!(ready, Ok((Ok(()), Ok(())))) {
+            warn!(plan = %plan.name_any(), "the check Pod and template caches are not filled yet (can this controller list Pods and ConfigMaps in {}?)", keys::NAMESPACE);
+            return Ok(Action::requeue(CONFLICT_RETRY));
+        }
+    }
     let name = plan.name_any();
     let uid = plan.uid().unwrap_or_default();
     let view = PlanView {
@@ -358,6 +451,8 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
 
     let (control_nodes, control_node_versions) = observe::collect_control_nodes(&ctx.control_nodes);
     let (nodes, node_versions) = observe::collect_nodes(&ctx.nodes);
+    let (check_pods, pod_templates) =
+        observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
     let no_readiness = BTreeMap::new();
     let mut observed = Observed {
         now: jiff::Timestamp::now(),
@@ -365,6 +460,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         nodes: &nodes,
         readiness: &no_readiness,
         removed_apis: None,
+        check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
     };
 
     // The two questions the machine needs answered by I/O before it decides.
@@ -422,6 +518,14 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                 ctx.engine.metrics.signals_written.inc();
                 remember_written(&ctx, target, data);
                 info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
+            }
+            Effect::CreatePod(pod) => {
+                effect::create_pod(&ctx.engine.client, pod).await?;
+                info!(plan = %name, pod = pod.metadata.name.as_deref().unwrap_or_default(), node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default(), "created check Pod");
+            }
+            Effect::DeletePod { name: pod } => {
+                effect::delete_pod(&ctx.engine.client, pod).await?;
+                debug!(plan = %name, %pod, "deleted check Pod");
             }
             Effect::Event { kind, reason, note } => {
                 ctx.events.publish(effect::PlanEvent {

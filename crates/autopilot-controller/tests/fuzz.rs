@@ -10,7 +10,7 @@ use autopilot_api::Plan;
 use autopilot_api::fuzz::{config, json, mutated, word};
 use autopilot_controller::plan::selector::{FieldSelector, LabelSelector};
 use autopilot_controller::plan::{
-    Effect, EventKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering,
+    CheckPods, Effect, EventKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering,
     TargetObject, Transition, step,
 };
 use proptest::prelude::*;
@@ -126,6 +126,7 @@ fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
         nodes: &nodes,
         readiness: &readiness,
         removed_apis: Some(&[]),
+        check_pods: CheckPods::NONE,
     };
     let view = PlanView {
         name: plan.metadata.name.as_deref().unwrap_or_default(),
@@ -151,7 +152,7 @@ fn the_plan_every_mutation_starts_from_signals_the_first_controller() {
         .iter()
         .filter_map(|effect| match effect {
             Effect::Signal { target, .. } => Some(target.name.as_str()),
-            Effect::Event { .. } => None,
+            Effect::CreatePod(_) | Effect::DeletePod { .. } | Effect::Event { .. } => None,
         })
         .collect();
     assert_eq!(signalled, ["c0"]);
@@ -198,6 +199,19 @@ proptest! {
                 Effect::Event { kind: EventKind::Warning, note, .. } => {
                     prop_assert!(!note.trim().is_empty(), "a Warning Event without a note");
                 }
+                Effect::CreatePod(pod) => {
+                    prop_assert!(
+                        !status.state.is_failure(),
+                        "a refused plan ({}) created Pod {:?}", status.state, pod.metadata.name
+                    );
+                    let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                    prop_assert!(
+                        node.is_some_and(|node| nodes.contains_key(node)),
+                        "a check Pod bound to {node:?}, which is not a Node"
+                    );
+                }
+                // Nothing observed: nothing to delete.
+                Effect::DeletePod { name } => prop_assert!(false, "deleted {name}, never seen"),
                 Effect::Event { kind: EventKind::Normal, .. } => {}
             }
         }

@@ -24,7 +24,8 @@ pub use preflight::{
     CheckStatus, DEFAULT_TIMEOUT_SECONDS, LocalizedMessage, NO_TIMEOUT, OnWarn,
     PlanCommandPreflight, PlanCommandPreflightStatus, PreflightCheck, PreflightCheckStatus,
     PreflightCommand, PreflightCommandId, PreflightCondition, PreflightMessage,
-    PreflightNodeStatus, PreflightResult, PreflightTargets, SchedulerData, SchedulerPodRef,
+    PreflightNodeStatus, PreflightPodStatus, PreflightResult, PreflightTargets, SchedulerData,
+    SchedulerPodRef,
 };
 pub use update_config::{
     AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,

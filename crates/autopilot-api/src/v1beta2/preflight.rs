@@ -432,6 +432,31 @@ pub struct PlanCommandPreflightStatus {
     /// Targeted workers (signalled through their `Node`), each with the checks it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<super::TargetStatus>,
+
+    /// The Pods of `scheduler` checks: one per check and node, run by the node's kubelet
+    /// (such checks signal no node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<PreflightPodStatus>,
+}
+
+/// One Pod of a `scheduler` check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightPodStatus {
+    /// The check's id.
+    pub check: String,
+
+    /// The `Node` the Pod is bound to.
+    pub node: String,
+
+    /// The Pod's name, in the namespace `k0s-autopilot`; it is deleted once its result is
+    /// recorded (or the command ends).
+    pub pod: String,
+
+    /// When the leader first created the Pod; the command's deadline counts from here.
+    /// Absent until then (for example while the plan is paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// What one check found over its nodes.

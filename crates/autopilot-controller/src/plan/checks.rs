@@ -23,57 +23,74 @@ use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::{
     CheckStatus, OnWarn, PlanCommandPreflight, PlanCommandPreflightStatus, PlanCommandStatus,
-    PlanStateType, PreflightCheck, PreflightCheckStatus, PreflightCommandId, PreflightNodeStatus,
-    TargetState, TargetStatus,
+    PlanStateType, PlanStatus, PreflightCheck, PreflightCheckStatus, PreflightNodeStatus,
+    PreflightPodStatus, TargetState, TargetStatus,
 };
 
-use super::ObjectKind;
+use autopilot_api::preflight::request::Request;
+use autopilot_api::preflight::status_code;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
 use super::command::{Command, Group, RunIdentity, targets};
 use super::discovery::{NewCommand, select};
 use super::machine::{Decision, Inputs};
 use super::phases::reasons;
 use super::schedule::{Outcome, end, release_hold, signal_target};
+use super::{Effect, ObjectKind};
+use crate::preflight::scheduler::{self, PodKey};
 use crate::preflight::{CompiledCommand, NodeVerdict};
 
 /// How many failing or warning nodes a command's description and reason name before
 /// summing up the rest (the status keeps every one).
 const MAX_NAMED: usize = 10;
 
-/// NewPlan for the `preflight` command at `index`.
+/// NewPlan for the `preflight` command at `index` of run `run_id`.
 pub(super) fn new_command(
     inputs: &Inputs<'_>,
+    run_id: &str,
     index: u32,
     preflight: &PlanCommandPreflight,
 ) -> NewCommand {
     let path = format!("spec.commands[{index}].preflight");
-    if let Err(problems) = crate::preflight::compile_command(&path, preflight) {
-        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        return NewCommand::failed(PlanStateType::Warning, problems.join("; "));
-    }
-    // The leader does not run Pods for checks yet: a check that could not run must refuse
-    // the plan, never pass it.
-    let scheduler: Vec<String> = preflight
-        .checks
-        .iter()
-        .enumerate()
-        .filter(|(_, check)| check.command.id == PreflightCommandId::Scheduler)
-        .map(|(i, _)| format!("{path}.checks[{i}].command.id"))
-        .collect();
-    if !scheduler.is_empty() {
-        return NewCommand::failed(
-            PlanStateType::Warning,
-            format!(
-                "{}: scheduler checks are not run by this controller; use a node probe or an \
-                 allow-listed exec",
-                scheduler.join(", ")
-            ),
-        );
-    }
+    let compiled = match crate::preflight::compile_command(&path, preflight) {
+        Ok(compiled) => compiled,
+        Err(problems) => {
+            let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            return NewCommand::failed(PlanStateType::Warning, problems.join("; "));
+        }
+    };
     let label = format!("command {index} (preflight)");
 
     let mut by_group: BTreeMap<Group, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    let mut pods = Vec::new();
     let mut nowhere = Vec::new();
-    for (i, check) in preflight.checks.iter().enumerate() {
+    for (i, (check, compiled)) in preflight.checks.iter().zip(&compiled.checks).enumerate() {
+        // A `scheduler` check runs a Pod on each of its Nodes; every other check is signalled
+        // to the node's agent.
+        if let Request::Scheduler(data) = &compiled.request {
+            let nodes = match scheduler_nodes(inputs, check, &data.kubernetes.node_selector) {
+                Ok(nodes) => nodes,
+                Err(problem) => {
+                    return NewCommand::failed(
+                        PlanStateType::IncompleteTargets,
+                        format!("{label}: checks[{i}] ({}): {problem}", check.id),
+                    );
+                }
+            };
+            if nodes.is_empty() {
+                nowhere.push(check.id.clone());
+            }
+            pods.extend(nodes.into_iter().map(|node| {
+                let key = PodKey { run_id, command: index, check: &check.id, node: &node };
+                PreflightPodStatus {
+                    check: check.id.clone(),
+                    pod: key.pod_name(),
+                    node,
+                    created: None,
+                }
+            }));
+            continue;
+        }
         let (controllers, workers) = match check_targets(inputs, check) {
             Ok(found) => found,
             Err(problem) => {
@@ -137,6 +154,7 @@ pub(super) fn new_command(
             state: PlanStateType::IncompleteTargets,
             description: Some(format!("{label}: {}", problems.join("; "))),
             targets: groups,
+            pods,
             warnings: Vec::new(),
         };
     }
@@ -144,6 +162,7 @@ pub(super) fn new_command(
         state: PlanStateType::SchedulableWait,
         description: None,
         targets: groups,
+        pods,
         warnings: Vec::new(),
     }
 }
@@ -180,6 +199,39 @@ fn check_targets(
     Ok((controllers, workers))
 }
 
+/// The Nodes a `scheduler` check runs its Pod on: its targets' Nodes, only those carrying
+/// every label of `node_selector`. A Pod needs a kubelet, so a targeted controller must also
+/// be a `Node` (`all` takes every Node and so skips controllers that run no kubelet).
+fn scheduler_nodes(
+    inputs: &Inputs<'_>,
+    check: &PreflightCheck,
+    node_selector: &BTreeMap<String, String>,
+) -> Result<BTreeSet<String>, String> {
+    let nodes = inputs.observed.nodes;
+    let candidates: BTreeSet<String> = if check.targets.all {
+        nodes.keys().cloned().collect()
+    } else {
+        let (controllers, workers) = check_targets(inputs, check)?;
+        let without_kubelet: Vec<&String> =
+            controllers.iter().filter(|name| !nodes.contains_key(*name)).collect();
+        if let Some(first) = without_kubelet.first() {
+            return Err(format!(
+                "controller {first} has no Node: a scheduler check runs a Pod, which needs a \
+                 kubelet (target workers, all, or controllers that also run workloads)"
+            ));
+        }
+        controllers.into_iter().chain(workers).collect()
+    };
+    Ok(candidates
+        .into_iter()
+        .filter(|name| {
+            nodes.get(name).is_some_and(|node| {
+                node_selector.iter().all(|(key, value)| node.labels.get(key) == Some(value))
+            })
+        })
+        .collect())
+}
+
 /// The object kind a preflight group is signalled through.
 fn object_kind(group: Group) -> ObjectKind {
     match group {
@@ -214,6 +266,7 @@ pub(super) fn decide(
     };
     let deadline = crate::preflight::deadline_of(preflight);
     judge_reports(inputs, run, command, &compiled, deadline, status);
+    judge_pods(inputs, decision, &compiled, deadline, status);
 
     let in_state = |state: TargetState| -> Vec<(Group, String)> {
         command
@@ -244,18 +297,21 @@ pub(super) fn decide(
         );
         return Outcome::Ended;
     }
-    // Check 2: a paused plan signals no new node.
-    if inputs.steering.paused && !pending.is_empty() {
+    // Check 2: a paused plan signals no new node and starts no Pod.
+    let pods_due = unjudged_pods(status).filter(|pod| pod.created.is_none()).count();
+    if inputs.steering.paused && (!pending.is_empty() || pods_due > 0) {
         status.state = PlanStateType::SchedulableWait;
         status.reason = Some(format!(
-            "paused ({} annotation); {} node(s) not signalled for the preflight checks yet",
+            "paused ({} annotation); {} node(s) not signalled and {pods_due} check Pod(s) not \
+             started for the preflight checks yet",
             keys::ANNOTATION_PAUSED,
             pending.len()
         ));
         decision.hold(index, reasons::PLAN_PAUSED);
         return Outcome::Running;
     }
-    // Check 3: every pending target at once.
+    // Check 3: every pending target and every check Pod at once.
+    start_pods(inputs, decision, run, &compiled, deadline, status);
     if !pending.is_empty() {
         for group in [Group::Controllers, Group::Workers] {
             let names: Vec<String> =
@@ -268,6 +324,10 @@ pub(super) fn decide(
         .into_iter()
         .chain(pending)
         .map(|(group, name)| format!("{} {name}", object_kind(group)))
+        .chain(
+            unjudged_pods(status)
+                .map(|pod| format!("Pod {} (check {} on {})", pod.pod, pod.check, pod.node)),
+        )
         .collect();
     if !in_flight.is_empty() {
         status.state = PlanStateType::SchedulableWait;
@@ -346,11 +406,7 @@ fn judge_reports(
     let index = status.id;
     let mut verdicts: Vec<NodeVerdict> = Vec::new();
     let mut judged: Vec<(String, String)> = Vec::new();
-    let known = |check: &str, node: &str| {
-        status.preflight.as_ref().is_some_and(|p| {
-            p.checks.iter().any(|c| c.id == check && c.nodes.iter().any(|n| n.name == node))
-        })
-    };
+    let known = |check: &str, node: &str| self::judged(status.preflight.as_ref(), check, node);
     for &group in command.groups() {
         let objects = inputs.objects(command.object_kind(group));
         for target in targets(status, command, group).iter().filter(|t| t.state.is_terminal()) {
@@ -369,30 +425,188 @@ fn judge_reports(
             }
         }
     }
-    if verdicts.is_empty() {
-        return;
-    }
-    let preflight = status.preflight.get_or_insert_with(PlanCommandPreflightStatus::default);
     for ((check_id, _), verdict) in judged.into_iter().zip(verdicts) {
-        let check = match preflight.checks.iter().position(|c| c.id == check_id) {
-            Some(at) => &mut preflight.checks[at],
-            None => {
-                preflight.checks.push(PreflightCheckStatus {
-                    id: check_id.clone(),
-                    status: None,
-                    nodes: Vec::new(),
-                });
-                preflight.checks.last_mut().expect("just pushed")
+        record_verdict(status, &check_id, verdict);
+    }
+}
+
+/// Keep `verdict` (one node's) in the command's status under `check_id`.
+fn record_verdict(status: &mut PlanCommandStatus, check_id: &str, verdict: NodeVerdict) {
+    let preflight = status.preflight.get_or_insert_with(PlanCommandPreflightStatus::default);
+    let check = match preflight.checks.iter().position(|c| c.id == check_id) {
+        Some(at) => &mut preflight.checks[at],
+        None => {
+            preflight.checks.push(PreflightCheckStatus {
+                id: check_id.to_owned(),
+                status: None,
+                nodes: Vec::new(),
+            });
+            preflight.checks.last_mut().expect("just pushed")
+        }
+    };
+    check.nodes.push(PreflightNodeStatus {
+        name: verdict.node,
+        status: verdict.status,
+        status_code: verdict.status_code,
+        message: verdict.message,
+    });
+    check.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+}
+
+/// Whether `check` has a verdict for `node`.
+fn judged(preflight: Option<&PlanCommandPreflightStatus>, check: &str, node: &str) -> bool {
+    preflight.is_some_and(|p| {
+        p.checks.iter().any(|c| c.id == check && c.nodes.iter().any(|n| n.name == node))
+    })
+}
+
+/// The check Pods whose result is not recorded yet.
+fn unjudged_pods(status: &PlanCommandStatus) -> impl Iterator<Item = &PreflightPodStatus> {
+    let preflight = status.preflight.as_ref();
+    preflight
+        .into_iter()
+        .flat_map(|p| &p.pods)
+        .filter(move |pod| !judged(preflight, &pod.check, &pod.node))
+}
+
+/// Judge every check Pod that ended since the last pass, and every one still without a
+/// result at the command's deadline (counted from its creation: status code 62); look again
+/// at the earliest deadline still ahead.
+fn judge_pods(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    compiled: &CompiledCommand,
+    deadline: std::time::Duration,
+    status: &mut PlanCommandStatus,
+) {
+    let mut verdicts = Vec::new();
+    for pod in unjudged_pods(status) {
+        let Some(check) = compiled.checks.iter().find(|c| c.id == pod.check) else { continue };
+        let ended = inputs.observed.check_pods.pods.get(&pod.pod).and_then(scheduler::record_of);
+        let record = match (ended, &pod.created) {
+            (Some(record), _) => record,
+            (None, None) => continue,
+            (None, Some(created)) => {
+                let elapsed = inputs.now.duration_since(created.0);
+                // A deadline too long to represent never runs out.
+                let remaining = jiff::SignedDuration::try_from(deadline)
+                    .ok()
+                    .and_then(|deadline| deadline.checked_sub(elapsed));
+                match remaining {
+                    Some(remaining) if !remaining.is_positive() => RawRecord::failure(
+                        status_code::TIMEOUT,
+                        format!(
+                            "Pod {} did not end within the deadline of {}",
+                            pod.pod,
+                            autopilot_api::duration::format(deadline)
+                        ),
+                    ),
+                    Some(remaining) => {
+                        if let Ok(remaining) = std::time::Duration::try_from(remaining) {
+                            decision.requeue_after(remaining);
+                        }
+                        continue;
+                    }
+                    None => continue,
+                }
             }
         };
-        check.nodes.push(PreflightNodeStatus {
-            name: verdict.node,
-            status: verdict.status,
-            status_code: verdict.status_code,
-            message: verdict.message,
-        });
-        check.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        verdicts.push((pod.check.clone(), check.judge(&pod.node, &record)));
     }
+    for (check_id, verdict) in verdicts {
+        record_verdict(status, &check_id, verdict);
+    }
+}
+
+/// Create every check Pod that is due (not created yet) and every created one the snapshot
+/// does not show while its result is not recorded (a crash between the status write and the
+/// create, or a Pod deleted by hand; an `AlreadyExists` answer is fine). A template that
+/// cannot be used is the node's result at once: status code 22.
+fn start_pods(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    compiled: &CompiledCommand,
+    deadline: std::time::Duration,
+    status: &mut PlanCommandStatus,
+) {
+    let index = status.id;
+    let due: Vec<PreflightPodStatus> = unjudged_pods(status)
+        .filter(|pod| {
+            pod.created.is_none() || !inputs.observed.check_pods.pods.contains_key(&pod.pod)
+        })
+        .cloned()
+        .collect();
+    let mut verdicts = Vec::new();
+    let mut created = Vec::new();
+    for pod in due {
+        let Some(check) = compiled.checks.iter().find(|c| c.id == pod.check) else { continue };
+        let Request::Scheduler(data) = &check.request else { continue };
+        let pod_name = &data.kubernetes.pod_name;
+        match scheduler::template(inputs.observed.check_pods.templates.get(pod_name), pod_name) {
+            Err(why) => verdicts.push((
+                pod.check.clone(),
+                check.judge(&pod.node, &RawRecord::failure(status_code::INVALID_ARGUMENT, why)),
+            )),
+            Ok(template) => {
+                let key = PodKey {
+                    run_id: &run.run_id,
+                    command: index,
+                    check: &pod.check,
+                    node: &pod.node,
+                };
+                let mut object = scheduler::pod_for(&template, key, check.timeout);
+                object.metadata.owner_references = Some(vec![OwnerReference {
+                    api_version: "autopilot.k0sproject.io/v1beta2".to_owned(),
+                    kind: "Plan".to_owned(),
+                    name: inputs.plan_name.to_owned(),
+                    uid: inputs.plan_uid.to_owned(),
+                    ..OwnerReference::default()
+                }]);
+                decision.signals.push(Effect::CreatePod(Box::new(object)));
+                if pod.created.is_none() {
+                    created.push(pod.pod.clone());
+                }
+            }
+        }
+    }
+    for (check_id, verdict) in verdicts {
+        record_verdict(status, &check_id, verdict);
+    }
+    if created.is_empty() {
+        return;
+    }
+    if let Some(preflight) = status.preflight.as_mut() {
+        for pod in preflight.pods.iter_mut().filter(|pod| created.contains(&pod.pod)) {
+            pod.created = Some(Time(inputs.stamp));
+        }
+    }
+    decision.requeue_after(deadline);
+}
+
+/// The check Pods to delete after a pass whose next status is `status`: every one in the
+/// snapshot that no running check waits for (its result is recorded, its command or run
+/// ended, or it belongs to an earlier run) and that is not already being deleted.
+pub(super) fn stale_pods(status: &PlanStatus, observed: &super::Observed<'_>) -> Vec<Effect> {
+    let wanted: BTreeSet<&str> = if status.is_terminal() {
+        BTreeSet::new()
+    } else {
+        status
+            .commands
+            .iter()
+            .filter(|command| !command.state.is_terminal())
+            .flat_map(|command| unjudged_pods(command).map(|pod| pod.pod.as_str()))
+            .collect()
+    };
+    observed
+        .check_pods
+        .pods
+        .iter()
+        .filter(|(name, pod)| {
+            !wanted.contains(name.as_str()) && pod.metadata.deletion_timestamp.is_none()
+        })
+        .map(|(name, _)| Effect::DeletePod { name: name.clone() })
+        .collect()
 }
 
 /// What a done target reported for `check`: its record when it answered `Completed`; when it
@@ -439,6 +653,9 @@ fn conclude(
         for check in &target.checks {
             targets_of.entry(check.as_str()).or_default().push(target.name.clone());
         }
+    }
+    for pod in &preflight.pods {
+        targets_of.entry(pod.check.as_str()).or_default().push(pod.node.clone());
     }
     let mut checks = Vec::new();
     for check in &compiled.checks {

@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{
-    PlanCommand, PlanCommandTargetLimits, PlanStateType, PlanStatus, TargetState, TargetStatus,
+    PlanCommand, PlanCommandTargetLimits, PlanStateType, PlanStatus, PreflightPodStatus,
+    TargetState, TargetStatus,
 };
 
 use super::Effect;
@@ -33,10 +34,11 @@ pub(super) fn new_plan(
     findings: &[RemovedApiUse],
 ) -> Vec<Effect> {
     let mut warnings = Vec::new();
+    let run_id = status.run_id.clone().unwrap_or_default();
     for command_status in &mut status.commands {
         let index = command_status.id;
         let outcome = match &command_status.frozen {
-            Some(frozen) => new_command(inputs, index, frozen, findings),
+            Some(frozen) => new_command(inputs, &run_id, index, frozen, findings),
             // Crash safety: a fresh run always freezes every command; a missing copy means
             // the status was edited by hand, and a command we cannot see must not run.
             None => NewCommand::failed(
@@ -44,7 +46,7 @@ pub(super) fn new_plan(
                 format!("command {index} has no frozen copy in the status"),
             ),
         };
-        let NewCommand { state, description, targets, warnings: command_warnings } = outcome;
+        let NewCommand { state, description, targets, pods, warnings: command_warnings } = outcome;
         warnings.extend(command_warnings);
         let frozen = command_status.frozen.clone();
         if let Some(command) = frozen.as_ref().and_then(Command::resolve) {
@@ -53,6 +55,9 @@ pub(super) fn new_plan(
                     *slot = group_targets;
                 }
             }
+        }
+        if !pods.is_empty() {
+            command_status.preflight.get_or_insert_with(Default::default).pods = pods;
         }
         command_status.state = state;
         command_status.description = description;
@@ -74,18 +79,27 @@ pub(super) struct NewCommand {
     /// The resolved targets per group (recorded even when a target check fails, so the
     /// status shows which nodes were missing or had no platform).
     pub(super) targets: Vec<(Group, Vec<TargetStatus>)>,
+    /// A preflight command's `scheduler` Pods, one per check and node.
+    pub(super) pods: Vec<PreflightPodStatus>,
     /// Warning Events about payloads accepted without an integrity check.
     pub(super) warnings: Vec<Effect>,
 }
 
 impl NewCommand {
     pub(super) fn failed(state: PlanStateType, description: String) -> Self {
-        Self { state, description: Some(description), targets: Vec::new(), warnings: Vec::new() }
+        Self {
+            state,
+            description: Some(description),
+            targets: Vec::new(),
+            pods: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 }
 
 fn new_command(
     inputs: &Inputs<'_>,
+    run_id: &str,
     index: u32,
     spec: &PlanCommand,
     findings: &[RemovedApiUse],
@@ -94,7 +108,7 @@ fn new_command(
     // is compiled (every problem named by its field path) and its checks' targets resolved
     // by `super::checks`.
     if let (None, None, Some(preflight)) = (&spec.k0supdate, &spec.airgapupdate, &spec.preflight) {
-        return super::checks::new_command(inputs, index, preflight);
+        return super::checks::new_command(inputs, run_id, index, preflight);
     }
     let Some(command) = Command::resolve(spec) else {
         let problem = kind_problem(spec).unwrap_or("is malformed");
@@ -182,6 +196,7 @@ fn new_command(
             state: PlanStateType::IncompleteTargets,
             description: Some(description),
             targets,
+            pods: Vec::new(),
             warnings: Vec::new(),
         };
     }
@@ -193,6 +208,7 @@ fn new_command(
                 no_platform.join(", ")
             )),
             targets,
+            pods: Vec::new(),
             warnings: Vec::new(),
         };
     }
@@ -218,11 +234,18 @@ fn new_command(
                 restricted.join(" and ")
             )),
             targets,
+            pods: Vec::new(),
             warnings: Vec::new(),
         };
     }
 
-    NewCommand { state: PlanStateType::SchedulableWait, description: None, targets, warnings }
+    NewCommand {
+        state: PlanStateType::SchedulableWait,
+        description: None,
+        targets,
+        pods: Vec::new(),
+        warnings,
+    }
 }
 
 /// Every field of command `index` that no node or scheduler could act on, each as

@@ -41,8 +41,15 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
     let mut probes = Probes::Observed(observed.readiness);
-    Pass { inputs: Inputs::new(observed, policy, &plan), plan, assume_no_removed_apis: false }
-        .run(&mut probes)
+    let mut transition =
+        Pass { inputs: Inputs::new(observed, policy, &plan), plan, assume_no_removed_apis: false }
+            .run(&mut probes);
+    // Check Pods belong to the `autopilot` plan's run: any that no running check waits for
+    // goes (recorded, aborted, ended, or left by an earlier run).
+    if plan.name == keys::PLAN_NAME {
+        transition.effects.extend(super::checks::stale_pods(&transition.status, observed));
+    }
+    transition
 }
 
 /// The controllers whose `/readyz` the shell must probe before calling [`step`] with the
@@ -125,6 +132,9 @@ pub(super) struct Inputs<'a> {
     pub(super) steering: Steering,
     /// The plan id whose preflight warnings an operator accepted, if any.
     pub(super) accepted_warnings: Option<&'a str>,
+    /// The Plan's name and uid (the owner of `scheduler` check Pods).
+    pub(super) plan_name: &'a str,
+    pub(super) plan_uid: &'a str,
 }
 
 impl<'a> Inputs<'a> {
@@ -138,6 +148,8 @@ impl<'a> Inputs<'a> {
             stamp,
             steering: plan.steering,
             accepted_warnings: plan.accepted_warnings,
+            plan_name: plan.name,
+            plan_uid: plan.uid,
         }
     }
 
@@ -188,7 +200,7 @@ impl Probes<'_> {
 /// The signals and the requeue a pass decided on (events are derived at the end).
 #[derive(Debug)]
 pub(super) struct Decision {
-    /// Signals to write, in order.
+    /// Signals to write and check Pods to create, in order.
     pub(super) signals: Vec<Effect>,
     /// When to look again without a change.
     pub(super) requeue: Requeue,
@@ -294,8 +306,8 @@ impl Pass<'_> {
             .effects
             .into_iter()
             .filter(|effect| match effect {
-                Effect::Signal { .. } => false,
-                Effect::Event { .. } => true,
+                Effect::Signal { .. } | Effect::CreatePod(_) => false,
+                Effect::DeletePod { .. } | Effect::Event { .. } => true,
             })
             .collect();
         effects.extend(next.effects);

@@ -40,6 +40,7 @@ use std::time::Duration;
 use autopilot_api::keys;
 use autopilot_api::signal::SignalData;
 use autopilot_api::v1beta2::{PlanSpec, PlanStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 pub use machine::{REMOVED_API_RECHECK, controllers_to_probe, removed_api_check_versions, step};
 pub use removed_apis::RemovedApiUse;
@@ -138,6 +139,28 @@ pub struct Observed<'a> {
     /// [`removed_api_check_versions`] (`None` when that list was empty). A run that needs the
     /// check and finds `None` here waits (status unchanged) instead of skipping it.
     pub removed_apis: Option<&'a [RemovedApiUse]>,
+    /// The Pods of `scheduler` checks and their templates ([`CheckPods::NONE`] when the
+    /// caller runs no such checks).
+    pub check_pods: CheckPods<'a>,
+}
+
+/// What the shell found for `scheduler` checks (`crate::preflight::scheduler`), in the
+/// namespace [`keys::NAMESPACE`].
+#[derive(Clone, Copy, Debug)]
+pub struct CheckPods<'a> {
+    /// Every Pod labelled [`crate::preflight::scheduler::LABEL_RUN`], by name.
+    pub pods: &'a BTreeMap<String, Pod>,
+    /// Every ConfigMap (the Pod templates), by name.
+    pub templates: &'a BTreeMap<String, ConfigMap>,
+}
+
+static NO_PODS: BTreeMap<String, Pod> = BTreeMap::new();
+static NO_TEMPLATES: BTreeMap<String, ConfigMap> = BTreeMap::new();
+
+impl CheckPods<'static> {
+    /// No Pods and no templates: a `scheduler` check then finds no template (status code
+    /// 22) and no Pod is deleted.
+    pub const NONE: Self = Self { pods: &NO_PODS, templates: &NO_TEMPLATES };
 }
 
 /// Controller policy: flags of this controller, not part of the Plan.
@@ -194,6 +217,16 @@ pub enum Effect {
         target: SignalTarget,
         /// The complete signal (no node status).
         data: SignalData,
+    },
+    /// Create a `scheduler` check's Pod (an `AlreadyExists` answer is success: the Pod's name
+    /// is stable per run, command, check and node). Emitted when the Pod is first due, and
+    /// again while the snapshot does not show it and its result is not recorded.
+    CreatePod(Box<Pod>),
+    /// Delete a check Pod whose result is recorded, or that belongs to no running check (a
+    /// `NotFound` answer is success).
+    DeletePod {
+        /// The Pod's name in [`keys::NAMESPACE`].
+        name: String,
     },
     /// Emit a Kubernetes Event on the Plan.
     Event {

@@ -14,10 +14,13 @@ use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::signal::{SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{PlanSpec, PlanStateType, PlanStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+};
 
 use super::{
-    Effect, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Requeue, Steering,
-    TargetObject, step,
+    CheckPods, Effect, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Requeue,
+    Steering, TargetObject, step,
 };
 
 /// The most passes a dry run makes before it reports that it stalled (a run of N targets
@@ -66,6 +69,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
     let mut resolved = None;
     let mut batches = Vec::new();
     let mut waited = Duration::ZERO;
+    let mut pods = BTreeMap::new();
     for _ in 0..MAX_PASSES {
         let plan = PlanView {
             name: keys::PLAN_NAME,
@@ -82,6 +86,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
             nodes: &nodes,
             readiness: &readiness,
             removed_apis: observed.removed_apis,
+            check_pods: CheckPods { pods: &pods, templates: observed.check_pods.templates },
         };
         let transition = step(plan, &snapshot, policy);
         let mut batch: Vec<(u32, ObjectKind, String)> = Vec::new();
@@ -107,6 +112,39 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
                         object.signal = ObservedSignal::Valid(answered);
                     }
                     batch.push((data.command.id, target.kind, target.name.clone()));
+                }
+                // A check Pod ends at once with exit code 0 and no output, like a probe.
+                Effect::CreatePod(pod) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let mut ended = (**pod).clone();
+                    ended.status = Some(PodStatus {
+                        phase: Some("Succeeded".to_owned()),
+                        container_statuses: Some(vec![ContainerStatus {
+                            state: Some(ContainerState {
+                                terminated: Some(ContainerStateTerminated::default()),
+                                ..ContainerState::default()
+                            }),
+                            ..ContainerStatus::default()
+                        }]),
+                        ..PodStatus::default()
+                    });
+                    pods.insert(name.clone(), ended);
+                    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                        let command = transition
+                            .status
+                            .commands
+                            .iter()
+                            .find(|c| {
+                                c.preflight
+                                    .as_ref()
+                                    .is_some_and(|p| p.pods.iter().any(|x| x.pod == name))
+                            })
+                            .map_or(0, |c| c.id);
+                        batch.push((command, ObjectKind::Node, node));
+                    }
+                }
+                Effect::DeletePod { name } => {
+                    pods.remove(name);
                 }
                 Effect::Event { .. } => {}
             }

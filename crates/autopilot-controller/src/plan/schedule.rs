@@ -157,7 +157,7 @@ fn still_in_flight(effect: &Effect, command: Command<'_>, status: &PlanCommandSt
                     .iter()
                     .any(|t| t.name == target.name && t.state == TargetState::SignalSent)
         }),
-        Effect::Event { .. } => false,
+        Effect::CreatePod(_) | Effect::DeletePod { .. } | Effect::Event { .. } => false,
     }
 }
 

@@ -831,6 +831,7 @@ fn a_non_blocking_or_older_removed_api_does_not_stop_the_plan() {
         nodes: &cluster.nodes,
         readiness: &Default::default(),
         removed_apis: Some(&findings),
+        check_pods: super::CheckPods::NONE,
     };
     assert_eq!(step(plan.view(), &observed, &policy()).status.state, P::SchedulableWait);
 }
@@ -845,6 +846,7 @@ fn a_run_that_needs_the_removed_api_check_waits_for_its_findings() {
         nodes: &cluster.nodes,
         readiness: &Default::default(),
         removed_apis: None,
+        check_pods: super::CheckPods::NONE,
     };
     let transition = step(plan.view(), &observed, &policy());
     assert_eq!(transition.status, Default::default());
@@ -1340,6 +1342,7 @@ fn a_controller_that_was_not_probed_counts_as_not_ready() {
         nodes: &cluster.nodes,
         readiness: &Default::default(),
         removed_apis: Some(&[]),
+        check_pods: super::CheckPods::NONE,
     };
     let t = step(plan.view(), &observed, &policy());
     assert_eq!(t.status.state, P::Schedulable);
@@ -1360,6 +1363,7 @@ fn the_shell_probes_exactly_the_controllers_of_the_pass() {
             nodes: &sim.cluster.nodes,
             readiness: &empty,
             removed_apis: None,
+            check_pods: super::CheckPods::NONE,
         };
         controllers_to_probe(sim.plan.view(), &observed, &sim.policy)
     };
@@ -1828,6 +1832,7 @@ fn readiness_results_for_other_controllers_do_not_matter() {
         nodes: &cluster.nodes,
         readiness: &readiness,
         removed_apis: Some(&[]),
+        check_pods: super::CheckPods::NONE,
     };
     let t: Transition = step(plan.view(), &observed, &policy());
     assert_eq!(signalled(&t), [(ControlNode, "c1".to_owned())]);
@@ -1883,7 +1888,10 @@ fn failure_written(t: &Transition, name: &str) -> Option<(SignalPhase, Option<St
         super::Effect::Signal { target, data } if target.name == name => {
             data.status.as_ref().map(|status| (status.status, status.reason.clone()))
         }
-        super::Effect::Signal { .. } | super::Effect::Event { .. } => None,
+        super::Effect::Signal { .. }
+        | super::Effect::CreatePod(_)
+        | super::Effect::DeletePod { .. }
+        | super::Effect::Event { .. } => None,
     })
 }
 

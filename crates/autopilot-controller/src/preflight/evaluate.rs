@@ -162,6 +162,7 @@ impl CommandVerdict {
                 .collect(),
             controllers: Vec::new(),
             workers: Vec::new(),
+            pods: Vec::new(),
         }
     }
 }

@@ -14,11 +14,12 @@ use autopilot_api::v1beta2::{
     PlanSpec, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 use crate::plan::{
-    Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Readiness,
-    RemovedApiUse, SignalTarget, Steering, TargetObject, Transition, controllers_to_probe,
-    removed_api_check_versions, step,
+    CheckPods, Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy,
+    Readiness, RemovedApiUse, SignalTarget, Steering, TargetObject, Transition,
+    controllers_to_probe, removed_api_check_versions, step,
 };
 
 /// The fixed start of every scenario's clock.
@@ -360,6 +361,9 @@ pub struct ClusterFixture {
     pub readyz: BTreeMap<String, Readiness>,
     /// Removed APIs in use, for every version the shell is asked about.
     pub removed_api_uses: Vec<RemovedApiUse>,
+    /// Check Pods (as created; a test ends them) and Pod templates, by name.
+    pub pods: BTreeMap<String, Pod>,
+    pub templates: BTreeMap<String, ConfigMap>,
 }
 
 fn object(name: &str) -> TargetObject {
@@ -383,6 +387,8 @@ impl ClusterFixture {
             nodes: BTreeMap::new(),
             readyz: BTreeMap::new(),
             removed_api_uses: Vec::new(),
+            pods: BTreeMap::new(),
+            templates: BTreeMap::new(),
         }
     }
 
@@ -534,8 +540,16 @@ impl ClusterFixture {
     /// Write the signals of a transition onto the objects, as the shell does.
     pub fn deliver(&mut self, transition: &Transition) {
         for effect in &transition.effects {
-            if let Effect::Signal { target, data } = effect {
-                self.write_signal(target, data);
+            match effect {
+                Effect::Signal { target, data } => self.write_signal(target, data),
+                Effect::CreatePod(pod) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    self.pods.entry(name).or_insert_with(|| (**pod).clone());
+                }
+                Effect::DeletePod { name } => {
+                    self.pods.remove(name);
+                }
+                Effect::Event { .. } => {}
             }
         }
     }
@@ -603,6 +617,7 @@ impl Snapshot {
             nodes: &cluster.nodes,
             readiness: &empty,
             removed_apis: None,
+            check_pods: CheckPods { pods: &cluster.pods, templates: &cluster.templates },
         };
         let readiness = controllers_to_probe(plan.view(), &blind, policy)
             .into_iter()
@@ -638,6 +653,7 @@ impl Snapshot {
             nodes: &cluster.nodes,
             readiness: &self.readiness,
             removed_apis: self.removed_apis.as_deref(),
+            check_pods: CheckPods { pods: &cluster.pods, templates: &cluster.templates },
         }
     }
 }
@@ -712,7 +728,7 @@ pub fn signalled(transition: &Transition) -> Vec<(ObjectKind, String)> {
         .iter()
         .filter_map(|effect| match effect {
             Effect::Signal { target, .. } => Some((target.kind, target.name.clone())),
-            Effect::Event { .. } => None,
+            Effect::CreatePod(_) | Effect::DeletePod { .. } | Effect::Event { .. } => None,
         })
         .collect()
 }
@@ -724,7 +740,10 @@ pub fn signal_to<'t>(transition: &'t Transition, name: &str) -> &'t SignalData {
         .iter()
         .find_map(|effect| match effect {
             Effect::Signal { target, data } if target.name == name => Some(data),
-            Effect::Signal { .. } | Effect::Event { .. } => None,
+            Effect::Signal { .. }
+            | Effect::CreatePod(_)
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. } => None,
         })
         .unwrap_or_else(|| panic!("no signal to {name} in {transition:#?}"))
 }
@@ -736,7 +755,7 @@ pub fn events(transition: &Transition) -> Vec<(EventKind, &'static str, String)>
         .iter()
         .filter_map(|effect| match effect {
             Effect::Event { kind, reason, note } => Some((*kind, *reason, note.clone())),
-            Effect::Signal { .. } => None,
+            Effect::Signal { .. } | Effect::CreatePod(_) | Effect::DeletePod { .. } => None,
         })
         .collect()
 }

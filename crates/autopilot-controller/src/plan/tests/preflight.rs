@@ -78,7 +78,10 @@ fn k0s_signalled(transition: &crate::plan::Transition) -> Vec<String> {
             Effect::Signal { target, data } if data.command.k0supdate.is_some() => {
                 Some(target.name.clone())
             }
-            Effect::Signal { .. } | Effect::Event { .. } => None,
+            Effect::Signal { .. }
+            | Effect::CreatePod(_)
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. } => None,
         })
         .collect()
 }
@@ -238,7 +241,10 @@ fn a_node_without_a_report_by_the_deadline_counts_as_status_code_62() {
             Effect::Signal { target, data } if data.command.preflight.is_some() => {
                 Some((target.name.clone(), data.phase()))
             }
-            Effect::Signal { .. } | Effect::Event { .. } => None,
+            Effect::Signal { .. }
+            | Effect::CreatePod(_)
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. } => None,
         })
         .collect();
     assert_eq!(told, [("w2".to_owned(), Some(SignalPhase::Failed))]);
@@ -354,16 +360,25 @@ fn new_plan_refuses_what_could_not_run_before_any_node_is_signalled() {
         "{why}"
     );
 
-    let scheduler = json!({"id": "pods", "targets": {"all": true},
-        "command": {"id": "scheduler", "data": {"kubernetes": {"podName": "p", "global": true}}},
-        "results": [{"status": "success", "message": "ok"}]});
-    let (state, why) = refused(vec![scheduler]);
-    assert_eq!(state, P::Warning);
+    // A Pod needs a kubelet: a controller without a Node cannot run a scheduler check.
+    let on_controller = scheduler_check(
+        "pods",
+        json!({"controllers": {"discovery": {"static":
+        {"nodes": ["c1"]}}}}),
+        json!({}),
+    );
+    let (state, why) = refused(vec![on_controller]);
+    assert_eq!(state, P::IncompleteTargets);
     assert_eq!(
         why,
-        "spec.commands[0].preflight.checks[0].command.id: scheduler checks are not run by this \
-         controller; use a node probe or an allow-listed exec"
+        "command 0 (preflight): checks[0] (pods): controller c1 has no Node: a scheduler check \
+         runs a Pod, which needs a kubelet (target workers, all, or controllers that also run \
+         workloads)"
     );
+    let selects_none = scheduler_check("pods", json!({"all": true}), json!({"role": "gpu"}));
+    let (state, why) = refused(vec![selects_none]);
+    assert_eq!(state, P::IncompleteTargets);
+    assert!(why.contains("check(s) pods target no node"), "{why}");
 
     let missing = port_check("c", json!({"workers": {"discovery": {"static": {"nodes": ["w9"]}}}}));
     let (state, why) = refused(vec![missing]);
@@ -403,4 +418,260 @@ fn all_runs_a_controller_worker_once_through_its_control_node() {
     );
     let passed = sim.pass();
     assert_eq!(signalled(&passed), vec![(ControlNode, "cw1".to_owned()), (Node, "w1".to_owned())]);
+}
+
+// === scheduler checks: a Pod per node, run by the node's kubelet ===
+
+/// A `scheduler` check running the template `lic` on `targets` (narrowed by
+/// `node_selector`): exit code 0 is success (the Pod's first line in the message), anything
+/// else an error naming the node, the code and the output.
+fn scheduler_check(
+    id: &str,
+    targets: serde_json::Value,
+    node_selector: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "id": id,
+        "targets": targets,
+        "command": {"id": "scheduler", "timeout": 20,
+                    "data": {"kubernetes": {"podName": "lic", "nodeSelector": node_selector}}},
+        "results": [
+            {"status": "success", "message": "{{ .Node }}: {{ .Result }}",
+             "condition": {"statusCode": 0, "error": false}},
+            {"status": "error", "message": "{{ .Node }} exited {{ .StatusCode }}: {{ .Result }}"}
+        ]
+    })
+}
+
+const TEMPLATE: &str = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: check\n    \
+                        image: lic:1\n    command: [/check]\n";
+
+/// [`gated`] with a scheduler check on the workers and its template in place.
+fn with_pods(check: serde_json::Value) -> Sim {
+    let mut sim = gated(vec![check], json!({"deadline": "60s"}));
+    sim.cluster.templates.insert(
+        "lic".to_owned(),
+        serde_json::from_value(json!({"metadata": {"name": "lic", "namespace": keys::NAMESPACE},
+                                      "data": {"pod.yaml": TEMPLATE}}))
+        .expect("a ConfigMap"),
+    );
+    sim
+}
+
+fn workers_check() -> serde_json::Value {
+    scheduler_check("license", json!({"workers": {"discovery": {"selector": {}}}}), json!({}))
+}
+
+/// The Pods a transition creates, as `(name, node)`.
+fn created(transition: &crate::plan::Transition) -> Vec<(String, String)> {
+    transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::CreatePod(pod) => Some((
+                pod.metadata.name.clone().unwrap_or_default(),
+                pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
+            )),
+            Effect::Signal { .. } | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+        })
+        .collect()
+}
+
+fn deleted(transition: &crate::plan::Transition) -> Vec<String> {
+    transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::DeletePod { name } => Some(name.clone()),
+            Effect::Signal { .. } | Effect::CreatePod(_) | Effect::Event { .. } => None,
+        })
+        .collect()
+}
+
+/// The name of the check Pod on `node`, from the command's status.
+fn pod_on(sim: &Sim, node: &str) -> String {
+    let preflight = sim.plan.command(0).preflight.clone().expect("a preflight status");
+    preflight.pods.iter().find(|p| p.node == node).expect("a Pod on the node").pod.clone()
+}
+
+/// The kubelet ends the Pod on `node` with `exit_code`, its termination message `output`.
+fn pod_ends(sim: &mut Sim, node: &str, exit_code: i32, output: &str) {
+    let name = pod_on(sim, node);
+    let pod = sim.cluster.pods.get_mut(&name).expect("the Pod was created");
+    let phase = if exit_code == 0 { "Succeeded" } else { "Failed" };
+    pod.status = Some(
+        serde_json::from_value(json!({"phase": phase, "containerStatuses": [{
+            "name": "check", "image": "lic:1", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": exit_code, "message": output}}}]}))
+        .expect("a Pod status"),
+    );
+}
+
+#[test]
+fn a_scheduler_check_runs_one_pinned_pod_per_node_and_signals_no_agent() {
+    let mut sim = with_pods(workers_check());
+    let passed = sim.pass();
+    assert!(signalled(&passed).is_empty(), "no agent runs a scheduler check");
+    let pods = created(&passed);
+    assert_eq!(pods.iter().map(|(_, node)| node.as_str()).collect::<Vec<_>>(), ["w1", "w2"]);
+    assert_eq!(pods[0].0, pod_on(&sim, "w1"), "the status names each Pod");
+    let preflight = sim.plan.command(0).preflight.clone().expect("status");
+    assert!(preflight.pods.iter().all(|p| p.created.is_some()), "{preflight:?}");
+    let reason = sim.plan.command(0).reason.clone().unwrap_or_default();
+    assert!(reason.contains(&format!("Pod {} (check license on w1)", pods[0].0)), "{reason}");
+
+    // The Pod is pinned, owned by the Plan, stopped by the kubelet at the check's timeout.
+    let pod = passed
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CreatePod(pod) => Some(pod),
+            Effect::Signal { .. } | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+        })
+        .expect("a Pod");
+    let spec = pod.spec.as_ref().expect("spec");
+    assert_eq!(spec.active_deadline_seconds, Some(20));
+    assert_eq!(pod.metadata.owner_references.as_ref().map(|o| o[0].kind.as_str()), Some("Plan"));
+
+    // Nothing new: no Pod created twice.
+    assert!(created(&sim.pass()).is_empty());
+
+    // Both end well: the command completes, the Pods go, the update starts.
+    pod_ends(&mut sim, "w1", 0, "licensed until 2027\n");
+    let one = sim.pass();
+    assert_eq!(deleted(&one), [pod_on(&sim, "w1")], "a recorded Pod goes at once");
+    assert_eq!(sim.plan.command(0).state, P::SchedulableWait, "w2 still runs");
+    pod_ends(&mut sim, "w2", 0, "licensed until 2028");
+    let done = sim.pass();
+    assert_eq!(sim.plan.command(0).state, P::Completed);
+    assert_eq!(deleted(&done), [pod_on(&sim, "w2")]);
+    assert_eq!(k0s_signalled(&done), ["c1"]);
+    assert!(sim.cluster.pods.is_empty(), "no check Pod outlives its check");
+    let check = &sim.plan.command(0).preflight.clone().expect("status").checks[0];
+    assert_eq!(check.status, Some(CheckStatus::Success));
+    assert_eq!(check.nodes[0].message, "w1: licensed until 2027");
+    assert_eq!(check.nodes[1].message, "w2: licensed until 2028");
+}
+
+#[test]
+fn a_pods_exit_code_is_its_status_code_and_its_output_the_messages() {
+    let mut sim = with_pods(workers_check());
+    sim.pass();
+    pod_ends(&mut sim, "w1", 0, "ok");
+    pod_ends(&mut sim, "w2", 3, "license expired\nsince 2026-01-01");
+    let failed = sim.pass();
+    assert_eq!(sim.plan.state(), P::PreflightFailed);
+    assert!(k0s_signalled(&failed).is_empty());
+    let check = &sim.plan.command(0).preflight.clone().expect("status").checks[0];
+    assert_eq!(check.nodes[1].status_code, 3);
+    assert_eq!(check.nodes[1].message, "w2 exited 3: license expired");
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(
+        description.contains("check license on w2: w2 exited 3: license expired"),
+        "{description}"
+    );
+    assert_eq!(deleted(&failed).len(), 2, "both Pods go");
+}
+
+#[test]
+fn an_unusable_template_is_status_code_22_and_runs_no_pod() {
+    let mut sim = with_pods(workers_check());
+    sim.cluster.templates.clear();
+    let passed = sim.pass();
+    assert!(created(&passed).is_empty());
+    assert_eq!(sim.plan.state(), P::PreflightFailed);
+    let check = &sim.plan.command(0).preflight.clone().expect("status").checks[0];
+    assert_eq!(check.nodes[0].status_code, status_code::INVALID_ARGUMENT);
+    assert_eq!(check.nodes[0].message, "w1 exited 22: ConfigMap k0s-autopilot/lic does not exist");
+}
+
+#[test]
+fn a_pod_that_does_not_end_by_the_deadline_is_62_and_goes() {
+    let mut sim = with_pods(workers_check());
+    let started = sim.pass();
+    assert_eq!(started.requeue, crate::plan::Requeue::After(Duration::from_secs(60)));
+    pod_ends(&mut sim, "w1", 0, "ok");
+    sim.pass();
+    sim.cluster(|c| c.later(Duration::from_secs(59)));
+    assert_eq!(sim.pass().requeue, crate::plan::Requeue::After(Duration::from_secs(1)));
+    sim.cluster(|c| c.later(Duration::from_secs(1)));
+    let late = sim.pass();
+    assert_eq!(sim.plan.state(), P::PreflightFailed);
+    let check = &sim.plan.command(0).preflight.clone().expect("status").checks[0];
+    assert_eq!(check.nodes[1].status_code, status_code::TIMEOUT);
+    assert_eq!(
+        check.nodes[1].message,
+        format!("w2 exited 62: Pod {} did not end within the deadline of 1m", pod_on(&sim, "w2"))
+    );
+    assert_eq!(deleted(&late), [pod_on(&sim, "w2")], "the late Pod goes");
+}
+
+#[test]
+fn a_leader_crash_before_the_create_creates_the_same_pod_again() {
+    let mut sim = with_pods(workers_check());
+    let lost = sim.pass_without_signals();
+    let stamped = sim.plan.command(0).preflight.clone().expect("status").pods;
+    let again = sim.pass();
+    assert_eq!(created(&again), created(&lost), "the same names, so never two Pods");
+    assert_eq!(
+        sim.plan.command(0).preflight.clone().expect("status").pods,
+        stamped,
+        "the deadline still counts from the first create"
+    );
+    assert_eq!(sim.cluster.pods.len(), 2);
+}
+
+#[test]
+fn node_selector_narrows_a_scheduler_checks_nodes() {
+    let check =
+        scheduler_check("license", json!({"all": true}), json!({keys::LABEL_HOSTNAME: "w2"}));
+    let mut sim = with_pods(check);
+    let passed = sim.pass();
+    assert_eq!(created(&passed).into_iter().map(|(_, n)| n).collect::<Vec<_>>(), ["w2"]);
+}
+
+#[test]
+fn abort_pause_and_earlier_runs_leave_no_check_pod() {
+    let mut sim = with_pods(workers_check());
+    sim.plan(|p| p.steered(true, false));
+    assert!(created(&sim.pass()).is_empty(), "a paused plan starts no Pod");
+    sim.plan(|p| p.steered(false, false));
+    assert_eq!(created(&sim.pass()).len(), 2);
+    // A Pod of some earlier run is no check's.
+    let mut stray = sim.cluster.pods.values().next().cloned().expect("a Pod");
+    stray.metadata.name = Some("preflight-0000000000000000".to_owned());
+    sim.cluster.pods.insert("preflight-0000000000000000".to_owned(), stray);
+    assert_eq!(deleted(&sim.pass()), ["preflight-0000000000000000"]);
+    sim.plan(|p| p.steered(false, true));
+    let aborted = sim.pass();
+    assert_eq!(sim.plan.state(), P::Aborted);
+    assert_eq!(deleted(&aborted).len(), 2, "abort removes the running Pods");
+    assert!(sim.cluster.pods.is_empty());
+}
+
+#[test]
+fn scheduler_and_agent_checks_share_a_command() {
+    let mut sim = with_pods(workers_check());
+    sim.plan(|mut plan| {
+        let gate = plan.spec.commands[0].preflight.as_mut().expect("a gate");
+        gate.checks.push(
+            serde_json::from_value(port_check("api-port", json!({"all": true}))).expect("a check"),
+        );
+        plan
+    });
+    let passed = sim.pass();
+    assert_eq!(created(&passed).len(), 2);
+    assert_eq!(signalled(&passed).len(), 3, "c1, w1 and w2 get only the port check");
+    assert_eq!(checks_of(&sim, Node, "w1"), ["api-port"]);
+    for node in ["w1", "w2"] {
+        pod_ends(&mut sim, node, 0, "ok");
+    }
+    sim.cluster(|c| {
+        c.reports_checks(ControlNode, "c1", &[("api-port", free("c1"))])
+            .reports_checks(Node, "w1", &[("api-port", free("w1"))])
+            .reports_checks(Node, "w2", &[("api-port", free("w2"))])
+    });
+    let done = sim.pass();
+    assert_eq!(sim.plan.command(0).state, P::Completed, "{:?}", sim.plan.command(0));
+    assert_eq!(k0s_signalled(&done), ["c1"]);
 }

@@ -716,6 +716,10 @@ fn check_pass(
                     );
                 }
             }
+            // The generated plans have no scheduler check: no Pod is created, and the
+            // snapshot has none to delete.
+            Effect::CreatePod(pod) => prop_assert!(false, "created Pod {:?}", pod.metadata.name),
+            Effect::DeletePod { name } => prop_assert!(false, "deleted Pod {name}"),
             Effect::Event { reason, .. } => {
                 prop_assert!(reasons::ALL.contains(reason), "unknown reason {reason}");
             }

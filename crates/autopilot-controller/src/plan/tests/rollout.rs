@@ -13,6 +13,7 @@ fn dry_run(plan: &PlanFixture, cluster: &ClusterFixture) -> Rollout {
         nodes: &cluster.nodes,
         readiness: &cluster.readyz,
         removed_apis: Some(&cluster.removed_api_uses),
+        check_pods: crate::plan::CheckPods::NONE,
     };
     rollout(plan.view().spec, &observed, &policy())
 }
