@@ -408,3 +408,157 @@ async fn check_cli(
     );
     (output.status.code(), stdout)
 }
+
+/// A ConfigMap in `k0s-autopilot` holding a check Pod template that runs `script` with
+/// `/bin/sh -c` (the harness's pod runner runs the command locally, as a kubelet would run
+/// it in the container).
+fn pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
+        "name": "check", "image": "registry.example/checks:1",
+        "command": ["/bin/sh", "-c", script]}]}});
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": keys::NAMESPACE},
+        "data": {"pod.yaml": serde_yaml::to_string(&pod).expect("YAML")},
+    }))
+    .expect("a ConfigMap")
+}
+
+/// A `scheduler` check of template `pod` on `targets` (narrowed by `selector`), with a
+/// timeout: exit 0 is success, anything else an error naming the code and the output.
+fn scheduler_check(
+    id: &str,
+    pod: &str,
+    targets: serde_json::Value,
+    selector: serde_json::Value,
+    timeout: u32,
+) -> serde_json::Value {
+    json!({
+        "id": id,
+        "targets": targets,
+        "command": {"id": "scheduler", "timeout": timeout,
+                    "data": {"kubernetes": {"pod_name": pod, "node_selector": selector}}},
+        "results": [
+            {"status": "success", "condition": {"statusCode": 0, "error": false},
+             "message": "{{ .Node }}: {{ .Result }}"},
+            {"status": "error", "message": "{{ .Node }}: {{ .StatusCode }} {{ .Result }}"}
+        ]
+    })
+}
+
+/// The check Pods left in `k0s-autopilot`.
+async fn check_pods(client: &kube::Client) -> Vec<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), keys::NAMESPACE);
+    let list = pods
+        .list(&ListParams::default().labels("autopilot.k0sproject.io/preflight-run"))
+        .await
+        .expect("listing check Pods");
+    list.items.into_iter().filter_map(|p| p.metadata.name).collect()
+}
+
+#[tokio::test]
+async fn scheduler_checks_run_a_pod_on_each_node() {
+    let (v2_bytes, sha) = v2_build();
+    let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
+    let base = server.base_url().to_owned();
+    let cluster = ClusterBuilder::new("plan-preflight-pods")
+        .controllers(1)
+        .workers(&["worker-0", "worker-1"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let workers_running =
+        start_workers_with_agents(&cluster, &["worker-0", "worker-1"]).await.unwrap();
+    let (w0, w1) = (&workers_running[0], &workers_running[1]);
+    let _kubelets = integration::kubelet::PodRunner::start(
+        client.clone(),
+        keys::NAMESPACE,
+        &["worker-0", "worker-1"],
+        &cluster.dir().join("pods"),
+    )
+    .await
+    .unwrap();
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), keys::NAMESPACE);
+    for template in [
+        pod_template("license-checker", "echo licensed until 2027 > /dev/termination-log"),
+        pod_template("expired", "echo 'license expired' >&2; exit 3"),
+        pod_template("hangs", "sleep 30"),
+    ] {
+        config_maps.create(&Default::default(), &template).await.unwrap();
+    }
+    let hostname = |node: &str| json!({keys::LABEL_HOSTNAME: node});
+
+    // 1. Failing Pods: exit code 3 (its stderr the message), a Pod past its deadline (62),
+    //    a template that does not exist (22); the update signals nobody.
+    let before = [Before::of(w0), Before::of(w1)];
+    let failing = preflight(json!({"checks": [
+        scheduler_check("license", "license-checker", json!({"global": true}), json!({}), 15),
+        scheduler_check("expiry", "expired", json!({"all": true}), hostname("worker-1"), 15),
+        scheduler_check("hang", "hangs", workers(&["worker-0"]), json!({}), 2),
+        scheduler_check("missing", "no-such-template", workers(&["worker-1"]), json!({}), 15),
+    ]}));
+    let update = update_to(V2, &base, &sha, None, Some(static_nodes(&["worker-0", "worker-1"], 2)));
+    create_plan(&client, &plan("autopilot", "pods-fail", vec![failing, k0s_command(update)]))
+        .await
+        .unwrap();
+    let failed =
+        wait_plan_state(&client, "autopilot", PlanStateType::PreflightFailed).await.unwrap();
+    let yaml = status_yaml(&failed);
+    eprintln!("the failing scheduler plan's status:\n{yaml}");
+    assert_eq!(
+        verdicts(&failed, "license"),
+        [
+            ("worker-0".into(), CheckStatus::Success, 0),
+            ("worker-1".into(), CheckStatus::Success, 0),
+        ],
+        "global: every Node (the controller runs no kubelet): {yaml}"
+    );
+    assert_eq!(check(&failed, "license").nodes[0].message, "worker-0: licensed until 2027");
+    assert_eq!(verdicts(&failed, "expiry"), [("worker-1".into(), CheckStatus::Error, 3)]);
+    assert_eq!(check(&failed, "expiry").nodes[0].message, "worker-1: 3 license expired");
+    assert_eq!(verdicts(&failed, "hang"), [("worker-0".into(), CheckStatus::Error, 62)]);
+    assert_eq!(verdicts(&failed, "missing"), [("worker-1".into(), CheckStatus::Error, 22)]);
+    assert_eq!(
+        check(&failed, "missing").nodes[0].message,
+        "worker-1: 22 ConfigMap k0s-autopilot/no-such-template does not exist"
+    );
+    for (name, (worker, before)) in
+        ["worker-0", "worker-1"].iter().zip([w0, w1].iter().zip(&before))
+    {
+        assert_only_no_update(&client, name).await;
+        before.assert_untouched(worker, "failing scheduler checks");
+    }
+    wait_for(Duration::from_secs(30), "every check Pod to be deleted", || async {
+        Ok(check_pods(&client).await.is_empty().then_some(()))
+    })
+    .await
+    .unwrap();
+    delete_plan(&client).await;
+
+    // 2. Passing Pods let the update run; their Pods are gone at the end.
+    let passing = preflight(json!({"checks": [
+        scheduler_check("license", "license-checker", workers(&["worker-0", "worker-1"]), json!({}), 15),
+    ]}));
+    let update = update_to(V2, &base, &sha, None, Some(static_nodes(&["worker-0"], 1)));
+    create_plan(&client, &plan("autopilot", "pods-pass", vec![passing, k0s_command(update)]))
+        .await
+        .unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    let yaml = status_yaml(&done);
+    assert_eq!(verdicts(&done, "license").len(), 2, "{yaml}");
+    assert_eq!(target(&done, 1, "worker-0").state, TargetState::SignalCompleted, "{yaml}");
+    assert_eq!(version_on_disk(w0), V2, "the guarded update ran");
+    assert!(check_pods(&client).await.is_empty(), "no check Pod outlives its check");
+}
+
+/// Asserts `name` got no update signal (scheduler checks signal no agent at all).
+async fn assert_only_no_update(client: &kube::Client, name: &str) {
+    let signal = node_signal(client, name).await.expect("reading the signal");
+    assert!(
+        signal.as_ref().is_none_or(|s| s.command.update().is_none()),
+        "{name} got no update signal: {signal:?}"
+    );
+}
