@@ -5,7 +5,9 @@
 //! free port, generated TLS, token identities, `--authorization-mode=Node,RBAC` and the
 //! `NodeRestriction` admission plugin. On top of it, tests start real `k0s` processes, each with
 //! its own directory and its own copy of the binary. This crate is *not* a mock: nothing here
-//! fakes API behaviour, and it does not run kubelets, schedulers or controller-managers.
+//! fakes API behaviour, and it does not run kubelets, schedulers or controller-managers
+//! ([`kubelet`] has stand-ins for the two kubelet duties tests need: confirming pod deletions
+//! and running the Pods of preflight `scheduler` checks as local processes).
 //!
 //! Start with [`ClusterBuilder`]:
 //!

@@ -10,7 +10,15 @@
 //!    binary is touched, and every failing node is named with its status code;
 //! 2. passing checks let the update run to `Completed`;
 //! 3. a warning with `onWarn: Block` holds the plan, signalling no update, until the Plan
-//!    carries the accept-warnings annotation with the plan's id; then the update runs.
+//!    carries the accept-warnings annotation with the plan's id; then the update runs;
+//! 4. `k0s autopilot check` runs checks ad hoc and exits 2, 1 or 0.
+//!
+//! A second cluster runs `scheduler` checks: the leader creates one Pod per check and node
+//! from a ConfigMap template, the harness's pod runner plays the kubelet (runs the container
+//! command locally, reports exit code and termination message), and the leader judges the
+//! ended Pods: exit code 3, a Pod past its deadline (62) and a missing template (22) end the
+//! plan `PreflightFailed` with no binary touched; passing Pods let the update run; no check
+//! Pod is left behind.
 
 mod support;
 

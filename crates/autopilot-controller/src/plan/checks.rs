@@ -16,6 +16,14 @@
 //!   status code 62. `error` ends the plan `PreflightFailed` before any later command
 //!   signals a node; `warn` proceeds, or with `onWarn: Block` holds the plan until the
 //!   Plan's accept-warnings annotation names the plan's id.
+//! - **`scheduler` checks** signal no agent: NewPlan resolves them to Nodes (narrowed by the
+//!   check's `nodeSelector`) and records one Pod per check and node in `preflight.pods`. The
+//!   first running pass creates every Pod ([`Effect::CreatePod`], from the template in
+//!   `Observed::check_pods`; an unusable template is status code 22 at once), stamping its
+//!   creation; an ended Pod is judged from its exit code and termination message
+//!   (`crate::preflight::scheduler::record_of`), and one still running at the command's
+//!   deadline (from its creation) as 62. [`stale_pods`] deletes every check Pod no running
+//!   check waits for, after every pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 

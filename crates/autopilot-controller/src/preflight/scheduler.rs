@@ -27,8 +27,9 @@
 //! bound to the node (`spec.nodeName`: no scheduler involved), `restartPolicy: Never`,
 //! `activeDeadlineSeconds` = the check's timeout (the kubelet stops it there), tolerating
 //! every taint (a check must also run on a cordoned node), and each container with
-//! `terminationMessagePolicy: FallbackToLogsOnError`, so its output reaches the Pod's status
-//! without reading logs.
+//! `terminationMessagePolicy: FallbackToLogsOnError`: the answer is what the container
+//! writes to `/dev/termination-log`, or the tail of its output when it failed, and reaches
+//! the Pod's status without reading logs. The engine (`crate::plan`) adds the Plan as owner.
 //!
 //! **The record** ([`record_of`]): the first container's exit code is the status code and its
 //! termination message's lines are the messages; a Pod stopped at its deadline is 62; a Pod
