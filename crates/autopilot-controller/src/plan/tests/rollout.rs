@@ -78,3 +78,49 @@ fn a_missing_target_ends_the_dry_run_at_new_plan_with_no_batch() {
         .map(|t| t.state);
     assert_eq!(missing, Some(TargetState::MissingSignalNode));
 }
+
+#[test]
+fn scheduler_check_pods_show_as_a_batch_and_a_missing_template_fails_the_dry_run() {
+    let gate: autopilot_api::v1beta2::PlanCommandPreflight =
+        serde_json::from_value(serde_json::json!({"checks": [{
+            "id": "license",
+            "targets": {"all": true},
+            "command": {"id": "scheduler", "data": {"kubernetes": {"podName": "lic"}}},
+            "results": [{"status": "success", "condition": {"statusCode": 0}, "message": "ok"}]
+        }]}))
+        .expect("a preflight command");
+    let update = PlanFixture::k0s_update("v1.31.0+k0s.0").workers(["w0"]).spec.commands[0].clone();
+    let plan = PlanFixture::without_commands()
+        .then_command(autopilot_api::v1beta2::PlanCommand {
+            preflight: Some(gate),
+            ..Default::default()
+        })
+        .then_command(update);
+    let mut cluster = ClusterFixture::new().controllers(["c0"]).workers(["w0", "w1"]);
+
+    let failed = dry_run(&plan, &cluster);
+    assert_eq!(failed.end.state, PlanStateType::PreflightFailed, "no template: 22");
+
+    cluster.templates.insert(
+        "lic".to_owned(),
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "lic"}, "data": {
+            "pod.yaml": "spec: {containers: [{name: check, image: lic:1}]}"}}))
+        .expect("a ConfigMap"),
+    );
+    let observed = Observed {
+        now: cluster.now,
+        control_nodes: &cluster.control_nodes,
+        nodes: &cluster.nodes,
+        readiness: &cluster.readyz,
+        removed_apis: Some(&cluster.removed_api_uses),
+        check_pods: crate::plan::CheckPods {
+            templates: &cluster.templates,
+            ..crate::plan::CheckPods::NONE
+        },
+    };
+    let dry = rollout(plan.view().spec, &observed, &policy());
+    use ObjectKind::Node;
+    assert_eq!(batches(&dry), [vec![(Node, "w0"), (Node, "w1")], vec![(Node, "w0")]]);
+    assert_eq!(dry.batches[0].command, 0, "the check Pods, on every Node (c0 has none)");
+    assert_eq!(dry.end.state, PlanStateType::Completed);
+}
