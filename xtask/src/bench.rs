@@ -543,7 +543,8 @@ fn plan_object(run: usize, workers: &[String], concurrent: u32) -> Plan {
     .expect("the bench plan literal is a valid Plan")
 }
 
-/// Requests by `user` received within `[from, to]`, by verb, from the audit log.
+/// Requests by `user` received within `[from, to]`, by verb and resource (`get nodes`,
+/// `update plans/status`), from the audit log.
 fn count_requests(
     audit_log: &Path,
     user: &str,
@@ -567,8 +568,13 @@ fn count_requests(
         if received < from || received > to {
             continue;
         }
-        let verb = event["verb"].as_str().unwrap_or("?").to_string();
-        *counts.entry(verb).or_insert(0) += 1;
+        let verb = event["verb"].as_str().unwrap_or("?");
+        let object = &event["objectRef"];
+        let mut resource = object["resource"].as_str().unwrap_or("?").to_owned();
+        if let Some(sub) = object["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        *counts.entry(format!("{verb} {resource}")).or_insert(0) += 1;
     }
     Ok(counts)
 }
