@@ -4,6 +4,7 @@
 //! README's commands stay short and true.
 
 mod bench;
+mod chaos;
 mod control_plane;
 mod crdgen;
 mod demo;
@@ -42,6 +43,9 @@ enum Command {
     },
     /// Run every fuzz target with 100,000 cases each (the default test run has 10,000).
     Fuzz(fuzz::Args),
+    /// Run a fault campaign (`cargo xtask chaos leader --kills 20`, `chaos agent`): real
+    /// agents, v1<->v2 rounds, one SIGKILL per round; fails on any broken invariant.
+    Chaos(chaos::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +61,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Fuzz(args) => fuzz::run(args),
+        Command::Chaos(args) => chaos::run(args),
     }
 }
 

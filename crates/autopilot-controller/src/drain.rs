@@ -84,11 +84,21 @@ pub trait SignalObject:
 {
     /// The machine's Node name, when the machine runs a kubelet.
     fn kubelet_node(&self) -> Option<String>;
+
+    /// The object itself when it is that Node (a worker's signal is on its Node): its
+    /// cordon facts and resourceVersion are then read from it instead of a GET.
+    fn as_node(&self) -> Option<&Node> {
+        None
+    }
 }
 
 impl SignalObject for Node {
     fn kubelet_node(&self) -> Option<String> {
         Some(self.name_any())
+    }
+
+    fn as_node(&self) -> Option<&Node> {
+        Some(self)
     }
 }
 
@@ -200,7 +210,8 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         span.record("phase", phase.map_or("", SignalPhase::as_str));
         let node_name = current.kubelet_node();
         let run = observe_run(&ctx.client, phase, data.run_id.as_deref()).await?;
-        let (facts, node_version) = observe(&ctx.client, phase, node_name.as_deref(), run).await?;
+        let (facts, node_version) =
+            observe(&ctx.client, phase, node_name.as_deref(), current.as_node(), run).await?;
         let step = cordon::decide(&facts);
         let node = node_name.unwrap_or_default();
         match step {
@@ -389,12 +400,14 @@ async fn observe_run(
 }
 
 /// Collect the facts for one object, and the resourceVersion of its Node (the precondition
-/// of a cordon or uncordon). Pods are listed only while draining a signal that is ours to
-/// drain.
+/// of a cordon or uncordon). The Node is `own_node` when the signal object is that Node (as
+/// the watch or this pass's own re-read delivered it; a stale copy only loses a conflict),
+/// else read with a GET. Pods are listed only while draining a signal that is ours to drain.
 async fn observe(
     client: &kube::Client,
     phase: Option<SignalPhase>,
     node_name: Option<&str>,
+    own_node: Option<&Node>,
     run: Run,
 ) -> Result<(Facts, Option<String>), Error> {
     let mut facts = Facts {
@@ -407,11 +420,16 @@ async fn observe(
         run,
     };
     let Some(node_name) = node_name else { return Ok((facts, None)) };
-    let nodes: Api<Node> = Api::all(client.clone());
-    let Some(node) =
-        nodes.get_opt(node_name).await.map_err(api(format!("reading Node {node_name}")))?
-    else {
-        return Ok((facts, None));
+    let fetched;
+    let node = match own_node.filter(|node| node.metadata.name.as_deref() == Some(node_name)) {
+        Some(node) => node,
+        None => {
+            let nodes: Api<Node> = Api::all(client.clone());
+            fetched =
+                nodes.get_opt(node_name).await.map_err(api(format!("reading Node {node_name}")))?;
+            let Some(node) = fetched.as_ref() else { return Ok((facts, None)) };
+            node
+        }
     };
     facts.node_exists = true;
     facts.unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
