@@ -190,7 +190,11 @@ impl ClusterBuilder {
             controller_tokens,
             worker_tokens,
             startup_timeout,
-            etcd: Etcd { client_port: 0, slot: ProcessSlot::new(GroupRegistry::default()) },
+            etcd: Etcd {
+                client_port: 0,
+                peer_port: 0,
+                slot: ProcessSlot::new(GroupRegistry::default()),
+            },
             apiservers: Vec::new(),
             k0s_registry: GroupRegistry::default(),
             k0s_binary,
@@ -259,6 +263,7 @@ pub struct Cluster {
 #[derive(Debug)]
 struct Etcd {
     client_port: u16,
+    peer_port: u16,
     slot: ProcessSlot,
 }
 
@@ -651,24 +656,12 @@ impl Cluster {
             let client_port = net::free_port(Ipv4Addr::LOCALHOST)?;
             let peer_port = net::free_port(Ipv4Addr::LOCALHOST)?;
             let client_url = format!("http://127.0.0.1:{client_port}");
-            let peer_url = format!("http://127.0.0.1:{peer_port}");
-            let mut cmd = Command::new(&self.binaries.etcd);
-            cmd.arg("--name=default")
-                .arg(format!("--data-dir={}", dir.join("data").display()))
-                .arg(format!("--listen-client-urls={client_url}"))
-                .arg(format!("--advertise-client-urls={client_url}"))
-                .arg(format!("--listen-peer-urls={peer_url}"))
-                .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-                .arg(format!("--initial-cluster=default={peer_url}"))
-                .arg("--initial-cluster-state=new")
-                .arg("--log-level=warn")
-                // Test data is thrown away anyway, and fsync dominates etcd latency on CI disks.
-                .arg("--unsafe-no-fsync");
-            self.etcd.slot.start(&mut cmd, &log)?;
+            self.etcd.slot.start(&mut self.etcd_command(client_port, peer_port), &log)?;
             match wait_etcd_healthy(&self.etcd.slot, &client_url, &log, self.startup_timeout).await
             {
                 Ok(()) => {
                     self.etcd.client_port = client_port;
+                    self.etcd.peer_port = peer_port;
                     return Ok(());
                 }
                 Err(err) if attempt < PORT_ATTEMPTS && net::lost_port_race(&tail(&log, 20)) => {
@@ -683,6 +676,42 @@ impl Cluster {
             }
         }
         bail!("etcd could not get a port after {PORT_ATTEMPTS} attempts")
+    }
+
+    fn etcd_command(&self, client_port: u16, peer_port: u16) -> Command {
+        let dir = self.root.join("etcd");
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut cmd = Command::new(&self.binaries.etcd);
+        cmd.arg("--name=default")
+            .arg(format!("--data-dir={}", dir.join("data").display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=default={peer_url}"))
+            .arg("--initial-cluster-state=new")
+            .arg("--log-level=warn")
+            // Test data is thrown away anyway, and fsync dominates etcd latency on CI disks.
+            .arg("--unsafe-no-fsync");
+        cmd
+    }
+
+    /// Restarts etcd under the API servers: SIGTERM (SIGKILL after 30 s), then the same
+    /// ports and data again; returns once it is healthy. The API servers keep running and
+    /// reconnect on their own.
+    pub async fn restart_etcd(&self) -> anyhow::Result<()> {
+        let slot = &self.etcd.slot;
+        if slot.is_running() {
+            slot.signal(Signal::SIGTERM)?;
+            if slot.wait_exit(APISERVER_STOP_GRACE).await.is_err() {
+                slot.kill_group()?;
+            }
+            slot.wait_exit(Duration::from_secs(10)).await?;
+        }
+        let log = self.root.join("etcd").join("etcd.log");
+        slot.start(&mut self.etcd_command(self.etcd.client_port, self.etcd.peer_port), &log)?;
+        wait_etcd_healthy(slot, &self.etcd_url(), &log, self.startup_timeout).await
     }
 
     /// The first start of an apiserver: picks a port, retrying on port races. Returns the port.

@@ -13,7 +13,9 @@
 //! `leader_kills` kills the leading controller (right after the plan is created, while a
 //! controller updates, mid-drain, while a worker downloads, at uncordon);
 //! `agent_kills` kills the node whose agent is in a chosen phase (downloading, applying the
-//! update, between the swap and the restart, uncordoning), controllers and workers in turn.
+//! update, between the swap and the restart, uncordoning), controllers and workers in turn;
+//! `control_plane_restarts` restarts every API server in turn (one round) and etcd (the
+//! next) while nodes download, and prints the delay each outage added to its round.
 //!
 //! The default test run does [`SMOKE_KILLS`] kills each; `cargo xtask chaos leader --kills
 //! 20` (and `chaos agent`) run the full campaigns through `K0S_CHAOS_KILLS`, printing the
@@ -68,6 +70,9 @@ enum Victim {
     Leader,
     /// The node that reached the kill point.
     Agent,
+    /// No process of ours: the control plane restarts under the plan (odd rounds: every API
+    /// server in turn; even rounds: etcd).
+    ControlPlane,
 }
 
 const LEADER_POINTS: [Point; 5] = [
@@ -97,9 +102,25 @@ async fn agent_kills() {
     campaign("chaos-agent", Victim::Agent, &AGENT_POINTS).await;
 }
 
+/// Every API server restarted in turn, then etcd, each in the middle of a round.
+#[tokio::test]
+async fn control_plane_restarts() {
+    campaign("chaos-control-plane", Victim::ControlPlane, &CONTROL_PLANE_POINTS).await;
+}
+
+const CONTROL_PLANE_POINTS: [Point; 2] = [
+    Point::Phase(ObjectKind::Node, SignalPhase::Downloading),
+    Point::Phase(ObjectKind::ControlNode, SignalPhase::Downloading),
+];
+
 /// The kills to make: `K0S_CHAOS_KILLS`, else [`SMOKE_KILLS`].
-fn kills() -> usize {
-    std::env::var("K0S_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(SMOKE_KILLS)
+fn kills(victim: Victim) -> usize {
+    let default = match victim {
+        Victim::Leader | Victim::Agent => SMOKE_KILLS,
+        // The API servers once, etcd once.
+        Victim::ControlPlane => 2,
+    };
+    std::env::var("K0S_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// The processes of the cluster, by node name.
@@ -114,7 +135,7 @@ impl Fleet {
 }
 
 async fn campaign(name: &str, victim: Victim, points: &[Point]) {
-    let kills = kills();
+    let kills = kills(victim);
     let seed: u64 = std::env::var("K0S_CHAOS_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -183,30 +204,50 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
             let reached = reach(&recorder, &plan_id, point).await;
             // A random moment shortly after the point.
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..200))).await;
+            if victim == Victim::ControlPlane {
+                let what = if round % 2 == 1 { "every API server in turn" } else { "etcd" };
+                let outage = Instant::now();
+                if round % 2 == 1 {
+                    for i in 0..CONTROLLERS.len() {
+                        cluster.stop_apiserver(i).await.expect("stopping an API server");
+                        cluster.start_apiserver(i).await.expect("starting an API server");
+                    }
+                } else {
+                    cluster.restart_etcd().await.expect("restarting etcd");
+                }
+                kill_note = format!(
+                    "restarted {what} at {point} ({} ms into the round, down for {} ms)",
+                    outage.duration_since(started).as_millis(),
+                    outage.elapsed().as_millis()
+                );
+            }
             let killed = match victim {
+                Victim::ControlPlane => None,
                 Victim::Leader => {
                     let identity = current_leader(&client, &killed_leaders).await;
                     killed_leaders.insert(identity.clone());
-                    identity.split_once('_').map(|(node, _)| node.to_owned()).expect("a holder")
+                    identity.split_once('_').map(|(node, _)| node.to_owned())
                 }
                 Victim::Agent => match reached.clone() {
-                    Some(node) => node,
+                    Some(node) => Some(node),
                     None => {
                         // The round ended before the point: kill a node anyway, after it.
-                        WORKERS[round % WORKERS.len()].to_owned()
+                        Some(WORKERS[round % WORKERS.len()].to_owned())
                     }
                 },
             };
-            let process = fleet.get_mut(&killed);
-            process.kill().expect("killing the victim");
-            process.wait_exit(Duration::from_secs(10)).await.expect("the victim exits");
-            process.restart().await.expect("restarting the victim");
-            let missed = matches!(point, Point::Phase(..)) && reached.is_none();
-            kill_note = format!(
-                "killed {killed} at {point}{} ({} ms into the round)",
-                if missed { " (the round ended before it)" } else { "" },
-                started.elapsed().as_millis()
-            );
+            if let Some(killed) = killed {
+                let process = fleet.get_mut(&killed);
+                process.kill().expect("killing the victim");
+                process.wait_exit(Duration::from_secs(10)).await.expect("the victim exits");
+                process.restart().await.expect("restarting the victim");
+                let missed = matches!(point, Point::Phase(..)) && reached.is_none();
+                kill_note = format!(
+                    "killed {killed} at {point}{} ({} ms into the round)",
+                    if missed { " (the round ended before it)" } else { "" },
+                    started.elapsed().as_millis()
+                );
+            }
         }
 
         let done = wait_plan(&client, "autopilot", ROUND_BOUND, "the round to complete", |p| {
@@ -228,13 +269,18 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
             .await
             .unwrap_or_else(|err| panic!("round {round} ({kill_note}): {err:#}"));
         }
+        let added = if round == 0 {
+            String::new()
+        } else {
+            format!(" (+{:.1} s over the baseline)", took.saturating_sub(baseline).as_secs_f64())
+        };
         eprintln!(
-            "{name} round {round} to {version}: Completed in {:.1} s; {kill_note}",
+            "{name} round {round} to {version}: Completed in {:.1} s{added}; {kill_note}",
             took.as_secs_f64()
         );
     }
     eprintln!(
-        "{name}: {kills} kill(s) survived; baseline round {:.1} s; worst delay a kill added {:.1} s",
+        "{name}: {kills} fault(s) survived; baseline round {:.1} s; worst delay a fault added {:.1} s",
         baseline.as_secs_f64(),
         worst_delay.as_secs_f64()
     );

@@ -1,4 +1,5 @@
-//! `cargo xtask chaos leader|agent --kills N`: the fault campaigns of
+//! `cargo xtask chaos leader|agent --kills N` and `cargo xtask chaos control-plane`: the
+//! fault campaigns of
 //! `integration/tests/chaos.rs` at full size. Each round of the campaign is a v1<->v2 update
 //! of 3 controllers and 6 workers with real agents during which one process is SIGKILLed
 //! (the leader, or the node in a chosen phase) and restarted; the campaign fails on any
@@ -39,6 +40,9 @@ enum Campaign {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// Restart every API server in turn, then etcd, each in the middle of a round (when a
+    /// worker, then a controller, downloads); prints the delay each outage added.
+    ControlPlane,
 }
 
 /// Run the subcommand.
@@ -46,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (test, kills, seed) = match args.campaign {
         Campaign::Leader { kills, seed } => ("leader_kills", kills, seed),
         Campaign::Agent { kills, seed } => ("agent_kills", kills, seed),
+        Campaign::ControlPlane => ("control_plane_restarts", 2, None),
     };
     integration::control_plane::ensure_built()?;
     let k0s = crate::test::build_k0s()?;
