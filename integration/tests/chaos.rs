@@ -140,7 +140,7 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(rand::random);
-    eprintln!("{name}: {kills} kill(s), seed {seed} (K0S_CHAOS_SEED replays the jitter)");
+    eprintln!("{name}: {kills} fault(s), seed {seed} (K0S_CHAOS_SEED replays the jitter)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
 
     let v1_bytes = std::fs::read(integration::k0s_binary().expect("the k0s build")).expect("v1");
@@ -199,6 +199,8 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
             .expect("creating the round's plan");
 
         let mut kill_note = String::from("no kill (baseline)");
+        // When the control plane was whole again (control-plane campaign).
+        let mut back: Option<Instant> = None;
         if round > 0 {
             let point = points[(round - 1) % points.len()];
             let reached = reach(&recorder, &plan_id, point).await;
@@ -208,15 +210,18 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
                 let what = if round % 2 == 1 { "every API server in turn" } else { "etcd" };
                 let outage = Instant::now();
                 if round % 2 == 1 {
+                    // Crashed and started again (a graceful stop only adds the API server's
+                    // own shutdown delay to the round).
                     for i in 0..CONTROLLERS.len() {
-                        cluster.stop_apiserver(i).await.expect("stopping an API server");
+                        cluster.kill_apiserver(i).await.expect("killing an API server");
                         cluster.start_apiserver(i).await.expect("starting an API server");
                     }
                 } else {
                     cluster.restart_etcd().await.expect("restarting etcd");
                 }
+                back = Some(Instant::now());
                 kill_note = format!(
-                    "restarted {what} at {point} ({} ms into the round, down for {} ms)",
+                    "restarted {what} at {point} ({} ms into the round, restarts took {} ms)",
                     outage.duration_since(started).as_millis(),
                     outage.elapsed().as_millis()
                 );
@@ -269,11 +274,17 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
             .await
             .unwrap_or_else(|err| panic!("round {round} ({kill_note}): {err:#}"));
         }
-        let added = if round == 0 {
+        let mut added = if round == 0 {
             String::new()
         } else {
             format!(" (+{:.1} s over the baseline)", took.saturating_sub(baseline).as_secs_f64())
         };
+        if let Some(back) = back {
+            added.push_str(&format!(
+                "; completed {:.1} s after the control plane was back",
+                back.elapsed().as_secs_f64()
+            ));
+        }
         eprintln!(
             "{name} round {round} to {version}: Completed in {:.1} s{added}; {kill_note}",
             took.as_secs_f64()
