@@ -34,26 +34,28 @@ impl FakeKubelet {
                 .boxed();
             while let Some(event) = events.next().await {
                 let Ok(pod) = event else { continue };
-                let on_our_node = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some_and(|n| nodes.contains(n));
-                if !on_our_node || pod.metadata.deletion_timestamp.is_none() {
-                    continue;
-                }
-                let namespace = pod.namespace().unwrap_or_default();
-                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                let params = DeleteParams::default().grace_period(0);
-                if let Err(err) = api.delete(&pod.name_any(), &params).await {
-                    eprintln!(
-                        "fake kubelet: confirming deletion of {namespace}/{}: {err}",
-                        pod.name_any()
-                    );
+                if bound_to(&pod, &nodes) && pod.metadata.deletion_timestamp.is_some() {
+                    confirm_deletion(&client, &pod, "fake kubelet").await;
                 }
             }
         });
         Self { task }
+    }
+}
+
+/// Whether `pod` is bound to one of `nodes`.
+fn bound_to(pod: &Pod, nodes: &BTreeSet<String>) -> bool {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| nodes.contains(n))
+}
+
+/// Delete a terminating `pod` with grace period 0, as a kubelet does once its containers
+/// stopped; `who` names the stand-in in the log line of a failure.
+async fn confirm_deletion(client: &kube::Client, pod: &Pod, who: &str) {
+    let namespace = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let params = DeleteParams::default().grace_period(0);
+    if let Err(err) = api.delete(&pod.name_any(), &params).await {
+        eprintln!("{who}: confirming deletion of {namespace}/{}: {err}", pod.name_any());
     }
 }
 
@@ -133,23 +135,15 @@ impl PodRunner {
                 .boxed();
             while let Some(event) = events.next().await {
                 let Ok(pod) = event else { continue };
-                let on_our_node = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some_and(|n| nodes.contains(n));
-                let uid = pod.metadata.uid.clone().unwrap_or_default();
-                if !on_our_node {
+                if !bound_to(&pod, &nodes) {
                     continue;
                 }
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
                 if pod.metadata.deletion_timestamp.is_some() {
                     if let Some(run) = running.remove(&uid) {
                         run.abort(); // kills the process (kill_on_drop)
                     }
-                    let params = DeleteParams::default().grace_period(0);
-                    if let Err(err) = pods.delete(&pod.name_any(), &params).await {
-                        eprintln!("pod runner: confirming deletion of {}: {err}", pod.name_any());
-                    }
+                    confirm_deletion(&client, &pod, "pod runner").await;
                     continue;
                 }
                 let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());

@@ -16,9 +16,7 @@ use std::fmt::Write as _;
 
 use anyhow::Context as _;
 use autopilot_api::keys;
-use autopilot_api::v1beta2::{
-    ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, PreflightCommandId, TargetStatus,
-};
+use autopilot_api::v1beta2::{ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, TargetStatus};
 use autopilot_controller::cordon::PodFacts;
 use autopilot_controller::observe;
 use autopilot_controller::plan::rollout::{self, Rollout};
@@ -485,11 +483,7 @@ pub async fn run(
         .await
         .map_err(|_| anyhow::anyhow!("no answer from the API server in {API_TIMEOUT:?}"))??;
     let mut cluster = Cluster { nodes, control_nodes, budgets, ..Cluster::default() };
-    let scheduler_checks =
-        spec.commands.iter().filter_map(|c| c.preflight.as_ref()).any(|p| {
-            p.checks.iter().any(|check| check.command.id == PreflightCommandId::Scheduler)
-        });
-    if scheduler_checks {
+    if autopilot_controller::preflight::scheduler::in_spec(spec) {
         let templates = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE)
             .list(&ListParams::default())
             .await

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
-use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus, PreflightCommandId};
+use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
@@ -378,10 +378,7 @@ fn config_map_fingerprint(config_map: &ConfigMap) -> u64 {
 /// Whether a pass over `plan` reads check Pods and templates: its spec or its run has a
 /// `scheduler` check. (Other plans do not wait for those caches.)
 fn uses_check_pods(plan: &Plan) -> bool {
-    let in_spec =
-        plan.spec.commands.iter().filter_map(|c| c.preflight.as_ref()).any(|p| {
-            p.checks.iter().any(|check| check.command.id == PreflightCommandId::Scheduler)
-        });
+    let in_spec = scheduler::in_spec(&plan.spec);
     let in_status = plan.status.iter().flat_map(|s| &s.commands).any(|command| {
         command.preflight.as_ref().is_some_and(|preflight| !preflight.pods.is_empty())
     });

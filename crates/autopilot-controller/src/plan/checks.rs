@@ -565,7 +565,7 @@ fn start_pods(
                 };
                 let mut object = scheduler::pod_for(&template, key, check.timeout);
                 object.metadata.owner_references = Some(vec![OwnerReference {
-                    api_version: "autopilot.k0sproject.io/v1beta2".to_owned(),
+                    api_version: keys::API_VERSION.to_owned(),
                     kind: "Plan".to_owned(),
                     name: inputs.plan_name.to_owned(),
                     uid: inputs.plan_uid.to_owned(),

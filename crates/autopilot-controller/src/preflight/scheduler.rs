@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::preflight::{RawRecord, status_code};
+use autopilot_api::v1beta2::{PlanSpec, PreflightCommandId};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Toleration};
 use sha2::Digest as _;
 
@@ -53,6 +54,13 @@ pub const LABEL_RUN: &str = "autopilot.k0sproject.io/preflight-run";
 pub const LABEL_CHECK: &str = "autopilot.k0sproject.io/preflight-check";
 /// Label: the node the Pod runs on.
 pub const LABEL_NODE: &str = "autopilot.k0sproject.io/preflight-node";
+
+/// Whether `spec` has a `scheduler` check (its Pods and templates must then be observed).
+pub fn in_spec(spec: &PlanSpec) -> bool {
+    spec.commands.iter().filter_map(|command| command.preflight.as_ref()).any(|preflight| {
+        preflight.checks.iter().any(|check| check.command.id == PreflightCommandId::Scheduler)
+    })
+}
 
 /// The Pod template of `pod_name`, from its ConfigMap (`None`: there is none). `Err` says
 /// why the reference is unusable (seed 004's status code 22).

@@ -13,7 +13,10 @@ fn dry_run(plan: &PlanFixture, cluster: &ClusterFixture) -> Rollout {
         nodes: &cluster.nodes,
         readiness: &cluster.readyz,
         removed_apis: Some(&cluster.removed_api_uses),
-        check_pods: crate::plan::CheckPods::NONE,
+        check_pods: crate::plan::CheckPods {
+            templates: &cluster.templates,
+            ..crate::plan::CheckPods::NONE
+        },
     };
     rollout(plan.view().spec, &observed, &policy())
 }
@@ -107,18 +110,7 @@ fn scheduler_check_pods_show_as_a_batch_and_a_missing_template_fails_the_dry_run
             "pod.yaml": "spec: {containers: [{name: check, image: lic:1}]}"}}))
         .expect("a ConfigMap"),
     );
-    let observed = Observed {
-        now: cluster.now,
-        control_nodes: &cluster.control_nodes,
-        nodes: &cluster.nodes,
-        readiness: &cluster.readyz,
-        removed_apis: Some(&cluster.removed_api_uses),
-        check_pods: crate::plan::CheckPods {
-            templates: &cluster.templates,
-            ..crate::plan::CheckPods::NONE
-        },
-    };
-    let dry = rollout(plan.view().spec, &observed, &policy());
+    let dry = dry_run(&plan, &cluster);
     use ObjectKind::Node;
     assert_eq!(batches(&dry), [vec![(Node, "w0"), (Node, "w1")], vec![(Node, "w0")]]);
     assert_eq!(dry.batches[0].command, 0, "the check Pods, on every Node (c0 has none)");
