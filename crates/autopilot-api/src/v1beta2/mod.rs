@@ -4,6 +4,7 @@
 //! Start with [`crds`]: the three CustomResourceDefinitions every controller applies.
 
 mod control_node;
+mod grouped;
 mod plan;
 mod preflight;
 mod update_config;
@@ -12,6 +13,7 @@ mod update_config;
 mod tests;
 
 pub use control_node::{ControlNode, ControlNodeStatus};
+pub use grouped::{GROUP_ABOVE, TargetGroup};
 pub use plan::{
     CommandState, Concurrency, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,

@@ -439,25 +439,22 @@ pub struct PlanCommandStatus {
     pub not_ready_since: Option<Time>,
 }
 
-/// Per-node progress of a `k0supdate` command.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// Per-node progress of a `k0supdate` command. Stored grouped when a list is long (see
+/// [`super::grouped`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlanCommandK0sUpdateStatus {
     /// Targeted controllers (signalled through their `ControlNode`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub controllers: Vec<TargetStatus>,
 
     /// Targeted workers (signalled through their `Node`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<TargetStatus>,
 }
 
-/// Per-node progress of an `airgapupdate` command.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// Per-node progress of an `airgapupdate` command. Stored grouped when the list is long
+/// (see [`super::grouped`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlanCommandAirgapUpdateStatus {
     /// Targeted workers (signalled through their `Node`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<TargetStatus>,
 }
 
