@@ -13,7 +13,9 @@
 //! `leader_kills` kills the leading controller (right after the plan is created, while a
 //! controller updates, mid-drain, while a worker downloads, at uncordon);
 //! `agent_kills` kills the node whose agent is in a chosen phase (downloading, applying the
-//! update, between the swap and the restart, uncordoning), controllers and workers in turn;
+//! update, between the swap and the restart, during the trial boot of the new binary,
+//! uncordoning), controllers and workers in turn, with its whole process group (a trial
+//! child included), as a supervisor stopping the unit would;
 //! `control_plane_restarts` restarts every API server in turn (one round) and etcd (the
 //! next) while nodes download, and prints the delay each outage added to its round.
 //!
@@ -51,6 +53,9 @@ enum Point {
     PlanCreated,
     /// A node of `kind` reported `phase` (the first one to, in this round).
     Phase(ObjectKind, SignalPhase),
+    /// A node of `kind` is booting its new binary on trial (its process has a child with
+    /// the trial environment variable set).
+    TrialBoot(ObjectKind),
 }
 
 impl std::fmt::Display for Point {
@@ -59,6 +64,8 @@ impl std::fmt::Display for Point {
             Point::PlanCreated => write!(f, "plan created"),
             Point::Phase(ObjectKind::ControlNode, phase) => write!(f, "a controller in {phase}"),
             Point::Phase(ObjectKind::Node, phase) => write!(f, "a worker in {phase}"),
+            Point::TrialBoot(ObjectKind::ControlNode) => write!(f, "a controller's trial boot"),
+            Point::TrialBoot(ObjectKind::Node) => write!(f, "a worker's trial boot"),
         }
     }
 }
@@ -83,9 +90,11 @@ const LEADER_POINTS: [Point; 5] = [
     Point::Phase(ObjectKind::Node, SignalPhase::Uncordoning),
 ];
 
-const AGENT_POINTS: [Point; 6] = [
+const AGENT_POINTS: [Point; 8] = [
     Point::Phase(ObjectKind::Node, SignalPhase::Downloading),
+    Point::TrialBoot(ObjectKind::ControlNode),
     Point::Phase(ObjectKind::ControlNode, SignalPhase::ApplyingUpdate),
+    Point::TrialBoot(ObjectKind::Node),
     Point::Phase(ObjectKind::Node, SignalPhase::Restarting),
     Point::Phase(ObjectKind::ControlNode, SignalPhase::Downloading),
     Point::Phase(ObjectKind::Node, SignalPhase::ApplyingUpdate),
@@ -203,9 +212,11 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
         let mut back: Option<Instant> = None;
         if round > 0 {
             let point = points[(round - 1) % points.len()];
-            let reached = reach(&recorder, &plan_id, point).await;
-            // A random moment shortly after the point.
-            tokio::time::sleep(Duration::from_millis(rng.random_range(0..200))).await;
+            let reached = reach(&recorder, &fleet, &plan_id, point).await;
+            // A random moment shortly after the point (a trial boot is short: at once).
+            if !matches!(point, Point::TrialBoot(_)) {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..200))).await;
+            }
             if victim == Victim::ControlPlane {
                 let what = if round % 2 == 1 { "every API server in turn" } else { "etcd" };
                 let outage = Instant::now();
@@ -246,7 +257,7 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
                 process.kill().expect("killing the victim");
                 process.wait_exit(Duration::from_secs(10)).await.expect("the victim exits");
                 process.restart().await.expect("restarting the victim");
-                let missed = matches!(point, Point::Phase(..)) && reached.is_none();
+                let missed = !matches!(point, Point::PlanCreated) && reached.is_none();
                 kill_note = format!(
                     "killed {killed} at {point}{} ({} ms into the round)",
                     if missed { " (the round ended before it)" } else { "" },
@@ -299,14 +310,38 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
 
 /// Waits until a node of this round reaches `point`; returns that node (`None` when the
 /// round ended first, or for [`Point::PlanCreated`]).
-async fn reach(recorder: &SignalRecorder, plan_id: &str, point: Point) -> Option<String> {
-    let Point::Phase(kind, phase) = point else { return None };
+async fn reach(
+    recorder: &SignalRecorder,
+    fleet: &Fleet,
+    plan_id: &str,
+    point: Point,
+) -> Option<String> {
+    let (kind, phase) = match point {
+        Point::PlanCreated => return None,
+        Point::Phase(kind, phase) => (kind, phase),
+        // The trial runs while the node reports Restarting.
+        Point::TrialBoot(kind) => (kind, SignalPhase::Restarting),
+    };
     let deadline = Instant::now() + ROUND_BOUND;
     while Instant::now() < deadline {
         let history = recorder.history();
         let round: Vec<&Seen> = history.iter().filter(|s| s.plan_id == plan_id).collect();
-        if let Some(seen) = round.iter().find(|s| s.object.kind == kind && s.phase == Some(phase)) {
-            return Some(seen.object.name.clone());
+        let mut at_phase = round.iter().filter(|s| s.object.kind == kind && s.phase == Some(phase));
+        match point {
+            Point::TrialBoot(_) => {
+                let on_trial = at_phase.find(|seen| {
+                    let process = fleet.processes.get(&seen.object.name);
+                    process.is_some_and(|p| trial_child_of(p.pid()).is_some())
+                });
+                if let Some(seen) = on_trial {
+                    return Some(seen.object.name.clone());
+                }
+            }
+            Point::PlanCreated | Point::Phase(..) => {
+                if let Some(seen) = at_phase.next() {
+                    return Some(seen.object.name.clone());
+                }
+            }
         }
         let nodes: BTreeSet<&str> = round.iter().map(|s| s.object.name.as_str()).collect();
         let completed = round.iter().filter(|s| s.phase == Some(SignalPhase::Completed)).count();
@@ -316,6 +351,23 @@ async fn reach(recorder: &SignalRecorder, plan_id: &str, point: Point) -> Option
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     None
+}
+
+/// The pid of a child of `parent` running with the trial environment variable set (the new
+/// binary on trial), from `/proc`.
+fn trial_child_of(parent: u32) -> Option<u32> {
+    let marker = format!("{}=", autopilot_signal::trial::TRIAL_ENV);
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+        if ppid != parent {
+            return None;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).ok()?;
+        environ.split(|&b| b == 0).any(|var| var.starts_with(marker.as_bytes())).then_some(pid)
+    })
 }
 
 /// The identity holding the leader Lease, once it is none of the `killed` ones.

@@ -31,7 +31,8 @@ enum Campaign {
         seed: Option<u64>,
     },
     /// SIGKILL the node whose agent reached a chosen phase (downloading, applying the update,
-    /// between the swap and the restart, uncordoning), controllers and workers in turn.
+    /// between the swap and the restart, during the new binary's trial boot, uncordoning),
+    /// controllers and workers in turn, with its process group.
     Agent {
         /// Rounds with a kill (plus one baseline round without).
         #[arg(long, default_value_t = 20)]

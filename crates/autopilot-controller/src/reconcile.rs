@@ -40,6 +40,9 @@ const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 /// How long a pass waits for the Node and ControlNode caches to be filled.
 const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many rounds of controller probes one pass may ask for (see [`reconcile`]).
+const PROBE_ROUNDS: usize = 2;
+
 /// Errors of one reconcile pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -460,16 +463,10 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
     };
 
-    // The two questions the machine needs answered by I/O before it decides.
-    let to_probe = plan::controllers_to_probe(view, &observed, &ctx.engine.policy);
-    let readiness = if to_probe.is_empty() {
-        BTreeMap::new()
-    } else {
-        let started = std::time::Instant::now();
-        let readiness = ctx.engine.prober.probe_all(&to_probe, &ctx.control_nodes).await;
-        debug!(plan = %name, controllers = ?to_probe, took = ?started.elapsed(), "probed controllers");
-        readiness
-    };
+    // The removed-API check is asked before the pass; controller readiness as the pass
+    // needs it: a pass that may signal a controller names the ones it found no probe result
+    // for, and runs again with them probed (a new name in that second pass gets one more
+    // round; one still unprobed after that counts as not ready, which only holds).
     let versions = plan::removed_api_check_versions(view);
     let removed_apis = if versions.is_empty() {
         None
@@ -479,10 +476,21 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         debug!(plan = %name, ?versions, took = ?started.elapsed(), "checked removed APIs");
         Some(uses)
     };
-    observed.readiness = &readiness;
     observed.removed_apis = removed_apis.as_deref();
     observed.now = jiff::Timestamp::now();
-    let transition = plan::step(view, &observed, &ctx.engine.policy);
+    let mut readiness = BTreeMap::new();
+    let mut transition = plan::step(view, &observed, &ctx.engine.policy);
+    for _ in 0..PROBE_ROUNDS {
+        if transition.unprobed.is_empty() {
+            break;
+        }
+        let started = std::time::Instant::now();
+        readiness
+            .extend(ctx.engine.prober.probe_all(&transition.unprobed, &ctx.control_nodes).await);
+        debug!(plan = %name, controllers = ?transition.unprobed, took = ?started.elapsed(), "probed controllers");
+        let probed = Observed { readiness: &readiness, now: jiff::Timestamp::now(), ..observed };
+        transition = plan::step(view, &probed, &ctx.engine.policy);
+    }
 
     let current = plan.status.clone().unwrap_or_default();
     // Only the Plan named `autopilot` runs; an ignored Plan would show as a plan that never

@@ -35,54 +35,24 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// again with its own output status and the same snapshot changes nothing (effects then only
 /// repeat as identical signal resends for targets whose object does not yet carry them).
 ///
-/// Before calling it, the shell probes the controllers named by [`controllers_to_probe`]
-/// and checks the versions named by [`removed_api_check_versions`]. A plan with no status
-/// that cannot start yet (its removed-API findings are missing) gets
+/// Before calling it, the shell checks the versions named by
+/// [`removed_api_check_versions`]. Controller readiness is asked for as the pass needs it: a
+/// controller with no entry in `observed.readiness` counts as not ready and is named in
+/// [`Transition::unprobed`]; the shell probes those and calls `step` again with the results
+/// (only a pass that may signal a controller needs any, so most passes run once). A plan
+/// with no status that cannot start yet (its removed-API findings are missing) gets
 /// `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
-    let mut probes = Probes::Observed(observed.readiness);
+    let mut probes = Probes { readiness: observed.readiness, unprobed: BTreeSet::new() };
     let mut transition =
-        Pass { inputs: Inputs::new(observed, policy, &plan), plan, assume_no_removed_apis: false }
-            .run(&mut probes);
+        Pass { inputs: Inputs::new(observed, policy, &plan), plan }.run(&mut probes);
+    transition.unprobed = probes.unprobed.into_iter().collect();
     // Check Pods belong to the `autopilot` plan's run: any that no running check waits for
     // goes (recorded, aborted, ended, or left by an earlier run).
     if plan.name == keys::PLAN_NAME {
         transition.effects.extend(super::checks::stale_pods(&transition.status, observed));
     }
     transition
-}
-
-/// The controllers whose `/readyz` the shell must probe before calling [`step`] with the
-/// same arguments (`observed.readiness` and `observed.removed_apis` are not read here).
-///
-/// The controller targets of the k0s command that is active once this pass's read-back is
-/// applied, when one of them may be signalled in this pass (some pending, none in flight);
-/// empty otherwise. Sorted by name. When a run ends in this pass because a controller
-/// stayed not ready past the grace while its spec moved on, the next run starts in the same
-/// pass; its controllers are included too (a few probes too many at worst).
-pub fn controllers_to_probe(
-    plan: PlanView<'_>,
-    observed: &Observed<'_>,
-    policy: &Policy,
-) -> Vec<String> {
-    // The pass is simulated twice, once with every probe answering ready and once with
-    // every probe failing: whether a run ends in this pass (and the next one starts and
-    // asks for its own controllers) can depend on the answer, so the union covers every
-    // path the real pass can take.
-    let mut asked = BTreeSet::new();
-    for answer_ready in [true, false] {
-        let mut probes = Probes::Record { asked: BTreeSet::new(), answer_ready };
-        let _ = Pass {
-            inputs: Inputs::new(observed, policy, &plan),
-            plan,
-            assume_no_removed_apis: true,
-        }
-        .run(&mut probes);
-        if let Probes::Record { asked: names, .. } = probes {
-            asked.extend(names);
-        }
-    }
-    asked.into_iter().collect()
 }
 
 /// The k0s versions whose removed APIs the shell must look for before calling [`step`]
@@ -162,38 +132,27 @@ impl<'a> Inputs<'a> {
     }
 }
 
-/// Where controller readiness comes from in a pass.
-pub(super) enum Probes<'a> {
-    /// [`step`]: the shell's probe results.
-    Observed(&'a BTreeMap<String, Readiness>),
-    /// [`controllers_to_probe`]: record what would be asked, and answer.
-    Record {
-        /// Every name asked about.
-        asked: BTreeSet<String>,
-        /// Whether every probe answers ready (else the first asked is not ready).
-        answer_ready: bool,
-    },
+/// Controller readiness in a pass: the shell's probe results, and the controllers asked
+/// about that have none.
+pub(super) struct Probes<'a> {
+    /// `observed.readiness`.
+    readiness: &'a BTreeMap<String, Readiness>,
+    /// Every name asked about with no result (counted not ready).
+    unprobed: BTreeSet<String>,
 }
 
 impl Probes<'_> {
-    /// The first of `names` (in the given order) that is not ready, and why.
+    /// The first of `names` (in the given order) that is not ready, and why. Every name
+    /// without a probe result is recorded (all of them, so one round of probes answers the
+    /// whole list) and counts as not ready.
     pub(super) fn first_not_ready(&mut self, names: &[&str]) -> Option<(String, String)> {
-        match self {
-            Self::Observed(readiness) => names.iter().find_map(|name| match readiness.get(*name) {
-                Some(Readiness::Ready) => None,
-                Some(Readiness::NotReady(why)) => Some(((*name).to_owned(), why.clone())),
-                None => Some(((*name).to_owned(), "its /readyz was not probed".to_owned())),
-            }),
-            Self::Record { asked, answer_ready } => {
-                asked.extend(names.iter().map(|name| (*name).to_owned()));
-                match (*answer_ready, names.first()) {
-                    (true, _) | (false, None) => None,
-                    (false, Some(name)) => {
-                        Some(((*name).to_owned(), "simulated probe failure".to_owned()))
-                    }
-                }
-            }
-        }
+        let missing = names.iter().filter(|name| !self.readiness.contains_key(**name));
+        self.unprobed.extend(missing.map(|name| (*name).to_owned()));
+        names.iter().find_map(|name| match self.readiness.get(*name) {
+            Some(Readiness::Ready) => None,
+            Some(Readiness::NotReady(why)) => Some(((*name).to_owned(), why.clone())),
+            None => Some(((*name).to_owned(), "its /readyz was not probed".to_owned())),
+        })
     }
 }
 
@@ -273,9 +232,6 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
 struct Pass<'a> {
     inputs: Inputs<'a>,
     plan: PlanView<'a>,
-    /// Treat missing removed-API findings as "none found" ([`controllers_to_probe`] asks
-    /// before the shell has checked).
-    assume_no_removed_apis: bool,
 }
 
 impl Pass<'_> {
@@ -311,7 +267,7 @@ impl Pass<'_> {
             })
             .collect();
         effects.extend(next.effects);
-        Transition { status: next.status, effects, requeue: requeue.requeue }
+        Transition { status: next.status, effects, requeue: requeue.requeue, unprobed: Vec::new() }
     }
 
     fn run_once(&self, probes: &mut Probes<'_>) -> Transition {
@@ -328,7 +284,12 @@ impl Pass<'_> {
             RunState::Ended(status) => {
                 // A failed node still in flight is told so until its object shows it.
                 let effects = schedule::tell_failed_nodes(&self.inputs, status);
-                return Transition { status: status.clone(), effects, requeue: Requeue::OnChange };
+                return Transition {
+                    status: status.clone(),
+                    effects,
+                    requeue: Requeue::OnChange,
+                    unprobed: Vec::new(),
+                };
             }
             RunState::Held => {
                 let status = plan.status.cloned().unwrap_or_default();
@@ -367,13 +328,13 @@ impl Pass<'_> {
         effects.extend(payload_warnings);
         effects.extend(state_events(&base, &status, &decision.holds));
         effects.extend(condition_events);
-        Transition { status, effects, requeue: decision.requeue }
+        Transition { status, effects, requeue: decision.requeue, unprobed: Vec::new() }
     }
 
     /// What the removed-API pre-check found, if the run needs it; `None` while the shell
     /// has not passed findings that the run needs.
     fn removed_api_findings(&self) -> Option<&[RemovedApiUse]> {
-        if removed_api_check_versions(self.plan).is_empty() || self.assume_no_removed_apis {
+        if removed_api_check_versions(self.plan).is_empty() {
             return Some(&[]);
         }
         self.inputs.observed.removed_apis
@@ -553,12 +514,12 @@ impl Pass<'_> {
         } else {
             Vec::new()
         };
-        Transition { status, effects, requeue: Requeue::OnChange }
+        Transition { status, effects, requeue: Requeue::OnChange, unprobed: Vec::new() }
     }
 }
 
 fn unchanged(status: PlanStatus, requeue: Requeue) -> Transition {
-    Transition { status, effects: Vec::new(), requeue }
+    Transition { status, effects: Vec::new(), requeue, unprobed: Vec::new() }
 }
 
 /// Make a `True` condition of `type_` say `reason` and `message`. Returns whether it is new.

@@ -16,8 +16,9 @@
 //! - `payload` (private): which platform entries no node could verify, refused or warned
 //!   about at NewPlan (`Policy::allow_unverified_payloads`).
 //! - [`rollout`]: a dry run of [`step`] over a spec on a snapshot (`k0s autopilot preview`).
-//! - [`step`], [`controllers_to_probe`] and [`removed_api_check_versions`]: the machine and
-//!   the two questions the shell asks before a pass (what to probe, what to check).
+//! - [`step`] and [`removed_api_check_versions`]: the machine, and the question the shell
+//!   asks before a pass (which versions' removed APIs to look for). Which controllers to
+//!   probe, the pass itself says ([`Transition::unprobed`]).
 
 pub mod phases;
 pub mod removed_apis;
@@ -42,7 +43,7 @@ use autopilot_api::signal::SignalData;
 use autopilot_api::v1beta2::{PlanSpec, PlanStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
-pub use machine::{REMOVED_API_RECHECK, controllers_to_probe, removed_api_check_versions, step};
+pub use machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
 pub use removed_apis::RemovedApiUse;
 
 /// The Plan being decided on, as the shell read it.
@@ -132,8 +133,8 @@ pub struct Observed<'a> {
     pub control_nodes: &'a BTreeMap<String, TargetObject>,
     /// Every `Node`, by name.
     pub nodes: &'a BTreeMap<String, TargetObject>,
-    /// `/readyz` results for the controllers named by [`controllers_to_probe`]; a controller
-    /// missing here counts as not ready.
+    /// `/readyz` results of the controllers probed for this pass; a controller missing here
+    /// counts as not ready and is named in [`Transition::unprobed`].
     pub readiness: &'a BTreeMap<String, Readiness>,
     /// Uses of removed APIs found by the shell for the versions named by
     /// [`removed_api_check_versions`] (`None` when that list was empty). A run that needs the
@@ -199,6 +200,10 @@ pub struct Transition {
     pub effects: Vec<Effect>,
     /// When the shell should run the next pass without a triggering change.
     pub requeue: Requeue,
+    /// The controllers whose readiness this pass needed and `observed.readiness` did not
+    /// have (it counted them not ready), sorted. When not empty, the shell probes them and
+    /// calls [`step`] again with the results; only a pass that may signal a controller asks.
+    pub unprobed: Vec<String>,
 }
 
 /// A side effect the shell performs. Every effect is idempotent.

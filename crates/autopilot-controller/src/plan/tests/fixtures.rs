@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use crate::plan::{
     CheckPods, Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy,
     Readiness, RemovedApiUse, SignalTarget, Steering, TargetObject, Transition,
-    controllers_to_probe, removed_api_check_versions, step,
+    removed_api_check_versions, step,
 };
 
 /// The fixed start of every scenario's clock.
@@ -619,19 +619,8 @@ impl Snapshot {
             removed_apis: None,
             check_pods: CheckPods { pods: &cluster.pods, templates: &cluster.templates },
         };
-        let readiness = controllers_to_probe(plan.view(), &blind, policy)
-            .into_iter()
-            .map(|name| {
-                let result = cluster
-                    .readyz
-                    .get(&name)
-                    .cloned()
-                    .unwrap_or_else(|| Readiness::NotReady("connection refused".to_owned()));
-                (name, result)
-            })
-            .collect();
         let versions = removed_api_check_versions(plan.view());
-        let removed_apis = (!versions.is_empty()).then(|| {
+        let removed_apis: Option<Vec<RemovedApiUse>> = (!versions.is_empty()).then(|| {
             cluster
                 .removed_api_uses
                 .iter()
@@ -643,6 +632,27 @@ impl Snapshot {
                 .cloned()
                 .collect()
         });
+        // As the shell does: probe what a pass names as unprobed, until it names nothing new
+        // (a controller with no `readyz` entry refuses the connection).
+        let mut readiness = BTreeMap::new();
+        loop {
+            let observed =
+                Observed { readiness: &readiness, removed_apis: removed_apis.as_deref(), ..blind };
+            let unprobed = step(plan.view(), &observed, policy).unprobed;
+            let new: Vec<String> =
+                unprobed.into_iter().filter(|name| !readiness.contains_key(name)).collect();
+            if new.is_empty() {
+                break;
+            }
+            for name in new {
+                let result = cluster
+                    .readyz
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| Readiness::NotReady("connection refused".to_owned()));
+                readiness.insert(name, result);
+            }
+        }
         Self { readiness, removed_apis }
     }
 
