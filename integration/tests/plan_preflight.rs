@@ -254,6 +254,7 @@ async fn preflight_checks_gate_the_update_with_real_agents() {
     .unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     let yaml = status_yaml(&done);
+    eprintln!("the passing plan's status:\n{yaml}");
     assert_eq!(
         command(&done, 0).preflight.as_ref().and_then(|p| p.status),
         Some(CheckStatus::Success),

@@ -28,7 +28,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
@@ -52,6 +52,33 @@ const TERMINATING_RECHECK: Duration = Duration::from_secs(1);
 
 /// How many decide-act rounds one reconcile performs before handing back to the queue.
 const MAX_ROUNDS: usize = 8;
+
+/// How many nodes the leader cordons, drains or uncordons at once (per kind); more wait
+/// their turn. A plan's `limits.concurrent` bounds the nodes in flight; this bounds the
+/// leader's memory when many signalled objects change at once (each pass holds a task).
+const CONCURRENCY: u16 = 64;
+
+/// The caches the plan engine's watches fill, and the signalled objects they pass on.
+pub struct Watched {
+    /// Every Node (slimmed).
+    pub nodes: reflector::Store<Node>,
+    /// Each applied Node that carries a signal, as the watch sees it.
+    pub signalled_nodes: futures::channel::mpsc::UnboundedReceiver<Node>,
+    /// Every ControlNode (slimmed).
+    pub control_nodes: reflector::Store<ControlNode>,
+    /// Each applied ControlNode that carries a signal.
+    pub signalled_control_nodes: futures::channel::mpsc::UnboundedReceiver<ControlNode>,
+}
+
+/// Whether an object carries signal annotations (valid or not).
+pub(crate) fn carries_signal(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    meta.annotations.as_ref().is_some_and(|annotations| {
+        annotations.contains_key(keys::ANNOTATION_SIGNAL_VERSION)
+            || annotations.contains_key(keys::ANNOTATION_SIGNAL_DATA)
+    })
+}
 
 /// Errors of one cordon/drain pass.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +159,7 @@ pub async fn run(
     eviction_client: kube::Client,
     drain_timeout: Duration,
     drain_blocked: Gauge,
+    watched: Watched,
     until: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let context = Arc::new(Context {
@@ -147,27 +175,26 @@ pub async fn run(
         let _ = rx.wait_for(|stop| *stop).await;
     };
     // The caches hold slimmed objects (`observe::slim_node`): drain reads labels,
-    // annotations and the spec, and writes patches.
-    let (node_store, node_writer) = reflector::store::<Node>();
-    let node_objects = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .modify(crate::observe::slim_node),
-    )
-    .applied_objects();
-    let (control_node_store, control_node_writer) = reflector::store::<ControlNode>();
-    let control_node_objects = reflector::reflector(
-        control_node_writer,
-        watcher(Api::<ControlNode>::all(client), watcher::Config::default())
-            .modify(crate::observe::slim_control_node),
-    )
-    .applied_objects();
+    // annotations and the spec, and writes patches. Only a signalled object has anything to
+    // cordon, drain or uncordon, so only those are passed on as triggers (the initial list
+    // of a large fleet would otherwise start one pass per node at once).
+    let Watched {
+        nodes: node_store,
+        signalled_nodes,
+        control_nodes: control_node_store,
+        signalled_control_nodes,
+    } = watched;
+    let node_objects = signalled_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
+    let control_node_objects = signalled_control_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
+    let config = || kube::runtime::controller::Config::default().concurrency(CONCURRENCY);
     let nodes = Controller::for_stream(node_objects, node_store)
+        .with_config(config())
         .trigger_backoff(crate::observe::WatchBackoff::default())
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(reconcile::<Node>, error_policy::<Node>, context.clone())
         .for_each(|_| async {});
     let control_nodes = Controller::for_stream(control_node_objects, control_node_store)
+        .with_config(config())
         .trigger_backoff(crate::observe::WatchBackoff::default())
         .graceful_shutdown_on(stopped(stop_rx))
         .run(reconcile::<ControlNode>, error_policy::<ControlNode>, context)

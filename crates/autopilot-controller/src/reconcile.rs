@@ -157,14 +157,31 @@ impl Engine {
         let stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
         };
+        // One watch and one cache per kind of signal object serve both controllers: the
+        // plan engine's watches pass every applied object that carries a signal on to the
+        // cordon/drain controllers, which read the same caches.
+        let (nodes, node_writer) = reflector::store::<Node>();
+        let (control_nodes, control_node_writer) = reflector::store::<ControlNode>();
+        let (node_feed, signalled_nodes) = futures::channel::mpsc::unbounded();
+        let (control_node_feed, signalled_control_nodes) = futures::channel::mpsc::unbounded();
         let drain = crate::drain::run(
             self.client.clone(),
             self.eviction_client.clone(),
             self.policy.drain_timeout,
             self.metrics.drain_blocked.clone(),
+            crate::drain::Watched {
+                nodes: nodes.clone(),
+                signalled_nodes,
+                control_nodes: control_nodes.clone(),
+                signalled_control_nodes,
+            },
             stopped(stop_rx.clone()),
         );
-        let plans = self.run_plans(stopped(stop_rx));
+        let caches = Caches {
+            nodes: (nodes, node_writer, node_feed),
+            control_nodes: (control_nodes, control_node_writer, control_node_feed),
+        };
+        let plans = self.run_plans(caches, stopped(stop_rx));
         let stop = async move {
             until.await;
             let _ = stop_tx.send(true);
@@ -173,29 +190,39 @@ impl Engine {
     }
 
     /// Run the plan controller until `until` resolves.
-    async fn run_plans(self, until: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    async fn run_plans(
+        self,
+        caches: Caches,
+        until: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    ) {
         let client = self.client.clone();
         let config = watcher::Config::default();
 
-        let (control_nodes, control_node_writer) = reflector::store::<ControlNode>();
+        let (control_nodes, control_node_writer, control_node_feed) = caches.control_nodes;
         let control_node_events = triggers(
-            observe::relist_at_once(reflector::reflector(
-                control_node_writer,
-                watcher(Api::<ControlNode>::all(client.clone()), config.clone())
-                    .modify(observe::slim_control_node),
-            ))
-            .backoff(observe::WatchBackoff::default()),
+            feed_signalled(
+                observe::relist_at_once(reflector::reflector(
+                    control_node_writer,
+                    watcher(Api::<ControlNode>::all(client.clone()), config.clone())
+                        .modify(observe::slim_control_node),
+                ))
+                .backoff(observe::WatchBackoff::default()),
+                control_node_feed,
+            ),
             control_node_fingerprint,
         );
 
-        let (nodes, node_writer) = reflector::store::<Node>();
+        let (nodes, node_writer, node_feed) = caches.nodes;
         let node_events = triggers(
-            observe::relist_at_once(reflector::reflector(
-                node_writer,
-                watcher(Api::<Node>::all(client.clone()), config.clone())
-                    .modify(observe::slim_node),
-            ))
-            .backoff(observe::WatchBackoff::default()),
+            feed_signalled(
+                observe::relist_at_once(reflector::reflector(
+                    node_writer,
+                    watcher(Api::<Node>::all(client.clone()), config.clone())
+                        .modify(observe::slim_node),
+                ))
+                .backoff(observe::WatchBackoff::default()),
+                node_feed,
+            ),
             node_fingerprint,
         );
 
@@ -293,6 +320,35 @@ impl Engine {
             })
             .await;
     }
+}
+
+/// The signal-object caches the plan engine fills, and where it passes on signalled objects.
+struct Caches {
+    nodes: (
+        Store<Node>,
+        reflector::store::Writer<Node>,
+        futures::channel::mpsc::UnboundedSender<Node>,
+    ),
+    control_nodes: (
+        Store<ControlNode>,
+        reflector::store::Writer<ControlNode>,
+        futures::channel::mpsc::UnboundedSender<ControlNode>,
+    ),
+}
+
+/// `events` unchanged; every applied object that carries a signal is also sent to `feed`
+/// (the cordon/drain controllers' triggers). A feed nobody reads any more is ignored.
+fn feed_signalled<K: Resource + Clone>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    feed: futures::channel::mpsc::UnboundedSender<K>,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> {
+    events.inspect(move |event| {
+        if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event
+            && crate::drain::carries_signal(object.meta())
+        {
+            let _ = feed.unbounded_send(object.clone());
+        }
+    })
 }
 
 /// The objects of a watch whose change can matter to a plan: every deletion, every object of
