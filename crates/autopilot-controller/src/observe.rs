@@ -19,21 +19,58 @@ use crate::plan::{ObservedSignal, TargetObject};
 /// its precondition, so a decision made on stale data can never overwrite newer data.
 pub type Versions = BTreeMap<String, String>;
 
-/// Every ControlNode in the cache, as the planner sees it, with the snapshot's versions.
-pub fn collect_control_nodes(
-    store: &Store<ControlNode>,
-) -> (BTreeMap<String, TargetObject>, Versions) {
-    let snapshot = store.state();
-    let versions = versions_of(&snapshot);
-    let objects = snapshot
-        .iter()
-        .filter(|cn| cn.meta().deletion_timestamp.is_none())
-        .map(|cn| {
-            let target = control_node_object(cn);
-            (target.name.clone(), target)
-        })
-        .collect();
-    (objects, versions)
+/// The planner's view of one kind of signal object, kept from pass to pass: every object in
+/// the cache as the planner sees it (objects being deleted left out), and the
+/// resourceVersion of each. A pass refreshes it from the cache, rebuilding only the objects
+/// whose resourceVersion changed, so a pass over a large fleet does not decode every node's
+/// signal again.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// The objects as the planner sees them, by name.
+    pub objects: BTreeMap<String, TargetObject>,
+    /// The resourceVersion of every object in the cache, by name: a write based on the view
+    /// uses it as its precondition.
+    pub versions: Versions,
+}
+
+impl View {
+    /// Bring the view up to the ControlNode cache.
+    pub fn refresh_control_nodes(&mut self, store: &Store<ControlNode>) {
+        self.refresh(store, control_node_object);
+    }
+
+    /// Bring the view up to the Node cache.
+    pub fn refresh_nodes(&mut self, store: &Store<Node>) {
+        self.refresh(store, node_object);
+    }
+
+    fn refresh<K>(&mut self, store: &Store<K>, planner_view: fn(&K) -> TargetObject)
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: std::hash::Hash + Eq + Clone,
+    {
+        let snapshot = store.state();
+        let mut present = std::collections::HashSet::with_capacity(snapshot.len());
+        for object in &snapshot {
+            let Some(name) = object.meta().name.as_deref() else { continue };
+            present.insert(name);
+            let version = object.meta().resource_version.as_ref();
+            if version.is_some() && self.versions.get(name) == version {
+                continue;
+            }
+            match version {
+                Some(version) => self.versions.insert(name.to_owned(), version.clone()),
+                None => self.versions.remove(name),
+            };
+            if object.meta().deletion_timestamp.is_none() {
+                self.objects.insert(name.to_owned(), planner_view(object));
+            } else {
+                self.objects.remove(name);
+            }
+        }
+        self.versions.retain(|name, _| present.contains(name.as_str()));
+        self.objects.retain(|name, _| present.contains(name.as_str()));
+    }
 }
 
 /// A ControlNode as the planner sees it.
@@ -55,28 +92,6 @@ pub fn node_object(node: &Node) -> TargetObject {
         ready: is_node_ready(node),
         signal: observe_signal(node.meta()),
     }
-}
-
-/// Every Node in the cache, as the planner sees it, with the snapshot's versions.
-pub fn collect_nodes(store: &Store<Node>) -> (BTreeMap<String, TargetObject>, Versions) {
-    let snapshot = store.state();
-    let versions = versions_of(&snapshot);
-    let objects = snapshot
-        .iter()
-        .filter(|node| node.meta().deletion_timestamp.is_none())
-        .map(|node| {
-            let target = node_object(node);
-            (target.name.clone(), target)
-        })
-        .collect();
-    (objects, versions)
-}
-
-fn versions_of<K: Resource>(snapshot: &[std::sync::Arc<K>]) -> Versions {
-    snapshot
-        .iter()
-        .filter_map(|object| Some((object.meta().name.clone()?, object.resource_version()?)))
-        .collect()
 }
 
 /// Whether a Node's `Ready` condition is `True`.
@@ -206,6 +221,58 @@ impl kube::runtime::utils::Backoff for NoTriggerBackoff {
 mod tests {
     use super::*;
     use autopilot_api::keys;
+
+    fn node(name: &str, version: &str, label: &str, deleting: bool) -> Node {
+        let mut metadata = serde_json::json!({
+            "name": name, "resourceVersion": version, "labels": {"role": label},
+        });
+        if deleting {
+            metadata["deletionTimestamp"] = "2026-11-25T00:00:00Z".into();
+        }
+        serde_json::from_value(serde_json::json!({ "metadata": metadata })).expect("a Node")
+    }
+
+    #[test]
+    fn a_kept_view_follows_the_cache_rebuilding_only_changed_objects() {
+        let (store, mut writer) = kube::runtime::reflector::store::<Node>();
+        let apply = |writer: &mut kube::runtime::reflector::store::Writer<Node>, node: Node| {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(node));
+        };
+        apply(&mut writer, node("a", "1", "old", false));
+        apply(&mut writer, node("b", "1", "old", false));
+        apply(&mut writer, node("c", "1", "old", false));
+        let mut view = View::default();
+        view.refresh_nodes(&store);
+        assert_eq!(view.objects.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+
+        apply(&mut writer, node("b", "2", "new", false));
+        apply(&mut writer, node("c", "2", "old", true));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(node(
+            "a", "1", "old", false,
+        )));
+        apply(&mut writer, node("d", "1", "new", false));
+        view.refresh_nodes(&store);
+
+        assert_eq!(
+            view.objects.keys().collect::<Vec<_>>(),
+            ["b", "d"],
+            "a is gone, c is being deleted"
+        );
+        assert_eq!(view.objects["b"].labels.get("role").map(String::as_str), Some("new"));
+        let versions: Vec<(&str, &str)> =
+            view.versions.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        assert_eq!(versions, [("b", "2"), ("c", "2"), ("d", "1")]);
+
+        // An object whose resourceVersion is unchanged is not rebuilt (a real change always
+        // comes with a new one; this one is made up to tell).
+        apply(&mut writer, node("d", "1", "tampered", false));
+        view.refresh_nodes(&store);
+        assert_eq!(
+            view.objects["d"].labels.get("role").map(String::as_str),
+            Some("new"),
+            "same resourceVersion: not rebuilt"
+        );
+    }
 
     #[test]
     fn a_slim_node_keeps_what_autopilot_reads() {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
@@ -88,6 +88,15 @@ struct Context {
     /// The retry delays of failed passes (see [`error_policy`]); reset by a pass that
     /// completes.
     errors: std::sync::Mutex<autopilot_api::backoff::Capped>,
+    /// The planner's views of the ControlNodes and Nodes, kept between passes.
+    views: std::sync::Mutex<Views>,
+}
+
+/// See [`Context::views`].
+#[derive(Default)]
+struct Views {
+    control_nodes: observe::View,
+    nodes: observe::View,
 }
 
 impl Engine {
@@ -305,6 +314,7 @@ impl Engine {
             pod_templates,
             written: std::sync::Mutex::new(BTreeMap::new()),
             errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
+            views: std::sync::Mutex::new(Views::default()),
         });
         controller
             .watches_stream(control_node_events, move |_| to_autopilot_plan())
@@ -505,15 +515,21 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
             .map(String::as_str),
     };
 
-    let (control_nodes, control_node_versions) = observe::collect_control_nodes(&ctx.control_nodes);
-    let (nodes, node_versions) = observe::collect_nodes(&ctx.nodes);
+    // The views are taken for the pass and put back when it completes; a pass that fails
+    // leaves empty ones, and the next pass builds them afresh.
+    let mut views = std::mem::take(&mut *ctx.views.lock().unwrap_or_else(PoisonError::into_inner));
+    views.control_nodes.refresh_control_nodes(&ctx.control_nodes);
+    views.nodes.refresh_nodes(&ctx.nodes);
+    let (control_nodes, control_node_versions) =
+        (&views.control_nodes.objects, &views.control_nodes.versions);
+    let (nodes, node_versions) = (&views.nodes.objects, &views.nodes.versions);
     let (check_pods, pod_templates) =
         observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
     let no_readiness = BTreeMap::new();
     let mut observed = Observed {
         now: jiff::Timestamp::now(),
-        control_nodes: &control_nodes,
-        nodes: &nodes,
+        control_nodes,
+        nodes,
         readiness: &no_readiness,
         removed_apis: None,
         check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
@@ -563,7 +579,7 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
     }
     // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
     // the order the plan chose; events are queued for the background publisher.
-    forget_visible_signals(&ctx, &control_nodes, &nodes);
+    forget_visible_signals(&ctx, control_nodes, nodes);
     for effect in &transition.effects {
         match effect {
             Effect::Signal { target, data } if already_written(&ctx, target, data) => {
@@ -571,8 +587,8 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
             }
             Effect::Signal { target, data } => {
                 let versions = match target.kind {
-                    plan::ObjectKind::ControlNode => &control_node_versions,
-                    plan::ObjectKind::Node => &node_versions,
+                    plan::ObjectKind::ControlNode => control_node_versions,
+                    plan::ObjectKind::Node => node_versions,
                 };
                 let version = versions.get(&target.name).map(String::as_str);
                 effect::write_signal(&ctx.engine.client, target, version, data).await?;
@@ -599,7 +615,10 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         }
     }
     ctx.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).reset();
-    Ok(match transition.requeue {
+    let requeue = transition.requeue;
+    drop(transition);
+    *ctx.views.lock().unwrap_or_else(PoisonError::into_inner) = views;
+    Ok(match requeue {
         Requeue::OnChange => Action::await_change(),
         Requeue::After(delay) => Action::requeue(delay),
     })
