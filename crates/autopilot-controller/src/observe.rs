@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use autopilot_api::signal;
 use autopilot_api::v1beta2::ControlNode;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, NodeStatus, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -140,13 +140,21 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 
 /// Drop what autopilot never reads from a watched Node or ControlNode before it is cached:
 /// `metadata.managedFields` (a JSON tree per field manager, often larger than the rest of the
-/// object) and a Node's `status.images` (a kubelet lists every image on the node). Nothing
-/// writes a cached object back whole (signals and cordons are patches), so the cache may
-/// hold less than the server.
+/// object), and of a Node everything but `spec.unschedulable` (the cordon facts) and the
+/// `Ready` condition (the engine's readiness gate): a kubelet's status lists every image,
+/// volume, address, capacity and condition of the machine, kilobytes per Node that a cache of
+/// thousands would hold for nothing. Nothing writes a cached object back whole (signals and
+/// cordons are patches), so the cache may hold less than the server.
 pub fn slim_node(node: &mut Node) {
     node.metadata.managed_fields = None;
+    if let Some(spec) = node.spec.as_mut() {
+        *spec = NodeSpec { unschedulable: spec.unschedulable, ..NodeSpec::default() };
+    }
     if let Some(status) = node.status.as_mut() {
-        status.images = None;
+        let ready = status.conditions.take().map(|conditions| {
+            conditions.into_iter().filter(|condition| condition.type_ == "Ready").collect()
+        });
+        *status = NodeStatus { conditions: ready, ..NodeStatus::default() };
     }
 }
 
@@ -284,10 +292,20 @@ mod tests {
                 "managedFields": [{"manager": "kubelet", "operation": "Update",
                                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
             },
-            "spec": {"unschedulable": true},
+            "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24",
+                     "taints": [{"key": "k", "effect": "NoSchedule"}]},
             "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": "True"},
+                ],
                 "images": [{"names": ["registry.example/app:1"], "sizeBytes": 1}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "capacity": {"cpu": "2"},
+                "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+                             "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "",
+                             "machineID": "", "operatingSystem": "linux", "osImage": "",
+                             "systemUUID": ""},
             },
         }))
         .expect("a Node");
@@ -298,7 +316,16 @@ mod tests {
         assert_eq!(node.metadata.labels, before.metadata.labels);
         assert_eq!(node.metadata.annotations, before.metadata.annotations);
         assert_eq!(node.metadata.resource_version, before.metadata.resource_version);
-        assert_eq!(node.spec, before.spec);
+        assert_eq!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert_eq!(node.spec.as_ref().and_then(|s| s.taints.as_ref()), None);
+        assert_eq!(node.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()), None);
+        let status = node.status.as_ref().expect("the status is kept");
+        let conditions: Vec<&str> =
+            status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(conditions, ["Ready"]);
+        assert_eq!(status.addresses, None);
+        assert_eq!(status.capacity, None);
+        assert_eq!(status.node_info, None);
         assert!(is_node_ready(&node));
     }
 

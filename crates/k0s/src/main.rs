@@ -720,8 +720,16 @@ fn restart(binary: &std::path::Path, mode: autopilot_signal::RestartMode) -> any
     }
 }
 
+/// One thread runs every role: the controller, the updater and the node agent wait on the
+/// network almost all the time, and each extra runtime thread costs its stack and a malloc
+/// arena of its own (the leader of 5,000 workers peaked at 67.1 MiB with two worker threads
+/// and at 59.7 MiB with one; see docs/architecture.md). Blocking work still runs on tokio's
+/// blocking pool (`tokio::fs`, hashing a staged binary).
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
 }
 
 /// Resolves on the first SIGTERM or SIGINT.
