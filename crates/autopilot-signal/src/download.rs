@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, LOCATION, USER_AGENT};
-use http::{Request, StatusCode, Uri};
+use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Empty};
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -19,6 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use sha2::{Digest as _, Sha256};
+use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt as _;
 
 /// Result of this module.
@@ -431,159 +433,276 @@ impl Downloader {
         }
     }
 
+    /// The download itself, without the overall timeout: follow the redirects to a `200 OK`,
+    /// stream its body into a locked temp file beside the destination, verify it and rename
+    /// it into place.
     async fn fetch(
         &self,
         uri: Uri,
         want: Option<String>,
         target: Target<'_>,
     ) -> Result<Downloaded> {
-        let DownloadConfig {
-            stall_timeout,
-            overall_timeout: _,
-            max_size,
-            max_redirects,
-            user_agent,
-            ca_file: _,
-        } = &self.config;
-        let stall =
-            |url: &Uri| DownloadError::Stalled { url: url.to_string(), timeout: *stall_timeout };
+        let (final_uri, response) = self.follow_redirects(uri).await?;
+        let announced = announced_length(&response);
+        self.check_announced_size(&final_uri, announced)?;
+        let (dir, name) = destination(target, &response, &final_uri)?;
+        let temp = create_locked_temp(&dir, &name)?;
+        let Written { size, sha256 } =
+            self.write_body(response.into_body(), &final_uri, announced, &temp).await?;
+        let url = final_uri.to_string();
+        verify_digest(&url, want, &sha256)?;
+        let path = persist(temp, &dir, &name)?;
+        Ok(Downloaded { path, size, sha256, url })
+    }
+
+    /// GETs `uri`, following redirects (each checked by [`Self::check_redirect`]), until a
+    /// `200 OK` answers; returns the URL that answered and its response.
+    async fn follow_redirects(&self, uri: Uri) -> Result<(Uri, Response<Incoming>)> {
         let original = uri.to_string();
         let mut current = uri;
         let mut visited = vec![current.clone()];
-        let response = loop {
-            let request = Request::get(current.clone())
-                .header(USER_AGENT, user_agent.as_str())
-                .body(Empty::<Bytes>::new())
-                .map_err(|_| DownloadError::InvalidUrl { url: current.to_string() })?;
-            let response = tokio::time::timeout(*stall_timeout, self.client.request(request))
-                .await
-                .map_err(|_| stall(&current))?
-                .map_err(|source| DownloadError::Request { url: current.to_string(), source })?;
+        loop {
+            let response = self.get(&current).await?;
             let status = response.status();
             if status == StatusCode::OK {
-                break response;
+                return Ok((current, response));
             }
             if !is_followed_redirect(status) {
                 return Err(DownloadError::Status { url: current.to_string(), status });
             }
-            let next = response
-                .headers()
-                .get(LOCATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|location| resolve(&current, location))
-                .ok_or_else(|| DownloadError::BadRedirect { url: current.to_string(), status })?;
-            let next = parse_url(&next.to_string())?;
-            if is_https(&current) && !is_https(&next) {
-                return Err(DownloadError::InsecureRedirect {
-                    from: current.to_string(),
-                    to: next.to_string(),
-                });
-            }
-            if visited.contains(&next) {
-                return Err(DownloadError::RedirectLoop { url: next.to_string() });
-            }
-            if visited.len() > *max_redirects as usize {
-                return Err(DownloadError::TooManyRedirects {
-                    url: original,
-                    limit: *max_redirects,
-                });
-            }
+            let next = redirect_target(&current, &response)?;
+            self.check_redirect(&original, &current, &next, &visited)?;
             visited.push(next.clone());
             current = next;
-        };
-        let url = current.to_string();
-
-        let announced = response
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        if announced.is_some_and(|n| n > *max_size) {
-            return Err(DownloadError::TooLarge { url, limit: *max_size });
         }
-        let (dir, name) = match target {
-            Target::File(path) => {
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .ok_or_else(|| DownloadError::NoFileName { url: url.clone() })?;
-                (parent_dir(path), name)
-            }
-            Target::Directory(dir) => {
-                let mut dispositions = response.headers().get_all(CONTENT_DISPOSITION).iter();
-                let disposition = match (dispositions.next(), dispositions.next()) {
-                    (Some(one), None) => one.to_str().ok(),
-                    (None, _) | (Some(_), Some(_)) => None,
-                };
-                let name = file_name_from_response(disposition, &current)
-                    .ok_or_else(|| DownloadError::NoFileName { url: url.clone() })?;
-                (dir.to_path_buf(), name)
-            }
-        };
-        let dest = dir.join(&name);
+    }
 
-        let temp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .tempfile_in(&dir)
-            .map_err(|e| DownloadError::io("creating a temp file in", &dir, e))?;
-        let temp_path = temp.path().to_path_buf();
-        // Held while this download owns the file (released when the process dies or execs):
-        // how a later process tells a leftover from a download in progress.
-        temp.as_file().try_lock().map_err(|e| {
-            DownloadError::io("locking", &temp_path, io::Error::other(e.to_string()))
-        })?;
+    /// One GET of `uri`, given [`DownloadConfig::stall_timeout`] to answer.
+    async fn get(&self, uri: &Uri) -> Result<Response<Incoming>> {
+        let request = Request::get(uri.clone())
+            .header(USER_AGENT, self.config.user_agent.as_str())
+            .body(Empty::<Bytes>::new())
+            .map_err(|_| DownloadError::InvalidUrl { url: uri.to_string() })?;
+        tokio::time::timeout(self.config.stall_timeout, self.client.request(request))
+            .await
+            .map_err(|_| self.stalled(uri))?
+            .map_err(|source| DownloadError::Request { url: uri.to_string(), source })
+    }
+
+    /// Refuses a redirect from `current` to `next` that leaves https for http, comes back to
+    /// a URL already `visited`, or goes past [`DownloadConfig::max_redirects`].
+    fn check_redirect(
+        &self,
+        original: &str,
+        current: &Uri,
+        next: &Uri,
+        visited: &[Uri],
+    ) -> Result<()> {
+        let max_redirects = self.config.max_redirects;
+        if is_https(current) && !is_https(next) {
+            return Err(DownloadError::InsecureRedirect {
+                from: current.to_string(),
+                to: next.to_string(),
+            });
+        }
+        if visited.contains(next) {
+            return Err(DownloadError::RedirectLoop { url: next.to_string() });
+        }
+        if visited.len() > max_redirects as usize {
+            return Err(DownloadError::TooManyRedirects {
+                url: original.to_string(),
+                limit: max_redirects,
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a body announced (`Content-Length`) larger than [`DownloadConfig::max_size`]
+    /// before a byte of it is read.
+    fn check_announced_size(&self, url: &Uri, announced: Option<u64>) -> Result<()> {
+        let limit = self.config.max_size;
+        if announced.is_some_and(|n| n > limit) {
+            return Err(DownloadError::TooLarge { url: url.to_string(), limit });
+        }
+        Ok(())
+    }
+
+    /// Streams `body` (from `url`, announced as `announced` bytes) into `temp`, hashing it,
+    /// then flushes and fsyncs the file.
+    async fn write_body(
+        &self,
+        body: Incoming,
+        url: &Uri,
+        announced: Option<u64>,
+        temp: &NamedTempFile,
+    ) -> Result<Written> {
+        let temp_path = temp.path();
         let handle =
-            temp.as_file().try_clone().map_err(|e| DownloadError::io("opening", &temp_path, e))?;
+            temp.as_file().try_clone().map_err(|e| DownloadError::io("opening", temp_path, e))?;
         let mut out =
             tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(handle));
+        let (size, hasher) = self.stream_body(body, url, announced, &mut out, temp_path).await?;
+        check_complete(url, size, announced)?;
+        out.flush().await.map_err(|e| DownloadError::io("writing", temp_path, e))?;
+        let file = out.into_inner();
+        file.sync_all().await.map_err(|e| DownloadError::io("syncing", temp_path, e))?;
+        Ok(Written { size, sha256: hex::encode(hasher.finalize()) })
+    }
+
+    /// Copies `body` into `out` frame by frame, counting and hashing the bytes; fails when a
+    /// frame takes longer than the stall timeout, the body errs, or it grows past
+    /// [`DownloadConfig::max_size`]. Returns the bytes received and their hash.
+    async fn stream_body(
+        &self,
+        mut body: Incoming,
+        url: &Uri,
+        announced: Option<u64>,
+        out: &mut tokio::io::BufWriter<tokio::fs::File>,
+        temp_path: &Path,
+    ) -> Result<(u64, Sha256)> {
+        let max_size = self.config.max_size;
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;
-        let mut body = response.into_body();
         loop {
-            let frame = match tokio::time::timeout(*stall_timeout, body.frame()).await {
-                Err(_elapsed) => return Err(stall(&current)),
-                Ok(None) => break,
+            let frame = match tokio::time::timeout(self.config.stall_timeout, body.frame()).await {
+                Err(_elapsed) => return Err(self.stalled(url)),
+                Ok(None) => return Ok((received, hasher)),
                 Ok(Some(Ok(frame))) => frame,
-                Ok(Some(Err(source))) => {
-                    return Err(match announced {
-                        Some(expected) if received < expected => {
-                            DownloadError::Truncated { url, received, expected }
-                        }
-                        Some(_) | None => DownloadError::Body { url, source },
-                    });
-                }
+                Ok(Some(Err(source))) => return Err(body_error(url, received, announced, source)),
             };
             let Ok(data) = frame.into_data() else { continue };
             received += data.len() as u64;
             self.bytes.inc_by(data.len() as u64);
-            if received > *max_size {
-                return Err(DownloadError::TooLarge { url, limit: *max_size });
+            if received > max_size {
+                return Err(DownloadError::TooLarge { url: url.to_string(), limit: max_size });
             }
             hasher.update(&data);
-            out.write_all(&data).await.map_err(|e| DownloadError::io("writing", &temp_path, e))?;
+            out.write_all(&data).await.map_err(|e| DownloadError::io("writing", temp_path, e))?;
         }
-        if let Some(expected) = announced
-            && received != expected
-        {
-            return Err(DownloadError::Truncated { url, received, expected });
-        }
-        out.flush().await.map_err(|e| DownloadError::io("writing", &temp_path, e))?;
-        let file = out.into_inner();
-        file.sync_all().await.map_err(|e| DownloadError::io("syncing", &temp_path, e))?;
-        drop(file);
-
-        let actual = hex::encode(hasher.finalize());
-        if let Some(expected) = want
-            && expected != actual
-        {
-            return Err(DownloadError::DigestMismatch { url, expected, actual });
-        }
-        temp.persist(&dest)
-            .map_err(|e| DownloadError::io("renaming a temp file to", &dest, e.error))?;
-        sync_dir(&dir)?;
-        Ok(Downloaded { path: dest, size: received, sha256: actual, url })
     }
+
+    /// The error of nothing arriving from `url` for the stall timeout.
+    fn stalled(&self, url: &Uri) -> DownloadError {
+        DownloadError::Stalled { url: url.to_string(), timeout: self.config.stall_timeout }
+    }
+}
+
+/// A body written to its temp file: its size and SHA-256 digest (lowercase hex).
+struct Written {
+    size: u64,
+    sha256: String,
+}
+
+/// The `Location` a redirect from `current` points at, resolved and checked as a URL.
+fn redirect_target(current: &Uri, response: &Response<Incoming>) -> Result<Uri> {
+    let status = response.status();
+    let next = response
+        .headers()
+        .get(LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|location| resolve(current, location))
+        .ok_or_else(|| DownloadError::BadRedirect { url: current.to_string(), status })?;
+    parse_url(&next.to_string())
+}
+
+/// The body length the response announces (`Content-Length`), if it announces a usable one.
+fn announced_length(response: &Response<Incoming>) -> Option<u64> {
+    response
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// The directory and file name the download goes to: `target`'s own for a file, else the
+/// name the response (a single `Content-Disposition`) or the final `url` gives.
+fn destination(
+    target: Target<'_>,
+    response: &Response<Incoming>,
+    url: &Uri,
+) -> Result<(PathBuf, String)> {
+    let no_file_name = || DownloadError::NoFileName { url: url.to_string() };
+    match target {
+        Target::File(path) => {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .ok_or_else(no_file_name)?;
+            Ok((parent_dir(path), name))
+        }
+        Target::Directory(dir) => {
+            let mut dispositions = response.headers().get_all(CONTENT_DISPOSITION).iter();
+            let disposition = match (dispositions.next(), dispositions.next()) {
+                (Some(one), None) => one.to_str().ok(),
+                (None, _) | (Some(_), Some(_)) => None,
+            };
+            let name = file_name_from_response(disposition, url).ok_or_else(no_file_name)?;
+            Ok((dir.to_path_buf(), name))
+        }
+    }
+}
+
+/// A hidden temp file for `name` in `dir`, locked by this process.
+fn create_locked_temp(dir: &Path, name: &str) -> Result<NamedTempFile> {
+    let temp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| DownloadError::io("creating a temp file in", dir, e))?;
+    // Held while this download owns the file (released when the process dies or execs):
+    // how a later process tells a leftover from a download in progress.
+    temp.as_file()
+        .try_lock()
+        .map_err(|e| DownloadError::io("locking", temp.path(), io::Error::other(e.to_string())))?;
+    Ok(temp)
+}
+
+/// The error for a body from `url` that failed after `received` bytes: truncated if fewer
+/// bytes than announced arrived, else the transport error itself.
+fn body_error(
+    url: &Uri,
+    received: u64,
+    announced: Option<u64>,
+    source: hyper::Error,
+) -> DownloadError {
+    let url = url.to_string();
+    match announced {
+        Some(expected) if received < expected => {
+            DownloadError::Truncated { url, received, expected }
+        }
+        Some(_) | None => DownloadError::Body { url, source },
+    }
+}
+
+/// Refuses a body that ended with other than the announced number of bytes.
+fn check_complete(url: &Uri, received: u64, announced: Option<u64>) -> Result<()> {
+    match announced {
+        Some(expected) if received != expected => {
+            Err(DownloadError::Truncated { url: url.to_string(), received, expected })
+        }
+        Some(_) | None => Ok(()),
+    }
+}
+
+/// Refuses bytes whose digest `actual` is not the one wanted (if one is).
+fn verify_digest(url: &str, want: Option<String>, actual: &str) -> Result<()> {
+    match want {
+        Some(expected) if expected != actual => Err(DownloadError::DigestMismatch {
+            url: url.to_string(),
+            expected,
+            actual: actual.to_string(),
+        }),
+        Some(_) | None => Ok(()),
+    }
+}
+
+/// Renames the verified temp file to `name` in `dir` and makes the rename durable.
+fn persist(temp: NamedTempFile, dir: &Path, name: &str) -> Result<PathBuf> {
+    let dest = dir.join(name);
+    temp.persist(&dest)
+        .map_err(|e| DownloadError::io("renaming a temp file to", &dest, e.error))?;
+    sync_dir(dir)?;
+    Ok(dest)
 }
 
 /// One-shot download with a fresh [`Downloader`] (see [`Downloader::download`]); the entry

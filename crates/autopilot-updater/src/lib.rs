@@ -54,35 +54,3 @@ pub mod run;
 pub mod source;
 pub mod version;
 pub mod window;
-
-#[cfg(test)]
-mod purity {
-    //! The decision modules stay free of I/O and clocks (DESIGN §3): time comes in as `now`.
-
-    const PURE: [(&str, &str); 5] = [
-        ("decide.rs", include_str!("decide.rs")),
-        ("window.rs", include_str!("window.rs")),
-        ("cron.rs", include_str!("cron.rs")),
-        ("version.rs", include_str!("version.rs")),
-        ("channel.rs", include_str!("channel.rs")),
-    ];
-
-    #[test]
-    fn decision_modules_use_no_io_and_no_clock() {
-        let forbidden = [
-            "tokio",
-            "hyper",
-            "kube::",
-            "Timestamp::now",
-            "Zoned::now",
-            "SystemTime",
-            "std::fs",
-            "std::net",
-        ];
-        for (file, text) in PURE {
-            for word in forbidden {
-                assert!(!text.contains(word), "{file} mentions {word}");
-            }
-        }
-    }
-}

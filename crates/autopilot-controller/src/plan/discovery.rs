@@ -95,8 +95,25 @@ impl NewCommand {
             warnings: Vec::new(),
         }
     }
+
+    /// A failure that still records the resolved `targets` (which nodes were missing, had no
+    /// platform or are excluded).
+    fn with_targets(
+        state: PlanStateType,
+        description: String,
+        targets: Vec<(Group, Vec<TargetStatus>)>,
+    ) -> Self {
+        Self {
+            state,
+            description: Some(description),
+            targets,
+            pods: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
 }
 
+/// The NewPlan checks of one command, in order; the first that fails decides the result.
 fn new_command(
     inputs: &Inputs<'_>,
     run_id: &str,
@@ -110,110 +127,191 @@ fn new_command(
     if let (None, None, Some(preflight)) = (&spec.k0supdate, &spec.airgapupdate, &spec.preflight) {
         return super::checks::new_command(inputs, run_id, index, preflight);
     }
-    let Some(command) = Command::resolve(spec) else {
-        let problem = kind_problem(spec).unwrap_or("is malformed");
-        return NewCommand::failed(PlanStateType::Warning, format!("command {index} {problem}"));
-    };
-    let label = format!("command {index} ({})", command.name());
+    check_update(inputs, index, spec, findings).unwrap_or_else(|failed| failed)
+}
 
-    // Check 1b: every field the schema cannot judge (version, URLs, progressTimeout,
-    // limits) is one the nodes and the scheduler can act on; all problems in one pass.
+/// A check's outcome: `Err` is the command's failed NewPlan result.
+type Checked<T> = Result<T, NewCommand>;
+
+/// The NewPlan checks of a `k0supdate` or `airgapupdate` command, in order.
+fn check_update(
+    inputs: &Inputs<'_>,
+    index: u32,
+    spec: &PlanCommand,
+    findings: &[RemovedApiUse],
+) -> Checked<NewCommand> {
+    let command = check_kind(index, spec)?;
+    let label = format!("command {index} ({})", command.name());
+    check_fields(index, command)?;
+    let warnings = check_payloads(inputs, &label, command)?;
+    check_removed_apis(command, findings)?;
+    let groups = check_discovery(inputs, &label, command)?;
+    let targets = check_targets(inputs, &label, command, groups)?;
+    let targets = check_not_excluded(inputs, &label, targets)?;
+    Ok(NewCommand {
+        state: PlanStateType::SchedulableWait,
+        description: None,
+        targets,
+        pods: Vec::new(),
+        warnings,
+    })
+}
+
+/// Check 1 (continued): the command is of exactly one kind.
+fn check_kind(index: u32, spec: &PlanCommand) -> Checked<Command<'_>> {
+    Command::resolve(spec).ok_or_else(|| {
+        let problem = kind_problem(spec).unwrap_or("is malformed");
+        NewCommand::failed(PlanStateType::Warning, format!("command {index} {problem}"))
+    })
+}
+
+/// Check 1b: every field the schema cannot judge (version, URLs, progressTimeout, limits)
+/// is one the nodes and the scheduler can act on; all problems in one pass.
+fn check_fields(index: u32, command: Command<'_>) -> Checked<()> {
     let problems = field_problems(index, command);
     if !problems.is_empty() {
-        return NewCommand::failed(PlanStateType::Warning, problems.join("; "));
+        return Err(NewCommand::failed(PlanStateType::Warning, problems.join("; ")));
     }
+    Ok(())
+}
 
-    // Check 2: every payload can be verified by the nodes, or is at least fetched over
-    // https (DESIGN §11), unless this controller allows unverified payloads.
+/// Check 2: every payload can be verified by the nodes, or is at least fetched over https
+/// (DESIGN §11), unless this controller allows unverified payloads. Returns the Warning
+/// Events about payloads accepted without an integrity check.
+fn check_payloads(inputs: &Inputs<'_>, label: &str, command: Command<'_>) -> Checked<Vec<Effect>> {
     let payload::Verdict { refusal, warnings } =
-        payload::judge(&label, command, inputs.policy.allow_unverified_payloads);
-    if let Some(refusal) = refusal {
-        return NewCommand::failed(PlanStateType::Warning, refusal);
+        payload::judge(label, command, inputs.policy.allow_unverified_payloads);
+    match refusal {
+        Some(refusal) => Err(NewCommand::failed(PlanStateType::Warning, refusal)),
+        None => Ok(warnings),
     }
+}
 
-    // Check 3: the removed-API pre-check (REF §9.1), unless forced.
+/// Check 3: the removed-API pre-check (REF §9.1), unless forced.
+fn check_removed_apis(command: Command<'_>, findings: &[RemovedApiUse]) -> Checked<()> {
     if command.needs_removed_api_check()
         && let Some(use_) = blocking_use(findings, command.version())
     {
-        return NewCommand::failed(PlanStateType::Warning, use_.message());
+        return Err(NewCommand::failed(PlanStateType::Warning, use_.message()));
     }
+    Ok(())
+}
 
-    // Check 4: discovery; a selector that does not parse is an error, never "all".
-    let mut groups = Vec::new();
-    for &group in command.groups() {
-        match discover(inputs, command, group) {
-            Ok(names) => groups.push((group, names)),
-            Err(problem) => {
-                return NewCommand::failed(
-                    PlanStateType::IncompleteTargets,
-                    format!("{label}: {problem}"),
-                );
-            }
-        }
-    }
-
-    // Check 5: every target has an object and a platform.
-    let mut missing = Vec::new();
-    let mut no_platform = Vec::new();
-    let mut targets = Vec::new();
-    for (group, names) in groups {
-        let kind = command.object_kind(group);
-        let objects = inputs.objects(kind);
-        let statuses = names
-            .into_iter()
-            .map(|name| match objects.get(&name) {
-                None => {
-                    missing.push(format!("{kind} {name}"));
-                    let mut target = TargetStatus::new(
-                        name.clone(),
-                        TargetState::MissingSignalNode,
-                        inputs.stamp,
-                    );
-                    target.reason = Some(format!("{kind} {name} does not exist"));
-                    target
-                }
-                Some(object) => match command.platform_entry(object) {
-                    Ok(_) => TargetStatus::new(name, TargetState::SignalPending, inputs.stamp),
-                    Err(why) => {
-                        no_platform.push(format!("{kind} {name} ({why})"));
-                        let mut target =
-                            TargetStatus::new(name, TargetState::MissingPlatform, inputs.stamp);
-                        target.reason = Some(why);
-                        target
-                    }
-                },
-            })
-            .collect::<Vec<_>>();
-        targets.push((group, statuses));
-    }
-    if !missing.is_empty() {
-        let mut description = format!("{label}: targets without an object: {}", missing.join(", "));
-        if !no_platform.is_empty() {
-            description
-                .push_str(&format!("; targets without a platform: {}", no_platform.join(", ")));
-        }
-        return NewCommand {
-            state: PlanStateType::IncompleteTargets,
-            description: Some(description),
-            targets,
-            pods: Vec::new(),
-            warnings: Vec::new(),
-        };
-    }
-    if !no_platform.is_empty() {
-        return NewCommand {
-            state: PlanStateType::MissingPlatform,
-            description: Some(format!(
-                "{label}: targets without a platform: {}",
-                no_platform.join(", ")
+/// Check 4: discovery, the target names of every group; a selector that does not parse is
+/// an error, never "all".
+fn check_discovery(
+    inputs: &Inputs<'_>,
+    label: &str,
+    command: Command<'_>,
+) -> Checked<Vec<(Group, Vec<String>)>> {
+    command
+        .groups()
+        .iter()
+        .map(|&group| match discover(inputs, command, group) {
+            Ok(names) => Ok((group, names)),
+            Err(problem) => Err(NewCommand::failed(
+                PlanStateType::IncompleteTargets,
+                format!("{label}: {problem}"),
             )),
-            targets,
-            pods: Vec::new(),
-            warnings: Vec::new(),
-        };
-    }
+        })
+        .collect()
+}
 
-    // Check 6: the node kinds this controller excludes from plans (`--exclude-from-plans`).
+/// The targets one check found wanting, each as `<kind> <name>` (with why, for a platform).
+#[derive(Default)]
+struct Wanting {
+    /// Targets without an object.
+    missing: Vec<String>,
+    /// Targets whose object has no usable platform.
+    no_platform: Vec<String>,
+}
+
+impl Wanting {
+    /// The state and description of a command with these targets wanting, if any is:
+    /// `IncompleteTargets` when an object is missing (naming the platforms wanting too),
+    /// else `MissingPlatform`.
+    fn failure(self, label: &str) -> Option<(PlanStateType, String)> {
+        let Self { missing, no_platform } = self;
+        if !missing.is_empty() {
+            let mut description =
+                format!("{label}: targets without an object: {}", missing.join(", "));
+            if !no_platform.is_empty() {
+                description
+                    .push_str(&format!("; targets without a platform: {}", no_platform.join(", ")));
+            }
+            return Some((PlanStateType::IncompleteTargets, description));
+        }
+        if !no_platform.is_empty() {
+            let description =
+                format!("{label}: targets without a platform: {}", no_platform.join(", "));
+            return Some((PlanStateType::MissingPlatform, description));
+        }
+        None
+    }
+}
+
+/// Check 5: every target has an object and a platform. The target statuses are recorded
+/// even when this fails, so the status shows which nodes were missing or had no platform.
+fn check_targets(
+    inputs: &Inputs<'_>,
+    label: &str,
+    command: Command<'_>,
+    groups: Vec<(Group, Vec<String>)>,
+) -> Checked<Vec<(Group, Vec<TargetStatus>)>> {
+    let mut wanting = Wanting::default();
+    let targets = groups
+        .into_iter()
+        .map(|(group, names)| {
+            let statuses = names
+                .into_iter()
+                .map(|name| target_status(inputs, command, group, name, &mut wanting))
+                .collect::<Vec<_>>();
+            (group, statuses)
+        })
+        .collect::<Vec<_>>();
+    match wanting.failure(label) {
+        Some((state, description)) => Err(NewCommand::with_targets(state, description, targets)),
+        None => Ok(targets),
+    }
+}
+
+/// The NewPlan status of the target `name` of `group`: `SignalPending`, or why it cannot be
+/// signalled (also noted in `wanting`).
+fn target_status(
+    inputs: &Inputs<'_>,
+    command: Command<'_>,
+    group: Group,
+    name: String,
+    wanting: &mut Wanting,
+) -> TargetStatus {
+    let kind = command.object_kind(group);
+    match inputs.objects(kind).get(&name) {
+        None => {
+            wanting.missing.push(format!("{kind} {name}"));
+            let mut target =
+                TargetStatus::new(name.clone(), TargetState::MissingSignalNode, inputs.stamp);
+            target.reason = Some(format!("{kind} {name} does not exist"));
+            target
+        }
+        Some(object) => match command.platform_entry(object) {
+            Ok(_) => TargetStatus::new(name, TargetState::SignalPending, inputs.stamp),
+            Err(why) => {
+                wanting.no_platform.push(format!("{kind} {name} ({why})"));
+                let mut target =
+                    TargetStatus::new(name, TargetState::MissingPlatform, inputs.stamp);
+                target.reason = Some(why);
+                target
+            }
+        },
+    }
+}
+
+/// Check 6: the node kinds this controller excludes from plans (`--exclude-from-plans`).
+fn check_not_excluded(
+    inputs: &Inputs<'_>,
+    label: &str,
+    targets: Vec<(Group, Vec<TargetStatus>)>,
+) -> Checked<Vec<(Group, Vec<TargetStatus>)>> {
     let mut restricted = Vec::new();
     for (group, statuses) in &targets {
         let excluded = match group {
@@ -226,26 +324,14 @@ fn new_command(
         }
     }
     if !restricted.is_empty() {
-        return NewCommand {
-            state: PlanStateType::Restricted,
-            description: Some(format!(
-                "{label} targets {}, which this controller excludes from plans \
-                 (--exclude-from-plans)",
-                restricted.join(" and ")
-            )),
-            targets,
-            pods: Vec::new(),
-            warnings: Vec::new(),
-        };
+        let description = format!(
+            "{label} targets {}, which this controller excludes from plans \
+             (--exclude-from-plans)",
+            restricted.join(" and ")
+        );
+        return Err(NewCommand::with_targets(PlanStateType::Restricted, description, targets));
     }
-
-    NewCommand {
-        state: PlanStateType::SchedulableWait,
-        description: None,
-        targets,
-        pods: Vec::new(),
-        warnings,
-    }
+    Ok(targets)
 }
 
 /// Every field of command `index` that no node or scheduler could act on, each as

@@ -1840,35 +1840,6 @@ fn readiness_results_for_other_controllers_do_not_matter() {
 }
 
 #[test]
-fn the_pure_core_uses_no_client_clock_or_randomness() {
-    let sources = [
-        ("mod.rs", include_str!("mod.rs")),
-        ("machine.rs", include_str!("machine.rs")),
-        ("schedule.rs", include_str!("schedule.rs")),
-        ("discovery.rs", include_str!("discovery.rs")),
-        ("command.rs", include_str!("command.rs")),
-        ("phases.rs", include_str!("phases.rs")),
-        ("selector.rs", include_str!("selector.rs")),
-        ("removed_apis.rs", include_str!("removed_apis.rs")),
-        ("payload.rs", include_str!("payload.rs")),
-        ("checks.rs", include_str!("checks.rs")),
-        ("rollout.rs", include_str!("rollout.rs")),
-        ("preflight/mod.rs", include_str!("../preflight/mod.rs")),
-        ("preflight/compile.rs", include_str!("../preflight/compile.rs")),
-        ("preflight/evaluate.rs", include_str!("../preflight/evaluate.rs")),
-        ("preflight/template.rs", include_str!("../preflight/template.rs")),
-        ("preflight/scheduler.rs", include_str!("../preflight/scheduler.rs")),
-    ];
-    let forbidden =
-        ["kube::", "tokio", "reqwest", "Timestamp::now", "SystemTime", "Instant::", "rand::"];
-    for (file, source) in sources {
-        for word in forbidden {
-            assert!(!source.contains(word), "{file} mentions {word}");
-        }
-    }
-}
-
-#[test]
 fn a_readiness_grace_too_long_to_represent_never_runs_out() {
     let mut sim = two_controllers_one_worker().with_policy(|p| p.readiness_grace = Duration::MAX);
     sim.cluster(|c| c.controller_down("c2", "timeout"));
