@@ -740,3 +740,6 @@ fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,389 @@
+//! The reconcile shell's contract, without a cluster: a pass runs against caches filled by
+//! hand and a client whose API server is a recording function. What the pure machine decides
+//! is tested in `plan/`; these tests check how the shell carries a decision out (the status
+//! first, then each signal with the resourceVersion of the snapshot the decision was made
+//! on, nothing after a failed status write) and what its trigger filter lets through.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::v1beta2::{ControlNode, Plan, TargetState};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use super::*;
+
+/// One request the fake API server received.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    body: Value,
+}
+
+/// The fake API server: records every request; a Plan status write is answered with a new
+/// resourceVersion (or `409 Conflict` when `conflict` is set), a Node patch with the Node,
+/// an Event with itself, every read with `404` (no removed API is served).
+#[derive(Clone, Default)]
+struct FakeApi {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    conflict: bool,
+}
+
+impl FakeApi {
+    fn client(&self) -> kube::Client {
+        let api = self.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let api = api.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await?;
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let seen = Seen {
+                    method: parts.method.to_string(),
+                    path: parts.uri.path().to_string(),
+                    body,
+                };
+                let (code, answer) = api.answer(&seen);
+                api.seen.lock().expect("not poisoned").push(seen);
+                let response = http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    fn answer(&self, seen: &Seen) -> (u16, Value) {
+        let status = |code: u16, reason: &str| {
+            json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                   "code": code, "reason": reason, "message": reason})
+        };
+        match seen.method.as_str() {
+            "PUT" if seen.path.ends_with("/plans/autopilot/status") => {
+                if self.conflict {
+                    return (409, status(409, "Conflict"));
+                }
+                let written = self.requests("PUT").len() + 1;
+                let mut plan = seen.body.clone();
+                plan["metadata"]["resourceVersion"] = json!(format!("plan-rv-{written}"));
+                (200, plan)
+            }
+            "PATCH" if seen.path.starts_with("/api/v1/nodes/") => {
+                let name = seen.path.trim_start_matches("/api/v1/nodes/");
+                (200, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+            }
+            "POST" if seen.path.ends_with("/events") => (201, seen.body.clone()),
+            _ => (404, status(404, "NotFound")),
+        }
+    }
+
+    fn requests(&self, method: &str) -> Vec<Seen> {
+        let seen = self.seen.lock().expect("not poisoned");
+        seen.iter().filter(|s| s.method == method).cloned().collect()
+    }
+
+    /// The writes (everything but reads and Events, which are published in the background),
+    /// in order.
+    fn writes(&self) -> Vec<Seen> {
+        let seen = self.seen.lock().expect("not poisoned");
+        seen.iter().filter(|s| s.method != "GET" && !s.path.ends_with("/events")).cloned().collect()
+    }
+}
+
+fn worker(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "uid": format!("uid-{name}"),
+            "resourceVersion": format!("node-rv-{name}"),
+            "labels": {
+                keys::LABEL_HOSTNAME: name,
+                keys::LABEL_OS: autopilot_api::platform::os(),
+                keys::LABEL_ARCH: autopilot_api::platform::arch(),
+            },
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .expect("a Node")
+}
+
+fn plan(workers: &[&str]) -> Plan {
+    serde_json::from_value(json!({
+        "apiVersion": keys::API_VERSION,
+        "kind": "Plan",
+        "metadata": {"name": keys::PLAN_NAME, "uid": "plan-uid", "generation": 1,
+                     "resourceVersion": "plan-rv-0"},
+        "spec": {
+            "id": "shell",
+            "timestamp": "now",
+            "commands": [{"k0supdate": {
+                "version": "v1.35.9+k0s.0",
+                "platforms": {autopilot_api::platform::current(): {
+                    "url": "http://127.0.0.1:9/k0s", "sha256": "0".repeat(64)}},
+                "targets": {"workers": {
+                    "discovery": {"static": {"nodes": workers}},
+                    "limits": {"concurrent": workers.len()},
+                }},
+            }}],
+        },
+    }))
+    .expect("a Plan")
+}
+
+/// A filled store of `objects`.
+fn store<K>(objects: Vec<K>) -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (store, mut writer) = reflector::store::<K>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    // The store stays readable after its writer is gone.
+    drop(writer);
+    store
+}
+
+fn context(client: kube::Client, nodes: Vec<Node>) -> Arc<Context> {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+    let policy = Policy {
+        exclude_controllers: false,
+        exclude_workers: false,
+        readiness_grace: Duration::from_secs(60),
+        readiness_recheck: Duration::from_secs(5),
+        node_progress_timeout: Duration::from_secs(600),
+        drain_timeout: Duration::from_secs(300),
+        allow_unverified_payloads: false,
+    };
+    let metrics =
+        crate::metrics::Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let engine = Engine::new(
+        client.clone(),
+        config,
+        "127.0.0.1:9".parse().expect("an address"),
+        policy,
+        "controller-0",
+        metrics,
+    )
+    .expect("an engine");
+    Arc::new(Context {
+        events: effect::EventPublisher::start(
+            client.clone(),
+            keys::FIELD_MANAGER.to_string(),
+            "controller-0".to_string(),
+        ),
+        engine,
+        plans: Api::all(client),
+        control_nodes: store::<ControlNode>(Vec::new()),
+        nodes: store(nodes),
+        check_pods: store(Vec::new()),
+        pod_templates: store(Vec::new()),
+        written: Mutex::new(BTreeMap::new()),
+        errors: Mutex::new(autopilot_api::backoff::Capped::default()),
+        views: Mutex::new(Views::default()),
+    })
+}
+
+/// The Plan as the last status write left it (the fake server's answer), or `plan` if
+/// nothing was written.
+fn as_written(api: &FakeApi, plan: Plan) -> Plan {
+    match api.requests("PUT").last() {
+        Some(put) => {
+            let mut body = put.body.clone();
+            let written = api.requests("PUT").len();
+            body["metadata"]["resourceVersion"] = json!(format!("plan-rv-{written}"));
+            serde_json::from_value(body).expect("the written Plan")
+        }
+        None => plan,
+    }
+}
+
+#[tokio::test]
+async fn the_status_is_written_before_the_signals_each_with_the_snapshots_resource_version() {
+    let api = FakeApi::default();
+    let ctx = context(api.client(), vec![worker("w1"), worker("w2")]);
+    let mut current = plan(&["w1", "w2"]);
+    // The machine may take a pass or two (NewPlan, then scheduling) before it signals.
+    let mut passes = 0;
+    while api.requests("PATCH").is_empty() {
+        passes += 1;
+        assert!(passes <= 5, "no signal after 5 passes: {:#?}", api.writes());
+        let before = api.writes().len();
+        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+        let pass: Vec<Seen> = api.writes().into_iter().skip(before).collect();
+        let first_signal = pass.iter().position(|s| s.method == "PATCH");
+        let status_write = pass.iter().position(|s| s.method == "PUT");
+        if let Some(first_signal) = first_signal {
+            // The status recording the signals is written first, on the Plan the pass read.
+            let status_write = status_write.expect("a pass that signals writes the status");
+            assert!(status_write < first_signal, "status after a signal: {pass:#?}");
+            assert_eq!(
+                pass[status_write].body["metadata"]["resourceVersion"],
+                json!(current.metadata.resource_version),
+                "the status write carries the resourceVersion of the Plan the pass read"
+            );
+            let recorded =
+                &pass[status_write].body["status"]["commands"][0]["k0supdate"]["workers"];
+            for signal in pass.iter().filter(|s| s.method == "PATCH") {
+                let name = signal.path.trim_start_matches("/api/v1/nodes/");
+                assert_eq!(
+                    signal.body["metadata"]["resourceVersion"],
+                    json!(format!("node-rv-{name}")),
+                    "the signal to {name} carries its resourceVersion in the snapshot"
+                );
+                assert!(
+                    signal.body["metadata"]["annotations"][keys::ANNOTATION_SIGNAL_DATA]
+                        .is_string(),
+                    "a signal patch writes the signal data: {signal:#?}"
+                );
+                let entry = recorded
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|target| target["name"] == json!(name))
+                    .unwrap_or_else(|| panic!("{name} is not in the status written first"));
+                assert_eq!(entry["state"], json!(TargetState::SignalSent));
+            }
+        }
+        current = as_written(&api, current);
+    }
+    let signalled: Vec<String> = api
+        .requests("PATCH")
+        .iter()
+        .map(|s| s.path.trim_start_matches("/api/v1/nodes/").to_string())
+        .collect();
+    assert_eq!(signalled, ["w1", "w2"], "both workers signalled once, in the machine's order");
+}
+
+#[tokio::test]
+async fn a_pass_whose_status_write_conflicts_writes_no_signal() {
+    // The Plan as it is before the pass that signals.
+    let api = FakeApi::default();
+    let ctx = context(api.client(), vec![worker("w1")]);
+    let mut current = plan(&["w1"]);
+    let mut passes = 0;
+    let signalling = loop {
+        passes += 1;
+        assert!(passes <= 5, "no signal after 5 passes");
+        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+        if !api.requests("PATCH").is_empty() {
+            break current;
+        }
+        current = as_written(&api, current);
+    };
+
+    // The same pass against a server that refuses the status write (a newer status exists).
+    let refusing = FakeApi { conflict: true, ..FakeApi::default() };
+    let result =
+        reconcile(Arc::new(signalling), context(refusing.client(), vec![worker("w1")])).await;
+    assert!(result.is_err(), "a refused status write fails the pass");
+    let writes = refusing.writes();
+    assert_eq!(writes.len(), 1, "only the refused status write, no signal: {writes:#?}");
+    assert_eq!(writes[0].method, "PUT");
+}
+
+fn node_event(name: &str, edit: impl FnOnce(&mut Node)) -> Node {
+    let mut node = worker(name);
+    edit(&mut node);
+    node
+}
+
+/// Runs `events` through the trigger filter and returns the names it passed on.
+async fn triggered(events: Vec<watcher::Event<Node>>) -> Vec<String> {
+    let stream = futures::stream::iter(events.into_iter().map(Ok));
+    triggers(stream, node_fingerprint)
+        .map(|object| object.expect("no error").metadata.name.unwrap_or_default())
+        .collect()
+        .await
+}
+
+#[tokio::test]
+async fn the_trigger_filter_passes_what_a_decision_reads_and_drops_heartbeats() {
+    let heartbeat = |node: &mut Node| {
+        let status = node.status.get_or_insert_default();
+        status.conditions.get_or_insert_default()[0].last_heartbeat_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
+        node.metadata.resource_version = Some("later".into());
+    };
+    let passed = triggered(vec![
+        watcher::Event::Init,
+        watcher::Event::InitApply(worker("w1")),
+        watcher::Event::InitApply(worker("w2")),
+        watcher::Event::InitDone,
+        // A kubelet heartbeat changes nothing a decision reads.
+        watcher::Event::Apply(node_event("w1", heartbeat)),
+        // A label (selectors, platform), a signal and readiness do.
+        watcher::Event::Apply(node_event("w1", |node| {
+            node.metadata.labels.get_or_insert_default().insert("role".into(), "db".into());
+        })),
+        watcher::Event::Apply(node_event("w2", |node| {
+            node.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(keys::ANNOTATION_SIGNAL_DATA.into(), "{}".into());
+        })),
+        watcher::Event::Apply(node_event("w2", |node| {
+            node.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(keys::ANNOTATION_SIGNAL_DATA.into(), "{}".into());
+            node.status.get_or_insert_default().conditions.get_or_insert_default()[0].status =
+                "False".into();
+        })),
+        // A deletion always passes; the same object coming back passes again.
+        watcher::Event::Delete(worker("w1")),
+        watcher::Event::Apply(worker("w1")),
+    ])
+    .await;
+    assert_eq!(passed, ["w1", "w2", "w1", "w2", "w2", "w1", "w1"]);
+}
+
+#[tokio::test]
+async fn a_relist_passes_every_object_again() {
+    let passed = triggered(vec![
+        watcher::Event::Init,
+        watcher::Event::InitApply(worker("w1")),
+        watcher::Event::InitDone,
+        watcher::Event::Apply(worker("w1")),
+        watcher::Event::Init,
+        watcher::Event::InitApply(worker("w1")),
+        watcher::Event::InitDone,
+    ])
+    .await;
+    assert_eq!(passed, ["w1", "w1"], "an unchanged update is dropped, a re-list is not");
+}
+
+#[tokio::test]
+async fn only_signalled_objects_are_fed_to_the_drain() {
+    let (feed, fed) = futures::channel::mpsc::unbounded();
+    let signalled = node_event("w2", |node| {
+        node.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(keys::ANNOTATION_SIGNAL_DATA.into(), "{}".into());
+    });
+    let events = vec![
+        Ok(watcher::Event::Init),
+        Ok(watcher::Event::InitApply(worker("w1"))),
+        Ok(watcher::Event::InitApply(signalled.clone())),
+        Ok(watcher::Event::InitDone),
+        Ok(watcher::Event::Apply(signalled)),
+        Ok(watcher::Event::Delete(worker("w1"))),
+    ];
+    let passed = feed_signalled(futures::stream::iter(events), feed).count().await;
+    assert_eq!(passed, 6, "the watch's own events are unchanged");
+    let fed: Vec<String> =
+        fed.map(|node: Node| node.metadata.name.unwrap_or_default()).collect().await;
+    assert_eq!(fed, ["w2", "w2"]);
+}
