@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 const PURE_FILES: &[&str] = &[
     // The plan machine: `step` and everything it decides with.
     "crates/autopilot-controller/src/plan/mod.rs",
+    "crates/autopilot-controller/src/plan/inputs.rs",
+    "crates/autopilot-controller/src/plan/decision.rs",
     "crates/autopilot-controller/src/plan/machine.rs",
     "crates/autopilot-controller/src/plan/phases.rs",
     "crates/autopilot-controller/src/plan/command.rs",
@@ -24,7 +26,9 @@ const PURE_FILES: &[&str] = &[
     "crates/autopilot-controller/src/plan/payload.rs",
     "crates/autopilot-controller/src/plan/removed_apis.rs",
     "crates/autopilot-controller/src/plan/rollout.rs",
+    "crates/autopilot-controller/src/plan/progress.rs",
     "crates/autopilot-controller/src/plan/schedule.rs",
+    "crates/autopilot-controller/src/plan/targets.rs",
     "crates/autopilot-controller/src/plan/selector.rs",
     // Preflight: compiling the checks, their templates, scheduling and evaluating them.
     "crates/autopilot-controller/src/preflight/mod.rs",

@@ -40,11 +40,11 @@ use autopilot_api::preflight::status_code;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
 use super::command::{Command, Group, RunIdentity, targets};
-use super::discovery::{NewCommand, select};
-use super::machine::{Decision, Inputs};
+use super::decision::{Decision, Effect, ObjectKind};
+use super::inputs::Inputs;
 use super::phases::reasons;
-use super::schedule::{Outcome, end, release_hold, signal_target};
-use super::{Effect, ObjectKind};
+use super::progress::{Outcome, end, release_hold, signal_target};
+use super::targets::{NewCommand, select};
 use crate::preflight::scheduler::{self, PodKey};
 use crate::preflight::{CompiledCommand, NodeVerdict};
 

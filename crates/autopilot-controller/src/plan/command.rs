@@ -14,7 +14,8 @@ use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanCommandTarget, PlanResourceUrl, TargetStatus,
 };
 
-use super::{ObjectKind, ObservedSignal, TargetObject};
+use super::decision::ObjectKind;
+use super::inputs::{ObservedSignal, TargetObject};
 
 /// A command with exactly one kind.
 #[derive(Clone, Copy, Debug)]

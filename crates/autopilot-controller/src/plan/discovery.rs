@@ -8,20 +8,17 @@
 //! node or scheduler could act on ([`field_problems`]): a plan never sends a signal that a
 //! node will refuse.
 
-use std::collections::BTreeSet;
-
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{
-    PlanCommand, PlanCommandTargetLimits, PlanStateType, PlanStatus, PreflightPodStatus,
-    TargetState, TargetStatus,
+    PlanCommand, PlanCommandTargetLimits, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
 
-use super::Effect;
 use super::command::{Command, Group, kind_problem, targets_mut};
-use super::machine::Inputs;
+use super::decision::Effect;
+use super::inputs::Inputs;
 use super::payload;
 use super::removed_apis::{RemovedApiUse, blocking_use};
-use super::selector::{FieldSelector, LabelSelector};
+use super::targets::{NewCommand, select};
 
 /// Run NewPlan over every command of a freshly started run. Sets the plan state to
 /// `SchedulableWait` on success or to the failing command's state.
@@ -68,49 +65,6 @@ pub(super) fn new_plan(
     }
     status.state = PlanStateType::SchedulableWait;
     warnings
-}
-
-/// The NewPlan result of one command.
-pub(super) struct NewCommand {
-    /// `SchedulableWait` or the failure.
-    pub(super) state: PlanStateType,
-    /// Why it failed.
-    pub(super) description: Option<String>,
-    /// The resolved targets per group (recorded even when a target check fails, so the
-    /// status shows which nodes were missing or had no platform).
-    pub(super) targets: Vec<(Group, Vec<TargetStatus>)>,
-    /// A preflight command's `scheduler` Pods, one per check and node.
-    pub(super) pods: Vec<PreflightPodStatus>,
-    /// Warning Events about payloads accepted without an integrity check.
-    pub(super) warnings: Vec<Effect>,
-}
-
-impl NewCommand {
-    pub(super) fn failed(state: PlanStateType, description: String) -> Self {
-        Self {
-            state,
-            description: Some(description),
-            targets: Vec::new(),
-            pods: Vec::new(),
-            warnings: Vec::new(),
-        }
-    }
-
-    /// A failure that still records the resolved `targets` (which nodes were missing, had no
-    /// platform or are excluded).
-    fn with_targets(
-        state: PlanStateType,
-        description: String,
-        targets: Vec<(Group, Vec<TargetStatus>)>,
-    ) -> Self {
-        Self {
-            state,
-            description: Some(description),
-            targets,
-            pods: Vec::new(),
-            warnings: Vec::new(),
-        }
-    }
 }
 
 /// The NewPlan checks of one command, in order; the first that fails decides the result.
@@ -452,36 +406,4 @@ fn discover(
                 .is_some_and(|control_node| command.platform_entry(control_node).is_ok())
     };
     Ok(names.into_iter().filter(|name| !is_controller_worker(name)).collect())
-}
-
-/// The names `target` selects among the objects of `kind`: its `static` list (objects need
-/// not exist), else its selector (labels and fields both match; `{}` is every object), else
-/// nothing. A selector that does not parse is an error naming the group, never "all".
-pub(super) fn select(
-    inputs: &Inputs<'_>,
-    kind: super::ObjectKind,
-    group: Group,
-    target: &autopilot_api::v1beta2::PlanCommandTarget,
-) -> Result<BTreeSet<String>, String> {
-    let objects = inputs.objects(kind);
-    let names: BTreeSet<String> = if let Some(list) = &target.discovery.r#static {
-        list.nodes.iter().cloned().collect()
-    } else if let Some(selector) = &target.discovery.selector {
-        let label_text = selector.labels.as_deref().unwrap_or_default();
-        let labels = LabelSelector::parse(label_text).map_err(|problem| {
-            format!("{} label selector {label_text:?} is invalid: {problem}", group.name())
-        })?;
-        let field_text = selector.fields.as_deref().unwrap_or_default();
-        let fields = FieldSelector::parse(field_text).map_err(|problem| {
-            format!("{} field selector {field_text:?} is invalid: {problem}", group.name())
-        })?;
-        objects
-            .iter()
-            .filter(|(name, object)| labels.matches(&object.labels) && fields.matches(name))
-            .map(|(name, _)| name.clone())
-            .collect()
-    } else {
-        BTreeSet::new()
-    };
-    Ok(names)
 }

@@ -18,12 +18,11 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::command::{Command, targets};
+use super::decision::{Decision, Effect, EventKind, ObjectKind, Requeue, Transition};
+use super::inputs::{Inputs, Observed, PlanView, Policy, Probes};
 use super::phases::reasons;
 use super::removed_apis::RemovedApiUse;
-use super::{
-    Effect, EventKind, ObjectKind, Observed, PlanView, Policy, Readiness, Requeue, Steering,
-    TargetObject, Transition, discovery, schedule,
-};
+use super::{discovery, schedule};
 
 /// How soon to look again when a run waits for the removed-API findings the shell has not
 /// passed yet. Short: the shell is expected to answer on its next pass.
@@ -43,10 +42,10 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// with no status that cannot start yet (its removed-API findings are missing) gets
 /// `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
-    let mut probes = Probes { readiness: observed.readiness, unprobed: BTreeSet::new() };
+    let mut probes = Probes::new(observed.readiness);
     let mut transition =
         Pass { inputs: Inputs::new(observed, policy, &plan), plan }.run(&mut probes);
-    transition.unprobed = probes.unprobed.into_iter().collect();
+    transition.unprobed = probes.into_unprobed();
     // Check Pods belong to the `autopilot` plan's run: any that no running check waits for
     // goes (recorded, aborted, ended, or left by an earlier run).
     if plan.name == keys::PLAN_NAME {
@@ -84,108 +83,6 @@ pub fn removed_api_check_versions(plan: PlanView<'_>) -> Vec<String> {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()
-}
-
-/// What every part of a pass reads: the snapshot, the policy and the time.
-#[derive(Clone, Copy)]
-pub(super) struct Inputs<'a> {
-    /// The snapshot.
-    pub(super) observed: &'a Observed<'a>,
-    /// This controller's flags.
-    pub(super) policy: &'a Policy,
-    /// The time of the snapshot, for durations.
-    pub(super) now: Timestamp,
-    /// The time of the snapshot in whole seconds, for everything written to the status (the
-    /// API server keeps whole seconds, so a status read back equals the one written).
-    pub(super) stamp: Timestamp,
-    /// The operator's pause/abort.
-    pub(super) steering: Steering,
-    /// The plan id whose preflight warnings an operator accepted, if any.
-    pub(super) accepted_warnings: Option<&'a str>,
-    /// The Plan's name and uid (the owner of `scheduler` check Pods).
-    pub(super) plan_name: &'a str,
-    pub(super) plan_uid: &'a str,
-}
-
-impl<'a> Inputs<'a> {
-    fn new(observed: &'a Observed<'a>, policy: &'a Policy, plan: &PlanView<'a>) -> Self {
-        let now = observed.now;
-        let stamp = Timestamp::from_second(now.as_second()).unwrap_or(now);
-        Self {
-            observed,
-            policy,
-            now,
-            stamp,
-            steering: plan.steering,
-            accepted_warnings: plan.accepted_warnings,
-            plan_name: plan.name,
-            plan_uid: plan.uid,
-        }
-    }
-
-    /// Every object of a kind, by name.
-    pub(super) fn objects(&self, kind: ObjectKind) -> &'a BTreeMap<String, TargetObject> {
-        match kind {
-            ObjectKind::ControlNode => self.observed.control_nodes,
-            ObjectKind::Node => self.observed.nodes,
-        }
-    }
-}
-
-/// Controller readiness in a pass: the shell's probe results, and the controllers asked
-/// about that have none.
-pub(super) struct Probes<'a> {
-    /// `observed.readiness`.
-    readiness: &'a BTreeMap<String, Readiness>,
-    /// Every name asked about with no result (counted not ready).
-    unprobed: BTreeSet<String>,
-}
-
-impl Probes<'_> {
-    /// The first of `names` (in the given order) that is not ready, and why. Every name
-    /// without a probe result is recorded (all of them, so one round of probes answers the
-    /// whole list) and counts as not ready.
-    pub(super) fn first_not_ready(&mut self, names: &[&str]) -> Option<(String, String)> {
-        let missing = names.iter().filter(|name| !self.readiness.contains_key(**name));
-        self.unprobed.extend(missing.map(|name| (*name).to_owned()));
-        names.iter().find_map(|name| match self.readiness.get(*name) {
-            Some(Readiness::Ready) => None,
-            Some(Readiness::NotReady(why)) => Some(((*name).to_owned(), why.clone())),
-            None => Some(((*name).to_owned(), "its /readyz was not probed".to_owned())),
-        })
-    }
-}
-
-/// The signals and the requeue a pass decided on (events are derived at the end).
-#[derive(Debug)]
-pub(super) struct Decision {
-    /// Signals to write and check Pods to create, in order.
-    pub(super) signals: Vec<Effect>,
-    /// When to look again without a change.
-    pub(super) requeue: Requeue,
-    /// The Event reason of each command's hold (`reason`), by command id, when it is not a
-    /// not-ready worker (the default): a not-ready controller, a pause, a soak, a stop.
-    pub(super) holds: BTreeMap<u32, &'static str>,
-}
-
-impl Decision {
-    /// Nothing decided yet.
-    pub(super) fn new() -> Self {
-        Self { signals: Vec::new(), requeue: Requeue::OnChange, holds: BTreeMap::new() }
-    }
-
-    /// Record what kind of hold command `id`'s `reason` describes (for its Event).
-    pub(super) fn hold(&mut self, id: u32, reason: &'static str) {
-        self.holds.insert(id, reason);
-    }
-
-    /// Look again after `delay` at the latest.
-    pub(super) fn requeue_after(&mut self, delay: Duration) {
-        self.requeue = match self.requeue {
-            Requeue::OnChange => Requeue::After(delay),
-            Requeue::After(current) => Requeue::After(current.min(delay)),
-        };
-    }
 }
 
 /// Where a Plan's run stands before the pass.

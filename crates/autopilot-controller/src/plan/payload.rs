@@ -11,7 +11,8 @@
 //! when a node of that platform is added and the plan is rerun.
 
 use super::command::Command;
-use super::{Effect, EventKind, phases::reasons};
+use super::decision::{Effect, EventKind};
+use super::phases::reasons;
 
 /// How an unverified payload reaches the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

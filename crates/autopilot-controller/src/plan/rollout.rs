@@ -18,10 +18,11 @@ use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
 };
 
-use super::{
-    CheckPods, Effect, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Requeue,
-    Steering, TargetObject, step,
+use super::decision::{Effect, ObjectKind, Requeue};
+use super::inputs::{
+    CheckPods, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering, TargetObject,
 };
+use super::machine::step;
 
 /// The most passes a dry run makes before it reports that it stalled (a run of N targets
 /// needs about 2N passes).

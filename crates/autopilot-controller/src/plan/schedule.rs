@@ -16,9 +16,10 @@ use autopilot_api::{duration, keys};
 use jiff::Timestamp;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
-use super::machine::{Decision, Inputs, Probes};
+use super::decision::{Decision, Effect, SignalTarget};
+use super::inputs::{Inputs, ObservedSignal, Probes};
 use super::phases::reasons;
-use super::{Effect, ObservedSignal, SignalTarget};
+use super::progress::{Outcome, end, release_hold, set_state, signal_target};
 
 /// Drive the run's commands in order. Returns the plan state the pass ends in, or `None`
 /// when the status is not one this machine can drive (left as it is).
@@ -54,16 +55,6 @@ pub(super) fn schedule(
         }
     }
     Some(PlanStateType::Completed)
-}
-
-/// Where one pass left a command.
-pub(super) enum Outcome {
-    /// Every target completed; the next command may start.
-    Completed,
-    /// Still running (`SchedulableWait`) or held (`Schedulable`).
-    Running,
-    /// Ended in a failure state.
-    Ended,
 }
 
 fn step_command(
@@ -858,58 +849,6 @@ fn signal_workers(
     Decided::Done(Outcome::Running)
 }
 
-/// Signal the named pending targets of a group. Every target's platform is checked first;
-/// if one has none, it becomes `MissingPlatform`, nothing is signalled, and `false` tells
-/// the caller to decide again (the failure policy now counts it).
-pub(super) fn signal_target(
-    inputs: &Inputs<'_>,
-    decision: &mut Decision,
-    run: &RunIdentity,
-    command: Command<'_>,
-    status: &mut PlanCommandStatus,
-    group: Group,
-    names: &[String],
-) -> bool {
-    let index = status.id;
-    let kind = command.object_kind(group);
-    let objects = inputs.objects(kind);
-    let Some(group_targets) = targets_mut(status, command, group) else { return true };
-    let mut signals = Vec::new();
-    let mut failed = false;
-    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
-        let Some(object) = objects.get(&target.name) else {
-            // Not reachable: read-back already marked targets without an object.
-            set_state(target, TargetState::MissingSignalNode, inputs);
-            target.reason = Some(format!("{kind} {} no longer exists", target.name));
-            failed = true;
-            continue;
-        };
-        let created = format_timestamp(inputs.stamp);
-        match command.signal_for(run, index, object, target, created) {
-            Ok(data) => signals.push((target.name.clone(), data)),
-            Err(why) => {
-                set_state(target, TargetState::MissingPlatform, inputs);
-                target.reason = Some(why);
-                failed = true;
-            }
-        }
-    }
-    if failed {
-        return false;
-    }
-    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
-        set_state(target, TargetState::SignalSent, inputs);
-    }
-    if !names.is_empty() {
-        // Their progress deadline starts now (see `enforce_progress_deadline`).
-        decision.requeue_after(command.progress_timeout(inputs.policy.node_progress_timeout));
-    }
-    for (name, data) in signals {
-        decision.signals.push(Effect::Signal { target: SignalTarget { kind, name }, data });
-    }
-    true
-}
-
 /// End the command if a target failed: a node reported a failure (`ApplyFailed`), an object
 /// disappeared (`MissingSignalNode`) or a platform went away (`MissingPlatform`), in that
 /// order of precedence. The description names every such node and why.
@@ -951,29 +890,4 @@ fn end_on_target_failure(
         }
     }
     None
-}
-
-/// Move a target to `state` as of this pass (a no-op when it is already there).
-fn set_state(target: &mut TargetStatus, state: TargetState, inputs: &Inputs<'_>) {
-    if target.state != state {
-        target.state = state;
-        target.last_updated_timestamp = Time(inputs.stamp);
-    }
-}
-
-/// End a command in a failure state with a description. The hold reason goes (nothing is
-/// waited for any more); `notReadySince` stays only as the evidence of `InconsistentTargets`.
-pub(super) fn end(status: &mut PlanCommandStatus, state: PlanStateType, description: String) {
-    status.state = state;
-    status.description = Some(description);
-    status.reason = None;
-    if state != PlanStateType::InconsistentTargets {
-        status.not_ready_since = None;
-    }
-}
-
-/// Nothing holds the command any more.
-pub(super) fn release_hold(status: &mut PlanCommandStatus) {
-    status.reason = None;
-    status.not_ready_since = None;
 }

@@ -1,0 +1,132 @@
+//! What a pass decides: the complete next status with its effects ([`Transition`]), and,
+//! inside the machine, the signals and requeue it is collecting ([`Decision`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::signal::SignalData;
+use autopilot_api::v1beta2::PlanStatus;
+use k8s_openapi::api::core::v1::Pod;
+
+/// The decision of one pass.
+#[must_use]
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transition {
+    /// The complete next status (not a delta). Equal to the input status when nothing
+    /// changed; the shell then writes nothing.
+    pub status: PlanStatus,
+    /// Side effects to perform after the status is written, in order. Each is idempotent.
+    pub effects: Vec<Effect>,
+    /// When the shell should run the next pass without a triggering change.
+    pub requeue: Requeue,
+    /// The controllers whose readiness this pass needed and `observed.readiness` did not
+    /// have (it counted them not ready), sorted. When not empty, the shell probes them and
+    /// calls [`step`] again with the results; only a pass that may signal a controller asks.
+    pub unprobed: Vec<String>,
+}
+
+/// A side effect the shell performs. Every effect is idempotent.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "a handful per pass; signals are the common case")]
+pub enum Effect {
+    /// Write the signal annotations onto the target's object (optimistic concurrency:
+    /// a conflict means re-observe and re-decide). Emitted for each newly `SignalSent`
+    /// target and for each `SignalSent` target whose object does not carry this run's
+    /// signal; the data is identical each time for a given target and has no node status.
+    /// Also emitted once when a node misses its progress deadline: then the data is the
+    /// node's own signal with the status `Failed` and the deadline as its reason, so the
+    /// node stops and an autopilot cordon is undone as for any failed node.
+    Signal {
+        /// Which object.
+        target: SignalTarget,
+        /// The complete signal (no node status).
+        data: SignalData,
+    },
+    /// Create a `scheduler` check's Pod (an `AlreadyExists` answer is success: the Pod's name
+    /// is stable per run, command, check and node). Emitted when the Pod is first due, and
+    /// again while the snapshot does not show it and its result is not recorded.
+    CreatePod(Box<Pod>),
+    /// Delete a check Pod whose result is recorded, or that belongs to no running check (a
+    /// `NotFound` answer is success).
+    DeletePod {
+        /// The Pod's name in [`keys::NAMESPACE`].
+        name: String,
+    },
+    /// Emit a Kubernetes Event on the Plan.
+    Event {
+        /// `Normal` or `Warning`.
+        kind: EventKind,
+        /// PascalCase reason (a constant from [`phases::reasons`]).
+        reason: &'static str,
+        /// Human-readable note, naming the node/command and the cause.
+        note: String,
+    },
+}
+
+/// The object a signal is written to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SignalTarget {
+    /// `ControlNode` or `Node`.
+    pub kind: ObjectKind,
+    /// Object name.
+    pub name: String,
+}
+
+/// Kinds of signal objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ObjectKind {
+    /// A `ControlNode` (controllers and controller+workers, k0supdate).
+    ControlNode,
+    /// A core `Node` (pure workers for k0supdate; every airgap target).
+    Node,
+}
+
+/// Kubernetes Event types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// Progress.
+    Normal,
+    /// A failure or a hold an operator should look at.
+    Warning,
+}
+
+/// When the next pass should run if nothing changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// Only when a watched object changes (the normal case: event-driven).
+    OnChange,
+    /// After this long (time itself matters: readiness re-probe, grace expiry).
+    After(Duration),
+}
+
+/// The signals and the requeue a pass decided on (events are derived at the end).
+#[derive(Debug)]
+pub(super) struct Decision {
+    /// Signals to write and check Pods to create, in order.
+    pub(super) signals: Vec<Effect>,
+    /// When to look again without a change.
+    pub(super) requeue: Requeue,
+    /// The Event reason of each command's hold (`reason`), by command id, when it is not a
+    /// not-ready worker (the default): a not-ready controller, a pause, a soak, a stop.
+    pub(super) holds: BTreeMap<u32, &'static str>,
+}
+
+impl Decision {
+    /// Nothing decided yet.
+    pub(super) fn new() -> Self {
+        Self { signals: Vec::new(), requeue: Requeue::OnChange, holds: BTreeMap::new() }
+    }
+
+    /// Record what kind of hold command `id`'s `reason` describes (for its Event).
+    pub(super) fn hold(&mut self, id: u32, reason: &'static str) {
+        self.holds.insert(id, reason);
+    }
+
+    /// Look again after `delay` at the latest.
+    pub(super) fn requeue_after(&mut self, delay: Duration) {
+        self.requeue = match self.requeue {
+            Requeue::OnChange => Requeue::After(delay),
+            Requeue::After(current) => Requeue::After(current.min(delay)),
+        };
+    }
+}

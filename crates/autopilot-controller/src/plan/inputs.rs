@@ -1,0 +1,239 @@
+//! What a pass reads: the Plan as the shell read it ([`PlanView`]), the snapshot of the
+//! cluster ([`Observed`]), this controller's flags ([`Policy`]), and, inside the machine, the
+//! three together with the time of the pass ([`Inputs`]) and the controller readiness it asked
+//! about ([`Probes`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::signal::SignalData;
+use autopilot_api::v1beta2::{PlanSpec, PlanStatus};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+
+use super::decision::ObjectKind;
+use super::removed_apis::RemovedApiUse;
+
+/// The Plan being decided on, as the shell read it.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanView<'a> {
+    /// `metadata.name`; only `autopilot` runs.
+    pub name: &'a str,
+    /// `metadata.uid`; part of the run id.
+    pub uid: &'a str,
+    /// `metadata.generation`; a new generation after a run ended starts a new run.
+    pub generation: i64,
+    /// The live spec (only read when a run starts; the run then uses its frozen copy).
+    pub spec: &'a PlanSpec,
+    /// The current status (`None` before the first pass).
+    pub status: Option<&'a PlanStatus>,
+    /// What the operator asked for through the Plan's annotations ([`Steering::of`]).
+    pub steering: Steering,
+    /// The value of the Plan's [`keys::ANNOTATION_ACCEPT_WARNINGS`] annotation: the plan id
+    /// whose preflight warnings an operator accepted (`onWarn: Block`).
+    pub accepted_warnings: Option<&'a str>,
+}
+
+/// An operator's steering of a running plan, kept in the Plan's annotations so it survives
+/// leader changes (`k0s autopilot pause|resume|abort`, or `kubectl annotate`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Steering {
+    /// [`keys::ANNOTATION_PAUSED`]: signal no new node; nodes in flight finish.
+    pub paused: bool,
+    /// [`keys::ANNOTATION_ABORT`]: signal no new node, let the nodes in flight finish, then
+    /// end the run `Aborted`. While it is set, a changed spec does not start a new run.
+    pub aborted: bool,
+}
+
+impl Steering {
+    /// Read from a Plan's annotations: an annotation counts when present with any value but
+    /// `false` (so `kubectl annotate … paused=true` and `…=yes` both pause).
+    pub fn of(annotations: &BTreeMap<String, String>) -> Self {
+        let set = |key: &str| {
+            annotations.get(key).is_some_and(|value| !value.trim().eq_ignore_ascii_case("false"))
+        };
+        Self { paused: set(keys::ANNOTATION_PAUSED), aborted: set(keys::ANNOTATION_ABORT) }
+    }
+}
+
+/// One `Node` or `ControlNode` as the planner sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetObject {
+    /// Object name.
+    pub name: String,
+    /// Object labels (platform: `kubernetes.io/os` + `kubernetes.io/arch`; selectors).
+    pub labels: BTreeMap<String, String>,
+    /// For a `Node`: its `Ready` condition is `True`. For a `ControlNode`: always `true`
+    /// (controller readiness comes from the `/readyz` probe, see [`Observed::readiness`]).
+    pub ready: bool,
+    /// The signal annotations found on the object.
+    pub signal: ObservedSignal,
+}
+
+/// The signal annotations of an object, decoded.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "one per object in a snapshot; boxing buys nothing")]
+pub enum ObservedSignal {
+    /// Neither signal annotation is present.
+    None,
+    /// The annotations are present but do not decode or validate (the text says why).
+    Invalid(String),
+    /// A valid signal (possibly from another plan or run: the machine checks).
+    Valid(SignalData),
+}
+
+/// The result of probing one plan controller's API server (`GET /readyz`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// `/readyz` answered 2xx.
+    Ready,
+    /// The probe failed (connection refused, timeout, non-2xx); the text says how.
+    NotReady(String),
+}
+
+/// What the planner may look at, captured once per pass. A snapshot: it may already be
+/// stale, which the machine tolerates (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub struct Observed<'a> {
+    /// The current time (the only clock the machine sees).
+    pub now: jiff::Timestamp,
+    /// Every `ControlNode`, by name.
+    pub control_nodes: &'a BTreeMap<String, TargetObject>,
+    /// Every `Node`, by name.
+    pub nodes: &'a BTreeMap<String, TargetObject>,
+    /// `/readyz` results of the controllers probed for this pass; a controller missing here
+    /// counts as not ready and is named in [`Transition::unprobed`].
+    pub readiness: &'a BTreeMap<String, Readiness>,
+    /// Uses of removed APIs found by the shell for the versions named by
+    /// [`removed_api_check_versions`] (`None` when that list was empty). A run that needs the
+    /// check and finds `None` here waits (status unchanged) instead of skipping it.
+    pub removed_apis: Option<&'a [RemovedApiUse]>,
+    /// The Pods of `scheduler` checks and their templates ([`CheckPods::NONE`] when the
+    /// caller runs no such checks).
+    pub check_pods: CheckPods<'a>,
+}
+
+/// What the shell found for `scheduler` checks (`crate::preflight::scheduler`), in the
+/// namespace [`keys::NAMESPACE`].
+#[derive(Clone, Copy, Debug)]
+pub struct CheckPods<'a> {
+    /// Every Pod labelled [`crate::preflight::scheduler::LABEL_RUN`], by name.
+    pub pods: &'a BTreeMap<String, Pod>,
+    /// Every ConfigMap (the Pod templates), by name.
+    pub templates: &'a BTreeMap<String, ConfigMap>,
+}
+
+static NO_PODS: BTreeMap<String, Pod> = BTreeMap::new();
+static NO_TEMPLATES: BTreeMap<String, ConfigMap> = BTreeMap::new();
+
+impl CheckPods<'static> {
+    /// No Pods and no templates: a `scheduler` check then finds no template (status code
+    /// 22) and no Pod is deleted.
+    pub const NONE: Self = Self { pods: &NO_PODS, templates: &NO_TEMPLATES };
+}
+
+/// Controller policy: flags of this controller, not part of the Plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// `--exclude-from-plans controller`: plans that target controllers end `Restricted`.
+    pub exclude_controllers: bool,
+    /// `--exclude-from-plans worker`: plans that target workers end `Restricted`.
+    pub exclude_workers: bool,
+    /// `--readiness-grace`: how long a plan controller may stay not ready before the command
+    /// ends in `InconsistentTargets`.
+    pub readiness_grace: Duration,
+    /// How soon to probe again while a command is held by a not-ready controller.
+    pub readiness_recheck: Duration,
+    /// `--node-progress-timeout`: how long a signalled node (controller or worker) may show
+    /// no progress (its signal phase unchanged) before it fails with
+    /// `no progress in <phase> for <duration>`. A command's `progressTimeout` overrides it.
+    pub node_progress_timeout: Duration,
+    /// `--drain-timeout`: how long the leader's drain of a node may stay blocked before the
+    /// node fails (read by the cordon/drain controllers, not by the machine).
+    pub drain_timeout: Duration,
+    /// `--allow-unverified-payloads`: accept platform entries with neither a `sha256` nor
+    /// an `https://` URL (each still gets a Warning Event). Without it, NewPlan refuses
+    /// such a plan (`Warning`) before any node is signalled.
+    pub allow_unverified_payloads: bool,
+}
+
+/// What every part of a pass reads: the snapshot, the policy and the time.
+#[derive(Clone, Copy)]
+pub(super) struct Inputs<'a> {
+    /// The snapshot.
+    pub(super) observed: &'a Observed<'a>,
+    /// This controller's flags.
+    pub(super) policy: &'a Policy,
+    /// The time of the snapshot, for durations.
+    pub(super) now: Timestamp,
+    /// The time of the snapshot in whole seconds, for everything written to the status (the
+    /// API server keeps whole seconds, so a status read back equals the one written).
+    pub(super) stamp: Timestamp,
+    /// The operator's pause/abort.
+    pub(super) steering: Steering,
+    /// The plan id whose preflight warnings an operator accepted, if any.
+    pub(super) accepted_warnings: Option<&'a str>,
+    /// The Plan's name and uid (the owner of `scheduler` check Pods).
+    pub(super) plan_name: &'a str,
+    pub(super) plan_uid: &'a str,
+}
+
+impl<'a> Inputs<'a> {
+    pub(super) fn new(observed: &'a Observed<'a>, policy: &'a Policy, plan: &PlanView<'a>) -> Self {
+        let now = observed.now;
+        let stamp = Timestamp::from_second(now.as_second()).unwrap_or(now);
+        Self {
+            observed,
+            policy,
+            now,
+            stamp,
+            steering: plan.steering,
+            accepted_warnings: plan.accepted_warnings,
+            plan_name: plan.name,
+            plan_uid: plan.uid,
+        }
+    }
+
+    /// Every object of a kind, by name.
+    pub(super) fn objects(&self, kind: ObjectKind) -> &'a BTreeMap<String, TargetObject> {
+        match kind {
+            ObjectKind::ControlNode => self.observed.control_nodes,
+            ObjectKind::Node => self.observed.nodes,
+        }
+    }
+}
+
+/// Controller readiness in a pass: the shell's probe results, and the controllers asked
+/// about that have none.
+pub(super) struct Probes<'a> {
+    /// `observed.readiness`.
+    readiness: &'a BTreeMap<String, Readiness>,
+    /// Every name asked about with no result (counted not ready).
+    unprobed: BTreeSet<String>,
+}
+
+impl<'a> Probes<'a> {
+    /// No controller asked about yet.
+    pub(super) fn new(readiness: &'a BTreeMap<String, Readiness>) -> Self {
+        Self { readiness, unprobed: BTreeSet::new() }
+    }
+
+    /// The controllers asked about that had no probe result, sorted.
+    pub(super) fn into_unprobed(self) -> Vec<String> {
+        self.unprobed.into_iter().collect()
+    }
+
+    /// The first of `names` (in the given order) that is not ready, and why. Every name
+    /// without a probe result is recorded (all of them, so one round of probes answers the
+    /// whole list) and counts as not ready.
+    pub(super) fn first_not_ready(&mut self, names: &[&str]) -> Option<(String, String)> {
+        let missing = names.iter().filter(|name| !self.readiness.contains_key(**name));
+        self.unprobed.extend(missing.map(|name| (*name).to_owned()));
+        names.iter().find_map(|name| match self.readiness.get(*name) {
+            Some(Readiness::Ready) => None,
+            Some(Readiness::NotReady(why)) => Some(((*name).to_owned(), why.clone())),
+            None => Some(((*name).to_owned(), "its /readyz was not probed".to_owned())),
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! What a pass does to one command's status, shared by the k0s/airgap scheduling
+//! ([`super::schedule`]) and the preflight checks ([`super::checks`]): move targets on,
+//! signal them, end the command or release its hold, and say where the pass left it.
+
+use autopilot_api::signal::format_timestamp;
+use autopilot_api::v1beta2::{PlanCommandStatus, PlanStateType, TargetState, TargetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::command::{Command, Group, RunIdentity, targets_mut};
+use super::decision::{Decision, Effect, SignalTarget};
+use super::inputs::Inputs;
+
+/// Where one pass left a command.
+pub(super) enum Outcome {
+    /// Every target completed; the next command may start.
+    Completed,
+    /// Still running (`SchedulableWait`) or held (`Schedulable`).
+    Running,
+    /// Ended in a failure state.
+    Ended,
+}
+
+/// Signal the named pending targets of a group. Every target's platform is checked first;
+/// if one has none, it becomes `MissingPlatform`, nothing is signalled, and `false` tells
+/// the caller to decide again (the failure policy now counts it).
+pub(super) fn signal_target(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    group: Group,
+    names: &[String],
+) -> bool {
+    let index = status.id;
+    let kind = command.object_kind(group);
+    let objects = inputs.objects(kind);
+    let Some(group_targets) = targets_mut(status, command, group) else { return true };
+    let mut signals = Vec::new();
+    let mut failed = false;
+    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+        let Some(object) = objects.get(&target.name) else {
+            // Not reachable: read-back already marked targets without an object.
+            set_state(target, TargetState::MissingSignalNode, inputs);
+            target.reason = Some(format!("{kind} {} no longer exists", target.name));
+            failed = true;
+            continue;
+        };
+        let created = format_timestamp(inputs.stamp);
+        match command.signal_for(run, index, object, target, created) {
+            Ok(data) => signals.push((target.name.clone(), data)),
+            Err(why) => {
+                set_state(target, TargetState::MissingPlatform, inputs);
+                target.reason = Some(why);
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        return false;
+    }
+    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+        set_state(target, TargetState::SignalSent, inputs);
+    }
+    if !names.is_empty() {
+        // Their progress deadline starts now (see `enforce_progress_deadline`).
+        decision.requeue_after(command.progress_timeout(inputs.policy.node_progress_timeout));
+    }
+    for (name, data) in signals {
+        decision.signals.push(Effect::Signal { target: SignalTarget { kind, name }, data });
+    }
+    true
+}
+
+/// Move a target to `state` as of this pass (a no-op when it is already there).
+pub(super) fn set_state(target: &mut TargetStatus, state: TargetState, inputs: &Inputs<'_>) {
+    if target.state != state {
+        target.state = state;
+        target.last_updated_timestamp = Time(inputs.stamp);
+    }
+}
+
+/// End a command in a failure state with a description. The hold reason goes (nothing is
+/// waited for any more); `notReadySince` stays only as the evidence of `InconsistentTargets`.
+pub(super) fn end(status: &mut PlanCommandStatus, state: PlanStateType, description: String) {
+    status.state = state;
+    status.description = Some(description);
+    status.reason = None;
+    if state != PlanStateType::InconsistentTargets {
+        status.not_ready_since = None;
+    }
+}
+
+/// Nothing holds the command any more.
+pub(super) fn release_hold(status: &mut PlanCommandStatus) {
+    status.reason = None;
+    status.not_ready_since = None;
+}
