@@ -14,6 +14,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
 
 /// The version this binary was built as (`K0S_VERSION` at build time); the same value is
 /// reported everywhere (CLI, ControlNode, Node annotation).
@@ -231,18 +233,20 @@ impl NodeFlags {
 }
 
 /// Serve `registry` on `listener` (if `--metrics-address` was set) until the returned
-/// sender is dropped or fired.
+/// guard is dropped.
 fn serve_metrics(
     listener: Option<tokio::net::TcpListener>,
     registry: prometheus_client::registry::Registry,
-) -> tokio::sync::oneshot::Sender<()> {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+) -> DropGuard {
+    let stop = CancellationToken::new();
     if let Some(listener) = listener {
-        tokio::spawn(metrics::serve(listener, std::sync::Arc::new(registry), async move {
-            let _ = stopped.await;
-        }));
+        tokio::spawn(metrics::serve(
+            listener,
+            std::sync::Arc::new(registry),
+            stop.clone().cancelled_owned(),
+        ));
     }
-    stop
+    stop.drop_guard()
 }
 
 fn main() -> ExitCode {
@@ -325,16 +329,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             let runtime = runtime()?;
             let restart_due = runtime.block_on(async {
                 args.validate()?;
-                // One listener for SIGTERM/SIGINT, installed first, shared by everything that
-                // must stop (a late listener would miss an early signal).
-                let (terminated_tx, terminated_rx) = tokio::sync::watch::channel(false);
-                tokio::spawn(async move {
-                    shutdown_signal().await;
-                    let _ = terminated_tx.send(true);
-                });
-                let terminated = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-                    let _ = rx.wait_for(|done| *done).await;
-                };
+                // First: the one SIGTERM/SIGINT listener, shared by everything that must stop.
+                let terminated = on_termination();
                 let UpdaterFlags { update_period, send_cluster_info } = updater;
                 let ResolvedNode {
                     client,
@@ -348,8 +344,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                 let controller_metrics =
                     autopilot_controller::metrics::Metrics::register(&mut registry);
                 let agent_metrics = autopilot_signal::metrics::Metrics::register(&mut registry);
-                let updater_metrics =
-                    autopilot_updater::metrics::Metrics::register(&mut registry);
+                let updater_metrics = autopilot_updater::metrics::Metrics::register(&mut registry);
                 let _metrics_server = serve_metrics(metrics_listener, registry);
                 trial = Some(Trial {
                     config: config.clone(),
@@ -357,10 +352,12 @@ fn run(command: Command) -> anyhow::Result<()> {
                     download: download.config(VERSION),
                     timeout: trial_timeout,
                 });
-                // The updater runs beside the controller and acts only while it leads.
+                let tasks = TaskTracker::new();
+                // The updater runs beside the controller and acts only while it leads; it stops
+                // once the controller has stopped.
                 let (leading, leading_rx) = tokio::sync::watch::channel(false);
-                let (stop_updater, updater_stop) = tokio::sync::oneshot::channel::<()>();
-                let updater = tokio::spawn(autopilot_updater::run::run(
+                let stop_updater = CancellationToken::new();
+                let updater = tasks.spawn(autopilot_updater::run::run(
                     client.clone(),
                     autopilot_updater::run::UpdaterProcess::local(
                         VERSION,
@@ -370,15 +367,12 @@ fn run(command: Command) -> anyhow::Result<()> {
                         updater_metrics,
                     ),
                     leading_rx,
-                    async move {
-                        let _ = updater_stop.await;
-                    },
+                    stop_updater.clone(),
                 ));
-                // The node side: the status socket, a controller+worker's Node, and the agent
-                // acting on this controller's own ControlNode. When the agent has put a new
-                // binary in place, the controller stops cleanly (releasing the leader lease)
-                // before the process restarts.
-                let (restart_tx, mut restart_rx) = tokio::sync::watch::channel(false);
+                // The node side stops on SIGTERM/SIGINT. The controller stops on SIGTERM/SIGINT
+                // too, or when the agent has put a new binary in place.
+                let stop_agent = terminated.child_token();
+                let stop_controller = terminated.child_token();
                 let controller_node = autopilot_signal::ControllerNode {
                     name: node_name.clone(),
                     version: VERSION,
@@ -392,21 +386,29 @@ fn run(command: Command) -> anyhow::Result<()> {
                     leading: leading.subscribe(),
                     metrics: agent_metrics,
                 };
-                let agent_client = client.clone();
-                let agent_server = server_url.clone();
-                let agent_terminated = terminated(terminated_rx.clone());
-                let agent_task = tokio::spawn(async move {
-                    let outcome = autopilot_signal::run_controller_node(
-                        agent_client,
-                        &agent_server,
-                        controller_node,
-                        agent_terminated,
-                    )
-                    .await;
-                    if matches!(outcome, Ok(autopilot_signal::agent::Outcome::Restart)) {
-                        let _ = restart_tx.send(true);
+                let agent = tasks.spawn({
+                    let client = client.clone();
+                    let server_url = server_url.clone();
+                    let stop_agent = stop_agent.clone();
+                    let stop_controller = stop_controller.clone();
+                    async move {
+                        let outcome = autopilot_signal::run_controller_node(
+                            client,
+                            &server_url,
+                            controller_node,
+                            stop_agent,
+                        )
+                        .await;
+                        if matches!(outcome, Ok(autopilot_signal::agent::Outcome::Restart))
+                            && !stop_controller.is_cancelled()
+                        {
+                            tracing::info!(
+                                "stopping the controller to restart into the new binary"
+                            );
+                            stop_controller.cancel();
+                        }
+                        outcome
                     }
-                    outcome
                 });
                 let process = autopilot_controller::Process {
                     client,
@@ -418,25 +420,22 @@ fn run(command: Command) -> anyhow::Result<()> {
                     leading,
                     metrics: controller_metrics,
                 };
-                let controller_terminated = terminated(terminated_rx);
-                let stop = async move {
-                    tokio::select! {
-                        () = controller_terminated => {}
-                        _ = restart_rx.wait_for(|due| *due) => {
-                            tracing::info!("stopping the controller to restart into the new binary");
-                        }
+                let result = autopilot_controller::run(args, process, stop_controller).await;
+                // The controller has stopped (its lease released); now the rest. Bounded: a check
+                // in flight must not keep the process from exiting.
+                stop_updater.cancel();
+                stop_agent.cancel();
+                tasks.close();
+                let _ = tokio::time::timeout(STOP_GRACE, tasks.wait()).await;
+                if updater.is_finished() {
+                    if let Err(err) = updater.await {
+                        tracing::warn!(error = %err, "updater task failed");
                     }
-                };
-                let result = autopilot_controller::run(args, process, stop).await;
-                let _ = stop_updater.send(());
-                // Bounded: a check in flight must not keep the process from exiting.
-                match tokio::time::timeout(STOP_GRACE, updater).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(err)) => tracing::warn!(error = %err, "updater task failed"),
-                    Err(_) => tracing::warn!("updater did not stop in time, leaving it"),
+                } else {
+                    tracing::warn!("updater did not stop in time, leaving it");
                 }
-                let restart_due = if agent_task.is_finished() {
-                    match agent_task.await {
+                let restart_due = if agent.is_finished() {
+                    match agent.await {
                         Ok(Ok(outcome)) => outcome == autopilot_signal::agent::Outcome::Restart,
                         Ok(Err(err)) => {
                             tracing::warn!(error = %format!("{err:#}"), "signal agent failed");
@@ -448,7 +447,8 @@ fn run(command: Command) -> anyhow::Result<()> {
                         }
                     }
                 } else {
-                    agent_task.abort();
+                    tracing::warn!("signal agent did not stop in time, leaving it");
+                    agent.abort();
                     false
                 };
                 result.map(|()| restart_due)
@@ -515,7 +515,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                     binary: binary.clone(),
                     metrics: agent_metrics,
                 };
-                autopilot_signal::run_worker(args, process, shutdown_signal()).await
+                autopilot_signal::run_worker(args, process, on_termination()).await
             });
             runtime.shutdown_timeout(STOP_GRACE);
             let exit = exit?;
@@ -724,19 +724,29 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Listen for SIGTERM and SIGINT: the returned token is cancelled on the first of them.
+///
+/// The process's one listener; it is installed here, before anything else starts, and
+/// shared by everything that must stop (a late listener would miss an early signal). Must
+/// be called inside the runtime.
+fn on_termination() -> CancellationToken {
     use tokio::signal::unix::{SignalKind, signal};
+    let terminated = CancellationToken::new();
     let (Ok(mut term), Ok(mut int)) =
         (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
     else {
         tracing::warn!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
+        return terminated;
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("received SIGTERM, shutting down"),
-        _ = int.recv() => tracing::info!("received SIGINT, shutting down"),
-    }
+    let cancel = terminated.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("received SIGTERM, shutting down"),
+            _ = int.recv() => tracing::info!("received SIGINT, shutting down"),
+        }
+        cancel.cancel();
+    });
+    terminated
 }
 
 fn init_logging(filter: &str, format: LogFormat) -> anyhow::Result<()> {
