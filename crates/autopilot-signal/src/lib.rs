@@ -129,7 +129,8 @@ pub async fn run_worker(
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     info!(node.name = %node_name, version, register_node, binary = %binary.display(), "starting worker");
     let board = status::Board::default();
-    // The status socket is served until everything else has stopped.
+    // The status socket is served until everything else has stopped, or until this
+    // function returns early (the guard cancels it when dropped).
     let stop_status = CancellationToken::new();
     let status_task = tokio::spawn(serve_status(
         data_dir.clone(),
@@ -144,6 +145,7 @@ pub async fn run_worker(
         },
         stop_status.clone().cancelled_owned(),
     ));
+    let stop_status = stop_status.drop_guard();
     let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
     let host = host::LinuxHost::new(binary, data_dir, download.config(version))
         .context("preparing the update host")?
@@ -190,7 +192,7 @@ pub async fn run_worker(
         outcome
     };
     let (outcome, ()) = tokio::join!(agent_run, beat);
-    stop_status.cancel();
+    drop(stop_status);
     let _ = status_task.await;
     let exit = match outcome? {
         agent::Outcome::Stopped => WorkerExit::Stopped,
@@ -256,8 +258,10 @@ pub async fn run_controller_node(
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let board = status::Board::default();
     // The status socket, the heartbeat and the agents stop together once the agents have
-    // stopped (on `shutdown`, or when one of them ends).
+    // stopped (on `shutdown`, or when one of them ends), or when this function returns
+    // early (the guard cancels `stop` when dropped).
     let stop = CancellationToken::new();
+    let _stop_on_return = stop.clone().drop_guard();
     let status_task = tokio::spawn(serve_status(
         data_dir.clone(),
         StatusFacts {

@@ -80,7 +80,7 @@ pub fn run(
             stop_updater.clone(),
         ));
         // The node side stops on SIGTERM/SIGINT. The controller stops on SIGTERM/SIGINT too,
-        // or when the agent has put a new binary in place.
+        // or when the node side has ended (the agent has put a new binary in place).
         let stop_agent = terminated.child_token();
         let stop_controller = terminated.child_token();
         let controller_node = autopilot_signal::ControllerNode {
@@ -100,7 +100,9 @@ pub fn run(
             let client = client.clone();
             let server_url = server_url.clone();
             let stop_agent = stop_agent.clone();
-            let stop_controller = stop_controller.clone();
+            // However the node side ends (a restart is due, the agent failed, the task
+            // panicked), the controller stops with it.
+            let stop_controller = stop_controller.clone().drop_guard();
             async move {
                 let outcome = autopilot_signal::run_controller_node(
                     client,
@@ -109,10 +111,16 @@ pub fn run(
                     stop_agent,
                 )
                 .await;
-                if matches!(outcome, Ok(autopilot_signal::agent::Outcome::Restart))
-                    && !stop_controller.is_cancelled()
-                {
-                    info!("stopping the controller to restart into the new binary");
+                let stop_controller = stop_controller.disarm();
+                if !stop_controller.is_cancelled() {
+                    match &outcome {
+                        Ok(autopilot_signal::agent::Outcome::Restart) => {
+                            info!("stopping the controller to restart into the new binary");
+                        }
+                        Ok(autopilot_signal::agent::Outcome::Stopped) | Err(_) => {
+                            info!("the node side has stopped; stopping the controller");
+                        }
+                    }
                     stop_controller.cancel();
                 }
                 outcome
