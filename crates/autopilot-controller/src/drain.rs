@@ -33,6 +33,7 @@ use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cordon::{self, Facts, PlanRun, PodFacts, Run, Step};
@@ -151,7 +152,7 @@ struct Context {
     drain_blocked: Gauge,
 }
 
-/// Run the cordon/drain controllers for Nodes and ControlNodes until `until` resolves.
+/// Run the cordon/drain controllers for Nodes and ControlNodes until `stop` is cancelled.
 /// `eviction_client` must not retry 429 answers (a PodDisruptionBudget's refusal); a drain
 /// blocked for `drain_timeout` fails its node.
 pub async fn run(
@@ -160,7 +161,7 @@ pub async fn run(
     drain_timeout: Duration,
     drain_blocked: Gauge,
     watched: Watched,
-    until: impl std::future::Future<Output = ()> + Send + 'static,
+    stop: CancellationToken,
 ) {
     let context = Arc::new(Context {
         client: client.clone(),
@@ -170,10 +171,6 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         drain_blocked: drain_blocked.clone(),
     });
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     // The caches hold slimmed objects (`observe::slim_node`): drain reads labels,
     // annotations and the spec, and writes patches. Only a signalled object has anything to
     // cordon, drain or uncordon, so only those are passed on as triggers (the initial list
@@ -190,20 +187,16 @@ pub async fn run(
     let nodes = Controller::for_stream(node_objects, node_store)
         .with_config(config())
         .trigger_backoff(crate::observe::WatchBackoff::default())
-        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(reconcile::<Node>, error_policy::<Node>, context.clone())
         .for_each(|_| async {});
     let control_nodes = Controller::for_stream(control_node_objects, control_node_store)
         .with_config(config())
         .trigger_backoff(crate::observe::WatchBackoff::default())
-        .graceful_shutdown_on(stopped(stop_rx))
+        .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile::<ControlNode>, error_policy::<ControlNode>, context)
         .for_each(|_| async {});
-    let stop = async move {
-        until.await;
-        let _ = stop_tx.send(true);
-    };
-    futures::join!(nodes, control_nodes, stop);
+    futures::join!(nodes, control_nodes);
     // Nothing is being drained by this controller any more.
     drain_blocked.set(0);
 }

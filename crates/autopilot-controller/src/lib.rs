@@ -20,12 +20,12 @@ pub mod preflight;
 pub mod probe;
 pub mod reconcile;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// Node kinds an operator may exclude from plans with `--exclude-from-plans`.
@@ -168,15 +168,12 @@ pub struct Process {
     pub metrics: metrics::Metrics,
 }
 
-/// Run the controller-side autopilot until `shutdown` resolves.
+/// Run the controller-side autopilot until `shutdown` is cancelled; it returns once the
+/// leader lease is released.
 ///
 /// Startup (CRDs, ControlNode) must succeed within `--startup-timeout`; afterwards the
 /// process keeps running through API server outages and leadership changes.
-pub async fn run(
-    args: Args,
-    process: Process,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
+pub async fn run(args: Args, process: Process, shutdown: CancellationToken) -> anyhow::Result<()> {
     let policy = args.policy();
     let Args {
         enable_autopilot,
@@ -200,7 +197,6 @@ pub async fn run(
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
 
-    let mut shutdown = std::pin::pin!(shutdown);
     info!(
         node.name = %node_name,
         api.address = %api_address,
@@ -230,7 +226,7 @@ pub async fn run(
     };
     tokio::select! {
         result = startup => result?,
-        () = &mut shutdown => {
+        () = shutdown.cancelled() => {
             info!("shutdown requested during startup");
             return Ok(());
         }
@@ -246,10 +242,19 @@ pub async fn run(
         metrics.clone(),
     )?;
     let identity = leader::identity(&node_name);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, stop_rx));
-    let result = leader::run(client, identity, timings, leading, metrics.is_leader, shutdown).await;
-    let _ = stop_tx.send(true);
+    // The engine stops with the controller: on `shutdown`, or when the election fails.
+    let engine_stop = shutdown.child_token();
+    let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, engine_stop.clone()));
+    let result = leader::run(
+        client,
+        identity,
+        timings,
+        leading,
+        metrics.is_leader,
+        shutdown.cancelled_owned(),
+    )
+    .await;
+    engine_stop.cancel();
     // Bounded: the engine finishes its current pass, but never holds up the exit for long.
     match tokio::time::timeout(ENGINE_STOP_GRACE, engine_task).await {
         Ok(Ok(Ok(()))) => {}

@@ -22,6 +22,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
@@ -124,11 +125,11 @@ impl Engine {
         })
     }
 
-    /// Run the engine whenever `leading` is `true`, until `stop` becomes `true`.
+    /// Run the engine whenever `leading` is `true`, until `stop` is cancelled.
     pub async fn run_while_leader(
         self,
         mut leading: watch::Receiver<bool>,
-        mut stop: watch::Receiver<bool>,
+        stop: CancellationToken,
     ) -> anyhow::Result<()> {
         loop {
             // Wait to lead (or to stop).
@@ -138,34 +139,31 @@ impl Engine {
                         return Ok(());
                     }
                 }
-                _ = stop.wait_for(|stop| *stop) => return Ok(()),
+                () = stop.cancelled() => return Ok(()),
             }
             info!("plan engine started (leader)");
+            // One term as leader: it ends when the lead is lost or the engine stops.
+            let term = stop.child_token();
             let mut lost = leading.clone();
-            let mut stopping = stop.clone();
-            let until = async move {
+            let lose = async {
                 tokio::select! {
-                    _ = lost.wait_for(|leads| !*leads) => {}
-                    _ = stopping.wait_for(|stop| *stop) => {}
+                    _ = lost.wait_for(|leads| !*leads) => term.cancel(),
+                    () = term.cancelled() => {}
                 }
             };
-            self.clone().run_once(until).await;
+            tokio::join!(self.clone().run_once(term.clone()), lose);
             // Another controller leads now and shows the plans.
             self.metrics.forget_plans();
             info!("plan engine stopped");
-            if *stop.borrow() {
+            if stop.is_cancelled() {
                 return Ok(());
             }
         }
     }
 
-    /// Run the plan controller and the central cordon/drain controllers until `until`
-    /// resolves.
-    async fn run_once(self, until: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        };
+    /// Run the plan controller and the central cordon/drain controllers until `stop` is
+    /// cancelled.
+    async fn run_once(self, stop: CancellationToken) {
         // One watch and one cache per kind of signal object serve both controllers: the
         // plan engine's watches pass every applied object that carries a signal on to the
         // cordon/drain controllers, which read the same caches.
@@ -184,26 +182,18 @@ impl Engine {
                 control_nodes: control_nodes.clone(),
                 signalled_control_nodes,
             },
-            stopped(stop_rx.clone()),
+            stop.clone(),
         );
         let caches = Caches {
             nodes: (nodes, node_writer, node_feed),
             control_nodes: (control_nodes, control_node_writer, control_node_feed),
         };
-        let plans = self.run_plans(caches, stopped(stop_rx));
-        let stop = async move {
-            until.await;
-            let _ = stop_tx.send(true);
-        };
-        futures::join!(drain, plans, stop);
+        let plans = self.run_plans(caches, stop);
+        futures::join!(drain, plans);
     }
 
-    /// Run the plan controller until `until` resolves.
-    async fn run_plans(
-        self,
-        caches: Caches,
-        until: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-    ) {
+    /// Run the plan controller until `stop` is cancelled.
+    async fn run_plans(self, caches: Caches, stop: CancellationToken) {
         let client = self.client.clone();
         let config = watcher::Config::default();
 
@@ -321,7 +311,7 @@ impl Engine {
             .watches_stream(node_events, move |_| to_autopilot_plan_too())
             .watches_stream(check_pod_events, move |_| to_autopilot_plan_pods())
             .watches_stream(pod_template_events, move |_| to_autopilot_plan_templates())
-            .graceful_shutdown_on(until)
+            .graceful_shutdown_on(stop.cancelled_owned())
             .run(reconcile, error_policy, context)
             .for_each(|result| async move {
                 if let Err(err) = result {

@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 /// Command-line arguments of `k0s worker`.
@@ -104,11 +105,11 @@ pub struct Process {
     pub metrics: metrics::Metrics,
 }
 
-/// Run the worker until `shutdown` resolves or an update asks for a restart.
+/// Run the worker until `shutdown` is cancelled or an update asks for a restart.
 pub async fn run_worker(
     args: WorkerArgs,
     process: Process,
-    shutdown: impl Future<Output = ()>,
+    shutdown: CancellationToken,
 ) -> anyhow::Result<WorkerExit> {
     let WorkerArgs {
         register_node,
@@ -128,7 +129,9 @@ pub async fn run_worker(
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     info!(node.name = %node_name, version, register_node, binary = %binary.display(), "starting worker");
     let board = status::Board::default();
-    let (stop_status, status_stopped) = tokio::sync::oneshot::channel::<()>();
+    // The status socket is served until everything else has stopped, or until this
+    // function returns early (the guard cancels it when dropped).
+    let stop_status = CancellationToken::new();
     let status_task = tokio::spawn(serve_status(
         data_dir.clone(),
         StatusFacts {
@@ -140,21 +143,19 @@ pub async fn run_worker(
             board: board.clone(),
             leader: None,
         },
-        async move {
-            let _ = status_stopped.await;
-        },
+        stop_status.clone().cancelled_owned(),
     ));
+    let stop_status = stop_status.drop_guard();
     let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
     let host = host::LinuxHost::new(binary, data_dir, download.config(version))
         .context("preparing the update host")?
         .with_metrics(&metrics);
 
-    let mut shutdown = std::pin::pin!(shutdown);
     let heartbeat = node::Heartbeat { name: node_name.clone(), version: version.to_string() };
     if register_node {
         tokio::select! {
             result = heartbeat.register(&client, &server_url, startup_timeout) => result?,
-            () = &mut shutdown => return Ok(WorkerExit::Stopped),
+            () = shutdown.cancelled() => return Ok(WorkerExit::Stopped),
         }
     }
     let agent = agent::Agent {
@@ -166,35 +167,32 @@ pub async fn run_worker(
         metrics,
         exec_allow_list,
     };
-    let (stop_beat, beat_stopped) = tokio::sync::oneshot::channel::<()>();
+    // The heartbeat keeps the Node Ready until the agent has stopped.
+    let stop_beat = CancellationToken::new();
     let beat = async {
         if register_node {
-            heartbeat
-                .run(&client, heartbeat_interval, async {
-                    let _ = beat_stopped.await;
-                })
-                .await;
+            heartbeat.run(&client, heartbeat_interval, stop_beat.cancelled()).await;
         }
     };
     let agent_run = async {
         let outcome = if disable_update_agent {
             info!("update agent disabled: not acting on update signals");
-            shutdown.await;
+            shutdown.cancelled().await;
             Ok(agent::Outcome::Stopped)
         } else {
             agent::run::<k8s_openapi::api::core::v1::Node, _>(
                 client.clone(),
                 agent,
                 &host,
-                &mut shutdown,
+                shutdown.cancelled(),
             )
             .await
         };
-        let _ = stop_beat.send(());
+        stop_beat.cancel();
         outcome
     };
     let (outcome, ()) = tokio::join!(agent_run, beat);
-    let _ = stop_status.send(());
+    drop(stop_status);
     let _ = status_task.await;
     let exit = match outcome? {
         agent::Outcome::Stopped => WorkerExit::Stopped,
@@ -234,14 +232,14 @@ pub struct ControllerNode {
     pub metrics: metrics::Metrics,
 }
 
-/// Run the node side of a controller until `shutdown` resolves or an update asks for a
+/// Run the node side of a controller until `shutdown` is cancelled or an update asks for a
 /// restart (then the caller stops the controller and restarts): the status socket, the
 /// Node heartbeat of a controller+worker, and the update agents.
 pub async fn run_controller_node(
     client: kube::Client,
     server_url: &str,
     node: ControllerNode,
-    shutdown: impl Future<Output = ()>,
+    shutdown: CancellationToken,
 ) -> anyhow::Result<agent::Outcome> {
     let ControllerNode {
         name,
@@ -259,11 +257,11 @@ pub async fn run_controller_node(
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let board = status::Board::default();
-    let mut shutdown = std::pin::pin!(shutdown);
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
+    // The status socket, the heartbeat and the agents stop together once the agents have
+    // stopped (on `shutdown`, or when one of them ends), or when this function returns
+    // early (the guard cancels `stop` when dropped).
+    let stop = CancellationToken::new();
+    let _stop_on_return = stop.clone().drop_guard();
     let status_task = tokio::spawn(serve_status(
         data_dir.clone(),
         StatusFacts {
@@ -275,14 +273,14 @@ pub async fn run_controller_node(
             board: board.clone(),
             leader: Some(leading),
         },
-        until_stopped(stop_rx.clone()),
+        stop.clone().cancelled_owned(),
     ));
     let heartbeat = node::Heartbeat { name: name.clone(), version: version.to_string() };
     if worker {
         tokio::select! {
             result = heartbeat.register(&client, server_url, startup_timeout) => result?,
-            () = &mut shutdown => {
-                let _ = stop.send(true);
+            () = shutdown.cancelled() => {
+                stop.cancel();
                 let _ = status_task.await;
                 return Ok(agent::Outcome::Stopped);
             }
@@ -290,7 +288,7 @@ pub async fn run_controller_node(
     }
     let beat = async {
         if worker {
-            heartbeat.run(&client, heartbeat_interval, until_stopped(stop_rx.clone())).await;
+            heartbeat.run(&client, heartbeat_interval, stop.cancelled()).await;
         }
     };
     let agents = async {
@@ -310,13 +308,11 @@ pub async fn run_controller_node(
             };
             let own_node =
                 agent::Agent { airgap_only: true, kubelet: true, ..control_node.clone() };
-            let stop_control_node = until_stopped(stop_rx.clone());
-            let stop_node = until_stopped(stop_rx.clone());
             let on_control_node = agent::run::<autopilot_api::v1beta2::ControlNode, _>(
                 client.clone(),
                 control_node,
                 &host,
-                stop_control_node,
+                stop.cancelled(),
             );
             let on_node = async {
                 if worker {
@@ -324,25 +320,25 @@ pub async fn run_controller_node(
                         client.clone(),
                         own_node,
                         &host,
-                        stop_node,
+                        stop.cancelled(),
                     )
                     .await
                 } else {
-                    stop_node.await;
+                    stop.cancelled().await;
                     Ok(agent::Outcome::Stopped)
                 }
             };
             tokio::select! {
                 outcome = on_control_node => outcome,
                 outcome = on_node => outcome,
-                () = &mut shutdown => Ok(agent::Outcome::Stopped),
+                () = shutdown.cancelled() => Ok(agent::Outcome::Stopped),
             }
         } else {
             info!("update agent disabled: not acting on update signals");
-            (&mut shutdown).await;
+            shutdown.cancelled().await;
             Ok(agent::Outcome::Stopped)
         };
-        let _ = stop.send(true);
+        stop.cancel();
         outcome
     };
     let (outcome, ()) = tokio::join!(agents, beat);

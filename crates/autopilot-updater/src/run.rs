@@ -23,6 +23,7 @@ use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::decide::{self, Decision, Inputs, Strategy, reasons};
@@ -59,18 +60,17 @@ pub struct UpdaterProcess {
     pub metrics: crate::metrics::Metrics,
 }
 
-/// Run the updater until `stop` resolves. Updater tasks run only while `leading` is true;
+/// Run the updater until `stop` is cancelled. Updater tasks run only while `leading` is true;
 /// finalizers of deleted UpdateConfigs are removed whether leading or not.
 pub async fn run(
     client: kube::Client,
     process: UpdaterProcess,
     mut leading: watch::Receiver<bool>,
-    stop: impl Future<Output = ()>,
+    stop: CancellationToken,
 ) {
     let process = Arc::new(process);
     let api = Api::<UpdateConfig>::all(client.clone());
     let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()));
-    let mut stop = std::pin::pin!(stop);
     let mut state = Updaters::default();
     let mut is_leader = *leading.borrow_and_update();
     let mut elector_gone = false;
@@ -81,7 +81,7 @@ pub async fn run(
     let mut backoff = autopilot_api::backoff::Capped::default();
     loop {
         tokio::select! {
-            () = &mut stop => break,
+            () = stop.cancelled() => break,
             changed = leading.changed(), if !elector_gone => {
                 // The elector gone means nobody will make this process lead again.
                 elector_gone = changed.is_err();
@@ -106,7 +106,7 @@ pub async fn run(
                     let delay = backoff.next().unwrap_or(autopilot_api::backoff::CAP);
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
-                        () = &mut stop => break,
+                        () = stop.cancelled() => break,
                     }
                 }
                 None => break,

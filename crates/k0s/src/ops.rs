@@ -1,9 +1,27 @@
-//! `k0s autopilot status`, `preview` and `check`: flags and wiring. The views, the preview
-//! and the checks themselves live in `autopilot-cli`.
+//! `k0s autopilot`: [`run`] dispatches the verbs. `status`, `preview` and `check`: flags and
+//! wiring (the steering verbs are in [`crate::steer`]). The views, the preview and the checks
+//! themselves live in `autopilot-cli`.
 
 use std::path::PathBuf;
 
 use autopilot_api::keys;
+
+use crate::cli::AutopilotCommand;
+use crate::steer;
+
+/// Run a `k0s autopilot` verb.
+pub fn run(command: AutopilotCommand) -> anyhow::Result<()> {
+    let runtime = crate::runtime()?;
+    let (verb, args) = match command {
+        AutopilotCommand::Status(args) => return runtime.block_on(status(args)),
+        AutopilotCommand::Preview(args) => return runtime.block_on(preview(args)),
+        AutopilotCommand::Check(args) => return runtime.block_on(check(args)),
+        AutopilotCommand::Pause(args) => (steer::Verb::Pause, args),
+        AutopilotCommand::Resume(args) => (steer::Verb::Resume, args),
+        AutopilotCommand::Abort(args) => (steer::Verb::Abort, args),
+    };
+    runtime.block_on(steer::run(verb, args))
+}
 
 /// How `k0s autopilot status` prints.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -65,7 +83,7 @@ impl Kubeconfig {
 /// Run `k0s autopilot status`.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let StatusArgs { kubeconfig, plan, watch, output } = args;
-    let (client, _config, _server_url) = crate::connect(&kubeconfig.resolve()?).await?;
+    let (client, _config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
     let output = match output {
         Format::Text => autopilot_cli::status::Output::Text,
         Format::Json => autopilot_cli::status::Output::Json,
@@ -123,7 +141,7 @@ pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
         ..autopilot_controller::Args::defaults()
     }
     .policy();
-    let (client, config, _server_url) = crate::connect(&kubeconfig.resolve()?).await?;
+    let (client, config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
     let mut report = autopilot_cli::preview::run(client, config, &plan.spec, &policy).await?;
     if name != keys::PLAN_NAME {
         report.problems.insert(
@@ -176,7 +194,7 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<()> {
         let text = read_input(&file, "the checks")?;
         let checks = autopilot_cli::check::parse(&text)
             .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
-        let (client, _config, _server_url) = crate::connect(&kubeconfig.resolve()?).await?;
+        let (client, _config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
         autopilot_cli::check::run(client, checks, timeout, std::io::stdout()).await
     };
     match ran.await {

@@ -150,7 +150,7 @@ fn annotation(key: &str, value: serde_json::Value) -> serde_json::Value {
 /// what was done and what happens next.
 pub async fn run(verb: Verb, args: Args) -> anyhow::Result<()> {
     let Args { kubeconfig, plan: name } = args;
-    let (client, _config, server_url) = crate::connect(&kubeconfig.resolve()?).await?;
+    let (client, _config, server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
     let plans: Api<Plan> = Api::all(client);
     let plan = tokio::time::timeout(API_TIMEOUT, plans.get_opt(&name))
         .await

@@ -1,0 +1,33 @@
+//! Clients from kubeconfig files, for the node processes and the `k0s autopilot` verbs.
+
+use anyhow::Context as _;
+
+use crate::metrics;
+
+/// A client from a kubeconfig file, with errors that name the file; also the configuration
+/// it was made from and the server URL.
+pub(crate) async fn connect(
+    path: &std::path::Path,
+) -> anyhow::Result<(kube::Client, kube::Config, String)> {
+    connect_counting_errors(path, metrics::ApiErrors::default()).await
+}
+
+/// [`connect`], counting the client's failed requests in `api_errors`.
+pub(crate) async fn connect_counting_errors(
+    path: &std::path::Path,
+    api_errors: metrics::ApiErrors,
+) -> anyhow::Result<(kube::Client, kube::Config, String)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
+        .with_context(|| format!("parsing kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    let url = config.cluster_url.to_string();
+    let client = kube::client::ClientBuilder::try_from(config.clone())
+        .with_context(|| format!("creating a client for {url} from {}", path.display()))?
+        .with_layer(&metrics::ApiErrorsLayer(api_errors))
+        .build();
+    Ok((client, config, url))
+}
