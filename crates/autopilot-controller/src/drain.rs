@@ -334,7 +334,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
 /// deliver any event that would trigger the pass sooner).
 fn error_policy<K: SignalObject>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.failed(&object.name_any());
-    warn!(object = %object.name_any(), error = %crate::error_chain(error), retry_in = ?delay, "cordon/drain pass failed");
+    warn!(object = %object.name_any(), error = %autopilot_api::text::error_chain(error), retry_in = ?delay, "cordon/drain pass failed");
     Action::requeue(delay)
 }
 

@@ -689,7 +689,7 @@ fn error_policy(plan: Arc<Plan>, error: &Error, ctx: Arc<Context>) -> Action {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .next()
                 .unwrap_or(autopilot_api::backoff::CAP);
-            warn!(plan = %plan.name_any(), error = %crate::error_chain(error), retry_in = ?delay, "plan pass failed, retrying");
+            warn!(plan = %plan.name_any(), error = %autopilot_api::text::error_chain(error), retry_in = ?delay, "plan pass failed, retrying");
             Action::requeue(delay)
         }
     }

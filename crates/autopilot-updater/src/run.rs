@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autopilot_api::keys;
 use autopilot_api::v1beta2::{Plan, PlanSpec, UpdateConfig};
+use autopilot_api::{keys, text};
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
@@ -415,7 +415,7 @@ impl Updater {
             Err(err) => {
                 return Outcome {
                     reason: reasons::SERVER_ERROR,
-                    message: error_chain(&err),
+                    message: text::error_chain(&err),
                     warning: true,
                     opens_at: None,
                 };
@@ -602,7 +602,7 @@ async fn publish_event(
         },
         action: Some("CheckForUpdate".to_string()),
         reason: Some(outcome.reason.to_string()),
-        note: Some(truncate(&outcome.message, 1000)),
+        note: Some(text::cut(&outcome.message, 1000).to_string()),
         type_: Some(if outcome.warning { "Warning" } else { "Normal" }.to_string()),
         regarding: Some(regarding),
         reporting_controller: Some(REPORTER.to_string()),
@@ -614,32 +614,6 @@ async fn publish_event(
         .create(&PostParams::default(), &event)
         .await
         .map(drop)
-}
-
-/// The error and its causes on one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
-    line
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }
 
 /// This controller's architecture, Go-style as the update server expects.
@@ -677,25 +651,6 @@ impl UpdaterProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn error_chain_joins_causes_without_repeating_them() {
-        let inner = std::io::Error::other("connection refused");
-        let err = source::Error::Body {
-            url: "http://127.0.0.1:9/stable/index.yaml".to_owned(),
-            source: Box::new(inner),
-        };
-        let line = error_chain(&err);
-        assert!(line.contains("127.0.0.1:9"), "{line}");
-        assert!(line.ends_with("connection refused"), "{line}");
-        assert_eq!(line.matches("connection refused").count(), 1, "{line}");
-    }
-
-    #[test]
-    fn truncate_keeps_char_boundaries() {
-        assert_eq!(truncate("abc", 10), "abc");
-        assert_eq!(truncate("aéb", 2), "a");
-    }
 
     #[test]
     fn go_arch_uses_go_names() {
