@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use autopilot_api::backoff::Capped;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -24,6 +25,11 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(200);
 
 /// Longest delay between attempts while the API server is unreachable.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+
+/// The delays between attempts while the API server is unreachable.
+fn retry_delays() -> Capped {
+    Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY)
+}
 
 /// Apply every autopilot CRD and wait until each is `Established`.
 ///
@@ -43,14 +49,14 @@ pub async fn install(
     let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
     for crd in autopilot_api::crds() {
         let name = crd.metadata.name.clone().context("generated CRD has no name")?;
-        let mut delay = FIRST_RETRY_DELAY;
+        let mut delays = retry_delays();
         loop {
             match api.patch(&name, &params, &Patch::Apply(&crd)).await {
                 Ok(_) => break,
                 Err(err) if is_transient(&err) && in_time() => {
+                    let delay = delays.next_delay();
                     warn!(error = %err, crd = %name, retry_in = ?delay, "API server not answering, retrying");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
                 Err(err) if is_transient(&err) => {
                     return Err(err).with_context(|| {
@@ -114,7 +120,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let mut delay = FIRST_RETRY_DELAY;
+    let mut delays = retry_delays();
     loop {
         match attempt().await {
             Ok(value) => return Ok(value),
@@ -123,9 +129,9 @@ where
                     .chain()
                     .any(|c| c.downcast_ref::<kube::Error>().is_some_and(is_transient)) =>
             {
+                let delay = delays.next_delay();
                 warn!(error = %format!("{err:#}"), retry_in = ?delay, "{what}: API server not answering, retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_RETRY_DELAY);
             }
             Err(err) => return Err(err),
         }

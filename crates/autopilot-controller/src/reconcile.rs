@@ -683,12 +683,8 @@ fn error_policy(plan: Arc<Plan>, error: &Error, ctx: Arc<Context>) -> Action {
             Action::requeue(CONFLICT_RETRY)
         }
         _ => {
-            let delay = ctx
-                .errors
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .next()
-                .unwrap_or(autopilot_api::backoff::CAP);
+            let delay =
+                ctx.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_delay();
             warn!(plan = %plan.name_any(), error = %autopilot_api::text::error_chain(error), retry_in = ?delay, "plan pass failed, retrying");
             Action::requeue(delay)
         }

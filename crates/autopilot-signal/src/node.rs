@@ -10,6 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -54,7 +55,7 @@ impl Heartbeat {
         let deadline =
             (!startup_timeout.is_zero()).then(|| tokio::time::Instant::now() + startup_timeout);
         let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
-        let mut delay = FIRST_RETRY_DELAY;
+        let mut delays = Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY);
         loop {
             let attempt = match self.create_if_absent(client).await {
                 Ok(()) => self.beat(client, true).await,
@@ -63,9 +64,9 @@ impl Heartbeat {
             match attempt {
                 Ok(()) => break,
                 Err(err) if is_transient(&err) && in_time() => {
+                    let delay = delays.next_delay();
                     warn!(error = %err, retry_in = ?delay, "API server not answering, retrying");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
                 Err(err) if is_transient(&err) => {
                     return Err(err).with_context(|| {
