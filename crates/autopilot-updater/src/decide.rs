@@ -42,8 +42,8 @@ use thiserror::Error;
 
 use crate::channel::ChannelAnswer;
 use crate::cron::Schedule;
-use crate::version::K0sVersion;
 use crate::window::{Window, WindowState};
+use autopilot_api::version::K0sVersion;
 
 /// Why an UpdateConfig's `upgradeStrategy` cannot be used.
 #[derive(Debug, Error)]
