@@ -189,7 +189,8 @@ async fn publish(
     instance: &str,
     event: &PlanEvent,
 ) -> Result<(), kube::Error> {
-    let namespace = event.regarding.namespace.clone().unwrap_or_else(|| "default".to_string());
+    let namespace =
+        event.regarding.namespace.clone().unwrap_or_else(|| keys::EVENT_NAMESPACE.to_string());
     let now = jiff::Timestamp::now();
     let name =
         format!("{}.{:x}", event.regarding.name.as_deref().unwrap_or("plan"), now.as_nanosecond());

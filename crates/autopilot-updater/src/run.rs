@@ -28,15 +28,6 @@ use tracing::{debug, info, warn};
 use crate::decide::{self, Decision, Inputs, Strategy, reasons};
 use crate::source::{self, ClusterInfo, LegacyQuery, RequestOptions, WorkerData};
 
-/// Namespace and name of the Secret holding the update server's bearer token (key `token`).
-pub const TOKEN_SECRET: (&str, &str) = ("kube-system", "update-server-token");
-
-/// Namespace the updater's Events are written to (UpdateConfigs are cluster-scoped).
-pub const EVENT_NAMESPACE: &str = "default";
-
-/// The controller name written into Events.
-const REPORTER: &str = "k0s-autopilot-updater";
-
 /// How soon after an updater task starts its first check runs. Short, so an UpdateConfig
 /// (or a new leader) acts at once, not a full period later; not zero, so a burst of
 /// changes to one object restarts the task before it talks to the server.
@@ -495,12 +486,12 @@ impl Updater {
 
     /// The bearer token, if the Secret and its `token` key exist.
     async fn read_token(&self) -> Option<String> {
-        let (namespace, name) = TOKEN_SECRET;
-        let secrets = Api::<Secret>::namespaced(self.client.clone(), namespace);
-        match secrets.get_opt(name).await {
+        let secrets =
+            Api::<Secret>::namespaced(self.client.clone(), keys::UPDATE_SERVER_TOKEN_NAMESPACE);
+        match secrets.get_opt(keys::UPDATE_SERVER_TOKEN_SECRET).await {
             Ok(secret) => secret
                 .and_then(|s| s.data)
-                .and_then(|mut data| data.remove("token"))
+                .and_then(|mut data| data.remove(keys::UPDATE_SERVER_TOKEN_KEY))
                 .and_then(|bytes| String::from_utf8(bytes.0).ok())
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty()),
@@ -513,7 +504,7 @@ impl Updater {
 
     async fn kube_system_uid(&self) -> Option<String> {
         let namespaces = Api::<Namespace>::all(self.client.clone());
-        match namespaces.get("kube-system").await {
+        match namespaces.get(keys::CLUSTER_ID_NAMESPACE).await {
             Ok(ns) => ns.metadata.uid,
             Err(err) => {
                 warn!(error = %err, "cannot read the kube-system namespace");
@@ -530,7 +521,11 @@ impl Updater {
             keys::NODE_LEASE_NAMESPACE,
         );
         let control_plane_nodes_count = match leases.list(&ListParams::default()).await {
-            Ok(list) => list.items.iter().filter(|l| l.name_any().starts_with("k0s-ctrl-")).count(),
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|l| l.name_any().starts_with(keys::CONTROLLER_LEASE_PREFIX))
+                .count(),
             Err(err) => {
                 warn!(error = %err, "cannot list node leases for cluster info");
                 return None;
@@ -597,7 +592,7 @@ async fn publish_event(
     let event = K8sEvent {
         metadata: ObjectMeta {
             name: Some(format!("{}.{:x}", config.name_any(), now.as_nanosecond())),
-            namespace: Some(EVENT_NAMESPACE.to_string()),
+            namespace: Some(keys::EVENT_NAMESPACE.to_string()),
             ..Default::default()
         },
         action: Some("CheckForUpdate".to_string()),
@@ -605,12 +600,12 @@ async fn publish_event(
         note: Some(text::cut(&outcome.message, 1000).to_string()),
         type_: Some(if outcome.warning { "Warning" } else { "Normal" }.to_string()),
         regarding: Some(regarding),
-        reporting_controller: Some(REPORTER.to_string()),
-        reporting_instance: Some(REPORTER.to_string()),
+        reporting_controller: Some(keys::UPDATER_REPORTER.to_string()),
+        reporting_instance: Some(keys::UPDATER_REPORTER.to_string()),
         event_time: Some(MicroTime(now)),
         ..Default::default()
     };
-    Api::<K8sEvent>::namespaced(client.clone(), EVENT_NAMESPACE)
+    Api::<K8sEvent>::namespaced(client.clone(), keys::EVENT_NAMESPACE)
         .create(&PostParams::default(), &event)
         .await
         .map(drop)

@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autopilot_api::keys;
 use base64::Engine as _;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
@@ -170,7 +171,7 @@ impl ClusterInfo {
         let worker_json = serde_json::to_vec(&self.workers).unwrap_or_default();
         vec![
             ("k0s_storagetype", self.storage_type.clone()),
-            ("k0s_clusterid", format!("kube-system:{}", self.kube_system_uid)),
+            ("k0s_clusterid", format!("{}:{}", keys::CLUSTER_ID_NAMESPACE, self.kube_system_uid)),
             ("k0s_controlplanenodescount", self.control_plane_nodes_count.to_string()),
             ("k0s_workerdata", base64::engine::general_purpose::STANDARD.encode(worker_json)),
             ("k0s_version", self.version.clone()),
