@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
+pub use autopilot_shell::api::is_transient;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -87,29 +88,6 @@ pub async fn install(
         }
     }
     Ok(())
-}
-
-/// Whether an API error means the server cannot answer now (connection failures, 5xx,
-/// 429: worth retrying for as long as it takes), as opposed to a misconfiguration (TLS
-/// trust, credentials) or an answer that will not change.
-pub fn is_transient(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => !is_tls_problem(err),
-        _ => false,
-    }
-}
-
-/// Whether a TLS error (an untrusted or mismatched certificate) is among the causes.
-fn is_tls_problem(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if e.downcast_ref::<rustls::Error>().is_some() || e.to_string().contains("certificate") {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
 }
 
 /// Runs `attempt` until it succeeds or fails with something other than a transient API

@@ -24,6 +24,7 @@ use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::Plan;
+use autopilot_shell::api::WatchBackoff;
 
 use crate::host::{self, Host, SignalKey};
 use crate::phase::{self, Step};
@@ -469,22 +470,4 @@ where
     api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     info!(node = %object.name_any(), to = %phase, "signal status written");
     Ok(next)
-}
-/// [`autopilot_api::backoff::Capped`] as a kube-runtime watch backoff: a watch broken by an
-/// API-server outage is re-established within two seconds of the server answering again.
-#[derive(Clone, Debug, Default)]
-pub struct WatchBackoff(autopilot_api::backoff::Capped);
-
-impl Iterator for WatchBackoff {
-    type Item = std::time::Duration;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0.next()
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.0.reset();
-    }
 }

@@ -8,15 +8,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use autopilot_shell::https::{self, HttpsClient, HttpsClientBuilder};
 use bytes::Bytes;
 use http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, LOCATION, USER_AGENT};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use sha2::{Digest as _, Sha256};
@@ -361,7 +358,7 @@ pub struct Downloaded {
 /// An HTTP(S) client with the system's trust roots; cheap to reuse for many downloads.
 #[derive(Clone, Debug)]
 pub struct Downloader {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: HttpsClient,
     config: DownloadConfig,
     /// Counts every body byte received (the `agent_download_bytes` metric once
     /// [`Self::counting_bytes`] shared it; otherwise counted for nobody).
@@ -372,31 +369,18 @@ impl Downloader {
     /// A downloader with `config`. Unreadable system certificates are skipped (HTTPS to a
     /// server they would have vouched for then fails verification with a clear error).
     pub fn new(config: DownloadConfig) -> Result<Self> {
-        let mut roots = rustls::RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        let (_added, _ignored) = roots.add_parsable_certificates(native.certs);
+        let mut roots = https::system_roots();
         if let Some(path) = &config.ca_file {
             let ca_error = |source| DownloadError::CaFile { path: path.clone(), source };
             for cert in CertificateDer::pem_file_iter(path).map_err(ca_error)? {
                 roots.add(cert.map_err(ca_error)?).map_err(DownloadError::Tls)?;
             }
         }
-        let tls = rustls::ClientConfig::builder_with_provider(
-            rustls::crypto::ring::default_provider().into(),
-        )
-        .with_safe_default_protocol_versions()
-        .map_err(DownloadError::Tls)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(config.stall_timeout));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
+        let client = HttpsClientBuilder::new(roots)
+            .connect_timeout(config.stall_timeout)
+            .without_idle_connections()
+            .build()
+            .map_err(DownloadError::Tls)?;
         Ok(Self { client, config, bytes: Default::default() })
     }
 

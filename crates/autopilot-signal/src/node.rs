@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
+pub use autopilot_shell::api::is_transient;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
@@ -194,26 +195,5 @@ impl Heartbeat {
         let params = PatchParams::apply(keys::FIELD_MANAGER).force();
         leases.patch(&self.name, &params, &Patch::Apply(&lease)).await?;
         Ok(())
-    }
-}
-
-/// Whether an API error means the server cannot answer now (connection failures, 5xx,
-/// 429), as opposed to a misconfiguration (TLS trust, credentials) or a real answer.
-pub fn is_transient(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => {
-            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
-            while let Some(e) = cause {
-                if e.downcast_ref::<rustls::Error>().is_some()
-                    || e.to_string().contains("certificate")
-                {
-                    return false;
-                }
-                cause = e.source();
-            }
-            true
-        }
-        _ => false,
     }
 }

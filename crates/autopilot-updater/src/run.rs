@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use autopilot_api::v1beta2::{Plan, PlanSpec, UpdateConfig};
 use autopilot_api::{keys, text};
+use autopilot_shell::events::{self, Event, EventType, Reporter};
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Secret};
-use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
@@ -575,12 +575,13 @@ impl Updater {
     }
 }
 
+/// The Event recording `outcome` on `config`, published and awaited, so the Events of one
+/// UpdateConfig follow its checks in order.
 async fn publish_event(
     client: &kube::Client,
     config: &UpdateConfig,
     outcome: &Outcome,
 ) -> Result<(), kube::Error> {
-    let now = Timestamp::now();
     let regarding = ObjectReference {
         api_version: Some(keys::API_VERSION.to_string()),
         kind: Some(keys::KIND_UPDATE_CONFIG.to_string()),
@@ -589,26 +590,19 @@ async fn publish_event(
         resource_version: config.resource_version(),
         ..Default::default()
     };
-    let event = K8sEvent {
-        metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", config.name_any(), now.as_nanosecond())),
-            namespace: Some(keys::EVENT_NAMESPACE.to_string()),
-            ..Default::default()
-        },
-        action: Some("CheckForUpdate".to_string()),
-        reason: Some(outcome.reason.to_string()),
-        note: Some(text::cut(&outcome.message, 1000).to_string()),
-        type_: Some(if outcome.warning { "Warning" } else { "Normal" }.to_string()),
-        regarding: Some(regarding),
-        reporting_controller: Some(keys::UPDATER_REPORTER.to_string()),
-        reporting_instance: Some(keys::UPDATER_REPORTER.to_string()),
-        event_time: Some(MicroTime(now)),
-        ..Default::default()
+    let event = Event {
+        regarding,
+        action: "CheckForUpdate",
+        type_: if outcome.warning { EventType::Warning } else { EventType::Normal },
+        reason: outcome.reason,
+        // Cut short of the publisher's limit, so the note carries no `…` mark.
+        note: text::cut(&outcome.message, events::NOTE_MAX_BYTES).to_string(),
     };
-    Api::<K8sEvent>::namespaced(client.clone(), keys::EVENT_NAMESPACE)
-        .create(&PostParams::default(), &event)
-        .await
-        .map(drop)
+    let reporter = Reporter {
+        controller: keys::UPDATER_REPORTER.to_string(),
+        instance: keys::UPDATER_REPORTER.to_string(),
+    };
+    events::publish(client, &reporter, &event).await
 }
 
 /// This controller's architecture, Go-style as the update server expects.

@@ -21,15 +21,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use autopilot_api::keys;
+use autopilot_shell::https::{self, HttpsClient, HttpsClientBuilder};
 use base64::Engine as _;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::body::Bytes;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use thiserror::Error;
 
@@ -235,7 +232,7 @@ pub fn legacy_url(update_server: &str, channel: &str, query: &LegacyQuery) -> Re
 /// An update-server client; cheap to clone, reuse it across checks.
 #[derive(Clone, Debug)]
 pub struct Client {
-    http: HyperClient<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    http: HttpsClient,
     timeout: Duration,
 }
 
@@ -244,24 +241,7 @@ impl Client {
     /// system certificates are skipped (HTTPS to a server only they vouch for then fails
     /// verification, with a clear error).
     pub fn new() -> Result<Self> {
-        let mut roots = rustls::RootCertStore::empty();
-        let (_added, _ignored) =
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        let tls = rustls::ClientConfig::builder_with_provider(
-            rustls::crypto::ring::default_provider().into(),
-        )
-        .with_safe_default_protocol_versions()
-        .map_err(Error::Tls)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let http = HyperClient::builder(TokioExecutor::new()).build(https);
+        let http = HttpsClientBuilder::new(https::system_roots()).build().map_err(Error::Tls)?;
         Ok(Self { http, timeout: DEFAULT_TIMEOUT })
     }
 
