@@ -27,8 +27,10 @@ use http::header::{AUTHORIZATION, HeaderName, HeaderValue, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::body::Bytes;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use thiserror::Error;
+use url::Url;
 
 use crate::channel::{self, ChannelAnswer};
 
@@ -47,9 +49,9 @@ pub enum Error {
     BadUrl {
         /// The URL we tried to build.
         url: String,
-        /// What the URI parser objected to.
+        /// What the URL parser or the request builder objected to.
         #[source]
-        source: http::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The URL's scheme is neither `http` nor `https`.
     #[error("update server url {url:?} must use http or https")]
@@ -200,33 +202,30 @@ pub struct RequestOptions<'a> {
 
 /// The URL of a channel's `index.yaml`: the server's path joined with `<channel>/index.yaml`.
 pub fn index_url(update_server: &str, channel: &str) -> Result<Uri> {
-    let base = parse_url(with_scheme(update_server))?;
-    let scheme = base.scheme_str().unwrap_or("https");
-    let authority = base.authority().map(|a| a.as_str()).unwrap_or_default();
-    let query = base.query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!(
-        "{scheme}://{authority}{}/{}/index.yaml{query}",
-        base.path().trim_end_matches('/'),
-        channel.trim_matches('/'),
-    );
-    parse_url(url)
+    let mut url = server_url(update_server)?;
+    let path =
+        format!("{}/{}/index.yaml", url.path().trim_end_matches('/'), channel.trim_matches('/'));
+    url.set_path(&path);
+    to_uri(&url)
 }
 
 /// The URL of the legacy endpoint: the server with its path replaced by `/<channel>` and
 /// the query parameters of `query` (percent-encoded).
 pub fn legacy_url(update_server: &str, channel: &str, query: &LegacyQuery) -> Result<Uri> {
-    let base = parse_url(with_scheme(update_server))?;
-    let scheme = base.scheme_str().unwrap_or("https");
-    let authority = base.authority().map(|a| a.as_str()).unwrap_or_default();
+    let mut url = server_url(update_server)?;
     let LegacyQuery { cluster_id, last_update_status, current_version } = query;
-    let url = format!(
-        "{scheme}://{authority}/{}?clusterID={}&lastUpdateStatus={}&currentVersion={}",
-        channel.trim_matches('/'),
-        encode(cluster_id),
-        encode(last_update_status),
-        encode(current_version),
-    );
-    parse_url(url)
+    url.set_path(&format!("/{}", channel.trim_matches('/')));
+    let pairs = [
+        ("clusterID", cluster_id),
+        ("lastUpdateStatus", last_update_status),
+        ("currentVersion", current_version),
+    ];
+    let query: Vec<String> = pairs
+        .iter()
+        .map(|(name, value)| format!("{name}={}", utf8_percent_encode(value, QUERY_VALUE)))
+        .collect();
+    url.set_query(Some(&query.join("&")));
+    to_uri(&url)
 }
 
 /// An update-server client; cheap to clone, reuse it across checks.
@@ -288,7 +287,7 @@ impl Client {
             .uri(url)
             .header(USER_AGENT, concat!("k0s-autopilot/", env!("CARGO_PKG_VERSION")))
             .body(Empty::<Bytes>::new())
-            .map_err(|source| Error::BadUrl { url: shown.clone(), source })?;
+            .map_err(|source| Error::BadUrl { url: shown.clone(), source: source.into() })?;
         let headers = request.headers_mut();
         if let Some(token) = options.token {
             let mut value = HeaderValue::try_from(format!("Bearer {}", token.trim()))
@@ -328,31 +327,30 @@ impl Client {
     }
 }
 
-fn with_scheme(update_server: &str) -> String {
+/// What a query value keeps as it is: RFC 3986's unreserved characters (letters, digits,
+/// `-._~`); everything else is percent-encoded (`+` as `%2B`, space as `%20`).
+const QUERY_VALUE: &AsciiSet =
+    &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// `updateServer` as a URL, `https://` assumed when it has no scheme; only `http` and
+/// `https` with a host are accepted.
+fn server_url(update_server: &str) -> Result<Url> {
     let trimmed = update_server.trim();
-    if trimmed.contains("://") { trimmed.to_owned() } else { format!("https://{trimmed}") }
+    let text =
+        if trimmed.contains("://") { trimmed.to_owned() } else { format!("https://{trimmed}") };
+    let mut url =
+        Url::parse(&text).map_err(|e| Error::BadUrl { url: text.clone(), source: e.into() })?;
+    if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+        return Err(Error::BadScheme { url: text });
+    }
+    url.set_fragment(None);
+    Ok(url)
 }
 
-fn parse_url(url: String) -> Result<Uri> {
-    let uri = Uri::try_from(url.as_str())
-        .map_err(|e| Error::BadUrl { url: url.clone(), source: e.into() })?;
-    match uri.scheme_str() {
-        Some("http" | "https") if uri.authority().is_some() => Ok(uri),
-        _ => Err(Error::BadScheme { url }),
-    }
-}
-
-/// Percent-encode a query value (everything but RFC 3986 unreserved characters).
-fn encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+/// `url` as the `Uri` a request is made with.
+fn to_uri(url: &Url) -> Result<Uri> {
+    Uri::try_from(url.as_str())
+        .map_err(|e| Error::BadUrl { url: url.to_string(), source: http::Error::from(e).into() })
 }
 
 #[cfg(test)]
