@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
-pub use autopilot_shell::api::is_transient;
+pub use autopilot_shell::retry::is_transient;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};

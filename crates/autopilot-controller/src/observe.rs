@@ -119,7 +119,7 @@ pub fn observe_signal(
     }
 }
 
-pub use autopilot_shell::api::WatchBackoff;
+pub use autopilot_shell::retry::WatchBackoff;
 
 /// Drop what autopilot never reads from a watched Node or ControlNode before it is cached:
 /// `metadata.managedFields` (a JSON tree per field manager, often larger than the rest of the

@@ -41,7 +41,7 @@ impl HttpsClientBuilder {
 
     /// Give up connecting after `timeout`.
     #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
     }

@@ -24,7 +24,7 @@ use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::Plan;
-use autopilot_shell::api::WatchBackoff;
+use autopilot_shell::retry::WatchBackoff;
 
 use crate::host::{self, Host, SignalKey};
 use crate::phase::{self, Step};

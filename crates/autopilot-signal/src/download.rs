@@ -379,7 +379,7 @@ impl Downloader {
             }
         }
         let client = HttpsClientBuilder::new(roots)
-            .connect_timeout(config.stall_timeout)
+            .with_connect_timeout(config.stall_timeout)
             .without_idle_connections()
             .build()
             .map_err(DownloadError::Tls)?;

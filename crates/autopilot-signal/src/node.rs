@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
-pub use autopilot_shell::api::is_transient;
+pub use autopilot_shell::retry::is_transient;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};

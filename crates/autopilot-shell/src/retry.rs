@@ -1,4 +1,4 @@
-//! Talking to the API server through outages: which errors are worth retrying, and the
+//! Retrying against the API server through outages: which errors are worth retrying, and the
 //! capped backoff of watches.
 
 use autopilot_api::backoff::Capped;
