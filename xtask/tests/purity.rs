@@ -38,13 +38,14 @@ const PURE_FILES: &[&str] = &[
     "crates/autopilot-controller/src/preflight/template.rs",
     // The cordon/drain decision (its shell is `crates/autopilot-controller/src/drain.rs`).
     "crates/autopilot-controller/src/cordon.rs",
+    // k0s versions and their order (the updater's decisions and the removed-API check).
+    "crates/autopilot-api/src/version.rs",
     // The node's signal phase machine.
     "crates/autopilot-signal/src/phase.rs",
     // The updater's decisions: when to check, which release, which plan.
     "crates/autopilot-updater/src/decide.rs",
     "crates/autopilot-updater/src/channel.rs",
     "crates/autopilot-updater/src/cron.rs",
-    "crates/autopilot-updater/src/version.rs",
     "crates/autopilot-updater/src/window.rs",
 ];
 

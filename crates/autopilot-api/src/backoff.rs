@@ -36,15 +36,31 @@ impl Capped {
     pub fn reset(&mut self) {
         self.next = self.first;
     }
+
+    /// The next delay (the sequence never ends, so there always is one).
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.cap);
+        delay
+    }
+
+    /// Continues the sequence after `delay`, a wait taken from elsewhere: the next delay is
+    /// `2 × delay`, capped.
+    pub fn continue_after(&mut self, delay: Duration) {
+        self.next = (delay * 2).min(self.cap);
+    }
+
+    /// The longest delay.
+    pub fn cap(&self) -> Duration {
+        self.cap
+    }
 }
 
 impl Iterator for Capped {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.cap);
-        Some(delay)
+        Some(self.next_delay())
     }
 }
 
@@ -59,5 +75,23 @@ mod tests {
         assert_eq!(first, vec![250, 500, 1000, 2000, 2000, 2000]);
         delays.reset();
         assert_eq!(delays.next(), Some(FIRST));
+    }
+
+    #[test]
+    fn another_first_delay_and_cap_double_the_same_way() {
+        let secs = Duration::from_secs;
+        let mut delays = Capped::new(secs(1), secs(30));
+        let first: Vec<u64> = (0..7).map(|_| delays.next_delay().as_secs()).collect();
+        assert_eq!(first, vec![1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(delays.cap(), secs(30));
+    }
+
+    #[test]
+    fn continuing_after_a_foreign_delay_doubles_that_delay() {
+        let mut delays = Capped::new(Duration::from_secs(2), Duration::from_secs(30));
+        delays.continue_after(Duration::from_millis(250));
+        assert_eq!(delays.next_delay(), Duration::from_millis(500));
+        delays.continue_after(Duration::from_secs(20));
+        assert_eq!(delays.next_delay(), Duration::from_secs(30));
     }
 }

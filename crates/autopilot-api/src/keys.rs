@@ -54,6 +54,14 @@ pub const FIELD_MANAGER: &str = "k0s-autopilot";
 /// Finalizer the controller puts on every `UpdateConfig`.
 pub const UPDATECONFIG_FINALIZER: &str = "updateconfig.autopilot.k0sproject.io";
 
+/// Namespace of the Events about cluster-scoped objects (Plans, UpdateConfigs), which have
+/// no namespace of their own.
+pub const EVENT_NAMESPACE: &str = "default";
+
+/// `reportingController` of the updater's Events (the Plan engine reports as
+/// [`FIELD_MANAGER`]).
+pub const UPDATER_REPORTER: &str = "k0s-autopilot-updater";
+
 // === Signal annotations ===
 
 /// Annotation carrying the signal protocol version; its value must be [`SIGNAL_VERSION`].
@@ -143,6 +151,14 @@ pub const UPDATE_SERVER_TOKEN_SECRET: &str = "update-server-token";
 
 /// Data key of the token inside [`UPDATE_SERVER_TOKEN_SECRET`].
 pub const UPDATE_SERVER_TOKEN_KEY: &str = "token";
+
+/// Namespace whose UID identifies the cluster to the update server (`clusterID`,
+/// `k0s_clusterid`), as in k0s.
+pub const CLUSTER_ID_NAMESPACE: &str = "kube-system";
+
+/// Name prefix of the k0s controllers' Leases in [`NODE_LEASE_NAMESPACE`]; the updater counts
+/// them as the control plane's size for the update server.
+pub const CONTROLLER_LEASE_PREFIX: &str = "k0s-ctrl-";
 
 /// Plan status condition types and reasons (ours; k0s writes no conditions).
 pub mod conditions {

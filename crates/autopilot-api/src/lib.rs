@@ -12,6 +12,8 @@
 //!   the raw record the controller judges).
 //! - [`payload`]: the URL and version rules a node holds a command to, shared by the node
 //!   agent and the Plan engine.
+//! - [`version`]: k0s versions and their order (`v1.35.1+k0s.0 < v1.35.1+k0s.1 <
+//!   v1.35.2+k0s.0`), for the updater and the Plan engine's removed-API check.
 //!
 //! This crate is data and pure functions only: no client, no tokio, no I/O. Field names,
 //! defaults and serialised strings follow k0s, so k0s nodes and tools understand what we
@@ -29,5 +31,6 @@ mod schema;
 pub mod signal;
 pub mod text;
 pub mod v1beta2;
+pub mod version;
 
 pub use v1beta2::{ControlNode, Plan, PlanSpec, PlanStatus, UpdateConfig, UpdateConfigSpec, crds};

@@ -1,16 +1,39 @@
-//! Small text helpers shared by the controller and the node agent.
+//! Small text helpers shared by the controller, the node agent and the updater.
 
-/// At most `max` bytes of `text`, cut at a char boundary, with `…` marking a cut (so a cut
-/// result is up to `max` + 3 bytes).
-pub fn truncate(text: &str, max: usize) -> String {
+/// The longest prefix of `text` of at most `max` bytes that ends at a char boundary.
+pub fn cut(text: &str, max: usize) -> &str {
     if text.len() <= max {
-        return text.to_string();
+        return text;
     }
     let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    &text[..end]
+}
+
+/// At most `max` bytes of `text`, cut at a char boundary, with `…` marking a cut (so a cut
+/// result is up to `max` + 3 bytes).
+pub fn truncate(text: &str, max: usize) -> String {
+    let kept = cut(text, max);
+    if kept.len() == text.len() { kept.to_string() } else { format!("{kept}…") }
+}
+
+/// An error and its causes on one line, `error: cause: cause`, for logs, Events and status
+/// reasons. A cause whose text the line already holds (an error that prints its source
+/// itself) is not repeated.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
 }
 
 #[cfg(test)]
@@ -22,5 +45,49 @@ mod tests {
         assert_eq!(truncate("short", 10), "short");
         assert_eq!(truncate("ééé", 3), "é…");
         assert_eq!(truncate(&"x".repeat(2000), 1024).len(), 1024 + '…'.len_utf8());
+    }
+
+    #[test]
+    fn cut_keeps_char_boundaries() {
+        assert_eq!(cut("abc", 10), "abc");
+        assert_eq!(cut("aéb", 2), "a");
+    }
+
+    /// An error with a message and an optional cause, as errors built with `thiserror` are.
+    #[derive(Debug)]
+    struct Layer {
+        message: String,
+        cause: Option<Box<Layer>>,
+    }
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.message)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.cause.as_deref().map(|cause| cause as &(dyn std::error::Error + 'static))
+        }
+    }
+
+    fn layer(message: &str, cause: Option<Layer>) -> Layer {
+        Layer { message: message.to_owned(), cause: cause.map(Box::new) }
+    }
+
+    #[test]
+    fn error_chain_joins_causes_without_repeating_them() {
+        let inner = layer("connection refused", None);
+        let err =
+            layer("reading the answer of http://127.0.0.1:9/stable/index.yaml failed", Some(inner));
+        let line = error_chain(&err);
+        assert!(line.contains("127.0.0.1:9"), "{line}");
+        assert!(line.ends_with("connection refused"), "{line}");
+        assert_eq!(line.matches("connection refused").count(), 1, "{line}");
+
+        let repeats =
+            layer("HyperError: connection refused", Some(layer("connection refused", None)));
+        assert_eq!(error_chain(&repeats), "HyperError: connection refused");
     }
 }

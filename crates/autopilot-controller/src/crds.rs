@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use autopilot_api::backoff::Capped;
+pub use autopilot_shell::retry::is_transient;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -24,6 +26,11 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(200);
 
 /// Longest delay between attempts while the API server is unreachable.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+
+/// The delays between attempts while the API server is unreachable.
+fn retry_delays() -> Capped {
+    Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY)
+}
 
 /// Apply every autopilot CRD and wait until each is `Established`.
 ///
@@ -43,14 +50,14 @@ pub async fn install(
     let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
     for crd in autopilot_api::crds() {
         let name = crd.metadata.name.clone().context("generated CRD has no name")?;
-        let mut delay = FIRST_RETRY_DELAY;
+        let mut delays = retry_delays();
         loop {
             match api.patch(&name, &params, &Patch::Apply(&crd)).await {
                 Ok(_) => break,
                 Err(err) if is_transient(&err) && in_time() => {
+                    let delay = delays.next_delay();
                     warn!(error = %err, crd = %name, retry_in = ?delay, "API server not answering, retrying");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
                 Err(err) if is_transient(&err) => {
                     return Err(err).with_context(|| {
@@ -83,29 +90,6 @@ pub async fn install(
     Ok(())
 }
 
-/// Whether an API error means the server cannot answer now (connection failures, 5xx,
-/// 429: worth retrying for as long as it takes), as opposed to a misconfiguration (TLS
-/// trust, credentials) or an answer that will not change.
-pub fn is_transient(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => !is_tls_problem(err),
-        _ => false,
-    }
-}
-
-/// Whether a TLS error (an untrusted or mismatched certificate) is among the causes.
-fn is_tls_problem(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if e.downcast_ref::<rustls::Error>().is_some() || e.to_string().contains("certificate") {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
-}
-
 /// Runs `attempt` until it succeeds or fails with something other than a transient API
 /// error (see [`is_transient`]); transient failures are retried with capped backoff and
 /// logged, for ever: an API server outage never makes a node give up.
@@ -114,7 +98,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let mut delay = FIRST_RETRY_DELAY;
+    let mut delays = retry_delays();
     loop {
         match attempt().await {
             Ok(value) => return Ok(value),
@@ -123,9 +107,9 @@ where
                     .chain()
                     .any(|c| c.downcast_ref::<kube::Error>().is_some_and(is_transient)) =>
             {
+                let delay = delays.next_delay();
                 warn!(error = %format!("{err:#}"), retry_in = ?delay, "{what}: API server not answering, retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(MAX_RETRY_DELAY);
             }
             Err(err) => return Err(err),
         }

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{ControlNode, Plan};
@@ -142,12 +143,12 @@ struct Context {
     client: kube::Client,
     /// A client that does not retry 429 answers (see `reconcile::Engine`).
     eviction_client: kube::Client,
-    /// Consecutive refused evictions per object, for the backoff.
-    refusals: Mutex<HashMap<String, u32>>,
+    /// The backoff of each object whose evictions were refused (since its last success).
+    refusals: Mutex<HashMap<String, Capped>>,
     /// `--drain-timeout`: how long a drain may stay blocked before the node fails.
     drain_timeout: Duration,
     /// Consecutive failed passes (API errors) per object, for their backoff.
-    failures: Mutex<HashMap<String, autopilot_api::backoff::Capped>>,
+    failures: Mutex<HashMap<String, Capped>>,
     /// The `drain_blocked` metric: how many objects have a refusal recorded in `refusals`.
     drain_blocked: Gauge,
 }
@@ -327,7 +328,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
 /// deliver any event that would trigger the pass sooner).
 fn error_policy<K: SignalObject>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.failed(&object.name_any());
-    warn!(object = %object.name_any(), error = %crate::error_chain(error), retry_in = ?delay, "cordon/drain pass failed");
+    warn!(object = %object.name_any(), error = %autopilot_api::text::error_chain(error), retry_in = ?delay, "cordon/drain pass failed");
     Action::requeue(delay)
 }
 
@@ -335,9 +336,10 @@ impl Context {
     /// Record a refusal and return how long to wait before the next attempt.
     fn refused(&self, name: &str) -> Duration {
         let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = refusals.entry(name.to_string()).or_insert(0);
-        let delay = FIRST_BLOCKED_RETRY.saturating_mul(1 << (*count).min(5)).min(MAX_BLOCKED_RETRY);
-        *count += 1;
+        let delay = refusals
+            .entry(name.to_string())
+            .or_insert_with(|| Capped::new(FIRST_BLOCKED_RETRY, MAX_BLOCKED_RETRY))
+            .next_delay();
         self.drain_blocked.set(i64::try_from(refusals.len()).unwrap_or(i64::MAX));
         delay
     }
@@ -347,7 +349,7 @@ impl Context {
     fn failed(&self, name: &str) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         let backoff = failures.entry(name.to_string()).or_default();
-        backoff.next().unwrap_or(autopilot_api::backoff::CAP)
+        backoff.next_delay()
     }
 
     fn reset(&self, name: &str) {

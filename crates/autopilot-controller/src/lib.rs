@@ -283,15 +283,3 @@ const ENGINE_STOP_GRACE: Duration = Duration::from_secs(10);
 /// engine; two seconds keeps a recovered controller from waiting long without hammering a
 /// failing one.
 const READINESS_RECHECK: Duration = Duration::from_secs(2);
-
-/// An error and its causes on one line, for logs and status reasons.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}

@@ -119,24 +119,7 @@ pub fn observe_signal(
     }
 }
 
-/// [`autopilot_api::backoff::Capped`] as a kube-runtime watch backoff: a watch broken by an
-/// API-server outage is re-established within two seconds of the server answering again.
-#[derive(Clone, Debug, Default)]
-pub struct WatchBackoff(autopilot_api::backoff::Capped);
-
-impl Iterator for WatchBackoff {
-    type Item = std::time::Duration;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0.next()
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.0.reset();
-    }
-}
+pub use autopilot_shell::retry::WatchBackoff;
 
 /// Drop what autopilot never reads from a watched Node or ControlNode before it is cached:
 /// `metadata.managedFields` (a JSON tree per field manager, often larger than the rest of the

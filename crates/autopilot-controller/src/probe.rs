@@ -99,15 +99,5 @@ impl Prober {
 
 /// The first line of an error chain, for a status reason.
 fn short(err: &kube::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text.lines().next().unwrap_or_default().to_string()
+    autopilot_api::text::error_chain(err).lines().next().unwrap_or_default().to_string()
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
+use autopilot_shell::events::Reporter;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
@@ -293,8 +294,11 @@ impl Engine {
         let context = Arc::new(Context {
             events: effect::EventPublisher::start(
                 client.clone(),
-                keys::FIELD_MANAGER.to_string(),
-                self.instance.clone(),
+                Reporter {
+                    controller: keys::FIELD_MANAGER.to_string(),
+                    instance: self.instance.clone(),
+                },
+                "plan",
             ),
             engine: self,
             plans,
@@ -595,12 +599,12 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
                 debug!(plan = %name, %pod, "deleted check Pod");
             }
             Effect::Event { kind, reason, note } => {
-                ctx.events.publish(effect::PlanEvent {
-                    regarding: plan.object_ref(&()),
-                    kind: *kind,
+                ctx.events.publish(effect::plan_event(
+                    plan.object_ref(&()),
+                    *kind,
                     reason,
-                    note: note.clone(),
-                });
+                    note.clone(),
+                ));
             }
         }
     }
@@ -673,13 +677,9 @@ fn error_policy(plan: Arc<Plan>, error: &Error, ctx: Arc<Context>) -> Action {
             Action::requeue(CONFLICT_RETRY)
         }
         _ => {
-            let delay = ctx
-                .errors
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .next()
-                .unwrap_or(autopilot_api::backoff::CAP);
-            warn!(plan = %plan.name_any(), error = %crate::error_chain(error), retry_in = ?delay, "plan pass failed, retrying");
+            let delay =
+                ctx.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_delay();
+            warn!(plan = %plan.name_any(), error = %autopilot_api::text::error_chain(error), retry_in = ?delay, "plan pass failed, retrying");
             Action::requeue(delay)
         }
     }

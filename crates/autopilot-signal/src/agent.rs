@@ -20,9 +20,11 @@ use tracing::{debug, info, warn};
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
+use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::Plan;
+use autopilot_shell::retry::WatchBackoff;
 
 use crate::host::{self, Host, SignalKey};
 use crate::phase::{self, Step};
@@ -30,7 +32,7 @@ use crate::preflight;
 use crate::status;
 
 /// First wait before retrying a failed idempotent action; doubles up to [`MAX_RETRY`].
-const FIRST_RETRY: Duration = Duration::from_secs(1);
+const FIRST_RETRY: Duration = Duration::from_secs(2);
 
 /// Longest wait between retries of a failed idempotent action.
 const MAX_RETRY: Duration = Duration::from_secs(30);
@@ -96,7 +98,10 @@ where
     // the watches, not on the long one of failing host actions: a report that could not be
     // written during an outage goes out within `backoff::CAP` of the API server answering
     // again, instead of up to 30 s later (the plan waits for that report).
-    let mut api_retry = autopilot_api::backoff::Capped::default();
+    let mut api_retry = Capped::default();
+    // The waits after failed host actions. Both kinds of failure make one sequence: a host
+    // retry right after a failed API request waits twice that request's delay.
+    let mut host_retry = Capped::new(FIRST_RETRY, MAX_RETRY);
     let mut latest: Option<K> = None;
     let mut again = false;
     let mut failures = Failures::default();
@@ -125,22 +130,23 @@ where
         let Some(object) = latest.take() else { continue };
         match act(&api, &agent, host, &object, &mut failures).await {
             Ok(Acted::Idle) => {
-                retry = FIRST_RETRY;
+                host_retry.reset();
                 api_retry.reset();
             }
             Ok(Acted::Again) => {
-                retry = FIRST_RETRY;
+                host_retry.reset();
                 api_retry.reset();
                 latest = Some(object);
                 again = true;
             }
             Ok(Acted::Restart) => return Ok(Outcome::Restart),
             Ok(Acted::Retry) => {
-                retry = (retry * 2).min(MAX_RETRY);
+                retry = host_retry.next_delay();
                 latest = Some(object);
             }
             Err(err) => {
-                retry = api_retry.next().unwrap_or(autopilot_api::backoff::CAP);
+                retry = api_retry.next_delay();
+                host_retry.continue_after(retry);
                 // Logged outside the step's span: name the signal here.
                 let data = signal::from_meta_unchecked(object.meta()).ok().flatten();
                 warn!(
@@ -464,22 +470,4 @@ where
     api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     info!(node = %object.name_any(), to = %phase, "signal status written");
     Ok(next)
-}
-/// [`autopilot_api::backoff::Capped`] as a kube-runtime watch backoff: a watch broken by an
-/// API-server outage is re-established within two seconds of the server answering again.
-#[derive(Clone, Debug, Default)]
-pub struct WatchBackoff(autopilot_api::backoff::Capped);
-
-impl Iterator for WatchBackoff {
-    type Item = std::time::Duration;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0.next()
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.0.reset();
-    }
 }

@@ -8,20 +8,19 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use autopilot_shell::https::{self, HttpsClient, HttpsClientBuilder};
 use bytes::Bytes;
 use http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, LOCATION, USER_AGENT};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use percent_encoding::percent_decode_str;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use sha2::{Digest as _, Sha256};
 use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt as _;
+use url::Url;
 
 /// Result of this module.
 pub type Result<T, E = DownloadError> = std::result::Result<T, E>;
@@ -361,7 +360,7 @@ pub struct Downloaded {
 /// An HTTP(S) client with the system's trust roots; cheap to reuse for many downloads.
 #[derive(Clone, Debug)]
 pub struct Downloader {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: HttpsClient,
     config: DownloadConfig,
     /// Counts every body byte received (the `agent_download_bytes` metric once
     /// [`Self::counting_bytes`] shared it; otherwise counted for nobody).
@@ -372,31 +371,18 @@ impl Downloader {
     /// A downloader with `config`. Unreadable system certificates are skipped (HTTPS to a
     /// server they would have vouched for then fails verification with a clear error).
     pub fn new(config: DownloadConfig) -> Result<Self> {
-        let mut roots = rustls::RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        let (_added, _ignored) = roots.add_parsable_certificates(native.certs);
+        let mut roots = https::system_roots();
         if let Some(path) = &config.ca_file {
             let ca_error = |source| DownloadError::CaFile { path: path.clone(), source };
             for cert in CertificateDer::pem_file_iter(path).map_err(ca_error)? {
                 roots.add(cert.map_err(ca_error)?).map_err(DownloadError::Tls)?;
             }
         }
-        let tls = rustls::ClientConfig::builder_with_provider(
-            rustls::crypto::ring::default_provider().into(),
-        )
-        .with_safe_default_protocol_versions()
-        .map_err(DownloadError::Tls)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(config.stall_timeout));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
+        let client = HttpsClientBuilder::new(roots)
+            .with_connect_timeout(config.stall_timeout)
+            .without_idle_connections()
+            .build()
+            .map_err(DownloadError::Tls)?;
         Ok(Self { client, config, bytes: Default::default() })
     }
 
@@ -773,27 +759,13 @@ fn is_followed_redirect(status: StatusCode) -> bool {
     )
 }
 
-/// Resolves a `Location` header value against the URL that answered with it.
+/// Resolves a `Location` header value against the URL that answered with it (RFC 3986
+/// reference resolution; a fragment is dropped, it is never sent).
 fn resolve(base: &Uri, location: &str) -> Option<Uri> {
-    let location = location.trim();
-    if let Ok(uri) = location.parse::<Uri>()
-        && uri.scheme().is_some()
-    {
-        return Some(uri);
-    }
-    let scheme = base.scheme_str()?;
-    let authority = base.authority()?;
-    let joined = if let Some(rest) = location.strip_prefix("//") {
-        format!("{scheme}://{rest}")
-    } else if location.starts_with('/') {
-        format!("{scheme}://{authority}{location}")
-    } else {
-        let path = base.path();
-        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-        let dir = if dir.is_empty() { "/" } else { dir };
-        format!("{scheme}://{authority}{dir}{location}")
-    };
-    joined.parse().ok()
+    let base = Url::parse(&base.to_string()).ok()?;
+    let mut next = base.join(location.trim()).ok()?;
+    next.set_fragment(None);
+    next.as_str().parse().ok()
 }
 
 /// The file name for an airgap bundle (REF §7.5): the `filename` parameter of a
@@ -805,7 +777,7 @@ pub fn file_name_from_response(content_disposition: Option<&str>, url: &Uri) -> 
         .and_then(|name| sanitise_file_name(&name))
         .or_else(|| {
             let segment = url.path().rsplit('/').next().unwrap_or_default();
-            sanitise_file_name(&percent_decode(segment))
+            sanitise_file_name(&percent_decode_str(segment).decode_utf8_lossy())
         })
 }
 
@@ -822,26 +794,6 @@ fn disposition_file_name(value: &str) -> Option<String> {
             .map_or_else(|| value.to_string(), |v| v.replace("\\\"", "\"").replace("\\\\", "\\"));
         Some(value)
     })
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(decoded)) => {
-                out.push(decoded);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Makes `name` safe as a single file name (REF §7.5): path separators, `<>|:"?*`, control
@@ -947,6 +899,8 @@ mod tests {
         assert_eq!(r("y"), Some("http://h:1/a/b/y".into()));
         assert_eq!(r("https://o/z"), Some("https://o/z".into()));
         assert_eq!(r("//o/z"), Some("http://o/z".into()));
+        assert_eq!(r("../d/./e?v=1#top"), Some("http://h:1/a/d/e?v=1".into()));
+        assert_eq!(r("?v=2"), Some("http://h:1/a/b/c?v=2".into()));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
+pub use autopilot_shell::retry::is_transient;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
@@ -54,7 +56,7 @@ impl Heartbeat {
         let deadline =
             (!startup_timeout.is_zero()).then(|| tokio::time::Instant::now() + startup_timeout);
         let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
-        let mut delay = FIRST_RETRY_DELAY;
+        let mut delays = Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY);
         loop {
             let attempt = match self.create_if_absent(client).await {
                 Ok(()) => self.beat(client, true).await,
@@ -63,9 +65,9 @@ impl Heartbeat {
             match attempt {
                 Ok(()) => break,
                 Err(err) if is_transient(&err) && in_time() => {
+                    let delay = delays.next_delay();
                     warn!(error = %err, retry_in = ?delay, "API server not answering, retrying");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
                 Err(err) if is_transient(&err) => {
                     return Err(err).with_context(|| {
@@ -193,26 +195,5 @@ impl Heartbeat {
         let params = PatchParams::apply(keys::FIELD_MANAGER).force();
         leases.patch(&self.name, &params, &Patch::Apply(&lease)).await?;
         Ok(())
-    }
-}
-
-/// Whether an API error means the server cannot answer now (connection failures, 5xx,
-/// 429), as opposed to a misconfiguration (TLS trust, credentials) or a real answer.
-pub fn is_transient(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => {
-            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
-            while let Some(e) = cause {
-                if e.downcast_ref::<rustls::Error>().is_some()
-                    || e.to_string().contains("certificate")
-                {
-                    return false;
-                }
-                cause = e.source();
-            }
-            true
-        }
-        _ => false,
     }
 }

@@ -9,7 +9,7 @@
 //! 1. The strategy must be valid (type set, window or cron expression parses), else
 //!    [`Decision::Invalid`].
 //! 2. `periodic`: the offered version must be strictly newer than the running one under
-//!    k0s ordering ([`crate::version`]), else [`Decision::UpToDate`]. Exception: when a
+//!    k0s ordering ([`autopilot_api::version`]), else [`Decision::UpToDate`]. Exception: when a
 //!    `k0supdate` item of `planSpec` has `forceupdate: true`, any *different* version the
 //!    server offers is taken (the server may roll a cluster back); an equal one never is.
 //!    `cron`: no local comparison, the server decides (as in k0s).
@@ -42,8 +42,8 @@ use thiserror::Error;
 
 use crate::channel::ChannelAnswer;
 use crate::cron::Schedule;
-use crate::version::K0sVersion;
 use crate::window::{Window, WindowState};
+use autopilot_api::version::K0sVersion;
 
 /// Why an UpdateConfig's `upgradeStrategy` cannot be used.
 #[derive(Debug, Error)]

@@ -15,7 +15,8 @@
 //!   the start day counts across midnight).
 //! - [`cron`]: the deprecated `cron` strategy's schedule, read as k0s reads it (seconds
 //!   field first).
-//! - [`version`]: k0s version ordering (`v1.35.1+k0s.0 < v1.35.1+k0s.1 < v1.35.2+k0s.0`).
+//! - [`autopilot_api::version`]: k0s version ordering (`v1.35.1+k0s.0 < v1.35.1+k0s.1 <
+//!   v1.35.2+k0s.0`).
 //! - [`channel`]: the update server's two YAML answers, parsed into
 //!   [`channel::ChannelAnswer`].
 //! - [`source`]: the HTTP client for both endpoints ([`source::Client`]).
@@ -52,5 +53,4 @@ pub mod decide;
 pub mod metrics;
 pub mod run;
 pub mod source;
-pub mod version;
 pub mod window;

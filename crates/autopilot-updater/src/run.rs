@@ -10,14 +10,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autopilot_api::keys;
 use autopilot_api::v1beta2::{Plan, PlanSpec, UpdateConfig};
+use autopilot_api::{keys, text};
+use autopilot_shell::events::{self, Event, EventType, Reporter};
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Secret};
-use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
@@ -28,15 +28,6 @@ use tracing::{debug, info, warn};
 
 use crate::decide::{self, Decision, Inputs, Strategy, reasons};
 use crate::source::{self, ClusterInfo, LegacyQuery, RequestOptions, WorkerData};
-
-/// Namespace and name of the Secret holding the update server's bearer token (key `token`).
-pub const TOKEN_SECRET: (&str, &str) = ("kube-system", "update-server-token");
-
-/// Namespace the updater's Events are written to (UpdateConfigs are cluster-scoped).
-pub const EVENT_NAMESPACE: &str = "default";
-
-/// The controller name written into Events.
-const REPORTER: &str = "k0s-autopilot-updater";
 
 /// How soon after an updater task starts its first check runs. Short, so an UpdateConfig
 /// (or a new leader) acts at once, not a full period later; not zero, so a burst of
@@ -415,7 +406,7 @@ impl Updater {
             Err(err) => {
                 return Outcome {
                     reason: reasons::SERVER_ERROR,
-                    message: error_chain(&err),
+                    message: text::error_chain(&err),
                     warning: true,
                     opens_at: None,
                 };
@@ -495,12 +486,12 @@ impl Updater {
 
     /// The bearer token, if the Secret and its `token` key exist.
     async fn read_token(&self) -> Option<String> {
-        let (namespace, name) = TOKEN_SECRET;
-        let secrets = Api::<Secret>::namespaced(self.client.clone(), namespace);
-        match secrets.get_opt(name).await {
+        let secrets =
+            Api::<Secret>::namespaced(self.client.clone(), keys::UPDATE_SERVER_TOKEN_NAMESPACE);
+        match secrets.get_opt(keys::UPDATE_SERVER_TOKEN_SECRET).await {
             Ok(secret) => secret
                 .and_then(|s| s.data)
-                .and_then(|mut data| data.remove("token"))
+                .and_then(|mut data| data.remove(keys::UPDATE_SERVER_TOKEN_KEY))
                 .and_then(|bytes| String::from_utf8(bytes.0).ok())
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty()),
@@ -513,7 +504,7 @@ impl Updater {
 
     async fn kube_system_uid(&self) -> Option<String> {
         let namespaces = Api::<Namespace>::all(self.client.clone());
-        match namespaces.get("kube-system").await {
+        match namespaces.get(keys::CLUSTER_ID_NAMESPACE).await {
             Ok(ns) => ns.metadata.uid,
             Err(err) => {
                 warn!(error = %err, "cannot read the kube-system namespace");
@@ -530,7 +521,11 @@ impl Updater {
             keys::NODE_LEASE_NAMESPACE,
         );
         let control_plane_nodes_count = match leases.list(&ListParams::default()).await {
-            Ok(list) => list.items.iter().filter(|l| l.name_any().starts_with("k0s-ctrl-")).count(),
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|l| l.name_any().starts_with(keys::CONTROLLER_LEASE_PREFIX))
+                .count(),
             Err(err) => {
                 warn!(error = %err, "cannot list node leases for cluster info");
                 return None;
@@ -580,12 +575,13 @@ impl Updater {
     }
 }
 
+/// The Event recording `outcome` on `config`, published and awaited, so the Events of one
+/// UpdateConfig follow its checks in order.
 async fn publish_event(
     client: &kube::Client,
     config: &UpdateConfig,
     outcome: &Outcome,
 ) -> Result<(), kube::Error> {
-    let now = Timestamp::now();
     let regarding = ObjectReference {
         api_version: Some(keys::API_VERSION.to_string()),
         kind: Some(keys::KIND_UPDATE_CONFIG.to_string()),
@@ -594,52 +590,19 @@ async fn publish_event(
         resource_version: config.resource_version(),
         ..Default::default()
     };
-    let event = K8sEvent {
-        metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", config.name_any(), now.as_nanosecond())),
-            namespace: Some(EVENT_NAMESPACE.to_string()),
-            ..Default::default()
-        },
-        action: Some("CheckForUpdate".to_string()),
-        reason: Some(outcome.reason.to_string()),
-        note: Some(truncate(&outcome.message, 1000)),
-        type_: Some(if outcome.warning { "Warning" } else { "Normal" }.to_string()),
-        regarding: Some(regarding),
-        reporting_controller: Some(REPORTER.to_string()),
-        reporting_instance: Some(REPORTER.to_string()),
-        event_time: Some(MicroTime(now)),
-        ..Default::default()
+    let event = Event {
+        regarding,
+        action: "CheckForUpdate",
+        type_: if outcome.warning { EventType::Warning } else { EventType::Normal },
+        reason: outcome.reason,
+        // Cut short of the publisher's limit, so the note carries no `…` mark.
+        note: text::cut(&outcome.message, events::NOTE_MAX_BYTES).to_string(),
     };
-    Api::<K8sEvent>::namespaced(client.clone(), EVENT_NAMESPACE)
-        .create(&PostParams::default(), &event)
-        .await
-        .map(drop)
-}
-
-/// The error and its causes on one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
-    line
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
+    let reporter = Reporter {
+        controller: keys::UPDATER_REPORTER.to_string(),
+        instance: keys::UPDATER_REPORTER.to_string(),
+    };
+    events::publish(client, &reporter, &event).await
 }
 
 /// This controller's architecture, Go-style as the update server expects.
@@ -677,25 +640,6 @@ impl UpdaterProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn error_chain_joins_causes_without_repeating_them() {
-        let inner = std::io::Error::other("connection refused");
-        let err = source::Error::Body {
-            url: "http://127.0.0.1:9/stable/index.yaml".to_owned(),
-            source: Box::new(inner),
-        };
-        let line = error_chain(&err);
-        assert!(line.contains("127.0.0.1:9"), "{line}");
-        assert!(line.ends_with("connection refused"), "{line}");
-        assert_eq!(line.matches("connection refused").count(), 1, "{line}");
-    }
-
-    #[test]
-    fn truncate_keeps_char_boundaries() {
-        assert_eq!(truncate("abc", 10), "abc");
-        assert_eq!(truncate("aéb", 2), "a");
-    }
 
     #[test]
     fn go_arch_uses_go_names() {

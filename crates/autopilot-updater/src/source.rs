@@ -20,17 +20,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autopilot_api::keys;
+use autopilot_shell::https::{self, HttpsClient, HttpsClientBuilder};
 use base64::Engine as _;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::body::Bytes;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use thiserror::Error;
+use url::Url;
 
 use crate::channel::{self, ChannelAnswer};
 
@@ -49,9 +49,9 @@ pub enum Error {
     BadUrl {
         /// The URL we tried to build.
         url: String,
-        /// What the URI parser objected to.
+        /// What the URL parser or the request builder objected to.
         #[source]
-        source: http::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The URL's scheme is neither `http` nor `https`.
     #[error("update server url {url:?} must use http or https")]
@@ -170,7 +170,7 @@ impl ClusterInfo {
         let worker_json = serde_json::to_vec(&self.workers).unwrap_or_default();
         vec![
             ("k0s_storagetype", self.storage_type.clone()),
-            ("k0s_clusterid", format!("kube-system:{}", self.kube_system_uid)),
+            ("k0s_clusterid", format!("{}:{}", keys::CLUSTER_ID_NAMESPACE, self.kube_system_uid)),
             ("k0s_controlplanenodescount", self.control_plane_nodes_count.to_string()),
             ("k0s_workerdata", base64::engine::general_purpose::STANDARD.encode(worker_json)),
             ("k0s_version", self.version.clone()),
@@ -202,39 +202,36 @@ pub struct RequestOptions<'a> {
 
 /// The URL of a channel's `index.yaml`: the server's path joined with `<channel>/index.yaml`.
 pub fn index_url(update_server: &str, channel: &str) -> Result<Uri> {
-    let base = parse_url(with_scheme(update_server))?;
-    let scheme = base.scheme_str().unwrap_or("https");
-    let authority = base.authority().map(|a| a.as_str()).unwrap_or_default();
-    let query = base.query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!(
-        "{scheme}://{authority}{}/{}/index.yaml{query}",
-        base.path().trim_end_matches('/'),
-        channel.trim_matches('/'),
-    );
-    parse_url(url)
+    let mut url = server_url(update_server)?;
+    let path =
+        format!("{}/{}/index.yaml", url.path().trim_end_matches('/'), channel.trim_matches('/'));
+    url.set_path(&path);
+    to_uri(&url)
 }
 
 /// The URL of the legacy endpoint: the server with its path replaced by `/<channel>` and
 /// the query parameters of `query` (percent-encoded).
 pub fn legacy_url(update_server: &str, channel: &str, query: &LegacyQuery) -> Result<Uri> {
-    let base = parse_url(with_scheme(update_server))?;
-    let scheme = base.scheme_str().unwrap_or("https");
-    let authority = base.authority().map(|a| a.as_str()).unwrap_or_default();
+    let mut url = server_url(update_server)?;
     let LegacyQuery { cluster_id, last_update_status, current_version } = query;
-    let url = format!(
-        "{scheme}://{authority}/{}?clusterID={}&lastUpdateStatus={}&currentVersion={}",
-        channel.trim_matches('/'),
-        encode(cluster_id),
-        encode(last_update_status),
-        encode(current_version),
-    );
-    parse_url(url)
+    url.set_path(&format!("/{}", channel.trim_matches('/')));
+    let pairs = [
+        ("clusterID", cluster_id),
+        ("lastUpdateStatus", last_update_status),
+        ("currentVersion", current_version),
+    ];
+    let query: Vec<String> = pairs
+        .iter()
+        .map(|(name, value)| format!("{name}={}", utf8_percent_encode(value, QUERY_VALUE)))
+        .collect();
+    url.set_query(Some(&query.join("&")));
+    to_uri(&url)
 }
 
 /// An update-server client; cheap to clone, reuse it across checks.
 #[derive(Clone, Debug)]
 pub struct Client {
-    http: HyperClient<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    http: HttpsClient,
     timeout: Duration,
 }
 
@@ -243,24 +240,7 @@ impl Client {
     /// system certificates are skipped (HTTPS to a server only they vouch for then fails
     /// verification, with a clear error).
     pub fn new() -> Result<Self> {
-        let mut roots = rustls::RootCertStore::empty();
-        let (_added, _ignored) =
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        let tls = rustls::ClientConfig::builder_with_provider(
-            rustls::crypto::ring::default_provider().into(),
-        )
-        .with_safe_default_protocol_versions()
-        .map_err(Error::Tls)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let http = HyperClient::builder(TokioExecutor::new()).build(https);
+        let http = HttpsClientBuilder::new(https::system_roots()).build().map_err(Error::Tls)?;
         Ok(Self { http, timeout: DEFAULT_TIMEOUT })
     }
 
@@ -307,7 +287,7 @@ impl Client {
             .uri(url)
             .header(USER_AGENT, concat!("k0s-autopilot/", env!("CARGO_PKG_VERSION")))
             .body(Empty::<Bytes>::new())
-            .map_err(|source| Error::BadUrl { url: shown.clone(), source })?;
+            .map_err(|source| Error::BadUrl { url: shown.clone(), source: source.into() })?;
         let headers = request.headers_mut();
         if let Some(token) = options.token {
             let mut value = HeaderValue::try_from(format!("Bearer {}", token.trim()))
@@ -347,31 +327,30 @@ impl Client {
     }
 }
 
-fn with_scheme(update_server: &str) -> String {
+/// What a query value keeps as it is: RFC 3986's unreserved characters (letters, digits,
+/// `-._~`); everything else is percent-encoded (`+` as `%2B`, space as `%20`).
+const QUERY_VALUE: &AsciiSet =
+    &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// `updateServer` as a URL, `https://` assumed when it has no scheme; only `http` and
+/// `https` with a host are accepted.
+fn server_url(update_server: &str) -> Result<Url> {
     let trimmed = update_server.trim();
-    if trimmed.contains("://") { trimmed.to_owned() } else { format!("https://{trimmed}") }
+    let text =
+        if trimmed.contains("://") { trimmed.to_owned() } else { format!("https://{trimmed}") };
+    let mut url =
+        Url::parse(&text).map_err(|e| Error::BadUrl { url: text.clone(), source: e.into() })?;
+    if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+        return Err(Error::BadScheme { url: text });
+    }
+    url.set_fragment(None);
+    Ok(url)
 }
 
-fn parse_url(url: String) -> Result<Uri> {
-    let uri = Uri::try_from(url.as_str())
-        .map_err(|e| Error::BadUrl { url: url.clone(), source: e.into() })?;
-    match uri.scheme_str() {
-        Some("http" | "https") if uri.authority().is_some() => Ok(uri),
-        _ => Err(Error::BadScheme { url }),
-    }
-}
-
-/// Percent-encode a query value (everything but RFC 3986 unreserved characters).
-fn encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+/// `url` as the `Uri` a request is made with.
+fn to_uri(url: &Url) -> Result<Uri> {
+    Uri::try_from(url.as_str())
+        .map_err(|e| Error::BadUrl { url: url.to_string(), source: http::Error::from(e).into() })
 }
 
 #[cfg(test)]

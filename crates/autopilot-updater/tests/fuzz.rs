@@ -5,10 +5,10 @@
 use autopilot_api::fuzz::{config, json, mutated, word};
 use autopilot_api::payload;
 use autopilot_api::v1beta2::UpgradeStrategy;
+use autopilot_api::version::K0sVersion;
 use autopilot_updater::channel::ChannelAnswer;
 use autopilot_updater::cron::Schedule;
 use autopilot_updater::decide::Strategy as UpgradeTiming;
-use autopilot_updater::version::K0sVersion;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

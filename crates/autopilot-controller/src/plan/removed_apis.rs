@@ -8,6 +8,8 @@
 use std::cmp::Ordering;
 use std::fmt;
 
+use autopilot_api::version::K0sVersion;
+
 /// One API version that Kubernetes stopped serving in a given release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemovedApi {
@@ -83,9 +85,12 @@ pub fn removed_by(target_version: &str) -> impl Iterator<Item = &'static Removed
 /// removed_in` in semver order, ignoring `+build` metadata (`v1.29.0+k0s.0` counts as
 /// `v1.29.0`). A `target_version` that is not semver is lower than everything (`false`).
 pub fn is_removed_in(target_version: &str, removed_in: &str) -> bool {
-    match (Semver::parse(target_version), Semver::parse(removed_in)) {
-        (Some(target), Some(removed)) => target.cmp(&removed) != Ordering::Less,
-        (None, _) | (_, None) => false,
+    match (
+        K0sVersion::parse_ignoring_build(target_version),
+        K0sVersion::parse_ignoring_build(removed_in),
+    ) {
+        (Ok(target), Ok(removed)) => target.cmp_ignoring_build(&removed) != Ordering::Less,
+        (Err(_), _) | (_, Err(_)) => false,
     }
 }
 
@@ -143,94 +148,6 @@ pub fn blocking_use<'a>(
     })
 }
 
-/// A semantic version without build metadata, compared by semver precedence.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Semver {
-    major: u64,
-    minor: u64,
-    patch: u64,
-    /// Dot-separated pre-release identifiers (`rc.1`); empty for a release.
-    pre: Vec<String>,
-}
-
-impl Semver {
-    /// Parse `[v]MAJOR.MINOR.PATCH[-PRE][+BUILD]`; `None` if it is not semver.
-    fn parse(text: &str) -> Option<Self> {
-        let text = text.strip_prefix('v').unwrap_or(text);
-        let text = text.split_once('+').map_or(text, |(version, _build)| version);
-        let (core, pre) = match text.split_once('-') {
-            Some((core, pre)) => (core, Some(pre)),
-            None => (text, None),
-        };
-        let mut numbers = core.split('.');
-        let major = numeric(numbers.next()?)?;
-        let minor = numeric(numbers.next()?)?;
-        let patch = numeric(numbers.next()?)?;
-        if numbers.next().is_some() {
-            return None;
-        }
-        let pre = match pre {
-            None => Vec::new(),
-            Some(pre) => {
-                let ids: Vec<String> = pre.split('.').map(str::to_owned).collect();
-                let valid = ids.iter().all(|id| {
-                    !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                });
-                if !valid {
-                    return None;
-                }
-                ids
-            }
-        };
-        Some(Self { major, minor, patch, pre })
-    }
-}
-
-/// A semver numeric identifier: digits, no leading zero (except `0` itself).
-fn numeric(text: &str) -> Option<u64> {
-    let valid = !text.is_empty()
-        && text.chars().all(|c| c.is_ascii_digit())
-        && (text == "0" || !text.starts_with('0'));
-    if valid { text.parse().ok() } else { None }
-}
-
-impl Ord for Semver {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.major, self.minor, self.patch)
-            .cmp(&(other.major, other.minor, other.patch))
-            .then_with(|| match (self.pre.is_empty(), other.pre.is_empty()) {
-                // A release is higher than any of its pre-releases.
-                (true, true) => Ordering::Equal,
-                (true, false) => Ordering::Greater,
-                (false, true) => Ordering::Less,
-                (false, false) => compare_pre(&self.pre, &other.pre),
-            })
-    }
-}
-
-impl PartialOrd for Semver {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// Semver pre-release precedence: identifier by identifier, numbers below words, numbers
-/// numerically, words in ASCII order, and a shorter list first when it is a prefix.
-fn compare_pre(a: &[String], b: &[String]) -> Ordering {
-    for (x, y) in a.iter().zip(b) {
-        let order = match (x.parse::<u64>(), y.parse::<u64>()) {
-            (Ok(x), Ok(y)) => x.cmp(&y),
-            (Ok(_), Err(_)) => Ordering::Less,
-            (Err(_), Ok(_)) => Ordering::Greater,
-            (Err(_), Err(_)) => x.cmp(y),
-        };
-        if order != Ordering::Equal {
-            return order;
-        }
-    }
-    a.len().cmp(&b.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,12 +164,10 @@ mod tests {
     fn a_pre_release_is_below_its_release() {
         assert!(!is_removed_in("v1.29.0-rc.1+k0s.0", "v1.29.0"));
         assert!(is_removed_in("v1.29.1-rc.1", "v1.29.0"));
-        assert_eq!(
-            compare_pre(&["rc".into(), "2".into()], &["rc".into(), "10".into()]),
-            Ordering::Less
-        );
-        assert_eq!(compare_pre(&["1".into()], &["alpha".into()]), Ordering::Less);
-        assert_eq!(compare_pre(&["alpha".into()], &["alpha".into(), "1".into()]), Ordering::Less);
+        // Pre-release precedence: numbers numerically, numbers below words, a prefix first.
+        assert!(!is_removed_in("v1.0.0-rc.2", "v1.0.0-rc.10"));
+        assert!(!is_removed_in("v1.0.0-1", "v1.0.0-alpha"));
+        assert!(!is_removed_in("v1.0.0-alpha", "v1.0.0-alpha.1"));
     }
 
     #[test]

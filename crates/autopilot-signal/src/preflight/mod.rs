@@ -18,10 +18,7 @@ use autopilot_api::preflight::request::{DiskSpace, FileExists, HttpGet, PortAvai
 use autopilot_api::preflight::{RawRecord, check_timeout, status_code};
 use autopilot_api::signal::SignalData;
 use autopilot_api::v1beta2::{Plan, PreflightCheck, PreflightCommand};
-use bytes::Bytes;
-use http_body_util::Empty;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use autopilot_shell::https::{self, HttpsClientBuilder};
 
 /// What a probe needs to know about the node it runs on.
 #[derive(Clone, Copy, Debug)]
@@ -201,25 +198,12 @@ async fn http_get(request: &HttpGet) -> RawRecord {
         Ok(uri) => uri,
         Err(error) => return invalid_data(&format!("url {:?}: {error}", request.url)),
     };
-    let mut roots = rustls::RootCertStore::empty();
-    let (_added, _ignored) =
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    let tls = match rustls::ClientConfig::builder_with_provider(
-        rustls::crypto::ring::default_provider().into(),
-    )
-    .with_safe_default_protocol_versions()
-    {
-        Ok(builder) => builder.with_root_certificates(roots).with_no_client_auth(),
+    let client = match HttpsClientBuilder::new(https::system_roots()).build() {
+        Ok(client) => client,
         Err(error) => {
             return RawRecord::failure(status_code::GENERAL_ERROR, format!("tls: {error}"));
         }
     };
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
     match client.get(uri).await {
         Ok(response) => {
             let status = response.status();

@@ -270,6 +270,26 @@ fn legacy_url_replaces_the_path_and_encodes_the_query() {
 }
 
 #[test]
+fn legacy_query_values_keep_only_unreserved_characters() {
+    let query = LegacyQuery {
+        cluster_id: "a~b_c".to_owned(),
+        last_update_status: "two words".to_owned(),
+        current_version: "v1*/é".to_owned(),
+    };
+    let url = legacy_url("http://127.0.0.1:8080/x?old=1#frag", "/edge/", &query).unwrap();
+    assert_eq!(
+        url.to_string(),
+        "http://127.0.0.1:8080/edge?clusterID=a~b_c&lastUpdateStatus=two%20words&currentVersion=v1%2A%2F%C3%A9"
+    );
+}
+
+#[test]
+fn index_url_keeps_the_server_query() {
+    let url = index_url("http://127.0.0.1:8080/base/?token=x", "/stable/").unwrap();
+    assert_eq!(url.to_string(), "http://127.0.0.1:8080/base/stable/index.yaml?token=x");
+}
+
+#[test]
 fn unusable_server_urls_are_errors() {
     assert!(matches!(index_url("ftp://example.com", "stable"), Err(Error::BadScheme { .. })));
     assert!(index_url("http://exa mple.com", "stable").is_err());

@@ -4,6 +4,14 @@
 //! in ordering, but for k0s it does: `+k0s.1` is a re-release of the same Kubernetes version
 //! and is newer than `+k0s.0`. So `v1.35.1+k0s.0 < v1.35.1+k0s.1 < v1.35.2+k0s.0`, and as in
 //! semver a prerelease sorts before its release (`v1.35.1-rc.1+k0s.0 < v1.35.1+k0s.0`).
+//!
+//! Two readings, for two callers:
+//!
+//! - [`K0sVersion::parse`] and the type's [`Ord`]: the updater's. Only `+k0s.N` build
+//!   metadata is understood, and it orders re-releases.
+//! - [`K0sVersion::parse_ignoring_build`] and [`K0sVersion::cmp_ignoring_build`]: the
+//!   removed-API check's. Any build metadata is accepted and takes no part (`v1.29.0+k0s.0`
+//!   counts as `v1.29.0`), as in semver precedence.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -67,6 +75,23 @@ impl K0sVersion {
         };
         core.build = semver::BuildMetadata::EMPTY;
         Ok(Self { core, k0s_build })
+    }
+
+    /// Parse `[v]MAJOR.MINOR.PATCH[-PRE][+BUILD]` for [`Self::cmp_ignoring_build`]: whatever
+    /// follows `+` is dropped unread (so the result has no [`Self::k0s_build`]). The text is
+    /// taken as it is, without trimming.
+    pub fn parse_ignoring_build(input: &str) -> Result<Self> {
+        let bare = input.strip_prefix('v').unwrap_or(input);
+        let bare = bare.split_once('+').map_or(bare, |(version, _build)| version);
+        let core = semver::Version::parse(bare)
+            .map_err(|source| Error::Malformed { input: input.to_owned(), source })?;
+        Ok(Self { core, k0s_build: None })
+    }
+
+    /// Semver precedence alone: major, minor, patch and prerelease; the `+k0s.N` build number
+    /// takes no part (unlike [`Ord`]).
+    pub fn cmp_ignoring_build(&self, other: &Self) -> Ordering {
+        self.core.cmp(&other.core)
     }
 
     /// The semver part: major, minor, patch and prerelease, without build metadata.
@@ -170,6 +195,44 @@ mod tests {
         assert!(err.to_string().contains("\"latest\""), "{err}");
         assert!(K0sVersion::parse("v1.35").is_err());
         assert!(K0sVersion::parse("").is_err());
+    }
+
+    fn loose(s: &str) -> Option<K0sVersion> {
+        K0sVersion::parse_ignoring_build(s).ok()
+    }
+
+    fn at_least(version: &str, floor: &str) -> bool {
+        match (loose(version), loose(floor)) {
+            (Some(version), Some(floor)) => version.cmp_ignoring_build(&floor) != Ordering::Less,
+            (None, _) | (_, None) => false,
+        }
+    }
+
+    #[test]
+    fn ignoring_build_any_build_metadata_is_accepted_and_takes_no_part() {
+        assert!(at_least("v1.29.0+k0s.0", "v1.29.0"));
+        assert!(at_least("v1.29.0+k3s1", "v1.29.0"));
+        assert!(at_least("v1.29.1+k0s.0", "v1.29.0"));
+        assert!(at_least("1.32.0", "v1.32.0"));
+        assert!(!at_least("v1.28.9+k0s.1", "v1.29.0"));
+        assert_eq!(loose("v1.29.0+k0s.3").and_then(|v| v.k0s_build()), None);
+        assert_eq!(v("v1.29.0+k0s.0").cmp_ignoring_build(&v("v1.29.0+k0s.1")), Ordering::Equal);
+    }
+
+    #[test]
+    fn ignoring_build_a_pre_release_is_below_its_release() {
+        assert!(!at_least("v1.29.0-rc.1+k0s.0", "v1.29.0"));
+        assert!(at_least("v1.29.1-rc.1", "v1.29.0"));
+        assert!(loose("v1.0.0-rc.2") < loose("v1.0.0-rc.10"));
+        assert!(loose("v1.0.0-1") < loose("v1.0.0-alpha"));
+        assert!(loose("v1.0.0-alpha") < loose("v1.0.0-alpha.1"));
+    }
+
+    #[test]
+    fn ignoring_build_text_that_is_not_semver_is_an_error() {
+        for text in ["latest", "v1.29", "v01.29.0", "", " v1.29.0", "nightly"] {
+            assert!(K0sVersion::parse_ignoring_build(text).is_err(), "{text:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,14 @@
+//! The I/O pieces that more than one shell needs, in one copy: the controller, the node
+//! agent and the updater each depend on this crate rather than on one another.
+//!
+//! - [`https`]: the HTTP(S) client for requests that do not go to the API server (the node
+//!   agent's downloads and preflight probes, the updater's update-server checks).
+//! - [`events`]: publishing `events.k8s.io/v1` Events, awaited or through a background queue.
+//! - [`retry`]: which API errors are worth retrying, and the capped backoff of watches.
+//!
+//! It is not a place for decisions: those stay in the pure modules of the other crates. This
+//! crate only talks to the network and the API server; `autopilot-api` stays free of both.
+
+pub mod events;
+pub mod https;
+pub mod retry;
