@@ -180,8 +180,11 @@ fn context(client: kube::Client, nodes: Vec<Node>) -> Arc<Context> {
     Arc::new(Context {
         events: effect::EventPublisher::start(
             client.clone(),
-            keys::FIELD_MANAGER.to_string(),
-            "controller-0".to_string(),
+            Reporter {
+                controller: keys::FIELD_MANAGER.to_string(),
+                instance: "controller-0".to_string(),
+            },
+            "plan",
         ),
         engine,
         plans: Api::all(client),
