@@ -3,12 +3,15 @@
 //! (`UpdateServerError` with the error text, `UpToDate`), and once the server offers a newer
 //! version the next period creates the Plan, which completes. An invalid UpdateConfig (an
 //! unknown weekday) is an `InvalidUpdateConfig` Event and asks nothing until it is fixed.
+//! Deleting an UpdateConfig whose check waits on a silent server does not wait for that
+//! check (issue 15: the updater on kube-runtime keeps what its own task map did).
 
 mod support;
 mod updater_support;
 
 use autopilot_api::v1beta2::{PlanStateType, UpdateConfig};
 use integration::wait_for;
+use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 use support::*;
 use updater_support::*;
@@ -78,4 +81,40 @@ async fn an_invalid_update_config_is_an_event_until_it_is_fixed() {
     fixed.spec = update_config("typo", &server, "00:00", "24h").spec;
     configs.replace("typo", &PostParams::default(), &fixed).await.unwrap();
     wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+}
+
+/// Well under the update-server request timeout (10 s), which would otherwise end the check.
+const GONE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[tokio::test]
+async fn deleting_an_update_config_does_not_wait_for_a_silent_update_server() {
+    let server = UpdateServer::start().await;
+    server.hold_index();
+    let (_cluster, client, controller) = start("updater-silent").await.unwrap();
+    let configs: Api<UpdateConfig> = Api::all(client.clone());
+    configs
+        .create(&PostParams::default(), &update_config("silent", &server, "00:00", "24h"))
+        .await
+        .unwrap();
+    // A check is under way: the server has its request and does not answer.
+    wait_for(STARTUP, "the check to reach the server", || async {
+        Ok((server.index_arrivals() >= 1).then_some(()))
+    })
+    .await
+    .unwrap();
+    let config = configs.get("silent").await.unwrap();
+    assert!(
+        config.finalizers().iter().any(|f| f == autopilot_api::keys::UPDATECONFIG_FINALIZER),
+        "{:?}",
+        config.metadata.finalizers
+    );
+
+    configs.delete("silent", &Default::default()).await.unwrap();
+    wait_for(GONE_WITHIN, "the UpdateConfig to be gone", || async {
+        Ok(configs.get_opt("silent").await?.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    controller.wait_for_log("stopping updater", STARTUP).await.unwrap();
+    assert_eq!(server.index_arrivals(), 1, "the deleted UpdateConfig was checked again");
 }

@@ -24,9 +24,11 @@
 //!
 //! # How the shell drives it ([`run`])
 //!
-//! One updater task per UpdateConfig, on the leader only; restarted when the UpdateConfig's
-//! generation changes, stopped when it is deleted (removing the finalizer is the only thing
-//! done on delete, by any controller, leader or not):
+//! A kube-runtime `Controller` over UpdateConfigs; on the leader, each reconcile runs the
+//! check that is due and requeues itself for the next one. A new generation schedules a
+//! first check again; a deletion interrupts a check in progress, and kube-runtime's
+//! `finalizer` removes the finalizer (the only thing done on delete, by any controller,
+//! leader or not):
 //!
 //! 1. On each change of the UpdateConfig, [`decide::Strategy::from_spec`]: an error is an
 //!    Event (`InvalidUpdateConfig`) and nothing more until the object changes.

@@ -1,37 +1,50 @@
-//! The updater's kube shell: watches UpdateConfigs, runs one updater task per UpdateConfig
-//! while this controller leads, and turns each check into a Plan write and an Event.
+//! The updater's kube shell: a kube-runtime `Controller` over UpdateConfigs. Each reconcile
+//! of an UpdateConfig runs its check when one is due and asks to be requeued for the next
+//! ([`Action::requeue`]); kube-runtime's `finalizer` adds and removes
+//! [`keys::UPDATECONFIG_FINALIZER`].
 //!
-//! The watch runs on every controller, leader or not, so that deleting an UpdateConfig only
-//! needs *some* controller up: removing [`keys::UPDATECONFIG_FINALIZER`] is the only thing
-//! done on delete. Adding the finalizer, checking the update server and writing Plans happen
-//! only while leading.
+//! The controller runs on every controller, leader or not, so that deleting an UpdateConfig
+//! only needs *some* controller up: removing the finalizer is the only thing done without
+//! leading. Adding the finalizer, checking the update server and writing Plans happen only
+//! while leading; a change of leadership reconciles every UpdateConfig again.
+//!
+//! A check in progress is interrupted when what it checks for goes away: its UpdateConfig is
+//! deleted or its spec changes (seen on the watch before the reconcile that would wait for
+//! the check), leadership is lost, or the updater stops. Deleting an UpdateConfig never waits
+//! for a silent update server.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use autopilot_api::v1beta2::{Plan, PlanSpec, UpdateConfig};
 use autopilot_api::{keys, text};
 use autopilot_shell::events::{self, Event, EventType, Reporter};
+use autopilot_shell::retry::WatchBackoff;
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::decide::{self, Decision, Inputs, Strategy, reasons};
 use crate::source::{self, ClusterInfo, LegacyQuery, RequestOptions, WorkerData};
 
-/// How soon after an updater task starts its first check runs. Short, so an UpdateConfig
-/// (or a new leader) acts at once, not a full period later; not zero, so a burst of
-/// changes to one object restarts the task before it talks to the server.
+/// How soon after an UpdateConfig is seen (or changed, or this controller starts leading)
+/// its first check runs. Short, so an UpdateConfig (or a new leader) acts at once, not a full
+/// period later; not zero, so a burst of changes to one object settles before the updater
+/// talks to the server.
 const FIRST_CHECK_DELAY: Duration = Duration::from_millis(500);
 
 /// What the updater needs from its process.
@@ -51,237 +64,349 @@ pub struct UpdaterProcess {
     pub metrics: crate::metrics::Metrics,
 }
 
-/// Run the updater until `stop` is cancelled. Updater tasks run only while `leading` is true;
+/// Run the updater until `stop` is cancelled. Checks run only while `leading` is true;
 /// finalizers of deleted UpdateConfigs are removed whether leading or not.
 pub async fn run(
     client: kube::Client,
     process: UpdaterProcess,
-    mut leading: watch::Receiver<bool>,
+    leading: watch::Receiver<bool>,
     stop: CancellationToken,
 ) {
-    let process = Arc::new(process);
     let api = Api::<UpdateConfig>::all(client.clone());
-    let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()));
-    let mut state = Updaters::default();
-    let mut is_leader = *leading.borrow_and_update();
-    let mut elector_gone = false;
-    // Re-creating the stream after an error is what the watcher does itself; back off a bit
-    // so a missing CRD or an outage does not spin, but with the short cap every watch of
-    // autopilot uses: after an API-server outage the updater sees UpdateConfig changes again
-    // within `backoff::CAP` of the server answering (it used to wait up to 10 s).
-    let mut backoff = autopilot_api::backoff::Capped::default();
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => break,
-            changed = leading.changed(), if !elector_gone => {
-                // The elector gone means nobody will make this process lead again.
-                elector_gone = changed.is_err();
-                let now_leading = !elector_gone && *leading.borrow_and_update();
-                if now_leading != is_leader {
-                    is_leader = now_leading;
-                    info!(leading = is_leader, "updater leadership changed");
-                    if is_leader {
-                        state.start_all(&client, &api, &process).await;
-                    } else {
-                        state.stop_all(&process);
-                    }
-                }
+    let (store, writer) = reflector::store::<UpdateConfig>();
+    let context = Arc::new(Context {
+        source: source::Client::new().map_err(|err| text::error_chain(&err)),
+        client,
+        api: api.clone(),
+        process: Arc::new(process),
+        leading: leading.clone(),
+        store: store.clone(),
+        schedules: Mutex::new(HashMap::new()),
+        running: Mutex::new(HashMap::new()),
+        errors: Mutex::new(autopilot_api::backoff::Capped::default()),
+        stop: stop.clone(),
+    });
+    let on_watch = context.clone();
+    let objects = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                on_watch.interrupt_stale(event);
             }
-            event = events.next() => match event {
-                Some(Ok(event)) => {
-                    backoff.reset();
-                    state.apply(event, &client, &api, &process, is_leader).await;
-                }
-                Some(Err(err)) => {
-                    debug!(error = %err, "updateconfig watch failed, retrying");
-                    let delay = backoff.next().unwrap_or(autopilot_api::backoff::CAP);
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = stop.cancelled() => break,
-                    }
-                }
-                None => break,
+        })
+        .applied_objects();
+    let on_leadership = context.clone();
+    let leadership = leadership_changes(leading).inspect(move |()| {
+        let leading = on_leadership.is_leading();
+        info!(leading, "updater leadership changed");
+        if !leading {
+            on_leadership.interrupt_all();
+        }
+    });
+    // One watch, so its backoff can be the controller's trigger backoff: with the short cap
+    // every watch of autopilot uses, the updater sees UpdateConfig changes again within
+    // `backoff::CAP` of the API server answering after an outage.
+    Controller::for_stream(objects, store)
+        .trigger_backoff(WatchBackoff::default())
+        .reconcile_all_on(leadership)
+        .graceful_shutdown_on(stop.cancelled_owned())
+        .run(reconcile, error_policy, context.clone())
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                debug!(error = %text::error_chain(&err), "updateconfig reconcile did not complete");
+            }
+        })
+        .await;
+    context.forget_all();
+}
+
+/// One item per change of `leading`, and a last one when the elector is gone (nobody will
+/// make this process lead again; [`Context::is_leading`] is then false).
+fn leadership_changes(leading: watch::Receiver<bool>) -> impl futures::Stream<Item = ()> {
+    futures::stream::unfold(Some(leading), |leading| async move {
+        let mut leading = leading?;
+        let next = leading.changed().await.is_ok().then_some(leading);
+        Some(((), next))
+    })
+}
+
+/// Whether `leading` says this controller leads; not once the elector is gone.
+fn leads(leading: &watch::Receiver<bool>) -> bool {
+    leading.has_changed().is_ok() && *leading.borrow()
+}
+
+/// What the reconciles of every UpdateConfig share.
+struct Context {
+    client: kube::Client,
+    api: Api<UpdateConfig>,
+    process: Arc<UpdaterProcess>,
+    /// The update-server client, or why it could not be built (each check reports it).
+    source: Result<source::Client, String>,
+    leading: watch::Receiver<bool>,
+    store: Store<UpdateConfig>,
+    /// When each UpdateConfig checks next, for the spec (generation) it was scheduled for.
+    schedules: Mutex<HashMap<String, Schedule>>,
+    /// The checks in progress, by UpdateConfig.
+    running: Mutex<HashMap<String, Running>>,
+    /// The retry delays of failed finalizer writes; reset by a reconcile that succeeds.
+    errors: Mutex<autopilot_api::backoff::Capped>,
+    stop: CancellationToken,
+}
+
+/// An UpdateConfig's next check.
+struct Schedule {
+    generation: Option<i64>,
+    /// `None`: no further checks for this generation (an invalid strategy, a cron schedule
+    /// that never fires again).
+    next: Option<Instant>,
+}
+
+/// A check in progress, and how to interrupt it.
+struct Running {
+    generation: Option<i64>,
+    interrupt: CancellationToken,
+}
+
+/// Lock a mutex of the context; a panic elsewhere leaves the maps usable.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reconcile one UpdateConfig: only the leader adds the finalizer and checks; whoever sees a
+/// deleted UpdateConfig forgets it and removes the finalizer.
+async fn reconcile(
+    config: Arc<UpdateConfig>,
+    ctx: Arc<Context>,
+) -> Result<Action, finalizer::Error<Infallible>> {
+    if config.meta().deletion_timestamp.is_none() && !ctx.is_leading() {
+        // The leader's updater shows this UpdateConfig.
+        ctx.forget(&config.name_any());
+        return Ok(Action::await_change());
+    }
+    let action = finalizer(&ctx.api, keys::UPDATECONFIG_FINALIZER, config, |event| async {
+        Ok(match event {
+            finalizer::Event::Apply(config) => ctx.apply(&config).await,
+            finalizer::Event::Cleanup(config) => {
+                ctx.forget(&config.name_any());
+                Action::await_change()
+            }
+        })
+    })
+    .await?;
+    lock(&ctx.errors).reset();
+    Ok(action)
+}
+
+/// A finalizer write failed (a conflict with a newer version, or the API server is away):
+/// try again after a capped backoff; a newer version on the watch triggers a pass sooner.
+fn error_policy(
+    config: Arc<UpdateConfig>,
+    error: &finalizer::Error<Infallible>,
+    ctx: Arc<Context>,
+) -> Action {
+    warn!(update_config = %config.name_any(), error = %text::error_chain(error), "updateconfig not reconciled; retrying");
+    Action::requeue(lock(&ctx.errors).next_delay())
+}
+
+impl Context {
+    /// Whether this controller leads; not once the elector is gone.
+    fn is_leading(&self) -> bool {
+        leads(&self.leading)
+    }
+
+    /// Check now if a check is due, else say when to come back.
+    async fn apply(&self, config: &Arc<UpdateConfig>) -> Action {
+        let name = config.name_any();
+        let generation = config.meta().generation;
+        let next = lock(&self.schedules)
+            .get(&name)
+            .filter(|schedule| schedule.generation == generation)
+            .map(|schedule| schedule.next);
+        match next {
+            None => self.schedule_first(config, &name, generation).await,
+            Some(None) => Action::await_change(),
+            Some(Some(at)) => match at.checked_duration_since(Instant::now()) {
+                Some(wait) if !wait.is_zero() => Action::requeue(wait),
+                Some(_) | None => self.check_now(config, &name, generation).await,
             },
         }
     }
-    state.stop_all(&process);
-}
 
-/// What the watch knows: the latest version of every UpdateConfig and its task, if running.
-#[derive(Default)]
-struct Updaters {
-    configs: HashMap<String, Entry>,
-    /// Names seen since the current watch (re)list began.
-    init_seen: Option<Vec<String>>,
-}
-
-struct Entry {
-    config: Arc<UpdateConfig>,
-    /// The generation the running task was started for, and the task.
-    task: Option<(Option<i64>, JoinHandle<()>)>,
-}
-
-impl Updaters {
-    async fn apply(
-        &mut self,
-        event: watcher::Event<UpdateConfig>,
-        client: &kube::Client,
-        api: &Api<UpdateConfig>,
-        process: &Arc<UpdaterProcess>,
-        is_leader: bool,
-    ) {
-        match event {
-            watcher::Event::Init => self.init_seen = Some(Vec::new()),
-            watcher::Event::InitApply(config) => {
-                if let Some(seen) = &mut self.init_seen {
-                    seen.push(config.name_any());
+    /// A new UpdateConfig, a new spec or a new leader: `periodic` checks soon; `cron` only
+    /// when its schedule fires (as k0s). An invalid strategy is an Event until the spec
+    /// changes.
+    async fn schedule_first(
+        &self,
+        config: &Arc<UpdateConfig>,
+        name: &str,
+        generation: Option<i64>,
+    ) -> Action {
+        let first = match Strategy::from_spec(config.spec.upgrade_strategy.as_ref()) {
+            Ok(Strategy::Periodic(_)) => Some(FIRST_CHECK_DELAY),
+            Ok(strategy @ Strategy::Cron(_)) => {
+                let now = Timestamp::now();
+                let next = strategy.next_check(now, &self.process.tz, self.process.period);
+                if next.is_none() {
+                    info!(update_config = %name, "the cron schedule never fires; no checks");
                 }
-                self.upsert(config, client, api, process, is_leader).await;
+                next.map(|at| until(now, at))
             }
-            watcher::Event::InitDone => {
-                if let Some(seen) = self.init_seen.take() {
-                    let gone: Vec<String> =
-                        self.configs.keys().filter(|n| !seen.contains(n)).cloned().collect();
-                    for name in gone {
-                        self.remove(&name, process);
-                    }
-                }
+            Err(err) => {
+                let outcome = Outcome {
+                    reason: reasons::INVALID,
+                    message: format!("invalid upgradeStrategy: {err}"),
+                    warning: true,
+                    opens_at: None,
+                };
+                self.updater(config).record(&outcome).await;
+                None
             }
-            watcher::Event::Apply(config) => {
-                self.upsert(config, client, api, process, is_leader).await;
-            }
-            watcher::Event::Delete(config) => self.remove(&config.name_any(), process),
-        }
-    }
-
-    async fn upsert(
-        &mut self,
-        config: UpdateConfig,
-        client: &kube::Client,
-        api: &Api<UpdateConfig>,
-        process: &Arc<UpdaterProcess>,
-        is_leader: bool,
-    ) {
-        let name = config.name_any();
-        let has_finalizer = config.finalizers().iter().any(|f| f == keys::UPDATECONFIG_FINALIZER);
-        if config.meta().deletion_timestamp.is_some() {
-            // Deletion never waits for anything: stop the task, drop the finalizer.
-            self.remove(&name, process);
-            if has_finalizer {
-                remove_finalizer(api, &config).await;
-            }
-            return;
-        }
-        if is_leader && !has_finalizer {
-            add_finalizer(api, &config).await;
-        }
-        let config = Arc::new(config);
-        let entry = self
-            .configs
-            .entry(name)
-            .or_insert_with(|| Entry { config: config.clone(), task: None });
-        entry.config = config;
-        if is_leader {
-            entry.ensure_task(client, process);
-        }
-    }
-
-    fn remove(&mut self, name: &str, process: &UpdaterProcess) {
-        process.metrics.forget(name);
-        if let Some(entry) = self.configs.remove(name)
-            && let Some((_, task)) = entry.task
-        {
-            info!(update_config = name, "stopping updater");
-            task.abort();
-        }
-    }
-
-    /// On becoming leader: the finalizer on every UpdateConfig seen meanwhile, and a task each.
-    async fn start_all(
-        &mut self,
-        client: &kube::Client,
-        api: &Api<UpdateConfig>,
-        process: &Arc<UpdaterProcess>,
-    ) {
-        for entry in self.configs.values_mut() {
-            if !entry.config.finalizers().iter().any(|f| f == keys::UPDATECONFIG_FINALIZER) {
-                add_finalizer(api, &entry.config).await;
-            }
-            entry.ensure_task(client, process);
-        }
-    }
-
-    fn stop_all(&mut self, process: &UpdaterProcess) {
-        for (name, entry) in &mut self.configs {
-            // The new leader's updater shows these.
-            process.metrics.forget(name);
-            if let Some((_, task)) = entry.task.take() {
-                task.abort();
-            }
-        }
-    }
-}
-
-impl Entry {
-    /// Exactly one task per UpdateConfig, restarted when its generation (its spec) changes.
-    fn ensure_task(&mut self, client: &kube::Client, process: &Arc<UpdaterProcess>) {
-        let generation = self.config.meta().generation;
-        if let Some((running_for, task)) = &self.task {
-            if *running_for == generation && !task.is_finished() {
-                return;
-            }
-            task.abort();
-        }
-        info!(update_config = %self.config.name_any(), ?generation, "starting updater");
-        let updater = Updater {
-            client: client.clone(),
-            process: process.clone(),
-            config: self.config.clone(),
         };
-        self.task = Some((generation, tokio::spawn(updater.run())));
+        if first.is_some() {
+            info!(update_config = %name, ?generation, "starting updater");
+        }
+        self.set_schedule(name, generation, first);
+        first.map_or_else(Action::await_change, Action::requeue)
+    }
+
+    /// Run one check (interruptible, see the module documentation), record it, and schedule
+    /// the next one.
+    async fn check_now(
+        &self,
+        config: &Arc<UpdateConfig>,
+        name: &str,
+        generation: Option<i64>,
+    ) -> Action {
+        let strategy = match Strategy::from_spec(config.spec.upgrade_strategy.as_ref()) {
+            Ok(strategy) => strategy,
+            // Refused when this generation was first seen, and recorded then.
+            Err(_) => return Action::await_change(),
+        };
+        let interrupt = self.stop.child_token();
+        lock(&self.running)
+            .insert(name.to_string(), Running { generation, interrupt: interrupt.clone() });
+        let updater = self.updater(config);
+        let checked = interrupt
+            .run_until_cancelled(async {
+                let outcome = match &self.source {
+                    Ok(source) => updater.check(&strategy, source).await,
+                    Err(err) => Outcome {
+                        reason: reasons::SERVER_ERROR,
+                        message: format!("cannot create the update-server client: {err}"),
+                        warning: true,
+                        opens_at: None,
+                    },
+                };
+                updater.record(&outcome).await;
+                outcome
+            })
+            .await;
+        lock(&self.running).remove(name);
+        let Some(outcome) = checked else {
+            // What interrupted it (a deletion, a new spec, lost leadership) reconciles next.
+            debug!(update_config = %name, "update check interrupted");
+            return Action::await_change();
+        };
+        let now = Timestamp::now();
+        let mut next = strategy.next_check(now, &self.process.tz, self.process.period);
+        if let (Some(at), Some(opens)) = (next, outcome.opens_at)
+            && opens > now
+            && opens < at
+        {
+            next = Some(opens);
+        }
+        let window_open = match &strategy {
+            Strategy::Periodic(window) => window.state_at(now, &self.process.tz).is_open(),
+            // The server decides when to update; there is no window to wait for.
+            Strategy::Cron(_) => true,
+        };
+        self.process.metrics.record_schedule(name, next, window_open);
+        let wait = next.map(|at| until(now, at));
+        match next {
+            Some(next) => debug!(update_config = %name, next = %next, "next update check"),
+            None => info!(update_config = %name, "no further checks are scheduled"),
+        }
+        self.set_schedule(name, generation, wait);
+        wait.map_or_else(Action::await_change, Action::requeue)
+    }
+
+    fn updater(&self, config: &Arc<UpdateConfig>) -> Updater {
+        Updater {
+            client: self.client.clone(),
+            process: self.process.clone(),
+            config: config.clone(),
+        }
+    }
+
+    fn set_schedule(&self, name: &str, generation: Option<i64>, wait: Option<Duration>) {
+        let next = wait.map(|wait| Instant::now() + wait);
+        lock(&self.schedules).insert(name.to_string(), Schedule { generation, next });
+    }
+
+    /// Interrupt a check the watch shows is no longer wanted (its UpdateConfig deleted or
+    /// its spec changed); forget UpdateConfigs that are gone.
+    fn interrupt_stale(&self, event: &watcher::Event<UpdateConfig>) {
+        match event {
+            watcher::Event::Apply(config) | watcher::Event::InitApply(config) => {
+                let deleting = config.meta().deletion_timestamp.is_some();
+                let generation = config.meta().generation;
+                if let Some(running) = lock(&self.running).get(&config.name_any())
+                    && (deleting || running.generation != generation)
+                {
+                    running.interrupt.cancel();
+                }
+            }
+            watcher::Event::Delete(config) => {
+                let name = config.name_any();
+                if let Some(running) = lock(&self.running).get(&name) {
+                    running.interrupt.cancel();
+                }
+                self.forget(&name);
+            }
+            // A re-list is complete (the store holds it): UpdateConfigs deleted while the
+            // watch was away are not reconciled again, so they are forgotten here.
+            watcher::Event::InitDone => {
+                let gone: Vec<String> = lock(&self.schedules)
+                    .keys()
+                    .filter(|name| self.store.get(&ObjectRef::new(name)).is_none())
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    self.forget(&name);
+                }
+            }
+            watcher::Event::Init => {}
+        }
+    }
+
+    /// Interrupt every check in progress (leadership lost).
+    fn interrupt_all(&self) {
+        for running in lock(&self.running).values() {
+            running.interrupt.cancel();
+        }
+    }
+
+    /// Stop showing and scheduling an UpdateConfig (deleted, or not ours to check).
+    fn forget(&self, name: &str) {
+        if lock(&self.schedules).remove(name).is_some() {
+            info!(update_config = name, "stopping updater");
+        }
+        self.process.metrics.forget(name);
+    }
+
+    fn forget_all(&self) {
+        let names: Vec<String> = lock(&self.schedules).keys().cloned().collect();
+        for name in names {
+            self.forget(&name);
+        }
     }
 }
 
-async fn add_finalizer(api: &Api<UpdateConfig>, config: &UpdateConfig) {
-    let mut finalizers = config.finalizers().to_vec();
-    finalizers.push(keys::UPDATECONFIG_FINALIZER.to_string());
-    patch_finalizers(api, config, finalizers, "adding").await;
+/// How long from `now` until `at`; zero if it has passed.
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    Duration::try_from(now.duration_until(at)).unwrap_or(Duration::ZERO)
 }
 
-async fn remove_finalizer(api: &Api<UpdateConfig>, config: &UpdateConfig) {
-    let finalizers: Vec<String> = config
-        .finalizers()
-        .iter()
-        .filter(|f| *f != keys::UPDATECONFIG_FINALIZER)
-        .cloned()
-        .collect();
-    patch_finalizers(api, config, finalizers, "removing").await;
-}
-
-/// Merge-patch the finalizer list, guarded by the resourceVersion it was computed from; a
-/// conflict means a newer version is on its way through the watch, which retries.
-async fn patch_finalizers(
-    api: &Api<UpdateConfig>,
-    config: &UpdateConfig,
-    finalizers: Vec<String>,
-    verb: &str,
-) {
-    let name = config.name_any();
-    let patch = serde_json::json!({
-        "metadata": {
-            "resourceVersion": config.resource_version(),
-            "finalizers": finalizers,
-        }
-    });
-    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => debug!(update_config = %name, "{verb} the updateconfig finalizer"),
-        Err(err) => {
-            warn!(update_config = %name, error = %err, "{verb} the updateconfig finalizer failed")
-        }
-    }
-}
-
-/// One UpdateConfig's updater.
+/// One check of one UpdateConfig: what it reads and writes with.
 struct Updater {
     client: kube::Client,
     process: Arc<UpdaterProcess>,
@@ -298,72 +423,6 @@ struct Outcome {
 }
 
 impl Updater {
-    async fn run(self) {
-        let name = self.config.name_any();
-        let strategy = match Strategy::from_spec(self.config.spec.upgrade_strategy.as_ref()) {
-            Ok(strategy) => strategy,
-            Err(err) => {
-                let outcome = Outcome {
-                    reason: reasons::INVALID,
-                    message: format!("invalid upgradeStrategy: {err}"),
-                    warning: true,
-                    opens_at: None,
-                };
-                self.record(&outcome).await;
-                // Nothing to do until the object changes (which restarts this task).
-                return;
-            }
-        };
-        let source = match source::Client::new() {
-            Ok(source) => source,
-            Err(err) => {
-                warn!(update_config = %name, error = %err, "cannot create the update-server client");
-                return;
-            }
-        };
-        // `periodic` checks soon after start; `cron` only when its schedule fires (as k0s).
-        let first = match &strategy {
-            Strategy::Periodic(_) => Some(FIRST_CHECK_DELAY),
-            Strategy::Cron(_) => {
-                let now = Timestamp::now();
-                strategy
-                    .next_check(now, &self.process.tz, self.process.period)
-                    .map(|at| Duration::try_from(now.duration_until(at)).unwrap_or(Duration::ZERO))
-            }
-        };
-        let Some(first) = first else {
-            info!(update_config = %name, "the cron schedule never fires; no checks");
-            return;
-        };
-        tokio::time::sleep(first).await;
-        loop {
-            let outcome = self.check(&strategy, &source).await;
-            self.record(&outcome).await;
-            let now = Timestamp::now();
-            let mut next = strategy.next_check(now, &self.process.tz, self.process.period);
-            if let (Some(at), Some(opens)) = (next, outcome.opens_at)
-                && opens > now
-                && opens < at
-            {
-                next = Some(opens);
-            }
-            let window_open = match &strategy {
-                Strategy::Periodic(window) => window.state_at(now, &self.process.tz).is_open(),
-                // The server decides when to update; there is no window to wait for.
-                Strategy::Cron(_) => true,
-            };
-            self.process.metrics.record_schedule(&name, next, window_open);
-            let Some(next) = next else {
-                info!(update_config = %name, "no further checks are scheduled");
-                return;
-            };
-            let wait = now.duration_until(next);
-            let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
-            debug!(update_config = %name, next = %next, "next update check");
-            tokio::time::sleep(wait).await;
-        }
-    }
-
     /// One check: token, server answer, current Plan, decision, Plan write.
     async fn check(&self, strategy: &Strategy, source: &source::Client) -> Outcome {
         let spec = &self.config.spec;
@@ -640,6 +699,26 @@ impl UpdaterProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn leadership_changes_once_per_change_and_once_more_when_the_elector_is_gone() {
+        let (elector, leading) = watch::channel(false);
+        let seen = leading.clone();
+        let mut changes = std::pin::pin!(leadership_changes(leading));
+        elector.send_replace(true);
+        assert_eq!(changes.next().await, Some(()));
+        assert!(leads(&seen));
+        elector.send_replace(false);
+        assert_eq!(changes.next().await, Some(()));
+        assert!(!leads(&seen));
+        elector.send_replace(true);
+        assert_eq!(changes.next().await, Some(()));
+        drop(elector);
+        // The last value was `true`, but nobody will make this process lead any more.
+        assert_eq!(changes.next().await, Some(()));
+        assert!(!leads(&seen));
+        assert_eq!(changes.next().await, None);
+    }
 
     #[test]
     fn go_arch_uses_go_names() {

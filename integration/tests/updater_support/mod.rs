@@ -39,6 +39,8 @@ pub struct UpdateServer {
     state: Arc<Mutex<ServerState>>,
     /// While `true`, binary downloads wait (the index still answers).
     hold: Arc<tokio::sync::watch::Sender<bool>>,
+    /// While `true`, `index.yaml` requests wait (a silent update server).
+    hold_index: Arc<tokio::sync::watch::Sender<bool>>,
     /// The base URL (`http://127.0.0.1:<port>`).
     pub url: String,
 }
@@ -51,8 +53,10 @@ struct ServerState {
     legacy: (u16, String),
     /// Query strings the legacy endpoint was asked with, in order.
     legacy_queries: Vec<String>,
-    /// Request headers of every `index.yaml` request, in order.
+    /// Request headers of every `index.yaml` request answered, in order.
     index_headers: Vec<hyper::HeaderMap>,
+    /// `index.yaml` requests received so far, answered or held.
+    index_arrivals: usize,
     /// Requests for `/k0s/...` (binary downloads) so far.
     binary_requests: usize,
     /// Binaries and their sha256 by version.
@@ -71,19 +75,27 @@ impl UpdateServer {
             ..Default::default()
         }));
         let hold = Arc::new(tokio::sync::watch::Sender::new(false));
-        let server = Self { state: state.clone(), hold: hold.clone(), url };
+        let hold_index = Arc::new(tokio::sync::watch::Sender::new(false));
+        let server =
+            Self { state: state.clone(), hold: hold.clone(), hold_index: hold_index.clone(), url };
         tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else { return };
                 let state = state.clone();
                 let hold = hold.clone();
+                let hold_index = hold_index.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
                         let state = state.clone();
                         let mut held = hold.subscribe();
+                        let mut index_held = hold_index.subscribe();
                         async move {
                             if request.uri().path().starts_with("/k0s/") {
                                 let _ = held.wait_for(|held| !*held).await;
+                            }
+                            if request.uri().path().ends_with("/index.yaml") {
+                                state.lock().expect("server lock").index_arrivals += 1;
+                                let _ = index_held.wait_for(|held| !*held).await;
                             }
                             Ok::<_, std::convert::Infallible>(respond(&state, &request))
                         }
@@ -159,6 +171,17 @@ impl UpdateServer {
     /// Let held and future binary downloads proceed.
     pub fn release_downloads(&self) {
         self.hold.send_replace(false);
+    }
+
+    /// Make `index.yaml` requests wait without an answer (a silent server) until the server
+    /// is dropped.
+    pub fn hold_index(&self) {
+        self.hold_index.send_replace(true);
+    }
+
+    /// How many `index.yaml` requests arrived so far, answered or held.
+    pub fn index_arrivals(&self) -> usize {
+        self.state.lock().expect("server lock").index_arrivals
     }
 
     /// Answer `index.yaml` with `status` and `body` from now on.
