@@ -69,10 +69,16 @@ fn main() {
     let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let mib = numbers.first().copied().unwrap_or(200);
     let runs = numbers.get(1).copied().unwrap_or(5).max(1);
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    // The server has a runtime of its own (it stands for a remote host); the agent runs on
+    // one thread, as in the k0s process (`k0s::runtime`).
+    let server = tokio::runtime::Runtime::new().expect("server runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("agent runtime");
     let body = Arc::new(payload(mib));
     let sha = hex::encode(sha2::Sha256::digest(body.as_slice()));
-    let base = runtime.block_on(serve(body));
+    let base = server.block_on(serve(body));
     let url = format!("{base}/k0s");
     let dir = tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| ".".into()))
         .expect("scratch dir");
