@@ -8,7 +8,8 @@
 //! (`status.reason`) is left out when unset, and unknown fields are ignored on read.
 //!
 //! Read with [`from_annotations`] or [`from_meta`] (which also [`validate`]), write with
-//! [`to_annotations`]. Everything here is pure: no I/O, no clock.
+//! [`to_annotations`]; [`annotation_values`] and [`has_annotations`] look at the raw
+//! annotations. Everything here is pure: no I/O, no clock.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -339,6 +340,20 @@ pub fn encode(data: &SignalData) -> (String, String) {
     (keys::SIGNAL_VERSION.to_owned(), json)
 }
 
+/// The raw values of the two signal annotations, `[version, data]`, each `None` when
+/// absent: the one place that reads the signal keys (nothing is parsed or checked).
+pub fn annotation_values(annotations: &BTreeMap<String, String>) -> [Option<&str>; 2] {
+    [
+        annotations.get(keys::ANNOTATION_SIGNAL_VERSION).map(String::as_str),
+        annotations.get(keys::ANNOTATION_SIGNAL_DATA).map(String::as_str),
+    ]
+}
+
+/// Whether an object carries either signal annotation, valid or not.
+pub fn has_annotations(meta: &ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(|all| annotation_values(all).iter().any(Option::is_some))
+}
+
 /// Read and [`validate`] the signal in an object's annotations.
 ///
 /// `Ok(None)` when neither annotation is present (no signal); an error when only one is,
@@ -346,8 +361,7 @@ pub fn encode(data: &SignalData) -> (String, String) {
 pub fn from_annotations(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<SignalData>, SignalError> {
-    let version = annotations.get(keys::ANNOTATION_SIGNAL_VERSION);
-    let data = annotations.get(keys::ANNOTATION_SIGNAL_DATA);
+    let [version, data] = annotation_values(annotations);
     let (version, data) = match (version, data) {
         (None, None) => return Ok(None),
         (Some(_), None) => {
@@ -370,11 +384,8 @@ pub fn from_meta(meta: &ObjectMeta) -> Result<Option<SignalData>, SignalError> {
 /// that fails [`validate`] (its `planId`, `created` and `command.id` identify it).
 /// `Ok(None)` without both annotations.
 pub fn from_meta_unchecked(meta: &ObjectMeta) -> Result<Option<SignalData>, SignalError> {
-    let Some(annotations) = meta.annotations.as_ref() else { return Ok(None) };
-    let (Some(version), Some(data)) = (
-        annotations.get(keys::ANNOTATION_SIGNAL_VERSION),
-        annotations.get(keys::ANNOTATION_SIGNAL_DATA),
-    ) else {
+    let Some(all) = meta.annotations.as_ref() else { return Ok(None) };
+    let [Some(version), Some(data)] = annotation_values(all) else {
         return Ok(None);
     };
     if version != keys::SIGNAL_VERSION {

@@ -72,16 +72,6 @@ pub struct Watched {
     pub signalled_control_nodes: futures::channel::mpsc::UnboundedReceiver<ControlNode>,
 }
 
-/// Whether an object carries signal annotations (valid or not).
-pub(crate) fn carries_signal(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> bool {
-    meta.annotations.as_ref().is_some_and(|annotations| {
-        annotations.contains_key(keys::ANNOTATION_SIGNAL_VERSION)
-            || annotations.contains_key(keys::ANNOTATION_SIGNAL_DATA)
-    })
-}
-
 /// Errors of one cordon/drain pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -348,7 +348,7 @@ fn feed_signalled<K: Resource + Clone>(
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> {
     events.inspect(move |event| {
         if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event
-            && crate::drain::carries_signal(object.meta())
+            && autopilot_api::signal::has_annotations(object.meta())
         {
             let _ = feed.unbounded_send(object.clone());
         }
@@ -394,7 +394,7 @@ fn node_fingerprint(node: &Node) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     node.metadata.uid.hash(&mut hasher);
     node.labels().hash(&mut hasher);
-    signal_annotations(node.annotations()).hash(&mut hasher);
+    autopilot_api::signal::annotation_values(node.annotations()).hash(&mut hasher);
     observe::is_node_ready(node).hash(&mut hasher);
     node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     hasher.finish()
@@ -406,7 +406,7 @@ fn control_node_fingerprint(control_node: &ControlNode) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     control_node.metadata.uid.hash(&mut hasher);
     control_node.labels().hash(&mut hasher);
-    signal_annotations(control_node.annotations()).hash(&mut hasher);
+    autopilot_api::signal::annotation_values(control_node.annotations()).hash(&mut hasher);
     control_node.annotations().get(keys::ANNOTATION_API_ADDRESS).hash(&mut hasher);
     control_node.internal_ip().hash(&mut hasher);
     control_node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
@@ -446,13 +446,6 @@ fn uses_check_pods(plan: &Plan) -> bool {
         command.preflight.as_ref().is_some_and(|preflight| !preflight.pods.is_empty())
     });
     in_spec || in_status
-}
-
-fn signal_annotations(annotations: &BTreeMap<String, String>) -> [Option<&String>; 2] {
-    [
-        annotations.get(keys::ANNOTATION_SIGNAL_VERSION),
-        annotations.get(keys::ANNOTATION_SIGNAL_DATA),
-    ]
 }
 
 /// One pass: observe, decide, write the status, perform the effects. Its span carries the

@@ -292,52 +292,57 @@ pub async fn run_controller_node(
         }
     };
     let agents = async {
-        let outcome = if update_agent {
-            let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
-            let host = host::LinuxHost::new(binary, data_dir, download)
-                .context("preparing the update host")?
-                .with_metrics(&metrics);
-            let control_node = agent::Agent {
-                name: name.clone(),
-                version: version.to_string(),
-                kubelet: worker,
-                airgap_only: false,
-                board: board.clone(),
-                metrics: metrics.clone(),
-                exec_allow_list,
-            };
-            let own_node =
-                agent::Agent { airgap_only: true, kubelet: true, ..control_node.clone() };
-            let on_control_node = agent::run::<autopilot_api::v1beta2::ControlNode, _>(
-                client.clone(),
-                control_node,
-                &host,
-                stop.cancelled(),
-            );
-            let on_node = async {
-                if worker {
-                    agent::run::<k8s_openapi::api::core::v1::Node, _>(
-                        client.clone(),
-                        own_node,
-                        &host,
-                        stop.cancelled(),
-                    )
-                    .await
-                } else {
-                    stop.cancelled().await;
-                    Ok(agent::Outcome::Stopped)
+        // Whichever way the agents end (an error preparing the host included), `stop` is
+        // cancelled after them, so the heartbeat and the status socket stop too.
+        let outcome = async {
+            if update_agent {
+                let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
+                let host = host::LinuxHost::new(binary, data_dir, download)
+                    .context("preparing the update host")?
+                    .with_metrics(&metrics);
+                let control_node = agent::Agent {
+                    name: name.clone(),
+                    version: version.to_string(),
+                    kubelet: worker,
+                    airgap_only: false,
+                    board: board.clone(),
+                    metrics: metrics.clone(),
+                    exec_allow_list,
+                };
+                let own_node =
+                    agent::Agent { airgap_only: true, kubelet: true, ..control_node.clone() };
+                let on_control_node = agent::run::<autopilot_api::v1beta2::ControlNode, _>(
+                    client.clone(),
+                    control_node,
+                    &host,
+                    stop.cancelled(),
+                );
+                let on_node = async {
+                    if worker {
+                        agent::run::<k8s_openapi::api::core::v1::Node, _>(
+                            client.clone(),
+                            own_node,
+                            &host,
+                            stop.cancelled(),
+                        )
+                        .await
+                    } else {
+                        stop.cancelled().await;
+                        Ok(agent::Outcome::Stopped)
+                    }
+                };
+                tokio::select! {
+                    outcome = on_control_node => outcome,
+                    outcome = on_node => outcome,
+                    () = shutdown.cancelled() => Ok(agent::Outcome::Stopped),
                 }
-            };
-            tokio::select! {
-                outcome = on_control_node => outcome,
-                outcome = on_node => outcome,
-                () = shutdown.cancelled() => Ok(agent::Outcome::Stopped),
+            } else {
+                info!("update agent disabled: not acting on update signals");
+                shutdown.cancelled().await;
+                Ok(agent::Outcome::Stopped)
             }
-        } else {
-            info!("update agent disabled: not acting on update signals");
-            shutdown.cancelled().await;
-            Ok(agent::Outcome::Stopped)
-        };
+        }
+        .await;
         stop.cancel();
         outcome
     };

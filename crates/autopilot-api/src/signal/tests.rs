@@ -198,6 +198,33 @@ fn a_signal_is_read_from_object_metadata() {
 }
 
 #[test]
+fn annotation_values_are_read_raw_and_each_on_its_own() {
+    let both = annotations("v9", "not json");
+    assert_eq!(annotation_values(&both), [Some("v9"), Some("not json")]);
+    let mut only_data = both.clone();
+    only_data.remove(keys::ANNOTATION_SIGNAL_VERSION);
+    assert_eq!(annotation_values(&only_data), [None, Some("not json")]);
+    let other = BTreeMap::from([("a".to_owned(), "b".to_owned())]);
+    assert_eq!(annotation_values(&other), [None, None]);
+}
+
+#[test]
+fn an_object_has_signal_annotations_when_it_carries_either_one() {
+    let meta = |annotations| ObjectMeta { annotations, ..ObjectMeta::default() };
+    let both = annotations("v9", "not json");
+    assert!(has_annotations(&meta(Some(both.clone()))), "both, though not valid");
+    for key in [keys::ANNOTATION_SIGNAL_VERSION, keys::ANNOTATION_SIGNAL_DATA] {
+        let mut one = both.clone();
+        one.remove(key);
+        assert!(has_annotations(&meta(Some(one))), "all but {key}");
+    }
+    let other = BTreeMap::from([("a".to_owned(), "b".to_owned())]);
+    assert!(!has_annotations(&meta(Some(other))));
+    assert!(!has_annotations(&meta(Some(BTreeMap::new()))));
+    assert!(!has_annotations(&meta(None)));
+}
+
+#[test]
 fn a_k0s_written_signal_with_unknown_fields_is_read() {
     // k0s test data carries a `timestamp` inside `k0supdate`; the leader writes its local
     // offset in `created`.

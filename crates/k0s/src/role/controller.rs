@@ -14,10 +14,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::STOP_GRACE;
-use super::trial::Trial;
 use crate::VERSION;
 use crate::cli::{ControllerAgentFlags, NodeFlags, UpdaterFlags};
-use crate::node::{ResolvedNode, serve_metrics};
+use crate::node::Started;
 
 /// Run the controller process until SIGTERM/SIGINT, or until an update asks for a restart
 /// (then run the trial boot of the new binary and restart).
@@ -43,25 +42,24 @@ pub fn run(
         // First: the one SIGTERM/SIGINT listener, shared by everything that must stop.
         let terminated = super::on_termination();
         let UpdaterFlags { update_period, send_cluster_info } = updater;
-        let ResolvedNode {
+        let Started {
             client,
             config,
             server_url,
             node_name,
             data_dir,
-            mut registry,
-            metrics_listener,
-        } = node.resolve().await?;
-        let controller_metrics = autopilot_controller::metrics::Metrics::register(&mut registry);
-        let agent_metrics = autopilot_signal::metrics::Metrics::register(&mut registry);
-        let updater_metrics = autopilot_updater::metrics::Metrics::register(&mut registry);
-        let _metrics_server = serve_metrics(metrics_listener, registry);
-        trial = Some(Trial {
-            config: config.clone(),
-            data_dir: data_dir.clone(),
-            download: download.config(VERSION),
-            timeout: trial_timeout,
-        });
+            trial: node_trial,
+            agent_metrics,
+            before_agent: controller_metrics,
+            after_agent: updater_metrics,
+            metrics_server: _metrics_server,
+        } = node.resolve().await?.start(
+            &download,
+            trial_timeout,
+            autopilot_controller::metrics::Metrics::register,
+            autopilot_updater::metrics::Metrics::register,
+        );
+        trial = Some(node_trial);
         let tasks = TaskTracker::new();
         // The updater runs beside the controller and acts only while it leads; it stops once
         // the controller has stopped.

@@ -6,10 +6,9 @@
 use anyhow::Context as _;
 
 use super::STOP_GRACE;
-use super::trial::Trial;
 use crate::VERSION;
 use crate::cli::NodeFlags;
-use crate::node::{ResolvedNode, serve_metrics};
+use crate::node::Started;
 
 /// Run the worker process until SIGTERM/SIGINT, or until an update asks for a restart (then
 /// run the trial boot of the new binary and restart).
@@ -20,23 +19,19 @@ pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Resul
     let runtime = crate::runtime()?;
     let mut trial = None;
     let exit = runtime.block_on(async {
-        let ResolvedNode {
+        let Started {
             client,
-            config,
+            config: _,
             server_url,
             node_name,
             data_dir,
-            mut registry,
-            metrics_listener,
-        } = node.resolve().await?;
-        let agent_metrics = autopilot_signal::metrics::Metrics::register(&mut registry);
-        let _metrics_server = serve_metrics(metrics_listener, registry);
-        trial = Some(Trial {
-            config,
-            data_dir: data_dir.clone(),
-            download: args.download.config(VERSION),
-            timeout: args.trial_timeout,
-        });
+            trial: node_trial,
+            agent_metrics,
+            before_agent: (),
+            after_agent: (),
+            metrics_server: _metrics_server,
+        } = node.resolve().await?.start(&args.download, args.trial_timeout, |_| (), |_| ());
+        trial = Some(node_trial);
         let process = autopilot_signal::Process {
             client,
             server_url,
