@@ -72,10 +72,8 @@ fn main() {
     // The server has a runtime of its own (it stands for a remote host); the agent runs on
     // one thread, as in the k0s process (`k0s::runtime`).
     let server = tokio::runtime::Runtime::new().expect("server runtime");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("agent runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("agent runtime");
     let body = Arc::new(payload(mib));
     let sha = hex::encode(sha2::Sha256::digest(body.as_slice()));
     let base = server.block_on(serve(body));
