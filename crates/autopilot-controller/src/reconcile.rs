@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
 use autopilot_shell::events::Reporter;
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -39,7 +39,7 @@ const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// before the cache saw it, and must be resent.
 const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 
-/// How long a pass waits for the Node and ControlNode caches to be filled.
+/// How long a pass waits for the check Pod and template caches to be filled.
 const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many rounds of controller probes one pass may ask for (see [`reconcile`]).
@@ -461,14 +461,15 @@ fn uses_check_pods(plan: &Plan) -> bool {
 )]
 async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
     // Decisions need complete caches: an empty Node cache would look like missing targets.
-    // Bounded, so a pass never outlives the watches it waits for (a graceful shutdown waits
-    // for running passes).
-    let ready = tokio::time::timeout(
-        CACHE_READY_TIMEOUT,
-        futures::future::join(ctx.control_nodes.wait_until_ready(), ctx.nodes.wait_until_ready()),
-    )
-    .await;
-    if !matches!(ready, Ok((Ok(()), Ok(())))) {
+    // Checked, not awaited: the watches that fill these caches are this controller's own
+    // triggers, and they did not fill while a pass waited for them. The first pass of every
+    // leader term waited out a 5 s timeout that way (the caches were filled the moment the
+    // timer woke the controller). A pass that finds them not filled yet comes back shortly.
+    let filled = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
+    if !(filled(ctx.control_nodes.wait_until_ready().now_or_never())
+        && filled(ctx.nodes.wait_until_ready().now_or_never()))
+    {
+        debug!(plan = %plan.name_any(), "the Node and ControlNode caches are not filled yet");
         return Ok(Action::requeue(CONFLICT_RETRY));
     }
     // A missing template or Pod must be missing, not merely not listed yet.

@@ -156,6 +156,10 @@ where
 }
 
 fn context(client: kube::Client, nodes: Vec<Node>) -> Arc<Context> {
+    context_with_nodes(client, store(nodes))
+}
+
+fn context_with_nodes(client: kube::Client, nodes: Store<Node>) -> Arc<Context> {
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
     let policy = Policy {
         exclude_controllers: false,
@@ -189,7 +193,7 @@ fn context(client: kube::Client, nodes: Vec<Node>) -> Arc<Context> {
         engine,
         plans: Api::all(client),
         control_nodes: store::<ControlNode>(Vec::new()),
-        nodes: store(nodes),
+        nodes,
         check_pods: store(Vec::new()),
         pod_templates: store(Vec::new()),
         written: Mutex::new(BTreeMap::new()),
@@ -294,6 +298,21 @@ async fn a_pass_whose_status_write_conflicts_writes_no_signal() {
     let writes = refusing.writes();
     assert_eq!(writes.len(), 1, "only the refused status write, no signal: {writes:#?}");
     assert_eq!(writes[0].method, "PUT");
+}
+
+#[tokio::test]
+async fn a_pass_before_the_caches_are_filled_comes_back_shortly_without_waiting_for_them() {
+    let api = FakeApi::default();
+    // The Node watch has not finished its first list: its cache is not filled.
+    let (nodes, _writer) = reflector::store::<Node>();
+    let ctx = context_with_nodes(api.client(), nodes);
+    // Well under the 5 s a pass used to wait at the start of every leader term.
+    let pass =
+        tokio::time::timeout(Duration::from_secs(1), reconcile(Arc::new(plan(&["w1"])), ctx))
+            .await
+            .expect("the pass does not wait for the caches");
+    assert_eq!(pass.expect("the pass completes"), Action::requeue(CONFLICT_RETRY));
+    assert!(api.writes().is_empty(), "nothing decided on unfilled caches: {:#?}", api.writes());
 }
 
 fn node_event(name: &str, edit: impl FnOnce(&mut Node)) -> Node {
