@@ -16,7 +16,7 @@ use anyhow::{Context as _, bail, ensure};
 use nix::sys::signal::Signal;
 use std::os::unix::process::CommandExt as _;
 
-use crate::process::{GroupRegistry, ProcessSlot, tail};
+use crate::process::{GroupRegistry, KillWhen, ProcessSlot, tail};
 
 /// Environment variable naming a prebuilt k0s binary; when unset the harness builds one.
 pub const K0S_BIN_ENV: &str = "K0S_BIN";
@@ -397,6 +397,20 @@ impl K0sProcess {
     /// nothing) if it already exited. Use [`K0sProcess::wait_exit`] to reap it.
     pub fn kill(&self) -> anyhow::Result<()> {
         self.slot.kill_group().with_context(|| format!("killing {}", self.node_name))
+    }
+
+    /// Arms a crash at an exact point: the process's main thread is traced (ptrace(2)) and
+    /// the process group is SIGKILLed at the first of its system-call stops at which
+    /// `condition` holds, i.e. right after the system call that made it true. Returns once
+    /// the trace is in place; [`KillWhen::wait`] waits for the kill. Until then the handle
+    /// does not reap the process ([`K0sProcess::is_running`] stays true).
+    pub fn kill_when(
+        &self,
+        condition: impl FnMut() -> bool + Send + 'static,
+    ) -> anyhow::Result<KillWhen> {
+        self.slot
+            .kill_group_when(condition)
+            .with_context(|| format!("arming a kill of {}", self.node_name))
     }
 
     /// Waits for the process to exit and returns its status; fails after `timeout`.

@@ -65,7 +65,8 @@
 //! `RUST_LOG` and `K0S_LOG` default to `info`; `NO_COLOR=1` keeps logs greppable.
 //!
 //! A [`K0sProcess`] can be stopped ([`K0sProcess::terminate`], [`K0sProcess::stop`]),
-//! crashed ([`K0sProcess::kill`]), reaped ([`K0sProcess::wait_exit`]), started again with the
+//! crashed ([`K0sProcess::kill`], or at an exact point with [`K0sProcess::kill_when`]: traced,
+//! and killed at the first system call after which a condition holds), reaped ([`K0sProcess::wait_exit`]), started again with the
 //! binary currently in its directory ([`K0sProcess::restart`]), and read
 //! ([`K0sProcess::log`], [`K0sProcess::wait_for_log`], [`K0sProcess::log_mark`] with
 //! [`K0sProcess::wait_for_log_after`]). [`run_k0s`] runs short CLI commands with a timeout.
@@ -109,5 +110,6 @@ pub use k0s::{
     run_k0s_binary,
 };
 pub use kubeconfig::client_from_kubeconfig;
+pub use process::KillWhen;
 pub use responder::{Behaviour, Release, Responder};
 pub use wait::{conditions, wait_for, wait_for_condition};

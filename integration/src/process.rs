@@ -7,7 +7,10 @@ use std::{
     io::{Read as _, Seek as _, SeekFrom, Write as _},
     path::Path,
     process::{Child, Command, ExitStatus, Stdio},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -55,11 +58,14 @@ enum State {
 pub(crate) struct ProcessSlot {
     state: Mutex<State>,
     registry: GroupRegistry,
+    /// Set while [`ProcessSlot::kill_group_when`] traces the process: its ptrace stops are
+    /// reported to every wait of this test process, so nothing else may wait for it then.
+    traced: Arc<AtomicBool>,
 }
 
 impl ProcessSlot {
     pub(crate) fn new(registry: GroupRegistry) -> Self {
-        Self { state: Mutex::new(State::Idle), registry }
+        Self { state: Mutex::new(State::Idle), registry, traced: Arc::new(AtomicBool::new(false)) }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -70,7 +76,7 @@ impl ProcessSlot {
     /// to `log`, after writing a marker line naming the command. Fails if still running.
     pub(crate) fn start(&self, cmd: &mut Command, log: &Path) -> anyhow::Result<u32> {
         let mut state = self.lock();
-        reap(&mut state, &self.registry);
+        reap(&mut state, &self.registry, &self.traced);
         if let State::Running(child) = &*state {
             bail!("process {} is still running", child.id());
         }
@@ -103,7 +109,7 @@ impl ProcessSlot {
     /// The exit status if the last process has exited (reaping it), `None` while it runs.
     pub(crate) fn exit_status(&self) -> Option<ExitStatus> {
         let mut state = self.lock();
-        reap(&mut state, &self.registry);
+        reap(&mut state, &self.registry, &self.traced);
         match &*state {
             State::Exited { status, .. } => Some(*status),
             State::Idle | State::Running(_) => None,
@@ -113,14 +119,14 @@ impl ProcessSlot {
     /// Whether a process is running right now.
     pub(crate) fn is_running(&self) -> bool {
         let mut state = self.lock();
-        reap(&mut state, &self.registry);
+        reap(&mut state, &self.registry, &self.traced);
         matches!(&*state, State::Running(_))
     }
 
     /// Sends `sig` to the process itself (not its group). Fails if it is not running.
     pub(crate) fn signal(&self, sig: Signal) -> anyhow::Result<()> {
         let mut state = self.lock();
-        reap(&mut state, &self.registry);
+        reap(&mut state, &self.registry, &self.traced);
         match &*state {
             State::Running(child) => signal::kill(Pid::from_raw(pid_i32(child.id())), sig)
                 .with_context(|| format!("sending {sig} to {}", child.id())),
@@ -132,7 +138,7 @@ impl ProcessSlot {
     /// SIGKILLs the whole process group if the leader is running; a no-op otherwise.
     pub(crate) fn kill_group(&self) -> anyhow::Result<()> {
         let mut state = self.lock();
-        reap(&mut state, &self.registry);
+        reap(&mut state, &self.registry, &self.traced);
         if let State::Running(child) = &*state {
             let pid = pid_i32(child.id());
             match signal::killpg(Pid::from_raw(pid), Signal::SIGKILL) {
@@ -151,7 +157,7 @@ impl ProcessSlot {
         loop {
             {
                 let mut state = self.lock();
-                reap(&mut state, &self.registry);
+                reap(&mut state, &self.registry, &self.traced);
                 match &*state {
                     State::Idle => bail!("process was never started"),
                     State::Exited { status, .. } => return Ok(*status),
@@ -163,6 +169,41 @@ impl ProcessSlot {
             }
             tokio::time::sleep(interval).await;
             interval = (interval * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Traces the running process's main thread with ptrace(2) and SIGKILLs its process group
+    /// at the first system-call stop at which `condition` holds. The process stops on entry to
+    /// and exit from each system call, and `condition` is checked while it is stopped, so the
+    /// kill lands right after the system call that made `condition` true (when that thread
+    /// made it), however loaded the machine is. Returns once the trace is in place; while it
+    /// lasts this slot does not reap the process. Other threads of the process run untraced.
+    pub(crate) fn kill_group_when(
+        &self,
+        condition: impl FnMut() -> bool + Send + 'static,
+    ) -> anyhow::Result<KillWhen> {
+        let pid = match &*self.lock() {
+            State::Running(child) => Pid::from_raw(pid_i32(child.id())),
+            State::Idle => bail!("process was never started"),
+            State::Exited { pid, status } => bail!("process {pid} already exited ({status})"),
+        };
+        self.traced.store(true, Ordering::Release);
+        let traced = self.traced.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new().name(format!("trace-{pid}")).spawn(move || {
+            let outcome = trace_until(pid, condition, &ready_tx);
+            traced.store(false, Ordering::Release);
+            let _ = done_tx.send(outcome);
+        });
+        if let Err(err) = spawned {
+            self.traced.store(false, Ordering::Release);
+            return Err(err).context("starting the tracing thread");
+        }
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(KillWhen { pid, done: done_rx }),
+            Ok(Err(err)) => bail!("tracing process {pid}: {err}"),
+            Err(_) => bail!("the thread tracing process {pid} ended before it began"),
         }
     }
 
@@ -189,13 +230,85 @@ impl Drop for ProcessSlot {
 }
 
 /// Reaps a running process if it has exited, deregistering it in the same critical section.
-fn reap(state: &mut State, registry: &GroupRegistry) {
+/// A traced process is left alone: a wait could take one of its ptrace stops for an exit.
+fn reap(state: &mut State, registry: &GroupRegistry, traced: &AtomicBool) {
     let State::Running(child) = state else { return };
+    if traced.load(Ordering::Acquire) {
+        return;
+    }
     let pid = child.id();
     let mut registry = registry.lock();
     if let Ok(Some(status)) = child.try_wait() {
         registry.remove(&pid_i32(pid));
         *state = State::Exited { pid, status };
+    }
+}
+
+/// A kill armed by [`ProcessSlot::kill_group_when`].
+#[derive(Debug)]
+pub struct KillWhen {
+    pid: Pid,
+    done: tokio::sync::oneshot::Receiver<anyhow::Result<u64>>,
+}
+
+impl KillWhen {
+    /// Waits until the condition held and the process group was killed; returns how many
+    /// system-call stops of the process came first. Fails if the process ended otherwise, or
+    /// after `timeout` (the trace goes on then, until the process ends).
+    pub async fn wait(self, timeout: Duration) -> anyhow::Result<u64> {
+        let pid = self.pid;
+        match tokio::time::timeout(timeout, self.done).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => bail!("the thread tracing process {pid} vanished"),
+            Err(_) => bail!("the condition to kill process {pid} did not hold within {timeout:?}"),
+        }
+    }
+}
+
+/// The tracing thread of [`ProcessSlot::kill_group_when`]: attaches (reporting on `ready`),
+/// then resumes the process from one system-call stop to the next until `condition` holds.
+fn trace_until(
+    pid: Pid,
+    mut condition: impl FnMut() -> bool,
+    ready: &std::sync::mpsc::Sender<Result<(), String>>,
+) -> anyhow::Result<u64> {
+    use nix::errno::Errno;
+    use nix::sys::ptrace::{self, Options};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+
+    // EXITKILL: should this thread end without killing, the process is killed (never left
+    // traced with nobody resuming it). TRACEEXEC: an exec stops as an event, not a SIGTRAP.
+    let options =
+        Options::PTRACE_O_TRACESYSGOOD | Options::PTRACE_O_TRACEEXEC | Options::PTRACE_O_EXITKILL;
+    let attached = ptrace::seize(pid, options).and_then(|()| ptrace::interrupt(pid));
+    let _ = ready.send(attached.map_err(|err| err.to_string()));
+    attached.with_context(|| format!("tracing process {pid}"))?;
+    let mut stops = 0_u64;
+    loop {
+        let status = match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+            Ok(status) => status,
+            Err(Errno::EINTR) => continue,
+            Err(err) => return Err(err).with_context(|| format!("waiting for process {pid}")),
+        };
+        let deliver = match status {
+            WaitStatus::PtraceSyscall(_) => {
+                stops += 1;
+                None
+            }
+            // The interrupt that began the trace, an exec, or a group stop.
+            WaitStatus::PtraceEvent(..) => None,
+            // A signal on its way to the process: it gets it when it resumes.
+            WaitStatus::Stopped(_, signal) => Some(signal),
+            WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                bail!("process {pid} ended ({status:?}) before the condition to kill it held")
+            }
+            WaitStatus::Continued(_) | WaitStatus::StillAlive => continue,
+        };
+        if condition() {
+            signal::killpg(pid, Signal::SIGKILL).with_context(|| format!("killing group {pid}"))?;
+            return Ok(stops);
+        }
+        ptrace::syscall(pid, deliver).with_context(|| format!("resuming process {pid}"))?;
     }
 }
 
