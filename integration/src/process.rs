@@ -244,7 +244,7 @@ fn reap(state: &mut State, registry: &GroupRegistry, traced: &AtomicBool) {
     }
 }
 
-/// A kill armed by [`ProcessSlot::kill_group_when`].
+/// A kill armed by [`crate::K0sProcess::kill_when`].
 #[derive(Debug)]
 pub struct KillWhen {
     pid: Pid,
