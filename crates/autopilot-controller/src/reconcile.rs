@@ -39,7 +39,8 @@ const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// before the cache saw it, and must be resent.
 const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 
-/// How long a pass waits for the check Pod and template caches to be filled.
+/// How long into a leader term unfilled caches are expected (the first lists); after that a
+/// pass that finds one not filled warns, and comes back after this long instead of shortly.
 const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many rounds of controller probes one pass may ask for (see [`reconcile`]).
@@ -92,6 +93,8 @@ struct Context {
     errors: std::sync::Mutex<autopilot_api::backoff::Capped>,
     /// The planner's views of the ControlNodes and Nodes, kept between passes.
     views: std::sync::Mutex<Views>,
+    /// When this leader term's controller started (see [`CACHE_READY_TIMEOUT`]).
+    started: Instant,
 }
 
 /// See [`Context::views`].
@@ -309,6 +312,7 @@ impl Engine {
             written: std::sync::Mutex::new(BTreeMap::new()),
             errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
             views: std::sync::Mutex::new(Views::default()),
+            started: Instant::now(),
         });
         controller
             .watches_stream(control_node_events, move |_| to_autopilot_plan())
@@ -438,6 +442,35 @@ fn config_map_fingerprint(config_map: &ConfigMap) -> u64 {
     hasher.finish()
 }
 
+/// The caches a pass needs that the first list has not filled yet: the ControlNodes and
+/// Nodes always, the check Pods and their templates (in [`keys::NAMESPACE`]) when
+/// `check_pods` (see [`uses_check_pods`]).
+fn unfilled_caches(ctx: &Context, check_pods: bool) -> Vec<&'static str> {
+    let mut unfilled = Vec::new();
+    if !is_filled(&ctx.control_nodes) {
+        unfilled.push("ControlNodes");
+    }
+    if !is_filled(&ctx.nodes) {
+        unfilled.push("Nodes");
+    }
+    if check_pods && !is_filled(&ctx.check_pods) {
+        unfilled.push("check Pods");
+    }
+    if check_pods && !is_filled(&ctx.pod_templates) {
+        unfilled.push("check Pod templates (ConfigMaps)");
+    }
+    unfilled
+}
+
+/// Whether `store` has been filled by its first list (without waiting for it).
+fn is_filled<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
 /// Whether a pass over `plan` reads check Pods and templates: its spec or its run has a
 /// `scheduler` check. (Other plans do not wait for those caches.)
 fn uses_check_pods(plan: &Plan) -> bool {
@@ -460,33 +493,26 @@ fn uses_check_pods(plan: &Plan) -> bool {
     )
 )]
 async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // Decisions need complete caches: an empty Node cache would look like missing targets.
+    // Decisions need complete caches: an empty Node cache would look like missing targets,
+    // and a missing template or check Pod must be missing, not merely not listed yet.
     // Checked, not awaited: the watches that fill these caches are this controller's own
     // triggers, and they did not fill while a pass waited for them. The first pass of every
     // leader term waited out a 5 s timeout that way (the caches were filled the moment the
     // timer woke the controller). A pass that finds them not filled yet comes back shortly.
-    let filled = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
-    if !(filled(ctx.control_nodes.wait_until_ready().now_or_never())
-        && filled(ctx.nodes.wait_until_ready().now_or_never()))
-    {
-        debug!(plan = %plan.name_any(), "the Node and ControlNode caches are not filled yet");
-        return Ok(Action::requeue(CONFLICT_RETRY));
-    }
-    // A missing template or Pod must be missing, not merely not listed yet.
     let check_pods_needed = uses_check_pods(&plan);
-    if check_pods_needed {
-        let ready = tokio::time::timeout(
-            CACHE_READY_TIMEOUT,
-            futures::future::join(
-                ctx.check_pods.wait_until_ready(),
-                ctx.pod_templates.wait_until_ready(),
-            ),
-        )
-        .await;
-        if !matches!(ready, Ok((Ok(()), Ok(())))) {
-            warn!(plan = %plan.name_any(), "the check Pod and template caches are not filled yet (can this controller list Pods and ConfigMaps in {}?)", keys::NAMESPACE);
+    let unfilled = unfilled_caches(&ctx, check_pods_needed);
+    if !unfilled.is_empty() {
+        let waited = ctx.started.elapsed();
+        if waited < CACHE_READY_TIMEOUT {
+            debug!(caches = ?unfilled, "the caches are not filled yet");
             return Ok(Action::requeue(CONFLICT_RETRY));
         }
+        warn!(
+            caches = ?unfilled,
+            ?waited,
+            "the caches are still not filled (can this controller list and watch them?)"
+        );
+        return Ok(Action::requeue(CACHE_READY_TIMEOUT));
     }
     let name = plan.name_any();
     let uid = plan.uid().unwrap_or_default();

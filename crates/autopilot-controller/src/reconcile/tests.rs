@@ -6,12 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan, TargetState};
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
@@ -160,6 +160,12 @@ fn context(client: kube::Client, nodes: Vec<Node>) -> Arc<Context> {
 }
 
 fn context_with_nodes(client: kube::Client, nodes: Store<Node>) -> Arc<Context> {
+    Arc::new(new_context(client, nodes))
+}
+
+/// A context of a leader term that began just now, with `nodes` and every other cache
+/// filled and empty.
+fn new_context(client: kube::Client, nodes: Store<Node>) -> Context {
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
     let policy = Policy {
         exclude_controllers: false,
@@ -181,7 +187,7 @@ fn context_with_nodes(client: kube::Client, nodes: Store<Node>) -> Arc<Context> 
         metrics,
     )
     .expect("an engine");
-    Arc::new(Context {
+    Context {
         events: effect::EventPublisher::start(
             client.clone(),
             Reporter {
@@ -199,7 +205,8 @@ fn context_with_nodes(client: kube::Client, nodes: Store<Node>) -> Arc<Context> 
         written: Mutex::new(BTreeMap::new()),
         errors: Mutex::new(autopilot_api::backoff::Capped::default()),
         views: Mutex::new(Views::default()),
-    })
+        started: Instant::now(),
+    }
 }
 
 /// The Plan as the last status write left it (the fake server's answer), or `plan` if
@@ -312,6 +319,51 @@ async fn a_pass_before_the_caches_are_filled_comes_back_shortly_without_waiting_
             .await
             .expect("the pass does not wait for the caches");
     assert_eq!(pass.expect("the pass completes"), Action::requeue(CONFLICT_RETRY));
+    assert!(api.writes().is_empty(), "nothing decided on unfilled caches: {:#?}", api.writes());
+}
+
+/// A plan updating `workers` behind a `scheduler` check on them (template `probe`).
+fn plan_with_a_scheduler_check(workers: &[&str]) -> Plan {
+    let mut plan = plan(workers);
+    let check = json!({"commands": [{"preflight": {"checks": [{
+        "id": "probe",
+        "targets": {"workers": {"discovery": {"static": {"nodes": workers}}}},
+        "command": {"id": "scheduler", "data": {"kubernetes": {"podName": "probe"}}},
+    }]}}]});
+    let preflight = serde_json::from_value(check["commands"][0].clone()).expect("a command");
+    plan.spec.commands.insert(0, preflight);
+    plan
+}
+
+#[tokio::test]
+async fn a_pass_needing_check_pods_does_not_wait_for_their_caches_either() {
+    let api = FakeApi::default();
+    let mut ctx = new_context(api.client(), store(vec![worker("w1")]));
+    // The check Pod watch has not finished its first list.
+    let (check_pods, _writer) = reflector::store::<Pod>();
+    ctx.check_pods = check_pods;
+    let pass = tokio::time::timeout(
+        Duration::from_secs(1),
+        reconcile(Arc::new(plan_with_a_scheduler_check(&["w1"])), Arc::new(ctx)),
+    )
+    .await
+    .expect("the pass does not wait for the check Pod cache");
+    assert_eq!(pass.expect("the pass completes"), Action::requeue(CONFLICT_RETRY));
+    assert!(api.writes().is_empty(), "nothing decided on unfilled caches: {:#?}", api.writes());
+}
+
+#[tokio::test]
+async fn caches_still_unfilled_late_in_a_term_bring_the_pass_back_slowly() {
+    let api = FakeApi::default();
+    let (nodes, _writer) = reflector::store::<Node>();
+    let mut ctx = new_context(api.client(), nodes);
+    // The term began longer ago than the first lists take: something keeps them from
+    // completing (RBAC, an API server that does not answer). No busy loop of passes.
+    ctx.started = Instant::now()
+        .checked_sub(CACHE_READY_TIMEOUT + Duration::from_secs(1))
+        .expect("the clock is past the timeout");
+    let pass = reconcile(Arc::new(plan(&["w1"])), Arc::new(ctx)).await;
+    assert_eq!(pass.expect("the pass completes"), Action::requeue(CACHE_READY_TIMEOUT));
     assert!(api.writes().is_empty(), "nothing decided on unfilled caches: {:#?}", api.writes());
 }
 
