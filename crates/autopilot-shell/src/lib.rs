@@ -5,10 +5,14 @@
 //!   agent's downloads and preflight probes, the updater's update-server checks).
 //! - [`events`]: publishing `events.k8s.io/v1` Events, awaited or through a background queue.
 //! - [`retry`]: which API errors are worth retrying, and the capped backoff of watches.
+//! - `fake_api` (feature `fake-api`, tests only): a recording stand-in API server for unit
+//!   tests of request shapes.
 //!
 //! It is not a place for decisions: those stay in the pure modules of the other crates. This
 //! crate only talks to the network and the API server; `autopilot-api` stays free of both.
 
 pub mod events;
+#[cfg(feature = "fake-api")]
+pub mod fake_api;
 pub mod https;
 pub mod retry;

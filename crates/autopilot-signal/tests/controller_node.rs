@@ -2,9 +2,9 @@
 //! ends (with an error) when its update host cannot be prepared, instead of keeping the
 //! heartbeat and the status socket running with no agent.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use autopilot_shell::fake_api::{self, FakeApiServer, Request};
 use autopilot_signal::download::DownloadConfig;
 use autopilot_signal::{ControllerNode, metrics, run_controller_node};
 use serde_json::{Value, json};
@@ -14,53 +14,21 @@ use tokio_util::sync::CancellationToken;
 /// so anything near this bound means it hangs.
 const BOUND: Duration = Duration::from_secs(10);
 
-/// An API server that accepts every Node and Lease write and records what it was asked.
-#[derive(Clone, Default)]
-struct FakeApi {
-    seen: Arc<Mutex<Vec<(String, String)>>>,
-}
-
-impl FakeApi {
-    fn client(&self) -> kube::Client {
-        let api = self.clone();
-        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let api = api.clone();
-            async move {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await?;
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let method = parts.method.to_string();
-                let path = parts.uri.path().to_string();
-                let (code, answer) = match method.as_str() {
-                    "POST" if path == "/api/v1/nodes" => (201, body),
-                    "PATCH" if path.contains("/leases/") => (
-                        200,
-                        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                               "metadata": {"name": "c1", "namespace": "kube-node-lease"}}),
-                    ),
-                    "PATCH" if path.starts_with("/api/v1/nodes/") => (
-                        200,
-                        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "c1"}}),
-                    ),
-                    _ => (
-                        404,
-                        json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
-                               "code": 404, "reason": "NotFound", "message": "not found"}),
-                    ),
-                };
-                api.seen.lock().expect("not poisoned").push((method, path));
-                let response = http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
-            }
-        });
-        kube::Client::new(service, "default")
-    }
-
-    fn saw(&self, method: &str, path: &str) -> bool {
-        self.seen.lock().expect("not poisoned").iter().any(|(m, p)| m == method && p == path)
+/// What the fake API server answers: every Node and Lease write is accepted, anything else
+/// is not found.
+fn answer(request: &Request, _before: &[Request]) -> (u16, Value) {
+    let path = request.path.as_str();
+    match request.method.as_str() {
+        "POST" if path == "/api/v1/nodes" => (201, request.body.clone()),
+        "PATCH" if path.contains("/leases/") => (
+            200,
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "c1", "namespace": "kube-node-lease"}}),
+        ),
+        "PATCH" if path.starts_with("/api/v1/nodes/") => {
+            (200, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "c1"}}))
+        }
+        _ => (404, fake_api::status(404, "NotFound")),
     }
 }
 
@@ -86,11 +54,11 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
         leading,
         metrics: metrics::Metrics::default(),
     };
-    let api = FakeApi::default();
+    let api = FakeApiServer::default();
     // Never cancelled: the node side must end on its own.
     let shutdown = CancellationToken::new();
 
-    let run = run_controller_node(api.client(), "https://fake", node, shutdown);
+    let run = run_controller_node(api.client(answer), "https://fake", node, shutdown);
     let ended = tokio::time::timeout(BOUND, run).await;
 
     // The Node was registered: the heartbeat was running when the agents failed.

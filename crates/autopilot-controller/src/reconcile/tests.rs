@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan, TargetState};
+use autopilot_shell::fake_api::{self, FakeApiServer, Request as Seen};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector;
@@ -18,83 +19,51 @@ use serde_json::{Value, json};
 
 use super::*;
 
-/// One request the fake API server received.
-#[derive(Clone, Debug)]
-struct Seen {
-    method: String,
-    path: String,
-    body: Value,
-}
-
 /// The fake API server: records every request; a Plan status write is answered with a new
 /// resourceVersion (or `409 Conflict` when `conflict` is set), a Node patch with the Node,
 /// an Event with itself, every read with `404` (no removed API is served).
 #[derive(Clone, Default)]
 struct FakeApi {
-    seen: Arc<Mutex<Vec<Seen>>>,
+    server: FakeApiServer,
     conflict: bool,
 }
 
 impl FakeApi {
     fn client(&self) -> kube::Client {
-        let api = self.clone();
-        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let api = api.clone();
-            async move {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await?;
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let seen = Seen {
-                    method: parts.method.to_string(),
-                    path: parts.uri.path().to_string(),
-                    body,
-                };
-                let (code, answer) = api.answer(&seen);
-                api.seen.lock().expect("not poisoned").push(seen);
-                let response = http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
-            }
-        });
-        kube::Client::new(service, "default")
-    }
-
-    fn answer(&self, seen: &Seen) -> (u16, Value) {
-        let status = |code: u16, reason: &str| {
-            json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
-                   "code": code, "reason": reason, "message": reason})
-        };
-        match seen.method.as_str() {
-            "PUT" if seen.path.ends_with("/plans/autopilot/status") => {
-                if self.conflict {
-                    return (409, status(409, "Conflict"));
-                }
-                let written = self.requests("PUT").len() + 1;
-                let mut plan = seen.body.clone();
-                plan["metadata"]["resourceVersion"] = json!(format!("plan-rv-{written}"));
-                (200, plan)
-            }
-            "PATCH" if seen.path.starts_with("/api/v1/nodes/") => {
-                let name = seen.path.trim_start_matches("/api/v1/nodes/");
-                (200, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
-            }
-            "POST" if seen.path.ends_with("/events") => (201, seen.body.clone()),
-            _ => (404, status(404, "NotFound")),
-        }
+        let conflict = self.conflict;
+        self.server.client(move |seen, before| answer(seen, before, conflict))
     }
 
     fn requests(&self, method: &str) -> Vec<Seen> {
-        let seen = self.seen.lock().expect("not poisoned");
-        seen.iter().filter(|s| s.method == method).cloned().collect()
+        self.server.requests_with(method)
     }
 
     /// The writes (everything but reads and Events, which are published in the background),
     /// in order.
     fn writes(&self) -> Vec<Seen> {
-        let seen = self.seen.lock().expect("not poisoned");
-        seen.iter().filter(|s| s.method != "GET" && !s.path.ends_with("/events")).cloned().collect()
+        let seen = self.server.requests();
+        seen.into_iter().filter(|s| s.method != "GET" && !s.path.ends_with("/events")).collect()
+    }
+}
+
+/// What [`FakeApi`] answers to `seen`, after the requests `before` it.
+fn answer(seen: &Seen, before: &[Seen], conflict: bool) -> (u16, Value) {
+    match seen.method.as_str() {
+        "PUT" if seen.path.ends_with("/plans/autopilot/status") => {
+            if conflict {
+                return (409, fake_api::status(409, "Conflict"));
+            }
+            let written = before.iter().filter(|s| s.method == "PUT").count() + 1;
+            let mut plan = seen.body.clone();
+            plan["metadata"]["resourceVersion"] = json!(format!("plan-rv-{written}"));
+            (200, plan)
+        }
+        "PATCH" if seen.path.starts_with("/api/v1/nodes/") => {
+            let name = seen.path.trim_start_matches("/api/v1/nodes/");
+            (200, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+        }
+        "POST" if seen.path.ends_with("/events") => (201, seen.body.clone()),
+        _ => (404, fake_api::status(404, "NotFound")),
     }
 }
 
