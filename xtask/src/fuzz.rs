@@ -1,5 +1,5 @@
-//! `cargo xtask fuzz`: every fuzz target (`tests/fuzz.rs` of the API, agent, updater and
-//! controller crates) with many more cases than the default test run's 10,000 each.
+//! `cargo xtask fuzz`: every fuzz target (the `fuzz` test of the API, agent and engine
+//! crates) with many more cases than the default test run's 10,000 each.
 //!
 //! The targets are proptest properties over generated and mutated inputs (see
 //! `autopilot_api::fuzz`): no input panics, every refusal says why, and what is accepted
@@ -10,8 +10,7 @@ use std::process::Command;
 use anyhow::Context as _;
 
 /// The crates that have a `fuzz` test target.
-const CRATES: &[&str] =
-    &["autopilot-api", "autopilot-signal", "autopilot-updater", "autopilot-controller"];
+const CRATES: &[&str] = &["autopilot-api", "autopilot-signal", "autopilot-engine"];
 
 /// Arguments of `cargo xtask fuzz`.
 #[derive(clap::Args)]

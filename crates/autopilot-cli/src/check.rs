@@ -39,7 +39,7 @@ pub fn parse(text: &str) -> Result<PlanCommandPreflight, String> {
         serde_json::from_value(value).map_err(|error| format!("not a set of checks: {error}"))?;
     preflight.on_warn = OnWarn::Proceed;
     // What NewPlan would refuse is refused here, before anything is written.
-    if let Err(problems) = autopilot_controller::preflight::compile_command("", &preflight) {
+    if let Err(problems) = autopilot_engine::preflight::compile_command("", &preflight) {
         let problems: Vec<String> = problems
             .iter()
             .map(|p| format!("{}: {}", p.path.trim_start_matches('.'), p.message))

@@ -4,7 +4,7 @@
 //! The shell ([`run`]) reads a [`Cluster`] snapshot: Nodes, ControlNodes, the pods and
 //! PodDisruptionBudgets a drain would meet, the `/readyz` answer of each controller, and the
 //! uses of removed APIs (discovery). [`preview`] is pure: it runs the engine's own dry run
-//! ([`autopilot_controller::plan::rollout`]) for the resolved targets, the refusals and the
+//! ([`autopilot_engine::plan::rollout`]) for the resolved targets, the refusals and the
 //! batches, and adds what would hold or endanger the run right now: targets that are not
 //! ready, budgets that block an eviction, and version skew.
 
@@ -17,12 +17,10 @@ use std::fmt::Write as _;
 use anyhow::Context as _;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, TargetStatus};
-use autopilot_controller::cordon::PodFacts;
 use autopilot_controller::observe;
-use autopilot_controller::plan::rollout::{self, Rollout};
-use autopilot_controller::plan::{
-    CheckPods, ObjectKind, Observed, Policy, Readiness, RemovedApiUse,
-};
+use autopilot_engine::cordon::PodFacts;
+use autopilot_engine::plan::rollout::{self, Rollout};
+use autopilot_engine::plan::{CheckPods, ObjectKind, Observed, Policy, Readiness, RemovedApiUse};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
@@ -483,7 +481,7 @@ pub async fn run(
         .await
         .map_err(|_| anyhow::anyhow!("no answer from the API server in {API_TIMEOUT:?}"))??;
     let mut cluster = Cluster { nodes, control_nodes, budgets, ..Cluster::default() };
-    if autopilot_controller::preflight::scheduler::in_spec(spec) {
+    if autopilot_engine::preflight::scheduler::in_spec(spec) {
         let templates = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE)
             .list(&ListParams::default())
             .await
@@ -538,14 +536,14 @@ pub async fn run(
 /// The versions whose removed APIs the engine checks at NewPlan for `spec`.
 fn check_versions(spec: &PlanSpec) -> Vec<String> {
     let status = None;
-    let view = autopilot_controller::plan::PlanView {
+    let view = autopilot_engine::plan::PlanView {
         name: keys::PLAN_NAME,
         uid: "preview",
         generation: 1,
         spec,
         status,
-        steering: autopilot_controller::plan::Steering::default(),
+        steering: autopilot_engine::plan::Steering::default(),
         accepted_warnings: None,
     };
-    autopilot_controller::plan::removed_api_check_versions(view)
+    autopilot_engine::plan::removed_api_check_versions(view)
 }

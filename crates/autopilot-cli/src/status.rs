@@ -22,7 +22,7 @@ use autopilot_api::v1beta2::{
     ControlNode, Plan, PlanCommand, PlanCommandStatus, PlanStateType, TargetState, TargetStatus,
     UpdateConfig,
 };
-use autopilot_controller::plan::Steering;
+use autopilot_engine::plan::Steering;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt as _;
@@ -474,8 +474,8 @@ fn windows(
     now: jiff::Timestamp,
     tz: &jiff::tz::TimeZone,
 ) -> Vec<WindowView> {
-    use autopilot_updater::decide::Strategy;
-    use autopilot_updater::window::WindowState;
+    use autopilot_engine::updater::decide::Strategy;
+    use autopilot_engine::updater::window::WindowState;
     let mut out: Vec<WindowView> = update_configs
         .iter()
         .filter_map(|config| {

@@ -1,4 +1,4 @@
-//! Central cordon and drain: the shell around [`crate::cordon::decide`].
+//! Central cordon and drain: the shell around [`autopilot_engine::cordon::decide`].
 //!
 //! On the leader, one kube-runtime controller per signal-object kind (Nodes and ControlNodes)
 //! looks at each object's signal. In `Cordoning` it cordons the machine's Node (marking it as
@@ -37,7 +37,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cordon::{self, Facts, PlanRun, PodFacts, Run, Step};
+use autopilot_engine::cordon::{self, Facts, PlanRun, PodFacts, Run, Step};
 
 /// How long one eviction request may take before the attempt counts as failed.
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);

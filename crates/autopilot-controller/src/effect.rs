@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::plan::{EventKind, ObjectKind, SignalTarget};
+use autopilot_engine::plan::{EventKind, ObjectKind, SignalTarget};
 
 /// Errors executing effects.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +134,7 @@ pub async fn delete_pod(client: &kube::Client, name: &str) -> Result<(), Error> 
     }
 }
 
-/// The Event for one of the engine's [`crate::plan::Effect::Event`]s about the Plan
+/// The Event for one of the engine's [`autopilot_engine::plan::Effect::Event`]s about the Plan
 /// `regarding`, for the background [`EventPublisher`].
 pub fn plan_event(
     regarding: ObjectReference,

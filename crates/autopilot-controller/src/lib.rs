@@ -8,15 +8,12 @@
 //! command line of the whole binary (that is `k0s`). Start with [`Args`] and [`run`].
 
 pub mod control_node;
-pub mod cordon;
 pub mod crds;
 pub mod drain;
 pub mod effect;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
-pub mod plan;
-pub mod preflight;
 pub mod probe;
 pub mod reconcile;
 
@@ -25,6 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use autopilot_engine::plan;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

@@ -12,8 +12,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 
-use crate::plan::removed_apis::{self, RemovedApiUse};
-use crate::plan::{ObservedSignal, TargetObject};
+use autopilot_engine::plan::removed_apis::{self, RemovedApiUse};
+use autopilot_engine::plan::{ObservedSignal, TargetObject};
 
 /// The resourceVersion of each object in a snapshot. A write based on the snapshot uses it as
 /// its precondition, so a decision made on stale data can never overwrite newer data.

@@ -15,7 +15,7 @@ use futures::future::join_all;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 
-use crate::plan::Readiness;
+use autopilot_engine::plan::Readiness;
 
 /// How long one probe may take. A healthy API server answers `/readyz` in milliseconds; a
 /// few seconds tolerate a loaded one without holding the plan long on a dead one.

@@ -26,9 +26,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
-use crate::preflight::scheduler;
 use crate::{effect, observe, probe};
+use autopilot_engine::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
+use autopilot_engine::preflight::scheduler;
 
 /// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
 /// fresh usually arrives within milliseconds and triggers a pass by itself.

@@ -1,4 +1,4 @@
-//! The signal agent: the shell around [`crate::phase::next`] for this node's own object.
+//! The signal agent: the shell around [`autopilot_engine::agent::next`] for this node's own object.
 //!
 //! Watches only its own signal object (its `Node` for a worker), and on every change: reads
 //! the signal, gathers the host facts, asks the phase machine for the next step and performs
@@ -27,9 +27,9 @@ use autopilot_api::v1beta2::Plan;
 use autopilot_shell::retry::WatchBackoff;
 
 use crate::host::{self, Host, SignalKey};
-use crate::phase::{self, Step};
 use crate::preflight;
 use crate::status;
+use autopilot_engine::agent::{self as phase, Step};
 
 /// First wait before retrying a failed idempotent action; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(2);

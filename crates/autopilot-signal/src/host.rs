@@ -14,7 +14,7 @@ use autopilot_api::signal::{SignalData, UpdateRef};
 use serde::{Deserialize, Serialize};
 
 use crate::download::DownloadError;
-use crate::phase::{ActionKind, Facts, HostAction, Restart};
+use autopilot_engine::agent::{ActionKind, Facts, HostAction, Restart};
 
 pub use fake::FakeHost;
 pub use linux::LinuxHost;
@@ -202,7 +202,7 @@ impl StagedRecord {
 }
 
 /// How the restart for a signal went, as this process sees it (owned
-/// [`crate::phase::Restart`]).
+/// [`autopilot_engine::agent::Restart`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum RestartState {
     /// Not restarted for this signal.

@@ -12,7 +12,6 @@ pub mod download;
 pub mod host;
 pub mod metrics;
 pub mod node;
-pub mod phase;
 pub mod preflight;
 pub mod status;
 pub mod trial;

@@ -6,8 +6,8 @@
 use autopilot_api::fuzz::{config, word};
 use autopilot_api::payload;
 use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalPhase, UpdateRef};
+use autopilot_engine::agent::{self as phase, Facts, HostAction, Restart, Step};
 use autopilot_signal::download::{file_name_from_response, parse_sha256, parse_size};
-use autopilot_signal::phase::{self, Facts, HostAction, Restart, Step};
 use proptest::prelude::*;
 
 /// The strings of one update command: mostly plausible, sometimes anything.

@@ -8,11 +8,11 @@ use std::path::Path;
 use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, SignalData, SignalPhase, SignalStatus, UpdateRef,
 };
+use autopilot_engine::agent::{HostAction, OnFailure, Step, next};
 use autopilot_signal::download::{DownloadConfig, DownloadError};
 use autopilot_signal::host::{
     Host as _, HostError, LinuxHost, RestartState, SignalKey, TrialState, perform,
 };
-use autopilot_signal::phase::{HostAction, OnFailure, Step, next};
 use autopilot_signal::trial::{Outcome, Verdict, conclude};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};

@@ -4,10 +4,10 @@
 use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
 };
+use autopilot_engine::agent::{ActionKind, HostAction, OnFailure, Step, next};
 use autopilot_signal::host::Host as _;
 use autopilot_signal::host::fake::{self, FakeHost, sha256_hex};
 use autopilot_signal::host::{HostError, SignalKey, perform};
-use autopilot_signal::phase::{ActionKind, HostAction, OnFailure, Step, next};
 use autopilot_signal::trial::{Verdict, conclude};
 
 const V1: &str = "v1.35.0+k0s.0";

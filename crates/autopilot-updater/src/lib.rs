@@ -1,13 +1,14 @@
 //! Automatic k0s updates: `UpdateConfig`, update-server channels and maintenance windows
 //! (REF §11, DESIGN §6).
 //!
-//! This crate is the updater's **decision core**, its HTTP edge (the update-server client)
-//! and, in [`run`], its Kubernetes shell: watching UpdateConfigs, the finalizer, reading the
-//! token Secret, collecting cluster info, writing the Plan and Events. The shell runs in every
+//! This crate is the updater's shell: its HTTP edge (the update-server client) and, in
+//! [`run`], its Kubernetes side: watching UpdateConfigs, the finalizer, reading the token
+//! Secret, collecting cluster info, writing the Plan and Events. The shell runs in every
 //! controller (`k0s controller` spawns [`run::run`]) but checks and writes only while that
 //! controller leads.
 //!
-//! Start with [`decide::decide`] for the rules and [`run::run`] for the loop. The modules:
+//! Its decisions are pure and live in the engine (`autopilot_engine::updater`). Start with
+//! [`decide::decide`] for the rules and [`run::run`] for the loop. The modules:
 //!
 //! - [`decide`]: the pure decision ([`decide::Decision`]) and plan generation
 //!   ([`decide::plan_spec`]); [`decide::Strategy`] validates `upgradeStrategy`.
@@ -48,11 +49,22 @@
 //!    (a terminal Plan with a changed spec starts a new run). For
 //!    `OutsideWindow { opens_at }` the next check is at `opens_at` if that comes before the
 //!    next period.
+//!
+//! [`channel`]: autopilot_engine::updater::channel
+//! [`channel::ChannelAnswer`]: autopilot_engine::updater::channel::ChannelAnswer
+//! [`cron`]: autopilot_engine::updater::cron
+//! [`decide`]: autopilot_engine::updater::decide
+//! [`decide::Decision`]: autopilot_engine::updater::decide::Decision
+//! [`decide::Decision::message`]: autopilot_engine::updater::decide::Decision::message
+//! [`decide::Decision::reason`]: autopilot_engine::updater::decide::Decision::reason
+//! [`decide::Strategy`]: autopilot_engine::updater::decide::Strategy
+//! [`decide::Strategy::from_spec`]: autopilot_engine::updater::decide::Strategy::from_spec
+//! [`decide::Strategy::next_check`]: autopilot_engine::updater::decide::Strategy::next_check
+//! [`decide::decide`]: autopilot_engine::updater::decide::decide
+//! [`decide::plan_spec`]: autopilot_engine::updater::decide::plan_spec
+//! [`decide::reasons::SERVER_ERROR`]: autopilot_engine::updater::decide::reasons::SERVER_ERROR
+//! [`window`]: autopilot_engine::updater::window
 
-pub mod channel;
-pub mod cron;
-pub mod decide;
 pub mod metrics;
 pub mod run;
 pub mod source;
-pub mod window;

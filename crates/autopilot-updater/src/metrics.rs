@@ -74,7 +74,7 @@ impl Metrics {
     pub fn record_check(&self, update_config: &str, now: jiff::Timestamp, result: &'static str) {
         let config = ConfigLabels { update_config: update_config.to_string() };
         self.last_check.get_or_create(&config).set(now.as_second());
-        for reason in crate::decide::reasons::ALL {
+        for reason in autopilot_engine::updater::decide::reasons::ALL {
             let labels = ResultLabels { update_config: update_config.to_string(), result: reason };
             if reason == result {
                 self.last_check_result.get_or_create(&labels).set(1);
@@ -103,7 +103,7 @@ impl Metrics {
         self.next_check.remove(&config);
         self.last_check.remove(&config);
         self.window_open.remove(&config);
-        for result in crate::decide::reasons::ALL {
+        for result in autopilot_engine::updater::decide::reasons::ALL {
             let labels = ResultLabels { update_config: update_config.to_string(), result };
             self.last_check_result.remove(&labels);
         }
@@ -113,7 +113,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decide::reasons;
+    use autopilot_engine::updater::decide::reasons;
 
     #[test]
     fn only_the_last_result_is_shown() {

@@ -38,8 +38,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::decide::{self, Decision, Inputs, Strategy, reasons};
 use crate::source::{self, ClusterInfo, LegacyQuery, RequestOptions, WorkerData};
+use autopilot_engine::updater::decide::{self, Decision, Inputs, Strategy, reasons};
 
 /// How soon after an UpdateConfig is seen (or changed, or this controller starts leading)
 /// its first check runs. Short, so an UpdateConfig (or a new leader) acts at once, not a full

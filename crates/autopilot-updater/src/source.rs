@@ -32,7 +32,7 @@ use serde::Serialize;
 use thiserror::Error;
 use url::Url;
 
-use crate::channel::{self, ChannelAnswer};
+use autopilot_engine::updater::channel::{self, ChannelAnswer};
 
 /// How long one request may take, body included (k0s' HTTP client timeout).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -6,7 +6,7 @@
 //! of which the first that matches decides. Field names are camelCase like the rest of the
 //! Plan; seed 004's snake_case spellings (`status_code`, `bool_expr`, `default_message`,
 //! `pod_name`, `node_selector`) are accepted on read as aliases and written back camelCase.
-//! How results are evaluated lives in the controller (`autopilot_controller::preflight`);
+//! How results are evaluated lives in the controller (`autopilot_engine::preflight`);
 //! what a node reports lives in [`crate::preflight`].
 
 use std::collections::BTreeMap;

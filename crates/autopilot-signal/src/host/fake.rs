@@ -14,7 +14,7 @@ use super::{
     TrialState, expected_sha256, judge_self_test,
 };
 use crate::download::{DownloadError, parse_sha256};
-use crate::phase::ActionKind;
+use autopilot_engine::agent::ActionKind;
 
 /// The live binary's name on the fake disk.
 pub const LIVE: &str = "k0s";

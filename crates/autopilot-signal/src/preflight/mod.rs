@@ -4,7 +4,7 @@
 //! [`run`] takes a check's command (`id` + `data`) and its timeout; invalid data is status
 //! code 22 before anything runs, a probe that overruns its timeout is 62, and OS errors map
 //! through [`status_code_for`] (`ECONNREFUSED` → 111, `EADDRINUSE` → 98, …). How the agent
-//! learns which checks to run is described in `autopilot_controller::preflight`.
+//! learns which checks to run is described in `autopilot_engine::preflight`.
 
 pub mod exec;
 

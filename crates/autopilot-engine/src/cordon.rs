@@ -13,7 +13,7 @@
 //! always safe and happens whatever run the signal belongs to.
 //!
 //! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
-//! (`crate::drain`) performs it and calls again. Every step is idempotent.
+//! (`autopilot_controller::drain`) performs it and calls again. Every step is idempotent.
 
 use autopilot_api::signal::SignalPhase;
 

@@ -13,9 +13,9 @@
 //!    `k0supdate` item of `planSpec` has `forceupdate: true`, any *different* version the
 //!    server offers is taken (the server may roll a cluster back); an equal one never is.
 //!    `cron`: no local comparison, the server decides (as in k0s).
-//! 3. `periodic`: now must be inside the window ([`crate::window`]), else
+//! 3. `periodic`: now must be inside the window ([`crate::updater::window`]), else
 //!    [`Decision::OutsideWindow`] with when it opens. `cron` runs when its schedule fires,
-//!    which the shell times with [`crate::cron::Schedule::next_after`].
+//!    which the shell times with [`crate::updater::cron::Schedule::next_after`].
 //! 4. A Plan that has not reached a terminal state is never touched
 //!    ([`Decision::PlanRunning`]), for either strategy.
 //! 5. Every download of the generated Plan must be verifiable: an entry the server gives
@@ -40,9 +40,9 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use thiserror::Error;
 
-use crate::channel::ChannelAnswer;
-use crate::cron::Schedule;
-use crate::window::{Window, WindowState};
+use crate::updater::channel::ChannelAnswer;
+use crate::updater::cron::Schedule;
+use crate::updater::window::{Window, WindowState};
 use autopilot_api::version::K0sVersion;
 
 /// Why an UpdateConfig's `upgradeStrategy` cannot be used.
@@ -53,10 +53,10 @@ pub enum StrategyError {
     MissingType,
     /// The `periodic` window is invalid.
     #[error(transparent)]
-    Window(#[from] crate::window::Error),
+    Window(#[from] crate::updater::window::Error),
     /// The `cron` expression is invalid.
     #[error(transparent)]
-    Cron(#[from] crate::cron::Error),
+    Cron(#[from] crate::updater::cron::Error),
 }
 
 /// A validated `upgradeStrategy`.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use autopilot_api::Plan;
 use autopilot_api::fuzz::{config, json, mutated, word};
-use autopilot_controller::plan::selector::{FieldSelector, LabelSelector};
-use autopilot_controller::plan::{
+use autopilot_engine::plan::selector::{FieldSelector, LabelSelector};
+use autopilot_engine::plan::{
     CheckPods, Effect, EventKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering,
     TargetObject, Transition, step,
 };

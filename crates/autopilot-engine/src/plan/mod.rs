@@ -1,6 +1,6 @@
 //! The Plan engine's pure decision core: no kube client, no clock, no randomness, no I/O.
 //!
-//! The shell (`crate::reconcile`) observes the cluster into an [`Observed`] snapshot, calls
+//! The shell (`autopilot_controller::reconcile`) observes the cluster into an [`Observed`] snapshot, calls
 //! [`step`], then executes the returned [`Transition`]: it writes the complete next status
 //! first (optimistic concurrency on the Plan) and then performs the [`Effect`]s (signals with
 //! optimistic concurrency on the node object, Events). Writing the status first makes the

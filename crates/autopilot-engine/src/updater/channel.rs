@@ -4,7 +4,7 @@
 //! The periodic format (`<server>/<channel>/index.yaml`) lists one entry per platform with
 //! optional SHA-256 digests; the legacy format of the cron strategy has two maps keyed by
 //! `<os>-<arch>` and no digests. Both become the same [`ChannelAnswer`]. An entry without a
-//! digest only becomes a Plan if its URL is `https://` (see [`crate::decide`], rule 5).
+//! digest only becomes a Plan if its URL is `https://` (see [`crate::updater::decide`], rule 5).
 
 use std::collections::BTreeMap;
 

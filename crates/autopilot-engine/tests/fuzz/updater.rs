@@ -6,9 +6,9 @@ use autopilot_api::fuzz::{config, json, mutated, word};
 use autopilot_api::payload;
 use autopilot_api::v1beta2::UpgradeStrategy;
 use autopilot_api::version::K0sVersion;
-use autopilot_updater::channel::ChannelAnswer;
-use autopilot_updater::cron::Schedule;
-use autopilot_updater::decide::Strategy as UpgradeTiming;
+use autopilot_engine::updater::channel::ChannelAnswer;
+use autopilot_engine::updater::cron::Schedule;
+use autopilot_engine::updater::decide::Strategy as UpgradeTiming;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -59,7 +59,7 @@ fn yaml(valid: Value) -> impl Strategy<Value = String> {
 
 /// An accepted answer holds only what a node would accept; a refusal says why.
 fn check_answer(
-    answer: Result<ChannelAnswer, autopilot_updater::channel::Error>,
+    answer: Result<ChannelAnswer, autopilot_engine::updater::channel::Error>,
 ) -> Result<(), TestCaseError> {
     match answer {
         Ok(answer) => {

@@ -46,7 +46,7 @@ pub enum Restart<'a> {
     },
 }
 
-/// A host effect for the shell to perform through [`crate::host::Host`]. Each is idempotent.
+/// A host effect for the shell to perform through `autopilot_signal::host::Host`. Each is idempotent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HostAction {
     /// Download, verify and stage the new binary next to the live one (never over it).
@@ -66,7 +66,7 @@ pub enum HostAction {
     },
     /// Record the restart marker for this signal; the shell then stops the node's work,
     /// runs the staged binary's trial boot and swaps it in only if it passes (keeping the
-    /// running binary as `k0s.prev`), then re-execs (or exits) — see `crate::trial`.
+    /// running binary as `k0s.prev`), then re-execs (or exits) — see `autopilot_signal::trial`.
     Restart,
     /// Download and verify an airgap bundle into `<data-dir>/images`.
     DownloadBundle {
@@ -84,7 +84,7 @@ pub enum ActionKind {
     Download,
     /// [`HostAction::SelfTest`].
     SelfTest,
-    /// The swap after a passed trial boot (done by `crate::trial`, not a phase-machine step).
+    /// The swap after a passed trial boot (done by `autopilot_signal::trial`, not a phase-machine step).
     Swap,
     /// [`HostAction::Restart`].
     Restart,

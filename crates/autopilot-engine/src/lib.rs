@@ -1,0 +1,21 @@
+//! Autopilot's decisions, and nothing else: every state machine and rule of the controller,
+//! the node agent and the updater as pure functions of what the shells observed.
+//!
+//! No module here talks to an API server, opens a file or a socket, spawns a process or a
+//! thread, or reads a clock: `now`, the time zone and every observation come in as
+//! arguments, and what to do goes out as data the shells execute. Two guards hold that:
+//! the crate's dependency list (no kube client or runtime, no tokio, hyper or nix; see
+//! `tests/dependencies.rs`) and the crate's own `clippy.toml`, which refuses the standard
+//! library's file system, network, process, thread and clock calls.
+//!
+//! - [`plan`]: the Plan engine (`step`, its phases and the preview's dry run).
+//! - [`preflight`]: compiling and judging preflight checks (seed 004).
+//! - [`cordon`]: the central cordon-and-drain decision.
+//! - [`agent`]: the node agent's phase machine for one signal.
+//! - [`updater`]: when to check the update server, which release, which Plan.
+
+pub mod agent;
+pub mod cordon;
+pub mod plan;
+pub mod preflight;
+pub mod updater;
