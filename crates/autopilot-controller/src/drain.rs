@@ -37,7 +37,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use autopilot_engine::cordon::{self, Facts, PlanRun, PodFacts, Run, Step};
+use autopilot_engine::cordon::{self, Blocked, Facts, PlanRun, PodFacts, Run, Step};
 
 /// How long one eviction request may take before the attempt counts as failed.
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -241,7 +241,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
             Step::Evict(pods) => match evict(&ctx.eviction_client, &pods).await? {
                 None => info!(%kind, object = %name, %node, pods = pods.len(), "evicted pods"),
                 Some(blocked) => {
-                    let mut delay = ctx.refused(&name);
+                    let delay = ctx.refused(&name);
                     // The attempt may have taken a while: write onto a fresh read.
                     let Some(fresh) = objects
                         .get_opt(&name)
@@ -261,25 +261,27 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                         .as_ref()
                         .filter(|status| status.status == SignalPhase::Cordoning)
                         .and_then(|status| status.timestamp.parse::<jiff::Timestamp>().ok());
-                    match drain_deadline(cordoning_since, jiff::Timestamp::now(), ctx.drain_timeout)
-                    {
-                        DrainDeadline::Over => {
-                            let reason = format!(
-                                "drain of {node} blocked for {}: {blocked}",
-                                autopilot_api::duration::format(ctx.drain_timeout)
-                            );
+                    let now = jiff::Timestamp::now();
+                    match cordon::blocked(
+                        &node,
+                        &blocked,
+                        cordoning_since,
+                        now,
+                        ctx.drain_timeout,
+                        delay,
+                    ) {
+                        Blocked::Fail(reason) => {
                             ctx.reset(&name);
                             write_failed(&objects, &fresh, &fresh_data, &reason).await?;
                             warn!(%kind, object = %name, %node, %blocked, "drain timed out, node failed");
                             return Ok(Action::await_change());
                         }
-                        DrainDeadline::In(remaining) => delay = delay.min(remaining),
-                        DrainDeadline::Unknown => {}
+                        Blocked::Retry { reason, delay } => {
+                            write_reason(&objects, &fresh, &fresh_data, &reason).await?;
+                            warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "eviction refused");
+                            return Ok(Action::requeue(delay));
+                        }
                     }
-                    let reason = format!("draining {node}: {blocked}; retrying");
-                    write_reason(&objects, &fresh, &fresh_data, &reason).await?;
-                    warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "eviction refused");
-                    return Ok(Action::requeue(delay));
                 }
             },
             Step::WaitForPods(pods) => {
@@ -347,37 +349,6 @@ impl Context {
         let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
         refusals.remove(name);
         self.drain_blocked.set(i64::try_from(refusals.len()).unwrap_or(i64::MAX));
-    }
-}
-
-/// Where a blocked drain stands against `--drain-timeout`.
-#[derive(Debug, PartialEq, Eq)]
-enum DrainDeadline {
-    /// The drain has been blocked for the whole timeout: the node fails.
-    Over,
-    /// Time left before the drain times out.
-    In(Duration),
-    /// The node's `Cordoning` status has no readable timestamp: the drain never times out.
-    Unknown,
-}
-
-/// How long the drain of a node that entered `Cordoning` at `since` has left at `now`.
-fn drain_deadline(
-    since: Option<jiff::Timestamp>,
-    now: jiff::Timestamp,
-    timeout: Duration,
-) -> DrainDeadline {
-    let Some(since) = since else { return DrainDeadline::Unknown };
-    let elapsed = now.duration_since(since);
-    let Ok(timeout) = jiff::SignedDuration::try_from(timeout) else {
-        return DrainDeadline::Unknown;
-    };
-    match timeout.checked_sub(elapsed) {
-        Some(left) if left.is_positive() => {
-            Duration::try_from(left).map_or(DrainDeadline::Unknown, DrainDeadline::In)
-        }
-        Some(_) => DrainDeadline::Over,
-        None => DrainDeadline::Unknown,
     }
 }
 
@@ -638,20 +609,5 @@ mod tests {
         );
         let bare = kube::core::Status::failure("Too many requests", "TooManyRequests");
         assert_eq!(refusal(&bare), "Too many requests");
-    }
-
-    #[test]
-    fn a_drain_times_out_once_blocked_for_the_whole_timeout() {
-        let since: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
-        let timeout = Duration::from_secs(600);
-        let at = |secs: i64| since + jiff::SignedDuration::from_secs(secs);
-        assert_eq!(drain_deadline(Some(since), at(0), timeout), DrainDeadline::In(timeout));
-        assert_eq!(
-            drain_deadline(Some(since), at(599), timeout),
-            DrainDeadline::In(Duration::from_secs(1))
-        );
-        assert_eq!(drain_deadline(Some(since), at(600), timeout), DrainDeadline::Over);
-        assert_eq!(drain_deadline(Some(since), at(3600), timeout), DrainDeadline::Over);
-        assert_eq!(drain_deadline(None, at(3600), timeout), DrainDeadline::Unknown);
     }
 }

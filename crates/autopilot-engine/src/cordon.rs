@@ -15,6 +15,8 @@
 //! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
 //! (`autopilot_controller::drain`) performs it and calls again. Every step is idempotent.
 
+use std::time::Duration;
+
 use autopilot_api::signal::SignalPhase;
 
 /// A pod on the node being drained, as far as the decision needs it.
@@ -202,6 +204,75 @@ fn cordoning(facts: &Facts) -> Step {
         return Step::WaitForPods(going);
     }
     Step::Advance(SignalPhase::ApplyingUpdate)
+}
+
+/// What to do about a drain whose evictions were refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// The drain has been blocked for the whole `--drain-timeout`: write `Failed` with this
+    /// reason on the signal.
+    Fail(String),
+    /// Record the reason on the signal and try the evictions again after `delay`.
+    Retry {
+        /// Why the node is still `Cordoning`.
+        reason: String,
+        /// When to try again: the refusal backoff, or the time left before the drain
+        /// times out if that is sooner.
+        delay: Duration,
+    },
+}
+
+/// Decide about a drain of `node` whose evictions were refused (`blocked` says by what).
+/// `cordoning_since` is when the node's signal entered `Cordoning` (if it says so readably),
+/// `backoff` the shell's next retry delay for this object.
+pub fn blocked(
+    node: &str,
+    blocked: &str,
+    cordoning_since: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+    timeout: Duration,
+    backoff: Duration,
+) -> Blocked {
+    let delay = match drain_deadline(cordoning_since, now, timeout) {
+        DrainDeadline::Over => {
+            let timeout = autopilot_api::duration::format(timeout);
+            return Blocked::Fail(format!("drain of {node} blocked for {timeout}: {blocked}"));
+        }
+        DrainDeadline::In(remaining) => backoff.min(remaining),
+        DrainDeadline::Unknown => backoff,
+    };
+    Blocked::Retry { reason: format!("draining {node}: {blocked}; retrying"), delay }
+}
+
+/// Where a blocked drain stands against `--drain-timeout`.
+#[derive(Debug, PartialEq, Eq)]
+enum DrainDeadline {
+    /// The drain has been blocked for the whole timeout: the node fails.
+    Over,
+    /// Time left before the drain times out.
+    In(Duration),
+    /// The node's `Cordoning` status has no readable timestamp: the drain never times out.
+    Unknown,
+}
+
+/// How long the drain of a node that entered `Cordoning` at `since` has left at `now`.
+fn drain_deadline(
+    since: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+    timeout: Duration,
+) -> DrainDeadline {
+    let Some(since) = since else { return DrainDeadline::Unknown };
+    let elapsed = now.duration_since(since);
+    let Ok(timeout) = jiff::SignedDuration::try_from(timeout) else {
+        return DrainDeadline::Unknown;
+    };
+    match timeout.checked_sub(elapsed) {
+        Some(left) if left.is_positive() => {
+            Duration::try_from(left).map_or(DrainDeadline::Unknown, DrainDeadline::In)
+        }
+        Some(_) => DrainDeadline::Over,
+        None => DrainDeadline::Unknown,
+    }
 }
 
 #[cfg(test)]
@@ -425,5 +496,53 @@ mod tests {
         // And the safe answer, should the shell not have looked it up.
         let facts = Facts { run: Run::NotLookedUp, ..node(SignalPhase::Cordoning) };
         assert_eq!(decide(&facts), Step::Nothing);
+    }
+
+    #[test]
+    fn a_drain_times_out_once_blocked_for_the_whole_timeout() {
+        let since: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
+        let timeout = Duration::from_secs(600);
+        let at = |secs: i64| since + jiff::SignedDuration::from_secs(secs);
+        assert_eq!(drain_deadline(Some(since), at(0), timeout), DrainDeadline::In(timeout));
+        assert_eq!(
+            drain_deadline(Some(since), at(599), timeout),
+            DrainDeadline::In(Duration::from_secs(1))
+        );
+        assert_eq!(drain_deadline(Some(since), at(600), timeout), DrainDeadline::Over);
+        assert_eq!(drain_deadline(Some(since), at(3600), timeout), DrainDeadline::Over);
+        assert_eq!(drain_deadline(None, at(3600), timeout), DrainDeadline::Unknown);
+    }
+
+    #[test]
+    fn a_blocked_drain_retries_until_its_timeout_then_fails_the_node() {
+        let since: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
+        let timeout = Duration::from_secs(600);
+        let at = |secs: i64| since + jiff::SignedDuration::from_secs(secs);
+        let backoff = Duration::from_secs(30);
+        let pdb = "pod default/web: budget web";
+        assert_eq!(
+            blocked("w1", pdb, Some(since), at(10), timeout, backoff),
+            Blocked::Retry {
+                reason: "draining w1: pod default/web: budget web; retrying".into(),
+                delay: backoff
+            }
+        );
+        // The retry never sleeps past the timeout.
+        let Blocked::Retry { delay, .. } =
+            blocked("w1", pdb, Some(since), at(590), timeout, backoff)
+        else {
+            panic!("a retry before the timeout")
+        };
+        assert_eq!(delay, Duration::from_secs(10));
+        assert_eq!(
+            blocked("w1", pdb, Some(since), at(600), timeout, backoff),
+            Blocked::Fail("drain of w1 blocked for 10m: pod default/web: budget web".into())
+        );
+        // No readable start: never times out.
+        let Blocked::Retry { delay, .. } = blocked("w1", pdb, None, at(9999), timeout, backoff)
+        else {
+            panic!("no timeout without a start")
+        };
+        assert_eq!(delay, backoff);
     }
 }

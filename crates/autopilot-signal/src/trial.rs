@@ -14,7 +14,8 @@
 //! exits) into the unchanged live binary, whose agent then reports `Failed` with
 //! `rolled back to <version>: <why>`. The live binary is never one that has not booted.
 //!
-//! [`decide`] is the pure verdict; [`run`] is the shell that spawns, watches and probes.
+//! The verdict is pure (`autopilot_engine::trial::decide`); [`run`] is the shell that spawns,
+//! watches and probes.
 //! What this cannot catch is written down in `docs/updating-a-cluster.md`.
 
 use std::path::Path;
@@ -22,6 +23,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tracing::{info, warn};
+
+use autopilot_engine::trial::{Child, Observation, Verdict, decide};
 
 use crate::host::{Host, LinuxHost, SignalKey, TrialState, truncate};
 
@@ -32,10 +35,6 @@ pub const TRIAL_ENV: &str = "K0S_AUTOPILOT_TRIAL";
 /// The file in the data directory where a process on trial proves it became healthy.
 pub const PROOF_FILE: &str = "autopilot-trial-proof";
 
-/// How many times the new binary may exit before it was healthy before it is refused: one
-/// exit may be bad luck, three in a row are a crash loop.
-pub const MAX_TRIAL_STARTS: u32 = 3;
-
 /// How often the parent looks at the child and probes the API server.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -44,69 +43,6 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a proven child gets to exit by itself before it is stopped.
 const CHILD_EXIT_GRACE: Duration = Duration::from_secs(10);
-
-/// What the parent sees of a trial at one moment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observation {
-    /// The child's state.
-    pub child: Child,
-    /// The child wrote the expected token into the proof file.
-    pub proof: bool,
-    /// How many times the child has been started (this run included).
-    pub starts: u32,
-    /// How long the trial has run while the API server answered (outages do not count).
-    pub reachable_for: Duration,
-}
-
-/// The child process of a trial.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Child {
-    /// Still running.
-    Running,
-    /// Exited (or could not be started).
-    Exited {
-        /// How: `exit status: 1`, `signal: 9 (SIGKILL)`, or why it could not start.
-        status: String,
-        /// The last line it wrote to stderr, if any.
-        last_line: Option<String>,
-    },
-}
-
-/// What to do about a trial.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Keep waiting.
-    Wait,
-    /// Start the child again (it exited before it was healthy, but not too often yet).
-    StartAgain,
-    /// The new binary is healthy: it is proven.
-    Pass,
-    /// Refuse the new binary, with the reason.
-    RollBack(String),
-}
-
-/// The verdict on a trial given what was seen and the trial `deadline`.
-pub fn decide(seen: &Observation, deadline: Duration) -> Verdict {
-    if seen.proof {
-        return Verdict::Pass;
-    }
-    match &seen.child {
-        Child::Exited { .. } if seen.starts < MAX_TRIAL_STARTS => Verdict::StartAgain,
-        Child::Exited { status, last_line } => {
-            let times =
-                if seen.starts == 1 { String::new() } else { format!(" {} times", seen.starts) };
-            let said = last_line.as_deref().map(|l| format!(": {l}")).unwrap_or_default();
-            Verdict::RollBack(format!(
-                "the new binary exited{times} before it was healthy ({status}){said}"
-            ))
-        }
-        Child::Running if seen.reachable_for >= deadline => Verdict::RollBack(format!(
-            "the new binary was not healthy within {} while the API server answered",
-            autopilot_api::duration::format(deadline)
-        )),
-        Child::Running => Verdict::Wait,
-    }
-}
 
 /// How a trial ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -380,51 +316,5 @@ impl TrialChild {
         if tokio::time::timeout(grace, child.wait()).await.is_err() {
             let _ = child.kill().await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seen(child: Child, proof: bool, starts: u32, reachable: u64) -> Observation {
-        Observation { child, proof, starts, reachable_for: Duration::from_secs(reachable) }
-    }
-
-    fn exited() -> Child {
-        Child::Exited { status: "exit status: 1".into(), last_line: Some("boom".into()) }
-    }
-
-    const DEADLINE: Duration = Duration::from_secs(120);
-
-    #[test]
-    fn a_proof_passes_the_trial_whatever_the_child_does_next() {
-        assert_eq!(decide(&seen(Child::Running, true, 1, 0), DEADLINE), Verdict::Pass);
-        assert_eq!(decide(&seen(exited(), true, 3, 500), DEADLINE), Verdict::Pass);
-    }
-
-    #[test]
-    fn an_exit_before_the_proof_starts_again_then_rolls_back_after_three() {
-        assert_eq!(decide(&seen(exited(), false, 1, 0), DEADLINE), Verdict::StartAgain);
-        assert_eq!(decide(&seen(exited(), false, 2, 0), DEADLINE), Verdict::StartAgain);
-        assert_eq!(
-            decide(&seen(exited(), false, 3, 0), DEADLINE),
-            Verdict::RollBack(
-                "the new binary exited 3 times before it was healthy (exit status: 1): boom".into()
-            )
-        );
-    }
-
-    #[test]
-    fn only_time_while_the_api_server_answers_counts_against_the_deadline() {
-        assert_eq!(decide(&seen(Child::Running, false, 1, 119), DEADLINE), Verdict::Wait);
-        let Verdict::RollBack(reason) = decide(&seen(Child::Running, false, 1, 120), DEADLINE)
-        else {
-            panic!("expected a rollback")
-        };
-        assert_eq!(
-            reason,
-            "the new binary was not healthy within 2m while the API server answered"
-        );
     }
 }

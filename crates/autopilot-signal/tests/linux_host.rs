@@ -9,11 +9,12 @@ use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, SignalData, SignalPhase, SignalStatus, UpdateRef,
 };
 use autopilot_engine::agent::{HostAction, OnFailure, Step, next};
+use autopilot_engine::trial::Verdict;
 use autopilot_signal::download::{DownloadConfig, DownloadError};
 use autopilot_signal::host::{
     Host as _, HostError, LinuxHost, RestartState, SignalKey, TrialState, perform,
 };
-use autopilot_signal::trial::{Outcome, Verdict, conclude};
+use autopilot_signal::trial::{Outcome, conclude};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;

@@ -5,10 +5,11 @@ use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
 };
 use autopilot_engine::agent::{ActionKind, HostAction, OnFailure, Step, next};
+use autopilot_engine::trial::Verdict;
 use autopilot_signal::host::Host as _;
 use autopilot_signal::host::fake::{self, FakeHost, sha256_hex};
 use autopilot_signal::host::{HostError, SignalKey, perform};
-use autopilot_signal::trial::{Verdict, conclude};
+use autopilot_signal::trial::conclude;
 
 const V1: &str = "v1.35.0+k0s.0";
 const V2: &str = "v1.35.1+k0s.0";

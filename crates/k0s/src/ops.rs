@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use autopilot_api::keys;
+use autopilot_engine::steer::Verb;
 
 use crate::cli::AutopilotCommand;
 use crate::steer;
@@ -16,9 +17,9 @@ pub fn run(command: AutopilotCommand) -> anyhow::Result<()> {
         AutopilotCommand::Status(args) => return runtime.block_on(status(args)),
         AutopilotCommand::Preview(args) => return runtime.block_on(preview(args)),
         AutopilotCommand::Check(args) => return runtime.block_on(check(args)),
-        AutopilotCommand::Pause(args) => (steer::Verb::Pause, args),
-        AutopilotCommand::Resume(args) => (steer::Verb::Resume, args),
-        AutopilotCommand::Abort(args) => (steer::Verb::Abort, args),
+        AutopilotCommand::Pause(args) => (Verb::Pause, args),
+        AutopilotCommand::Resume(args) => (Verb::Resume, args),
+        AutopilotCommand::Abort(args) => (Verb::Abort, args),
     };
     runtime.block_on(steer::run(verb, args))
 }
