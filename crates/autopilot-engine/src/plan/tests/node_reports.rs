@@ -1,0 +1,172 @@
+//! What nodes report: failures end the plan with the node's reason, reasons in flight are
+//! mirrored, phases alone are not state changes, a vanished node is missing; and every
+//! node-written reason is capped.
+
+use autopilot_api::signal::SignalPhase;
+use autopilot_api::v1beta2::{PlanStateType as P, TargetState};
+
+use super::fixtures::*;
+use super::support::*;
+use crate::plan::EventKind;
+use crate::plan::ObjectKind::{ControlNode, Node};
+use crate::plan::phases::reasons;
+use crate::plan::schedule::{MAX_NODE_REASON, cap_node_reason};
+
+#[test]
+fn a_node_failure_ends_the_plan_in_apply_failed_with_the_nodes_reason() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1", "w2"]),
+        ClusterFixture::new().workers(["w1", "w2"]),
+    );
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Downloading).later(minutes(3)));
+    sim.pass();
+    sim.cluster(|c| c.fails(Node, "w1", SignalPhase::FailedDownload, "sha256 mismatch"));
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty());
+    assert_eq!(sim.plan.state(), P::ApplyFailed);
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalApplyFailed);
+    assert_eq!(target.phase, Some(SignalPhase::FailedDownload));
+    assert_eq!(target.reason.as_deref(), Some("sha256 mismatch"));
+    assert_eq!(sim.plan.target_state(0, "w2"), TargetState::SignalPending);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some("command 0 (airgapupdate): Node w1 reported FailedDownload: sha256 mismatch")
+    );
+    assert!(events(&t).iter().any(|(kind, reason, note)| {
+        *kind == EventKind::Warning
+            && *reason == reasons::NODE_FAILED
+            && note.contains("sha256 mismatch")
+    }));
+}
+
+#[test]
+fn an_in_flight_nodes_reason_is_mirrored_on_its_target_and_cleared_when_it_moves_on() {
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    let budget = "eviction of pod default/web-0 refused: The disruption budget web needs 2";
+    sim.cluster(|c| c.fails(Node, "w1", SignalPhase::Cordoning, budget));
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalSent, "a reason alone is no failure");
+    assert_eq!(target.phase, Some(SignalPhase::Cordoning));
+    assert_eq!(target.reason.as_deref(), Some(budget));
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::ApplyingUpdate));
+    sim.pass();
+    assert_eq!(sim.plan.target(0, "w1").reason, None, "the node no longer gives one");
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!((target.state, target.reason.as_deref()), (TargetState::SignalCompleted, None));
+}
+
+#[test]
+fn a_failure_without_a_reason_gets_one_naming_the_phase() {
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Failed));
+    sim.pass();
+    assert_eq!(
+        sim.plan.target(0, "w1").reason.as_deref(),
+        Some("the node reported Failed without a reason")
+    );
+}
+
+#[test]
+fn a_new_phase_alone_does_not_touch_the_timestamp() {
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    let signalled_at = sim.plan.target(0, "w1").last_updated_timestamp.clone();
+    sim.cluster(|c| c.later(minutes(2)).reports(Node, "w1", SignalPhase::Downloading));
+    let t = sim.pass();
+    assert_eq!(sim.plan.target(0, "w1").phase, Some(SignalPhase::Downloading));
+    assert_eq!(sim.plan.target(0, "w1").last_updated_timestamp, signalled_at);
+    assert!(events(&t).is_empty(), "a phase change is not a state change");
+    sim.cluster(|c| c.later(minutes(2)).reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    assert_ne!(sim.plan.target(0, "w1").last_updated_timestamp, signalled_at);
+}
+
+#[test]
+fn a_vanished_node_ends_the_plan_in_missing_signal_node_once_nothing_is_in_flight() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1"]),
+        ClusterFixture::new().controllers(["c1"]).workers(["w1"]),
+    );
+    sim.pass();
+    sim.cluster(|c| c.without("w1"));
+    sim.pass();
+    // c1 is in flight: it finishes first.
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    let reason = sim.plan.command(0).reason.clone().unwrap_or_default();
+    assert!(reason.starts_with("stopping: worker w1 failed"), "{reason}");
+    assert!(reason.ends_with("finish: c1"), "{reason}");
+    sim.cluster(|c| c.reports(ControlNode, "c1", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::MissingSignalNode);
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::MissingSignalNode);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some("command 0 (k0supdate): Node w1 no longer exists")
+    );
+}
+
+// === Node-written reasons ===
+
+#[test]
+fn a_node_reason_within_the_cap_is_kept_as_written() {
+    let exact = "x".repeat(MAX_NODE_REASON);
+    assert_eq!(cap_node_reason(&exact), exact);
+    assert_eq!(cap_node_reason("sha256 mismatch"), "sha256 mismatch");
+    assert_eq!(cap_node_reason(""), "");
+}
+
+#[test]
+fn a_long_node_reason_is_cut_at_a_char_boundary_and_marked() {
+    // 'é' is two bytes: a cut at an odd byte would split one.
+    let long = format!("a{}", "é".repeat(2000));
+    let capped = cap_node_reason(&long);
+    assert!(capped.len() <= MAX_NODE_REASON, "{} bytes", capped.len());
+    assert!(capped.len() >= MAX_NODE_REASON - 4, "{} bytes", capped.len());
+    assert!(capped.ends_with('…'));
+    assert!(long.starts_with(capped.trim_end_matches('…')));
+
+    let one_over = "y".repeat(MAX_NODE_REASON + 1);
+    let capped = cap_node_reason(&one_over);
+    assert_eq!(capped, format!("{}…", "y".repeat(MAX_NODE_REASON - '…'.len_utf8())));
+}
+
+#[test]
+fn a_huge_reason_from_a_node_is_capped_in_the_plan_status() {
+    let huge = "z".repeat(4 << 20);
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    sim.cluster(|c| c.fails(Node, "w1", SignalPhase::FailedDownload, &huge));
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::ApplyFailed);
+    let reason = sim.plan.target(0, "w1").reason.clone().unwrap_or_default();
+    assert_eq!(reason, cap_node_reason(&huge));
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(description.len() < 2 * MAX_NODE_REASON, "{} bytes", description.len());
+    for (_, _, note) in events(&t) {
+        assert!(note.len() < 2 * MAX_NODE_REASON, "an event of {} bytes", note.len());
+    }
+}
+
+#[test]
+fn a_huge_reason_of_a_node_in_flight_is_capped_too() {
+    let huge = "w".repeat(64 << 10);
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    sim.cluster(|mut c| {
+        c.report(Node, "w1", SignalPhase::Downloading, Some(&huge));
+        c
+    });
+    sim.pass();
+    let reason = sim.plan.target(0, "w1").reason.clone().unwrap_or_default();
+    assert_eq!(reason, cap_node_reason(&huge));
+    // The same report read again changes nothing (the cap is stable).
+    let t = sim.pass();
+    assert_eq!(Some(&t.status), sim.plan.status.as_ref());
+}

@@ -1,0 +1,175 @@
+//! NewPlan's payload authentication: a download nothing would verify is refused, or runs
+//! with a warning once per run when the controller allows it.
+
+use autopilot_api::signal::SignalPhase;
+use autopilot_api::v1beta2::PlanStateType as P;
+
+use super::fixtures::*;
+use super::support::*;
+use crate::plan::phases::reasons;
+use crate::plan::{EventKind, ObjectKind::Node, Transition};
+
+fn unverified_payload_warnings(t: &Transition) -> Vec<String> {
+    events(t)
+        .into_iter()
+        .filter(|(kind, reason, _)| {
+            *kind == EventKind::Warning && *reason == reasons::UNVERIFIED_PAYLOAD
+        })
+        .map(|(_, _, note)| note)
+        .collect()
+}
+
+#[test]
+fn an_http_payload_without_sha256_is_refused_before_any_node_is_signalled() {
+    let mut sim = one_worker_downloading(PLAIN_URL, None);
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "no node is signalled: {t:#?}");
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(sim.plan.command(0).state, P::Warning);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some(
+            "command 0 (airgapupdate): platform linux-amd64 \
+             (http://files.internal/k0s-linux-amd64) has no sha256 and is not https, so \
+             nothing would check what the nodes download; give its sha256, serve it over \
+             https, or run the controller with --allow-unverified-payloads"
+        )
+    );
+    assert!(unverified_payload_warnings(&t).is_empty(), "a refused plan downloads nothing");
+    let state_change = events(&t)
+        .into_iter()
+        .find(|(_, reason, _)| *reason == reasons::PLAN_STATE_CHANGED)
+        .expect("a plan state event");
+    assert_eq!(state_change.0, EventKind::Warning);
+    assert!(state_change.2.contains("--allow-unverified-payloads"), "{}", state_change.2);
+
+    // Terminal: nothing more happens on the same spec.
+    let t = sim.pass();
+    assert!(t.effects.is_empty());
+}
+
+#[test]
+fn an_empty_sha256_counts_as_none() {
+    let mut sim = one_worker_downloading(PLAIN_URL, Some(""));
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty());
+    assert_eq!(sim.plan.state(), P::Warning);
+}
+
+#[test]
+fn every_platform_entry_is_checked_even_one_no_target_needs() {
+    // w1 is linux-amd64 with a verified payload; the arm64 entry has no node at all.
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1"]).payload(
+            "linux-arm64",
+            "http://files.internal/bundle-arm64",
+            None,
+        ),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty());
+    assert_eq!(sim.plan.state(), P::Warning);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(description.contains("platform linux-arm64"), "{description}");
+    assert!(description.contains("http://files.internal/bundle-arm64"), "{description}");
+}
+
+#[test]
+fn several_refused_entries_are_named_together_and_later_commands_wait() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V)
+            .workers(["w1"])
+            .then_k0s_update(V)
+            .workers(["w1"])
+            .payload("linux-amd64", "http://a/k0s", None)
+            .payload("linux-arm64", "http://b/k0s", Some("")),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "command 0 was fine, but the plan never started");
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(sim.plan.command(0).state, P::SchedulableWait);
+    assert_eq!(sim.plan.command(1).state, P::Warning);
+    let description = sim.plan.command(1).description.clone().unwrap_or_default();
+    assert!(
+        description.starts_with(
+            "command 1 (k0supdate): platform linux-amd64 (http://a/k0s), platform linux-arm64 \
+             (http://b/k0s) have no sha256 and are not https"
+        ),
+        "{description}"
+    );
+    assert!(description.contains("give their sha256, serve them over https"), "{description}");
+}
+
+#[test]
+fn an_http_payload_without_sha256_runs_when_the_controller_allows_it_with_a_warning() {
+    let mut sim =
+        one_worker_downloading(PLAIN_URL, None).with_policy(|p| p.allow_unverified_payloads = true);
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w1".to_owned())]);
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    assert_eq!(
+        unverified_payload_warnings(&t),
+        ["command 0 (airgapupdate): platform linux-amd64 \
+          (http://files.internal/k0s-linux-amd64) has no sha256: it is downloaded over plain \
+          http (allowed by --allow-unverified-payloads) without an integrity check; give its \
+          sha256 to have every node verify it"]
+    );
+    let update = signal_to(&t, "w1").command.airgapupdate.clone().expect("airgap");
+    assert_eq!((update.url.as_str(), update.sha256.as_str()), (PLAIN_URL, ""));
+}
+
+#[test]
+fn an_https_payload_without_sha256_runs_with_one_warning_per_run() {
+    let url = "https://files.internal/bundle-amd64";
+    let mut sim = one_worker_downloading(url, None);
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w1".to_owned())]);
+    let warnings = unverified_payload_warnings(&t);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("command 0 (airgapupdate): platform linux-amd64"));
+    assert!(warnings[0].contains(url), "{}", warnings[0]);
+    assert!(warnings[0].contains("without an integrity check"), "{}", warnings[0]);
+    assert_eq!(
+        event_reasons(&t)[..2],
+        [reasons::PLAN_STARTED, reasons::UNVERIFIED_PAYLOAD],
+        "announced right after the run starts"
+    );
+
+    // Later passes of the same run say nothing more about it.
+    let t = sim.pass();
+    assert!(unverified_payload_warnings(&t).is_empty());
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::Completed);
+    assert!(unverified_payload_warnings(&t).is_empty());
+
+    // A new run warns again.
+    sim.plan(|p| p.edited(|spec| spec.timestamp = "again".to_owned()));
+    let t = sim.pass();
+    assert_eq!(unverified_payload_warnings(&t).len(), 1);
+}
+
+#[test]
+fn a_plan_refused_for_another_reason_gives_no_payload_warning() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1", "w9"]).payload(
+            "linux-amd64",
+            "https://files.internal/bundle",
+            None,
+        ),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::IncompleteTargets);
+    assert!(unverified_payload_warnings(&t).is_empty());
+}
+
+#[test]
+fn verified_payloads_need_no_warning_whatever_the_scheme() {
+    let mut sim = one_worker_downloading(PLAIN_URL, Some(&sha('b')));
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w1".to_owned())]);
+    assert!(unverified_payload_warnings(&t).is_empty());
+}
