@@ -21,6 +21,7 @@ use autopilot_controller::observe;
 use autopilot_engine::cordon::PodFacts;
 use autopilot_engine::plan::rollout::{self, Rollout};
 use autopilot_engine::plan::{CheckPods, ObjectKind, Observed, Policy, Readiness, RemovedApiUse};
+use autopilot_engine::snapshot;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
@@ -105,10 +106,10 @@ pub fn preview(
     let control_nodes: BTreeMap<String, _> = cluster
         .control_nodes
         .iter()
-        .map(|c| (c.name_any(), observe::control_node_object(c)))
+        .map(|c| (c.name_any(), snapshot::control_node_object(c)))
         .collect();
     let nodes: BTreeMap<String, _> =
-        cluster.nodes.iter().map(|n| (n.name_any(), observe::node_object(n))).collect();
+        cluster.nodes.iter().map(|n| (n.name_any(), snapshot::node_object(n))).collect();
     let readiness = BTreeMap::new();
     let observed = Observed {
         now,
@@ -241,7 +242,7 @@ fn not_ready(commands: &[CommandReport], cluster: &Cluster) -> Vec<String> {
                 continue;
             }
             let node = cluster.nodes.iter().find(|n| n.name_any() == *name);
-            if node.is_some_and(|n| !observe::is_node_ready(n)) {
+            if node.is_some_and(|n| !snapshot::is_node_ready(n)) {
                 problems.push(format!(
                     "worker {name} is not Ready: the plan would wait for it before signalling it"
                 ));
@@ -277,7 +278,7 @@ fn blocked_drains(commands: &[CommandReport], cluster: &Cluster) -> Vec<String> 
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
         });
         for pod in pods {
-            let facts: PodFacts = autopilot_controller::drain::pod_facts(pod);
+            let facts: PodFacts = snapshot::pod_facts(pod);
             if !facts.must_go() || facts.terminating {
                 continue;
             }

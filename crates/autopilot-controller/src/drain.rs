@@ -37,7 +37,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use autopilot_engine::cordon::{self, Blocked, Facts, PlanRun, PodFacts, Run, Step};
+use autopilot_engine::cordon::{self, Blocked, Facts, PlanRun, Run, Step};
+use autopilot_engine::snapshot;
 
 /// How long one eviction request may take before the attempt counts as failed.
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -162,7 +163,7 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         drain_blocked: drain_blocked.clone(),
     });
-    // The caches hold slimmed objects (`observe::slim_node`): drain reads labels,
+    // The caches hold slimmed objects (`snapshot::slim_node`): drain reads labels,
     // annotations and the spec, and writes patches. Only a signalled object has anything to
     // cordon, drain or uncordon, so only those are passed on as triggers (the initial list
     // of a large fleet would otherwise start one pass per node at once).
@@ -423,20 +424,9 @@ async fn observe(
             .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
             .await
             .map_err(api(format!("listing the pods of Node {node_name}")))?;
-        facts.pods = list.items.iter().map(pod_facts).collect();
+        facts.pods = list.items.iter().map(snapshot::pod_facts).collect();
     }
     Ok((facts, node.resource_version()))
-}
-
-/// What a drain needs to know about `pod`.
-pub fn pod_facts(pod: &Pod) -> PodFacts {
-    PodFacts {
-        namespace: pod.namespace().unwrap_or_default(),
-        name: pod.name_any(),
-        daemon_set: pod.owner_references().iter().any(|o| o.kind == "DaemonSet"),
-        mirror: pod.annotations().contains_key("kubernetes.io/config.mirror"),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-    }
 }
 
 /// Cordon `node`, guarded by the resourceVersion it was observed at (a conflict means

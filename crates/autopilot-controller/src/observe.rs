@@ -5,15 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use autopilot_api::signal;
 use autopilot_api::v1beta2::ControlNode;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, NodeStatus, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
+use autopilot_engine::plan::TargetObject;
 use autopilot_engine::plan::removed_apis::{self, RemovedApiUse};
-use autopilot_engine::plan::{ObservedSignal, TargetObject};
+use autopilot_engine::snapshot::{control_node_object, node_object};
 
 /// The resourceVersion of each object in a snapshot. A write based on the snapshot uses it as
 /// its precondition, so a decision made on stale data can never overwrite newer data.
@@ -73,73 +73,7 @@ impl View {
     }
 }
 
-/// A ControlNode as the planner sees it.
-pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
-    TargetObject {
-        name: control_node.name_any(),
-        labels: control_node.labels().clone(),
-        // Controller readiness comes from the /readyz probe, not from the object.
-        ready: true,
-        signal: observe_signal(control_node.meta()),
-    }
-}
-
-/// A Node as the planner sees it.
-pub fn node_object(node: &Node) -> TargetObject {
-    TargetObject {
-        name: node.name_any(),
-        labels: node.labels().clone(),
-        ready: is_node_ready(node),
-        signal: observe_signal(node.meta()),
-    }
-}
-
-/// Whether a Node's `Ready` condition is `True`.
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status.as_ref().and_then(|status| status.conditions.as_ref()).is_some_and(|conditions| {
-        conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-    })
-}
-
-/// Decode the signal annotations of an object. A signal that fails validation but that the
-/// node has answered with a terminal status (a node refuses what it cannot act on, with the
-/// reason) is read as it stands, so the answer ends the plan instead of being ignored.
-pub fn observe_signal(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> ObservedSignal {
-    match signal::from_meta(meta) {
-        Ok(None) => ObservedSignal::None,
-        Ok(Some(data)) => ObservedSignal::Valid(data),
-        Err(err) => match signal::from_meta_unchecked(meta) {
-            Ok(Some(data)) if data.phase().is_some_and(signal::SignalPhase::is_terminal) => {
-                ObservedSignal::Valid(data)
-            }
-            Ok(_) | Err(_) => ObservedSignal::Invalid(err.to_string()),
-        },
-    }
-}
-
 pub use autopilot_shell::retry::WatchBackoff;
-
-/// Drop what autopilot never reads from a watched Node or ControlNode before it is cached:
-/// `metadata.managedFields` (a JSON tree per field manager, often larger than the rest of the
-/// object), and of a Node everything but `spec.unschedulable` (the cordon facts) and the
-/// `Ready` condition (the engine's readiness gate): a kubelet's status lists every image,
-/// volume, address, capacity and condition of the machine, kilobytes per Node that a cache of
-/// thousands would hold for nothing. Nothing writes a cached object back whole (signals and
-/// cordons are patches), so the cache may hold less than the server.
-pub fn slim_node(node: &mut Node) {
-    node.metadata.managed_fields = None;
-    if let Some(spec) = node.spec.as_mut() {
-        *spec = NodeSpec { unschedulable: spec.unschedulable, ..NodeSpec::default() };
-    }
-    if let Some(status) = node.status.as_mut() {
-        let ready = status.conditions.take().map(|conditions| {
-            conditions.into_iter().filter(|condition| condition.type_ == "Ready").collect()
-        });
-        *status = NodeStatus { conditions: ready, ..NodeStatus::default() };
-    }
-}
 
 /// The check Pods and the ConfigMaps (their templates) in the caches, by name.
 pub fn collect_check_pods(
@@ -158,11 +92,6 @@ pub fn collect_check_pods(
             .map(|config_map| (by_name(config_map.metadata.name.as_ref()), (**config_map).clone()))
             .collect(),
     )
-}
-
-/// [`slim_node`] for a ControlNode: its `metadata.managedFields`.
-pub fn slim_control_node(control_node: &mut ControlNode) {
-    control_node.metadata.managed_fields = None;
 }
 
 /// `events` without the `410 Gone` errors of an expired watch, to put before a backoff.
@@ -211,7 +140,6 @@ impl kube::runtime::utils::Backoff for NoTriggerBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use autopilot_api::keys;
 
     fn node(name: &str, version: &str, label: &str, deleting: bool) -> Node {
         let mut metadata = serde_json::json!({
@@ -263,77 +191,6 @@ mod tests {
             Some("new"),
             "same resourceVersion: not rebuilt"
         );
-    }
-
-    #[test]
-    fn a_slim_node_keeps_what_autopilot_reads() {
-        let mut node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "w1", "uid": "u", "resourceVersion": "7",
-                "labels": {"kubernetes.io/os": "linux"},
-                "annotations": {keys::ANNOTATION_SIGNAL_VERSION: "v2"},
-                "managedFields": [{"manager": "kubelet", "operation": "Update",
-                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
-            },
-            "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24",
-                     "taints": [{"key": "k", "effect": "NoSchedule"}]},
-            "status": {
-                "conditions": [
-                    {"type": "MemoryPressure", "status": "False"},
-                    {"type": "Ready", "status": "True"},
-                ],
-                "images": [{"names": ["registry.example/app:1"], "sizeBytes": 1}],
-                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
-                "capacity": {"cpu": "2"},
-                "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
-                             "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "",
-                             "machineID": "", "operatingSystem": "linux", "osImage": "",
-                             "systemUUID": ""},
-            },
-        }))
-        .expect("a Node");
-        let before = node.clone();
-        slim_node(&mut node);
-        assert_eq!(node.metadata.managed_fields, None);
-        assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
-        assert_eq!(node.metadata.labels, before.metadata.labels);
-        assert_eq!(node.metadata.annotations, before.metadata.annotations);
-        assert_eq!(node.metadata.resource_version, before.metadata.resource_version);
-        assert_eq!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
-        assert_eq!(node.spec.as_ref().and_then(|s| s.taints.as_ref()), None);
-        assert_eq!(node.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()), None);
-        let status = node.status.as_ref().expect("the status is kept");
-        let conditions: Vec<&str> =
-            status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
-        assert_eq!(conditions, ["Ready"]);
-        assert_eq!(status.addresses, None);
-        assert_eq!(status.capacity, None);
-        assert_eq!(status.node_info, None);
-        assert!(is_node_ready(&node));
-    }
-
-    fn meta(data: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            annotations: Some(
-                [
-                    (keys::ANNOTATION_SIGNAL_VERSION.to_owned(), "v2".to_owned()),
-                    (keys::ANNOTATION_SIGNAL_DATA.to_owned(), data.to_owned()),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_node_answer_to_a_signal_it_refused_is_read_but_an_unanswered_invalid_one_is_not() {
-        let unanswered = r#"{"planId":"p","created":"c","command":{"id":0,"k0supdate":{"url":"example.invalid/k0s","version":"v2"}}}"#;
-        assert!(matches!(observe_signal(&meta(unanswered)), ObservedSignal::Invalid(_)));
-        let answered = r#"{"planId":"p","created":"c","command":{"id":0,"k0supdate":{"url":"example.invalid/k0s","version":"v2"}},"status":{"status":"Failed","timestamp":"t","reason":"refused: no scheme"}}"#;
-        let ObservedSignal::Valid(data) = observe_signal(&meta(answered)) else {
-            panic!("the answer is read")
-        };
-        assert_eq!(data.phase(), Some(signal::SignalPhase::Failed));
     }
 }
 

@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 use crate::{effect, observe, probe};
 use autopilot_engine::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
 use autopilot_engine::preflight::scheduler;
+use autopilot_engine::snapshot;
 
 /// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
 /// fresh usually arrives within milliseconds and triggers a pass by itself.
@@ -207,7 +208,7 @@ impl Engine {
                 observe::relist_at_once(reflector::reflector(
                     control_node_writer,
                     watcher(Api::<ControlNode>::all(client.clone()), config.clone())
-                        .modify(observe::slim_control_node),
+                        .modify(snapshot::slim_control_node),
                 ))
                 .backoff(observe::WatchBackoff::default()),
                 control_node_feed,
@@ -221,7 +222,7 @@ impl Engine {
                 observe::relist_at_once(reflector::reflector(
                     node_writer,
                     watcher(Api::<Node>::all(client.clone()), config.clone())
-                        .modify(observe::slim_node),
+                        .modify(snapshot::slim_node),
                 ))
                 .backoff(observe::WatchBackoff::default()),
                 node_feed,
@@ -399,7 +400,7 @@ fn node_fingerprint(node: &Node) -> u64 {
     node.metadata.uid.hash(&mut hasher);
     node.labels().hash(&mut hasher);
     autopilot_api::signal::annotation_values(node.annotations()).hash(&mut hasher);
-    observe::is_node_ready(node).hash(&mut hasher);
+    snapshot::is_node_ready(node).hash(&mut hasher);
     node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     hasher.finish()
 }

@@ -14,12 +14,14 @@
 //! - [`agent`]: the node agent's phase machine for one signal.
 //! - [`trial`]: the verdict on a trial boot of a new binary.
 //! - [`steer`]: what `k0s autopilot pause|resume|abort` writes and says.
+//! - [`snapshot`]: how the engine sees watched Nodes, ControlNodes and Pods.
 //! - [`updater`]: when to check the update server, which release, which Plan.
 
 pub mod agent;
 pub mod cordon;
 pub mod plan;
 pub mod preflight;
+pub mod snapshot;
 pub mod steer;
 pub mod trial;
 pub mod updater;

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::source::{self, ClusterInfo, LegacyQuery, RequestOptions, WorkerData};
-use autopilot_engine::updater::decide::{self, Decision, Inputs, Strategy, reasons};
+use autopilot_engine::updater::decide::{self, Decision, Inputs, NextCheck, Strategy, reasons};
 
 /// How soon after an UpdateConfig is seen (or changed, or this controller starts leading)
 /// its first check runs. Short, so an UpdateConfig (or a new leader) acts at once, not a full
@@ -307,20 +307,9 @@ impl Context {
             return Action::await_change();
         };
         let now = Timestamp::now();
-        let mut next = strategy.next_check(now, &self.process.tz, self.process.period);
-        if let (Some(at), Some(opens)) = (next, outcome.opens_at)
-            && opens > now
-            && opens < at
-        {
-            next = Some(opens);
-        }
-        let window_open = match &strategy {
-            Strategy::Periodic(window) => window.state_at(now, &self.process.tz).is_open(),
-            // The server decides when to update; there is no window to wait for.
-            Strategy::Cron(_) => true,
-        };
+        let NextCheck { at: next, wait, window_open } =
+            strategy.after_check(now, &self.process.tz, self.process.period, outcome.opens_at);
         self.process.metrics.record_schedule(name, next, window_open);
-        let wait = next.map(|at| until(now, at));
         match next {
             Some(next) => debug!(update_config = %name, next = %next, "next update check"),
             None => info!(update_config = %name, "no further checks are scheduled"),

@@ -103,6 +103,44 @@ impl Strategy {
             Self::Cron(schedule) => schedule.next_after(now, tz).ok(),
         }
     }
+
+    /// When to check after a check that ended at `now`: the next regular check
+    /// ([`Strategy::next_check`]), or sooner when the check found the window closed and it
+    /// opens before then (`opens_at`); and whether a `periodic` window is open at `now` (a
+    /// `cron` strategy has none to wait for: the server decides).
+    pub fn after_check(
+        &self,
+        now: Timestamp,
+        tz: &TimeZone,
+        period: std::time::Duration,
+        opens_at: Option<Timestamp>,
+    ) -> NextCheck {
+        let mut at = self.next_check(now, tz, period);
+        if let (Some(next), Some(opens)) = (at, opens_at)
+            && opens > now
+            && opens < next
+        {
+            at = Some(opens);
+        }
+        let window_open = match self {
+            Self::Periodic(window) => window.state_at(now, tz).is_open(),
+            Self::Cron(_) => true,
+        };
+        let wait =
+            at.map(|at| std::time::Duration::try_from(now.duration_until(at)).unwrap_or_default());
+        NextCheck { at, wait, window_open }
+    }
+}
+
+/// The schedule after a check ([`Strategy::after_check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NextCheck {
+    /// When the next check is due; `None` when no further check is scheduled.
+    pub at: Option<Timestamp>,
+    /// How long from the check's `now` until then (zero if already due).
+    pub wait: Option<std::time::Duration>,
+    /// Whether the `periodic` window is open at the check's `now` (always for `cron`).
+    pub window_open: bool,
 }
 
 /// Everything [`decide`] looks at, captured once per check.

@@ -573,3 +573,38 @@ fn next_check_is_a_period_later_for_periodic_and_the_next_firing_for_cron() {
     let hourly = Strategy::from_spec(spec.upgrade_strategy.as_ref()).unwrap();
     assert_eq!(hourly.next_check(monday(3, 0), &TimeZone::UTC, period), Some(monday(4, 0)));
 }
+
+#[test]
+fn after_a_check_the_next_one_is_the_period_or_sooner_when_the_window_opens_first() {
+    let strategy = Strategy::from_spec(monday_window().upgrade_strategy.as_ref()).unwrap();
+    let period = std::time::Duration::from_secs(600);
+    // Outside the window, opening in 5 minutes: the check comes back when it opens.
+    let now = monday(12, 55);
+    let next = strategy.after_check(now, &TimeZone::UTC, period, Some(monday(13, 0)));
+    assert_eq!(
+        next,
+        NextCheck {
+            at: Some(monday(13, 0)),
+            wait: Some(std::time::Duration::from_secs(300)),
+            window_open: false
+        }
+    );
+    // Opening after the next period, or already past: the period decides.
+    let next = strategy.after_check(now, &TimeZone::UTC, period, Some(monday(14, 0)));
+    assert_eq!(next.at, Some(monday(13, 5)));
+    let next = strategy.after_check(now, &TimeZone::UTC, period, Some(monday(12, 0)));
+    assert_eq!(next.at, Some(monday(13, 5)));
+    // Inside the window.
+    let next = strategy.after_check(monday(13, 30), &TimeZone::UTC, period, None);
+    assert_eq!(
+        next,
+        NextCheck {
+            at: Some(monday(13, 40)),
+            wait: Some(std::time::Duration::from_secs(600)),
+            window_open: true
+        }
+    );
+    // A cron strategy has no window to wait for.
+    let cron = Strategy::from_spec(cron("0 0 * * * *").upgrade_strategy.as_ref()).unwrap();
+    assert!(cron.after_check(now, &TimeZone::UTC, period, None).window_open);
+}
