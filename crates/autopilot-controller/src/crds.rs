@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
-pub use autopilot_shell::retry::is_transient;
+use autopilot_shell::retry::{self, GaveUp};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -45,32 +45,25 @@ pub async fn install(
 ) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(autopilot_api::keys::FIELD_MANAGER).force();
-    let deadline =
-        (!startup_timeout.is_zero()).then(|| tokio::time::Instant::now() + startup_timeout);
-    let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
+    let deadline = retry::deadline_after(startup_timeout);
     for crd in autopilot_api::crds() {
         let name = crd.metadata.name.clone().context("generated CRD has no name")?;
-        let mut delays = retry_delays();
-        loop {
-            match api.patch(&name, &params, &Patch::Apply(&crd)).await {
-                Ok(_) => break,
-                Err(err) if is_transient(&err) && in_time() => {
-                    let delay = delays.next_delay();
-                    warn!(error = %err, crd = %name, retry_in = ?delay, "API server not answering, retrying");
-                    tokio::time::sleep(delay).await;
-                }
-                Err(err) if is_transient(&err) => {
-                    return Err(err).with_context(|| {
-                        format!(
-                            "cannot reach the API server at {server_url} within {}s",
-                            startup_timeout.as_secs()
-                        )
-                    });
-                }
-                Err(err) => {
-                    return Err(err).with_context(|| format!("applying CRD {name}"));
-                }
+        let what = format!("applying CRD {name}");
+        let patch = Patch::Apply(&crd);
+        let applied =
+            retry::until(deadline, retry_delays(), &what, || api.patch(&name, &params, &patch))
+                .await;
+        match applied {
+            Ok(_) => {}
+            Err(GaveUp::Unreachable(err)) => {
+                return Err(err).with_context(|| {
+                    format!(
+                        "cannot reach the API server at {server_url} within {}s",
+                        startup_timeout.as_secs()
+                    )
+                });
             }
+            Err(GaveUp::Failed(err)) => return Err(err).context(what),
         }
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
@@ -91,27 +84,14 @@ pub async fn install(
 }
 
 /// Runs `attempt` until it succeeds or fails with something other than a transient API
-/// error (see [`is_transient`]); transient failures are retried with capped backoff and
-/// logged, for ever: an API server outage never makes a node give up.
-pub async fn retry_transient<T, F, Fut>(what: &str, mut attempt: F) -> anyhow::Result<T>
+/// error (see [`retry::is_transient`]); transient failures are retried with capped backoff
+/// and logged, for ever: an API server outage never makes a node give up.
+pub async fn retry_transient<T, F, Fut>(what: &str, attempt: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let mut delays = retry_delays();
-    loop {
-        match attempt().await {
-            Ok(value) => return Ok(value),
-            Err(err)
-                if err
-                    .chain()
-                    .any(|c| c.downcast_ref::<kube::Error>().is_some_and(is_transient)) =>
-            {
-                let delay = delays.next_delay();
-                warn!(error = %format!("{err:#}"), retry_in = ?delay, "{what}: API server not answering, retrying");
-                tokio::time::sleep(delay).await;
-            }
-            Err(err) => return Err(err),
-        }
-    }
+    retry::until(None, retry_delays(), what, attempt)
+        .await
+        .map_err(|(GaveUp::Unreachable(err) | GaveUp::Failed(err))| err)
 }

@@ -39,6 +39,7 @@ use tracing::{debug, info, warn};
 
 use autopilot_engine::cordon::{self, Blocked, Facts, PlanRun, Run, Step};
 use autopilot_engine::snapshot;
+use autopilot_shell::retry::WatchBackoff;
 
 /// How long one eviction request may take before the attempt counts as failed.
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -178,13 +179,13 @@ pub async fn run(
     let config = || kube::runtime::controller::Config::default().concurrency(CONCURRENCY);
     let nodes = Controller::for_stream(node_objects, node_store)
         .with_config(config())
-        .trigger_backoff(crate::observe::WatchBackoff::default())
+        .trigger_backoff(WatchBackoff::default())
         .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(reconcile::<Node>, error_policy::<Node>, context.clone())
         .for_each(|_| async {});
     let control_nodes = Controller::for_stream(control_node_objects, control_node_store)
         .with_config(config())
-        .trigger_backoff(crate::observe::WatchBackoff::default())
+        .trigger_backoff(WatchBackoff::default())
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile::<ControlNode>, error_policy::<ControlNode>, context)
         .for_each(|_| async {});
@@ -564,14 +565,8 @@ async fn write_signal<K: SignalObject>(
     data: &SignalData,
 ) -> Result<(), Error> {
     let name = object.name_any();
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": object.resource_version(),
-            "annotations": signal::to_annotations(data),
-        },
-    });
-    objects
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let version = object.resource_version();
+    autopilot_shell::signal::write(objects, &name, version.as_deref(), data)
         .await
         .map_err(api(format!("writing the signal status of {} {name}", K::kind(&()))))?;
     Ok(())

@@ -8,12 +8,10 @@
 use autopilot_api::keys;
 use autopilot_api::signal;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
-pub use autopilot_shell::events::EventPublisher;
 use autopilot_shell::events::{Event, EventType};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, DeleteParams, PostParams};
 
 use autopilot_engine::plan::{EventKind, ObjectKind, SignalTarget};
 
@@ -84,26 +82,22 @@ pub async fn write_signal(
     data: &signal::SignalData,
 ) -> Result<(), Error> {
     let what = format!("{:?} {}", target.kind, target.name);
-    let annotations = signal::to_annotations(data);
     let Some(resource_version) = resource_version else {
         return Err(Error::Gone { what });
     };
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": resource_version,
-            "annotations": annotations,
-        },
-    });
-    let params = PatchParams::default();
     let result = match target.kind {
-        ObjectKind::ControlNode => Api::<ControlNode>::all(client.clone())
-            .patch(&target.name, &params, &Patch::Merge(&patch))
-            .await
-            .map(drop),
-        ObjectKind::Node => Api::<Node>::all(client.clone())
-            .patch(&target.name, &params, &Patch::Merge(&patch))
-            .await
-            .map(drop),
+        ObjectKind::ControlNode => {
+            let api = Api::<ControlNode>::all(client.clone());
+            autopilot_shell::signal::write(&api, &target.name, Some(resource_version), data)
+                .await
+                .map(drop)
+        }
+        ObjectKind::Node => {
+            let api = Api::<Node>::all(client.clone());
+            autopilot_shell::signal::write(&api, &target.name, Some(resource_version), data)
+                .await
+                .map(drop)
+        }
     };
     result.map_err(|source| api_error(what, source))
 }

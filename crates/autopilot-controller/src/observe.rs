@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use autopilot_api::v1beta2::ControlNode;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::Resource;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::Store;
-use kube::Resource;
 
 use autopilot_engine::plan::TargetObject;
 use autopilot_engine::plan::removed_apis::{self, RemovedApiUse};
@@ -73,8 +73,6 @@ impl View {
     }
 }
 
-pub use autopilot_shell::retry::WatchBackoff;
-
 /// The check Pods and the ConfigMaps (their templates) in the caches, by name.
 pub fn collect_check_pods(
     pods: &Store<Pod>,
@@ -94,33 +92,8 @@ pub fn collect_check_pods(
     )
 }
 
-/// `events` without the `410 Gone` errors of an expired watch, to put before a backoff.
-///
-/// On `410 Gone` the watcher has already given up the old watch and re-lists on its next
-/// poll; passed on, the error would make the backoff delay that re-list (by up to its cap,
-/// right after an outage, when every watch of a restarted API server answers so) while the
-/// engine's caches are stale and every write it attempts only loses a conflict.
-pub fn relist_at_once<K>(
-    events: impl futures::Stream<
-        Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>,
-    >,
-) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
-{
-    use futures::StreamExt as _;
-    events.filter(|event| {
-        let expired = matches!(
-            event,
-            Err(kube::runtime::watcher::Error::WatchError(status)) if status.code == 410
-        );
-        if expired {
-            tracing::debug!("watch expired (410 Gone), re-listing at once");
-        }
-        std::future::ready(!expired)
-    })
-}
-
 /// A kube-runtime `Controller` trigger backoff that never waits, for a controller whose
-/// watches each carry their own [`WatchBackoff`]: the controller's trigger backoff applies to
+/// watches each carry their own `WatchBackoff`: the controller's trigger backoff applies to
 /// all its watches merged, so one watch's error would pause the others too.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoTriggerBackoff;

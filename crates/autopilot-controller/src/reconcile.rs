@@ -30,6 +30,8 @@ use crate::{effect, observe, probe};
 use autopilot_engine::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
 use autopilot_engine::preflight::scheduler;
 use autopilot_engine::snapshot;
+use autopilot_shell::events::EventPublisher;
+use autopilot_shell::watch::cached as cached_watch;
 
 /// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
 /// fresh usually arrives within milliseconds and triggers a pass by itself.
@@ -81,7 +83,7 @@ struct Context {
     /// templates, in [`keys::NAMESPACE`].
     check_pods: Store<Pod>,
     pod_templates: Store<ConfigMap>,
-    events: effect::EventPublisher,
+    events: EventPublisher,
     /// Signals this engine wrote whose target the cache does not show yet, by target. A
     /// resend decided on a cache that lags behind our own write would only lose a conflict,
     /// so it is skipped; once the cache shows the signal (or after [`WRITTEN_MEMORY`]) the
@@ -205,12 +207,12 @@ impl Engine {
         let (control_nodes, control_node_writer, control_node_feed) = caches.control_nodes;
         let control_node_events = triggers(
             feed_signalled(
-                observe::relist_at_once(reflector::reflector(
+                cached_watch(
                     control_node_writer,
-                    watcher(Api::<ControlNode>::all(client.clone()), config.clone())
-                        .modify(snapshot::slim_control_node),
-                ))
-                .backoff(observe::WatchBackoff::default()),
+                    Api::<ControlNode>::all(client.clone()),
+                    config.clone(),
+                    snapshot::slim_control_node,
+                ),
                 control_node_feed,
             ),
             control_node_fingerprint,
@@ -219,12 +221,12 @@ impl Engine {
         let (nodes, node_writer, node_feed) = caches.nodes;
         let node_events = triggers(
             feed_signalled(
-                observe::relist_at_once(reflector::reflector(
+                cached_watch(
                     node_writer,
-                    watcher(Api::<Node>::all(client.clone()), config.clone())
-                        .modify(snapshot::slim_node),
-                ))
-                .backoff(observe::WatchBackoff::default()),
+                    Api::<Node>::all(client.clone()),
+                    config.clone(),
+                    snapshot::slim_node,
+                ),
                 node_feed,
             ),
             node_fingerprint,
@@ -233,28 +235,22 @@ impl Engine {
         // `scheduler` check Pods and their templates, only in the autopilot namespace.
         let (check_pods, check_pod_writer) = reflector::store::<Pod>();
         let check_pod_events = triggers(
-            observe::relist_at_once(reflector::reflector(
+            cached_watch(
                 check_pod_writer,
-                watcher(
-                    Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE),
-                    config.clone().labels(scheduler::LABEL_RUN),
-                )
-                .modify(|pod| pod.metadata.managed_fields = None),
-            ))
-            .backoff(observe::WatchBackoff::default()),
+                Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE),
+                config.clone().labels(scheduler::LABEL_RUN),
+                |pod| pod.metadata.managed_fields = None,
+            ),
             check_pod_fingerprint,
         );
         let (pod_templates, pod_template_writer) = reflector::store::<ConfigMap>();
         let pod_template_events = triggers(
-            observe::relist_at_once(reflector::reflector(
+            cached_watch(
                 pod_template_writer,
-                watcher(
-                    Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE),
-                    config.clone(),
-                )
-                .modify(|config_map| config_map.metadata.managed_fields = None),
-            ))
-            .backoff(observe::WatchBackoff::default()),
+                Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE),
+                config.clone(),
+                |config_map| config_map.metadata.managed_fields = None,
+            ),
             config_map_fingerprint,
         );
 
@@ -270,19 +266,15 @@ impl Engine {
         // A deleted plan is no longer shown in the metrics (the controller only hears of
         // applied objects, so deletions are caught here).
         let metrics = self.metrics.clone();
-        let plan_events = observe::relist_at_once(reflector::reflector(
-            plan_writer,
-            watcher(plans.clone(), config),
-        ))
-        .backoff(observe::WatchBackoff::default())
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Delete(plan)) = event
-                && plan.name_any() == keys::PLAN_NAME
-            {
-                metrics.forget_plan(keys::PLAN_NAME);
-            }
-        })
-        .applied_objects();
+        let plan_events = cached_watch(plan_writer, plans.clone(), config, |_| {})
+            .inspect(move |event| {
+                if let Ok(watcher::Event::Delete(plan)) = event
+                    && plan.name_any() == keys::PLAN_NAME
+                {
+                    metrics.forget_plan(keys::PLAN_NAME);
+                }
+            })
+            .applied_objects();
         let controller = Controller::for_stream(plan_events, plan_store)
             .trigger_backoff(observe::NoTriggerBackoff);
         // Node changes matter only once the Plan exists; mapping them to a missing Plan makes
@@ -296,7 +288,7 @@ impl Engine {
         let to_autopilot_plan_pods = to_autopilot_plan.clone();
         let to_autopilot_plan_templates = to_autopilot_plan.clone();
         let context = Arc::new(Context {
-            events: effect::EventPublisher::start(
+            events: EventPublisher::start(
                 client.clone(),
                 Reporter {
                     controller: keys::FIELD_MANAGER.to_string(),

@@ -5,6 +5,8 @@
 //!   agent's downloads and preflight probes, the updater's update-server checks).
 //! - [`events`]: publishing `events.k8s.io/v1` Events, awaited or through a background queue.
 //! - [`retry`]: which API errors are worth retrying, and the capped backoff of watches.
+//! - [`signal`]: the one writer of signal annotations, guarded by a resourceVersion.
+//! - [`watch`]: the one watch-cache chain (watch, slim, cache, backoff, re-list at once).
 //! - `fake_api` (feature `fake-api`, tests only): a recording stand-in API server for unit
 //!   tests of request shapes.
 //!
@@ -16,3 +18,5 @@ pub mod events;
 pub mod fake_api;
 pub mod https;
 pub mod retry;
+pub mod signal;
+pub mod watch;

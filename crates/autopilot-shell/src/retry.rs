@@ -1,7 +1,10 @@
-//! Retrying against the API server through outages: which errors are worth retrying, and the
-//! capped backoff of watches.
+//! Retrying against the API server through outages: which errors are worth retrying, the one
+//! retry-until-deadline loop ([`until`]), and the capped backoff of watches.
+
+use std::future::Future;
 
 use autopilot_api::backoff::Capped;
+use tracing::warn;
 
 /// Whether an API error means the server cannot answer now (connection failures, 5xx,
 /// 429: worth retrying for as long as it takes), as opposed to a misconfiguration (TLS
@@ -24,6 +27,69 @@ fn is_tls_problem(err: &(dyn std::error::Error + 'static)) -> bool {
         cause = e.source();
     }
     false
+}
+
+/// An error [`until`] can judge: whether it means the API server cannot answer now.
+pub trait Transient: std::fmt::Display {
+    /// Whether retrying may mend it (see [`is_transient`]).
+    fn is_transient(&self) -> bool;
+}
+
+impl Transient for kube::Error {
+    fn is_transient(&self) -> bool {
+        is_transient(self)
+    }
+}
+
+impl Transient for anyhow::Error {
+    /// Transient when any cause in its chain is a transient API error.
+    fn is_transient(&self) -> bool {
+        self.chain().any(|cause| cause.downcast_ref::<kube::Error>().is_some_and(is_transient))
+    }
+}
+
+/// How [`until`] ended without a value.
+#[derive(Debug)]
+pub enum GaveUp<E> {
+    /// The API server did not answer before the deadline: the last transient error.
+    Unreachable(E),
+    /// An error that retrying will not mend.
+    Failed(E),
+}
+
+/// Runs `op` until it succeeds. Transient failures ([`Transient`]) are logged and retried
+/// after the next of `delays`, until `deadline` has passed (`None`: for ever, so an API
+/// server outage never makes a node give up); any other failure ends it at once.
+pub async fn until<T, E, F, Fut>(
+    deadline: Option<tokio::time::Instant>,
+    mut delays: Capped,
+    what: &str,
+    mut op: F,
+) -> Result<T, GaveUp<E>>
+where
+    E: Transient,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    loop {
+        match op().await {
+            Ok(value) => return Ok(value),
+            Err(err) if !err.is_transient() => return Err(GaveUp::Failed(err)),
+            Err(err) if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) => {
+                return Err(GaveUp::Unreachable(err));
+            }
+            Err(err) => {
+                let delay = delays.next_delay();
+                warn!(error = %format!("{err:#}"), retry_in = ?delay, "{what}: API server not answering, retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// The deadline of a start-up that may take `timeout` from now (zero: no deadline).
+pub fn deadline_after(timeout: std::time::Duration) -> Option<tokio::time::Instant> {
+    (!timeout.is_zero()).then(|| tokio::time::Instant::now() + timeout)
 }
 
 /// [`Capped`] as a kube-runtime watch backoff: a watch broken by an API-server outage is
@@ -69,5 +135,41 @@ mod tests {
         assert_eq!(delays, vec![250, 500, 1000, 2000, 2000]);
         backoff.reset();
         assert_eq!(backoff.next(), Some(autopilot_api::backoff::FIRST));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn until_retries_outages_until_the_deadline_and_stops_at_a_refusal() {
+        let delays = || {
+            Capped::new(std::time::Duration::from_millis(200), std::time::Duration::from_secs(5))
+        };
+        // Two outages, then an answer.
+        let mut calls = 0;
+        let value = until(None, delays(), "test", || {
+            calls += 1;
+            let answer = if calls < 3 { Err(status(503)) } else { Ok(calls) };
+            async move { answer }
+        })
+        .await;
+        assert!(matches!(value, Ok(3)), "{value:?}");
+        // A refusal is not retried.
+        let mut calls = 0;
+        let refused = until(None, delays(), "test", || {
+            calls += 1;
+            async { Err::<(), _>(status(403)) }
+        })
+        .await;
+        assert!(matches!(refused, Err(GaveUp::Failed(_))), "{refused:?}");
+        assert_eq!(calls, 1);
+        // An outage longer than the deadline gives up, naming the last error.
+        let start = tokio::time::Instant::now();
+        let deadline = deadline_after(std::time::Duration::from_secs(10));
+        let down = until(deadline, delays(), "test", || async { Err::<(), _>(status(503)) }).await;
+        assert!(matches!(down, Err(GaveUp::Unreachable(_))), "{down:?}");
+        assert!(start.elapsed() >= std::time::Duration::from_secs(10));
+        assert!(start.elapsed() < std::time::Duration::from_secs(16));
+        // An anyhow error is judged by its chain.
+        let wrapped = anyhow::Error::from(status(503)).context("registering");
+        assert!(Transient::is_transient(&wrapped));
+        assert!(deadline_after(std::time::Duration::ZERO).is_none());
     }
 }

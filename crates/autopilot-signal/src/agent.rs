@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus, UpdateRef};
 use futures::StreamExt as _;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use serde_json::json;
 use tracing::{debug, info, warn};
 
 use std::collections::BTreeMap;
@@ -444,7 +443,7 @@ where
 {
     let mut status = SignalStatus::new(phase, jiff::Timestamp::now());
     // The reason travels in an annotation and into the Plan's status: keep it readable.
-    status.reason = reason.map(|r| host::truncate(&r, MAX_REASON_BYTES));
+    status.reason = reason.map(|r| autopilot_api::text::truncate(&r, MAX_REASON_BYTES));
     write_signal_status(api, object, data, status).await
 }
 
@@ -461,13 +460,8 @@ where
 {
     let phase = status.status;
     let next = data.clone().with_status(status);
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": object.resource_version(),
-            "annotations": signal::to_annotations(&next),
-        },
-    });
-    api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let version = object.resource_version();
+    autopilot_shell::signal::write(api, &object.name_any(), version.as_deref(), &next).await?;
     info!(node = %object.name_any(), to = %phase, "signal status written");
     Ok(next)
 }

@@ -349,7 +349,7 @@ pub fn judge_self_test(
     any_version: bool,
 ) -> std::result::Result<String, String> {
     let first = output.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
-    let quoted = truncate(first, 200);
+    let quoted = autopilot_api::text::truncate(first, 200);
     match exit {
         Some(0) => {}
         Some(code) => return Err(format!("`version` exited with status {code}: {quoted:?}")),
@@ -366,8 +366,6 @@ pub fn judge_self_test(
         Err(format!("`version` reported {quoted:?}, expected {version}"))
     }
 }
-
-pub use autopilot_api::text::truncate;
 
 #[cfg(test)]
 mod tests {

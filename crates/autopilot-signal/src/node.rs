@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
-pub use autopilot_shell::retry::is_transient;
+use autopilot_shell::retry::{self, GaveUp};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
@@ -53,34 +53,25 @@ impl Heartbeat {
         server_url: &str,
         startup_timeout: Duration,
     ) -> anyhow::Result<()> {
-        let deadline =
-            (!startup_timeout.is_zero()).then(|| tokio::time::Instant::now() + startup_timeout);
-        let in_time = || deadline.is_none_or(|d| tokio::time::Instant::now() < d);
-        let mut delays = Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY);
-        loop {
-            let attempt = match self.create_if_absent(client).await {
-                Ok(()) => self.beat(client, true).await,
-                Err(err) => Err(err),
-            };
-            match attempt {
-                Ok(()) => break,
-                Err(err) if is_transient(&err) && in_time() => {
-                    let delay = delays.next_delay();
-                    warn!(error = %err, retry_in = ?delay, "API server not answering, retrying");
-                    tokio::time::sleep(delay).await;
-                }
-                Err(err) if is_transient(&err) => {
-                    return Err(err).with_context(|| {
-                        format!(
-                            "cannot reach the API server at {server_url} within {}s",
-                            startup_timeout.as_secs()
-                        )
-                    });
-                }
-                Err(err) => {
-                    return Err(err).with_context(|| format!("registering Node {}", self.name));
-                }
+        let delays = Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY);
+        let what = format!("registering Node {}", self.name);
+        let registered =
+            retry::until(retry::deadline_after(startup_timeout), delays, &what, || async {
+                self.create_if_absent(client).await?;
+                self.beat(client, true).await
+            })
+            .await;
+        match registered {
+            Ok(()) => {}
+            Err(GaveUp::Unreachable(err)) => {
+                return Err(err).with_context(|| {
+                    format!(
+                        "cannot reach the API server at {server_url} within {}s",
+                        startup_timeout.as_secs()
+                    )
+                });
             }
+            Err(GaveUp::Failed(err)) => return Err(err).context(what),
         }
         info!(node = %self.name, version = %self.version, "Node registered and ready");
         Ok(())

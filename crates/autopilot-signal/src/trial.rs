@@ -26,7 +26,9 @@ use tracing::{info, warn};
 
 use autopilot_engine::trial::{Child, Observation, Verdict, decide};
 
-use crate::host::{Host, LinuxHost, SignalKey, TrialState, truncate};
+use autopilot_api::text::truncate;
+
+use crate::host::{Host, LinuxHost, SignalKey, TrialState};
 
 /// The environment variable that puts a process on trial: its value is the token the
 /// process writes into [`PROOF_FILE`] once it is healthy, before it exits.
@@ -209,7 +211,9 @@ async fn watch(
 async fn probe(client: &kube::Client) -> bool {
     match tokio::time::timeout(Duration::from_secs(2), client.apiserver_version()).await {
         Ok(Ok(_)) => true,
-        Ok(Err(err)) => !crate::node::is_transient(&err) && matches!(err, kube::Error::Api(_)),
+        Ok(Err(err)) => {
+            !autopilot_shell::retry::is_transient(&err) && matches!(err, kube::Error::Api(_))
+        }
         Err(_elapsed) => false,
     }
 }

@@ -157,7 +157,7 @@ fn new_context(client: kube::Client, nodes: Store<Node>) -> Context {
     )
     .expect("an engine");
     Context {
-        events: effect::EventPublisher::start(
+        events: EventPublisher::start(
             client.clone(),
             Reporter {
                 controller: keys::FIELD_MANAGER.to_string(),
