@@ -8,9 +8,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use autopilot_api::v1beta2::Plan;
-use integration::{
-    Cluster, ClusterBuilder, VIEWER_GROUP, client_from_kubeconfig, run_k0s, wait_for,
-};
+use integration::{Cluster, VIEWER_GROUP, client_from_kubeconfig, run_k0s, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -98,11 +96,8 @@ fn good_plan(workers: &[&str]) -> Plan {
 
 #[tokio::test]
 async fn preview_run_read_only_says_what_a_plan_would_do_and_exits_1_naming_each_problem() {
-    let cluster =
-        ClusterBuilder::new("cli-preview").controllers(1).workers(&WORKERS).build().await.unwrap();
-    let admin = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster, client: admin, controllers: _controllers, workers } =
+        FleetBuilder::new("cli-preview").controllers(1).workers(&WORKERS).start().await.unwrap();
     bind_read_only(&cluster, &admin).await;
 
     // A good plan: exit 0, the targets and the batches, no problem.

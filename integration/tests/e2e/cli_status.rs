@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use autopilot_api::v1beta2::PlanStateType;
 use integration::responder::{Behaviour, Config, Release, Responder};
-use integration::{ClusterBuilder, k0s_binary, run_k0s, wait_for};
+use integration::{k0s_binary, run_k0s, wait_for};
 
 use crate::support::*;
 
@@ -99,11 +99,8 @@ fn shows(screen: &str, node: &str, state: &str, phase: &str) -> bool {
 
 #[tokio::test]
 async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_status() {
-    let cluster =
-        ClusterBuilder::new("cli-status").controllers(1).workers(&WORKERS).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("cli-status").controllers(1).workers(&WORKERS).start().await.unwrap();
     let release = Release::new();
     let config = Config::new()
         .node("controller-0", Behaviour::Complete)

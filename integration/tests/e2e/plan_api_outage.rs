@@ -37,15 +37,14 @@ const LONG_LEASE: &[&str] =
 async fn a_plan_created_while_the_leaders_api_server_is_down_starts_when_it_is_back() {
     const WORKERS: [&str; 2] = ["worker-0", "worker-1"];
     const OUTAGE: Duration = Duration::from_secs(20);
-    let cluster = ClusterBuilder::new("plan-api-outage-leader")
-        .controllers(3)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 3, LONG_LEASE).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-api-outage-leader")
+            .controllers(3)
+            .workers(&WORKERS)
+            .controller_args(LONG_LEASE)
+            .start()
+            .await
+            .unwrap();
 
     let identity = leader_identity(&client).await.unwrap().expect("a leader");
     let leading = leader(&client).await.unwrap().expect("a leader index");

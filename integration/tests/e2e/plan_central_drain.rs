@@ -19,7 +19,7 @@ use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use futures::StreamExt as _;
 use integration::kubelet::FakeKubelet;
 use integration::responder::{Behaviour, Config, Responder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
@@ -67,11 +67,8 @@ use kube::ResourceExt as _;
 #[tokio::test]
 async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone() {
     let workers = ["worker-0", "worker-1"];
-    let cluster =
-        ClusterBuilder::new("plan-drain").controllers(1).workers(&workers).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &workers).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-drain").controllers(1).workers(&workers).start().await.unwrap();
     let _kubelet = FakeKubelet::start(client.clone(), &workers);
     let config = Config::new().default_behaviour(Behaviour::CompleteWithLeader);
     let _responder = Responder::start(client.clone(), config).await.unwrap();
@@ -171,9 +168,8 @@ fn earlier_run_signal(run_id: &str, phase: SignalPhase) -> SignalData {
 
 #[tokio::test]
 async fn a_cordoning_signal_of_an_earlier_run_is_failed_not_drained() {
-    let cluster = ClusterBuilder::new("plan-drain-runs").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-drain-runs").controllers(1).start().await.unwrap();
     // The current run: a plan the engine ends at once (its only target does not exist), so
     // that it touches neither Node.
     let update = k0s_update(None, Some(static_nodes(&["gone"], 1)));

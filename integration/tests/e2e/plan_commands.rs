@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{
     Behaviour, CommandKind, Config, Event, ObjectKind, ObjectRef, Release, Responder,
 };
@@ -21,15 +20,8 @@ const QUIET_WINDOW: Duration = Duration::from_secs(3);
 
 #[tokio::test]
 async fn airgap_update_completes_on_every_worker_before_k0s_update_signals_anyone() {
-    let cluster = ClusterBuilder::new("plan-commands")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-commands").controllers(1).workers(&WORKERS).start().await.unwrap();
     let release = Release::new();
     let config = Config::new().node("worker-1", Behaviour::CompleteAfter(release.clone()));
     let responder = Responder::start(client.clone(), config).await.unwrap();
@@ -112,15 +104,13 @@ async fn airgap_update_completes_on_every_worker_before_k0s_update_signals_anyon
 
 #[tokio::test]
 async fn a_failed_download_ends_the_plan_in_apply_failed_with_the_nodes_reason() {
-    let cluster = ClusterBuilder::new("plan-commands-fail")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-commands-fail")
+            .controllers(1)
+            .workers(&WORKERS)
+            .start()
+            .await
+            .unwrap();
     let reason = "sha256 mismatch: expected 1111111111111111111111111111111111111111111111111111111111111111, got 2222222222222222222222222222222222222222222222222222222222222222";
     let config =
         Config::new().node("worker-0", Behaviour::fail(SignalPhase::FailedDownload, reason));

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Behaviour, Config, ObjectKind, ObjectRef, Release, Responder};
 
 use crate::support::*;
@@ -22,15 +21,13 @@ const QUIET_WINDOW: Duration = Duration::from_secs(3);
 
 #[tokio::test]
 async fn at_most_concurrent_workers_are_in_flight_and_each_completion_admits_the_next() {
-    let cluster = ClusterBuilder::new("plan-concurrency")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-concurrency")
+            .controllers(1)
+            .workers(&WORKERS)
+            .start()
+            .await
+            .unwrap();
 
     // Every worker finishes only when the test releases it.
     let releases: BTreeMap<&str, Release> = WORKERS.iter().map(|w| (*w, Release::new())).collect();

@@ -8,7 +8,6 @@
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Behaviour, Config, Responder};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -17,15 +16,14 @@ use crate::support::*;
 
 #[tokio::test]
 async fn a_drain_blocked_past_the_timeout_fails_the_node_and_uncordons_it() {
-    let cluster = ClusterBuilder::new("drain-timeout")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &["--drain-timeout", "5s"]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("drain-timeout")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .controller_args(&["--drain-timeout", "5s"])
+            .start()
+            .await
+            .unwrap();
     let config = Config::new().default_behaviour(Behaviour::CompleteWithLeader);
     let _responder = Responder::start(client.clone(), config).await.unwrap();
     // One pod on the node, and a budget that needs it: every eviction is refused.

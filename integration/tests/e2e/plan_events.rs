@@ -7,7 +7,7 @@ use std::time::Duration;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::PlanStateType;
 use integration::responder::{Behaviour, Config, Responder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
@@ -33,15 +33,13 @@ async fn plan_events(client: &kube::Client) -> anyhow::Result<Vec<(String, Strin
 
 #[tokio::test]
 async fn each_state_change_is_an_event_on_the_plan_with_the_nodes_reason() {
-    let cluster = ClusterBuilder::new("plan-events")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-events")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .start()
+            .await
+            .unwrap();
     let config =
         Config::new().node("worker-0", Behaviour::fail(SignalPhase::FailedDownload, REASON));
     let _responder = Responder::start(client.clone(), config).await.unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::responder::{Behaviour, Config, ObjectKind, ObjectRef, Release, Responder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 
 use crate::support::*;
 
@@ -22,15 +22,14 @@ const FAILOVER: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn a_new_leader_finishes_the_plan_without_resignalling_or_exceeding_concurrency() {
-    let cluster = ClusterBuilder::new("plan-failover")
-        .controllers(3)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let controllers = start_controllers(&cluster, 3, FAST_ELECTION).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("plan-failover")
+            .controllers(3)
+            .workers(&WORKERS)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
 
     let releases: BTreeMap<&str, Release> = WORKERS.iter().map(|w| (*w, Release::new())).collect();
     let config = releases.iter().fold(Config::new(), |config, (name, release)| {

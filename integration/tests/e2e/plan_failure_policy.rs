@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Behaviour, Config, ObjectKind, ObjectRef, Release, Responder};
 
 use crate::support::*;
@@ -24,15 +23,13 @@ const QUIET_WINDOW: Duration = Duration::from_secs(4);
 
 #[tokio::test]
 async fn the_first_failure_stops_new_signals_and_max_failures_lets_the_rollout_complete() {
-    let cluster = ClusterBuilder::new("plan-failure-policy")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-failure-policy")
+            .controllers(1)
+            .workers(&WORKERS)
+            .start()
+            .await
+            .unwrap();
 
     the_first_failure_stops_new_signals_and_the_plan_fails_once_the_nodes_in_flight_finish(&client)
         .await

@@ -17,7 +17,7 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
 use integration::kubelet::FakeKubelet;
 use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
@@ -36,15 +36,14 @@ const FAILOVER: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn a_pause_holds_across_a_leader_kill_until_resumed_and_an_abort_leaves_nothing_cordoned() {
-    let cluster = ClusterBuilder::new("plan-pause-abort")
-        .controllers(3)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let controllers = start_controllers(&cluster, 3, FAST_ELECTION).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("plan-pause-abort")
+            .controllers(3)
+            .workers(&WORKERS)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
 
     a_paused_plan_signals_nobody_new_across_a_leader_kill_and_completes_once_resumed(
         &client,

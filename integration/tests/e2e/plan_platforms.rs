@@ -3,7 +3,6 @@
 
 use autopilot_api::platform;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Config, Responder};
 
 use crate::support::*;
@@ -15,15 +14,13 @@ fn foreign_platform() -> &'static str {
 
 #[tokio::test]
 async fn each_node_is_sent_only_the_url_of_its_own_platform() {
-    let cluster = ClusterBuilder::new("plan-platforms")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-platforms")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     let current = platform::current();
@@ -47,10 +44,8 @@ async fn each_node_is_sent_only_the_url_of_its_own_platform() {
 
 #[tokio::test]
 async fn a_plan_without_the_nodes_platform_ends_in_missing_platform() {
-    let cluster =
-        ClusterBuilder::new("plan-platforms-missing").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-platforms-missing").controllers(1).start().await.unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     let mut update = k0s_update(Some(static_nodes(&["controller-0"], 1)), None);

@@ -27,7 +27,7 @@ use autopilot_api::v1beta2::{
     CheckStatus, Plan, PlanCommand, PlanCommandPreflight, PlanStateType, PreflightCheckStatus,
     TargetState,
 };
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -86,16 +86,14 @@ async fn preflight_checks_gate_the_update_with_real_agents() {
     let (v2_bytes, sha) = v2_build();
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
-    let cluster = ClusterBuilder::new("plan-preflight")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers_running =
-        start_workers_with_agents(&cluster, &["worker-0", "worker-1"]).await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers: workers_running } =
+        FleetBuilder::new("plan-preflight")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let (w0, w1) = (&workers_running[0], &workers_running[1]);
     allow_list(
         w1,
@@ -469,16 +467,14 @@ async fn scheduler_checks_run_a_pod_on_each_node() {
     let (v2_bytes, sha) = v2_build();
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
-    let cluster = ClusterBuilder::new("plan-preflight-pods")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers_running =
-        start_workers_with_agents(&cluster, &["worker-0", "worker-1"]).await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers: workers_running } =
+        FleetBuilder::new("plan-preflight-pods")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let (w0, w1) = (&workers_running[0], &workers_running[1]);
     let _kubelets = integration::kubelet::PodRunner::start(
         client.clone(),

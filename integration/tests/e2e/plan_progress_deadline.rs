@@ -11,7 +11,7 @@
 use autopilot_api::signal::{self, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::responder::{Behaviour, Config, Responder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -24,16 +24,14 @@ const DEADLINE: &str = "5s";
 
 #[tokio::test]
 async fn a_worker_stuck_after_its_drain_fails_and_is_uncordoned() {
-    let cluster = ClusterBuilder::new("progress-worker")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers =
-        start_controllers(&cluster, 1, &["--node-progress-timeout", DEADLINE]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("progress-worker")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .controller_args(&["--node-progress-timeout", DEADLINE])
+            .start()
+            .await
+            .unwrap();
     let config = Config::new().default_behaviour(Behaviour::Hold);
     let _responder = Responder::start(client.clone(), config).await.unwrap();
 
@@ -85,10 +83,13 @@ async fn a_worker_stuck_after_its_drain_fails_and_is_uncordoned() {
 
 #[tokio::test]
 async fn a_controller_that_never_answers_does_not_hold_the_plan() {
-    let cluster = ClusterBuilder::new("progress-controller").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers =
-        start_controllers(&cluster, 1, &["--node-progress-timeout", DEADLINE]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("progress-controller")
+            .controllers(1)
+            .controller_args(&["--node-progress-timeout", DEADLINE])
+            .start()
+            .await
+            .unwrap();
     let config = Config::new().default_behaviour(Behaviour::Hold);
     let _responder = Responder::start(client.clone(), config).await.unwrap();
 

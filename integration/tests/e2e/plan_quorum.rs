@@ -3,7 +3,6 @@
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Config, ObjectKind, ObjectRef, Responder};
 
 use crate::support::*;
@@ -12,9 +11,13 @@ const CONTROLLERS: [&str; 3] = ["controller-0", "controller-1", "controller-2"];
 
 #[tokio::test]
 async fn three_controllers_are_updated_one_at_a_time_and_the_plan_completes() {
-    let cluster = ClusterBuilder::new("plan-quorum").controllers(3).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 3, FAST_ELECTION).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-quorum")
+            .controllers(3)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     let update = k0s_update(Some(static_nodes(&CONTROLLERS, 1)), None);

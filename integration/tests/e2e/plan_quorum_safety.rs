@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Config, ObjectKind, Responder};
 
 use crate::support::*;
@@ -30,9 +29,13 @@ fn is_holding(state: PlanStateType) -> bool {
 
 #[tokio::test]
 async fn a_plan_holds_while_a_controller_is_down_and_completes_when_it_returns() {
-    let cluster = ClusterBuilder::new("plan-quorum-safety").controllers(3).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut controllers = start_controllers(&cluster, 3, FAST_ELECTION).await.unwrap();
+    let Fleet { cluster, client, mut controllers, workers: _workers } =
+        FleetBuilder::new("plan-quorum-safety")
+            .controllers(3)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     // "Stopping a controller" stops its k0s and its API server (DESIGN §8).
@@ -92,12 +95,16 @@ async fn a_plan_holds_while_a_controller_is_down_and_completes_when_it_returns()
 
 #[tokio::test]
 async fn a_controller_down_past_the_readiness_grace_ends_the_plan_in_inconsistent_targets() {
-    let cluster = ClusterBuilder::new("plan-quorum-grace").controllers(3).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
     let grace = format!("{GRACE_SECS}s");
     let flags: Vec<&str> =
         FAST_ELECTION.iter().copied().chain(["--readiness-grace", grace.as_str()]).collect();
-    let controllers = start_controllers(&cluster, 3, &flags).await.unwrap();
+    let Fleet { cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("plan-quorum-grace")
+            .controllers(3)
+            .controller_args(&flags)
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     controllers[1].stop(Duration::from_secs(20)).await.unwrap();

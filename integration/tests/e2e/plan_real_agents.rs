@@ -16,7 +16,7 @@ use std::time::Duration;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::{FileServer, Serve};
 use integration::signals::SignalRecorder;
-use integration::{ClusterBuilder, run_k0s_binary, wait_for};
+use integration::{run_k0s_binary, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -44,9 +44,14 @@ fn signals_per_object(recorder: &SignalRecorder) -> Vec<(String, usize)> {
 async fn quorum_safety_with_real_agents() {
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
-    let cluster = ClusterBuilder::new("real-quorum-safety").controllers(3).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut controllers = start_controllers_with_agents(&cluster, 3, FAST_ELECTION).await.unwrap();
+    let Fleet { cluster, client, mut controllers, workers: _workers } =
+        FleetBuilder::new("real-quorum-safety")
+            .controllers(3)
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
     // "Stopping a controller" stops its k0s and its API server (DESIGN §8).
@@ -101,15 +106,15 @@ async fn leader_killed_while_a_worker_downloads_the_new_leader_finishes() {
         .await
         .unwrap();
     let workers = ["worker-0", "worker-1"];
-    let cluster = ClusterBuilder::new("real-failover")
-        .controllers(2)
-        .workers(&workers)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut controllers = start_controllers_with_agents(&cluster, 2, FAST_ELECTION).await.unwrap();
-    let worker_processes = start_workers_with_agents(&cluster, &workers).await.unwrap();
+    let Fleet { cluster: _cluster, client, mut controllers, workers: worker_processes } =
+        FleetBuilder::new("real-failover")
+            .controllers(2)
+            .workers(&workers)
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
     let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&workers, 1)));
@@ -160,15 +165,14 @@ async fn only_the_selected_workers_update() {
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
     let workers = ["worker-0", "worker-1", "worker-2"];
-    let cluster = ClusterBuilder::new("real-selector")
-        .controllers(1)
-        .workers(&workers)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let worker_processes = start_workers_with_agents(&cluster, &workers).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: worker_processes } =
+        FleetBuilder::new("real-selector")
+            .controllers(1)
+            .workers(&workers)
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     for name in ["worker-0", "worker-2"] {
         let patch = json!({ "metadata": { "labels": { "pool": "blue" } } });
@@ -196,15 +200,14 @@ async fn only_the_selected_workers_update() {
 async fn a_new_run_with_the_previous_version_rolls_a_worker_back() {
     let (v2, v2_sha) = v2_build();
     let v2_server = FileServer::start(v2).await.unwrap();
-    let cluster = ClusterBuilder::new("real-rollback")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("real-rollback")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let worker = &workers[0];
     let v1 = version_on_disk(worker);
     let v1_bytes = std::fs::read(worker.binary_path()).unwrap();

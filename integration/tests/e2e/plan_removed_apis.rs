@@ -4,7 +4,7 @@
 
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::responder::{Config, ObjectRef, Responder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
@@ -82,9 +82,8 @@ fn update_to_removed_version(force: bool) -> autopilot_api::v1beta2::PlanCommand
 
 #[tokio::test]
 async fn a_plan_to_a_version_that_removed_an_api_in_use_ends_in_warning() {
-    let cluster = ClusterBuilder::new("plan-removed-apis").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-removed-apis").controllers(1).start().await.unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
     install_removed_crd_with_one_object(&client).await.unwrap();
 
@@ -111,9 +110,8 @@ async fn a_plan_to_a_version_that_removed_an_api_in_use_ends_in_warning() {
 
 #[tokio::test]
 async fn a_forced_plan_skips_the_removed_api_check_and_runs() {
-    let cluster = ClusterBuilder::new("plan-removed-forced").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-removed-forced").controllers(1).start().await.unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
     install_removed_crd_with_one_object(&client).await.unwrap();
 

@@ -5,7 +5,6 @@
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -21,15 +20,13 @@ fn has_condition(plan: &Plan, type_: &str) -> bool {
 
 #[tokio::test]
 async fn a_spec_edit_waits_for_the_run_to_end_and_then_starts_a_new_run() {
-    let cluster = ClusterBuilder::new("plan-reruns")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-reruns")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .start()
+            .await
+            .unwrap();
     let release = Release::new();
     let config = Config::new().node("worker-0", Behaviour::CompleteAfter(release.clone()));
     let responder = Responder::start(client.clone(), config).await.unwrap();

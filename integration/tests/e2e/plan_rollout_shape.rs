@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Concurrency, PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Behaviour, Config, Event, ObjectKind, ObjectRef, Release, Responder};
 
 use crate::support::*;
@@ -28,15 +27,13 @@ const SOAK_SPEC: &str = "5s";
 #[tokio::test]
 async fn half_the_workers_go_at_once_and_a_canary_goes_first_soaks_and_stops_the_plan_if_it_fails()
 {
-    let cluster = ClusterBuilder::new("plan-rollout-shape")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-rollout-shape")
+            .controllers(1)
+            .workers(&WORKERS)
+            .start()
+            .await
+            .unwrap();
 
     fifty_percent_of_four_workers_puts_exactly_two_in_flight(&client).await.unwrap();
     delete_plan(&client).await;

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 
 use autopilot_api::v1beta2::{ControlNode, PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Config, ObjectRef, Responder};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -20,15 +19,13 @@ fn label(key: &str, value: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn labels_and_fields_select_exactly_the_matching_controller_and_worker() {
-    let cluster = ClusterBuilder::new("plan-selector")
-        .controllers(2)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 2, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0", "worker-1"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-selector")
+            .controllers(2)
+            .workers(&["worker-0", "worker-1"])
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     // controller-0 and worker-1 carry foo=bar. Decoys: controller-1 carries the label too
@@ -65,15 +62,13 @@ async fn labels_and_fields_select_exactly_the_matching_controller_and_worker() {
 
 #[tokio::test]
 async fn an_unparseable_selector_ends_the_plan_in_incomplete_targets_and_signals_nobody() {
-    let cluster = ClusterBuilder::new("plan-selector-bad")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-selector-bad")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     // An unterminated set expression: k0s would treat it as "everything".

@@ -8,7 +8,6 @@ use std::time::Duration;
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -18,9 +17,8 @@ use crate::support::*;
 
 #[tokio::test]
 async fn a_static_target_without_an_object_ends_the_plan_in_incomplete_targets() {
-    let cluster = ClusterBuilder::new("plan-targets-missing").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-targets-missing").controllers(1).start().await.unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     let update = k0s_update(Some(static_nodes(&["controller-0", "controller-9"], 1)), None);
@@ -40,15 +38,13 @@ async fn a_static_target_without_an_object_ends_the_plan_in_incomplete_targets()
 #[tokio::test]
 async fn a_worker_node_deleted_during_the_run_ends_the_plan_in_missing_signal_node() {
     let workers = ["worker-0", "worker-1", "worker-2"];
-    let cluster = ClusterBuilder::new("plan-targets-deleted")
-        .controllers(1)
-        .workers(&workers)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let processes = start_workers(&cluster, &workers).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: processes } =
+        FleetBuilder::new("plan-targets-deleted")
+            .controllers(1)
+            .workers(&workers)
+            .start()
+            .await
+            .unwrap();
     // worker-0 (first by name) reports Downloading and then waits for the test, so the run
     // stays in flight.
     let release = Release::new();
@@ -102,16 +98,14 @@ async fn a_worker_node_deleted_during_the_run_ends_the_plan_in_missing_signal_no
 
 #[tokio::test]
 async fn a_plan_targeting_an_excluded_node_kind_ends_in_restricted() {
-    let cluster = ClusterBuilder::new("plan-targets-restricted")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers =
-        start_controllers(&cluster, 1, &["--exclude-from-plans", "worker"]).await.unwrap();
-    let _workers = start_workers(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-targets-restricted")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .controller_args(&["--exclude-from-plans", "worker"])
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     let update = k0s_update(None, Some(static_nodes(&["worker-0"], 1)));
@@ -128,9 +122,8 @@ async fn a_plan_targeting_an_excluded_node_kind_ends_in_restricted() {
 
 #[tokio::test]
 async fn a_plan_not_named_autopilot_is_left_alone_with_an_ignored_condition() {
-    let cluster = ClusterBuilder::new("plan-targets-other").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-targets-other").controllers(1).start().await.unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
 
     let update = k0s_update(Some(static_nodes(&["controller-0"], 1)), None);

@@ -19,7 +19,6 @@ use autopilot_api::v1beta2::{
     Concurrency, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandTargetLimits, PlanStateType,
 };
 use futures::StreamExt;
-use integration::ClusterBuilder;
 use integration::responder::{Config, Responder};
 use kube::Api;
 use kube::api::PostParams;
@@ -34,15 +33,13 @@ const API_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn plans_no_node_could_run_are_refused_up_front_with_the_field_named() {
-    let cluster = ClusterBuilder::new("plan-validation")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-validation")
+            .controllers(1)
+            .workers(&WORKERS)
+            .start()
+            .await
+            .unwrap();
     let responder = Responder::start(client.clone(), Config::new()).await.unwrap();
     let platform = autopilot_api::platform::current();
 

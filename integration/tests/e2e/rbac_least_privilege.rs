@@ -7,7 +7,7 @@
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -56,17 +56,15 @@ fn secret(name: &str) -> Secret {
 
 #[tokio::test]
 async fn workers_and_controllers_are_limited_to_what_autopilot_needs() {
-    let cluster = ClusterBuilder::new("rbac-least-privilege")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let admin = cluster.admin_client().await.unwrap();
     // The controller installs the CRDs and registers its ControlNode with its own restricted
     // identity; the workers register their Nodes with theirs.
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster, client: admin, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("rbac-least-privilege")
+            .controllers(1)
+            .workers(&WORKERS)
+            .start()
+            .await
+            .unwrap();
     let control_nodes: Api<ControlNode> = Api::all(admin.clone());
     wait_for(STARTUP, "ControlNode controller-0", || async {
         Ok(control_nodes.get_opt("controller-0").await?)

@@ -15,7 +15,7 @@ use autopilot_api::v1beta2::{
 };
 use futures::StreamExt as _;
 use integration::responder::{Event, Log, ObjectKind, ObjectRef};
-use integration::{Cluster, K0sProcess, wait_for};
+use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
@@ -403,13 +403,8 @@ pub async fn start_controllers_with_agents(
     Ok(controllers)
 }
 
-/// Starts the workers `names` (real update agents off: the responder answers) and waits
+/// Starts the workers `names` with their real update agents on (real updates) and waits
 /// until each Node is Ready.
-pub async fn start_workers(cluster: &Cluster, names: &[&str]) -> anyhow::Result<Vec<K0sProcess>> {
-    start_workers_with(cluster, names, &[NO_AGENT]).await
-}
-
-/// Like [`start_workers`], with the real update agents on (real updates).
 pub async fn start_workers_with_agents(
     cluster: &Cluster,
     names: &[&str],
@@ -417,6 +412,7 @@ pub async fn start_workers_with_agents(
     start_workers_with(cluster, names, &[]).await
 }
 
+/// Starts the workers `names` with `extra` flags and waits until each Node is Ready.
 pub async fn start_workers_with(
     cluster: &Cluster,
     names: &[&str],
@@ -428,6 +424,124 @@ pub async fn start_workers_with(
     }
     wait_nodes_ready(&cluster.admin_client().await?, names).await?;
     Ok(workers)
+}
+
+/// Whether the nodes of a [`Fleet`] run their real update agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agents {
+    /// Real updates: every node's update agent is on ([`start_controllers_with_agents`],
+    /// [`start_workers_with_agents`]).
+    Real,
+    /// Every node runs with [`NO_AGENT`] and the test's responder plays the agents
+    /// ([`start_controllers`]; the workers get the same flag).
+    None,
+}
+
+/// The prologue most scenarios share, started: a cluster, an admin client, its controllers
+/// (each ControlNode registered, a leader elected), then its workers (each Node Ready).
+///
+/// `FleetBuilder::new(name).controllers(3).workers(&W).agents(Agents::Real)
+/// .controller_args(FAST_ELECTION).start()` does, in this order,
+/// `ClusterBuilder::new(name).controllers(3).workers(&W).build()`, `cluster.admin_client()`,
+/// `start_controllers_with_agents(&cluster, 3, FAST_ELECTION)` and
+/// `start_workers_with_agents(&cluster, &W)`.
+///
+/// Bind every field when destructuring (`controllers: _controllers`, not `..` or `_`): a
+/// field left in the temporary is dropped at the end of the `let`, and dropping a
+/// [`K0sProcess`] or the [`Cluster`] kills the processes.
+pub struct Fleet {
+    /// The cluster (etcd and the API servers).
+    pub cluster: Cluster,
+    /// An admin client of API server 0.
+    pub client: kube::Client,
+    /// The controllers, `controller-<i>` at index `i`.
+    pub controllers: Vec<K0sProcess>,
+    /// The workers, in the order named (empty without workers).
+    pub workers: Vec<K0sProcess>,
+}
+
+/// Configures a [`Fleet`]; nothing starts before [`FleetBuilder::start`].
+#[derive(Debug, Clone)]
+#[must_use = "a FleetBuilder starts nothing until `start`"]
+pub struct FleetBuilder {
+    name: String,
+    controllers: usize,
+    workers: Vec<String>,
+    agents: Agents,
+    controller_args: Vec<String>,
+    worker_args: Vec<String>,
+}
+
+impl FleetBuilder {
+    /// A fleet for the test `name`: one controller, no workers, agents off ([`Agents::None`]),
+    /// no extra flags.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            controllers: 1,
+            workers: Vec::new(),
+            agents: Agents::None,
+            controller_args: Vec::new(),
+            worker_args: Vec::new(),
+        }
+    }
+
+    /// How many controllers the cluster has and the fleet starts (default 1).
+    pub fn controllers(mut self, count: usize) -> Self {
+        self.controllers = count;
+        self
+    }
+
+    /// The workers the cluster has and the fleet starts, in this order (default none).
+    pub fn workers(mut self, names: &[&str]) -> Self {
+        self.workers = names.iter().map(|name| (*name).to_owned()).collect();
+        self
+    }
+
+    /// Whether the nodes run their real update agents (default [`Agents::None`]).
+    pub fn agents(mut self, agents: Agents) -> Self {
+        self.agents = agents;
+        self
+    }
+
+    /// Extra flags for every controller (e.g. [`FAST_ELECTION`]), before [`NO_AGENT`].
+    pub fn controller_args(mut self, args: &[&str]) -> Self {
+        self.controller_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self
+    }
+
+    /// Extra flags for every worker, before [`NO_AGENT`].
+    pub fn worker_args(mut self, args: &[&str]) -> Self {
+        self.worker_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self
+    }
+
+    /// Builds the cluster, then starts the controllers and waits for them, then the workers
+    /// and waits for them.
+    pub async fn start(self) -> anyhow::Result<Fleet> {
+        let Self { name, controllers: count, workers: names, agents, controller_args, worker_args } =
+            self;
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let cluster = ClusterBuilder::new(name).controllers(count).workers(&names).build().await?;
+        let client = cluster.admin_client().await?;
+        let controller_args: Vec<&str> = controller_args.iter().map(String::as_str).collect();
+        let controllers = match agents {
+            Agents::Real => {
+                start_controllers_with_agents(&cluster, count, &controller_args).await?
+            }
+            Agents::None => start_controllers(&cluster, count, &controller_args).await?,
+        };
+        let workers = if names.is_empty() {
+            Vec::new()
+        } else {
+            let mut args: Vec<&str> = worker_args.iter().map(String::as_str).collect();
+            if agents == Agents::None {
+                args.push(NO_AGENT);
+            }
+            start_workers_with(&cluster, &names, &args).await?
+        };
+        Ok(Fleet { cluster, client, controllers, workers })
+    }
 }
 
 /// Waits until each named Node exists and is Ready.

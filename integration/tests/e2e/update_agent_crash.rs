@@ -12,7 +12,7 @@ use std::time::Duration;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 
 use crate::support::*;
 
@@ -61,15 +61,15 @@ async fn a_worker_killed_during_the_download_completes_after_a_restart() {
         .await
         .unwrap();
 
-    let cluster = ClusterBuilder::new("update-crash-download")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut worker = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap().remove(0);
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-crash-download")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let mut worker = workers.remove(0);
     let v1 = binary_version(worker.binary_path());
     let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
     assert_ne!(v1, V2);
@@ -109,15 +109,15 @@ async fn a_worker_killed_during_the_download_completes_after_a_restart() {
 async fn a_worker_killed_right_after_the_swap_completes_after_a_restart() {
     let (v2_bytes, v2_sha) = v2_build();
     let server = FileServer::start(v2_bytes).await.unwrap();
-    let cluster = ClusterBuilder::new("update-crash-swap")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut worker = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap().remove(0);
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-crash-swap")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let mut worker = workers.remove(0);
     let v1 = binary_version(worker.binary_path());
     assert_ne!(v1, V2);
     let v1_inode = std::fs::metadata(worker.binary_path()).unwrap().ino();

@@ -11,7 +11,7 @@ use autopilot_api::v1beta2::{
     ControlNode, PlanCommand, PlanCommandAirgapUpdate, PlanResourceUrl, PlanStateType, TargetState,
 };
 use autopilot_signal::status::Report;
-use integration::{ClusterBuilder, K0sProcess, run_k0s, wait_for};
+use integration::{K0sProcess, run_k0s, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt as _};
 
@@ -33,16 +33,15 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
     let bundle_sha = sha256_hex(&bundle);
     let bundle_server = integration::http::FileServer::start(bundle).await.unwrap();
 
-    let cluster = ClusterBuilder::new("update-airgap")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let controllers =
-        start_controllers_with_agents(&cluster, 1, &["--enable-worker"]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers } =
+        FleetBuilder::new("update-airgap")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .controller_args(&["--enable-worker"])
+            .start()
+            .await
+            .unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     wait_for(STARTUP, "the controller+worker's Node Ready", || async {
         Ok(nodes.get_opt("controller-0").await?.filter(is_ready).map(|_| ()))

@@ -15,7 +15,7 @@ use autopilot_api::v1beta2::{ControlNode, PlanCommandK0sUpdate, PlanStateType, T
 use integration::http::FileServer;
 use integration::kubelet::FakeKubelet;
 use integration::signals::{ObjectKind, SignalRecorder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -46,11 +46,15 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
 
-    let cluster =
-        ClusterBuilder::new("update-controller-workers").controllers(3).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
     let flags: Vec<&str> = FAST_ELECTION.iter().copied().chain(["--enable-worker"]).collect();
-    let controllers = start_controllers_with_agents(&cluster, 3, &flags).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("update-controller-workers")
+            .controllers(3)
+            .agents(Agents::Real)
+            .controller_args(&flags)
+            .start()
+            .await
+            .unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     for name in CONTROLLERS {
         wait_for(STARTUP, &format!("Node {name} Ready"), || async {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use autopilot_api::v1beta2::{ControlNode, PlanStateType, TargetState};
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use kube::Api;
 
 use crate::support::*;
@@ -17,15 +17,15 @@ async fn controllers_then_a_worker_update_to_v2_one_at_a_time() {
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
 
-    let cluster = ClusterBuilder::new("update-controllers")
-        .controllers(2)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let controllers = start_controllers_with_agents(&cluster, 2, FAST_ELECTION).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers } =
+        FleetBuilder::new("update-controllers")
+            .controllers(2)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
     let pids: Vec<u32> = controllers.iter().map(K0sProcess::pid).collect();
 
     let update = update_to(

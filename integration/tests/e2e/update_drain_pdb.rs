@@ -15,7 +15,7 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::FileServer;
 use integration::kubelet::FakeKubelet;
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
@@ -33,15 +33,14 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
     let server = FileServer::start(v2_bytes).await.unwrap();
 
     let names = ["worker-0", "worker-1"];
-    let cluster = ClusterBuilder::new("update-drain-pdb")
-        .controllers(1)
-        .workers(&names)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &names).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-drain-pdb")
+            .controllers(1)
+            .workers(&names)
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let _kubelet = FakeKubelet::start(client.clone(), &names);
     let pids: Vec<u32> = workers.iter().map(|w| w.pid()).collect();
     let v1 = binary_version(workers[0].binary_path());

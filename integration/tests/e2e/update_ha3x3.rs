@@ -12,7 +12,7 @@ use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{ControlNode, PlanStateType, TargetState};
 use integration::signals::{ObjectKind, Seen, SignalRecorder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt as _};
 
@@ -35,11 +35,15 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
     let (v2, sha) = v2_build();
     let server = integration::http::FileServer::start(v2).await.unwrap();
 
-    let cluster =
-        ClusterBuilder::new("update-ha3x3").controllers(3).workers(&WORKERS).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let controllers = start_controllers_with_agents(&cluster, 3, FAST_ELECTION).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &WORKERS).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers } =
+        FleetBuilder::new("update-ha3x3")
+            .controllers(3)
+            .workers(&WORKERS)
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
     let update = update_to(

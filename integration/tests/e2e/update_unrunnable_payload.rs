@@ -15,8 +15,8 @@
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
+use integration::K0sProcess;
 use integration::http::FileServer;
-use integration::{ClusterBuilder, K0sProcess};
 
 use crate::support::*;
 
@@ -66,15 +66,14 @@ async fn fails(
 
 #[tokio::test]
 async fn payloads_that_verify_but_do_not_run_are_refused_before_the_node_is_cordoned() {
-    let cluster = ClusterBuilder::new("update-unrunnable")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-unrunnable")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let worker = &workers[0];
     let v1 = binary_version(worker.binary_path());
     assert_ne!(v1, V2);

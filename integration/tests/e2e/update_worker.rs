@@ -10,7 +10,7 @@ use std::time::Duration;
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::{ClusterBuilder, run_k0s_binary, wait_for};
+use integration::{run_k0s_binary, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
@@ -22,15 +22,14 @@ async fn a_worker_updates_to_v2_and_runs_it() {
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
 
-    let cluster = ClusterBuilder::new("update-worker")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-worker")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let worker = &workers[0];
     let pid = worker.pid();
     let v1 = run_k0s_binary(worker.binary_path(), &["version"], Duration::from_secs(30)).unwrap();
@@ -77,16 +76,15 @@ use kube::ResourceExt as _;
 async fn with_restart_exit_the_worker_exits_and_its_supervisor_starts_v2() {
     let (v2_bytes, sha) = v2_build();
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
-    let cluster = ClusterBuilder::new("update-worker-exit")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut workers =
-        start_workers_with(&cluster, &["worker-0"], &["--restart", "exit"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-worker-exit")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .worker_args(&["--restart", "exit"])
+            .start()
+            .await
+            .unwrap();
     let worker = &mut workers[0];
 
     let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&["worker-0"], 1)));
