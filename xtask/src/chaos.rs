@@ -1,10 +1,10 @@
 //! `cargo xtask chaos leader|agent --kills N` and `cargo xtask chaos control-plane`: the
-//! fault campaigns of
-//! `integration/tests/chaos.rs` at full size. Each round of the campaign is a v1<->v2 update
-//! of 3 controllers and 6 workers with real agents during which one process is SIGKILLed
-//! (the leader, or the node in a chosen phase) and restarted; the campaign fails on any
-//! broken invariant and prints the kills survived and the worst delay a kill added. The
-//! default test run does the same with 2 kills each (the smoke).
+//! fault campaigns of `integration/tests/e2e/chaos.rs` (the tests `chaos::*` of the `e2e`
+//! test binary) at full size. Each round of the campaign is a v1<->v2 update of 3 controllers
+//! and 6 workers with real agents during which one process is SIGKILLed (the leader, or the
+//! node in a chosen phase) and restarted; the campaign fails on any broken invariant and prints
+//! the kills survived and the worst delay a kill added. The default test run does the same with
+//! 2 kills each (the smoke).
 
 use std::process::Command;
 
@@ -48,17 +48,18 @@ enum Campaign {
 
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // The test's full name in the `e2e` test binary (`<scenario module>::<test>`).
     let (test, kills, seed) = match args.campaign {
-        Campaign::Leader { kills, seed } => ("leader_kills", kills, seed),
-        Campaign::Agent { kills, seed } => ("agent_kills", kills, seed),
-        Campaign::ControlPlane => ("control_plane_restarts", 2, None),
+        Campaign::Leader { kills, seed } => ("chaos::leader_kills", kills, seed),
+        Campaign::Agent { kills, seed } => ("chaos::agent_kills", kills, seed),
+        Campaign::ControlPlane => ("chaos::control_plane_restarts", 2, None),
     };
     integration::control_plane::ensure_built()?;
     let k0s = crate::test::build_k0s()?;
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command
         .current_dir(crate::workspace_root())
-        .args(["test", "--locked", "-p", "integration", "--test", "chaos", "--", "--exact"])
+        .args(["test", "--locked", "-p", "integration", "--test", "e2e", "--", "--exact"])
         .args([test, "--nocapture"])
         .env("K0S_BIN", &k0s)
         .env("K0S_CHAOS_KILLS", kills.to_string());

@@ -15,7 +15,9 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     test_threads: usize,
 
-    /// Extra arguments passed to `cargo test` before `--` (e.g. `-p integration --test cli`).
+    /// Extra arguments passed to `cargo test` before `--` (e.g. `-p integration --test e2e
+    /// plan_quorum`: the scenarios whose test names contain `plan_quorum`, as every end-to-end
+    /// scenario is a module of the one test binary `e2e`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     cargo_args: Vec<String>,
 }

@@ -1,0 +1,176 @@
+//! Plan processing resumes promptly after an API-server outage (issue 11): once an API server
+//! the leader uses answers again, the plan moves within [`RESUME`].
+//!
+//! 1. Three controllers, two workers: the leader's own API server is stopped for 20 s while
+//!    a Plan is created through another one. The leader keeps its lease (lease longer than
+//!    the outage), so nobody handles the Plan until its API server is back; the Plan must
+//!    get its first status within [`RESUME`] of that server being ready.
+//! 2. One controller, four workers with real agents, `concurrent: 1`: every API server (the
+//!    only one) is stopped for 15 s the moment the first worker reports `Downloading`, so its
+//!    next reports fail during the outage; the plan must move again (that worker completed)
+//!    within [`RESUME`] of the server being ready, and then complete.
+
+use std::time::{Duration, Instant};
+
+use autopilot_api::signal::SignalPhase;
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
+use futures::StreamExt as _;
+use integration::ClusterBuilder;
+use integration::http::FileServer;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::runtime::watcher;
+
+use crate::support::*;
+
+/// The promise: plan processing resumes this soon after the API server is ready again.
+const RESUME: Duration = Duration::from_secs(10);
+
+/// Election timings under which the leader keeps its lease through the outage: nobody else
+/// may take the plan over meanwhile. The lease outlasts more than the 20 s: a graceful stop
+/// refuses new connections (lease renewals) while it drains the open watches, and the lease
+/// library retries a failed renewal with a backoff of up to 30 s.
+const LONG_LEASE: &[&str] =
+    &["--lease-duration", "180s", "--renew-deadline", "15s", "--retry-period", "1s"];
+
+#[tokio::test]
+async fn a_plan_created_while_the_leaders_api_server_is_down_starts_when_it_is_back() {
+    const WORKERS: [&str; 2] = ["worker-0", "worker-1"];
+    const OUTAGE: Duration = Duration::from_secs(20);
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-api-outage-leader")
+            .controllers(3)
+            .workers(&WORKERS)
+            .controller_args(LONG_LEASE)
+            .start()
+            .await
+            .unwrap();
+
+    let identity = leader_identity(&client).await.unwrap().expect("a leader");
+    let leading = leader(&client).await.unwrap().expect("a leader index");
+    let other = (leading + 1) % 3;
+    let other_client = cluster.admin_client_at(other).await.unwrap();
+    eprintln!("leader {identity} uses API server {leading}; the plan goes through {other}");
+
+    cluster.stop_apiserver(leading).await.unwrap();
+    let down = Instant::now();
+    let update = k0s_update(None, Some(static_nodes(&WORKERS, 1)));
+    create_plan(&other_client, &plan("autopilot", "outage-leader", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    // The outage itself is what is tested: nothing to wait for but the clock.
+    tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
+    let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(other_client.clone());
+    let before = plans.get("autopilot").await.unwrap();
+    assert!(
+        before.status.is_none(),
+        "the plan was handled while the leader's API server was down (leadership moved?):\n{}",
+        status_yaml(&before)
+    );
+    assert_eq!(
+        leader_identity(&other_client).await.unwrap().as_deref(),
+        Some(identity.as_str()),
+        "the leader kept its lease through the outage"
+    );
+
+    cluster.start_apiserver(leading).await.unwrap();
+    let back = Instant::now();
+    let started = wait_plan(&other_client, "autopilot", PLAN_TIMEOUT, "a first status", |p| {
+        p.status.is_some()
+    })
+    .await
+    .unwrap();
+    let resumed = back.elapsed();
+    assert_eq!(
+        leader_identity(&other_client).await.unwrap().as_deref(),
+        Some(identity.as_str()),
+        "the status was written by the leader that kept its lease, not after a failover"
+    );
+    eprintln!(
+        "the plan got its first status {resumed:?} after the leader's API server was ready \
+         again (state {})",
+        state(&started)
+    );
+    assert!(
+        resumed <= RESUME,
+        "the plan got its first status {resumed:?} after the API server was ready; at most \
+         {RESUME:?} allowed"
+    );
+}
+
+#[tokio::test]
+async fn a_plan_interrupted_by_an_outage_of_every_api_server_moves_on_when_it_is_back() {
+    const WORKERS: [&str; 4] = ["worker-0", "worker-1", "worker-2", "worker-3"];
+    const OUTAGE: Duration = Duration::from_secs(15);
+    let (v2, sha) = v2_build();
+    let server = FileServer::start(v2).await.unwrap();
+    let cluster = ClusterBuilder::new("plan-api-outage-all")
+        .controllers(1)
+        .workers(&WORKERS)
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let _workers = start_workers_with_agents(&cluster, &WORKERS).await.unwrap();
+
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 1)));
+    create_plan(&client, &plan("autopilot", "outage-all", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    // Stop the API server the moment the first worker (by name) starts downloading: its next
+    // reports fall into the outage and must go out once the server is back.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut stream = std::pin::pin!(watcher::watch_object(nodes, WORKERS[0]));
+    let deadline = tokio::time::Instant::now() + PLAN_TIMEOUT;
+    loop {
+        let next = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .expect("the first worker starts downloading in time");
+        let Some(Ok(Some(node))) = next else { continue };
+        let signal = autopilot_api::signal::from_meta(&node.metadata).ok().flatten();
+        if signal.and_then(|s| s.phase()) == Some(SignalPhase::Downloading) {
+            break;
+        }
+    }
+
+    let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(client.clone());
+    let at_stop = plans.get("autopilot").await.unwrap();
+    let completed_at_stop = count_targets(&at_stop, TargetState::SignalCompleted);
+    assert!(
+        completed_at_stop < WORKERS.len(),
+        "the plan must still be running when the API server stops:\n{}",
+        status_yaml(&at_stop)
+    );
+    cluster.stop_apiserver(0).await.unwrap();
+    // The outage itself is what is tested: nothing to wait for but the clock.
+    tokio::time::sleep(OUTAGE).await;
+    cluster.start_apiserver(0).await.unwrap();
+    let back = Instant::now();
+
+    let client = cluster.admin_client().await.unwrap();
+    // Progress: one more worker completed than when the API server stopped (the one in
+    // flight, which finished its update or reports it once its API server is back).
+    let moved = wait_plan(&client, "autopilot", PLAN_TIMEOUT, "one more worker completed", |p| {
+        count_targets(p, TargetState::SignalCompleted) > completed_at_stop
+            || state(p) == PlanStateType::Completed
+    })
+    .await
+    .unwrap();
+    let resumed = back.elapsed();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    let completed = back.elapsed();
+    eprintln!(
+        "the plan moved {resumed:?} after the API server was ready again ({} of {} workers \
+         completed then) and completed {completed:?} after it",
+        count_targets(&moved, TargetState::SignalCompleted),
+        WORKERS.len()
+    );
+    for worker in WORKERS {
+        assert_eq!(target(&done, 0, worker).state, TargetState::SignalCompleted);
+    }
+    assert!(
+        resumed <= RESUME,
+        "the plan moved {resumed:?} after the API server was ready; at most {RESUME:?} allowed"
+    );
+}

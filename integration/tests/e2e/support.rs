@@ -1,0 +1,861 @@
+//! Helpers shared by the `plan_*` scenarios: building plans, starting nodes and waiting on
+//! plan states with deadlines (printing the plan status when a wait fails).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use autopilot_api::keys;
+use autopilot_api::signal::{self, SignalData, SignalPhase};
+use autopilot_api::v1beta2::{
+    Concurrency, ControlNode, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
+    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
+    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
+    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanStateType, TargetState, TargetStatus,
+};
+use futures::StreamExt as _;
+use integration::responder::{Event, Log, ObjectKind, ObjectRef};
+use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
+
+/// How long nodes get to start and register (apiservers are already up).
+pub const STARTUP: Duration = Duration::from_secs(60);
+
+/// How long a plan gets to reach the state a scenario expects.
+pub const PLAN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Fast election timings, so a failover takes seconds (as in `controller_startup.rs`).
+pub const FAST_ELECTION: &[&str] =
+    &["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
+
+/// The version forced updates go to. The responder plays the nodes, so nothing checks it;
+/// like k0s' own scenarios (`v0.0.0` + `forceupdate`), forcing keeps the removed-API check
+/// out of scenarios that are not about it.
+pub const FORCED_VERSION: &str = "v0.0.0";
+
+/// A version newer than every API removal the cluster could hit (the control plane serves
+/// Kubernetes 1.35, which no longer serves any API in the removed-API table below v99).
+pub const PLAIN_VERSION: &str = "v1.35.0+k0s.0";
+
+/// The download URL of `platform` in every plan: never fetched (the responder plays the
+/// nodes), but unique per platform so tests can tell which one a node was given.
+pub fn url(platform: &str) -> String {
+    format!("http://127.0.0.1:9/k0s/{platform}/k0s")
+}
+
+/// The sha256 every plan of the responder scenarios names. Nothing is downloaded (the
+/// responder plays the nodes), but the controller refuses a plain-http payload without a
+/// digest (DESIGN §11), so these plans carry one.
+pub const PLACEHOLDER_SHA256: &str =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// `platforms` with only this machine's platform.
+pub fn current_platforms() -> BTreeMap<String, PlanResourceUrl> {
+    platforms(&[&autopilot_api::platform::current()])
+}
+
+/// `platforms` with one entry per name, each with its own [`url`].
+pub fn platforms(names: &[&str]) -> BTreeMap<String, PlanResourceUrl> {
+    names
+        .iter()
+        .map(|p| {
+            let entry =
+                PlanResourceUrl { url: url(p), sha256: Some(PLACEHOLDER_SHA256.to_owned()) };
+            ((*p).to_owned(), entry)
+        })
+        .collect()
+}
+
+/// A target group listing `names`, at most `concurrent` at a time.
+pub fn static_nodes(names: &[&str], concurrent: u32) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: Some(PlanCommandTargetDiscoveryStatic {
+                nodes: names.iter().map(|n| (*n).to_owned()).collect(),
+            }),
+            selector: None,
+        },
+        limits: PlanCommandTargetLimits {
+            concurrent: Concurrency::Count(concurrent),
+            ..PlanCommandTargetLimits::default()
+        },
+    }
+}
+
+/// A target group found by a label and/or field selector.
+pub fn selected(labels: Option<&str>, fields: Option<&str>) -> PlanCommandTarget {
+    PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: None,
+            selector: Some(PlanCommandTargetDiscoverySelector {
+                labels: labels.map(str::to_owned),
+                fields: fields.map(str::to_owned),
+            }),
+        },
+        limits: PlanCommandTargetLimits::default(),
+    }
+}
+
+/// A forced `k0supdate` to [`FORCED_VERSION`] for this machine's platform.
+pub fn k0s_update(
+    controllers: Option<PlanCommandTarget>,
+    workers: Option<PlanCommandTarget>,
+) -> PlanCommandK0sUpdate {
+    PlanCommandK0sUpdate {
+        version: FORCED_VERSION.to_owned(),
+        forceupdate: true,
+        platforms: current_platforms(),
+        targets: PlanCommandTargets { controllers, workers },
+        progress_timeout: None,
+    }
+}
+
+/// A plan command running `update`.
+pub fn k0s_command(update: PlanCommandK0sUpdate) -> PlanCommand {
+    PlanCommand { k0supdate: Some(update), airgapupdate: None, preflight: None }
+}
+
+/// An `airgapupdate` of `workers` to [`PLAIN_VERSION`], bundle URL per this platform.
+pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
+    let platform = autopilot_api::platform::current();
+    PlanCommand {
+        k0supdate: None,
+        airgapupdate: Some(PlanCommandAirgapUpdate {
+            version: PLAIN_VERSION.to_owned(),
+            platforms: BTreeMap::from([(
+                platform.clone(),
+                PlanResourceUrl {
+                    url: format!("{}.tar", url(&platform)),
+                    sha256: Some(PLACEHOLDER_SHA256.to_owned()),
+                },
+            )]),
+            workers,
+            progress_timeout: None,
+        }),
+        preflight: None,
+    }
+}
+
+/// A Plan named `name` with spec id `id`.
+pub fn plan(name: &str, id: &str, commands: Vec<PlanCommand>) -> Plan {
+    Plan::new(name, PlanSpec { id: id.to_owned(), timestamp: "now".to_owned(), commands })
+}
+
+/// Deletes the Plan named `autopilot` and waits until it is gone (to make room for the next
+/// case of a scenario).
+pub async fn delete_plan(client: &kube::Client) {
+    let plans: Api<Plan> = Api::all(client.clone());
+    plans
+        .delete(autopilot_api::keys::PLAN_NAME, &kube::api::DeleteParams::default())
+        .await
+        .expect("deleting the plan");
+    wait_for(Duration::from_secs(30), "the plan to be deleted", || async {
+        Ok(plans.get_opt(autopilot_api::keys::PLAN_NAME).await?.is_none().then_some(()))
+    })
+    .await
+    .expect("the plan is deleted");
+}
+
+/// Creates `plan`.
+pub async fn create_plan(client: &kube::Client, plan: &Plan) -> anyhow::Result<Plan> {
+    let plans: Api<Plan> = Api::all(client.clone());
+    plans.create(&PostParams::default(), plan).await.context("creating the plan")
+}
+
+/// The plan's status as YAML, for failure messages.
+pub fn status_yaml(plan: &Plan) -> String {
+    match &plan.status {
+        Some(status) => serde_yaml::to_string(status).unwrap_or_else(|e| format!("{e}")),
+        None => "(no status)".to_owned(),
+    }
+}
+
+/// The plan-level state (`NewPlan` without a status).
+pub fn state(plan: &Plan) -> PlanStateType {
+    plan.status.as_ref().map(|s| s.state).unwrap_or_default()
+}
+
+/// Watches the plan `name` until `done` holds and returns it. Fails early, with the status,
+/// if the plan reaches a terminal state for which `done` is false; on timeout the error
+/// carries the last status seen.
+pub async fn wait_plan(
+    client: &kube::Client,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&Plan) -> bool,
+) -> anyhow::Result<Plan> {
+    let plans: Api<Plan> = Api::all(client.clone());
+    let mut stream = std::pin::pin!(watcher::watch_object(plans.clone(), name));
+    let mut last: Option<Plan> = None;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => break,
+            Ok(None) => anyhow::bail!("the watch on plan {name} ended while waiting for {what}"),
+            Ok(Some(Err(err))) => eprintln!("watch on plan {name}: {err} (retrying)"),
+            Ok(Some(Ok(Some(plan)))) => {
+                if done(&plan) {
+                    if state(&plan).is_terminal() {
+                        // DESIGN §11: a plan that ended leaves no node cordoned by autopilot.
+                        wait_no_autopilot_cordons(client, name).await?;
+                    }
+                    return Ok(plan);
+                }
+                if state(&plan).is_terminal() {
+                    anyhow::bail!(
+                        "plan {name} ended in {} while waiting for {what}; status:\n{}",
+                        state(&plan),
+                        status_yaml(&plan)
+                    );
+                }
+                last = Some(plan);
+            }
+            Ok(Some(Ok(None))) => last = None,
+        }
+    }
+    let last = match plans.get_opt(name).await {
+        Ok(Some(plan)) => status_yaml(&plan),
+        Ok(None) => "(plan does not exist)".to_owned(),
+        Err(err) => format!(
+            "(could not read the plan: {err}; last seen: {})",
+            last.as_ref().map_or("none".to_owned(), status_yaml)
+        ),
+    };
+    anyhow::bail!("timed out after {timeout:?} waiting for {what}; plan {name} status:\n{last}")
+}
+
+/// How long after a plan ended a node autopilot cordoned may take to be uncordoned (the
+/// leader's drain uncordons a node once its signal says `Completed` or `Failed`, which may be
+/// written just after the plan's last status).
+pub const UNCORDON_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until no Node carries autopilot's cordon (its cordoned annotation, or
+/// `spec.unschedulable` together with it) and fails naming the Nodes that still do after
+/// [`UNCORDON_TIMEOUT`]. Called by [`wait_plan`] whenever the plan it returns has ended, so
+/// every scenario that ends checks DESIGN §11's invariant.
+pub async fn wait_no_autopilot_cordons(client: &kube::Client, plan: &str) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let cordoned = || async {
+        let list = nodes.list(&ListParams::default()).await?;
+        Ok::<_, anyhow::Error>(
+            list.items
+                .into_iter()
+                .filter(|node| {
+                    node.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(keys::ANNOTATION_CORDONED))
+                })
+                .map(|node| node.metadata.name.unwrap_or_default())
+                .collect::<Vec<String>>(),
+        )
+    };
+    let what = format!("plan {plan} ended: no node left cordoned by autopilot");
+    let waited = wait_for(UNCORDON_TIMEOUT, &what, || async {
+        Ok(cordoned().await?.is_empty().then_some(()))
+    })
+    .await;
+    if waited.is_err() {
+        anyhow::bail!(
+            "plan {plan} ended but autopilot's cordon is still on {:?} after {UNCORDON_TIMEOUT:?}",
+            cordoned().await?
+        );
+    }
+    Ok(())
+}
+
+/// Waits until the plan `name` is in `wanted` (failing early on another terminal state).
+pub async fn wait_plan_state(
+    client: &kube::Client,
+    name: &str,
+    wanted: PlanStateType,
+) -> anyhow::Result<Plan> {
+    wait_plan(client, name, PLAN_TIMEOUT, &format!("plan {name} to be {wanted}"), |p| {
+        state(p) == wanted
+    })
+    .await
+}
+
+/// Watches the plan `name` for `window` and fails, with the status, the first time `check`
+/// returns an error for a version of it.
+pub async fn watch_plan_for(
+    client: &kube::Client,
+    name: &str,
+    window: Duration,
+    check: impl Fn(&Plan) -> Result<(), String>,
+) -> anyhow::Result<Plan> {
+    let plans: Api<Plan> = Api::all(client.clone());
+    let mut stream = std::pin::pin!(watcher::watch_object(plans.clone(), name));
+    let deadline = tokio::time::Instant::now() + window;
+    let mut last = None;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => break,
+            Ok(None) => anyhow::bail!("the watch on plan {name} ended"),
+            Ok(Some(Err(err))) => eprintln!("watch on plan {name}: {err} (retrying)"),
+            Ok(Some(Ok(plan))) => {
+                let Some(plan) = plan else { anyhow::bail!("plan {name} disappeared") };
+                if let Err(problem) = check(&plan) {
+                    anyhow::bail!("{problem}; plan {name} status:\n{}", status_yaml(&plan));
+                }
+                last = Some(plan);
+            }
+        }
+    }
+    match last {
+        Some(plan) => Ok(plan),
+        None => plans.get(name).await.context("reading the plan after the window"),
+    }
+}
+
+/// Status of command `i`, panicking with the plan status if it has none.
+pub fn command(plan: &Plan, i: usize) -> &PlanCommandStatus {
+    plan.status
+        .as_ref()
+        .and_then(|s| s.commands.get(i))
+        .unwrap_or_else(|| panic!("plan has no status for command {i}:\n{}", status_yaml(plan)))
+}
+
+/// Every target of a command status: k0supdate controllers, then workers, then airgap
+/// workers.
+pub fn targets(command: &PlanCommandStatus) -> Vec<&TargetStatus> {
+    let mut all = Vec::new();
+    if let Some(k0s) = &command.k0supdate {
+        all.extend(k0s.controllers.iter());
+        all.extend(k0s.workers.iter());
+    }
+    if let Some(airgap) = &command.airgapupdate {
+        all.extend(airgap.workers.iter());
+    }
+    all
+}
+
+/// How many targets of any command are in `state` (0 before the plan has a status).
+pub fn count_targets(plan: &Plan, state: TargetState) -> usize {
+    let commands = plan.status.as_ref().map(|s| s.commands.as_slice()).unwrap_or_default();
+    commands.iter().flat_map(targets).filter(|t| t.state == state).count()
+}
+
+/// The names of a command's k0supdate controller targets, in status order.
+pub fn controller_names(command: &PlanCommandStatus) -> Vec<&str> {
+    command.k0supdate.iter().flat_map(|k| &k.controllers).map(|t| t.name.as_str()).collect()
+}
+
+/// The names of a command's worker targets (k0supdate or airgap), in status order.
+pub fn worker_names(command: &PlanCommandStatus) -> Vec<&str> {
+    let k0s = command.k0supdate.iter().flat_map(|k| &k.workers);
+    let airgap = command.airgapupdate.iter().flat_map(|a| &a.workers);
+    k0s.chain(airgap).map(|t| t.name.as_str()).collect()
+}
+
+/// The target `name` of command `i`, panicking with the plan status if absent.
+pub fn target<'a>(plan: &'a Plan, i: usize, name: &str) -> &'a TargetStatus {
+    targets(command(plan, i))
+        .into_iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("command {i} has no target {name}:\n{}", status_yaml(plan)))
+}
+
+/// Starts `count` controllers with `extra` flags and waits until every ControlNode is
+/// registered and a leader holds the lease.
+pub async fn start_controllers(
+    cluster: &Cluster,
+    count: usize,
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    // The test responder plays the node agents in these scenarios; the real agents stay off
+    // so that only one peer answers each signal.
+    let mut args = extra.to_vec();
+    args.push(NO_AGENT);
+    start_controllers_with_agents(cluster, count, &args).await
+}
+
+/// The flag that keeps a node's real update agent off (the responder answers instead).
+pub const NO_AGENT: &str = "--disable-update-agent";
+
+/// Like [`start_controllers`], with the real update agents on (real updates).
+pub async fn start_controllers_with_agents(
+    cluster: &Cluster,
+    count: usize,
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    let mut controllers = Vec::new();
+    for i in 0..count {
+        controllers.push(cluster.spawn_controller(i, extra).await?);
+    }
+    let client = cluster.admin_client().await?;
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    wait_for(STARTUP, &format!("{count} registered ControlNodes"), || async {
+        let list = control_nodes.list(&ListParams::default()).await?;
+        let registered = list
+            .items
+            .iter()
+            .filter(|n| n.status.as_ref().is_some_and(|s| s.k0s_version.is_some()))
+            .count();
+        Ok((registered >= count).then_some(()))
+    })
+    .await?;
+    wait_for(STARTUP, "a leader", || leader(&client)).await?;
+    Ok(controllers)
+}
+
+/// Starts the workers `names` with their real update agents on (real updates) and waits
+/// until each Node is Ready.
+pub async fn start_workers_with_agents(
+    cluster: &Cluster,
+    names: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    start_workers_with(cluster, names, &[]).await
+}
+
+/// Starts the workers `names` with `extra` flags and waits until each Node is Ready.
+pub async fn start_workers_with(
+    cluster: &Cluster,
+    names: &[&str],
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    let mut workers = Vec::new();
+    for name in names {
+        workers.push(cluster.spawn_worker(name, extra).await?);
+    }
+    wait_nodes_ready(&cluster.admin_client().await?, names).await?;
+    Ok(workers)
+}
+
+/// Whether the nodes of a [`Fleet`] run their real update agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agents {
+    /// Real updates: every node's update agent is on ([`start_controllers_with_agents`],
+    /// [`start_workers_with_agents`]).
+    Real,
+    /// Every node runs with [`NO_AGENT`] and the test's responder plays the agents
+    /// ([`start_controllers`]; the workers get the same flag).
+    None,
+}
+
+/// The prologue most scenarios share, started: a cluster, an admin client, its controllers
+/// (each ControlNode registered, a leader elected), then its workers (each Node Ready).
+///
+/// `FleetBuilder::new(name).controllers(3).workers(&W).agents(Agents::Real)
+/// .controller_args(FAST_ELECTION).start()` does, in this order,
+/// `ClusterBuilder::new(name).controllers(3).workers(&W).build()`, `cluster.admin_client()`,
+/// `start_controllers_with_agents(&cluster, 3, FAST_ELECTION)` and
+/// `start_workers_with_agents(&cluster, &W)`.
+///
+/// Bind every field when destructuring (`controllers: _controllers`, not `..` or `_`): a
+/// field left in the temporary is dropped at the end of the `let`, and dropping a
+/// [`K0sProcess`] or the [`Cluster`] kills the processes.
+pub struct Fleet {
+    /// The cluster (etcd and the API servers).
+    pub cluster: Cluster,
+    /// An admin client of API server 0.
+    pub client: kube::Client,
+    /// The controllers, `controller-<i>` at index `i`.
+    pub controllers: Vec<K0sProcess>,
+    /// The workers, in the order named (empty without workers).
+    pub workers: Vec<K0sProcess>,
+}
+
+/// Configures a [`Fleet`]; nothing starts before [`FleetBuilder::start`].
+#[derive(Debug, Clone)]
+#[must_use = "a FleetBuilder starts nothing until `start`"]
+pub struct FleetBuilder {
+    name: String,
+    controllers: usize,
+    workers: Vec<String>,
+    agents: Agents,
+    controller_args: Vec<String>,
+    worker_args: Vec<String>,
+}
+
+impl FleetBuilder {
+    /// A fleet for the test `name`: one controller, no workers, agents off ([`Agents::None`]),
+    /// no extra flags.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            controllers: 1,
+            workers: Vec::new(),
+            agents: Agents::None,
+            controller_args: Vec::new(),
+            worker_args: Vec::new(),
+        }
+    }
+
+    /// How many controllers the cluster has and the fleet starts (default 1).
+    pub fn controllers(mut self, count: usize) -> Self {
+        self.controllers = count;
+        self
+    }
+
+    /// The workers the cluster has and the fleet starts, in this order (default none).
+    pub fn workers(mut self, names: &[&str]) -> Self {
+        self.workers = names.iter().map(|name| (*name).to_owned()).collect();
+        self
+    }
+
+    /// Whether the nodes run their real update agents (default [`Agents::None`]).
+    pub fn agents(mut self, agents: Agents) -> Self {
+        self.agents = agents;
+        self
+    }
+
+    /// Extra flags for every controller (e.g. [`FAST_ELECTION`]), before [`NO_AGENT`].
+    pub fn controller_args(mut self, args: &[&str]) -> Self {
+        self.controller_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self
+    }
+
+    /// Extra flags for every worker, before [`NO_AGENT`].
+    pub fn worker_args(mut self, args: &[&str]) -> Self {
+        self.worker_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self
+    }
+
+    /// Builds the cluster, then starts the controllers and waits for them, then the workers
+    /// and waits for them.
+    pub async fn start(self) -> anyhow::Result<Fleet> {
+        let Self { name, controllers: count, workers: names, agents, controller_args, worker_args } =
+            self;
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let cluster = ClusterBuilder::new(name).controllers(count).workers(&names).build().await?;
+        let client = cluster.admin_client().await?;
+        let controller_args: Vec<&str> = controller_args.iter().map(String::as_str).collect();
+        let controllers = match agents {
+            Agents::Real => {
+                start_controllers_with_agents(&cluster, count, &controller_args).await?
+            }
+            Agents::None => start_controllers(&cluster, count, &controller_args).await?,
+        };
+        let workers = if names.is_empty() {
+            Vec::new()
+        } else {
+            let mut args: Vec<&str> = worker_args.iter().map(String::as_str).collect();
+            if agents == Agents::None {
+                args.push(NO_AGENT);
+            }
+            start_workers_with(&cluster, &names, &args).await?
+        };
+        Ok(Fleet { cluster, client, controllers, workers })
+    }
+}
+
+/// Waits until each named Node exists and is Ready.
+pub async fn wait_nodes_ready(client: &kube::Client, names: &[&str]) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in names {
+        wait_for(STARTUP, &format!("Node {name} Ready"), || async {
+            Ok(nodes.get_opt(name).await?.filter(is_ready).map(|_| ()))
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Whether a Node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The index of the controller holding the leader lease, if any.
+pub async fn leader(client: &kube::Client) -> anyhow::Result<Option<usize>> {
+    Ok(leader_identity(client).await?.and_then(|holder| {
+        let (name, _) = holder.split_once('_')?;
+        name.strip_prefix("controller-")?.parse().ok()
+    }))
+}
+
+/// The identity holding the leader lease, if any.
+pub async fn leader_identity(client: &kube::Client) -> anyhow::Result<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
+    let lease = leases.get_opt(keys::LEASE_NAME).await?;
+    Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
+}
+
+/// Every Node and ControlNode that carries signal annotations, as `Kind/name`.
+pub async fn objects_with_signals(client: &kube::Client) -> anyhow::Result<BTreeSet<String>> {
+    let mut found = BTreeSet::new();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for node in nodes.list(&ListParams::default()).await? {
+        if has_signal(&node.metadata) {
+            found.insert(format!("Node/{}", node.metadata.name.unwrap_or_default()));
+        }
+    }
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    for node in control_nodes.list(&ListParams::default()).await? {
+        if has_signal(&node.metadata) {
+            found.insert(format!("ControlNode/{}", node.metadata.name.unwrap_or_default()));
+        }
+    }
+    Ok(found)
+}
+
+fn has_signal(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(|a| {
+        a.contains_key(keys::ANNOTATION_SIGNAL_VERSION)
+            || a.contains_key(keys::ANNOTATION_SIGNAL_DATA)
+    })
+}
+
+/// The signal currently on the ControlNode `name`.
+pub async fn control_node_signal(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<Option<SignalData>> {
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    let node = control_nodes.get(name).await?;
+    Ok(signal::from_meta(&node.metadata)?)
+}
+
+/// The signal currently on the Node `name`.
+pub async fn node_signal(client: &kube::Client, name: &str) -> anyhow::Result<Option<SignalData>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(name).await?;
+    Ok(signal::from_meta(&node.metadata)?)
+}
+
+/// The objects in the order they were admitted, where signals admitted together (no
+/// terminal write or ended signal between them, as when one pass fills several free slots)
+/// are sorted by name: the engine picks targets in name order but may write one pass's
+/// signals in any order.
+pub fn admission_order(log: &Log, kind: Option<ObjectKind>) -> Vec<ObjectRef> {
+    let mut order = Vec::new();
+    let mut batch: Vec<ObjectRef> = Vec::new();
+    for o in log.entries().iter().filter(|o| kind.is_none_or(|k| o.object.kind == k)) {
+        match &o.event {
+            Event::Signalled { .. } => batch.push(o.object.clone()),
+            Event::Wrote { phase, .. } if !phase.is_terminal() => {}
+            Event::Wrote { .. } | Event::Ended { .. } | Event::Saw { .. } => {
+                batch.sort();
+                order.append(&mut batch);
+            }
+        }
+    }
+    batch.sort();
+    order.append(&mut batch);
+    order
+}
+
+// --- Real updates by the real node agents (`update_*` scenarios) ---
+
+/// Like [`start_workers_with_agents`], with `extra` flags for every worker (e.g. a short
+/// `--download-stall-timeout`).
+pub async fn start_workers_with_agents_and(
+    cluster: &Cluster,
+    names: &[&str],
+    extra: &[&str],
+) -> anyhow::Result<Vec<K0sProcess>> {
+    start_workers_with(cluster, names, extra).await
+}
+
+/// What `k0s version` prints for the binary at `path` (trimmed).
+pub fn binary_version(path: &std::path::Path) -> String {
+    let out = integration::run_k0s_binary(path, &["version"], Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("running {} version: {e:#}", path.display()));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The files an update may leave behind for a node whose binary is `binary`: anything in
+/// the binary's directory besides the binary, `k0s.prev`, the data dir and the log (the
+/// staged `k0s.tmp`, download temp files `.k0s.tmp.<random>.tmp`, `k0s.prev.new`), and
+/// temp files (`*.tmp`) at the top of the data dir (`.autopilot-restart.<random>.tmp`).
+pub fn update_leftovers(binary: &std::path::Path, data_dir: &std::path::Path) -> Vec<String> {
+    let dir = binary.parent().expect("the binary is in a directory");
+    let name = binary.file_name().expect("the binary has a name").to_string_lossy();
+    let expected: BTreeSet<String> = [
+        name.to_string(),
+        format!("{name}.prev"),
+        data_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        "k0s.log".to_owned(),
+    ]
+    .into();
+    let list = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
+            .map(|e| e.expect("a directory entry").file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let mut leftovers: Vec<String> = list(dir)
+        .into_iter()
+        .filter(|n| !expected.contains(n))
+        .map(|n| dir.join(n).display().to_string())
+        .collect();
+    leftovers.extend(
+        list(data_dir)
+            .into_iter()
+            .filter(|n| n.ends_with(".tmp"))
+            .map(|n| data_dir.join(n).display().to_string()),
+    );
+    leftovers.sort();
+    leftovers
+}
+
+/// Waits until the Node `name` publishes `version` in its k0s-version annotation.
+pub async fn wait_node_version(
+    client: &kube::Client,
+    name: &str,
+    version: &str,
+) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(STARTUP, &format!("Node {name} to publish k0s version {version}"), || async {
+        let node = nodes.get(name).await?;
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        Ok(annotations.get(keys::ANNOTATION_K0S_VERSION).filter(|v| *v == version).map(|_| ()))
+    })
+    .await
+}
+
+/// Whether the Node `name` is cordoned (`spec.unschedulable`), and whether autopilot says it
+/// did that (its cordoned annotation).
+pub async fn node_cordon(client: &kube::Client, name: &str) -> anyhow::Result<(bool, bool)> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(name).await?;
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let marked =
+        node.metadata.annotations.is_some_and(|a| a.contains_key(keys::ANNOTATION_CORDONED));
+    Ok((unschedulable, marked))
+}
+
+/// The version the update scenarios go to: a second build of this workspace
+/// ([`integration::k0s_binary_with_version`]).
+pub const V2: &str = "v1.35.1+k0s.0";
+
+/// Every phase a node passes through in a normal k0s update, in order (`None`: signalled,
+/// not answered yet).
+pub const UPDATE_PHASES: [Option<SignalPhase>; 7] = [
+    None,
+    Some(SignalPhase::Downloading),
+    Some(SignalPhase::Cordoning),
+    Some(SignalPhase::ApplyingUpdate),
+    Some(SignalPhase::Restarting),
+    Some(SignalPhase::Uncordoning),
+    Some(SignalPhase::Completed),
+];
+
+/// The [`V2`] build: its bytes and their sha256 (built on first use).
+pub fn v2_build() -> (Vec<u8>, String) {
+    let path = integration::k0s_binary_with_version(V2).expect("the v2 build");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let sha = sha256_hex(&bytes);
+    (bytes, sha)
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// A `k0supdate` to `version`, not forced, downloading `<base>/k0s` with `sha256` on this
+/// machine's platform.
+pub fn update_to(
+    version: &str,
+    base: &str,
+    sha256: &str,
+    controllers: Option<PlanCommandTarget>,
+    workers: Option<PlanCommandTarget>,
+) -> PlanCommandK0sUpdate {
+    PlanCommandK0sUpdate {
+        version: version.to_owned(),
+        forceupdate: false,
+        platforms: BTreeMap::from([(
+            autopilot_api::platform::current(),
+            PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha256.to_owned()) },
+        )]),
+        targets: PlanCommandTargets { controllers, workers },
+        progress_timeout: None,
+    }
+}
+
+/// What a node had before a scenario's plans: its process and its binary.
+pub struct Before {
+    /// The node process's pid.
+    pub pid: u32,
+    /// The binary's bytes.
+    pub bytes: Vec<u8>,
+    /// What the binary's `version` printed.
+    pub version: String,
+}
+
+impl Before {
+    /// What `worker` has now.
+    pub fn of(worker: &K0sProcess) -> Self {
+        Self {
+            pid: worker.pid(),
+            bytes: std::fs::read(worker.binary_path()).expect("reading the binary"),
+            version: binary_version(worker.binary_path()),
+        }
+    }
+
+    /// The same process still runs the same binary, with nothing staged next to it.
+    pub fn assert_untouched(&self, worker: &K0sProcess, case: &str) {
+        assert!(worker.is_running(), "{case}: the worker exited:\n{}", worker.log_tail(40));
+        assert_eq!(worker.pid(), self.pid, "{case}: the same worker process runs");
+        let on_disk = std::fs::read(worker.binary_path()).expect("reading the binary");
+        assert!(on_disk == self.bytes, "{case}: the binary on disk changed");
+        assert_eq!(binary_version(worker.binary_path()), self.version, "{case}");
+        let leftovers = update_leftovers(worker.binary_path(), worker.data_dir());
+        assert!(leftovers.is_empty(), "{case}: files left behind: {leftovers:?}");
+    }
+}
+
+/// What `k0s version` of `process`'s binary on disk prints.
+pub fn version_on_disk(process: &K0sProcess) -> String {
+    binary_version(process.binary_path())
+}
+
+/// Pods named `web-<i>` (label `app: web`) bound to `nodes[i]`, reported Running and Ready,
+/// and a PodDisruptionBudget `web-budget` needing `min_available` of them. No kubelet runs
+/// in the test topology, so the `default` ServiceAccount is created here and the pods'
+/// status is written by hand (evicting a Pending pod would skip the budget check).
+pub async fn pods_under_budget(
+    client: &kube::Client,
+    nodes: &[&str],
+    min_available: usize,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let account: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": "default" } }))?;
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .context("creating the ServiceAccount")?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for (i, node) in nodes.iter().enumerate() {
+        let name = format!("web-{i}");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": { "app": "web" } },
+            "spec": {
+                "nodeName": node,
+                "automountServiceAccountToken": false,
+                "containers": [{ "name": "app", "image": "example.invalid/app:1" }],
+            },
+        }))?;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating {name}"))?;
+        let running = json!({ "status": {
+            "phase": "Running",
+            "conditions": [{ "type": "Ready", "status": "True" }],
+        }});
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&running)).await?;
+    }
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": { "name": "web-budget" },
+        "spec": { "minAvailable": min_available, "selector": { "matchLabels": { "app": "web" } } },
+    }))?;
+    budgets.create(&PostParams::default(), &budget).await.context("creating the budget")?;
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! Three controller+workers updated while a PodDisruptionBudget blocks draining, under
+//! write contention (REF §14 `ap-controllerworker`), with the real node agents: every
+//! controller runs `--enable-worker`, each Node runs one pod of a workload whose budget
+//! needs all three, and a background writer touches every ControlNode's annotations every
+//! second (so the agents' and the leader's resourceVersion-checked writes meet conflicts).
+//! Asserted: while the budget exists the plan does not complete and no controller gets past
+//! `Cordoning`; once it is deleted every controller updates to v2, one at a time; each
+//! ControlNode's signal goes through every phase in order with non-decreasing timestamps and
+//! never vanishes; afterwards every Node is Ready and uncordoned.
+
+use std::time::Duration;
+
+use autopilot_api::signal::SignalPhase;
+use autopilot_api::v1beta2::{ControlNode, PlanCommandK0sUpdate, PlanStateType, TargetState};
+use integration::http::FileServer;
+use integration::kubelet::FakeKubelet;
+use integration::signals::{ObjectKind, SignalRecorder};
+use integration::wait_for;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::support::*;
+
+const CONTROLLERS: [&str; 3] = ["controller-0", "controller-1", "controller-2"];
+
+/// How long the blocked plan is watched before the budget is deleted.
+const BLOCKED_WINDOW: Duration = Duration::from_secs(10);
+
+/// Whether `phase` is past `Cordoning` (the drain let it go).
+fn past_cordoning(phase: Option<SignalPhase>) -> bool {
+    matches!(
+        phase,
+        Some(
+            SignalPhase::ApplyingUpdate
+                | SignalPhase::Restarting
+                | SignalPhase::Uncordoning
+                | SignalPhase::Completed
+        )
+    )
+}
+
+#[tokio::test]
+async fn controller_workers_update_once_the_budget_allows_under_write_contention() {
+    let (v2, sha) = v2_build();
+    let server = FileServer::start(v2).await.unwrap();
+
+    let flags: Vec<&str> = FAST_ELECTION.iter().copied().chain(["--enable-worker"]).collect();
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("update-controller-workers")
+            .controllers(3)
+            .agents(Agents::Real)
+            .controller_args(&flags)
+            .start()
+            .await
+            .unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in CONTROLLERS {
+        wait_for(STARTUP, &format!("Node {name} Ready"), || async {
+            Ok(nodes.get_opt(name).await?.filter(is_ready).map(|_| ()))
+        })
+        .await
+        .unwrap();
+    }
+    let _kubelet = FakeKubelet::start(client.clone(), &CONTROLLERS);
+
+    // One web pod per Node, Running and Ready, and a budget that needs all three.
+    pods_under_budget(&client, &CONTROLLERS, 3).await.unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+
+    // Write contention: someone else touches every ControlNode's annotations every second.
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    let toucher = tokio::spawn({
+        let control_nodes = control_nodes.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for n in 0u64.. {
+                tick.tick().await;
+                for name in CONTROLLERS {
+                    let touch = json!({ "metadata": { "annotations": {
+                        "test.autopilot/touched": n.to_string(),
+                    }}});
+                    let params = PatchParams::default();
+                    let _ = control_nodes.patch(name, &params, &Patch::Merge(&touch)).await;
+                }
+            }
+        }
+    });
+    let recorder = SignalRecorder::start(&client).await.unwrap();
+
+    // Forced, as in k0s' scenario.
+    let update = PlanCommandK0sUpdate {
+        forceupdate: true,
+        ..update_to(V2, server.base_url(), &sha, Some(static_nodes(&CONTROLLERS, 1)), None)
+    };
+    create_plan(&client, &plan("autopilot", "controller-workers", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+
+    // The first controller reaches Cordoning and is held there by the budget.
+    wait_plan(&client, "autopilot", PLAN_TIMEOUT, "controller-0 held in Cordoning", |p| {
+        target_phase(p, "controller-0") == Some(SignalPhase::Cordoning)
+    })
+    .await
+    .unwrap();
+    let held = watch_plan_for(&client, "autopilot", BLOCKED_WINDOW, |p| {
+        if state(p) == PlanStateType::Completed {
+            return Err("the plan completed while the budget blocks every drain".to_owned());
+        }
+        for name in CONTROLLERS {
+            if past_cordoning(target_phase(p, name)) {
+                return Err(format!("{name} got past Cordoning while the budget exists"));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    assert!(
+        target(&held, 0, "controller-0")
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("web-budget")),
+        "the plan names the budget:\n{}",
+        status_yaml(&held)
+    );
+    for seen in recorder.history() {
+        assert!(!past_cordoning(seen.phase), "{} got past Cordoning: {seen:?}", seen.object);
+    }
+
+    pdbs.delete("web-budget", &DeleteParams::default()).await.unwrap();
+    let done = wait_plan(&client, "autopilot", Duration::from_secs(240), "Completed", |p| {
+        state(p) == PlanStateType::Completed
+    })
+    .await
+    .unwrap();
+    toucher.abort();
+    for t in targets(command(&done, 0)) {
+        assert_eq!(t.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
+    }
+
+    // Every ControlNode: every phase in order, timestamps never going back, never vanished;
+    // one controller in flight at a time.
+    let history = recorder.history();
+    assert!(recorder.vanished().is_empty(), "signals vanished: {:?}", recorder.vanished());
+    let by_object = recorder.by_object();
+    assert_eq!(by_object.len(), 3, "{history:?}");
+    for (object, seen) in &by_object {
+        assert_eq!(object.kind, ObjectKind::ControlNode);
+        let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
+        assert_eq!(phases, UPDATE_PHASES, "{object}: {seen:?}");
+        let stamps: Vec<_> = seen.iter().filter_map(|s| s.timestamp.clone()).collect();
+        assert!(stamps.is_sorted(), "{object} timestamps go back: {seen:?}");
+    }
+    let mut in_flight = 0usize;
+    for seen in &history {
+        match seen.phase {
+            None => in_flight += 1,
+            Some(SignalPhase::Completed) => in_flight -= 1,
+            Some(_) => {}
+        }
+        assert!(in_flight <= 1, "two controllers in flight at once: {history:?}");
+    }
+
+    // Every controller runs v2 and every Node is Ready and uncordoned.
+    for process in &controllers {
+        assert_eq!(binary_version(process.binary_path()), V2, "{}", process.node_name());
+    }
+    wait_for(Duration::from_secs(60), "every controller Ready at v2 and uncordoned", || async {
+        for name in CONTROLLERS {
+            if control_nodes.get(name).await?.k0s_version() != Some(V2) {
+                return Ok(None);
+            }
+            let node = nodes.get(name).await?;
+            let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+            if cordoned || !is_ready(&node) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+    .unwrap();
+}
+
+/// The phase the plan shows for controller `name` of command 0.
+fn target_phase(plan: &autopilot_api::v1beta2::Plan, name: &str) -> Option<SignalPhase> {
+    plan.status
+        .as_ref()
+        .and_then(|s| s.commands.first())
+        .and_then(|c| targets(c).into_iter().find(|t| t.name == name).and_then(|t| t.phase))
+}
