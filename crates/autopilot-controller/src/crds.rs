@@ -50,21 +50,9 @@ pub async fn install(
         let name = crd.metadata.name.clone().context("generated CRD has no name")?;
         let what = format!("applying CRD {name}");
         let patch = Patch::Apply(&crd);
-        let applied =
-            retry::until(deadline, retry_delays(), &what, || api.patch(&name, &params, &patch))
-                .await;
-        match applied {
-            Ok(_) => {}
-            Err(GaveUp::Unreachable(err)) => {
-                return Err(err).with_context(|| {
-                    format!(
-                        "cannot reach the API server at {server_url} within {}s",
-                        startup_timeout.as_secs()
-                    )
-                });
-            }
-            Err(GaveUp::Failed(err)) => return Err(err).context(what),
-        }
+        retry::until(deadline, retry_delays(), &what, || api.patch(&name, &params, &patch))
+            .await
+            .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
             Ok(Ok(_)) => info!(crd = %name, "CRD established"),

@@ -57,6 +57,26 @@ pub enum GaveUp<E> {
     Failed(E),
 }
 
+impl<E: std::error::Error + Send + Sync + 'static> GaveUp<E> {
+    /// The error a start-up step reports when it gave up: an unreachable API server is named
+    /// with how long it was tried (`startup_timeout`), anything else says what was being
+    /// done (`what`).
+    pub fn into_startup_error(
+        self,
+        server_url: &str,
+        startup_timeout: std::time::Duration,
+        what: &str,
+    ) -> anyhow::Error {
+        match self {
+            Self::Unreachable(err) => anyhow::Error::new(err).context(format!(
+                "cannot reach the API server at {server_url} within {}s",
+                startup_timeout.as_secs()
+            )),
+            Self::Failed(err) => anyhow::Error::new(err).context(what.to_owned()),
+        }
+    }
+}
+
 /// Runs `op` until it succeeds. Transient failures ([`Transient`]) are logged and retried
 /// after the next of `delays`, until `deadline` has passed (`None`: for ever, so an API
 /// server outage never makes a node give up); any other failure ends it at once.

@@ -9,10 +9,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
 use autopilot_api::keys;
-use autopilot_shell::retry::{self, GaveUp};
+use autopilot_shell::retry;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
@@ -55,24 +54,12 @@ impl Heartbeat {
     ) -> anyhow::Result<()> {
         let delays = Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY);
         let what = format!("registering Node {}", self.name);
-        let registered =
-            retry::until(retry::deadline_after(startup_timeout), delays, &what, || async {
-                self.create_if_absent(client).await?;
-                self.beat(client, true).await
-            })
-            .await;
-        match registered {
-            Ok(()) => {}
-            Err(GaveUp::Unreachable(err)) => {
-                return Err(err).with_context(|| {
-                    format!(
-                        "cannot reach the API server at {server_url} within {}s",
-                        startup_timeout.as_secs()
-                    )
-                });
-            }
-            Err(GaveUp::Failed(err)) => return Err(err).context(what),
-        }
+        retry::until(retry::deadline_after(startup_timeout), delays, &what, || async {
+            self.create_if_absent(client).await?;
+            self.beat(client, true).await
+        })
+        .await
+        .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
         info!(node = %self.name, version = %self.version, "Node registered and ready");
         Ok(())
     }
