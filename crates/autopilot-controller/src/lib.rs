@@ -173,15 +173,17 @@ pub struct Process {
 /// process keeps running through API server outages and leadership changes.
 pub async fn run(args: Args, process: Process, shutdown: CancellationToken) -> anyhow::Result<()> {
     let policy = args.policy();
+    let start_args = args.clone();
     let Args {
         enable_autopilot,
         api_address,
         exclude_from_plans,
-        enable_worker,
         lease_duration,
         renew_deadline,
         retry_period,
-        startup_timeout,
+        // In `start_args`.
+        enable_worker: _,
+        startup_timeout: _,
         // In `policy`.
         readiness_grace: _,
         node_progress_timeout: _,
@@ -204,24 +206,7 @@ pub async fn run(args: Args, process: Process, shutdown: CancellationToken) -> a
         "starting autopilot controller"
     );
 
-    let startup = async {
-        crds::install(&client, &server_url, startup_timeout).await?;
-        let registration = control_node::Registration {
-            name: node_name.clone(),
-            mode: if enable_worker {
-                control_node::Mode::ControllerWorker
-            } else {
-                control_node::Mode::Controller
-            },
-            api_address,
-            version: version.to_string(),
-        };
-        crds::retry_transient("registering the ControlNode", || {
-            control_node::register(&client, &registration)
-        })
-        .await?;
-        anyhow::Ok(())
-    };
+    let startup = start(&client, &server_url, &node_name, &start_args, version);
     tokio::select! {
         result = startup => result?,
         () = shutdown.cancelled() => {
@@ -261,6 +246,35 @@ pub async fn run(args: Args, process: Process, shutdown: CancellationToken) -> a
         Err(_) => warn!("plan engine did not stop in time, leaving it"),
     }
     result
+}
+
+/// The controller's start, up to healthy: every autopilot CRD applied and `Established`,
+/// then this controller's `ControlNode` registered (with its mode, API address and
+/// `version`), each within `--startup-timeout` while the API server does not answer. [`run`]
+/// starts with it, and the trial boot of a new binary runs exactly this before it proves
+/// itself, so a binary passes its trial only if the real start works.
+pub async fn start(
+    client: &kube::Client,
+    server_url: &str,
+    node_name: &str,
+    args: &Args,
+    version: &str,
+) -> anyhow::Result<()> {
+    crds::install(client, server_url, args.startup_timeout).await?;
+    let registration = control_node::Registration {
+        name: node_name.to_owned(),
+        mode: if args.enable_worker {
+            control_node::Mode::ControllerWorker
+        } else {
+            control_node::Mode::Controller
+        },
+        api_address: args.api_address,
+        version: version.to_owned(),
+    };
+    crds::retry_transient("registering the ControlNode", || {
+        control_node::register(client, &registration)
+    })
+    .await
 }
 
 /// A duration flag that must not be zero (a zero deadline would fail every node at once).

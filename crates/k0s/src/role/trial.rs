@@ -57,8 +57,10 @@ impl Trial {
 }
 
 /// Run this process as the child of a trial boot (`autopilot_signal::trial`): boot the node's
-/// startup path up to healthy (connected; ControlNode registered for a controller, Node
-/// registered with a fresh Ready heartbeat for a worker), prove it, and exit.
+/// startup path up to healthy, prove it, and exit. The steps are the real start's own, not
+/// copies: `autopilot_controller::start` (CRDs, ControlNode) for a controller, and
+/// `Heartbeat::register` (Node, fresh Ready heartbeat) for a worker or a controller+worker; a
+/// worker that registers no Node proves that it reaches its API server.
 pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
     let runtime = crate::runtime()?;
     let result = runtime.block_on(async {
@@ -67,21 +69,8 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
                 let startup_timeout = args.startup_timeout;
                 let ResolvedNode { client, server_url, node_name, data_dir, .. } =
                     node.without_metrics().resolve().await?;
-                autopilot_controller::crds::install(&client, &server_url, startup_timeout).await?;
-                let registration = autopilot_controller::control_node::Registration {
-                    name: node_name.clone(),
-                    mode: if args.enable_worker {
-                        autopilot_controller::control_node::Mode::ControllerWorker
-                    } else {
-                        autopilot_controller::control_node::Mode::Controller
-                    },
-                    api_address: args.api_address,
-                    version: VERSION.to_string(),
-                };
-                autopilot_controller::crds::retry_transient("registering the ControlNode", || {
-                    autopilot_controller::control_node::register(&client, &registration)
-                })
-                .await?;
+                autopilot_controller::start(&client, &server_url, &node_name, &args, VERSION)
+                    .await?;
                 if args.enable_worker {
                     let heartbeat = autopilot_signal::node::Heartbeat {
                         name: node_name.clone(),
