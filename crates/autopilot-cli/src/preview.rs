@@ -17,7 +17,6 @@ use std::fmt::Write as _;
 use anyhow::Context as _;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, TargetStatus};
-use autopilot_controller::observe;
 use autopilot_engine::cordon::PodFacts;
 use autopilot_engine::plan::rollout::{self, Rollout};
 use autopilot_engine::plan::{CheckPods, ObjectKind, Observed, Policy, Readiness, RemovedApiUse};
@@ -514,7 +513,7 @@ pub async fn run(
             format!("127.0.0.1:{port}").parse().ok()
         })
         .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 6443)));
-    let prober = autopilot_controller::probe::Prober::new(config, own_address);
+    let prober = autopilot_shell::probe::Prober::new(config, own_address);
     let controllers: BTreeSet<&String> =
         first.commands.iter().flat_map(|c| c.controllers.iter()).collect();
     for name in controllers {
@@ -526,7 +525,7 @@ pub async fn run(
     }
     let versions = check_versions(spec);
     if !versions.is_empty() {
-        let uses = observe::observe_removed_apis(&client, &versions)
+        let uses = autopilot_shell::removed_apis::observe_removed_apis(&client, &versions)
             .await
             .context("looking for uses of removed APIs")?;
         cluster.removed_apis = Some(uses);

@@ -14,7 +14,6 @@ pub mod effect;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
-pub mod probe;
 pub mod reconcile;
 
 use std::net::SocketAddr;

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::{effect, observe, probe};
+use crate::{effect, observe};
 use autopilot_engine::plan::{self, Effect, Observed, PlanView, Policy, Requeue};
 use autopilot_engine::preflight::scheduler;
 use autopilot_engine::snapshot;
@@ -57,7 +57,7 @@ pub enum Error {
     Effect(#[from] effect::Error),
     /// The removed-API pre-check could not run.
     #[error(transparent)]
-    Observe(#[from] observe::Error),
+    Observe(#[from] autopilot_shell::removed_apis::Error),
 }
 
 /// The Plan engine: what each pass needs.
@@ -68,7 +68,7 @@ pub struct Engine {
     /// PodDisruptionBudget refuses an eviction: the drain must see them to back off and
     /// report the blocking budget instead of hanging in retries.
     eviction_client: kube::Client,
-    prober: probe::Prober,
+    prober: autopilot_shell::probe::Prober,
     policy: Policy,
     instance: String,
     metrics: crate::metrics::Metrics,
@@ -123,7 +123,7 @@ impl Engine {
         let eviction_client = kube::Client::try_from(no_retry)
             .map_err(|err| anyhow::anyhow!("creating the eviction client: {err}"))?;
         Ok(Self {
-            prober: probe::Prober::new(config, api_address),
+            prober: autopilot_shell::probe::Prober::new(config, api_address),
             client,
             eviction_client,
             policy,
@@ -551,7 +551,9 @@ async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> 
         None
     } else {
         let started = std::time::Instant::now();
-        let uses = observe::observe_removed_apis(&ctx.engine.client, &versions).await?;
+        let uses =
+            autopilot_shell::removed_apis::observe_removed_apis(&ctx.engine.client, &versions)
+                .await?;
         debug!(plan = %name, ?versions, took = ?started.elapsed(), "checked removed APIs");
         Some(uses)
     };

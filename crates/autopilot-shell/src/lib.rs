@@ -1,22 +1,27 @@
 //! The I/O pieces that more than one shell needs, in one copy: the controller, the node
-//! agent and the updater each depend on this crate rather than on one another.
+//! agent, the updater and the operator commands each depend on this crate rather than on
+//! one another.
 //!
 //! - [`https`]: the HTTP(S) client for requests that do not go to the API server (the node
 //!   agent's downloads and preflight probes, the updater's update-server checks).
 //! - [`events`]: publishing `events.k8s.io/v1` Events, awaited or through a background queue.
+//! - [`probe`]: probing plan controllers' API servers (`GET /readyz`) before one is updated.
+//! - [`removed_apis`]: asking the API server which removed APIs are still in use.
 //! - [`retry`]: which API errors are worth retrying, and the capped backoff of watches.
 //! - [`signal`]: the one writer of signal annotations, guarded by a resourceVersion.
 //! - [`watch`]: the one watch-cache chain (watch, slim, cache, backoff, re-list at once).
 //! - `fake_api` (feature `fake-api`, tests only): a recording stand-in API server for unit
 //!   tests of request shapes.
 //!
-//! It is not a place for decisions: those stay in the pure modules of the other crates. This
-//! crate only talks to the network and the API server; `autopilot-api` stays free of both.
+//! It is not a place for decisions: those are `autopilot-engine`'s, whose types this crate
+//! fills and carries. This crate only talks to the network and the API server.
 
 pub mod events;
 #[cfg(feature = "fake-api")]
 pub mod fake_api;
 pub mod https;
+pub mod probe;
+pub mod removed_apis;
 pub mod retry;
 pub mod signal;
 pub mod watch;
