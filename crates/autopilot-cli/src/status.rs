@@ -19,8 +19,8 @@ use std::time::Duration;
 use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalPhase};
 use autopilot_api::v1beta2::{
-    ControlNode, Plan, PlanCommand, PlanCommandStatus, PlanStateType, TargetState, TargetStatus,
-    UpdateConfig,
+    ControlNode, Plan, PlanCommand, PlanCommandStatus, PlanStateType, PlanStatus, TargetState,
+    TargetStatus, UpdateConfig,
 };
 use autopilot_engine::plan::Steering;
 use k8s_openapi::api::core::v1::Node;
@@ -294,158 +294,23 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
     let Snapshot { plan_name, plan, nodes, control_nodes, events, update_configs, time_zone } =
         snapshot;
     let windows = windows(update_configs, now, time_zone);
-    let closed_windows = windows.iter().filter(|w| !w.open).map(|w| {
-        format!(
-            "UpdateConfig {}: its update window ({}) is closed{}: the updater creates no plan \
-             before it opens",
-            w.update_config,
-            w.window,
-            w.until.as_deref().map(|t| format!(" until {t}")).unwrap_or_default()
-        )
-    });
     let Some(plan) = plan else {
-        let mut blocking = vec![format!("there is no Plan named {plan_name}")];
-        blocking.extend(closed_windows);
-        return View {
-            plan: plan_name.clone(),
-            found: false,
-            state: String::new(),
-            ended: false,
-            plan_id: None,
-            run_id: None,
-            command: None,
-            commands: Vec::new(),
-            progress: Progress::default(),
-            eta: None,
-            paused: false,
-            aborting: false,
-            blocking,
-            nodes: Vec::new(),
-            events: Vec::new(),
-            windows,
-        };
+        return not_found(plan_name, windows);
     };
     let status = plan.status.clone().unwrap_or_default();
     let steering = Steering::of(plan.annotations());
-    let nodes_by_name: BTreeMap<&str, &Node> =
-        nodes.iter().map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n)).collect();
-    let control_by_name: BTreeMap<&str, &ControlNode> =
-        control_nodes.iter().map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n)).collect();
-
     let commands: Vec<CommandView> = status
         .commands
         .iter()
-        .map(|command| {
-            let spec = command
-                .frozen
-                .as_ref()
-                .or_else(|| plan.spec.commands.get(usize::try_from(command.id).unwrap_or(0)));
-            let (kind, version) = match spec {
-                Some(PlanCommand { k0supdate: Some(update), .. }) => {
-                    ("k0supdate", Some(update.version.clone()))
-                }
-                Some(PlanCommand { airgapupdate: Some(update), .. }) => {
-                    ("airgapupdate", Some(update.version.clone()))
-                }
-                Some(PlanCommand { preflight: Some(_), .. }) => ("preflight", None),
-                Some(PlanCommand { k0supdate: None, airgapupdate: None, preflight: None })
-                | None => ("unknown", None),
-            };
-            CommandView {
-                id: command.id,
-                kind: kind.to_owned(),
-                version,
-                state: command.state.to_string(),
-                description: command.description.clone(),
-                reason: command.reason.clone(),
-            }
-        })
+        .map(|command| command_view(command_spec(plan, command), command))
         .collect();
-    let current = status
-        .commands
-        .iter()
-        .find(|c| c.state != PlanStateType::Completed)
-        .or(status.commands.last());
-
-    // Every target, with the durations of the node updates completed in this run.
-    let mut node_views = Vec::new();
-    let mut target_states = Vec::new();
-    let mut samples = Vec::new();
-    let mut groups = Vec::new();
-    let mut progress = Progress::default();
-    for command in &status.commands {
-        let spec = command
-            .frozen
-            .as_ref()
-            .or_else(|| plan.spec.commands.get(usize::try_from(command.id).unwrap_or(0)));
-        let (controllers, workers) = command_targets(command);
-        let worker_limit = spec.and_then(worker_limits).map_or(1, |c| c.of(workers.len()));
-        for (role, targets, concurrency) in
-            [("controller", controllers, 1), ("worker", workers, worker_limit)]
-        {
-            let mut in_flight = Vec::new();
-            let mut pending = 0;
-            for target in targets {
-                let control_node = control_by_name.get(target.name.as_str()).copied();
-                let node = nodes_by_name.get(target.name.as_str()).copied();
-                let since = target.last_updated_timestamp.0;
-                let elapsed = elapsed(since, now);
-                progress.planned += 1;
-                match target.state {
-                    TargetState::SignalPending => pending += 1,
-                    TargetState::SignalSent => {
-                        progress.in_flight += 1;
-                        in_flight.push(
-                            signalled_at(node, control_node, role, &status.run_id, command.id)
-                                .map_or(elapsed, |at| self::elapsed(at, now)),
-                        );
-                    }
-                    TargetState::SignalCompleted => {
-                        progress.completed += 1;
-                        if let Some(took) =
-                            took(node, control_node, role, &status.run_id, command.id)
-                        {
-                            samples.push(took);
-                        }
-                    }
-                    TargetState::SignalApplyFailed
-                    | TargetState::MissingPlatform
-                    | TargetState::MissingSignalNode => progress.failed += 1,
-                }
-                target_states.push(target.state);
-                node_views.push(NodeView {
-                    name: target.name.clone(),
-                    role: role.to_owned(),
-                    command: command.id,
-                    state: target.state.to_string(),
-                    phase: target.phase.map(|p| p.to_string()),
-                    since: since.to_string(),
-                    seconds_in_phase: elapsed.as_secs(),
-                    reason: target.reason.clone(),
-                    ready: node.map(is_ready),
-                    version: published_version(node, control_node),
-                });
-            }
-            if !command.state.is_terminal() {
-                groups.push(EtaGroup::new(concurrency, in_flight, pending));
-            }
-        }
-    }
-    let eta = if status.state.is_terminal() {
-        None
-    } else {
-        eta(&samples, &groups).map(|remaining| EtaView {
-            remaining_seconds: remaining.as_secs(),
-            samples: samples.len(),
-            mean_seconds: (samples.iter().sum::<Duration>()
-                / u32::try_from(samples.len()).unwrap_or(u32::MAX))
-            .as_secs(),
-        })
-    };
-
-    let mut blocking = blocking(&status, steering, current, &node_views, &target_states);
+    let current = current_command(&status);
+    let targets = Targets::read(plan, &status, nodes, control_nodes, now);
+    let eta =
+        if status.state.is_terminal() { None } else { eta_view(&targets.samples, &targets.groups) };
+    let mut blocking = blocking(&status, steering, current, &targets.nodes, &targets.states);
     if status.state.is_terminal() {
-        blocking.extend(closed_windows);
+        blocking.extend(closed_windows(&windows));
     }
     let events = plan_events(plan, events, now);
     View {
@@ -457,15 +322,219 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         run_id: status.run_id.clone(),
         command: current.map(|c| c.id),
         commands,
-        progress,
+        progress: targets.progress,
         eta,
         paused: steering.paused,
         aborting: steering.aborted,
         blocking,
-        nodes: node_views,
+        nodes: targets.nodes,
         events,
         windows,
     }
+}
+
+/// The view of a Plan that does not exist: what blocks is its absence and the closed windows.
+fn not_found(plan_name: &str, windows: Vec<WindowView>) -> View {
+    let mut blocking = vec![format!("there is no Plan named {plan_name}")];
+    blocking.extend(closed_windows(&windows));
+    View {
+        plan: plan_name.to_owned(),
+        found: false,
+        state: String::new(),
+        ended: false,
+        plan_id: None,
+        run_id: None,
+        command: None,
+        commands: Vec::new(),
+        progress: Progress::default(),
+        eta: None,
+        paused: false,
+        aborting: false,
+        blocking,
+        nodes: Vec::new(),
+        events: Vec::new(),
+        windows,
+    }
+}
+
+/// One blocking line for each closed update window: the updater creates no plan before it
+/// opens.
+fn closed_windows(windows: &[WindowView]) -> impl Iterator<Item = String> + '_ {
+    windows.iter().filter(|w| !w.open).map(|w| {
+        format!(
+            "UpdateConfig {}: its update window ({}) is closed{}: the updater creates no plan \
+             before it opens",
+            w.update_config,
+            w.window,
+            w.until.as_deref().map(|t| format!(" until {t}")).unwrap_or_default()
+        )
+    })
+}
+
+/// The spec a command runs: the copy frozen in its status, else `spec.commands[id]`.
+fn command_spec<'a>(plan: &'a Plan, command: &'a PlanCommandStatus) -> Option<&'a PlanCommand> {
+    command
+        .frozen
+        .as_ref()
+        .or_else(|| plan.spec.commands.get(usize::try_from(command.id).unwrap_or(0)))
+}
+
+/// One command of the plan: its kind and version from `spec`, its state from `command`.
+fn command_view(spec: Option<&PlanCommand>, command: &PlanCommandStatus) -> CommandView {
+    let (kind, version) = match spec {
+        Some(PlanCommand { k0supdate: Some(update), .. }) => {
+            ("k0supdate", Some(update.version.clone()))
+        }
+        Some(PlanCommand { airgapupdate: Some(update), .. }) => {
+            ("airgapupdate", Some(update.version.clone()))
+        }
+        Some(PlanCommand { preflight: Some(_), .. }) => ("preflight", None),
+        Some(PlanCommand { k0supdate: None, airgapupdate: None, preflight: None }) | None => {
+            ("unknown", None)
+        }
+    };
+    CommandView {
+        id: command.id,
+        kind: kind.to_owned(),
+        version,
+        state: command.state.to_string(),
+        description: command.description.clone(),
+        reason: command.reason.clone(),
+    }
+}
+
+/// The command the plan is at: the first one not completed (the last one once all are).
+fn current_command(status: &PlanStatus) -> Option<&PlanCommandStatus> {
+    status.commands.iter().find(|c| c.state != PlanStateType::Completed).or(status.commands.last())
+}
+
+/// The Nodes and ControlNodes by name, and the run and time the targets are read against.
+struct Objects<'a> {
+    nodes: BTreeMap<&'a str, &'a Node>,
+    control_nodes: BTreeMap<&'a str, &'a ControlNode>,
+    run_id: &'a Option<String>,
+    now: jiff::Timestamp,
+}
+
+/// Every target of every command, read once: the node rows, their states, the durations of
+/// the node updates completed in this run, the groups still to update and the progress.
+#[derive(Default)]
+struct Targets {
+    /// One row per target, in command order (controllers before workers).
+    nodes: Vec<NodeView>,
+    /// The state of each row's target.
+    states: Vec<TargetState>,
+    /// How long each node update completed in this run took.
+    samples: Vec<Duration>,
+    /// The controllers and the workers of each command not ended yet.
+    groups: Vec<EtaGroup>,
+    /// The targets counted by state.
+    progress: Progress,
+}
+
+impl Targets {
+    /// The targets of every command in `status`, each read against its Node or ControlNode.
+    fn read(
+        plan: &Plan,
+        status: &PlanStatus,
+        nodes: &[Node],
+        control_nodes: &[ControlNode],
+        now: jiff::Timestamp,
+    ) -> Self {
+        let objects = Objects {
+            nodes: nodes
+                .iter()
+                .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
+                .collect(),
+            control_nodes: control_nodes
+                .iter()
+                .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
+                .collect(),
+            run_id: &status.run_id,
+            now,
+        };
+        let mut out = Self::default();
+        for command in &status.commands {
+            let (controllers, workers) = command_targets(command);
+            let worker_limit = command_spec(plan, command)
+                .and_then(worker_limits)
+                .map_or(1, |c| c.of(workers.len()));
+            for (role, targets, concurrency) in
+                [("controller", controllers, 1), ("worker", workers, worker_limit)]
+            {
+                let group = out.add_group(&objects, command.id, role, targets, concurrency);
+                if !command.state.is_terminal() {
+                    out.groups.push(group);
+                }
+            }
+        }
+        out
+    }
+
+    /// Adds the `role` targets of command `command` (a row and a count each, a sample for
+    /// each completed one); returns them as a group of at most `concurrency` at once.
+    fn add_group(
+        &mut self,
+        objects: &Objects<'_>,
+        command: u32,
+        role: &str,
+        targets: &[TargetStatus],
+        concurrency: usize,
+    ) -> EtaGroup {
+        let mut in_flight = Vec::new();
+        let mut pending = 0;
+        for target in targets {
+            let control_node = objects.control_nodes.get(target.name.as_str()).copied();
+            let node = objects.nodes.get(target.name.as_str()).copied();
+            let since = target.last_updated_timestamp.0;
+            let in_phase = elapsed(since, objects.now);
+            self.progress.planned += 1;
+            match target.state {
+                TargetState::SignalPending => pending += 1,
+                TargetState::SignalSent => {
+                    self.progress.in_flight += 1;
+                    in_flight.push(
+                        signalled_at(node, control_node, role, objects.run_id, command)
+                            .map_or(in_phase, |at| elapsed(at, objects.now)),
+                    );
+                }
+                TargetState::SignalCompleted => {
+                    self.progress.completed += 1;
+                    if let Some(took) = took(node, control_node, role, objects.run_id, command) {
+                        self.samples.push(took);
+                    }
+                }
+                TargetState::SignalApplyFailed
+                | TargetState::MissingPlatform
+                | TargetState::MissingSignalNode => self.progress.failed += 1,
+            }
+            self.states.push(target.state);
+            self.nodes.push(NodeView {
+                name: target.name.clone(),
+                role: role.to_owned(),
+                command,
+                state: target.state.to_string(),
+                phase: target.phase.map(|p| p.to_string()),
+                since: since.to_string(),
+                seconds_in_phase: in_phase.as_secs(),
+                reason: target.reason.clone(),
+                ready: node.map(is_ready),
+                version: published_version(node, control_node),
+            });
+        }
+        EtaGroup::new(concurrency, in_flight, pending)
+    }
+}
+
+/// The estimate of the time left for `groups`, from the durations in `samples`.
+fn eta_view(samples: &[Duration], groups: &[EtaGroup]) -> Option<EtaView> {
+    eta(samples, groups).map(|remaining| EtaView {
+        remaining_seconds: remaining.as_secs(),
+        samples: samples.len(),
+        mean_seconds: (samples.iter().sum::<Duration>()
+            / u32::try_from(samples.len()).unwrap_or(u32::MAX))
+        .as_secs(),
+    })
 }
 
 /// The window of each UpdateConfig with a valid `periodic` strategy, at `now` in `tz`.
@@ -720,6 +789,20 @@ pub fn render_view(view: &View) -> String {
         render_windows(&mut out, &view.windows);
         return out;
     }
+    render_plan(&mut out, view);
+    render_progress(&mut out, view);
+    render_windows(&mut out, &view.windows);
+    out.push('\n');
+    render_blocking(&mut out, &view.blocking);
+    out.push('\n');
+    render_nodes(&mut out, &view.nodes);
+    out.push('\n');
+    render_events(&mut out, &view.events);
+    out
+}
+
+/// The plan line (name, state, steering, id) and the line of the command it is at.
+fn render_plan(out: &mut String, view: &View) {
     let steer = match (view.aborting, view.paused) {
         (true, _) if !view.ended => " (aborting)",
         (_, true) if !view.ended => " (paused)",
@@ -741,6 +824,10 @@ pub fn render_view(view: &View) -> String {
             command.state
         );
     }
+}
+
+/// The progress line: node updates done, in flight and failed, then the ETA.
+fn render_progress(out: &mut String, view: &View) {
     let Progress { completed, failed, in_flight, planned } = view.progress;
     let percent = (completed * 100).checked_div(planned).unwrap_or(0);
     let _ = write!(out, "Progress: {completed}/{planned} node updates ({percent}%)");
@@ -764,23 +851,28 @@ pub fn render_view(view: &View) -> String {
         None => {}
     }
     out.push('\n');
-    render_windows(&mut out, &view.windows);
-    out.push('\n');
-    if view.blocking.is_empty() {
+}
+
+/// What blocks, one line each (`Blocking: nothing` when nothing does).
+fn render_blocking(out: &mut String, blocking: &[String]) {
+    if blocking.is_empty() {
         let _ = writeln!(out, "Blocking: nothing");
     } else {
         let _ = writeln!(out, "Blocking:");
-        for line in &view.blocking {
+        for line in blocking {
             let _ = writeln!(out, "  {}", cut(line, LINE_TEXT));
         }
     }
-    out.push('\n');
+}
+
+/// The node table: a header, then one row per target.
+fn render_nodes(out: &mut String, nodes: &[NodeView]) {
     let header = format!(
         "{:<16} {:<10} {:<3} {:<17} {:<14} {:>8}  {:<5} {:<16} REASON",
         "NODE", "ROLE", "CMD", "STATE", "PHASE", "IN PHASE", "READY", "VERSION"
     );
     let _ = writeln!(out, "{header}");
-    for node in &view.nodes {
+    for node in nodes {
         let ready = match node.ready {
             Some(true) => "yes",
             Some(false) => "NO",
@@ -800,12 +892,15 @@ pub fn render_view(view: &View) -> String {
         );
         let _ = writeln!(out, "{}", line.trim_end());
     }
-    out.push('\n');
-    if view.events.is_empty() {
+}
+
+/// The Events section: one line per Event, oldest first (`Events: none` without any).
+fn render_events(out: &mut String, events: &[EventView]) {
+    if events.is_empty() {
         let _ = writeln!(out, "Events: none");
     } else {
-        let _ = writeln!(out, "Events (last {}):", view.events.len());
-        for event in &view.events {
+        let _ = writeln!(out, "Events (last {}):", events.len());
+        for event in events {
             let _ = writeln!(
                 out,
                 "  {:>8} ago  {:<8} {:<20} {}",
@@ -816,7 +911,6 @@ pub fn render_view(view: &View) -> String {
             );
         }
     }
-    out
 }
 
 /// One line per update window.

@@ -112,6 +112,21 @@ fn workers(concurrent: u32) -> PlanCommandTarget {
 /// A plan mid-update: one controller done (it took 60 s), worker-0 done (90 s), worker-1
 /// downloading, worker-2 and worker-3 waiting, workers 2 at a time.
 fn mid_update() -> Snapshot {
+    Snapshot {
+        plan: Some(mid_update_plan()),
+        nodes: mid_update_nodes(),
+        control_nodes: vec![control_node(
+            "controller-0",
+            "v1.35.1+k0s.0",
+            signal("2026-01-01T12:00:00Z", Some((SignalPhase::Completed, "2026-01-01T12:01:00Z"))),
+        )],
+        events: mid_update_events(),
+        ..Snapshot::empty("autopilot")
+    }
+}
+
+/// The Plan of [`mid_update`]: one `k0supdate` command to v1.35.1+k0s.0, in `SchedulableWait`.
+fn mid_update_plan() -> Plan {
     let command = PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
             version: "v1.35.1+k0s.0".to_owned(),
@@ -144,22 +159,7 @@ fn mid_update() -> Snapshot {
                     Some(SignalPhase::Completed),
                     "2026-01-01T12:01:00Z",
                 )],
-                workers: vec![
-                    target(
-                        "worker-0",
-                        TargetState::SignalCompleted,
-                        Some(SignalPhase::Completed),
-                        "2026-01-01T12:02:30Z",
-                    ),
-                    target(
-                        "worker-1",
-                        TargetState::SignalSent,
-                        Some(SignalPhase::Downloading),
-                        "2026-01-01T12:09:30Z",
-                    ),
-                    target("worker-2", TargetState::SignalPending, None, "2026-01-01T12:00:00Z"),
-                    target("worker-3", TargetState::SignalPending, None, "2026-01-01T12:00:00Z"),
-                ],
+                workers: mid_update_workers(),
             }),
             frozen: Some(command),
             ..PlanCommandStatus::default()
@@ -169,56 +169,73 @@ fn mid_update() -> Snapshot {
         progress: Some("2/5".to_owned()),
         ..PlanStatus::default()
     });
-    Snapshot {
-        plan: Some(plan),
-        nodes: vec![
-            node(
-                "worker-0",
-                true,
-                "v1.35.1+k0s.0",
-                signal(
-                    "2026-01-01T12:01:00Z",
-                    Some((SignalPhase::Completed, "2026-01-01T12:02:30Z")),
-                ),
-            ),
-            node(
-                "worker-1",
-                true,
-                "v1.35.0+k0s.0",
-                signal(
-                    "2026-01-01T12:09:30Z",
-                    Some((SignalPhase::Downloading, "2026-01-01T12:09:30Z")),
-                ),
-            ),
-            node("worker-2", true, "v1.35.0+k0s.0", BTreeMap::new()),
-            node("worker-3", false, "v1.35.0+k0s.0", BTreeMap::new()),
-        ],
-        control_nodes: vec![control_node(
-            "controller-0",
+    plan
+}
+
+/// The worker targets of [`mid_update`]'s command.
+fn mid_update_workers() -> Vec<TargetStatus> {
+    vec![
+        target(
+            "worker-0",
+            TargetState::SignalCompleted,
+            Some(SignalPhase::Completed),
+            "2026-01-01T12:02:30Z",
+        ),
+        target(
+            "worker-1",
+            TargetState::SignalSent,
+            Some(SignalPhase::Downloading),
+            "2026-01-01T12:09:30Z",
+        ),
+        target("worker-2", TargetState::SignalPending, None, "2026-01-01T12:00:00Z"),
+        target("worker-3", TargetState::SignalPending, None, "2026-01-01T12:00:00Z"),
+    ]
+}
+
+/// The Nodes of [`mid_update`]'s workers (worker-3 not Ready).
+fn mid_update_nodes() -> Vec<Node> {
+    vec![
+        node(
+            "worker-0",
+            true,
             "v1.35.1+k0s.0",
-            signal("2026-01-01T12:00:00Z", Some((SignalPhase::Completed, "2026-01-01T12:01:00Z"))),
-        )],
-        events: vec![
-            event(
-                "a",
-                "2026-01-01T12:00:00Z",
-                "Normal",
-                "NodeSignalled",
-                "controller-0 signalled",
-                "autopilot",
-            ),
-            event("x", "2026-01-01T12:00:01Z", "Normal", "Other", "about another plan", "other"),
-            event(
-                "b",
+            signal("2026-01-01T12:01:00Z", Some((SignalPhase::Completed, "2026-01-01T12:02:30Z"))),
+        ),
+        node(
+            "worker-1",
+            true,
+            "v1.35.0+k0s.0",
+            signal(
                 "2026-01-01T12:09:30Z",
-                "Normal",
-                "NodeSignalled",
-                "worker-1 signalled",
-                "autopilot",
+                Some((SignalPhase::Downloading, "2026-01-01T12:09:30Z")),
             ),
-        ],
-        ..Snapshot::empty("autopilot")
-    }
+        ),
+        node("worker-2", true, "v1.35.0+k0s.0", BTreeMap::new()),
+        node("worker-3", false, "v1.35.0+k0s.0", BTreeMap::new()),
+    ]
+}
+
+/// The Events of [`mid_update`]: two about the Plan, one about another plan.
+fn mid_update_events() -> Vec<Event> {
+    vec![
+        event(
+            "a",
+            "2026-01-01T12:00:00Z",
+            "Normal",
+            "NodeSignalled",
+            "controller-0 signalled",
+            "autopilot",
+        ),
+        event("x", "2026-01-01T12:00:01Z", "Normal", "Other", "about another plan", "other"),
+        event(
+            "b",
+            "2026-01-01T12:09:30Z",
+            "Normal",
+            "NodeSignalled",
+            "worker-1 signalled",
+            "autopilot",
+        ),
+    ]
 }
 
 #[test]
