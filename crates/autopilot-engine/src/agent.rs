@@ -279,43 +279,53 @@ fn k0s_update(
         SignalPhase::ApplyingUpdate if facts.staged => self_test(SignalPhase::ApplyingUpdate),
         // The staged file is gone: an earlier pass swapped it in (REF §7.7, step 1). With a
         // digest we can check that the live binary is the one we staged.
-        SignalPhase::ApplyingUpdate => match (&want_sha256, facts.live_sha256) {
-            (Some(want), Some(live)) if live != want => Step::fail(
-                SignalPhase::Failed,
-                format!(
-                    "staged binary is gone and the live binary's sha256 {live} is not the expected {want}"
-                ),
-            ),
-            (Some(_), None) => Step::fail(
-                SignalPhase::Failed,
-                "staged binary is gone and the live binary cannot be read".to_string(),
-            ),
-            (Some(_), Some(_)) | (None, _) => Step::report(SignalPhase::Restarting),
-        },
-        SignalPhase::Restarting => match facts.restart {
-            Restart::Done if facts.running_version == wanted || update.forceupdate => {
-                Step::report(SignalPhase::Uncordoning)
-            }
-            Restart::Done => Step::fail(
-                SignalPhase::Failed,
-                format!(
-                    "running version {} after restart, expected {wanted}",
-                    facts.running_version
-                ),
-            ),
-            Restart::RolledBack { to, reason } => {
-                Step::fail(SignalPhase::Failed, format!("rolled back to {to}: {reason}"))
-            }
-            Restart::NotYet => Step::Run {
-                action: HostAction::Restart,
-                on_success: SignalPhase::Restarting,
-                on_failure: OnFailure::Retry,
-            },
-        },
+        SignalPhase::ApplyingUpdate => swapped_in(want_sha256.as_deref(), facts.live_sha256),
+        SignalPhase::Restarting => restart(facts, update),
         SignalPhase::Uncordoning => {
             Step::Wait(if facts.kubelet { WaitFor::Uncordon } else { WaitFor::Leader })
         }
         SignalPhase::Completed | SignalPhase::FailedDownload | SignalPhase::Failed => Step::Done,
+    }
+}
+
+/// `ApplyingUpdate` with the staged file gone (an earlier pass swapped it in): restart,
+/// unless the signal's digest shows the live binary is not the one staged.
+fn swapped_in(want_sha256: Option<&str>, live_sha256: Option<&str>) -> Step {
+    match (want_sha256, live_sha256) {
+        (Some(want), Some(live)) if live != want => Step::fail(
+            SignalPhase::Failed,
+            format!(
+                "staged binary is gone and the live binary's sha256 {live} is not the expected {want}"
+            ),
+        ),
+        (Some(_), None) => Step::fail(
+            SignalPhase::Failed,
+            "staged binary is gone and the live binary cannot be read".to_string(),
+        ),
+        (Some(_), Some(_)) | (None, _) => Step::report(SignalPhase::Restarting),
+    }
+}
+
+/// `Restarting`: restart, or judge what the restart came to (the running version must be
+/// the wanted one unless the update is forced).
+fn restart(facts: &Facts<'_>, update: &autopilot_api::signal::CommandK0sUpdate) -> Step {
+    let wanted = update.version.as_str();
+    match facts.restart {
+        Restart::Done if facts.running_version == wanted || update.forceupdate => {
+            Step::report(SignalPhase::Uncordoning)
+        }
+        Restart::Done => Step::fail(
+            SignalPhase::Failed,
+            format!("running version {} after restart, expected {wanted}", facts.running_version),
+        ),
+        Restart::RolledBack { to, reason } => {
+            Step::fail(SignalPhase::Failed, format!("rolled back to {to}: {reason}"))
+        }
+        Restart::NotYet => Step::Run {
+            action: HostAction::Restart,
+            on_success: SignalPhase::Restarting,
+            on_failure: OnFailure::Retry,
+        },
     }
 }
 

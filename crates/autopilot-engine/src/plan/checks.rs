@@ -69,55 +69,95 @@ pub(super) fn new_command(
     };
     let label = format!("command {index} (preflight)");
 
-    let mut by_group: BTreeMap<Group, BTreeMap<String, Vec<String>>> = BTreeMap::new();
-    let mut pods = Vec::new();
-    let mut nowhere = Vec::new();
+    let mut placement = Placement::default();
     for (i, (check, compiled)) in preflight.checks.iter().zip(&compiled.checks).enumerate() {
         // A `scheduler` check runs a Pod on each of its Nodes; every other check is signalled
         // to the node's agent.
-        if let Request::Scheduler(data) = &compiled.request {
-            let nodes = match scheduler_nodes(inputs, check, &data.kubernetes.node_selector) {
-                Ok(nodes) => nodes,
-                Err(problem) => {
-                    return NewCommand::failed(
-                        PlanStateType::IncompleteTargets,
-                        format!("{label}: checks[{i}] ({}): {problem}", check.id),
-                    );
-                }
-            };
-            if nodes.is_empty() {
-                nowhere.push(check.id.clone());
-            }
-            pods.extend(nodes.into_iter().map(|node| {
-                let key = PodKey { run_id, command: index, check: &check.id, node: &node };
-                PreflightPodStatus {
-                    check: check.id.clone(),
-                    pod: key.pod_name(),
-                    node,
-                    created: None,
-                }
-            }));
-            continue;
-        }
-        let (controllers, workers) = match check_targets(inputs, check) {
-            Ok(found) => found,
-            Err(problem) => {
-                return NewCommand::failed(
-                    PlanStateType::IncompleteTargets,
-                    format!("{label}: checks[{i}] ({}): {problem}", check.id),
-                );
-            }
+        let placed = if let Request::Scheduler(data) = &compiled.request {
+            placement.add_pods(inputs, run_id, index, check, &data.kubernetes.node_selector)
+        } else {
+            placement.add_agent_targets(inputs, check)
         };
-        if controllers.is_empty() && workers.is_empty() {
-            nowhere.push(check.id.clone());
-        }
-        for (group, names) in [(Group::Controllers, controllers), (Group::Workers, workers)] {
-            for name in names {
-                by_group.entry(group).or_default().entry(name).or_default().push(check.id.clone());
-            }
+        if let Err(problem) = placed {
+            return NewCommand::failed(
+                PlanStateType::IncompleteTargets,
+                format!("{label}: checks[{i}] ({}): {problem}", check.id),
+            );
         }
     }
 
+    let (groups, missing) = target_statuses(inputs, placement.by_group);
+    let problems = incomplete_targets(&missing, &placement.nowhere);
+    let (state, description) = if problems.is_empty() {
+        (PlanStateType::SchedulableWait, None)
+    } else {
+        (PlanStateType::IncompleteTargets, Some(format!("{label}: {}", problems.join("; "))))
+    };
+    NewCommand { state, description, targets: groups, pods: placement.pods, warnings: Vec::new() }
+}
+
+/// Where a preflight command's checks run, as NewPlan resolves them check by check.
+#[derive(Default)]
+struct Placement {
+    /// The agent targets per group, each with the ids of the checks it runs.
+    by_group: BTreeMap<Group, BTreeMap<String, Vec<String>>>,
+    /// One Pod per `scheduler` check and Node.
+    pods: Vec<PreflightPodStatus>,
+    /// The ids of the checks that target no node.
+    nowhere: Vec<String>,
+}
+
+impl Placement {
+    /// Place a `scheduler` check: one Pod on each of its Nodes.
+    fn add_pods(
+        &mut self,
+        inputs: &Inputs<'_>,
+        run_id: &str,
+        index: u32,
+        check: &PreflightCheck,
+        node_selector: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let nodes = scheduler_nodes(inputs, check, node_selector)?;
+        if nodes.is_empty() {
+            self.nowhere.push(check.id.clone());
+        }
+        self.pods.extend(nodes.into_iter().map(|node| {
+            let key = PodKey { run_id, command: index, check: &check.id, node: &node };
+            PreflightPodStatus { check: check.id.clone(), pod: key.pod_name(), node, created: None }
+        }));
+        Ok(())
+    }
+
+    /// Place a check signalled to the agents: record it on each of its targets.
+    fn add_agent_targets(
+        &mut self,
+        inputs: &Inputs<'_>,
+        check: &PreflightCheck,
+    ) -> Result<(), String> {
+        let (controllers, workers) = check_targets(inputs, check)?;
+        if controllers.is_empty() && workers.is_empty() {
+            self.nowhere.push(check.id.clone());
+        }
+        for (group, names) in [(Group::Controllers, controllers), (Group::Workers, workers)] {
+            for name in names {
+                self.by_group
+                    .entry(group)
+                    .or_default()
+                    .entry(name)
+                    .or_default()
+                    .push(check.id.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The target statuses of each group (`SignalPending`, or `MissingSignalNode` for a target
+/// without an object), and the targets without an object.
+fn target_statuses(
+    inputs: &Inputs<'_>,
+    mut by_group: BTreeMap<Group, BTreeMap<String, Vec<String>>>,
+) -> (Vec<(Group, Vec<TargetStatus>)>, Vec<String>) {
     let mut missing = Vec::new();
     let mut groups = Vec::new();
     for group in [Group::Controllers, Group::Workers] {
@@ -145,7 +185,13 @@ pub(super) fn new_command(
             .collect();
         groups.push((group, statuses));
     }
-    let problems: Vec<String> = [
+    (groups, missing)
+}
+
+/// Why the resolved targets are incomplete: targets without an object, checks that target
+/// no node. Empty when they are complete.
+fn incomplete_targets(missing: &[String], nowhere: &[String]) -> Vec<String> {
+    [
         (!missing.is_empty()).then(|| format!("targets without an object: {}", missing.join(", "))),
         (!nowhere.is_empty()).then(|| {
             format!(
@@ -156,23 +202,7 @@ pub(super) fn new_command(
     ]
     .into_iter()
     .flatten()
-    .collect();
-    if !problems.is_empty() {
-        return NewCommand {
-            state: PlanStateType::IncompleteTargets,
-            description: Some(format!("{label}: {}", problems.join("; "))),
-            targets: groups,
-            pods,
-            warnings: Vec::new(),
-        };
-    }
-    NewCommand {
-        state: PlanStateType::SchedulableWait,
-        description: None,
-        targets: groups,
-        pods,
-        warnings: Vec::new(),
-    }
+    .collect()
 }
 
 /// The ControlNodes and Nodes a check targets.
@@ -276,20 +306,8 @@ pub(super) fn decide(
     judge_reports(inputs, run, command, &compiled, deadline, status);
     judge_pods(inputs, decision, &compiled, deadline, status);
 
-    let in_state = |state: TargetState| -> Vec<(Group, String)> {
-        command
-            .groups()
-            .iter()
-            .flat_map(|&group| {
-                targets(status, command, group)
-                    .iter()
-                    .filter(move |t| t.state == state)
-                    .map(move |t| (group, t.name.clone()))
-            })
-            .collect()
-    };
-    let pending = in_state(TargetState::SignalPending);
-    let in_flight = in_state(TargetState::SignalSent);
+    let pending = targets_in_state(status, command, TargetState::SignalPending);
+    let in_flight = targets_in_state(status, command, TargetState::SignalSent);
 
     // Check 1: an abort ends the command at once (checks change nothing on the nodes; a
     // node still running one answers a signal nobody reads any more).
@@ -306,6 +324,46 @@ pub(super) fn decide(
         return Outcome::Ended;
     }
     // Check 2: a paused plan signals no new node and starts no Pod.
+    if let Some(outcome) = hold_if_paused(inputs, decision, status, &pending) {
+        return outcome;
+    }
+    // Check 3: every pending target and every check Pod at once.
+    start_pods(inputs, decision, run, &compiled, deadline, status);
+    signal_pending(inputs, decision, run, command, status, &pending);
+    if let Some(outcome) = wait_for_reports(decision, status, in_flight, pending, deadline) {
+        return outcome;
+    }
+
+    // Check 4: every node answered (or its deadline passed): conclude.
+    let verdict = conclude(&compiled, deadline, status);
+    apply_verdict(inputs, decision, run, compiled.on_warn, verdict, status, &label)
+}
+
+/// The command's targets in `state`, with their groups.
+fn targets_in_state(
+    status: &PlanCommandStatus,
+    command: Command<'_>,
+    state: TargetState,
+) -> Vec<(Group, String)> {
+    command
+        .groups()
+        .iter()
+        .flat_map(|&group| {
+            targets(status, command, group)
+                .iter()
+                .filter(move |t| t.state == state)
+                .map(move |t| (group, t.name.clone()))
+        })
+        .collect()
+}
+
+/// Hold a paused plan while any target is not signalled or any check Pod not started yet.
+fn hold_if_paused(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    status: &mut PlanCommandStatus,
+    pending: &[(Group, String)],
+) -> Option<Outcome> {
     let pods_due = unjudged_pods(status).filter(|pod| pod.created.is_none()).count();
     if inputs.steering.paused && (!pending.is_empty() || pods_due > 0) {
         status.state = PlanStateType::SchedulableWait;
@@ -315,19 +373,41 @@ pub(super) fn decide(
             keys::ANNOTATION_PAUSED,
             pending.len()
         ));
-        decision.hold(index, reasons::PLAN_PAUSED);
-        return Outcome::Running;
+        decision.hold(status.id, reasons::PLAN_PAUSED);
+        return Some(Outcome::Running);
     }
-    // Check 3: every pending target and every check Pod at once.
-    start_pods(inputs, decision, run, &compiled, deadline, status);
-    if !pending.is_empty() {
-        for group in [Group::Controllers, Group::Workers] {
-            let names: Vec<String> =
-                pending.iter().filter(|(g, _)| *g == group).map(|(_, name)| name.clone()).collect();
-            // Preflight targets need no platform: signalling cannot fail.
-            let _signalled = signal_target(inputs, decision, run, command, status, group, &names);
-        }
+    None
+}
+
+/// Signal every pending target, controllers first.
+fn signal_pending(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    pending: &[(Group, String)],
+) {
+    if pending.is_empty() {
+        return;
     }
+    for group in [Group::Controllers, Group::Workers] {
+        let names: Vec<String> =
+            pending.iter().filter(|(g, _)| *g == group).map(|(_, name)| name.clone()).collect();
+        // Preflight targets need no platform: signalling cannot fail.
+        let _signalled = signal_target(inputs, decision, run, command, status, group, &names);
+    }
+}
+
+/// Hold the command while a target (signalled in flight, or just now) or a check Pod has no
+/// result yet, naming them.
+fn wait_for_reports(
+    decision: &mut Decision,
+    status: &mut PlanCommandStatus,
+    in_flight: Vec<(Group, String)>,
+    pending: Vec<(Group, String)>,
+    deadline: std::time::Duration,
+) -> Option<Outcome> {
     let in_flight: Vec<String> = in_flight
         .into_iter()
         .chain(pending)
@@ -337,36 +417,36 @@ pub(super) fn decide(
                 .map(|pod| format!("Pod {} (check {} on {})", pod.pod, pod.check, pod.node)),
         )
         .collect();
-    if !in_flight.is_empty() {
-        status.state = PlanStateType::SchedulableWait;
-        status.reason = Some(format!(
-            "running preflight checks: waiting for the reports of {} node(s) (within {} of \
-             being signalled): {}",
-            in_flight.len(),
-            autopilot_api::duration::format(deadline),
-            named(&in_flight)
-        ));
-        decision.hold(index, reasons::PREFLIGHT_RUNNING);
-        return Outcome::Running;
+    if in_flight.is_empty() {
+        return None;
     }
+    status.state = PlanStateType::SchedulableWait;
+    status.reason = Some(format!(
+        "running preflight checks: waiting for the reports of {} node(s) (within {} of \
+         being signalled): {}",
+        in_flight.len(),
+        autopilot_api::duration::format(deadline),
+        named(&in_flight)
+    ));
+    decision.hold(status.id, reasons::PREFLIGHT_RUNNING);
+    Some(Outcome::Running)
+}
 
-    // Check 4: every node answered (or its deadline passed): conclude.
-    let verdict = conclude(&compiled, deadline, status);
-    let lines = |wanted: CheckStatus| -> Vec<String> {
-        let preflight = status.preflight.as_ref();
-        preflight
-            .into_iter()
-            .flat_map(|p| &p.checks)
-            .flat_map(|check| {
-                check.nodes.iter().filter(move |node| node.status == wanted).map(move |node| {
-                    format!("check {} on {}: {}", check.id, node.name, node.message)
-                })
-            })
-            .collect()
-    };
+/// The concluded command's outcome on its `verdict`: an error ends the plan
+/// `PreflightFailed`; a warning holds it under `onWarn: Block` until accepted; otherwise it
+/// completes (naming any warnings).
+fn apply_verdict(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    on_warn: OnWarn,
+    verdict: CheckStatus,
+    status: &mut PlanCommandStatus,
+    label: &str,
+) -> Outcome {
     match verdict {
         CheckStatus::Error => {
-            let errors = lines(CheckStatus::Error);
+            let errors = nodes_with(status, CheckStatus::Error);
             end(
                 status,
                 PlanStateType::PreflightFailed,
@@ -375,10 +455,10 @@ pub(super) fn decide(
             Outcome::Ended
         }
         CheckStatus::Warn
-            if compiled.on_warn == OnWarn::Block
+            if on_warn == OnWarn::Block
                 && inputs.accepted_warnings.is_none_or(|id| id.trim() != run.plan_id) =>
         {
-            let warnings = lines(CheckStatus::Warn);
+            let warnings = nodes_with(status, CheckStatus::Warn);
             status.state = PlanStateType::SchedulableWait;
             status.reason = Some(format!(
                 "preflight warnings hold the plan (onWarn: Block): {}; accept them with the \
@@ -387,11 +467,11 @@ pub(super) fn decide(
                 keys::ANNOTATION_ACCEPT_WARNINGS,
                 run.plan_id
             ));
-            decision.hold(index, reasons::PREFLIGHT_WARNINGS);
+            decision.hold(status.id, reasons::PREFLIGHT_WARNINGS);
             Outcome::Running
         }
         CheckStatus::Warn | CheckStatus::Success => {
-            let warnings = lines(CheckStatus::Warn);
+            let warnings = nodes_with(status, CheckStatus::Warn);
             release_hold(status);
             status.state = PlanStateType::Completed;
             status.description = (!warnings.is_empty())
@@ -399,6 +479,22 @@ pub(super) fn decide(
             Outcome::Completed
         }
     }
+}
+
+/// One line for every node whose verdict on a check is `wanted`.
+fn nodes_with(status: &PlanCommandStatus, wanted: CheckStatus) -> Vec<String> {
+    let preflight = status.preflight.as_ref();
+    preflight
+        .into_iter()
+        .flat_map(|p| &p.checks)
+        .flat_map(|check| {
+            check
+                .nodes
+                .iter()
+                .filter(move |node| node.status == wanted)
+                .map(move |node| format!("check {} on {}: {}", check.id, node.name, node.message))
+        })
+        .collect()
 }
 
 /// Judge every report that arrived since the last pass: each target that is done (answered,

@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
-use autopilot_api::signal::{SignalPhase, SignalStatus};
+use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{PlanSpec, PlanStateType, PlanStatus};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+    ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus,
 };
 
-use super::decision::{Effect, ObjectKind, Requeue};
+use super::decision::{Effect, ObjectKind, Requeue, SignalTarget, Transition};
 use super::inputs::{
     CheckPods, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering, TargetObject,
 };
@@ -61,16 +62,18 @@ pub struct Rollout {
 /// targets are not ready now is the caller's to report; the rollout shows the order once
 /// they are. `observed.readiness` is not read.
 pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rollout {
-    let mut control_nodes = ready(observed.control_nodes);
-    let mut nodes = ready(observed.nodes);
+    let mut cluster = DryCluster {
+        control_nodes: ready(observed.control_nodes),
+        nodes: ready(observed.nodes),
+        pods: BTreeMap::new(),
+    };
     let readiness: BTreeMap<String, Readiness> =
-        control_nodes.keys().map(|name| (name.clone(), Readiness::Ready)).collect();
+        cluster.control_nodes.keys().map(|name| (name.clone(), Readiness::Ready)).collect();
     let mut now = observed.now;
     let mut status: Option<PlanStatus> = None;
     let mut resolved = None;
     let mut batches = Vec::new();
     let mut waited = Duration::ZERO;
-    let mut pods = BTreeMap::new();
     for _ in 0..MAX_PASSES {
         let plan = PlanView {
             name: keys::PLAN_NAME,
@@ -83,73 +86,14 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
         };
         let snapshot = Observed {
             now,
-            control_nodes: &control_nodes,
-            nodes: &nodes,
+            control_nodes: &cluster.control_nodes,
+            nodes: &cluster.nodes,
             readiness: &readiness,
             removed_apis: observed.removed_apis,
-            check_pods: CheckPods { pods: &pods, templates: observed.check_pods.templates },
+            check_pods: CheckPods { pods: &cluster.pods, templates: observed.check_pods.templates },
         };
         let transition = step(plan, &snapshot, policy);
-        let mut batch: Vec<(u32, ObjectKind, String)> = Vec::new();
-        for effect in &transition.effects {
-            match effect {
-                Effect::Signal { target, data } => {
-                    let objects = match target.kind {
-                        ObjectKind::ControlNode => &mut control_nodes,
-                        ObjectKind::Node => &mut nodes,
-                    };
-                    // A preflight check answers as a probe that succeeded with no output
-                    // (status code 0): the dry run shows the order, not the checks' outcome.
-                    let mut answer = SignalStatus::new(SignalPhase::Completed, now);
-                    if let Some(preflight) = &data.command.preflight {
-                        answer.preflight = preflight
-                            .checks
-                            .iter()
-                            .map(|check| (check.clone(), RawRecord::success(Vec::new())))
-                            .collect();
-                    }
-                    let answered = data.clone().with_status(answer);
-                    if let Some(object) = objects.get_mut(&target.name) {
-                        object.signal = ObservedSignal::Valid(answered);
-                    }
-                    batch.push((data.command.id, target.kind, target.name.clone()));
-                }
-                // A check Pod ends at once with exit code 0 and no output, like a probe.
-                Effect::CreatePod(pod) => {
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    let mut ended = (**pod).clone();
-                    ended.status = Some(PodStatus {
-                        phase: Some("Succeeded".to_owned()),
-                        container_statuses: Some(vec![ContainerStatus {
-                            state: Some(ContainerState {
-                                terminated: Some(ContainerStateTerminated::default()),
-                                ..ContainerState::default()
-                            }),
-                            ..ContainerStatus::default()
-                        }]),
-                        ..PodStatus::default()
-                    });
-                    pods.insert(name.clone(), ended);
-                    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                        let command = transition
-                            .status
-                            .commands
-                            .iter()
-                            .find(|c| {
-                                c.preflight
-                                    .as_ref()
-                                    .is_some_and(|p| p.pods.iter().any(|x| x.pod == name))
-                            })
-                            .map_or(0, |c| c.id);
-                        batch.push((command, ObjectKind::Node, node));
-                    }
-                }
-                Effect::DeletePod { name } => {
-                    pods.remove(name);
-                }
-                Effect::Event { .. } => {}
-            }
-        }
+        let batch = cluster.answer(&transition, now);
         let changed = status.as_ref() != Some(&transition.status) || !batch.is_empty();
         if status.is_none() && transition.status != PlanStatus::default() {
             resolved = Some(transition.status.clone());
@@ -184,6 +128,95 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
     }
     let end = status.clone().unwrap_or_default();
     Rollout { resolved: resolved.unwrap_or_else(|| end.clone()), batches, end }
+}
+
+/// The cluster of a dry run: the objects the engine signals and the check Pods it creates.
+struct DryCluster {
+    /// Every `ControlNode`, by name.
+    control_nodes: BTreeMap<String, TargetObject>,
+    /// Every `Node`, by name.
+    nodes: BTreeMap<String, TargetObject>,
+    /// The check Pods, by name.
+    pods: BTreeMap<String, Pod>,
+}
+
+impl DryCluster {
+    /// Answer a pass's effects at once; returns the nodes it signalled (with the command's
+    /// index), in order.
+    fn answer(
+        &mut self,
+        transition: &Transition,
+        now: Timestamp,
+    ) -> Vec<(u32, ObjectKind, String)> {
+        let mut batch: Vec<(u32, ObjectKind, String)> = Vec::new();
+        for effect in &transition.effects {
+            match effect {
+                Effect::Signal { target, data } => {
+                    self.complete_signal(target, data, now);
+                    batch.push((data.command.id, target.kind, target.name.clone()));
+                }
+                // A check Pod ends at once with exit code 0 and no output, like a probe.
+                Effect::CreatePod(pod) => {
+                    if let Some(signalled) = self.end_pod(pod, &transition.status) {
+                        batch.push(signalled);
+                    }
+                }
+                Effect::DeletePod { name } => {
+                    self.pods.remove(name);
+                }
+                Effect::Event { .. } => {}
+            }
+        }
+        batch
+    }
+
+    /// The signalled object answers `Completed`.
+    fn complete_signal(&mut self, target: &SignalTarget, data: &SignalData, now: Timestamp) {
+        let objects = match target.kind {
+            ObjectKind::ControlNode => &mut self.control_nodes,
+            ObjectKind::Node => &mut self.nodes,
+        };
+        // A preflight check answers as a probe that succeeded with no output
+        // (status code 0): the dry run shows the order, not the checks' outcome.
+        let mut answer = SignalStatus::new(SignalPhase::Completed, now);
+        if let Some(preflight) = &data.command.preflight {
+            answer.preflight = preflight
+                .checks
+                .iter()
+                .map(|check| (check.clone(), RawRecord::success(Vec::new())))
+                .collect();
+        }
+        let answered = data.clone().with_status(answer);
+        if let Some(object) = objects.get_mut(&target.name) {
+            object.signal = ObservedSignal::Valid(answered);
+        }
+    }
+
+    /// The created check Pod, ended with exit code 0; returns its command's index and its
+    /// Node, if it names one.
+    fn end_pod(&mut self, pod: &Pod, status: &PlanStatus) -> Option<(u32, ObjectKind, String)> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let mut ended = pod.clone();
+        ended.status = Some(PodStatus {
+            phase: Some("Succeeded".to_owned()),
+            container_statuses: Some(vec![ContainerStatus {
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated::default()),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        self.pods.insert(name.clone(), ended);
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone())?;
+        let command = status
+            .commands
+            .iter()
+            .find(|c| c.preflight.as_ref().is_some_and(|p| p.pods.iter().any(|x| x.pod == name)))
+            .map_or(0, |c| c.id);
+        Some((command, ObjectKind::Node, node))
+    }
 }
 
 /// `objects`, every one ready.

@@ -71,6 +71,51 @@ fn step_command(
     // 1. Read back every target that is not done: the node's own progress, and the
     //    signals this run already wrote.
     let first_signal = decision.signals.len();
+    let mut resends = read_back_targets(inputs, run, command, status);
+
+    // 2. A node that showed no progress for the command's deadline fails (controllers
+    //    too: an in-flight controller is not held by the readiness grace).
+    enforce_progress_deadline(inputs, decision, run, command, status);
+
+    // 3. Decide. A preflight command signals every target at once and judges the reports
+    //    (`super::checks`). An update command: a pass that finds a target without a
+    //    platform when it is about to signal it marks the target failed and decides again
+    //    (at most once per target).
+    if let Command::Preflight(preflight) = command {
+        let outcome = super::checks::decide(inputs, decision, run, command, preflight, status);
+        if let Outcome::Running = outcome {
+            resends.retain(|effect| still_in_flight(effect, command, status));
+            decision.signals.splice(first_signal..first_signal, resends);
+        }
+        return outcome;
+    }
+    loop {
+        match decide(inputs, probes, decision, run, command, status, &label) {
+            Decided::Again => continue,
+            Decided::Done(outcome) => {
+                if let Outcome::Running = outcome {
+                    // Only targets still in flight get their signal again (a target the
+                    // progress deadline just failed does not).
+                    resends.retain(|effect| still_in_flight(effect, command, status));
+                    decision.signals.splice(first_signal..first_signal, resends);
+                }
+                return outcome;
+            }
+        }
+    }
+}
+
+/// Read back every target of the command that is not done: a target whose object is gone
+/// is `MissingSignalNode`; one whose object carries this run's signal takes the node's
+/// progress from it. Returns the signals to send again: those of `SignalSent` targets whose
+/// object does not carry them.
+fn read_back_targets(
+    inputs: &Inputs<'_>,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+) -> Vec<Effect> {
+    let index = status.id;
     let mut resends = Vec::new();
     for &group in command.groups() {
         let kind = command.object_kind(group);
@@ -106,37 +151,7 @@ fn step_command(
             }
         }
     }
-
-    // 2. A node that showed no progress for the command's deadline fails (controllers
-    //    too: an in-flight controller is not held by the readiness grace).
-    enforce_progress_deadline(inputs, decision, run, command, status);
-
-    // 3. Decide. A preflight command signals every target at once and judges the reports
-    //    (`super::checks`). An update command: a pass that finds a target without a
-    //    platform when it is about to signal it marks the target failed and decides again
-    //    (at most once per target).
-    if let Command::Preflight(preflight) = command {
-        let outcome = super::checks::decide(inputs, decision, run, command, preflight, status);
-        if let Outcome::Running = outcome {
-            resends.retain(|effect| still_in_flight(effect, command, status));
-            decision.signals.splice(first_signal..first_signal, resends);
-        }
-        return outcome;
-    }
-    loop {
-        match decide(inputs, probes, decision, run, command, status, &label) {
-            Decided::Again => continue,
-            Decided::Done(outcome) => {
-                if let Outcome::Running = outcome {
-                    // Only targets still in flight get their signal again (a target the
-                    // progress deadline just failed does not).
-                    resends.retain(|effect| still_in_flight(effect, command, status));
-                    decision.signals.splice(first_signal..first_signal, resends);
-                }
-                return outcome;
-            }
-        }
-    }
+    resends
 }
 
 /// Whether a signal effect goes to a target that is still `SignalSent`.
@@ -180,7 +195,6 @@ fn decide(
     status: &mut PlanCommandStatus,
     label: &str,
 ) -> Decided {
-    let index = status.id;
     let in_flight: Vec<String> = command
         .groups()
         .iter()
@@ -214,63 +228,110 @@ fn decide(
     }
     // Check 3: an abort stops the command; nodes in flight finish first.
     if let Some(Halt::Aborted) = halt {
-        let why = format!("the plan is aborted ({} annotation)", keys::ANNOTATION_ABORT);
-        if !in_flight.is_empty() {
-            return Decided::Done(stopping(decision, status, &why, &in_flight));
-        }
-        let done = command
-            .groups()
-            .iter()
-            .flat_map(|&group| targets(status, command, group))
-            .filter(|t| t.state == TargetState::SignalCompleted)
-            .count();
-        end(
-            status,
-            PlanStateType::Aborted,
-            format!(
-                "{label}: aborted by the {} annotation; {done} node(s) had completed and no \
-                 node was signalled after the abort",
-                keys::ANNOTATION_ABORT
-            ),
-        );
-        return Decided::Done(Outcome::Ended);
+        return Decided::Done(stop_aborted(decision, command, status, &in_flight, label));
     }
     // Check 4: a paused plan signals no new node.
     if inputs.steering.paused {
-        status.state = PlanStateType::SchedulableWait;
-        status.not_ready_since = None;
-        status.reason = Some(if in_flight.is_empty() {
-            format!("paused ({} annotation); no node is in flight", keys::ANNOTATION_PAUSED)
-        } else {
-            format!(
-                "paused ({} annotation); waiting for {} node(s) in flight: {}",
-                keys::ANNOTATION_PAUSED,
-                in_flight.len(),
-                in_flight.join(", ")
-            )
-        });
-        decision.hold(index, reasons::PLAN_PAUSED);
-        return Decided::Done(Outcome::Running);
+        return Decided::Done(hold_paused(decision, status, &in_flight));
     }
     // Check 5: controllers first, one at a time, each only while all plan controllers are
     // ready and no controller works on a signal of an earlier run. Workers wait until
     // every controller is done (version-skew rule).
-    let controllers = targets(status, command, Group::Controllers);
-    if controllers.iter().any(|t| !t.state.is_terminal()) {
-        if controllers.iter().any(|t| t.state == TargetState::SignalSent) {
-            release_hold(status);
-            status.state = PlanStateType::SchedulableWait;
-            return Decided::Done(Outcome::Running);
-        }
-        let earlier = earlier_in_flight(inputs, decision, run, command, index, Group::Controllers);
-        if !earlier.is_empty() {
-            hold_for_earlier_run(decision, status, &earlier);
-            return Decided::Done(Outcome::Running);
-        }
-        return signal_next_controller(inputs, probes, decision, run, command, status, label);
+    if targets(status, command, Group::Controllers).iter().any(|t| !t.state.is_terminal()) {
+        return schedule_controllers(inputs, probes, decision, run, command, status, label);
     }
     // Check 6: workers: canaries first and their soak, then up to the concurrency limit,
     // in name order.
+    schedule_workers(inputs, decision, run, command, status, label)
+}
+
+/// The aborted command: it waits for the nodes in flight, then ends `Aborted`.
+fn stop_aborted(
+    decision: &mut Decision,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    in_flight: &[String],
+    label: &str,
+) -> Outcome {
+    let why = format!("the plan is aborted ({} annotation)", keys::ANNOTATION_ABORT);
+    if !in_flight.is_empty() {
+        return stopping(decision, status, &why, in_flight);
+    }
+    let done = command
+        .groups()
+        .iter()
+        .flat_map(|&group| targets(status, command, group))
+        .filter(|t| t.state == TargetState::SignalCompleted)
+        .count();
+    end(
+        status,
+        PlanStateType::Aborted,
+        format!(
+            "{label}: aborted by the {} annotation; {done} node(s) had completed and no \
+             node was signalled after the abort",
+            keys::ANNOTATION_ABORT
+        ),
+    );
+    Outcome::Ended
+}
+
+/// Hold the paused command: it signals no new node, naming the nodes in flight.
+fn hold_paused(
+    decision: &mut Decision,
+    status: &mut PlanCommandStatus,
+    in_flight: &[String],
+) -> Outcome {
+    status.state = PlanStateType::SchedulableWait;
+    status.not_ready_since = None;
+    status.reason = Some(if in_flight.is_empty() {
+        format!("paused ({} annotation); no node is in flight", keys::ANNOTATION_PAUSED)
+    } else {
+        format!(
+            "paused ({} annotation); waiting for {} node(s) in flight: {}",
+            keys::ANNOTATION_PAUSED,
+            in_flight.len(),
+            in_flight.join(", ")
+        )
+    });
+    decision.hold(status.id, reasons::PLAN_PAUSED);
+    Outcome::Running
+}
+
+/// The controllers, one at a time: wait while one is in flight or a controller works on an
+/// earlier run's signal, else signal the next.
+fn schedule_controllers(
+    inputs: &Inputs<'_>,
+    probes: &mut Probes<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    label: &str,
+) -> Decided {
+    let controllers = targets(status, command, Group::Controllers);
+    if controllers.iter().any(|t| t.state == TargetState::SignalSent) {
+        release_hold(status);
+        status.state = PlanStateType::SchedulableWait;
+        return Decided::Done(Outcome::Running);
+    }
+    let earlier = earlier_in_flight(inputs, decision, run, command, status.id, Group::Controllers);
+    if !earlier.is_empty() {
+        hold_for_earlier_run(decision, status, &earlier);
+        return Decided::Done(Outcome::Running);
+    }
+    signal_next_controller(inputs, probes, decision, run, command, status, label)
+}
+
+/// The workers: the canaries first, then their soak, then the others up to the concurrency
+/// limit.
+fn schedule_workers(
+    inputs: &Inputs<'_>,
+    decision: &mut Decision,
+    run: &RunIdentity,
+    command: Command<'_>,
+    status: &mut PlanCommandStatus,
+    label: &str,
+) -> Decided {
     let canaries = canaries(status, command);
     let canaries_done = canaries.iter().all(|name| {
         targets(status, command, Group::Workers)
