@@ -13,6 +13,7 @@ use autopilot_api::v1beta2::{ControlNode, Plan, TargetState};
 use autopilot_shell::fake_api::{self, FakeApiServer, Request as Seen};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use serde_json::{Value, json};

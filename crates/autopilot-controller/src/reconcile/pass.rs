@@ -1,0 +1,380 @@
+//! One pass of the Plan engine over the Plan `autopilot`: check that the caches are filled,
+//! observe, run the machine (answering the removed-API check and controller probes it asks
+//! for), write the status, perform the effects. The term and watch wiring that triggers it
+//! is the parent module's.
+
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+
+use autopilot_api::keys;
+use autopilot_api::v1beta2::{Plan, PlanStatus};
+use autopilot_engine::plan::{self, Effect, Observed, PlanView, Requeue};
+use autopilot_engine::preflight::scheduler;
+use futures::FutureExt as _;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::{
+    CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, PROBE_ROUNDS, Views, WRITTEN_MEMORY,
+};
+use crate::{effect, observe};
+
+/// The caches a pass needs that the first list has not filled yet: the ControlNodes and
+/// Nodes always, the check Pods and their templates (in [`keys::NAMESPACE`]) when
+/// `check_pods` (see [`uses_check_pods`]).
+fn unfilled_caches(ctx: &Context, check_pods: bool) -> Vec<&'static str> {
+    let mut unfilled = Vec::new();
+    if !is_filled(&ctx.control_nodes) {
+        unfilled.push("ControlNodes");
+    }
+    if !is_filled(&ctx.nodes) {
+        unfilled.push("Nodes");
+    }
+    if check_pods && !is_filled(&ctx.check_pods) {
+        unfilled.push("check Pods");
+    }
+    if check_pods && !is_filled(&ctx.pod_templates) {
+        unfilled.push("check Pod templates (ConfigMaps)");
+    }
+    unfilled
+}
+
+/// Whether `store` has been filled by its first list (without waiting for it).
+fn is_filled<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
+/// Whether a pass over `plan` reads check Pods and templates: its spec or its run has a
+/// `scheduler` check. (Other plans do not wait for those caches.)
+fn uses_check_pods(plan: &Plan) -> bool {
+    let in_spec = scheduler::in_spec(&plan.spec);
+    let in_status = plan.status.iter().flat_map(|s| &s.commands).any(|command| {
+        command.preflight.as_ref().is_some_and(|preflight| !preflight.pods.is_empty())
+    });
+    in_spec || in_status
+}
+
+/// One pass: observe, decide, write the status, perform the effects. Its span carries the
+/// plan's name, id and state, so every line logged during the pass names the plan.
+#[tracing::instrument(
+    name = "reconcile",
+    skip_all,
+    fields(
+        plan = %plan.name_any(),
+        plan_id = %plan.spec.id,
+        state = %plan.status.as_ref().map(|s| s.state).unwrap_or_default(),
+    )
+)]
+pub(super) async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if let Some(later) = caches_not_ready(&ctx, &plan) {
+        return Ok(later);
+    }
+    let name = plan.name_any();
+    let uid = plan.uid().unwrap_or_default();
+    let view = plan_view(&plan, &name, &uid);
+
+    // The views are taken for the pass and put back when it completes; a pass that fails
+    // leaves empty ones, and the next pass builds them afresh.
+    let mut views = std::mem::take(&mut *ctx.views.lock().unwrap_or_else(PoisonError::into_inner));
+    views.control_nodes.refresh_control_nodes(&ctx.control_nodes);
+    views.nodes.refresh_nodes(&ctx.nodes);
+    let (check_pods, pod_templates) =
+        observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
+    let no_readiness = BTreeMap::new();
+    let observed = Observed {
+        now: jiff::Timestamp::now(),
+        control_nodes: &views.control_nodes.objects,
+        nodes: &views.nodes.objects,
+        readiness: &no_readiness,
+        removed_apis: None,
+        check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
+    };
+    let transition = decide(&ctx, &name, view, observed).await?;
+
+    record_status(&ctx, &plan, &name, &transition.status).await?;
+    // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
+    // the order the plan chose; events are queued for the background publisher.
+    forget_visible_signals(&ctx, &views.control_nodes.objects, &views.nodes.objects);
+    for effect in &transition.effects {
+        perform(&ctx, &plan, &name, &views, effect).await?;
+    }
+    ctx.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).reset();
+    *ctx.views.lock().unwrap_or_else(PoisonError::into_inner) = views;
+    Ok(match transition.requeue {
+        Requeue::OnChange => Action::await_change(),
+        Requeue::After(delay) => Action::requeue(delay),
+    })
+}
+
+/// When to come back if the caches a pass over `plan` needs are not filled yet; `None` when
+/// they are.
+///
+/// Decisions need complete caches: an empty Node cache would look like missing targets,
+/// and a missing template or check Pod must be missing, not merely not listed yet.
+/// Checked, not awaited: the watches that fill these caches are this controller's own
+/// triggers, and they did not fill while a pass waited for them. The first pass of every
+/// leader term waited out a 5 s timeout that way (the caches were filled the moment the
+/// timer woke the controller). A pass that finds them not filled yet comes back shortly.
+fn caches_not_ready(ctx: &Context, plan: &Plan) -> Option<Action> {
+    let unfilled = unfilled_caches(ctx, uses_check_pods(plan));
+    if unfilled.is_empty() {
+        return None;
+    }
+    let waited = ctx.started.elapsed();
+    if waited < CACHE_READY_TIMEOUT {
+        debug!(caches = ?unfilled, "the caches are not filled yet");
+        return Some(Action::requeue(CONFLICT_RETRY));
+    }
+    warn!(
+        caches = ?unfilled,
+        ?waited,
+        "the caches are still not filled (can this controller list and watch them?)"
+    );
+    Some(Action::requeue(CACHE_READY_TIMEOUT))
+}
+
+/// The machine's view of `plan` (named `name`, with uid `uid`).
+fn plan_view<'a>(plan: &'a Plan, name: &'a str, uid: &'a str) -> PlanView<'a> {
+    PlanView {
+        name,
+        uid,
+        generation: plan.metadata.generation.unwrap_or_default(),
+        spec: &plan.spec,
+        status: plan.status.as_ref(),
+        steering: plan::Steering::of(plan.annotations()),
+        accepted_warnings: plan
+            .annotations()
+            .get(autopilot_api::keys::ANNOTATION_ACCEPT_WARNINGS)
+            .map(String::as_str),
+    }
+}
+
+/// Run the machine over `observed`, answering what it asks on the way.
+///
+/// The removed-API check is asked before the pass; controller readiness as the pass needs
+/// it: a pass that may signal a controller names the ones it found no probe result for, and
+/// runs again with them probed (a new name in that second pass gets one more round; one
+/// still unprobed after that counts as not ready, which only holds).
+async fn decide(
+    ctx: &Context,
+    name: &str,
+    view: PlanView<'_>,
+    mut observed: Observed<'_>,
+) -> Result<plan::Transition, Error> {
+    let versions = plan::removed_api_check_versions(view);
+    let removed_apis = if versions.is_empty() {
+        None
+    } else {
+        let started = std::time::Instant::now();
+        let uses =
+            autopilot_shell::removed_apis::observe_removed_apis(&ctx.engine.client, &versions)
+                .await?;
+        debug!(plan = %name, ?versions, took = ?started.elapsed(), "checked removed APIs");
+        Some(uses)
+    };
+    observed.removed_apis = removed_apis.as_deref();
+    observed.now = jiff::Timestamp::now();
+    let mut readiness = BTreeMap::new();
+    let mut transition = plan::step(view, &observed, &ctx.engine.policy);
+    for _ in 0..PROBE_ROUNDS {
+        if transition.unprobed.is_empty() {
+            break;
+        }
+        let started = std::time::Instant::now();
+        readiness
+            .extend(ctx.engine.prober.probe_all(&transition.unprobed, &ctx.control_nodes).await);
+        debug!(plan = %name, controllers = ?transition.unprobed, took = ?started.elapsed(), "probed controllers");
+        let probed = Observed { readiness: &readiness, now: jiff::Timestamp::now(), ..observed };
+        transition = plan::step(view, &probed, &ctx.engine.policy);
+    }
+    Ok(transition)
+}
+
+/// Write the next status when it differs from the current one (guarded by the Plan's
+/// resourceVersion), log what changed and keep the metrics in step.
+async fn record_status(
+    ctx: &Context,
+    plan: &Plan,
+    name: &str,
+    next: &PlanStatus,
+) -> Result<(), Error> {
+    let current = plan.status.clone().unwrap_or_default();
+    // Only the Plan named `autopilot` runs; an ignored Plan would show as a plan that never
+    // starts.
+    let metrics = (name == keys::PLAN_NAME).then_some(&ctx.engine.metrics);
+    if *next != current {
+        effect::write_status(&ctx.plans, plan, next).await?;
+        log_changes(name, &current, next);
+        if let Some(metrics) = metrics {
+            metrics.record_status(name, &current, next);
+        }
+    } else if let Some(metrics) = metrics {
+        metrics.observe_plan(name, &current);
+    }
+    Ok(())
+}
+
+/// Perform one effect of the pass over `plan`; a signal is written under the resourceVersion
+/// of the object in `views`, the snapshot the decision was made on.
+async fn perform(
+    ctx: &Context,
+    plan: &Plan,
+    name: &str,
+    views: &Views,
+    effect: &Effect,
+) -> Result<(), Error> {
+    match effect {
+        Effect::Signal { target, data } if already_written(ctx, target, data) => {
+            debug!(plan = %name, node = %target.name, "signal written, cache not caught up yet");
+        }
+        Effect::Signal { target, data } => {
+            let versions = match target.kind {
+                plan::ObjectKind::ControlNode => &views.control_nodes.versions,
+                plan::ObjectKind::Node => &views.nodes.versions,
+            };
+            let version = versions.get(&target.name).map(String::as_str);
+            effect::write_signal(&ctx.engine.client, target, version, data).await?;
+            ctx.engine.metrics.signals_written.inc();
+            remember_written(ctx, target, data);
+            info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
+        }
+        Effect::CreatePod(pod) => {
+            effect::create_pod(&ctx.engine.client, pod).await?;
+            info!(plan = %name, pod = pod.metadata.name.as_deref().unwrap_or_default(), node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default(), "created check Pod");
+        }
+        Effect::DeletePod { name: pod } => {
+            effect::delete_pod(&ctx.engine.client, pod).await?;
+            debug!(plan = %name, %pod, "deleted check Pod");
+        }
+        Effect::Event { kind, reason, note } => {
+            ctx.events.publish(effect::plan_event(
+                plan.object_ref(&()),
+                *kind,
+                reason,
+                note.clone(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn already_written(
+    ctx: &Context,
+    target: &plan::SignalTarget,
+    data: &autopilot_api::signal::SignalData,
+) -> bool {
+    let written = ctx.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    written.get(target).is_some_and(|(written, _)| written == data)
+}
+
+fn remember_written(
+    ctx: &Context,
+    target: &plan::SignalTarget,
+    data: &autopilot_api::signal::SignalData,
+) {
+    let mut written = ctx.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    written.insert(target.clone(), (data.clone(), Instant::now()));
+}
+
+/// Drop the memory of signals the cache now shows on their objects (see `Context::written`).
+fn forget_visible_signals(
+    ctx: &Context,
+    control_nodes: &BTreeMap<String, plan::TargetObject>,
+    nodes: &BTreeMap<String, plan::TargetObject>,
+) {
+    let mut written = ctx.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    written.retain(|target, (data, at)| {
+        if at.elapsed() > WRITTEN_MEMORY {
+            return false;
+        }
+        let objects = match target.kind {
+            plan::ObjectKind::ControlNode => control_nodes,
+            plan::ObjectKind::Node => nodes,
+        };
+        let visible = objects.get(&target.name).is_some_and(|object| match &object.signal {
+            plan::ObservedSignal::Valid(seen) => {
+                seen.plan_id == data.plan_id
+                    && seen.run_id == data.run_id
+                    && seen.created == data.created
+                    && seen.command == data.command
+            }
+            plan::ObservedSignal::Invalid(_) | plan::ObservedSignal::None => false,
+        });
+        !visible
+    });
+}
+
+/// What to do after a failed pass. A conflict is retried at once (the watch event that
+/// makes the snapshot fresh is on its way); any other failure, typically an API server that
+/// does not answer, on the short capped backoff of the watches (`backoff::CAP`), so a pass
+/// that failed during an outage runs again within that cap of the server answering. A
+/// longer fixed delay would add itself to every outage: nothing else triggers the pass if
+/// the resumed watches bring no change.
+pub(super) fn error_policy(plan: Arc<Plan>, error: &Error, ctx: Arc<Context>) -> Action {
+    match error {
+        Error::Effect(err) if err.is_conflict() => {
+            debug!(plan = %plan.name_any(), error = %err, "stale snapshot, re-observing");
+            Action::requeue(CONFLICT_RETRY)
+        }
+        _ => {
+            let delay =
+                ctx.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_delay();
+            warn!(plan = %plan.name_any(), error = %autopilot_api::text::error_chain(error), retry_in = ?delay, "plan pass failed, retrying");
+            Action::requeue(delay)
+        }
+    }
+}
+
+/// Log each plan, command and target state change once, at info.
+fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
+    if before.state != after.state {
+        info!(plan, from = before.state.as_str(), to = after.state.as_str(), "plan state changed");
+    }
+    for command in &after.commands {
+        let old = before.commands.iter().find(|c| c.id == command.id);
+        if old.map(|c| c.state) != Some(command.state) {
+            info!(
+                plan,
+                command = command.id,
+                from = old.map(|c| c.state.as_str()).unwrap_or(""),
+                to = command.state.as_str(),
+                reason = command.description.as_deref().or(command.reason.as_deref()).unwrap_or(""),
+                "command state changed"
+            );
+        }
+        let targets = |c: &autopilot_api::v1beta2::PlanCommandStatus| {
+            let mut all = Vec::new();
+            if let Some(k) = &c.k0supdate {
+                all.extend(k.controllers.iter().chain(k.workers.iter()).cloned());
+            }
+            if let Some(a) = &c.airgapupdate {
+                all.extend(a.workers.iter().cloned());
+            }
+            all
+        };
+        let old_targets = old.map(targets).unwrap_or_default();
+        for target in targets(command) {
+            let was = old_targets.iter().find(|t| t.name == target.name).map(|t| t.state);
+            if was != Some(target.state) {
+                info!(
+                    plan,
+                    command = command.id,
+                    node = %target.name,
+                    phase = target.phase.map_or("", |p| p.as_str()),
+                    from = was.map(|s| s.as_str()).unwrap_or(""),
+                    to = target.state.as_str(),
+                    reason = target.reason.as_deref().unwrap_or(""),
+                    "node state changed"
+                );
+            }
+        }
+    }
+}
