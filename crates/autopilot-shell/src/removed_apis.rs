@@ -36,77 +36,104 @@ pub async fn observe_removed_apis(
     }
     let mut uses = Vec::new();
     for api in relevant {
-        let group_version = if api.group.is_empty() {
-            api.version.to_string()
-        } else {
-            format!("{}/{}", api.group, api.version)
-        };
-        // Check 1: is the removed version served at all?
-        let served = match client.list_api_group_resources(&group_version).await {
-            Ok(list) => list.resources.iter().any(|r| r.name == api.resource),
-            Err(kube::Error::Api(status)) if status.code == 404 => false,
-            Err(source) => {
-                return Err(Error::Api { what: format!("discovering {group_version}"), source });
-            }
-        };
-        if !served {
-            continue;
+        if let Some(found) = use_of(client, api).await? {
+            uses.push(found);
         }
-        // Check 2: are there objects of it?
-        let resource = ApiResource {
-            group: api.group.to_string(),
-            version: api.version.to_string(),
-            api_version: group_version.clone(),
-            kind: api.kind.to_string(),
-            plural: api.resource.to_string(),
-        };
-        let listed: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let objects = listed.list_metadata(&ListParams::default()).await.map_err(|source| {
-            Error::Api { what: format!("listing {}.{}", api.resource, api.group), source }
-        })?;
-        let count = objects.items.len() as u64;
-        if count == 0 {
-            continue;
-        }
-        // Check 3: can every object still be read through the still-served version?
-        let blocking = match api.served_in {
-            None => true,
-            Some(served_version) => {
-                let served_resource = ApiResource {
-                    version: served_version.to_string(),
-                    api_version: format!("{}/{}", api.group, served_version),
-                    ..resource.clone()
-                };
-                let mut lost = false;
-                for object in &objects.items {
-                    let ns = object.metadata.namespace.clone();
-                    let name = object.metadata.name.clone().unwrap_or_default();
-                    let api_served: Api<DynamicObject> = match &ns {
-                        Some(ns) => Api::namespaced_with(client.clone(), ns, &served_resource),
-                        None => Api::all_with(client.clone(), &served_resource),
-                    };
-                    match api_served.get_opt(&name).await {
-                        Ok(Some(_)) => {}
-                        Ok(None) => lost = true,
-                        Err(source) => {
-                            return Err(Error::Api {
-                                what: format!("reading {name} through {served_version}"),
-                                source,
-                            });
-                        }
-                    }
-                }
-                lost
-            }
-        };
-        uses.push(RemovedApiUse {
-            resource: api.resource.to_string(),
-            group: api.group.to_string(),
-            version: api.version.to_string(),
-            removed_in: api.removed_in.to_string(),
-            count,
-            blocking,
-        });
     }
     Ok(uses)
+}
+
+/// The use of one removed API: `None` when the server does not serve it or holds no object
+/// of it.
+async fn use_of(
+    client: &kube::Client,
+    api: &removed_apis::RemovedApi,
+) -> Result<Option<RemovedApiUse>, Error> {
+    let group_version = if api.group.is_empty() {
+        api.version.to_string()
+    } else {
+        format!("{}/{}", api.group, api.version)
+    };
+    // Check 1: is the removed version served at all?
+    let served = match client.list_api_group_resources(&group_version).await {
+        Ok(list) => list.resources.iter().any(|r| r.name == api.resource),
+        Err(kube::Error::Api(status)) if status.code == 404 => false,
+        Err(source) => {
+            return Err(Error::Api { what: format!("discovering {group_version}"), source });
+        }
+    };
+    if !served {
+        return Ok(None);
+    }
+    // Check 2: are there objects of it?
+    let resource = ApiResource {
+        group: api.group.to_string(),
+        version: api.version.to_string(),
+        api_version: group_version.clone(),
+        kind: api.kind.to_string(),
+        plural: api.resource.to_string(),
+    };
+    let listed: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let objects = listed.list_metadata(&ListParams::default()).await.map_err(|source| {
+        Error::Api { what: format!("listing {}.{}", api.resource, api.group), source }
+    })?;
+    let count = objects.items.len() as u64;
+    if count == 0 {
+        return Ok(None);
+    }
+    // Check 3: can every object still be read through the still-served version?
+    let blocking = match api.served_in {
+        None => true,
+        Some(served_version) => {
+            let names = objects.items.iter().map(|object| {
+                (
+                    object.metadata.namespace.clone(),
+                    object.metadata.name.clone().unwrap_or_default(),
+                )
+            });
+            any_lost(client, &resource, api.group, served_version, names).await?
+        }
+    };
+    Ok(Some(RemovedApiUse {
+        resource: api.resource.to_string(),
+        group: api.group.to_string(),
+        version: api.version.to_string(),
+        removed_in: api.removed_in.to_string(),
+        count,
+        blocking,
+    }))
+}
+
+/// Whether any of the objects named by `names` (namespace, name) cannot be read through
+/// `served_version` of `group`.
+async fn any_lost(
+    client: &kube::Client,
+    resource: &ApiResource,
+    group: &str,
+    served_version: &str,
+    names: impl Iterator<Item = (Option<String>, String)>,
+) -> Result<bool, Error> {
+    let served_resource = ApiResource {
+        version: served_version.to_string(),
+        api_version: format!("{group}/{served_version}"),
+        ..resource.clone()
+    };
+    let mut lost = false;
+    for (ns, name) in names {
+        let api_served: Api<DynamicObject> = match &ns {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &served_resource),
+            None => Api::all_with(client.clone(), &served_resource),
+        };
+        match api_served.get_opt(&name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => lost = true,
+            Err(source) => {
+                return Err(Error::Api {
+                    what: format!("reading {name} through {served_version}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(lost)
 }
