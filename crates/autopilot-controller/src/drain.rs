@@ -243,47 +243,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
             Step::Evict(pods) => match evict(&ctx.eviction_client, &pods).await? {
                 None => info!(%kind, object = %name, %node, pods = pods.len(), "evicted pods"),
                 Some(blocked) => {
-                    let delay = ctx.refused(&name);
-                    // The attempt may have taken a while: write onto a fresh read.
-                    let Some(fresh) = objects
-                        .get_opt(&name)
-                        .await
-                        .map_err(api(format!("reading {kind} {name}")))?
-                    else {
-                        return Ok(Action::await_change());
-                    };
-                    let Ok(Some(fresh_data)) = signal::from_meta(fresh.meta()) else {
-                        return Ok(Action::await_change());
-                    };
-                    if fresh_data.plan_id != data.plan_id || fresh_data.created != data.created {
-                        return Ok(Action::await_change());
-                    }
-                    let cordoning_since = fresh_data
-                        .status
-                        .as_ref()
-                        .filter(|status| status.status == SignalPhase::Cordoning)
-                        .and_then(|status| status.timestamp.parse::<jiff::Timestamp>().ok());
-                    let now = jiff::Timestamp::now();
-                    match cordon::blocked(
-                        &node,
-                        &blocked,
-                        cordoning_since,
-                        now,
-                        ctx.drain_timeout,
-                        delay,
-                    ) {
-                        Blocked::Fail(reason) => {
-                            ctx.reset(&name);
-                            write_failed(&objects, &fresh, &fresh_data, &reason).await?;
-                            warn!(%kind, object = %name, %node, %blocked, "drain timed out, node failed");
-                            return Ok(Action::await_change());
-                        }
-                        Blocked::Retry { reason, delay } => {
-                            write_reason(&objects, &fresh, &fresh_data, &reason).await?;
-                            warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "eviction refused");
-                            return Ok(Action::requeue(delay));
-                        }
-                    }
+                    return on_blocked(&ctx, &objects, &name, &node, &data, &blocked).await;
                 }
             },
             Step::WaitForPods(pods) => {
@@ -313,6 +273,51 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         }
     }
     Ok(Action::requeue(Duration::ZERO))
+}
+
+/// The evictions from `node` were refused (`blocked` says by what): record why on the
+/// object's signal and try again later, or fail the node once the drain has been blocked for
+/// `--drain-timeout` ([`cordon::blocked`] decides). `data` is the signal the drain acted on.
+async fn on_blocked<K: SignalObject>(
+    ctx: &Context,
+    objects: &Api<K>,
+    name: &str,
+    node: &str,
+    data: &SignalData,
+    blocked: &str,
+) -> Result<Action, Error> {
+    let kind = K::kind(&());
+    let delay = ctx.refused(name);
+    // The attempt may have taken a while: write onto a fresh read.
+    let Some(fresh) = objects.get_opt(name).await.map_err(api(format!("reading {kind} {name}")))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let Ok(Some(fresh_data)) = signal::from_meta(fresh.meta()) else {
+        return Ok(Action::await_change());
+    };
+    if fresh_data.plan_id != data.plan_id || fresh_data.created != data.created {
+        return Ok(Action::await_change());
+    }
+    let cordoning_since = fresh_data
+        .status
+        .as_ref()
+        .filter(|status| status.status == SignalPhase::Cordoning)
+        .and_then(|status| status.timestamp.parse::<jiff::Timestamp>().ok());
+    let now = jiff::Timestamp::now();
+    match cordon::blocked(node, blocked, cordoning_since, now, ctx.drain_timeout, delay) {
+        Blocked::Fail(reason) => {
+            ctx.reset(name);
+            write_failed(objects, &fresh, &fresh_data, &reason).await?;
+            warn!(%kind, object = %name, %node, %blocked, "drain timed out, node failed");
+            Ok(Action::await_change())
+        }
+        Blocked::Retry { reason, delay } => {
+            write_reason(objects, &fresh, &fresh_data, &reason).await?;
+            warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "eviction refused");
+            Ok(Action::requeue(delay))
+        }
+    }
 }
 
 /// A failed API request is retried on the short capped backoff of the watches, not on the
