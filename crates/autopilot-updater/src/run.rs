@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::source::{self, ClusterInfo, LegacyQuery, RequestOptions, WorkerData};
+use autopilot_engine::updater::channel::ChannelAnswer;
 use autopilot_engine::updater::decide::{self, Decision, Inputs, NextCheck, Strategy, reasons};
 
 /// How soon after an UpdateConfig is seen (or changed, or this controller starts leading)
@@ -411,57 +412,30 @@ struct Outcome {
     opens_at: Option<Timestamp>,
 }
 
+impl Outcome {
+    /// A check that could not reach or write what it needed.
+    fn server_error(message: String) -> Self {
+        Self { reason: reasons::SERVER_ERROR, message, warning: true, opens_at: None }
+    }
+}
+
 impl Updater {
     /// One check: token, server answer, current Plan, decision, Plan write.
     async fn check(&self, strategy: &Strategy, source: &source::Client) -> Outcome {
-        let spec = &self.config.spec;
         let token = self.read_token().await;
         let plans = Api::<Plan>::all(self.client.clone());
         let plan = match plans.get_opt(keys::PLAN_NAME).await {
             Ok(plan) => plan,
             Err(err) => {
-                return Outcome {
-                    reason: reasons::SERVER_ERROR,
-                    message: format!("cannot read the autopilot plan: {err}"),
-                    warning: true,
-                    opens_at: None,
-                };
+                return Outcome::server_error(format!("cannot read the autopilot plan: {err}"));
             }
         };
-        let cluster_info =
-            if self.process.send_cluster_info { self.cluster_info().await } else { None };
-        let options =
-            RequestOptions { token: token.as_deref(), cluster_info: cluster_info.as_ref() };
-        let fetched = match strategy {
-            Strategy::Periodic(_) => {
-                source.fetch_index(&spec.update_server, &spec.channel, options).await
-            }
-            Strategy::Cron(_) => {
-                let query = LegacyQuery {
-                    cluster_id: self.kube_system_uid().await.unwrap_or_default(),
-                    last_update_status: plan
-                        .as_ref()
-                        .and_then(|p| p.status.as_ref())
-                        .map(|s| s.state.to_string())
-                        .unwrap_or_default(),
-                    current_version: self.process.running_version.clone(),
-                };
-                source.fetch_legacy(&spec.update_server, &spec.channel, &query, options).await
-            }
-        };
-        let answer = match fetched {
+        let answer = match self.fetch(strategy, source, token.as_deref(), plan.as_ref()).await {
             Ok(answer) => answer,
-            Err(err) => {
-                return Outcome {
-                    reason: reasons::SERVER_ERROR,
-                    message: text::error_chain(&err),
-                    warning: true,
-                    opens_at: None,
-                };
-            }
+            Err(err) => return Outcome::server_error(text::error_chain(&err)),
         };
         let decision = decide::decide(&Inputs {
-            spec,
+            spec: &self.config.spec,
             now: Timestamp::now(),
             tz: &self.process.tz,
             running_version: &self.process.running_version,
@@ -487,18 +461,45 @@ impl Updater {
             | Decision::Invalid(_) => Ok(()),
         };
         if let Err(err) = written {
-            return Outcome {
-                reason: reasons::SERVER_ERROR,
-                message: format!("cannot write the autopilot plan: {err}"),
-                warning: true,
-                opens_at: None,
-            };
+            return Outcome::server_error(format!("cannot write the autopilot plan: {err}"));
         }
         Outcome {
             reason: decision.reason(),
             message: decision.message(),
             warning: decision.is_problem(),
             opens_at,
+        }
+    }
+
+    /// Ask the update server what it offers (with `token`, if any), in the strategy's way:
+    /// the index for `periodic`, the legacy query (with the cluster id and how `plan` ended)
+    /// for `cron`.
+    async fn fetch(
+        &self,
+        strategy: &Strategy,
+        source: &source::Client,
+        token: Option<&str>,
+        plan: Option<&Plan>,
+    ) -> Result<ChannelAnswer, source::Error> {
+        let spec = &self.config.spec;
+        let cluster_info =
+            if self.process.send_cluster_info { self.cluster_info().await } else { None };
+        let options = RequestOptions { token, cluster_info: cluster_info.as_ref() };
+        match strategy {
+            Strategy::Periodic(_) => {
+                source.fetch_index(&spec.update_server, &spec.channel, options).await
+            }
+            Strategy::Cron(_) => {
+                let query = LegacyQuery {
+                    cluster_id: self.kube_system_uid().await.unwrap_or_default(),
+                    last_update_status: plan
+                        .and_then(|p| p.status.as_ref())
+                        .map(|s| s.state.to_string())
+                        .unwrap_or_default(),
+                    current_version: self.process.running_version.clone(),
+                };
+                source.fetch_legacy(&spec.update_server, &spec.channel, &query, options).await
+            }
         }
     }
 
