@@ -285,41 +285,79 @@ where
             Ok(Acted::Idle)
         }
         Step::Run { action, on_success, on_failure } => {
-            let is_restart = matches!(action, phase::HostAction::Restart);
-            info!(node = %agent.name, action = ?action.kind(), "signal agent performing");
-            let action_kind = action.kind();
-            match host::perform(host, &action, &key).await {
-                Ok(()) if is_restart => {
+            let signal = Signalled { api, agent, object, data: &data, key: &key, current };
+            let step = Run { action, on_success, on_failure };
+            perform(signal, host, step, failures, &publish).await
+        }
+    }
+}
+
+/// The signal an agent pass acts on, and where it is written back.
+struct Signalled<'a, K> {
+    api: &'a Api<K>,
+    agent: &'a Agent,
+    object: &'a K,
+    data: &'a SignalData,
+    key: &'a SignalKey,
+    /// The phase the signal shows.
+    current: Option<SignalPhase>,
+}
+
+/// A host action the phase machine asked for, with the phases to report after it.
+struct Run {
+    action: phase::HostAction,
+    on_success: SignalPhase,
+    on_failure: phase::OnFailure,
+}
+
+/// Perform `run` on `host` and report its result on the signal: the next phase, a restart,
+/// a retry, or (after too many failures in a row) the failure phase with the reason.
+async fn perform<K, H>(
+    signal: Signalled<'_, K>,
+    host: &H,
+    run: Run,
+    failures: &mut Failures,
+    publish: &dyn Fn(&SignalData),
+) -> anyhow::Result<Acted>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    H: Host,
+{
+    let Signalled { api, agent, object, data, key, current } = signal;
+    let Run { action, on_success, on_failure } = run;
+    let is_restart = matches!(action, phase::HostAction::Restart);
+    info!(node = %agent.name, action = ?action.kind(), "signal agent performing");
+    let action_kind = action.kind();
+    match host::perform(host, &action, key).await {
+        Ok(()) if is_restart => {
+            failures.reset();
+            info!(node = %agent.name, "new binary in place; restarting");
+            Ok(Acted::Restart)
+        }
+        Ok(()) if current == Some(on_success) => {
+            failures.reset();
+            Ok(Acted::Again)
+        }
+        Ok(()) => {
+            failures.reset();
+            publish(&write_status(api, object, data, on_success, None).await?);
+            Ok(Acted::Idle)
+        }
+        Err(err) => {
+            record_failure(&agent.metrics, action_kind, &err);
+            let reason = err.reason();
+            let in_a_row = failures.record(key, action_kind);
+            match phase::after_failure(on_failure, action_kind, in_a_row, &reason) {
+                Some(Step::Report { phase, reason }) => {
+                    warn!(node = %agent.name, error = %err.reason(), "update failed");
                     failures.reset();
-                    info!(node = %agent.name, "new binary in place; restarting");
-                    Ok(Acted::Restart)
-                }
-                Ok(()) if current == Some(on_success) => {
-                    failures.reset();
-                    Ok(Acted::Again)
-                }
-                Ok(()) => {
-                    failures.reset();
-                    publish(&write_status(api, object, &data, on_success, None).await?);
+                    publish(&write_status(api, object, data, phase, reason).await?);
                     Ok(Acted::Idle)
                 }
-                Err(err) => {
-                    record_failure(&agent.metrics, action_kind, &err);
-                    let reason = err.reason();
-                    let in_a_row = failures.record(&key, action_kind);
-                    match phase::after_failure(on_failure, action_kind, in_a_row, &reason) {
-                        Some(Step::Report { phase, reason }) => {
-                            warn!(node = %agent.name, error = %err.reason(), "update failed");
-                            failures.reset();
-                            publish(&write_status(api, object, &data, phase, reason).await?);
-                            Ok(Acted::Idle)
-                        }
-                        Some(other) => anyhow::bail!("unexpected step after a failure: {other:?}"),
-                        None => {
-                            warn!(node = %agent.name, error = %reason, in_a_row, "action failed, retrying");
-                            Ok(Acted::Retry)
-                        }
-                    }
+                Some(other) => anyhow::bail!("unexpected step after a failure: {other:?}"),
+                None => {
+                    warn!(node = %agent.name, error = %reason, in_a_row, "action failed, retrying");
+                    Ok(Acted::Retry)
                 }
             }
         }
