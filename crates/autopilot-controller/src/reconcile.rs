@@ -232,27 +232,8 @@ impl Engine {
             node_fingerprint,
         );
 
-        // `scheduler` check Pods and their templates, only in the autopilot namespace.
-        let (check_pods, check_pod_writer) = reflector::store::<Pod>();
-        let check_pod_events = triggers(
-            cached_watch(
-                check_pod_writer,
-                Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE),
-                config.clone().labels(scheduler::LABEL_RUN),
-                |pod| pod.metadata.managed_fields = None,
-            ),
-            check_pod_fingerprint,
-        );
-        let (pod_templates, pod_template_writer) = reflector::store::<ConfigMap>();
-        let pod_template_events = triggers(
-            cached_watch(
-                pod_template_writer,
-                Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE),
-                config.clone(),
-                |config_map| config_map.metadata.managed_fields = None,
-            ),
-            config_map_fingerprint,
-        );
+        let (check_pods, check_pod_events, pod_templates, pod_template_events) =
+            check_pod_watches(&client, &config);
 
         // Each watch backs off on its own errors, and the controller adds no backoff of its
         // own: kube-runtime applies the controller's trigger backoff to the *merged* trigger
@@ -287,26 +268,8 @@ impl Engine {
         let to_autopilot_plan_too = to_autopilot_plan.clone();
         let to_autopilot_plan_pods = to_autopilot_plan.clone();
         let to_autopilot_plan_templates = to_autopilot_plan.clone();
-        let context = Arc::new(Context {
-            events: EventPublisher::start(
-                client.clone(),
-                Reporter {
-                    controller: keys::FIELD_MANAGER.to_string(),
-                    instance: self.instance.clone(),
-                },
-                "plan",
-            ),
-            engine: self,
-            plans,
-            control_nodes,
-            nodes,
-            check_pods,
-            pod_templates,
-            written: std::sync::Mutex::new(BTreeMap::new()),
-            errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
-            views: std::sync::Mutex::new(Views::default()),
-            started: Instant::now(),
-        });
+        let stores = Stores { control_nodes, nodes, check_pods, pod_templates };
+        let context = Arc::new(Context::new(self, plans, stores));
         controller
             .watches_stream(control_node_events, move |_| to_autopilot_plan())
             .watches_stream(node_events, move |_| to_autopilot_plan_too())
@@ -321,6 +284,73 @@ impl Engine {
             })
             .await;
     }
+}
+
+/// The caches a pass reads (see [`Context`]).
+struct Stores {
+    control_nodes: Store<ControlNode>,
+    nodes: Store<Node>,
+    check_pods: Store<Pod>,
+    pod_templates: Store<ConfigMap>,
+}
+
+impl Context {
+    /// The context of a leader term's passes: `engine`, the Plans' API and the caches.
+    fn new(engine: Engine, plans: Api<Plan>, stores: Stores) -> Self {
+        let Stores { control_nodes, nodes, check_pods, pod_templates } = stores;
+        let reporter = Reporter {
+            controller: keys::FIELD_MANAGER.to_string(),
+            instance: engine.instance.clone(),
+        };
+        Self {
+            events: EventPublisher::start(engine.client.clone(), reporter, "plan"),
+            engine,
+            plans,
+            control_nodes,
+            nodes,
+            check_pods,
+            pod_templates,
+            written: std::sync::Mutex::new(BTreeMap::new()),
+            errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
+            views: std::sync::Mutex::new(Views::default()),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// The caches of `scheduler` check Pods and their templates (only in the autopilot
+/// namespace), with the trigger streams that fill them.
+#[allow(clippy::type_complexity, reason = "two caches, each with the stream that fills it")]
+fn check_pod_watches(
+    client: &kube::Client,
+    config: &watcher::Config,
+) -> (
+    Store<Pod>,
+    impl futures::Stream<Item = Result<Pod, watcher::Error>> + Send + use<>,
+    Store<ConfigMap>,
+    impl futures::Stream<Item = Result<ConfigMap, watcher::Error>> + Send + use<>,
+) {
+    let (check_pods, check_pod_writer) = reflector::store::<Pod>();
+    let check_pod_events = triggers(
+        cached_watch(
+            check_pod_writer,
+            Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE),
+            config.clone().labels(scheduler::LABEL_RUN),
+            |pod| pod.metadata.managed_fields = None,
+        ),
+        check_pod_fingerprint,
+    );
+    let (pod_templates, pod_template_writer) = reflector::store::<ConfigMap>();
+    let pod_template_events = triggers(
+        cached_watch(
+            pod_template_writer,
+            Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE),
+            config.clone(),
+            |config_map| config_map.metadata.managed_fields = None,
+        ),
+        config_map_fingerprint,
+    );
+    (check_pods, check_pod_events, pod_templates, pod_template_events)
 }
 
 /// The signal-object caches the plan engine fills, and where it passes on signalled objects.
