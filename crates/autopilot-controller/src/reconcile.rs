@@ -200,6 +200,14 @@ impl Engine {
     }
 
     /// Run the plan controller until `stop` is cancelled.
+    ///
+    /// Each watch backs off on its own errors, and the controller adds no backoff of its
+    /// own: kube-runtime applies the controller's trigger backoff to the *merged* trigger
+    /// streams, so an error of any one watch paused all of them. After an outage the Plan,
+    /// Node and ControlNode watches each answer once with an error (410 Gone, then a
+    /// re-list), and these pauses added up, one per watch, before the Plan created during
+    /// the outage reached the engine (seconds with the 2 s cap, minutes with kube-runtime's
+    /// default 30 s one).
     async fn run_plans(self, caches: Caches, stop: CancellationToken) {
         let client = self.client.clone();
         let config = watcher::Config::default();
@@ -235,13 +243,6 @@ impl Engine {
         let (check_pods, check_pod_events, pod_templates, pod_template_events) =
             check_pod_watches(&client, &config);
 
-        // Each watch backs off on its own errors, and the controller adds no backoff of its
-        // own: kube-runtime applies the controller's trigger backoff to the *merged* trigger
-        // streams, so an error of any one watch paused all of them. After an outage the
-        // Plan, Node and ControlNode watches each answer once with an error (410 Gone, then
-        // a re-list), and these pauses added up, one per watch, before the Plan created
-        // during the outage reached the engine (seconds with the 2 s cap, minutes with
-        // kube-runtime's default 30 s one).
         let plans: Api<Plan> = Api::all(client.clone());
         let (plan_store, plan_writer) = reflector::store::<Plan>();
         // A deleted plan is no longer shown in the metrics (the controller only hears of
