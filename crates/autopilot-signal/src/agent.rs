@@ -317,7 +317,7 @@ async fn perform<K, H>(
     host: &H,
     run: Run,
     failures: &mut Failures,
-    publish: &dyn Fn(&SignalData),
+    publish: &(dyn Fn(&SignalData) + Sync),
 ) -> anyhow::Result<Acted>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
