@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use autopilot_api::backoff::Capped;
-use autopilot_shell::retry::{self, GaveUp};
+use autopilot_shell::retry;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -19,18 +18,6 @@ use tracing::{info, warn};
 /// The API server establishes a CRD within a second or two; a minute leaves room for a
 /// loaded control plane without hiding a real problem.
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// First delay between attempts while the API server is unreachable; doubles up to
-/// [`MAX_RETRY_DELAY`].
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(200);
-
-/// Longest delay between attempts while the API server is unreachable.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
-
-/// The delays between attempts while the API server is unreachable.
-fn retry_delays() -> Capped {
-    Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY)
-}
 
 /// Apply every autopilot CRD and wait until each is `Established`.
 ///
@@ -50,9 +37,11 @@ pub async fn install(
         let name = crd.metadata.name.clone().context("generated CRD has no name")?;
         let what = format!("applying CRD {name}");
         let patch = Patch::Apply(&crd);
-        retry::until(deadline, retry_delays(), &what, || api.patch(&name, &params, &patch))
-            .await
-            .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
+        retry::until(deadline, retry::startup_delays(), &what, || {
+            api.patch(&name, &params, &patch)
+        })
+        .await
+        .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
             Ok(Ok(_)) => info!(crd = %name, "CRD established"),
@@ -69,17 +58,4 @@ pub async fn install(
         }
     }
     Ok(())
-}
-
-/// Runs `attempt` until it succeeds or fails with something other than a transient API
-/// error (see [`retry::is_transient`]); transient failures are retried with capped backoff
-/// and logged, for ever: an API server outage never makes a node give up.
-pub async fn retry_transient<T, F, Fut>(what: &str, attempt: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    retry::until(None, retry_delays(), what, attempt)
-        .await
-        .map_err(|(GaveUp::Unreachable(err) | GaveUp::Failed(err))| err)
 }

@@ -10,12 +10,18 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use autopilot_api::keys;
+use autopilot_shell::leadership::{Claim, Elector};
+use futures::StreamExt as _;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::WatchStreamExt as _;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use rand::Rng as _;
 use serde_json::json;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// How long to wait for the lease to be released on shutdown before giving up on it (it
@@ -70,8 +76,13 @@ pub fn identity(node_name: &str) -> String {
 }
 
 /// Take part in the election until `shutdown` resolves, logging every leadership change and
-/// publishing it on `leading` (the Plan engine runs only while it is `true`) and as 1 or 0 on
-/// `is_leader_gauge` (the `is_leader` metric).
+/// publishing the claims it sees through `elector` (the Plan engine and the updater act
+/// only while [`Leadership::is_current`](autopilot_shell::leadership::Leadership::is_current)),
+/// and 1 or 0 on `is_leader_gauge` (the `is_leader` metric).
+///
+/// The election (`kube-lease-manager`) claims and renews the lease; a watch of the Lease
+/// object tells who holds it and when each renewal lands, so a claim's expiry is counted on
+/// this process's clock from the renewal it last saw.
 ///
 /// The returned error means the election could not be set up at all; failures after that
 /// are logged and the election is rejoined after the retry period.
@@ -79,13 +90,18 @@ pub async fn run(
     client: kube::Client,
     identity: String,
     timings: Timings,
-    leading: watch::Sender<bool>,
+    elector: Elector,
     is_leader_gauge: prometheus_client::metrics::gauge::Gauge,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     ensure_namespace(&client).await?;
     let mut shutdown = std::pin::pin!(shutdown);
     info!(%identity, lease = %format!("{}/{}", keys::NAMESPACE, keys::LEASE_NAME), "joining leader election");
+    let (seen_tx, mut seen) = watch::channel(None);
+    let lease_watch = tokio::spawn(watch_lease(client.clone(), timings, seen_tx));
+    let _stop_lease_watch = AbortOnDrop(lease_watch);
+    let mut state =
+        State { identity: &identity, elector: &elector, gauge: &is_leader_gauge, is_leader: false };
     loop {
         let params = LeaseParams::new(identity.clone(), timings.lease_secs, timings.grace_secs);
         let manager = LeaseManagerBuilder::new(client.clone(), keys::LEASE_NAME)
@@ -104,7 +120,8 @@ pub async fn run(
             }
         };
         let (mut lease_state, mut task) = manager.watch().await;
-        let mut is_leader = false;
+        // Never while the process runs (the watch retries for ever); kept from spinning.
+        let mut lease_watch_ended = false;
         loop {
             tokio::select! {
                 changed = lease_state.changed() => {
@@ -112,21 +129,17 @@ pub async fn run(
                         break;
                     }
                     let now = *lease_state.borrow_and_update();
-                    if now != is_leader {
-                        is_leader = now;
-                        if is_leader {
-                            info!(%identity, leader = true, "became the autopilot leader");
-                        } else {
-                            info!(%identity, leader = false, "lost autopilot leadership");
-                        }
-                        leading.send_replace(is_leader);
-                        is_leader_gauge.set(i64::from(is_leader));
+                    state.set_leader(now, &seen.borrow());
+                }
+                changed = seen.changed(), if !lease_watch_ended => {
+                    match changed {
+                        Ok(()) => state.publish(&seen.borrow_and_update()),
+                        Err(_) => lease_watch_ended = true,
                     }
                 }
                 () = &mut shutdown => {
-                    info!(%identity, leader = is_leader, "shutting down, releasing the leader lease");
-                    leading.send_replace(false);
-            is_leader_gauge.set(0);
+                    info!(%identity, leader = state.is_leader, "shutting down, releasing the leader lease");
+                    state.set_leader(false, &None);
                     drop(lease_state);
                     return release(task, &identity).await;
                 }
@@ -138,15 +151,90 @@ pub async fn run(
             Ok(Err(err)) => warn!(error = %err, "leader election failed, rejoining"),
             Err(err) => warn!(error = %err, "leader election task panicked, rejoining"),
         }
-        if is_leader {
-            info!(%identity, leader = false, "lost autopilot leadership");
-            leading.send_replace(false);
-            is_leader_gauge.set(0);
-        }
+        state.set_leader(false, &seen.borrow());
         tokio::select! {
             () = tokio::time::sleep(timings.retry_period) => {}
             () = &mut shutdown => return Ok(()),
         }
+    }
+}
+
+/// The election's view: whether the lease manager says this process holds the lease, and
+/// where the resulting claims are published.
+struct State<'a> {
+    identity: &'a str,
+    elector: &'a Elector,
+    gauge: &'a prometheus_client::metrics::gauge::Gauge,
+    is_leader: bool,
+}
+
+impl State<'_> {
+    /// The lease manager says this process holds the lease (or not).
+    fn set_leader(&mut self, is_leader: bool, seen: &Option<Claim>) {
+        if is_leader != self.is_leader {
+            self.is_leader = is_leader;
+            if is_leader {
+                info!(identity = %self.identity, leader = true, "became the autopilot leader");
+            } else {
+                info!(identity = %self.identity, leader = false, "lost autopilot leadership");
+            }
+            self.gauge.set(i64::from(is_leader));
+        }
+        self.publish(seen);
+    }
+
+    /// Publish the claim the Lease shows: this process's own only while the lease manager
+    /// also says it holds the lease (not while it releases or has lost it).
+    fn publish(&self, seen: &Option<Claim>) {
+        let claim = seen.as_ref().filter(|claim| claim.holder != self.identity || self.is_leader);
+        self.elector.publish(claim.cloned());
+    }
+}
+
+/// Watch the Lease object and send the claim it shows (holder, expiry from when its last
+/// renewal was seen) on every change, until aborted. Watch errors are logged and backed off.
+async fn watch_lease(client: kube::Client, timings: Timings, seen: watch::Sender<Option<Claim>>) {
+    let api: Api<Lease> = Api::namespaced(client, keys::NAMESPACE);
+    let mut leases = std::pin::pin!(
+        kube::runtime::watcher::watch_object(api, keys::LEASE_NAME)
+            .backoff(autopilot_shell::retry::WatchBackoff::default())
+    );
+    // The renewal last seen, and when: a new claim is dated from when it was first seen.
+    let mut last: Option<(String, Option<MicroTime>, Instant)> = None;
+    while let Some(event) = leases.next().await {
+        let lease = match event {
+            Ok(lease) => lease,
+            Err(err) => {
+                warn!(error = %err, "watching the leader Lease failed, retrying");
+                continue;
+            }
+        };
+        let spec = lease.and_then(|lease| lease.spec).unwrap_or_default();
+        let Some(holder) = spec.holder_identity.filter(|holder| !holder.is_empty()) else {
+            last = None;
+            seen.send_replace(None);
+            continue;
+        };
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|secs| u64::try_from(secs).ok())
+            .map_or(Duration::from_secs(timings.lease_secs), Duration::from_secs);
+        let renewed = spec.renew_time;
+        let at = match &last {
+            Some((was, when, at)) if *was == holder && *when == renewed => *at,
+            _ => Instant::now(),
+        };
+        seen.send_replace(Some(Claim::renewed(holder.clone(), at, duration)));
+        last = Some((holder, renewed, at));
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

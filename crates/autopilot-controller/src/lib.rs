@@ -1,11 +1,12 @@
 //! The controller side of autopilot.
 //!
-//! Every `k0s controller --enable-autopilot` process runs [`run`]: it installs the autopilot
-//! CRDs, registers its own `ControlNode`, and joins leader election on the
-//! `k0s-autopilot/k0s-autopilot-controller` Lease. Only the elected leader drives Plans.
+//! Every `k0s controller --enable-autopilot` process runs the [`Controller`] component: it
+//! installs the autopilot CRDs, registers its own `ControlNode`, and joins leader election
+//! on the `k0s-autopilot/k0s-autopilot-controller` Lease. Only the elected leader drives
+//! Plans.
 //!
 //! This crate is not the node agent (that is `autopilot-signal`) and does not parse the
-//! command line of the whole binary (that is `k0s`). Start with [`Args`] and [`run`].
+//! command line of the whole binary (that is `k0s`). Start with [`Args`] and [`Controller`].
 
 pub mod control_node;
 pub mod crds;
@@ -17,11 +18,12 @@ pub mod observe;
 pub mod reconcile;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use autopilot_engine::plan;
+use autopilot_shell::leadership::{Elector, Leadership};
+use autopilot_shell::lifecycle::{Component, Env, Exit, Running};
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -139,119 +141,122 @@ impl Args {
     }
 }
 
-/// What the binary resolved before starting the controller: the connection and this node's
-/// identity (flags shared with `k0s worker`, plus facts fixed at build time).
-#[derive(Clone)]
-pub struct Process {
-    /// Client with admin credentials for this controller's API server.
-    pub client: kube::Client,
-    /// The configuration `client` was made from (TLS and credentials reused for the
-    /// `/readyz` probes of other controllers).
-    pub config: kube::Config,
-    /// The API server URL the client talks to (for error messages).
-    pub server_url: String,
-    /// This controller's ControlNode name.
-    pub node_name: String,
-    /// This node's data directory (created if missing).
-    pub data_dir: PathBuf,
-    /// The k0s version this binary was built as (e.g. `v1.35.0+k0s.0`).
-    pub version: &'static str,
-    /// Set to `true` while this controller leads and `false` otherwise; the caller keeps a
-    /// receiver (`leading.subscribe()`) to run leader-only components beside the controller
-    /// (the updater) without this crate depending on them.
-    pub leading: tokio::sync::watch::Sender<bool>,
-    /// Where the controller records its metrics (registered by the caller when
-    /// `--metrics-address` is set; otherwise recorded into the void).
-    pub metrics: metrics::Metrics,
+/// The controller component (see `autopilot_shell::lifecycle`): its start installs the CRDs
+/// and registers this controller's `ControlNode`; its run takes part in leader election and
+/// runs the Plan engine while this controller leads, until stopped (the lease is then
+/// released).
+pub struct Controller {
+    args: Args,
+    elector: Elector,
+    leadership: Leadership,
+    metrics: metrics::Metrics,
 }
 
-/// Run the controller-side autopilot until `shutdown` is cancelled; it returns once the
-/// leader lease is released.
-///
-/// Startup (CRDs, ControlNode) must succeed within `--startup-timeout`; afterwards the
-/// process keeps running through API server outages and leadership changes.
-pub async fn run(args: Args, process: Process, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let policy = args.policy();
-    let start_args = args.clone();
-    let Args {
-        enable_autopilot,
-        api_address,
-        exclude_from_plans,
-        lease_duration,
-        renew_deadline,
-        retry_period,
-        // In `start_args`.
-        enable_worker: _,
-        startup_timeout: _,
-        // In `policy`.
-        readiness_grace: _,
-        node_progress_timeout: _,
-        drain_timeout: _,
-        allow_unverified_payloads,
-    } = args;
-    anyhow::ensure!(enable_autopilot, "--enable-autopilot is required");
-    let timings = leader::Timings::new(lease_duration, renew_deadline, retry_period)?;
-    let Process { client, config, server_url, node_name, data_dir, version, leading, metrics } =
-        process;
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-
-    info!(
-        node.name = %node_name,
-        api.address = %api_address,
-        version,
-        excluded = ?exclude_from_plans,
-        allow_unverified_payloads,
-        "starting autopilot controller"
-    );
-
-    let startup = start(&client, &server_url, &node_name, &start_args, version);
-    tokio::select! {
-        result = startup => result?,
-        () = shutdown.cancelled() => {
-            info!("shutdown requested during startup");
-            return Ok(());
-        }
+impl Controller {
+    /// The controller of node `node_name`, recording its metrics in `metrics` (registered by
+    /// the caller when `--metrics-address` is set; otherwise recorded into the void). Fails
+    /// on flags that need no connection to be found wrong.
+    pub fn new(args: Args, node_name: &str, metrics: metrics::Metrics) -> anyhow::Result<Self> {
+        args.validate()?;
+        let (elector, leadership) = Leadership::new(leader::identity(node_name));
+        Ok(Self { args, elector, leadership, metrics })
     }
 
-    let leading_rx = leading.subscribe();
-    let engine = reconcile::Engine::new(
-        client.clone(),
-        config,
-        api_address,
-        policy,
-        &node_name,
-        metrics.clone(),
-    )?;
-    let identity = leader::identity(&node_name);
-    // The engine stops with the controller: on `shutdown`, or when the election fails.
-    let engine_stop = shutdown.child_token();
-    let engine_task = tokio::spawn(engine.run_while_leader(leading_rx, engine_stop.clone()));
-    let result = leader::run(
-        client,
-        identity,
-        timings,
-        leading,
-        metrics.is_leader,
-        shutdown.cancelled_owned(),
-    )
-    .await;
-    engine_stop.cancel();
-    // Bounded: the engine finishes its current pass, but never holds up the exit for long.
-    match tokio::time::timeout(ENGINE_STOP_GRACE, engine_task).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(err))) => warn!(error = %format!("{err:#}"), "plan engine stopped with an error"),
-        Ok(Err(err)) => warn!(error = %err, "plan engine task failed"),
-        Err(_) => warn!("plan engine did not stop in time, leaving it"),
+    /// Whether this controller leads, for the components that act only while it does (the
+    /// updater) and the status socket.
+    pub fn leadership(&self) -> Leadership {
+        self.leadership.clone()
     }
-    result
+}
+
+impl Component for Controller {
+    fn name(&self) -> &'static str {
+        "controller"
+    }
+
+    fn in_trial(&self) -> bool {
+        true
+    }
+
+    fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
+        Box::pin(async move {
+            let Self { args, elector, leadership, metrics } = *self;
+            let timings =
+                leader::Timings::new(args.lease_duration, args.renew_deadline, args.retry_period)?;
+            info!(
+                node.name = %env.node_name,
+                api.address = %args.api_address,
+                version = env.version,
+                excluded = ?args.exclude_from_plans,
+                allow_unverified_payloads = args.allow_unverified_payloads,
+                "starting autopilot controller"
+            );
+            start(&env.client, &env.server_url, &env.node_name, &args, env.version).await?;
+            let engine = reconcile::Engine::new(
+                env.client.clone(),
+                env.config.clone(),
+                args.api_address,
+                args.policy(),
+                &env.node_name,
+                metrics.clone(),
+            )?;
+            Ok(Box::new(Leading {
+                client: env.client.clone(),
+                engine,
+                timings,
+                elector,
+                leadership,
+                is_leader: metrics.is_leader,
+            }) as Box<dyn Running>)
+        })
+    }
+}
+
+/// The started controller: the election and the engine it runs while leading.
+struct Leading {
+    client: kube::Client,
+    engine: reconcile::Engine,
+    timings: leader::Timings,
+    elector: Elector,
+    leadership: Leadership,
+    is_leader: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Running for Leading {
+    fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
+        Box::pin(async move {
+            let Self { client, engine, timings, elector, leadership, is_leader } = *self;
+            let identity = leadership.identity().to_owned();
+            // The engine stops with the controller: on `stop`, or when the election fails.
+            let engine_stop = stop.child_token();
+            let engine_task =
+                tokio::spawn(engine.run_while_leader(leadership, engine_stop.clone()));
+            let result =
+                leader::run(client, identity, timings, elector, is_leader, stop.cancelled_owned())
+                    .await;
+            // The lease is released; the engine finishes its current pass within what is
+            // left of the supervisor's grace period.
+            engine_stop.cancel();
+            match engine_task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    warn!(error = %format!("{err:#}"), "plan engine stopped with an error");
+                }
+                Err(err) => warn!(error = %err, "plan engine task failed"),
+            }
+            match result {
+                Ok(()) => Exit::Stopped,
+                Err(err) => Exit::Failed(err),
+            }
+        })
+    }
 }
 
 /// The controller's start, up to healthy: every autopilot CRD applied and `Established`,
 /// then this controller's `ControlNode` registered (with its mode, API address and
-/// `version`), each within `--startup-timeout` while the API server does not answer. [`run`]
-/// starts with it, and the trial boot of a new binary runs exactly this before it proves
-/// itself, so a binary passes its trial only if the real start works.
+/// `version`), each within `--startup-timeout` while the API server does not answer. The
+/// [`Controller`] component starts with it, in a normal start and in the trial boot of a
+/// new binary alike, so a binary passes its trial only if the real start works.
 pub async fn start(
     client: &kube::Client,
     server_url: &str,
@@ -270,7 +275,7 @@ pub async fn start(
         api_address: args.api_address,
         version: version.to_owned(),
     };
-    crds::retry_transient("registering the ControlNode", || {
+    autopilot_shell::retry::forever("registering the ControlNode", || {
         control_node::register(client, &registration)
     })
     .await
@@ -284,9 +289,6 @@ fn positive_duration(value: &str) -> Result<Duration, String> {
     }
     Ok(duration)
 }
-
-/// How long the plan engine gets to finish its current pass when the controller stops.
-const ENGINE_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How soon the plan engine probes again while a command is held by a not-ready controller.
 ///

@@ -90,24 +90,6 @@ pub fn collect_check_pods(
     )
 }
 
-/// A kube-runtime `Controller` trigger backoff that never waits, for a controller whose
-/// watches each carry their own `WatchBackoff`: the controller's trigger backoff applies to
-/// all its watches merged, so one watch's error would pause the others too.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoTriggerBackoff;
-
-impl Iterator for NoTriggerBackoff {
-    type Item = std::time::Duration;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        Some(std::time::Duration::ZERO)
-    }
-}
-
-impl kube::runtime::utils::Backoff for NoTriggerBackoff {
-    fn reset(&mut self) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

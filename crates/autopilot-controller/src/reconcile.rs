@@ -22,7 +22,6 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource, ResourceExt};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
@@ -31,6 +30,7 @@ use autopilot_engine::plan::{self, Policy};
 use autopilot_engine::preflight::scheduler;
 use autopilot_engine::snapshot;
 use autopilot_shell::events::EventPublisher;
+use autopilot_shell::leadership::Leadership;
 use autopilot_shell::watch::cached as cached_watch;
 
 /// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
@@ -132,17 +132,19 @@ impl Engine {
         })
     }
 
-    /// Run the engine whenever `leading` is `true`, until `stop` is cancelled.
+    /// Run the engine whenever this process leads (`leadership`), until `stop` is
+    /// cancelled. A term ends when the lead is lost: the claim moves on, is released, or
+    /// runs out without a renewal seen.
     pub async fn run_while_leader(
         self,
-        mut leading: watch::Receiver<bool>,
+        mut leadership: Leadership,
         stop: CancellationToken,
     ) -> anyhow::Result<()> {
         loop {
             // Wait to lead (or to stop).
             tokio::select! {
-                result = leading.wait_for(|leads| *leads) => {
-                    if result.is_err() {
+                acquired = leadership.acquired() => {
+                    if !acquired {
                         return Ok(());
                     }
                 }
@@ -151,10 +153,9 @@ impl Engine {
             info!("plan engine started (leader)");
             // One term as leader: it ends when the lead is lost or the engine stops.
             let term = stop.child_token();
-            let mut lost = leading.clone();
             let lose = async {
                 tokio::select! {
-                    _ = lost.wait_for(|leads| !*leads) => term.cancel(),
+                    () = leadership.lost() => term.cancel(),
                     () = term.cancelled() => {}
                 }
             };
@@ -258,7 +259,7 @@ impl Engine {
             })
             .applied_objects();
         let controller = Controller::for_stream(plan_events, plan_store)
-            .trigger_backoff(observe::NoTriggerBackoff);
+            .trigger_backoff(autopilot_shell::retry::NoTriggerBackoff);
         // Node changes matter only once the Plan exists; mapping them to a missing Plan makes
         // the controller report (and delay) a reconcile of an object it does not have.
         let plan_store = controller.store();

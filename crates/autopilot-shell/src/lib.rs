@@ -5,6 +5,8 @@
 //! - [`https`]: the HTTP(S) client for requests that do not go to the API server (the node
 //!   agent's downloads and preflight probes, the updater's update-server checks).
 //! - [`events`]: publishing `events.k8s.io/v1` Events, awaited or through a background queue.
+//! - [`leadership`]: who leads, until when, and whether this process does now.
+//! - [`lifecycle`]: one start/run/stop lifecycle for every component, and its supervisor.
 //! - [`probe`]: probing plan controllers' API servers (`GET /readyz`) before one is updated.
 //! - [`removed_apis`]: asking the API server which removed APIs are still in use.
 //! - [`retry`]: which API errors are worth retrying, and the capped backoff of watches.
@@ -20,6 +22,8 @@ pub mod events;
 #[cfg(feature = "fake-api")]
 pub mod fake_api;
 pub mod https;
+pub mod leadership;
+pub mod lifecycle;
 pub mod probe;
 pub mod removed_apis;
 pub mod retry;

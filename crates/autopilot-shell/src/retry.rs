@@ -107,6 +107,25 @@ where
     }
 }
 
+/// Runs `op` until it succeeds or fails with something other than a transient API error;
+/// transient failures are retried after [`startup_delays`] and logged, for ever: an API
+/// server outage never makes a node give up.
+pub async fn forever<T, F, Fut>(what: &str, op: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    until(None, startup_delays(), what, op)
+        .await
+        .map_err(|(GaveUp::Unreachable(err) | GaveUp::Failed(err))| err)
+}
+
+/// The delays between start-up attempts while the API server does not answer: from 200 ms,
+/// doubling, up to 5 s.
+pub fn startup_delays() -> Capped {
+    Capped::new(std::time::Duration::from_millis(200), std::time::Duration::from_secs(5))
+}
+
 /// The deadline of a start-up that may take `timeout` from now (zero: no deadline).
 pub fn deadline_after(timeout: std::time::Duration) -> Option<tokio::time::Instant> {
     (!timeout.is_zero()).then(|| tokio::time::Instant::now() + timeout)
@@ -129,6 +148,24 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.0.reset();
     }
+}
+
+/// A kube-runtime `Controller` trigger backoff that never waits, for a controller whose
+/// watches each carry their own `WatchBackoff`: the controller's trigger backoff applies to
+/// all its watches merged, so one watch's error would pause the others too.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoTriggerBackoff;
+
+impl Iterator for NoTriggerBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(std::time::Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for NoTriggerBackoff {
+    fn reset(&mut self) {}
 }
 
 #[cfg(test)]

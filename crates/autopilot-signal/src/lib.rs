@@ -1,9 +1,10 @@
 //! The node side of autopilot.
 //!
-//! Every `k0s worker` runs [`run_worker`]: with its own node credentials it registers its
-//! `Node` (there is no kubelet in this distribution's test topology, so the worker keeps the
-//! Node's `Ready` condition and its node lease fresh itself). The signal agent that acts on
-//! update signals builds on this crate.
+//! Its components (see `autopilot_shell::lifecycle`), which `k0s worker` and `k0s
+//! controller` declare: [`StatusSocket`] (`k0s status`), [`NodeRegistration`] (with its own
+//! node credentials a node registers its `Node` and keeps its `Ready` condition and node
+//! lease fresh: there is no kubelet in this distribution's test topology) and
+//! [`UpdateAgent`] (acting on update signals).
 //!
 //! Not here: anything the leader does (that is `autopilot-controller`).
 
@@ -21,6 +22,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use autopilot_api::v1beta2::ControlNode;
+use autopilot_shell::leadership::Leadership;
+use autopilot_shell::lifecycle::{Component, Env, Exit, Idle, Running};
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Node;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -74,280 +80,232 @@ pub enum RestartMode {
     Exit,
 }
 
-/// How a worker run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WorkerExit {
-    /// Stopped by a signal (SIGTERM/SIGINT).
-    Stopped,
-    /// A new binary is in place: restart as `mode` says.
-    Restart(RestartMode),
-}
-
-/// What the binary resolved before starting the worker: the connection and this node's
-/// identity (flags shared with `k0s controller`, plus facts fixed at build time).
-#[derive(Clone)]
-pub struct Process {
-    /// Client with this node's own credentials.
-    pub client: kube::Client,
-    /// The API server URL the client talks to (for error messages).
-    pub server_url: String,
-    /// This node's `Node` name.
-    pub node_name: String,
-    /// This node's data directory (created if missing).
-    pub data_dir: PathBuf,
-    /// The k0s version this binary was built as (e.g. `v1.35.0+k0s.0`).
-    pub version: &'static str,
-    /// The path of the running binary (resolved at start, before any update replaces it).
-    pub binary: PathBuf,
-    /// Where the agent records its metrics (registered by the caller when
-    /// `--metrics-address` is set; otherwise recorded into the void).
-    pub metrics: metrics::Metrics,
-}
-
-/// Run the worker until `shutdown` is cancelled or an update asks for a restart.
-pub async fn run_worker(
-    args: WorkerArgs,
-    process: Process,
-    shutdown: CancellationToken,
-) -> anyhow::Result<WorkerExit> {
-    let WorkerArgs {
-        register_node,
-        heartbeat_interval,
-        startup_timeout,
-        restart,
-        trial_timeout: _,
-        download,
-        disable_update_agent,
-    } = args;
-    anyhow::ensure!(
-        !heartbeat_interval.is_zero(),
-        "--heartbeat-interval must be greater than zero"
-    );
-    let Process { client, server_url, node_name, data_dir, version, binary, metrics } = process;
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-    info!(node.name = %node_name, version, register_node, binary = %binary.display(), "starting worker");
-    let board = status::Board::default();
-    // The status socket is served until everything else has stopped, or until this
-    // function returns early (the guard cancels it when dropped).
-    let stop_status = CancellationToken::new();
-    let status_task = tokio::spawn(serve_status(
-        data_dir.clone(),
-        StatusFacts {
-            version,
-            role: status::Role::Worker,
-            node_name: node_name.clone(),
-            binary: binary.clone(),
-            update_agent: !disable_update_agent,
-            board: board.clone(),
-            leader: None,
-        },
-        stop_status.clone().cancelled_owned(),
-    ));
-    let stop_status = stop_status.drop_guard();
-    let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
-    let host = host::LinuxHost::new(binary, data_dir, download.config(version))
-        .context("preparing the update host")?
-        .with_metrics(&metrics);
-
-    let heartbeat = node::Heartbeat { name: node_name.clone(), version: version.to_string() };
-    if register_node {
-        tokio::select! {
-            result = heartbeat.register(&client, &server_url, startup_timeout) => result?,
-            () = shutdown.cancelled() => return Ok(WorkerExit::Stopped),
-        }
+impl WorkerArgs {
+    /// Check the flags that need no connection (so mistakes fail before any network I/O).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.heartbeat_interval.is_zero(),
+            "--heartbeat-interval must be greater than zero"
+        );
+        Ok(())
     }
-    let agent = agent::Agent {
-        name: node_name,
-        version: version.to_string(),
-        kubelet: true,
-        airgap_only: false,
-        board,
-        metrics,
-        exec_allow_list,
-    };
-    // The heartbeat keeps the Node Ready until the agent has stopped.
-    let stop_beat = CancellationToken::new();
-    let beat = async {
-        if register_node {
-            heartbeat.run(&client, heartbeat_interval, stop_beat.cancelled()).await;
-        }
-    };
-    let agent_run = async {
-        let outcome = if disable_update_agent {
-            info!("update agent disabled: not acting on update signals");
-            shutdown.cancelled().await;
-            Ok(agent::Outcome::Stopped)
-        } else {
-            agent::run::<k8s_openapi::api::core::v1::Node, _>(
-                client.clone(),
-                agent,
-                &host,
-                shutdown.cancelled(),
-            )
-            .await
-        };
-        stop_beat.cancel();
-        outcome
-    };
-    let (outcome, ()) = tokio::join!(agent_run, beat);
-    drop(stop_status);
-    let _ = status_task.await;
-    let exit = match outcome? {
-        agent::Outcome::Stopped => WorkerExit::Stopped,
-        agent::Outcome::Restart => WorkerExit::Restart(restart),
-    };
-    info!(?exit, "worker stopped");
-    Ok(exit)
 }
 
-/// What a controller's node side needs: its update agent acts on the controller's own
-/// `ControlNode` (and, with `--enable-worker`, airgap signals on its own `Node`).
-#[derive(Clone, Debug)]
-pub struct ControllerNode {
-    /// The ControlNode (and Node) name.
-    pub name: String,
-    /// The running k0s version.
-    pub version: &'static str,
-    /// The path of the running binary (resolved at start).
-    pub binary: PathBuf,
-    /// This node's data directory.
-    pub data_dir: PathBuf,
-    /// `--enable-worker`: this controller is also a worker node. It registers its `Node` and
-    /// keeps it Ready (no kubelet in this distribution's test topology), the leader drains
-    /// it, and its agent acts on airgap signals on that Node too.
-    pub worker: bool,
-    /// Whether the update agent acts on signals (`--disable-update-agent` turns it off).
-    pub update_agent: bool,
+/// The node registration component (see `autopilot_shell::lifecycle`): its start creates
+/// this node's `Node` if absent and marks it Ready (within `startup_timeout` while the API
+/// server does not answer); its run keeps the Ready condition and node lease fresh every
+/// `heartbeat_interval` until stopped. The trial boot of a new binary starts it too.
+pub struct NodeRegistration {
+    /// How often the Node's Ready condition and node lease are renewed.
+    pub heartbeat_interval: Duration,
+    /// How long registration retries an unreachable API server (zero: for ever).
+    pub startup_timeout: Duration,
+}
+
+impl Component for NodeRegistration {
+    fn name(&self) -> &'static str {
+        "node registration"
+    }
+
+    fn in_trial(&self) -> bool {
+        true
+    }
+
+    fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
+        Box::pin(async move {
+            let heartbeat =
+                node::Heartbeat { name: env.node_name.clone(), version: env.version.to_string() };
+            heartbeat.register(&env.client, &env.server_url, self.startup_timeout).await?;
+            Ok(Box::new(Beating {
+                heartbeat,
+                client: env.client.clone(),
+                interval: self.heartbeat_interval,
+            }) as Box<dyn Running>)
+        })
+    }
+}
+
+/// A registered Node whose heartbeat runs.
+struct Beating {
+    heartbeat: node::Heartbeat,
+    client: kube::Client,
+    interval: Duration,
+}
+
+impl Running for Beating {
+    fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
+        Box::pin(async move {
+            self.heartbeat.run(&self.client, self.interval, stop.cancelled()).await;
+            Exit::Stopped
+        })
+    }
+}
+
+/// Which objects a node's update agent acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentOn {
+    /// A worker: signals on its own `Node`.
+    Worker,
+    /// A controller: signals on its own `ControlNode`; with `worker` (`--enable-worker`)
+    /// also airgap signals on its own `Node`.
+    Controller {
+        /// Whether this controller is also a worker node.
+        worker: bool,
+    },
+}
+
+/// The update agent component (see `autopilot_shell::lifecycle`): its start prepares the
+/// update host (the data directory's staging area); its run acts on update signals until
+/// stopped, or ends with [`Exit::Restart`] once a new binary is in place.
+pub struct UpdateAgent {
+    /// What it acts on.
+    pub on: AgentOn,
+    /// Whether it acts at all (`--disable-update-agent` turns it off: it then only waits).
+    pub enabled: bool,
     /// Download limits.
     pub download: download::DownloadConfig,
-    /// How often the Node's Ready condition is renewed (`worker` only).
-    pub heartbeat_interval: Duration,
-    /// How long Node registration retries an unreachable API server (`worker` only).
-    pub startup_timeout: Duration,
-    /// Whether this controller leads now (shown by `k0s status`).
-    pub leading: tokio::sync::watch::Receiver<bool>,
-    /// Where the agents record their metrics.
+    /// Where it shows the signals it handles (`k0s status`).
+    pub board: status::Board,
+    /// Where it records its metrics.
     pub metrics: metrics::Metrics,
 }
 
-/// Run the node side of a controller until `shutdown` is cancelled or an update asks for a
-/// restart (then the caller stops the controller and restarts): the status socket, the
-/// Node heartbeat of a controller+worker, and the update agents.
-pub async fn run_controller_node(
-    client: kube::Client,
-    server_url: &str,
-    node: ControllerNode,
-    shutdown: CancellationToken,
-) -> anyhow::Result<agent::Outcome> {
-    let ControllerNode {
-        name,
-        version,
-        binary,
-        data_dir,
-        worker,
-        update_agent,
-        download,
-        heartbeat_interval,
-        startup_timeout,
-        leading,
-        metrics,
-    } = node;
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-    let board = status::Board::default();
-    // The status socket, the heartbeat and the agents stop together once the agents have
-    // stopped (on `shutdown`, or when one of them ends), or when this function returns
-    // early (the guard cancels `stop` when dropped).
-    let stop = CancellationToken::new();
-    let _stop_on_return = stop.clone().drop_guard();
-    let status_task = tokio::spawn(serve_status(
-        data_dir.clone(),
-        StatusFacts {
-            version,
-            role: if worker { status::Role::ControllerWorker } else { status::Role::Controller },
-            node_name: name.clone(),
-            binary: binary.clone(),
-            update_agent,
-            board: board.clone(),
-            leader: Some(leading),
-        },
-        stop.clone().cancelled_owned(),
-    ));
-    let heartbeat = node::Heartbeat { name: name.clone(), version: version.to_string() };
-    if worker {
-        tokio::select! {
-            result = heartbeat.register(&client, server_url, startup_timeout) => result?,
-            () = shutdown.cancelled() => {
-                stop.cancel();
-                let _ = status_task.await;
-                return Ok(agent::Outcome::Stopped);
-            }
-        }
+impl Component for UpdateAgent {
+    fn name(&self) -> &'static str {
+        "update agent"
     }
-    let beat = async {
-        if worker {
-            heartbeat.run(&client, heartbeat_interval, stop.cancelled()).await;
-        }
-    };
-    let agents = async {
-        // Whichever way the agents end (an error preparing the host included), `stop` is
-        // cancelled after them, so the heartbeat and the status socket stop too.
-        let outcome = async {
-            if update_agent {
-                let exec_allow_list = preflight::exec::allow_list_path(&data_dir);
-                let host = host::LinuxHost::new(binary, data_dir, download)
-                    .context("preparing the update host")?
-                    .with_metrics(&metrics);
-                let control_node = agent::Agent {
-                    name: name.clone(),
-                    version: version.to_string(),
-                    kubelet: worker,
-                    airgap_only: false,
-                    board: board.clone(),
-                    metrics: metrics.clone(),
-                    exec_allow_list,
-                };
-                let own_node =
-                    agent::Agent { airgap_only: true, kubelet: true, ..control_node.clone() };
-                let on_control_node = agent::run::<autopilot_api::v1beta2::ControlNode, _>(
-                    client.clone(),
-                    control_node,
-                    &host,
-                    stop.cancelled(),
-                );
-                let on_node = async {
-                    if worker {
-                        agent::run::<k8s_openapi::api::core::v1::Node, _>(
-                            client.clone(),
-                            own_node,
-                            &host,
-                            stop.cancelled(),
-                        )
-                        .await
-                    } else {
-                        stop.cancelled().await;
-                        Ok(agent::Outcome::Stopped)
-                    }
-                };
-                tokio::select! {
-                    outcome = on_control_node => outcome,
-                    outcome = on_node => outcome,
-                    () = shutdown.cancelled() => Ok(agent::Outcome::Stopped),
-                }
-            } else {
+
+    fn in_trial(&self) -> bool {
+        false
+    }
+
+    fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
+        Box::pin(async move {
+            let Self { on, enabled, download, board, metrics } = *self;
+            if !enabled {
                 info!("update agent disabled: not acting on update signals");
-                shutdown.cancelled().await;
-                Ok(agent::Outcome::Stopped)
+                return Ok(Box::new(Idle) as Box<dyn Running>);
             }
-        }
-        .await;
-        stop.cancel();
-        outcome
-    };
-    let (outcome, ()) = tokio::join!(agents, beat);
-    let _ = status_task.await;
-    outcome
+            let host = host::LinuxHost::new(env.binary.clone(), env.data_dir.clone(), download)
+                .context("preparing the update host")?
+                .with_metrics(&metrics);
+            let agent = agent::Agent {
+                name: env.node_name.clone(),
+                version: env.version.to_string(),
+                kubelet: matches!(on, AgentOn::Worker | AgentOn::Controller { worker: true }),
+                airgap_only: false,
+                board,
+                metrics,
+                exec_allow_list: preflight::exec::allow_list_path(&env.data_dir),
+            };
+            Ok(Box::new(Acting { on, agent, host, client: env.client.clone() }) as Box<dyn Running>)
+        })
+    }
+}
+
+/// A started update agent.
+struct Acting {
+    on: AgentOn,
+    agent: agent::Agent,
+    host: host::LinuxHost,
+    client: kube::Client,
+}
+
+impl Running for Acting {
+    fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
+        Box::pin(async move {
+            let Self { on, agent, host, client } = *self;
+            let outcome = match on {
+                AgentOn::Worker => {
+                    agent::run::<Node, _>(client, agent, &host, stop.cancelled()).await
+                }
+                AgentOn::Controller { worker } => {
+                    let own_node =
+                        agent::Agent { airgap_only: true, kubelet: true, ..agent.clone() };
+                    let on_control_node = agent::run::<ControlNode, _>(
+                        client.clone(),
+                        agent,
+                        &host,
+                        stop.cancelled(),
+                    );
+                    let on_node = async {
+                        if worker {
+                            agent::run::<Node, _>(client.clone(), own_node, &host, stop.cancelled())
+                                .await
+                        } else {
+                            stop.cancelled().await;
+                            Ok(agent::Outcome::Stopped)
+                        }
+                    };
+                    // Whichever ends first (a restart is due, or it failed) ends the run.
+                    tokio::select! {
+                        outcome = on_control_node => outcome,
+                        outcome = on_node => outcome,
+                    }
+                }
+            };
+            match outcome {
+                Ok(agent::Outcome::Stopped) => Exit::Stopped,
+                Ok(agent::Outcome::Restart) => Exit::Restart,
+                Err(err) => Exit::Failed(err.context("the signal agent failed")),
+            }
+        })
+    }
+}
+
+/// The status socket component (see `autopilot_shell::lifecycle`): serves `k0s status` in
+/// the data directory until stopped. A socket that cannot be served is logged, never fatal
+/// (the node keeps working without `k0s status`).
+pub struct StatusSocket {
+    /// The node's role.
+    pub role: status::Role,
+    /// Whether the update agent acts on signals.
+    pub update_agent: bool,
+    /// The signals the agent handles.
+    pub board: status::Board,
+    /// Controllers: whether this one leads.
+    pub leadership: Option<Leadership>,
+}
+
+impl Component for StatusSocket {
+    fn name(&self) -> &'static str {
+        "status socket"
+    }
+
+    fn in_trial(&self) -> bool {
+        false
+    }
+
+    fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
+        let Self { role, update_agent, board, leadership } = *self;
+        let facts = StatusFacts {
+            version: env.version,
+            role,
+            node_name: env.node_name.clone(),
+            binary: env.binary.clone(),
+            update_agent,
+            board,
+            leader: leadership,
+        };
+        let data_dir = env.data_dir.clone();
+        Box::pin(async move { Ok(Box::new(Serving { data_dir, facts }) as Box<dyn Running>) })
+    }
+}
+
+/// A status socket to serve.
+struct Serving {
+    data_dir: PathBuf,
+    facts: StatusFacts,
+}
+
+impl Running for Serving {
+    fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
+        Box::pin(async move {
+            serve_status(self.data_dir, self.facts, stop.cancelled()).await;
+            stop.cancelled().await;
+            Exit::Stopped
+        })
+    }
 }
 
 /// What the status socket reports about this process, besides what changes.
@@ -358,7 +316,7 @@ struct StatusFacts {
     binary: PathBuf,
     update_agent: bool,
     board: status::Board,
-    leader: Option<tokio::sync::watch::Receiver<bool>>,
+    leader: Option<Leadership>,
 }
 
 /// Serves the status socket in `data_dir` until `shutdown`; a failure is logged, never
@@ -373,7 +331,7 @@ async fn serve_status(data_dir: PathBuf, facts: StatusFacts, shutdown: impl Futu
         node_name: facts.node_name.clone(),
         binary: facts.binary.clone(),
         started: started.clone(),
-        leader: facts.leader.as_ref().map(|rx| *rx.borrow()),
+        leader: facts.leader.as_ref().map(Leadership::is_current),
         update_agent: facts.update_agent,
         signals: facts.board.signals(),
     };

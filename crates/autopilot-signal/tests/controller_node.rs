@@ -1,12 +1,15 @@
-//! [`run_controller_node`] of a controller+worker against a fake API server: the node side
-//! ends (with an error) when its update host cannot be prepared, instead of keeping the
-//! heartbeat and the status socket running with no agent.
+//! The node side of a controller+worker (status socket, Node registration, update agent,
+//! supervised as `k0s controller` declares them) against a fake API server: it ends (with an
+//! error) when its update host cannot be prepared, instead of keeping the heartbeat and the
+//! status socket running with no agent.
 
 use std::time::Duration;
 
 use autopilot_shell::fake_api::{self, FakeApiServer, Request};
+use autopilot_shell::leadership::Leadership;
+use autopilot_shell::lifecycle::{Ended, Env, Supervisor};
 use autopilot_signal::download::DownloadConfig;
-use autopilot_signal::{ControllerNode, metrics, run_controller_node};
+use autopilot_signal::{AgentOn, NodeRegistration, StatusSocket, UpdateAgent, metrics, status};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -39,33 +42,49 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
     // Trust roots that cannot be read: the update host's downloader cannot be built.
     let download =
         DownloadConfig { ca_file: Some(dir.path().join("missing-ca.pem")), ..Default::default() };
-    let (_leading_tx, leading) = tokio::sync::watch::channel(false);
-    let node = ControllerNode {
-        name: "c1".to_string(),
+    let api = FakeApiServer::default();
+    let client = api.client(answer);
+    let env = Env {
+        client: client.clone(),
+        config: kube::Config::new("https://fake".parse().expect("a URL")),
+        server_url: "https://fake".to_string(),
+        node_name: "c1".to_string(),
+        data_dir,
         version: "v1.35.0+k0s.0",
         binary: dir.path().join("k0s"),
-        data_dir,
-        // A controller+worker: it registers its Node and runs the heartbeat next to the agents.
-        worker: true,
-        update_agent: true,
-        download,
-        heartbeat_interval: Duration::from_millis(100),
-        startup_timeout: Duration::from_secs(5),
-        leading,
-        metrics: metrics::Metrics::default(),
     };
-    let api = FakeApiServer::default();
+    let board = status::Board::default();
+    // A controller+worker: it registers its Node and runs the heartbeat next to the agents.
+    let supervisor = Supervisor::new(Duration::from_secs(5))
+        .with(StatusSocket {
+            role: status::Role::ControllerWorker,
+            update_agent: true,
+            board: board.clone(),
+            leadership: Some(Leadership::never("c1_00000000")),
+        })
+        .with(NodeRegistration {
+            heartbeat_interval: Duration::from_millis(100),
+            startup_timeout: Duration::from_secs(5),
+        })
+        .with(UpdateAgent {
+            on: AgentOn::Controller { worker: true },
+            enabled: true,
+            download,
+            board,
+            metrics: metrics::Metrics::default(),
+        });
     // Never cancelled: the node side must end on its own.
     let shutdown = CancellationToken::new();
 
-    let run = run_controller_node(api.client(answer), "https://fake", node, shutdown);
-    let ended = tokio::time::timeout(BOUND, run).await;
+    let ended = tokio::time::timeout(BOUND, supervisor.run(&env, shutdown)).await;
 
-    // The Node was registered: the heartbeat was running when the agents failed.
+    // The Node was registered before the agent's start failed.
     assert!(api.saw("POST", "/api/v1/nodes"), "the Node was not registered");
     assert!(api.saw("PATCH", "/api/v1/nodes/c1/status"), "the Node was not marked Ready");
-    let result = ended.unwrap_or_else(|_| panic!("the node side still runs after {BOUND:?}"));
-    let err = result.expect_err("the node side cannot run without its update host");
+    let ended = ended.unwrap_or_else(|_| panic!("the node side still runs after {BOUND:?}"));
+    let Ended::Failed(err) = ended else {
+        panic!("the node side cannot run without its update host: {ended:?}")
+    };
     let chain = format!("{err:#}");
     assert!(chain.contains("preparing the update host"), "unexpected error: {chain}");
 }

@@ -21,8 +21,11 @@ use std::time::Duration;
 use autopilot_api::v1beta2::{Plan, PlanSpec, UpdateConfig};
 use autopilot_api::{keys, text};
 use autopilot_shell::events::{self, Event, EventType, Reporter};
+use autopilot_shell::leadership::Leadership;
+use autopilot_shell::lifecycle::{Component, Env, Exit, Running as RunningComponent};
 use autopilot_shell::retry::WatchBackoff;
 use futures::StreamExt as _;
+use futures::future::BoxFuture;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Secret};
@@ -33,7 +36,6 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -65,12 +67,57 @@ pub struct UpdaterProcess {
     pub metrics: crate::metrics::Metrics,
 }
 
-/// Run the updater until `stop` is cancelled. Checks run only while `leading` is true;
-/// finalizers of deleted UpdateConfigs are removed whether leading or not.
+/// The updater component (see `autopilot_shell::lifecycle`): nothing to start; its run
+/// is [`run`].
+pub struct Updater {
+    /// What the updater needs from its process.
+    pub process: UpdaterProcess,
+    /// Whether this controller leads (checks run only then).
+    pub leadership: Leadership,
+}
+
+impl Component for Updater {
+    fn name(&self) -> &'static str {
+        "updater"
+    }
+
+    fn in_trial(&self) -> bool {
+        false
+    }
+
+    fn start(
+        self: Box<Self>,
+        env: &Env,
+    ) -> BoxFuture<'_, anyhow::Result<Box<dyn RunningComponent>>> {
+        let client = env.client.clone();
+        Box::pin(async move {
+            Ok(Box::new(Started { client, updater: *self }) as Box<dyn RunningComponent>)
+        })
+    }
+}
+
+/// The started updater.
+struct Started {
+    client: kube::Client,
+    updater: Updater,
+}
+
+impl RunningComponent for Started {
+    fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
+        let Started { client, updater: Updater { process, leadership } } = *self;
+        Box::pin(async move {
+            run(client, process, leadership, stop).await;
+            Exit::Stopped
+        })
+    }
+}
+
+/// Run the updater until `stop` is cancelled. Checks run only while this controller leads
+/// (`leadership`); finalizers of deleted UpdateConfigs are removed whether leading or not.
 pub async fn run(
     client: kube::Client,
     process: UpdaterProcess,
-    leading: watch::Receiver<bool>,
+    leadership: Leadership,
     stop: CancellationToken,
 ) {
     let api = Api::<UpdateConfig>::all(client.clone());
@@ -80,7 +127,7 @@ pub async fn run(
         client,
         api: api.clone(),
         process: Arc::new(process),
-        leading: leading.clone(),
+        leadership: leadership.clone(),
         store: store.clone(),
         schedules: Mutex::new(HashMap::new()),
         running: Mutex::new(HashMap::new()),
@@ -96,7 +143,7 @@ pub async fn run(
         })
         .applied_objects();
     let on_leadership = context.clone();
-    let leadership = leadership_changes(leading).inspect(move |()| {
+    let leadership = leadership_changes(leadership).inspect(move |()| {
         let leading = on_leadership.is_leading();
         info!(leading, "updater leadership changed");
         if !leading {
@@ -120,19 +167,14 @@ pub async fn run(
     context.forget_all();
 }
 
-/// One item per change of `leading`, and a last one when the elector is gone (nobody will
-/// make this process lead again; [`Context::is_leading`] is then false).
-fn leadership_changes(leading: watch::Receiver<bool>) -> impl futures::Stream<Item = ()> {
-    futures::stream::unfold(Some(leading), |leading| async move {
-        let mut leading = leading?;
-        let next = leading.changed().await.is_ok().then_some(leading);
+/// One item per start or end of leading, and a last one when the elector is gone (nobody
+/// will make this process lead again; [`Context::is_leading`] is then false).
+fn leadership_changes(leadership: Leadership) -> impl futures::Stream<Item = ()> {
+    futures::stream::unfold(Some(leadership), |leadership| async move {
+        let mut leadership = leadership?;
+        let next = leadership.next_change().await.is_some().then_some(leadership);
         Some(((), next))
     })
-}
-
-/// Whether `leading` says this controller leads; not once the elector is gone.
-fn leads(leading: &watch::Receiver<bool>) -> bool {
-    leading.has_changed().is_ok() && *leading.borrow()
 }
 
 /// What the reconciles of every UpdateConfig share.
@@ -142,7 +184,7 @@ struct Context {
     process: Arc<UpdaterProcess>,
     /// The update-server client, or why it could not be built (each check reports it).
     source: Result<source::Client, String>,
-    leading: watch::Receiver<bool>,
+    leadership: Leadership,
     store: Store<UpdateConfig>,
     /// When each UpdateConfig checks next, for the spec (generation) it was scheduled for.
     schedules: Mutex<HashMap<String, Schedule>>,
@@ -211,7 +253,7 @@ fn error_policy(
 impl Context {
     /// Whether this controller leads; not once the elector is gone.
     fn is_leading(&self) -> bool {
-        leads(&self.leading)
+        self.leadership.is_current()
     }
 
     /// Check now if a check is due, else say when to come back.
@@ -319,12 +361,8 @@ impl Context {
         wait.map_or_else(Action::await_change, Action::requeue)
     }
 
-    fn updater(&self, config: &Arc<UpdateConfig>) -> Updater {
-        Updater {
-            client: self.client.clone(),
-            process: self.process.clone(),
-            config: config.clone(),
-        }
+    fn updater(&self, config: &Arc<UpdateConfig>) -> Check {
+        Check { client: self.client.clone(), process: self.process.clone(), config: config.clone() }
     }
 
     fn set_schedule(&self, name: &str, generation: Option<i64>, wait: Option<Duration>) {
@@ -397,7 +435,7 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
 }
 
 /// One check of one UpdateConfig: what it reads and writes with.
-struct Updater {
+struct Check {
     client: kube::Client,
     process: Arc<UpdaterProcess>,
     config: Arc<UpdateConfig>,
@@ -419,7 +457,7 @@ impl Outcome {
     }
 }
 
-impl Updater {
+impl Check {
     /// One check: token, server answer, current Plan, decision, Plan write.
     async fn check(&self, strategy: &Strategy, source: &source::Client) -> Outcome {
         let token = self.read_token().await;
@@ -690,23 +728,25 @@ impl UpdaterProcess {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn leadership_changes_once_per_change_and_once_more_when_the_elector_is_gone() {
-        let (elector, leading) = watch::channel(false);
-        let seen = leading.clone();
-        let mut changes = std::pin::pin!(leadership_changes(leading));
-        elector.send_replace(true);
+        use autopilot_shell::leadership::Claim;
+        let lease = Duration::from_secs(15);
+        let (elector, leadership) = Leadership::new("c1_0000abcd");
+        let seen = leadership.clone();
+        let mut changes = std::pin::pin!(leadership_changes(leadership));
+        elector.publish(Some(Claim::renewed("c1_0000abcd", Instant::now(), lease)));
         assert_eq!(changes.next().await, Some(()));
-        assert!(leads(&seen));
-        elector.send_replace(false);
+        assert!(seen.is_current());
+        elector.publish(None);
         assert_eq!(changes.next().await, Some(()));
-        assert!(!leads(&seen));
-        elector.send_replace(true);
+        assert!(!seen.is_current());
+        elector.publish(Some(Claim::renewed("c1_0000abcd", Instant::now(), lease)));
         assert_eq!(changes.next().await, Some(()));
         drop(elector);
-        // The last value was `true`, but nobody will make this process lead any more.
+        // The claim has not run out, but nobody will renew it any more.
         assert_eq!(changes.next().await, Some(()));
-        assert!(!leads(&seen));
+        assert!(!seen.is_current());
         assert_eq!(changes.next().await, None);
     }
 

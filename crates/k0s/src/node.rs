@@ -1,13 +1,16 @@
 //! What the flags every node process shares ([`NodeFlags`]) resolve to before a component
 //! starts: the client, this node's name and data directory, and the metrics registry and
-//! endpoint; and the start-up step both roles share ([`ResolvedNode::start`]).
+//! endpoint; the steps both roles share ([`ResolvedNode::register`], [`ResolvedNode::trial`],
+//! [`ResolvedNode::into_env`]) and the metrics endpoint component ([`MetricsEndpoint`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use autopilot_shell::lifecycle::{Component, Env, Exit, Running};
+use futures::future::BoxFuture;
 use prometheus_client::registry::Registry;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
 use crate::cli::NodeFlags;
 use crate::role::trial::Trial;
@@ -26,71 +29,88 @@ pub(crate) struct ResolvedNode {
     pub(crate) metrics_listener: Option<tokio::net::TcpListener>,
 }
 
-/// A node process whose metrics are registered and served, ready to start its components.
-pub(crate) struct Started<B, A> {
-    pub(crate) client: kube::Client,
-    pub(crate) config: kube::Config,
-    pub(crate) server_url: String,
-    pub(crate) node_name: String,
-    pub(crate) data_dir: PathBuf,
-    /// The trial boot of a binary the agent puts in place (run after the process stopped).
-    pub(crate) trial: Trial,
-    /// The node agent's metrics.
-    pub(crate) agent_metrics: autopilot_signal::metrics::Metrics,
+/// What a role's components record their metrics in: the role's own around the agent's.
+pub(crate) struct Metrics<B, A> {
     /// The role's own metrics registered before the agent's.
     pub(crate) before_agent: B,
+    /// The node agent's metrics.
+    pub(crate) agent: autopilot_signal::metrics::Metrics,
     /// The role's own metrics registered after the agent's.
     pub(crate) after_agent: A,
-    /// Serves the metrics (if `--metrics-address` was set) until dropped.
-    pub(crate) metrics_server: DropGuard,
 }
 
 impl ResolvedNode {
-    /// The start-up step of both roles: register the metrics, start serving them and prepare
-    /// the trial boot of a new binary (downloads as `download` says, `trial_timeout` to
-    /// become healthy).
-    ///
-    /// A role registers its own metrics in `before_agent` and `after_agent`, around the
-    /// agent's, so they are all in the registry before it is served, in the order the
-    /// endpoint lists them.
-    pub(crate) fn start<B, A>(
-        self,
+    /// The trial boot of a binary the agent puts in place (run after the process stopped):
+    /// downloads as `download` says, `trial_timeout` to become healthy.
+    pub(crate) fn trial(
+        &self,
         download: &autopilot_signal::download::DownloadArgs,
         trial_timeout: Duration,
-        before_agent: impl FnOnce(&mut Registry) -> B,
-        after_agent: impl FnOnce(&mut Registry) -> A,
-    ) -> Started<B, A> {
-        let Self {
-            client,
-            config,
-            server_url,
-            node_name,
-            data_dir,
-            mut registry,
-            metrics_listener,
-        } = self;
-        let before_agent = before_agent(&mut registry);
-        let agent_metrics = autopilot_signal::metrics::Metrics::register(&mut registry);
-        let after_agent = after_agent(&mut registry);
-        let metrics_server = serve_metrics(metrics_listener, registry);
-        let trial = Trial {
-            config: config.clone(),
-            data_dir: data_dir.clone(),
+    ) -> Trial {
+        Trial {
+            config: self.config.clone(),
+            data_dir: self.data_dir.clone(),
             download: download.config(VERSION),
             timeout: trial_timeout,
-        };
-        Started {
-            client,
-            config,
-            server_url,
-            node_name,
-            data_dir,
-            trial,
-            agent_metrics,
-            before_agent,
-            after_agent,
-            metrics_server,
         }
+    }
+
+    /// Register the metrics of a role's components: the role registers its own in
+    /// `before_agent` and `after_agent`, around the agent's, so they are all in the registry
+    /// before it is served, in the order the endpoint lists them.
+    pub(crate) fn register<B, A>(
+        &mut self,
+        before_agent: impl FnOnce(&mut Registry) -> B,
+        after_agent: impl FnOnce(&mut Registry) -> A,
+    ) -> Metrics<B, A> {
+        let before_agent = before_agent(&mut self.registry);
+        let agent = autopilot_signal::metrics::Metrics::register(&mut self.registry);
+        let after_agent = after_agent(&mut self.registry);
+        Metrics { before_agent, agent, after_agent }
+    }
+
+    /// What the components share (`binary`: the running binary, resolved before anything
+    /// can replace it), and the metrics endpoint serving everything registered so far.
+    pub(crate) fn into_env(self, binary: PathBuf) -> (Env, MetricsEndpoint) {
+        let Self { client, config, server_url, node_name, data_dir, registry, metrics_listener } =
+            self;
+        let env = Env { client, config, server_url, node_name, data_dir, version: VERSION, binary };
+        (env, MetricsEndpoint { listener: metrics_listener, registry })
+    }
+}
+
+/// The metrics endpoint component (see `autopilot_shell::lifecycle`): serves the registry on
+/// the bound `--metrics-address` until stopped (nothing when the flag is not set). Declared
+/// last, so every other component has registered its metrics.
+pub(crate) struct MetricsEndpoint {
+    listener: Option<tokio::net::TcpListener>,
+    registry: Registry,
+}
+
+impl Component for MetricsEndpoint {
+    fn name(&self) -> &'static str {
+        "metrics endpoint"
+    }
+
+    fn in_trial(&self) -> bool {
+        false
+    }
+
+    fn start(self: Box<Self>, _env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
+        Box::pin(async move { Ok(self as Box<dyn Running>) })
+    }
+}
+
+impl Running for MetricsEndpoint {
+    fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
+        Box::pin(async move {
+            if let Some(listener) = self.listener {
+                metrics::serve(listener, std::sync::Arc::new(self.registry), stop.cancelled())
+                    .await;
+            }
+            stop.cancelled().await;
+            Exit::Stopped
+        })
     }
 }
 
@@ -121,20 +141,6 @@ impl NodeFlags {
             metrics_listener,
         })
     }
-}
-
-/// Serve `registry` on `listener` (if `--metrics-address` was set) until the returned
-/// guard is dropped.
-fn serve_metrics(listener: Option<tokio::net::TcpListener>, registry: Registry) -> DropGuard {
-    let stop = CancellationToken::new();
-    if let Some(listener) = listener {
-        tokio::spawn(metrics::serve(
-            listener,
-            std::sync::Arc::new(registry),
-            stop.clone().cancelled_owned(),
-        ));
-    }
-    stop.drop_guard()
 }
 
 /// The node name: the flag or `AUTOPILOT_HOSTNAME`, else the host name; trimmed and
@@ -169,9 +175,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn start_registers_the_role_metrics_around_the_agents_and_prepares_the_trial() {
+    async fn the_role_metrics_go_around_the_agents_and_the_trial_keeps_the_node_settings() {
         let config = kube::Config::new("https://127.0.0.1:6443".parse().expect("a URL"));
-        let node = ResolvedNode {
+        let mut node = ResolvedNode {
             client: kube::Client::try_from(config.clone()).expect("a client"),
             config,
             server_url: "https://127.0.0.1:6443".to_string(),
@@ -181,9 +187,8 @@ mod tests {
             metrics_listener: None,
         };
         let download = download_args();
-        let started = node.start(
-            &download,
-            Duration::from_secs(7),
+        let trial = node.trial(&download, Duration::from_secs(7));
+        let registered = node.register(
             |registry| registry.register("before", "Before the agent", Counter::<u64>::default()),
             |registry| {
                 registry.register("after", "After the agent", Counter::<u64>::default());
@@ -193,13 +198,13 @@ mod tests {
             },
         );
 
-        let exposition = &started.after_agent;
+        let exposition = &registered.after_agent;
         let at = |name: &str| {
             exposition.find(name).unwrap_or_else(|| panic!("{name} missing in {exposition}"))
         };
         assert!(at("k0s_autopilot_before_total") < at("k0s_autopilot_agent_download_bytes_total"));
         assert!(at("k0s_autopilot_agent_verify_failures_total") < at("k0s_autopilot_after_total"));
-        let Trial { config, data_dir, download: trial_download, timeout } = &started.trial;
+        let Trial { config, data_dir, download: trial_download, timeout } = &trial;
         assert_eq!(config.cluster_url.to_string(), "https://127.0.0.1:6443/");
         assert_eq!(data_dir, &PathBuf::from("/var/lib/k0s"));
         assert_eq!(trial_download, &download.config(VERSION));

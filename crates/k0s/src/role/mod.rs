@@ -3,19 +3,36 @@
 //! SIGTERM/SIGINT or for a restart into a new binary, and run the [`trial`] boot of that
 //! binary before restarting into it.
 //!
-//! Lifecycles are structured: one [`CancellationToken`] is cancelled by the termination
-//! signal (`on_termination`), each component stops on a child token of it (or on its own
-//! token where it must stop later, after the controller), and the spawned components are
-//! waited for within `STOP_GRACE`.
+//! Each role declares its components in start order (`components`); one supervisor
+//! (`autopilot_shell::lifecycle::Supervisor`) starts them in that order, runs them until the
+//! termination signal (`on_termination`) or until one of them ends (the update agent, once a
+//! new binary is in place), and stops them in reverse order within one grace period
+//! (`STOP_GRACE`). The trial boot of a new binary starts the same list.
 
 pub mod controller;
 pub mod trial;
 pub mod worker;
 
+use autopilot_shell::lifecycle::Ended;
 use tokio_util::sync::CancellationToken;
 
-/// How long components get to stop after the controller has stopped.
-const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the components get, in all, to stop (well within systemd's 30 s stop timeout).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the process does once its components have stopped: restart into a new binary after
+/// its trial boot (`mode` says how), stop, or fail.
+fn conclude(
+    ended: Ended,
+    trial: trial::Trial,
+    binary: &std::path::Path,
+    mode: autopilot_signal::RestartMode,
+) -> anyhow::Result<()> {
+    match ended {
+        Ended::Restart => trial.then_restart(binary, mode),
+        Ended::Stopped => Ok(()),
+        Ended::Failed(err) => Err(err),
+    }
+}
 
 /// Listen for SIGTERM and SIGINT: the returned token is cancelled on the first of them.
 ///

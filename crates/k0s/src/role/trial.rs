@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use super::STOP_GRACE;
 use crate::VERSION;
 use crate::cli::Command;
-use crate::node::ResolvedNode;
+use autopilot_shell::lifecycle::Purpose;
 
 /// What the trial boot of a new binary needs from this process (see
 /// `autopilot_signal::trial`).
@@ -56,56 +56,37 @@ impl Trial {
     }
 }
 
-/// Run this process as the child of a trial boot (`autopilot_signal::trial`): boot the node's
-/// startup path up to healthy, prove it, and exit. The steps are the real start's own, not
-/// copies: `autopilot_controller::start` (CRDs, ControlNode) for a controller, and
-/// `Heartbeat::register` (Node, fresh Ready heartbeat) for a worker or a controller+worker; a
-/// worker that registers no Node proves that it reaches its API server.
+/// Run this process as the child of a trial boot (`autopilot_signal::trial`): start the
+/// role's components as a normal start declares them (`components`, the same list and the
+/// same start code), up to healthy — only those whose start proves the binary (the
+/// controller's CRDs and ControlNode, the Node registration, or the API server answering);
+/// then prove it, stop them without running them, and exit.
 pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
+    let binary = std::env::current_exe().context("finding the running binary")?;
     let runtime = crate::runtime()?;
     let result = runtime.block_on(async {
-        let (node, data_dir) = match command {
-            Command::Controller { node, args, updater: _, agent: _ } => {
-                let startup_timeout = args.startup_timeout;
-                let ResolvedNode { client, server_url, node_name, data_dir, .. } =
-                    node.without_metrics().resolve().await?;
-                autopilot_controller::start(&client, &server_url, &node_name, &args, VERSION)
-                    .await?;
-                if args.enable_worker {
-                    let heartbeat = autopilot_signal::node::Heartbeat {
-                        name: node_name.clone(),
-                        version: VERSION.to_string(),
-                    };
-                    heartbeat.register(&client, &server_url, startup_timeout).await?;
-                }
-                (node_name, data_dir)
+        let (supervisor, env) = match command {
+            Command::Controller { node, args, updater, agent } => {
+                args.validate()?;
+                let mut node = node.without_metrics().resolve().await?;
+                let supervisor = super::controller::components(&mut node, args, updater, &agent)?;
+                (supervisor, node.into_env(binary).0)
             }
             Command::Worker { node, args } => {
-                let ResolvedNode { client, server_url, node_name, data_dir, .. } =
-                    node.without_metrics().resolve().await?;
-                let heartbeat = autopilot_signal::node::Heartbeat {
-                    name: node_name.clone(),
-                    version: VERSION.to_string(),
-                };
-                if args.register_node {
-                    heartbeat.register(&client, &server_url, args.startup_timeout).await?;
-                } else {
-                    autopilot_controller::crds::retry_transient(
-                        "reaching the API server",
-                        || async { Ok(client.apiserver_version().await?) },
-                    )
-                    .await?;
-                }
-                (node_name, data_dir)
+                args.validate()?;
+                let mut node = node.without_metrics().resolve().await?;
+                let supervisor = super::worker::components(&mut node, &args);
+                (supervisor, node.into_env(binary).0)
             }
             Command::Version | Command::Status { .. } | Command::Autopilot { .. } => {
                 anyhow::bail!("only `k0s controller` and `k0s worker` boot on trial")
             }
         };
-        std::fs::create_dir_all(&data_dir)
-            .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-        autopilot_signal::trial::prove(&data_dir, token)?;
-        tracing::info!(node.name = %node, version = VERSION, "trial boot healthy");
+        let never = tokio_util::sync::CancellationToken::new();
+        let started = supervisor.start(&env, Purpose::Trial, &never).await?;
+        autopilot_signal::trial::prove(&env.data_dir, token)?;
+        tracing::info!(node.name = %env.node_name, version = VERSION, "trial boot healthy");
+        drop(started);
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(STOP_GRACE);

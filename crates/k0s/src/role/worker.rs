@@ -1,14 +1,17 @@
-//! `k0s worker`: the worker process. Its node side (`autopilot_signal::run_worker`: the
-//! status socket, the Node heartbeat and the signal agent) runs until SIGTERM/SIGINT, or
-//! until the agent has put a new binary in place; then the process runs the trial boot of
-//! that binary and restarts into it.
+//! `k0s worker`: the worker process. Its components, in start order: the status socket,
+//! the Node registration and heartbeat (or, without `--register-node`, a first answer from
+//! the API server), the update agent, and the metrics endpoint. They run until
+//! SIGTERM/SIGINT, or until the agent has put a new binary in place; then the process runs
+//! the trial boot of that binary and restarts into it.
 
 use anyhow::Context as _;
+use autopilot_shell::lifecycle::{ApiServer, Supervisor};
+use autopilot_signal::{AgentOn, NodeRegistration, StatusSocket, UpdateAgent, status};
 
 use super::STOP_GRACE;
 use crate::VERSION;
 use crate::cli::NodeFlags;
-use crate::node::Started;
+use crate::node::{Metrics, ResolvedNode};
 
 /// Run the worker process until SIGTERM/SIGINT, or until an update asks for a restart (then
 /// run the trial boot of the new binary and restart).
@@ -17,40 +20,50 @@ pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Resul
     // at this path, and the restart executes whatever is there then.
     let binary = std::env::current_exe().context("finding the running binary")?;
     let runtime = crate::runtime()?;
-    let mut trial = None;
-    let exit = runtime.block_on(async {
-        let Started {
-            client,
-            config: _,
-            server_url,
-            node_name,
-            data_dir,
-            trial: node_trial,
-            agent_metrics,
-            before_agent: (),
-            after_agent: (),
-            metrics_server: _metrics_server,
-        } = node.resolve().await?.start(&args.download, args.trial_timeout, |_| (), |_| ());
-        trial = Some(node_trial);
-        let process = autopilot_signal::Process {
-            client,
-            server_url,
-            node_name,
-            data_dir,
-            version: VERSION,
-            binary: binary.clone(),
-            metrics: agent_metrics,
-        };
-        autopilot_signal::run_worker(args, process, super::on_termination()).await
+    let ended = runtime.block_on(async {
+        args.validate()?;
+        let terminated = super::on_termination();
+        let mut node = node.resolve().await?;
+        let trial = node.trial(&args.download, args.trial_timeout);
+        let supervisor = components(&mut node, &args);
+        let (env, metrics_endpoint) = node.into_env(binary.clone());
+        tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.register_node, binary = %binary.display(), "starting worker");
+        let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
+        anyhow::Ok((ended, trial))
     });
     runtime.shutdown_timeout(STOP_GRACE);
-    let exit = exit?;
-    match (exit, trial) {
-        (autopilot_signal::WorkerExit::Restart(mode), Some(trial)) => {
-            trial.then_restart(&binary, mode)
-        }
-        (autopilot_signal::WorkerExit::Restart(_) | autopilot_signal::WorkerExit::Stopped, _) => {
-            Ok(())
-        }
-    }
+    let (ended, trial) = ended?;
+    super::conclude(ended, trial, &binary, args.restart)
+}
+
+/// The worker's components in start order (the metrics endpoint, declared last by the
+/// caller, excepted); the trial boot starts the same list.
+pub(crate) fn components(
+    node: &mut ResolvedNode,
+    args: &autopilot_signal::WorkerArgs,
+) -> Supervisor {
+    let Metrics { before_agent: (), agent: metrics, after_agent: () } =
+        node.register(|_| (), |_| ());
+    let board = status::Board::default();
+    let supervisor = Supervisor::new(STOP_GRACE).with(StatusSocket {
+        role: status::Role::Worker,
+        update_agent: !args.disable_update_agent,
+        board: board.clone(),
+        leadership: None,
+    });
+    let supervisor = if args.register_node {
+        supervisor.with(NodeRegistration {
+            heartbeat_interval: args.heartbeat_interval,
+            startup_timeout: args.startup_timeout,
+        })
+    } else {
+        supervisor.with(ApiServer { startup_timeout: args.startup_timeout })
+    };
+    supervisor.with(UpdateAgent {
+        on: AgentOn::Worker,
+        enabled: !args.disable_update_agent,
+        download: args.download.config(VERSION),
+        board,
+        metrics,
+    })
 }
