@@ -14,6 +14,8 @@
 //!   agent and the Plan engine.
 //! - [`version`]: k0s versions and their order (`v1.35.1+k0s.0 < v1.35.1+k0s.1 <
 //!   v1.35.2+k0s.0`), for the updater and the Plan engine's removed-API check.
+//! - `fixtures` (feature `fixtures`, tests only): builders of Plans, Nodes, ControlNodes
+//!   and signals, shared by the test suites of every crate.
 //!
 //! This crate is data and pure functions only: no client, no tokio, no I/O. Field names,
 //! defaults and serialised strings follow k0s, so k0s nodes and tools understand what we
@@ -21,6 +23,8 @@
 
 pub mod backoff;
 pub mod duration;
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod keys;

@@ -5,14 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalData, SignalPhase};
 use autopilot_api::v1beta2::{
     Concurrency, ControlNode, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
-    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
-    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
-    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanStateType, TargetState, TargetStatus,
+    PlanCommandStatus, PlanCommandTarget, PlanCommandTargets, PlanResourceUrl, PlanSpec,
+    PlanStateType, TargetState, TargetStatus,
 };
+use autopilot_api::{fixtures, keys};
 use futures::StreamExt as _;
 use integration::responder::{Event, Log, ObjectKind, ObjectRef};
 use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
@@ -71,32 +70,14 @@ pub fn platforms(names: &[&str]) -> BTreeMap<String, PlanResourceUrl> {
 
 /// A target group listing `names`, at most `concurrent` at a time.
 pub fn static_nodes(names: &[&str], concurrent: u32) -> PlanCommandTarget {
-    PlanCommandTarget {
-        discovery: PlanCommandTargetDiscovery {
-            r#static: Some(PlanCommandTargetDiscoveryStatic {
-                nodes: names.iter().map(|n| (*n).to_owned()).collect(),
-            }),
-            selector: None,
-        },
-        limits: PlanCommandTargetLimits {
-            concurrent: Concurrency::Count(concurrent),
-            ..PlanCommandTargetLimits::default()
-        },
-    }
+    let mut target = fixtures::static_target(names);
+    target.limits.concurrent = Concurrency::Count(concurrent);
+    target
 }
 
 /// A target group found by a label and/or field selector.
 pub fn selected(labels: Option<&str>, fields: Option<&str>) -> PlanCommandTarget {
-    PlanCommandTarget {
-        discovery: PlanCommandTargetDiscovery {
-            r#static: None,
-            selector: Some(PlanCommandTargetDiscoverySelector {
-                labels: labels.map(str::to_owned),
-                fields: fields.map(str::to_owned),
-            }),
-        },
-        limits: PlanCommandTargetLimits::default(),
-    }
+    fixtures::selector_target(labels, fields)
 }
 
 /// A forced `k0supdate` to [`FORCED_VERSION`] for this machine's platform.

@@ -1,3 +1,4 @@
+use autopilot_api::fixtures::{MetaBuilder, spec};
 use autopilot_api::v1beta2::{
     PlanCommandPreflightStatus, PlanCommandStatus, PlanStatus, PreflightCheckStatus,
     PreflightNodeStatus,
@@ -21,10 +22,7 @@ fn checks() -> PlanCommandPreflight {
 }
 
 fn ended(state: PlanStateType, generation: i64, worst: Option<CheckStatus>) -> Plan {
-    let mut plan = Plan::new(
-        keys::PLAN_NAME,
-        PlanSpec { id: "old".into(), timestamp: "now".into(), commands: Vec::new() },
-    );
+    let mut plan = Plan::new(keys::PLAN_NAME, spec("old"));
     plan.metadata.generation = Some(generation);
     let command = PlanCommandStatus {
         state,
@@ -109,8 +107,7 @@ fn checks_create_the_plan_or_replace_an_ended_one_and_never_a_running_one() {
         assert!(why.contains(&format!("is {state}")), "{why}");
     }
     for key in [keys::ANNOTATION_ABORT, keys::ANNOTATION_PAUSED] {
-        let mut held = ended(PlanStateType::Aborted, 1, None);
-        held.metadata.annotations = Some([(key.to_owned(), "true".to_owned())].into());
+        let held = ended(PlanStateType::Aborted, 1, None).annotated(key, "true");
         let refused = start(Some(&held), checks(), "check-4", "t");
         let Start::Refuse(why) = refused else { panic!("{key}: {refused:?}") };
         assert!(why.contains(key), "{why}");

@@ -1,12 +1,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use autopilot_api::v1beta2::{
-    Concurrency, ControlNodeStatus, PlanCommandK0sUpdate, PlanCommandTarget,
-    PlanCommandTargetDiscovery, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
-    PlanCommandTargets, PlanResourceUrl,
+use autopilot_api::fixtures::{
+    ControlNodeBuilder, MetaBuilder, NodeBuilder, PlanBuilder, control_node, node, sha, spec,
 };
-use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, PodSpec};
+use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
@@ -28,95 +26,34 @@ fn policy() -> Policy {
     }
 }
 
-fn platform_labels() -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (keys::LABEL_OS.to_owned(), "linux".to_owned()),
-        (keys::LABEL_ARCH.to_owned(), "amd64".to_owned()),
-    ])
-}
-
-fn node(name: &str, ready: bool, version: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(platform_labels()),
-            annotations: Some(BTreeMap::from([(
-                keys::ANNOTATION_K0S_VERSION.to_owned(),
-                version.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        status: Some(NodeStatus {
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".to_owned(),
-                status: if ready { "True" } else { "False" }.to_owned(),
-                ..NodeCondition::default()
-            }]),
-            ..NodeStatus::default()
-        }),
-        ..Node::default()
-    }
-}
-
-fn control_node(name: &str, version: &str) -> ControlNode {
-    let mut object = ControlNode::new(name);
-    object.metadata.labels = Some(platform_labels());
-    object.status =
-        Some(ControlNodeStatus { k0s_version: Some(version.to_owned()), ..Default::default() });
-    object
-}
-
-fn targets(names: &[&str], concurrent: u32) -> PlanCommandTarget {
-    PlanCommandTarget {
-        discovery: PlanCommandTargetDiscovery {
-            r#static: Some(PlanCommandTargetDiscoveryStatic {
-                nodes: names.iter().map(|n| (*n).to_owned()).collect(),
-            }),
-            selector: None,
-        },
-        limits: PlanCommandTargetLimits {
-            concurrent: Concurrency::Count(concurrent),
-            ..PlanCommandTargetLimits::default()
-        },
-    }
-}
-
 /// A plan updating `controllers` and then `workers` (two at a time) to `version`.
 fn plan(version: &str, controllers: &[&str], workers: &[&str]) -> PlanSpec {
-    PlanSpec {
-        id: "preview".to_owned(),
-        timestamp: "now".to_owned(),
-        commands: vec![PlanCommand {
-            k0supdate: Some(PlanCommandK0sUpdate {
-                version: version.to_owned(),
-                forceupdate: false,
-                platforms: BTreeMap::from([(
-                    "linux-amd64".to_owned(),
-                    PlanResourceUrl {
-                        url: "https://example.com/k0s".to_owned(),
-                        sha256: Some("a".repeat(64)),
-                    },
-                )]),
-                targets: PlanCommandTargets {
-                    controllers: (!controllers.is_empty()).then(|| targets(controllers, 1)),
-                    workers: (!workers.is_empty()).then(|| targets(workers, 2)),
-                },
-                progress_timeout: None,
-            }),
-            airgapupdate: None,
-            preflight: None,
-        }],
+    let mut spec = spec("preview").then_k0s_update(version).without_payloads().payload(
+        "linux-amd64",
+        "https://example.com/k0s",
+        Some(&sha('a')),
+    );
+    if !controllers.is_empty() {
+        spec = spec.controllers(controllers);
     }
+    if !workers.is_empty() {
+        spec = spec.workers(workers).concurrent(2);
+    }
+    spec
+}
+
+/// A Ready worker on linux-amd64 at v1.34.2.
+fn worker(name: &str) -> Node {
+    node(name).on_platform("linux", "amd64").k0s_version("v1.34.2+k0s.0")
 }
 
 /// One controller and three Ready workers, all at v1.34.2.
 fn cluster() -> Cluster {
     Cluster {
-        nodes: ["worker-0", "worker-1", "worker-2"]
-            .into_iter()
-            .map(|n| node(n, true, "v1.34.2+k0s.0"))
-            .collect(),
-        control_nodes: vec![control_node("controller-0", "v1.34.2+k0s.0")],
+        nodes: ["worker-0", "worker-1", "worker-2"].into_iter().map(worker).collect(),
+        control_nodes: vec![
+            control_node("controller-0").on_platform("linux", "amd64").k0s_version("v1.34.2+k0s.0"),
+        ],
         readiness: BTreeMap::from([("controller-0".to_owned(), Readiness::Ready)]),
         removed_apis: Some(Vec::new()),
         ..Cluster::default()
@@ -180,7 +117,7 @@ fn a_target_that_does_not_exist_is_named_and_the_plan_would_not_run() {
 #[test]
 fn a_worker_that_is_not_ready_and_a_controller_without_readyz_are_problems() {
     let mut cluster = cluster();
-    cluster.nodes[1] = node("worker-1", false, "v1.34.2+k0s.0");
+    cluster.nodes[1] = worker("worker-1").ready(false);
     cluster.readiness.insert(
         "controller-0".to_owned(),
         Readiness::NotReady("https://10.0.0.1:6443/readyz: connection refused".to_owned()),

@@ -1,11 +1,14 @@
 use std::collections::BTreeMap;
 
-use autopilot_api::signal::{SignalCommand, SignalData, SignalStatus, to_annotations};
-use autopilot_api::v1beta2::{
-    ControlNodeStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus, PlanCommandTarget,
-    PlanCommandTargets, PlanSpec, PlanStatus, UpdateConfig,
+use autopilot_api::fixtures::{
+    ControlNodeBuilder, MetaBuilder, NodeBuilder, PlanBuilder, SignalBuilder, control_node,
+    k0s_signal, node, spec,
 };
-use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus, ObjectReference};
+use autopilot_api::signal::{SignalData, SignalStatus};
+use autopilot_api::v1beta2::{
+    PlanCommandK0sUpdateStatus, PlanCommandTarget, PlanStatus, UpdateConfig,
+};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta, Time};
 
 use super::*;
@@ -34,53 +37,13 @@ fn target(name: &str, state: TargetState, phase: Option<SignalPhase>, since: &st
 
 /// A signal of this run for command 0, created at `created`, with the node in `phase` since
 /// `since`.
-fn signal(created: &str, phase: Option<(SignalPhase, &str)>) -> BTreeMap<String, String> {
-    to_annotations(&SignalData {
-        plan_id: "rollout".to_owned(),
-        created: created.to_owned(),
-        command: SignalCommand {
-            preflight: None,
-            id: 0,
-            k0supdate: Some(autopilot_api::signal::CommandK0sUpdate {
-                url: "https://example.com/k0s".to_owned(),
-                version: "v1.35.1+k0s.0".to_owned(),
-                sha256: String::new(),
-                forceupdate: false,
-            }),
-            airgapupdate: None,
-        },
+fn signal(created: &str, phase: Option<(SignalPhase, &str)>) -> SignalData {
+    SignalData {
         status: phase.map(|(phase, since)| SignalStatus::new(phase, at(since))),
-        run_id: Some(RUN.to_owned()),
-    })
-}
-
-fn node(name: &str, ready: bool, version: &str, signal: BTreeMap<String, String>) -> Node {
-    let mut annotations = signal;
-    annotations.insert(keys::ANNOTATION_K0S_VERSION.to_owned(), version.to_owned());
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            annotations: Some(annotations),
-            ..ObjectMeta::default()
-        },
-        status: Some(NodeStatus {
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".to_owned(),
-                status: if ready { "True" } else { "False" }.to_owned(),
-                ..NodeCondition::default()
-            }]),
-            ..NodeStatus::default()
-        }),
-        ..Node::default()
+        ..k0s_signal("rollout", "v1.35.1+k0s.0", "https://example.com/k0s", "")
+            .created(created)
+            .in_run(RUN)
     }
-}
-
-fn control_node(name: &str, version: &str, signal: BTreeMap<String, String>) -> ControlNode {
-    let mut object = ControlNode::new(name);
-    object.metadata.annotations = Some(signal);
-    object.status =
-        Some(ControlNodeStatus { k0s_version: Some(version.to_owned()), ..Default::default() });
-    object
 }
 
 fn event(name: &str, time: &str, type_: &str, reason: &str, note: &str, plan: &str) -> Event {
@@ -99,26 +62,14 @@ fn event(name: &str, time: &str, type_: &str, reason: &str, note: &str, plan: &s
     }
 }
 
-fn workers(concurrent: u32) -> PlanCommandTarget {
-    PlanCommandTarget {
-        limits: autopilot_api::v1beta2::PlanCommandTargetLimits {
-            concurrent: autopilot_api::v1beta2::Concurrency::Count(concurrent),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
 /// A plan mid-update: one controller done (it took 60 s), worker-0 done (90 s), worker-1
 /// downloading, worker-2 and worker-3 waiting, workers 2 at a time.
 fn mid_update() -> Snapshot {
     Snapshot {
         plan: Some(mid_update_plan()),
         nodes: mid_update_nodes(),
-        control_nodes: vec![control_node(
-            "controller-0",
-            "v1.35.1+k0s.0",
-            signal("2026-01-01T12:00:00Z", Some((SignalPhase::Completed, "2026-01-01T12:01:00Z"))),
+        control_nodes: vec![control_node("controller-0").k0s_version("v1.35.1+k0s.0").signalled(
+            &signal("2026-01-01T12:00:00Z", Some((SignalPhase::Completed, "2026-01-01T12:01:00Z"))),
         )],
         events: mid_update_events(),
         ..Snapshot::empty("autopilot")
@@ -127,26 +78,13 @@ fn mid_update() -> Snapshot {
 
 /// The Plan of [`mid_update`]: one `k0supdate` command to v1.35.1+k0s.0, in `SchedulableWait`.
 fn mid_update_plan() -> Plan {
-    let command = PlanCommand {
-        k0supdate: Some(PlanCommandK0sUpdate {
-            version: "v1.35.1+k0s.0".to_owned(),
-            targets: PlanCommandTargets {
-                controllers: Some(PlanCommandTarget::default()),
-                workers: Some(workers(2)),
-            },
-            ..Default::default()
-        }),
-        airgapupdate: None,
-        preflight: None,
-    };
-    let mut plan = Plan::new(
-        "autopilot",
-        PlanSpec {
-            id: "rollout".to_owned(),
-            timestamp: "now".to_owned(),
-            commands: vec![command.clone()],
-        },
-    );
+    let spec = spec("rollout")
+        .then_k0s_update("v1.35.1+k0s.0")
+        .without_payloads()
+        .controller_target(PlanCommandTarget::default())
+        .concurrent(2);
+    let command = spec.commands[0].clone();
+    let mut plan = Plan::new("autopilot", spec);
     plan.status = Some(PlanStatus {
         state: PlanStateType::SchedulableWait,
         commands: vec![PlanCommandStatus {
@@ -195,23 +133,16 @@ fn mid_update_workers() -> Vec<TargetStatus> {
 /// The Nodes of [`mid_update`]'s workers (worker-3 not Ready).
 fn mid_update_nodes() -> Vec<Node> {
     vec![
-        node(
-            "worker-0",
-            true,
-            "v1.35.1+k0s.0",
-            signal("2026-01-01T12:01:00Z", Some((SignalPhase::Completed, "2026-01-01T12:02:30Z"))),
-        ),
-        node(
-            "worker-1",
-            true,
-            "v1.35.0+k0s.0",
-            signal(
-                "2026-01-01T12:09:30Z",
-                Some((SignalPhase::Downloading, "2026-01-01T12:09:30Z")),
-            ),
-        ),
-        node("worker-2", true, "v1.35.0+k0s.0", BTreeMap::new()),
-        node("worker-3", false, "v1.35.0+k0s.0", BTreeMap::new()),
+        node("worker-0").k0s_version("v1.35.1+k0s.0").signalled(&signal(
+            "2026-01-01T12:01:00Z",
+            Some((SignalPhase::Completed, "2026-01-01T12:02:30Z")),
+        )),
+        node("worker-1").k0s_version("v1.35.0+k0s.0").signalled(&signal(
+            "2026-01-01T12:09:30Z",
+            Some((SignalPhase::Downloading, "2026-01-01T12:09:30Z")),
+        )),
+        node("worker-2").k0s_version("v1.35.0+k0s.0"),
+        node("worker-3").k0s_version("v1.35.0+k0s.0").ready(false),
     ]
 }
 

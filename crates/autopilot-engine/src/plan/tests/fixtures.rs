@@ -1,17 +1,18 @@
 //! Fixture builders that read like k0s scenarios: a [`PlanFixture`] for the Plan, a
 //! [`ClusterFixture`] for the objects, readiness and removed-API findings, and a [`Sim`]
-//! that runs passes the way the shell does and delivers the signals.
+//! that runs passes the way the shell does and delivers the signals. The spec's builder
+//! steps (`controllers`, `workers`, `concurrent`, `payload`, ...) are
+//! [`autopilot_api::fixtures::PlanBuilder`]'s, shared with the other crates' tests.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autopilot_api::fixtures::spec;
+pub use autopilot_api::fixtures::{PlanBuilder, sha};
 use autopilot_api::keys;
 use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{
-    PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandStatus,
-    PlanCommandTarget, PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
-    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanCommandTargets, PlanResourceUrl,
-    PlanSpec, PlanStateType, PlanStatus, TargetState, TargetStatus,
+    PlanCommandStatus, PlanSpec, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -30,50 +31,6 @@ pub const UID: &str = "5f0c6a2e-uid";
 
 pub fn start() -> Timestamp {
     START.parse().expect("valid timestamp")
-}
-
-pub fn sha(c: char) -> String {
-    std::iter::repeat_n(c, 64).collect()
-}
-
-fn platforms(artifact: &str) -> BTreeMap<String, PlanResourceUrl> {
-    ["linux-amd64", "linux-arm64"]
-        .into_iter()
-        .map(|platform| {
-            (
-                platform.to_owned(),
-                PlanResourceUrl {
-                    url: format!("https://example.com/{artifact}-{platform}"),
-                    sha256: Some(sha('a')),
-                },
-            )
-        })
-        .collect()
-}
-
-fn static_target(names: &[&str]) -> PlanCommandTarget {
-    PlanCommandTarget {
-        discovery: PlanCommandTargetDiscovery {
-            r#static: Some(PlanCommandTargetDiscoveryStatic {
-                nodes: names.iter().map(|name| (*name).to_owned()).collect(),
-            }),
-            selector: None,
-        },
-        limits: PlanCommandTargetLimits::default(),
-    }
-}
-
-fn selector_target(labels: Option<&str>, fields: Option<&str>) -> PlanCommandTarget {
-    PlanCommandTarget {
-        discovery: PlanCommandTargetDiscovery {
-            r#static: None,
-            selector: Some(PlanCommandTargetDiscoverySelector {
-                labels: labels.map(str::to_owned),
-                fields: fields.map(str::to_owned),
-            }),
-        },
-        limits: PlanCommandTargetLimits::default(),
-    }
 }
 
 // === PlanFixture ===
@@ -96,11 +53,7 @@ impl PlanFixture {
             name: keys::PLAN_NAME.to_owned(),
             uid: UID.to_owned(),
             generation: 1,
-            spec: PlanSpec {
-                id: "id123".to_owned(),
-                timestamp: "now".to_owned(),
-                commands: Vec::new(),
-            },
+            spec: spec("id123"),
             status: None,
             steering: Steering::default(),
             accepted_warnings: None,
@@ -122,119 +75,6 @@ impl PlanFixture {
         Self::empty()
     }
 
-    /// Append a `k0supdate` command (later builder steps change it).
-    pub fn then_k0s_update(mut self, version: &str) -> Self {
-        self.spec.commands.push(PlanCommand {
-            k0supdate: Some(PlanCommandK0sUpdate {
-                version: version.to_owned(),
-                forceupdate: false,
-                platforms: platforms("k0s"),
-                targets: PlanCommandTargets::default(),
-                progress_timeout: None,
-            }),
-            airgapupdate: None,
-            preflight: None,
-        });
-        self
-    }
-
-    /// Append an `airgapupdate` command (later builder steps change it).
-    pub fn then_airgap_update(mut self, version: &str) -> Self {
-        self.spec.commands.push(PlanCommand {
-            k0supdate: None,
-            airgapupdate: Some(PlanCommandAirgapUpdate {
-                version: version.to_owned(),
-                platforms: platforms("bundle"),
-                workers: PlanCommandTarget::default(),
-                progress_timeout: None,
-            }),
-            preflight: None,
-        });
-        self
-    }
-
-    /// Append a command as given (e.g. malformed).
-    pub fn then_command(mut self, command: PlanCommand) -> Self {
-        self.spec.commands.push(command);
-        self
-    }
-
-    fn last(&mut self) -> &mut PlanCommand {
-        self.spec.commands.last_mut().expect("a command to change")
-    }
-
-    fn set_controllers(mut self, target: PlanCommandTarget) -> Self {
-        let k0s = self.last().k0supdate.as_mut().expect("controllers need a k0supdate command");
-        k0s.targets.controllers = Some(target);
-        self
-    }
-
-    fn set_workers(mut self, target: PlanCommandTarget) -> Self {
-        let command = self.last();
-        if let Some(k0s) = command.k0supdate.as_mut() {
-            k0s.targets.workers = Some(target);
-        } else if let Some(airgap) = command.airgapupdate.as_mut() {
-            airgap.workers = target;
-        }
-        self
-    }
-
-    fn workers_target(&mut self) -> &mut PlanCommandTarget {
-        let command = self.last();
-        if let Some(k0s) = command.k0supdate.as_mut() {
-            k0s.targets.workers.get_or_insert_with(Default::default)
-        } else {
-            &mut command.airgapupdate.as_mut().expect("a command").workers
-        }
-    }
-
-    /// The last command targets these controllers by name.
-    pub fn controllers<const N: usize>(self, names: [&str; N]) -> Self {
-        self.set_controllers(static_target(&names))
-    }
-
-    /// The last command targets these workers by name.
-    pub fn workers<const N: usize>(self, names: [&str; N]) -> Self {
-        self.set_workers(static_target(&names))
-    }
-
-    /// The last command selects its controllers.
-    pub fn controller_selector(self, labels: Option<&str>, fields: Option<&str>) -> Self {
-        self.set_controllers(selector_target(labels, fields))
-    }
-
-    /// The last command selects its workers.
-    pub fn worker_selector(self, labels: Option<&str>, fields: Option<&str>) -> Self {
-        self.set_workers(selector_target(labels, fields))
-    }
-
-    /// The last command's workers go `n` at a time.
-    pub fn concurrent(mut self, n: u32) -> Self {
-        self.workers_target().limits.concurrent = autopilot_api::v1beta2::Concurrency::Count(n);
-        self
-    }
-
-    /// The last command's workers go `percent`% of them at a time.
-    pub fn concurrent_percent(mut self, percent: u32) -> Self {
-        self.workers_target().limits.concurrent =
-            autopilot_api::v1beta2::Concurrency::Percent(percent);
-        self
-    }
-
-    /// The last command's workers may fail `n` times before it stops.
-    pub fn max_failures(mut self, n: u32) -> Self {
-        self.workers_target().limits.max_failures = Some(n);
-        self
-    }
-
-    /// The last command's first `n` workers go first and soak for `soak` (e.g. `"5m"`).
-    pub fn canary(mut self, n: u32, soak: Option<&str>) -> Self {
-        let limits = &mut self.workers_target().limits;
-        limits.canary = Some(n);
-        limits.soak = soak.map(str::to_owned);
-        self
-    }
-
     /// The accept-warnings annotation with `id`.
     pub fn accepting_warnings(mut self, id: &str) -> Self {
         self.accepted_warnings = Some(id.to_owned());
@@ -247,34 +87,8 @@ impl PlanFixture {
         self
     }
 
-    /// The last command downloads `platform` from `url`, verified against `sha256` if given.
-    pub fn payload(mut self, platform: &str, url: &str, sha256: Option<&str>) -> Self {
-        let command = self.last();
-        let platforms = match (command.k0supdate.as_mut(), command.airgapupdate.as_mut()) {
-            (Some(k0s), _) => &mut k0s.platforms,
-            (None, Some(airgap)) => &mut airgap.platforms,
-            (None, None) => panic!("a payload needs a k0supdate or airgapupdate command"),
-        };
-        platforms.insert(
-            platform.to_owned(),
-            PlanResourceUrl { url: url.to_owned(), sha256: sha256.map(str::to_owned) },
-        );
-        self
-    }
-
-    /// The last (k0s) command is forced.
-    pub fn forced(mut self) -> Self {
-        self.last().k0supdate.as_mut().expect("a k0supdate command").forceupdate = true;
-        self
-    }
-
     pub fn named(mut self, name: &str) -> Self {
         self.name = name.to_owned();
-        self
-    }
-
-    pub fn with_id(mut self, id: &str) -> Self {
-        self.spec.id = id.to_owned();
         self
     }
 
@@ -329,6 +143,12 @@ impl PlanFixture {
     /// `name: state` of every target of a command, in status order.
     pub fn target_states(&self, index: usize) -> Vec<(String, TargetState)> {
         all_targets(self.command(index)).into_iter().map(|t| (t.name.clone(), t.state)).collect()
+    }
+}
+
+impl PlanBuilder for PlanFixture {
+    fn spec_mut(&mut self) -> &mut PlanSpec {
+        &mut self.spec
     }
 }
 

@@ -5,13 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use autopilot_api::signal::{
-    CommandAirgapUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
-};
+use autopilot_api::fixtures::{SignalBuilder, airgap_signal, selector_target, static_target};
+use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{
-    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
-    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
-    PlanStateType, PlanStatus, TargetState,
+    PlanCommandStatus, PlanCommandTarget, PlanStateType, PlanStatus, TargetState,
 };
 use proptest::prelude::*;
 
@@ -175,12 +172,9 @@ fn target(
     candidates: &[String],
     concurrent: u32,
 ) -> Option<PlanCommandTarget> {
-    let discovery = match targeting {
+    let mut target = match targeting {
         Targeting::Nothing => return None,
-        Targeting::All => PlanCommandTargetDiscovery {
-            r#static: None,
-            selector: Some(PlanCommandTargetDiscoverySelector::default()),
-        },
+        Targeting::All => selector_target(None, None),
         Targeting::Static(mask) => {
             let mut nodes: Vec<String> = candidates
                 .iter()
@@ -191,19 +185,11 @@ fn target(
             if mask & 0x80 != 0 {
                 nodes.push("ghost".to_owned());
             }
-            PlanCommandTargetDiscovery {
-                r#static: Some(PlanCommandTargetDiscoveryStatic { nodes }),
-                selector: None,
-            }
+            static_target(nodes)
         }
     };
-    Some(PlanCommandTarget {
-        discovery,
-        limits: PlanCommandTargetLimits {
-            concurrent: autopilot_api::v1beta2::Concurrency::Count(concurrent),
-            ..PlanCommandTargetLimits::default()
-        },
-    })
+    target.limits.concurrent = autopilot_api::v1beta2::Concurrency::Count(concurrent);
+    Some(target)
 }
 
 fn build(scenario: &Scenario) -> Sim {
@@ -403,22 +389,9 @@ fn act(sim: &mut Sim, action: &Action) {
 
 /// A signal of another, earlier run of the plan (no status yet).
 fn earlier_run_signal(now: jiff::Timestamp) -> SignalData {
-    SignalData {
-        plan_id: "earlier".to_owned(),
-        created: autopilot_api::signal::format_timestamp(now),
-        command: SignalCommand {
-            preflight: None,
-            id: 0,
-            k0supdate: None,
-            airgapupdate: Some(CommandAirgapUpdate {
-                url: "https://example.invalid/bundle".to_owned(),
-                version: "v1.35.0+k0s.0".to_owned(),
-                sha256: String::new(),
-            }),
-        },
-        status: None,
-        run_id: Some("earlier/1".to_owned()),
-    }
+    airgap_signal("earlier", "v1.35.0+k0s.0", "https://example.invalid/bundle", "")
+        .created(&autopilot_api::signal::format_timestamp(now))
+        .in_run("earlier/1")
 }
 
 // === Invariants ===

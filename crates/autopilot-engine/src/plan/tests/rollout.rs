@@ -2,7 +2,7 @@
 
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 
-use super::fixtures::{ClusterFixture, PlanFixture, policy};
+use super::fixtures::{ClusterFixture, PlanBuilder, PlanFixture, policy};
 use crate::plan::rollout::{Rollout, rollout};
 use crate::plan::{ObjectKind, Observed};
 

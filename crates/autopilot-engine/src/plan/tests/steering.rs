@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
+use autopilot_api::fixtures::{SignalBuilder, airgap_signal};
 use autopilot_api::keys::conditions;
-use autopilot_api::signal::{
-    CommandAirgapUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
-};
+use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{PlanStateType as P, TargetState};
 
 use super::fixtures::*;
@@ -292,22 +291,9 @@ fn a_failing_canary_ends_the_plan_whatever_the_failure_budget() {
 
 /// A signal of an earlier run (another run id) on a node, in `phase`, answered at `at`.
 fn earlier_signal(phase: Option<SignalPhase>, at: jiff::Timestamp) -> SignalData {
-    let data = SignalData {
-        plan_id: "id123".to_owned(),
-        created: autopilot_api::signal::format_timestamp(at),
-        command: SignalCommand {
-            preflight: None,
-            id: 0,
-            k0supdate: None,
-            airgapupdate: Some(CommandAirgapUpdate {
-                url: "https://example.invalid/bundle".to_owned(),
-                version: V.to_owned(),
-                sha256: String::new(),
-            }),
-        },
-        status: None,
-        run_id: Some("uid/0".to_owned()),
-    };
+    let data = airgap_signal("id123", V, "https://example.invalid/bundle", "")
+        .created(&autopilot_api::signal::format_timestamp(at))
+        .in_run("uid/0");
     match phase {
         Some(phase) => data.with_status(SignalStatus::new(phase, at)),
         None => data,

@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use autopilot_api::signal::{
-    CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData, SignalPhase,
-};
+use autopilot_api::fixtures::{SignalBuilder, airgap_signal, k0s_signal};
+use autopilot_api::signal::{SignalData, SignalPhase};
 use autopilot_api::v1beta2::PlanStateType;
 
 use super::fixtures::*;
@@ -23,38 +22,19 @@ pub(super) fn minutes(n: u64) -> Duration {
 /// The signal the plan's current run sends for command `index` (as if written earlier).
 pub(super) fn run_signal(plan: &PlanFixture, index: u32, phase: Option<SignalPhase>) -> SignalData {
     let command = &plan.spec.commands[index as usize];
-    let command = if let Some(k0s) = &command.k0supdate {
-        SignalCommand {
-            preflight: None,
-            id: index,
-            k0supdate: Some(CommandK0sUpdate {
-                url: k0s.platforms["linux-amd64"].url.clone(),
-                version: k0s.version.clone(),
-                sha256: sha('a'),
-                forceupdate: k0s.forceupdate,
-            }),
-            airgapupdate: None,
-        }
+    let data = if let Some(k0s) = &command.k0supdate {
+        let url = &k0s.platforms["linux-amd64"].url;
+        k0s_signal(&plan.spec.id, &k0s.version, url, &sha('a')).forceupdate(k0s.forceupdate)
     } else {
         let airgap = command.airgapupdate.as_ref().expect("a command");
-        SignalCommand {
-            preflight: None,
-            id: index,
-            k0supdate: None,
-            airgapupdate: Some(CommandAirgapUpdate {
-                url: airgap.platforms["linux-amd64"].url.clone(),
-                version: airgap.version.clone(),
-                sha256: sha('a'),
-            }),
-        }
+        airgap_signal(
+            &plan.spec.id,
+            &airgap.version,
+            &airgap.platforms["linux-amd64"].url,
+            &sha('a'),
+        )
     };
-    let data = SignalData {
-        plan_id: plan.spec.id.clone(),
-        created: START.to_owned(),
-        command,
-        status: None,
-        run_id: Some(plan.run_id()),
-    };
+    let data = data.for_command(index).created(START).in_run(&plan.run_id());
     match phase {
         Some(phase) => data.with_status(autopilot_api::signal::SignalStatus::new(phase, start())),
         None => data,
