@@ -459,8 +459,8 @@ const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Read the snapshot `spec` needs and preview it. Reads only (get, list, and `/readyz`
 /// probes of the targeted controllers with the same credentials). The pods of the Nodes a
-/// drain would meet, the probes and the removed APIs are read as the preview's pass names
-/// them (the private `pass`).
+/// drain would meet, the probes and the removed APIs are read as each preview pass names
+/// them.
 pub async fn run(
     client: kube::Client,
     config: kube::Config,
