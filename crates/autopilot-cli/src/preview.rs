@@ -3,7 +3,10 @@
 //!
 //! The shell ([`run`]) reads a [`Cluster`] snapshot: Nodes, ControlNodes, the pods and
 //! PodDisruptionBudgets a drain would meet, the `/readyz` answer of each controller, and the
-//! uses of removed APIs (discovery). [`preview`] is pure: it runs the engine's own dry run
+//! uses of removed APIs (discovery). The pods, the probes and the removed APIs are what a
+//! preview pass names as needed, looked up by the engine's resolve loop
+//! ([`autopilot_engine::plan::resolve::run`]), the one the Plan engine's reconcile uses.
+//! [`preview`] is pure: it runs the engine's own dry run
 //! ([`autopilot_engine::plan::rollout`]) for the resolved targets, the refusals and the
 //! batches, and adds what would hold or endanger the run right now: targets that are not
 //! ready, budgets that block an eviction, and version skew.
@@ -18,8 +21,11 @@ use anyhow::Context as _;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, TargetStatus};
 use autopilot_engine::cordon::PodFacts;
+use autopilot_engine::plan::resolve::{self, Answer, Answers, Outcome};
 use autopilot_engine::plan::rollout::{self, Rollout};
-use autopilot_engine::plan::{CheckPods, ObjectKind, Observed, Policy, Readiness, RemovedApiUse};
+use autopilot_engine::plan::{
+    CheckPods, Needs, ObjectKind, Observed, Policy, Readiness, RemovedApiUse,
+};
 use autopilot_engine::snapshot;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -452,7 +458,9 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
 const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Read the snapshot `spec` needs and preview it. Reads only (get, list, and `/readyz`
-/// probes of the targeted controllers with the same credentials).
+/// probes of the targeted controllers with the same credentials). The pods of the Nodes a
+/// drain would meet, the probes and the removed APIs are read as each preview pass names
+/// them.
 pub async fn run(
     client: kube::Client,
     config: kube::Config,
@@ -495,16 +503,6 @@ pub async fn run(
             .collect();
     }
 
-    // The engine's first pass tells what it targets; read what those targets need.
-    let now = jiff::Timestamp::now();
-    let first = preview(spec, &cluster, policy, now);
-    for node in drained_nodes(&first.commands, &cluster) {
-        let pods = Api::<Pod>::all(client.clone())
-            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await
-            .with_context(|| format!("listing the pods of Node {node}"))?;
-        cluster.pods.extend(pods.items);
-    }
     let own_address = config
         .cluster_url
         .authority()
@@ -514,23 +512,103 @@ pub async fn run(
         })
         .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 6443)));
     let prober = autopilot_shell::probe::Prober::new(config, own_address);
-    let controllers: BTreeSet<&String> =
-        first.commands.iter().flat_map(|c| c.controllers.iter()).collect();
-    for name in controllers {
-        let readiness = match cluster.control_nodes.iter().find(|c| c.name_any() == *name) {
-            Some(control_node) => prober.probe(control_node).await,
-            None => continue,
-        };
-        cluster.readiness.insert(name.clone(), readiness);
+    let mut lookups =
+        Lookups { client: &client, prober: &prober, control_nodes: &cluster.control_nodes };
+    // The first pass tells what the engine targets; the engine's resolve loop reads what
+    // those targets need and previews again.
+    let now = jiff::Timestamp::now();
+    let each_pass = |known: &Answers| pass(spec, &cluster, policy, now, known);
+    let previewed = resolve::run(Answers::default(), each_pass, &mut lookups).await?;
+    Ok(previewed.report)
+}
+
+/// A preview and what it still needs looked up.
+struct Previewed {
+    /// The preview with what was known.
+    report: Report,
+    /// What the preview could not report on without.
+    needs: Needs,
+}
+
+impl Outcome for Previewed {
+    fn needs(&self) -> &Needs {
+        &self.needs
     }
-    let versions = check_versions(spec);
-    if !versions.is_empty() {
-        let uses = autopilot_shell::removed_apis::observe_removed_apis(&client, &versions)
+}
+
+/// One pass of the preview: [`preview`] on `cluster`'s objects with what is `known` (it
+/// replaces `cluster`'s pods, readiness and removed APIs), and what the report needs that is
+/// not known yet: the pods of the Nodes it would drain, the `/readyz` answer of the
+/// controllers it targets, and the removed APIs the engine checks at NewPlan.
+fn pass(
+    spec: &PlanSpec,
+    cluster: &Cluster,
+    policy: &Policy,
+    now: jiff::Timestamp,
+    known: &Answers,
+) -> Previewed {
+    let cluster = Cluster {
+        pods: known.pods.values().flatten().cloned().collect(),
+        readiness: known.readiness.clone(),
+        removed_apis: known.removed_apis.clone(),
+        ..cluster.clone()
+    };
+    let report = preview(spec, &cluster, policy, now);
+    let pods_on = drained_nodes(&report.commands, &cluster)
+        .into_iter()
+        .filter(|node| !known.pods.contains_key(node))
+        .collect();
+    let probe = report
+        .commands
+        .iter()
+        .flat_map(|c| c.controllers.iter())
+        .filter(|name| !known.readiness.contains_key(*name))
+        .filter(|name| cluster.control_nodes.iter().any(|c| c.name_any() == **name))
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let removed_api_versions =
+        if known.removed_apis.is_none() { check_versions(spec) } else { Vec::new() };
+    Previewed { report, needs: Needs { probe, removed_api_versions, pods_on } }
+}
+
+/// The preview's lookups: pods and removed APIs through the API server, `/readyz` probes of
+/// the targeted controllers with the same credentials.
+struct Lookups<'a> {
+    client: &'a kube::Client,
+    prober: &'a autopilot_shell::probe::Prober,
+    control_nodes: &'a [ControlNode],
+}
+
+impl Answer for Lookups<'_> {
+    type Error = anyhow::Error;
+
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+        let mut readiness = BTreeMap::new();
+        for name in controllers {
+            let Some(control_node) = self.control_nodes.iter().find(|c| c.name_any() == *name)
+            else {
+                continue;
+            };
+            readiness.insert(name.clone(), self.prober.probe(control_node).await);
+        }
+        readiness
+    }
+
+    async fn removed_apis(&mut self, versions: &[String]) -> anyhow::Result<Vec<RemovedApiUse>> {
+        autopilot_shell::removed_apis::observe_removed_apis(self.client, versions)
             .await
-            .context("looking for uses of removed APIs")?;
-        cluster.removed_apis = Some(uses);
+            .context("looking for uses of removed APIs")
     }
-    Ok(preview(spec, &cluster, policy, now))
+
+    async fn pods_on(&mut self, node: &str) -> anyhow::Result<Vec<Pod>> {
+        let pods = Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .with_context(|| format!("listing the pods of Node {node}"))?;
+        Ok(pods.items)
+    }
 }
 
 /// The versions whose removed APIs the engine checks at NewPlan for `spec`.

@@ -46,9 +46,6 @@ const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 /// pass that finds one not filled warns, and comes back after this long instead of shortly.
 const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How many rounds of controller probes one pass may ask for (see [`reconcile`]).
-const PROBE_ROUNDS: usize = 2;
-
 /// Errors of one reconcile pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -251,3 +251,97 @@ fn k0s_versions_read_as_releases() {
     assert_eq!(release("1.34"), Some((1, 34, 0)));
     assert_eq!(release("latest"), None);
 }
+
+/// The preview's lookups on fixed tables, recording every question.
+#[derive(Default)]
+struct Recorded {
+    pods_asked: Vec<String>,
+    probed: Vec<Vec<String>>,
+    removed: Vec<Vec<String>>,
+    pods: Vec<Pod>,
+    readiness: BTreeMap<String, Readiness>,
+    uses: Vec<RemovedApiUse>,
+}
+
+impl Answer for Recorded {
+    type Error = anyhow::Error;
+
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+        self.probed.push(controllers.to_vec());
+        controllers
+            .iter()
+            .filter_map(|name| Some((name.clone(), self.readiness.get(name)?.clone())))
+            .collect()
+    }
+
+    async fn removed_apis(&mut self, versions: &[String]) -> anyhow::Result<Vec<RemovedApiUse>> {
+        self.removed.push(versions.to_vec());
+        Ok(self.uses.clone())
+    }
+
+    async fn pods_on(&mut self, node: &str) -> anyhow::Result<Vec<Pod>> {
+        self.pods_asked.push(node.to_owned());
+        let on_node =
+            |pod: &&Pod| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
+        Ok(self.pods.iter().filter(on_node).cloned().collect())
+    }
+}
+
+/// `run`'s resolve loop over `spec` on `cluster` (with nothing looked up yet).
+async fn resolved(spec: &PlanSpec, cluster: &Cluster, answerer: &mut Recorded) -> Report {
+    let each_pass = |known: &Answers| pass(spec, cluster, &policy(), now(), known);
+    let previewed = resolve::run(Answers::default(), each_pass, answerer).await;
+    previewed.expect("no lookup fails").report
+}
+
+#[tokio::test]
+async fn a_preview_looks_up_each_drained_nodes_pods_the_controllers_and_removed_apis_once() {
+    let unread = Cluster { readiness: BTreeMap::new(), removed_apis: None, ..cluster() };
+    let web = Pod {
+        metadata: ObjectMeta {
+            name: Some("web-0".to_owned()),
+            namespace: Some("shop".to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec { node_name: Some("worker-1".to_owned()), ..PodSpec::default() }),
+        ..Pod::default()
+    };
+    let not_ready = Readiness::NotReady("connection refused".to_owned());
+    let mut answerer = Recorded {
+        pods: vec![web.clone()],
+        readiness: BTreeMap::from([("controller-0".to_owned(), not_ready.clone())]),
+        ..Recorded::default()
+    };
+    let spec = plan("v1.35.0+k0s.0", &["controller-0"], &WORKERS);
+    let report = resolved(&spec, &unread, &mut answerer).await;
+    assert_eq!(answerer.pods_asked, WORKERS);
+    assert_eq!(answerer.probed, [["controller-0"]]);
+    assert_eq!(answerer.removed, [["v1.35.0+k0s.0"]]);
+    // The report is the one on the cluster with every answer in it.
+    let read = Cluster {
+        pods: vec![web],
+        readiness: BTreeMap::from([("controller-0".to_owned(), not_ready)]),
+        removed_apis: Some(Vec::new()),
+        ..unread.clone()
+    };
+    assert_eq!(report, preview(&spec, &read, &policy(), now()));
+
+    // Removed APIs in use stop the plan; nothing more is looked up for the second pass.
+    let mut answerer = Recorded {
+        uses: vec![RemovedApiUse {
+            group: "flowcontrol.apiserver.k8s.io".to_owned(),
+            version: "v1beta3".to_owned(),
+            resource: "flowschemas".to_owned(),
+            removed_in: "v1.32.0".to_owned(),
+            count: 2,
+            blocking: true,
+        }],
+        ..Recorded::default()
+    };
+    let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
+    let report = resolved(&spec, &unread, &mut answerer).await;
+    assert_eq!(report.end_state, "Warning");
+    assert_eq!(answerer.removed.len(), 1);
+    assert_eq!(answerer.pods_asked, WORKERS);
+    assert!(answerer.probed.is_empty());
+}

@@ -10,17 +10,17 @@ use std::time::Instant;
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{Plan, PlanStatus};
-use autopilot_engine::plan::{self, Effect, Observed, PlanView, Requeue};
+use autopilot_engine::plan::resolve::Answer;
+use autopilot_engine::plan::{self, Effect, Observed, PlanView, Readiness, RemovedApiUse, Requeue};
 use autopilot_engine::preflight::scheduler;
 use futures::FutureExt as _;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::{
-    CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, PROBE_ROUNDS, Views, WRITTEN_MEMORY,
-};
+use super::{CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, Views, WRITTEN_MEMORY};
 use crate::{effect, observe};
 
 /// The caches a pass needs that the first list has not filled yet: the ControlNodes and
@@ -97,7 +97,8 @@ pub(super) async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Acti
         removed_apis: None,
         check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
     };
-    let transition = decide(&ctx, &name, view, observed).await?;
+    let mut lookups = Lookups { ctx: &ctx, plan: &name };
+    let transition = plan::resolve(view, &observed, &ctx.engine.policy, &mut lookups).await?;
 
     record_status(&ctx, &plan, &name, &transition.status).await?;
     // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
@@ -157,45 +158,41 @@ fn plan_view<'a>(plan: &'a Plan, name: &'a str, uid: &'a str) -> PlanView<'a> {
     }
 }
 
-/// Run the machine over `observed`, answering what it asks on the way.
-///
-/// The removed-API check is asked before the pass; controller readiness as the pass needs
-/// it: a pass that may signal a controller names the ones it found no probe result for, and
-/// runs again with them probed (a new name in that second pass gets one more round; one
-/// still unprobed after that counts as not ready, which only holds).
-async fn decide(
-    ctx: &Context,
-    name: &str,
-    view: PlanView<'_>,
-    mut observed: Observed<'_>,
-) -> Result<plan::Transition, Error> {
-    let versions = plan::removed_api_check_versions(view);
-    let removed_apis = if versions.is_empty() {
-        None
-    } else {
-        let started = std::time::Instant::now();
-        let uses =
-            autopilot_shell::removed_apis::observe_removed_apis(&ctx.engine.client, &versions)
-                .await?;
-        debug!(plan = %name, ?versions, took = ?started.elapsed(), "checked removed APIs");
-        Some(uses)
-    };
-    observed.removed_apis = removed_apis.as_deref();
-    observed.now = jiff::Timestamp::now();
-    let mut readiness = BTreeMap::new();
-    let mut transition = plan::step(view, &observed, &ctx.engine.policy);
-    for _ in 0..PROBE_ROUNDS {
-        if transition.unprobed.is_empty() {
-            break;
-        }
-        let started = std::time::Instant::now();
+/// What a pass over the Plan `plan` asks for, looked up for the engine's resolve loop
+/// ([`plan::resolve`]): the removed-API check through discovery, controller readiness through
+/// `/readyz` probes. The loop bounds the questions: the removed APIs are looked up once, and
+/// a controller still unprobed after the last probe round counts as not ready, which only
+/// holds.
+struct Lookups<'a> {
+    ctx: &'a Context,
+    plan: &'a str,
+}
+
+impl Answer for Lookups<'_> {
+    type Error = Error;
+
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+        let started = Instant::now();
+        let readiness =
+            self.ctx.engine.prober.probe_all(controllers, &self.ctx.control_nodes).await;
+        debug!(plan = %self.plan, ?controllers, took = ?started.elapsed(), "probed controllers");
         readiness
-            .extend(ctx.engine.prober.probe_all(&transition.unprobed, &ctx.control_nodes).await);
-        debug!(plan = %name, controllers = ?transition.unprobed, took = ?started.elapsed(), "probed controllers");
-        let probed = Observed { readiness: &readiness, now: jiff::Timestamp::now(), ..observed };
-        transition = plan::step(view, &probed, &ctx.engine.policy);
     }
-    Ok(transition)
+
+    async fn removed_apis(&mut self, versions: &[String]) -> Result<Vec<RemovedApiUse>, Error> {
+        let started = Instant::now();
+        let uses =
+            autopilot_shell::removed_apis::observe_removed_apis(&self.ctx.engine.client, versions)
+                .await?;
+        debug!(plan = %self.plan, ?versions, took = ?started.elapsed(), "checked removed APIs");
+        Ok(uses)
+    }
+
+    /// Never asked: the machine decides without Pods (draining a node is the drain
+    /// controller's, which lists the node's Pods itself), so there is nothing to list.
+    async fn pods_on(&mut self, _node: &str) -> Result<Vec<Pod>, Error> {
+        Ok(Vec::new())
+    }
 }
 
 /// Write the next status when it differs from the current one (guarded by the Plan's

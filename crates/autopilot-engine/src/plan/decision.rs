@@ -1,5 +1,6 @@
-//! What a pass decides: the complete next status with its effects ([`Transition`]), and,
-//! inside the machine, the signals and requeue it is collecting ([`Decision`]).
+//! What a pass decides: the complete next status with its effects ([`Transition`]) and what
+//! it could not decide without ([`Needs`]), and, inside the machine, the signals and requeue
+//! it is collecting ([`Decision`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,10 +20,33 @@ pub struct Transition {
     pub effects: Vec<Effect>,
     /// When the shell should run the next pass without a triggering change.
     pub requeue: Requeue,
-    /// The controllers whose readiness this pass needed and `observed.readiness` did not
-    /// have (it counted them not ready), sorted. When not empty, the shell probes them and
-    /// calls [`step`] again with the results; only a pass that may signal a controller asks.
-    pub unprobed: Vec<String>,
+    /// What this pass could not decide without: the caller looks it up and steps again
+    /// ([`super::resolve()`] does both). Empty when the pass had everything it needed.
+    pub needs: Needs,
+}
+
+/// What a pass could not decide without, for the caller to look up before it steps again
+/// (see [`super::resolve`]). Each list is sorted and names only what the pass's inputs lack.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Controllers whose `/readyz` result the pass needed and did not have (it counted them
+    /// not ready). Only a pass that may signal a controller names any.
+    pub probe: Vec<String>,
+    /// k0s versions whose removed APIs must be looked for before a new run can start (the
+    /// pass waited for them, its status unchanged).
+    pub removed_api_versions: Vec<String>,
+    /// Nodes whose Pods the pass needed and did not have. The Plan machine decides without
+    /// Pods (draining a node is the drain controller's, which lists the node's Pods itself),
+    /// so [`super::step`] never names any; the preview's pass does, for its drain check.
+    pub pods_on: Vec<String>,
+}
+
+impl Needs {
+    /// Whether the pass needed nothing it did not have.
+    pub fn is_empty(&self) -> bool {
+        let Self { probe, removed_api_versions, pods_on } = self;
+        probe.is_empty() && removed_api_versions.is_empty() && pods_on.is_empty()
+    }
 }
 
 /// A side effect the shell performs. Every effect is idempotent.

@@ -1,7 +1,7 @@
 //! What a pass reads: the Plan as the shell read it ([`PlanView`]), the snapshot of the
 //! cluster ([`Observed`]), this controller's flags ([`Policy`]), and, inside the machine, the
-//! three together with the time of the pass ([`Inputs`]) and the controller readiness it asked
-//! about ([`Probes`]).
+//! three together with the time of the pass ([`Inputs`]) and what it found missing
+//! ([`Gaps`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use autopilot_api::v1beta2::{PlanSpec, PlanStatus};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
-use super::decision::ObjectKind;
+use super::decision::{Needs, ObjectKind};
 use super::removed_apis::RemovedApiUse;
 
 /// The Plan being decided on, as the shell read it.
@@ -103,11 +103,12 @@ pub struct Observed<'a> {
     /// Every `Node`, by name.
     pub nodes: &'a BTreeMap<String, TargetObject>,
     /// `/readyz` results of the controllers probed for this pass; a controller missing here
-    /// counts as not ready and is named in [`Transition::unprobed`].
+    /// counts as not ready and is named in [`Needs::probe`].
     pub readiness: &'a BTreeMap<String, Readiness>,
     /// Uses of removed APIs found by the shell for the versions named by
-    /// [`removed_api_check_versions`] (`None` when that list was empty). A run that needs the
-    /// check and finds `None` here waits (status unchanged) instead of skipping it.
+    /// [`Needs::removed_api_versions`] (or [`removed_api_check_versions`]; `None` while not
+    /// looked up). A run that needs the check and finds `None` here waits (status unchanged,
+    /// the versions named in [`Needs::removed_api_versions`]) instead of skipping it.
     pub removed_apis: Option<&'a [RemovedApiUse]>,
     /// The Pods of `scheduler` checks and their templates ([`CheckPods::NONE`] when the
     /// caller runs no such checks).
@@ -204,24 +205,36 @@ impl<'a> Inputs<'a> {
     }
 }
 
-/// Controller readiness in a pass: the shell's probe results, and the controllers asked
-/// about that have none.
-pub(super) struct Probes<'a> {
+/// What a pass found missing while it decided: the controllers it asked about that have no
+/// probe result, and the versions whose removed-API findings a new run waited for. Becomes
+/// the transition's [`Needs`].
+pub(super) struct Gaps<'a> {
     /// `observed.readiness`.
     readiness: &'a BTreeMap<String, Readiness>,
     /// Every name asked about with no result (counted not ready).
     unprobed: BTreeSet<String>,
+    /// The versions whose removed-API findings a new run waited for.
+    removed_api_versions: BTreeSet<String>,
 }
 
-impl<'a> Probes<'a> {
-    /// No controller asked about yet.
+impl<'a> Gaps<'a> {
+    /// Nothing found missing yet.
     pub(super) fn new(readiness: &'a BTreeMap<String, Readiness>) -> Self {
-        Self { readiness, unprobed: BTreeSet::new() }
+        Self { readiness, unprobed: BTreeSet::new(), removed_api_versions: BTreeSet::new() }
     }
 
-    /// The controllers asked about that had no probe result, sorted.
-    pub(super) fn into_unprobed(self) -> Vec<String> {
-        self.unprobed.into_iter().collect()
+    /// What the pass needs, sorted (a pass needs no Pods).
+    pub(super) fn into_needs(self) -> Needs {
+        Needs {
+            probe: self.unprobed.into_iter().collect(),
+            removed_api_versions: self.removed_api_versions.into_iter().collect(),
+            pods_on: Vec::new(),
+        }
+    }
+
+    /// A new run waited for the removed-API findings of `versions`.
+    pub(super) fn lacks_removed_apis(&mut self, versions: Vec<String>) {
+        self.removed_api_versions.extend(versions);
     }
 
     /// The first of `names` (in the given order) that is not ready, and why. Every name

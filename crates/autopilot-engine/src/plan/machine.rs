@@ -18,8 +18,8 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::command::{Command, targets};
-use super::decision::{Decision, Effect, EventKind, ObjectKind, Requeue, Transition};
-use super::inputs::{Inputs, Observed, PlanView, Policy, Probes};
+use super::decision::{Decision, Effect, EventKind, Needs, ObjectKind, Requeue, Transition};
+use super::inputs::{Gaps, Inputs, Observed, PlanView, Policy};
 use super::phases::reasons;
 use super::removed_apis::RemovedApiUse;
 use super::{discovery, schedule};
@@ -34,18 +34,18 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// again with its own output status and the same snapshot changes nothing (effects then only
 /// repeat as identical signal resends for targets whose object does not yet carry them).
 ///
-/// Before calling it, the shell checks the versions named by
-/// [`removed_api_check_versions`]. Controller readiness is asked for as the pass needs it: a
-/// controller with no entry in `observed.readiness` counts as not ready and is named in
-/// [`Transition::unprobed`]; the shell probes those and calls `step` again with the results
-/// (only a pass that may signal a controller needs any, so most passes run once). A plan
-/// with no status that cannot start yet (its removed-API findings are missing) gets
-/// `PlanStatus::default()` back, which the shell need not write.
+/// What the pass could not decide without, it names in [`Transition::needs`]; the shell
+/// looks that up and steps again ([`super::resolve()`] does both). A controller with no
+/// entry in `observed.readiness` counts as not ready and is named in
+/// [`Needs::probe`](super::Needs::probe) (only a pass that may signal a controller needs
+/// any, so most passes run once). A new run that needs the removed-API findings and finds
+/// `observed.removed_apis` empty waits, its status unchanged, and names the versions in
+/// [`Needs::removed_api_versions`](super::Needs::removed_api_versions); a plan with no status
+/// then gets `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
-    let mut probes = Probes::new(observed.readiness);
-    let mut transition =
-        Pass { inputs: Inputs::new(observed, policy, &plan), plan }.run(&mut probes);
-    transition.unprobed = probes.into_unprobed();
+    let mut gaps = Gaps::new(observed.readiness);
+    let mut transition = Pass { inputs: Inputs::new(observed, policy, &plan), plan }.run(&mut gaps);
+    transition.needs = gaps.into_needs();
     // Check Pods belong to the `autopilot` plan's run: any that no running check waits for
     // goes (recorded, aborted, ended, or left by an earlier run).
     if plan.name == keys::PLAN_NAME {
@@ -54,12 +54,13 @@ pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Tra
     transition
 }
 
-/// The k0s versions whose removed APIs the shell must look for before calling [`step`]
-/// (REF §9.1): the versions of the commands that run the check (every `airgapupdate`,
-/// every `k0supdate` without `forceupdate`) when this pass may start a new run (no run yet,
-/// an ended run whose spec changed, or a running one whose spec changed and which may end in
-/// this pass); empty otherwise. Deduplicated and sorted. Pass what is found as
-/// `observed.removed_apis`.
+/// The k0s versions whose removed APIs a pass over `plan` may need (REF §9.1): the versions
+/// of the commands that run the check (every `airgapupdate`, every `k0supdate` without
+/// `forceupdate`) when this pass may start a new run (no run yet, an ended run whose spec
+/// changed, or a running one whose spec changed and which may end in this pass); empty
+/// otherwise. Deduplicated and sorted. A pass that starts a new run without the findings
+/// names these in [`Needs::removed_api_versions`](super::Needs::removed_api_versions); what is
+/// found goes in `observed.removed_apis`.
 pub fn removed_api_check_versions(plan: PlanView<'_>) -> Vec<String> {
     if plan.name != keys::PLAN_NAME {
         return Vec::new();
@@ -136,8 +137,8 @@ impl Pass<'_> {
     /// spec has moved on: the new run starts in the same pass (so a second pass over the
     /// same snapshot changes nothing); the ended run's events still go out, and the
     /// `PlanStarted` note says how it ended.
-    fn run(&self, probes: &mut Probes<'_>) -> Transition {
-        let ending = self.run_once(probes);
+    fn run(&self, gaps: &mut Gaps<'_>) -> Transition {
+        let ending = self.run_once(gaps);
         let outdated = matches!(run_state(self.plan), RunState::Running(_))
             && ending.status.is_terminal()
             && ending.status.observed_generation != Some(self.plan.generation);
@@ -145,7 +146,7 @@ impl Pass<'_> {
             return ending;
         }
         let plan = PlanView { status: Some(&ending.status), ..self.plan };
-        let next = Pass { plan, ..*self }.run_once(probes);
+        let next = Pass { plan, ..*self }.run_once(gaps);
         let mut requeue = Decision { requeue: ending.requeue, ..Decision::new() };
         if let Requeue::After(delay) = next.requeue {
             requeue.requeue_after(delay);
@@ -164,10 +165,15 @@ impl Pass<'_> {
             })
             .collect();
         effects.extend(next.effects);
-        Transition { status: next.status, effects, requeue: requeue.requeue, unprobed: Vec::new() }
+        Transition {
+            status: next.status,
+            effects,
+            requeue: requeue.requeue,
+            needs: Needs::default(),
+        }
     }
 
-    fn run_once(&self, probes: &mut Probes<'_>) -> Transition {
+    fn run_once(&self, gaps: &mut Gaps<'_>) -> Transition {
         let plan = self.plan;
         // Check 1: only the Plan named `autopilot` runs.
         if plan.name != keys::PLAN_NAME {
@@ -185,7 +191,7 @@ impl Pass<'_> {
                     status: status.clone(),
                     effects,
                     requeue: Requeue::OnChange,
-                    unprobed: Vec::new(),
+                    needs: Needs::default(),
                 };
             }
             RunState::Held => {
@@ -195,7 +201,9 @@ impl Pass<'_> {
             RunState::Running(status) => (status.clone(), status.clone()),
             RunState::New => {
                 let Some(findings) = self.removed_api_findings() else {
-                    // The shell has not checked for removed APIs yet: wait, change nothing.
+                    // The shell has not checked for removed APIs yet: wait, change nothing,
+                    // and say which versions to look up.
+                    gaps.lacks_removed_apis(removed_api_check_versions(plan));
                     let status = plan.status.cloned().unwrap_or_default();
                     return unchanged(status, Requeue::After(REMOVED_API_RECHECK));
                 };
@@ -208,8 +216,7 @@ impl Pass<'_> {
         };
         // Check 3: drive the active command.
         if !status.is_terminal()
-            && let Some(state) =
-                schedule::schedule(&self.inputs, probes, &mut decision, &mut status)
+            && let Some(state) = schedule::schedule(&self.inputs, gaps, &mut decision, &mut status)
         {
             status.state = state;
         }
@@ -225,7 +232,7 @@ impl Pass<'_> {
         effects.extend(payload_warnings);
         effects.extend(state_events(&base, &status, &decision.holds));
         effects.extend(condition_events);
-        Transition { status, effects, requeue: decision.requeue, unprobed: Vec::new() }
+        Transition { status, effects, requeue: decision.requeue, needs: Needs::default() }
     }
 
     /// What the removed-API pre-check found, if the run needs it; `None` while the shell
@@ -411,12 +418,12 @@ impl Pass<'_> {
         } else {
             Vec::new()
         };
-        Transition { status, effects, requeue: Requeue::OnChange, unprobed: Vec::new() }
+        Transition { status, effects, requeue: Requeue::OnChange, needs: Needs::default() }
     }
 }
 
 fn unchanged(status: PlanStatus, requeue: Requeue) -> Transition {
-    Transition { status, effects: Vec::new(), requeue, unprobed: Vec::new() }
+    Transition { status, effects: Vec::new(), requeue, needs: Needs::default() }
 }
 
 /// Make a `True` condition of `type_` say `reason` and `message`. Returns whether it is new.

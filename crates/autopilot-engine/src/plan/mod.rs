@@ -1,7 +1,8 @@
 //! The Plan engine's pure decision core: no kube client, no clock, no randomness, no I/O.
 //!
 //! The shell (`autopilot_controller::reconcile`) observes the cluster into an [`Observed`] snapshot, calls
-//! [`step`], then executes the returned [`Transition`]: it writes the complete next status
+//! [`step`] through [`resolve()`] (which looks up what a pass names in [`Needs`] and steps
+//! again), then executes the returned [`Transition`]: it writes the complete next status
 //! first (optimistic concurrency on the Plan) and then performs the [`Effect`]s (signals with
 //! optimistic concurrency on the node object, Events). Writing the status first makes the
 //! status the record of intent: a target is `SignalSent` before its node is written, so a
@@ -16,16 +17,19 @@
 //! - `payload` (private): which platform entries no node could verify, refused or warned
 //!   about at NewPlan (`Policy::allow_unverified_payloads`).
 //! - [`rollout`]: a dry run of [`step`] over a spec on a snapshot (`k0s autopilot preview`).
+//! - [`resolve`]: ask, then step again: the one loop that looks up what a pass needs, for
+//!   the reconcile ([`resolve()`]) and the preview ([`resolve::run`]).
 //! - `inputs` and `decision` (private, their types re-exported here): what a pass reads (the
-//!   shell's [`PlanView`], [`Observed`] and [`Policy`]; the machine's `Inputs` and `Probes`)
-//!   and what it decides ([`Transition`] and its [`Effect`]s; the machine's `Decision`). Every
-//!   other module imports them from there, so `plan/` has no import cycle.
-//! - [`step`] and [`removed_api_check_versions`]: the machine, and the question the shell
-//!   asks before a pass (which versions' removed APIs to look for). Which controllers to
-//!   probe, the pass itself says ([`Transition::unprobed`]).
+//!   shell's [`PlanView`], [`Observed`] and [`Policy`]; the machine's `Inputs` and `Gaps`)
+//!   and what it decides ([`Transition`] with its [`Effect`]s and [`Needs`]; the machine's
+//!   `Decision`). Every other module imports them from there, so `plan/` has no import cycle.
+//! - [`step`] and [`removed_api_check_versions`]: the machine, and which versions' removed
+//!   APIs a pass over a plan may need. What a pass needs (controllers to probe, removed
+//!   APIs to look for), the pass itself says ([`Transition::needs`]).
 
 pub mod phases;
 pub mod removed_apis;
+pub mod resolve;
 pub mod rollout;
 pub mod selector;
 
@@ -43,9 +47,10 @@ mod targets;
 #[cfg(test)]
 mod tests;
 
-pub use decision::{Effect, EventKind, ObjectKind, Requeue, SignalTarget, Transition};
+pub use decision::{Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition};
 pub use inputs::{
     CheckPods, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering, TargetObject,
 };
 pub use machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
 pub use removed_apis::RemovedApiUse;
+pub use resolve::resolve;

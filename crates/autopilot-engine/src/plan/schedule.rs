@@ -17,7 +17,7 @@ use jiff::Timestamp;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
 use super::decision::{Decision, Effect, SignalTarget};
-use super::inputs::{Inputs, ObservedSignal, Probes};
+use super::inputs::{Gaps, Inputs, ObservedSignal};
 use super::phases::reasons;
 use super::progress::{Outcome, end, release_hold, set_state, signal_target};
 
@@ -25,7 +25,7 @@ use super::progress::{Outcome, end, release_hold, set_state, signal_target};
 /// when the status is not one this machine can drive (left as it is).
 pub(super) fn schedule(
     inputs: &Inputs<'_>,
-    probes: &mut Probes<'_>,
+    gaps: &mut Gaps<'_>,
     decision: &mut Decision,
     status: &mut PlanStatus,
 ) -> Option<PlanStateType> {
@@ -49,7 +49,7 @@ pub(super) fn schedule(
             | PlanStateType::Aborted
             | PlanStateType::PreflightFailed => return Some(command_status.state),
         }
-        match step_command(inputs, probes, decision, &run, command, command_status) {
+        match step_command(inputs, gaps, decision, &run, command, command_status) {
             Outcome::Completed => continue,
             Outcome::Running | Outcome::Ended => return Some(command_status.state),
         }
@@ -59,7 +59,7 @@ pub(super) fn schedule(
 
 fn step_command(
     inputs: &Inputs<'_>,
-    probes: &mut Probes<'_>,
+    gaps: &mut Gaps<'_>,
     decision: &mut Decision,
     run: &RunIdentity,
     command: Command<'_>,
@@ -90,7 +90,7 @@ fn step_command(
         return outcome;
     }
     loop {
-        match decide(inputs, probes, decision, run, command, status, &label) {
+        match decide(inputs, gaps, decision, run, command, status, &label) {
             Decided::Again => continue,
             Decided::Done(outcome) => {
                 if let Outcome::Running = outcome {
@@ -188,7 +188,7 @@ enum Halt {
 /// The failure policy, the steering and the rollout shape, in that order, then scheduling.
 fn decide(
     inputs: &Inputs<'_>,
-    probes: &mut Probes<'_>,
+    gaps: &mut Gaps<'_>,
     decision: &mut Decision,
     run: &RunIdentity,
     command: Command<'_>,
@@ -238,7 +238,7 @@ fn decide(
     // ready and no controller works on a signal of an earlier run. Workers wait until
     // every controller is done (version-skew rule).
     if targets(status, command, Group::Controllers).iter().any(|t| !t.state.is_terminal()) {
-        return schedule_controllers(inputs, probes, decision, run, command, status, label);
+        return schedule_controllers(inputs, gaps, decision, run, command, status, label);
     }
     // Check 6: workers: canaries first and their soak, then up to the concurrency limit,
     // in name order.
@@ -301,7 +301,7 @@ fn hold_paused(
 /// earlier run's signal, else signal the next.
 fn schedule_controllers(
     inputs: &Inputs<'_>,
-    probes: &mut Probes<'_>,
+    gaps: &mut Gaps<'_>,
     decision: &mut Decision,
     run: &RunIdentity,
     command: Command<'_>,
@@ -319,7 +319,7 @@ fn schedule_controllers(
         hold_for_earlier_run(decision, status, &earlier);
         return Decided::Done(Outcome::Running);
     }
-    signal_next_controller(inputs, probes, decision, run, command, status, label)
+    signal_next_controller(inputs, gaps, decision, run, command, status, label)
 }
 
 /// The workers: the canaries first, then their soak, then the others up to the concurrency
@@ -768,7 +768,7 @@ pub(super) fn cap_node_reason(reason: &str) -> String {
 /// ready; otherwise hold the command, up to the readiness grace.
 fn signal_next_controller(
     inputs: &Inputs<'_>,
-    probes: &mut Probes<'_>,
+    gaps: &mut Gaps<'_>,
     decision: &mut Decision,
     run: &RunIdentity,
     command: Command<'_>,
@@ -783,7 +783,7 @@ fn signal_next_controller(
         .filter(|t| t.state == TargetState::SignalPending)
         .map(|t| t.name.clone())
         .min();
-    if let Some((name, why)) = probes.first_not_ready(&names) {
+    if let Some((name, why)) = gaps.first_not_ready(&names) {
         return Decided::Done(hold_for_controller(inputs, decision, status, label, &name, &why));
     }
     release_hold(status);

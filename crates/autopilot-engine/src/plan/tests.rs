@@ -10,6 +10,7 @@ mod preflight;
 mod props;
 mod readiness;
 mod removed_apis;
+mod resolve;
 mod rollout;
 mod runs;
 mod schedule;

@@ -5,6 +5,8 @@
 //! [`autopilot_api::fixtures::PlanBuilder`]'s, shared with the other crates' tests.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use autopilot_api::fixtures::spec;
@@ -17,10 +19,10 @@ use autopilot_api::v1beta2::{
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
+use crate::plan::resolve::Answer;
 use crate::plan::{
     CheckPods, Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy,
-    Readiness, RemovedApiUse, SignalTarget, Steering, TargetObject, Transition,
-    removed_api_check_versions, step,
+    Readiness, RemovedApiUse, SignalTarget, Steering, TargetObject, Transition, resolve,
 };
 
 /// The fixed start of every scenario's clock.
@@ -421,77 +423,81 @@ pub fn policy() -> Policy {
     }
 }
 
-/// What the shell gathers before a pass: readiness of exactly the controllers the machine
-/// names, and the removed-API findings for exactly the versions it names.
-pub struct Snapshot {
-    pub readiness: BTreeMap<String, Readiness>,
-    pub removed_apis: Option<Vec<RemovedApiUse>>,
+/// The shell's lookups on a [`ClusterFixture`]: a controller's probe answers its `readyz`
+/// entry (a controller with none refuses the connection), the removed-API lookup finds the
+/// uses removed in the versions asked about, and no Node has Pods.
+pub struct FixtureAnswers<'a> {
+    pub cluster: &'a ClusterFixture,
 }
 
-impl Snapshot {
-    pub fn gather(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) -> Self {
-        let empty = BTreeMap::new();
-        let blind = Observed {
-            now: cluster.now,
-            control_nodes: &cluster.control_nodes,
-            nodes: &cluster.nodes,
-            readiness: &empty,
-            removed_apis: None,
-            check_pods: CheckPods { pods: &cluster.pods, templates: &cluster.templates },
-        };
-        let versions = removed_api_check_versions(plan.view());
-        let removed_apis: Option<Vec<RemovedApiUse>> = (!versions.is_empty()).then(|| {
-            cluster
-                .removed_api_uses
-                .iter()
-                .filter(|use_| {
-                    versions
-                        .iter()
-                        .any(|v| crate::plan::removed_apis::is_removed_in(v, &use_.removed_in))
-                })
-                .cloned()
-                .collect()
-        });
-        // As the shell does: probe what a pass names as unprobed, until it names nothing new
-        // (a controller with no `readyz` entry refuses the connection).
-        let mut readiness = BTreeMap::new();
-        loop {
-            let observed =
-                Observed { readiness: &readiness, removed_apis: removed_apis.as_deref(), ..blind };
-            let unprobed = step(plan.view(), &observed, policy).unprobed;
-            let new: Vec<String> =
-                unprobed.into_iter().filter(|name| !readiness.contains_key(name)).collect();
-            if new.is_empty() {
-                break;
-            }
-            for name in new {
-                let result = cluster
+impl Answer for FixtureAnswers<'_> {
+    type Error = Infallible;
+
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+        controllers
+            .iter()
+            .map(|name| {
+                let result = self
+                    .cluster
                     .readyz
-                    .get(&name)
+                    .get(name)
                     .cloned()
                     .unwrap_or_else(|| Readiness::NotReady("connection refused".to_owned()));
-                readiness.insert(name, result);
-            }
-        }
-        Self { readiness, removed_apis }
+                (name.clone(), result)
+            })
+            .collect()
     }
 
-    pub fn observed<'a>(&'a self, cluster: &'a ClusterFixture) -> Observed<'a> {
-        Observed {
-            now: cluster.now,
-            control_nodes: &cluster.control_nodes,
-            nodes: &cluster.nodes,
-            readiness: &self.readiness,
-            removed_apis: self.removed_apis.as_deref(),
-            check_pods: CheckPods { pods: &cluster.pods, templates: &cluster.templates },
+    async fn removed_apis(
+        &mut self,
+        versions: &[String],
+    ) -> Result<Vec<RemovedApiUse>, Infallible> {
+        Ok(self
+            .cluster
+            .removed_api_uses
+            .iter()
+            .filter(|use_| {
+                versions
+                    .iter()
+                    .any(|v| crate::plan::removed_apis::is_removed_in(v, &use_.removed_in))
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn pods_on(&mut self, _node: &str) -> Result<Vec<Pod>, Infallible> {
+        Ok(Vec::new())
+    }
+}
+
+/// Drive a future whose every await is ready at once (the fixtures' lookups) to its end.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
         }
     }
 }
 
-/// One pass as the shell runs it (probe, check, step), without writing anything.
+/// One pass as the shell runs it (the engine's resolve loop: step, look up what the pass
+/// needs, step again), without writing anything.
 pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) -> Transition {
-    let snapshot = Snapshot::gather(plan, cluster, policy);
-    step(plan.view(), &snapshot.observed(cluster), policy)
+    let empty = BTreeMap::new();
+    let observed = Observed {
+        now: cluster.now,
+        control_nodes: &cluster.control_nodes,
+        nodes: &cluster.nodes,
+        readiness: &empty,
+        removed_apis: None,
+        check_pods: CheckPods { pods: &cluster.pods, templates: &cluster.templates },
+    };
+    let mut answers = FixtureAnswers { cluster };
+    match block_on(resolve(plan.view(), &observed, policy, &mut answers)) {
+        Ok(transition) => transition,
+        Err(never) => match never {},
+    }
 }
 
 /// What one [`Sim`] pass decided (a [`Transition`] that may be ignored).

@@ -118,7 +118,7 @@ fn a_pass_names_exactly_the_controllers_it_needs_probed() {
             removed_apis: Some(&[]),
             check_pods: super::CheckPods::NONE,
         };
-        step(sim.plan.view(), &observed, &sim.policy).unprobed
+        step(sim.plan.view(), &observed, &sim.policy).needs.probe
     };
     assert_eq!(probe(&sim), ["c1", "c2"], "a new run signals a controller in its first pass");
     sim.pass();
