@@ -735,14 +735,18 @@ mod tests {
         let (elector, leadership) = Leadership::new("c1_0000abcd");
         let seen = leadership.clone();
         let mut changes = std::pin::pin!(leadership_changes(leadership));
+        assert!(futures::poll!(changes.next()).is_pending(), "nobody leads yet");
         elector.publish(Some(Claim::renewed("c1_0000abcd", Instant::now(), lease)));
         assert_eq!(changes.next().await, Some(()));
         assert!(seen.is_current());
+        assert!(futures::poll!(changes.next()).is_pending(), "still leading");
         elector.publish(None);
         assert_eq!(changes.next().await, Some(()));
         assert!(!seen.is_current());
+        assert!(futures::poll!(changes.next()).is_pending(), "nobody leads");
         elector.publish(Some(Claim::renewed("c1_0000abcd", Instant::now(), lease)));
         assert_eq!(changes.next().await, Some(()));
+        assert!(futures::poll!(changes.next()).is_pending(), "still leading");
         drop(elector);
         // The claim has not run out, but nobody will renew it any more.
         assert_eq!(changes.next().await, Some(()));
