@@ -146,28 +146,40 @@ where
             Err(err) => {
                 retry = api_retry.next_delay();
                 host_retry.continue_after(retry);
-                // Logged outside the step's span: name the signal here.
-                let data = signal::from_meta_unchecked(object.meta()).ok().flatten();
-                warn!(
-                    node = %agent.name,
-                    plan = data.as_ref().map_or("", |d| d.plan_id.as_str()),
-                    command = data.as_ref().map(|d| d.command.id),
-                    phase = data.as_ref().and_then(SignalData::phase).map_or("", SignalPhase::as_str),
-                    error = %format!("{err:#}"),
-                    retry_in = ?retry,
-                    "signal agent step failed"
-                );
-                // Re-read before retrying: the failure may be a conflict. If the API server
-                // does not answer, retry on the object as it was (writes carry its
-                // resourceVersion, so a stale copy only costs a conflict) rather than
-                // dropping it and waiting for a watch event that a resumed watch may never
-                // send.
-                latest = match api.get_opt(&agent.name).await {
-                    Ok(fresh) => fresh,
-                    Err(_) => Some(object),
-                };
+                latest = after_failed_step(&api, &agent.name, object, &err, retry).await;
             }
         }
+    }
+}
+
+/// Log a failed step on `object` and re-read it before retrying (in `retry`): the failure
+/// may be a conflict. If the API server does not answer, retry on the object as it was
+/// (writes carry its resourceVersion, so a stale copy only costs a conflict) rather than
+/// dropping it and waiting for a watch event that a resumed watch may never send.
+async fn after_failed_step<K>(
+    api: &Api<K>,
+    name: &str,
+    object: K,
+    err: &anyhow::Error,
+    retry: Duration,
+) -> Option<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    // Logged outside the step's span: name the signal here.
+    let data = signal::from_meta_unchecked(object.meta()).ok().flatten();
+    warn!(
+        node = %name,
+        plan = data.as_ref().map_or("", |d| d.plan_id.as_str()),
+        command = data.as_ref().map(|d| d.command.id),
+        phase = data.as_ref().and_then(SignalData::phase).map_or("", SignalPhase::as_str),
+        error = %format!("{err:#}"),
+        retry_in = ?retry,
+        "signal agent step failed"
+    );
+    match api.get_opt(name).await {
+        Ok(fresh) => fresh,
+        Err(_) => Some(object),
     }
 }
 
