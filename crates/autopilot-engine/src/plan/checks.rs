@@ -43,7 +43,7 @@ use super::command::{Command, Group, RunIdentity, targets};
 use super::decision::{Decision, Effect, ObjectKind};
 use super::inputs::Inputs;
 use super::phases::reasons;
-use super::progress::{Outcome, end, release_hold, signal_target};
+use super::progress::{CommandPass, Outcome, end, release_hold};
 use super::targets::{NewCommand, select};
 use crate::preflight::scheduler::{self, PodKey};
 use crate::preflight::{CompiledCommand, NodeVerdict};
@@ -280,16 +280,9 @@ fn object_kind(group: Group) -> ObjectKind {
 
 /// One pass over a running preflight command, after the read-back and the deadline: judge
 /// the reports that arrived, then signal, wait, hold or conclude.
-pub(super) fn decide(
-    inputs: &Inputs<'_>,
-    decision: &mut Decision,
-    run: &RunIdentity,
-    command: Command<'_>,
-    preflight: &PlanCommandPreflight,
-    status: &mut PlanCommandStatus,
-) -> Outcome {
-    let index = status.id;
-    let label = format!("command {index} (preflight)");
+pub(super) fn decide(pass: &mut CommandPass<'_, '_>, preflight: &PlanCommandPreflight) -> Outcome {
+    let (inputs, run, command) = (pass.inputs, pass.run, pass.command);
+    let index = pass.status.id;
     let compiled = match crate::preflight::compile_command(
         &format!("spec.commands[{index}].preflight"),
         preflight,
@@ -298,45 +291,49 @@ pub(super) fn decide(
         // NewPlan compiled the same frozen copy; a status edited by hand could get here.
         Err(problems) => {
             let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-            end(status, PlanStateType::Warning, format!("{label}: {}", problems.join("; ")));
+            let description = format!("{}: {}", pass.label, problems.join("; "));
+            end(pass.status, PlanStateType::Warning, description);
             return Outcome::Ended;
         }
     };
     let deadline = crate::preflight::deadline_of(preflight);
-    judge_reports(inputs, run, command, &compiled, deadline, status);
-    judge_pods(inputs, decision, &compiled, deadline, status);
+    judge_reports(inputs, run, command, &compiled, deadline, pass.status);
+    judge_pods(inputs, pass.decision, &compiled, deadline, pass.status);
 
-    let pending = targets_in_state(status, command, TargetState::SignalPending);
-    let in_flight = targets_in_state(status, command, TargetState::SignalSent);
+    let pending = targets_in_state(pass.status, command, TargetState::SignalPending);
+    let in_flight = targets_in_state(pass.status, command, TargetState::SignalSent);
 
     // Check 1: an abort ends the command at once (checks change nothing on the nodes; a
     // node still running one answers a signal nobody reads any more).
     if inputs.steering.aborted {
         end(
-            status,
+            pass.status,
             PlanStateType::Aborted,
             format!(
                 "{label}: aborted by the {} annotation during the preflight checks; no update \
                  command signalled a node",
-                keys::ANNOTATION_ABORT
+                keys::ANNOTATION_ABORT,
+                label = pass.label,
             ),
         );
         return Outcome::Ended;
     }
     // Check 2: a paused plan signals no new node and starts no Pod.
-    if let Some(outcome) = hold_if_paused(inputs, decision, status, &pending) {
+    if let Some(outcome) = hold_if_paused(inputs, pass.decision, pass.status, &pending) {
         return outcome;
     }
     // Check 3: every pending target and every check Pod at once.
-    start_pods(inputs, decision, run, &compiled, deadline, status);
-    signal_pending(inputs, decision, run, command, status, &pending);
-    if let Some(outcome) = wait_for_reports(decision, status, in_flight, pending, deadline) {
+    start_pods(inputs, pass.decision, run, &compiled, deadline, pass.status);
+    signal_pending(pass, &pending);
+    if let Some(outcome) =
+        wait_for_reports(pass.decision, pass.status, in_flight, pending, deadline)
+    {
         return outcome;
     }
 
     // Check 4: every node answered (or its deadline passed): conclude.
-    let verdict = conclude(&compiled, deadline, status);
-    apply_verdict(inputs, decision, run, compiled.on_warn, verdict, status, &label)
+    let verdict = conclude(&compiled, deadline, pass.status);
+    apply_verdict(pass, compiled.on_warn, verdict)
 }
 
 /// The command's targets in `state`, with their groups.
@@ -380,14 +377,7 @@ fn hold_if_paused(
 }
 
 /// Signal every pending target, controllers first.
-fn signal_pending(
-    inputs: &Inputs<'_>,
-    decision: &mut Decision,
-    run: &RunIdentity,
-    command: Command<'_>,
-    status: &mut PlanCommandStatus,
-    pending: &[(Group, String)],
-) {
+fn signal_pending(pass: &mut CommandPass<'_, '_>, pending: &[(Group, String)]) {
     if pending.is_empty() {
         return;
     }
@@ -395,7 +385,7 @@ fn signal_pending(
         let names: Vec<String> =
             pending.iter().filter(|(g, _)| *g == group).map(|(_, name)| name.clone()).collect();
         // Preflight targets need no platform: signalling cannot fail.
-        let _signalled = signal_target(inputs, decision, run, command, status, group, &names);
+        let _signalled = pass.signal_target(group, &names);
     }
 }
 
@@ -435,15 +425,9 @@ fn wait_for_reports(
 /// The concluded command's outcome on its `verdict`: an error ends the plan
 /// `PreflightFailed`; a warning holds it under `onWarn: Block` until accepted; otherwise it
 /// completes (naming any warnings).
-fn apply_verdict(
-    inputs: &Inputs<'_>,
-    decision: &mut Decision,
-    run: &RunIdentity,
-    on_warn: OnWarn,
-    verdict: CheckStatus,
-    status: &mut PlanCommandStatus,
-    label: &str,
-) -> Outcome {
+fn apply_verdict(pass: &mut CommandPass<'_, '_>, on_warn: OnWarn, verdict: CheckStatus) -> Outcome {
+    let (inputs, run, label) = (pass.inputs, pass.run, &pass.label);
+    let (decision, status) = (&mut *pass.decision, &mut *pass.status);
     match verdict {
         CheckStatus::Error => {
             let errors = nodes_with(status, CheckStatus::Error);

@@ -1,6 +1,7 @@
 //! What a pass does to one command's status, shared by the k0s/airgap scheduling
-//! ([`super::schedule`]) and the preflight checks ([`super::checks`]): move targets on,
-//! signal them, end the command or release its hold, and say where the pass left it.
+//! ([`super::schedule`]) and the preflight checks ([`super::checks`]): the pass over the
+//! command ([`CommandPass`]), move targets on, signal them, end the command or release its
+//! hold, and say where the pass left it.
 
 use autopilot_api::signal::format_timestamp;
 use autopilot_api::v1beta2::{PlanCommandStatus, PlanStateType, TargetState, TargetStatus};
@@ -8,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::command::{Command, Group, RunIdentity, targets_mut};
 use super::decision::{Decision, Effect, SignalTarget};
-use super::inputs::Inputs;
+use super::inputs::{Gaps, Inputs};
 
 /// Where one pass left a command.
 pub(super) enum Outcome {
@@ -20,56 +21,74 @@ pub(super) enum Outcome {
     Ended,
 }
 
-/// Signal the named pending targets of a group. Every target's platform is checked first;
-/// if one has none, it becomes `MissingPlatform`, nothing is signalled, and `false` tells
-/// the caller to decide again (the failure policy now counts it).
-pub(super) fn signal_target(
-    inputs: &Inputs<'_>,
-    decision: &mut Decision,
-    run: &RunIdentity,
-    command: Command<'_>,
-    status: &mut PlanCommandStatus,
-    group: Group,
-    names: &[String],
-) -> bool {
-    let index = status.id;
-    let kind = command.object_kind(group);
-    let objects = inputs.objects(kind);
-    let Some(group_targets) = targets_mut(status, command, group) else { return true };
-    let mut signals = Vec::new();
-    let mut failed = false;
-    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
-        let Some(object) = objects.get(&target.name) else {
-            // Not reachable: read-back already marked targets without an object.
-            set_state(target, TargetState::MissingSignalNode, inputs);
-            target.reason = Some(format!("{kind} {} no longer exists", target.name));
-            failed = true;
-            continue;
-        };
-        let created = format_timestamp(inputs.stamp);
-        match command.signal_for(run, index, object, target, created) {
-            Ok(data) => signals.push((target.name.clone(), data)),
-            Err(why) => {
-                set_state(target, TargetState::MissingPlatform, inputs);
-                target.reason = Some(why);
+/// One pass over one command of the run: what every step of it reads and writes. The
+/// scheduling's steps are its methods; a preflight command's pass goes to
+/// [`super::checks::decide`].
+pub(super) struct CommandPass<'p, 'g> {
+    /// The snapshot, the policy and the time.
+    pub(super) inputs: &'p Inputs<'p>,
+    /// What the pass found missing (controllers asked about without a probe result).
+    pub(super) gaps: &'p mut Gaps<'g>,
+    /// What the pass decided so far: signals, holds, requeues.
+    pub(super) decision: &'p mut Decision,
+    /// The run the command belongs to.
+    pub(super) run: &'p RunIdentity,
+    /// The command, resolved from its frozen copy.
+    pub(super) command: Command<'p>,
+    /// The command's status, changed in place.
+    pub(super) status: &'p mut PlanCommandStatus,
+    /// How descriptions name the command: `command <index> (<kind>)`.
+    pub(super) label: String,
+}
+
+impl CommandPass<'_, '_> {
+    /// Signal the named pending targets of a group. Every target's platform is checked
+    /// first; if one has none, it becomes `MissingPlatform`, nothing is signalled, and
+    /// `false` tells the caller to decide again (the failure policy now counts it).
+    pub(super) fn signal_target(&mut self, group: Group, names: &[String]) -> bool {
+        let (inputs, run, command) = (self.inputs, self.run, self.command);
+        let index = self.status.id;
+        let kind = command.object_kind(group);
+        let objects = inputs.objects(kind);
+        let Some(group_targets) = targets_mut(self.status, command, group) else { return true };
+        let mut signals = Vec::new();
+        let mut failed = false;
+        for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+            let Some(object) = objects.get(&target.name) else {
+                // Not reachable: read-back already marked targets without an object.
+                set_state(target, TargetState::MissingSignalNode, inputs);
+                target.reason = Some(format!("{kind} {} no longer exists", target.name));
                 failed = true;
+                continue;
+            };
+            let created = format_timestamp(inputs.stamp);
+            match command.signal_for(run, index, object, target, created) {
+                Ok(data) => signals.push((target.name.clone(), data)),
+                Err(why) => {
+                    set_state(target, TargetState::MissingPlatform, inputs);
+                    target.reason = Some(why);
+                    failed = true;
+                }
             }
         }
+        if failed {
+            return false;
+        }
+        for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+            set_state(target, TargetState::SignalSent, inputs);
+        }
+        if !names.is_empty() {
+            // Their progress deadline starts now (see `enforce_progress_deadline`).
+            let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
+            self.decision.requeue_after(deadline);
+        }
+        for (name, data) in signals {
+            self.decision
+                .signals
+                .push(Effect::Signal { target: SignalTarget { kind, name }, data });
+        }
+        true
     }
-    if failed {
-        return false;
-    }
-    for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
-        set_state(target, TargetState::SignalSent, inputs);
-    }
-    if !names.is_empty() {
-        // Their progress deadline starts now (see `enforce_progress_deadline`).
-        decision.requeue_after(command.progress_timeout(inputs.policy.node_progress_timeout));
-    }
-    for (name, data) in signals {
-        decision.signals.push(Effect::Signal { target: SignalTarget { kind, name }, data });
-    }
-    true
 }
 
 /// Move a target to `state` as of this pass (a no-op when it is already there).
