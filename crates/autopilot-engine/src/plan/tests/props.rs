@@ -532,8 +532,19 @@ fn check_pass(
                 let mut names: Vec<&str> = workers.iter().map(|t| t.name.as_str()).collect();
                 names.sort_unstable();
                 let canaries = &names[..kind.canary().min(names.len())];
+                // Signalled: in flight, done or failed by its node. A worker that failed
+                // without a signal (its object gone, no platform) did not go; one signalled
+                // and then gone was seen here in the pass that signalled it.
                 let others_started = workers.iter().any(|t| {
-                    !canaries.contains(&t.name.as_str()) && t.state != TargetState::SignalPending
+                    !canaries.contains(&t.name.as_str())
+                        && match t.state {
+                            TargetState::SignalSent
+                            | TargetState::SignalCompleted
+                            | TargetState::SignalApplyFailed => true,
+                            TargetState::SignalPending
+                            | TargetState::MissingPlatform
+                            | TargetState::MissingSignalNode => false,
+                        }
                 });
                 if others_started {
                     prop_assert!(
