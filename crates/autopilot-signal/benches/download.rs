@@ -105,8 +105,32 @@ fn main() {
         ours.push(took);
     }
 
+    let shell = curl_runs(dir.path(), &url, &sha, mib, runs);
+
+    let ours = median(ours);
+    println!("agent:  median {:.3} s = {:.0} MiB/s", ours.as_secs_f64(), mib_per_s(mib, ours));
+    if !shell.is_empty() {
+        let shell = median(shell);
+        println!(
+            "curl -o f && sync f && sha256sum f:  median {:.3} s = {:.0} MiB/s ({:.2}x the agent's time)",
+            shell.as_secs_f64(),
+            mib_per_s(mib, shell),
+            shell.as_secs_f64() / ours.as_secs_f64()
+        );
+    }
+}
+
+/// `runs` of the `curl -o f && sync f && sha256sum f` baseline into `dir`; fewer (none)
+/// when it cannot run here.
+fn curl_runs(
+    dir: &std::path::Path,
+    url: &str,
+    sha: &str,
+    mib: usize,
+    runs: usize,
+) -> Vec<Duration> {
     let mut shell = Vec::new();
-    let file = dir.path().join("f");
+    let file = dir.join("f");
     let script =
         format!("curl -sS -o '{f}' '{url}' && sync '{f}' && sha256sum '{f}'", f = file.display());
     for run in 0..runs {
@@ -116,7 +140,7 @@ fn main() {
         match out {
             Ok(out) if out.status.success() => {
                 assert!(
-                    String::from_utf8_lossy(&out.stdout).starts_with(&sha),
+                    String::from_utf8_lossy(&out.stdout).starts_with(sha),
                     "curl got the payload"
                 );
                 println!(
@@ -138,15 +162,5 @@ fn main() {
         let _ = std::fs::remove_file(&file);
     }
 
-    let ours = median(ours);
-    println!("agent:  median {:.3} s = {:.0} MiB/s", ours.as_secs_f64(), mib_per_s(mib, ours));
-    if !shell.is_empty() {
-        let shell = median(shell);
-        println!(
-            "curl -o f && sync f && sha256sum f:  median {:.3} s = {:.0} MiB/s ({:.2}x the agent's time)",
-            shell.as_secs_f64(),
-            mib_per_s(mib, shell),
-            shell.as_secs_f64() / ours.as_secs_f64()
-        );
-    }
+    shell
 }
