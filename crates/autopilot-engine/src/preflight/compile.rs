@@ -13,6 +13,7 @@ use autopilot_api::v1beta2::{
 };
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
+use super::bounds;
 use super::template::Template;
 
 /// The variables a `boolExpr` may use, with their CEL types.
@@ -305,7 +306,8 @@ fn compile_result(path: &str, result: &PreflightResult) -> Result<CompiledResult
     }
 }
 
-/// Compile a `boolExpr`: it must parse, and every free variable must be one of
+/// Compile a `boolExpr`: it must parse, stay within the bounds of [`super::bounds`] (the
+/// `cel` crate has no cost limit of its own), and every free variable must be one of
 /// [`CEL_VARIABLES`] (so a typo such as `statuscode` is refused now, not on every node).
 ///
 /// The expression is then tried once on a sample record (success, no messages): a call of
@@ -318,8 +320,10 @@ fn compile_cel(source: &str) -> Result<cel::Program, String> {
     if source.trim().is_empty() {
         return Err("is empty".to_owned());
     }
+    bounds::check_source(source)?;
     let program = cel::Program::compile(source)
         .map_err(|errors| format!("does not parse as CEL: {}", errors.to_string().trim()))?;
+    bounds::check_shape(program.expression())?;
     let mut unknown = BTreeSet::new();
     free_variables(program.expression(), &mut Vec::new(), &mut unknown);
     if !unknown.is_empty() {
@@ -331,6 +335,9 @@ fn compile_cel(source: &str) -> Result<cel::Program, String> {
             known.join(", ")
         ));
     }
+    // Only now, with every variable known, is the estimate meaningful; and it must come
+    // before the trial run, which would pay the cost it bounds.
+    bounds::check_cost(program.expression())?;
     let sample = autopilot_api::preflight::RawRecord::default();
     match program.execute(&super::evaluate::context_for("node", &sample)) {
         Ok(cel::Value::Bool(_)) => Ok(program),

@@ -4,8 +4,8 @@
 //! # How execution plugs in
 //!
 //! 1. **NewPlan** compiles each preflight command ([`compile`] for a whole spec,
-//!    [`compile_command`] for one). Any [`Problem`] (a `boolExpr` that does not parse or
-//!    names an unknown variable, a placeholder that does not exist, data no node could use,
+//!    [`compile_command`] for one). Any [`Problem`] (a `boolExpr` that does not parse,
+//!    names an unknown variable or is over a bound such as [`MAX_CEL_COST`], a placeholder that does not exist, data no node could use,
 //!    a timeout of 0) refuses the plan (`Warning`, like any malformed command) before any
 //!    node is touched, naming the field by its path
 //!    (`spec.commands[0].preflight.checks[1].results[0].condition.boolExpr: …`). NewPlan
@@ -33,6 +33,7 @@
 //! condition holds when every field it sets holds (`error: false` is a real constraint).
 //! A check's status is its worst node's, the command's its worst check's.
 
+mod bounds;
 mod compile;
 mod evaluate;
 pub mod scheduler;
@@ -41,6 +42,10 @@ mod template;
 #[cfg(test)]
 mod tests;
 
+pub use bounds::{
+    MAX_CEL_COMPREHENSION_NESTING, MAX_CEL_COST, MAX_CEL_LITERAL_BYTES, MAX_CEL_LITERAL_ELEMENTS,
+    MAX_CEL_NODES, MAX_CEL_SOURCE_BYTES,
+};
 pub use compile::{
     CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN, Problem,
     compile, compile_command, deadline_of,

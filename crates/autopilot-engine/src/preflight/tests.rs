@@ -654,3 +654,168 @@ mod props {
         }
     }
 }
+
+/// What compiling `source` as the only `boolExpr` of a plan reports (nothing when it
+/// compiles), the field's path cut off.
+fn bool_expr_problems(source: &str) -> Vec<String> {
+    let check = check_with(
+        json!([{"status": "success", "message": "m", "condition": {"boolExpr": source}}]),
+    );
+    let path = "spec.commands[1].preflight.checks[0].results[0].condition.boolExpr: ";
+    problems(json!([check]))
+        .into_iter()
+        .map(|problem| problem.strip_prefix(path).map(str::to_owned).unwrap_or(problem))
+        .collect()
+}
+
+/// A list literal of `len` distinct short strings.
+fn list_literal(len: usize) -> String {
+    let elements: Vec<String> = (0..len).map(|index| format!("'v{index}'")).collect();
+    format!("[{}]", elements.join(", "))
+}
+
+#[test]
+fn a_bool_expr_over_a_bound_is_refused_naming_the_field_and_the_bound() {
+    let check = check_with(json!([{"status": "success", "message": "m",
+                                   "condition": {"boolExpr": "result == '' && 'x'.size() > 0"}},
+                                  {"status": "warn", "message": "m",
+                                   "condition": {"boolExpr": format!("result in {}", list_literal(101))}}]));
+    assert_eq!(
+        problems(json!([check])),
+        ["spec.commands[1].preflight.checks[0].results[1].condition.boolExpr: has a list \
+          literal of 101 elements; at most 100 are allowed"]
+    );
+}
+
+#[test]
+fn a_bool_expr_may_be_as_long_as_the_source_bound_and_no_longer() {
+    let at_bound = format!("{:<width$}", "result == 'ok'", width = MAX_CEL_SOURCE_BYTES);
+    assert_eq!(bool_expr_problems(&at_bound), Vec::<String>::new());
+    assert_eq!(
+        bool_expr_problems(&format!("{at_bound} ")),
+        ["is 4097 bytes long; at most 4096 are allowed"]
+    );
+}
+
+#[test]
+fn a_bool_expr_may_have_as_many_nodes_as_the_bound_and_no_more() {
+    // Each `statusCode == 0` is three nodes, each `||` one more: 125 terms are 499 nodes,
+    // one `!` makes 500, one more `|| error` 501.
+    let terms = vec!["statusCode == 0"; 125].join(" || ");
+    assert_eq!(bool_expr_problems(&format!("!({terms})")), Vec::<String>::new());
+    assert_eq!(
+        bool_expr_problems(&format!("{terms} || error")),
+        ["has 501 expression nodes (macros expanded); at most 500 are allowed"]
+    );
+}
+
+#[test]
+fn comprehensions_may_nest_two_deep_and_may_be_chained() {
+    for source in [
+        "results.all(a, results.all(b, a == b))",
+        "results.exists(m, ['ready', 'ok'].exists(p, m.contains(p)))",
+        // One after another is not nesting: each runs once.
+        "results.filter(m, m != '').map(m, m.size()).all(n, n > 0)",
+        "results.map(m, results.filter(n, n == m).size()).all(c, c == 1)",
+    ] {
+        assert_eq!(bool_expr_problems(source), Vec::<String>::new(), "{source}");
+    }
+    for source in [
+        "results.all(a, results.all(b, results.all(c, a == b && b == c)))",
+        "[1].exists(a, [2].map(b, [3].filter(c, c > a + b)).size() > 0)",
+        "results.all(a, results.exists_one(b, results.exists(c, a + b == c)))",
+    ] {
+        assert_eq!(
+            bool_expr_problems(source),
+            ["has 3 nested comprehensions; at most 2 are allowed"],
+            "{source}"
+        );
+    }
+}
+
+#[test]
+fn string_and_bytes_literals_may_be_as_long_as_the_bound_and_no_longer() {
+    let at_bound = "x".repeat(MAX_CEL_LITERAL_BYTES);
+    assert_eq!(bool_expr_problems(&format!("result == '{at_bound}'")), Vec::<String>::new());
+    assert_eq!(
+        bool_expr_problems(&format!("bytes(result) == b'{at_bound}'")),
+        Vec::<String>::new()
+    );
+    let refused = ["has a 1025-byte literal; at most 1024 bytes are allowed"];
+    assert_eq!(bool_expr_problems(&format!("result == '{at_bound}x'")), refused);
+    assert_eq!(bool_expr_problems(&format!("bytes(result) == b'{at_bound}x'")), refused);
+}
+
+#[test]
+fn list_and_map_literals_may_have_as_many_elements_as_the_bound_and_no_more() {
+    let bound = MAX_CEL_LITERAL_ELEMENTS;
+    let map = |len: usize| {
+        let entries: Vec<String> = (0..len).map(|index| format!("'v{index}': {index}")).collect();
+        format!("{{{}}}", entries.join(", "))
+    };
+    assert_eq!(
+        bool_expr_problems(&format!("result in {}", list_literal(bound))),
+        Vec::<String>::new()
+    );
+    assert_eq!(bool_expr_problems(&format!("result in {}", map(bound))), Vec::<String>::new());
+    assert_eq!(
+        bool_expr_problems(&format!("result in {}", list_literal(bound + 1))),
+        ["has a list literal of 101 elements; at most 100 are allowed"]
+    );
+    assert_eq!(
+        bool_expr_problems(&format!("result in {}", map(bound + 1))),
+        ["has a map literal of 101 entries; at most 100 are allowed"]
+    );
+}
+
+#[test]
+fn an_expression_that_may_cost_too_much_on_the_largest_record_is_refused() {
+    // Two full loops over the largest `results`, comparing whole messages: fifteen
+    // comparisons per pair are just under the cost bound, sixteen just over.
+    let nested = |comparisons: usize| {
+        format!("results.all(a, results.all(b, {}))", vec!["a == b"; comparisons].join(" || "))
+    };
+    assert_eq!(bool_expr_problems(&nested(15)), Vec::<String>::new());
+    let refused = bool_expr_problems(&nested(16));
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].starts_with(
+            "may cost up to 10125504 steps on the largest record a node can report; at \
+             most 10000000 are allowed"
+        ),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_value_grown_in_a_chain_of_comprehensions_is_refused_by_its_cost() {
+    // Each `map` triples the string; no limit on shape catches it, the estimate does.
+    let grow =
+        |times: usize| format!("[stdout]{}[0].size() > 0", ".map(s, s + s + s)".repeat(times));
+    assert_eq!(bool_expr_problems(&grow(4)), Vec::<String>::new());
+    for times in [6, 12, 40] {
+        let refused = bool_expr_problems(&grow(times));
+        assert!(refused[0].starts_with("may cost up to "), "{times}: {refused:?}");
+    }
+    // Nested loops over long literal lists with a real body are refused the same way.
+    let list = list_literal(MAX_CEL_LITERAL_ELEMENTS);
+    let nested = format!("{list}.all(x, {list}.all(y, x == y || x.startsWith(y) || result == x))");
+    assert!(bool_expr_problems(&nested)[0].starts_with("may cost up to "));
+}
+
+#[test]
+fn the_documented_conditions_are_well_within_the_bounds() {
+    for source in [
+        "int(result) > 10737418240",
+        "result == \"200\"",
+        "result.startsWith(\"v1.35\")",
+        "results.exists(m, m.contains(\"healthy\"))",
+        "node.startsWith(\"edge-\")",
+        "statusCode == 0 && !error",
+        "results.exists(m, m.matches(\"^ok [0-9]+$\"))",
+        "stdout.contains(\"ready\") && stderr == \"\"",
+        "results.exists(m, ['v1.34', 'v1.35'].exists(v, m.startsWith(v)))",
+    ] {
+        assert_eq!(bool_expr_problems(source), Vec::<String>::new(), "{source}");
+    }
+}
