@@ -22,7 +22,7 @@ use rand::Rng as _;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// How long to wait for the lease to be released on shutdown before giving up on it (it
 /// then expires on its own after the lease duration).
@@ -204,6 +204,14 @@ async fn watch_lease(client: kube::Client, timings: Timings, seen: watch::Sender
     while let Some(event) = leases.next().await {
         let lease = match event {
             Ok(lease) => lease,
+            Err(err) if is_forbidden(&err) => {
+                error!(
+                    error = %err,
+                    "this controller may not list and watch the leader Lease (see \
+                     manifests/rbac/controller.yaml); it does not lead until it may, retrying"
+                );
+                continue;
+            }
             Err(err) => {
                 warn!(error = %err, "watching the leader Lease failed, retrying");
                 continue;
@@ -226,6 +234,18 @@ async fn watch_lease(client: kube::Client, timings: Timings, seen: watch::Sender
         };
         seen.send_replace(Some(Claim::renewed(holder.clone(), at, duration)));
         last = Some((holder, renewed, at));
+    }
+}
+
+/// Whether a watch error is the API server refusing this controller's credentials.
+fn is_forbidden(err: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error;
+    match err {
+        Error::InitialListFailed(err) | Error::WatchStartFailed(err) | Error::WatchFailed(err) => {
+            matches!(err, kube::Error::Api(status) if status.code == 403)
+        }
+        Error::WatchError(status) => status.code == 403,
+        Error::NoResourceVersion => false,
     }
 }
 
