@@ -12,6 +12,38 @@ pub fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// `text` safe to print on a terminal: every control character (C0, DEL, C1: escape
+/// sequences, carriage returns, tabs, newlines) and every Unicode format character that
+/// reorders or hides text (bidirectional overrides and isolates, zero-width marks) is shown
+/// escaped (`\u{1b}`, `\n`, `\u{202e}`) instead of acting on the terminal. For text a node or
+/// anyone but the operator wrote.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_unsafe(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Whether `c` would act on a terminal rather than show: a control character, or a format
+/// character that reorders or hides text.
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{200b}'..='\u{200f}' // zero-width space/joiners, LRM, RLM
+            | '\u{202a}'..='\u{202e}' // bidirectional embeddings and overrides
+            | '\u{2066}'..='\u{2069}' // bidirectional isolates
+            | '\u{feff}' // zero-width no-break space
+        )
+}
+
 /// At most `max` bytes of `text`, cut at a char boundary, with `…` marking a cut (so a cut
 /// result is up to `max` + 3 bytes).
 pub fn truncate(text: &str, max: usize) -> String {
@@ -39,6 +71,20 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printable_escapes_what_would_act_on_a_terminal_and_keeps_the_rest() {
+        assert!(matches!(printable("free on w1 – ok ✓"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(
+            printable("line1\nline2\r\tx\u{7f}\u{9b}"),
+            "line1\\nline2\\r\\tx\\u{7f}\\u{9b}"
+        );
+        assert_eq!(
+            printable("abc\u{202e}fed\u{2066}\u{200b}"),
+            "abc\\u{202e}fed\\u{2066}\\u{200b}"
+        );
+    }
 
     #[test]
     fn truncation_keeps_whole_characters_and_marks_the_cut() {

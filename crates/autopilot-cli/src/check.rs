@@ -157,7 +157,7 @@ pub fn outcome(plan: &Plan, generation: i64) -> Outcome {
 }
 
 /// A table per check (its status and what it is about, then each node's status, status code
-/// and message).
+/// and message, escaped: a node wrote it).
 pub fn render(plan: &Plan) -> String {
     let mut out = String::new();
     let checks = plan
@@ -184,7 +184,7 @@ pub fn render(plan: &Plan) -> String {
                 node.name,
                 node.status.as_str(),
                 node.status_code,
-                node.message
+                autopilot_api::text::printable(&node.message)
             );
         }
         out.push('\n');

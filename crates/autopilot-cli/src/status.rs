@@ -867,6 +867,7 @@ fn render_blocking(out: &mut String, blocking: &[String]) {
 
 /// The node table: a header, then one row per target.
 fn render_nodes(out: &mut String, nodes: &[NodeView]) {
+    use autopilot_api::text::printable;
     let header = format!(
         "{:<16} {:<10} {:<3} {:<17} {:<14} {:>8}  {:<5} {:<16} REASON",
         "NODE", "ROLE", "CMD", "STATE", "PHASE", "IN PHASE", "READY", "VERSION"
@@ -887,7 +888,7 @@ fn render_nodes(out: &mut String, nodes: &[NodeView]) {
             node.phase.as_deref().unwrap_or("-"),
             human(Duration::from_secs(node.seconds_in_phase)),
             ready,
-            node.version.as_deref().unwrap_or("-"),
+            node.version.as_deref().map_or(std::borrow::Cow::Borrowed("-"), printable),
             node.reason.as_deref().map(|r| cut(r, REASON_TEXT)).unwrap_or_default(),
         );
         let _ = writeln!(out, "{}", line.trim_end());
@@ -940,9 +941,10 @@ pub fn human(duration: Duration) -> String {
     }
 }
 
-/// `text` on one line of at most `max` characters.
+/// `text` on one line of at most `max` characters, with what would act on the terminal
+/// escaped (node-written text: reasons, notes, versions).
 fn cut(text: &str, max: usize) -> String {
-    let line = text.replace('\n', " ");
+    let line = autopilot_api::text::printable(&text.replace('\n', " ")).into_owned();
     if line.chars().count() <= max {
         line
     } else {

@@ -150,3 +150,19 @@ fn the_table_shows_each_check_then_each_node() {
          \x20 w1            error      98  in use on w1\n\n"
     );
 }
+
+#[test]
+fn a_node_message_cannot_act_on_the_terminal() {
+    let mut plan = ended(PlanStateType::PreflightFailed, 1, Some(CheckStatus::Error));
+    let status = plan.status.as_mut().expect("status");
+    let preflight = status.commands[0].preflight.as_mut().expect("preflight");
+    preflight.checks[0].nodes[1].message = "in use\x1b[2J\x1b[1;1Hall good\r\u{202e}ko".into();
+    let table = render(&plan);
+    assert!(!table.contains('\x1b') && !table.contains('\r') && !table.contains('\u{202e}'));
+    assert!(
+        table.contains(
+            "  w1            error      98  in use\\u{1b}[2J\\u{1b}[1;1Hall good\\r\\u{202e}ko\n"
+        ),
+        "{table}"
+    );
+}

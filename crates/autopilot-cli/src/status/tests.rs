@@ -400,3 +400,10 @@ fn a_closed_update_window_is_what_blocks_once_no_plan_runs() {
     assert!(view.blocking.iter().all(|b| !b.contains("update window")), "{:?}", view.blocking);
     assert_eq!(view.windows.len(), 2);
 }
+
+#[test]
+fn node_written_text_is_one_line_and_cannot_act_on_the_terminal() {
+    assert_eq!(super::cut("failed:\nexit 1", 40), "failed: exit 1");
+    assert_eq!(super::cut("ok\x1b]0;owned\x07\u{202e}", 40), "ok\\u{1b}]0;owned\\u{7}\\u{202e}");
+    assert_eq!(super::cut("\x1b[2J and more", 8), "\\u{1b}[…");
+}
