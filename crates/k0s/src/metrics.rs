@@ -171,14 +171,46 @@ pub async fn bind(address: SocketAddr) -> anyhow::Result<tokio::net::TcpListener
 }
 
 /// Serve `registry` on `listener` until `shutdown` resolves: `GET /metrics` answers the
-/// metrics as OpenMetrics text; any other path is 404, any other method 405.
+/// metrics as OpenMetrics text; any other path is 404, any other method 405. Bounded as
+/// [`LIMITS`] says.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_within(listener, registry, shutdown, LIMITS).await;
+}
+
+/// What one scraper (or anyone who reaches the address) may hold of the endpoint.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// Connections served at once; one more is closed at once.
+    connections: usize,
+    /// How long a connection may take to send a request's headers.
+    header_read: std::time::Duration,
+    /// How long a connection may stay open in all (a client that never reads its answer
+    /// is cut off too).
+    lifetime: std::time::Duration,
+}
+
+/// The endpoint's limits: a Prometheus scrape is one short request on one or two
+/// connections; these leave room for several scrapers and keep a slow or idle client from
+/// holding sockets and memory.
+const LIMITS: Limits = Limits {
+    connections: 16,
+    header_read: std::time::Duration::from_secs(10),
+    lifetime: std::time::Duration::from_secs(60),
+};
+
+async fn serve_within(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+) {
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(metrics.address = %address, "serving metrics on /metrics");
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.connections));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -193,6 +225,14 @@ pub async fn serve(
             },
             () = &mut shutdown => return,
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::debug!(
+                limit = limits.connections,
+                "too many metrics connections, closing one"
+            );
+            drop(stream);
+            continue;
+        };
         let registry = registry.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<_>| {
@@ -200,10 +240,17 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(answer) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read)
                 .serve_connection(TokioIo::new(stream), service);
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "metrics connection ended with an error");
+            match tokio::time::timeout(limits.lifetime, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "metrics connection ended with an error");
+                }
+                Err(_) => tracing::debug!("metrics connection open too long, closed"),
             }
+            drop(permit);
         });
     }
 }
@@ -239,6 +286,69 @@ fn answer(method: &Method, path: &str, registry: &Registry) -> Response<Full<Byt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the server closes `stream` (a read returns end of file or an error) within
+    /// `deadline`.
+    async fn closed_within(
+        stream: &mut tokio::net::TcpStream,
+        deadline: std::time::Duration,
+    ) -> bool {
+        use tokio::io::AsyncReadExt as _;
+        let mut buf = [0u8; 256];
+        loop {
+            match tokio::time::timeout(deadline, stream.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn idle_and_surplus_connections_are_closed_and_a_scrape_still_answers() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let address = listener.local_addr().expect("an address");
+        let limits = Limits {
+            connections: 2,
+            header_read: std::time::Duration::from_secs(2),
+            lifetime: std::time::Duration::from_secs(30),
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(serve_within(
+            listener,
+            Arc::new(registry()),
+            stop.clone().cancelled_owned(),
+            limits,
+        ));
+
+        // Two idle connections take both places; a third is closed at once (well before the
+        // header timeout would close it).
+        let mut idle = [
+            tokio::net::TcpStream::connect(address).await.expect("connects"),
+            tokio::net::TcpStream::connect(address).await.expect("connects"),
+        ];
+        let mut surplus = tokio::net::TcpStream::connect(address).await.expect("connects");
+        assert!(closed_within(&mut surplus, std::time::Duration::from_secs(1)).await);
+        // The idle ones send no headers: closed after the header timeout.
+        for stream in &mut idle {
+            assert!(closed_within(stream, std::time::Duration::from_secs(5)).await);
+        }
+        // Their places are free again: a scrape answers.
+        let mut scrape = tokio::net::TcpStream::connect(address).await.expect("connects");
+        scrape
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("writes");
+        let mut answer = String::new();
+        tokio::time::timeout(std::time::Duration::from_secs(5), scrape.read_to_string(&mut answer))
+            .await
+            .expect("answers in time")
+            .expect("reads");
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(answer.ends_with("# EOF\n"), "{answer}");
+        stop.cancel();
+    }
 
     fn uri(text: &str) -> Uri {
         text.parse().unwrap()
