@@ -99,7 +99,7 @@ pub async fn run(
     info!(%identity, lease = %format!("{}/{}", keys::NAMESPACE, keys::LEASE_NAME), "joining leader election");
     let (seen_tx, mut seen) = watch::channel(None);
     let lease_watch = tokio::spawn(watch_lease(client.clone(), timings, seen_tx));
-    let _stop_lease_watch = AbortOnDrop(lease_watch);
+    let _stop_lease_watch = tokio_util::task::AbortOnDropHandle::new(lease_watch);
     let mut state =
         State { identity: &identity, elector: &elector, gauge: &is_leader_gauge, is_leader: false };
     loop {
@@ -246,15 +246,6 @@ fn is_forbidden(err: &kube::runtime::watcher::Error) -> bool {
         }
         Error::WatchError(status) => status.code == 403,
         Error::NoResourceVersion => false,
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
