@@ -427,6 +427,12 @@ impl Cluster {
         client_from_kubeconfig(&self.admin_kubeconfig(i)).await
     }
 
+    /// A client acting as `user` in `groups` against apiserver 0 (the admin impersonating
+    /// them): it has exactly the rights the test grants that user or those groups.
+    pub async fn client_as(&self, user: &str, groups: &[&str]) -> anyhow::Result<kube::Client> {
+        crate::kubeconfig::impersonating_client(&self.admin_kubeconfig(0), user, groups).await
+    }
+
     /// A client with controller `i`'s least-privilege identity against apiserver `i`.
     pub async fn controller_client(&self, i: usize) -> anyhow::Result<kube::Client> {
         self.check_index(i)?;

@@ -54,6 +54,23 @@ pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client>
     client_from(kubeconfig).await.with_context(|| format!("using kubeconfig {}", path.display()))
 }
 
+/// A client that uses the credentials of the kubeconfig at `path` to act as `user` in
+/// `groups` (impersonation): the API server authorizes every request as that user, so a
+/// test can act as someone with exactly the rights it grants (the admin may impersonate).
+pub async fn impersonating_client(
+    path: &Path,
+    user: &str,
+    groups: &[&str],
+) -> anyhow::Result<kube::Client> {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|&g| g.to_owned()).collect());
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// A `kube::Client` for the current context of a kubeconfig given as YAML.
 pub(crate) async fn client_from_yaml(yaml: &str) -> anyhow::Result<kube::Client> {
     client_from(Kubeconfig::from_yaml(yaml)?).await

@@ -10,9 +10,10 @@
 //! Node is drained it writes `ApplyingUpdate`. In `UnCordoning` it uncordons nodes autopilot
 //! cordoned and writes `Completed`. Every write carries a resourceVersion precondition.
 //!
-//! Only signals of the current run are drained: a `Cordoning` signal whose `runId` is not the
-//! `status.runId` of the Plan named `autopilot` (or when there is no such Plan) is failed with
-//! the two runs named, never cordoned. The Plan is read with a GET when (and only when) a
+//! Only signals of the current run are drained: a `Cordoning` signal that names no run, whose
+//! `runId` is not the `status.runId` of the Plan named `autopilot` (or when there is no such
+//! Plan), or that does not match that run's frozen command and targets
+//! (`autopilot_engine::authorize`) is failed with the reason, never cordoned. The Plan is read with a GET when (and only when) a
 //! `Cordoning` signal names a run: the engine writes a run's `status.runId` before any signal
 //! of that run, so a read made after seeing the signal can never show an older run than the
 //! signal's own (a watch cache could lag behind and fail a signal of the current run).
@@ -37,6 +38,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use autopilot_engine::authorize::{self, Role};
 use autopilot_engine::cordon::{self, Blocked, Facts, PlanRun, Run, Step};
 use autopilot_engine::snapshot;
 use autopilot_shell::retry::WatchBackoff;
@@ -222,7 +224,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         span.record("command", data.command.id);
         span.record("phase", phase.map_or("", SignalPhase::as_str));
         let node_name = current.kubelet_node();
-        let run = observe_run(&ctx.client, phase, data.run_id.as_deref()).await?;
+        let run = observe_run::<K>(&ctx.client, &name, &data).await?;
         let (facts, node_version) =
             observe(&ctx.client, phase, node_name.as_deref(), current.as_node(), run).await?;
         let step = cordon::decide(&facts);
@@ -359,16 +361,18 @@ impl Context {
     }
 }
 
-/// How a signal's run (`signal_run`, its `runId`) relates to the Plan's current run. The
-/// Plan is read only when the decision depends on it ([`cordon::needs_run`]) and the signal
-/// names a run; always from the API server, never from a cache (see the module docs).
-async fn observe_run(
+/// How a signal's run (its `runId`) relates to the Plan's current run, and whether the
+/// signal matches that run's command for the object `name` (`autopilot_engine::authorize`,
+/// any platform: the leader does not pick the node's payload again). The Plan is read only
+/// when the decision depends on it ([`cordon::needs_run`]) and the signal names a run;
+/// always from the API server, never from a cache (see the module docs).
+async fn observe_run<K: SignalObject>(
     client: &kube::Client,
-    phase: Option<SignalPhase>,
-    signal_run: Option<&str>,
+    name: &str,
+    data: &SignalData,
 ) -> Result<Run, Error> {
-    let Some(signal_run) = signal_run else { return Ok(Run::Unmarked) };
-    if !cordon::needs_run(phase) {
+    let Some(signal_run) = data.run_id.as_deref() else { return Ok(Run::Unmarked) };
+    if !cordon::needs_run(data.phase()) {
         return Ok(Run::NotLookedUp);
     }
     let plans: Api<Plan> = Api::all(client.clone());
@@ -376,15 +380,25 @@ async fn observe_run(
         .get_opt(keys::PLAN_NAME)
         .await
         .map_err(api(format!("reading Plan {}", keys::PLAN_NAME)))?;
-    let plan_run = match plan {
+    let plan_run = match plan.as_ref() {
         None => PlanRun::Missing,
-        Some(plan) => match plan.status.and_then(|status| status.run_id) {
+        Some(plan) => match plan.status.as_ref().and_then(|status| status.run_id.clone()) {
             None => PlanRun::NotStarted,
             Some(run) => PlanRun::Run(run),
         },
     };
+    let role = if K::kind(&()) == "ControlNode" { Role::Controller } else { Role::Worker };
     Ok(match plan_run {
-        PlanRun::Run(current) if current == signal_run => Run::Current,
+        PlanRun::Run(current) if current == signal_run => {
+            match authorize::authorize(
+                plan.as_ref(),
+                data,
+                authorize::Node { name, role, platform: None },
+            ) {
+                Ok(()) => Run::Current,
+                Err(refusal) => Run::Unauthorized(refusal),
+            }
+        }
         plan => Run::Other { signal: signal_run.to_string(), plan },
     })
 }

@@ -7,10 +7,12 @@
 //! that it cordoned a node and uncordons only such nodes, so a node an administrator
 //! cordoned before the update stays cordoned after it (unlike k0s).
 //!
-//! The drain acts only on signals of the Plan's current run (or on signals that name no run,
-//! as k0s writes them): a `Cordoning` signal left over from another run is failed instead of
-//! drained, so its node stops and nothing waits for it. Undoing autopilot's own cordon is
-//! always safe and happens whatever run the signal belongs to.
+//! The drain acts only on signals of a run the Plan wrote (DESIGN §14): the Plan's current
+//! run, and a command of it that the signal matches (`crate::authorize`). A `Cordoning`
+//! signal that names no run (anyone who may patch a Node can write one), is left over from
+//! another run, or does not match its run's command is failed instead of drained, so its
+//! node stops and nothing waits for it. Undoing autopilot's own cordon is always safe and
+//! happens whatever run the signal belongs to.
 //!
 //! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
 //! (`autopilot_controller::drain`) performs it and calls again. Every step is idempotent.
@@ -69,11 +71,13 @@ pub enum Run {
     /// Not looked up: the signal's phase is driven the same whatever its run (see
     /// [`needs_run`]).
     NotLookedUp,
-    /// The signal names no run (written by k0s or another k0s-compatible writer): driven as
-    /// k0s drives it.
+    /// The signal names no run: not written by this Plan's leader, so never drained.
     Unmarked,
-    /// The signal belongs to the Plan's current run.
+    /// The signal belongs to the Plan's current run and matches its command.
     Current,
+    /// The signal names the Plan's current run but does not match its command or targets:
+    /// the refusal says why (see `crate::authorize`).
+    Unauthorized(String),
     /// The signal belongs to another run: an earlier run of the Plan, or a Plan that has
     /// since been deleted (and perhaps created again).
     Other {
@@ -129,8 +133,14 @@ pub fn decide(facts: &Facts) -> Step {
     };
     match phase {
         SignalPhase::Cordoning => match &facts.run {
-            // Check 1: drive only the current run's signals (and k0s' unmarked ones).
-            Run::Current | Run::Unmarked => cordoning(facts),
+            // Check 1: drive only signals of the current run that match its command.
+            Run::Current => cordoning(facts),
+            Run::Unmarked => Step::Fail(
+                "not drained: the signal names no plan run; only signals of a run of the Plan \
+                 are drained"
+                    .to_owned(),
+            ),
+            Run::Unauthorized(refusal) => Step::Fail(format!("not drained: {refusal}")),
             Run::Other { signal, plan } => Step::Fail(not_drained(signal, plan)),
             // The shell looks the run up whenever `needs_run` says so; should it ever not
             // have, cordoning without knowing the run would be the unsafe choice.
@@ -395,12 +405,20 @@ mod tests {
     }
 
     #[test]
-    fn a_cordoning_signal_without_a_run_is_drained_as_k0s_does() {
-        let facts = Facts { run: Run::Unmarked, ..node(SignalPhase::Cordoning) };
-        assert_eq!(decide(&facts), Step::Cordon);
-        let drained =
-            Facts { unschedulable: true, run: Run::Unmarked, ..node(SignalPhase::Cordoning) };
-        assert_eq!(decide(&drained), Step::Advance(SignalPhase::ApplyingUpdate));
+    fn a_cordoning_signal_without_a_run_or_not_matching_its_run_is_failed_not_drained() {
+        let facts =
+            Facts { pods: vec![pod("app")], run: Run::Unmarked, ..node(SignalPhase::Cordoning) };
+        let Step::Fail(reason) = decide(&facts) else { panic!("an unmarked signal is drained") };
+        assert!(reason.starts_with("not drained: the signal names no plan run"), "{reason}");
+        let forged = Facts {
+            pods: vec![pod("app")],
+            run: Run::Unauthorized("refused: w9 is not one of its workers".into()),
+            ..node(SignalPhase::Cordoning)
+        };
+        assert_eq!(
+            decide(&forged),
+            Step::Fail("not drained: refused: w9 is not one of its workers".into())
+        );
     }
 
     #[test]
@@ -465,6 +483,7 @@ mod tests {
             Run::NotLookedUp,
             Run::Unmarked,
             Run::Current,
+            Run::Unauthorized("refused".into()),
             other_run(PlanRun::Run("uid-1/2".into())),
             other_run(PlanRun::Missing),
         ] {

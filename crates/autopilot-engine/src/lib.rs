@@ -12,12 +12,14 @@
 //! - [`preflight`]: compiling and judging preflight checks (seed 004).
 //! - [`cordon`]: the central cordon-and-drain decision.
 //! - [`agent`]: the node agent's phase machine for one signal.
+//! - [`authorize`]: whether a signal matches the frozen command of the Plan run it names.
 //! - [`trial`]: the verdict on a trial boot of a new binary.
 //! - [`steer`]: what `k0s autopilot pause|resume|abort` writes and says.
 //! - [`snapshot`]: how the engine sees watched Nodes, ControlNodes and Pods.
 //! - [`updater`]: when to check the update server, which release, which Plan.
 
 pub mod agent;
+pub mod authorize;
 pub mod cordon;
 pub mod plan;
 pub mod preflight;

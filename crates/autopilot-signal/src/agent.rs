@@ -29,6 +29,7 @@ use crate::host::{self, Host, SignalKey};
 use crate::preflight;
 use crate::status;
 use autopilot_engine::agent::{self as phase, Step};
+use autopilot_engine::authorize;
 
 /// First wait before retrying a failed idempotent action; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -67,6 +68,9 @@ pub struct Agent {
     /// The node-local allow-list of executables preflight `exec` checks may run
     /// ([`crate::preflight::exec`]); absent means no `exec` check can run here.
     pub exec_allow_list: std::path::PathBuf,
+    /// Act on update signals whose payload is plain http without a sha256
+    /// (`--allow-unverified-payloads`); refused otherwise.
+    pub allow_unverified_payloads: bool,
 }
 
 /// Act on the signals of the object `agent.name` of kind `K` until `shutdown` resolves or a
@@ -103,7 +107,7 @@ where
     let mut host_retry = Capped::new(FIRST_RETRY, MAX_RETRY);
     let mut latest: Option<K> = None;
     let mut again = false;
-    let mut failures = Failures::default();
+    let mut memory = Memory::default();
     info!(node = %agent.name, kind = %K::kind(&()), "signal agent watching its own object");
     loop {
         // Act on the newest version of the object; after a failed action, try again after
@@ -127,7 +131,7 @@ where
             }
         }
         let Some(object) = latest.take() else { continue };
-        match act(&api, &agent, host, &object, &mut failures).await {
+        match act(&api, &agent, host, &object, &mut memory).await {
             Ok(Acted::Idle) => {
                 host_retry.reset();
                 api_retry.reset();
@@ -194,6 +198,91 @@ enum Acted {
     Restart,
 }
 
+/// What the agent remembers between passes.
+#[derive(Default)]
+struct Memory {
+    /// How often in a row the current signal's action failed.
+    failures: Failures,
+    /// The last signal found authorized by the Plan (without its status): the same signal
+    /// is not checked again on every pass.
+    authorized: Option<SignalData>,
+}
+
+/// What [`authorized`] found.
+enum Authorized {
+    /// The signal ended already: there is nothing to authorize.
+    Ended,
+    /// The same signal was authorized before.
+    Before,
+    /// The Plan (as read now) authorizes the signal.
+    Read(Option<Box<Plan>>),
+    /// Neither the Plan nor this node authorizes the signal: answer it `Failed` with this.
+    Refused(String),
+}
+
+/// Whether the Plan authorizes `data` on this node (DESIGN §14): the signal must match the
+/// frozen command of the run it names ([`autopilot_engine::authorize`]), and an update's
+/// payload must be verifiable unless the node allows otherwise. The Plan is read with the
+/// node's own identity; a refusal to read it is a refusal of the signal. Other API errors
+/// are returned (the caller retries).
+async fn authorized<K>(
+    api: &Api<K>,
+    agent: &Agent,
+    data: &SignalData,
+    memory: &mut Option<SignalData>,
+) -> anyhow::Result<Authorized>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    if data.phase().is_some_and(SignalPhase::is_terminal) {
+        return Ok(Authorized::Ended);
+    }
+    let unmarked = SignalData { status: None, ..data.clone() };
+    if memory.as_ref() == Some(&unmarked) {
+        return Ok(Authorized::Before);
+    }
+    let plan = match read_plan(api).await? {
+        Ok(plan) => plan,
+        Err(reason) => return Ok(Authorized::Refused(format!("refused: {reason}"))),
+    };
+    let role = if K::kind(&()) == "ControlNode" {
+        authorize::Role::Controller
+    } else {
+        authorize::Role::Worker
+    };
+    let platform = autopilot_api::platform::current();
+    let node = authorize::Node { name: &agent.name, role, platform: Some(&platform) };
+    if let Err(reason) = authorize::authorize(plan.as_ref(), data, node) {
+        return Ok(Authorized::Refused(reason));
+    }
+    let unverified = match data.command.update() {
+        Some(UpdateRef::K0s(update)) => authorize::unverified(&update.url, &update.sha256),
+        Some(UpdateRef::Airgap(update)) => authorize::unverified(&update.url, &update.sha256),
+        None => None,
+    };
+    if let Some(reason) = unverified.filter(|_| !agent.allow_unverified_payloads) {
+        return Ok(Authorized::Refused(reason));
+    }
+    *memory = Some(unmarked);
+    Ok(Authorized::Read(plan.map(Box::new)))
+}
+
+/// The Plan, read with this node's identity: `Ok(Err(reason))` when the node may not read
+/// it; other API errors are returned.
+async fn read_plan<K>(api: &Api<K>) -> anyhow::Result<Result<Option<Plan>, String>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let plans: Api<Plan> = Api::all(api.clone().into_client());
+    match plans.get_opt(keys::PLAN_NAME).await {
+        Ok(plan) => Ok(Ok(plan)),
+        Err(kube::Error::Api(response)) if response.code == 403 => {
+            Ok(Err(format!("reading Plan {}: forbidden: {}", keys::PLAN_NAME, response.message)))
+        }
+        Err(err) => Err(err).context(format!("reading Plan {}", keys::PLAN_NAME)),
+    }
+}
+
 /// How often in a row the current signal's retried action has failed.
 #[derive(Default)]
 struct Failures {
@@ -236,12 +325,13 @@ async fn act<K, H>(
     agent: &Agent,
     host: &H,
     object: &K,
-    failures: &mut Failures,
+    memory: &mut Memory,
 ) -> anyhow::Result<Acted>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
+    let failures = &mut memory.failures;
     let kind = K::kind(&());
     let object_ref = format!("{kind}/{}", object.name_any());
     let data = match signal::from_meta(object.meta()) {
@@ -277,8 +367,17 @@ where
         }
     };
     publish(&data);
+    let plan = match authorized(api, agent, &data, &mut memory.authorized).await? {
+        Authorized::Refused(reason) => {
+            warn!(node = %agent.name, %reason, "refusing a signal the Plan does not authorize");
+            publish(&write_status(api, object, &data, SignalPhase::Failed, Some(reason)).await?);
+            return Ok(Acted::Idle);
+        }
+        Authorized::Read(plan) => Some(plan.map(|plan| *plan)),
+        Authorized::Before | Authorized::Ended => None,
+    };
     if let Some(preflight) = &data.command.preflight {
-        if let Some(answered) = run_checks(api, agent, object, &data, preflight).await? {
+        if let Some(answered) = run_checks(api, agent, object, &data, preflight, plan).await? {
             publish(&answered);
         }
         return Ok(Acted::Idle);
@@ -387,6 +486,7 @@ async fn run_checks<K>(
     object: &K,
     data: &SignalData,
     wanted: &signal::CommandPreflight,
+    read: Option<Option<Plan>>,
 ) -> anyhow::Result<Option<SignalData>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
@@ -395,18 +495,17 @@ where
         phase::PreflightStep::Done => return Ok(None),
         phase::PreflightStep::Run => {}
     }
-    let plans: Api<Plan> = Api::all(api.clone().into_client());
-    let plan = match plans.get_opt(keys::PLAN_NAME).await {
-        Ok(plan) => plan,
-        Err(kube::Error::Api(response)) if response.code == 403 => {
-            let reason =
-                format!("reading Plan {}: forbidden: {}", keys::PLAN_NAME, response.message);
-            warn!(node = %agent.name, %reason, "cannot read the preflight checks");
-            return write_status(api, object, data, SignalPhase::Failed, Some(reason))
-                .await
-                .map(Some);
-        }
-        Err(err) => return Err(err).context(format!("reading Plan {}", keys::PLAN_NAME)),
+    let plan = match read {
+        Some(plan) => plan,
+        None => match read_plan(api).await? {
+            Ok(plan) => plan,
+            Err(reason) => {
+                warn!(node = %agent.name, %reason, "cannot read the preflight checks");
+                return write_status(api, object, data, SignalPhase::Failed, Some(reason))
+                    .await
+                    .map(Some);
+            }
+        },
     };
     let checks = match preflight::definitions(plan.as_ref(), data, &wanted.checks) {
         Ok(checks) => checks,

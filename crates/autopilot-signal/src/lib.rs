@@ -69,6 +69,11 @@ pub struct WorkerArgs {
     /// that target it wait for someone else to report its progress).
     #[arg(long)]
     pub disable_update_agent: bool,
+
+    /// Act on update signals whose payload comes over plain http without a sha256 (nothing
+    /// then verifies what arrives). Off by default: such a signal is refused.
+    #[arg(long)]
+    pub allow_unverified_payloads: bool,
 }
 
 /// How a node restarts into a new binary.
@@ -168,6 +173,8 @@ pub struct UpdateAgent {
     pub board: status::Board,
     /// Where it records its metrics.
     pub metrics: metrics::Metrics,
+    /// Act on payloads over plain http without a sha256 (`--allow-unverified-payloads`).
+    pub allow_unverified_payloads: bool,
 }
 
 impl Component for UpdateAgent {
@@ -181,7 +188,7 @@ impl Component for UpdateAgent {
 
     fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
         Box::pin(async move {
-            let Self { on, enabled, download, board, metrics } = *self;
+            let Self { on, enabled, download, board, metrics, allow_unverified_payloads } = *self;
             if !enabled {
                 info!("update agent disabled: not acting on update signals");
                 return Ok(Box::new(Idle) as Box<dyn Running>);
@@ -197,6 +204,7 @@ impl Component for UpdateAgent {
                 board,
                 metrics,
                 exec_allow_list: preflight::exec::allow_list_path(&env.data_dir),
+                allow_unverified_payloads,
             };
             Ok(Box::new(Acting { on, agent, host, client: env.client.clone() }) as Box<dyn Running>)
         })

@@ -45,6 +45,7 @@ mod plan_targets;
 mod plan_validation;
 mod rbac_least_privilege;
 mod responder;
+mod security_signal_forgery;
 mod update_agent_crash;
 mod update_airgap;
 mod update_api_outage;

@@ -9,8 +9,9 @@
 //!   the redirect, the plan ends `ApplyFailed` naming it, and worker-0 is untouched;
 //! - (c) an https payload without sha256: the update completes, and a Warning Event on the
 //!   Plan names the platform entry and the risk;
-//! - (b) the controller restarted with `--allow-unverified-payloads`: the plain-http payload
-//!   of (a) updates worker-1 (still on v1) to the end.
+//! - (b) the controller restarted with `--allow-unverified-payloads`: worker-0 (without the
+//!   flag) still refuses the plain-http payload of (a) itself and fetches nothing; worker-1
+//!   (with it, still on v1) is updated to the end.
 
 use std::time::Duration;
 
@@ -87,14 +88,21 @@ async fn payloads_no_node_can_verify_are_refused_and_https_ones_are_warned_about
     std::fs::write(&ca, pems.join("")).unwrap();
     let ca_arg = ca.display().to_string();
     let controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents_and(
+    // worker-1 alone accepts unverified payloads, as (b) needs.
+    let worker =
+        start_workers_with_agents_and(&cluster, &["worker-0"], &["--download-ca-file", &ca_arg])
+            .await
+            .unwrap()
+            .remove(0);
+    let spare = start_workers_with_agents_and(
         &cluster,
-        &["worker-0", "worker-1"],
-        &["--download-ca-file", &ca_arg],
+        &["worker-1"],
+        &["--download-ca-file", &ca_arg, "--allow-unverified-payloads"],
     )
     .await
-    .unwrap();
-    let (worker, spare) = (&workers[0], &workers[1]);
+    .unwrap()
+    .remove(0);
+    let (worker, spare) = (&worker, &spare);
     let before = Before::of(worker);
     assert_ne!(before.version, V2);
 
@@ -188,6 +196,23 @@ async fn payloads_no_node_can_verify_are_refused_and_https_ones_are_warned_about
     })
     .await
     .unwrap();
+    // A node that does not allow unverified payloads itself still refuses the signal: the
+    // controller's check is not the only one.
+    let update = unverified_update("worker-0", &plain_url);
+    create_plan(&client, &plan("autopilot", "plain-http-node-refuses", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    let failed = wait_plan_state(&client, "autopilot", PlanStateType::ApplyFailed).await.unwrap();
+    let failed_target = target(&failed, 0, "worker-0");
+    assert_eq!(failed_target.phase, Some(SignalPhase::Failed), "{}", status_yaml(&failed));
+    let reason = failed_target.reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with(&format!("refused: {plain_url:?} is plain http without a sha256")),
+        "{reason}"
+    );
+    assert_eq!(plain.requests(), 0, "worker-0 fetched nothing");
+    delete_plan(&client).await;
+    // worker-1 runs with --allow-unverified-payloads: the update runs to the end.
     let update = unverified_update("worker-1", &plain_url);
     create_plan(&client, &plan("autopilot", "plain-http-allowed", vec![k0s_command(update)]))
         .await

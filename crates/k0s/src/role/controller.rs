@@ -101,5 +101,6 @@ pub(crate) fn components(
             download: agent.download.config(VERSION),
             board,
             metrics: agent_metrics,
+            allow_unverified_payloads,
         }))
 }

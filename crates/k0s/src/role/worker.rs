@@ -65,5 +65,6 @@ pub(crate) fn components(
         download: args.download.config(VERSION),
         board,
         metrics,
+        allow_unverified_payloads: args.allow_unverified_payloads,
     })
 }

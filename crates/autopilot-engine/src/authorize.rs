@@ -1,0 +1,236 @@
+//! Whether a signal is authorized by the Plan (DESIGN §14): pure, no I/O.
+//!
+//! A signal on a Node or ControlNode is only a pointer. Whoever may patch a Node can write
+//! one, so neither the node agent nor the leader's drain acts on it because it is there:
+//! [`authorize`] compares it with the frozen command of the Plan run it names. The signal
+//! must name the Plan's current run (`runId` and `planId`), a command index the run has,
+//! the command's kind, and exactly the payload the frozen command gives: the version, the
+//! `forceupdate` flag, and the URL and sha256 of one platform entry (the node's own
+//! platform, when the caller knows it). The node must be one of the command's targets, and a
+//! preflight signal may name only checks the node was given. Every signal kind is matched
+//! here, so a kind added later cannot skip the comparison (the match is exhaustive).
+//!
+//! The agent also applies the https-or-sha256 rule itself ([`unverified`]): a payload over
+//! plain http without a digest is refused unless the node allows it.
+//!
+//! Every refusal starts with `refused: ` and names what did not match, for the signal's
+//! reason and the logs.
+
+use autopilot_api::keys;
+use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalData};
+use autopilot_api::v1beta2::{Plan, PlanCommand, PlanCommandStatus, PlanResourceUrl, TargetStatus};
+
+/// Which list of a command's targets the signalled object belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A controller, signalled through its `ControlNode`.
+    Controller,
+    /// A worker (or a controller's own Node), signalled through its `Node`.
+    Worker,
+}
+
+impl Role {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Controller => "controllers",
+            Self::Worker => "workers",
+        }
+    }
+}
+
+/// The signalled node, as the one who checks knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Node<'a> {
+    /// The object's name.
+    pub name: &'a str,
+    /// Which target list it must be in.
+    pub role: Role,
+    /// Its platform key (`linux-amd64`), when known: the agent knows its own; the leader
+    /// accepts any of the command's platform entries.
+    pub platform: Option<&'a str>,
+}
+
+/// `Ok` when `signal` matches the frozen command of the current run of `plan` for `node`;
+/// otherwise the refusal (starting with `refused: `).
+pub fn authorize(plan: Option<&Plan>, signal: &SignalData, node: Node<'_>) -> Result<(), String> {
+    let Some(signal_run) = signal.run_id.as_deref() else {
+        return Err(refused(
+            "the signal names no plan run (runId); only signals written for a \
+             run of Plan autopilot are acted on",
+        ));
+    };
+    let Some(plan) = plan else {
+        return Err(refused(&format!("Plan {} does not exist", keys::PLAN_NAME)));
+    };
+    let status = plan.status.as_ref();
+    let plan_run = status.and_then(|status| status.run_id.as_deref());
+    if plan_run != Some(signal_run) {
+        return Err(refused(&format!(
+            "the signal's run {signal_run} is not the current run of Plan {} ({})",
+            keys::PLAN_NAME,
+            plan_run.unwrap_or("none")
+        )));
+    }
+    let Some(status) = status else {
+        return Err(refused(&format!("Plan {} has no status", keys::PLAN_NAME)));
+    };
+    if status.plan_id.as_deref() != Some(signal.plan_id.as_str()) {
+        return Err(refused(&format!(
+            "the signal's planId {:?} is not run {signal_run}'s ({:?})",
+            signal.plan_id,
+            status.plan_id.as_deref().unwrap_or_default()
+        )));
+    }
+    let index = signal.command.id;
+    let command = status.commands.iter().find(|command| command.id == index);
+    let Some((command, frozen)) =
+        command.and_then(|command| command.frozen.as_ref().map(|frozen| (command, frozen)))
+    else {
+        return Err(refused(&format!("run {signal_run} has no command {index}")));
+    };
+    let sent = &signal.command;
+    match (&sent.k0supdate, &sent.airgapupdate, &sent.preflight) {
+        (Some(update), None, None) => k0s(update, frozen, command, node),
+        (None, Some(update), None) => airgap(update, frozen, command, node),
+        (None, None, Some(preflight)) => preflight_checks(&preflight.checks, frozen, command, node),
+        (None, None, None)
+        | (Some(_), Some(_), _)
+        | (Some(_), _, Some(_))
+        | (_, Some(_), Some(_)) => Err(refused(
+            "the signal's command is not exactly one of k0supdate, airgapupdate and preflight",
+        )),
+    }
+    .map_err(|problem| refused(&format!("command {index} of run {signal_run}: {problem}")))
+}
+
+/// Why `update`'s payload may not be fetched by a node that does not allow unverified
+/// payloads: plain http without a sha256 proves nothing about what arrives.
+pub fn unverified(url: &str, sha256: &str) -> Option<String> {
+    (url.starts_with("http://") && sha256.trim().is_empty()).then(|| {
+        refused(&format!(
+            "{url:?} is plain http without a sha256: nothing would verify what arrives; \
+             serve it over https or give its sha256 (or run the node with \
+             --allow-unverified-payloads)"
+        ))
+    })
+}
+
+fn refused(problem: &str) -> String {
+    format!("refused: {problem}")
+}
+
+fn k0s(
+    sent: &CommandK0sUpdate,
+    frozen: &PlanCommand,
+    command: &PlanCommandStatus,
+    node: Node<'_>,
+) -> Result<(), String> {
+    let Some(want) = &frozen.k0supdate else {
+        return Err(format!("it is {}, not k0supdate", kind(frozen)));
+    };
+    same("version", &sent.version, &want.version)?;
+    if sent.forceupdate != want.forceupdate {
+        return Err(format!(
+            "forceupdate is {}, the Plan says {}",
+            sent.forceupdate, want.forceupdate
+        ));
+    }
+    payload(&sent.url, &sent.sha256, &want.platforms, node.platform)?;
+    let targets = command.k0supdate.as_ref().map(|status| match node.role {
+        Role::Controller => &status.controllers,
+        Role::Worker => &status.workers,
+    });
+    target(targets.map(Vec::as_slice), node).map(|_| ())
+}
+
+fn airgap(
+    sent: &CommandAirgapUpdate,
+    frozen: &PlanCommand,
+    command: &PlanCommandStatus,
+    node: Node<'_>,
+) -> Result<(), String> {
+    let Some(want) = &frozen.airgapupdate else {
+        return Err(format!("it is {}, not airgapupdate", kind(frozen)));
+    };
+    same("version", &sent.version, &want.version)?;
+    payload(&sent.url, &sent.sha256, &want.platforms, node.platform)?;
+    // Airgap bundles go to workers only (a controller's bundle comes through its Node).
+    let targets = match node.role {
+        Role::Controller => None,
+        Role::Worker => command.airgapupdate.as_ref().map(|status| status.workers.as_slice()),
+    };
+    target(targets, node).map(|_| ())
+}
+
+fn preflight_checks(
+    sent: &[String],
+    frozen: &PlanCommand,
+    command: &PlanCommandStatus,
+    node: Node<'_>,
+) -> Result<(), String> {
+    if frozen.preflight.is_none() {
+        return Err(format!("it is {}, not preflight", kind(frozen)));
+    }
+    let targets = command.preflight.as_ref().map(|status| match node.role {
+        Role::Controller => status.controllers.as_slice(),
+        Role::Worker => status.workers.as_slice(),
+    });
+    let target = target(targets, node)?;
+    match sent.iter().find(|check| !target.checks.contains(check)) {
+        Some(check) => Err(format!("check {check:?} is not one of {}'s checks", node.name)),
+        None => Ok(()),
+    }
+}
+
+fn kind(frozen: &PlanCommand) -> &'static str {
+    match (&frozen.k0supdate, &frozen.airgapupdate, &frozen.preflight) {
+        (Some(_), _, _) => "k0supdate",
+        (None, Some(_), _) => "airgapupdate",
+        (None, None, Some(_)) => "preflight",
+        (None, None, None) => "an empty command",
+    }
+}
+
+fn same(field: &str, sent: &str, want: &str) -> Result<(), String> {
+    if sent == want { Ok(()) } else { Err(format!("{field} is {sent:?}, the Plan says {want:?}")) }
+}
+
+/// The signal's URL and sha256 must be those of one platform entry: the node's own when its
+/// platform is known, any otherwise. Digests compare without regard to case; an absent
+/// digest is the empty string on the wire.
+fn payload(
+    url: &str,
+    sha256: &str,
+    platforms: &std::collections::BTreeMap<String, PlanResourceUrl>,
+    platform: Option<&str>,
+) -> Result<(), String> {
+    let matches = |entry: &PlanResourceUrl| {
+        entry.url == url
+            && entry.sha256.as_deref().unwrap_or_default().eq_ignore_ascii_case(sha256.trim())
+    };
+    match platform {
+        Some(platform) => match platforms.get(platform) {
+            Some(entry) if matches(entry) => Ok(()),
+            Some(entry) if entry.url != url => {
+                Err(format!("url {url:?} is not the Plan's for {platform} ({:?})", entry.url))
+            }
+            Some(_) => Err(format!("sha256 {sha256:?} is not the Plan's for {platform}")),
+            None => Err(format!("the Plan has no payload for this node's platform {platform}")),
+        },
+        None if platforms.values().any(matches) => Ok(()),
+        None => Err(format!("url {url:?} with sha256 {sha256:?} is none of the Plan's payloads")),
+    }
+}
+
+/// The node's entry in `targets` (the command's target list for its role).
+fn target<'t>(
+    targets: Option<&'t [TargetStatus]>,
+    node: Node<'_>,
+) -> Result<&'t TargetStatus, String> {
+    targets
+        .and_then(|targets| targets.iter().find(|target| target.name == node.name))
+        .ok_or_else(|| format!("{} is not one of its {}", node.name, node.role.describe()))
+}
+
+#[cfg(test)]
+mod tests;

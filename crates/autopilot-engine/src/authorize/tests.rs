@@ -1,0 +1,236 @@
+use autopilot_api::fixtures::*;
+use autopilot_api::signal::{CommandPreflight, SignalCommand, SignalData};
+use autopilot_api::v1beta2::{
+    Plan, PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdateStatus, PlanCommandPreflight,
+    PlanCommandPreflightStatus, PlanCommandStatus, PlanSpec, PlanStatus, TargetState, TargetStatus,
+};
+
+use super::*;
+
+const V2: &str = "v1.35.1+k0s.0";
+const RUN: &str = "uid-1/2";
+const AMD64: &str = "https://example.com/k0s-linux-amd64";
+const ARM64: &str = "https://example.com/k0s-linux-arm64";
+
+fn target(name: &str, checks: &[&str]) -> TargetStatus {
+    let mut target = TargetStatus::new(name, TargetState::SignalSent, jiff::Timestamp::UNIX_EPOCH);
+    target.checks = checks.iter().map(|&check| check.to_owned()).collect();
+    target
+}
+
+/// Plan `autopilot` on run [`RUN`] of spec id `id123`: command 0 updates k0s on controller
+/// `c1` and workers `w1`, `w2`; command 1 brings an airgap bundle to `w1`; command 2 is a
+/// preflight command that gives `w1` the check `port`.
+fn plan() -> Plan {
+    let spec: PlanSpec = spec("id123").then_k0s_update(V2).then_airgap_update(V2).then_command(
+        autopilot_api::v1beta2::PlanCommand {
+            k0supdate: None,
+            airgapupdate: None,
+            preflight: Some(PlanCommandPreflight::default()),
+        },
+    );
+    let k0s = PlanCommandK0sUpdateStatus {
+        controllers: vec![target("c1", &[])],
+        workers: vec![target("w1", &[]), target("w2", &[])],
+    };
+    let commands = vec![
+        PlanCommandStatus {
+            id: 0,
+            frozen: Some(spec.commands[0].clone()),
+            k0supdate: Some(k0s),
+            ..PlanCommandStatus::default()
+        },
+        PlanCommandStatus {
+            id: 1,
+            frozen: Some(spec.commands[1].clone()),
+            airgapupdate: Some(PlanCommandAirgapUpdateStatus { workers: vec![target("w1", &[])] }),
+            ..PlanCommandStatus::default()
+        },
+        PlanCommandStatus {
+            id: 2,
+            frozen: Some(spec.commands[2].clone()),
+            preflight: Some(PlanCommandPreflightStatus {
+                workers: vec![target("w1", &["port"])],
+                ..PlanCommandPreflightStatus::default()
+            }),
+            ..PlanCommandStatus::default()
+        },
+    ];
+    let mut plan = Plan::new("autopilot", spec);
+    plan.status = Some(PlanStatus {
+        run_id: Some(RUN.into()),
+        plan_id: Some("id123".into()),
+        commands,
+        ..PlanStatus::default()
+    });
+    plan
+}
+
+fn k0s_to(url: &str) -> SignalData {
+    k0s_signal("id123", V2, url, &sha('a')).in_run(RUN)
+}
+
+fn worker(name: &str) -> Node<'_> {
+    Node { name, role: Role::Worker, platform: Some("linux-amd64") }
+}
+
+fn check(signal: &SignalData, node: Node<'_>) -> Result<(), String> {
+    authorize(Some(&plan()), signal, node)
+}
+
+fn refusal(signal: &SignalData, node: Node<'_>) -> String {
+    let refusal = check(signal, node).expect_err("must be refused");
+    assert!(refusal.starts_with("refused: "), "{refusal}");
+    refusal
+}
+
+#[test]
+fn the_signal_the_leader_writes_is_authorized() {
+    assert_eq!(check(&k0s_to(AMD64), worker("w1")), Ok(()));
+    assert_eq!(check(&k0s_to(AMD64), worker("w2")), Ok(()));
+    let controller = Node { name: "c1", role: Role::Controller, platform: Some("linux-amd64") };
+    assert_eq!(check(&k0s_to(AMD64), controller), Ok(()));
+    // The digest is compared without regard to case.
+    let upper = k0s_signal("id123", V2, AMD64, &sha('A')).in_run(RUN);
+    assert_eq!(check(&upper, worker("w1")), Ok(()));
+}
+
+#[test]
+fn a_signal_without_a_run_or_with_another_run_is_refused() {
+    let no_run = k0s_signal("id123", V2, AMD64, &sha('a'));
+    assert!(refusal(&no_run, worker("w1")).contains("names no plan run"));
+    let other = k0s_signal("id123", V2, AMD64, &sha('a')).in_run("uid-1/1");
+    let reason = refusal(&other, worker("w1"));
+    assert!(
+        reason.contains("run uid-1/1 is not the current run of Plan autopilot (uid-1/2)"),
+        "{reason}"
+    );
+    let reason = authorize(None, &k0s_to(AMD64), worker("w1")).unwrap_err();
+    assert_eq!(reason, "refused: Plan autopilot does not exist");
+    let mut not_started = plan();
+    not_started.status = None;
+    let reason = authorize(Some(&not_started), &k0s_to(AMD64), worker("w1")).unwrap_err();
+    assert!(reason.contains("(none)"), "{reason}");
+}
+
+#[test]
+fn a_signal_with_another_plan_id_or_command_is_refused() {
+    let other_id = k0s_signal("id999", V2, AMD64, &sha('a')).in_run(RUN);
+    assert!(refusal(&other_id, worker("w1")).contains("planId \"id999\""));
+    let mut no_command = k0s_to(AMD64);
+    no_command.command.id = 7;
+    assert!(refusal(&no_command, worker("w1")).contains("run uid-1/2 has no command 7"));
+    // Command 1 is the airgap update: a k0s update at its index is another kind.
+    let mut wrong_kind = k0s_to(AMD64);
+    wrong_kind.command.id = 1;
+    let reason = refusal(&wrong_kind, worker("w1"));
+    assert!(
+        reason.contains("command 1 of run uid-1/2: it is airgapupdate, not k0supdate"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn every_payload_field_must_be_the_frozen_commands() {
+    let reason = refusal(&k0s_to("http://evil.example/k0s"), worker("w1"));
+    assert!(
+        reason.contains("url \"http://evil.example/k0s\" is not the Plan's for linux-amd64"),
+        "{reason}"
+    );
+    // Another platform's payload is refused on a node that knows its platform …
+    assert!(refusal(&k0s_to(ARM64), worker("w1")).contains("is not the Plan's for linux-amd64"));
+    // … and accepted by a checker that does not (the leader).
+    let anywhere = Node { platform: None, ..worker("w1") };
+    assert_eq!(check(&k0s_to(ARM64), anywhere), Ok(()));
+    assert!(
+        refusal(&k0s_to("https://evil.example/k0s"), anywhere)
+            .contains("none of the Plan's payloads")
+    );
+    let unknown = Node { platform: Some("linux-riscv64"), ..worker("w1") };
+    assert!(
+        refusal(&k0s_to(AMD64), unknown)
+            .contains("no payload for this node's platform linux-riscv64")
+    );
+    let other_digest = k0s_signal("id123", V2, AMD64, &sha('b')).in_run(RUN);
+    assert!(refusal(&other_digest, worker("w1")).contains("sha256"));
+    let no_digest = k0s_signal("id123", V2, AMD64, "").in_run(RUN);
+    assert!(refusal(&no_digest, worker("w1")).contains("sha256 \"\""));
+    let other_version = k0s_signal("id123", "v9.9.9+k0s.0", AMD64, &sha('a')).in_run(RUN);
+    assert!(
+        refusal(&other_version, worker("w1"))
+            .contains("version is \"v9.9.9+k0s.0\", the Plan says")
+    );
+    let mut forced = k0s_to(AMD64);
+    forced.command.k0supdate.as_mut().unwrap().forceupdate = true;
+    assert!(refusal(&forced, worker("w1")).contains("forceupdate is true, the Plan says false"));
+}
+
+#[test]
+fn only_the_commands_targets_are_authorized() {
+    let reason = refusal(&k0s_to(AMD64), worker("w3"));
+    assert!(reason.contains("w3 is not one of its workers"), "{reason}");
+    // A worker's name in the controllers' list does not make its Node a target, and back.
+    let as_controller = Node { name: "w1", role: Role::Controller, platform: Some("linux-amd64") };
+    assert!(refusal(&k0s_to(AMD64), as_controller).contains("w1 is not one of its controllers"));
+    assert!(refusal(&k0s_to(AMD64), worker("c1")).contains("c1 is not one of its workers"));
+}
+
+#[test]
+fn airgap_signals_match_the_airgap_command_and_only_workers() {
+    let bundle = "https://example.com/bundle-linux-amd64";
+    let mut signal = airgap_signal("id123", V2, bundle, &sha('a')).in_run(RUN);
+    signal.command.id = 1;
+    assert_eq!(check(&signal, worker("w1")), Ok(()));
+    assert!(refusal(&signal, worker("w2")).contains("w2 is not one of its workers"));
+    let controller = Node { name: "w1", role: Role::Controller, platform: Some("linux-amd64") };
+    assert!(refusal(&signal, controller).contains("not one of its controllers"));
+    let mut elsewhere = signal.clone();
+    elsewhere.command.airgapupdate.as_mut().unwrap().url = "https://evil.example/b".into();
+    assert!(refusal(&elsewhere, worker("w1")).contains("url \"https://evil.example/b\""));
+}
+
+fn preflight(checks: &[&str]) -> SignalData {
+    SignalData {
+        plan_id: "id123".into(),
+        created: String::new(),
+        command: SignalCommand {
+            id: 2,
+            k0supdate: None,
+            airgapupdate: None,
+            preflight: Some(CommandPreflight {
+                checks: checks.iter().map(|&check| check.to_owned()).collect(),
+            }),
+        },
+        status: None,
+        run_id: Some(RUN.into()),
+    }
+}
+
+#[test]
+fn preflight_signals_name_only_the_nodes_own_checks() {
+    assert_eq!(check(&preflight(&["port"]), worker("w1")), Ok(()));
+    let reason = refusal(&preflight(&["port", "exec-anything"]), worker("w1"));
+    assert!(reason.contains("check \"exec-anything\" is not one of w1's checks"), "{reason}");
+    assert!(refusal(&preflight(&["port"]), worker("w2")).contains("w2 is not one of its workers"));
+    let mut at_update = preflight(&["port"]);
+    at_update.command.id = 0;
+    assert!(refusal(&at_update, worker("w1")).contains("it is k0supdate, not preflight"));
+}
+
+#[test]
+fn a_command_of_no_kind_or_several_kinds_is_refused() {
+    let mut empty = k0s_to(AMD64);
+    empty.command.k0supdate = None;
+    assert!(refusal(&empty, worker("w1")).contains("not exactly one of"));
+    let mut both = k0s_to(AMD64);
+    both.command.preflight = Some(CommandPreflight { checks: vec![] });
+    assert!(refusal(&both, worker("w1")).contains("not exactly one of"));
+}
+
+#[test]
+fn plain_http_without_a_digest_is_unverified() {
+    assert!(unverified("http://127.0.0.1/k0s", "").is_some_and(|r| r.starts_with("refused: ")));
+    assert!(unverified("http://127.0.0.1/k0s", "  ").is_some());
+    assert_eq!(unverified("http://127.0.0.1/k0s", &sha('a')), None);
+    assert_eq!(unverified("https://example.com/k0s", ""), None);
+}

@@ -1,0 +1,236 @@
+//! Forged signals (DESIGN §14): someone who may only patch Nodes writes update signals on
+//! workers, with the real control plane, the real leader and real node agents. A signal is a
+//! pointer, not an authorization: the agents compare each one with the frozen command of the
+//! Plan run it names, and the leader drains only for signals of the Plan's run that match.
+//!
+//! One cluster: a controller with its agent; worker-0 and worker-1 with agents; worker-2
+//! without one (a Plan that targets it stays in progress, so its run is current while the
+//! forgeries are written). The forger (user `node-patcher`, rights: get/list/watch/patch
+//! Nodes, nothing else) writes in turn:
+//!
+//! - (a) with no Plan at all: a plain-http, sha-less update signal naming no run, on
+//!   worker-0, and the same signal already in `Cordoning` on worker-1;
+//! - (b) with a Plan running: a copy of the Plan's own signal for worker-2 on worker-0 (not
+//!   a target), the same with the URL swapped on worker-1, and the copy in `Cordoning` on
+//!   worker-1.
+//!
+//! Each is answered `Failed` with a `refused: …` (agent) or `not drained: …` (leader) reason
+//! within [`ANSWERED`]; no request reaches either payload server; the workers keep their
+//! process and binary; no Node is ever cordoned (a watch on the Nodes records every change).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use autopilot_api::signal::{
+    self, CommandK0sUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
+};
+use autopilot_api::v1beta2::PlanStateType;
+use futures::StreamExt as _;
+use integration::http::FileServer;
+use integration::{ClusterBuilder, wait_for};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use serde_json::json;
+
+use crate::support::*;
+
+/// How long a forged signal may stay unanswered.
+const ANSWERED: Duration = Duration::from_secs(60);
+
+/// The forger's user name.
+const FORGER: &str = "node-patcher";
+
+/// Grants [`FORGER`] get, list, watch and patch on Nodes, and nothing else.
+async fn grant_node_patching(admin: &kube::Client) {
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": FORGER },
+        "rules": [{ "apiGroups": [""], "resources": ["nodes"],
+                    "verbs": ["get", "list", "watch", "patch"] }],
+    }))
+    .expect("a valid ClusterRole");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": FORGER },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FORGER },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": FORGER }],
+    }))
+    .expect("a valid ClusterRoleBinding");
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("creating the forger's ClusterRole");
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding the forger's ClusterRole");
+}
+
+/// Writes `data` as the signal on Node `name`, as the forger.
+async fn forge(forger: &kube::Client, name: &str, data: &SignalData) {
+    let nodes: Api<Node> = Api::all(forger.clone());
+    let patch = json!({ "metadata": { "annotations": signal::to_annotations(data) } });
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("the forger patches Node {name}: {e}"));
+}
+
+/// A k0s update signal to [`V2`] from `url` without sha256 or run, as k0s writes them.
+fn unmarked(url: &str) -> SignalData {
+    SignalData {
+        plan_id: "forged".to_owned(),
+        created: signal::format_timestamp(jiff::Timestamp::now()),
+        command: SignalCommand {
+            id: 0,
+            k0supdate: Some(CommandK0sUpdate {
+                url: url.to_owned(),
+                version: V2.to_owned(),
+                sha256: String::new(),
+                forceupdate: true,
+            }),
+            airgapupdate: None,
+            preflight: None,
+        },
+        status: None,
+        run_id: None,
+    }
+}
+
+/// `data` as the node would show it in `Cordoning` (the phase the leader drains in).
+fn cordoning(data: SignalData) -> SignalData {
+    data.with_status(SignalStatus::new(SignalPhase::Cordoning, jiff::Timestamp::now()))
+}
+
+/// Waits until Node `name`'s signal (the one with `created`) is `Failed`; returns its reason.
+async fn failed_reason(client: &kube::Client, name: &str, created: &str) -> String {
+    wait_for(ANSWERED, &format!("the forged signal on {name} to be answered Failed"), || async {
+        let Some(data) = node_signal(client, name).await? else { return Ok(None) };
+        Ok((data.created == created && data.phase() == Some(SignalPhase::Failed))
+            .then(|| data.status.and_then(|s| s.reason).unwrap_or_default()))
+    })
+    .await
+    .expect("the forged signal is answered")
+}
+
+fn assert_refused(reason: &str, because: &str) {
+    assert!(
+        (reason.starts_with("refused: ") || reason.starts_with("not drained: "))
+            && reason.contains(because),
+        "{reason:?} should refuse because {because:?}"
+    );
+}
+
+#[tokio::test]
+async fn forged_signals_are_refused_and_nothing_is_fetched_or_cordoned() {
+    let (v2_bytes, v2_sha) = v2_build();
+    let evil = FileServer::start(v2_bytes.clone()).await.unwrap();
+    let evil_url = format!("{}/k0s", evil.base_url());
+    let payloads = FileServer::start(v2_bytes).await.unwrap();
+
+    let cluster = ClusterBuilder::new("security-signal-forgery")
+        .controllers(1)
+        .workers(&["worker-0", "worker-1", "worker-2"])
+        .build()
+        .await
+        .unwrap();
+    let admin = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let workers = start_workers_with_agents(&cluster, &["worker-0", "worker-1"]).await.unwrap();
+    let _held = start_workers_with_agents_and(&cluster, &["worker-2"], &[NO_AGENT]).await.unwrap();
+    let before: Vec<Before> = workers.iter().map(Before::of).collect();
+
+    // Every change of every Node is looked at: none may ever be unschedulable.
+    let cordoned = Arc::new(AtomicBool::new(false));
+    let watch = tokio::spawn({
+        let nodes: Api<Node> = Api::all(admin.clone());
+        let cordoned = Arc::clone(&cordoned);
+        async move {
+            let mut events = watcher(nodes, watcher::Config::default()).applied_objects().boxed();
+            while let Some(event) = events.next().await {
+                if let Ok(node) = event
+                    && node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true)
+                {
+                    cordoned.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+    });
+
+    grant_node_patching(&admin).await;
+    let forger = cluster.client_as(FORGER, &["system:authenticated"]).await.unwrap();
+    wait_for(Duration::from_secs(30), "the forger's rights to take effect", || async {
+        let nodes: Api<Node> = Api::all(forger.clone());
+        Ok(nodes.get("worker-0").await.ok())
+    })
+    .await
+    .unwrap();
+    // The forger can do nothing else: not even read the Plan.
+    let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(forger.clone());
+    let denied = plans.get_opt("autopilot").await.expect_err("the forger may not read Plans");
+    assert!(matches!(denied, kube::Error::Api(ref r) if r.code == 403), "{denied}");
+
+    // (a) No Plan: an unverified update naming no run, fresh and already in Cordoning.
+    let fresh = unmarked(&evil_url);
+    forge(&forger, "worker-0", &fresh).await;
+    let reason = failed_reason(&admin, "worker-0", &fresh.created).await;
+    assert_refused(&reason, "names no plan run");
+    let at_drain = cordoning(unmarked(&evil_url));
+    forge(&forger, "worker-1", &at_drain).await;
+    let reason = failed_reason(&admin, "worker-1", &at_drain.created).await;
+    assert_refused(&reason, "names no plan run");
+
+    // (b) A Plan runs (its only target, worker-2, has no agent: it stays in progress).
+    let update =
+        update_to(V2, payloads.base_url(), &v2_sha, None, Some(static_nodes(&["worker-2"], 1)));
+    create_plan(&admin, &plan("autopilot", "held", vec![k0s_command(update)])).await.unwrap();
+    let real = wait_for(PLAN_TIMEOUT, "the Plan's signal on worker-2", || async {
+        node_signal(&admin, "worker-2").await
+    })
+    .await
+    .unwrap();
+    assert!(real.run_id.is_some(), "the Plan's own signal names its run");
+    // Its exact copy on a node that is not a target.
+    let copy =
+        SignalData { created: signal::format_timestamp(jiff::Timestamp::now()), ..real.clone() };
+    forge(&forger, "worker-0", &copy).await;
+    let reason = failed_reason(&admin, "worker-0", &copy.created).await;
+    assert_refused(&reason, "worker-0 is not one of its workers");
+    // The copy with the URL swapped.
+    let mut swapped =
+        SignalData { created: signal::format_timestamp(jiff::Timestamp::now()), ..real.clone() };
+    swapped.command.k0supdate.as_mut().unwrap().url.clone_from(&evil_url);
+    forge(&forger, "worker-1", &swapped).await;
+    let reason = failed_reason(&admin, "worker-1", &swapped.created).await;
+    assert_refused(&reason, &format!("url {evil_url:?}"));
+    // The copy in Cordoning, where the leader would drain.
+    let copy_at_drain = cordoning(SignalData {
+        created: signal::format_timestamp(jiff::Timestamp::now()),
+        ..real.clone()
+    });
+    forge(&forger, "worker-1", &copy_at_drain).await;
+    let reason = failed_reason(&admin, "worker-1", &copy_at_drain.created).await;
+    assert_refused(&reason, "worker-1 is not one of its workers");
+
+    // Nothing was fetched, nothing cordoned, the workers untouched; the Plan still runs.
+    assert_eq!(evil.requests(), 0, "no request reached the forger's server");
+    assert_eq!(payloads.requests(), 0, "no request reached the Plan's payload server");
+    for (worker, before) in workers.iter().zip(&before) {
+        before.assert_untouched(worker, "after the forgeries");
+    }
+    for name in ["worker-0", "worker-1", "worker-2"] {
+        assert_eq!(node_cordon(&admin, name).await.unwrap(), (false, false), "{name}");
+    }
+    assert!(!cordoned.load(Ordering::SeqCst), "a Node was cordoned at some point");
+    let plan =
+        Api::<autopilot_api::v1beta2::Plan>::all(admin.clone()).get("autopilot").await.unwrap();
+    assert!(
+        matches!(state(&plan), PlanStateType::Schedulable | PlanStateType::SchedulableWait),
+        "the Plan still runs, waiting for worker-2:\n{}",
+        status_yaml(&plan)
+    );
+    watch.abort();
+    delete_plan(&admin).await;
+}
