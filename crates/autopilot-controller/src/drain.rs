@@ -301,11 +301,7 @@ async fn on_blocked<K: SignalObject>(
     if fresh_data.plan_id != data.plan_id || fresh_data.created != data.created {
         return Ok(Action::await_change());
     }
-    let cordoning_since = fresh_data
-        .status
-        .as_ref()
-        .filter(|status| status.status == SignalPhase::Cordoning)
-        .and_then(|status| status.timestamp.parse::<jiff::Timestamp>().ok());
+    let cordoning_since = cordoning_seen::<K>(&ctx.client, name, &fresh_data).await?;
     let now = jiff::Timestamp::now();
     match cordon::blocked(node, blocked, cordoning_since, now, ctx.drain_timeout, delay) {
         Blocked::Fail(reason) => {
@@ -320,6 +316,44 @@ async fn on_blocked<K: SignalObject>(
             Ok(Action::requeue(delay))
         }
     }
+}
+
+/// When the leader first saw the node of object `name` in `Cordoning` for the signal `data`:
+/// the `lastUpdatedTimestamp` of its target in the Plan's status, which the engine sets on
+/// its own clock when it reads the phase back (DESIGN §14). A node's own timestamp never
+/// counts: one dated in the future would hold the drain for ever. `None` while the Plan does
+/// not show the node in `Cordoning` for this run (yet).
+async fn cordoning_seen<K: SignalObject>(
+    client: &kube::Client,
+    name: &str,
+    data: &SignalData,
+) -> Result<Option<jiff::Timestamp>, Error> {
+    if data.phase() != Some(SignalPhase::Cordoning) {
+        return Ok(None);
+    }
+    let plans: Api<Plan> = Api::all(client.clone());
+    let plan = plans
+        .get_opt(keys::PLAN_NAME)
+        .await
+        .map_err(api(format!("reading Plan {}", keys::PLAN_NAME)))?;
+    let Some(status) = plan.and_then(|plan| plan.status) else { return Ok(None) };
+    if status.run_id.is_none() || status.run_id != data.run_id {
+        return Ok(None);
+    }
+    let Some(command) = status.commands.iter().find(|command| command.id == data.command.id) else {
+        return Ok(None);
+    };
+    let controller = K::kind(&()) == "ControlNode";
+    let targets = match (&command.k0supdate, &command.airgapupdate) {
+        (Some(k0s), _) if controller => &k0s.controllers,
+        (Some(k0s), _) => &k0s.workers,
+        (None, Some(airgap)) => &airgap.workers,
+        (None, None) => return Ok(None),
+    };
+    Ok(targets
+        .iter()
+        .find(|target| target.name == name && target.phase == Some(SignalPhase::Cordoning))
+        .map(|target| target.last_updated_timestamp.0))
 }
 
 /// A failed API request is retried on the short capped backoff of the watches, not on the

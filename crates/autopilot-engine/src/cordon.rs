@@ -233,7 +233,8 @@ pub enum Blocked {
 }
 
 /// Decide about a drain of `node` whose evictions were refused (`blocked` says by what).
-/// `cordoning_since` is when the node's signal entered `Cordoning` (if it says so readably),
+/// `cordoning_since` is when the leader first saw the node in `Cordoning` (its own clock, as
+/// the Plan status keeps it; `None` until the status shows it),
 /// `backoff` the shell's next retry delay for this object.
 pub fn blocked(
     node: &str,
@@ -261,7 +262,8 @@ enum DrainDeadline {
     Over,
     /// Time left before the drain times out.
     In(Duration),
-    /// The node's `Cordoning` status has no readable timestamp: the drain never times out.
+    /// The Plan status does not show when the leader saw the node enter `Cordoning` yet: the
+    /// drain does not time out on this pass (the node's progress deadline still holds).
     Unknown,
 }
 

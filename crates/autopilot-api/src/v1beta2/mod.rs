@@ -15,7 +15,7 @@ mod tests;
 pub use control_node::{ControlNode, ControlNodeStatus};
 pub use grouped::{GROUP_ABOVE, TargetGroup};
 pub use plan::{
-    CommandState, Concurrency, Plan, PlanCommand, PlanCommandAirgapUpdate,
+    CommandState, Concurrency, EarlierRunSignal, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
     PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
     PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,

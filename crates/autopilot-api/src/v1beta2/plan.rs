@@ -437,6 +437,31 @@ pub struct PlanCommandStatus {
     /// `InconsistentTargets` once this is older than the controller's readiness grace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_ready_since: Option<Time>,
+
+    /// Workers found still working on a signal of an earlier run of this Plan, each with
+    /// when the leader first saw it in its phase: such a signal takes a slot of the
+    /// workers' concurrency until it ends or shows no progress for the progress deadline.
+    /// At most as many entries as the command's concurrency.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_runs: Vec<EarlierRunSignal>,
+}
+
+/// A worker seen working on a signal of an earlier run of the same Plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EarlierRunSignal {
+    /// The worker's name.
+    pub name: String,
+
+    /// The earlier run the signal belongs to.
+    pub run_id: String,
+
+    /// The signal's phase when last seen (absent: not answered yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<SignalPhase>,
+
+    /// When the leader first saw the signal in that phase (its own clock, never the node's).
+    pub since: Time,
 }
 
 /// Per-node progress of a `k0supdate` command. Stored grouped when a list is long (see

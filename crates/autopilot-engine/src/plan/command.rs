@@ -327,6 +327,13 @@ pub(super) struct RunIdentity {
 }
 
 impl RunIdentity {
+    /// Whether `run` is an earlier run of the Plan this run belongs to: the same object
+    /// (`<uid>/<generation>`, the uid before the last `/`), another generation.
+    pub(super) fn earlier_of_this_plan(&self, run: &str) -> bool {
+        let plan = |run: &str| run.rsplit_once('/').map(|(uid, _)| uid.to_owned());
+        run != self.run_id && plan(run).is_some() && plan(run) == plan(&self.run_id)
+    }
+
     /// The signal on `object` if it is this run's signal for command `index` of `command`'s
     /// kind: plan id, run id, command index and kind all match. Anything else (another plan,
     /// an earlier run with the same `spec.id`, another command) is not this run's.

@@ -7,7 +7,9 @@
 //! time, Ready nodes only (k0s), in name order.
 
 use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus, format_timestamp};
-use autopilot_api::v1beta2::{PlanStateType, PlanStatus, TargetState, TargetStatus};
+use autopilot_api::v1beta2::{
+    EarlierRunSignal, PlanStateType, PlanStatus, TargetState, TargetStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use autopilot_api::{duration, keys};
@@ -294,7 +296,8 @@ impl CommandPass<'_, '_> {
             self.status.state = PlanStateType::SchedulableWait;
             return Decided::Done(Outcome::Running);
         }
-        let earlier = self.earlier_in_flight(Group::Controllers);
+        let room = controllers.len();
+        let earlier = self.earlier_in_flight(Group::Controllers, room);
         if !earlier.is_empty() {
             self.hold_for_earlier_run(&earlier);
             return Decided::Done(Outcome::Running);
@@ -475,42 +478,70 @@ impl CommandPass<'_, '_> {
         Some(Outcome::Running)
     }
 
-    /// Every object of `group`'s kind still working on another run's (or plan's, or
-    /// command's) signal: it counts against the limits like one of this run's nodes. A
-    /// signal counts while its node made progress (answered, or was signalled) within the
-    /// command's progress deadline, so an abandoned one holds nothing for longer than that;
-    /// the pass is requeued for when the first one stops counting.
-    fn earlier_in_flight(&mut self, group: Group) -> Vec<EarlierSignal> {
+    /// Every object of `group`'s kind still working on another signal this Plan wrote (an
+    /// earlier run's, or this run's for another command): it counts against the limits like one of this run's nodes. Only runs this Plan
+    /// wrote count (DESIGN §14: a signal that names no run, or another Plan's run, is not
+    /// ours and holds nothing), and at most `room` of them are looked at: no more can hold
+    /// the command, and the status keeps one entry for each (`earlierRuns`). A signal
+    /// counts while it shows progress within the command's progress deadline, measured from
+    /// when the leader first saw it in its phase (kept in the status, so a new leader goes
+    /// on from there), never from a node's timestamp; so an abandoned or future-dated one
+    /// holds nothing for longer than the deadline. The pass is requeued for when the first
+    /// one stops counting.
+    fn earlier_in_flight(&mut self, group: Group, room: usize) -> Vec<EarlierSignal> {
         let (inputs, command) = (self.inputs, self.command);
         let index = self.status.id;
         let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
-        let mut found = Vec::new();
+        let previous = std::mem::take(&mut self.status.earlier_runs);
+        let seen_before = |name: &str, run: &str, phase: Option<SignalPhase>| {
+            previous.iter().find(|e| e.name == name && e.run_id == run && e.phase == phase)
+        };
+        let mut candidates = Vec::new();
         for (name, object) in inputs.objects(command.object_kind(group)) {
             if self.run.signal_on(object, index, command).is_some() {
                 continue;
             }
             let ObservedSignal::Valid(data) = &object.signal else { continue };
-            let (phase, since) = match data.status.as_ref() {
-                None => ("no answer yet", data.created.parse::<Timestamp>().ok()),
-                Some(node) => match node.status {
+            // This run's signal of another command, or an earlier run's: signals this Plan wrote.
+            let ours = |run: &&str| *run == self.run.run_id || self.run.earlier_of_this_plan(run);
+            let Some(run) = data.run_id.as_deref().filter(ours) else {
+                continue;
+            };
+            let phase = data.status.as_ref().map(|node| node.status);
+            match phase {
+                None
+                | Some(
                     SignalPhase::Downloading
                     | SignalPhase::Cordoning
                     | SignalPhase::ApplyingUpdate
                     | SignalPhase::Restarting
-                    | SignalPhase::Uncordoning => {
-                        (node.status.as_str(), node.timestamp.parse::<Timestamp>().ok())
-                    }
-                    SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload => {
-                        continue;
-                    }
-                },
-            };
-            // A signal without a readable time cannot be aged: it does not hold the plan.
-            let Some(since) = since else { continue };
-            let remaining = jiff::SignedDuration::try_from(deadline)
-                .ok()
-                .and_then(|deadline| deadline.checked_sub(inputs.now.duration_since(since)));
+                    | SignalPhase::Uncordoning,
+                ) => {}
+                Some(
+                    SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload,
+                ) => {
+                    continue;
+                }
+            }
+            let since = seen_before(name, run, phase).map(|e| e.since.clone());
+            candidates.push(EarlierRunSignal {
+                name: name.clone(),
+                run_id: run.to_owned(),
+                phase,
+                since: since.unwrap_or(Time(inputs.stamp)),
+            });
+        }
+        // The ones already being aged keep their place (a newcomer earlier by name must not
+        // push one out and have its age start again later).
+        candidates.sort_by_key(|e| seen_before(&e.name, &e.run_id, e.phase).is_none());
+        candidates.truncate(room.max(1));
+        let mut found = Vec::new();
+        for entry in &candidates {
+            let remaining = jiff::SignedDuration::try_from(deadline).ok().and_then(|deadline| {
+                deadline.checked_sub(inputs.now.duration_since(entry.since.0))
+            });
             match remaining {
+                // Aged out: kept in the status (so its age does not start again), not counted.
                 Some(remaining) if !remaining.is_positive() => continue,
                 Some(remaining) => {
                     if let Ok(remaining) = std::time::Duration::try_from(remaining) {
@@ -519,8 +550,11 @@ impl CommandPass<'_, '_> {
                 }
                 None => {}
             }
-            found.push(EarlierSignal { name: name.clone(), phase });
+            let phase = entry.phase.map_or("no answer yet", SignalPhase::as_str);
+            found.push(EarlierSignal { name: entry.name.clone(), phase });
         }
+        candidates.sort_by(|a, b| a.name.cmp(&b.name));
+        self.status.earlier_runs = candidates;
         found
     }
 
@@ -543,10 +577,10 @@ impl CommandPass<'_, '_> {
     /// progress deadline, and ask for a pass when the earliest remaining deadline is due (a
     /// stuck node sends no event).
     ///
-    /// Progress is the node's signal status changing phase: the clock starts at the status
-    /// timestamp the node (or the leader's drain) wrote with its current phase, and at the
-    /// target's `lastUpdatedTimestamp` (when it was signalled) before the node answered. The
-    /// later of the two counts, so a node clock running behind cannot shorten the deadline.
+    /// Progress is the node's signal status changing phase: the clock starts at the target's
+    /// `lastUpdatedTimestamp`, the leader's time when it signalled the node or first saw its
+    /// current phase ([`read_back`]). A node's own timestamp counts for nothing: one dated in
+    /// the future cannot hold the plan, one in the past cannot fail the node early.
     /// A failed node's signal gets the status `Failed` with the same reason, so the node
     /// stops and an autopilot cordon is undone as for any other failure.
     fn enforce_progress_deadline(&mut self) {
@@ -561,12 +595,7 @@ impl CommandPass<'_, '_> {
                 let signal =
                     objects.get(&target.name).and_then(|o| run.signal_on(o, index, command));
                 let node_status = signal.and_then(|signal| signal.status.as_ref());
-                let answered_at =
-                    node_status.and_then(|status| status.timestamp.parse::<jiff::Timestamp>().ok());
-                let since = answered_at.map_or(target.last_updated_timestamp.0, |at| {
-                    at.max(target.last_updated_timestamp.0)
-                });
-                let elapsed = inputs.now.duration_since(since);
+                let elapsed = inputs.now.duration_since(target.last_updated_timestamp.0);
                 // A deadline too long to represent never runs out.
                 let remaining = jiff::SignedDuration::try_from(deadline)
                     .ok()
@@ -663,10 +692,10 @@ impl CommandPass<'_, '_> {
     fn signal_workers(&mut self, only: Option<&[String]>) -> Decided {
         let command = self.command;
         let objects = self.inputs.objects(command.object_kind(Group::Workers));
-        let earlier = self.earlier_in_flight(Group::Workers);
+        let limit = command.worker_concurrency(targets(self.status, command, Group::Workers).len());
+        let earlier = self.earlier_in_flight(Group::Workers, limit);
         let workers = targets(self.status, command, Group::Workers);
         let sent = workers.iter().filter(|t| t.state == TargetState::SignalSent).count();
-        let limit = command.worker_concurrency(workers.len());
         let mut free = limit.saturating_sub(sent + earlier.len());
         let mut pending: Vec<&str> = workers
             .iter()
@@ -819,8 +848,9 @@ pub(super) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
 }
 
 /// Apply what a node reports on this run's signal (phase, and the reason the node gives).
-/// Changing only the phase or reason does not touch `lastUpdatedTimestamp`; changing the
-/// state does.
+/// A new phase or state sets `lastUpdatedTimestamp` to this pass's time: the leader's own
+/// clock says when it first saw the node in that phase (DESIGN §14), never the node's
+/// timestamp, and the Plan status keeps it for the next leader. A new reason alone does not.
 fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>) {
     // Crash safety: the node carries this run's signal, so it was signalled even if the
     // status that said so was lost. It never gets a second signal.
@@ -831,6 +861,7 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
     let phase = node_status.status;
     if target.phase != Some(phase) {
         target.phase = Some(phase);
+        target.last_updated_timestamp = Time(inputs.stamp);
     }
     match phase {
         SignalPhase::Completed => {

@@ -109,20 +109,49 @@ fn an_in_flight_controller_is_held_to_the_progress_deadline() {
     );
 }
 
+/// The signal on `w1` in `phase`, with the node's timestamp set to `at`.
+fn dated(sim: &Sim, phase: SignalPhase, at: jiff::Timestamp) -> autopilot_api::signal::SignalData {
+    let mut signal = run_signal(&sim.plan, 0, Some(phase));
+    signal.created = sim.cluster.signal(Node, "w1").expect("signalled").created.clone();
+    signal.status.as_mut().expect("a status").timestamp =
+        autopilot_api::signal::format_timestamp(at);
+    signal
+}
+
 #[test]
 fn a_node_clock_behind_does_not_shorten_the_deadline() {
     let mut sim = one_airgap_worker();
     sim.cluster(|c| c.later(minutes(30)));
     sim.pass();
-    // The node writes its phase with a timestamp half an hour in the past.
-    let mut stale = run_signal(&sim.plan, 0, Some(SignalPhase::Downloading));
-    stale.created = sim.cluster.signal(Node, "w1").expect("signalled").created.clone();
+    // The node writes its phase with a timestamp an hour in the past; the leader sees it
+    // 14 minutes after the signal.
+    let stale = dated(&sim, SignalPhase::Downloading, start());
     sim.cluster(|c| c.with_signal(Node, "w1", stale).later(minutes(14)));
     sim.pass();
+    // The deadline runs from when the leader saw the phase, not from the node's time.
+    sim.cluster(|c| c.later(minutes(15) - Duration::from_secs(1)));
+    sim.pass();
     assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalSent);
-    sim.cluster(|c| c.later(minutes(1)));
+    sim.cluster(|c| c.later(Duration::from_secs(1)));
     sim.pass();
     assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalApplyFailed);
+}
+
+#[test]
+fn a_node_clock_ahead_does_not_hold_the_plan() {
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    // The node dates its phase in the year 2999.
+    let future: jiff::Timestamp = "2999-01-01T00:00:00Z".parse().expect("a timestamp");
+    let ahead = dated(&sim, SignalPhase::Downloading, future);
+    sim.cluster(|c| c.with_signal(Node, "w1", ahead).later(minutes(1)));
+    let t = sim.pass();
+    assert_eq!(t.requeue, Requeue::After(minutes(15)), "woken up at the leader's deadline");
+    sim.cluster(|c| c.later(minutes(15)));
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalApplyFailed);
+    assert_eq!(target.reason.as_deref(), Some("no progress in Downloading for 15m"));
 }
 
 #[test]

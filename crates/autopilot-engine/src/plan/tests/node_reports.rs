@@ -74,18 +74,21 @@ fn a_failure_without_a_reason_gets_one_naming_the_phase() {
 }
 
 #[test]
-fn a_new_phase_alone_does_not_touch_the_timestamp() {
+fn a_new_phase_is_timed_by_the_leaders_clock() {
     let mut sim = one_airgap_worker();
     sim.pass();
     let signalled_at = sim.plan.target(0, "w1").last_updated_timestamp.clone();
+    // The node's own timestamp (the start) counts for nothing: the pass's time does.
     sim.cluster(|c| c.later(minutes(2)).reports(Node, "w1", SignalPhase::Downloading));
     let t = sim.pass();
+    let seen = sim.plan.target(0, "w1").last_updated_timestamp.clone();
     assert_eq!(sim.plan.target(0, "w1").phase, Some(SignalPhase::Downloading));
-    assert_eq!(sim.plan.target(0, "w1").last_updated_timestamp, signalled_at);
+    assert_eq!(seen.0.duration_since(signalled_at.0), jiff::SignedDuration::from_mins(2));
     assert!(events(&t).is_empty(), "a phase change is not a state change");
-    sim.cluster(|c| c.later(minutes(2)).reports(Node, "w1", SignalPhase::Completed));
+    // The same phase seen again later keeps the time it was first seen.
+    sim.cluster(|c| c.later(minutes(3)));
     sim.pass();
-    assert_ne!(sim.plan.target(0, "w1").last_updated_timestamp, signalled_at);
+    assert_eq!(sim.plan.target(0, "w1").last_updated_timestamp, seen);
 }
 
 #[test]

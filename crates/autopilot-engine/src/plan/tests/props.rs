@@ -391,39 +391,34 @@ fn act(sim: &mut Sim, action: &Action) {
 fn earlier_run_signal(now: jiff::Timestamp) -> SignalData {
     airgap_signal("earlier", "v1.35.0+k0s.0", "https://example.invalid/bundle", "")
         .created(&autopilot_api::signal::format_timestamp(now))
-        .in_run("earlier/1")
+        .in_run(&format!("{UID}/0"))
 }
 
 // === Invariants ===
 
-/// Objects of `kind` working on a signal that is not this run's and that made progress
-/// within the progress deadline (they count against the limits).
+/// The objects of `kind` working on a signal this Plan wrote for an earlier run (same uid,
+/// another generation), with their run and phase.
 fn earlier_in_flight(
     cluster: &ClusterFixture,
     kind: ObjectKind,
     run_id: Option<&String>,
-    deadline: Duration,
-) -> usize {
+) -> Vec<(String, String, Option<SignalPhase>)> {
+    let this_plan = |run: &str| run.starts_with(&format!("{UID}/"));
     cluster
         .objects(kind)
-        .values()
-        .filter(|object| match &object.signal {
-            ObservedSignal::Valid(data) if data.run_id.as_ref() != run_id => {
-                let since = match &data.status {
-                    None => data.created.parse::<jiff::Timestamp>().ok(),
-                    Some(status) if !status.status.is_terminal() => {
-                        status.timestamp.parse::<jiff::Timestamp>().ok()
-                    }
-                    Some(_) => None,
-                };
-                since.is_some_and(|since| {
-                    cluster.now.duration_since(since)
-                        < jiff::SignedDuration::try_from(deadline).expect("small")
-                })
+        .iter()
+        .filter_map(|(name, object)| match &object.signal {
+            ObservedSignal::Valid(data)
+                if data.run_id.as_ref() != run_id
+                    && data.run_id.as_deref().is_some_and(this_plan)
+                    && !data.status.as_ref().is_some_and(|s| s.status.is_terminal()) =>
+            {
+                let run = data.run_id.clone().unwrap_or_default();
+                Some((name.clone(), run, data.status.as_ref().map(|s| s.status)))
             }
-            ObservedSignal::Valid(_) | ObservedSignal::None | ObservedSignal::Invalid(_) => false,
+            ObservedSignal::Valid(_) | ObservedSignal::None | ObservedSignal::Invalid(_) => None,
         })
-        .count()
+        .collect()
 }
 
 fn command_of(status: &PlanCommandStatus) -> Option<Command<'_>> {
@@ -515,17 +510,34 @@ fn check_pass(
         );
         let deadline = kind.progress_timeout(sim.policy.node_progress_timeout);
         if newly_sent(command, kind, Group::Workers) > 0 {
-            let earlier = earlier_in_flight(
-                cluster,
-                kind.object_kind(Group::Workers),
-                after.run_id.as_ref(),
-                deadline,
-            );
+            let in_flight =
+                earlier_in_flight(cluster, kind.object_kind(Group::Workers), after.run_id.as_ref());
             let workers = targets(command, kind, Group::Workers);
+            let limit = kind.worker_concurrency(workers.len());
+            // Every entry kept is a signal in flight, timed on the leader's clock; when some
+            // are not kept, the entries fill the room.
+            let tracked = &command.earlier_runs;
+            for entry in tracked {
+                prop_assert!(
+                    in_flight.contains(&(entry.name.clone(), entry.run_id.clone(), entry.phase)),
+                    "{entry:?} is kept but not in flight: {after:#?}"
+                );
+                prop_assert!(entry.since.0 <= cluster.now, "{entry:?} dated after the pass");
+            }
             prop_assert!(
-                count(command, Group::Workers, TargetState::SignalSent) + earlier
-                    <= kind.worker_concurrency(workers.len()),
-                "{earlier} earlier-run node(s) in flight and the limit exceeded: {after:#?}"
+                in_flight.len() <= tracked.len() || tracked.len() >= limit,
+                "earlier-run nodes in flight left untracked with room: {after:#?}"
+            );
+            let counting = tracked
+                .iter()
+                .filter(|entry| {
+                    cluster.now.duration_since(entry.since.0)
+                        < jiff::SignedDuration::try_from(deadline).expect("small")
+                })
+                .count();
+            prop_assert!(
+                count(command, Group::Workers, TargetState::SignalSent) + counting <= limit,
+                "{counting} earlier-run node(s) in flight and the limit exceeded: {after:#?}"
             );
             // Canaries first: no other worker before every canary completed.
             if kind.canary() > 0 {

@@ -293,7 +293,7 @@ fn a_failing_canary_ends_the_plan_whatever_the_failure_budget() {
 fn earlier_signal(phase: Option<SignalPhase>, at: jiff::Timestamp) -> SignalData {
     let data = airgap_signal("id123", V, "https://example.invalid/bundle", "")
         .created(&autopilot_api::signal::format_timestamp(at))
-        .in_run("uid/0");
+        .in_run(&format!("{UID}/0"));
     match phase {
         Some(phase) => data.with_status(SignalStatus::new(phase, at)),
         None => data,
@@ -348,4 +348,41 @@ fn an_abandoned_earlier_signal_stops_counting_after_the_progress_deadline() {
     assert_eq!(t.requeue, Requeue::After(minutes(15)));
     sim.cluster(|c| c.later(minutes(15)));
     assert_eq!(names(signalled(&sim.pass())), ["w1"]);
+}
+
+#[test]
+fn a_future_dated_earlier_signal_ages_on_the_leaders_clock() {
+    let (plan, cluster) = airgap_workers(["w1", "w2"]);
+    // The node dates its signal and its phase in the year 2999.
+    let future: jiff::Timestamp = "2999-01-01T00:00:00Z".parse().expect("a timestamp");
+    let earlier = earlier_signal(Some(SignalPhase::Downloading), future);
+    let mut sim = Sim::new(plan, cluster.with_signal(Node, "w2", earlier));
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "w2 holds the only slot");
+    assert_eq!(t.requeue, Requeue::After(minutes(15)));
+    // The leader's time of first sight is kept in the status (a new leader goes on from it).
+    let kept = &sim.plan.command(0).earlier_runs;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!((kept[0].name.as_str(), kept[0].phase), ("w2", Some(SignalPhase::Downloading)));
+    assert_eq!(kept[0].since.0, sim.cluster.now);
+    sim.cluster(|c| c.later(minutes(15) - Duration::from_secs(1)));
+    assert!(signalled(&sim.pass()).is_empty());
+    sim.cluster(|c| c.later(Duration::from_secs(1)));
+    assert_eq!(names(signalled(&sim.pass())), ["w1"], "aged out after the deadline");
+    // Aged out, it stays kept (its age must not start again) but holds nothing.
+    assert_eq!(sim.plan.command(0).earlier_runs.len(), 1);
+}
+
+#[test]
+fn a_signal_the_plan_did_not_write_takes_no_slot() {
+    let (plan, cluster) = airgap_workers(["w1", "w2"]);
+    let no_run = SignalData { run_id: None, ..earlier_signal(None, cluster.now) };
+    let other_plan = earlier_signal(None, cluster.now).in_run("another-uid/7");
+    let mut sim = Sim::new(
+        plan.concurrent(2),
+        cluster.with_signal(Node, "w1", no_run).with_signal(Node, "w2", other_plan),
+    );
+    let t = sim.pass();
+    assert_eq!(names(signalled(&t)), ["w1", "w2"], "neither signal holds a slot");
+    assert!(sim.plan.command(0).earlier_runs.is_empty());
 }
