@@ -182,6 +182,13 @@ pub mod conditions {
 
     /// Reason of [`PAUSED`]: an operator paused the plan.
     pub const REASON_PAUSED_BY_OPERATOR: &str = "PausedByOperator";
+
+    /// Condition type set when the Plan status went over its size budget and per-node texts
+    /// were shortened or dropped to fit; the message says how big it was.
+    pub const STATUS_SHRUNK: &str = "StatusShrunk";
+
+    /// Reason of [`STATUS_SHRUNK`].
+    pub const REASON_OVER_SIZE_BUDGET: &str = "OverSizeBudget";
 }
 
 #[cfg(test)]

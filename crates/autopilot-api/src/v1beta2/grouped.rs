@@ -13,6 +13,11 @@
 //!
 //! A list is grouped only when its names are strictly ascending (they are: discovery sorts
 //! and deduplicates them), so reading it back in name order restores the list exactly.
+//!
+//! A preflight check's verdicts per node ([`PreflightCheckStatus`]) are stored the same way:
+//! in a long list, the nodes that passed are listed by name per status code in
+//! `groupedNodes`, without their message (a passed check needs none kept; DESIGN §14 bounds
+//! the status), and only `warn` and `error` verdicts keep one entry per node.
 
 use std::borrow::Cow;
 
@@ -22,6 +27,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::plan::{
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdateStatus, TargetState, TargetStatus,
+};
+use super::preflight::{
+    CheckStatus, PlanCommandPreflightStatus, PreflightCheckStatus, PreflightNodeStatus,
+    PreflightPodStatus,
 };
 use crate::signal::SignalPhase;
 
@@ -43,21 +52,27 @@ pub struct TargetGroup {
     /// The latest change among the group's nodes.
     pub last_updated_timestamp: Time,
 
+    /// For a `preflight` command: the ids of the checks every node of the group runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
+
     /// The nodes, by name, in ascending order.
     pub names: Vec<String>,
 }
 
-/// Whether a target carries nothing but its name, state, phase and timestamp, and is not in
-/// flight: such a target can be stored in a group.
+/// Whether a target carries nothing but its name, state, phase, checks and timestamp, and is
+/// not in flight: such a target can be stored in a group. A failed target always has a
+/// reason, unless the status budget dropped it (`autopilot_engine::plan::budget`).
 fn groupable(target: &TargetStatus) -> bool {
     let state = match target.state {
-        TargetState::SignalPending | TargetState::SignalCompleted => true,
-        TargetState::SignalSent
-        | TargetState::SignalApplyFailed
-        | TargetState::MissingPlatform
-        | TargetState::MissingSignalNode => false,
+        TargetState::SignalPending
+        | TargetState::SignalCompleted
+        | TargetState::SignalApplyFailed => true,
+        TargetState::SignalSent | TargetState::MissingPlatform | TargetState::MissingSignalNode => {
+            false
+        }
     };
-    state && target.reason.is_none() && target.checks.is_empty()
+    state && target.reason.is_none()
 }
 
 /// A target list as stored: the targets kept one by one, and the groups.
@@ -78,7 +93,9 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
             single.push(target.clone());
             continue;
         }
-        let group = groups.iter_mut().find(|g| g.state == target.state && g.phase == target.phase);
+        let group = groups.iter_mut().find(|g| {
+            g.state == target.state && g.phase == target.phase && g.checks == target.checks
+        });
         match group {
             Some(group) => {
                 group.last_updated_timestamp =
@@ -89,6 +106,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 state: target.state,
                 phase: target.phase,
                 last_updated_timestamp: target.last_updated_timestamp.clone(),
+                checks: target.checks.clone(),
                 names: vec![target.name.clone()],
             }),
         }
@@ -110,7 +128,7 @@ fn join(mut single: Vec<TargetStatus>, groups: Vec<TargetGroup>) -> Vec<TargetSt
                 last_updated_timestamp: group.last_updated_timestamp.clone(),
                 phase: group.phase,
                 reason: None,
-                checks: Vec::new(),
+                checks: group.checks.clone(),
             });
         }
     }
@@ -216,6 +234,192 @@ impl JsonSchema for PlanCommandAirgapUpdateStatus {
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         AirgapUpdateWire::json_schema(generator)
+    }
+}
+
+/// `preflight` progress as stored.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "PlanCommandPreflightStatus")]
+/// What a `preflight` command found, per check and node.
+struct PreflightWire<'a> {
+    /// The worst status of any check; absent while the checks run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<CheckStatus>,
+
+    /// Every check, in spec order.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    checks: Cow<'a, [PreflightCheckStatus]>,
+
+    /// Targeted controllers (signalled through their `ControlNode`), each with the checks it
+    /// runs; in a long list only those in flight or failed with a reason (the others are in
+    /// `groupedControllers`).
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    controllers: Cow<'a, [TargetStatus]>,
+
+    /// Targeted workers (signalled through their `Node`), each with the checks it runs; in a
+    /// long list only those in flight or failed with a reason (the others are in
+    /// `groupedWorkers`).
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    workers: Cow<'a, [TargetStatus]>,
+
+    /// When more than 50 controllers are targeted: those waiting or done, by state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    grouped_controllers: Vec<TargetGroup>,
+
+    /// When more than 50 workers are targeted: those waiting or done, by state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    grouped_workers: Vec<TargetGroup>,
+
+    /// The Pods of `scheduler` checks: one per check and node, run by the node's kubelet
+    /// (such checks signal no node).
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    pods: Cow<'a, [PreflightPodStatus]>,
+}
+
+impl Serialize for PlanCommandPreflightStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let controllers = split(&self.controllers);
+        let workers = split(&self.workers);
+        PreflightWire {
+            status: self.status,
+            checks: Cow::Borrowed(&self.checks),
+            controllers: controllers.single,
+            workers: workers.single,
+            grouped_controllers: controllers.groups,
+            grouped_workers: workers.groups,
+            pods: Cow::Borrowed(&self.pods),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for PlanCommandPreflightStatus {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = PreflightWire::deserialize(deserializer)?;
+        Ok(Self {
+            status: wire.status,
+            checks: wire.checks.into_owned(),
+            controllers: join(wire.controllers.into_owned(), wire.grouped_controllers),
+            workers: join(wire.workers.into_owned(), wire.grouped_workers),
+            pods: wire.pods.into_owned(),
+        })
+    }
+}
+
+impl JsonSchema for PlanCommandPreflightStatus {
+    fn schema_name() -> Cow<'static, str> {
+        PreflightWire::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        PreflightWire::json_schema(generator)
+    }
+}
+
+/// Nodes on which one check ended with the same status and status code and no message to
+/// keep (a passed check's is not kept), by name: a long verdict list is stored this way.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightNodeGroup {
+    /// The status of every node in the group.
+    pub status: CheckStatus,
+
+    /// The status code every node reported.
+    pub status_code: i64,
+
+    /// The nodes, by name, in ascending order.
+    pub names: Vec<String>,
+}
+
+/// A check's verdicts as stored.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "PreflightCheckStatus")]
+/// What one check found over its nodes.
+struct PreflightCheckWire<'a> {
+    /// The check's id.
+    id: Cow<'a, str>,
+
+    /// The worst status of its nodes; absent while nodes are still running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<CheckStatus>,
+
+    /// Every target node, by name; in a long list only those with a warning or an error
+    /// (the others are in `groupedNodes`).
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    nodes: Cow<'a, [PreflightNodeStatus]>,
+
+    /// When more than 50 nodes ran the check: those that passed, and those without a
+    /// message, by status and status code.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    grouped_nodes: Vec<PreflightNodeGroup>,
+}
+
+impl Serialize for PreflightCheckStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ascending = self.nodes.windows(2).all(|pair| pair[0].name < pair[1].name);
+        let (nodes, grouped_nodes) = if self.nodes.len() <= GROUP_ABOVE || !ascending {
+            (Cow::Borrowed(self.nodes.as_slice()), Vec::new())
+        } else {
+            let mut single = Vec::new();
+            let mut groups: Vec<PreflightNodeGroup> = Vec::new();
+            for node in &self.nodes {
+                // Passed (its message is not kept), or with no message to keep.
+                if node.status != CheckStatus::Success && !node.message.is_empty() {
+                    single.push(node.clone());
+                    continue;
+                }
+                let group = groups
+                    .iter_mut()
+                    .find(|g| g.status == node.status && g.status_code == node.status_code);
+                match group {
+                    Some(group) => group.names.push(node.name.clone()),
+                    None => groups.push(PreflightNodeGroup {
+                        status: node.status,
+                        status_code: node.status_code,
+                        names: vec![node.name.clone()],
+                    }),
+                }
+            }
+            (Cow::Owned(single), groups)
+        };
+        PreflightCheckWire {
+            id: Cow::Borrowed(&self.id),
+            status: self.status,
+            nodes,
+            grouped_nodes,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for PreflightCheckStatus {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = PreflightCheckWire::deserialize(deserializer)?;
+        let mut nodes = wire.nodes.into_owned();
+        if !wire.grouped_nodes.is_empty() {
+            for group in wire.grouped_nodes {
+                nodes.extend(group.names.into_iter().map(|name| PreflightNodeStatus {
+                    name,
+                    status: group.status,
+                    status_code: group.status_code,
+                    message: String::new(),
+                }));
+            }
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        Ok(Self { id: wire.id.into_owned(), status: wire.status, nodes })
+    }
+}
+
+impl JsonSchema for PreflightCheckStatus {
+    fn schema_name() -> Cow<'static, str> {
+        PreflightCheckWire::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        PreflightCheckWire::json_schema(generator)
     }
 }
 
@@ -327,5 +531,54 @@ mod tests {
             serde_json::from_slice(&serde_json::to_vec(&status).expect("serialises"))
                 .expect("reads back");
         assert_eq!(back, status);
+    }
+
+    fn verdicts(n: usize) -> PreflightCheckStatus {
+        PreflightCheckStatus {
+            id: "port".to_owned(),
+            status: Some(CheckStatus::Error),
+            nodes: (0..n)
+                .map(|i| PreflightNodeStatus {
+                    name: format!("worker-{i:04}"),
+                    status: if i % 10 == 3 { CheckStatus::Error } else { CheckStatus::Success },
+                    status_code: if i % 10 == 3 { 98 } else { 0 },
+                    message: format!("port 6443 on worker-{i:04}"),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn short_verdict_lists_keep_every_node_and_message() {
+        let check = verdicts(GROUP_ABOVE);
+        let json = serde_json::to_value(&check).expect("serialises");
+        assert_eq!(json["nodes"].as_array().map(Vec::len), Some(GROUP_ABOVE));
+        assert_eq!(json.get("groupedNodes"), None);
+        let back: PreflightCheckStatus = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, check);
+    }
+
+    #[test]
+    fn long_verdict_lists_group_passed_nodes_without_their_messages() {
+        let check = verdicts(1000);
+        let json = serde_json::to_value(&check).expect("serialises");
+        // Only the failures keep an entry (and their message).
+        assert_eq!(json["nodes"].as_array().map(Vec::len), Some(100));
+        assert_eq!(json["nodes"][0]["message"], "port 6443 on worker-0003");
+        assert_eq!(json["groupedNodes"][0]["statusCode"], 0);
+        assert_eq!(json["groupedNodes"][0]["names"].as_array().map(Vec::len), Some(900));
+        let back: PreflightCheckStatus = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back.nodes.len(), 1000);
+        let mut expected = check.clone();
+        for node in &mut expected.nodes {
+            if node.status == CheckStatus::Success {
+                node.message.clear();
+            }
+        }
+        assert_eq!(back, expected, "the same verdicts, in name order, passed ones without text");
+        // 100 entries of ~90 bytes and 900 names of ~14: about 22 KiB; one entry per node
+        // would be about 90 KiB.
+        let bytes = serde_json::to_vec(&check).expect("serialises").len();
+        assert!(bytes < 24 * 1024, "{bytes} bytes");
     }
 }

@@ -13,7 +13,7 @@ mod update_config;
 mod tests;
 
 pub use control_node::{ControlNode, ControlNodeStatus};
-pub use grouped::{GROUP_ABOVE, TargetGroup};
+pub use grouped::{GROUP_ABOVE, PreflightNodeGroup, TargetGroup};
 pub use plan::{
     CommandState, Concurrency, EarlierRunSignal, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,

@@ -412,30 +412,25 @@ pub struct SchedulerPodRef {
 // === Status ===
 
 /// What a `preflight` command found, written by the leader once the nodes reported (or the
-/// command's deadline passed).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// command's deadline passed). Its target lists are stored grouped when long (see
+/// [`super::grouped`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlanCommandPreflightStatus {
     /// The worst status of any check; absent while the checks run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<CheckStatus>,
 
     /// Every check, in spec order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<PreflightCheckStatus>,
 
     /// Targeted controllers (signalled through their `ControlNode`), each with the checks it
     /// runs.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub controllers: Vec<super::TargetStatus>,
 
     /// Targeted workers (signalled through their `Node`), each with the checks it runs.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<super::TargetStatus>,
 
     /// The Pods of `scheduler` checks: one per check and node, run by the node's kubelet
     /// (such checks signal no node).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<PreflightPodStatus>,
 }
 
@@ -459,19 +454,17 @@ pub struct PreflightPodStatus {
     pub created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
-/// What one check found over its nodes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// What one check found over its nodes. Stored grouped when the list is long (see
+/// [`super::grouped`]): nodes that passed are then listed by name, without a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreflightCheckStatus {
     /// The check's id.
     pub id: String,
 
     /// The worst status of its nodes; absent while nodes are still running it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<CheckStatus>,
 
     /// Every target node, by name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<PreflightNodeStatus>,
 }
 

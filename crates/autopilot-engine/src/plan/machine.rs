@@ -51,6 +51,8 @@ pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Tra
     if plan.name == keys::PLAN_NAME {
         transition.effects.extend(super::checks::stale_pods(&transition.status, observed));
     }
+    // Whatever the pass did, the status it writes must fit (a refused write fails for ever).
+    super::budget::fit(&mut transition.status, plan.generation, observed.now);
     transition
 }
 
@@ -428,7 +430,7 @@ fn unchanged(status: PlanStatus, requeue: Requeue) -> Transition {
 
 /// Make a `True` condition of `type_` say `reason` and `message`. Returns whether it is new.
 /// An existing condition keeps its `lastTransitionTime` (its status does not change).
-fn set_condition(
+pub(super) fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
     reason: &str,

@@ -33,6 +33,7 @@ pub mod resolve;
 pub mod rollout;
 pub mod selector;
 
+pub mod budget;
 mod checks;
 mod command;
 mod decision;

@@ -49,16 +49,21 @@ pub struct CommandVerdict {
     pub checks: Vec<CheckVerdict>,
 }
 
+/// The most bytes of a verdict's message kept (DESIGN §14): a message fills in node-written
+/// text (`{{ .Result }}`, `{{ .Results }}` are up to 16 KiB), and each one goes into the Plan
+/// status. Longer ones are cut at a char boundary and end with `…`.
+pub const MAX_VERDICT_MESSAGE: usize = 1024;
+
 impl CompiledCheck {
     /// Judge `node`'s `record`: the first result whose condition holds decides; no match is
-    /// `error`. A `boolExpr` that cannot be evaluated on this record (a conversion that
+    /// `error`. The message is at most [`MAX_VERDICT_MESSAGE`] bytes. A `boolExpr` that cannot be evaluated on this record (a conversion that
     /// fails, a result that is not a bool) decides `error` too: a condition that could not
     /// be checked must never let a later catch-all pass the node.
     pub fn judge(&self, node: &str, record: &RawRecord) -> NodeVerdict {
-        let verdict = |status, message, matched| NodeVerdict {
+        let verdict = |status, message: String, matched| NodeVerdict {
             node: node.to_owned(),
             status,
-            message,
+            message: autopilot_api::text::truncate(&message, MAX_VERDICT_MESSAGE - '…'.len_utf8()),
             matched,
             status_code: record.status_code,
         };

@@ -50,6 +50,8 @@ pub use compile::{
     CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN, Problem,
     compile, compile_command, deadline_of,
 };
-pub use evaluate::{CheckVerdict, CommandVerdict, NodeVerdict, warnings_accepted};
+pub use evaluate::{
+    CheckVerdict, CommandVerdict, MAX_VERDICT_MESSAGE, NodeVerdict, warnings_accepted,
+};
 
 pub use autopilot_api::preflight::RawRecord;

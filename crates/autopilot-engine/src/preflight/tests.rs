@@ -819,3 +819,17 @@ fn the_documented_conditions_are_well_within_the_bounds() {
         assert_eq!(bool_expr_problems(source), Vec::<String>::new(), "{source}");
     }
 }
+
+#[test]
+fn a_verdict_message_is_cut_to_its_budget() {
+    let check = single(ladder());
+    // A 16 KiB result fills the catch-all's message.
+    let large = "x".repeat(16 * 1024);
+    let verdict = check.judge("n1", &record(1, None, &[&large]));
+    assert_eq!(verdict.status, CheckStatus::Warn);
+    assert!(verdict.message.len() <= MAX_VERDICT_MESSAGE, "{} bytes", verdict.message.len());
+    assert!(verdict.message.starts_with("unexpected: xxx"));
+    assert!(verdict.message.ends_with('…'), "a cut is marked");
+    // A short one is kept whole.
+    assert_eq!(check.judge("n1", &record(1, None, &["busy"])).message, "unexpected: busy");
+}
