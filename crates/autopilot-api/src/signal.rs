@@ -333,6 +333,12 @@ pub fn to_annotations(data: &SignalData) -> BTreeMap<String, String> {
     ])
 }
 
+/// The most bytes a signal's data annotation may take when the leader writes it (DESIGN
+/// §14). Kubernetes allows 256 KiB of annotations per object, shared with every other
+/// writer; a signal is well under 1 KiB unless a Plan carries huge values (a URL, many
+/// checks), and a write the API server refuses would be retried on every pass.
+pub const MAX_SIGNAL_BYTES: usize = 16 * 1024;
+
 /// The two annotation values for `data`: `("v2", compact JSON)`.
 pub fn encode(data: &SignalData) -> (String, String) {
     let json = serde_json::to_string(data)

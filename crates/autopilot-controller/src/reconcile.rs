@@ -55,6 +55,9 @@ pub enum Error {
     /// The removed-API pre-check could not run.
     #[error(transparent)]
     Observe(#[from] autopilot_shell::removed_apis::Error),
+    /// The engine's pass did not finish (its thread ended abnormally).
+    #[error("{0}")]
+    Engine(String),
 }
 
 /// The Plan engine: what each pass needs.

@@ -78,27 +78,13 @@ pub(super) async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Acti
         return Ok(later);
     }
     let name = plan.name_any();
-    let uid = plan.uid().unwrap_or_default();
-    let view = plan_view(&plan, &name, &uid);
 
     // The views are taken for the pass and put back when it completes; a pass that fails
     // leaves empty ones, and the next pass builds them afresh.
     let mut views = std::mem::take(&mut *ctx.views.lock().unwrap_or_else(PoisonError::into_inner));
     views.control_nodes.refresh_control_nodes(&ctx.control_nodes);
     views.nodes.refresh_nodes(&ctx.nodes);
-    let (check_pods, pod_templates) =
-        observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
-    let no_readiness = BTreeMap::new();
-    let observed = Observed {
-        now: jiff::Timestamp::now(),
-        control_nodes: &views.control_nodes.objects,
-        nodes: &views.nodes.objects,
-        readiness: &no_readiness,
-        removed_apis: None,
-        check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
-    };
-    let mut lookups = Lookups { ctx: &ctx, plan: &name };
-    let transition = plan::resolve(view, &observed, &ctx.engine.policy, &mut lookups).await?;
+    let (transition, views) = decide(Arc::clone(&plan), Arc::clone(&ctx), views).await?;
 
     record_status(&ctx, &plan, &name, &transition.status).await?;
     // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
@@ -113,6 +99,48 @@ pub(super) async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Acti
         Requeue::OnChange => Action::await_change(),
         Requeue::After(delay) => Action::requeue(delay),
     })
+}
+
+/// Run the engine over `plan` with `views` off the runtime thread (DESIGN §14): a pass
+/// evaluates preflight conditions (CEL) and compiles new plans, which a Plan's author can
+/// make expensive within the static bounds, and the process's one runtime thread also
+/// renews the leader's Lease and answers `k0s status`. The lookups the engine asks for
+/// (controller probes, the removed-API check) still run on the runtime, awaited from the
+/// blocking thread. Returns the transition and the views (to be put back).
+async fn decide(
+    plan: Arc<Plan>,
+    ctx: Arc<Context>,
+    views: Views,
+) -> Result<(plan::Transition, Views), Error> {
+    let span = tracing::Span::current();
+    let runtime = tokio::runtime::Handle::current();
+    let pass = tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        let name = plan.name_any();
+        let uid = plan.uid().unwrap_or_default();
+        let view = plan_view(&plan, &name, &uid);
+        let (check_pods, pod_templates) =
+            observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
+        let no_readiness = BTreeMap::new();
+        let observed = Observed {
+            now: jiff::Timestamp::now(),
+            control_nodes: &views.control_nodes.objects,
+            nodes: &views.nodes.objects,
+            readiness: &no_readiness,
+            removed_apis: None,
+            check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
+        };
+        let mut lookups = Lookups { ctx: &ctx, plan: &name };
+        let transition =
+            runtime.block_on(plan::resolve(view, &observed, &ctx.engine.policy, &mut lookups));
+        transition.map(|transition| (transition, views))
+    });
+    match pass.await {
+        Ok(decided) => decided,
+        // The engine is pure and does not panic on any input; should it, the pass fails
+        // and is retried like any other failed pass.
+        Err(error) => Err(Error::Engine(format!("the engine's pass did not finish: {error}"))),
+    }
 }
 
 /// When to come back if the caches a pass over `plan` needs are not filled yet; `None` when

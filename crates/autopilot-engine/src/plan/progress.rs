@@ -3,7 +3,7 @@
 //! command ([`CommandPass`]), move targets on, signal them, end the command or release its
 //! hold, and say where the pass left it.
 
-use autopilot_api::signal::format_timestamp;
+use autopilot_api::signal::{MAX_SIGNAL_BYTES, SignalData, format_timestamp};
 use autopilot_api::v1beta2::{PlanCommandStatus, PlanStateType, TargetState, TargetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -63,6 +63,17 @@ impl CommandPass<'_, '_> {
             };
             let created = format_timestamp(inputs.stamp);
             match command.signal_for(run, index, object, target, created) {
+                // The leader never writes a signal over the annotation budget: the API server
+                // could refuse it on every pass.
+                Ok(data) if signal_bytes(&data) > MAX_SIGNAL_BYTES => {
+                    set_state(target, TargetState::SignalApplyFailed, inputs);
+                    target.reason = Some(format!(
+                        "refused: its signal would be {} bytes, over the {MAX_SIGNAL_BYTES}-byte \
+                         budget of a signal annotation (shorten the Plan's URLs or check lists)",
+                        signal_bytes(&data)
+                    ));
+                    failed = true;
+                }
                 Ok(data) => signals.push((target.name.clone(), data)),
                 Err(why) => {
                     set_state(target, TargetState::MissingPlatform, inputs);
@@ -89,6 +100,11 @@ impl CommandPass<'_, '_> {
         }
         true
     }
+}
+
+/// The bytes of `data`'s annotation value.
+fn signal_bytes(data: &SignalData) -> usize {
+    autopilot_api::signal::encode(data).1.len()
 }
 
 /// Move a target to `state` as of this pass (a no-op when it is already there).

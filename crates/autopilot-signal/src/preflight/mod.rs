@@ -121,7 +121,7 @@ pub async fn run(command: &PreflightCommand, facts: Facts<'_>) -> RawRecord {
 /// One probe, stopped by the caller at `timeout` (an `exec` entry may have a shorter cap).
 async fn probe(request: &Request, facts: Facts<'_>, timeout: Duration) -> RawRecord {
     match request {
-        Request::DiskSpaceAvailable(disk) => disk_space(disk),
+        Request::DiskSpaceAvailable(disk) => off_thread(disk.clone(), disk_space).await,
         Request::TcpDial(dial) => {
             let target = format!("{}:{}", dial.host, dial.port);
             match tokio::net::TcpStream::connect((dial.host.as_str(), dial.port)).await {
@@ -129,14 +129,28 @@ async fn probe(request: &Request, facts: Facts<'_>, timeout: Duration) -> RawRec
                 Err(error) => io_failure(&format!("dial {target}"), &error),
             }
         }
-        Request::PortAvailable(port) => port_available(port),
+        Request::PortAvailable(port) => off_thread(port.clone(), port_available).await,
         Request::HttpGet(get) => http_get(get).await,
-        Request::FileExists(file) => file_exists(file),
+        Request::FileExists(file) => off_thread(file.clone(), file_exists).await,
         Request::K0sVersion => RawRecord::success(vec![facts.k0s_version.to_owned()]),
         Request::Exec(entry) => exec::run(facts.exec_allow_list, &entry.name, timeout).await,
         Request::Scheduler(_) => RawRecord::failure(
             status_code::GENERAL_ERROR,
             "scheduler checks run Pods through the leader, not on the node agent",
+        ),
+    }
+}
+
+/// Run a probe that makes blocking system calls (`stat`, `statvfs`, `bind`) on the blocking
+/// pool, never on the runtime thread: a path on a hung network filesystem blocks that call
+/// for as long as the mount hangs, and the runtime thread also keeps the node's heartbeat
+/// and answers SIGTERM. The caller's timeout still ends the wait (the thread is abandoned).
+async fn off_thread<T: Send + 'static>(input: T, probe: fn(&T) -> RawRecord) -> RawRecord {
+    match tokio::task::spawn_blocking(move || probe(&input)).await {
+        Ok(record) => record,
+        Err(error) => RawRecord::failure(
+            status_code::GENERAL_ERROR,
+            format!("the probe did not finish: {error}"),
         ),
     }
 }
@@ -353,6 +367,37 @@ mod tests {
 
         let record = check(PreflightCommandId::HttpGet, json!({"url": url})).await;
         assert_eq!(record.status_code, status_code::CONNECTION_REFUSED, "{record:?}");
+    }
+
+    /// A probe stuck in a blocking call (as `stat` on a hung NFS mount is) neither stops the
+    /// runtime thread nor outlives its timeout.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_blocked_probe_leaves_the_runtime_thread_free_and_times_out() {
+        // Blocks until the test releases it, as a system call on a hung mount would.
+        fn stuck(release: &std::sync::Mutex<std::sync::mpsc::Receiver<()>>) -> RawRecord {
+            let _ = release.lock().map(|release| release.recv());
+            RawRecord::success(vec!["late".to_owned()])
+        }
+        let (release, held) = std::sync::mpsc::channel();
+        let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let ticker = tokio::spawn({
+            let ticks = std::sync::Arc::clone(&ticks);
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        let started = Instant::now();
+        let probe = off_thread(std::sync::Mutex::new(held), stuck);
+        let outcome = tokio::time::timeout(Duration::from_millis(300), probe).await;
+        assert!(outcome.is_err(), "the probe was cut at its timeout");
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        // Other tasks ran on the runtime thread while the probe was stuck.
+        assert!(ticks.load(std::sync::atomic::Ordering::SeqCst) >= 5);
+        ticker.abort();
+        release.send(()).expect("the stuck probe still waits");
     }
 
     #[tokio::test(start_paused = true)]

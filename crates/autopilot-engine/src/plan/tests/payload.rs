@@ -173,3 +173,19 @@ fn verified_payloads_need_no_warning_whatever_the_scheme() {
     assert_eq!(signalled(&t), [(Node, "w1".to_owned())]);
     assert!(unverified_payload_warnings(&t).is_empty());
 }
+
+#[test]
+fn a_signal_over_the_annotation_budget_is_never_written_and_the_node_fails_with_why() {
+    let sha = "a".repeat(64);
+    let url =
+        format!("https://files.internal/{}", "k".repeat(autopilot_api::signal::MAX_SIGNAL_BYTES));
+    let mut sim = one_worker_downloading(&url, Some(&sha));
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "no signal is written: {t:#?}");
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, autopilot_api::v1beta2::TargetState::SignalApplyFailed);
+    let reason = target.reason.clone().unwrap_or_default();
+    assert!(reason.starts_with("refused: its signal would be "), "{reason}");
+    assert!(reason.contains("over the 16384-byte budget"), "{reason}");
+    assert_eq!(sim.plan.state(), P::ApplyFailed, "the plan ends instead of retrying");
+}
