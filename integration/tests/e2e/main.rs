@@ -23,6 +23,7 @@ mod harness_smoke;
 mod metrics;
 mod node_status;
 mod plan_api_outage;
+mod plan_bounds;
 mod plan_central_drain;
 mod plan_commands;
 mod plan_concurrency;
