@@ -82,22 +82,8 @@ impl FileServer {
     /// Start answering every request as `serve` says, over https with a fresh self-signed
     /// certificate for `127.0.0.1` (see [`FileServer::ca_pem`]).
     pub async fn start_tls(serve: Serve) -> anyhow::Result<Self> {
-        let rcgen::CertifiedKey { cert, signing_key } =
-            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
-                .context("generating the file server's certificate")?;
-        let key = rustls::pki_types::PrivateKeyDer::try_from(signing_key.serialize_der())
-            .map_err(|e| anyhow::anyhow!("the file server's private key: {e}"))?;
-        let config = rustls::ServerConfig::builder_with_provider(
-            rustls::crypto::ring::default_provider().into(),
-        )
-        .with_safe_default_protocol_versions()
-        .context("tls protocol versions")?
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.der().clone()], key)
-        .context("the file server's tls configuration")?;
-        let tls =
-            Tls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_pem: cert.pem() };
-        Self::start_on(serve, Some(tls)).await
+        let TlsIdentity { acceptor, ca_pem } = TlsIdentity::self_signed()?;
+        Self::start_on(serve, Some(Tls { acceptor, ca_pem })).await
     }
 
     async fn start_on(serve: Serve, tls: Option<Tls>) -> anyhow::Result<Self> {
@@ -180,6 +166,36 @@ impl FileServer {
     /// and for every later request.
     pub fn release(&self) {
         self.shared.released.send_replace(true);
+    }
+}
+
+/// A test server's TLS identity: a fresh self-signed certificate for `127.0.0.1`, the
+/// acceptor serving it, and the certificate in PEM (what a client must trust).
+#[derive(Clone)]
+pub struct TlsIdentity {
+    /// Wraps an accepted connection in TLS.
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    /// The certificate, PEM-encoded.
+    pub ca_pem: String,
+}
+
+impl TlsIdentity {
+    /// A new self-signed identity for `127.0.0.1`.
+    pub fn self_signed() -> anyhow::Result<Self> {
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
+                .context("generating a test server's certificate")?;
+        let key = rustls::pki_types::PrivateKeyDer::try_from(signing_key.serialize_der())
+            .map_err(|e| anyhow::anyhow!("a test server's private key: {e}"))?;
+        let config = rustls::ServerConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()
+        .context("tls protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .context("a test server's tls configuration")?;
+        Ok(Self { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_pem: cert.pem() })
     }
 }
 

@@ -44,6 +44,12 @@ pub enum Restart<'a> {
         /// Why the new binary was refused.
         reason: &'a str,
     },
+    /// The restart marker cannot be read (a corrupt file), so what the restart came to is
+    /// unknown: a signal in `Restarting` fails with this reason instead of waiting.
+    Unreadable {
+        /// Why it cannot be read.
+        reason: &'a str,
+    },
 }
 
 /// A host effect for the shell to perform through `autopilot_signal::host::Host`. Each is idempotent.
@@ -321,6 +327,12 @@ fn restart(facts: &Facts<'_>, update: &autopilot_api::signal::CommandK0sUpdate) 
         Restart::RolledBack { to, reason } => {
             Step::fail(SignalPhase::Failed, format!("rolled back to {to}: {reason}"))
         }
+        Restart::Unreadable { reason } => Step::fail(
+            SignalPhase::Failed,
+            format!(
+                "the restart marker cannot be read, so the restart's outcome is unknown: {reason}"
+            ),
+        ),
         Restart::NotYet => Step::Run {
             action: HostAction::Restart,
             on_success: SignalPhase::Restarting,
@@ -660,18 +672,38 @@ mod tests {
     }
 
     #[test]
+    fn an_unreadable_restart_marker_fails_the_restart_instead_of_waiting() {
+        let update = k0s(SHA, false);
+        let f = Facts {
+            restart: Restart::Unreadable { reason: "restart marker: expected value at line 1" },
+            running_version: V2,
+            ..facts(&update)
+        };
+        let Step::Report { phase: SignalPhase::Failed, reason: Some(reason) } =
+            next(Some(SignalPhase::Restarting), &f)
+        else {
+            panic!("a restart with an unreadable marker must fail");
+        };
+        assert!(reason.contains("restart marker cannot be read"), "{reason}");
+        assert!(reason.contains("expected value at line 1"), "{reason}");
+        // Elsewhere the marker is not read by the decision: downloading goes on.
+        assert!(matches!(next(Some(SignalPhase::Downloading), &f), Step::Run { .. }));
+    }
+
+    #[test]
     fn every_phase_and_fact_combination_has_exactly_one_step() {
         // The whole table: every phase × every combination of the boolean facts. Terminal
         // phases stay terminal; only Downloading/ApplyingUpdate/Restarting act on the host.
         let update = k0s(SHA, false);
         let phases = std::iter::once(None).chain(SignalPhase::ALL.into_iter().map(Some));
         for phase in phases {
-            for bits in 0..64u8 {
+            for bits in 0..128u8 {
                 let f = Facts {
                     staged: bits & 1 != 0,
-                    restart: match (bits >> 1) & 3 {
-                        0 => Restart::NotYet,
-                        1 => Restart::Done,
+                    restart: match ((bits >> 1) & 3, bits & 64 != 0) {
+                        (0, false) => Restart::NotYet,
+                        (0, true) => Restart::Unreadable { reason: "garbage" },
+                        (1, _) => Restart::Done,
                         _ => Restart::RolledBack { to: V1, reason: "crashed" },
                     },
                     kubelet: bits & 8 != 0,

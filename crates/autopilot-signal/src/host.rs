@@ -217,6 +217,9 @@ pub enum RestartState {
         /// Why.
         reason: String,
     },
+    /// The restart marker cannot be read (a corrupt file): what the restart came to is not
+    /// known; the reason says why.
+    Unreadable(String),
 }
 
 impl RestartState {
@@ -266,6 +269,7 @@ impl Observed {
                 RestartState::NotYet => Restart::NotYet,
                 RestartState::Done => Restart::Done,
                 RestartState::RolledBack { to, reason } => Restart::RolledBack { to, reason },
+                RestartState::Unreadable(reason) => Restart::Unreadable { reason },
             },
             kubelet,
         }

@@ -454,6 +454,10 @@ async fn a_refused_binary_is_kept_aside_and_the_live_one_is_untouched_repeatably
         assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.refused"]);
         assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
         assert_eq!(std::fs::read(f.host.refused_path()).expect("refused"), NEW);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(f.host.refused_path()).expect("refused").permissions(),
+        );
+        assert_eq!(mode & 0o111, 0, "k0s.refused is not executable (mode {mode:o})");
     }
     let marker = f.host.read_marker().expect("marker").expect("a marker");
     assert_eq!(
@@ -467,4 +471,25 @@ async fn a_refused_binary_is_kept_aside_and_the_live_one_is_untouched_repeatably
         observed.restart,
         RestartState::RolledBack { to: "v1".into(), reason: "it crashed".into() }
     );
+}
+
+#[tokio::test]
+async fn a_corrupt_restart_marker_is_observed_as_unreadable_not_an_error() {
+    let f = Fixture::new();
+    let key = SignalKey::of(&signal());
+    let update = k0s("");
+    let marker = f.host.marker_path();
+    std::fs::create_dir_all(marker.parent().expect("a data dir")).expect("the data dir");
+    std::fs::write(&marker, b"{ not json").expect("corrupt the marker");
+    let observed =
+        f.host.observe(&key, UpdateRef::K0s(&update)).await.expect("observing still works");
+    let RestartState::Unreadable(reason) = observed.restart else {
+        panic!("expected an unreadable marker, got {:?}", observed.restart);
+    };
+    assert!(reason.contains(&f.host.marker_path().display().to_string()), "{reason}");
+    // Preparing a restart writes a good marker over it.
+    f.host.prepare_restart(&key).expect("marker");
+    let next = f.host.clone().with_instance("second");
+    let observed = next.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
+    assert_eq!(observed.restart, RestartState::NotYet);
 }

@@ -123,7 +123,9 @@ pub async fn run(
     let api = Api::<UpdateConfig>::all(client.clone());
     let (store, writer) = reflector::store::<UpdateConfig>();
     let context = Arc::new(Context {
-        source: source::Client::new().map_err(|err| text::error_chain(&err)),
+        source: source::Client::new()
+            .map(|source| source.allowing_plain_http(process.allow_unverified_payloads))
+            .map_err(|err| text::error_chain(&err)),
         client,
         api: api.clone(),
         process: Arc::new(process),

@@ -7,9 +7,13 @@
 //! - cron (legacy): `GET <updateServer with its path replaced by /<channel>>?clusterID=..&
 //!   lastUpdateStatus=..&currentVersion=..`, answered by the map format.
 //!
-//! `https://` is assumed when the server has no scheme. The bearer token (from Secret
-//! `kube-system/update-server-token`, read by the shell) is sent as
-//! `Authorization: Bearer <token>` when given. Each request, body included, must finish
+//! `https://` is assumed when the server has no scheme. A plain `http://` server is refused
+//! unless the client allows it (the controller's `--allow-unverified-payloads`, DESIGN §14):
+//! whoever sits on the path could change its answers, sha256 values included. The bearer
+//! token (from Secret `kube-system/update-server-token`, read by the shell) is sent as
+//! `Authorization: Bearer <token>` when given, and only over https; redirects are never
+//! followed (a redirect is an error naming it), so the token cannot follow one to another
+//! host. Each request, body included, must finish
 //! within the timeout (10 s by default, as k0s). Nothing about the cluster is sent unless
 //! the caller passes a [`ClusterInfo`] (the operator opted in): then the REF §11.4 headers
 //! go along. Header names are case-insensitive in HTTP; we send them lowercase.
@@ -57,6 +61,16 @@ pub enum Error {
     #[error("update server url {url:?} must use http or https")]
     BadScheme {
         /// The URL as built.
+        url: String,
+    },
+    /// The server is plain http and the client does not allow it.
+    #[error(
+        "update server {url:?} is plain http: its answers (versions, URLs, sha256 values) \
+         could be changed on the way; use https, or run the controller with \
+         --allow-unverified-payloads"
+    )]
+    PlainHttp {
+        /// The URL asked.
         url: String,
     },
     /// The token or a cluster-info value cannot be sent as a header value.
@@ -120,7 +134,10 @@ impl Error {
     /// A stable, low-cardinality label for metrics and Event reasons.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Self::BadUrl { .. } | Self::BadScheme { .. } | Self::BadHeader { .. } => "config",
+            Self::BadUrl { .. }
+            | Self::BadScheme { .. }
+            | Self::BadHeader { .. }
+            | Self::PlainHttp { .. } => "config",
             Self::Tls(_) => "tls",
             Self::Request { .. } | Self::Body { .. } => "transport",
             Self::Timeout { .. } => "timeout",
@@ -233,6 +250,7 @@ pub fn legacy_url(update_server: &str, channel: &str, query: &LegacyQuery) -> Re
 pub struct Client {
     http: HttpsClient,
     timeout: Duration,
+    allow_plain_http: bool,
 }
 
 impl Client {
@@ -240,8 +258,20 @@ impl Client {
     /// system certificates are skipped (HTTPS to a server only they vouch for then fails
     /// verification, with a clear error).
     pub fn new() -> Result<Self> {
-        let http = HttpsClientBuilder::new(https::system_roots()).build().map_err(Error::Tls)?;
-        Ok(Self { http, timeout: DEFAULT_TIMEOUT })
+        Self::trusting(https::system_roots())
+    }
+
+    /// A client trusting only `roots`, with [`DEFAULT_TIMEOUT`], refusing plain http.
+    pub fn trusting(roots: rustls::RootCertStore) -> Result<Self> {
+        let http = HttpsClientBuilder::new(roots).build().map_err(Error::Tls)?;
+        Ok(Self { http, timeout: DEFAULT_TIMEOUT, allow_plain_http: false })
+    }
+
+    /// The same client asking plain-http servers too (never with the token).
+    #[must_use]
+    pub fn allowing_plain_http(mut self, allow: bool) -> Self {
+        self.allow_plain_http = allow;
+        self
     }
 
     /// The same client with another per-request timeout.
@@ -282,6 +312,10 @@ impl Client {
 
     async fn get(&self, url: Uri, options: RequestOptions<'_>) -> Result<String> {
         let shown = url.to_string();
+        let plain = url.scheme() == Some(&http::uri::Scheme::HTTP);
+        if plain && !self.allow_plain_http {
+            return Err(Error::PlainHttp { url: shown });
+        }
         let mut request = Request::builder()
             .method(Method::GET)
             .uri(url)
@@ -289,7 +323,8 @@ impl Client {
             .body(Empty::<Bytes>::new())
             .map_err(|source| Error::BadUrl { url: shown.clone(), source: source.into() })?;
         let headers = request.headers_mut();
-        if let Some(token) = options.token {
+        // A credential never travels in clear text.
+        if let Some(token) = options.token.filter(|_| !plain) {
             let mut value = HeaderValue::try_from(format!("Bearer {}", token.trim()))
                 .map_err(|_| Error::BadHeader { name: AUTHORIZATION.to_string() })?;
             value.set_sensitive(true);

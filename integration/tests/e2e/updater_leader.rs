@@ -26,6 +26,7 @@ async fn only_the_leader_checks_and_a_new_leader_takes_over() {
             .args(FAST_ELECTION)
             .arg("--disable-update-agent")
             .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
+            .env("SSL_CERT_FILE", update_server_ca_file())
             .spawn()
             .await
             .unwrap();

@@ -39,8 +39,26 @@ pub struct UpdateServer {
     hold: Arc<tokio::sync::watch::Sender<bool>>,
     /// While `true`, `index.yaml` requests wait (a silent update server).
     hold_index: Arc<tokio::sync::watch::Sender<bool>>,
-    /// The base URL (`http://127.0.0.1:<port>`).
+    /// The base URL (`https://127.0.0.1:<port>`).
     pub url: String,
+}
+
+/// The TLS identity every [`UpdateServer`] of this test process serves, and the file its
+/// certificate is written to: the controllers under test get it as `SSL_CERT_FILE` (their
+/// only trusted root), so the updater asks over https, as it must (DESIGN §14), and the
+/// token goes over https only.
+static IDENTITY: std::sync::LazyLock<(integration::http::TlsIdentity, std::path::PathBuf)> =
+    std::sync::LazyLock::new(|| {
+        let identity = integration::http::TlsIdentity::self_signed().expect("a TLS identity");
+        let file = std::env::temp_dir()
+            .join(format!("k0s-e2e-update-server-ca-{}.pem", std::process::id()));
+        std::fs::write(&file, &identity.ca_pem).expect("writing the update server's CA");
+        (identity, file)
+    });
+
+/// The file holding the certificate every [`UpdateServer`] serves.
+pub fn update_server_ca_file() -> &'static std::path::Path {
+    &IDENTITY.1
 }
 
 #[derive(Default)]
@@ -66,7 +84,8 @@ impl UpdateServer {
     /// [`UpdateServer::set`].
     pub async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
-        let url = format!("http://{}", listener.local_addr().expect("bound address"));
+        let url = format!("https://{}", listener.local_addr().expect("bound address"));
+        let acceptor = IDENTITY.0.acceptor.clone();
         let state = Arc::new(Mutex::new(ServerState {
             index: (404, "not yet\n".to_owned()),
             legacy: (404, "not yet\n".to_owned()),
@@ -82,7 +101,9 @@ impl UpdateServer {
                 let state = state.clone();
                 let hold = hold.clone();
                 let hold_index = hold_index.clone();
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
+                    let Ok(socket) = acceptor.accept(socket).await else { return };
                     let service = hyper::service::service_fn(move |request| {
                         let state = state.clone();
                         let mut held = hold.subscribe();
@@ -284,6 +305,7 @@ pub async fn start_with_args(
         .k0s_controller(0)
         .args(args)
         .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
+        .env("SSL_CERT_FILE", update_server_ca_file())
         .with_metrics()?;
     for (key, value) in env {
         command = command.env(key, value);

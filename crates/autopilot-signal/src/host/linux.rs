@@ -211,6 +211,21 @@ impl LinuxHost {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(HostError::io("keeping the refused binary as", &refused, e)),
         }
+        // Kept to be looked at, never to be run by mistake: not executable (DESIGN §14).
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            match std::fs::set_permissions(&refused, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(HostError::io(
+                        "making the refused binary not executable",
+                        &refused,
+                        e,
+                    ));
+                }
+            }
+        }
         remove_if_present(&self.staged_record_path())
     }
 
@@ -365,7 +380,13 @@ impl Host for LinuxHost {
             UpdateRef::Airgap(_) => None,
             UpdateRef::K0s(_) => self.digests.sha256(&self.live).await.ok().flatten(),
         };
-        let restart = RestartState::of(self.read_marker()?.as_ref(), signal, &self.instance);
+        // A corrupt marker is a fact for the phase machine (the signal fails with why), not
+        // an error to retry for ever.
+        let restart = match self.read_marker() {
+            Ok(marker) => RestartState::of(marker.as_ref(), signal, &self.instance),
+            Err(err @ HostError::Marker { .. }) => RestartState::Unreadable(err.reason()),
+            Err(err) => return Err(err),
+        };
         Ok(Observed { staged, proven, live_sha256, restart })
     }
 

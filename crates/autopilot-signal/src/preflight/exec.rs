@@ -14,9 +14,14 @@
 //!     outputBytes: 4096                  # cap on stdout and stderr each (default 4096)
 //! ```
 //!
-//! The process runs without a shell, in `/`, with only `env` as its environment, and is
-//! killed when it overruns (status code 62). Its exit code is the status code, its stdout
-//! lines the result messages.
+//! The process runs without a shell, in `/`, with only `env` as its environment, in a
+//! process group of its own that is killed whole when it overruns (status code 62). Its exit
+//! code is the status code, its stdout lines the result messages.
+//!
+//! The allow-list file and every executable it names must be owned by root or by the user
+//! this process runs as, and writable by their owner only (DESIGN §14): otherwise someone
+//! else could choose what the agent runs. A file that breaks this is status code 22, naming
+//! the file, and nothing runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -95,8 +100,14 @@ impl AllowList {
         Ok(list)
     }
 
-    /// Read the allow-list at `path`: a missing file is an empty list.
+    /// Read the allow-list at `path`: a missing file is an empty list; a file someone other
+    /// than root or this process's user could write is refused.
     pub fn read(path: &Path) -> Result<Self, String> {
+        match std::fs::metadata(path) {
+            Ok(meta) => trusted(path, &meta)?,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(err) => return Err(format!("reading {}: {err}", path.display())),
+        }
         match std::fs::read_to_string(path) {
             Ok(text) => Self::parse(&text).map_err(|why| format!("{}: {why}", path.display())),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
@@ -133,7 +144,40 @@ pub async fn run(allow_list: &Path, name: &str, timeout: Duration) -> RawRecord 
     run_entry(entry, timeout.min(cap)).await
 }
 
+/// Whether a file with `meta` at `path` may decide what runs: owned by root or by this
+/// process's user, not writable by its group or others. `Err` names the file and why.
+fn trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    ownership_problem(meta.uid(), meta.mode(), nix::unistd::geteuid().as_raw())
+        .map_or(Ok(()), |why| Err(format!("{} {why}", path.display())))
+}
+
+/// Why a file owned by `uid` with permission bits `mode` may not decide what a process
+/// running as `euid` runs, if it may not.
+fn ownership_problem(uid: u32, mode: u32, euid: u32) -> Option<String> {
+    if uid != 0 && uid != euid {
+        return Some(format!("is owned by uid {uid}, not by root or this process's user ({euid})"));
+    }
+    if mode & 0o022 != 0 {
+        return Some(format!("is writable by its group or others (mode {:o})", mode & 0o7777));
+    }
+    None
+}
+
 async fn run_entry(entry: &Entry, timeout: Duration) -> RawRecord {
+    match std::fs::metadata(&entry.path) {
+        Ok(meta) => {
+            if let Err(why) = trusted(&entry.path, &meta) {
+                return RawRecord::failure(
+                    status_code::INVALID_ARGUMENT,
+                    format!("entry {:?} cannot run: {why}", entry.name),
+                );
+            }
+        }
+        Err(error) => {
+            return super::io_failure(&format!("running {}", entry.path.display()), &error);
+        }
+    }
     let output_cap = entry.output_bytes.unwrap_or(MAX_OUTPUT_BYTES).min(MAX_OUTPUT_BYTES);
     let mut command = tokio::process::Command::new(&entry.path);
     command
@@ -144,6 +188,8 @@ async fn run_entry(entry: &Entry, timeout: Duration) -> RawRecord {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group, so an overrun kills what it started too.
+        .process_group(0)
         .kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -151,6 +197,7 @@ async fn run_entry(entry: &Entry, timeout: Duration) -> RawRecord {
             return super::io_failure(&format!("running {}", entry.path.display()), &error);
         }
     };
+    let group = child.id().and_then(|pid| i32::try_from(pid).ok()).map(nix::unistd::Pid::from_raw);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return RawRecord::failure(status_code::GENERAL_ERROR, "the process has no output pipes");
     };
@@ -163,8 +210,13 @@ async fn run_entry(entry: &Entry, timeout: Duration) -> RawRecord {
         (out, err, status)
     };
     match tokio::time::timeout(timeout, work).await {
-        // Dropping the work kills the child (kill_on_drop).
-        Err(_elapsed) => super::timed_out(timeout),
+        // Dropping the work kills the child (kill_on_drop); its group goes with it.
+        Err(_elapsed) => {
+            if let Some(group) = group {
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+            super::timed_out(timeout)
+        }
         Ok((_, _, Err(error))) => {
             super::io_failure(&format!("waiting for {}", entry.path.display()), &error)
         }
@@ -266,6 +318,71 @@ mod tests {
         let record = run(&list, "env", Duration::from_secs(10)).await;
         assert_eq!(record.status_code, 0, "{record:?}");
         assert_eq!(record.stdout, "ONLY=");
+    }
+
+    #[test]
+    fn only_root_or_this_user_may_own_what_decides_what_runs_and_only_they_may_write_it() {
+        let me = 1000;
+        assert_eq!(ownership_problem(0, 0o100_755, me), None);
+        assert_eq!(ownership_problem(me, 0o100_644, me), None);
+        let other = ownership_problem(1001, 0o100_644, me).expect("another user's file");
+        assert!(other.contains("owned by uid 1001"), "{other}");
+        let group = ownership_problem(0, 0o100_775, me).expect("group-writable");
+        assert!(group.contains("writable by its group or others (mode 775)"), "{group}");
+        assert!(ownership_problem(me, 0o100_646, me).is_some(), "world-writable");
+    }
+
+    #[tokio::test]
+    async fn a_writable_allow_list_or_executable_is_refused_with_22_naming_it() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("check.sh");
+        std::fs::write(&script, "#!/bin/sh\necho fine\n").expect("script");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let list = write_list(
+            dir.path(),
+            &format!("entries:\n  - name: ok\n    path: {}\n", script.display()),
+        );
+        assert_eq!(run(&list, "ok", Duration::from_secs(10)).await.status_code, 0);
+
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let record = run(&list, "ok", Duration::from_secs(10)).await;
+        assert_eq!(record.status_code, status_code::INVALID_ARGUMENT, "{record:?}");
+        assert!(record.result().contains(&format!("{} is writable", script.display())));
+
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::set_permissions(&list, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let record = run(&list, "ok", Duration::from_secs(10)).await;
+        assert_eq!(record.status_code, status_code::INVALID_ARGUMENT, "{record:?}");
+        assert!(record.result().contains(&format!("{} is writable", list.display())));
+    }
+
+    #[tokio::test]
+    async fn an_overrun_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pid_file = dir.path().join("child.pid");
+        let list = write_list(
+            dir.path(),
+            &format!(
+                "entries:\n  - name: spawner\n    path: /bin/sh\n    args: ['-c', 'sleep 300 & echo $! > {}; wait']\n    timeoutSeconds: 1\n",
+                pid_file.display()
+            ),
+        );
+        let record = run(&list, "spawner", Duration::from_secs(20)).await;
+        assert_eq!(record.status_code, status_code::TIMEOUT, "{record:?}");
+        let pid: i32 =
+            std::fs::read_to_string(&pid_file).expect("pid").trim().parse().expect("pid");
+        let pid = nix::unistd::Pid::from_raw(pid);
+        // The grandchild is gone (reaped by init) or a zombie about to be: never running.
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |stat| stat.split_whitespace().nth(2) == Some("Z"))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !gone() {
+            assert!(std::time::Instant::now() < deadline, "the grandchild {pid} still runs");
+            tokio::task::yield_now().await;
+        }
     }
 
     #[tokio::test]

@@ -25,15 +25,51 @@ struct Seen {
     headers: HeaderMap,
 }
 
-/// A one-route server: every request gets `status` and `body`, after `delay`.
+/// A one-route server: every request gets `status` and `body`, after `delay`; over https
+/// when it has a certificate (see [`TestServer::tls`]).
 struct TestServer {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     task: tokio::task::JoinHandle<()>,
+    /// The self-signed certificate of an https server.
+    cert: Option<rustls::pki_types::CertificateDer<'static>>,
 }
 
 impl TestServer {
     async fn start(status: StatusCode, body: &'static str, delay: Duration) -> Self {
+        Self::serve(status, body, delay, None, Vec::new()).await
+    }
+
+    /// An https server answering `status` with `headers` and `body` at once.
+    async fn tls(
+        status: StatusCode,
+        body: &'static str,
+        headers: Vec<(&'static str, String)>,
+    ) -> Self {
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::try_from(signing_key.serialize_der()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let mut server = Self::serve(status, body, Duration::ZERO, Some(acceptor), headers).await;
+        server.cert = Some(cert.der().clone());
+        server
+    }
+
+    async fn serve(
+        status: StatusCode,
+        body: &'static str,
+        delay: Duration,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        headers: Vec<(&'static str, String)>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -42,27 +78,50 @@ impl TestServer {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 let recorded = recorded.clone();
+                let tls = tls.clone();
+                let headers = headers.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         recorded
                             .lock()
                             .unwrap()
                             .push(Seen { uri: req.uri().clone(), headers: req.headers().clone() });
+                        let headers = headers.clone();
                         async move {
                             tokio::time::sleep(delay).await;
-                            let response = Response::builder()
-                                .status(status)
+                            let mut response = Response::builder().status(status);
+                            for (name, value) in headers {
+                                response = response.header(name, value);
+                            }
+                            let response = response
                                 .body(Full::new(Bytes::from_static(body.as_bytes())))
                                 .unwrap();
                             Ok::<_, std::convert::Infallible>(response)
                         }
                     });
-                    let _ =
-                        http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    let connection = http1::Builder::new();
+                    match tls {
+                        Some(tls) => {
+                            let Ok(stream) = tls.accept(stream).await else { return };
+                            let _ =
+                                connection.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                        None => {
+                            let _ =
+                                connection.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
                 });
             }
         });
-        Self { addr, seen, task }
+        Self { addr, seen, task, cert: None }
+    }
+
+    /// A client trusting this https server only.
+    fn trusting_client(&self) -> Client {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.cert.clone().expect("an https server")).unwrap();
+        Client::trusting(roots).unwrap()
     }
 
     async fn ok(body: &'static str) -> Self {
@@ -70,7 +129,8 @@ impl TestServer {
     }
 
     fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.cert.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     fn seen(&self) -> Vec<Seen> {
@@ -84,8 +144,9 @@ impl Drop for TestServer {
     }
 }
 
+/// A client that asks the plain-http test servers (as `--allow-unverified-payloads` does).
 fn client() -> Client {
-    Client::new().unwrap()
+    Client::new().unwrap().allowing_plain_http(true)
 }
 
 fn cluster_info() -> ClusterInfo {
@@ -142,12 +203,45 @@ async fn garbage_yaml_is_an_error_naming_the_problem() {
 }
 
 #[tokio::test]
-async fn bearer_token_is_sent_when_given() {
-    let server = TestServer::ok(INDEX).await;
+async fn bearer_token_is_sent_when_given_over_https() {
+    let server = TestServer::tls(StatusCode::OK, INDEX, Vec::new()).await;
     let options = RequestOptions { token: Some("s3cret\n"), cluster_info: None };
-    client().fetch_index(&server.url(), "stable", options).await.unwrap();
+    server.trusting_client().fetch_index(&server.url(), "stable", options).await.unwrap();
     let seen = server.seen();
     assert_eq!(seen[0].headers[AUTHORIZATION], "Bearer s3cret");
+}
+
+#[tokio::test]
+async fn a_plain_http_server_is_refused_unless_allowed_and_never_gets_the_token() {
+    let server = TestServer::ok(INDEX).await;
+    let options = || RequestOptions { token: Some("s3cret"), cluster_info: None };
+    let refused = Client::new()
+        .unwrap()
+        .fetch_index(&server.url(), "stable", options())
+        .await
+        .expect_err("plain http is refused by default");
+    assert!(matches!(refused, Error::PlainHttp { .. }), "{refused:?}");
+    assert!(refused.to_string().contains("--allow-unverified-payloads"), "{refused}");
+    assert!(server.seen().is_empty(), "nothing was sent");
+    // Allowed: asked, but without the token.
+    client().fetch_index(&server.url(), "stable", options()).await.unwrap();
+    assert!(server.seen()[0].headers.get(AUTHORIZATION).is_none(), "no token over http");
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_so_the_token_stays_with_the_server_it_was_meant_for() {
+    let elsewhere = TestServer::ok(INDEX).await;
+    let location = format!("{}/stable/index.yaml", elsewhere.url());
+    let server = TestServer::tls(StatusCode::FOUND, "", vec![("location", location)]).await;
+    let options = RequestOptions { token: Some("s3cret"), cluster_info: None };
+    let err = server
+        .trusting_client()
+        .allowing_plain_http(true)
+        .fetch_index(&server.url(), "stable", options)
+        .await
+        .expect_err("a redirect is an error");
+    assert!(matches!(err, Error::Status { status: StatusCode::FOUND, .. }), "{err:?}");
+    assert!(elsewhere.seen().is_empty(), "the redirect's target was never asked");
 }
 
 #[tokio::test]
@@ -195,7 +289,7 @@ async fn legacy_endpoint_sends_the_query_and_parses_the_map_answer() {
         last_update_status: "Completed".to_owned(),
         current_version: "v1.35.1+k0s.0".to_owned(),
     };
-    let options = RequestOptions { token: Some("t"), cluster_info: None };
+    let options = RequestOptions { token: None, cluster_info: None };
     let answer = client()
         .fetch_legacy(&format!("{}/ignored/path", server.url()), "stable", &query, options)
         .await
@@ -208,7 +302,6 @@ async fn legacy_endpoint_sends_the_query_and_parses_the_map_answer() {
         seen[0].uri.query(),
         Some("clusterID=0000-1111&lastUpdateStatus=Completed&currentVersion=v1.35.1%2Bk0s.0")
     );
-    assert_eq!(seen[0].headers[AUTHORIZATION], "Bearer t");
     assert!(seen[0].headers.get("k0s_clusterid").is_none());
 }
 
