@@ -131,7 +131,13 @@ where
             }
         }
         let Some(object) = latest.take() else { continue };
-        match act(&api, &agent, host, &object, &mut memory).await {
+        // A stop does not wait for a download or a check to finish: every action is
+        // idempotent and crash-safe, so the next start takes it up again.
+        let acted = tokio::select! {
+            acted = act(&api, &agent, host, &object, &mut memory) => acted,
+            () = &mut shutdown => return Ok(Outcome::Stopped),
+        };
+        match acted {
             Ok(Acted::Idle) => {
                 host_retry.reset();
                 api_retry.reset();

@@ -32,6 +32,9 @@ impl Trial {
         let Self { config, data_dir, download, timeout } = self;
         let runtime = crate::runtime()?;
         let outcome = runtime.block_on(async {
+            // SIGTERM ends the trial at once (the child goes with it): a stop must not wait
+            // for a trial deadline of minutes, and the live binary is untouched until a pass.
+            let terminated = super::on_termination();
             let client = kube::Client::try_from(config).context("creating a client")?;
             let host =
                 autopilot_signal::host::LinuxHost::new(binary.to_path_buf(), data_dir, download)
@@ -41,11 +44,21 @@ impl Trial {
                 deadline: timeout,
                 version: VERSION.to_string(),
             };
-            autopilot_signal::trial::run(&host, &trial, &client).await
+            tokio::select! {
+                outcome = autopilot_signal::trial::run(&host, &trial, &client) => outcome.map(Some),
+                () = terminated.cancelled() => Ok(None),
+            }
         });
         runtime.shutdown_timeout(STOP_GRACE);
         match outcome {
-            Ok(outcome) => tracing::info!(?outcome, "trial boot concluded"),
+            Ok(None) => {
+                tracing::info!(
+                    "stopped during the trial boot; the live binary is unchanged and the next \
+                     start tries the new one again"
+                );
+                return Ok(());
+            }
+            Ok(Some(outcome)) => tracing::info!(?outcome, "trial boot concluded"),
             // The live binary is still one that runs (the swap happens only after a pass).
             Err(err) => tracing::error!(
                 error = %format!("{err:#}"),
