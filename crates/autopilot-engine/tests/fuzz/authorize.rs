@@ -1,0 +1,110 @@
+//! Fuzz target of the signal-vs-plan match (DESIGN §14): mutated signals against a running
+//! Plan, and signals against mutated Plans. No input panics; a signal is authorized only if
+//! it names the Plan's run and carries exactly one payload of its frozen command to one of
+//! its targets.
+
+use autopilot_api::Plan;
+use autopilot_api::fuzz::{config, mutated};
+use autopilot_api::signal::SignalData;
+use autopilot_engine::authorize::{Node, Role, authorize};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const PLATFORM: &str = "linux-amd64";
+
+/// Plan `autopilot` on run `uid-1/1`: command 0 updates k0s on worker `w1`.
+fn running_plan() -> Value {
+    let sha = "ab".repeat(32);
+    json!({
+        "apiVersion": "autopilot.k0sproject.io/v1beta2",
+        "kind": "Plan",
+        "metadata": { "name": "autopilot", "uid": "uid-1", "generation": 1 },
+        "spec": { "id": "id-1", "timestamp": "now", "commands": [] },
+        "status": {
+            "state": "SchedulableWait",
+            "runId": "uid-1/1",
+            "planId": "id-1",
+            "commands": [{
+                "id": 0,
+                "state": "SchedulableWait",
+                "frozen": { "k0supdate": {
+                    "version": "v1.35.1+k0s.0",
+                    "platforms": { PLATFORM: { "url": "https://127.0.0.1/k0s", "sha256": sha } },
+                    "targets": { "workers": { "discovery": { "static": { "nodes": ["w1"] } } } },
+                } },
+                "k0supdate": { "workers": [{
+                    "name": "w1", "state": "SignalSent",
+                    "lastUpdatedTimestamp": "2026-11-26T00:00:00Z",
+                }] },
+            }],
+        },
+    })
+}
+
+/// The signal the leader writes to `w1` for that run.
+fn its_signal() -> Value {
+    json!({
+        "planId": "id-1",
+        "created": "2026-11-26T00:00:00Z",
+        "command": { "id": 0, "k0supdate": {
+            "url": "https://127.0.0.1/k0s", "version": "v1.35.1+k0s.0", "sha256": "ab".repeat(32),
+        } },
+        "runId": "uid-1/1",
+    })
+}
+
+const W1: Node<'static> = Node { name: "w1", role: Role::Worker, platform: Some(PLATFORM) };
+
+/// Checks what an `Ok` promises, against the unmutated run.
+fn authorized_means_the_plans_own(signal: &SignalData, plan: &Plan) -> Result<(), TestCaseError> {
+    let status = plan.status.as_ref().expect("an authorized signal's Plan has a status");
+    prop_assert_eq!(signal.run_id.as_deref(), status.run_id.as_deref());
+    prop_assert_eq!(Some(signal.plan_id.as_str()), status.plan_id.as_deref());
+    let command = status.commands.iter().find(|c| c.id == signal.command.id);
+    let frozen = command.and_then(|c| c.frozen.as_ref()).expect("a frozen command");
+    let (Some(sent), Some(want)) = (&signal.command.k0supdate, &frozen.k0supdate) else {
+        return Err(TestCaseError::fail("only the k0s update can be authorized here"));
+    };
+    prop_assert_eq!(&sent.version, &want.version);
+    let entry = &want.platforms[PLATFORM];
+    prop_assert_eq!(&sent.url, &entry.url);
+    prop_assert!(entry.sha256.as_deref().unwrap_or_default().eq_ignore_ascii_case(&sent.sha256));
+    let targets = &command.and_then(|c| c.k0supdate.as_ref()).expect("targets").workers;
+    prop_assert!(targets.iter().any(|t| t.name == "w1"));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn mutated_signals_are_authorized_only_when_they_are_the_plans(
+        signal in mutated(its_signal())
+    ) {
+        let plan: Plan = serde_json::from_value(running_plan()).expect("the running Plan");
+        let Ok(signal) = serde_json::from_value::<SignalData>(signal) else { return Ok(()) };
+        match authorize(Some(&plan), &signal, W1) {
+            Ok(()) => authorized_means_the_plans_own(&signal, &plan)?,
+            Err(refusal) => prop_assert!(refusal.starts_with("refused: "), "{refusal}"),
+        }
+    }
+
+    #[test]
+    fn the_signal_against_mutated_plans_never_panics_and_is_refused_with_a_reason(
+        plan in mutated(running_plan())
+    ) {
+        let Ok(plan) = serde_json::from_value::<Plan>(plan) else { return Ok(()) };
+        let signal: SignalData = serde_json::from_value(its_signal()).expect("the signal");
+        match authorize(Some(&plan), &signal, W1) {
+            Ok(()) => authorized_means_the_plans_own(&signal, &plan)?,
+            Err(refusal) => prop_assert!(refusal.starts_with("refused: "), "{refusal}"),
+        }
+    }
+}
+
+#[test]
+fn the_unmutated_signal_is_authorized() {
+    let plan: Plan = serde_json::from_value(running_plan()).expect("the running Plan");
+    let signal: SignalData = serde_json::from_value(its_signal()).expect("the signal");
+    assert_eq!(authorize(Some(&plan), &signal, W1), Ok(()));
+}
