@@ -272,7 +272,17 @@ async fn release(
     }
 }
 
-/// Create the autopilot namespace if it is missing (server-side apply, idempotent).
+/// The Pod Security labels of the autopilot namespace (DESIGN §14): check Pods run there,
+/// and `baseline` forbids what would let one take over its node.
+pub const POD_SECURITY_LABELS: [(&str, &str); 3] = [
+    ("pod-security.kubernetes.io/enforce", "baseline"),
+    ("pod-security.kubernetes.io/warn", "restricted"),
+    ("pod-security.kubernetes.io/audit", "restricted"),
+];
+
+/// Create the autopilot namespace if it is missing (server-side apply, idempotent), and
+/// add each of [`POD_SECURITY_LABELS`] it lacks. A label that is there stays as it is: an
+/// operator who relaxed it did so on purpose.
 async fn ensure_namespace(client: &kube::Client) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     let namespace = json!({
@@ -283,5 +293,22 @@ async fn ensure_namespace(client: &kube::Client) -> anyhow::Result<()> {
     api.patch(keys::NAMESPACE, &PatchParams::apply(keys::FIELD_MANAGER), &Patch::Apply(&namespace))
         .await
         .with_context(|| format!("applying namespace {}", keys::NAMESPACE))?;
+    let current = api
+        .get(keys::NAMESPACE)
+        .await
+        .with_context(|| format!("reading namespace {}", keys::NAMESPACE))?;
+    let labels = current.metadata.labels.unwrap_or_default();
+    let missing: serde_json::Map<String, serde_json::Value> = POD_SECURITY_LABELS
+        .iter()
+        .filter(|(key, _)| !labels.contains_key(*key))
+        .map(|(key, value)| ((*key).to_owned(), json!(value)))
+        .collect();
+    if !missing.is_empty() {
+        let patch = json!({ "metadata": { "labels": missing } });
+        api.patch(keys::NAMESPACE, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("labelling namespace {}", keys::NAMESPACE))?;
+        info!(labels = ?missing.keys().collect::<Vec<_>>(), "added Pod Security labels to namespace");
+    }
     Ok(())
 }

@@ -46,6 +46,7 @@ mod plan_targets;
 mod plan_validation;
 mod rbac_least_privilege;
 mod responder;
+mod security_check_pods;
 mod security_signal_forgery;
 mod update_agent_crash;
 mod update_airgap;

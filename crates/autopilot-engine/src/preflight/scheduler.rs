@@ -78,7 +78,120 @@ pub fn template(config_map: Option<&ConfigMap>, pod_name: &str) -> Result<Pod, S
     if spec.containers.is_empty() {
         return Err(format!("{where_}: the Pod has no container"));
     }
+    if let Some(field) = escalation(spec) {
+        return Err(format!(
+            "{where_}: the Pod asks for {field}, which Pod Security baseline forbids (a check \
+             Pod may not escalate its privileges on the node)"
+        ));
+    }
     Ok(pod)
+}
+
+/// The capabilities Pod Security `baseline` lets a container add.
+const BASELINE_CAPABILITIES: [&str; 13] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// The first field of `spec` that Pod Security `baseline` forbids (DESIGN §14), named as in
+/// the manifest: host namespaces, `hostPath` volumes, host ports, privileged containers,
+/// capabilities beyond the baseline set, privilege escalation, unconfined seccomp, a
+/// non-default `procMount` and Windows host processes. `None` when there is none.
+pub fn escalation(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<String> {
+    let flags = [
+        ("spec.hostNetwork", spec.host_network),
+        ("spec.hostPID", spec.host_pid),
+        ("spec.hostIPC", spec.host_ipc),
+    ];
+    if let Some((field, _)) = flags.iter().find(|(_, set)| *set == Some(true)) {
+        return Some((*field).to_owned());
+    }
+    for (i, volume) in spec.volumes.iter().flatten().enumerate() {
+        if volume.host_path.is_some() {
+            return Some(format!("spec.volumes[{i}].hostPath"));
+        }
+    }
+    if let Some(context) = &spec.security_context {
+        let unconfined = context.seccomp_profile.as_ref().is_some_and(|p| p.type_ == "Unconfined");
+        if unconfined {
+            return Some("spec.securityContext.seccompProfile.type: Unconfined".to_owned());
+        }
+        if context.windows_options.as_ref().and_then(|w| w.host_process) == Some(true) {
+            return Some("spec.securityContext.windowsOptions.hostProcess".to_owned());
+        }
+    }
+    let containers = [
+        ("containers", spec.containers.iter().map(container_view).collect::<Vec<_>>()),
+        ("initContainers", spec.init_containers.iter().flatten().map(container_view).collect()),
+        (
+            "ephemeralContainers",
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| (c.security_context.as_ref(), c.ports.as_deref().unwrap_or_default()))
+                .collect(),
+        ),
+    ];
+    for (list, views) in containers {
+        for (i, (context, ports)) in views.into_iter().enumerate() {
+            let at = format!("spec.{list}[{i}]");
+            if let Some(problem) = context.and_then(container_escalation) {
+                return Some(format!("{at}.securityContext.{problem}"));
+            }
+            if let Some(j) = ports.iter().position(|port| port.host_port.is_some_and(|p| p != 0)) {
+                return Some(format!("{at}.ports[{j}].hostPort"));
+            }
+        }
+    }
+    None
+}
+
+type ContainerView<'a> = (
+    Option<&'a k8s_openapi::api::core::v1::SecurityContext>,
+    &'a [k8s_openapi::api::core::v1::ContainerPort],
+);
+
+fn container_view(container: &k8s_openapi::api::core::v1::Container) -> ContainerView<'_> {
+    (container.security_context.as_ref(), container.ports.as_deref().unwrap_or_default())
+}
+
+/// What a container's security context asks that baseline forbids, relative to it.
+fn container_escalation(context: &k8s_openapi::api::core::v1::SecurityContext) -> Option<String> {
+    if context.privileged == Some(true) {
+        return Some("privileged".to_owned());
+    }
+    if context.allow_privilege_escalation == Some(true) {
+        return Some("allowPrivilegeEscalation".to_owned());
+    }
+    let added = context.capabilities.as_ref().and_then(|c| c.add.as_ref());
+    if let Some(cap) = added
+        .into_iter()
+        .flatten()
+        .find(|cap| !BASELINE_CAPABILITIES.contains(&cap.trim_start_matches("CAP_")))
+    {
+        return Some(format!("capabilities.add: {cap}"));
+    }
+    if context.seccomp_profile.as_ref().is_some_and(|p| p.type_ == "Unconfined") {
+        return Some("seccompProfile.type: Unconfined".to_owned());
+    }
+    if context.proc_mount.as_deref().is_some_and(|mount| mount != "Default") {
+        return Some("procMount".to_owned());
+    }
+    if context.windows_options.as_ref().and_then(|w| w.host_process) == Some(true) {
+        return Some("windowsOptions.hostProcess".to_owned());
+    }
+    None
 }
 
 /// Which check Pod: one per run, command, check and node.
@@ -315,5 +428,67 @@ mod tests {
             never_ran.error.as_deref(),
             Some("Pod preflight-x Failed: Node didn't have enough resource")
         );
+    }
+
+    /// The template of [`POD`] with `spec` merged into its Pod spec.
+    fn escalating(spec: serde_json::Value) -> Result<Pod, String> {
+        let mut pod: serde_json::Value =
+            serde_json::to_value(serde_yaml::from_str::<Pod>(POD).expect("the Pod")).expect("json");
+        for (key, value) in spec.as_object().expect("an object") {
+            pod["spec"][key] = value.clone();
+        }
+        let text = serde_json::to_string(&pod).expect("json");
+        template(Some(&config_map(json!({ TEMPLATE_KEY: text }))), "lic")
+    }
+
+    #[test]
+    fn a_template_that_escalates_is_refused_naming_the_field() {
+        let container = |security: serde_json::Value| json!({"containers": [{"name": "check", "image": "lic:1", "securityContext": security}]});
+        let cases = [
+            (json!({"hostNetwork": true}), "spec.hostNetwork"),
+            (json!({"hostPID": true}), "spec.hostPID"),
+            (json!({"hostIPC": true}), "spec.hostIPC"),
+            (
+                json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+                "spec.volumes[0].hostPath",
+            ),
+            (
+                container(json!({"privileged": true})),
+                "spec.containers[0].securityContext.privileged",
+            ),
+            (
+                container(json!({"allowPrivilegeEscalation": true})),
+                "spec.containers[0].securityContext.allowPrivilegeEscalation",
+            ),
+            (
+                container(json!({"capabilities": {"add": ["SYS_ADMIN"]}})),
+                "spec.containers[0].securityContext.capabilities.add: SYS_ADMIN",
+            ),
+            (
+                json!({"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+                "spec.containers[0].ports[0].hostPort",
+            ),
+            (
+                json!({"initContainers": [{"name": "c", "image": "i", "securityContext": {"privileged": true}}]}),
+                "spec.initContainers[0].securityContext.privileged",
+            ),
+            (
+                json!({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+                "spec.securityContext.seccompProfile.type: Unconfined",
+            ),
+        ];
+        for (spec, field) in cases {
+            let refused = escalating(spec.clone()).expect_err("an escalating template");
+            assert!(
+                refused.contains(&format!("asks for {field}, which Pod Security baseline forbids")),
+                "{spec}: {refused}"
+            );
+        }
+        // What baseline allows passes: a capability of its set, a dropped one, a port.
+        let allowed = json!({"containers": [{"name": "c", "image": "i",
+            "ports": [{"containerPort": 80}],
+            "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]},
+                                "allowPrivilegeEscalation": false, "runAsNonRoot": true}}]});
+        escalating(allowed).expect("a baseline Pod is accepted");
     }
 }

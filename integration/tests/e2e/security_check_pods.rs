@@ -1,0 +1,144 @@
+//! Check Pods cannot take over a node (DESIGN §14), on the real control plane (whose API
+//! servers allow privileged Pods, as k0s's do):
+//!
+//! - a `scheduler` check whose template asks for a privileged container is refused by the
+//!   leader with status code 22 naming the field, and no Pod is created;
+//! - the namespace `k0s-autopilot` enforces Pod Security `baseline`: the API server itself
+//!   refuses a privileged Pod there, even from the admin (so even a leader whose filter
+//!   were bypassed could not create one);
+//! - a Pod Security label an operator changed stays as they set it when a controller
+//!   starts again.
+
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::v1beta2::{CheckStatus, PlanCommand, PlanCommandPreflight, PlanStateType};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::support::*;
+
+fn privileged_pod() -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
+        "name": "check", "image": "registry.example/checks:1",
+        "command": ["/bin/sh", "-c", "true"],
+        "securityContext": {"privileged": true}}]}})
+}
+
+#[tokio::test]
+async fn check_pods_cannot_be_privileged() {
+    let Fleet { cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("security-check-pods")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .start()
+            .await
+            .unwrap();
+    let _kubelet = integration::kubelet::PodRunner::start(
+        client.clone(),
+        keys::NAMESPACE,
+        &["worker-0"],
+        &cluster.dir().join("pods"),
+    )
+    .await
+    .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), keys::NAMESPACE);
+
+    // The namespace carries the Pod Security labels.
+    let labels = namespaces.get(keys::NAMESPACE).await.unwrap().metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get("pod-security.kubernetes.io/enforce").map(String::as_str),
+        Some("baseline")
+    );
+    assert_eq!(
+        labels.get("pod-security.kubernetes.io/warn").map(String::as_str),
+        Some("restricted")
+    );
+
+    // The leader refuses a privileged template with 22, naming the field; no Pod is made.
+    let template: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "root-please", "namespace": keys::NAMESPACE},
+        "data": {"pod.yaml": serde_json::to_string(&privileged_pod()).unwrap()},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE)
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
+        "id": "escalate",
+        "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).unwrap()},
+        "command": {"id": "scheduler", "timeout": 15,
+                    "data": {"kubernetes": {"podName": "root-please"}}},
+        "results": [
+            {"status": "success", "condition": {"statusCode": 0}, "message": "ran"},
+            {"status": "error", "message": "{{ .StatusCode }}: {{ .Result }}"}
+        ]
+    }]}))
+    .unwrap();
+    let command = PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) };
+    create_plan(&client, &plan("autopilot", "escalate", vec![command])).await.unwrap();
+    let failed =
+        wait_plan_state(&client, "autopilot", PlanStateType::PreflightFailed).await.unwrap();
+    let checks = &command_status(&failed).checks;
+    let verdict = &checks[0].nodes[0];
+    assert_eq!(
+        (verdict.status, verdict.status_code),
+        (CheckStatus::Error, 22),
+        "{}",
+        status_yaml(&failed)
+    );
+    assert!(
+        verdict.message.contains("spec.containers[0].securityContext.privileged"),
+        "{}",
+        verdict.message
+    );
+    let made = pods.list(&ListParams::default()).await.unwrap();
+    assert!(made.items.is_empty(), "no check Pod was created: {:?}", made.items.len());
+    delete_plan(&client).await;
+
+    // The API server refuses a privileged Pod in the namespace, whoever asks.
+    let mut pod: Pod = serde_json::from_value(privileged_pod()).unwrap();
+    pod.metadata.name = Some("privileged".to_owned());
+    let refused = pods.create(&PostParams::default(), &pod).await.expect_err("refused");
+    let kube::Error::Api(response) = &refused else { panic!("{refused}") };
+    assert_eq!(response.code, 403, "{refused}");
+    assert!(response.message.contains("violates PodSecurity \"baseline"), "{}", response.message);
+
+    // An operator's choice stays: one label relaxed, one removed, then a controller starts
+    // again. It adds the missing one back and leaves the relaxed one as it is.
+    let relax = json!({"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "privileged",
+        "pod-security.kubernetes.io/audit": null,
+    }}});
+    namespaces
+        .patch(keys::NAMESPACE, &PatchParams::default(), &Patch::Merge(&relax))
+        .await
+        .unwrap();
+    let mut controller = controllers.into_iter().next().unwrap();
+    controller.stop(Duration::from_secs(20)).await.unwrap();
+    controller.restart().await.unwrap();
+    let labels = integration::wait_for(STARTUP, "the missing label added back", || async {
+        let labels = namespaces.get(keys::NAMESPACE).await?.metadata.labels.unwrap_or_default();
+        Ok(labels.contains_key("pod-security.kubernetes.io/audit").then_some(labels))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        labels.get("pod-security.kubernetes.io/audit").map(String::as_str),
+        Some("restricted")
+    );
+    assert_eq!(
+        labels.get("pod-security.kubernetes.io/enforce").map(String::as_str),
+        Some("privileged")
+    );
+}
+
+fn command_status(
+    plan: &autopilot_api::v1beta2::Plan,
+) -> &autopilot_api::v1beta2::PlanCommandPreflightStatus {
+    command(plan, 0).preflight.as_ref().expect("verdicts")
+}
