@@ -29,8 +29,8 @@ use super::plan::{
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdateStatus, TargetState, TargetStatus,
 };
 use super::preflight::{
-    CheckStatus, PlanCommandPreflightStatus, PreflightCheckStatus, PreflightNodeStatus,
-    PreflightPodStatus,
+    CheckStatus, FrozenTemplate, PlanCommandPreflightStatus, PreflightCheckStatus,
+    PreflightNodeStatus, PreflightPodStatus,
 };
 use crate::signal::SignalPhase;
 
@@ -275,6 +275,11 @@ struct PreflightWire<'a> {
     /// (such checks signal no node).
     #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
     pods: Cow<'a, [PreflightPodStatus]>,
+
+    /// The Pod template of each `scheduler` check, read and frozen at NewPlan: a changed
+    /// ConfigMap does not change a running check.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    templates: Cow<'a, [FrozenTemplate]>,
 }
 
 impl Serialize for PlanCommandPreflightStatus {
@@ -289,6 +294,7 @@ impl Serialize for PlanCommandPreflightStatus {
             grouped_controllers: controllers.groups,
             grouped_workers: workers.groups,
             pods: Cow::Borrowed(&self.pods),
+            templates: Cow::Borrowed(&self.templates),
         }
         .serialize(serializer)
     }
@@ -303,6 +309,7 @@ impl<'de> Deserialize<'de> for PlanCommandPreflightStatus {
             controllers: join(wire.controllers.into_owned(), wire.grouped_controllers),
             workers: join(wire.workers.into_owned(), wire.grouped_workers),
             pods: wire.pods.into_owned(),
+            templates: wire.templates.into_owned(),
         })
     }
 }

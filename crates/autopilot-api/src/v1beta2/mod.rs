@@ -23,7 +23,7 @@ pub use plan::{
     TargetState, TargetStatus,
 };
 pub use preflight::{
-    CheckStatus, DEFAULT_TIMEOUT_SECONDS, LocalizedMessage, NO_TIMEOUT, OnWarn,
+    CheckStatus, DEFAULT_TIMEOUT_SECONDS, FrozenTemplate, LocalizedMessage, NO_TIMEOUT, OnWarn,
     PlanCommandPreflight, PlanCommandPreflightStatus, PreflightCheck, PreflightCheckStatus,
     PreflightCommand, PreflightCommandId, PreflightCondition, PreflightMessage,
     PreflightNodeStatus, PreflightPodStatus, PreflightResult, PreflightTargets, SchedulerData,

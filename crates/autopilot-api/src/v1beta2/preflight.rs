@@ -432,6 +432,33 @@ pub struct PlanCommandPreflightStatus {
     /// The Pods of `scheduler` checks: one per check and node, run by the node's kubelet
     /// (such checks signal no node).
     pub pods: Vec<PreflightPodStatus>,
+
+    /// The Pod template of each `scheduler` check, read and frozen at NewPlan: a changed
+    /// ConfigMap does not change a running check.
+    pub templates: Vec<FrozenTemplate>,
+}
+
+/// A `scheduler` check's Pod template as NewPlan read it from its ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FrozenTemplate {
+    /// The check's id.
+    pub check: String,
+
+    /// The ConfigMap (in `k0s-autopilot`) it was read from.
+    pub config_map: String,
+
+    /// The Pod it holds, as JSON (labels, annotations and spec); absent when unusable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+
+    /// SHA-256 of the ConfigMap's template text, as read (hex).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+
+    /// Why the template cannot be used (the check's Pods then report status code 22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// One Pod of a `scheduler` check.

@@ -30,9 +30,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::{
-    CheckStatus, OnWarn, PlanCommandPreflight, PlanCommandPreflightStatus, PlanCommandStatus,
-    PlanStateType, PlanStatus, PreflightCheck, PreflightCheckStatus, PreflightNodeStatus,
-    PreflightPodStatus, TargetState, TargetStatus,
+    CheckStatus, FrozenTemplate, OnWarn, PlanCommandPreflight, PlanCommandPreflightStatus,
+    PlanCommandStatus, PlanStateType, PlanStatus, PreflightCheck, PreflightCheckStatus,
+    PreflightNodeStatus, PreflightPodStatus, TargetState, TargetStatus,
 };
 
 use autopilot_api::preflight::request::Request;
@@ -74,6 +74,9 @@ pub(super) fn new_command(
         // A `scheduler` check runs a Pod on each of its Nodes; every other check is signalled
         // to the node's agent.
         let placed = if let Request::Scheduler(data) = &compiled.request {
+            let pod_name = &data.kubernetes.pod_name;
+            let config_map = inputs.observed.check_pods.templates.get(pod_name);
+            placement.templates.push(scheduler::freeze(&check.id, config_map, pod_name));
             placement.add_pods(inputs, run_id, index, check, &data.kubernetes.node_selector)
         } else {
             placement.add_agent_targets(inputs, check)
@@ -93,7 +96,14 @@ pub(super) fn new_command(
     } else {
         (PlanStateType::IncompleteTargets, Some(format!("{label}: {}", problems.join("; "))))
     };
-    NewCommand { state, description, targets: groups, pods: placement.pods, warnings: Vec::new() }
+    NewCommand {
+        state,
+        description,
+        targets: groups,
+        pods: placement.pods,
+        templates: placement.templates,
+        warnings: Vec::new(),
+    }
 }
 
 /// Where a preflight command's checks run, as NewPlan resolves them check by check.
@@ -103,6 +113,8 @@ struct Placement {
     by_group: BTreeMap<Group, BTreeMap<String, Vec<String>>>,
     /// One Pod per `scheduler` check and Node.
     pods: Vec<PreflightPodStatus>,
+    /// The template of each `scheduler` check, read and frozen now.
+    templates: Vec<FrozenTemplate>,
     /// The ids of the checks that target no node.
     nowhere: Vec<String>,
 }
@@ -631,7 +643,19 @@ fn start_pods(
         let Some(check) = compiled.checks.iter().find(|c| c.id == pod.check) else { continue };
         let Request::Scheduler(data) = &check.request else { continue };
         let pod_name = &data.kubernetes.pod_name;
-        match scheduler::template(inputs.observed.check_pods.templates.get(pod_name), pod_name) {
+        // The copy NewPlan froze; a run started by a version that froze none reads the
+        // ConfigMap as it is now.
+        let frozen = status
+            .preflight
+            .as_ref()
+            .and_then(|p| p.templates.iter().find(|t| t.check == pod.check));
+        let template = match frozen {
+            Some(frozen) => scheduler::thaw(frozen),
+            None => {
+                scheduler::template(inputs.observed.check_pods.templates.get(pod_name), pod_name)
+            }
+        };
+        match template {
             Err(why) => verdicts.push((
                 pod.check.clone(),
                 check.judge(&pod.node, &RawRecord::failure(status_code::INVALID_ARGUMENT, why)),

@@ -43,7 +43,8 @@ pub(super) fn new_plan(
                 format!("command {index} has no frozen copy in the status"),
             ),
         };
-        let NewCommand { state, description, targets, pods, warnings: command_warnings } = outcome;
+        let NewCommand { state, description, targets, pods, templates, warnings: command_warnings } =
+            outcome;
         warnings.extend(command_warnings);
         let frozen = command_status.frozen.clone();
         if let Some(command) = frozen.as_ref().and_then(Command::resolve) {
@@ -55,6 +56,9 @@ pub(super) fn new_plan(
         }
         if !pods.is_empty() {
             command_status.preflight.get_or_insert_with(Default::default).pods = pods;
+        }
+        if !templates.is_empty() {
+            command_status.preflight.get_or_insert_with(Default::default).templates = templates;
         }
         command_status.state = state;
         command_status.description = description;
@@ -107,6 +111,7 @@ fn check_update(
         description: None,
         targets,
         pods: Vec::new(),
+        templates: Vec::new(),
         warnings,
     })
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use autopilot_api::v1beta2::{PlanStateType, PreflightPodStatus, TargetStatus};
+use autopilot_api::v1beta2::{FrozenTemplate, PlanStateType, PreflightPodStatus, TargetStatus};
 
 use super::command::Group;
 use super::decision::{Effect, ObjectKind};
@@ -22,6 +22,8 @@ pub(super) struct NewCommand {
     pub(super) targets: Vec<(Group, Vec<TargetStatus>)>,
     /// A preflight command's `scheduler` Pods, one per check and node.
     pub(super) pods: Vec<PreflightPodStatus>,
+    /// A preflight command's `scheduler` templates, frozen.
+    pub(super) templates: Vec<FrozenTemplate>,
     /// Warning Events about payloads accepted without an integrity check.
     pub(super) warnings: Vec<Effect>,
 }
@@ -33,6 +35,7 @@ impl NewCommand {
             description: Some(description),
             targets: Vec::new(),
             pods: Vec::new(),
+            templates: Vec::new(),
             warnings: Vec::new(),
         }
     }
@@ -49,6 +52,7 @@ impl NewCommand {
             description: Some(description),
             targets,
             pods: Vec::new(),
+            templates: Vec::new(),
             warnings: Vec::new(),
         }
     }

@@ -168,6 +168,7 @@ impl CommandVerdict {
             controllers: Vec::new(),
             workers: Vec::new(),
             pods: Vec::new(),
+            templates: Vec::new(),
         }
     }
 }

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::preflight::{RawRecord, status_code};
-use autopilot_api::v1beta2::{PlanSpec, PreflightCommandId};
+use autopilot_api::v1beta2::{FrozenTemplate, PlanSpec, PreflightCommandId};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Toleration};
 use sha2::Digest as _;
 
@@ -85,6 +85,64 @@ pub fn template(config_map: Option<&ConfigMap>, pod_name: &str) -> Result<Pod, S
         ));
     }
     Ok(pod)
+}
+
+/// The largest Pod template kept with a run (as JSON): a check's Pod needs a few hundred
+/// bytes; the Plan status must stay small.
+pub const MAX_TEMPLATE_BYTES: usize = 16 * 1024;
+
+/// The template of check `check` (ConfigMap `pod_name`) read and frozen at NewPlan
+/// (DESIGN §14): the Pod it holds, checked as [`template`] does, with the digest of the text
+/// read; or why it cannot be used. Check Pods are made from this copy for the whole run.
+pub fn freeze(check: &str, config_map: Option<&ConfigMap>, pod_name: &str) -> FrozenTemplate {
+    let text = config_map.and_then(|c| c.data.as_ref()).and_then(|d| d.get(TEMPLATE_KEY));
+    let sha256 = text.map(|t| hex::encode(sha2::Sha256::digest(t.as_bytes()))).unwrap_or_default();
+    let (pod, problem) = match template(config_map, pod_name) {
+        Ok(pod) => {
+            let kept = Pod {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    labels: pod.metadata.labels,
+                    annotations: pod.metadata.annotations,
+                    ..Default::default()
+                },
+                spec: pod.spec,
+                status: None,
+            };
+            match serde_json::to_string(&kept) {
+                Ok(json) if json.len() <= MAX_TEMPLATE_BYTES => (Some(json), None),
+                Ok(json) => (
+                    None,
+                    Some(format!(
+                        "ConfigMap {}/{pod_name}: the Pod is {} bytes, over the {MAX_TEMPLATE_BYTES} a check Pod may take",
+                        keys::NAMESPACE,
+                        json.len()
+                    )),
+                ),
+                Err(error) => {
+                    (None, Some(format!("ConfigMap {}/{pod_name}: {error}", keys::NAMESPACE)))
+                }
+            }
+        }
+        Err(problem) => (None, Some(problem)),
+    };
+    FrozenTemplate {
+        check: check.to_owned(),
+        config_map: pod_name.to_owned(),
+        pod,
+        sha256,
+        problem,
+    }
+}
+
+/// The Pod of a frozen template; `Err` says why there is none (status code 22).
+pub fn thaw(frozen: &FrozenTemplate) -> Result<Pod, String> {
+    match (&frozen.pod, &frozen.problem) {
+        (Some(json), _) => serde_json::from_str(json).map_err(|error| {
+            format!("the frozen template of check {:?} cannot be read: {error}", frozen.check)
+        }),
+        (None, Some(problem)) => Err(problem.clone()),
+        (None, None) => Err(format!("check {:?} has no frozen template", frozen.check)),
+    }
 }
 
 /// The capabilities Pod Security `baseline` lets a container add.

@@ -675,3 +675,41 @@ fn scheduler_and_agent_checks_share_a_command() {
     assert_eq!(sim.plan.command(0).state, P::Completed, "{:?}", sim.plan.command(0));
     assert_eq!(k0s_signalled(&done), ["c1"]);
 }
+
+#[test]
+fn the_template_is_frozen_at_new_plan_and_a_changed_config_map_changes_nothing() {
+    let mut sim = with_pods(workers_check());
+    sim.pass();
+    let frozen = sim.plan.command(0).preflight.clone().expect("status").templates;
+    assert_eq!(frozen.len(), 1, "{frozen:?}");
+    assert_eq!((frozen[0].check.as_str(), frozen[0].config_map.as_str()), ("license", "lic"));
+    let digest = {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(TEMPLATE.as_bytes()))
+    };
+    assert_eq!(frozen[0].sha256, digest);
+    // The ConfigMap is swapped for one that escalates, and w1's Pod is deleted by hand: the
+    // Pod made again is the frozen template's.
+    let swapped = "apiVersion: v1\nkind: Pod\nspec:\n  hostPID: true\n  containers:\n  - name: \
+                   check\n    image: evil:1\n    securityContext: {privileged: true}\n";
+    sim.cluster.templates.insert(
+        "lic".to_owned(),
+        serde_json::from_value(json!({"metadata": {"name": "lic", "namespace": keys::NAMESPACE},
+                                      "data": {"pod.yaml": swapped}}))
+        .expect("a ConfigMap"),
+    );
+    let w1 = pod_on(&sim, "w1");
+    sim.cluster.pods.remove(&w1);
+    let again = sim.pass();
+    let pod = again
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CreatePod(pod) => Some(pod),
+            Effect::Signal { .. } | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+        })
+        .expect("the Pod is made again");
+    let spec = pod.spec.as_ref().expect("spec");
+    assert_eq!(spec.containers[0].image.as_deref(), Some("lic:1"));
+    assert_eq!(spec.host_pid, None);
+}
