@@ -3,6 +3,8 @@
 //!
 //! - a `scheduler` check whose template asks for a privileged container is refused by the
 //!   leader with status code 22 naming the field, and no Pod is created;
+//! - a template swapped in its ConfigMap mid-run changes nothing: a check Pod made again
+//!   runs the template frozen at NewPlan;
 //! - the namespace `k0s-autopilot` enforces Pod Security `baseline`: the API server itself
 //!   refuses a privileged Pod there, even from the admin (so even a leader whose filter
 //!   were bypassed could not create one);
@@ -100,6 +102,53 @@ async fn check_pods_cannot_be_privileged() {
     assert!(made.items.is_empty(), "no check Pod was created: {:?}", made.items.len());
     delete_plan(&client).await;
 
+    // A template swapped mid-run changes nothing: the Pod made again after a deletion by
+    // hand runs the template as NewPlan froze it.
+    let flag = cluster.dir().join("release-the-check");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.1; done; echo frozen > /dev/termination-log",
+        flag.display()
+    );
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE);
+    config_maps.create(&PostParams::default(), &template_of("swap-me", &script)).await.unwrap();
+    let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
+        "id": "frozen",
+        "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).unwrap()},
+        "command": {"id": "scheduler", "timeout": 60,
+                    "data": {"kubernetes": {"podName": "swap-me"}}},
+        "results": [
+            {"status": "success", "condition": {"statusCode": 0}, "message": "{{ .Result }}"},
+            {"status": "error", "message": "{{ .StatusCode }}: {{ .Result }}"}
+        ]
+    }]}))
+    .unwrap();
+    let command = PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) };
+    create_plan(&client, &plan("autopilot", "frozen", vec![command])).await.unwrap();
+    let first = integration::wait_for(PLAN_TIMEOUT, "the check Pod", || async {
+        Ok(pods.list(&ListParams::default()).await?.items.into_iter().next())
+    })
+    .await
+    .unwrap();
+    let swapped = template_of("swap-me", "echo swapped > /dev/termination-log");
+    config_maps.replace("swap-me", &PostParams::default(), &swapped).await.unwrap();
+    let first_uid = first.metadata.uid.clone();
+    pods.delete(first.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
+    integration::wait_for(PLAN_TIMEOUT, "the check Pod made again", || async {
+        let again = pods.list(&ListParams::default()).await?.items.into_iter().next();
+        Ok(again.filter(|pod| pod.metadata.uid != first_uid))
+    })
+    .await
+    .unwrap();
+    std::fs::write(&flag, b"").unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(
+        command_status(&done).checks[0].nodes[0].message,
+        "frozen",
+        "{}",
+        status_yaml(&done)
+    );
+    delete_plan(&client).await;
+
     // The API server refuses a privileged Pod in the namespace, whoever asks.
     let mut pod: Pod = serde_json::from_value(privileged_pod()).unwrap();
     pod.metadata.name = Some("privileged".to_owned());
@@ -135,6 +184,18 @@ async fn check_pods_cannot_be_privileged() {
         labels.get("pod-security.kubernetes.io/enforce").map(String::as_str),
         Some("privileged")
     );
+}
+
+/// A ConfigMap holding a check Pod template that runs `script` with `/bin/sh -c`.
+fn template_of(name: &str, script: &str) -> ConfigMap {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
+        "name": "check", "image": "registry.example/checks:1",
+        "command": ["/bin/sh", "-c", script]}]}});
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": keys::NAMESPACE},
+        "data": {"pod.yaml": serde_json::to_string(&pod).expect("JSON")},
+    }))
+    .expect("a ConfigMap")
 }
 
 fn command_status(

@@ -85,11 +85,11 @@ fn new_command(
     if let (None, None, Some(preflight)) = (&spec.k0supdate, &spec.airgapupdate, &spec.preflight) {
         return super::checks::new_command(inputs, run_id, index, preflight);
     }
-    check_update(inputs, index, spec, findings).unwrap_or_else(|failed| failed)
+    check_update(inputs, index, spec, findings).unwrap_or_else(|failed| *failed)
 }
 
 /// A check's outcome: `Err` is the command's failed NewPlan result.
-type Checked<T> = Result<T, NewCommand>;
+type Checked<T> = Result<T, Box<NewCommand>>;
 
 /// The NewPlan checks of a `k0supdate` or `airgapupdate` command, in order.
 fn check_update(
@@ -120,7 +120,7 @@ fn check_update(
 fn check_kind(index: u32, spec: &PlanCommand) -> Checked<Command<'_>> {
     Command::resolve(spec).ok_or_else(|| {
         let problem = kind_problem(spec).unwrap_or("is malformed");
-        NewCommand::failed(PlanStateType::Warning, format!("command {index} {problem}"))
+        Box::new(NewCommand::failed(PlanStateType::Warning, format!("command {index} {problem}")))
     })
 }
 
@@ -129,7 +129,7 @@ fn check_kind(index: u32, spec: &PlanCommand) -> Checked<Command<'_>> {
 fn check_fields(index: u32, command: Command<'_>) -> Checked<()> {
     let problems = field_problems(index, command);
     if !problems.is_empty() {
-        return Err(NewCommand::failed(PlanStateType::Warning, problems.join("; ")));
+        return Err(Box::new(NewCommand::failed(PlanStateType::Warning, problems.join("; "))));
     }
     Ok(())
 }
@@ -141,7 +141,7 @@ fn check_payloads(inputs: &Inputs<'_>, label: &str, command: Command<'_>) -> Che
     let payload::Verdict { refusal, warnings } =
         payload::judge(label, command, inputs.policy.allow_unverified_payloads);
     match refusal {
-        Some(refusal) => Err(NewCommand::failed(PlanStateType::Warning, refusal)),
+        Some(refusal) => Err(Box::new(NewCommand::failed(PlanStateType::Warning, refusal))),
         None => Ok(warnings),
     }
 }
@@ -151,7 +151,7 @@ fn check_removed_apis(command: Command<'_>, findings: &[RemovedApiUse]) -> Check
     if command.needs_removed_api_check()
         && let Some(use_) = blocking_use(findings, command.version())
     {
-        return Err(NewCommand::failed(PlanStateType::Warning, use_.message()));
+        return Err(Box::new(NewCommand::failed(PlanStateType::Warning, use_.message())));
     }
     Ok(())
 }
@@ -168,10 +168,10 @@ fn check_discovery(
         .iter()
         .map(|&group| match discover(inputs, command, group) {
             Ok(names) => Ok((group, names)),
-            Err(problem) => Err(NewCommand::failed(
+            Err(problem) => Err(Box::new(NewCommand::failed(
                 PlanStateType::IncompleteTargets,
                 format!("{label}: {problem}"),
-            )),
+            ))),
         })
         .collect()
 }
@@ -229,7 +229,9 @@ fn check_targets(
         })
         .collect::<Vec<_>>();
     match wanting.failure(label) {
-        Some((state, description)) => Err(NewCommand::with_targets(state, description, targets)),
+        Some((state, description)) => {
+            Err(Box::new(NewCommand::with_targets(state, description, targets)))
+        }
         None => Ok(targets),
     }
 }
@@ -288,7 +290,11 @@ fn check_not_excluded(
              (--exclude-from-plans)",
             restricted.join(" and ")
         );
-        return Err(NewCommand::with_targets(PlanStateType::Restricted, description, targets));
+        return Err(Box::new(NewCommand::with_targets(
+            PlanStateType::Restricted,
+            description,
+            targets,
+        )));
     }
     Ok(targets)
 }
