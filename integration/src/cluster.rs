@@ -760,6 +760,9 @@ impl Cluster {
             .arg(format!("--token-auth-file={}", pki.join("tokens.csv").display()))
             .arg("--authorization-mode=Node,RBAC")
             .arg("--enable-admission-plugins=NodeRestriction")
+            // As k0s runs it: privileged Pods are allowed by the API server, so only Pod
+            // Security (and our own checks) stand between a Pod and its node.
+            .arg("--allow-privileged=true")
             .arg(format!("--service-account-key-file={}", pki.join("sa.pub").display()))
             .arg(format!("--service-account-signing-key-file={}", pki.join("sa.key").display()))
             .arg(format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"))

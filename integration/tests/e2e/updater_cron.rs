@@ -22,9 +22,11 @@ use crate::updater_support::*;
 async fn a_cron_schedule_asks_the_legacy_endpoint_and_creates_the_plan() {
     let server = UpdateServer::start().await;
     server.add_version(OFFERED).await.unwrap();
-    server.offer_legacy(OFFERED);
-    // The same binary over https, from a server the controller's agent trusts.
+    // First offered from a plain-http server (the legacy format has no digests) …
     let offered = std::fs::read(k0s_binary_with_version(OFFERED).unwrap()).unwrap();
+    let plain = FileServer::start(offered.clone()).await.unwrap();
+    server.offer_legacy_from(OFFERED, plain.base_url());
+    // … then the same binary over https, from a server the controller's agent trusts.
     let downloads = FileServer::start_tls(integration::http::Serve::Body(offered)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("downloads-ca.pem");
@@ -52,7 +54,7 @@ async fn a_cron_schedule_asks_the_legacy_endpoint_and_creates_the_plan() {
     // Plain-http downloads without digests: no plan, and the UpdateConfig says why.
     let refused = wait_events(&client, "nightly", "UnverifiedPayload", 2).await.unwrap();
     let platform = autopilot_api::platform::current();
-    let plain_url = format!("{}/k0s/{OFFERED}/k0s", server.url);
+    let plain_url = format!("{}/k0s/{OFFERED}/k0s", plain.base_url());
     for note in &refused {
         assert!(note.starts_with(&format!("not planning {OFFERED}")), "{note}");
         assert!(note.contains(&format!("k0s {platform} ({plain_url})")), "{note}");
@@ -60,7 +62,7 @@ async fn a_cron_schedule_asks_the_legacy_endpoint_and_creates_the_plan() {
     }
     let plans: Api<Plan> = Api::all(client.clone());
     assert!(plans.get_opt("autopilot").await.unwrap().is_none(), "two checks made no plan");
-    assert_eq!(server.binary_requests(), 0, "nothing was downloaded");
+    assert_eq!(plain.requests(), 0, "nothing was downloaded");
 
     // The same version over https: planned and applied.
     server.offer_legacy_from(OFFERED, downloads.base_url());

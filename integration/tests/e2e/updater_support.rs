@@ -73,8 +73,6 @@ struct ServerState {
     index_headers: Vec<hyper::HeaderMap>,
     /// `index.yaml` requests received so far, answered or held.
     index_arrivals: usize,
-    /// Requests for `/k0s/...` (binary downloads) so far.
-    binary_requests: usize,
     /// Binaries and their sha256 by version.
     binaries: HashMap<String, (Bytes, String)>,
 }
@@ -150,12 +148,6 @@ impl UpdateServer {
         state.index = (200, index_yaml(&self.url, version, sha.as_deref()));
     }
 
-    /// Offer `version` on the legacy (cron) endpoint from now on, downloadable from this
-    /// server (plain http; the legacy format has no digests).
-    pub fn offer_legacy(&self, version: &str) {
-        self.offer_legacy_from(version, &self.url.clone());
-    }
-
     /// Offer `version` on the legacy (cron) endpoint from now on, downloadable from
     /// `<base>/k0s/<version>/k0s` (e.g. an https [`integration::http::FileServer`]).
     pub fn offer_legacy_from(&self, version: &str, base: &str) {
@@ -169,11 +161,6 @@ impl UpdateServer {
     /// The query strings the legacy endpoint was asked with so far.
     pub fn legacy_queries(&self) -> Vec<String> {
         self.state.lock().expect("server lock").legacy_queries.clone()
-    }
-
-    /// How many binary downloads (`/k0s/...`) were asked for so far.
-    pub fn binary_requests(&self) -> usize {
-        self.state.lock().expect("server lock").binary_requests
     }
 
     /// The headers of every `index.yaml` request so far.
@@ -222,7 +209,6 @@ fn respond(
         state.legacy_queries.push(request.uri().query().unwrap_or_default().to_owned());
         (state.legacy.0, Bytes::from(state.legacy.1.clone()))
     } else if let Some(version) = path.strip_prefix("/k0s/").and_then(|p| p.strip_suffix("/k0s")) {
-        state.binary_requests += 1;
         match state.binaries.get(version) {
             Some((bytes, _)) => (200, bytes.clone()),
             None => (404, Bytes::from_static(b"not found\n")),
