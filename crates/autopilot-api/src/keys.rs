@@ -39,6 +39,11 @@ pub const CRD_UPDATE_CONFIGS: &str = "updateconfigs.autopilot.k0sproject.io";
 /// add a condition saying why).
 pub const PLAN_NAME: &str = "autopilot";
 
+/// Annotation on each autopilot CRD: its schema generation
+/// ([`crate::v1beta2::CRD_SCHEMA_GENERATION`]). A binary never applies a CRD older than the
+/// cluster's.
+pub const ANNOTATION_CRD_GENERATION: &str = "autopilot.k0sproject.io/schema-generation";
+
 /// Namespace that holds the leader-election Lease.
 pub const NAMESPACE: &str = "k0s-autopilot";
 

@@ -3,6 +3,12 @@
 //! Every controller applies the CRDs embedded in its binary (server-side apply, field manager
 //! `k0s-autopilot`, forced) and waits until the API server reports them `Established`, so a
 //! newer controller upgrades the schema and nobody uses a kind before it is served.
+//!
+//! Never downwards (DESIGN §14): each CRD carries its schema generation
+//! ([`autopilot_api::keys::ANNOTATION_CRD_GENERATION`]); a binary whose CRD is older than the
+//! cluster's leaves the cluster's in place (each generation stays readable by the one
+//! before, which a test pins), so a rolled-back binary keeps the newer, compatible CRDs. A
+//! binary on trial applies them as a dry run only ([`Mode::DryRun`]).
 
 use std::time::Duration;
 
@@ -19,6 +25,26 @@ use tracing::{info, warn};
 /// loaded control plane without hiding a real problem.
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How [`install`] applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Apply for real.
+    Apply,
+    /// Ask the API server to validate the apply without persisting it (`dryRun=All`): what
+    /// a binary on trial proves.
+    DryRun,
+}
+
+/// The schema generation a CRD object carries, if it says.
+fn generation_of(crd: &CustomResourceDefinition) -> Option<u32> {
+    crd.metadata
+        .annotations
+        .as_ref()?
+        .get(autopilot_api::keys::ANNOTATION_CRD_GENERATION)?
+        .parse()
+        .ok()
+}
+
 /// Apply every autopilot CRD and wait until each is `Established`.
 ///
 /// While the API server cannot answer (connection failures, 5xx, 429) this keeps retrying
@@ -29,12 +55,26 @@ pub async fn install(
     client: &kube::Client,
     server_url: &str,
     startup_timeout: Duration,
+    mode: Mode,
 ) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let params = PatchParams::apply(autopilot_api::keys::FIELD_MANAGER).force();
+    let mut params = PatchParams::apply(autopilot_api::keys::FIELD_MANAGER).force();
+    params.dry_run = mode == Mode::DryRun;
     let deadline = retry::deadline_after(startup_timeout);
     for crd in autopilot_api::crds() {
         let name = crd.metadata.name.clone().context("generated CRD has no name")?;
+        let what = format!("reading CRD {name}");
+        let current = retry::until(deadline, retry::startup_delays(), &what, || api.get_opt(&name))
+            .await
+            .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
+        let ours = generation_of(&crd);
+        let theirs = current.as_ref().and_then(generation_of);
+        if let (Some(ours), Some(theirs)) = (ours, theirs)
+            && theirs > ours
+        {
+            info!(crd = %name, cluster = theirs, binary = ours, "the cluster's CRD is newer; keeping it");
+            continue;
+        }
         let what = format!("applying CRD {name}");
         let patch = Patch::Apply(&crd);
         retry::until(deadline, retry::startup_delays(), &what, || {
@@ -42,6 +82,10 @@ pub async fn install(
         })
         .await
         .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
+        if mode == Mode::DryRun {
+            info!(crd = %name, "CRD would apply (dry run)");
+            continue;
+        }
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
             Ok(Ok(_)) => info!(crd = %name, "CRD established"),

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use autopilot_engine::plan;
 use autopilot_shell::leadership::{Elector, Leadership};
-use autopilot_shell::lifecycle::{Component, Env, Exit, Running};
+use autopilot_shell::lifecycle::{Component, Env, Exit, Purpose, Running};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -191,7 +191,8 @@ impl Component for Controller {
                 allow_unverified_payloads = args.allow_unverified_payloads,
                 "starting autopilot controller"
             );
-            start(&env.client, &env.server_url, &env.node_name, &args, env.version).await?;
+            start(&env.client, &env.server_url, &env.node_name, &args, env.version, env.purpose)
+                .await?;
             let engine = reconcile::Engine::new(
                 env.client.clone(),
                 env.config.clone(),
@@ -263,8 +264,19 @@ pub async fn start(
     node_name: &str,
     args: &Args,
     version: &str,
+    purpose: Purpose,
 ) -> anyhow::Result<()> {
-    crds::install(client, server_url, args.startup_timeout).await?;
+    if purpose == Purpose::Trial {
+        // A binary on trial changes nothing the live one could not undo (DESIGN §14): its
+        // CRDs are applied as a dry run, and it only reads its ControlNode.
+        crds::install(client, server_url, args.startup_timeout, crds::Mode::DryRun).await?;
+        let api: kube::Api<autopilot_api::v1beta2::ControlNode> = kube::Api::all(client.clone());
+        return autopilot_shell::retry::forever("reading the ControlNode", || async {
+            api.get(node_name).await.map(drop).map_err(anyhow::Error::from)
+        })
+        .await;
+    }
+    crds::install(client, server_url, args.startup_timeout, crds::Mode::Apply).await?;
     let registration = control_node::Registration {
         name: node_name.to_owned(),
         mode: if args.enable_worker {

@@ -39,6 +39,9 @@ pub struct Env {
     pub version: &'static str,
     /// The path of the running binary (resolved at start, before any update replaces it).
     pub binary: PathBuf,
+    /// Why the components start (set by [`Supervisor::start`]): a trial boot's starts only
+    /// read (DESIGN §14): nothing the live binary could not undo is written before the swap.
+    pub purpose: Purpose,
 }
 
 /// How a component's run ended.
@@ -184,6 +187,7 @@ impl Supervisor {
         std::fs::create_dir_all(&env.data_dir).map_err(|err| {
             anyhow::Error::new(err).context(format!("creating data dir {}", env.data_dir.display()))
         })?;
+        let env = &Env { purpose, ..env.clone() };
         let mut running = Vec::new();
         for component in self.declared {
             if purpose == Purpose::Trial && !component.in_trial() {
@@ -355,6 +359,7 @@ mod tests {
             data_dir: std::env::temp_dir().join("autopilot-shell-lifecycle-test"),
             version: "v1.35.0+k0s.0",
             binary: PathBuf::from("/usr/local/bin/k0s"),
+            purpose: Purpose::Run,
         }
     }
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use autopilot_api::v1beta2::ControlNode;
 use autopilot_shell::leadership::Leadership;
-use autopilot_shell::lifecycle::{Component, Env, Exit, Idle, Running};
+use autopilot_shell::lifecycle::{Component, Env, Exit, Idle, Purpose, Running};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
 use tokio_util::sync::CancellationToken;
@@ -120,7 +120,15 @@ impl Component for NodeRegistration {
         Box::pin(async move {
             let heartbeat =
                 node::Heartbeat { name: env.node_name.clone(), version: env.version.to_string() };
-            heartbeat.register(&env.client, &env.server_url, self.startup_timeout).await?;
+            match env.purpose {
+                Purpose::Run => {
+                    heartbeat.register(&env.client, &env.server_url, self.startup_timeout).await?;
+                }
+                // A binary on trial proves it reaches its Node, and writes nothing.
+                Purpose::Trial => {
+                    heartbeat.read_own(&env.client, &env.server_url, self.startup_timeout).await?;
+                }
+            }
             Ok(Box::new(Beating {
                 heartbeat,
                 client: env.client.clone(),

@@ -64,6 +64,27 @@ impl Heartbeat {
         Ok(())
     }
 
+    /// A trial boot's proof (DESIGN §14): with this node's credentials, read its own `Node`
+    /// (retrying an unreachable API server as [`Heartbeat::register`] does). Writes nothing:
+    /// the live binary stays the one keeping the Node.
+    pub async fn read_own(
+        &self,
+        client: &kube::Client,
+        server_url: &str,
+        startup_timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let delays = Capped::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY);
+        let what = format!("reading Node {}", self.name);
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+        retry::until(retry::deadline_after(startup_timeout), delays, &what, || {
+            nodes.get(&self.name)
+        })
+        .await
+        .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
+        info!(node = %self.name, "read its own Node (trial boot)");
+        Ok(())
+    }
+
     /// Renew the Ready condition and node lease every `interval` until `shutdown` resolves.
     /// Failures are logged and retried at the next beat.
     pub async fn run(

@@ -52,6 +52,7 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
         data_dir,
         version: "v1.35.0+k0s.0",
         binary: dir.path().join("k0s"),
+        purpose: autopilot_shell::lifecycle::Purpose::Run,
     };
     let board = status::Board::default();
     // A controller+worker: it registers its Node and runs the heartbeat next to the agents.

@@ -74,7 +74,16 @@ impl ResolvedNode {
     pub(crate) fn into_env(self, binary: PathBuf) -> (Env, MetricsEndpoint) {
         let Self { client, config, server_url, node_name, data_dir, registry, metrics_listener } =
             self;
-        let env = Env { client, config, server_url, node_name, data_dir, version: VERSION, binary };
+        let env = Env {
+            client,
+            config,
+            server_url,
+            node_name,
+            data_dir,
+            version: VERSION,
+            binary,
+            purpose: autopilot_shell::lifecycle::Purpose::Run,
+        };
         (env, MetricsEndpoint { listener: metrics_listener, registry })
     }
 }

@@ -1,5 +1,6 @@
 //! Controller startup against the real control plane: CRDs installed and Established, the
-//! ControlNode registered (and unchanged by a restart), exactly one leader among three
+//! ControlNode registered (and unchanged by a restart), a newer CRD in the cluster left as it
+//! is, exactly one leader among three
 //! controllers, failover after the leader is killed, lease released on SIGTERM.
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use integration::{ClusterBuilder, run_k0s, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 
 /// Fast election timings so failover is observable in seconds.
 const LEASE_SECS: u64 = 6;
@@ -94,6 +96,32 @@ async fn first_controller_installs_crds_and_registers_its_control_node() {
     assert_eq!(after.metadata.labels, registered.metadata.labels);
     assert_eq!(after.metadata.annotations, registered.metadata.annotations);
     assert_eq!(after.status, registered.status);
+
+    // The cluster's CRD is of a newer schema generation (as after a rollback): a restart
+    // keeps it as it is instead of applying its own, older one.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let newer = serde_json::json!({"metadata": {"annotations": {
+        keys::ANNOTATION_CRD_GENERATION: "999",
+        "example.com/left-by": "a newer release",
+    }}});
+    crds.patch(keys::CRD_PLANS, &PatchParams::default(), &Patch::Merge(&newer)).await.unwrap();
+    controller.terminate().unwrap();
+    controller.wait_exit(Duration::from_secs(20)).await.unwrap();
+    let mark = controller.log_mark();
+    controller.restart().await.unwrap();
+    controller
+        .wait_for_log_after(mark, "the cluster's CRD is newer; keeping it", STARTUP)
+        .await
+        .unwrap();
+    let kept = crds.get(keys::CRD_PLANS).await.unwrap().metadata.annotations.unwrap_or_default();
+    assert_eq!(kept.get(keys::ANNOTATION_CRD_GENERATION).map(String::as_str), Some("999"));
+    let other =
+        crds.get(keys::CRD_CONTROL_NODES).await.unwrap().metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        other.get(keys::ANNOTATION_CRD_GENERATION).map(String::as_str),
+        Some(autopilot_api::v1beta2::CRD_SCHEMA_GENERATION.to_string().as_str()),
+        "the others are applied as usual"
+    );
 }
 
 #[tokio::test]

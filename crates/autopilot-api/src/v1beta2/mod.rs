@@ -43,5 +43,18 @@ use kube_core::CustomResourceExt;
 /// These are exactly what the controller applies at startup and what `cargo xtask crdgen`
 /// writes to `manifests/crds/`.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![ControlNode::crd(), Plan::crd(), UpdateConfig::crd()]
+    let mut crds = vec![ControlNode::crd(), Plan::crd(), UpdateConfig::crd()];
+    for crd in &mut crds {
+        crd.metadata.annotations.get_or_insert_with(Default::default).insert(
+            crate::keys::ANNOTATION_CRD_GENERATION.to_owned(),
+            CRD_SCHEMA_GENERATION.to_string(),
+        );
+    }
+    crds
 }
+
+/// The generation of the CRD schemas this binary carries. Bump it with every change to a
+/// CRD (the `crds_stay_readable` test says so), and keep each generation readable by the one
+/// before: new fields optional, no field removed or retyped, so a binary rolled back after an
+/// update keeps working on the newer CRDs it leaves in place.
+pub const CRD_SCHEMA_GENERATION: u32 = 1;
