@@ -415,20 +415,6 @@ async fn check_cli(
     (output.status.code(), stdout)
 }
 
-/// A ConfigMap in `k0s-autopilot` holding a check Pod template that runs `script` with
-/// `/bin/sh -c` (the harness's pod runner runs the command locally, as a kubelet would run
-/// it in the container).
-fn pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::ConfigMap {
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
-        "name": "check", "image": "registry.example/checks:1",
-        "command": ["/bin/sh", "-c", script]}]}});
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": keys::NAMESPACE},
-        "data": {"pod.yaml": serde_yaml::to_string(&pod).expect("YAML")},
-    }))
-    .expect("a ConfigMap")
-}
-
 /// A `scheduler` check of template `pod` on `targets` (narrowed by `selector`), with a
 /// timeout: exit 0 is success, anything else an error naming the code and the output.
 fn scheduler_check(

@@ -110,7 +110,7 @@ async fn check_pods_cannot_be_privileged() {
         flag.display()
     );
     let config_maps = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE);
-    config_maps.create(&PostParams::default(), &template_of("swap-me", &script)).await.unwrap();
+    config_maps.create(&PostParams::default(), &pod_template("swap-me", &script)).await.unwrap();
     let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
         "id": "frozen",
         "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).unwrap()},
@@ -129,7 +129,7 @@ async fn check_pods_cannot_be_privileged() {
     })
     .await
     .unwrap();
-    let swapped = template_of("swap-me", "echo swapped > /dev/termination-log");
+    let swapped = pod_template("swap-me", "echo swapped > /dev/termination-log");
     config_maps.replace("swap-me", &PostParams::default(), &swapped).await.unwrap();
     let first_uid = first.metadata.uid.clone();
     pods.delete(first.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
@@ -184,18 +184,6 @@ async fn check_pods_cannot_be_privileged() {
         labels.get("pod-security.kubernetes.io/enforce").map(String::as_str),
         Some("privileged")
     );
-}
-
-/// A ConfigMap holding a check Pod template that runs `script` with `/bin/sh -c`.
-fn template_of(name: &str, script: &str) -> ConfigMap {
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
-        "name": "check", "image": "registry.example/checks:1",
-        "command": ["/bin/sh", "-c", script]}]}});
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": keys::NAMESPACE},
-        "data": {"pod.yaml": serde_json::to_string(&pod).expect("JSON")},
-    }))
-    .expect("a ConfigMap")
 }
 
 fn command_status(

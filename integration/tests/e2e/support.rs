@@ -840,3 +840,17 @@ pub async fn pods_under_budget(
     budgets.create(&PostParams::default(), &budget).await.context("creating the budget")?;
     Ok(())
 }
+
+/// A ConfigMap in `k0s-autopilot` holding a check Pod template that runs `script` with
+/// `/bin/sh -c` (the harness's pod runner runs the command locally, as a kubelet would run
+/// it in the container).
+pub fn pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
+        "name": "check", "image": "registry.example/checks:1",
+        "command": ["/bin/sh", "-c", script]}]}});
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": autopilot_api::keys::NAMESPACE},
+        "data": {"pod.yaml": serde_yaml::to_string(&pod).expect("YAML")},
+    }))
+    .expect("a ConfigMap")
+}
