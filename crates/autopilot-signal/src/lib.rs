@@ -14,6 +14,7 @@ pub mod host;
 pub mod metrics;
 pub mod node;
 pub mod preflight;
+pub mod signature;
 pub mod status;
 pub mod trial;
 

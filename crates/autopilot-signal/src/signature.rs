@@ -1,0 +1,216 @@
+//! Payload signatures (DESIGN §14, issue 24 item 2): the keys a node trusts and the
+//! signature formats it accepts. Verification only; no hand-written crypto (RustCrypto
+//! `p256` for cosign's ECDSA P-256, `minisign-verify` for minisign's Ed25519).
+//!
+//! - **Keys** (`--payload-keys DIR`): every file of the directory is one public key: a PEM
+//!   `PUBLIC KEY` (cosign's `cosign.pub`, ECDSA P-256) or a minisign public key file. A key's
+//!   id is the SHA-256 (hex) of its canonical encoding: the DER SubjectPublicKeyInfo of a
+//!   P-256 key, the 42-byte key blob of a minisign key. Nodes publish the ids they require.
+//! - **Signatures**: cosign `sign-blob`'s `.sig` (base64 of a DER ECDSA-P256-SHA256
+//!   signature over the blob), the `messageSignature` of a cosign bundle (its digest must be
+//!   the payload's), or a minisign `.minisig` (prehashed only). A cosign signature is checked
+//!   against the SHA-256 the download already computed (a prehash, never a second read); a
+//!   minisign one needs its own BLAKE2b pass over the same stream ([`Minisign::stream`]).
+
+use std::path::Path;
+
+use base64::Engine as _;
+use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
+use p256::pkcs8::{DecodePublicKey as _, EncodePublicKey as _};
+use sha2::Digest as _;
+
+/// One trusted key.
+#[derive(Clone, Debug)]
+pub struct TrustedKey {
+    /// The key's id (hex SHA-256 of its canonical encoding).
+    pub id: String,
+    /// Where it was read from, for messages.
+    pub source: String,
+    kind: KeyKind,
+}
+
+#[derive(Clone, Debug)]
+enum KeyKind {
+    Cosign(p256::ecdsa::VerifyingKey),
+    Minisign(minisign_verify::PublicKey),
+}
+
+/// The keys a node trusts; empty means the node requires no signature.
+#[derive(Clone, Debug, Default)]
+pub struct TrustedKeys {
+    keys: Vec<TrustedKey>,
+}
+
+impl TrustedKeys {
+    /// Every key in `dir` (a missing directory is no keys). `Err` names the file that is not
+    /// a key: a node must not run with fewer keys than its administrator gave it.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self::default());
+            }
+            Err(error) => return Err(format!("reading {}: {error}", dir.display())),
+        };
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        let mut keys = Vec::new();
+        for path in paths.into_iter().filter(|p| p.is_file()) {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|error| format!("reading {}: {error}", path.display()))?;
+            keys.push(parse_key(&path.display().to_string(), &text)?);
+        }
+        Ok(Self { keys })
+    }
+
+    /// The keys' ids, in the order they were read.
+    pub fn ids(&self) -> Vec<&str> {
+        self.keys.iter().map(|key| key.id.as_str()).collect()
+    }
+
+    /// Whether the node requires no signature.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The id of the key that made `signature` over the payload whose SHA-256 is `sha256`
+    /// (cosign signatures). `Err` says why none did.
+    pub fn verify_prehashed(&self, signature: &Cosign, sha256: &[u8; 32]) -> Result<&str, String> {
+        if let Some(digest) = &signature.bundle_digest
+            && digest != sha256
+        {
+            return Err("the bundle's messageDigest is not the payload's sha256".to_owned());
+        }
+        self.keys
+            .iter()
+            .find(|key| match &key.kind {
+                KeyKind::Cosign(key) => key.verify_prehash(sha256, &signature.signature).is_ok(),
+                KeyKind::Minisign(_) => false,
+            })
+            .map(|key| key.id.as_str())
+            .ok_or_else(|| "no trusted key made this signature".to_owned())
+    }
+
+    /// The trusted minisign key `signature` names, ready to verify a stream.
+    pub fn minisign_key(&self, signature: &Minisign) -> Result<&TrustedKey, String> {
+        self.keys
+            .iter()
+            .find(|key| match &key.kind {
+                KeyKind::Minisign(key) => key.verify_stream(&signature.0).is_ok(),
+                KeyKind::Cosign(_) => false,
+            })
+            .ok_or_else(|| "no trusted key made this signature".to_owned())
+    }
+}
+
+impl TrustedKey {
+    /// Verify `signature` over the payload fed to `feed` in chunks (one pass, never the whole
+    /// payload in memory). `Err` says why it does not verify.
+    pub fn verify_minisign_stream(
+        &self,
+        signature: &Minisign,
+        feed: impl FnOnce(&mut dyn FnMut(&[u8])),
+    ) -> Result<(), String> {
+        let KeyKind::Minisign(key) = &self.kind else {
+            return Err(format!("key {} is not a minisign key", self.id));
+        };
+        let mut stream = key.verify_stream(&signature.0).map_err(|e| e.to_string())?;
+        feed(&mut |chunk| stream.update(chunk));
+        stream.finalize().map_err(|e| format!("the minisign signature does not verify: {e}"))
+    }
+}
+
+/// Parse one key file; `source` names it in errors.
+pub fn parse_key(source: &str, text: &str) -> Result<TrustedKey, String> {
+    let trimmed = text.trim();
+    if trimmed.starts_with("-----BEGIN PUBLIC KEY-----") {
+        let key = p256::ecdsa::VerifyingKey::from_public_key_pem(trimmed)
+            .map_err(|e| format!("{source}: not an ECDSA P-256 public key: {e}"))?;
+        let der = key.to_public_key_der().map_err(|e| format!("{source}: {e}"))?;
+        let id = hex::encode(sha2::Sha256::digest(der.as_bytes()));
+        return Ok(TrustedKey { id, source: source.to_owned(), kind: KeyKind::Cosign(key) });
+    }
+    // A minisign public key file: an optional `untrusted comment:` line, then the key.
+    let line = trimmed.lines().rfind(|l| !l.trim().is_empty()).unwrap_or_default().trim();
+    let key = minisign_verify::PublicKey::from_base64(line)
+        .map_err(|e| format!("{source}: neither a PEM public key nor a minisign key: {e}"))?;
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(line)
+        .map_err(|e| format!("{source}: {e}"))?;
+    let id = hex::encode(sha2::Sha256::digest(&blob));
+    Ok(TrustedKey { id, source: source.to_owned(), kind: KeyKind::Minisign(key) })
+}
+
+/// A cosign signature: from a `.sig` file or a bundle.
+#[derive(Clone, Debug)]
+pub struct Cosign {
+    signature: p256::ecdsa::Signature,
+    /// The digest a bundle says it signed (it must be the payload's).
+    bundle_digest: Option<[u8; 32]>,
+}
+
+/// A minisign signature (prehashed).
+#[derive(Clone)]
+pub struct Minisign(minisign_verify::Signature);
+
+impl std::fmt::Debug for Minisign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Minisign").field(&self.0.trusted_comment()).finish()
+    }
+}
+
+/// A signature file in one of the accepted formats.
+#[derive(Clone, Debug)]
+pub enum Signature {
+    /// cosign `.sig` or bundle.
+    Cosign(Cosign),
+    /// minisign `.minisig`.
+    Minisign(Minisign),
+}
+
+/// The longest signature file read (a bundle with its certificate chain and log entry is a
+/// few KiB).
+pub const MAX_SIGNATURE_BYTES: usize = 64 * 1024;
+
+/// Parse a signature file. `Err` says what it is not.
+pub fn parse_signature(bytes: &[u8]) -> Result<Signature, String> {
+    if bytes.len() > MAX_SIGNATURE_BYTES {
+        return Err(format!("the signature is {} bytes, over {MAX_SIGNATURE_BYTES}", bytes.len()));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| "the signature is not text".to_owned())?;
+    let trimmed = text.trim();
+    if trimmed.starts_with("untrusted comment:") {
+        let signature = minisign_verify::Signature::decode(trimmed)
+            .map_err(|e| format!("not a minisign signature: {e}"))?;
+        return Ok(Signature::Minisign(Minisign(signature)));
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    if trimmed.starts_with('{') {
+        let bundle: serde_json::Value =
+            serde_json::from_str(trimmed).map_err(|e| format!("not a cosign bundle: {e}"))?;
+        let message = &bundle["messageSignature"];
+        let signature =
+            message["signature"].as_str().ok_or("the bundle has no messageSignature.signature")?;
+        let der = b64.decode(signature).map_err(|e| format!("messageSignature.signature: {e}"))?;
+        let signature = p256::ecdsa::Signature::from_der(&der)
+            .map_err(|e| format!("messageSignature.signature is not a DER ECDSA signature: {e}"))?;
+        let bundle_digest = match message["messageDigest"]["digest"].as_str() {
+            None => None,
+            Some(digest) => {
+                if message["messageDigest"]["algorithm"].as_str() != Some("SHA2_256") {
+                    return Err("the bundle's messageDigest is not SHA2_256".to_owned());
+                }
+                let bytes = b64.decode(digest).map_err(|e| format!("messageDigest.digest: {e}"))?;
+                Some(bytes.try_into().map_err(|_| "messageDigest.digest is not 32 bytes")?)
+            }
+        };
+        return Ok(Signature::Cosign(Cosign { signature, bundle_digest }));
+    }
+    let der = b64.decode(trimmed).map_err(|e| format!("not base64: {e}"))?;
+    let signature = p256::ecdsa::Signature::from_der(&der)
+        .map_err(|e| format!("not a DER ECDSA signature: {e}"))?;
+    Ok(Signature::Cosign(Cosign { signature, bundle_digest: None }))
+}
+
+#[cfg(test)]
+mod tests;
