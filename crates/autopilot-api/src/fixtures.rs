@@ -79,7 +79,10 @@ fn platforms(artifact: &str) -> BTreeMap<String, PlanResourceUrl> {
         .into_iter()
         .map(|platform| {
             let url = format!("https://example.com/{artifact}-{platform}");
-            (platform.to_owned(), PlanResourceUrl { url, sha256: Some(sha('a')) })
+            (
+                platform.to_owned(),
+                PlanResourceUrl { url, sha256: Some(sha('a')), ..Default::default() },
+            )
         })
         .collect()
 }
@@ -204,7 +207,11 @@ pub trait PlanBuilder: Sized {
 
     /// The last command downloads `platform` from `url`, verified against `sha256` if given.
     fn payload(mut self, platform: &str, url: &str, sha256: Option<&str>) -> Self {
-        let resource = PlanResourceUrl { url: url.to_owned(), sha256: sha256.map(str::to_owned) };
+        let resource = PlanResourceUrl {
+            url: url.to_owned(),
+            sha256: sha256.map(str::to_owned),
+            ..Default::default()
+        };
         payloads(self.spec_mut()).insert(platform.to_owned(), resource);
         self
     }

@@ -99,6 +99,31 @@ pub const ANNOTATION_API_ADDRESS: &str = "autopilot.k0sproject.io/api-address";
 /// publish it in ControlNode `status.k0sVersion`).
 pub const ANNOTATION_K0S_VERSION: &str = "autopilot.k0sproject.io/k0s-version";
 
+/// Node/ControlNode annotation where a node publishes the ids of the keys it requires on
+/// `k0supdate` payloads (comma-separated, `--payload-keys`), so NewPlan and `preview` refuse
+/// a plan without a signature for it up front (ours). The node enforces the rule itself;
+/// the annotation only lets a plan fail before any node is touched.
+pub const ANNOTATION_PAYLOAD_KEYS: &str = "autopilot.k0sproject.io/payload-keys";
+
+/// Node annotation where a node started with `--require-signed-bundles` publishes the ids of
+/// the keys it requires on airgap bundles (comma-separated; ours).
+pub const ANNOTATION_BUNDLE_KEYS: &str = "autopilot.k0sproject.io/bundle-keys";
+
+/// The key ids of a [`ANNOTATION_PAYLOAD_KEYS`] or [`ANNOTATION_BUNDLE_KEYS`] value: the
+/// comma-separated, non-empty, trimmed entries, at most [`MAX_PUBLISHED_KEYS`].
+pub fn key_ids(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .take(MAX_PUBLISHED_KEYS)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The most key ids read from one annotation.
+pub const MAX_PUBLISHED_KEYS: usize = 32;
+
 /// Node annotation recording that autopilot cordoned the node, so autopilot only
 /// uncordons nodes it cordoned itself (ours).
 pub const ANNOTATION_CORDONED: &str = "autopilot.k0sproject.io/cordoned";

@@ -429,7 +429,7 @@ async fn observe_run<K: SignalObject>(
                 data,
                 authorize::Node { name, role, platform: None },
             ) {
-                Ok(()) => Run::Current,
+                Ok(_) => Run::Current,
                 Err(refusal) => Run::Unauthorized(refusal),
             }
         }

@@ -50,9 +50,15 @@ pub struct Node<'a> {
     pub platform: Option<&'a str>,
 }
 
-/// `Ok` when `signal` matches the frozen command of the current run of `plan` for `node`;
-/// otherwise the refusal (starting with `refused: `).
-pub fn authorize(plan: Option<&Plan>, signal: &SignalData, node: Node<'_>) -> Result<(), String> {
+/// `Ok` when `signal` matches the frozen command of the current run of `plan` for `node`,
+/// with the frozen platform entry an update signal's payload matched (its signature is the
+/// one the node checks; `None` for a preflight signal); otherwise the refusal (starting with
+/// `refused: `).
+pub fn authorize<'p>(
+    plan: Option<&'p Plan>,
+    signal: &SignalData,
+    node: Node<'_>,
+) -> Result<Option<&'p PlanResourceUrl>, String> {
     let Some(signal_run) = signal.run_id.as_deref() else {
         return Err(refused(
             "the signal names no plan run (runId); only signals written for a \
@@ -90,9 +96,11 @@ pub fn authorize(plan: Option<&Plan>, signal: &SignalData, node: Node<'_>) -> Re
     };
     let sent = &signal.command;
     match (&sent.k0supdate, &sent.airgapupdate, &sent.preflight) {
-        (Some(update), None, None) => k0s(update, frozen, command, node),
-        (None, Some(update), None) => airgap(update, frozen, command, node),
-        (None, None, Some(preflight)) => preflight_checks(&preflight.checks, frozen, command, node),
+        (Some(update), None, None) => k0s(update, frozen, command, node).map(Some),
+        (None, Some(update), None) => airgap(update, frozen, command, node).map(Some),
+        (None, None, Some(preflight)) => {
+            preflight_checks(&preflight.checks, frozen, command, node).map(|()| None)
+        }
         (None, None, None)
         | (Some(_), Some(_), _)
         | (Some(_), _, Some(_))
@@ -119,12 +127,12 @@ fn refused(problem: &str) -> String {
     format!("refused: {problem}")
 }
 
-fn k0s(
+fn k0s<'p>(
     sent: &CommandK0sUpdate,
-    frozen: &PlanCommand,
+    frozen: &'p PlanCommand,
     command: &PlanCommandStatus,
     node: Node<'_>,
-) -> Result<(), String> {
+) -> Result<&'p PlanResourceUrl, String> {
     let Some(want) = &frozen.k0supdate else {
         return Err(format!("it is {}, not k0supdate", kind(frozen)));
     };
@@ -135,31 +143,31 @@ fn k0s(
             sent.forceupdate, want.forceupdate
         ));
     }
-    payload(&sent.url, &sent.sha256, &want.platforms, node.platform)?;
+    let entry = payload(&sent.url, &sent.sha256, &want.platforms, node.platform)?;
     let targets = command.k0supdate.as_ref().map(|status| match node.role {
         Role::Controller => &status.controllers,
         Role::Worker => &status.workers,
     });
-    target(targets.map(Vec::as_slice), node).map(|_| ())
+    target(targets.map(Vec::as_slice), node).map(|_| entry)
 }
 
-fn airgap(
+fn airgap<'p>(
     sent: &CommandAirgapUpdate,
-    frozen: &PlanCommand,
+    frozen: &'p PlanCommand,
     command: &PlanCommandStatus,
     node: Node<'_>,
-) -> Result<(), String> {
+) -> Result<&'p PlanResourceUrl, String> {
     let Some(want) = &frozen.airgapupdate else {
         return Err(format!("it is {}, not airgapupdate", kind(frozen)));
     };
     same("version", &sent.version, &want.version)?;
-    payload(&sent.url, &sent.sha256, &want.platforms, node.platform)?;
+    let entry = payload(&sent.url, &sent.sha256, &want.platforms, node.platform)?;
     // Airgap bundles go to workers only (a controller's bundle comes through its Node).
     let targets = match node.role {
         Role::Controller => None,
         Role::Worker => command.airgapupdate.as_ref().map(|status| status.workers.as_slice()),
     };
-    target(targets, node).map(|_| ())
+    target(targets, node).map(|_| entry)
 }
 
 fn preflight_checks(
@@ -197,28 +205,29 @@ fn same(field: &str, sent: &str, want: &str) -> Result<(), String> {
 
 /// The signal's URL and sha256 must be those of one platform entry: the node's own when its
 /// platform is known, any otherwise. Digests compare without regard to case; an absent
-/// digest is the empty string on the wire.
-fn payload(
+/// digest is the empty string on the wire. Returns the entry matched.
+fn payload<'p>(
     url: &str,
     sha256: &str,
-    platforms: &std::collections::BTreeMap<String, PlanResourceUrl>,
+    platforms: &'p std::collections::BTreeMap<String, PlanResourceUrl>,
     platform: Option<&str>,
-) -> Result<(), String> {
+) -> Result<&'p PlanResourceUrl, String> {
     let matches = |entry: &PlanResourceUrl| {
         entry.url == url
             && entry.sha256.as_deref().unwrap_or_default().eq_ignore_ascii_case(sha256.trim())
     };
     match platform {
         Some(platform) => match platforms.get(platform) {
-            Some(entry) if matches(entry) => Ok(()),
+            Some(entry) if matches(entry) => Ok(entry),
             Some(entry) if entry.url != url => {
                 Err(format!("url {url:?} is not the Plan's for {platform} ({:?})", entry.url))
             }
             Some(_) => Err(format!("sha256 {sha256:?} is not the Plan's for {platform}")),
             None => Err(format!("the Plan has no payload for this node's platform {platform}")),
         },
-        None if platforms.values().any(matches) => Ok(()),
-        None => Err(format!("url {url:?} with sha256 {sha256:?} is none of the Plan's payloads")),
+        None => platforms.values().find(|entry| matches(entry)).ok_or_else(|| {
+            format!("url {url:?} with sha256 {sha256:?} is none of the Plan's payloads")
+        }),
     }
 }
 

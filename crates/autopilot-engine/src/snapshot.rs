@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
 use kube_core::{Resource as _, ResourceExt as _};
 
 use crate::cordon::PodFacts;
-use crate::plan::{ObservedSignal, TargetObject};
+use crate::plan::{ObservedSignal, RequiredKeys, TargetObject};
+use autopilot_api::keys;
 
 /// A ControlNode as the planner sees it.
 pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
@@ -18,6 +19,7 @@ pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
         // Controller readiness comes from the /readyz probe, not from the object.
         ready: true,
         signal: observe_signal(control_node.meta()),
+        required_keys: required_keys(control_node.meta()),
     }
 }
 
@@ -28,6 +30,23 @@ pub fn node_object(node: &Node) -> TargetObject {
         labels: node.labels().clone(),
         ready: is_node_ready(node),
         signal: observe_signal(node.meta()),
+        required_keys: required_keys(node.meta()),
+    }
+}
+
+/// The keys an object's node requires signatures by (its published annotations).
+pub fn required_keys(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> RequiredKeys {
+    let ids = |key: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map_or_else(Vec::new, |v| keys::key_ids(v))
+    };
+    RequiredKeys {
+        payloads: ids(keys::ANNOTATION_PAYLOAD_KEYS),
+        bundles: ids(keys::ANNOTATION_BUNDLE_KEYS),
     }
 }
 
@@ -95,7 +114,6 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use autopilot_api::keys;
 
     #[test]
     fn a_slim_node_keeps_what_autopilot_reads() {

@@ -474,6 +474,14 @@ impl Check {
             Ok(answer) => answer,
             Err(err) => return Outcome::server_error(text::error_chain(&err)),
         };
+        let signatures = match self.signatures().await {
+            Ok(signatures) => signatures,
+            Err(err) => {
+                return Outcome::server_error(format!(
+                    "cannot read which keys the nodes require: {err}"
+                ));
+            }
+        };
         let decision = decide::decide(&Inputs {
             spec: &self.config.spec,
             now: Timestamp::now(),
@@ -482,6 +490,7 @@ impl Check {
             answer: &answer,
             plan: plan.as_ref(),
             allow_unverified_payloads: self.process.allow_unverified_payloads,
+            signatures,
         });
         let opens_at = match &decision {
             Decision::OutsideWindow { opens_at, .. } => *opens_at,
@@ -509,6 +518,24 @@ impl Check {
             warning: decision.is_problem(),
             opens_at,
         }
+    }
+
+    /// Which payloads some node requires signed: the keys the Nodes and ControlNodes
+    /// publish (their metadata only is listed).
+    async fn signatures(&self) -> Result<decide::Signatures, kube::Error> {
+        let mut signatures = decide::Signatures::default();
+        let params = kube::api::ListParams::default();
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone());
+        let control_nodes = Api::<autopilot_api::v1beta2::ControlNode>::all(self.client.clone());
+        let node_metas = nodes.list_metadata(&params).await?.items.into_iter().map(|m| m.metadata);
+        let control_node_metas =
+            control_nodes.list_metadata(&params).await?.items.into_iter().map(|m| m.metadata);
+        for meta in node_metas.chain(control_node_metas) {
+            let required = autopilot_engine::snapshot::required_keys(&meta);
+            signatures.payloads |= !required.payloads.is_empty();
+            signatures.bundles |= !required.bundles.is_empty();
+        }
+        Ok(signatures)
     }
 
     /// Ask the update server what it offers (with `token`, if any), in the strategy's way:

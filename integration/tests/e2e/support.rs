@@ -61,8 +61,11 @@ pub fn platforms(names: &[&str]) -> BTreeMap<String, PlanResourceUrl> {
     names
         .iter()
         .map(|p| {
-            let entry =
-                PlanResourceUrl { url: url(p), sha256: Some(PLACEHOLDER_SHA256.to_owned()) };
+            let entry = PlanResourceUrl {
+                url: url(p),
+                sha256: Some(PLACEHOLDER_SHA256.to_owned()),
+                ..Default::default()
+            };
             ((*p).to_owned(), entry)
         })
         .collect()
@@ -111,6 +114,7 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
                 PlanResourceUrl {
                     url: format!("{}.tar", url(&platform)),
                     sha256: Some(PLACEHOLDER_SHA256.to_owned()),
+                    ..Default::default()
                 },
             )]),
             workers,
@@ -748,7 +752,11 @@ pub fn update_to(
         forceupdate: false,
         platforms: BTreeMap::from([(
             autopilot_api::platform::current(),
-            PlanResourceUrl { url: format!("{base}/k0s"), sha256: Some(sha256.to_owned()) },
+            PlanResourceUrl {
+                url: format!("{base}/k0s"),
+                sha256: Some(sha256.to_owned()),
+                ..Default::default()
+            },
         )]),
         targets: PlanCommandTargets { controllers, workers },
         progress_timeout: None,

@@ -57,6 +57,7 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
             PlanResourceUrl {
                 url: format!("{}/bundles/{BUNDLE}", bundle_server.base_url()),
                 sha256: Some(bundle_sha.clone()),
+                ..Default::default()
             },
         )]),
         workers: static_nodes(&["controller-0", "worker-0"], 2),

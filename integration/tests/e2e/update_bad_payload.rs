@@ -46,7 +46,11 @@ async fn plan_fails(
     let update = PlanCommandK0sUpdate {
         version: V2.to_owned(),
         forceupdate: false,
-        platforms: [(platform, PlanResourceUrl { url, sha256: Some(sha256) })].into(),
+        platforms: [(
+            platform,
+            PlanResourceUrl { url, sha256: Some(sha256), ..Default::default() },
+        )]
+        .into(),
         targets: PlanCommandTargets {
             controllers: None,
             workers: Some(static_nodes(&["worker-0"], 1)),

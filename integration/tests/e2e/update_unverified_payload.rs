@@ -33,7 +33,7 @@ fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
         forceupdate: false,
         platforms: [(
             autopilot_api::platform::current(),
-            PlanResourceUrl { url: url.to_owned(), sha256: None },
+            PlanResourceUrl { url: url.to_owned(), sha256: None, ..Default::default() },
         )]
         .into(),
         targets: PlanCommandTargets {

@@ -146,6 +146,20 @@ pub struct PlanResourceUrl {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-fA-F0-9]{64}$"))]
     pub sha256: Option<String>,
+
+    /// The payload's signature, inline: the text of a cosign `sign-blob` `.sig` (base64 of
+    /// a DER ECDSA P-256 signature), of a cosign bundle (JSON), or of a minisign `.minisig`.
+    /// A node with trusted keys (`--payload-keys`) accepts a `k0supdate` payload only with a
+    /// signature one of them made; see also `signatureURL`. At most one of the two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16384))]
+    pub signature: Option<String>,
+
+    /// Where to download the payload's signature (a file in one of the formats `signature`
+    /// accepts, e.g. the `.sig` beside a k0s release binary).
+    #[serde(default, rename = "signatureURL", skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::payload::URL_PATTERN))]
+    pub signature_url: Option<String>,
 }
 
 /// The node groups a `k0supdate` command targets.

@@ -256,7 +256,7 @@ fn false_forceupdate_and_missing_options_are_left_out() {
             forceupdate: false,
             platforms: BTreeMap::from([(
                 "linux-amd64".to_owned(),
-                PlanResourceUrl { url: "https://x/k0s".into(), sha256: None },
+                PlanResourceUrl { url: "https://x/k0s".into(), sha256: None, ..Default::default() },
             )]),
             targets: PlanCommandTargets::default(),
             progress_timeout: None,

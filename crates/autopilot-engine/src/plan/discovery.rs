@@ -106,6 +106,7 @@ fn check_update(
     let groups = check_discovery(inputs, &label, command)?;
     let targets = check_targets(inputs, &label, command, groups)?;
     let targets = check_not_excluded(inputs, &label, targets)?;
+    let targets = check_signatures(inputs, &label, command, targets)?;
     Ok(NewCommand {
         state: PlanStateType::SchedulableWait,
         description: None,
@@ -267,6 +268,54 @@ fn target_status(
     }
 }
 
+/// Check 7: every target that publishes the keys it requires (DESIGN §14: a node's
+/// `autopilot.k0sproject.io/payload-keys`, or `bundle-keys` for an airgap bundle) gets a
+/// payload with a signature or a signatureURL. The node would refuse an unsigned payload
+/// anyway; this refuses the plan before any node is touched, naming the nodes and keys. The
+/// leader does not download anything to check a signature: the nodes do.
+fn check_signatures(
+    inputs: &Inputs<'_>,
+    label: &str,
+    command: Command<'_>,
+    targets: Vec<(Group, Vec<TargetStatus>)>,
+) -> Checked<Vec<(Group, Vec<TargetStatus>)>> {
+    let mut unsigned = Vec::new();
+    for (group, statuses) in &targets {
+        let kind = command.object_kind(*group);
+        for target in statuses {
+            let Some(object) = inputs.objects(kind).get(&target.name) else { continue };
+            let keys = match command {
+                Command::K0s(_) => &object.required_keys.payloads,
+                Command::Airgap(_) => &object.required_keys.bundles,
+                Command::Preflight(_) => continue,
+            };
+            let Ok(entry) = command.platform_entry(object) else { continue };
+            if keys.is_empty() || entry.signature.is_some() || entry.signature_url.is_some() {
+                continue;
+            }
+            let platform = command
+                .platforms()
+                .iter()
+                .find_map(|(id, e)| std::ptr::eq(e, entry).then_some(id.as_str()))
+                .unwrap_or_default();
+            unsigned.push(format!(
+                "{kind} {} requires a signature by key {} and platforms.{platform} has none",
+                target.name,
+                keys.join(" or ")
+            ));
+        }
+    }
+    if unsigned.is_empty() {
+        return Ok(targets);
+    }
+    let description = format!(
+        "{label}: {}; give each such platform a signature or signatureURL (or remove the \
+         keys from the nodes' --payload-keys)",
+        unsigned.join("; ")
+    );
+    Err(Box::new(NewCommand::with_targets(PlanStateType::Warning, description, targets)))
+}
+
 /// Check 6: the node kinds this controller excludes from plans (`--exclude-from-plans`).
 fn check_not_excluded(
     inputs: &Inputs<'_>,
@@ -315,6 +364,20 @@ fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
     for (platform, entry) in command.platforms() {
         if let Some(problem) = autopilot_api::payload::url_problem(&entry.url) {
             problems.push(format!("{path}.platforms.{platform}.url: {problem}"));
+        }
+        match (&entry.signature, &entry.signature_url) {
+            (Some(_), Some(_)) => problems.push(format!(
+                "{path}.platforms.{platform}: give signature or signatureURL, not both"
+            )),
+            (None, Some(url)) => {
+                if let Some(problem) = autopilot_api::payload::url_problem(url) {
+                    problems.push(format!("{path}.platforms.{platform}.signatureURL: {problem}"));
+                }
+            }
+            (Some(signature), None) if signature.trim().is_empty() => {
+                problems.push(format!("{path}.platforms.{platform}.signature: is empty"));
+            }
+            (Some(_) | None, None) => {}
         }
     }
     if let Some(Err(why)) = command.progress_timeout_override() {

@@ -69,6 +69,18 @@ pub struct TargetObject {
     pub ready: bool,
     /// The signal annotations found on the object.
     pub signal: ObservedSignal,
+    /// The keys the node says it requires on its payloads (DESIGN §14).
+    pub required_keys: RequiredKeys,
+}
+
+/// The ids of the keys a node requires signatures by, as it publishes them
+/// (`autopilot.k0sproject.io/payload-keys` and `…/bundle-keys`); empty: none required.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequiredKeys {
+    /// On `k0supdate` payloads.
+    pub payloads: Vec<String>,
+    /// On airgap bundles.
+    pub bundles: Vec<String>,
 }
 
 /// The signal annotations of an object, decoded.

@@ -50,7 +50,8 @@ mod tests;
 
 pub use decision::{Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition};
 pub use inputs::{
-    CheckPods, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering, TargetObject,
+    CheckPods, Observed, ObservedSignal, PlanView, Policy, Readiness, RequiredKeys, Steering,
+    TargetObject,
 };
 pub use machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
 pub use removed_apis::RemovedApiUse;

@@ -105,11 +105,14 @@ impl ChannelAnswer {
             let platform = format!("{os}-{arch}");
             let url = download_url(entry.k0s, || field("k0s"))?;
             let sha256 = digest(entry.k0s_sha256, || field("k0sSha256"))?;
-            k0s.insert(platform.clone(), PlanResourceUrl { url, sha256 });
+            k0s.insert(platform.clone(), PlanResourceUrl { url, sha256, ..Default::default() });
             if let Some(bundle) = entry.airgap_bundle.filter(|u| !u.trim().is_empty()) {
                 let bundle = download_url(bundle, || field("airgapBundle"))?;
                 let sha256 = digest(entry.airgap_sha256, || field("airgapSha256"))?;
-                airgap.insert(platform, PlanResourceUrl { url: bundle, sha256 });
+                airgap.insert(
+                    platform,
+                    PlanResourceUrl { url: bundle, sha256, ..Default::default() },
+                );
             }
         }
         Ok(Self { version, channel: raw.channel, eol_date: raw.eol_date, k0s, airgap })
@@ -123,7 +126,7 @@ impl ChannelAnswer {
             map.into_iter()
                 .map(|(platform, url)| {
                     let url = download_url(url, || format!("downloadURLs.{name}.{platform}"))?;
-                    Ok((platform, PlanResourceUrl { url, sha256: None }))
+                    Ok((platform, PlanResourceUrl { url, sha256: None, ..Default::default() }))
                 })
                 .collect::<Result<BTreeMap<_, _>>>()
         };
@@ -199,12 +202,20 @@ mod tests {
         assert_eq!(answer.channel.as_deref(), Some("stable"));
         assert_eq!(
             answer.k0s["linux-amd64"],
-            PlanResourceUrl { url: "https://x/k0s-amd64".into(), sha256: Some(SHA.into()) }
+            PlanResourceUrl {
+                url: "https://x/k0s-amd64".into(),
+                sha256: Some(SHA.into()),
+                ..Default::default()
+            }
         );
         assert_eq!(answer.k0s["linux-arm64"].sha256, None);
         assert_eq!(
             answer.airgap["linux-amd64"],
-            PlanResourceUrl { url: "https://x/airgap-amd64".into(), sha256: None }
+            PlanResourceUrl {
+                url: "https://x/airgap-amd64".into(),
+                sha256: None,
+                ..Default::default()
+            }
         );
         assert!(!answer.airgap.contains_key("linux-arm64"));
     }

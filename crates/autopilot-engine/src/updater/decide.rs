@@ -33,8 +33,8 @@
 use autopilot_api::v1beta2::{
     AutopilotPlanCommand, AutopilotPlanSpec, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandK0sUpdate, PlanCommandTarget, PlanCommandTargetDiscovery,
-    PlanCommandTargetDiscoverySelector, PlanCommandTargets, PlanSpec, PlanStateType,
-    UpdateConfigSpec, UpgradeStrategy, UpgradeStrategyType,
+    PlanCommandTargetDiscoverySelector, PlanCommandTargets, PlanResourceUrl, PlanSpec,
+    PlanStateType, UpdateConfigSpec, UpgradeStrategy, UpgradeStrategyType,
 };
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
@@ -161,6 +161,41 @@ pub struct Inputs<'a> {
     /// The controller runs with `--allow-unverified-payloads`: plain-http downloads without
     /// a digest are planned too (the Plan engine lets them through as well).
     pub allow_unverified_payloads: bool,
+    /// Which payloads the cluster's nodes require signed (they publish the keys they
+    /// require): those get `signatureURL: <url>.sig`, where k0s publishes each release
+    /// binary's signature (the index has no signature field).
+    pub signatures: Signatures,
+}
+
+/// Which payloads some node requires signed (DESIGN §14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signatures {
+    /// Some node publishes `autopilot.k0sproject.io/payload-keys`.
+    pub payloads: bool,
+    /// Some node publishes `autopilot.k0sproject.io/bundle-keys`.
+    pub bundles: bool,
+}
+
+impl Signatures {
+    /// Give every payload of `spec` that must be signed the `.sig` beside it as its
+    /// `signatureURL` (an entry that has a signature already keeps it).
+    pub fn apply(self, spec: &mut PlanSpec) {
+        let sign = |platforms: &mut std::collections::BTreeMap<String, PlanResourceUrl>| {
+            for entry in platforms.values_mut() {
+                if entry.signature.is_none() && entry.signature_url.is_none() {
+                    entry.signature_url = Some(format!("{}.sig", entry.url));
+                }
+            }
+        };
+        for command in &mut spec.commands {
+            if let Some(k0s) = command.k0supdate.as_mut().filter(|_| self.payloads) {
+                sign(&mut k0s.platforms);
+            }
+            if let Some(airgap) = command.airgapupdate.as_mut().filter(|_| self.bundles) {
+                sign(&mut airgap.platforms);
+            }
+        }
+    }
 }
 
 /// What the shell should do after one check. Every variant is worth an Event on the
@@ -325,8 +360,16 @@ impl Decision {
 
 /// Decide what to do now. Pure; see the module docs for the rules.
 pub fn decide(inputs: &Inputs<'_>) -> Decision {
-    let Inputs { spec, now, tz, running_version, answer, plan, allow_unverified_payloads } =
-        *inputs;
+    let Inputs {
+        spec,
+        now,
+        tz,
+        running_version,
+        answer,
+        plan,
+        allow_unverified_payloads,
+        signatures,
+    } = *inputs;
 
     // Check 1: the strategy is usable.
     let strategy = match Strategy::from_spec(spec.upgrade_strategy.as_ref()) {
@@ -371,10 +414,11 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         return Decision::PlanRunning { state };
     }
 
-    let new_spec = match plan_spec(spec.plan_spec.as_ref(), answer, now) {
+    let mut new_spec = match plan_spec(spec.plan_spec.as_ref(), answer, now) {
         Ok(spec) => spec,
         Err(reason) => return Decision::Invalid(reason),
     };
+    signatures.apply(&mut new_spec);
 
     // Check 5: every download can be verified, or at least comes over https.
     let entries = unverified_plain_downloads(&new_spec);

@@ -6,6 +6,7 @@
 use autopilot_api::Plan;
 use autopilot_api::fuzz::{config, mutated};
 use autopilot_api::signal::SignalData;
+use autopilot_api::v1beta2::PlanResourceUrl;
 use autopilot_engine::authorize::{Node, Role, authorize};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -56,7 +57,11 @@ fn its_signal() -> Value {
 const W1: Node<'static> = Node { name: "w1", role: Role::Worker, platform: Some(PLATFORM) };
 
 /// Checks what an `Ok` promises, against the unmutated run.
-fn authorized_means_the_plans_own(signal: &SignalData, plan: &Plan) -> Result<(), TestCaseError> {
+fn authorized_means_the_plans_own(
+    signal: &SignalData,
+    plan: &Plan,
+    matched: Option<&PlanResourceUrl>,
+) -> Result<(), TestCaseError> {
     let status = plan.status.as_ref().expect("an authorized signal's Plan has a status");
     prop_assert_eq!(signal.run_id.as_deref(), status.run_id.as_deref());
     prop_assert_eq!(Some(signal.plan_id.as_str()), status.plan_id.as_deref());
@@ -67,6 +72,7 @@ fn authorized_means_the_plans_own(signal: &SignalData, plan: &Plan) -> Result<()
     };
     prop_assert_eq!(&sent.version, &want.version);
     let entry = &want.platforms[PLATFORM];
+    prop_assert_eq!(matched, Some(entry), "the entry returned is the node's platform's");
     prop_assert_eq!(&sent.url, &entry.url);
     prop_assert!(entry.sha256.as_deref().unwrap_or_default().eq_ignore_ascii_case(&sent.sha256));
     let targets = &command.and_then(|c| c.k0supdate.as_ref()).expect("targets").workers;
@@ -84,7 +90,7 @@ proptest! {
         let plan: Plan = serde_json::from_value(running_plan()).expect("the running Plan");
         let Ok(signal) = serde_json::from_value::<SignalData>(signal) else { return Ok(()) };
         match authorize(Some(&plan), &signal, W1) {
-            Ok(()) => authorized_means_the_plans_own(&signal, &plan)?,
+            Ok(entry) => authorized_means_the_plans_own(&signal, &plan, entry)?,
             Err(refusal) => prop_assert!(refusal.starts_with("refused: "), "{refusal}"),
         }
     }
@@ -96,7 +102,7 @@ proptest! {
         let Ok(plan) = serde_json::from_value::<Plan>(plan) else { return Ok(()) };
         let signal: SignalData = serde_json::from_value(its_signal()).expect("the signal");
         match authorize(Some(&plan), &signal, W1) {
-            Ok(()) => authorized_means_the_plans_own(&signal, &plan)?,
+            Ok(entry) => authorized_means_the_plans_own(&signal, &plan, entry)?,
             Err(refusal) => prop_assert!(refusal.starts_with("refused: "), "{refusal}"),
         }
     }
@@ -106,5 +112,8 @@ proptest! {
 fn the_unmutated_signal_is_authorized() {
     let plan: Plan = serde_json::from_value(running_plan()).expect("the running Plan");
     let signal: SignalData = serde_json::from_value(its_signal()).expect("the signal");
-    assert_eq!(authorize(Some(&plan), &signal, W1), Ok(()));
+    let entry = authorize(Some(&plan), &signal, W1).expect("authorized");
+    let frozen = plan.status.as_ref().and_then(|s| s.commands[0].frozen.as_ref());
+    let want = &frozen.and_then(|c| c.k0supdate.as_ref()).expect("k0supdate").platforms[PLATFORM];
+    assert_eq!(entry, Some(want), "the entry of the node's platform");
 }

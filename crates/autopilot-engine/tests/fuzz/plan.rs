@@ -92,6 +92,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
         labels: all,
         ready: true,
         signal: ObservedSignal::None,
+        required_keys: Default::default(),
     };
     (name.to_owned(), object)
 }

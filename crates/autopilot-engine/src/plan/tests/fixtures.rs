@@ -198,6 +198,7 @@ fn object(name: &str) -> TargetObject {
         ]),
         ready: true,
         signal: ObservedSignal::None,
+        required_keys: Default::default(),
     }
 }
 
@@ -247,6 +248,17 @@ impl ClusterFixture {
     /// Give the objects of that name another platform.
     pub fn platform(self, name: &str, os: &str, arch: &str) -> Self {
         self.label(name, keys::LABEL_OS, os).label(name, keys::LABEL_ARCH, arch)
+    }
+
+    /// The objects of that name require signatures by `payloads` (k0s) and `bundles` keys.
+    pub fn requiring_keys(mut self, name: &str, payloads: &[&str], bundles: &[&str]) -> Self {
+        for object in self.objects_named(name) {
+            object.required_keys = crate::plan::RequiredKeys {
+                payloads: payloads.iter().map(|k| (*k).to_owned()).collect(),
+                bundles: bundles.iter().map(|k| (*k).to_owned()).collect(),
+            };
+        }
+        self
     }
 
     /// Remove the platform labels from the objects of that name.

@@ -189,3 +189,95 @@ fn a_signal_over_the_annotation_budget_is_never_written_and_the_node_fails_with_
     assert!(reason.contains("over the 16384-byte budget"), "{reason}");
     assert_eq!(sim.plan.state(), P::ApplyFailed, "the plan ends instead of retrying");
 }
+
+/// The amd64 entry of the first command, to give it a signature.
+fn amd64(
+    spec: &mut autopilot_api::v1beta2::PlanSpec,
+) -> &mut autopilot_api::v1beta2::PlanResourceUrl {
+    let command = &mut spec.commands[0];
+    let platforms = match (command.k0supdate.as_mut(), command.airgapupdate.as_mut()) {
+        (Some(k0s), _) => &mut k0s.platforms,
+        (None, Some(airgap)) => &mut airgap.platforms,
+        (None, None) => panic!("an update command"),
+    };
+    platforms.get_mut("linux-amd64").expect("an amd64 entry")
+}
+
+#[test]
+fn a_plan_without_a_signature_for_a_node_requiring_keys_is_refused_naming_node_and_key() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1", "w2"]),
+        ClusterFixture::new()
+            .controllers(["c1"])
+            .workers(["w1", "w2"])
+            .requiring_keys("w2", &["k-one", "k-two"], &[])
+            .requiring_keys("c1", &[], &["k-bundle"]),
+    );
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "no node is signalled: {t:#?}");
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some(
+            "command 0 (k0supdate): Node w2 requires a signature by key k-one or k-two and \
+             platforms.linux-amd64 has none; give each such platform a signature or \
+             signatureURL (or remove the keys from the nodes' --payload-keys)"
+        ),
+        "only w2 requires keys on k0s payloads (c1 only on bundles)"
+    );
+}
+
+#[test]
+fn a_signature_or_a_signature_url_satisfies_a_node_requiring_keys() {
+    for signed in [
+        |e: &mut autopilot_api::v1beta2::PlanResourceUrl| e.signature = Some("c2ln".into()),
+        |e: &mut autopilot_api::v1beta2::PlanResourceUrl| {
+            e.signature_url = Some("https://x/k0s.sig".into());
+        },
+    ] {
+        let mut sim = Sim::new(
+            PlanFixture::k0s_update(V).workers(["w1"]).edited(|spec| signed(amd64(spec))),
+            ClusterFixture::new().workers(["w1"]).requiring_keys("w1", &["k-one"], &[]),
+        );
+        let t = sim.pass();
+        assert_eq!(signalled(&t).len(), 1, "w1 is signalled: {t:#?}");
+    }
+}
+
+#[test]
+fn an_airgap_bundle_needs_a_signature_only_for_nodes_requiring_bundle_keys() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1"]),
+        ClusterFixture::new().workers(["w1"]).requiring_keys("w1", &["k-one"], &[]),
+    );
+    let t = sim.pass();
+    assert_eq!(signalled(&t).len(), 1, "payload keys do not apply to bundles: {t:#?}");
+
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1"]),
+        ClusterFixture::new().workers(["w1"]).requiring_keys("w1", &[], &["k-bundle"]),
+    );
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Warning);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(description.contains("Node w1 requires a signature by key k-bundle"), "{description}");
+}
+
+#[test]
+fn a_platform_with_both_a_signature_and_a_signature_url_is_refused() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1"]).edited(|spec| {
+            let entry = amd64(spec);
+            entry.signature = Some("c2ln".into());
+            entry.signature_url = Some("https://x/k0s.sig".into());
+        }),
+        ClusterFixture::new().workers(["w1"]),
+    );
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Warning);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(
+        description.contains("platforms.linux-amd64: give signature or signatureURL, not both"),
+        "{description}"
+    );
+}

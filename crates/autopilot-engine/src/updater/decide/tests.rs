@@ -58,11 +58,16 @@ fn answer(version: &str) -> ChannelAnswer {
                 PlanResourceUrl {
                     url: "https://x/k0s-amd64".to_owned(),
                     sha256: Some(SHA.to_owned()),
+                    ..Default::default()
                 },
             ),
             (
                 "linux-arm64".to_owned(),
-                PlanResourceUrl { url: "https://x/k0s-arm64".to_owned(), sha256: None },
+                PlanResourceUrl {
+                    url: "https://x/k0s-arm64".to_owned(),
+                    sha256: None,
+                    ..Default::default()
+                },
             ),
         ]),
         airgap: BTreeMap::from([(
@@ -70,6 +75,7 @@ fn answer(version: &str) -> ChannelAnswer {
             PlanResourceUrl {
                 url: "https://x/airgap-amd64".to_owned(),
                 sha256: Some(SHA.to_owned()),
+                ..Default::default()
             },
         )]),
         ..ChannelAnswer::default()
@@ -96,6 +102,7 @@ fn run(
         answer: offered,
         plan,
         allow_unverified_payloads: false,
+        signatures: Signatures::default(),
     })
 }
 
@@ -463,6 +470,7 @@ fn a_controller_allowing_unverified_payloads_plans_plain_http_downloads_too() {
         answer: &offered,
         plan: None,
         allow_unverified_payloads: true,
+        signatures: Signatures::default(),
     });
     assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
 }
@@ -518,7 +526,11 @@ fn index_entries_over_plain_http_need_their_digests() {
     });
     offered.airgap.insert(
         "linux-arm64".to_owned(),
-        PlanResourceUrl { url: "http://x/airgap-arm64".to_owned(), sha256: Some(String::new()) },
+        PlanResourceUrl {
+            url: "http://x/airgap-arm64".to_owned(),
+            sha256: Some(String::new()),
+            ..Default::default()
+        },
     );
     offered.k0s.get_mut("linux-arm64").unwrap().url = "http://x/k0s-arm64".to_owned();
     let decision = run(&spec, monday(13, 30), &offered, None);
@@ -607,4 +619,33 @@ fn after_a_check_the_next_one_is_the_period_or_sooner_when_the_window_opens_firs
     // A cron strategy has no window to wait for.
     let cron = Strategy::from_spec(cron("0 0 * * * *").upgrade_strategy.as_ref()).unwrap();
     assert!(cron.after_check(now, &TimeZone::UTC, period, None).window_open);
+}
+
+#[test]
+fn payloads_the_nodes_require_signed_get_the_sig_beside_them() {
+    let offered = answer("v1.35.2+k0s.0");
+    let decide_with = |signatures| {
+        decide(&Inputs {
+            spec: &monday_window(),
+            now: monday(13, 30),
+            tz: &TimeZone::UTC,
+            running_version: RUNNING,
+            answer: &offered,
+            plan: None,
+            allow_unverified_payloads: false,
+            signatures,
+        })
+    };
+    let Decision::CreatePlan(unsigned) = decide_with(Signatures::default()) else {
+        panic!("a plan")
+    };
+    let k0s = &unsigned.commands[0].k0supdate.as_ref().expect("k0supdate").platforms;
+    assert!(k0s.values().all(|e| e.signature_url.is_none()), "no node requires keys: {k0s:?}");
+
+    let signed = decide_with(Signatures { payloads: true, bundles: false });
+    let Decision::CreatePlan(spec) = signed else { panic!("a plan") };
+    let k0s = &spec.commands[0].k0supdate.as_ref().expect("k0supdate").platforms;
+    for entry in k0s.values() {
+        assert_eq!(entry.signature_url, Some(format!("{}.sig", entry.url)));
+    }
 }
