@@ -25,7 +25,7 @@ use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::Plan;
 use autopilot_shell::retry::WatchBackoff;
 
-use crate::host::{self, Host, SignalKey};
+use crate::host::{self, Host, SignalKey, SignatureSource};
 use crate::preflight;
 use crate::status;
 use autopilot_engine::agent::{self as phase, Step};
@@ -71,6 +71,60 @@ pub struct Agent {
     /// Act on update signals whose payload is plain http without a sha256
     /// (`--allow-unverified-payloads`); refused otherwise.
     pub allow_unverified_payloads: bool,
+    /// The ids of the keys this node requires signatures by, published on its object.
+    pub required_keys: RequiredKeys,
+}
+
+/// The ids of the keys a node requires signatures by (DESIGN §14), as it publishes them in
+/// [`keys::ANNOTATION_PAYLOAD_KEYS`] and [`keys::ANNOTATION_BUNDLE_KEYS`] so NewPlan can
+/// refuse an unsigned plan up front. Empty: the annotation is removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequiredKeys {
+    /// On `k0supdate` payloads (every trusted key).
+    pub payloads: Vec<String>,
+    /// On airgap bundles (every trusted key with `--require-signed-bundles`, else none).
+    pub bundles: Vec<String>,
+}
+
+impl RequiredKeys {
+    /// The annotations to publish (`None`: remove), keyed by name.
+    fn annotations(&self) -> [(&'static str, Option<String>); 2] {
+        let value = |ids: &[String]| (!ids.is_empty()).then(|| ids.join(","));
+        [
+            (keys::ANNOTATION_PAYLOAD_KEYS, value(&self.payloads)),
+            (keys::ANNOTATION_BUNDLE_KEYS, value(&self.bundles)),
+        ]
+    }
+}
+
+/// Publish the keys this node requires on its `object`, if it does not show them yet. A
+/// failure is logged, never fatal: the node enforces its keys itself; the annotation only
+/// lets a plan fail before any node is touched.
+async fn publish_required_keys<K>(api: &Api<K>, agent: &Agent, object: &K)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let wanted = agent.required_keys.annotations();
+    let current = object.meta().annotations.as_ref();
+    let stale =
+        wanted.iter().any(|(key, value)| current.and_then(|a| a.get(*key)) != value.as_ref());
+    if !stale {
+        return;
+    }
+    let annotations: serde_json::Map<String, serde_json::Value> = wanted
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value.map_or(serde_json::Value::Null, Into::into)))
+        .collect();
+    let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+    let params = kube::api::PatchParams::default();
+    match api.patch(&agent.name, &params, &kube::api::Patch::Merge(&patch)).await {
+        Ok(_) => {
+            info!(node = %agent.name, keys = ?agent.required_keys, "published the keys this node requires")
+        }
+        Err(err) => {
+            warn!(node = %agent.name, error = %err, "could not publish the keys this node requires")
+        }
+    }
 }
 
 /// Act on the signals of the object `agent.name` of kind `K` until `shutdown` resolves or a
@@ -209,19 +263,20 @@ enum Acted {
 struct Memory {
     /// How often in a row the current signal's action failed.
     failures: Failures,
-    /// The last signal found authorized by the Plan (without its status): the same signal
-    /// is not checked again on every pass.
-    authorized: Option<SignalData>,
+    /// The last signal found authorized by the Plan (without its status), with the
+    /// signature its frozen entry gives: the same signal is not checked again on every pass.
+    authorized: Option<(SignalData, SignatureSource)>,
 }
 
 /// What [`authorized`] found.
 enum Authorized {
     /// The signal ended already: there is nothing to authorize.
     Ended,
-    /// The same signal was authorized before.
-    Before,
-    /// The Plan (as read now) authorizes the signal.
-    Read(Option<Box<Plan>>),
+    /// The same signal was authorized before; its payload's signature comes from here.
+    Before(SignatureSource),
+    /// The Plan (as read now) authorizes the signal; its payload's signature comes from
+    /// the second.
+    Read(Option<Box<Plan>>, SignatureSource),
     /// Neither the Plan nor this node authorizes the signal: answer it `Failed` with this.
     Refused(String),
 }
@@ -235,7 +290,7 @@ async fn authorized<K>(
     api: &Api<K>,
     agent: &Agent,
     data: &SignalData,
-    memory: &mut Option<SignalData>,
+    memory: &mut Option<(SignalData, SignatureSource)>,
 ) -> anyhow::Result<Authorized>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
@@ -244,8 +299,10 @@ where
         return Ok(Authorized::Ended);
     }
     let unmarked = SignalData { status: None, ..data.clone() };
-    if memory.as_ref() == Some(&unmarked) {
-        return Ok(Authorized::Before);
+    if let Some((before, signature)) = memory.as_ref()
+        && before == &unmarked
+    {
+        return Ok(Authorized::Before(signature.clone()));
     }
     let plan = match read_plan(api).await? {
         Ok(plan) => plan,
@@ -258,9 +315,10 @@ where
     };
     let platform = autopilot_api::platform::current();
     let node = authorize::Node { name: &agent.name, role, platform: Some(&platform) };
-    if let Err(reason) = authorize::authorize(plan.as_ref(), data, node) {
-        return Ok(Authorized::Refused(reason));
-    }
+    let signature = match authorize::authorize(plan.as_ref(), data, node) {
+        Ok(entry) => entry.map(SignatureSource::of).unwrap_or_default(),
+        Err(reason) => return Ok(Authorized::Refused(reason)),
+    };
     let unverified = match data.command.update() {
         Some(UpdateRef::K0s(update)) => authorize::unverified(&update.url, &update.sha256),
         Some(UpdateRef::Airgap(update)) => authorize::unverified(&update.url, &update.sha256),
@@ -269,8 +327,8 @@ where
     if let Some(reason) = unverified.filter(|_| !agent.allow_unverified_payloads) {
         return Ok(Authorized::Refused(reason));
     }
-    *memory = Some(unmarked);
-    Ok(Authorized::Read(plan.map(Box::new)))
+    *memory = Some((unmarked, signature.clone()));
+    Ok(Authorized::Read(plan.map(Box::new), signature))
 }
 
 /// The Plan, read with this node's identity: `Ok(Err(reason))` when the node may not read
@@ -337,6 +395,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
+    publish_required_keys(api, agent, object).await;
     let failures = &mut memory.failures;
     let kind = K::kind(&());
     let object_ref = format!("{kind}/{}", object.name_any());
@@ -379,9 +438,11 @@ where
             publish(&write_status(api, object, &data, SignalPhase::Failed, Some(reason)).await?);
             return Ok(Acted::Idle);
         }
-        Authorized::Read(plan) => Some(plan.map(|plan| *plan)),
-        Authorized::Before | Authorized::Ended => None,
+        Authorized::Read(plan, signature) => (Some(plan.map(|plan| *plan)), signature),
+        Authorized::Before(signature) => (None, signature),
+        Authorized::Ended => (None, SignatureSource::default()),
     };
+    let (plan, signature) = plan;
     if let Some(preflight) = &data.command.preflight {
         if let Some(answered) = run_checks(api, agent, object, &data, preflight, plan).await? {
             publish(&answered);
@@ -402,7 +463,8 @@ where
             Ok(Acted::Idle)
         }
         Step::Run { action, on_success, on_failure } => {
-            let signal = Signalled { api, agent, object, data: &data, key: &key, current };
+            let signal =
+                Signalled { api, agent, object, data: &data, key: &key, current, signature };
             let step = Run { action, on_success, on_failure };
             perform(signal, host, step, failures, &publish).await
         }
@@ -418,6 +480,8 @@ struct Signalled<'a, K> {
     key: &'a SignalKey,
     /// The phase the signal shows.
     current: Option<SignalPhase>,
+    /// Where its payload's signature comes from.
+    signature: SignatureSource,
 }
 
 /// A host action the phase machine asked for, with the phases to report after it.
@@ -440,12 +504,12 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
-    let Signalled { api, agent, object, data, key, current } = signal;
+    let Signalled { api, agent, object, data, key, current, signature } = signal;
     let Run { action, on_success, on_failure } = run;
     let is_restart = matches!(action, phase::HostAction::Restart);
     info!(node = %agent.name, action = ?action.kind(), "signal agent performing");
     let action_kind = action.kind();
-    match host::perform(host, &action, key).await {
+    match host::perform(host, &action, key, &signature).await {
         Ok(()) if is_restart => {
             failures.reset();
             info!(node = %agent.name, "new binary in place; restarting");

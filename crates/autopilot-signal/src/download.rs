@@ -22,6 +22,8 @@ use tempfile::NamedTempFile;
 use tokio::io::AsyncWriteExt as _;
 use url::Url;
 
+use crate::signature::{Check, Expected};
+
 /// Result of this module.
 pub type Result<T, E = DownloadError> = std::result::Result<T, E>;
 
@@ -162,6 +164,14 @@ pub enum DownloadError {
         /// The digest of the downloaded bytes (lowercase hex).
         actual: String,
     },
+    /// The payload does not carry a valid signature by a trusted key (DESIGN §14).
+    #[error("the signature of {url} does not verify: {reason}")]
+    Signature {
+        /// The payload's URL.
+        url: String,
+        /// Why (no trusted key made it, it is not over these bytes, ...).
+        reason: String,
+    },
     /// Neither `Content-Disposition` nor the URL yields a usable file name.
     #[error("GET {url}: no usable file name in the response or the url")]
     NoFileName {
@@ -211,6 +221,7 @@ impl DownloadError {
             Self::TooLarge { .. } => "too_large",
             Self::Truncated { .. } => "truncated",
             Self::DigestMismatch { .. } => "digest_mismatch",
+            Self::Signature { .. } => "signature",
             Self::NoFileName { .. } => "no_file_name",
             Self::NoSpace { .. } => "no_space",
             Self::Io { .. } => "io",
@@ -407,13 +418,66 @@ impl Downloader {
         sha256: Option<&str>,
         target: Target<'_>,
     ) -> Result<Downloaded> {
+        self.download_signed(url, sha256, target, None).await
+    }
+
+    /// [`Self::download`], and the payload must carry the `expected` signature (if any):
+    /// checked over the same stream (a cosign signature against the SHA-256 it computes, a
+    /// minisign one with its own pass over the bytes as they arrive: never a second read),
+    /// after the digest and before the file is renamed into place. A payload whose
+    /// signature does not verify ends like one with the wrong digest: nothing is kept.
+    pub async fn download_signed(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        target: Target<'_>,
+        expected: Option<Expected<'_>>,
+    ) -> Result<Downloaded> {
         let want = match sha256.map(str::trim).filter(|s| !s.is_empty()) {
             Some(s) => Some(parse_sha256(s)?),
             None => None,
         };
         let uri = parse_url(url)?;
         let timeout = self.config.overall_timeout;
-        match tokio::time::timeout(timeout, self.fetch(uri, want, target)).await {
+        // Started before the request: a minisign signature by no trusted key fails at once.
+        let check = expected
+            .map(Expected::start)
+            .transpose()
+            .map_err(|reason| DownloadError::Signature { url: url.to_string(), reason })?;
+        match tokio::time::timeout(timeout, self.fetch(uri, want, target, check)).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(DownloadError::TimedOut { url: url.to_string(), timeout }),
+        }
+    }
+
+    /// GETs a small file (a signature) into memory: at most `limit` bytes, under the same
+    /// TLS, redirect, stall and overall-time rules as a download.
+    pub async fn fetch_small(&self, url: &str, limit: usize) -> Result<Vec<u8>> {
+        let uri = parse_url(url)?;
+        let timeout = self.config.overall_timeout;
+        let fetch = async {
+            let (final_uri, response) = self.follow_redirects(uri).await?;
+            let mut body = response.into_body();
+            let mut bytes = Vec::new();
+            loop {
+                let frame = tokio::time::timeout(self.config.stall_timeout, body.frame())
+                    .await
+                    .map_err(|_| self.stalled(&final_uri))?;
+                let Some(frame) = frame else { return Ok(bytes) };
+                let frame = frame
+                    .map_err(|source| DownloadError::Body { url: final_uri.to_string(), source })?;
+                let Ok(data) = frame.into_data() else { continue };
+                self.bytes.inc_by(data.len() as u64);
+                if bytes.len() + data.len() > limit {
+                    return Err(DownloadError::TooLarge {
+                        url: final_uri.to_string(),
+                        limit: limit as u64,
+                    });
+                }
+                bytes.extend_from_slice(&data);
+            }
+        };
+        match tokio::time::timeout(timeout, fetch).await {
             Ok(result) => result,
             Err(_elapsed) => Err(DownloadError::TimedOut { url: url.to_string(), timeout }),
         }
@@ -427,16 +491,23 @@ impl Downloader {
         uri: Uri,
         want: Option<String>,
         target: Target<'_>,
+        mut check: Option<Check<'_>>,
     ) -> Result<Downloaded> {
         let (final_uri, response) = self.follow_redirects(uri).await?;
         let announced = announced_length(&response);
         self.check_announced_size(&final_uri, announced)?;
         let (dir, name) = destination(target, &response, &final_uri)?;
         let temp = create_locked_temp(&dir, &name)?;
-        let Written { size, sha256 } =
-            self.write_body(response.into_body(), &final_uri, announced, &temp).await?;
+        let Written { size, sha256, digest } =
+            self.write_body(response.into_body(), &final_uri, announced, &temp, &mut check).await?;
         let url = final_uri.to_string();
         verify_digest(&url, want, &sha256)?;
+        if let Some(check) = check {
+            let key = check
+                .finish(&digest)
+                .map_err(|reason| DownloadError::Signature { url: url.clone(), reason })?;
+            tracing::info!(%url, %key, "payload signature verified");
+        }
         let path = persist(temp, &dir, &name)?;
         Ok(Downloaded { path, size, sha256, url })
     }
@@ -521,18 +592,21 @@ impl Downloader {
         url: &Uri,
         announced: Option<u64>,
         temp: &NamedTempFile,
+        check: &mut Option<Check<'_>>,
     ) -> Result<Written> {
         let temp_path = temp.path();
         let handle =
             temp.as_file().try_clone().map_err(|e| DownloadError::io("opening", temp_path, e))?;
         let mut out =
             tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(handle));
-        let (size, hasher) = self.stream_body(body, url, announced, &mut out, temp_path).await?;
+        let (size, hasher) =
+            self.stream_body(body, url, announced, &mut out, temp_path, check).await?;
         check_complete(url, size, announced)?;
         out.flush().await.map_err(|e| DownloadError::io("writing", temp_path, e))?;
         let file = out.into_inner();
         file.sync_all().await.map_err(|e| DownloadError::io("syncing", temp_path, e))?;
-        Ok(Written { size, sha256: hex::encode(hasher.finalize()) })
+        let digest: [u8; 32] = hasher.finalize().into();
+        Ok(Written { size, sha256: hex::encode(digest), digest })
     }
 
     /// Copies `body` into `out` frame by frame, counting and hashing the bytes; fails when a
@@ -545,6 +619,7 @@ impl Downloader {
         announced: Option<u64>,
         out: &mut tokio::io::BufWriter<tokio::fs::File>,
         temp_path: &Path,
+        check: &mut Option<Check<'_>>,
     ) -> Result<(u64, Sha256)> {
         let max_size = self.config.max_size;
         let mut hasher = Sha256::new();
@@ -563,6 +638,9 @@ impl Downloader {
                 return Err(DownloadError::TooLarge { url: url.to_string(), limit: max_size });
             }
             hasher.update(&data);
+            if let Some(check) = check.as_mut() {
+                check.update(&data);
+            }
             out.write_all(&data).await.map_err(|e| DownloadError::io("writing", temp_path, e))?;
         }
     }
@@ -577,6 +655,7 @@ impl Downloader {
 struct Written {
     size: u64,
     sha256: String,
+    digest: [u8; 32],
 }
 
 /// The `Location` a redirect from `current` points at, resolved and checked as a URL.

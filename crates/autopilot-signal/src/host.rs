@@ -17,7 +17,7 @@ use crate::download::DownloadError;
 use autopilot_engine::agent::{ActionKind, Facts, HostAction, Restart};
 
 pub use fake::FakeHost;
-pub use linux::LinuxHost;
+pub use linux::{LinuxHost, Signing};
 
 /// Result of this module.
 pub type Result<T, E = HostError> = std::result::Result<T, E>;
@@ -58,6 +58,13 @@ pub enum HostError {
     /// A hashing or I/O task could not be joined.
     #[error("background task failed")]
     Task(#[source] tokio::task::JoinError),
+    /// The payload's signature is missing or unusable where this node requires one
+    /// (DESIGN §14); a signature that does not verify is a [`DownloadError::Signature`].
+    #[error("{reason}")]
+    Signature {
+        /// What is wrong, naming the keys the node requires.
+        reason: String,
+    },
     /// [`FakeHost`] only: a failure injected with [`FakeHost::fail_next`].
     #[error("injected failure of {0:?}")]
     Injected(ActionKind),
@@ -78,6 +85,7 @@ impl HostError {
             Self::Download(e) => e.metric_label(),
             Self::Io { .. } => "io",
             Self::SelfTest { .. } => "self_test",
+            Self::Signature { .. } => "signature",
             Self::Marker { .. } => "marker",
             Self::Task(_) => "task",
             Self::Injected(_) => "injected",
@@ -95,6 +103,23 @@ impl HostError {
             source = cause.source();
         }
         out
+    }
+}
+
+/// Where a payload's signature comes from: the frozen Plan entry the signal matched
+/// (`signature` inline, or `signatureURL`). Both empty: the Plan gives none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SignatureSource {
+    /// The signature file's text, inline.
+    pub inline: Option<String>,
+    /// Where to download the signature file.
+    pub url: Option<String>,
+}
+
+impl SignatureSource {
+    /// The signature `entry` gives.
+    pub fn of(entry: &autopilot_api::v1beta2::PlanResourceUrl) -> Self {
+        Self { inline: entry.signature.clone(), url: entry.signature_url.clone() }
     }
 }
 
@@ -283,18 +308,31 @@ pub trait Host {
     /// The host facts for `signal` asking for `update` (read-only).
     async fn observe(&self, signal: &SignalKey, update: UpdateRef<'_>) -> Result<Observed>;
 
-    /// Downloads `url`, verifies `sha256` and stages it next to the live binary for
-    /// `signal` (recording which signal it is for). The live binary is never touched; a
-    /// failure leaves no staged or temp file behind.
-    async fn download(&self, signal: &SignalKey, url: &str, sha256: Option<&str>) -> Result<()>;
+    /// Downloads `url`, verifies `sha256` (and the signature from `signature` when the node
+    /// has trusted keys) and stages it next to the live binary for `signal` (recording which
+    /// signal it is for). The live binary is never touched; a failure leaves no staged or
+    /// temp file behind.
+    async fn download(
+        &self,
+        signal: &SignalKey,
+        url: &str,
+        sha256: Option<&str>,
+        signature: &SignatureSource,
+    ) -> Result<()>;
 
     /// Runs the staged binary's `version` (bounded time, clean environment, no shell) and
     /// records that it passed if it exits 0 and prints `version` (any version if
     /// `any_version`); otherwise removes it and fails with [`HostError::SelfTest`].
     async fn self_test(&self, signal: &SignalKey, version: &str, any_version: bool) -> Result<()>;
 
-    /// Downloads and verifies an airgap bundle into the images directory; returns its path.
-    async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf>;
+    /// Downloads and verifies an airgap bundle into the images directory (its signature
+    /// when the node requires signed bundles or the Plan gives one); returns its path.
+    async fn download_bundle(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        signature: &SignatureSource,
+    ) -> Result<PathBuf>;
 
     /// Moves the staged binary over the live one (same directory, `rename(2)`). The live
     /// one is kept as `k0s.prev` only if it is proven (it is the binary this process runs);
@@ -319,15 +357,23 @@ pub trait Host {
     fn has_staged(&self) -> bool;
 }
 
-/// Performs `action` for `signal` on `host`.
-pub async fn perform(host: &impl Host, action: &HostAction, signal: &SignalKey) -> Result<()> {
+/// Performs `action` for `signal` on `host`; a download checks the signature from
+/// `signature` (the Plan's, as the signal's frozen entry gives it).
+pub async fn perform(
+    host: &impl Host,
+    action: &HostAction,
+    signal: &SignalKey,
+    signature: &SignatureSource,
+) -> Result<()> {
     match action {
-        HostAction::Download { url, sha256 } => host.download(signal, url, sha256.as_deref()).await,
+        HostAction::Download { url, sha256 } => {
+            host.download(signal, url, sha256.as_deref(), signature).await
+        }
         HostAction::SelfTest { version, any_version } => {
             host.self_test(signal, version, *any_version).await
         }
         HostAction::DownloadBundle { url, sha256 } => {
-            host.download_bundle(url, sha256.as_deref()).await.map(drop)
+            host.download_bundle(url, sha256.as_deref(), signature).await.map(drop)
         }
         HostAction::Restart => host.prepare_restart(signal),
     }

@@ -75,6 +75,47 @@ pub struct WorkerArgs {
     /// then verifies what arrives). Off by default: such a signal is refused.
     #[arg(long)]
     pub allow_unverified_payloads: bool,
+
+    /// Which payload signatures this node requires.
+    #[command(flatten)]
+    pub signing: SigningArgs,
+}
+
+/// The flags of a node's payload signature checks (DESIGN §14).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct SigningArgs {
+    /// Directory of the public keys payloads must be signed by: cosign ECDSA P-256 keys in
+    /// PEM (k0s's `cosign.pub`) and minisign public keys, one per file. With any key, a
+    /// k0s binary is accepted only with a valid signature by one of them (the Plan's
+    /// `signature` or `signatureURL`). A file that is no key stops the node. Default:
+    /// `<data-dir>/trusted-keys/` (none there: no signature required).
+    #[arg(long, value_name = "DIR")]
+    pub payload_keys: Option<PathBuf>,
+
+    /// Require airgap bundles to be signed by a key of --payload-keys too (upstream does
+    /// not sign them; without this flag a bundle's signature is checked only when the Plan
+    /// gives one).
+    #[arg(long)]
+    pub require_signed_bundles: bool,
+}
+
+impl SigningArgs {
+    /// The keys and rules these flags give for a node with data directory `data_dir`.
+    /// `Err` names the file that is no key, or a bundle rule without keys.
+    pub fn load(&self, data_dir: &std::path::Path) -> anyhow::Result<host::Signing> {
+        let dir = self.payload_keys.clone().unwrap_or_else(|| data_dir.join("trusted-keys"));
+        let keys = signature::TrustedKeys::load(&dir)
+            .map_err(|why| anyhow::anyhow!("--payload-keys: {why}"))?;
+        anyhow::ensure!(
+            !self.require_signed_bundles || !keys.is_empty(),
+            "--require-signed-bundles needs at least one key in {} (--payload-keys)",
+            dir.display()
+        );
+        if !keys.is_empty() {
+            info!(dir = %dir.display(), keys = ?keys.ids(), require_signed_bundles = self.require_signed_bundles, "payloads must be signed by one of these keys");
+        }
+        Ok(host::Signing { keys, require_signed_bundles: self.require_signed_bundles })
+    }
 }
 
 /// How a node restarts into a new binary.
@@ -184,6 +225,8 @@ pub struct UpdateAgent {
     pub metrics: metrics::Metrics,
     /// Act on payloads over plain http without a sha256 (`--allow-unverified-payloads`).
     pub allow_unverified_payloads: bool,
+    /// Which payload signatures it requires.
+    pub signing: SigningArgs,
 }
 
 impl Component for UpdateAgent {
@@ -197,14 +240,22 @@ impl Component for UpdateAgent {
 
     fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
         Box::pin(async move {
-            let Self { on, enabled, download, board, metrics, allow_unverified_payloads } = *self;
+            let Self { on, enabled, download, board, metrics, allow_unverified_payloads, signing } =
+                *self;
             if !enabled {
                 info!("update agent disabled: not acting on update signals");
                 return Ok(Box::new(Idle) as Box<dyn Running>);
             }
+            let signing = signing.load(&env.data_dir)?;
+            let ids = || signing.keys.ids().into_iter().map(str::to_owned).collect::<Vec<_>>();
+            let required_keys = agent::RequiredKeys {
+                payloads: ids(),
+                bundles: if signing.require_signed_bundles { ids() } else { Vec::new() },
+            };
             let host = host::LinuxHost::new(env.binary.clone(), env.data_dir.clone(), download)
                 .context("preparing the update host")?
-                .with_metrics(&metrics);
+                .with_metrics(&metrics)
+                .with_signing(signing);
             let agent = agent::Agent {
                 name: env.node_name.clone(),
                 version: env.version.to_string(),
@@ -214,6 +265,7 @@ impl Component for UpdateAgent {
                 metrics,
                 exec_allow_list: preflight::exec::allow_list_path(&env.data_dir),
                 allow_unverified_payloads,
+                required_keys,
             };
             Ok(Box::new(Acting { on, agent, host, client: env.client.clone() }) as Box<dyn Running>)
         })

@@ -103,20 +103,67 @@ impl TrustedKeys {
     }
 }
 
-impl TrustedKey {
-    /// Verify `signature` over the payload fed to `feed` in chunks (one pass, never the whole
-    /// payload in memory). `Err` says why it does not verify.
-    pub fn verify_minisign_stream(
-        &self,
-        signature: &Minisign,
-        feed: impl FnOnce(&mut dyn FnMut(&[u8])),
-    ) -> Result<(), String> {
-        let KeyKind::Minisign(key) = &self.kind else {
-            return Err(format!("key {} is not a minisign key", self.id));
+/// A signature a download must carry, and the keys that may have made it.
+#[derive(Clone, Copy, Debug)]
+pub struct Expected<'a> {
+    /// The keys the node trusts.
+    pub keys: &'a TrustedKeys,
+    /// The signature the Plan gives.
+    pub signature: &'a Signature,
+}
+
+impl<'a> Expected<'a> {
+    /// Start checking a payload: feed it to [`Check::update`] as it arrives, then
+    /// [`Check::finish`] with its SHA-256. `Err` when no trusted key can have made the
+    /// signature (known before a byte is downloaded for minisign, which names its key).
+    pub fn start(self) -> Result<Check<'a>, String> {
+        let stream = match self.signature {
+            Signature::Cosign(_) => None,
+            Signature::Minisign(signature) => {
+                let key = self.keys.minisign_key(signature)?;
+                let KeyKind::Minisign(public) = &key.kind else {
+                    return Err(format!("key {} is not a minisign key", key.id));
+                };
+                let stream = public
+                    .verify_stream(&signature.0)
+                    .map_err(|e| format!("the minisign signature cannot be checked: {e}"))?;
+                Some((key.id.as_str(), stream))
+            }
         };
-        let mut stream = key.verify_stream(&signature.0).map_err(|e| e.to_string())?;
-        feed(&mut |chunk| stream.update(chunk));
-        stream.finalize().map_err(|e| format!("the minisign signature does not verify: {e}"))
+        Ok(Check { expected: self, stream })
+    }
+}
+
+/// A signature check under way over one payload stream.
+pub struct Check<'a> {
+    expected: Expected<'a>,
+    /// minisign: the key's id and its BLAKE2b pass over the payload.
+    stream: Option<(&'a str, minisign_verify::StreamVerifier<'a>)>,
+}
+
+impl Check<'_> {
+    /// The next bytes of the payload.
+    pub fn update(&mut self, chunk: &[u8]) {
+        if let Some((_, stream)) = &mut self.stream {
+            stream.update(chunk);
+        }
+    }
+
+    /// The payload ended with this SHA-256: the id of the trusted key that signed it, or
+    /// why it does not verify.
+    pub fn finish(self, sha256: &[u8; 32]) -> Result<String, String> {
+        match (self.stream, self.expected.signature) {
+            (Some((id, mut stream)), _) => stream
+                .finalize()
+                .map(|()| id.to_owned())
+                .map_err(|e| format!("the minisign signature does not verify: {e}")),
+            (None, Signature::Cosign(signature)) => {
+                self.expected.keys.verify_prehashed(signature, sha256).map(str::to_owned)
+            }
+            (None, Signature::Minisign(_)) => {
+                Err("the minisign signature was not checked over the payload".to_owned())
+            }
+        }
     }
 }
 

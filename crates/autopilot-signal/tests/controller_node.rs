@@ -74,6 +74,7 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
             board,
             metrics: metrics::Metrics::default(),
             allow_unverified_payloads: false,
+            signing: Default::default(),
         });
     // Never cancelled: the node side must end on its own.
     let shutdown = CancellationToken::new();

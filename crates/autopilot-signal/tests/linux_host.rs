@@ -12,7 +12,7 @@ use autopilot_engine::agent::{HostAction, OnFailure, Step, next};
 use autopilot_engine::trial::Verdict;
 use autopilot_signal::download::{DownloadConfig, DownloadError};
 use autopilot_signal::host::{
-    Host as _, HostError, LinuxHost, RestartState, SignalKey, TrialState, perform,
+    Host as _, HostError, LinuxHost, RestartState, SignalKey, SignatureSource, TrialState, perform,
 };
 use autopilot_signal::trial::{Outcome, conclude};
 use bytes::Bytes;
@@ -118,7 +118,10 @@ async fn a_staged_download_sits_next_to_the_live_binary_until_the_swap() {
     let addr = serve().await;
     let f = Fixture::new();
     let key = SignalKey::of(&signal());
-    f.host.download(&key, &format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
+    f.host
+        .download(&key, &format!("http://{addr}/k0s"), Some(&sha(NEW)), &SignatureSource::default())
+        .await
+        .expect("download");
     assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.tmp"]);
     assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
 
@@ -137,11 +140,20 @@ async fn a_failed_download_leaves_only_the_live_binary() {
     let f = Fixture::new();
     let err = f
         .host
-        .download(&key(), &format!("http://{addr}/k0s"), Some(&sha(OLD)))
+        .download(
+            &key(),
+            &format!("http://{addr}/k0s"),
+            Some(&sha(OLD)),
+            &SignatureSource::default(),
+        )
         .await
         .expect_err("digest mismatch");
     assert!(matches!(err, HostError::Download(DownloadError::DigestMismatch { .. })), "{err}");
-    let err = f.host.download(&key(), &format!("http://{addr}/nope"), None).await.expect_err("404");
+    let err = f
+        .host
+        .download(&key(), &format!("http://{addr}/nope"), None, &SignatureSource::default())
+        .await
+        .expect_err("404");
     assert!(err.reason().ends_with("/nope: 404 Not Found"), "{}", err.reason());
     assert_eq!(listing(&f.bin()), vec!["k0s"]);
 }
@@ -187,7 +199,12 @@ async fn a_full_disk_fails_the_download_with_no_space_and_leaves_the_binary_whol
         .with_instance("first");
 
     let err = host
-        .download(&key(), &format!("http://{addr}/big"), Some(&sha(&vec![7u8; BIG])))
+        .download(
+            &key(),
+            &format!("http://{addr}/big"),
+            Some(&sha(&vec![7u8; BIG])),
+            &SignatureSource::default(),
+        )
         .await
         .expect_err("4 MiB cannot fit on 1 MiB");
     assert!(matches!(err, HostError::Download(DownloadError::NoSpace { .. })), "{err}");
@@ -197,7 +214,14 @@ async fn a_full_disk_fails_the_download_with_no_space_and_leaves_the_binary_whol
     assert_eq!(std::fs::read(&live).expect("live"), OLD, "the binary is untouched");
 
     // Once space is back (here: a small payload), the same host downloads and stages fine.
-    host.download(&key(), &format!("http://{addr}/k0s"), Some(&sha(NEW))).await.expect("download");
+    host.download(
+        &key(),
+        &format!("http://{addr}/k0s"),
+        Some(&sha(NEW)),
+        &SignatureSource::default(),
+    )
+    .await
+    .expect("download");
     assert_eq!(listing(&bin), vec!["k0s", "k0s.tmp"]);
 }
 
@@ -269,7 +293,11 @@ async fn an_airgap_bundle_lands_in_the_images_directory() {
     let f = Fixture::new();
     let path = f
         .host
-        .download_bundle(&format!("http://{addr}/dist/bundle.tar"), Some(&sha(NEW)))
+        .download_bundle(
+            &format!("http://{addr}/dist/bundle.tar"),
+            Some(&sha(NEW)),
+            &SignatureSource::default(),
+        )
         .await
         .expect("bundle");
     assert_eq!(path, f.dir.path().join("data/images/bundle.tar"));
@@ -294,7 +322,12 @@ async fn a_download_clears_temp_files_left_by_a_killed_process_but_not_live_ones
     in_progress.try_lock().expect("lock the live download");
     // Written a moment ago: age does not matter, only whether a live download owns it.
     f.host
-        .download(&key(), &format!("http://{addr}/k0s"), Some(&sha(NEW)))
+        .download(
+            &key(),
+            &format!("http://{addr}/k0s"),
+            Some(&sha(NEW)),
+            &SignatureSource::default(),
+        )
         .await
         .expect("download");
     assert_eq!(listing(&f.bin()), vec![".k0s.tmp.live01.tmp", "k0s", "k0s.tmp"]);
@@ -342,7 +375,7 @@ async fn a_signal_runs_to_completion_on_a_real_disk() {
         let write = match next(data.phase(), &facts) {
             Step::Report { phase, reason } => Some((phase, reason)),
             Step::Run { action, on_success, on_failure } => {
-                match perform(&host, &action, &key).await {
+                match perform(&host, &action, &key, &SignatureSource::default()).await {
                     Ok(()) if action == HostAction::Restart => {
                         // What the restart does after the new binary passed its trial boot:
                         // swap it in, record the pass, re-exec as a new instance.
@@ -390,7 +423,12 @@ async fn a_staged_binary_that_runs_and_reports_the_version_passes_its_self_test(
     let f = Fixture::new();
     let update = k0s(&sha(NEW));
     f.host
-        .download(&key(), &format!("http://{addr}/k0s"), Some(&sha(NEW)))
+        .download(
+            &key(),
+            &format!("http://{addr}/k0s"),
+            Some(&sha(NEW)),
+            &SignatureSource::default(),
+        )
         .await
         .expect("download");
     let staged = f.host.observe(&key(), UpdateRef::K0s(&update)).await.expect("observe");

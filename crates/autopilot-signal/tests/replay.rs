@@ -119,7 +119,7 @@ impl World {
             let written = match next(signal.phase(), &facts) {
                 Step::Report { phase, reason } => self.write(phase, reason),
                 Step::Run { action, on_success, on_failure } => {
-                    match perform(&self.host, &action, &key).await {
+                    match perform(&self.host, &action, &key, &Default::default()).await {
                         Ok(()) if action == HostAction::Restart => {
                             // The restart's trial boot of the staged binary, then its verdict.
                             let verdict = match self.host.file(fake::STAGED) {

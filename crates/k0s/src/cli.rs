@@ -168,6 +168,10 @@ pub struct ControllerAgentFlags {
     /// renewed.
     #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub heartbeat_interval: std::time::Duration,
+
+    /// Which payload signatures this controller requires.
+    #[command(flatten)]
+    pub signing: autopilot_signal::SigningArgs,
 }
 
 /// Flags of the updater, which runs on the leading controller (DESIGN §6).

@@ -10,8 +10,8 @@ use http::StatusCode;
 use sha2::{Digest as _, Sha256};
 
 use super::{
-    Host, HostError, Observed, RestartMarker, RestartState, Result, SignalKey, StagedRecord,
-    TrialState, expected_sha256, judge_self_test,
+    Host, HostError, Observed, RestartMarker, RestartState, Result, SignalKey, SignatureSource,
+    StagedRecord, TrialState, expected_sha256, judge_self_test,
 };
 use crate::download::{DownloadError, parse_sha256};
 use autopilot_engine::agent::ActionKind;
@@ -239,7 +239,13 @@ impl Host for FakeHost {
         Ok(Observed { staged, proven, live_sha256, restart })
     }
 
-    async fn download(&self, signal: &SignalKey, url: &str, sha256: Option<&str>) -> Result<()> {
+    async fn download(
+        &self,
+        signal: &SignalKey,
+        url: &str,
+        sha256: Option<&str>,
+        _signature: &SignatureSource,
+    ) -> Result<()> {
         let mut state = self.lock();
         state.injected(ActionKind::Download)?;
         if state.files.contains_key(STAGED_RECORD) {
@@ -283,7 +289,12 @@ impl Host for FakeHost {
         }
     }
 
-    async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf> {
+    async fn download_bundle(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        _signature: &SignatureSource,
+    ) -> Result<PathBuf> {
         let mut state = self.lock();
         state.injected(ActionKind::DownloadBundle)?;
         let body = state.fetch(url, sha256)?;

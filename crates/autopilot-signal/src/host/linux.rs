@@ -12,11 +12,39 @@ use autopilot_api::signal::UpdateRef;
 use sha2::{Digest as _, Sha256};
 
 use super::{
-    HostError, Observed, RestartMarker, RestartState, Result, SignalKey, StagedRecord, TrialState,
-    expected_sha256, judge_self_test,
+    HostError, Observed, RestartMarker, RestartState, Result, SignalKey, SignatureSource,
+    StagedRecord, TrialState, expected_sha256, judge_self_test,
 };
 use crate::download::{DownloadConfig, Downloader, Target, parent_dir, sync_dir};
 use crate::host::Host;
+use crate::signature::{self, Expected, Signature, TrustedKeys};
+
+/// The keys a node checks payload signatures with (DESIGN §14), and whether it requires
+/// signed airgap bundles.
+#[derive(Clone, Debug, Default)]
+pub struct Signing {
+    /// `--payload-keys`: with any, every `k0supdate` payload must be signed by one of them.
+    pub keys: TrustedKeys,
+    /// `--require-signed-bundles`: airgap bundles must be signed too (otherwise a bundle's
+    /// signature is checked only when the Plan gives one).
+    pub require_signed_bundles: bool,
+}
+
+/// What a signature is over, for messages and for which rule applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Payload {
+    Binary,
+    Bundle,
+}
+
+impl Payload {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Binary => "binary",
+            Self::Bundle => "airgap bundle",
+        }
+    }
+}
 
 /// How long a staged binary's `version` may run in its self-test.
 pub const SELF_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -34,6 +62,7 @@ pub struct LinuxHost {
     live: PathBuf,
     data_dir: PathBuf,
     downloader: Downloader,
+    signing: Signing,
     instance: String,
     digests: DigestCache,
     /// The file this process runs (device and inode of `live` when the host was made): the
@@ -119,6 +148,7 @@ impl LinuxHost {
             live,
             data_dir,
             downloader: Downloader::new(config)?,
+            signing: Signing::default(),
             instance,
             digests: DigestCache::default(),
             running,
@@ -135,6 +165,58 @@ impl LinuxHost {
     /// The same host, counting downloaded bytes in `metrics`.
     pub fn with_metrics(self, metrics: &crate::metrics::Metrics) -> Self {
         Self { downloader: self.downloader.counting_bytes(metrics.download_bytes.clone()), ..self }
+    }
+
+    /// The same host checking payload signatures with `signing`.
+    pub fn with_signing(self, signing: Signing) -> Self {
+        Self { signing, ..self }
+    }
+
+    /// The signature a `what` payload must carry, from `source`: `None` when this node
+    /// checks none (it trusts no key, or the Plan gives no signature for a bundle it does
+    /// not require signed). `Err` when one is required and missing, cannot be fetched, or
+    /// is in no accepted format.
+    async fn expected_signature(
+        &self,
+        what: Payload,
+        source: &SignatureSource,
+    ) -> Result<Option<Signature>> {
+        let keys = &self.signing.keys;
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let required = match what {
+            Payload::Binary => true,
+            Payload::Bundle => self.signing.require_signed_bundles,
+        };
+        let text = match (&source.inline, &source.url) {
+            (Some(inline), _) => inline.as_bytes().to_vec(),
+            (None, Some(url)) => {
+                self.downloader.fetch_small(url, signature::MAX_SIGNATURE_BYTES).await.map_err(
+                    |err| HostError::Signature {
+                        reason: format!(
+                            "fetching the {} signature: {}",
+                            what.describe(),
+                            HostError::from(err).reason()
+                        ),
+                    },
+                )?
+            }
+            (None, None) if required => {
+                return Err(HostError::Signature {
+                    reason: format!(
+                        "the Plan gives no signature for the {}, and this node requires one by \
+                         key {}",
+                        what.describe(),
+                        keys.ids().join(" or ")
+                    ),
+                });
+            }
+            (None, None) => return Ok(None),
+        };
+        signature::parse_signature(&text).map(Some).map_err(|why| HostError::Signature {
+            reason: format!("the {} signature is unusable: {why}", what.describe()),
+        })
     }
 
     /// The same host with an explicit process instance id.
@@ -390,12 +472,22 @@ impl Host for LinuxHost {
         Ok(Observed { staged, proven, live_sha256, restart })
     }
 
-    async fn download(&self, signal: &SignalKey, url: &str, sha256: Option<&str>) -> Result<()> {
+    async fn download(
+        &self,
+        signal: &SignalKey,
+        url: &str,
+        sha256: Option<&str>,
+        signature: &SignatureSource,
+    ) -> Result<()> {
         let staged = self.staged_path();
         self.remove_leftovers();
         // The record must never describe a file it was not written for.
         remove_if_present(&self.staged_record_path())?;
-        let done = self.downloader.download(url, sha256, Target::File(&staged)).await?;
+        let signature = self.expected_signature(Payload::Binary, signature).await?;
+        let expected =
+            signature.as_ref().map(|signature| Expected { keys: &self.signing.keys, signature });
+        let done =
+            self.downloader.download_signed(url, sha256, Target::File(&staged), expected).await?;
         let record =
             StagedRecord { signal: signal.clone(), sha256: done.sha256, self_tested: None };
         self.write_json(&self.staged_record_path(), &record)
@@ -424,11 +516,20 @@ impl Host for LinuxHost {
         }
     }
 
-    async fn download_bundle(&self, url: &str, sha256: Option<&str>) -> Result<PathBuf> {
+    async fn download_bundle(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        signature: &SignatureSource,
+    ) -> Result<PathBuf> {
         let dir = self.images_dir();
         std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
         self.remove_leftovers();
-        let done = self.downloader.download(url, sha256, Target::Directory(&dir)).await?;
+        let signature = self.expected_signature(Payload::Bundle, signature).await?;
+        let expected =
+            signature.as_ref().map(|signature| Expected { keys: &self.signing.keys, signature });
+        let done =
+            self.downloader.download_signed(url, sha256, Target::Directory(&dir), expected).await?;
         Ok(done.path)
     }
 

@@ -63,6 +63,10 @@ fn a_cosign_signature_made_by_openssl_verifies_against_the_payloads_sha256() {
     let payload = b"the k0s binary";
     let signature = openssl_sign(dir.path(), &key, payload);
     assert_eq!(keys.verify_prehashed(&cosign(&signature), &sha256(payload)), Ok(id.as_str()));
+    let parsed = parse_signature(signature.as_bytes()).expect("parsed");
+    let mut check = Expected { keys: &keys, signature: &parsed }.start().expect("cosign");
+    check.update(payload);
+    assert_eq!(check.finish(&sha256(payload)), Ok(id.clone()), "the same through a Check");
     // Another payload, another key, a cut or garbled signature: refused.
     assert!(keys.verify_prehashed(&cosign(&signature), &sha256(b"something else")).is_err());
     let by_other = openssl_sign(dir.path(), &other_key, payload);
@@ -115,22 +119,22 @@ const MINISIGN_SIG: &str = "untrusted comment: signature from minisign secret ke
 fn a_minisign_signature_verifies_over_the_stream_in_chunks() {
     let key = parse_key("minisign.pub", MINISIGN_KEY).expect("a minisign key");
     let keys = TrustedKeys { keys: vec![key] };
-    let Signature::Minisign(signature) = parse_signature(MINISIGN_SIG.as_bytes()).expect("parsed")
-    else {
-        panic!("a minisign signature");
-    };
-    let trusted = keys.minisign_key(&signature).expect("the key that signed");
-    trusted
-        .verify_minisign_stream(&signature, |feed| {
-            feed(b"te");
-            feed(b"st");
-        })
-        .expect("verifies");
-    let tampered = trusted.verify_minisign_stream(&signature, |feed| feed(b"tesT"));
-    assert!(tampered.is_err());
+    let signature = parse_signature(MINISIGN_SIG.as_bytes()).expect("parsed");
+    let Signature::Minisign(minisign) = &signature else { panic!("a minisign signature") };
+    assert!(keys.minisign_key(minisign).is_ok(), "the key that signed");
+    let expected = Expected { keys: &keys, signature: &signature };
+    let mut check = expected.start().expect("a trusted key");
+    check.update(b"te");
+    check.update(b"st");
+    let id = check.finish(&sha256(b"test")).expect("verifies");
+    assert_eq!(id, keys.ids()[0]);
+    let mut tampered = expected.start().expect("a trusted key");
+    tampered.update(b"tesT");
+    assert!(tampered.finish(&sha256(b"tesT")).is_err());
     // A cosign-only node has no key for it.
     let none = TrustedKeys::default();
-    assert!(none.minisign_key(&signature).is_err());
+    assert!(none.minisign_key(minisign).is_err());
+    assert!(Expected { keys: &none, signature: &signature }.start().is_err());
     assert!(none.is_empty());
 }
 

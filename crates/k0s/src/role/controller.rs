@@ -102,5 +102,6 @@ pub(crate) fn components(
             board,
             metrics: agent_metrics,
             allow_unverified_payloads,
+            signing: agent.signing.clone(),
         }))
 }

@@ -66,5 +66,6 @@ pub(crate) fn components(
         board,
         metrics,
         allow_unverified_payloads: args.allow_unverified_payloads,
+        signing: args.signing.clone(),
     })
 }
