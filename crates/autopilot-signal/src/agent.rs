@@ -608,9 +608,14 @@ fn record_failure(
     kind: phase::ActionKind,
     err: &host::HostError,
 ) {
+    // A wrong digest or a signature that is missing or does not verify: the bytes are not
+    // the ones authorized, not a transport problem.
     let digest_mismatch = matches!(
         err,
-        host::HostError::Download(crate::download::DownloadError::DigestMismatch { .. })
+        host::HostError::Download(
+            crate::download::DownloadError::DigestMismatch { .. }
+                | crate::download::DownloadError::Signature { .. }
+        ) | host::HostError::Signature { .. }
     );
     match kind {
         phase::ActionKind::Download | phase::ActionKind::DownloadBundle if digest_mismatch => {

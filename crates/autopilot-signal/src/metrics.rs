@@ -31,7 +31,8 @@ pub struct Metrics {
     /// `agent_download_failures_total`: download attempts that failed for any reason but a
     /// digest mismatch (each retry counts).
     pub download_failures: Counter,
-    /// `agent_verify_failures_total`: downloads whose sha256 did not match the plan's.
+    /// `agent_verify_failures_total`: downloads whose sha256 did not match the plan's, or whose
+    /// signature was missing or did not verify where the node requires one.
     pub verify_failures: Counter,
     /// `agent_phase{kind,phase}`: 1 for the phase of the signal the agent acts on, 0 for
     /// every other phase; all 0 while there is no signal.
@@ -55,7 +56,7 @@ impl Metrics {
         );
         registry.register(
             "agent_verify_failures",
-            "Update downloads whose sha256 did not match the plan's",
+            "Update downloads whose sha256 did not match the plan's or whose signature did not verify",
             verify_failures.clone(),
         );
         registry.register(

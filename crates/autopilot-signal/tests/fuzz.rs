@@ -1,13 +1,15 @@
 //! Fuzz targets of the node agent's pure parts: the phase machine over arbitrary signals
 //! and facts, bundle file names from arbitrary `Content-Disposition` values and URLs, and
-//! the download flags' parsers. No input panics; every failure and refusal says why; no
-//! bad input reaches a host action.
+//! the download flags' parsers, and payload signatures and keys. No input panics; every
+//! failure and refusal says why; no bad input reaches a host action; no mutated signature
+//! verifies another payload than the one its key signed.
 
 use autopilot_api::fuzz::{config, word};
 use autopilot_api::payload;
 use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalPhase, UpdateRef};
 use autopilot_engine::agent::{self as phase, Facts, HostAction, Restart, Step};
 use autopilot_signal::download::{file_name_from_response, parse_sha256, parse_size};
+use autopilot_signal::signature::{Expected, TrustedKeys, parse_key, parse_signature};
 use proptest::prelude::*;
 
 /// The strings of one update command: mostly plausible, sometimes anything.
@@ -112,6 +114,95 @@ proptest! {
                 let reason = format!("{err:#}");
                 prop_assert!(!reason.trim().is_empty());
             }
+        }
+    }
+}
+
+/// minisign-verify's own test vector: its key signed the four bytes `test` (prehashed).
+const MINISIGN_KEY: &str = "untrusted comment: minisign public key\nRWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3\n";
+const MINISIGN_SIG: &str = "untrusted comment: signature from minisign secret key\nRUQf6LRCGA9i559r3g7V1qNyJDApGip8MfqcadIgT9CuhV3EMhHoN1mGTkUidF/z7SrlQgXdy8ofjb7bNJJylDOocrCo8KLzZwo=\ntrusted comment: timestamp:1633700835\tfile:test\tprehashed\nwLMDjy9FLAuxZ3q4NlEvkgtyhrr0gtTu6KC4KBJdITbbOeAi1zBIYo0v4iTgt8jJpIidRJnp94ABQkJAgAooBQ==\n";
+
+/// A node trusting only the test vector's key.
+static KEYS: std::sync::LazyLock<TrustedKeys> = std::sync::LazyLock::new(|| {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("minisign.pub"), MINISIGN_KEY).expect("key");
+    TrustedKeys::load(dir.path()).expect("the test vector's key")
+});
+
+/// `text` with a few byte edits (flip, cut, insert) at arbitrary places.
+fn edited(text: &'static str) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..4).prop_map(move |edits| {
+        let mut bytes = text.as_bytes().to_vec();
+        for (at, byte, how) in edits {
+            let at = at % (bytes.len() + 1);
+            match how {
+                0 if at < bytes.len() => bytes[at] ^= byte.max(1),
+                1 => bytes.truncate(at),
+                _ => bytes.insert(at, byte),
+            }
+        }
+        bytes
+    })
+}
+
+/// A cosign bundle around arbitrary signature and digest text.
+fn bundle() -> impl Strategy<Value = Vec<u8>> {
+    (word(), word(), prop_oneof![Just("SHA2_256".to_owned()), word()]).prop_map(
+        |(signature, digest, algorithm)| {
+            serde_json::json!({
+                "messageSignature": {
+                    "messageDigest": {"algorithm": algorithm, "digest": digest},
+                    "signature": signature,
+                },
+            })
+            .to_string()
+            .into_bytes()
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn signatures_parse_or_say_why_and_verify_only_what_the_key_signed(
+        bytes in prop_oneof![edited(MINISIGN_SIG), bundle(), any::<Vec<u8>>(), word().prop_map(String::into_bytes)],
+        payload in prop_oneof![Just(b"test".to_vec()), any::<Vec<u8>>()],
+        split in any::<usize>(),
+    ) {
+        let keys = &*KEYS;
+        let signature = match parse_signature(&bytes) {
+            Ok(signature) => signature,
+            Err(reason) => {
+                prop_assert!(!reason.trim().is_empty());
+                return Ok(());
+            }
+        };
+        let Ok(mut check) = (Expected { keys, signature: &signature }).start() else {
+            return Ok(());
+        };
+        let (head, tail) = payload.split_at(split % (payload.len() + 1));
+        check.update(head);
+        check.update(tail);
+        let sha256: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&payload).into();
+        match check.finish(&sha256) {
+            Ok(id) => {
+                prop_assert_eq!(&payload, b"test", "only the signed payload verifies");
+                prop_assert_eq!(id.as_str(), keys.ids()[0]);
+            }
+            Err(reason) => prop_assert!(!reason.trim().is_empty()),
+        }
+    }
+
+    #[test]
+    fn key_files_parse_or_name_the_file(text in prop_oneof![
+        edited(MINISIGN_KEY).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        any::<String>(),
+        Just("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----".to_owned()),
+    ]) {
+        match parse_key("keys/k.pub", &text) {
+            Ok(key) => prop_assert!(key.id.len() == 64 && key.id.bytes().all(|b| b.is_ascii_hexdigit())),
+            Err(reason) => prop_assert!(reason.starts_with("keys/k.pub: "), "{reason}"),
         }
     }
 }

@@ -57,6 +57,7 @@ mod update_controllers;
 mod update_drain_pdb;
 mod update_ha3x3;
 mod update_rollback;
+mod update_signed_payload;
 mod update_single;
 mod update_stop;
 mod update_unrunnable_payload;

@@ -218,6 +218,22 @@ fn a_canary_with_a_soak_goes_alone_and_the_rest_follow_after_the_soak() {
 }
 
 #[test]
+fn a_plan_without_a_signature_for_a_worker_that_requires_keys_is_a_problem_naming_both() {
+    let mut cluster = cluster();
+    let requiring =
+        worker("worker-1").annotated(autopilot_api::keys::ANNOTATION_PAYLOAD_KEYS, "k-one");
+    cluster.nodes[1] = requiring;
+    let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
+    let report = preview(&spec, &cluster, &policy(), now());
+    assert_eq!(report.end_state, "Warning");
+    assert!(
+        report.problems[0].contains("Node worker-1 requires a signature by key k-one"),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
 fn the_engine_refusals_removed_apis_and_excluded_kinds_are_problems() {
     let mut cluster = cluster();
     cluster.removed_apis = Some(vec![RemovedApiUse {
