@@ -529,7 +529,8 @@ impl Cluster {
 
     /// A k0s worker named `name`, to configure further and [`K0sCommand::spawn`]:
     /// `k0s worker --kubeconfig <node kubeconfig> --data-dir <node dir>/data --node-name <name>
-    /// --register-node`.
+    /// --register-node --register-node-schedulable` (the test topology has no kubelet; Pods the
+    /// drain scenarios bind to the Node need no taint in the way).
     ///
     /// # Panics
     /// If `name` was not declared with [`ClusterBuilder::workers`].
@@ -544,8 +545,26 @@ impl Cluster {
             "--node-name".into(),
             name.into(),
             "--register-node".into(),
+            "--register-node-schedulable".into(),
         ];
         self.k0s_command(name.to_owned(), dir, args)
+    }
+
+    /// A k0s process for the node `name` (its directory, log and binary as for the others)
+    /// with exactly `args` (the subcommand first): for starting a node as a unit file or an
+    /// operator would, flag for flag. See [`Cluster::node_data_dir`].
+    pub fn k0s_node<I, S>(&self, name: &str, args: I) -> K0sCommand
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        let dir = self.node_dir(name);
+        self.k0s_command(name.to_owned(), dir, args.into_iter().map(Into::into).collect())
+    }
+
+    /// The data directory the harness gives node `name` (`<node dir>/data`).
+    pub fn node_data_dir(&self, name: &str) -> PathBuf {
+        self.node_dir(name).join("data")
     }
 
     /// Starts controller `i`'s k0s with `extra_args`; see [`Cluster::k0s_controller`].

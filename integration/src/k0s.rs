@@ -303,6 +303,14 @@ impl K0sCommand {
         }
         let mut all_args = args;
         all_args.extend(extra_args);
+        // The test topology has no kubelet: a controller that is also a worker registers its
+        // Node itself, as the workers do (see `Cluster::k0s_worker`).
+        let enable_worker = all_args.iter().any(|a| a == "--enable-worker");
+        if enable_worker
+            && !all_args.iter().any(|a| a.to_string_lossy().starts_with("--register-node"))
+        {
+            all_args.extend(["--register-node".into(), "--register-node-schedulable".into()]);
+        }
         let process = K0sProcess {
             node_name,
             log_path: dir.join("k0s.log"),

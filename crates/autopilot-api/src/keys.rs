@@ -124,6 +124,11 @@ pub fn key_ids(value: &str) -> Vec<String> {
 /// The most key ids read from one annotation.
 pub const MAX_PUBLISHED_KEYS: usize = 32;
 
+/// Taint (`NoSchedule`) on a Node that a k0s process registered itself with
+/// `--register-node` and without `--register-node-schedulable`: no kubelet runs its Pods
+/// (ours).
+pub const TAINT_NO_KUBELET: &str = "autopilot.k0sproject.io/no-kubelet";
+
 /// Node annotation recording that autopilot cordoned the node, so autopilot only
 /// uncordons nodes it cordoned itself (ours).
 pub const ANNOTATION_CORDONED: &str = "autopilot.k0sproject.io/cordoned";

@@ -97,14 +97,18 @@ impl RequiredKeys {
     }
 }
 
-/// Publish the keys this node requires on its `object`, if it does not show them yet. A
-/// failure is logged, never fatal: the node enforces its keys itself; the annotation only
-/// lets a plan fail before any node is touched.
-async fn publish_required_keys<K>(api: &Api<K>, agent: &Agent, object: &K)
+/// Publish on `object` what the leader and the CLI read from it, if it does not show it yet:
+/// the keys this node requires and, on a Node, the k0s version it runs (a kubelet does not
+/// publish it). A failure is logged, never fatal: the node enforces its keys itself; the
+/// annotations only let a plan fail before any node is touched and show the version.
+async fn publish_annotations<K>(api: &Api<K>, agent: &Agent, object: &K)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let wanted = agent.required_keys.annotations();
+    let mut wanted = agent.required_keys.annotations().to_vec();
+    if K::kind(&()) == "Node" {
+        wanted.push((keys::ANNOTATION_K0S_VERSION, Some(agent.version.clone())));
+    }
     let current = object.meta().annotations.as_ref();
     let stale =
         wanted.iter().any(|(key, value)| current.and_then(|a| a.get(*key)) != value.as_ref());
@@ -119,10 +123,10 @@ where
     let params = kube::api::PatchParams::default();
     match api.patch(&agent.name, &params, &kube::api::Patch::Merge(&patch)).await {
         Ok(_) => {
-            info!(node = %agent.name, keys = ?agent.required_keys, "published the keys this node requires")
+            info!(node = %agent.name, keys = ?agent.required_keys, "published the keys this node requires and its version")
         }
         Err(err) => {
-            warn!(node = %agent.name, error = %err, "could not publish the keys this node requires")
+            warn!(node = %agent.name, error = %err, "could not publish the keys this node requires and its version")
         }
     }
 }
@@ -395,7 +399,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
-    publish_required_keys(api, agent, object).await;
+    publish_annotations(api, agent, object).await;
     let failures = &mut memory.failures;
     let kind = K::kind(&());
     let object_ref = format!("{kind}/{}", object.name_any());

@@ -34,11 +34,9 @@ use tracing::info;
 /// Command-line arguments of `k0s worker`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct WorkerArgs {
-    /// Create this node's `Node` if it is absent and keep its Ready condition and node lease
-    /// fresh (the job a kubelet would do).
-    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
-          action = clap::ArgAction::Set, value_name = "BOOL")]
-    pub register_node: bool,
+    /// Whether this process registers the Node itself (hosts without a kubelet).
+    #[command(flatten)]
+    pub registration: RegistrationArgs,
 
     /// How often the Node's Ready condition and node lease are renewed.
     #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
@@ -79,6 +77,25 @@ pub struct WorkerArgs {
     /// Which payload signatures this node requires.
     #[command(flatten)]
     pub signing: SigningArgs,
+}
+
+/// Whether a node process registers its own `Node` (DESIGN "Test topology": hosts without a
+/// kubelet). Off by default: where a kubelet runs, the kubelet owns the Node and its Ready
+/// condition, and a second writer would fake health.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct RegistrationArgs {
+    /// Create this node's `Node` if it is absent and keep its Ready condition and node lease
+    /// fresh: the job a kubelet would do, for hosts without one (tests, demos). Leave it off
+    /// where a kubelet runs.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub register_node: bool,
+
+    /// With --register-node: create the Node without the `NoSchedule` taint
+    /// `autopilot.k0sproject.io/no-kubelet`, so Pods may be scheduled to it (nothing would
+    /// run them without a kubelet).
+    #[arg(long)]
+    pub register_node_schedulable: bool,
 }
 
 /// The flags of a node's payload signature checks (DESIGN §14).
@@ -147,6 +164,8 @@ pub struct NodeRegistration {
     pub heartbeat_interval: Duration,
     /// How long registration retries an unreachable API server (zero: for ever).
     pub startup_timeout: Duration,
+    /// Create the Node without the `NoSchedule` taint of a Node no kubelet runs.
+    pub schedulable: bool,
 }
 
 impl Component for NodeRegistration {
@@ -160,8 +179,11 @@ impl Component for NodeRegistration {
 
     fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
         Box::pin(async move {
-            let heartbeat =
-                node::Heartbeat { name: env.node_name.clone(), version: env.version.to_string() };
+            let heartbeat = node::Heartbeat {
+                name: env.node_name.clone(),
+                version: env.version.to_string(),
+                schedulable: self.schedulable,
+            };
             match env.purpose {
                 Purpose::Run => {
                     heartbeat.register(&env.client, &env.server_url, self.startup_timeout).await?;

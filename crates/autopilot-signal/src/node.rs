@@ -37,6 +37,8 @@ pub struct Heartbeat {
     pub name: String,
     /// The running k0s version, published as an annotation.
     pub version: String,
+    /// Create the Node without the [`keys::TAINT_NO_KUBELET`] `NoSchedule` taint.
+    pub schedulable: bool,
 }
 
 impl Heartbeat {
@@ -119,6 +121,7 @@ impl Heartbeat {
                 "labels": self.labels(),
                 "annotations": { keys::ANNOTATION_K0S_VERSION: self.version },
             },
+            "spec": { "taints": self.taints() },
         }))
         .expect("a Node literal deserialises");
         match api.create(&PostParams::default(), &node).await {
@@ -139,6 +142,16 @@ impl Heartbeat {
                 Ok(())
             }
             Err(err) => Err(err),
+        }
+    }
+
+    /// The taints a Node this process creates carries: none when schedulable, else
+    /// [`keys::TAINT_NO_KUBELET`] with `NoSchedule` (no kubelet would run its Pods).
+    fn taints(&self) -> serde_json::Value {
+        if self.schedulable {
+            json!([])
+        } else {
+            json!([{ "key": keys::TAINT_NO_KUBELET, "effect": "NoSchedule" }])
         }
     }
 

@@ -66,6 +66,7 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
         .with(NodeRegistration {
             heartbeat_interval: Duration::from_millis(100),
             startup_timeout: Duration::from_secs(5),
+            schedulable: true,
         })
         .with(UpdateAgent {
             on: AgentOn::Controller { worker: true },

@@ -164,8 +164,13 @@ pub struct ControllerAgentFlags {
     #[arg(long)]
     pub disable_update_agent: bool,
 
-    /// With `--enable-worker`: how often this node's Node Ready condition and node lease are
-    /// renewed.
+    /// With `--enable-worker`: whether this process registers the Node itself (hosts
+    /// without a kubelet).
+    #[command(flatten)]
+    pub registration: autopilot_signal::RegistrationArgs,
+
+    /// With `--enable-worker --register-node`: how often this node's Node Ready condition and
+    /// node lease are renewed.
     #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub heartbeat_interval: std::time::Duration,
 

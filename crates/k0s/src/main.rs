@@ -20,22 +20,11 @@ fn main() -> ExitCode {
                     let _ = err.print();
                     ExitCode::SUCCESS
                 }
-                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                    let _ = err.print();
-                    ExitCode::from(2)
-                }
+                // clap's whole message: its first line says what is wrong, the lines after it
+                // name the flags (a missing required flag is only named there) and the
+                // accepted values.
                 _ => {
-                    // One clear line: clap's first line names the flag and the problem; the
-                    // accepted values, when clap lists them, are appended.
-                    let rendered = err.render().to_string();
-                    let mut line =
-                        rendered.lines().next().unwrap_or("error: invalid arguments").to_string();
-                    if let Some(values) =
-                        rendered.lines().map(str::trim).find(|l| l.starts_with("[possible values"))
-                    {
-                        line = format!("{line} {values}");
-                    }
-                    eprintln!("{line} (see 'k0s --help')");
+                    let _ = err.print();
                     ExitCode::from(2)
                 }
             };

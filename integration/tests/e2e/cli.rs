@@ -18,6 +18,26 @@ fn assert_one_line_error(args: &[&str], code: i32, needles: &[&str]) {
 }
 
 #[test]
+fn a_missing_required_flag_is_named() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["controller", "--enable-autopilot", "--kubeconfig", "/x"], "--api-address"),
+        (&["autopilot", "preview", "--kubeconfig", "/x"], "--file"),
+        (&["autopilot", "check"], "--file"),
+    ];
+    for (args, flag) in cases {
+        let output = run_k0s(args).expect("k0s runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "k0s {args:?}:\n{stderr}");
+        assert!(
+            stderr.starts_with("error: the following required arguments were not provided"),
+            "k0s {args:?}:\n{stderr}"
+        );
+        assert!(stderr.contains(flag), "k0s {args:?} names {flag}:\n{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
 fn version_prints_the_build_version() {
     let output = run_k0s(&["version"]).expect("k0s runs");
     assert!(output.status.success());

@@ -48,6 +48,7 @@ mod rbac_least_privilege;
 mod responder;
 mod security_check_pods;
 mod security_signal_forgery;
+mod systemd_units;
 mod update_agent_crash;
 mod update_airgap;
 mod update_api_outage;

@@ -49,6 +49,67 @@ async fn worker_registers_a_ready_node_with_platform_labels() {
     );
 }
 
+/// A worker beside a kubelet (the default: no `--register-node`) creates no Node, and once
+/// the Node exists (the kubelet's job, done here by the test) its agent publishes its version
+/// on it. One started with `--register-node` alone creates its Node with the `NoSchedule`
+/// taint of a Node no kubelet runs.
+#[tokio::test]
+async fn a_worker_registers_no_node_by_default_and_a_registered_one_is_tainted() {
+    let cluster = ClusterBuilder::new("worker-register-default")
+        .controllers(1)
+        .workers(&["worker-0", "worker-1"])
+        .build()
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    let args = |name: &str, extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "worker".into(),
+            "--kubeconfig".into(),
+            cluster.node_kubeconfig(name).into(),
+            "--data-dir".into(),
+            cluster.node_data_dir(name).into(),
+            "--node-name".into(),
+            name.into(),
+        ];
+        args.extend(extra.iter().map(Into::into));
+        args
+    };
+    let beside_kubelet = cluster.k0s_node("worker-0", args("worker-0", &[])).spawn().await.unwrap();
+    beside_kubelet.wait_for_log("signal agent watching its own object", STARTUP).await.unwrap();
+    assert!(nodes.get_opt("worker-0").await.unwrap().is_none(), "no Node was created");
+
+    // The kubelet's part: the Node appears; the agent publishes its version on it.
+    let node: Node = serde_json::from_value(json!({
+        "metadata": { "name": "worker-0", "labels": { keys::LABEL_OS: "linux" } },
+    }))
+    .unwrap();
+    nodes.create(&Default::default(), &node).await.unwrap();
+    let version = String::from_utf8(run_k0s(&["version"]).unwrap().stdout).unwrap();
+    wait_for(STARTUP, "worker-0's agent to publish its version", || async {
+        let node = nodes.get("worker-0").await?;
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        Ok(annotations.get(keys::ANNOTATION_K0S_VERSION).filter(|v| *v == version.trim()).cloned())
+    })
+    .await
+    .unwrap();
+    assert!(beside_kubelet.is_running(), "{}", beside_kubelet.log_tail(20));
+
+    let registering =
+        cluster.k0s_node("worker-1", args("worker-1", &["--register-node"])).spawn().await;
+    let _registering = registering.unwrap();
+    let node = wait_for(STARTUP, "Node worker-1 Ready", || async {
+        Ok(nodes.get_opt("worker-1").await?.filter(is_ready))
+    })
+    .await
+    .unwrap();
+    let taints = node.spec.and_then(|spec| spec.taints).unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t.key == keys::TAINT_NO_KUBELET && t.effect == "NoSchedule"),
+        "{taints:?}"
+    );
+}
+
 #[tokio::test]
 async fn worker_heartbeat_keeps_the_ready_condition_fresh() {
     let cluster = ClusterBuilder::new("worker-heartbeat")

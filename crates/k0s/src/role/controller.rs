@@ -76,10 +76,11 @@ pub(crate) fn components(
         board: board.clone(),
         leadership: Some(leadership.clone()),
     });
-    if worker {
+    if worker && agent.registration.register_node {
         supervisor = supervisor.with(NodeRegistration {
             heartbeat_interval: agent.heartbeat_interval,
             startup_timeout,
+            schedulable: agent.registration.register_node_schedulable,
         });
     }
     let UpdaterFlags { update_period, send_cluster_info } = updater;

@@ -27,7 +27,7 @@ pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Resul
         let trial = node.trial(&args.download, args.trial_timeout);
         let supervisor = components(&mut node, &args);
         let (env, metrics_endpoint) = node.into_env(binary.clone());
-        tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.register_node, binary = %binary.display(), "starting worker");
+        tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.registration.register_node, binary = %binary.display(), "starting worker");
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
         anyhow::Ok((ended, trial))
     });
@@ -51,10 +51,11 @@ pub(crate) fn components(
         board: board.clone(),
         leadership: None,
     });
-    let supervisor = if args.register_node {
+    let supervisor = if args.registration.register_node {
         supervisor.with(NodeRegistration {
             heartbeat_interval: args.heartbeat_interval,
             startup_timeout: args.startup_timeout,
+            schedulable: args.registration.register_node_schedulable,
         })
     } else {
         supervisor.with(ApiServer { startup_timeout: args.startup_timeout })
