@@ -307,7 +307,12 @@ impl Context {
             }
         };
         if first.is_some() {
-            info!(update_config = %name, ?generation, "starting updater");
+            let server = &config.spec.update_server;
+            let default = server == autopilot_api::keys::DEFAULT_UPDATE_SERVER;
+            info!(update_config = %name, ?generation, update_server = %server, channel = %config.spec.channel, "starting updater");
+            if default {
+                warn!(update_config = %name, update_server = %server, "no updateServer set: asking upstream k0s's update server, whose versions are upstream k0s releases");
+            }
         }
         self.set_schedule(name, generation, first);
         first.map_or_else(Action::await_change, Action::requeue)

@@ -185,6 +185,23 @@ fn digest(value: Option<String>, field: impl FnOnce() -> String) -> Result<Optio
 
 #[cfg(test)]
 mod tests {
+    /// The fenced `index.yaml` sample of docs/automatic-updates.md.
+    fn documented_index() -> String {
+        let doc = include_str!("../../../../docs/automatic-updates.md");
+        let start = doc.find("```yaml\n# index.yaml\n").expect("the index sample in the docs");
+        let body = &doc[start + "```yaml\n".len()..];
+        body[..body.find("```").expect("the end of the sample")].to_owned()
+    }
+
+    #[test]
+    fn the_documented_index_parses_as_the_updater_reads_it() {
+        let answer = super::ChannelAnswer::from_index_yaml(&documented_index()).expect("parses");
+        assert_eq!(answer.version, "v1.35.2+k0s.0");
+        assert_eq!(answer.k0s.len(), 2, "{answer:?}");
+        assert!(answer.k0s["linux-amd64"].sha256.is_some());
+        assert_eq!(answer.airgap.len(), 1, "only amd64 has a bundle: {answer:?}");
+    }
+
     use super::*;
 
     const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
