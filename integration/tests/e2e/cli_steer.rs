@@ -11,41 +11,18 @@
 
 use std::collections::BTreeMap;
 use std::process::Output;
-use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{
     Plan, PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanStateType, PlanStatus, TargetState,
     TargetStatus,
 };
-use integration::{Cluster, ClusterBuilder, conditions, run_k0s, wait_for_condition};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use integration::{Cluster, ClusterBuilder, run_k0s};
 use kube::ResourceExt as _;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::support::*;
-
-/// Installs the Plan CRD exactly as committed in `manifests/crds/` and waits until it is
-/// served.
-async fn install_plan_crd(client: &kube::Client) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../manifests/crds")
-        .join(format!("{}.yaml", keys::CRD_PLANS));
-    let text = std::fs::read_to_string(&path).expect("the generated Plan CRD");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("a CRD");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &crd).await.expect("creating the Plan CRD");
-    wait_for_condition(
-        &crds,
-        keys::CRD_PLANS,
-        Duration::from_secs(30),
-        "the Plan CRD to be established",
-        conditions::is_crd_established(),
-    )
-    .await
-    .expect("the Plan CRD is established");
-}
 
 /// A running status: two workers in flight (`SignalSent`), one done, one pending.
 fn running_status() -> PlanStatus {
@@ -135,7 +112,7 @@ fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 async fn pause_resume_and_abort_annotate_the_plan_and_say_what_happens_next() {
     let cluster = ClusterBuilder::new("cli-steer").controllers(1).build().await.unwrap();
     let client = cluster.admin_client().await.unwrap();
-    install_plan_crd(&client).await;
+    install_crd(&client, keys::CRD_PLANS).await;
 
     // No Plan yet: every verb says so and fails.
     for verb in ["pause", "resume", "abort"] {

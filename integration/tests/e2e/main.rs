@@ -45,6 +45,7 @@ mod plan_selector;
 mod plan_targets;
 mod plan_validation;
 mod rbac_least_privilege;
+mod rbac_steering;
 mod responder;
 mod security_check_pods;
 mod security_signal_forgery;

@@ -14,9 +14,10 @@ use autopilot_api::v1beta2::{
 use autopilot_api::{fixtures, keys};
 use futures::StreamExt as _;
 use integration::responder::{Event, Log, ObjectKind, ObjectRef};
-use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
+use integration::{Cluster, ClusterBuilder, K0sProcess, conditions, wait_for, wait_for_condition};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
 
@@ -148,6 +149,29 @@ pub async fn delete_plan(client: &kube::Client) {
 pub async fn create_plan(client: &kube::Client, plan: &Plan) -> anyhow::Result<Plan> {
     let plans: Api<Plan> = Api::all(client.clone());
     plans.create(&PostParams::default(), plan).await.context("creating the plan")
+}
+
+/// Installs the CRD `name` (one of `keys::CRD_*`) exactly as committed in
+/// `manifests/crds/` and waits until it is served.
+pub async fn install_crd(client: &kube::Client, name: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../manifests/crds")
+        .join(format!("{name}.yaml"));
+    let text = std::fs::read_to_string(&path).expect("the generated CRD");
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("a CRD");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .unwrap_or_else(|e| panic!("creating the CRD {name}: {e}"));
+    wait_for_condition(
+        &crds,
+        name,
+        Duration::from_secs(30),
+        &format!("the CRD {name} to be established"),
+        conditions::is_crd_established(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the CRD {name} is established: {e}"));
 }
 
 /// The plan's status as YAML, for failure messages.
