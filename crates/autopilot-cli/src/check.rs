@@ -20,23 +20,25 @@ use autopilot_api::v1beta2::{
     CheckStatus, OnWarn, Plan, PlanCommand, PlanCommandPreflight, PlanSpec, PlanStateType,
 };
 use futures::StreamExt as _;
+
+use crate::file::Read;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 
 /// What the file holds: the body of a `preflight` command (`checks`, optional `deadline`),
-/// compiled as NewPlan compiles it (a problem is refused here, naming the field). `onWarn` is
-/// ignored: ad hoc checks never hold anything.
-pub fn parse(text: &str) -> Result<PlanCommandPreflight, String> {
-    let value: serde_json::Value =
-        serde_yaml::from_str(text).map_err(|error| format!("not YAML or JSON: {error}"))?;
+/// read as [`crate::file::preflight_body`] reads it (seed 004's spellings normalised, and
+/// noted; unknown fields refused, naming them) and compiled as NewPlan compiles it (a problem
+/// is refused here, naming the field). `onWarn` is ignored: ad hoc checks never hold
+/// anything.
+pub fn parse(text: &str) -> Result<Read<PlanCommandPreflight>, String> {
+    let value = crate::file::yaml(text)?;
     // A whole Plan, or a Plan command, is a likely mistake: say what to pass instead.
     if value.get("spec").is_some() || value.get("preflight").is_some() {
         return Err("pass the preflight command's body (a document with `checks:`), not a Plan \
                     or a command"
             .to_owned());
     }
-    let mut preflight: PlanCommandPreflight =
-        serde_json::from_value(value).map_err(|error| format!("not a set of checks: {error}"))?;
+    let Read { value: mut preflight, notes } = crate::file::preflight_body(value)?;
     preflight.on_warn = OnWarn::Proceed;
     // What NewPlan would refuse is refused here, before anything is written.
     if let Err(problems) = autopilot_engine::preflight::compile_command("", &preflight) {
@@ -46,7 +48,7 @@ pub fn parse(text: &str) -> Result<PlanCommandPreflight, String> {
             .collect();
         return Err(problems.join("; "));
     }
-    Ok(preflight)
+    Ok(Read { value: preflight, notes })
 }
 
 /// What to do with the Plan `autopilot` as it is now.

@@ -11,8 +11,12 @@
 //!   ad hoc (no update) through the Plan engine and the node agents; the one command here that
 //!   writes (the Plan `autopilot`, only when no plan runs).
 //!
+//! - [`file`]: reading the files of `preview -f` and `check -f`: seed 004's spellings
+//!   normalised to camelCase, unknown fields refused with their path.
+//!
 //! Each command takes a [`kube::Client`]; the `k0s` binary resolves the kubeconfig.
 
 pub mod check;
+pub mod file;
 pub mod preview;
 pub mod status;

@@ -129,12 +129,12 @@ impl std::error::Error for WouldNotRun {}
 
 /// Run `k0s autopilot preview`: print the report; [`WouldNotRun`] when it lists problems.
 pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
-    use anyhow::Context as _;
     let PreviewArgs { kubeconfig, file, exclude_from_plans, allow_unverified_payloads, output } =
         args;
     let text = read_input(&file, "the plan")?;
-    let plan: autopilot_api::v1beta2::Plan =
-        serde_yaml::from_str(&text).with_context(|| format!("{} is not a Plan", file.display()))?;
+    let autopilot_cli::file::Read { value: plan, notes } = autopilot_cli::file::plan(&text)
+        .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
+    note(&file, &notes);
     let name = plan.metadata.name.clone().unwrap_or_else(|| keys::PLAN_NAME.to_owned());
     let policy = autopilot_controller::Args {
         exclude_from_plans,
@@ -193,8 +193,9 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let CheckArgs { kubeconfig, file, timeout } = args;
     let ran = async {
         let text = read_input(&file, "the checks")?;
-        let checks = autopilot_cli::check::parse(&text)
+        let autopilot_cli::file::Read { value: checks, notes } = autopilot_cli::check::parse(&text)
             .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
+        note(&file, &notes);
         let (client, _config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
         autopilot_cli::check::run(client, checks, timeout, std::io::stdout()).await
     };
@@ -205,6 +206,14 @@ pub async fn check(args: CheckArgs) -> anyhow::Result<()> {
             eprintln!("error: {}", crate::one_line(&err));
             Err(CheckExit(2).into())
         }
+    }
+}
+
+/// Tell the operator, on stderr, which seed 004 spellings of `file` were read as ours (a
+/// Plan applied with `kubectl` must use ours).
+fn note(file: &std::path::Path, notes: &[String]) {
+    for note in notes {
+        eprintln!("note: {}: {note}", file.display());
     }
 }
 

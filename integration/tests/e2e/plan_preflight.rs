@@ -428,7 +428,7 @@ fn scheduler_check(
         "id": id,
         "targets": targets,
         "command": {"id": "scheduler", "timeout": timeout,
-                    "data": {"kubernetes": {"pod_name": pod, "node_selector": selector}}},
+                    "data": {"kubernetes": {"podName": pod, "nodeSelector": selector}}},
         "results": [
             {"status": "success", "condition": {"statusCode": 0, "error": false},
              "message": "{{ .Node }}: {{ .Result }}"},
@@ -485,7 +485,7 @@ async fn scheduler_checks_run_a_pod_on_each_node() {
     //    a template that does not exist (22); the update signals nobody.
     let before = [Before::of(w0), Before::of(w1)];
     let failing = preflight(json!({"checks": [
-        scheduler_check("license", "license-checker", json!({"global": true}), json!({}), 15),
+        scheduler_check("license", "license-checker", json!({"all": true}), json!({}), 15),
         scheduler_check("expiry", "expired", json!({"all": true}), hostname("worker-1"), 15),
         scheduler_check("hang", "hangs", workers(&["worker-0"]), json!({}), 2),
         scheduler_check("missing", "no-such-template", workers(&["worker-1"]), json!({}), 15),
@@ -504,7 +504,7 @@ async fn scheduler_checks_run_a_pod_on_each_node() {
             ("worker-0".into(), CheckStatus::Success, 0),
             ("worker-1".into(), CheckStatus::Success, 0),
         ],
-        "global: every Node (the controller runs no kubelet): {yaml}"
+        "all: every Node (the controller runs no kubelet): {yaml}"
     );
     assert_eq!(check(&failed, "license").nodes[0].message, "worker-0: licensed until 2027");
     assert_eq!(verdicts(&failed, "expiry"), [("worker-1".into(), CheckStatus::Error, 3)]);

@@ -39,7 +39,7 @@ pub struct DiskSpace {
     /// An absolute path on the filesystem to measure (for example `/var/lib/k0s`).
     pub path: String,
     /// When set, fewer free bytes than this makes the probe return status code 1.
-    #[serde(default, alias = "min_bytes")]
+    #[serde(default)]
     pub min_bytes: Option<u64>,
 }
 
@@ -248,14 +248,38 @@ mod tests {
     }
 
     #[test]
-    fn scheduler_data_takes_the_seeds_spelling() {
+    fn scheduler_data_reads_camel_case_and_refuses_seed_spellings_naming_them() {
         let request = parse(
             PreflightCommandId::Scheduler,
-            json!({"kubernetes": {"pod_name": "license-checker", "global": true}}),
+            json!({"kubernetes": {"podName": "license-checker", "global": true}}),
         )
-        .expect("seed 004's example");
+        .expect("seed 004's example, in camelCase");
         let Request::Scheduler(data) = request else { panic!("a scheduler request") };
         assert_eq!(data.kubernetes.pod_name, "license-checker");
         assert!(data.kubernetes.global);
+
+        // The API server keeps `data` as written, so these reach the controller: refused,
+        // never dropped (a dropped nodeSelector would run the check on every target).
+        for (id, data, named) in [
+            (
+                PreflightCommandId::Scheduler,
+                json!({"kubernetes": {"pod_name": "license-checker"}}),
+                "pod_name",
+            ),
+            (
+                PreflightCommandId::Scheduler,
+                json!({"kubernetes": {"podName": "p", "node_selector": {"role": "edge"}}}),
+                "node_selector",
+            ),
+            (PreflightCommandId::Scheduler, json!({"kubernetes": {"podName": "p"}, "x": 1}), "x"),
+            (
+                PreflightCommandId::DiskSpaceAvailable,
+                json!({"path": "/var", "min_bytes": 10}),
+                "min_bytes",
+            ),
+        ] {
+            let error = parse(id, data.clone()).expect_err(&data.to_string());
+            assert!(error.contains(&format!("unknown field `{named}`")), "{data}: {error}");
+        }
     }
 }

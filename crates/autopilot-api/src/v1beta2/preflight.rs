@@ -4,8 +4,12 @@
 //! The shape follows seed 004's command reference: each check names a command
 //! (`{id, timeout, data}`) and an ordered list of results (`{status, message, condition}`),
 //! of which the first that matches decides. Field names are camelCase like the rest of the
-//! Plan; seed 004's snake_case spellings (`status_code`, `bool_expr`, `default_message`,
-//! `pod_name`, `node_selector`) are accepted on read as aliases and written back camelCase.
+//! Plan, and these types read only camelCase: the API server knows no other spelling (the
+//! CRD schema lists none), so an alias here could only ever see what the API server had
+//! already refused or pruned. Seed 004's snake_case spellings (`global`, `status_code`,
+//! `bool_expr`, `default_message`, `pod_name`, `node_selector`) are read only where the API
+//! server never sees them: the files of `k0s autopilot check -f` and `preview -f`, which
+//! `autopilot_cli::file` normalises to camelCase first.
 //! How results are evaluated lives in the controller (`autopilot_engine::preflight`);
 //! what a node reports lives in [`crate::preflight`].
 
@@ -108,9 +112,11 @@ pub struct PreflightCheck {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightTargets {
-    /// Every controller and every worker of the cluster (seed 004's `global`; `global` is
-    /// accepted as an alias). When set, `controllers` and `workers` must be unset.
-    #[serde(default, skip_serializing_if = "is_false", alias = "global")]
+    /// Every controller and every worker of the cluster. When set, `controllers` and
+    /// `workers` must be unset. Seed 004's `global` is not a field of the Plan: the API
+    /// server refuses or drops it (`k0s autopilot check -f` and `preview -f` read it as
+    /// `all`).
+    #[serde(default, skip_serializing_if = "is_false")]
     pub all: bool,
 
     /// Controllers to run the check on (through their `ControlNode`).
@@ -136,8 +142,9 @@ pub struct PreflightCommand {
     pub timeout: i64,
 
     /// The command's data; its shape depends on `id` (for example `{port: 6443}` for
-    /// `portAvailable`, `{kubernetes: {podName: …, global: true}}` for `scheduler`). Data a
-    /// command cannot use makes the node report status code 22.
+    /// `portAvailable`, `{kubernetes: {podName: …, global: true}}` for `scheduler`), in
+    /// camelCase. Data a command cannot use (an unknown field too) refuses the plan; a node
+    /// that cannot use it reports status code 22.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::any_object")]
     pub data: Option<serde_json::Value>,
@@ -246,7 +253,9 @@ pub struct PreflightResult {
     /// outcome, and `{{ .Args.<name> }}` by the message's args.
     pub message: PreflightMessage,
 
-    /// When this result applies; every field set must hold. No condition: always applies.
+    /// When this result applies; every field set must hold. No condition: always applies. A
+    /// condition with no field set refuses the plan (it is what pruning leaves of fields the
+    /// Plan does not have, and would match every node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<PreflightCondition>,
 }
@@ -340,8 +349,9 @@ pub struct LocalizedMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
 
-    /// The text shown (placeholders allowed; seed 004 spells it `default_message`).
-    #[serde(alias = "default_message")]
+    /// The text shown (placeholders allowed). Seed 004's `default_message` is not read here
+    /// (an object without `defaultMessage` refuses the plan); `k0s autopilot check -f` and
+    /// `preview -f` read it as `defaultMessage`.
     pub default_message: String,
 
     /// Values for `{{ .Args.<name> }}` placeholders in `defaultMessage`.
@@ -350,6 +360,9 @@ pub struct LocalizedMessage {
 }
 
 /// When a result applies (seed 004's condition resource): every field that is set must hold.
+/// Present but with no field set, it is refused when the plan is compiled (it is what
+/// pruning leaves of fields the CRD does not list, and would match every node); a result
+/// that always applies omits `condition`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightCondition {
@@ -359,22 +372,25 @@ pub struct PreflightCondition {
     pub error: Option<bool>,
 
     /// The status code the command must have returned (0 success; 1 general error, 22
-    /// invalid argument, 62 timeout, 98 address in use, 111 connection refused). Seed 004
-    /// spells it `status_code`.
-    #[serde(default, skip_serializing_if = "Option::is_none", alias = "status_code")]
+    /// invalid argument, 62 timeout, 98 address in use, 111 connection refused). Seed 004's
+    /// `status_code` is not a field of the Plan: the API server refuses or drops it
+    /// (`k0s autopilot check -f` and `preview -f` read it as `statusCode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_code: Option<i64>,
 
     /// A CEL expression that must evaluate to `true`, over `result` (the first message),
     /// `results` (every message), `statusCode`, `error`, `stdout`, `stderr` and `node` (the
     /// node's name); for example `statusCode == 0 && int(result) > 1024`. A plan with an
-    /// expression that does not compile is refused before anything runs. Seed 004 spells it
-    /// `bool_expr`.
-    #[serde(default, skip_serializing_if = "Option::is_none", alias = "bool_expr")]
+    /// expression that does not compile is refused before anything runs. Seed 004's
+    /// `bool_expr` is not a field of the Plan: the API server refuses or drops it
+    /// (`k0s autopilot check -f` and `preview -f` read it as `boolExpr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bool_expr: Option<String>,
 }
 
 impl PreflightCondition {
-    /// Whether no field is set (such a condition always holds).
+    /// Whether no field is set (such a condition would always hold; a plan is refused for
+    /// one).
     pub fn is_empty(&self) -> bool {
         let Self { error, status_code, bool_expr } = self;
         error.is_none() && status_code.is_none() && bool_expr.is_none()
@@ -383,10 +399,11 @@ impl PreflightCondition {
 
 /// Seed 004's `scheduler` command data: `{kubernetes: {podName, nodeSelector, global}}`.
 ///
-/// Parsed from [`PreflightCommand::data`]; seed 004's `pod_name` and `node_selector` are
-/// accepted as aliases.
+/// Parsed from [`PreflightCommand::data`], which the API server keeps as written: unknown
+/// fields (among them seed 004's `pod_name` and `node_selector`) are refused, naming them,
+/// rather than dropped.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SchedulerData {
     /// The Pod reference.
     pub kubernetes: SchedulerPodRef,
@@ -394,14 +411,13 @@ pub struct SchedulerData {
 
 /// The Pod a `scheduler` command runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SchedulerPodRef {
-    /// Name of the Pod template to run (seed 004: `pod_name`).
-    #[serde(alias = "pod_name")]
+    /// Name of the Pod template to run (seed 004's `pod_name`).
     pub pod_name: String,
 
-    /// Only nodes with these labels (seed 004: `node_selector`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", alias = "node_selector")]
+    /// Only nodes with these labels (seed 004's `node_selector`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
 
     /// Every target node (seed 004's global mode).
@@ -551,14 +567,21 @@ results:
     message: "Unexpected answer: {{ .Result }}"
 "#;
 
-    fn seed_check() -> PreflightCheck {
-        serde_yaml::from_str(SEED_CHECK).expect("the seed's example parses")
+    /// The same check in the Plan's own spelling.
+    fn camel_check() -> PreflightCheck {
+        let camel = SEED_CHECK
+            .replace("targets:\n  global: true", "targets:\n  all: true")
+            .replace("pod_name", "podName")
+            .replace("default_message", "defaultMessage")
+            .replace("status_code", "statusCode")
+            .replace("bool_expr", "boolExpr");
+        serde_yaml::from_str(&camel).expect("the seed's example parses in camelCase")
     }
 
     #[test]
-    fn the_seed_example_parses_with_its_snake_case_spellings() {
-        let check = seed_check();
-        assert!(check.targets.all, "global is read as all");
+    fn the_seed_example_reads_in_camel_case() {
+        let check = camel_check();
+        assert!(check.targets.all);
         assert_eq!(check.command.id, PreflightCommandId::Scheduler);
         assert_eq!(check.command.timeout, 15);
         let data: SchedulerData =
@@ -577,38 +600,30 @@ results:
         assert_eq!(message.default_message, "License valid on {{ .Node }} until {{ .Args.until }}");
         assert_eq!(message.args["until"], "2030");
         assert_eq!(check.results[2].condition, None);
-    }
 
-    #[test]
-    fn the_seed_example_round_trips_through_our_camel_case_spelling() {
-        let check = seed_check();
         let wire = serde_json::to_value(&check).expect("serialise");
-        assert_eq!(wire["targets"], json!({"all": true}));
-        assert_eq!(
-            wire["results"][1]["condition"],
-            json!({"statusCode": 0, "boolExpr": "result.startsWith(\"valid\")"})
-        );
-        assert_eq!(
-            wire["results"][1]["message"]["defaultMessage"],
-            json!("License valid on {{ .Node }} until {{ .Args.until }}")
-        );
         let back: PreflightCheck = serde_json::from_value(wire).expect("parse our own spelling");
         assert_eq!(back, check);
     }
 
+    /// The API types see a Plan as the API server hands it over. The seed's spellings never
+    /// get that far in `targets` and `condition` (the schema does not list them: refused, or
+    /// pruned), and stay as written in `message` and `data` (kept as written): read here,
+    /// the first come out as a pruned object would, and the others as something NewPlan
+    /// refuses naming them. No alias: nothing read here is silently reinterpreted.
     #[test]
-    fn scheduler_data_reads_snake_and_camel_case() {
-        let snake: SchedulerData = serde_json::from_value(json!({
-            "kubernetes": {"pod_name": "p", "node_selector": {"role": "edge"}}
-        }))
-        .expect("snake case");
-        let camel: SchedulerData = serde_json::from_value(json!({
-            "kubernetes": {"podName": "p", "nodeSelector": {"role": "edge"}}
-        }))
-        .expect("camel case");
-        assert_eq!(snake, camel);
-        assert_eq!(snake.kubernetes.node_selector["role"], "edge");
-        assert!(!snake.kubernetes.global);
+    fn the_seed_spellings_are_not_read_by_the_api_types() {
+        let check: PreflightCheck = serde_yaml::from_str(SEED_CHECK).expect("parses");
+        assert!(!check.targets.all, "global is not all");
+        let condition = check.results[1].condition.clone().expect("a condition, present");
+        assert!(condition.is_empty(), "what pruning leaves: {condition:?}");
+        assert!(
+            matches!(&check.results[1].message, PreflightMessage::Invalid(_)),
+            "{:?}",
+            check.results[1].message
+        );
+        let data = serde_json::from_value::<SchedulerData>(check.command.data.expect("data"));
+        assert!(data.is_err(), "{data:?}");
     }
 
     #[test]
@@ -730,7 +745,7 @@ commands:
           results:
             - status: error
               message: "port in use on {{ .Node }}"
-              condition: {status_code: 98}
+              condition: {statusCode: 98}
             - status: success
               message: free
   - k0supdate:

@@ -18,7 +18,7 @@ checks:
 "#;
 
 fn checks() -> PlanCommandPreflight {
-    parse(CHECKS).expect("valid checks")
+    parse(CHECKS).expect("valid checks").value
 }
 
 fn ended(state: PlanStateType, generation: i64, worst: Option<CheckStatus>) -> Plan {
@@ -58,6 +58,54 @@ fn ended(state: PlanStateType, generation: i64, worst: Option<CheckStatus>) -> P
         ..PlanStatus::default()
     });
     plan
+}
+
+#[test]
+fn seed_spellings_are_read_as_ours_and_noted() {
+    let Read { value, notes } = parse(CHECKS).expect("valid checks");
+    let condition = value.checks[0].results[0].condition.clone().expect("condition");
+    assert_eq!(condition.status_code, Some(98));
+    assert_eq!(
+        notes,
+        ["checks[0].results[0].condition.status_code: seed 004's spelling, read as statusCode"]
+    );
+    // What `check` writes to the Plan is camelCase, which the API server keeps.
+    let wire = serde_json::to_value(&value).expect("serialise");
+    assert_eq!(wire["checks"][0]["results"][0]["condition"], serde_json::json!({"statusCode": 98}));
+}
+
+#[test]
+fn an_empty_condition_is_refused_as_new_plan_refuses_it() {
+    let empty = CHECKS.replace("condition: {status_code: 98}", "condition: {}");
+    assert_eq!(
+        parse(&empty).expect_err("empty condition"),
+        format!("checks[0].results[0].condition: {}", autopilot_engine::preflight::EMPTY_CONDITION)
+    );
+}
+
+#[test]
+fn unknown_fields_are_refused_naming_them() {
+    let typo = CHECKS.replace("targets: {all: true}", "targets: {workerz: {}, all: true}");
+    assert_eq!(
+        parse(&typo).expect_err("workerz"),
+        format!("checks[0].targets.workerz: {}", crate::file::UNKNOWN_FIELD)
+    );
+    let typo = CHECKS.replace(
+        "onWarn: Block",
+        "onWarn: Block
+deadlin: 2m",
+    );
+    assert_eq!(
+        parse(&typo).expect_err("deadlin"),
+        format!("deadlin: {}", crate::file::UNKNOWN_FIELD)
+    );
+    // Unknown fields of a check's data are refused by the compilation, naming them.
+    let typo = CHECKS.replace("data: {port: 10250}", "data: {port: 10250, adress: x}");
+    let refused = parse(&typo).expect_err("adress");
+    assert!(
+        refused.starts_with("checks[0].command.data: ") && refused.contains("`adress`"),
+        "{refused}"
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use autopilot_api::preflight::{MAX_CHECK_DURATION, request::Request};
 use autopilot_api::v1beta2::{
     CheckStatus, OnWarn, PlanCommandPreflight, PlanSpec, PreflightCheck, PreflightCommandId,
-    PreflightResult,
+    PreflightCondition, PreflightResult,
 };
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
@@ -36,6 +36,12 @@ const CEL_BUILTIN_IDENTIFIERS: [&str; 10] =
 /// command sets no `deadline`: time for the signal to reach the node, the agent to read the
 /// Plan, and the report to come back through the API server, on a busy cluster.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(60);
+
+/// Why a result whose `condition` is present but sets no field is refused.
+pub const EMPTY_CONDITION: &str = "is empty; a condition without error, statusCode or boolExpr \
+     would match every node, so a failing check would pass: omit condition for a result that \
+     always matches, or set a field (seed 004's status_code and bool_expr are not fields of the \
+     Plan: the API server drops them, so write statusCode and boolExpr)";
 
 /// Something in a plan's preflight commands that would fail every node or the evaluator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,6 +289,17 @@ fn compile_result(path: &str, result: &PreflightResult) -> Result<CompiledResult
     let parsed = Template::parse(message);
     if let Err(message) = &parsed {
         problems.push(Problem { path: format!("{path}.message"), message: message.clone() });
+    }
+    // A condition that is present but sets no field would match every node, as an absent
+    // one does. Nobody writes that on purpose: it is what remains when something between the
+    // author and the API server dropped the fields (seed 004's `status_code` or `bool_expr`
+    // pruned as unknown by the API server, Helm, Argo CD or Flux), and it would let a failing
+    // check pass. A catch-all result omits `condition`.
+    if condition.as_ref().is_some_and(PreflightCondition::is_empty) {
+        problems.push(Problem {
+            path: format!("{path}.condition"),
+            message: EMPTY_CONDITION.to_owned(),
+        });
     }
     let condition = condition.clone().unwrap_or_default();
     let bool_expr = match condition.bool_expr.as_deref().map(compile_cel) {

@@ -5,9 +5,10 @@
 //!
 //! 1. **NewPlan** compiles each preflight command ([`compile`] for a whole spec,
 //!    [`compile_command`] for one). Any [`Problem`] (a `boolExpr` that does not parse,
-//!    names an unknown variable or is over a bound such as [`MAX_CEL_COST`], a placeholder that does not exist, data no node could use,
-//!    a timeout of 0) refuses the plan (`Warning`, like any malformed command) before any
-//!    node is touched, naming the field by its path
+//!    names an unknown variable or is over a bound such as [`MAX_CEL_COST`], a placeholder
+//!    that does not exist, data no node could use, a timeout of 0, a `condition` that is
+//!    present but empty) refuses the plan (`Warning`, like any malformed command) before
+//!    any node is touched, naming the field by its path
 //!    (`spec.commands[0].preflight.checks[1].results[0].condition.boolExpr: …`). NewPlan
 //!    does this today; the engine will keep the [`Compiled`] plan for the run (derived from
 //!    the frozen spec, so a new leader rebuilds it).
@@ -30,6 +31,8 @@
 //!
 //! Evaluation follows seed 004: results are tried in order and the first whose condition
 //! holds decides; a result without a condition always matches; no match is `error`. A
+//! condition that is present but empty is refused at compile time ([`EMPTY_CONDITION`]): it
+//! is what pruning leaves of a condition in fields the CRD does not list. A
 //! condition holds when every field it sets holds (`error: false` is a real constraint).
 //! A check's status is its worst node's, the command's its worst check's.
 
@@ -47,8 +50,8 @@ pub use bounds::{
     MAX_CEL_NODES, MAX_CEL_SOURCE_BYTES,
 };
 pub use compile::{
-    CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN, Problem,
-    compile, compile_command, deadline_of,
+    CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN,
+    EMPTY_CONDITION, Problem, compile, compile_command, deadline_of,
 };
 pub use evaluate::{
     CheckVerdict, CommandVerdict, MAX_VERDICT_MESSAGE, NodeVerdict, warnings_accepted,

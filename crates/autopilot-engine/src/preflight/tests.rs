@@ -95,17 +95,43 @@ fn the_first_matching_result_decides_in_order() {
 }
 
 #[test]
-fn a_result_without_condition_always_matches_and_an_empty_condition_too() {
-    for catch_all in [
-        json!({"status": "warn", "message": "m"}),
-        json!({"status": "warn", "message": "m", "condition": {}}),
-    ] {
-        let check = single(json!([catch_all]));
-        for record in [ok(&[]), record(111, Some("refused"), &[]), record(62, None, &[])] {
-            let verdict = check.judge("n1", &record);
-            assert_eq!((verdict.status, verdict.matched), (CheckStatus::Warn, Some(0)));
-        }
+fn a_result_without_condition_always_matches() {
+    let check = single(json!([{"status": "warn", "message": "m"}]));
+    for record in [ok(&[]), record(111, Some("refused"), &[]), record(62, None, &[])] {
+        let verdict = check.judge("n1", &record);
+        assert_eq!((verdict.status, verdict.matched), (CheckStatus::Warn, Some(0)));
     }
+}
+
+#[test]
+fn a_condition_that_is_present_but_empty_is_refused_naming_its_path() {
+    // `{}` is what pruning leaves of a condition in unlisted fields (seed 004's status_code);
+    // `null` is the same as no condition at all.
+    for empty in [json!({}), json!({"statusCode": null, "boolExpr": null, "error": null})] {
+        let found = compile_command(
+            "spec.commands[0].preflight",
+            &command_of(json!([
+                check_with(json!([{"status": "success", "message": "ok"}])),
+                check_with(json!([
+                    {"status": "error", "message": "in use", "condition": {"statusCode": 98}},
+                    {"status": "success", "message": "free", "condition": empty}
+                ]))
+            ])),
+        )
+        .expect_err("an empty condition");
+        let found: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert!(
+            found.contains(&format!(
+                "spec.commands[0].preflight.checks[1].results[1].condition: {EMPTY_CONDITION}"
+            )),
+            "{found:#?}"
+        );
+    }
+    assert!(EMPTY_CONDITION.starts_with("is empty; "));
+    let absent = command_of(json!([check_with(
+        json!([{"status": "success", "message": "ok", "condition": null}])
+    )]));
+    compile_command("p", &absent).expect("a null condition is an absent one");
 }
 
 #[test]
@@ -227,7 +253,7 @@ fn placeholders_and_message_args_are_filled_in() {
     let check = single(json!([
         {"status": "warn",
          "message": {"id": "port.busy",
-                     "default_message": "{{.Args.what}} on {{ .Node }}: {{ .Result }} / {{ .Results }} / {{ .StatusCode }} / [{{ .Error }}]",
+                     "defaultMessage": "{{.Args.what}} on {{ .Node }}: {{ .Result }} / {{ .Results }} / {{ .StatusCode }} / [{{ .Error }}]",
                      "args": {"what": "port {{ .Result }}", "unused": "x"}}}
     ]));
     let verdict = check.judge("worker-1", &record(98, Some("in use"), &["6443", "pid 7"]));
@@ -410,7 +436,7 @@ fn a_bad_bool_expr_is_refused_naming_the_check_and_field() {
     let checks = json!([
         check_with(json!([{"status": "success", "message": "ok"}])),
         {"id": "second", "targets": {"all": true}, "command": {"id": "k0sVersion"},
-         "results": [{"status": "error", "message": "m", "condition": {"bool_expr": "statusCode =="}}]}
+         "results": [{"status": "error", "message": "m", "condition": {"boolExpr": "statusCode =="}}]}
     ]);
     let found = problems(checks);
     assert_eq!(found.len(), 1, "{found:?}");
@@ -609,7 +635,13 @@ mod props {
                     if let Some(status_code) = status_code {
                         condition.insert("statusCode".into(), json!(status_code));
                     }
-                    json!({"status": status, "message": "r", "condition": condition})
+                    // No field set: a catch-all, which omits `condition` (an empty one is
+                    // refused).
+                    if condition.is_empty() {
+                        json!({"status": status, "message": "r"})
+                    } else {
+                        json!({"status": status, "message": "r", "condition": condition})
+                    }
                 })
                 .collect();
             let check = single(Value::Array(spec));

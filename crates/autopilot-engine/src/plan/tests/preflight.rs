@@ -410,6 +410,34 @@ fn new_plan_refuses_what_could_not_run_before_any_node_is_signalled() {
 }
 
 #[test]
+fn new_plan_refuses_a_condition_that_is_present_but_empty_naming_it() {
+    // What the API server (or Helm, Argo CD, Flux) leaves of seed 004's
+    // `condition: {status_code: 98}`: an empty object, which would match every node.
+    let mut pruned = port_check("c", json!({"all": true}));
+    pruned["results"][1]["condition"] = json!({});
+    let mut sim = gated(vec![port_check("ok", json!({"all": true})), pruned], json!({}));
+    let passed = sim.pass();
+    assert!(signalled(&passed).is_empty(), "{:?}", passed.effects);
+    assert_eq!(sim.plan.state(), P::Warning);
+    assert_eq!(sim.plan.command(0).state, P::Warning);
+    assert_eq!(
+        sim.plan.command(0).description.as_deref(),
+        Some(
+            format!(
+                "spec.commands[0].preflight.checks[1].results[1].condition: {}",
+                crate::preflight::EMPTY_CONDITION
+            )
+            .as_str()
+        )
+    );
+
+    // A catch-all result omits `condition`, and is fine (port_check ends with one).
+    let mut sim = gated(vec![port_check("c", json!({"all": true}))], json!({}));
+    sim.pass();
+    assert_ne!(sim.plan.state(), P::Warning);
+}
+
+#[test]
 fn all_runs_a_controller_worker_once_through_its_control_node() {
     let mut sim = Sim::new(
         PlanFixture::without_commands()
