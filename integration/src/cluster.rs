@@ -156,6 +156,10 @@ impl ClusterBuilder {
         fs::create_dir_all(&pki_dir)?;
         let ca_cert = pki_dir.join("ca.crt");
         fs::write(&ca_cert, ca.cert_pem())?;
+        // The CA key, for tests that make client certificates as an operator would.
+        let ca_key = pki_dir.join("ca.key");
+        fs::write(&ca_key, ca.key_pem())?;
+        fs::set_permissions(&ca_key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         let (sa_private, sa_public) = pki::service_account_keys()?;
         fs::write(pki_dir.join("sa.key"), sa_private)?;
         fs::write(pki_dir.join("sa.pub"), sa_public)?;
@@ -343,6 +347,12 @@ impl Cluster {
     /// Path of the cluster CA certificate.
     pub fn ca_cert_path(&self) -> &Path {
         &self.ca_cert
+    }
+
+    /// Path of the cluster CA's private key (PKCS#8 PEM; the API servers trust client
+    /// certificates it signs).
+    pub fn ca_key_path(&self) -> PathBuf {
+        self.ca_cert.with_file_name("ca.key")
     }
 
     /// The admin bearer token (user [`ADMIN_USER`], group `system:masters`).

@@ -18,6 +18,7 @@ pub(crate) struct CertAndKey {
 /// The cluster CA. Its certificate goes into every kubeconfig.
 pub(crate) struct Ca {
     cert_pem: String,
+    key_pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
@@ -33,11 +34,17 @@ impl Ca {
             KeyUsagePurpose::DigitalSignature,
         ];
         let cert = params.self_signed(&key).context("self-signing the CA")?;
-        Ok(Self { cert_pem: cert.pem(), issuer: Issuer::new(params, key) })
+        let key_pem = key.serialize_pem();
+        Ok(Self { cert_pem: cert.pem(), key_pem, issuer: Issuer::new(params, key) })
     }
 
     pub(crate) fn cert_pem(&self) -> &str {
         &self.cert_pem
+    }
+
+    /// The CA's private key (PKCS#8 PEM): what an operator signs client certificates with.
+    pub(crate) fn key_pem(&self) -> &str {
+        &self.key_pem
     }
 
     /// A serving certificate for an apiserver on `ip`, also valid for 127.0.0.1 and localhost
