@@ -122,8 +122,9 @@ pub enum StatusFormat {
 /// Flags every node process shares.
 #[derive(clap::Args)]
 pub struct NodeFlags {
-    /// Kubeconfig to reach the API server: admin credentials for a controller, the node's own
-    /// credentials (`system:node:<name>`) for a worker.
+    /// Kubeconfig to reach the API server: for a controller, credentials in the group
+    /// `k0s-autopilot-controllers` (see `manifests/rbac/`); for a worker, the node's own
+    /// (`system:node:<name>`).
     #[arg(long, env = "KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: PathBuf,
 

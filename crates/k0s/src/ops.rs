@@ -33,6 +33,15 @@ pub enum Format {
     Json,
 }
 
+/// How `k0s autopilot preview` prints.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum PreviewFormat {
+    /// The report: targets, order and batches, problems.
+    Text,
+    /// The report as one JSON document.
+    Json,
+}
+
 /// Flags of `k0s autopilot status`.
 #[derive(clap::Args)]
 pub struct StatusArgs {
@@ -111,8 +120,8 @@ pub struct PreviewArgs {
     allow_unverified_payloads: bool,
 
     /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
-    output: Format,
+    #[arg(long, short = 'o', value_enum, default_value_t = PreviewFormat::Text)]
+    output: PreviewFormat,
 }
 
 /// `k0s autopilot preview` found problems: the report is printed; the process exits 1.
@@ -152,8 +161,10 @@ pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
         report.would_run = false;
     }
     match output {
-        Format::Text => print!("{}", autopilot_cli::preview::render(&name, &plan.spec, &report)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        PreviewFormat::Text => {
+            print!("{}", autopilot_cli::preview::render(&name, &plan.spec, &report));
+        }
+        PreviewFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     if report.would_run { Ok(()) } else { Err(WouldNotRun.into()) }
 }

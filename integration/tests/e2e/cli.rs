@@ -38,6 +38,14 @@ fn a_missing_required_flag_is_named() {
 }
 
 #[test]
+fn preview_help_describes_its_own_output() {
+    let output = run_k0s(&["autopilot", "preview", "--help"]).expect("k0s runs");
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("The report as one JSON document"), "{help}");
+    assert!(!help.contains("--watch") && !help.contains("status screen"), "{help}");
+}
+
+#[test]
 fn version_prints_the_build_version() {
     let output = run_k0s(&["version"]).expect("k0s runs");
     assert!(output.status.success());
