@@ -130,7 +130,7 @@ async fn node_processes_are_logged_stopped_killed_and_restarted_with_the_current
     assert!(worker.data_dir().is_dir());
     let line = worker.wait_for_log("fake k0s v1 started", TIMEOUT).await.unwrap();
     let expected_args = format!(
-        "worker --kubeconfig {} --data-dir {} --node-name worker-0 --register-node",
+        "worker --kubeconfig {} --data-dir {} --node-name worker-0 --register-node --register-node-schedulable",
         cluster.node_kubeconfig("worker-0").display(),
         worker.data_dir().display()
     );
