@@ -1,5 +1,5 @@
 //! Fix the k0s version at build time from `K0S_VERSION` (tests build a second copy with
-//! another version to upgrade to).
+//! another version to upgrade to; `cargo xtask dist --version` builds a payload with it).
 
 /// The version a build reports when `K0S_VERSION` is not set.
 const DEFAULT_VERSION: &str = "v1.35.0+k0s.0";

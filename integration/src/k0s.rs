@@ -63,7 +63,7 @@ pub fn k0s_binary_with_version(version: &str) -> anyhow::Result<PathBuf> {
         !version.is_empty() && !version.contains(['/', '\0']) && version != "." && version != "..",
         "{version:?} cannot be used as a version"
     );
-    let target_dir = target_dir()?.join("k0s-versions");
+    let target_dir = versions_target_dir()?;
     let dest_dir = target_dir.join("bin").join(version);
     fs::create_dir_all(&dest_dir)?;
     let dest = dest_dir.join("k0s");
@@ -124,7 +124,7 @@ fn workspace_root() -> PathBuf {
 }
 
 /// `$CARGO_TARGET_DIR` or `<workspace>/target`.
-fn target_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn target_dir() -> anyhow::Result<PathBuf> {
     let dir = match std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => workspace_root().join("target"),
@@ -134,12 +134,30 @@ fn target_dir() -> anyhow::Result<PathBuf> {
 
 /// `cargo build -p k0s --bin k0s`, returning the executable cargo reports.
 fn cargo_build_k0s(version: Option<&str>, target_dir: Option<&Path>) -> anyhow::Result<PathBuf> {
+    cargo_build_k0s_with(version, target_dir, &[])
+}
+
+/// The target directory of the builds that report another version than the default
+/// ([`k0s_binary_with_version`], `cargo xtask dist`): `<target>/k0s-versions`, so that
+/// setting `K0S_VERSION` never makes the default build's k0s crate stale.
+pub(crate) fn versions_target_dir() -> anyhow::Result<PathBuf> {
+    Ok(target_dir()?.join("k0s-versions"))
+}
+
+/// `cargo build -p k0s --bin k0s <extra>` (e.g. `--profile release --target <triple>`),
+/// returning the executable cargo reports.
+pub(crate) fn cargo_build_k0s_with(
+    version: Option<&str>,
+    target_dir: Option<&Path>,
+    extra: &[&str],
+) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO")
         .or_else(|| option_env!("CARGO").map(OsString::from))
         .unwrap_or_else(|| OsString::from("cargo"));
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace_root())
         .args(["build", "-p", "k0s", "--bin", "k0s", "--message-format=json-render-diagnostics"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());

@@ -88,6 +88,7 @@
 pub mod cluster;
 pub mod control_plane;
 pub mod disk;
+pub mod dist;
 pub mod http;
 pub mod k0s;
 mod kubeconfig;

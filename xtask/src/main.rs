@@ -8,6 +8,7 @@ mod chaos;
 mod control_plane;
 mod crdgen;
 mod demo;
+mod dist;
 mod fuzz;
 mod test;
 
@@ -29,6 +30,9 @@ enum Command {
     ControlPlane(control_plane::Args),
     /// Run the demo on a local real control plane.
     Demo(demo::Args),
+    /// Build a k0s binary reporting `--version`, its sha256, an optional signature and a
+    /// ready-to-edit Plan that installs it, into `target/dist/<version>/`.
+    Dist(dist::Args),
     /// Run every test: unit, shell and end-to-end against the real control plane.
     Test(test::Args),
     /// Run a benchmark (`cargo xtask bench plan`: the engine on the real control plane;
@@ -54,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         Command::Crdgen(args) => crdgen::run(args),
         Command::ControlPlane(args) => control_plane::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Dist(args) => dist::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
         Command::BuildK0sVersion { version } => {

@@ -19,6 +19,7 @@ mod cli_preview;
 mod cli_status;
 mod cli_steer;
 mod controller_startup;
+mod dist;
 mod docs;
 mod harness_smoke;
 mod metrics;
