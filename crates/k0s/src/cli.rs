@@ -138,7 +138,7 @@ pub struct NodeFlags {
     pub node_name: Option<String>,
 
     /// Serve Prometheus metrics (`k0s_autopilot_*`, OpenMetrics text) on `GET /metrics` at
-    /// this address (e.g. `127.0.0.1:9443`). Off unless set.
+    /// this address (e.g. `0.0.0.0:9808`). Off unless set.
     #[arg(long, env = "K0S_METRICS_ADDRESS", value_name = "IP:PORT")]
     pub metrics_address: Option<std::net::SocketAddr>,
 }
