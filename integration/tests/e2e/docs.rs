@@ -306,7 +306,7 @@ fn credential_recipe(name: &str, controller: bool, server: &str) -> String {
 
 /// Runs the recipe for `name` in `dir` (which holds `ca.crt` and `ca.key`); returns the
 /// kubeconfig it made.
-fn make_credentials(dir: &Path, name: &str, controller: bool, server: &str) -> PathBuf {
+pub(crate) fn make_credentials(dir: &Path, name: &str, controller: bool, server: &str) -> PathBuf {
     let script = credential_recipe(name, controller, server);
     let out = Command::new("bash")
         .args(["-euo", "pipefail", "-c", &script])

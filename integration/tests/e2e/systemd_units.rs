@@ -1,9 +1,13 @@
-//! The shipped systemd units work as written: a controller and a worker are started with
-//! exactly the arguments of the `ExecStart` lines of `manifests/systemd/*.service` (paths,
-//! the `EnvironmentFile` variable and the host name substituted), against the real control
-//! plane, and take part in an update with `--restart exit` while the test plays systemd's
-//! `Restart=always` (a process that exited is started again). The worker's Node is created by
-//! the test first, as the kubelet the unit assumes would (the unit does not register it).
+//! `docs/install.md` followed on the real control plane, and the shipped systemd units work
+//! as written. Step 1: each node's credentials are made by the guide's recipe from the
+//! cluster CA (the harness has applied `manifests/rbac/`, step 2). Step 3: a controller and a
+//! worker are started with exactly the arguments of the `ExecStart` lines of
+//! `manifests/systemd/*.service` (paths, the `EnvironmentFile` variable and the host name
+//! substituted). Step 5: the first Plan is previewed with `k0s autopilot preview -f`, applied,
+//! and both nodes take part in the update with `--restart exit` while the test plays
+//! systemd's `Restart=always` (a process that exited is started again). The worker's Node is
+//! created by the test first, as the kubelet the unit assumes would. Each step is printed, so
+//! the test's output is a transcript of the guide.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -81,15 +85,22 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
         .unwrap();
     let client = cluster.admin_client().await.unwrap();
 
+    // Step 1: credentials, by the guide's recipe, from the cluster CA.
+    let work = tempfile::tempdir().unwrap();
+    std::fs::copy(cluster.ca_cert_path(), work.path().join("ca.crt")).unwrap();
+    std::fs::copy(cluster.ca_key_path(), work.path().join("ca.key")).unwrap();
+    let server = cluster.api_url(0);
+    let controller_kubeconfig =
+        crate::docs::make_credentials(work.path(), "controller-0", true, &server);
+    let worker_kubeconfig = crate::docs::make_credentials(work.path(), "worker-0", false, &server);
+    eprintln!("install.md step 1: made controller-0.kubeconfig and worker-0.kubeconfig");
+
     let controller_words = exec_start("k0s-controller.service");
     let controller_args = substituted(
         "k0s-controller.service",
         &controller_words,
         &[
-            (
-                "/var/lib/k0s/autopilot-controller.kubeconfig",
-                cluster.controller_kubeconfig(0).into(),
-            ),
+            ("/var/lib/k0s/autopilot-controller.kubeconfig", controller_kubeconfig.into()),
             ("/var/lib/k0s", cluster.node_data_dir("controller-0").into()),
             ("${K0S_API_ADDRESS}", cluster.api_address(0).into()),
         ],
@@ -123,7 +134,7 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
         "k0s-worker.service",
         &worker_words,
         &[
-            ("/var/lib/k0s/kubelet.kubeconfig", cluster.node_kubeconfig("worker-0").into()),
+            ("/var/lib/k0s/kubelet.kubeconfig", worker_kubeconfig.into()),
             ("/var/lib/k0s", cluster.node_data_dir("worker-0").into()),
         ],
     );
@@ -144,7 +155,32 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
         Some(static_nodes(&["controller-0"], 1)),
         Some(static_nodes(&["worker-0"], 1)),
     );
-    create_plan(&client, &plan("autopilot", "units", vec![k0s_command(update)])).await.unwrap();
+    eprintln!(
+        "install.md step 3: controller-0 and worker-0 run the units' ExecStart: {controller_words:?} {worker_words:?}"
+    );
+
+    // Step 5: preview, then apply.
+    let first = plan("autopilot", "units", vec![k0s_command(update)]);
+    let file = work.path().join("plan.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&first).unwrap()).unwrap();
+    let admin = cluster.admin_kubeconfig(0);
+    let preview = tokio::task::spawn_blocking(move || {
+        integration::run_k0s(&[
+            "autopilot",
+            "preview",
+            "-f",
+            &file.to_string_lossy(),
+            "--kubeconfig",
+            &admin.to_string_lossy(),
+        ])
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let report = String::from_utf8_lossy(&preview.stdout);
+    assert!(preview.status.success(), "the first Plan would run:\n{report}");
+    eprintln!("install.md step 5: k0s autopilot preview -f plan.yaml\n{report}");
+    create_plan(&client, &first).await.unwrap();
     let processes = tokio::sync::Mutex::new([controller, worker]);
     let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(client.clone());
     wait_for(2 * PLAN_TIMEOUT, "the plan to complete under the units' supervision", || async {
@@ -158,4 +194,5 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
     assert_eq!(version_on_disk(&controller), V2);
     assert_eq!(version_on_disk(&worker), V2);
     wait_node_version(&client, "worker-0", V2).await.unwrap();
+    eprintln!("install.md step 5: the Plan completed; controller-0 and worker-0 run {V2}");
 }
