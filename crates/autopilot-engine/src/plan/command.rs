@@ -299,6 +299,14 @@ impl<'a> Command<'a> {
         self,
         object: &TargetObject,
     ) -> Result<&'a PlanResourceUrl, String> {
+        self.platform_key_and_entry(object).map(|(_, entry)| entry)
+    }
+
+    /// [`Self::platform_entry`] with its `platforms` key (e.g. `linux-amd64`).
+    pub(super) fn platform_key_and_entry(
+        self,
+        object: &TargetObject,
+    ) -> Result<(&'a str, &'a PlanResourceUrl), String> {
         let os = object.labels.get(keys::LABEL_OS);
         let arch = object.labels.get(keys::LABEL_ARCH);
         let id = match (os, arch) {
@@ -313,7 +321,10 @@ impl<'a> Command<'a> {
                 ));
             }
         };
-        self.platforms().get(&id).ok_or_else(|| format!("platforms has no entry for {id}"))
+        self.platforms()
+            .get_key_value(&id)
+            .map(|(key, entry)| (key.as_str(), entry))
+            .ok_or_else(|| format!("platforms has no entry for {id}"))
     }
 }
 

@@ -289,15 +289,10 @@ fn check_signatures(
                 Command::Airgap(_) => &object.required_keys.bundles,
                 Command::Preflight(_) => continue,
             };
-            let Ok(entry) = command.platform_entry(object) else { continue };
+            let Ok((platform, entry)) = command.platform_key_and_entry(object) else { continue };
             if keys.is_empty() || entry.signature.is_some() || entry.signature_url.is_some() {
                 continue;
             }
-            let platform = command
-                .platforms()
-                .iter()
-                .find_map(|(id, e)| std::ptr::eq(e, entry).then_some(id.as_str()))
-                .unwrap_or_default();
             unsigned.push(format!(
                 "{kind} {} requires a signature by key {} and platforms.{platform} has none",
                 target.name,
