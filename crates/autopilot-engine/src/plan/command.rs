@@ -253,6 +253,7 @@ impl<'a> Command<'a> {
             Self::K0s(k0s) => {
                 let entry = self.platform_entry(object)?;
                 SignalCommand {
+                    rollback: None,
                     id: index,
                     k0supdate: Some(CommandK0sUpdate {
                         url: entry.url.clone(),
@@ -267,6 +268,7 @@ impl<'a> Command<'a> {
             Self::Airgap(airgap) => {
                 let entry = self.platform_entry(object)?;
                 SignalCommand {
+                    rollback: None,
                     id: index,
                     k0supdate: None,
                     airgapupdate: Some(CommandAirgapUpdate {
@@ -278,6 +280,7 @@ impl<'a> Command<'a> {
                 }
             }
             Self::Preflight(_) => SignalCommand {
+                rollback: None,
                 id: index,
                 k0supdate: None,
                 airgapupdate: None,

@@ -271,6 +271,7 @@ impl Pass<'_> {
             })
             .collect();
         PlanStatus {
+            rollback: None,
             state: PlanStateType::NewPlan,
             commands,
             conditions,
@@ -606,7 +607,8 @@ fn state_event_kind(state: PlanStateType) -> EventKind {
         | PlanStateType::ApplyFailed
         | PlanStateType::Warning
         | PlanStateType::Aborted
-        | PlanStateType::PreflightFailed => EventKind::Warning,
+        | PlanStateType::PreflightFailed
+        | PlanStateType::RolledBack => EventKind::Warning,
     }
 }
 

@@ -29,7 +29,7 @@ pub const INITIAL_PLAN_PHASE: PlanStateType = PlanStateType::NewPlan;
 use PlanStateType as P;
 
 /// Every plan/command phase, in [`PlanStateType::ALL`] order.
-pub const PLAN_PHASES: [PhaseInfo; 13] = [
+pub const PLAN_PHASES: [PhaseInfo; 14] = [
     PhaseInfo {
         state: P::NewPlan,
         terminal: false,
@@ -59,6 +59,7 @@ pub const PLAN_PHASES: [PhaseInfo; 13] = [
             P::ApplyFailed,
             P::Aborted,
             P::PreflightFailed,
+            P::RolledBack,
         ],
         description: "running: nodes are being signalled or are working on their signal; \
                       also while paused, soaking canaries, waiting for preflight reports or accepted \
@@ -149,6 +150,15 @@ pub const PLAN_PHASES: [PhaseInfo; 13] = [
                       a node; the failing checks, nodes and messages are in the command's preflight \
                       status and Events",
     },
+    PhaseInfo {
+        state: P::RolledBack,
+        terminal: true,
+        next: &[],
+        description: "the run was rolled back (a gate with onFailure: Rollback failed, or an \
+                      operator asked): every node the run changed was signalled to put back \
+                      what it ran before; each node's outcome is in the command's rollback \
+                      list, and no autopilot cordon is left",
+    },
 ];
 
 /// The table entry of a plan/command phase.
@@ -167,6 +177,7 @@ pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
         P::Warning => 10,
         P::Aborted => 11,
         P::PreflightFailed => 12,
+        P::RolledBack => 13,
     };
     &PLAN_PHASES[index]
 }
@@ -310,7 +321,8 @@ pub fn markdown() -> String {
             | P::ApplyFailed
             | P::Warning
             | P::Aborted
-            | P::PreflightFailed => "",
+            | P::PreflightFailed
+            | P::RolledBack => "",
         };
         out.push_str(&format!(
             "| `{}`{wire} | {} | {} | {} |\n",

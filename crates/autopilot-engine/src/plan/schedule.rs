@@ -47,7 +47,8 @@ pub(super) fn schedule(
             | PlanStateType::ApplyFailed
             | PlanStateType::Warning
             | PlanStateType::Aborted
-            | PlanStateType::PreflightFailed => return Some(command_status.state),
+            | PlanStateType::PreflightFailed
+            | PlanStateType::RolledBack => return Some(command_status.state),
         }
         let label = format!("command {} ({})", command_status.id, command.name());
         let mut pass = CommandPass {
