@@ -668,16 +668,24 @@ pub struct GateRun {
     /// Which gates run: `node` or `batch`.
     pub after: GateAfter,
 
-    /// When the nodes completed (the leader's clock): every gate's timeout counts from here.
-    pub since: Time,
+    /// When the run's nodes had all completed (the leader's clock): every gate's timeout
+    /// counts from here. Unset while a batch's nodes still work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
 
     /// The ids of the gates that passed already.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passed: Vec<String>,
 
-    /// Why the gates not passed yet do not pass, as last evaluated (at most 1 KiB).
+    /// Why the gates not passed yet do not pass, as last evaluated (at most 1 KiB); once a
+    /// gate failed, why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+
+    /// The id of the gate that failed (it did not pass within its timeout); the run stays
+    /// recorded so the command stops, or rolls back, on every pass after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// A worker seen working on a signal of an earlier run of the same Plan.

@@ -111,12 +111,6 @@ pub(super) fn check_shape(expr: &IdedExpr) -> Result<(), String> {
     Ok(())
 }
 
-/// Refuse an expression whose estimated cost is over [`MAX_CEL_COST`]. Call it after
-/// [`check_shape`], which bounds the work the estimate itself does.
-pub(super) fn check_cost(expr: &IdedExpr) -> Result<(), String> {
-    check_cost_in(expr, Vocabulary::Preflight)
-}
-
 /// Whose variables an expression sees, and so how large they can be.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum Vocabulary {

@@ -103,6 +103,7 @@ impl PlanFixture {
 
     pub fn view(&self) -> PlanView<'_> {
         PlanView {
+            rollback: None,
             name: &self.name,
             uid: &self.uid,
             generation: self.generation,
@@ -186,10 +187,13 @@ pub struct ClusterFixture {
     /// Check Pods (as created; a test ends them) and Pod templates, by name.
     pub pods: BTreeMap<String, Pod>,
     pub templates: BTreeMap<String, ConfigMap>,
+    /// What each health-gate lookup returns (a query not here: unavailable).
+    pub gate_answers: BTreeMap<crate::plan::GateQuery, crate::plan::GateAnswer>,
 }
 
 fn object(name: &str) -> TargetObject {
     TargetObject {
+        version: None,
         name: name.to_owned(),
         labels: BTreeMap::from([
             (keys::LABEL_OS.to_owned(), "linux".to_owned()),
@@ -212,6 +216,7 @@ impl ClusterFixture {
             removed_api_uses: Vec::new(),
             pods: BTreeMap::new(),
             templates: BTreeMap::new(),
+            gate_answers: BTreeMap::new(),
         }
     }
 
@@ -425,6 +430,7 @@ impl ClusterFixture {
 
 pub fn policy() -> Policy {
     Policy {
+        prometheus_url: None,
         exclude_controllers: false,
         exclude_workers: false,
         readiness_grace: Duration::from_secs(600),
@@ -444,6 +450,12 @@ pub struct FixtureAnswers<'a> {
 
 impl Answer for FixtureAnswers<'_> {
     type Error = Infallible;
+
+    async fn gate(&mut self, query: &crate::plan::GateQuery) -> crate::plan::GateAnswer {
+        self.cluster.gate_answers.get(query).cloned().unwrap_or_else(|| {
+            crate::plan::GateAnswer::Unavailable("the fixture has no answer".to_owned())
+        })
+    }
 
     async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
         controllers
@@ -498,6 +510,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) -> Transition {
     let empty = BTreeMap::new();
     let observed = Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
