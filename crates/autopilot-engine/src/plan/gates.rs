@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::command::{Group, targets};
 use super::inputs::Policy;
 use super::progress::CommandPass;
-use super::selector::{FieldSelector, LabelSelector};
+use super::selector::LabelSelector;
 use crate::preflight::{GateInput, compile_gate_condition, evaluate_gate};
 
 /// A gate's `timeout` when it sets none.
@@ -135,7 +135,7 @@ pub(super) fn problems(path: &str, gates: &[Gate], policy: &Policy) -> Vec<Strin
                 problems.push(format!("{at}.kubernetes.labelSelector {why}"));
             }
             if let Some(selector) = &kubernetes.field_selector
-                && let Err(why) = FieldSelector::parse(&for_node(selector, "node-name"))
+                && let Err(why) = field_selector_problem(&for_node(selector, "node-name"))
             {
                 problems.push(format!("{at}.kubernetes.fieldSelector {why}"));
             }
@@ -164,6 +164,22 @@ pub(super) fn problems(path: &str, gates: &[Gate], policy: &Policy) -> Vec<Strin
         }
     }
     problems
+}
+
+/// What is wrong with a field selector's syntax (`key=value`, `key==value` or
+/// `key!=value`, comma-separated); which fields a kind supports is the API server's to say.
+fn field_selector_problem(text: &str) -> Result<(), String> {
+    for term in text.split(',') {
+        let term = term.trim();
+        let key = term.split_once("!=").or_else(|| term.split_once('=')).map(|(key, _)| key);
+        match key {
+            Some(key) if !key.trim().is_empty() => {}
+            Some(_) | None => {
+                return Err(format!("{text:?}: {term:?} is not key=value or key!=value"));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn positive(text: &str) -> Result<Duration, String> {

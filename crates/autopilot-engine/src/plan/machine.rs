@@ -112,7 +112,7 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
     let Some(observed_generation) = status.observed_generation else { return new };
     if status.is_terminal() {
         // An operator asked to roll back the run that ended (`super::rollback`): it goes on.
-        let roll_back = status.state != PlanStateType::RolledBack
+        let roll_back = super::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
             && status.rollback.is_none()
             && observed_generation == plan.generation
             && status.run_id.is_some()

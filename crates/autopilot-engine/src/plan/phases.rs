@@ -182,14 +182,25 @@ pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
     &PLAN_PHASES[index]
 }
 
+/// The terminal states an operator's rollback (DESIGN §15) moves on to `SchedulableWait`:
+/// the run ended after it changed nodes, and putting them back is a continuation of the same
+/// run. Nothing else moves a terminal state.
+pub const REOPENED_BY_ROLLBACK: [PlanStateType; 3] =
+    [PlanStateType::Completed, PlanStateType::ApplyFailed, PlanStateType::Aborted];
+
 /// Whether one pass may move a plan or command from `from` to `to`.
 pub fn plan_transition_allowed(from: PlanStateType, to: PlanStateType) -> bool {
-    from == to || plan_phase(from).next.contains(&to)
+    from == to
+        || plan_phase(from).next.contains(&to)
+        || (REOPENED_BY_ROLLBACK.contains(&from) && to == PlanStateType::SchedulableWait)
 }
 
-/// Every `(from, to)` plan/command transition of the table, staying excluded.
+/// Every `(from, to)` plan/command transition of the table (the rollback's reopening
+/// included), staying excluded.
 pub fn plan_transitions() -> impl Iterator<Item = (PlanStateType, PlanStateType)> {
-    PLAN_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)))
+    let table =
+        PLAN_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)));
+    table.chain(REOPENED_BY_ROLLBACK.iter().map(|from| (*from, PlanStateType::SchedulableWait)))
 }
 
 /// One target (node) phase.
@@ -332,6 +343,12 @@ pub fn markdown() -> String {
             info.description
         ));
     }
+    out.push_str(&format!(
+        "\nAn operator's rollback (`k0s autopilot rollback`, DESIGN §15) moves {} on to \
+         `SchedulableWait`: the same run then puts back the nodes it changed and ends \
+         `RolledBack`. Nothing else moves a terminal state.\n",
+        list(&REOPENED_BY_ROLLBACK)
+    ));
     out.push_str(
         "\n| Target phase | Terminal | Initial | Next (one pass) | Meaning |\n\
          |---|---|---|---|---|\n",

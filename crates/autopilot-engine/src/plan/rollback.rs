@@ -35,15 +35,18 @@ pub(super) fn by_operator() -> String {
     format!("requested by an operator (the {} annotation)", keys::ANNOTATION_ROLLBACK)
 }
 
-/// Whether the run of `status`, which ended, is to be rolled back now: an operator asked,
-/// it has not been rolled back, and it changed a node.
+/// Whether the run of `status`, which ended, is to be rolled back now: it ended in one of
+/// [`super::phases::REOPENED_BY_ROLLBACK`], an operator asked, it has not been rolled back,
+/// and it changed a node whose earlier version is known.
 pub(super) fn wanted_after_end(inputs: &Inputs<'_>, status: &PlanStatus) -> bool {
-    status.is_terminal()
-        && status.state != PlanStateType::RolledBack
+    super::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
         && status.rollback.is_none()
         && status.run_id.is_some()
         && requested(inputs, status.plan_id.as_deref())
-        && status.commands.iter().any(|command| !changed(command).is_empty())
+        && status
+            .commands
+            .iter()
+            .any(|command| changed(command).iter().any(|(_, target)| target.from.is_some()))
 }
 
 /// The targets of an update command that its run changed, by group: completed, and (for a
@@ -122,10 +125,22 @@ pub(super) fn drive(
             continue;
         }
         let label = format!("command {} ({})", command_status.id, command.name());
-        let mut pass =
-            CommandPass { inputs, gaps, decision, run, command, status: command_status, label };
+        let mut pass = CommandPass {
+            inputs,
+            gaps: &mut *gaps,
+            decision: &mut *decision,
+            run,
+            command,
+            status: command_status,
+            label,
+        };
         pass.step_rollback();
-        return PlanStateType::SchedulableWait;
+        let still_open = command.groups().iter().any(|&group| {
+            targets(command_status, command, group).iter().any(|t| !t.state.is_terminal())
+        });
+        if still_open {
+            return PlanStateType::SchedulableWait;
+        }
     }
     finish(status);
     PlanStateType::RolledBack
@@ -136,8 +151,15 @@ pub(super) fn drive(
 fn finish(status: &mut PlanStatus) {
     for command in &mut status.commands {
         release_hold(command);
+        let Some(lists) = &command.rollback else {
+            // A command that changed nothing keeps how it ended; one that never ran ends
+            // with the run.
+            if !command.state.is_terminal() {
+                command.state = PlanStateType::RolledBack;
+            }
+            continue;
+        };
         command.state = PlanStateType::RolledBack;
-        let Some(lists) = &command.rollback else { continue };
         let all: Vec<&TargetStatus> = lists.workers.iter().chain(&lists.controllers).collect();
         let back: Vec<String> = all
             .iter()
