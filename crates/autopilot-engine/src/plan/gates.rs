@@ -374,6 +374,9 @@ impl CommandPass<'_, '_> {
 
     /// Look at one gate on the nodes `judged`.
     fn look(&mut self, gate: &Gate, judged: &[String]) -> Look {
+        // Every node is looked at (so one pass names every lookup a batch needs); the first
+        // reason to wait is the one told.
+        let mut waits: Option<String> = None;
         if let Some(kubernetes) = &gate.kubernetes {
             let per_node = [&kubernetes.label_selector, &kubernetes.field_selector]
                 .into_iter()
@@ -392,7 +395,7 @@ impl CommandPass<'_, '_> {
                 let on = if node.is_empty() { String::new() } else { format!(" for {node}") };
                 match self.answer(query) {
                     Err(why) => {
-                        return Look::Waits(format!("listing {}{on}: {why}", kubernetes.kind));
+                        waits.get_or_insert(format!("listing {}{on}: {why}", kubernetes.kind));
                     }
                     Ok(None) => {}
                     Ok(Some(items)) => {
@@ -400,19 +403,21 @@ impl CommandPass<'_, '_> {
                         {
                             Ok(true) => {}
                             Ok(false) => {
-                                return Look::Waits(format!(
+                                waits.get_or_insert(format!(
                                     "{:?} is false on {} {}(s){on}",
                                     kubernetes.condition,
                                     items.len(),
                                     kubernetes.kind
                                 ));
                             }
-                            Err(why) => return Look::Waits(why),
+                            Err(why) => {
+                                waits.get_or_insert(why);
+                            }
                         }
                     }
                 }
             }
-            return Look::Passes;
+            return waits.map_or(Look::Passes, Look::Waits);
         }
         if let Some(prometheus) = &gate.prometheus {
             let url = prometheus
@@ -432,33 +437,37 @@ impl CommandPass<'_, '_> {
                 };
                 let on = if node.is_empty() { String::new() } else { format!(" for {node}") };
                 match self.answer(query) {
-                    Err(why) => return Look::Waits(format!("querying {url}{on}: {why}")),
+                    Err(why) => {
+                        waits.get_or_insert(format!("querying {url}{on}: {why}"));
+                    }
                     Ok(None) => {}
                     Ok(Some(items)) => {
                         match evaluate_gate(&prometheus.condition, GateInput::Samples, node, items)
                         {
                             Ok(true) => {}
                             Ok(false) => {
-                                return Look::Waits(format!(
+                                waits.get_or_insert(format!(
                                     "{:?} is false on {} sample(s){on}",
                                     prometheus.condition,
                                     items.len()
                                 ));
                             }
-                            Err(why) => return Look::Waits(why),
+                            Err(why) => {
+                                waits.get_or_insert(why);
+                            }
                         }
                     }
                 }
             }
-            return Look::Passes;
+            return waits.map_or(Look::Passes, Look::Waits);
         }
         if gate.settle.is_some() {
             for node in judged {
                 if let Look::Waits(why) = self.settled(node) {
-                    return Look::Waits(why);
+                    waits.get_or_insert(why);
                 }
             }
-            return Look::Passes;
+            return waits.map_or(Look::Passes, Look::Waits);
         }
         // A gate of no kind: NewPlan refused it, so no run gets here.
         Look::Waits("the gate sets none of kubernetes, prometheus and settle".to_owned())

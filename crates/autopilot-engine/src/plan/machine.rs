@@ -97,7 +97,8 @@ enum RunState<'s> {
     /// The run ended and the spec has not changed since it started (or the plan is
     /// aborted, which holds a changed spec back): nothing to do.
     Ended(&'s PlanStatus),
-    /// No run of ours, and the plan is aborted: none starts.
+    /// No run of ours, and the plan is aborted (or carries a rollback annotation naming
+    /// its id): none starts.
     Held,
 }
 
@@ -107,7 +108,11 @@ enum RunState<'s> {
 /// every run of ours records (run id, plan id, a frozen copy of each command, commands past
 /// NewPlan) cannot be driven safely and starts a new run too.
 fn run_state(plan: PlanView<'_>) -> RunState<'_> {
-    let new = if plan.steering.aborted { RunState::Held } else { RunState::New };
+    // A rollback annotation naming the plan id a new run would start with holds that run
+    // back: it is about an earlier run, and would roll the new one back as it starts.
+    let rollback_pending = plan.rollback.is_some_and(|asked| asked.trim() == plan.spec.id.as_str());
+    let new =
+        if plan.steering.aborted || rollback_pending { RunState::Held } else { RunState::New };
     let Some(status) = plan.status else { return new };
     let Some(observed_generation) = status.observed_generation else { return new };
     if status.is_terminal() {
@@ -121,6 +126,9 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
             return RunState::Running(status);
         }
         return if observed_generation == plan.generation || plan.steering.aborted {
+            RunState::Ended(status)
+        } else if rollback_pending {
+            // Not a new run while the annotation names its id; the ended one stays as it is.
             RunState::Ended(status)
         } else {
             RunState::New

@@ -77,6 +77,7 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
             P::InconsistentTargets,
             P::ApplyFailed,
             P::Aborted,
+            P::RolledBack,
         ],
         description: "held: a node may be signalled as soon as it is ready (the command's \
                       reason names it)",
@@ -182,7 +183,8 @@ pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
     &PLAN_PHASES[index]
 }
 
-/// The terminal states an operator's rollback (DESIGN §15) moves on to `SchedulableWait`:
+/// The terminal states an operator's rollback (DESIGN §15) moves on to `SchedulableWait`
+/// (or straight to `RolledBack` when none of the changed nodes can be signalled any more):
 /// the run ended after it changed nodes, and putting them back is a continuation of the same
 /// run. Nothing else moves a terminal state.
 pub const REOPENED_BY_ROLLBACK: [PlanStateType; 3] =
@@ -192,7 +194,8 @@ pub const REOPENED_BY_ROLLBACK: [PlanStateType; 3] =
 pub fn plan_transition_allowed(from: PlanStateType, to: PlanStateType) -> bool {
     from == to
         || plan_phase(from).next.contains(&to)
-        || (REOPENED_BY_ROLLBACK.contains(&from) && to == PlanStateType::SchedulableWait)
+        || (REOPENED_BY_ROLLBACK.contains(&from)
+            && matches!(to, PlanStateType::SchedulableWait | PlanStateType::RolledBack))
 }
 
 /// Every `(from, to)` plan/command transition of the table (the rollback's reopening
@@ -200,7 +203,9 @@ pub fn plan_transition_allowed(from: PlanStateType, to: PlanStateType) -> bool {
 pub fn plan_transitions() -> impl Iterator<Item = (PlanStateType, PlanStateType)> {
     let table =
         PLAN_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)));
-    table.chain(REOPENED_BY_ROLLBACK.iter().map(|from| (*from, PlanStateType::SchedulableWait)))
+    table.chain(REOPENED_BY_ROLLBACK.iter().flat_map(|from| {
+        [(*from, PlanStateType::SchedulableWait), (*from, PlanStateType::RolledBack)]
+    }))
 }
 
 /// One target (node) phase.
@@ -346,7 +351,8 @@ pub fn markdown() -> String {
     out.push_str(&format!(
         "\nAn operator's rollback (`k0s autopilot rollback`, DESIGN §15) moves {} on to \
          `SchedulableWait`: the same run then puts back the nodes it changed and ends \
-         `RolledBack`. Nothing else moves a terminal state.\n",
+         `RolledBack` (at once when none of them can be signalled any more). Nothing else \
+         moves a terminal state.\n",
         list(&REOPENED_BY_ROLLBACK)
     ));
     out.push_str(

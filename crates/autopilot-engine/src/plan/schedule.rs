@@ -812,8 +812,11 @@ impl CommandPass<'_, '_> {
         self.open_batch(&chosen);
         self.status.not_ready_since = None;
         let sent_now = sent + chosen.len();
+        // In waves a worker that is not Ready waits for the next wave anyway once one is
+        // out: it holds nothing.
+        let wave_out = self.in_waves() && sent_now > 0;
         match first_not_ready {
-            Some(name) if free > 0 => {
+            Some(name) if free > 0 && !wave_out => {
                 self.status.state = PlanStateType::Schedulable;
                 self.status.reason = Some(format!("waiting for worker {name} to become Ready"));
             }

@@ -173,6 +173,9 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     let mut sim = held_on_worker();
     sim.plan(|p| p.steered(false, true));
     case("a held plan is aborted", P::Schedulable, P::Aborted, sim);
+    let mut sim = held_on_worker();
+    sim.plan(|p| p.rolling_back("id123"));
+    case("a held plan that changed nothing is rolled back", P::Schedulable, P::RolledBack, sim);
 
     // A preflight command's checks end in error.
     let preflight: autopilot_api::v1beta2::PlanCommandPreflight =
@@ -246,7 +249,28 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     complete(&mut sim, "w1");
     sim.pass();
     sim.plan(|p| p.steered(false, false).rolling_back("id123"));
-    case("an operator rolls back an aborted run", P::Aborted, P::SchedulableWait, sim);
+    case("an operator rolls back an aborted run", P::Aborted, P::SchedulableWait, sim.clone());
+    // ... and straight to RolledBack when no changed node can be signalled any more.
+    sim.cluster(|c| c.without("w1"));
+    case("a rollback of an aborted run finds nothing left", P::Aborted, P::RolledBack, sim);
+    let mut sim = two_workers();
+    sim.pass();
+    complete(&mut sim, "w1");
+    sim.pass();
+    complete(&mut sim, "w2");
+    sim.pass();
+    sim.plan(|p| p.rolling_back("id123"));
+    sim.cluster(|c| c.without("w1").without("w2"));
+    case("a rollback of a completed run finds nothing left", P::Completed, P::RolledBack, sim);
+    let mut sim = two_workers();
+    sim.pass();
+    complete(&mut sim, "w1");
+    sim.pass();
+    sim.cluster(|c| c.fails(Node, "w2", SignalPhase::Failed, "boom"));
+    sim.pass();
+    sim.plan(|p| p.rolling_back("id123"));
+    sim.cluster(|c| c.without("w1"));
+    case("a rollback of a failed run finds nothing left", P::ApplyFailed, P::RolledBack, sim);
 
     cases
 }

@@ -42,6 +42,9 @@ struct CommandShape {
     percent: Option<u32>,
     max_failures: Option<u32>,
     canary: Option<(u32, bool)>,
+    /// A health gate on the workers' Pods: after each batch (else each node), and whether a
+    /// failure rolls the run back.
+    gate: Option<(bool, bool)>,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +73,10 @@ enum Action {
     Abort(bool),
     /// A node gets a signal of an earlier run, in flight or finished.
     Earlier(u8, bool),
+    /// An operator asks to roll back the current run (`k0s autopilot rollback`).
+    Rollback,
+    /// A node's Pods are looked up by its gate from now on: all healthy, or not.
+    Health(u8, bool),
 }
 
 #[derive(Clone, Debug)]
@@ -100,9 +107,16 @@ fn command_shape() -> impl Strategy<Value = CommandShape> {
         prop::option::weighted(0.2, 1..=100u32),
         prop::option::weighted(0.2, 0..=2u32),
         prop::option::weighted(0.2, (1..=2u32, any::<bool>())),
+        prop::option::weighted(0.3, (any::<bool>(), any::<bool>())),
     )
         .prop_map(
-            |((k0s, forced, controllers, workers, concurrent), percent, max_failures, canary)| {
+            |(
+                (k0s, forced, controllers, workers, concurrent),
+                percent,
+                max_failures,
+                canary,
+                gate,
+            )| {
                 CommandShape {
                     k0s,
                     forced,
@@ -112,6 +126,7 @@ fn command_shape() -> impl Strategy<Value = CommandShape> {
                     percent,
                     max_failures,
                     canary,
+                    gate,
                 }
             },
         )
@@ -131,6 +146,8 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::Pause),
         1 => any::<bool>().prop_map(Action::Abort),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(i, done)| Action::Earlier(i, done)),
+        1 => Just(Action::Rollback),
+        3 => (any::<u8>(), prop::bool::weighted(0.8)).prop_map(|(i, ok)| Action::Health(i, ok)),
     ]
 }
 
@@ -231,6 +248,7 @@ fn build(scenario: &Scenario) -> Sim {
             k0s.targets.controllers = target(&shape.controllers, &controller_candidates, 1);
             k0s.targets.workers = target(&shape.workers, &worker_candidates, shape.concurrent)
                 .map(|target| shaped(target, shape));
+            k0s.gates.extend(shape.gate.map(|(batch, rollback)| health_gate(batch, rollback)));
         } else {
             plan = plan.then_airgap_update("v1.35.1+k0s.0");
             let airgap = plan
@@ -243,11 +261,42 @@ fn build(scenario: &Scenario) -> Sim {
                 target(&shape.workers, &worker_candidates, shape.concurrent).unwrap_or_default(),
                 shape,
             );
+            airgap.gates.extend(shape.gate.map(|(batch, rollback)| health_gate(batch, rollback)));
         }
     }
     Sim::new(plan, cluster).with_policy(|policy| {
         policy.readiness_grace = Duration::from_secs(scenario.grace);
     })
+}
+
+/// The lookup of the generated gate for `node`.
+fn health_query(node: &str) -> crate::plan::GateQuery {
+    crate::plan::GateQuery::List {
+        api_version: "v1".to_owned(),
+        kind: "Pod".to_owned(),
+        namespace: None,
+        label_selector: None,
+        field_selector: Some(format!("spec.nodeName={node}")),
+    }
+}
+
+/// The generated gate of a command shape.
+fn health_gate(batch: bool, rollback: bool) -> autopilot_api::v1beta2::Gate {
+    use autopilot_api::v1beta2::{Gate, GateAfter, GateOnFailure, KubernetesGate};
+    Gate {
+        id: "healthy".to_owned(),
+        after: if batch { GateAfter::Batch } else { GateAfter::Node },
+        timeout: Some("2m".to_owned()),
+        on_failure: if rollback { GateOnFailure::Rollback } else { GateOnFailure::Halt },
+        kubernetes: Some(KubernetesGate {
+            api_version: "v1".to_owned(),
+            kind: "Pod".to_owned(),
+            field_selector: Some("spec.nodeName={{ .Node }}".to_owned()),
+            condition: "objects.all(p, p.ok == true)".to_owned(),
+            ..KubernetesGate::default()
+        }),
+        ..Gate::default()
+    }
 }
 
 /// The workers' limits of a command shape.
@@ -350,6 +399,17 @@ fn act(sim: &mut Sim, action: &Action) {
         }
         Action::Pause => {
             sim.plan.steering.paused = !sim.plan.steering.paused;
+        }
+        Action::Rollback => {
+            sim.plan.rollback = Some(sim.plan.spec.id.clone());
+        }
+        Action::Health(i, ok) => {
+            let names: Vec<String> =
+                sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
+            if let Some(name) = pick(&names, *i) {
+                let answer = crate::plan::GateAnswer::Items(vec![serde_json::json!({"ok": ok})]);
+                sim.cluster = sim.cluster.clone().answering(health_query(&name), answer);
+            }
         }
         Action::Abort(set) => {
             // Mostly set; sometimes removed again so later runs can start.
@@ -571,6 +631,101 @@ fn check_pass(
         }
     }
 
+    // Gates: a node waiting for its gates keeps its slot; with batch gates a new wave goes
+    // only once the last one is done and judged.
+    for command in &after.commands {
+        let Some(kind) = command_of(command) else { continue };
+        if command.rollback.is_some() || kind.gates().is_empty() {
+            continue;
+        }
+        let workers = targets(command, kind, Group::Workers);
+        let gating = workers
+            .iter()
+            .filter(|t| t.state == TargetState::SignalCompleted)
+            .filter(|t| {
+                command.gating.iter().any(|run| run.failed.is_none() && run.nodes.contains(&t.name))
+            })
+            .count();
+        prop_assert!(
+            count(command, Group::Workers, TargetState::SignalSent) + gating
+                <= kind.worker_concurrency(workers.len()),
+            "{after:#?}"
+        );
+        let in_waves =
+            kind.gates().iter().any(|g| g.after == autopilot_api::v1beta2::GateAfter::Batch);
+        let old = before
+            .filter(|before| before.run_id == after.run_id)
+            .and_then(|before| before.commands.iter().find(|c| c.id == command.id));
+        if let Some(old) = old.filter(|_| in_waves) {
+            let is_fresh = |name: &str| {
+                targets(old, kind, Group::Workers)
+                    .iter()
+                    .any(|o| o.name == name && o.state == TargetState::SignalPending)
+            };
+            let sent: Vec<&str> = workers
+                .iter()
+                .filter(|t| t.state == TargetState::SignalSent)
+                .map(|t| t.name.as_str())
+                .collect();
+            if sent.iter().any(|name| is_fresh(name)) {
+                prop_assert!(
+                    sent.iter().all(|name| is_fresh(name)),
+                    "a wave went out while the last one worked: {after:#?}"
+                );
+                prop_assert!(
+                    command.gating.iter().all(|run| run.since.is_none()),
+                    "a wave went out before the last one was judged: {after:#?}"
+                );
+            }
+        }
+    }
+
+    // A rollback touches only nodes the run changed, keeps the command's limits, and
+    // signals nothing while paused.
+    for command in &after.commands {
+        let (Some(kind), Some(lists)) = (command_of(command), command.rollback.as_ref()) else {
+            continue;
+        };
+        let undo = kind.rollback().expect("only an update is rolled back");
+        for (group, undone) in
+            [(Group::Controllers, &lists.controllers), (Group::Workers, &lists.workers)]
+        {
+            for target in undone {
+                let changed = targets(command, kind, group).iter().any(|t| {
+                    t.name == target.name
+                        && t.state == TargetState::SignalCompleted
+                        && (!matches!(kind, Command::K0s(_))
+                            || t.from.as_deref() != Some(kind.version()))
+                        && t.from == target.from
+                });
+                prop_assert!(
+                    changed,
+                    "{} is rolled back but the run did not change it",
+                    target.name
+                );
+            }
+        }
+        let sent = |group: Group| {
+            targets(command, undo, group)
+                .iter()
+                .filter(|t| t.state == TargetState::SignalSent)
+                .count()
+        };
+        prop_assert!(sent(Group::Controllers) <= 1, "{after:#?}");
+        prop_assert!(
+            sent(Group::Workers)
+                <= kind.worker_concurrency(targets(command, kind, Group::Workers).len()),
+            "{after:#?}"
+        );
+        prop_assert!(
+            sent(Group::Controllers) == 0 || sent(Group::Workers) == 0,
+            "controllers are put back after the workers: {after:#?}"
+        );
+        if after.is_terminal() {
+            prop_assert!(sent(Group::Controllers) + sent(Group::Workers) == 0, "{after:#?}");
+        }
+    }
+
     // A terminal run has nothing in flight.
     if after.is_terminal() {
         for command in &after.commands {
@@ -599,7 +754,8 @@ fn check_pass(
             before.state,
             after.state
         );
-        if before.is_terminal() {
+        let reopened = before.rollback.is_none() && after.rollback.is_some();
+        if before.is_terminal() && !reopened {
             prop_assert_eq!(before, after, "a terminal run changed");
             // An ended run only tells a failed node again that it failed (a write lost to
             // a crash); the signal checks below hold it to that.
@@ -624,6 +780,26 @@ fn check_pass(
             );
             prop_assert_eq!(&old.frozen, &new.frozen, "the frozen command changed");
             let Some(kind) = command_of(new) else { continue };
+            if let (Some(undo), Some(_)) = (kind.rollback(), old.rollback.as_ref()) {
+                for &group in undo.groups() {
+                    let old_targets = targets(old, undo, group);
+                    let new_targets = targets(new, undo, group);
+                    prop_assert_eq!(
+                        old_targets.len(),
+                        new_targets.len(),
+                        "rollback targets are frozen"
+                    );
+                    for (old_target, target) in old_targets.iter().zip(new_targets) {
+                        prop_assert!(
+                            phases::target_transition_allowed(old_target.state, target.state),
+                            "rollback of {} {} -> {}",
+                            target.name,
+                            old_target.state,
+                            target.state
+                        );
+                    }
+                }
+            }
             for &group in kind.groups() {
                 let old_targets = targets(old, kind, group);
                 let new_targets = targets(new, kind, group);
@@ -665,15 +841,35 @@ fn check_pass(
                 prop_assert_eq!(data.run_id.as_ref(), after.run_id.as_ref());
                 prop_assert_eq!(Some(&data.plan_id), after.plan_id.as_ref());
                 let command = &after.commands[data.command.id as usize];
-                let kind = command_of(command).expect("a signalled command resolves");
-                prop_assert_eq!(
-                    data.command.k0supdate.as_ref().map(|u| u.version.as_str()).or(data
-                        .command
-                        .airgapupdate
-                        .as_ref()
-                        .map(|u| u.version.as_str())),
-                    Some(kind.version())
-                );
+                let base = command_of(command).expect("a signalled command resolves");
+                if let Some(rollback) = &data.command.rollback {
+                    // A rollback signal names the version the target ran before the run.
+                    let undo = base.rollback().expect("an update");
+                    let target_from = undo.groups().iter().find_map(|&group| {
+                        targets(command, undo, group)
+                            .iter()
+                            .find(|t| {
+                                t.name == target.name && undo.object_kind(group) == target.kind
+                            })
+                            .map(|t| t.from.clone())
+                    });
+                    prop_assert_eq!(target_from, Some(Some(rollback.version.clone())));
+                }
+                let kind = if data.command.rollback.is_some() {
+                    base.rollback().expect("an update")
+                } else {
+                    base
+                };
+                if data.command.rollback.is_none() {
+                    prop_assert_eq!(
+                        data.command.k0supdate.as_ref().map(|u| u.version.as_str()).or(data
+                            .command
+                            .airgapupdate
+                            .as_ref()
+                            .map(|u| u.version.as_str())),
+                        Some(kind.version())
+                    );
+                }
                 // A node that missed its progress deadline gets its own signal back as
                 // `Failed`; every other signal goes to a `SignalSent` target.
                 let failed_by_deadline =
@@ -706,7 +902,9 @@ fn check_pass(
                     prop_assert!(
                         !(carried.run_id == data.run_id
                             && carried.plan_id == data.plan_id
-                            && carried.command.id == data.command.id),
+                            && carried.command.id == data.command.id
+                            && carried.command.rollback.is_some()
+                                == data.command.rollback.is_some()),
                         "re-signalled {} which carries this run's signal",
                         target.name
                     );
@@ -821,6 +1019,13 @@ proptest! {
                     list.nodes.retain(|name| name != "ghost");
                 }
             }
+        }
+        // Every gate finds every node healthy.
+        let all: Vec<String> =
+            sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
+        for name in all {
+            let healthy = crate::plan::GateAnswer::Items(vec![serde_json::json!({"ok": true})]);
+            sim.cluster = sim.cluster.clone().answering(health_query(&name), healthy);
         }
         let mut signals: BTreeMap<(u32, String, String), usize> = BTreeMap::new();
         for _ in 0..200 {
