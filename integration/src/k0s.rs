@@ -632,8 +632,8 @@ async fn supervise(
         if guard.is_file() {
             let data_dir = process.data_dir.to_string_lossy().into_owned();
             let binary = process.binary.to_string_lossy().into_owned();
-            let args = ["post-update-guard", "--data-dir", &data_dir, "--binary", &binary];
             let ran = tokio::task::spawn_blocking(move || {
+                let args = ["post-update-guard", "--data-dir", &data_dir, "--binary", &binary];
                 run_k0s_binary(&guard, &args, Duration::from_secs(30))
             })
             .await;
