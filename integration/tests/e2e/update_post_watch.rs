@@ -6,7 +6,7 @@
 //! on its Node, `k0s_autopilot_rollbacks_total{reason="crashed"}` and the signal `Failed`.
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
