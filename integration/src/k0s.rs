@@ -586,3 +586,103 @@ impl Drop for K0sProcess {
         }
     }
 }
+
+// === impl Supervised ===
+
+/// A node process under a restarting supervisor that behaves like the shipped systemd units
+/// (`manifests/systemd/*.service`, `Restart=always`): whenever the process exits, it runs the
+/// units' `ExecStartPre` guard from the proven binary (`<dir>/k0s.prev post-update-guard
+/// --data-dir <data> --binary <k0s>`, its failure ignored, as the `-` prefix does; its output
+/// goes to the node's log), waits `restart_delay` (`RestartSec`) and starts the live binary
+/// again with the same arguments. Made by [`K0sProcess::supervise`]; dropping it stops the
+/// supervisor, then kills the process.
+#[derive(Debug)]
+pub struct Supervised {
+    process: std::sync::Arc<K0sProcess>,
+    exits: std::sync::Arc<Mutex<Vec<(std::time::Instant, ExitStatus)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl K0sProcess {
+    /// Puts the (running) process under a restarting supervisor; see [`Supervised`].
+    pub fn supervise(self, restart_delay: Duration) -> Supervised {
+        let process = std::sync::Arc::new(self);
+        let exits = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn(supervise(process.clone(), exits.clone(), restart_delay));
+        Supervised { process, exits, task }
+    }
+}
+
+/// The supervisor loop of [`Supervised`].
+async fn supervise(
+    process: std::sync::Arc<K0sProcess>,
+    exits: std::sync::Arc<Mutex<Vec<(std::time::Instant, ExitStatus)>>>,
+    restart_delay: Duration,
+) {
+    loop {
+        let Ok(status) = process.slot.wait_exit(Duration::from_secs(3600)).await else {
+            continue;
+        };
+        exits.lock().unwrap_or_else(|p| p.into_inner()).push((std::time::Instant::now(), status));
+        let guard = process.binary.with_file_name(format!(
+            "{}.prev",
+            process.binary.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let mut line = format!("==== harness supervisor: {} exited ({status})", process.node_name);
+        if guard.is_file() {
+            let data_dir = process.data_dir.to_string_lossy().into_owned();
+            let binary = process.binary.to_string_lossy().into_owned();
+            let ran = tokio::task::spawn_blocking(move || {
+                let args = ["post-update-guard", "--data-dir", &data_dir, "--binary", &binary];
+                run_k0s_binary(&guard, &args, Duration::from_secs(30))
+            })
+            .await;
+            match ran {
+                Ok(Ok(output)) => {
+                    line.push_str(&format!(
+                        "; ExecStartPre guard: {}\n{}{}",
+                        output.status,
+                        String::from_utf8_lossy(&output.stdout),
+                        String::from_utf8_lossy(&output.stderr)
+                    ));
+                }
+                Ok(Err(err)) => line.push_str(&format!("; ExecStartPre guard failed: {err:#}")),
+                Err(err) => line.push_str(&format!("; ExecStartPre guard failed: {err}")),
+            }
+        }
+        append_log(&process.log_path, &line);
+        tokio::time::sleep(restart_delay).await;
+        if let Err(err) = process.start() {
+            append_log(
+                &process.log_path,
+                &format!("==== harness supervisor: cannot start: {err:#}"),
+            );
+            return;
+        }
+    }
+}
+
+fn append_log(path: &Path, line: &str) {
+    use std::io::Write as _;
+    if let Ok(mut file) = fs::OpenOptions::new().append(true).create(true).open(path) {
+        let _ = writeln!(file, "{}", line.trim_end());
+    }
+}
+
+impl Supervised {
+    /// The supervised process (its current run).
+    pub fn process(&self) -> &K0sProcess {
+        &self.process
+    }
+
+    /// Every exit the supervisor saw so far, with when it saw it.
+    pub fn exits(&self) -> Vec<(std::time::Instant, ExitStatus)> {
+        self.exits.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

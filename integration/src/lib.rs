@@ -107,8 +107,8 @@ pub use cluster::{
     VIEWER_USER,
 };
 pub use k0s::{
-    K0S_BIN_ENV, K0sCommand, K0sProcess, LogMark, k0s_binary, k0s_binary_with_version, run_k0s,
-    run_k0s_binary,
+    K0S_BIN_ENV, K0sCommand, K0sProcess, LogMark, Supervised, k0s_binary, k0s_binary_with_version,
+    run_k0s, run_k0s_binary,
 };
 pub use kubeconfig::client_from_kubeconfig;
 pub use process::KillWhen;

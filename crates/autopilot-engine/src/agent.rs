@@ -169,6 +169,26 @@ impl Step {
     }
 }
 
+/// The signal's answer once the post-update watch (`crate::post_update`) put the previous
+/// binary back, `why` saying why: `Failed` with `rolled back after the update: <why>`,
+/// whatever phase the signal had reached (`Completed` too: the update did not hold); nothing
+/// once it says `Failed`. Only for the signal the watched update was for.
+pub fn after_update_rollback(phase: Option<SignalPhase>, why: &str) -> Option<Step> {
+    match phase {
+        Some(SignalPhase::Failed) => None,
+        None
+        | Some(
+            SignalPhase::Downloading
+            | SignalPhase::Cordoning
+            | SignalPhase::ApplyingUpdate
+            | SignalPhase::Restarting
+            | SignalPhase::Uncordoning
+            | SignalPhase::Completed
+            | SignalPhase::FailedDownload,
+        ) => Some(Step::fail(SignalPhase::Failed, format!("rolled back after the update: {why}"))),
+    }
+}
+
 /// How many times in a row a retried action ([`OnFailure::Retry`]) may fail before the
 /// signal ends `Failed` with the last error: enough to ride out a transient problem (a busy
 /// file, a full disk being cleaned up), few enough that a stuck node says so in minutes.
@@ -770,6 +790,27 @@ mod tests {
             let expected =
                 if phase.is_terminal() { PreflightStep::Done } else { PreflightStep::Run };
             assert_eq!(preflight(Some(phase)), expected, "{phase}");
+        }
+    }
+    #[test]
+    fn a_rollback_after_the_update_fails_the_signal_once_whatever_its_phase() {
+        for phase in std::iter::once(None).chain(SignalPhase::ALL.map(Some)) {
+            let step = after_update_rollback(phase, "the new binary exited abnormally 3 times");
+            if phase == Some(SignalPhase::Failed) {
+                assert_eq!(step, None);
+            } else {
+                assert_eq!(
+                    step,
+                    Some(Step::Report {
+                        phase: SignalPhase::Failed,
+                        reason: Some(
+                            "rolled back after the update: the new binary exited abnormally 3 times"
+                                .into()
+                        ),
+                    }),
+                    "{phase:?}"
+                );
+            }
         }
     }
 }

@@ -14,6 +14,7 @@
 //! - [`agent`]: the node agent's phase machine for one signal.
 //! - [`authorize`]: whether a signal matches the frozen command of the Plan run it names.
 //! - [`trial`]: the verdict on a trial boot of a new binary.
+//! - [`post_update`]: the watch of a new binary after its swap, and its rollback.
 //! - [`steer`]: what `k0s autopilot pause|resume|abort` writes and says.
 //! - [`snapshot`]: how the engine sees watched Nodes, ControlNodes and Pods.
 //! - [`updater`]: when to check the update server, which release, which Plan.
@@ -22,6 +23,7 @@ pub mod agent;
 pub mod authorize;
 pub mod cordon;
 pub mod plan;
+pub mod post_update;
 pub mod preflight;
 pub mod snapshot;
 pub mod steer;

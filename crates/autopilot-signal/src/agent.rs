@@ -73,6 +73,9 @@ pub struct Agent {
     pub allow_unverified_payloads: bool,
     /// The ids of the keys this node requires signatures by, published on its object.
     pub required_keys: RequiredKeys,
+    /// Where the agent shows whether its watch of its own object is established (the
+    /// health of the post-update watch, `crate::post_update`); `None`: nowhere.
+    pub established: Option<crate::post_update::Established>,
 }
 
 /// The ids of the keys a node requires signatures by (DESIGN §14), as it publishes them in
@@ -151,8 +154,12 @@ where
 {
     let api: Api<K> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", agent.name));
-    let mut objects =
-        watcher(api.clone(), config).backoff(WatchBackoff::default()).applied_objects().boxed();
+    let mut objects = watcher(api.clone(), config).backoff(WatchBackoff::default()).boxed();
+    let established = |now: bool| {
+        if let Some(established) = &agent.established {
+            established.set(now);
+        }
+    };
     let mut shutdown = std::pin::pin!(shutdown);
     let mut retry = FIRST_RETRY;
     // Failed API requests (an outage, a conflict) are retried on the short capped backoff of
@@ -177,8 +184,19 @@ where
         } else {
             tokio::select! {
                 event = objects.next() => match event {
-                    Some(Ok(object)) => latest = Some(object),
+                    Some(Ok(watcher::Event::InitApply(object))) => latest = Some(object),
+                    Some(Ok(watcher::Event::Apply(object))) => {
+                        established(true);
+                        latest = Some(object);
+                    }
+                    // The list is in and the watch starts: the agent hears its object now.
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        established(true);
+                        continue;
+                    }
+                    Some(Ok(watcher::Event::Init | watcher::Event::Delete(_))) => continue,
                     Some(Err(err)) => {
+                        established(false);
                         debug!(error = %err, "watch of own object interrupted, resuming");
                         continue;
                     }
@@ -457,6 +475,15 @@ where
     let key = SignalKey::of(&data);
     let current = data.phase();
     let observed = host.observe(&key, update).await?;
+    // The post-update watch put the previous binary back after this signal's update: the
+    // update did not hold, whatever the signal says.
+    if let Some(why) = &observed.rolled_back_after_update {
+        if let Some(Step::Report { phase, reason }) = phase::after_update_rollback(current, why) {
+            warn!(node = %agent.name, %why, "reporting the rollback after the update on the signal");
+            publish(&write_status(api, object, &data, phase, reason).await?);
+        }
+        return Ok(Acted::Idle);
+    }
     let facts = observed.facts(update, &agent.version, agent.kubelet);
     let step = phase::next(current, &facts);
     debug!(node = %agent.name, phase = ?current, ?step, "signal agent step");
@@ -464,6 +491,12 @@ where
         Step::Done | Step::Wait(_) => Ok(Acted::Idle),
         Step::Report { phase, reason } => {
             publish(&write_status(api, object, &data, phase, reason).await?);
+            // A failed trial boot, reported by the binary that was put back.
+            if matches!(observed.restart, host::RestartState::RolledBack { .. })
+                && phase == SignalPhase::Failed
+            {
+                agent.metrics.rolled_back("trial");
+            }
             Ok(Acted::Idle)
         }
         Step::Run { action, on_success, on_failure } => {

@@ -163,6 +163,96 @@ pub struct RestartMarker {
     /// the restart was the whole story, so it reads as passed.
     #[serde(default = "TrialState::before_trials")]
     pub trial: TrialState,
+    /// The post-update watch of the new binary once it passed its trial and was swapped in
+    /// (see `crate::post_update`); absent before that, and with `--post-update-watch 0s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchRecord>,
+}
+
+/// The post-update watch (DESIGN §15) as the restart marker records it: what
+/// `autopilot_engine::post_update::decide` judges, and what a rollback needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchRecord {
+    /// When the watch began (the swap), wall clock, unix seconds.
+    pub since: i64,
+    /// How long it lasts, in seconds (`--post-update-watch`).
+    pub window_secs: u64,
+    /// The version of the proven binary (kept as `k0s.prev`), which a rollback puts back.
+    pub from: String,
+    /// The version of the new binary, if its self-test told it (empty: unknown).
+    pub to: String,
+    /// SHA-256 of the new binary as swapped in: a rollback takes only this file out.
+    pub to_sha256: String,
+    /// How many times the new binary started.
+    pub starts: u32,
+    /// How many of its runs ended without a clean stop.
+    pub abnormal_exits: u32,
+    /// Its last start has not stopped cleanly (yet).
+    pub running: bool,
+    /// Where the watch stands.
+    pub state: WatchState,
+}
+
+/// Where a post-update watch stands, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "camelCase")]
+pub enum WatchState {
+    /// The new binary is watched.
+    Watching,
+    /// It stayed healthy long enough: the watch is over.
+    Proven {
+        /// When (unix seconds).
+        at: i64,
+    },
+    /// The proven binary was put back.
+    RolledBack {
+        /// Why, as a metric label (`crashed`, `unhealthy`).
+        reason: String,
+        /// Why, in words.
+        why: String,
+        /// When (unix seconds).
+        at: i64,
+        /// The proven binary has reported it (log, Event, metric).
+        reported: bool,
+    },
+}
+
+impl WatchRecord {
+    /// The watch as the pure decision sees it.
+    pub fn view(&self) -> autopilot_engine::post_update::Watch {
+        use autopilot_engine::post_update::{State, Watch};
+        Watch {
+            since: self.since,
+            window: std::time::Duration::from_secs(self.window_secs),
+            starts: self.starts,
+            abnormal_exits: self.abnormal_exits,
+            running: self.running,
+            state: match &self.state {
+                WatchState::Watching => State::Watching,
+                WatchState::Proven { .. } => State::Proven,
+                WatchState::RolledBack { reported, .. } => {
+                    State::RolledBack { reported: *reported }
+                }
+            },
+        }
+    }
+
+    /// Whether a process running `version` is the new binary this watch is about.
+    pub fn is_about(&self, version: &str) -> bool {
+        if self.to.is_empty() { version != self.from } else { version == self.to }
+    }
+}
+
+/// What a passed trial starts watching: for how long, and the versions involved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchStart {
+    /// `--post-update-watch` (zero: no watch).
+    pub window: std::time::Duration,
+    /// The proven version (the running process's).
+    pub from: String,
+    /// The new version, if known.
+    pub to: Option<String>,
 }
 
 /// Where the trial boot of a new binary stands, as recorded in the restart marker.
@@ -274,6 +364,8 @@ pub struct Observed {
     pub live_sha256: Option<String>,
     /// How the restart for this signal went.
     pub restart: RestartState,
+    /// The post-update watch of this signal's update rolled the node back: why.
+    pub rolled_back_after_update: Option<String>,
 }
 
 impl Observed {
@@ -344,8 +436,9 @@ pub trait Host {
     /// boot and then re-execs (or exits).
     fn prepare_restart(&self, signal: &SignalKey) -> Result<()>;
 
-    /// The new binary passed its trial boot: records it in the restart marker.
-    fn pass_trial(&self, signal: &SignalKey) -> Result<()>;
+    /// The new binary passed its trial boot (and is swapped in): records it in the restart
+    /// marker, with the post-update watch `watch` starts (none if `None` or zero long).
+    fn pass_trial(&self, signal: &SignalKey, watch: Option<&WatchStart>) -> Result<()>;
 
     /// The new binary failed its trial boot: the node goes back to the binary it ran
     /// (`to_version`, still live: the staged one was never swapped in). Keeps the refused

@@ -13,6 +13,7 @@ pub mod download;
 pub mod host;
 pub mod metrics;
 pub mod node;
+pub mod post_update;
 pub mod preflight;
 pub mod signature;
 pub mod status;
@@ -59,6 +60,12 @@ pub struct WorkerArgs {
     /// while the API server answers) before the node goes back to the binary it ran.
     #[arg(long, default_value = "2m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub trial_timeout: Duration,
+
+    /// How long a new binary is watched after it passed its trial boot and was swapped in:
+    /// three abnormal exits within it, or never 60 s healthy in a row (up, its agent's
+    /// watch of its own Node established), put the previous binary back. `0s`: no watch.
+    #[arg(long, default_value = "10m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    pub post_update_watch: Duration,
 
     /// Download limits for update payloads.
     #[command(flatten)]
@@ -249,6 +256,9 @@ pub struct UpdateAgent {
     pub allow_unverified_payloads: bool,
     /// Which payload signatures it requires.
     pub signing: SigningArgs,
+    /// What the post-update watch found at the start of this process
+    /// ([`post_update::at_start`]): watch this new binary, or report a rollback.
+    pub post_update: post_update::AtStart,
 }
 
 impl Component for UpdateAgent {
@@ -262,8 +272,16 @@ impl Component for UpdateAgent {
 
     fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
         Box::pin(async move {
-            let Self { on, enabled, download, board, metrics, allow_unverified_payloads, signing } =
-                *self;
+            let Self {
+                on,
+                enabled,
+                download,
+                board,
+                metrics,
+                allow_unverified_payloads,
+                signing,
+                post_update,
+            } = *self;
             if !enabled {
                 info!("update agent disabled: not acting on update signals");
                 return Ok(Box::new(Idle) as Box<dyn Running>);
@@ -288,8 +306,24 @@ impl Component for UpdateAgent {
                 exec_allow_list: preflight::exec::allow_list_path(&env.data_dir),
                 allow_unverified_payloads,
                 required_keys,
+                established: Some(post_update::Established::default()),
             };
-            Ok(Box::new(Acting { on, agent, host, client: env.client.clone() }) as Box<dyn Running>)
+            let (watching, report) = match post_update {
+                post_update::AtStart::Watched(watching) => (Some(watching), None),
+                post_update::AtStart::Report(report) => (None, Some(report)),
+                post_update::AtStart::Nothing | post_update::AtStart::RolledBack { .. } => {
+                    (None, None)
+                }
+            };
+            let files = post_update::Files::new(env.binary.clone(), env.data_dir.clone());
+            Ok(Box::new(Acting {
+                on,
+                agent,
+                host,
+                client: env.client.clone(),
+                watching,
+                report: report.map(|report| (files, report)),
+            }) as Box<dyn Running>)
         })
     }
 }
@@ -300,39 +334,113 @@ struct Acting {
     agent: agent::Agent,
     host: host::LinuxHost,
     client: kube::Client,
+    /// This process is the new binary under the post-update watch.
+    watching: Option<post_update::Watching>,
+    /// This process is the proven binary back after a rollback it reports.
+    report: Option<(post_update::Files, post_update::Report)>,
+}
+
+impl Acting {
+    /// Reports a rollback after the update from the binary put back: a log line, the
+    /// metric, and (in the background, retried) an Event on this node's own object.
+    fn report(&self, files: post_update::Files, report: post_update::Report) {
+        let (kind, api_version) = match self.on {
+            AgentOn::Worker => ("Node", "v1"),
+            AgentOn::Controller { .. } => ("ControlNode", "autopilot.k0sproject.io/v1beta2"),
+        };
+        tracing::warn!(
+            node = %self.agent.name,
+            reason = %report.reason,
+            from = %report.to,
+            to = %report.from,
+            why = %report.why,
+            "rolled back after the update"
+        );
+        self.agent.metrics.rolled_back(&report.reason);
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(api_version.to_string()),
+            kind: Some(kind.to_string()),
+            name: Some(self.agent.name.clone()),
+            ..Default::default()
+        };
+        let reporter = autopilot_shell::events::Reporter {
+            controller: "k0s-autopilot-agent".to_string(),
+            instance: self.agent.name.clone(),
+        };
+        tokio::spawn(post_update::report_event(
+            self.client.clone(),
+            reporter,
+            regarding,
+            files,
+            report,
+        ));
+    }
 }
 
 impl Running for Acting {
-    fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
+    fn run(mut self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
         Box::pin(async move {
-            let Self { on, agent, host, client } = *self;
-            let outcome = match on {
-                AgentOn::Worker => {
-                    agent::run::<Node, _>(client, agent, &host, stop.cancelled()).await
-                }
-                AgentOn::Controller { worker } => {
-                    let own_node =
-                        agent::Agent { airgap_only: true, kubelet: true, ..agent.clone() };
-                    let on_control_node = agent::run::<ControlNode, _>(
-                        client.clone(),
-                        agent,
-                        &host,
-                        stop.cancelled(),
-                    );
-                    let on_node = async {
-                        if worker {
-                            agent::run::<Node, _>(client.clone(), own_node, &host, stop.cancelled())
-                                .await
-                        } else {
-                            stop.cancelled().await;
-                            Ok(agent::Outcome::Stopped)
-                        }
-                    };
-                    // Whichever ends first (a restart is due, or it failed) ends the run.
-                    tokio::select! {
-                        outcome = on_control_node => outcome,
-                        outcome = on_node => outcome,
+            if let Some((files, report)) = self.report.take() {
+                self.report(files, report);
+            }
+            let Self { on, agent, host, client, watching, report: _ } = *self;
+            let healthy = agent.established.clone().unwrap_or_default();
+            // The watch of this new binary, if it is under one: it ends the run only with a
+            // rollback (then the process restarts into the binary put back).
+            let rolled_back = async move {
+                if let Some(watching) = watching {
+                    match watching.run(healthy).await {
+                        post_update::Watched::RolledBack { why } => return why,
+                        post_update::Watched::Over => {}
                     }
+                }
+                std::future::pending::<String>().await
+            };
+            let acting = async {
+                match on {
+                    AgentOn::Worker => {
+                        agent::run::<Node, _>(client, agent, &host, stop.cancelled()).await
+                    }
+                    AgentOn::Controller { worker } => {
+                        let own_node = agent::Agent {
+                            airgap_only: true,
+                            kubelet: true,
+                            established: None,
+                            ..agent.clone()
+                        };
+                        let on_control_node = agent::run::<ControlNode, _>(
+                            client.clone(),
+                            agent,
+                            &host,
+                            stop.cancelled(),
+                        );
+                        let on_node = async {
+                            if worker {
+                                agent::run::<Node, _>(
+                                    client.clone(),
+                                    own_node,
+                                    &host,
+                                    stop.cancelled(),
+                                )
+                                .await
+                            } else {
+                                stop.cancelled().await;
+                                Ok(agent::Outcome::Stopped)
+                            }
+                        };
+                        // Whichever ends first (a restart is due, or it failed) ends the run.
+                        tokio::select! {
+                            outcome = on_control_node => outcome,
+                            outcome = on_node => outcome,
+                        }
+                    }
+                }
+            };
+            let outcome = tokio::select! {
+                outcome = acting => outcome,
+                why = rolled_back => {
+                    tracing::warn!(%why, "the new binary is rolled back after the update; restarting into the previous one");
+                    Ok(agent::Outcome::Restart)
                 }
             };
             match outcome {

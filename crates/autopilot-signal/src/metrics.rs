@@ -22,6 +22,17 @@ pub struct PhaseLabels {
     pub phase: &'static str,
 }
 
+/// Labels of [`Metrics::rollbacks`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RollbackLabels {
+    /// Why: one of [`ROLLBACK_REASONS`].
+    pub reason: &'static str,
+}
+
+/// The reasons of `rollbacks_total`: the post-update watch's (`crashed`, `unhealthy`,
+/// `autopilot_engine::post_update::Reason`) and a failed trial boot (`trial`).
+pub const ROLLBACK_REASONS: [&str; 3] = ["crashed", "unhealthy", "trial"];
+
 /// The node agent's metrics. Cheap to clone (every metric is shared).
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
@@ -37,13 +48,18 @@ pub struct Metrics {
     /// `agent_phase{kind,phase}`: 1 for the phase of the signal the agent acts on, 0 for
     /// every other phase; all 0 while there is no signal.
     pub phase: Family<PhaseLabels, Gauge>,
+    /// `rollbacks_total{reason}`: rollbacks to the previous binary this process reported
+    /// (it runs that binary): after a failed trial boot, or by the post-update watch. Every
+    /// reason of [`ROLLBACK_REASONS`] is there from the start, at 0.
+    pub rollbacks: Family<RollbackLabels, Counter>,
 }
 
 impl Metrics {
     /// New metrics, registered in `registry` (which carries the `k0s_autopilot` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
-        let Self { download_bytes, download_failures, verify_failures, phase } = &metrics;
+        let Self { download_bytes, download_failures, verify_failures, phase, rollbacks } =
+            &metrics;
         registry.register(
             "agent_download_bytes",
             "Payload bytes received by update downloads",
@@ -64,7 +80,22 @@ impl Metrics {
             "1 for the phase of the signal the agent acts on, by object kind and phase",
             phase.clone(),
         );
+        for reason in ROLLBACK_REASONS {
+            drop(rollbacks.get_or_create(&RollbackLabels { reason }));
+        }
+        registry.register(
+            "rollbacks",
+            "Rollbacks to the previous binary after a failed trial boot or by the post-update watch, by reason",
+            rollbacks.clone(),
+        );
         metrics
+    }
+
+    /// Counts a rollback for `reason` (one of [`ROLLBACK_REASONS`]; another counts as
+    /// `crashed`, so the series stay the fixed set).
+    pub fn rolled_back(&self, reason: &str) {
+        let reason = ROLLBACK_REASONS.into_iter().find(|r| *r == reason).unwrap_or("crashed");
+        self.rollbacks.get_or_create(&RollbackLabels { reason }).inc();
     }
 
     /// Show `phase` (`None`: no signal) as the current phase of the signal on a `kind`.
@@ -94,5 +125,23 @@ mod tests {
         assert_eq!(value(SignalPhase::Downloading), 0);
         metrics.set_phase("Node", None);
         assert!(SignalPhase::ALL.iter().all(|p| value(*p) == 0));
+    }
+
+    #[test]
+    fn every_rollback_reason_is_exposed_at_zero_from_the_start() {
+        let mut registry = Registry::with_prefix("k0s_autopilot");
+        let metrics = Metrics::register(&mut registry);
+        let text = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+            text
+        };
+        let before = text();
+        for reason in ROLLBACK_REASONS {
+            let line = format!("k0s_autopilot_rollbacks_total{{reason=\"{reason}\"}} 0");
+            assert!(before.contains(&line), "{line} in {before}");
+        }
+        metrics.rolled_back("crashed");
+        assert!(text().contains("k0s_autopilot_rollbacks_total{reason=\"crashed\"} 1"));
     }
 }

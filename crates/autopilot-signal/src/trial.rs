@@ -28,7 +28,7 @@ use autopilot_engine::trial::{Child, Observation, Verdict, decide};
 
 use autopilot_api::text::truncate;
 
-use crate::host::{Host, LinuxHost, SignalKey, TrialState};
+use crate::host::{Host, LinuxHost, SignalKey, TrialState, WatchStart};
 
 /// The environment variable that puts a process on trial: its value is the token the
 /// process writes into [`PROOF_FILE`] once it is healthy, before it exits.
@@ -66,6 +66,8 @@ pub struct TrialConfig {
     pub deadline: Duration,
     /// The version this process runs (what a rollback puts back).
     pub version: String,
+    /// How long the new binary is watched after a pass (`--post-update-watch`; zero: not).
+    pub post_update_watch: Duration,
 }
 
 /// Runs the trial boot of the staged binary for the restart this process prepared, then
@@ -91,8 +93,13 @@ pub async fn run(
         // Swapped in by an earlier process that passed the trial and died before recording
         // it (this process then runs the new binary), or lost: restart into what is live.
         info!("no staged binary to try; restarting into the live binary");
-        return conclude(host, &signal, Verdict::Pass, &config.version);
+        return conclude(host, &signal, Verdict::Pass, &config.version, None);
     }
+    let post_update = WatchStart {
+        window: config.post_update_watch,
+        from: config.version.clone(),
+        to: host.staged_version(),
+    };
     let proof_path = host.data_dir().join(PROOF_FILE);
     let token = format!("{}-{}", host.instance(), std::process::id());
     let staged = host.staged_path();
@@ -101,17 +108,19 @@ pub async fn run(
     let verdict = watch(&staged, config, &proof_path, &token, client).await?;
     let _ = std::fs::remove_file(&proof_path);
     info!(took = ?started.elapsed(), ?verdict, "trial boot over");
-    conclude(host, &signal, verdict, &config.version)
+    conclude(host, &signal, verdict, &config.version, Some(&post_update))
 }
 
 /// Acts on a trial's verdict: a pass swaps the staged binary in (keeping the running one as
 /// `k0s.prev`) and records the pass; a rollback keeps the refused binary aside and records
-/// why. A swap that keeps failing turns the pass into a rollback. Idempotent.
+/// why. A swap that keeps failing turns the pass into a rollback. A pass starts the
+/// post-update watch `watch` describes (see `crate::post_update`). Idempotent.
 pub fn conclude(
     host: &impl Host,
     signal: &SignalKey,
     verdict: Verdict,
     running_version: &str,
+    watch: Option<&WatchStart>,
 ) -> anyhow::Result<Outcome> {
     let reason = match verdict {
         Verdict::Pass => {
@@ -119,7 +128,7 @@ pub fn conclude(
             for _ in 0..3 {
                 match host.swap_binary() {
                     Ok(()) => {
-                        host.pass_trial(signal).context("recording the passed trial")?;
+                        host.pass_trial(signal, watch).context("recording the passed trial")?;
                         return Ok(Outcome::Passed);
                     }
                     Err(err) => last = Some(err.reason()),

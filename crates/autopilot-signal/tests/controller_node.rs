@@ -76,6 +76,7 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
             metrics: metrics::Metrics::default(),
             allow_unverified_payloads: false,
             signing: Default::default(),
+            post_update: autopilot_signal::post_update::AtStart::Nothing,
         });
     // Never cancelled: the node side must end on its own.
     let shutdown = CancellationToken::new();

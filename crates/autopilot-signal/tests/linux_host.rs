@@ -274,7 +274,7 @@ async fn the_restart_marker_counts_only_for_the_next_process_and_the_same_signal
         "a trial that never concluded runs again"
     );
 
-    f.host.pass_trial(&key).expect("pass");
+    f.host.pass_trial(&key, None).expect("pass");
     let after = next.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
     assert_eq!(after.restart, RestartState::Done);
 
@@ -380,7 +380,7 @@ async fn a_signal_runs_to_completion_on_a_real_disk() {
                         // What the restart does after the new binary passed its trial boot:
                         // swap it in, record the pass, re-exec as a new instance.
                         let outcome =
-                            conclude(&host, &key, Verdict::Pass, &running).expect("conclude");
+                            conclude(&host, &key, Verdict::Pass, &running, None).expect("conclude");
                         assert_eq!(outcome, Outcome::Passed);
                         processes += 1;
                         host = host.clone().with_instance(format!("process-{processes}"));
@@ -486,7 +486,7 @@ async fn a_refused_binary_is_kept_aside_and_the_live_one_is_untouched_repeatably
     std::fs::write(f.host.staged_path(), NEW).expect("stage");
     f.host.prepare_restart(&key()).expect("marker");
     for _ in 0..2 {
-        let outcome = conclude(&f.host, &key(), Verdict::RollBack("it crashed".into()), "v1")
+        let outcome = conclude(&f.host, &key(), Verdict::RollBack("it crashed".into()), "v1", None)
             .expect("roll back");
         assert_eq!(outcome, Outcome::RolledBack("it crashed".into()));
         assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.refused"]);

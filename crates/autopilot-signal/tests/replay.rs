@@ -129,7 +129,7 @@ impl World {
                                 ),
                                 Some(_) | None => Verdict::Pass,
                             };
-                            return match conclude(&self.host, &key, verdict, &self.running) {
+                            return match conclude(&self.host, &key, verdict, &self.running, None) {
                                 Ok(_) => Exit::Restart,
                                 Err(_) if self.host.crashed() => Exit::Crashed,
                                 Err(e) => panic!("concluding the trial: {e:#}"),

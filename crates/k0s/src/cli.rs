@@ -77,6 +77,20 @@ pub enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusFormat::Text)]
         output: StatusFormat,
     },
+    /// Before a node process starts (the units' `ExecStartPre`, run from the proven binary
+    /// `k0s.prev`): put `k0s.prev` back as the live binary if the post-update watch of a new
+    /// binary says so (three abnormal exits, or never healthy within the window). Does
+    /// nothing, successfully, without a restart marker, a watch or a `k0s.prev`.
+    PostUpdateGuard {
+        /// The data directory of the node process (where its restart marker is).
+        #[arg(long, default_value = "/var/lib/k0s", value_name = "DIR")]
+        data_dir: PathBuf,
+
+        /// The live k0s binary the node process runs. Default: this binary's path without
+        /// its `.prev` suffix (the guard runs as `<dir>/k0s.prev`).
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
+    },
     /// Follow, preview and steer plans; run preflight checks ad hoc.
     Autopilot {
         /// The verb.
@@ -156,6 +170,13 @@ pub struct ControllerAgentFlags {
     /// while the API server answers) before the node goes back to the binary it ran.
     #[arg(long, default_value = "2m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub trial_timeout: std::time::Duration,
+
+    /// How long a new binary is watched after it passed its trial boot and was swapped in:
+    /// three abnormal exits within it, or never 60 s healthy in a row (up, its agent's
+    /// watch of its own ControlNode established), put the previous binary back. `0s`: no
+    /// watch.
+    #[arg(long, default_value = "10m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    pub post_update_watch: std::time::Duration,
 
     /// Download limits for update payloads.
     #[command(flatten)]

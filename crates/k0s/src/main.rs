@@ -35,7 +35,8 @@ fn main() -> ExitCode {
         Command::Version
         | Command::Controller { .. }
         | Command::Worker { .. }
-        | Command::Status { .. } => "info",
+        | Command::Status { .. }
+        | Command::PostUpdateGuard { .. } => "info",
     };
     let filter = cli.log_level.as_deref().unwrap_or(default_filter);
     if let Err(err) = init_logging(filter, cli.log_format) {
@@ -71,6 +72,9 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Worker { node, args } => role::worker::run(node, args),
         Command::Status { data_dir, output } => k0s::status::run(&data_dir, output),
+        Command::PostUpdateGuard { data_dir, binary } => {
+            role::post_update::guard(&data_dir, binary.as_deref())
+        }
         Command::Autopilot { command } => ops::run(command),
     }
 }

@@ -41,17 +41,20 @@ pub(crate) struct Metrics<B, A> {
 
 impl ResolvedNode {
     /// The trial boot of a binary the agent puts in place (run after the process stopped):
-    /// downloads as `download` says, `trial_timeout` to become healthy.
+    /// downloads as `download` says, `trial_timeout` to become healthy, then watched for
+    /// `post_update_watch`.
     pub(crate) fn trial(
         &self,
         download: &autopilot_signal::download::DownloadArgs,
         trial_timeout: Duration,
+        post_update_watch: Duration,
     ) -> Trial {
         Trial {
             config: self.config.clone(),
             data_dir: self.data_dir.clone(),
             download: download.config(VERSION),
             timeout: trial_timeout,
+            post_update_watch,
         }
     }
 
@@ -196,7 +199,7 @@ mod tests {
             metrics_listener: None,
         };
         let download = download_args();
-        let trial = node.trial(&download, Duration::from_secs(7));
+        let trial = node.trial(&download, Duration::from_secs(7), Duration::from_secs(8));
         let registered = node.register(
             |registry| registry.register("before", "Before the agent", Counter::<u64>::default()),
             |registry| {
@@ -213,10 +216,12 @@ mod tests {
         };
         assert!(at("k0s_autopilot_before_total") < at("k0s_autopilot_agent_download_bytes_total"));
         assert!(at("k0s_autopilot_agent_verify_failures_total") < at("k0s_autopilot_after_total"));
-        let Trial { config, data_dir, download: trial_download, timeout } = &trial;
+        let Trial { config, data_dir, download: trial_download, timeout, post_update_watch } =
+            &trial;
         assert_eq!(config.cluster_url.to_string(), "https://127.0.0.1:6443/");
         assert_eq!(data_dir, &PathBuf::from("/var/lib/k0s"));
         assert_eq!(trial_download, &download.config(VERSION));
         assert_eq!(*timeout, Duration::from_secs(7));
+        assert_eq!(*post_update_watch, Duration::from_secs(8));
     }
 }

@@ -236,7 +236,7 @@ impl Host for FakeHost {
             .map_err(|source| HostError::Marker { path: PathBuf::from(MARKER), source })?;
         let instance = state.instance.to_string();
         let restart = RestartState::of(marker.as_ref(), signal, &instance);
-        Ok(Observed { staged, proven, live_sha256, restart })
+        Ok(Observed { staged, proven, live_sha256, restart, rolled_back_after_update: None })
     }
 
     async fn download(
@@ -336,7 +336,7 @@ impl Host for FakeHost {
         state.write_marker(signal, instance, TrialState::Pending)
     }
 
-    fn pass_trial(&self, signal: &SignalKey) -> Result<()> {
+    fn pass_trial(&self, signal: &SignalKey, _watch: Option<&super::WatchStart>) -> Result<()> {
         let mut state = self.lock();
         let instance = state.instance.to_string();
         state.write_marker(signal, instance, TrialState::Passed)
@@ -391,7 +391,7 @@ impl State {
         instance: String,
         trial: TrialState,
     ) -> Result<()> {
-        let marker = RestartMarker { signal: signal.clone(), instance, trial };
+        let marker = RestartMarker { signal: signal.clone(), instance, trial, watch: None };
         let bytes = serde_json::to_vec(&marker)
             .map_err(|source| HostError::Marker { path: PathBuf::from(MARKER), source })?;
         self.mutate(format!("write {MARKER} ({:?})", marker.trial))?;

@@ -13,7 +13,8 @@ use sha2::{Digest as _, Sha256};
 
 use super::{
     HostError, Observed, RestartMarker, RestartState, Result, SignalKey, SignatureSource,
-    StagedRecord, TrialState, expected_sha256, judge_self_test,
+    StagedRecord, TrialState, WatchRecord, WatchStart, WatchState, expected_sha256,
+    judge_self_test,
 };
 use crate::download::{DownloadConfig, Downloader, Target, parent_dir, sync_dir};
 use crate::host::Host;
@@ -342,41 +343,59 @@ impl LinuxHost {
     }
 
     fn write_json(&self, path: &Path, value: &impl serde::Serialize) -> Result<()> {
-        std::fs::create_dir_all(&self.data_dir)
-            .map_err(|e| HostError::io("creating", &self.data_dir, e))?;
-        let bytes = serde_json::to_vec(value)
-            .map_err(|source| HostError::Marker { path: path.to_path_buf(), source })?;
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let mut temp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .tempfile_in(&self.data_dir)
-            .map_err(|e| HostError::io("creating a temp file in", &self.data_dir, e))?;
-        std::io::Write::write_all(&mut temp, &bytes)
-            .and_then(|()| temp.as_file().sync_all())
-            .map_err(|e| HostError::io("writing", temp.path(), e))?;
-        temp.persist(path).map_err(|e| HostError::io("renaming to", path, e.error))?;
-        sync_dir(&self.data_dir)?;
-        Ok(())
+        write_json(&self.data_dir, path, value)
+    }
+
+    /// The version the staged binary reported in its self-test, if it passed one.
+    pub fn staged_version(&self) -> Option<String> {
+        self.read_staged_record().and_then(|r| r.self_tested)
     }
 
     fn write_marker(&self, signal: &SignalKey, trial: TrialState) -> Result<()> {
-        let marker =
-            RestartMarker { signal: signal.clone(), instance: self.instance.clone(), trial };
+        let marker = RestartMarker {
+            signal: signal.clone(),
+            instance: self.instance.clone(),
+            trial,
+            watch: None,
+        };
         self.write_json(&self.marker_path(), &marker)
     }
 
     /// The restart marker, if there is one.
     pub fn read_marker(&self) -> Result<Option<RestartMarker>> {
-        let path = self.marker_path();
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|source| HostError::Marker { path, source }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(HostError::io("reading restart marker", path, e)),
-        }
+        read_marker(&self.marker_path())
     }
+}
+
+/// The restart marker at `path`, if there is one.
+pub fn read_marker(path: &Path) -> Result<Option<RestartMarker>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| HostError::Marker { path: path.to_path_buf(), source }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(HostError::io("reading restart marker", path, e)),
+    }
+}
+
+/// Writes `value` as JSON to `path` in `data_dir` whole: a synced temp file renamed into
+/// place, then the directory synced. A reader sees the old or the new record, never half.
+pub fn write_json(data_dir: &Path, path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    std::fs::create_dir_all(data_dir).map_err(|e| HostError::io("creating", data_dir, e))?;
+    let bytes = serde_json::to_vec(value)
+        .map_err(|source| HostError::Marker { path: path.to_path_buf(), source })?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut temp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(data_dir)
+        .map_err(|e| HostError::io("creating a temp file in", data_dir, e))?;
+    std::io::Write::write_all(&mut temp, &bytes)
+        .and_then(|()| temp.as_file().sync_all())
+        .map_err(|e| HostError::io("writing", temp.path(), e))?;
+    temp.persist(path).map_err(|e| HostError::io("renaming to", path, e.error))?;
+    sync_dir(data_dir)?;
+    Ok(())
 }
 
 /// This process's instance id (pid and start time), the same for every [`LinuxHost`] made
@@ -464,12 +483,22 @@ impl Host for LinuxHost {
         };
         // A corrupt marker is a fact for the phase machine (the signal fails with why), not
         // an error to retry for ever.
-        let restart = match self.read_marker() {
-            Ok(marker) => RestartState::of(marker.as_ref(), signal, &self.instance),
-            Err(err @ HostError::Marker { .. }) => RestartState::Unreadable(err.reason()),
+        let (restart, rolled_back_after_update) = match self.read_marker() {
+            Ok(marker) => {
+                let after_update = marker
+                    .as_ref()
+                    .filter(|m| &m.signal == signal)
+                    .and_then(|m| m.watch.as_ref())
+                    .and_then(|w| match &w.state {
+                        WatchState::RolledBack { why, .. } => Some(why.clone()),
+                        WatchState::Watching | WatchState::Proven { .. } => None,
+                    });
+                (RestartState::of(marker.as_ref(), signal, &self.instance), after_update)
+            }
+            Err(err @ HostError::Marker { .. }) => (RestartState::Unreadable(err.reason()), None),
             Err(err) => return Err(err),
         };
-        Ok(Observed { staged, proven, live_sha256, restart })
+        Ok(Observed { staged, proven, live_sha256, restart, rolled_back_after_update })
     }
 
     async fn download(
@@ -585,8 +614,29 @@ impl Host for LinuxHost {
         self.write_marker(signal, TrialState::Pending)
     }
 
-    fn pass_trial(&self, signal: &SignalKey) -> Result<()> {
-        self.write_marker(signal, TrialState::Passed)
+    fn pass_trial(&self, signal: &SignalKey, watch: Option<&WatchStart>) -> Result<()> {
+        let watch = match watch.filter(|w| !w.window.is_zero()) {
+            // The new binary is live now: its digest is what a rollback may take out.
+            Some(start) => sha256_file(&self.live)?.map(|to_sha256| WatchRecord {
+                since: jiff::Timestamp::now().as_second(),
+                window_secs: start.window.as_secs(),
+                from: start.from.clone(),
+                to: start.to.clone().unwrap_or_default(),
+                to_sha256,
+                starts: 0,
+                abnormal_exits: 0,
+                running: false,
+                state: WatchState::Watching,
+            }),
+            None => None,
+        };
+        let marker = RestartMarker {
+            signal: signal.clone(),
+            instance: self.instance.clone(),
+            trial: TrialState::Passed,
+            watch,
+        };
+        self.write_json(&self.marker_path(), &marker)
     }
 
     fn roll_back(&self, signal: &SignalKey, to_version: &str, reason: &str) -> Result<()> {

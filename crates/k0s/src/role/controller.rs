@@ -29,14 +29,18 @@ pub fn run(
     // Resolved before anything can replace the file (see the worker).
     let binary = std::env::current_exe().context("finding the running binary")?;
     let restart = agent.restart;
+    // First: the post-update watch (count this start of a new binary, or roll it back).
+    let Some(post_update) = super::post_update::at_start(&binary, &node.data_dir, restart)? else {
+        return Ok(());
+    };
     let runtime = crate::runtime()?;
     let ended = runtime.block_on(async {
         args.validate()?;
         // First: the one SIGTERM/SIGINT listener, shared by everything that must stop.
         let terminated = super::on_termination();
         let mut node = node.resolve().await?;
-        let trial = node.trial(&agent.download, agent.trial_timeout);
-        let supervisor = components(&mut node, args, updater, &agent)?;
+        let trial = node.trial(&agent.download, agent.trial_timeout, agent.post_update_watch);
+        let supervisor = components(&mut node, args, updater, &agent, post_update)?;
         let (env, metrics_endpoint) = node.into_env(binary.clone());
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
         anyhow::Ok((ended, trial))
@@ -54,6 +58,7 @@ pub(crate) fn components(
     args: autopilot_controller::Args,
     updater: UpdaterFlags,
     agent: &ControllerAgentFlags,
+    post_update: autopilot_signal::post_update::AtStart,
 ) -> anyhow::Result<Supervisor> {
     let Metrics {
         before_agent: controller_metrics,
@@ -104,5 +109,6 @@ pub(crate) fn components(
             metrics: agent_metrics,
             allow_unverified_payloads,
             signing: agent.signing.clone(),
+            post_update,
         }))
 }

@@ -10,6 +10,7 @@
 //! (`STOP_GRACE`). The trial boot of a new binary starts the same list.
 
 pub mod controller;
+pub mod post_update;
 pub mod trial;
 pub mod worker;
 
@@ -20,16 +21,25 @@ use tokio_util::sync::CancellationToken;
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the process does once its components have stopped: restart into a new binary after
-/// its trial boot (`mode` says how), stop, or fail.
+/// its trial boot (`mode` says how), stop, or fail. A stop or a restart is a clean stop for
+/// the post-update watch; a failure is not.
 fn conclude(
     ended: Ended,
     trial: trial::Trial,
     binary: &std::path::Path,
     mode: autopilot_signal::RestartMode,
 ) -> anyhow::Result<()> {
+    let watch =
+        autopilot_signal::post_update::Files::new(binary.to_path_buf(), trial.data_dir.clone());
     match ended {
-        Ended::Restart => trial.then_restart(binary, mode),
-        Ended::Stopped => Ok(()),
+        Ended::Restart => {
+            autopilot_signal::post_update::stopped_cleanly(&watch, crate::VERSION);
+            trial.then_restart(binary, mode)
+        }
+        Ended::Stopped => {
+            autopilot_signal::post_update::stopped_cleanly(&watch, crate::VERSION);
+            Ok(())
+        }
         Ended::Failed(err) => Err(err),
     }
 }

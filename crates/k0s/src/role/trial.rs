@@ -18,6 +18,8 @@ pub(crate) struct Trial {
     pub(crate) data_dir: PathBuf,
     pub(crate) download: autopilot_signal::download::DownloadConfig,
     pub(crate) timeout: std::time::Duration,
+    /// `--post-update-watch`: how long the new binary is watched after it passed.
+    pub(crate) post_update_watch: std::time::Duration,
 }
 
 impl Trial {
@@ -29,7 +31,7 @@ impl Trial {
         binary: &std::path::Path,
         mode: autopilot_signal::RestartMode,
     ) -> anyhow::Result<()> {
-        let Self { config, data_dir, download, timeout } = self;
+        let Self { config, data_dir, download, timeout, post_update_watch } = self;
         let runtime = crate::runtime()?;
         let outcome = runtime.block_on(async {
             // SIGTERM ends the trial at once (the child goes with it): a stop must not wait
@@ -43,6 +45,7 @@ impl Trial {
                 args: std::env::args_os().skip(1).collect(),
                 deadline: timeout,
                 version: VERSION.to_string(),
+                post_update_watch,
             };
             tokio::select! {
                 outcome = autopilot_signal::trial::run(&host, &trial, &client) => outcome.map(Some),
@@ -82,16 +85,29 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
             Command::Controller { node, args, updater, agent } => {
                 args.validate()?;
                 let mut node = node.without_metrics().resolve().await?;
-                let supervisor = super::controller::components(&mut node, args, updater, &agent)?;
+                let supervisor = super::controller::components(
+                    &mut node,
+                    args,
+                    updater,
+                    &agent,
+                    autopilot_signal::post_update::AtStart::Nothing,
+                )?;
                 (supervisor, node.into_env(binary).0)
             }
             Command::Worker { node, args } => {
                 args.validate()?;
                 let mut node = node.without_metrics().resolve().await?;
-                let supervisor = super::worker::components(&mut node, &args);
+                let supervisor = super::worker::components(
+                    &mut node,
+                    &args,
+                    autopilot_signal::post_update::AtStart::Nothing,
+                );
                 (supervisor, node.into_env(binary).0)
             }
-            Command::Version | Command::Status { .. } | Command::Autopilot { .. } => {
+            Command::Version
+            | Command::Status { .. }
+            | Command::Autopilot { .. }
+            | Command::PostUpdateGuard { .. } => {
                 anyhow::bail!("only `k0s controller` and `k0s worker` boot on trial")
             }
         };
@@ -108,7 +124,10 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
 
 /// Restart into the binary now at `binary` (the runtime has shut down by now): re-execute it
 /// with the same arguments, or exit for a supervisor.
-fn restart(binary: &std::path::Path, mode: autopilot_signal::RestartMode) -> anyhow::Result<()> {
+pub(crate) fn restart(
+    binary: &std::path::Path,
+    mode: autopilot_signal::RestartMode,
+) -> anyhow::Result<()> {
     match mode {
         autopilot_signal::RestartMode::Exec => {
             use std::os::unix::process::CommandExt as _;

@@ -19,13 +19,18 @@ pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Resul
     // Resolved before anything can replace the file: an update swaps a new binary in
     // at this path, and the restart executes whatever is there then.
     let binary = std::env::current_exe().context("finding the running binary")?;
+    // First: the post-update watch (count this start of a new binary, or roll it back).
+    let Some(post_update) = super::post_update::at_start(&binary, &node.data_dir, args.restart)?
+    else {
+        return Ok(());
+    };
     let runtime = crate::runtime()?;
     let ended = runtime.block_on(async {
         args.validate()?;
         let terminated = super::on_termination();
         let mut node = node.resolve().await?;
-        let trial = node.trial(&args.download, args.trial_timeout);
-        let supervisor = components(&mut node, &args);
+        let trial = node.trial(&args.download, args.trial_timeout, args.post_update_watch);
+        let supervisor = components(&mut node, &args, post_update);
         let (env, metrics_endpoint) = node.into_env(binary.clone());
         tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.registration.register_node, binary = %binary.display(), "starting worker");
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
@@ -41,6 +46,7 @@ pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Resul
 pub(crate) fn components(
     node: &mut ResolvedNode,
     args: &autopilot_signal::WorkerArgs,
+    post_update: autopilot_signal::post_update::AtStart,
 ) -> Supervisor {
     let Metrics { before_agent: (), agent: metrics, after_agent: () } =
         node.register(|_| (), |_| ());
@@ -68,5 +74,6 @@ pub(crate) fn components(
         metrics,
         allow_unverified_payloads: args.allow_unverified_payloads,
         signing: args.signing.clone(),
+        post_update,
     })
 }

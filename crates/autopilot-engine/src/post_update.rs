@@ -1,0 +1,313 @@
+//! The post-update watch of a node (DESIGN §15): pure, no clock, no file.
+//!
+//! After a new binary passed its trial boot and was swapped in, the restart marker carries a
+//! [`Watch`] for `--post-update-watch`. Three callers look at it and act on the [`Verdict`]
+//! of [`decide`]: the guard the units run from the proven binary (`k0s.prev
+//! post-update-guard`) before every start, the new binary first thing at its start, and the
+//! new binary while it runs (with how long it has been healthy in a row). The proven binary,
+//! once it runs again after a rollback, reports it ([`Caller::Previous`]).
+
+use std::time::Duration;
+
+/// How many abnormal exits of the new binary within the window roll it back.
+pub const MAX_ABNORMAL_EXITS: u32 = 3;
+
+/// How long the new binary must stay healthy in a row (up, its agent's watch of its own
+/// object established) to be proven after the update: long enough to outlive a crash a few
+/// seconds into the run, short enough that an update does not hang over a node for long.
+pub const HEALTHY_FOR: Duration = Duration::from_secs(60);
+
+/// The watch as the restart marker records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watch {
+    /// When the watch began (the swap), wall clock, unix seconds.
+    pub since: i64,
+    /// How long it lasts.
+    pub window: Duration,
+    /// How many times the new binary started.
+    pub starts: u32,
+    /// How many of its runs ended without a clean stop.
+    pub abnormal_exits: u32,
+    /// Its last start has not stopped cleanly (yet): if it is not running any more, it
+    /// exited abnormally.
+    pub running: bool,
+    /// Where the watch stands.
+    pub state: State,
+}
+
+/// Where a watch stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// The new binary is watched. Exits: [`State::Proven`] after [`HEALTHY_FOR`] healthy,
+    /// [`State::RolledBack`] after [`MAX_ABNORMAL_EXITS`] abnormal exits or at the end of
+    /// the window.
+    Watching,
+    /// The new binary stayed healthy for [`HEALTHY_FOR`]: the watch is over. Terminal.
+    Proven,
+    /// The proven binary was put back. `reported` once it told the cluster. Terminal but
+    /// for the report.
+    RolledBack {
+        /// The rollback was reported (log, Event, metric).
+        reported: bool,
+    },
+}
+
+/// Why a watch rolled the new binary back (the `reason` label of
+/// `k0s_autopilot_rollbacks_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// It exited abnormally [`MAX_ABNORMAL_EXITS`] times.
+    Crashed,
+    /// It was never healthy for [`HEALTHY_FOR`] in a row within the window.
+    Unhealthy,
+}
+
+impl Reason {
+    /// Every reason, in label order.
+    pub const ALL: [Self; 2] = [Self::Crashed, Self::Unhealthy];
+
+    /// Its metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Crashed => "crashed",
+            Self::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+/// Who asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// The guard run from the proven binary before a start (`k0s.prev post-update-guard`).
+    Guard,
+    /// The new binary, first thing at its start.
+    Starting,
+    /// The new binary while it runs, healthy for `healthy_for` in a row (zero: not now).
+    Running {
+        /// How long it has been healthy in a row.
+        healthy_for: Duration,
+    },
+    /// The proven binary, running (again).
+    Previous,
+}
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing: no watch for this caller (over, or about another binary).
+    Nothing,
+    /// The new binary runs and is watched: look again later.
+    KeepWatching,
+    /// Record this start of the new binary (and an abnormal exit of the one before, if so).
+    RecordStart {
+        /// The previous start never stopped cleanly.
+        abnormal_exit: bool,
+    },
+    /// Put the proven binary back and start it.
+    RollBack {
+        /// Why, as a label.
+        reason: Reason,
+        /// Why, in words.
+        why: String,
+    },
+    /// The new binary is proven after the update: record it; the watch is over.
+    Proven,
+    /// Report the rollback (log, Event, metric) and record that it was reported.
+    Report,
+}
+
+/// The verdict for `caller` on `watch` at `now` (wall clock, unix seconds).
+pub fn decide(watch: &Watch, now: i64, caller: Caller) -> Verdict {
+    match (watch.state, caller) {
+        (State::Watching, Caller::Guard) => rollback_due(watch, now).unwrap_or(Verdict::Nothing),
+        (State::Watching, Caller::Starting) => rollback_due(watch, now)
+            .unwrap_or(Verdict::RecordStart { abnormal_exit: watch.running }),
+        (State::Watching, Caller::Running { healthy_for }) if healthy_for >= HEALTHY_FOR => {
+            Verdict::Proven
+        }
+        (State::Watching, Caller::Running { .. }) => {
+            if window_over(watch, now) {
+                Verdict::RollBack { reason: Reason::Unhealthy, why: unhealthy(watch) }
+            } else {
+                Verdict::KeepWatching
+            }
+        }
+        (State::Watching, Caller::Previous) => Verdict::Nothing,
+        (State::RolledBack { reported: false }, Caller::Previous) => Verdict::Report,
+        (
+            State::RolledBack { reported: false },
+            Caller::Guard | Caller::Starting | Caller::Running { .. },
+        )
+        | (State::RolledBack { reported: true } | State::Proven, _) => Verdict::Nothing,
+    }
+}
+
+/// A rollback, if one is due before a start: counting the exit of a start that never
+/// stopped cleanly, or the window being over without a proof.
+fn rollback_due(watch: &Watch, now: i64) -> Option<Verdict> {
+    // Check 1: the crash count, with the exit of the last start if it never stopped cleanly.
+    let exits = watch.abnormal_exits + u32::from(watch.running);
+    if exits >= MAX_ABNORMAL_EXITS {
+        return Some(Verdict::RollBack {
+            reason: Reason::Crashed,
+            why: format!(
+                "the new binary exited abnormally {exits} times within {} of the update",
+                autopilot_api::duration::format(watch.window)
+            ),
+        });
+    }
+    // Check 2: the window is over and it was never proven.
+    window_over(watch, now)
+        .then(|| Verdict::RollBack { reason: Reason::Unhealthy, why: unhealthy(watch) })
+}
+
+fn window_over(watch: &Watch, now: i64) -> bool {
+    let elapsed = u64::try_from(now.saturating_sub(watch.since)).unwrap_or(0);
+    Duration::from_secs(elapsed) >= watch.window
+}
+
+fn unhealthy(watch: &Watch) -> String {
+    format!(
+        "the new binary was not healthy for {} in a row within {} of the update",
+        autopilot_api::duration::format(HEALTHY_FOR),
+        autopilot_api::duration::format(watch.window)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SINCE: i64 = 1_000_000;
+    const WINDOW: Duration = Duration::from_secs(600);
+
+    fn watching(starts: u32, abnormal_exits: u32, running: bool) -> Watch {
+        Watch {
+            since: SINCE,
+            window: WINDOW,
+            starts,
+            abnormal_exits,
+            running,
+            state: State::Watching,
+        }
+    }
+
+    fn running(secs: u64) -> Caller {
+        Caller::Running { healthy_for: Duration::from_secs(secs) }
+    }
+
+    #[test]
+    fn the_first_start_after_the_swap_is_recorded_and_the_guard_does_nothing() {
+        let watch = watching(0, 0, false);
+        assert_eq!(decide(&watch, SINCE + 1, Caller::Guard), Verdict::Nothing);
+        assert_eq!(
+            decide(&watch, SINCE + 1, Caller::Starting),
+            Verdict::RecordStart { abnormal_exit: false }
+        );
+    }
+
+    #[test]
+    fn a_start_after_one_that_never_stopped_cleanly_counts_an_abnormal_exit() {
+        let watch = watching(1, 0, true);
+        assert_eq!(decide(&watch, SINCE + 10, Caller::Guard), Verdict::Nothing);
+        assert_eq!(
+            decide(&watch, SINCE + 10, Caller::Starting),
+            Verdict::RecordStart { abnormal_exit: true }
+        );
+        let stopped_cleanly = watching(1, 0, false);
+        assert_eq!(
+            decide(&stopped_cleanly, SINCE + 10, Caller::Starting),
+            Verdict::RecordStart { abnormal_exit: false }
+        );
+    }
+
+    #[test]
+    fn the_third_abnormal_exit_rolls_back_in_the_guard_and_in_the_starting_binary() {
+        let watch = watching(3, 2, true);
+        let expected = Verdict::RollBack {
+            reason: Reason::Crashed,
+            why: "the new binary exited abnormally 3 times within 10m of the update".into(),
+        };
+        assert_eq!(decide(&watch, SINCE + 30, Caller::Guard), expected);
+        assert_eq!(decide(&watch, SINCE + 30, Caller::Starting), expected);
+        // Two abnormal exits and a clean stop: not yet.
+        let clean = watching(3, 2, false);
+        assert_eq!(decide(&clean, SINCE + 30, Caller::Guard), Verdict::Nothing);
+    }
+
+    #[test]
+    fn a_start_after_the_window_without_a_proof_rolls_back_as_unhealthy() {
+        let watch = watching(1, 0, false);
+        let expected = Verdict::RollBack {
+            reason: Reason::Unhealthy,
+            why: "the new binary was not healthy for 1m in a row within 10m of the update".into(),
+        };
+        assert_eq!(decide(&watch, SINCE + 600, Caller::Guard), expected);
+        assert_eq!(decide(&watch, SINCE + 600, Caller::Starting), expected);
+        assert_eq!(decide(&watch, SINCE + 599, Caller::Guard), Verdict::Nothing);
+    }
+
+    #[test]
+    fn a_clock_set_back_never_ends_the_window() {
+        let watch = watching(1, 0, false);
+        assert_eq!(
+            decide(&watch, SINCE - 10_000, Caller::Starting),
+            Verdict::RecordStart { abnormal_exit: false }
+        );
+    }
+
+    #[test]
+    fn the_running_binary_is_proven_after_a_minute_healthy_in_a_row() {
+        let watch = watching(1, 0, true);
+        assert_eq!(decide(&watch, SINCE + 30, running(59)), Verdict::KeepWatching);
+        assert_eq!(decide(&watch, SINCE + 61, running(60)), Verdict::Proven);
+        // Proof wins over a window that ends at the same moment.
+        assert_eq!(decide(&watch, SINCE + 600, running(60)), Verdict::Proven);
+    }
+
+    #[test]
+    fn the_running_binary_rolls_itself_back_when_the_window_ends_unproven() {
+        let watch = watching(1, 0, true);
+        assert_eq!(
+            decide(&watch, SINCE + 600, running(20)),
+            Verdict::RollBack {
+                reason: Reason::Unhealthy,
+                why: "the new binary was not healthy for 1m in a row within 10m of the update"
+                    .into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_previous_binary_reports_a_rollback_once() {
+        let mut watch = watching(3, 3, false);
+        watch.state = State::RolledBack { reported: false };
+        assert_eq!(decide(&watch, SINCE, Caller::Previous), Verdict::Report);
+        for caller in [Caller::Guard, Caller::Starting, running(100)] {
+            assert_eq!(decide(&watch, SINCE, caller), Verdict::Nothing, "{caller:?}");
+        }
+        watch.state = State::RolledBack { reported: true };
+        assert_eq!(decide(&watch, SINCE, Caller::Previous), Verdict::Nothing);
+    }
+
+    #[test]
+    fn a_proven_watch_is_over_for_everyone() {
+        let mut watch = watching(5, 2, true);
+        watch.state = State::Proven;
+        for caller in [Caller::Guard, Caller::Starting, running(0), Caller::Previous] {
+            assert_eq!(decide(&watch, SINCE + 10_000, caller), Verdict::Nothing, "{caller:?}");
+        }
+    }
+
+    #[test]
+    fn the_previous_binary_leaves_a_watch_in_progress_alone() {
+        let watch = watching(1, 0, true);
+        assert_eq!(decide(&watch, SINCE + 10_000, Caller::Previous), Verdict::Nothing);
+    }
+
+    #[test]
+    fn reasons_have_stable_labels() {
+        let labels: Vec<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels, ["crashed", "unhealthy"]);
+    }
+}

@@ -1,0 +1,543 @@
+//! The post-update watch on the node (DESIGN §15): the shell around
+//! [`autopilot_engine::post_update::decide`].
+//!
+//! A passed trial boot swaps the new binary in and records a [`WatchRecord`] in the restart
+//! marker (`crate::trial`). From then on, for `--post-update-watch`:
+//! - [`guard`] (`k0s.prev post-update-guard`, the units' `ExecStartPre`, run from the proven
+//!   binary) puts `k0s.prev` back before the new binary starts once it has exited abnormally
+//!   three times, or once the window is over without a proof;
+//! - [`at_start`] (first thing in `k0s worker` / `k0s controller`) counts the new binary's
+//!   starts, and the abnormal exit of a start that never stopped cleanly (so a node without
+//!   the guard is covered too), or finds that the proven binary runs again after a rollback
+//!   and must report it;
+//! - [`Watching::run`] (in the running new binary) proves it after 60 s healthy in a row
+//!   (its update agent holds an established watch of its own object, see [`Established`]),
+//!   or rolls back itself when the window ends first;
+//! - [`stopped_cleanly`] records a clean stop (SIGTERM, or an exit for a restart).
+//!
+//! A rollback is crash-safe like a swap: the marker records it first, then [`finish`] links
+//! the new binary aside as `k0s.refused.new`, renames a link of `k0s.prev` over the live
+//! path (the live path always holds a complete binary) and moves the refused file to
+//! `k0s.refused`, mode 0600. `k0s.prev` keeps the proven binary (then the same file as the
+//! live one). Only a live binary with the digest the watch recorded is ever taken out: a
+//! binary an operator put in place by hand is left alone.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use autopilot_engine::post_update::{Caller, Reason, Verdict, decide};
+use tracing::{info, warn};
+
+use crate::download::{parent_dir, sync_dir};
+use crate::host::linux::{read_marker, sha256_file, write_json};
+use crate::host::{RestartMarker, WatchRecord, WatchState};
+
+/// The restart marker's file name in the data directory (see `LinuxHost::marker_path`).
+pub const MARKER_FILE: &str = "autopilot-restart.json";
+
+/// How often the running new binary looks at its health and the window.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Where the watch's files are: the live binary (its `k0s.prev` and `k0s.refused` next to
+/// it) and the data directory (the restart marker).
+#[derive(Clone, Debug)]
+pub struct Files {
+    live: PathBuf,
+    data_dir: PathBuf,
+}
+
+impl Files {
+    /// The files of the node whose live binary is `live` and data directory `data_dir`.
+    pub fn new(live: PathBuf, data_dir: PathBuf) -> Self {
+        Self { live, data_dir }
+    }
+
+    /// The restart marker.
+    pub fn marker_path(&self) -> PathBuf {
+        self.data_dir.join(MARKER_FILE)
+    }
+
+    /// The proven binary a rollback puts back.
+    pub fn previous_path(&self) -> PathBuf {
+        self.sibling(".prev")
+    }
+
+    /// Where the rolled-back binary is kept, not executable.
+    pub fn refused_path(&self) -> PathBuf {
+        self.sibling(".refused")
+    }
+
+    fn sibling(&self, suffix: &str) -> PathBuf {
+        let mut name = self.live.file_name().unwrap_or_default().to_os_string();
+        name.push(suffix);
+        parent_dir(&self.live).join(name)
+    }
+
+    fn read(&self) -> anyhow::Result<Option<(RestartMarker, WatchRecord)>> {
+        let marker = read_marker(&self.marker_path()).context("reading the restart marker")?;
+        Ok(marker.and_then(|m| m.watch.clone().map(|w| (m, w))))
+    }
+
+    /// Writes `marker` with `change` applied to its watch.
+    fn write(
+        &self,
+        mut marker: RestartMarker,
+        change: impl FnOnce(&mut WatchRecord),
+    ) -> anyhow::Result<()> {
+        if let Some(watch) = marker.watch.as_mut() {
+            change(watch);
+        }
+        write_json(&self.data_dir, &self.marker_path(), &marker)
+            .context("writing the restart marker")
+    }
+}
+
+/// The wall clock, unix seconds.
+pub fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// What [`guard`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Guarded {
+    /// Nothing to do (no marker, no watch, or no rollback due).
+    Nothing,
+    /// `k0s.prev` is live again.
+    RolledBack {
+        /// Why.
+        why: String,
+    },
+}
+
+/// The guard before a start (`k0s.prev post-update-guard`): puts `k0s.prev` back when the
+/// watch says so; finishes a rollback a killed process left half done. Safe without a
+/// marker, a watch or a `k0s.prev` (then it does nothing). Idempotent.
+pub fn guard(files: &Files, now: i64) -> anyhow::Result<Guarded> {
+    let Some((marker, watch)) = files.read()? else { return Ok(Guarded::Nothing) };
+    match decide(&watch.view(), now, Caller::Guard) {
+        Verdict::RollBack { reason, why } => {
+            if roll_back(files, marker, reason, &why, now)? {
+                Ok(Guarded::RolledBack { why })
+            } else {
+                Ok(Guarded::Nothing)
+            }
+        }
+        Verdict::Nothing
+        | Verdict::KeepWatching
+        | Verdict::RecordStart { .. }
+        | Verdict::Proven
+        | Verdict::Report => {
+            finish(files, &watch)?;
+            Ok(Guarded::Nothing)
+        }
+    }
+}
+
+/// What [`at_start`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AtStart {
+    /// No watch concerns this process.
+    Nothing,
+    /// This process is the new binary under watch; its start is counted.
+    Watched(Watching),
+    /// This process is the new binary and the watch rolled it back just now: restart into
+    /// the live binary (the proven one).
+    RolledBack {
+        /// Why.
+        why: String,
+    },
+    /// This process is the proven binary after a rollback that is not reported yet.
+    Report(Report),
+}
+
+/// The rollback the proven binary reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The metric label (`crashed`, `unhealthy`).
+    pub reason: String,
+    /// Why, in words.
+    pub why: String,
+    /// The version put back.
+    pub from: String,
+    /// The version rolled back.
+    pub to: String,
+}
+
+/// The check first thing at the start of a node process running `version`: counts the
+/// start of the new binary under watch (and the abnormal exit of its previous start), rolls
+/// back after the third abnormal exit or after the window, or finds a rollback to report.
+pub fn at_start(files: &Files, version: &str, now: i64) -> anyhow::Result<AtStart> {
+    let Some((marker, watch)) = files.read()? else { return Ok(AtStart::Nothing) };
+    let caller = if watch.is_about(version) { Caller::Starting } else { Caller::Previous };
+    match decide(&watch.view(), now, caller) {
+        Verdict::RecordStart { abnormal_exit } => {
+            let since = watch.since;
+            let mut counted = watch.clone();
+            files.write(marker, |w| {
+                w.starts += 1;
+                w.abnormal_exits += u32::from(abnormal_exit);
+                w.running = true;
+                counted = w.clone();
+            })?;
+            info!(
+                starts = counted.starts,
+                abnormal_exits = counted.abnormal_exits,
+                window = %autopilot_api::duration::format(Duration::from_secs(counted.window_secs)),
+                "the new binary is watched after the update"
+            );
+            Ok(AtStart::Watched(Watching { files: files.clone(), since }))
+        }
+        Verdict::RollBack { reason, why } => {
+            if roll_back(files, marker, reason, &why, now)? {
+                Ok(AtStart::RolledBack { why })
+            } else {
+                Ok(AtStart::Nothing)
+            }
+        }
+        Verdict::Report => match &watch.state {
+            WatchState::RolledBack { reason, why, .. } => {
+                finish(files, &watch)?;
+                Ok(AtStart::Report(Report {
+                    reason: reason.clone(),
+                    why: why.clone(),
+                    from: watch.from.clone(),
+                    to: watch.to.clone(),
+                }))
+            }
+            WatchState::Watching | WatchState::Proven { .. } => Ok(AtStart::Nothing),
+        },
+        Verdict::Nothing | Verdict::KeepWatching | Verdict::Proven => {
+            if let Err(err) = finish(files, &watch) {
+                warn!(error = %format!("{err:#}"), "could not finish an interrupted rollback");
+            }
+            Ok(AtStart::Nothing)
+        }
+    }
+}
+
+/// Records a clean stop of the new binary running `version` (SIGTERM, or an exit for a
+/// restart): its next start is not an abnormal exit. Best effort.
+pub fn stopped_cleanly(files: &Files, version: &str) {
+    let result = files.read().and_then(|found| match found {
+        Some((marker, watch))
+            if matches!(watch.state, WatchState::Watching)
+                && watch.running
+                && watch.is_about(version) =>
+        {
+            files.write(marker, |w| w.running = false)
+        }
+        Some(_) | None => Ok(()),
+    });
+    if let Err(err) = result {
+        warn!(error = %format!("{err:#}"), "could not record the clean stop in the restart marker");
+    }
+}
+
+/// Records that the rollback was reported.
+pub fn reported(files: &Files) -> anyhow::Result<()> {
+    let Some((marker, watch)) = files.read()? else { return Ok(()) };
+    match watch.state {
+        WatchState::RolledBack { reported: false, .. } => files.write(marker, |w| {
+            if let WatchState::RolledBack { reported, .. } = &mut w.state {
+                *reported = true;
+            }
+        }),
+        WatchState::RolledBack { reported: true, .. }
+        | WatchState::Watching
+        | WatchState::Proven { .. } => Ok(()),
+    }
+}
+
+/// Rolls back: records it in the marker (`reason`, `why`), then [`finish`]es it. `false`
+/// (and nothing done) when there is no `k0s.prev` to put back.
+fn roll_back(
+    files: &Files,
+    marker: RestartMarker,
+    reason: Reason,
+    why: &str,
+    now: i64,
+) -> anyhow::Result<bool> {
+    let previous = files.previous_path();
+    if !previous.is_file() {
+        warn!(%why, previous = %previous.display(), "a rollback is due, but there is no previous binary to put back");
+        return Ok(false);
+    }
+    warn!(reason = reason.as_str(), %why, "rolling back to the previous binary after the update");
+    let mut rolled = None;
+    // Crash safety: the marker first. From then on the decision stands, and whoever reads
+    // the marker next (the guard, or any start) finishes the file moves.
+    files.write(marker, |w| {
+        w.running = false;
+        w.state = WatchState::RolledBack {
+            reason: reason.as_str().to_string(),
+            why: why.to_string(),
+            at: now,
+            reported: false,
+        };
+        rolled = Some(w.clone());
+    })?;
+    if let Some(watch) = rolled {
+        finish(files, &watch)?;
+    }
+    Ok(true)
+}
+
+/// Finishes a recorded rollback: while the live binary is still the new one (its digest is
+/// the recorded one), links it aside as `k0s.refused.new` and renames a link of `k0s.prev`
+/// over it; then makes `k0s.refused.new` not executable and renames it to `k0s.refused`.
+/// Every step can be repeated after a crash; the live path always holds a whole binary.
+pub fn finish(files: &Files, watch: &WatchRecord) -> anyhow::Result<()> {
+    if !matches!(watch.state, WatchState::RolledBack { .. }) {
+        return Ok(());
+    }
+    let live = &files.live;
+    let dir = parent_dir(live);
+    let refused_new = files.sibling(".refused.new");
+    let live_sha = sha256_file(live).context("hashing the live binary")?;
+    if live_sha.as_deref() == Some(watch.to_sha256.as_str()) {
+        let previous = files.previous_path();
+        anyhow::ensure!(previous.is_file(), "no {} to put back", previous.display());
+        remove_if_present(&refused_new)?;
+        link_or_copy(live, &refused_new)?;
+        let putting_back = files.sibling(".rollback.tmp");
+        remove_if_present(&putting_back)?;
+        link_or_copy(&previous, &putting_back)?;
+        std::fs::rename(&putting_back, live).with_context(|| {
+            format!("renaming {} to {}", putting_back.display(), live.display())
+        })?;
+        sync_dir(&dir)?;
+        info!(live = %live.display(), "the previous binary is live again");
+    }
+    if refused_new.exists() {
+        // Kept to be looked at, never to be run by mistake (as a trial refusal).
+        std::fs::set_permissions(&refused_new, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("making {} not executable", refused_new.display()))?;
+        let refused = files.refused_path();
+        std::fs::rename(&refused_new, &refused)
+            .with_context(|| format!("renaming to {}", refused.display()))?;
+        sync_dir(&dir)?;
+    }
+    Ok(())
+}
+
+fn link_or_copy(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        std::fs::File::open(to).and_then(|f| f.sync_all())?;
+    }
+    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+}
+
+/// Whether this node's update agent holds an established watch of its own object (its Node
+/// or ControlNode): what "healthy" means for the post-update watch. The agent sets it when
+/// its watch delivered its object and clears it when the watch fails; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Established(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Established {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::watch::Sender::new(false)))
+    }
+}
+
+impl Established {
+    /// Records whether the watch is established now.
+    pub fn set(&self, established: bool) {
+        self.0.send_if_modified(|now| std::mem::replace(now, established) != established);
+    }
+
+    /// Whether the watch is established now.
+    pub fn get(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// The watch of the running new binary (from [`at_start`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watching {
+    files: Files,
+    /// Which watch (its start): a marker with another one is not this watch any more.
+    since: i64,
+}
+
+impl PartialEq for Files {
+    fn eq(&self, other: &Self) -> bool {
+        self.live == other.live && self.data_dir == other.data_dir
+    }
+}
+
+impl Eq for Files {}
+
+/// How the watch of the running new binary ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// Proven after the update, or the watch is not this process's any more.
+    Over,
+    /// Rolled back: restart into the live (proven) binary.
+    RolledBack {
+        /// Why.
+        why: String,
+    },
+}
+
+impl Watching {
+    /// Looks every second until the new binary is proven (healthy, per `healthy`, for a
+    /// minute in a row) or the window ends first (then rolls back).
+    pub async fn run(self, healthy: Established) -> Watched {
+        let mut ticker = tokio::time::interval(TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut healthy_since: Option<tokio::time::Instant> = None;
+        loop {
+            ticker.tick().await;
+            healthy_since = match (healthy.get(), healthy_since) {
+                (true, Some(since)) => Some(since),
+                (true, None) => Some(tokio::time::Instant::now()),
+                (false, _) => None,
+            };
+            let healthy_for = healthy_since.map(|s| s.elapsed()).unwrap_or_default();
+            match self.look(healthy_for) {
+                Ok(Some(watched)) => return watched,
+                Ok(None) => {}
+                Err(err) => warn!(error = %format!("{err:#}"), "post-update watch: cannot look"),
+            }
+        }
+    }
+
+    fn look(&self, healthy_for: Duration) -> anyhow::Result<Option<Watched>> {
+        let Some((marker, watch)) = self.files.read()? else { return Ok(Some(Watched::Over)) };
+        if watch.since != self.since {
+            return Ok(Some(Watched::Over));
+        }
+        let now = now();
+        match decide(&watch.view(), now, Caller::Running { healthy_for }) {
+            Verdict::KeepWatching => Ok(None),
+            Verdict::Proven => {
+                self.files.write(marker, |w| w.state = WatchState::Proven { at: now })?;
+                info!(healthy_for = ?healthy_for, "the new binary is proven after the update; the watch is over");
+                Ok(Some(Watched::Over))
+            }
+            Verdict::RollBack { reason, why } => {
+                if roll_back(&self.files, marker, reason, &why, now)? {
+                    Ok(Some(Watched::RolledBack { why }))
+                } else {
+                    Ok(Some(Watched::Over))
+                }
+            }
+            Verdict::Nothing | Verdict::RecordStart { .. } | Verdict::Report => {
+                Ok(Some(Watched::Over))
+            }
+        }
+    }
+}
+
+/// The reason of the Event a node writes on its own object after a post-update rollback.
+pub const EVENT_REASON: &str = "RolledBackAfterUpdate";
+
+/// How many times the proven binary tries to write the Event about a rollback before it
+/// gives up (the log line and the metric are there anyway).
+const EVENT_ATTEMPTS: u32 = 10;
+
+/// Reports a rollback from the proven binary: an Event on `regarding` (this node's own
+/// object, as `reporter`), retried while the API server does not take it, then records the
+/// report in the marker. The caller has logged it and counted it already.
+pub async fn report_event(
+    client: kube::Client,
+    reporter: autopilot_shell::events::Reporter,
+    regarding: k8s_openapi::api::core::v1::ObjectReference,
+    files: Files,
+    report: Report,
+) {
+    use autopilot_shell::events::{Event, EventType, publish};
+    let Report { reason: _, why, from, to } = report;
+    let to = if to.is_empty() { "the new binary".to_string() } else { to };
+    let event = Event {
+        regarding,
+        action: "PostUpdateWatch",
+        type_: EventType::Warning,
+        reason: EVENT_REASON,
+        note: format!("rolled back from {to} to {from} after the update: {why}"),
+    };
+    let mut delay = Duration::from_secs(1);
+    for attempt in 1..=EVENT_ATTEMPTS {
+        let written = match publish(&client, &reporter, &event).await {
+            Ok(()) => Ok(()),
+            // A node's own identity may write core Events only (the Node authorizer).
+            Err(kube::Error::Api(response)) if response.code == 403 => {
+                publish_core(&client, &reporter, &event).await
+            }
+            Err(err) => Err(err),
+        };
+        match written {
+            Ok(()) => {
+                info!(reason = EVENT_REASON, "rollback after the update reported");
+                break;
+            }
+            Err(err) if attempt == EVENT_ATTEMPTS => {
+                warn!(error = %err, "cannot write the Event about the rollback after the update; giving up");
+            }
+            Err(err) => {
+                warn!(error = %err, retry_in = ?delay, "cannot write the Event about the rollback after the update");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+    if let Err(err) = reported(&files) {
+        warn!(error = %format!("{err:#}"), "cannot record the report in the restart marker");
+    }
+}
+
+/// Writes `event` as a core `v1` Event (what the Node authorizer lets a node write).
+async fn publish_core(
+    client: &kube::Client,
+    reporter: &autopilot_shell::events::Reporter,
+    event: &autopilot_shell::events::Event,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    let namespace = autopilot_api::keys::EVENT_NAMESPACE;
+    let now = jiff::Timestamp::now();
+    let name = event.regarding.name.clone().unwrap_or_else(|| "node".to_string());
+    let body = CoreEvent {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+            namespace: Some(namespace.to_string()),
+            ..Default::default()
+        },
+        involved_object: event.regarding.clone(),
+        action: Some(event.action.to_string()),
+        reason: Some(event.reason.to_string()),
+        message: Some(autopilot_api::text::truncate(
+            &event.note,
+            autopilot_shell::events::NOTE_MAX_BYTES,
+        )),
+        type_: Some(event.type_.as_str().to_string()),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        reporting_component: Some(reporter.controller.clone()),
+        reporting_instance: Some(reporter.instance.clone()),
+        source: Some(EventSource {
+            component: Some(reporter.controller.clone()),
+            host: Some(reporter.instance.clone()),
+        }),
+        ..Default::default()
+    };
+    kube::Api::<CoreEvent>::namespaced(client.clone(), namespace)
+        .create(&kube::api::PostParams::default(), &body)
+        .await
+        .map(drop)
+}

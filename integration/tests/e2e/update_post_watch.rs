@@ -1,0 +1,196 @@
+//! The post-update watch (DESIGN §15) with a real control plane and a real worker under
+//! `--restart exit` and a restarting supervisor that runs the units' `ExecStartPre` guard
+//! (the harness's [`integration::Supervised`]). The "v2" passes its trial boot (it is the
+//! real v2 build then) but dies 8 s into every normal run; after its third abnormal exit the
+//! guard, run from `k0s.prev`, puts v1 back before the next start, and v1 reports: an Event
+//! on its Node, `k0s_autopilot_rollbacks_total{reason="crashed"}` and the signal `Failed`.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::time::Duration;
+
+use autopilot_api::keys;
+use autopilot_api::signal::SignalPhase;
+use integration::{ClusterBuilder, wait_for};
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams};
+
+use crate::support::*;
+
+/// How long after the first crash the node must run v1 again.
+const BACK_ON_V1_WITHIN: Duration = Duration::from_secs(60);
+
+/// A "v2" that answers `version` as v2 and is the real v2 on trial (so it passes), but in a
+/// normal run starts the real v2 and kills it (SIGKILL, no clean stop) 8 s later, exiting 1.
+fn dying_v2(real: &std::path::Path) -> Vec<u8> {
+    let real = real.display();
+    format!(
+        "#!/bin/sh\n\
+         if [ \"$1\" = version ]; then echo {V2}; exit 0; fi\n\
+         if [ -n \"$K0S_AUTOPILOT_TRIAL\" ]; then exec {real} \"$@\"; fi\n\
+         {real} \"$@\" &\n\
+         child=$!\n\
+         sleep 8\n\
+         kill -9 $child\n\
+         echo 'k0s {V2} (test payload): killed 8s into the run' >&2\n\
+         exit 1\n"
+    )
+    .into_bytes()
+}
+
+/// The time of the Node's last Ready heartbeat.
+async fn last_heartbeat(nodes: &Api<Node>, name: &str) -> anyhow::Result<Option<jiff::Timestamp>> {
+    let node = nodes.get(name).await?;
+    Ok(node
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_heartbeat_time)
+        .map(|t| t.0))
+}
+
+#[tokio::test]
+async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_guard() {
+    let cluster = ClusterBuilder::new("update-post-watch")
+        .controllers(1)
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let worker = cluster
+        .k0s_worker("worker-0")
+        .with_metrics()
+        .unwrap()
+        .args(["--restart", "exit"])
+        .spawn()
+        .await
+        .unwrap();
+    wait_nodes_ready(&client, &["worker-0"]).await.unwrap();
+    let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
+    let v1 = binary_version(worker.binary_path());
+    assert_ne!(v1, V2);
+
+    // The real v2 lives outside the node's binary directory; the payload runs it.
+    let (v2_bytes, _) = v2_build();
+    let real = worker.dir().join("v2-real").join("k0s");
+    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+    std::fs::write(&real, &v2_bytes).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let payload = dying_v2(&real);
+    let server = integration::http::FileServer::start(payload.clone()).await.unwrap();
+
+    let worker = worker.supervise(Duration::from_secs(1));
+    let update = update_to(
+        V2,
+        server.base_url(),
+        &sha256_hex(&payload),
+        None,
+        Some(static_nodes(&["worker-0"], 1)),
+    );
+    create_plan(&client, &plan("autopilot", "post-watch", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+
+    // The trial passes, the worker exits for its supervisor (status 0), v2 starts, and then
+    // it dies 8 s into each run.
+    let first_crash =
+        wait_for(PLAN_TIMEOUT + BACK_ON_V1_WITHIN, "the first crash of v2", || async {
+            Ok(worker.exits().into_iter().find(|(_, status)| !status.success()).map(|(at, _)| at))
+        })
+        .await
+        .unwrap();
+    let node = worker.process();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let waited = BACK_ON_V1_WITHIN.saturating_sub(first_crash.elapsed());
+    wait_for(waited, "worker-0 back on v1 (on disk and published)", || async {
+        let on_disk = std::fs::read(node.binary_path())?;
+        let published = nodes.get("worker-0").await?;
+        let version = published.annotations().get(keys::ANNOTATION_K0S_VERSION).cloned();
+        Ok((on_disk == v1_bytes && version.as_deref() == Some(v1.as_str())).then_some(()))
+    })
+    .await
+    .unwrap();
+    let took = first_crash.elapsed();
+    let crashes = worker.exits().iter().filter(|(_, s)| !s.success()).count();
+    eprintln!(
+        "post-update watch: first crash of v2 → worker-0 on v1 (on disk and published) in {took:?}, after {crashes} crashes"
+    );
+    assert!(took < BACK_ON_V1_WITHIN, "back on v1 in {took:?}");
+    assert_eq!(crashes, 3, "rolled back after the third abnormal exit:\n{}", node.log_tail(60));
+    assert_eq!(binary_version(node.binary_path()), v1);
+
+    // The rollback is reported: the metric, an Event on the Node, the signal.
+    let address = node.metrics_address().expect("metrics address");
+    wait_for(
+        Duration::from_secs(30),
+        "k0s_autopilot_rollbacks_total{reason=crashed} = 1",
+        || async {
+            let scrape = integration::metrics::scrape(address).await?;
+            let crashed =
+                scrape.value_or_zero("k0s_autopilot_rollbacks_total", &[("reason", "crashed")]);
+            let unhealthy =
+                scrape.value_or_zero("k0s_autopilot_rollbacks_total", &[("reason", "unhealthy")]);
+            let trial = scrape.value("k0s_autopilot_rollbacks_total", &[("reason", "trial")]);
+            Ok((crashed == 1.0 && unhealthy == 0.0 && trial == Some(0.0)).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), keys::EVENT_NAMESPACE);
+    let event =
+        wait_for(Duration::from_secs(30), "the rollback Event on Node worker-0", || async {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(autopilot_signal::post_update::EVENT_REASON)
+                    && e.involved_object.name.as_deref() == Some("worker-0")
+                    && e.involved_object.kind.as_deref() == Some("Node")
+            }))
+        })
+        .await
+        .unwrap();
+    let note = event.message.unwrap_or_default();
+    assert!(
+        note.contains(&format!("rolled back from {V2} to {v1} after the update"))
+            && note.contains("exited abnormally 3 times"),
+        "{note}"
+    );
+    let signal =
+        wait_for(Duration::from_secs(30), "the signal Failed after the rollback", || async {
+            let signal = node_signal(&client, "worker-0").await?;
+            Ok(signal.filter(|s| s.phase() == Some(SignalPhase::Failed)))
+        })
+        .await
+        .unwrap();
+    let reason = signal.status.and_then(|s| s.reason).unwrap_or_default();
+    assert!(
+        reason
+            .starts_with("rolled back after the update: the new binary exited abnormally 3 times"),
+        "{reason}"
+    );
+
+    // What is on disk: v1 live and as k0s.prev, the payload refused and not executable.
+    let refused = node.binary_path().with_file_name("k0s.refused");
+    assert!(std::fs::read(&refused).unwrap() == payload, "k0s.refused is the v2 payload");
+    let mode = std::fs::metadata(&refused).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let prev = std::fs::read(node.binary_path().with_file_name("k0s.prev")).unwrap();
+    assert!(prev == v1_bytes, "k0s.prev keeps v1");
+
+    // It stays on v1: a Ready heartbeat written after all this, and no exit since.
+    let exits = worker.exits().len();
+    let now = jiff::Timestamp::now();
+    wait_for(Duration::from_secs(45), "a heartbeat of v1 after the rollback", || async {
+        Ok(last_heartbeat(&nodes, "worker-0").await?.filter(|t| *t > now))
+    })
+    .await
+    .unwrap();
+    assert_eq!(worker.exits().len(), exits, "no exit since the rollback:\n{}", node.log_tail(40));
+    assert!(node.is_running());
+    assert!(std::fs::read(node.binary_path()).unwrap() == v1_bytes, "still v1 on disk");
+    let (cordoned, marked) = node_cordon(&client, "worker-0").await.unwrap();
+    assert!(!cordoned && !marked, "nothing cordoned is left");
+}
