@@ -15,6 +15,7 @@ pub mod effect;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
+pub mod prometheus;
 pub mod reconcile;
 
 use std::net::SocketAddr;
