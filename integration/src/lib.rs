@@ -97,6 +97,7 @@ pub mod metrics;
 mod net;
 mod pki;
 mod process;
+pub mod prometheus;
 pub mod rbac;
 pub mod responder;
 pub mod signals;
