@@ -67,6 +67,11 @@ pub const PROMETHEUS_MODULE_VERSION: &str = "v0.316.0";
 /// it (stamped in with `-ldflags -X`).
 pub const PROMETHEUS_RELEASE: &str = "3.16.0";
 
+/// The Go version Prometheus's go.mod asks for, written into the wrapper module's `go` line: an
+/// older `go` (1.21 or newer) then fetches this toolchain from the module proxy by itself
+/// (unless `GOTOOLCHAIN=local`, when it fails saying which version it needs).
+pub const GO_VERSION: &str = "1.26.7";
+
 /// The package of the server binary.
 const PACKAGE: &str = "github.com/prometheus/prometheus/cmd/prometheus";
 
@@ -165,9 +170,8 @@ pub fn ensure_built() -> anyhow::Result<PathBuf> {
          {PROMETHEUS_MODULE_VERSION}, tags {BUILD_TAGS}) in {} (this takes a few minutes)",
         work.display()
     );
-    // `go mod tidy` raises the `go` line to what Prometheus's go.mod asks for.
     let go_mod = format!(
-        "module k0sautopilot/testing/prometheus\n\ngo 1.25\n\n\
+        "module k0sautopilot/testing/prometheus\n\ngo {GO_VERSION}\n\n\
          require {PROMETHEUS_MODULE} {PROMETHEUS_MODULE_VERSION}\n"
     );
     fs::write(work.join("go.mod"), go_mod)?;
