@@ -346,7 +346,7 @@ impl Prometheus {
                 .arg("--scrape.discovery-reload-interval=1s");
             let started = Instant::now();
             slot.start(&mut cmd, &log)?;
-            match wait_ready(address, &slot, &log).await {
+            match wait_ready(address, &slot).await {
                 Ok(()) => {
                     return Ok(Self {
                         address,
@@ -482,22 +482,23 @@ impl Drop for Prometheus {
     }
 }
 
-/// Waits until `/-/ready` answers 200, failing early if the process exits.
-async fn wait_ready(address: SocketAddr, slot: &ProcessSlot, log: &Path) -> anyhow::Result<()> {
-    wait_for(READY_TIMEOUT, &format!("prometheus on {address} to be ready"), || async {
+/// Waits until `/-/ready` answers 200, failing at once if the process exits first.
+async fn wait_ready(address: SocketAddr, slot: &ProcessSlot) -> anyhow::Result<()> {
+    let what = format!("prometheus on {address} to be ready");
+    let exited = wait_for(READY_TIMEOUT, &what, || async {
         if let Some(status) = slot.exit_status() {
-            bail!("prometheus exited ({status}): {}", tail(log, 5));
+            return Ok(Some(Some(status)));
         }
         match request(address, "GET", "/-/ready").await {
-            Ok((200, _)) => Ok(Some(())),
+            Ok((200, _)) => Ok(Some(None)),
             Ok(_) | Err(_) => Ok(None),
         }
     })
-    .await
-    .and_then(|()| match slot.exit_status() {
-        Some(status) => bail!("prometheus exited ({status})"),
+    .await?;
+    match exited {
+        Some(status) => bail!("prometheus exited ({status}) before it was ready"),
         None => Ok(()),
-    })
+    }
 }
 
 /// One plain HTTP/1.1 request without a body; returns the status code and the body's text.
