@@ -288,6 +288,7 @@ fn plan(
         signature_url,
     };
     let update = PlanCommandK0sUpdate {
+        gates: Vec::new(),
         version: version.to_owned(),
         forceupdate: false,
         platforms: BTreeMap::from([(platform.to_owned(), entry)]),

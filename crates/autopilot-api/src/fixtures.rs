@@ -98,6 +98,7 @@ pub trait PlanBuilder: Sized {
     fn then_k0s_update(mut self, version: &str) -> Self {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
+                gates: Vec::new(),
                 version: version.to_owned(),
                 forceupdate: false,
                 platforms: platforms("k0s"),
@@ -116,6 +117,7 @@ pub trait PlanBuilder: Sized {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: None,
             airgapupdate: Some(PlanCommandAirgapUpdate {
+                gates: Vec::new(),
                 version: version.to_owned(),
                 platforms: platforms("bundle"),
                 workers: PlanCommandTarget::default(),
@@ -362,6 +364,7 @@ pub fn k0s_signal(plan_id: &str, version: &str, url: &str, sha256: &str) -> Sign
     signal(
         plan_id,
         SignalCommand {
+            rollback: None,
             preflight: None,
             id: 0,
             k0supdate: Some(CommandK0sUpdate {
@@ -381,6 +384,7 @@ pub fn airgap_signal(plan_id: &str, version: &str, url: &str, sha256: &str) -> S
     signal(
         plan_id,
         SignalCommand {
+            rollback: None,
             preflight: None,
             id: 0,
             k0supdate: None,

@@ -152,6 +152,12 @@ pub const ANNOTATION_ABORT: &str = "autopilot.k0sproject.io/abort";
 /// plan by accident.
 pub const ANNOTATION_ACCEPT_WARNINGS: &str = "autopilot.k0sproject.io/accept-warnings";
 
+/// Plan annotation: its value is a plan id (`spec.id`) whose run an operator asked to roll
+/// back (DESIGN §15): every node the run changed is signalled to put back what it ran
+/// before, and the plan ends `RolledBack`. `k0s autopilot rollback` sets it; naming the id
+/// keeps an old annotation from rolling back a later plan.
+pub const ANNOTATION_ROLLBACK: &str = "autopilot.k0sproject.io/rollback";
+
 /// Well-known host name label, also set on every ControlNode.
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 

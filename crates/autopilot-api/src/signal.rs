@@ -43,7 +43,8 @@ pub struct SignalData {
     pub run_id: Option<String>,
 }
 
-/// What the node is asked to do: exactly one of `k0supdate`, `airgapupdate` and `preflight`.
+/// What the node is asked to do: exactly one of `k0supdate`, `airgapupdate`, `preflight` and
+/// `rollback`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SignalCommand {
@@ -62,6 +63,47 @@ pub struct SignalCommand {
     /// node reads the checks' definitions from the Plan's frozen command, never from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<CommandPreflight>,
+
+    /// Undo this run's update on the node (ours, DESIGN §15; k0s does not know it): put back
+    /// what the node ran before the run. Authorized only by the Plan's status, which lists
+    /// the node among the command's rollback targets with the same `version` as its "from".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<CommandRollback>,
+}
+
+/// Put back what the node ran before this run's update (DESIGN §15): no download.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRollback {
+    /// The version the node ran before the run (its "from" version, as the leader saw it
+    /// when it signalled the update): what the node must run again when it completes.
+    pub version: String,
+
+    /// What is rolled back: the k0s binary (`k0s`: `k0s.prev` goes back in place, with a
+    /// self-test and a trial boot like any update) or an airgap bundle (`airgap`: the
+    /// previous bundle file set is restored).
+    pub of: RollbackOf,
+}
+
+/// What a rollback puts back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RollbackOf {
+    /// The k0s binary (from `k0s.prev`).
+    #[serde(rename = "k0s")]
+    K0s,
+    /// The airgap bundle files.
+    #[serde(rename = "airgap")]
+    Airgap,
+}
+
+impl RollbackOf {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::K0s => "k0s",
+            Self::Airgap => "airgap",
+        }
+    }
 }
 
 /// Run the checks `checks` of the `preflight` command at this signal's command index of the
@@ -301,12 +343,15 @@ pub enum SignalError {
         field: &'static str,
     },
 
-    /// `command` has none of `k0supdate`, `airgapupdate` and `preflight`.
-    #[error("signal field command has none of k0supdate, airgapupdate and preflight")]
+    /// `command` has none of `k0supdate`, `airgapupdate`, `preflight` and `rollback`.
+    #[error("signal field command has none of k0supdate, airgapupdate, preflight and rollback")]
     NoUpdate,
 
-    /// `command` has more than one of `k0supdate`, `airgapupdate` and `preflight`.
-    #[error("signal field command has more than one of k0supdate, airgapupdate and preflight")]
+    /// `command` has more than one of `k0supdate`, `airgapupdate`, `preflight` and
+    /// `rollback`.
+    #[error(
+        "signal field command has more than one of k0supdate, airgapupdate, preflight and rollback"
+    )]
     BothUpdates,
 
     /// An update URL does not look like a URL.
@@ -420,27 +465,36 @@ pub fn decode(version: &str, data: &str) -> Result<SignalData, SignalError> {
 pub fn validate(data: &SignalData) -> Result<(), SignalError> {
     non_empty("planId", &data.plan_id)?;
     non_empty("created", &data.created)?;
-    match (&data.command.k0supdate, &data.command.airgapupdate, &data.command.preflight) {
-        (None, None, None) => return Err(SignalError::NoUpdate),
-        (Some(_), Some(_), _) | (Some(_), None, Some(_)) | (None, Some(_), Some(_)) => {
-            return Err(SignalError::BothUpdates);
+    let command = &data.command;
+    let set = [
+        command.k0supdate.is_some(),
+        command.airgapupdate.is_some(),
+        command.preflight.is_some(),
+        command.rollback.is_some(),
+    ];
+    match set.iter().filter(|set| **set).count() {
+        0 => return Err(SignalError::NoUpdate),
+        1 => {}
+        _ => return Err(SignalError::BothUpdates),
+    }
+    if let Some(update) = &command.k0supdate {
+        check_url("command.k0supdate.url", &update.url)?;
+        non_empty("command.k0supdate.version", &update.version)?;
+    }
+    if let Some(update) = &command.airgapupdate {
+        check_url("command.airgapupdate.url", &update.url)?;
+        non_empty("command.airgapupdate.version", &update.version)?;
+    }
+    if let Some(preflight) = &command.preflight {
+        if preflight.checks.is_empty() {
+            return Err(SignalError::EmptyField { field: "command.preflight.checks" });
         }
-        (Some(update), None, None) => {
-            check_url("command.k0supdate.url", &update.url)?;
-            non_empty("command.k0supdate.version", &update.version)?;
+        for check in &preflight.checks {
+            non_empty("command.preflight.checks[]", check.trim())?;
         }
-        (None, Some(update), None) => {
-            check_url("command.airgapupdate.url", &update.url)?;
-            non_empty("command.airgapupdate.version", &update.version)?;
-        }
-        (None, None, Some(preflight)) => {
-            if preflight.checks.is_empty() {
-                return Err(SignalError::EmptyField { field: "command.preflight.checks" });
-            }
-            for check in &preflight.checks {
-                non_empty("command.preflight.checks[]", check.trim())?;
-            }
-        }
+    }
+    if let Some(rollback) = &command.rollback {
+        non_empty("command.rollback.version", rollback.version.trim())?;
     }
     if let Some(status) = &data.status {
         non_empty("status.timestamp", &status.timestamp)?;

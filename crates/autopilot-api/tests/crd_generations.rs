@@ -83,7 +83,14 @@ fn incompatibilities(old: &Value, new: &Value) -> Vec<String> {
                 Some(_) => {}
             }
         }
-        for path in new_required.iter().filter(|path| !old_required.contains(path)) {
+        // A field required inside an object the old schema did not have is fine: an older
+        // binary never writes that object (it does not know it), so it cannot leave it
+        // without the field.
+        let existed = |path: &String| {
+            path.rsplit_once('.').is_some_and(|(parent, _)| old_types.contains_key(parent))
+        };
+        for path in new_required.iter().filter(|path| !old_required.contains(path) && existed(path))
+        {
             problems.push(format!("{path} became required"));
         }
     }
@@ -169,4 +176,12 @@ fn the_compatibility_rule_refuses_what_an_older_binary_could_not_read() {
     required["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["required"] =
         serde_json::json!(["id"]);
     assert_eq!(incompatibilities(&old, &required), ["v1.spec.id became required"]);
+    let mut new_object = old.clone();
+    new_object["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["extra"] = serde_json::json!({"type": "object", "required": ["name"],
+            "properties": {"name": {"type": "string"}}});
+    assert!(
+        incompatibilities(&old, &new_object).is_empty(),
+        "a new optional object may require its own fields"
+    );
 }

@@ -117,6 +117,7 @@ pub fn preview(
         cluster.nodes.iter().map(|n| (n.name_any(), snapshot::node_object(n))).collect();
     let readiness = BTreeMap::new();
     let observed = Observed {
+        gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
         now,
         control_nodes: &control_nodes,
         nodes: &nodes,
@@ -570,7 +571,7 @@ fn pass(
         .collect();
     let removed_api_versions =
         if known.removed_apis.is_none() { check_versions(spec) } else { Vec::new() };
-    Previewed { report, needs: Needs { probe, removed_api_versions, pods_on } }
+    Previewed { report, needs: Needs { gates: Vec::new(), probe, removed_api_versions, pods_on } }
 }
 
 /// The preview's lookups: pods and removed APIs through the API server, `/readyz` probes of
@@ -582,6 +583,15 @@ struct Lookups<'a> {
 }
 
 impl Answer for Lookups<'_> {
+    /// A preview does not judge the cluster's health: every gate counts as passed (the
+    /// preview says so next to the rollout).
+    async fn gate(
+        &mut self,
+        _query: &autopilot_engine::plan::GateQuery,
+    ) -> autopilot_engine::plan::GateAnswer {
+        autopilot_engine::plan::GateAnswer::Assumed
+    }
+
     type Error = anyhow::Error;
 
     async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
@@ -615,6 +625,7 @@ impl Answer for Lookups<'_> {
 fn check_versions(spec: &PlanSpec) -> Vec<String> {
     let status = None;
     let view = autopilot_engine::plan::PlanView {
+        rollback: None,
         name: keys::PLAN_NAME,
         uid: "preview",
         generation: 1,

@@ -12,6 +12,7 @@ pub mod control_node;
 pub mod crds;
 pub mod drain;
 pub mod effect;
+pub mod gates;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
@@ -100,6 +101,12 @@ pub struct Args {
     /// any node is signalled; with it, it runs and each such entry gets a Warning Event.
     #[arg(long)]
     pub allow_unverified_payloads: bool,
+
+    /// The Prometheus a `prometheus` health gate queries when it names no `url` of its own
+    /// (for example `http://prometheus.monitoring:9090`). Unset: such a gate refuses the
+    /// plan at NewPlan.
+    #[arg(long, value_name = "URL")]
+    pub prometheus_url: Option<String>,
 }
 
 impl Args {
@@ -116,6 +123,7 @@ impl Args {
     /// The plan policy these flags give.
     pub fn policy(&self) -> plan::Policy {
         plan::Policy {
+            prometheus_url: self.prometheus_url.clone(),
             exclude_controllers: self.exclude_from_plans.contains(&NodeKind::Controller),
             exclude_workers: self.exclude_from_plans.contains(&NodeKind::Worker),
             readiness_grace: self.readiness_grace,

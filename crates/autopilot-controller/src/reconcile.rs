@@ -72,6 +72,8 @@ pub struct Engine {
     policy: Policy,
     instance: String,
     metrics: crate::metrics::Metrics,
+    /// For `prometheus` gates (the system's trust roots; `http://` allowed).
+    http: autopilot_shell::https::HttpsClient,
 }
 
 struct Context {
@@ -122,7 +124,13 @@ impl Engine {
         no_retry.default_retry = false;
         let eviction_client = kube::Client::try_from(no_retry)
             .map_err(|err| anyhow::anyhow!("creating the eviction client: {err}"))?;
+        let http =
+            autopilot_shell::https::HttpsClientBuilder::new(autopilot_shell::https::system_roots())
+                .with_connect_timeout(crate::gates::LOOKUP_TIMEOUT)
+                .build()
+                .map_err(|err| anyhow::anyhow!("creating the HTTP client for gates: {err}"))?;
         Ok(Self {
+            http,
             prober: autopilot_shell::probe::Prober::new(config, api_address),
             client,
             eviction_client,

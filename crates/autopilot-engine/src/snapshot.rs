@@ -20,6 +20,7 @@ pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
         ready: true,
         signal: observe_signal(control_node.meta()),
         required_keys: required_keys(control_node.meta()),
+        version: published_version(control_node.meta()),
     }
 }
 
@@ -31,7 +32,16 @@ pub fn node_object(node: &Node) -> TargetObject {
         ready: is_node_ready(node),
         signal: observe_signal(node.meta()),
         required_keys: required_keys(node.meta()),
+        version: published_version(node.meta()),
     }
+}
+
+/// The k0s version an object's node says it runs (its published annotation), if any.
+pub fn published_version(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<String> {
+    let version = meta.annotations.as_ref()?.get(keys::ANNOTATION_K0S_VERSION)?.trim();
+    (!version.is_empty() && version.len() <= 128).then(|| version.to_owned())
 }
 
 /// The keys an object's node requires signatures by (its published annotations).

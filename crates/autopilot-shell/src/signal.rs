@@ -48,6 +48,7 @@ mod tests {
             plan_id: "id123".into(),
             created: "2024-05-01T12:00:00Z".into(),
             command: SignalCommand {
+                rollback: None,
                 preflight: None,
                 id: 0,
                 k0supdate: Some(CommandK0sUpdate {

@@ -36,6 +36,7 @@ fn k0s_signal(version: &str, sha256: &str, forceupdate: bool) -> SignalData {
         plan_id: "id123".into(),
         created: "2026-11-22T00:00:00Z".into(),
         command: SignalCommand {
+            rollback: None,
             preflight: None,
             id: 0,
             k0supdate: Some(CommandK0sUpdate {
@@ -450,6 +451,7 @@ async fn an_airgap_bundle_is_stored_under_images_without_a_restart() {
     let bundle = b"images".to_vec();
     let signal = SignalData {
         command: SignalCommand {
+            rollback: None,
             preflight: None,
             id: 1,
             k0supdate: None,

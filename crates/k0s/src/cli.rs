@@ -38,6 +38,7 @@ pub enum LogFormat {
 
 /// The subcommands of `k0s`.
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub enum Command {
     /// Print the k0s version of this binary.
     Version,

@@ -123,6 +123,7 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
         plan_id: "loud".to_owned(),
         created: signal::format_timestamp(future),
         command: autopilot_api::signal::SignalCommand {
+            rollback: None,
             id: 0,
             k0supdate: None,
             airgapupdate: None,

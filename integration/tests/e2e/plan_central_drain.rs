@@ -151,6 +151,7 @@ fn earlier_run_signal(run_id: &str, phase: SignalPhase) -> SignalData {
         plan_id: "earlier".to_owned(),
         created: "2026-01-01T00:00:00Z".to_owned(),
         command: SignalCommand {
+            rollback: None,
             preflight: None,
             id: 0,
             k0supdate: Some(CommandK0sUpdate {

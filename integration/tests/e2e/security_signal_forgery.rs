@@ -84,6 +84,7 @@ fn unmarked(url: &str) -> SignalData {
         plan_id: "forged".to_owned(),
         created: signal::format_timestamp(jiff::Timestamp::now()),
         command: SignalCommand {
+            rollback: None,
             id: 0,
             k0supdate: Some(CommandK0sUpdate {
                 url: url.to_owned(),

@@ -90,6 +90,7 @@ pub fn k0s_update(
     workers: Option<PlanCommandTarget>,
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
+        gates: Vec::new(),
         version: FORCED_VERSION.to_owned(),
         forceupdate: true,
         platforms: current_platforms(),
@@ -109,6 +110,7 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
     PlanCommand {
         k0supdate: None,
         airgapupdate: Some(PlanCommandAirgapUpdate {
+            gates: Vec::new(),
             version: PLAIN_VERSION.to_owned(),
             platforms: BTreeMap::from([(
                 platform.clone(),
@@ -772,6 +774,7 @@ pub fn update_to(
     workers: Option<PlanCommandTarget>,
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
+        gates: Vec::new(),
         version: version.to_owned(),
         forceupdate: false,
         platforms: BTreeMap::from([(

@@ -44,6 +44,7 @@ async fn plan_fails(
 ) -> String {
     let platform = autopilot_api::platform::current();
     let update = PlanCommandK0sUpdate {
+        gates: Vec::new(),
         version: V2.to_owned(),
         forceupdate: false,
         platforms: [(

@@ -14,6 +14,7 @@ fn k0s_signal() -> SignalData {
         plan_id: "id123".into(),
         created: "2024-05-01T12:00:00Z".into(),
         command: SignalCommand {
+            rollback: None,
             preflight: None,
             id: 0,
             k0supdate: Some(CommandK0sUpdate {
@@ -34,6 +35,7 @@ fn airgap_signal() -> SignalData {
         plan_id: "id123".into(),
         created: "2024-05-01T12:00:00+02:00".into(),
         command: SignalCommand {
+            rollback: None,
             preflight: None,
             id: 1,
             k0supdate: None,
@@ -315,7 +317,7 @@ fn exactly_one_update_must_be_set() {
     assert!(matches!(err, SignalError::NoUpdate));
     assert_eq!(
         err.to_string(),
-        "signal field command has none of k0supdate, airgapupdate and preflight"
+        "signal field command has none of k0supdate, airgapupdate, preflight and rollback"
     );
 
     let mut both = k0s_signal();
@@ -324,7 +326,7 @@ fn exactly_one_update_must_be_set() {
     assert!(matches!(err, SignalError::BothUpdates));
     assert_eq!(
         err.to_string(),
-        "signal field command has more than one of k0supdate, airgapupdate and preflight"
+        "signal field command has more than one of k0supdate, airgapupdate, preflight and rollback"
     );
 }
 
@@ -487,6 +489,7 @@ fn signal_data() -> impl Strategy<Value = SignalData> {
         prop_oneof![k0s.prop_map(|u| (Some(u), None)), airgap.prop_map(|u| (None, Some(u))),],
     )
         .prop_map(|(id, (k0supdate, airgapupdate))| SignalCommand {
+            rollback: None,
             preflight: None,
             id,
             k0supdate,

@@ -56,6 +56,10 @@ pub struct TargetGroup {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<String>,
 
+    /// For an update: the version every node of the group ran when it was signalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+
     /// The nodes, by name, in ascending order.
     pub names: Vec<String>,
 }
@@ -94,7 +98,10 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
             continue;
         }
         let group = groups.iter_mut().find(|g| {
-            g.state == target.state && g.phase == target.phase && g.checks == target.checks
+            g.state == target.state
+                && g.phase == target.phase
+                && g.checks == target.checks
+                && g.from == target.from
         });
         match group {
             Some(group) => {
@@ -107,6 +114,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 phase: target.phase,
                 last_updated_timestamp: target.last_updated_timestamp.clone(),
                 checks: target.checks.clone(),
+                from: target.from.clone(),
                 names: vec![target.name.clone()],
             }),
         }
@@ -129,6 +137,7 @@ fn join(mut single: Vec<TargetStatus>, groups: Vec<TargetGroup>) -> Vec<TargetSt
                 phase: group.phase,
                 reason: None,
                 checks: group.checks.clone(),
+                from: group.from.clone(),
             });
         }
     }

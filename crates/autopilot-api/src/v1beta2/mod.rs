@@ -15,12 +15,13 @@ mod tests;
 pub use control_node::{ControlNode, ControlNodeStatus};
 pub use grouped::{GROUP_ABOVE, PreflightNodeGroup, TargetGroup};
 pub use plan::{
-    CommandState, Concurrency, EarlierRunSignal, Plan, PlanCommand, PlanCommandAirgapUpdate,
-    PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
-    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
-    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
-    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanState, PlanStateType, PlanStatus,
-    TargetState, TargetStatus,
+    CommandState, Concurrency, EarlierRunSignal, Gate, GateAfter, GateOnFailure, GateRun,
+    KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandAirgapUpdateStatus,
+    PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanCommandTarget,
+    PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
+    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanCommandTargets, PlanResourceUrl,
+    PlanSpec, PlanState, PlanStateType, PlanStatus, PrometheusGate, RollbackStatus, TargetState,
+    TargetStatus,
 };
 pub use preflight::{
     CheckStatus, DEFAULT_TIMEOUT_SECONDS, FrozenTemplate, LocalizedMessage, NO_TIMEOUT, OnWarn,
@@ -57,4 +58,4 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 /// CRD (the `crds_stay_readable` test says so), and keep each generation readable by the one
 /// before: new fields optional, no field removed or retyped, so a binary rolled back after an
 /// update keeps working on the newer CRDs it leaves in place.
-pub const CRD_SCHEMA_GENERATION: u32 = 3;
+pub const CRD_SCHEMA_GENERATION: u32 = 4;

@@ -110,6 +110,12 @@ pub struct PlanCommandK0sUpdate {
     /// Unset: the controller's `--node-progress-timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_timeout: Option<String>,
+
+    /// Health gates: checks that must pass after each node (`after: node`) or each batch
+    /// (`after: batch`) of this command completes, before the next node is signalled
+    /// (DESIGN §15). Evaluated by the leader; each bounded by its `timeout`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<Gate>,
 }
 
 /// Download an airgap image bundle onto workers.
@@ -132,6 +138,160 @@ pub struct PlanCommandAirgapUpdate {
     /// Unset: the controller's `--node-progress-timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_timeout: Option<String>,
+
+    /// Health gates: checks that must pass after each node (`after: node`) or each batch
+    /// (`after: batch`) of this command completes, before the next node is signalled
+    /// (DESIGN §15). Evaluated by the leader; each bounded by its `timeout`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<Gate>,
+}
+
+/// A health gate (DESIGN §15): a check the leader runs on the nodes a command just updated
+/// before it signals the next ones. Exactly one of `kubernetes`, `prometheus` and `settle`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gate {
+    /// Identifier of the gate, unique within the command; names it in status and Events.
+    #[schemars(length(min = 1))]
+    pub id: String,
+
+    /// When the gate runs: after each node completes (`node`, the default; the node keeps
+    /// its slot of `limits.concurrent` until the gate passed) or after each batch (`batch`:
+    /// workers then go in waves of `limits.concurrent`, each wave judged once all its nodes
+    /// are done).
+    #[serde(default)]
+    pub after: GateAfter,
+
+    /// How long the gate may take to pass, counted from when the node or batch completed;
+    /// a duration such as `2m` (default `5m`). For `settle` the bound is `settle` itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+
+    /// What a failed gate does: `Halt` (the default: no new node is signalled, nodes in
+    /// flight finish, the plan ends `ApplyFailed` naming the gate and node) or `Rollback`
+    /// (every node this run changed is put back; the plan ends `RolledBack`).
+    #[serde(default)]
+    pub on_failure: GateOnFailure,
+
+    /// List objects and judge them with a CEL expression over `objects`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesGate>,
+
+    /// Run an instant PromQL query and judge the result with a CEL expression over `result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusGate>,
+
+    /// Within this duration (for example `2m`) the node is Ready again and every DaemonSet
+    /// Pod scheduled to it is Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<String>,
+}
+
+/// When a gate runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GateAfter {
+    /// After each node completes.
+    #[default]
+    #[serde(rename = "node")]
+    Node,
+    /// After each batch (wave) of nodes completes.
+    #[serde(rename = "batch")]
+    Batch,
+}
+
+impl GateAfter {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Node => "node",
+            Self::Batch => "batch",
+        }
+    }
+}
+
+impl JsonSchema for GateAfter {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GateAfter".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::schema::string_enum(
+            "When the gate runs: node (default) or batch.",
+            ["node", "batch"].into_iter(),
+        )
+    }
+}
+
+/// What a failed gate does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GateOnFailure {
+    /// Stop as for a failed node: in-flight nodes finish, the plan ends `ApplyFailed`.
+    #[default]
+    Halt,
+    /// Put back every node this run changed; the plan ends `RolledBack`.
+    Rollback,
+}
+
+impl JsonSchema for GateOnFailure {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GateOnFailure".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::schema::string_enum(
+            "What a failed gate does: Halt (default) or Rollback.",
+            ["Halt", "Rollback"].into_iter(),
+        )
+    }
+}
+
+/// A gate that lists Kubernetes objects and judges them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesGate {
+    /// The objects' API version (`v1`, `apps/v1`).
+    #[schemars(length(min = 1))]
+    pub api_version: String,
+
+    /// The objects' kind (`Pod`, `DaemonSet`).
+    #[schemars(length(min = 1))]
+    pub kind: String,
+
+    /// The namespace to list in; unset: every namespace (or a cluster-scoped kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+
+    /// A label selector; `{{ .Node }}` is replaced by the node's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+
+    /// A field selector (for example `spec.nodeName={{ .Node }}`); `{{ .Node }}` is
+    /// replaced by the node's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_selector: Option<String>,
+
+    /// A CEL expression over `objects` (the listed objects, at most 500) and `node` that
+    /// must be `true`, for example `objects.all(p, p.status.phase == "Running")`.
+    #[schemars(length(min = 1))]
+    pub condition: String,
+}
+
+/// A gate that queries Prometheus.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusGate {
+    /// The Prometheus base URL; unset: the controller's `--prometheus-url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+
+    /// An instant PromQL query; `{{ .Node }}` is replaced by the node's name.
+    #[schemars(length(min = 1))]
+    pub query: String,
+
+    /// A CEL expression over `result` (a list of `{metric: {label: value}, value: number}`)
+    /// and `node` that must be `true`, for example `result.all(s, s.value < 0.01)`.
+    #[schemars(length(min = 1))]
+    pub condition: String,
 }
 
 /// Where to download one artifact from, and its expected digest.
@@ -368,6 +528,11 @@ pub(crate) fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// Serde helper: leave zero counters out.
+pub(crate) fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 // === Status ===
 
 /// Progress of a plan, written by the autopilot leader.
@@ -408,6 +573,24 @@ pub struct PlanStatus {
     /// `kubectl get plans`. Absent until targets are known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+
+    /// Set once the run is being rolled back (DESIGN §15): why, and since when. The leader
+    /// then signals every node the run changed to put back what it ran before, and the
+    /// plan ends `RolledBack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackStatus>,
+}
+
+/// Why and since when a run is being rolled back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackStatus {
+    /// What asked for it: `gate <id> failed on <nodes>: <why>`, or `requested by an
+    /// operator` (the `autopilot.k0sproject.io/rollback` annotation).
+    pub reason: String,
+
+    /// When the leader decided it.
+    pub since: Time,
 }
 
 /// Progress of one command.
@@ -458,6 +641,51 @@ pub struct PlanCommandStatus {
     /// At most as many entries as the command's concurrency.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_runs: Vec<EarlierRunSignal>,
+
+    /// Gates in progress: the nodes (one, or a batch) that completed and wait for the
+    /// command's gates to pass before more nodes are signalled. At most as many entries as
+    /// the command's concurrency.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gating: Vec<GateRun>,
+
+    /// How many gate runs passed so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gates_passed: u32,
+
+    /// The rollback of this command's changed nodes (DESIGN §15), once the run is rolled
+    /// back: each node with its own progress, in the order they are put back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<PlanCommandK0sUpdateStatus>,
+}
+
+/// Nodes that completed and wait for the command's gates.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateRun {
+    /// The nodes judged (one for `after: node`, a wave for `after: batch`).
+    pub nodes: Vec<String>,
+
+    /// Which gates run: `node` or `batch`.
+    pub after: GateAfter,
+
+    /// When the run's nodes had all completed (the leader's clock): every gate's timeout
+    /// counts from here. Unset while a batch's nodes still work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+
+    /// The ids of the gates that passed already.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passed: Vec<String>,
+
+    /// Why the gates not passed yet do not pass, as last evaluated (at most 1 KiB); once a
+    /// gate failed, why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+
+    /// The id of the gate that failed (it did not pass within its timeout); the run stays
+    /// recorded so the command stops, or rolls back, on every pass after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// A worker seen working on a signal of an earlier run of the same Plan.
@@ -522,6 +750,11 @@ pub struct TargetStatus {
     /// from each check's targets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<String>,
+
+    /// For an update: the version the node ran when the leader signalled it (its
+    /// `autopilot.k0sproject.io/k0s-version` then), what a rollback puts back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 impl TargetStatus {
@@ -534,6 +767,7 @@ impl TargetStatus {
             phase: None,
             reason: None,
             checks: Vec::new(),
+            from: None,
         }
     }
 }
@@ -612,6 +846,11 @@ pub enum PlanStateType {
     /// cannot compile, such as a `boolExpr` that does not parse, ends the plan `Warning`
     /// like any other malformed command.)
     PreflightFailed,
+    /// Terminal: the run was rolled back (a gate with `onFailure: Rollback` failed, or an
+    /// operator asked with `k0s autopilot rollback`): every node the run changed was
+    /// signalled to put back what it ran before; each node's outcome is in the command's
+    /// `rollback` list.
+    RolledBack,
 }
 
 /// k0s' name for the plan-level use of [`PlanStateType`].
@@ -622,7 +861,7 @@ pub type CommandState = PlanStateType;
 
 impl PlanStateType {
     /// Every state, in declaration order.
-    pub const ALL: [PlanStateType; 13] = [
+    pub const ALL: [PlanStateType; 14] = [
         Self::NewPlan,
         Self::SchedulableWait,
         Self::Schedulable,
@@ -636,6 +875,7 @@ impl PlanStateType {
         Self::Warning,
         Self::Aborted,
         Self::PreflightFailed,
+        Self::RolledBack,
     ];
 
     /// The wire string (`""` for [`PlanStateType::NewPlan`]).
@@ -654,6 +894,7 @@ impl PlanStateType {
             Self::Warning => "Warning",
             Self::Aborted => "Aborted",
             Self::PreflightFailed => "PreflightFailed",
+            Self::RolledBack => "RolledBack",
         }
     }
 
@@ -670,7 +911,8 @@ impl PlanStateType {
             | Self::ApplyFailed
             | Self::Warning
             | Self::Aborted
-            | Self::PreflightFailed => true,
+            | Self::PreflightFailed
+            | Self::RolledBack => true,
         }
     }
 

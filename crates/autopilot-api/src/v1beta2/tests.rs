@@ -36,6 +36,7 @@ fn every_plan_state_serialises_to_its_k0s_string() {
             json!("Warning"),
             json!("Aborted"),
             json!("PreflightFailed"),
+            json!("RolledBack"),
         ]
     );
     for state in PlanStateType::ALL {
@@ -63,7 +64,7 @@ fn only_new_plan_and_the_schedulable_states_are_not_terminal() {
         [PlanStateType::NewPlan, PlanStateType::SchedulableWait, PlanStateType::Schedulable]
     );
     let failures: Vec<_> = PlanStateType::ALL.into_iter().filter(|s| s.is_failure()).collect();
-    assert_eq!(failures.len(), 9);
+    assert_eq!(failures.len(), 10);
     assert!(!PlanStateType::Completed.is_failure());
 }
 
@@ -252,6 +253,7 @@ fn limits_default_to_one_concurrent_node() {
 fn false_forceupdate_and_missing_options_are_left_out() {
     let command = PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
+            gates: Vec::new(),
             version: "v1".into(),
             forceupdate: false,
             platforms: BTreeMap::from([(

@@ -16,6 +16,7 @@ fn now() -> jiff::Timestamp {
 
 fn policy() -> Policy {
     Policy {
+        prometheus_url: None,
         exclude_controllers: false,
         exclude_workers: false,
         readiness_grace: Duration::from_secs(600),
@@ -280,6 +281,13 @@ struct Recorded {
 }
 
 impl Answer for Recorded {
+    async fn gate(
+        &mut self,
+        _query: &autopilot_engine::plan::GateQuery,
+    ) -> autopilot_engine::plan::GateAnswer {
+        autopilot_engine::plan::GateAnswer::Assumed
+    }
+
     type Error = anyhow::Error;
 
     async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {

@@ -123,6 +123,7 @@ async fn decide(
             observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
         let no_readiness = BTreeMap::new();
         let observed = Observed {
+            gate_answers: &crate::plan::NO_GATE_ANSWERS,
             now: jiff::Timestamp::now(),
             control_nodes: &views.control_nodes.objects,
             nodes: &views.nodes.objects,
@@ -173,6 +174,7 @@ fn caches_not_ready(ctx: &Context, plan: &Plan) -> Option<Action> {
 /// The machine's view of `plan` (named `name`, with uid `uid`).
 fn plan_view<'a>(plan: &'a Plan, name: &'a str, uid: &'a str) -> PlanView<'a> {
     PlanView {
+        rollback: plan.annotations().get(keys::ANNOTATION_ROLLBACK).map(String::as_str),
         name,
         uid,
         generation: plan.metadata.generation.unwrap_or_default(),
@@ -220,6 +222,14 @@ impl Answer for Lookups<'_> {
     /// controller's, which lists the node's Pods itself), so there is nothing to list.
     async fn pods_on(&mut self, _node: &str) -> Result<Vec<Pod>, Error> {
         Ok(Vec::new())
+    }
+
+    async fn gate(&mut self, query: &plan::GateQuery) -> plan::GateAnswer {
+        let started = Instant::now();
+        let answer =
+            crate::gates::answer(&self.ctx.engine.client, &self.ctx.engine.http, query).await;
+        debug!(plan = %self.plan, ?query, took = ?started.elapsed(), "looked up a gate");
+        answer
     }
 }
 

@@ -138,6 +138,7 @@ fn context_with_nodes(client: kube::Client, nodes: Store<Node>) -> Arc<Context> 
 fn new_context(client: kube::Client, nodes: Store<Node>) -> Context {
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
     let policy = Policy {
+        prometheus_url: None,
         exclude_controllers: false,
         exclude_workers: false,
         readiness_grace: Duration::from_secs(60),

@@ -194,6 +194,7 @@ fn preflight(checks: &[&str]) -> SignalData {
         plan_id: "id123".into(),
         created: String::new(),
         command: SignalCommand {
+            rollback: None,
             id: 2,
             k0supdate: None,
             airgapupdate: None,

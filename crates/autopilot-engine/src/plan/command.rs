@@ -7,7 +7,8 @@ use std::time::Duration;
 use autopilot_api::keys;
 use autopilot_api::platform::platform_id;
 use autopilot_api::signal::{
-    CommandAirgapUpdate, CommandK0sUpdate, CommandPreflight, SignalCommand, SignalData,
+    CommandAirgapUpdate, CommandK0sUpdate, CommandPreflight, CommandRollback, RollbackOf,
+    SignalCommand, SignalData,
 };
 use autopilot_api::v1beta2::{
     PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandPreflight,
@@ -27,6 +28,13 @@ pub(super) enum Command<'a> {
     /// `preflight`: checks on controllers (ControlNodes) and workers (Nodes), all at once
     /// (DESIGN §13, `super::checks`).
     Preflight(&'a PlanCommandPreflight),
+    /// The rollback of a `k0supdate` (DESIGN §15): the nodes it changed put `k0s.prev`
+    /// back, workers first, each group in reverse name order (`super::rollback`). Its
+    /// targets are the command status's `rollback` lists.
+    K0sRollback(&'a PlanCommandK0sUpdate),
+    /// The rollback of an `airgapupdate`: the workers it changed restore their previous
+    /// bundle files.
+    AirgapRollback(&'a PlanCommandAirgapUpdate),
 }
 
 /// The platforms of a command that downloads nothing.
@@ -87,6 +95,34 @@ impl<'a> Command<'a> {
             Self::K0s(_) => "k0supdate",
             Self::Airgap(_) => "airgapupdate",
             Self::Preflight(_) => "preflight",
+            Self::K0sRollback(_) => "k0supdate rollback",
+            Self::AirgapRollback(_) => "airgapupdate rollback",
+        }
+    }
+
+    /// The rollback of this command, if it is an update.
+    pub(super) fn rollback(self) -> Option<Self> {
+        match self {
+            Self::K0s(k0s) => Some(Self::K0sRollback(k0s)),
+            Self::Airgap(airgap) => Some(Self::AirgapRollback(airgap)),
+            Self::Preflight(_) | Self::K0sRollback(_) | Self::AirgapRollback(_) => None,
+        }
+    }
+
+    /// Whether this is the rollback of an update.
+    pub(super) fn is_rollback(self) -> bool {
+        match self {
+            Self::K0sRollback(_) | Self::AirgapRollback(_) => true,
+            Self::K0s(_) | Self::Airgap(_) | Self::Preflight(_) => false,
+        }
+    }
+
+    /// The command's health gates (none for a preflight command or a rollback).
+    pub(super) fn gates(self) -> &'a [autopilot_api::v1beta2::Gate] {
+        match self {
+            Self::K0s(k0s) => &k0s.gates,
+            Self::Airgap(airgap) => &airgap.gates,
+            Self::Preflight(_) | Self::K0sRollback(_) | Self::AirgapRollback(_) => &[],
         }
     }
 
@@ -94,8 +130,9 @@ impl<'a> Command<'a> {
     pub(super) fn version(self) -> &'a str {
         match self {
             Self::K0s(k0s) => &k0s.version,
-            Self::Airgap(airgap) => &airgap.version,
+            Self::Airgap(airgap) | Self::AirgapRollback(airgap) => &airgap.version,
             Self::Preflight(_) => "",
+            Self::K0sRollback(k0s) => &k0s.version,
         }
     }
 
@@ -104,7 +141,8 @@ impl<'a> Command<'a> {
         match self {
             Self::K0s(k0s) => &k0s.platforms,
             Self::Airgap(airgap) => &airgap.platforms,
-            Self::Preflight(_) => &NO_PLATFORMS,
+            // A rollback downloads nothing.
+            Self::Preflight(_) | Self::K0sRollback(_) | Self::AirgapRollback(_) => &NO_PLATFORMS,
         }
     }
 
@@ -114,7 +152,7 @@ impl<'a> Command<'a> {
         match self {
             Self::K0s(k0s) => !k0s.forceupdate,
             Self::Airgap(_) => true,
-            Self::Preflight(_) => false,
+            Self::Preflight(_) | Self::K0sRollback(_) | Self::AirgapRollback(_) => false,
         }
     }
 
@@ -122,7 +160,9 @@ impl<'a> Command<'a> {
     pub(super) fn groups(self) -> &'static [Group] {
         match self {
             Self::K0s(_) | Self::Preflight(_) => &[Group::Controllers, Group::Workers],
-            Self::Airgap(_) => &[Group::Workers],
+            Self::Airgap(_) | Self::AirgapRollback(_) => &[Group::Workers],
+            // Undone in the reverse order: workers first, then controllers.
+            Self::K0sRollback(_) => &[Group::Workers, Group::Controllers],
         }
     }
 
@@ -130,10 +170,16 @@ impl<'a> Command<'a> {
     /// targets are per check, see `super::checks`).
     pub(super) fn target(self, group: Group) -> Option<&'a PlanCommandTarget> {
         match (self, group) {
-            (Self::K0s(k0s), Group::Controllers) => k0s.targets.controllers.as_ref(),
-            (Self::K0s(k0s), Group::Workers) => k0s.targets.workers.as_ref(),
-            (Self::Airgap(_), Group::Controllers) => None,
-            (Self::Airgap(airgap), Group::Workers) => Some(&airgap.workers),
+            (Self::K0s(k0s) | Self::K0sRollback(k0s), Group::Controllers) => {
+                k0s.targets.controllers.as_ref()
+            }
+            (Self::K0s(k0s) | Self::K0sRollback(k0s), Group::Workers) => {
+                k0s.targets.workers.as_ref()
+            }
+            (Self::Airgap(_) | Self::AirgapRollback(_), Group::Controllers) => None,
+            (Self::Airgap(airgap) | Self::AirgapRollback(airgap), Group::Workers) => {
+                Some(&airgap.workers)
+            }
             (Self::Preflight(_), Group::Controllers | Group::Workers) => None,
         }
     }
@@ -143,8 +189,10 @@ impl<'a> Command<'a> {
     /// without a report by then counts as timed out.
     pub(super) fn progress_timeout_override(self) -> Option<Result<Duration, String>> {
         let text = match self {
-            Self::K0s(k0s) => k0s.progress_timeout.as_deref(),
-            Self::Airgap(airgap) => airgap.progress_timeout.as_deref(),
+            Self::K0s(k0s) | Self::K0sRollback(k0s) => k0s.progress_timeout.as_deref(),
+            Self::Airgap(airgap) | Self::AirgapRollback(airgap) => {
+                airgap.progress_timeout.as_deref()
+            }
             Self::Preflight(preflight) => {
                 return Some(Ok(crate::preflight::deadline_of(preflight)));
             }
@@ -178,6 +226,10 @@ impl<'a> Command<'a> {
     /// How many workers may fail before the command stops signalling new ones
     /// (`limits.maxFailures`; 0 when unset). Controllers have no budget.
     pub(super) fn max_failures(self) -> usize {
+        if self.is_rollback() {
+            // A rollback puts back every node it can: one that fails does not stop the others.
+            return usize::MAX;
+        }
         self.target(Group::Workers)
             .and_then(|target| target.limits.max_failures)
             .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
@@ -185,6 +237,9 @@ impl<'a> Command<'a> {
 
     /// How many workers go first as canaries (`limits.canary`; 0 when unset).
     pub(super) fn canary(self) -> usize {
+        if self.is_rollback() {
+            return 0;
+        }
         self.target(Group::Workers)
             .and_then(|target| target.limits.canary)
             .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
@@ -193,6 +248,9 @@ impl<'a> Command<'a> {
     /// How long the canaries must stay Ready after they completed (`limits.soak`; zero when
     /// unset or unparseable, which NewPlan refuses before a run gets here).
     pub(super) fn soak(self) -> Duration {
+        if self.is_rollback() {
+            return Duration::ZERO;
+        }
         self.target(Group::Workers)
             .and_then(|target| target.limits.soak.as_deref())
             .and_then(|text| autopilot_api::duration::parse(text).ok())
@@ -203,9 +261,13 @@ impl<'a> Command<'a> {
     /// controllers, Nodes for everything else (airgap always on Nodes).
     pub(super) fn object_kind(self, group: Group) -> ObjectKind {
         match (self, group) {
-            (Self::K0s(_) | Self::Preflight(_), Group::Controllers) => ObjectKind::ControlNode,
-            (Self::K0s(_) | Self::Preflight(_), Group::Workers)
-            | (Self::Airgap(_), Group::Controllers | Group::Workers) => ObjectKind::Node,
+            (Self::K0s(_) | Self::Preflight(_) | Self::K0sRollback(_), Group::Controllers) => {
+                ObjectKind::ControlNode
+            }
+            (Self::K0s(_) | Self::Preflight(_) | Self::K0sRollback(_), Group::Workers)
+            | (Self::Airgap(_) | Self::AirgapRollback(_), Group::Controllers | Group::Workers) => {
+                ObjectKind::Node
+            }
         }
     }
 
@@ -213,28 +275,30 @@ impl<'a> Command<'a> {
     pub(super) fn gates_workers_on_ready(self) -> bool {
         match self {
             Self::K0s(_) => true,
-            Self::Airgap(_) | Self::Preflight(_) => false,
+            // A node being rolled back may be NotReady because of the update it undoes.
+            Self::Airgap(_)
+            | Self::Preflight(_)
+            | Self::K0sRollback(_)
+            | Self::AirgapRollback(_) => false,
         }
     }
 
     /// Whether a signal's command is of this command's kind.
     pub(super) fn same_kind(self, signal: &SignalCommand) -> bool {
+        let kinds = [
+            signal.k0supdate.is_some(),
+            signal.airgapupdate.is_some(),
+            signal.preflight.is_some(),
+            signal.rollback.is_some(),
+        ];
+        let only = |index: usize| kinds.iter().enumerate().all(|(at, set)| *set == (at == index));
+        let undoes = |of: RollbackOf| signal.rollback.as_ref().is_some_and(|r| r.of == of);
         match self {
-            Self::K0s(_) => {
-                signal.k0supdate.is_some()
-                    && signal.airgapupdate.is_none()
-                    && signal.preflight.is_none()
-            }
-            Self::Airgap(_) => {
-                signal.airgapupdate.is_some()
-                    && signal.k0supdate.is_none()
-                    && signal.preflight.is_none()
-            }
-            Self::Preflight(_) => {
-                signal.preflight.is_some()
-                    && signal.k0supdate.is_none()
-                    && signal.airgapupdate.is_none()
-            }
+            Self::K0s(_) => only(0),
+            Self::Airgap(_) => only(1),
+            Self::Preflight(_) => only(2),
+            Self::K0sRollback(_) => only(3) && undoes(RollbackOf::K0s),
+            Self::AirgapRollback(_) => only(3) && undoes(RollbackOf::Airgap),
         }
     }
 
@@ -253,6 +317,7 @@ impl<'a> Command<'a> {
             Self::K0s(k0s) => {
                 let entry = self.platform_entry(object)?;
                 SignalCommand {
+                    rollback: None,
                     id: index,
                     k0supdate: Some(CommandK0sUpdate {
                         url: entry.url.clone(),
@@ -267,6 +332,7 @@ impl<'a> Command<'a> {
             Self::Airgap(airgap) => {
                 let entry = self.platform_entry(object)?;
                 SignalCommand {
+                    rollback: None,
                     id: index,
                     k0supdate: None,
                     airgapupdate: Some(CommandAirgapUpdate {
@@ -278,11 +344,34 @@ impl<'a> Command<'a> {
                 }
             }
             Self::Preflight(_) => SignalCommand {
+                rollback: None,
                 id: index,
                 k0supdate: None,
                 airgapupdate: None,
                 preflight: Some(CommandPreflight { checks: target.checks.clone() }),
             },
+            Self::K0sRollback(_) | Self::AirgapRollback(_) => {
+                let of = match self {
+                    Self::AirgapRollback(_) => RollbackOf::Airgap,
+                    Self::K0sRollback(_) | Self::K0s(_) | Self::Airgap(_) | Self::Preflight(_) => {
+                        RollbackOf::K0s
+                    }
+                };
+                let Some(version) = target.from.clone() else {
+                    return Err(format!(
+                        "the version {} ran before the run is not known, so there is nothing to \
+                         put back",
+                        target.name
+                    ));
+                };
+                SignalCommand {
+                    id: index,
+                    k0supdate: None,
+                    airgapupdate: None,
+                    preflight: None,
+                    rollback: Some(CommandRollback { version, of }),
+                }
+            }
         };
         Ok(SignalData {
             plan_id: run.plan_id.clone(),
@@ -391,6 +480,13 @@ pub(super) fn targets<'s>(
         (Command::Preflight(_), Group::Workers) => {
             status.preflight.as_ref().map_or(&[], |s| s.workers.as_slice())
         }
+        (Command::K0sRollback(_), Group::Controllers) => {
+            status.rollback.as_ref().map_or(&[], |s| s.controllers.as_slice())
+        }
+        (Command::K0sRollback(_) | Command::AirgapRollback(_), Group::Workers) => {
+            status.rollback.as_ref().map_or(&[], |s| s.workers.as_slice())
+        }
+        (Command::AirgapRollback(_), Group::Controllers) => &[],
     }
 }
 
@@ -418,6 +514,13 @@ pub(super) fn targets_mut<'s>(
         (Command::Preflight(_), Group::Workers) => {
             Some(&mut status.preflight.get_or_insert_with(Default::default).workers)
         }
+        (Command::K0sRollback(_), Group::Controllers) => {
+            Some(&mut status.rollback.get_or_insert_with(Default::default).controllers)
+        }
+        (Command::K0sRollback(_) | Command::AirgapRollback(_), Group::Workers) => {
+            Some(&mut status.rollback.get_or_insert_with(Default::default).workers)
+        }
+        (Command::AirgapRollback(_), Group::Controllers) => None,
     }
 }
 

@@ -39,13 +39,18 @@ pub struct Needs {
     /// Pods (draining a node is the drain controller's, which lists the node's Pods itself),
     /// so [`super::step`] never names any; the preview's pass does, for its drain check.
     pub pods_on: Vec<String>,
+    /// Lookups of health gates the pass needed and did not have (DESIGN §15).
+    pub gates: Vec<super::gates::GateQuery>,
 }
 
 impl Needs {
     /// Whether the pass needed nothing it did not have.
     pub fn is_empty(&self) -> bool {
-        let Self { probe, removed_api_versions, pods_on } = self;
-        probe.is_empty() && removed_api_versions.is_empty() && pods_on.is_empty()
+        let Self { probe, removed_api_versions, pods_on, gates } = self;
+        probe.is_empty()
+            && removed_api_versions.is_empty()
+            && pods_on.is_empty()
+            && gates.is_empty()
     }
 }
 

@@ -101,6 +101,7 @@ fn check_update(
     let command = check_kind(index, spec)?;
     let label = format!("command {index} ({})", command.name());
     check_fields(index, command)?;
+    check_gates(inputs, index, command)?;
     let warnings = check_payloads(inputs, &label, command)?;
     check_removed_apis(command, findings)?;
     let groups = check_discovery(inputs, &label, command)?;
@@ -129,6 +130,17 @@ fn check_kind(index: u32, spec: &PlanCommand) -> Checked<Command<'_>> {
 /// is one the nodes and the scheduler can act on; all problems in one pass.
 fn check_fields(index: u32, command: Command<'_>) -> Checked<()> {
     let problems = field_problems(index, command);
+    if !problems.is_empty() {
+        return Err(Box::new(NewCommand::failed(PlanStateType::Warning, problems.join("; "))));
+    }
+    Ok(())
+}
+
+/// Check 1c: the command's health gates (DESIGN §15) can run: one kind each, durations,
+/// selectors and Prometheus URL valid, every condition compiles within the CEL bounds.
+fn check_gates(inputs: &Inputs<'_>, index: u32, command: Command<'_>) -> Checked<()> {
+    let path = format!("commands[{index}].{}", command.name());
+    let problems = super::gates::problems(&path, command.gates(), inputs.policy);
     if !problems.is_empty() {
         return Err(Box::new(NewCommand::failed(PlanStateType::Warning, problems.join("; "))));
     }
@@ -287,7 +299,9 @@ fn check_signatures(
             let keys = match command {
                 Command::K0s(_) => &object.required_keys.payloads,
                 Command::Airgap(_) => &object.required_keys.bundles,
-                Command::Preflight(_) => continue,
+                Command::Preflight(_) | Command::K0sRollback(_) | Command::AirgapRollback(_) => {
+                    continue;
+                }
             };
             let Ok((platform, entry)) = command.platform_key_and_entry(object) else { continue };
             if keys.is_empty() || entry.signature.is_some() || entry.signature_url.is_some() {
@@ -387,8 +401,12 @@ fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
                 (Command::Airgap(_), Group::Controllers | Group::Workers) => {
                     format!("{path}.{}.limits", group.name())
                 }
-                // A preflight command's targets are per check (`super::checks`).
-                (Command::Preflight(_), Group::Controllers | Group::Workers) => continue,
+                // A preflight command's targets are per check (`super::checks`); a rollback
+                // is never a command of the spec.
+                (
+                    Command::Preflight(_) | Command::K0sRollback(_) | Command::AirgapRollback(_),
+                    Group::Controllers | Group::Workers,
+                ) => continue,
             };
             problems.extend(limits_problems(&limits, group, &target.limits));
         }

@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 use super::decision::{Needs, ObjectKind};
+use super::gates::{GateAnswer, GateQuery};
 use super::removed_apis::RemovedApiUse;
 
 /// The Plan being decided on, as the shell read it.
@@ -33,6 +34,9 @@ pub struct PlanView<'a> {
     /// The value of the Plan's [`keys::ANNOTATION_ACCEPT_WARNINGS`] annotation: the plan id
     /// whose preflight warnings an operator accepted (`onWarn: Block`).
     pub accepted_warnings: Option<&'a str>,
+    /// The value of the Plan's [`keys::ANNOTATION_ROLLBACK`] annotation: the plan id whose
+    /// run an operator asked to roll back (DESIGN §15).
+    pub rollback: Option<&'a str>,
 }
 
 /// An operator's steering of a running plan, kept in the Plan's annotations so it survives
@@ -71,6 +75,9 @@ pub struct TargetObject {
     pub signal: ObservedSignal,
     /// The keys the node says it requires on its payloads (DESIGN §14).
     pub required_keys: RequiredKeys,
+    /// The k0s version the node says it runs ([`keys::ANNOTATION_K0S_VERSION`]): what a
+    /// target records as its "from" version when it is signalled (DESIGN §15).
+    pub version: Option<String>,
 }
 
 /// The ids of the keys a node requires signatures by, as it publishes them
@@ -125,7 +132,13 @@ pub struct Observed<'a> {
     /// The Pods of `scheduler` checks and their templates ([`CheckPods::NONE`] when the
     /// caller runs no such checks).
     pub check_pods: CheckPods<'a>,
+    /// What the lookups of health gates returned, for the queries a pass named in
+    /// [`Needs::gates`] ([`NO_GATE_ANSWERS`] when none were looked up).
+    pub gate_answers: &'a BTreeMap<GateQuery, GateAnswer>,
 }
+
+/// No gate lookups.
+pub static NO_GATE_ANSWERS: BTreeMap<GateQuery, GateAnswer> = BTreeMap::new();
 
 /// What the shell found for `scheduler` checks (`crate::preflight::scheduler`), in the
 /// namespace [`keys::NAMESPACE`].
@@ -169,6 +182,8 @@ pub struct Policy {
     /// an `https://` URL (each still gets a Warning Event). Without it, NewPlan refuses
     /// such a plan (`Warning`) before any node is signalled.
     pub allow_unverified_payloads: bool,
+    /// `--prometheus-url`: where a `prometheus` gate without its own `url` queries.
+    pub prometheus_url: Option<String>,
 }
 
 /// What every part of a pass reads: the snapshot, the policy and the time.
@@ -187,6 +202,8 @@ pub(super) struct Inputs<'a> {
     pub(super) steering: Steering,
     /// The plan id whose preflight warnings an operator accepted, if any.
     pub(super) accepted_warnings: Option<&'a str>,
+    /// The plan id whose run an operator asked to roll back, if any.
+    pub(super) rollback: Option<&'a str>,
     /// The Plan's name and uid (the owner of `scheduler` check Pods).
     pub(super) plan_name: &'a str,
     pub(super) plan_uid: &'a str,
@@ -203,6 +220,7 @@ impl<'a> Inputs<'a> {
             stamp,
             steering: plan.steering,
             accepted_warnings: plan.accepted_warnings,
+            rollback: plan.rollback,
             plan_name: plan.name,
             plan_uid: plan.uid,
         }
@@ -227,12 +245,19 @@ pub(super) struct Gaps<'a> {
     unprobed: BTreeSet<String>,
     /// The versions whose removed-API findings a new run waited for.
     removed_api_versions: BTreeSet<String>,
+    /// Gate lookups a pass needed and did not have.
+    gates: BTreeSet<GateQuery>,
 }
 
 impl<'a> Gaps<'a> {
     /// Nothing found missing yet.
     pub(super) fn new(readiness: &'a BTreeMap<String, Readiness>) -> Self {
-        Self { readiness, unprobed: BTreeSet::new(), removed_api_versions: BTreeSet::new() }
+        Self {
+            readiness,
+            unprobed: BTreeSet::new(),
+            removed_api_versions: BTreeSet::new(),
+            gates: BTreeSet::new(),
+        }
     }
 
     /// What the pass needs, sorted (a pass needs no Pods).
@@ -241,7 +266,13 @@ impl<'a> Gaps<'a> {
             probe: self.unprobed.into_iter().collect(),
             removed_api_versions: self.removed_api_versions.into_iter().collect(),
             pods_on: Vec::new(),
+            gates: self.gates.into_iter().collect(),
         }
+    }
+
+    /// A gate needed the answer to `query`.
+    pub(super) fn lacks_gate(&mut self, query: GateQuery) {
+        self.gates.insert(query);
     }
 
     /// A new run waited for the removed-API findings of `versions`.

@@ -111,6 +111,15 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
     let Some(status) = plan.status else { return new };
     let Some(observed_generation) = status.observed_generation else { return new };
     if status.is_terminal() {
+        // An operator asked to roll back the run that ended (`super::rollback`): it goes on.
+        let roll_back = super::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
+            && status.rollback.is_none()
+            && observed_generation == plan.generation
+            && status.run_id.is_some()
+            && plan.rollback.is_some_and(|asked| Some(asked.trim()) == status.plan_id.as_deref());
+        if roll_back {
+            return RunState::Running(status);
+        }
         return if observed_generation == plan.generation || plan.steering.aborted {
             RunState::Ended(status)
         } else {
@@ -217,7 +226,7 @@ impl Pass<'_> {
             }
         };
         // Check 3: drive the active command.
-        if !status.is_terminal()
+        if (!status.is_terminal() || super::rollback::wanted_after_end(&self.inputs, &status))
             && let Some(state) = schedule::schedule(&self.inputs, gaps, &mut decision, &mut status)
         {
             status.state = state;
@@ -271,6 +280,7 @@ impl Pass<'_> {
             })
             .collect();
         PlanStatus {
+            rollback: None,
             state: PlanStateType::NewPlan,
             commands,
             conditions,
@@ -606,7 +616,8 @@ fn state_event_kind(state: PlanStateType) -> EventKind {
         | PlanStateType::ApplyFailed
         | PlanStateType::Warning
         | PlanStateType::Aborted
-        | PlanStateType::PreflightFailed => EventKind::Warning,
+        | PlanStateType::PreflightFailed
+        | PlanStateType::RolledBack => EventKind::Warning,
     }
 }
 

@@ -38,10 +38,12 @@ mod checks;
 mod command;
 mod decision;
 mod discovery;
+pub mod gates;
 mod inputs;
 mod machine;
 mod payload;
 mod progress;
+mod rollback;
 mod schedule;
 mod targets;
 
@@ -49,9 +51,10 @@ mod targets;
 mod tests;
 
 pub use decision::{Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition};
+pub use gates::{GateAnswer, GateQuery};
 pub use inputs::{
-    CheckPods, Observed, ObservedSignal, PlanView, Policy, Readiness, RequiredKeys, Steering,
-    TargetObject,
+    CheckPods, NO_GATE_ANSWERS, Observed, ObservedSignal, PlanView, Policy, Readiness,
+    RequiredKeys, Steering, TargetObject,
 };
 pub use machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
 pub use removed_apis::RemovedApiUse;

@@ -29,7 +29,7 @@ pub const INITIAL_PLAN_PHASE: PlanStateType = PlanStateType::NewPlan;
 use PlanStateType as P;
 
 /// Every plan/command phase, in [`PlanStateType::ALL`] order.
-pub const PLAN_PHASES: [PhaseInfo; 13] = [
+pub const PLAN_PHASES: [PhaseInfo; 14] = [
     PhaseInfo {
         state: P::NewPlan,
         terminal: false,
@@ -59,6 +59,7 @@ pub const PLAN_PHASES: [PhaseInfo; 13] = [
             P::ApplyFailed,
             P::Aborted,
             P::PreflightFailed,
+            P::RolledBack,
         ],
         description: "running: nodes are being signalled or are working on their signal; \
                       also while paused, soaking canaries, waiting for preflight reports or accepted \
@@ -149,6 +150,15 @@ pub const PLAN_PHASES: [PhaseInfo; 13] = [
                       a node; the failing checks, nodes and messages are in the command's preflight \
                       status and Events",
     },
+    PhaseInfo {
+        state: P::RolledBack,
+        terminal: true,
+        next: &[],
+        description: "the run was rolled back (a gate with onFailure: Rollback failed, or an \
+                      operator asked): every node the run changed was signalled to put back \
+                      what it ran before; each node's outcome is in the command's rollback \
+                      list, and no autopilot cordon is left",
+    },
 ];
 
 /// The table entry of a plan/command phase.
@@ -167,18 +177,30 @@ pub fn plan_phase(state: PlanStateType) -> &'static PhaseInfo {
         P::Warning => 10,
         P::Aborted => 11,
         P::PreflightFailed => 12,
+        P::RolledBack => 13,
     };
     &PLAN_PHASES[index]
 }
 
+/// The terminal states an operator's rollback (DESIGN §15) moves on to `SchedulableWait`:
+/// the run ended after it changed nodes, and putting them back is a continuation of the same
+/// run. Nothing else moves a terminal state.
+pub const REOPENED_BY_ROLLBACK: [PlanStateType; 3] =
+    [PlanStateType::Completed, PlanStateType::ApplyFailed, PlanStateType::Aborted];
+
 /// Whether one pass may move a plan or command from `from` to `to`.
 pub fn plan_transition_allowed(from: PlanStateType, to: PlanStateType) -> bool {
-    from == to || plan_phase(from).next.contains(&to)
+    from == to
+        || plan_phase(from).next.contains(&to)
+        || (REOPENED_BY_ROLLBACK.contains(&from) && to == PlanStateType::SchedulableWait)
 }
 
-/// Every `(from, to)` plan/command transition of the table, staying excluded.
+/// Every `(from, to)` plan/command transition of the table (the rollback's reopening
+/// included), staying excluded.
 pub fn plan_transitions() -> impl Iterator<Item = (PlanStateType, PlanStateType)> {
-    PLAN_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)))
+    let table =
+        PLAN_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)));
+    table.chain(REOPENED_BY_ROLLBACK.iter().map(|from| (*from, PlanStateType::SchedulableWait)))
 }
 
 /// One target (node) phase.
@@ -310,7 +332,8 @@ pub fn markdown() -> String {
             | P::ApplyFailed
             | P::Warning
             | P::Aborted
-            | P::PreflightFailed => "",
+            | P::PreflightFailed
+            | P::RolledBack => "",
         };
         out.push_str(&format!(
             "| `{}`{wire} | {} | {} | {} |\n",
@@ -320,6 +343,12 @@ pub fn markdown() -> String {
             info.description
         ));
     }
+    out.push_str(&format!(
+        "\nAn operator's rollback (`k0s autopilot rollback`, DESIGN §15) moves {} on to \
+         `SchedulableWait`: the same run then puts back the nodes it changed and ends \
+         `RolledBack`. Nothing else moves a terminal state.\n",
+        list(&REOPENED_BY_ROLLBACK)
+    ));
     out.push_str(
         "\n| Target phase | Terminal | Initial | Next (one pass) | Meaning |\n\
          |---|---|---|---|---|\n",

@@ -19,6 +19,8 @@ pub(super) enum Outcome {
     Running,
     /// Ended in a failure state.
     Ended,
+    /// Stopped for a rollback of the run (nothing in flight any more); the text says why.
+    RollBack(String),
 }
 
 /// One pass over one command of the run: what every step of it reads and writes. The
@@ -86,6 +88,11 @@ impl CommandPass<'_, '_> {
             return false;
         }
         for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+            if target.state == TargetState::SignalPending && !command.is_rollback() {
+                // What a rollback would put back (DESIGN §15): the version the node says it
+                // runs as it is signalled.
+                target.from = objects.get(&target.name).and_then(|object| object.version.clone());
+            }
             set_state(target, TargetState::SignalSent, inputs);
         }
         if !names.is_empty() {

@@ -13,6 +13,7 @@ use std::future::Future;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::decision::{Needs, Transition};
+use super::gates::{GateAnswer, GateQuery};
 use super::inputs::{Observed, PlanView, Policy, Readiness};
 use super::machine::step;
 use super::removed_apis::RemovedApiUse;
@@ -35,6 +36,8 @@ pub struct Answers {
     /// The Pods bound to each Node a pass named, by Node name (a Node listed with no Pods
     /// has an empty list).
     pub pods: BTreeMap<String, Vec<Pod>>,
+    /// What the gate lookups a pass named returned.
+    pub gates: BTreeMap<GateQuery, GateAnswer>,
 }
 
 impl Answers {
@@ -44,6 +47,7 @@ impl Answers {
             readiness: observed.readiness.clone(),
             removed_apis: observed.removed_apis.map(<[RemovedApiUse]>::to_vec),
             pods: BTreeMap::new(),
+            gates: observed.gate_answers.clone(),
         }
     }
 }
@@ -83,6 +87,10 @@ pub trait Answer {
 
     /// The Pods bound to the Node `node` (asked at most once per Node and resolve).
     fn pods_on(&mut self, node: &str) -> impl Future<Output = Result<Vec<Pod>, Self::Error>>;
+
+    /// What a health gate's lookup returns (asked at most once per query and resolve; a
+    /// failed lookup is an answer: [`GateAnswer::Unavailable`]).
+    fn gate(&mut self, query: &GateQuery) -> impl Future<Output = GateAnswer>;
 }
 
 /// Run `pass` on what is `known`, and while it needs something, ask `answerer`, add the
@@ -105,6 +113,7 @@ where
     let mut outcome = pass(&known);
     let mut probe_rounds = 0;
     let mut pod_rounds = 0;
+    let mut gate_rounds = 0;
     loop {
         let needs = outcome.needs();
         let pods_on: Vec<&String> =
@@ -112,8 +121,18 @@ where
         let pods_due = !pods_on.is_empty() && pod_rounds < PROBE_ROUNDS;
         let removed_due = !needs.removed_api_versions.is_empty() && known.removed_apis.is_none();
         let probe_due = !needs.probe.is_empty() && probe_rounds < PROBE_ROUNDS;
-        if !(pods_due || removed_due || probe_due) {
+        let gates: Vec<GateQuery> =
+            needs.gates.iter().filter(|query| !known.gates.contains_key(*query)).cloned().collect();
+        let gates_due = !gates.is_empty() && gate_rounds < PROBE_ROUNDS;
+        if !(pods_due || removed_due || probe_due || gates_due) {
             return Ok(outcome);
+        }
+        if gates_due {
+            gate_rounds += 1;
+            for query in gates {
+                let answer = answerer.gate(&query).await;
+                known.gates.insert(query, answer);
+            }
         }
         if pods_due {
             pod_rounds += 1;
@@ -147,6 +166,7 @@ pub async fn resolve<A: Answer>(
         let observed = Observed {
             readiness: &known.readiness,
             removed_apis: known.removed_apis.as_deref(),
+            gate_answers: &known.gates,
             ..*observed
         };
         step(plan, &observed, policy)

@@ -76,6 +76,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
     let mut waited = Duration::ZERO;
     for _ in 0..MAX_PASSES {
         let plan = PlanView {
+            rollback: None,
             name: keys::PLAN_NAME,
             uid: "preview",
             generation: 1,
@@ -85,6 +86,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
             accepted_warnings: None,
         };
         let snapshot = Observed {
+            gate_answers: &crate::plan::NO_GATE_ANSWERS,
             now,
             control_nodes: &cluster.control_nodes,
             nodes: &cluster.nodes,

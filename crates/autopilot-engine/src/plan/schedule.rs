@@ -17,6 +17,7 @@ use jiff::Timestamp;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
 use super::decision::{Decision, Effect, SignalTarget};
+use super::gates::GateFailure;
 use super::inputs::{Gaps, Inputs, ObservedSignal};
 use super::phases::reasons;
 use super::progress::{CommandPass, Outcome, end, release_hold, set_state};
@@ -30,6 +31,14 @@ pub(super) fn schedule(
     status: &mut PlanStatus,
 ) -> Option<PlanStateType> {
     let run = RunIdentity { plan_id: status.plan_id.clone()?, run_id: status.run_id.clone()? };
+    if status.rollback.is_some() {
+        return Some(super::rollback::drive(inputs, gaps, decision, status, &run));
+    }
+    if super::rollback::wanted_after_end(inputs, status) {
+        super::rollback::start(inputs, status, super::rollback::by_operator());
+        return Some(super::rollback::drive(inputs, gaps, decision, status, &run));
+    }
+    let mut roll_back = None;
     for command_status in &mut status.commands {
         let frozen = command_status.frozen.clone()?;
         let command = Command::resolve(&frozen)?;
@@ -47,7 +56,15 @@ pub(super) fn schedule(
             | PlanStateType::ApplyFailed
             | PlanStateType::Warning
             | PlanStateType::Aborted
-            | PlanStateType::PreflightFailed => return Some(command_status.state),
+            | PlanStateType::PreflightFailed
+            | PlanStateType::RolledBack => return Some(command_status.state),
+        }
+        if let Command::Preflight(_) = command
+            && super::rollback::requested(inputs, Some(&run.plan_id))
+        {
+            // A preflight command changes nothing: the rollback need not wait for it.
+            roll_back = Some(super::rollback::by_operator());
+            break;
         }
         let label = format!("command {} ({})", command_status.id, command.name());
         let mut pass = CommandPass {
@@ -62,7 +79,15 @@ pub(super) fn schedule(
         match pass.step() {
             Outcome::Completed => continue,
             Outcome::Running | Outcome::Ended => return Some(command_status.state),
+            Outcome::RollBack(why) => {
+                roll_back = Some(why);
+                break;
+            }
         }
+    }
+    if let Some(why) = roll_back {
+        super::rollback::start(inputs, status, why);
+        return Some(super::rollback::drive(inputs, gaps, decision, status, &run));
     }
     Some(PlanStateType::Completed)
 }
@@ -83,6 +108,9 @@ enum Halt {
     Failed(String),
     /// The operator aborted the plan.
     Aborted,
+    /// The run is to be rolled back (a gate with `onFailure: Rollback` failed, or an
+    /// operator asked); the text says why.
+    RollBack(String),
 }
 
 /// A node of a group's object kind that works on a signal other than this command's of this
@@ -101,11 +129,18 @@ impl CommandPass<'_, '_> {
         // 1. Read back every target that is not done: the node's own progress, and the
         //    signals this run already wrote.
         let first_signal = self.decision.signals.len();
+        let before: Vec<String> = self.completed_names();
         let mut resends = self.read_back_targets();
 
         // 2. A node that showed no progress for the command's deadline fails (controllers
         //    too: an in-flight controller is not held by the readiness grace).
         self.enforce_progress_deadline();
+
+        // 2b. Health gates (DESIGN §15): nodes that completed in this pass open their runs,
+        //     and every open run is looked at.
+        let completed_now: Vec<String> =
+            self.completed_names().into_iter().filter(|name| !before.contains(name)).collect();
+        let gate_failure = self.run_gates(&completed_now);
 
         // 3. Decide. A preflight command signals every target at once and judges the reports
         //    (`super::checks`). An update command: a pass that finds a target without a
@@ -115,12 +150,22 @@ impl CommandPass<'_, '_> {
             super::checks::decide(self, preflight)
         } else {
             loop {
-                match self.decide() {
+                match self.decide(gate_failure.as_ref()) {
                     Decided::Again => continue,
                     Decided::Done(outcome) => break outcome,
                 }
             }
         };
+        if let Outcome::Running = outcome
+            && self.status.reason.is_none()
+            && let Some(run) = self.status.gating.iter().find(|run| run.since.is_some())
+        {
+            self.status.reason = Some(format!(
+                "waiting for the gates of {}: {}",
+                run.nodes.join(", "),
+                run.waiting.as_deref().unwrap_or("not judged yet")
+            ));
+        }
         if let Outcome::Running = outcome {
             // Only targets still in flight get their signal again (a target the progress
             // deadline just failed does not).
@@ -130,11 +175,23 @@ impl CommandPass<'_, '_> {
         outcome
     }
 
+    /// The names of the command's targets that completed.
+    fn completed_names(&self) -> Vec<String> {
+        let command = self.command;
+        command
+            .groups()
+            .iter()
+            .flat_map(|&group| targets(self.status, command, group))
+            .filter(|t| t.state == TargetState::SignalCompleted)
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
     /// Read back every target of the command that is not done: a target whose object is
     /// gone is `MissingSignalNode`; one whose object carries this run's signal takes the
     /// node's progress from it. Returns the signals to send again: those of `SignalSent`
     /// targets whose object does not carry them.
-    fn read_back_targets(&mut self) -> Vec<Effect> {
+    pub(super) fn read_back_targets(&mut self) -> Vec<Effect> {
         let (inputs, run, command) = (self.inputs, self.run, self.command);
         let index = self.status.id;
         let mut resends = Vec::new();
@@ -176,7 +233,7 @@ impl CommandPass<'_, '_> {
     }
 
     /// Whether a signal effect goes to a target that is still `SignalSent`.
-    fn still_in_flight(&self, effect: &Effect) -> bool {
+    pub(super) fn still_in_flight(&self, effect: &Effect) -> bool {
         let command = self.command;
         match effect {
             Effect::Signal { target, .. } => command.groups().iter().any(|&group| {
@@ -191,7 +248,7 @@ impl CommandPass<'_, '_> {
 
     /// The failure policy, the steering and the rollout shape, in that order, then
     /// scheduling.
-    fn decide(&mut self) -> Decided {
+    fn decide(&mut self, gate_failure: Option<&GateFailure>) -> Decided {
         let command = self.command;
         let in_flight: Vec<String> = command
             .groups()
@@ -200,22 +257,42 @@ impl CommandPass<'_, '_> {
             .filter(|t| t.state == TargetState::SignalSent)
             .map(|t| t.name.clone())
             .collect();
-        let halt = self
-            .failures_past_budget()
-            .map(Halt::Failed)
+        let operator_rollback = super::rollback::requested(self.inputs, Some(&self.run.plan_id))
+            .then(super::rollback::by_operator);
+        let gate_rollback = gate_failure.filter(|f| f.rollback).map(|f| f.why.clone());
+        let gate_halt = gate_failure.filter(|f| !f.rollback).map(|f| f.why.clone());
+        let halt = operator_rollback
+            .or(gate_rollback)
+            .map(Halt::RollBack)
+            .or_else(|| self.failures_past_budget().or(gate_halt.clone()).map(Halt::Failed))
             .or_else(|| self.inputs.steering.aborted.then_some(Halt::Aborted));
 
-        // Check 1: failures past the budget stop the command; nodes in flight finish first.
+        // Check 0: a rollback stops the command; nodes in flight finish first.
+        if let Some(Halt::RollBack(why)) = &halt {
+            if !in_flight.is_empty() {
+                let why = format!("rolling back ({why})");
+                return Decided::Done(self.stopping(&why, &in_flight));
+            }
+            return Decided::Done(Outcome::RollBack(why.clone()));
+        }
+        // Check 1: failures past the budget (or a failed gate) stop the command; nodes in
+        // flight finish first.
         if let Some(Halt::Failed(why)) = &halt {
             if !in_flight.is_empty() {
                 return Decided::Done(self.stopping(why, &in_flight));
             }
-            return Decided::Done(self.end_on_target_failure().unwrap_or(Outcome::Ended));
+            let ended = self.end_on_target_failure().unwrap_or_else(|| {
+                end(self.status, PlanStateType::ApplyFailed, format!("{}: {why}", self.label));
+                Outcome::Ended
+            });
+            return Decided::Done(ended);
         }
-        // Check 2: every target done (completed, or failed within the budget).
-        let all_done = command.groups().iter().all(|&group| {
-            targets(self.status, command, group).iter().all(|t| t.state.is_terminal())
-        });
+        // Check 2: every target done (completed, or failed within the budget), and no gate
+        // open.
+        let all_done = !self.gates_open()
+            && command.groups().iter().all(|&group| {
+                targets(self.status, command, group).iter().all(|t| t.state.is_terminal())
+            });
         if all_done {
             release_hold(self.status);
             self.status.state = PlanStateType::Completed;
@@ -234,7 +311,8 @@ impl CommandPass<'_, '_> {
         // ready and no controller works on a signal of an earlier run. Workers wait until
         // every controller is done (version-skew rule).
         let controllers = targets(self.status, command, Group::Controllers);
-        if controllers.iter().any(|t| !t.state.is_terminal()) {
+        if controllers.iter().any(|t| !t.state.is_terminal()) || self.gating(Group::Controllers) > 0
+        {
             return self.schedule_controllers();
         }
         // Check 6: workers: canaries first and their soak, then up to the concurrency limit,
@@ -291,7 +369,9 @@ impl CommandPass<'_, '_> {
     /// an earlier run's signal, else signal the next.
     fn schedule_controllers(&mut self) -> Decided {
         let controllers = targets(self.status, self.command, Group::Controllers);
-        if controllers.iter().any(|t| t.state == TargetState::SignalSent) {
+        if controllers.iter().any(|t| t.state == TargetState::SignalSent)
+            || self.gating(Group::Controllers) > 0
+        {
             release_hold(self.status);
             self.status.state = PlanStateType::SchedulableWait;
             return Decided::Done(Outcome::Running);
@@ -555,6 +635,9 @@ impl CommandPass<'_, '_> {
         }
         candidates.sort_by(|a, b| a.name.cmp(&b.name));
         self.status.earlier_runs = candidates;
+        // Named in name order: the order they were kept in depends on what the previous
+        // pass saw, and a second pass over the same snapshot must say the same.
+        found.sort_by(|a, b| a.name.cmp(&b.name));
         found
     }
 
@@ -583,7 +666,7 @@ impl CommandPass<'_, '_> {
     /// the future cannot hold the plan, one in the past cannot fail the node early.
     /// A failed node's signal gets the status `Failed` with the same reason, so the node
     /// stops and an autopilot cordon is undone as for any other failure.
-    fn enforce_progress_deadline(&mut self) {
+    pub(super) fn enforce_progress_deadline(&mut self) {
         let (inputs, run, command) = (self.inputs, self.run, self.command);
         let index = self.status.id;
         let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
@@ -641,9 +724,10 @@ impl CommandPass<'_, '_> {
             self.status.state = PlanStateType::SchedulableWait;
             return Decided::Done(Outcome::Running);
         };
-        if !self.signal_target(Group::Controllers, &[next]) {
+        if !self.signal_target(Group::Controllers, std::slice::from_ref(&next)) {
             return Decided::Again;
         }
+        self.open_batch(&[next]);
         self.status.state = PlanStateType::SchedulableWait;
         Decided::Done(Outcome::Running)
     }
@@ -695,8 +779,13 @@ impl CommandPass<'_, '_> {
         let limit = command.worker_concurrency(targets(self.status, command, Group::Workers).len());
         let earlier = self.earlier_in_flight(Group::Workers, limit);
         let workers = targets(self.status, command, Group::Workers);
-        let sent = workers.iter().filter(|t| t.state == TargetState::SignalSent).count();
+        let sent = workers.iter().filter(|t| t.state == TargetState::SignalSent).count()
+            + self.gating(Group::Workers);
         let mut free = limit.saturating_sub(sent + earlier.len());
+        if self.in_waves() && (sent > 0 || self.gates_open()) {
+            // Waves: the next batch waits until the last one is done and its gates passed.
+            free = 0;
+        }
         let mut pending: Vec<&str> = workers
             .iter()
             .filter(|t| t.state == TargetState::SignalPending)
@@ -720,6 +809,7 @@ impl CommandPass<'_, '_> {
         if !self.signal_target(Group::Workers, &chosen) {
             return Decided::Again;
         }
+        self.open_batch(&chosen);
         self.status.not_ready_since = None;
         let sent_now = sent + chosen.len();
         match first_not_ready {
@@ -803,8 +893,12 @@ pub(super) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
     let mut effects = Vec::new();
     for command_status in &status.commands {
         let Some(frozen) = command_status.frozen.as_ref() else { continue };
-        let Some(command) = Command::resolve(frozen) else { continue };
-        for &group in command.groups() {
+        let Some(base) = Command::resolve(frozen) else { continue };
+        let rollback = base.rollback().filter(|_| command_status.rollback.is_some());
+        for (command, &group) in std::iter::once(base)
+            .chain(rollback)
+            .flat_map(|command| command.groups().iter().map(move |group| (command, group)))
+        {
             let kind = command.object_kind(group);
             let objects = inputs.objects(kind);
             for target in targets(command_status, command, group)

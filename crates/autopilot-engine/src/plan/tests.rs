@@ -4,6 +4,7 @@
 mod deadlines;
 mod events;
 mod fixtures;
+mod gates;
 mod node_reports;
 mod payload;
 mod preflight;
@@ -11,6 +12,7 @@ mod props;
 mod readiness;
 mod removed_apis;
 mod resolve;
+mod rollback;
 mod rollout;
 mod runs;
 mod schedule;
@@ -206,6 +208,45 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
         P::Aborted,
         sim,
     );
+
+    // An operator's rollback reopens a run that ended, and a rollback ends RolledBack.
+    let two_workers = || {
+        Sim::new(
+            PlanFixture::k0s_update(V).workers(["w1", "w2"]),
+            ClusterFixture::new().workers(["w1", "w2"]),
+        )
+    };
+    let complete = |sim: &mut Sim, node: &str| {
+        sim.cluster(|c| c.reports(Node, node, SignalPhase::Completed).running(node, V));
+    };
+    let mut sim = two_workers();
+    sim.pass();
+    complete(&mut sim, "w1");
+    sim.pass();
+    complete(&mut sim, "w2");
+    sim.pass();
+    sim.plan(|p| p.rolling_back("id123"));
+    case("an operator rolls back a completed run", P::Completed, P::SchedulableWait, sim.clone());
+    sim.pass();
+    complete(&mut sim, "w2");
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed).running("w1", RUNNING));
+    case("the last node is put back", P::SchedulableWait, P::RolledBack, sim);
+    let mut sim = two_workers();
+    sim.pass();
+    complete(&mut sim, "w1");
+    sim.pass();
+    sim.cluster(|c| c.fails(Node, "w2", SignalPhase::Failed, "boom"));
+    sim.pass();
+    sim.plan(|p| p.rolling_back("id123"));
+    case("an operator rolls back a failed run", P::ApplyFailed, P::SchedulableWait, sim);
+    let mut sim = two_workers();
+    sim.pass();
+    sim.plan(|p| p.steered(false, true));
+    complete(&mut sim, "w1");
+    sim.pass();
+    sim.plan(|p| p.steered(false, false).rolling_back("id123"));
+    case("an operator rolls back an aborted run", P::Aborted, P::SchedulableWait, sim);
 
     cases
 }

@@ -111,13 +111,39 @@ pub(super) fn check_shape(expr: &IdedExpr) -> Result<(), String> {
     Ok(())
 }
 
-/// Refuse an expression whose estimated cost is over [`MAX_CEL_COST`]. Call it after
-/// [`check_shape`], which bounds the work the estimate itself does.
-pub(super) fn check_cost(expr: &IdedExpr) -> Result<(), String> {
-    let cost = Estimator::default().estimate(expr).cost;
+/// Whose variables an expression sees, and so how large they can be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Vocabulary {
+    /// A preflight `boolExpr`: a node's record (`result`, `results`, `stdout`, …).
+    #[default]
+    Preflight,
+    /// A `kubernetes` gate's `condition`: `objects` (at most [`MAX_GATE_OBJECTS`] listed
+    /// objects) and `node`.
+    KubernetesGate,
+    /// A `prometheus` gate's `condition`: `result` (at most [`MAX_GATE_SAMPLES`] samples)
+    /// and `node`.
+    PrometheusGate,
+}
+
+/// The most objects a `kubernetes` gate hands its condition (a list with more fails the
+/// gate, saying so: narrow the selector).
+pub const MAX_GATE_OBJECTS: usize = 500;
+
+/// The most samples a `prometheus` gate hands its condition.
+pub const MAX_GATE_SAMPLES: usize = 500;
+
+/// [`check_cost`] for an expression of `vocabulary`.
+pub(super) fn check_cost_in(expr: &IdedExpr, vocabulary: Vocabulary) -> Result<(), String> {
+    let cost = Estimator { bound: Vec::new(), vocabulary }.estimate(expr).cost;
     if cost > MAX_CEL_COST {
+        let what = match vocabulary {
+            Vocabulary::Preflight => "the largest record a node can report",
+            Vocabulary::KubernetesGate | Vocabulary::PrometheusGate => {
+                "the largest list a gate reads"
+            }
+        };
         return Err(format!(
-            "may cost up to {cost} steps on the largest record a node can report; at most \
+            "may cost up to {cost} steps on {what}; at most \
              {MAX_CEL_COST} are allowed (a comprehension repeats its body for every element, \
              and `+` copies what it joins)"
         ));
@@ -292,6 +318,8 @@ const SCALAR_FUNCTIONS: &[&str] = &[
 struct Estimator {
     /// Comprehension variables, innermost last.
     bound: Vec<(String, Dims)>,
+    /// Whose free variables the expression reads.
+    vocabulary: Vocabulary,
 }
 
 impl Estimator {
@@ -339,6 +367,26 @@ impl Estimator {
     fn variable(&self, name: &str) -> Dims {
         if let Some((_, dims)) = self.bound.iter().rev().find(|(bound, _)| bound == name) {
             return dims.clone();
+        }
+        // A listed object or a sample, modelled as a map of 16 fields of 512 bytes: a
+        // condition reads a few fields of each, and a deeper select counts as a scalar.
+        // This bounds the loops a condition may run (two nested over the list are
+        // refused), not the bytes of the objects, which the lookup caps.
+        let object = || Dims(vec![16, 512]);
+        match (self.vocabulary, name) {
+            (Vocabulary::KubernetesGate, "objects") => {
+                return Dims::of(to_u64(MAX_GATE_OBJECTS), &object());
+            }
+            (Vocabulary::PrometheusGate, "result") => {
+                return Dims::of(to_u64(MAX_GATE_SAMPLES), &object());
+            }
+            (Vocabulary::KubernetesGate | Vocabulary::PrometheusGate, "node") => {
+                return Dims(vec![MAX_NODE_NAME_BYTES]);
+            }
+            (Vocabulary::KubernetesGate | Vocabulary::PrometheusGate, _) => {
+                return Dims::default();
+            }
+            (Vocabulary::Preflight, _) => {}
         }
         match name {
             "result" => bytes(MAX_MESSAGE_BYTES),

@@ -13,7 +13,7 @@ use autopilot_api::v1beta2::{
 };
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
-use super::bounds;
+use super::bounds::{self, Vocabulary};
 use super::template::Template;
 
 /// The variables a `boolExpr` may use, with their CEL types.
@@ -334,6 +334,20 @@ fn compile_result(path: &str, result: &PreflightResult) -> Result<CompiledResult
 /// only sees the branches the sample takes, so it narrows what can fail on nodes without
 /// proving that nothing can.
 fn compile_cel(source: &str) -> Result<cel::Program, String> {
+    let sample = autopilot_api::preflight::RawRecord::default();
+    compile_cel_in(source, Vocabulary::Preflight, &CEL_VARIABLES, &|| {
+        super::evaluate::context_for("node", &sample)
+    })
+}
+
+/// [`compile_cel`] for an expression of `vocabulary`, whose variables are `variables`,
+/// tried once on the context `sample` makes.
+pub(super) fn compile_cel_in(
+    source: &str,
+    vocabulary: Vocabulary,
+    variables: &[(&str, &str)],
+    sample: &dyn Fn() -> cel::Context<'static, 'static>,
+) -> Result<cel::Program, String> {
     if source.trim().is_empty() {
         return Err("is empty".to_owned());
     }
@@ -342,10 +356,10 @@ fn compile_cel(source: &str) -> Result<cel::Program, String> {
         .map_err(|errors| format!("does not parse as CEL: {}", errors.to_string().trim()))?;
     bounds::check_shape(program.expression())?;
     let mut unknown = BTreeSet::new();
-    free_variables(program.expression(), &mut Vec::new(), &mut unknown);
+    free_variables(program.expression(), variables, &mut Vec::new(), &mut unknown);
     if !unknown.is_empty() {
         let unknown: Vec<String> = unknown.iter().map(|name| format!("{name:?}")).collect();
-        let known: Vec<&str> = CEL_VARIABLES.iter().map(|(name, _)| *name).collect();
+        let known: Vec<&str> = variables.iter().map(|(name, _)| *name).collect();
         return Err(format!(
             "uses unknown variable {}; the variables are {}",
             unknown.join(", "),
@@ -354,9 +368,8 @@ fn compile_cel(source: &str) -> Result<cel::Program, String> {
     }
     // Only now, with every variable known, is the estimate meaningful; and it must come
     // before the trial run, which would pay the cost it bounds.
-    bounds::check_cost(program.expression())?;
-    let sample = autopilot_api::preflight::RawRecord::default();
-    match program.execute(&super::evaluate::context_for("node", &sample)) {
+    bounds::check_cost_in(program.expression(), vocabulary)?;
+    match program.execute(&sample()) {
         Ok(cel::Value::Bool(_)) => Ok(program),
         Ok(other) => Err(format!("gives {}, not a bool", other.type_of())),
         Err(cel::ExecutionError::UndeclaredReference(name)) => {
@@ -374,11 +387,16 @@ fn compile_cel(source: &str) -> Result<cel::Program, String> {
 
 /// Collect identifiers of `expr` that are neither bound by an enclosing comprehension
 /// (`results.exists(m, m == "ok")` binds `m`), nor our variables, nor CEL's own names.
-fn free_variables(expr: &IdedExpr, bound: &mut Vec<String>, unknown: &mut BTreeSet<String>) {
+fn free_variables(
+    expr: &IdedExpr,
+    variables: &[(&str, &str)],
+    bound: &mut Vec<String>,
+    unknown: &mut BTreeSet<String>,
+) {
     match &expr.expr {
         Expr::Unspecified | Expr::Literal(_) => {}
         Expr::Ident(name) => {
-            let known = CEL_VARIABLES.iter().any(|(variable, _)| variable == name)
+            let known = variables.iter().any(|(variable, _)| variable == name)
                 || CEL_BUILTIN_IDENTIFIERS.contains(&name.as_str())
                 || bound.contains(name)
                 // The parser's own accumulator names of expanded macros.
@@ -389,48 +407,52 @@ fn free_variables(expr: &IdedExpr, bound: &mut Vec<String>, unknown: &mut BTreeS
         }
         Expr::Call(call) => {
             if let Some(target) = &call.target {
-                free_variables(target, bound, unknown);
+                free_variables(target, variables, bound, unknown);
             }
             for arg in &call.args {
-                free_variables(arg, bound, unknown);
+                free_variables(arg, variables, bound, unknown);
             }
         }
         Expr::Comprehension(comprehension) => {
-            free_variables(&comprehension.iter_range, bound, unknown);
-            free_variables(&comprehension.accu_init, bound, unknown);
+            free_variables(&comprehension.iter_range, variables, bound, unknown);
+            free_variables(&comprehension.accu_init, variables, bound, unknown);
             let before = bound.len();
             bound.push(comprehension.iter_var.clone());
             bound.extend(comprehension.iter_var2.clone());
             bound.push(comprehension.accu_var.clone());
-            free_variables(&comprehension.loop_cond, bound, unknown);
-            free_variables(&comprehension.loop_step, bound, unknown);
-            free_variables(&comprehension.result, bound, unknown);
+            free_variables(&comprehension.loop_cond, variables, bound, unknown);
+            free_variables(&comprehension.loop_step, variables, bound, unknown);
+            free_variables(&comprehension.result, variables, bound, unknown);
             bound.truncate(before);
         }
         Expr::List(list) => {
             for element in &list.elements {
-                free_variables(element, bound, unknown);
+                free_variables(element, variables, bound, unknown);
             }
         }
         Expr::Map(map) => {
             for entry in &map.entries {
                 match &entry.expr {
-                    EntryExpr::StructField(field) => free_variables(&field.value, bound, unknown),
+                    EntryExpr::StructField(field) => {
+                        free_variables(&field.value, variables, bound, unknown)
+                    }
                     EntryExpr::MapEntry(entry) => {
-                        free_variables(&entry.key, bound, unknown);
-                        free_variables(&entry.value, bound, unknown);
+                        free_variables(&entry.key, variables, bound, unknown);
+                        free_variables(&entry.value, variables, bound, unknown);
                     }
                 }
             }
         }
-        Expr::Select(select) => free_variables(&select.operand, bound, unknown),
+        Expr::Select(select) => free_variables(&select.operand, variables, bound, unknown),
         Expr::Struct(structure) => {
             for entry in &structure.entries {
                 match &entry.expr {
-                    EntryExpr::StructField(field) => free_variables(&field.value, bound, unknown),
+                    EntryExpr::StructField(field) => {
+                        free_variables(&field.value, variables, bound, unknown)
+                    }
                     EntryExpr::MapEntry(entry) => {
-                        free_variables(&entry.key, bound, unknown);
-                        free_variables(&entry.value, bound, unknown);
+                        free_variables(&entry.key, variables, bound, unknown);
+                        free_variables(&entry.value, variables, bound, unknown);
                     }
                 }
             }

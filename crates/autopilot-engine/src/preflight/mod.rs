@@ -39,6 +39,7 @@
 mod bounds;
 mod compile;
 mod evaluate;
+mod gate;
 pub mod scheduler;
 mod template;
 
@@ -47,7 +48,7 @@ mod tests;
 
 pub use bounds::{
     MAX_CEL_COMPREHENSION_NESTING, MAX_CEL_COST, MAX_CEL_LITERAL_BYTES, MAX_CEL_LITERAL_ELEMENTS,
-    MAX_CEL_NODES, MAX_CEL_SOURCE_BYTES,
+    MAX_CEL_NODES, MAX_CEL_SOURCE_BYTES, MAX_GATE_OBJECTS, MAX_GATE_SAMPLES,
 };
 pub use compile::{
     CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN,
@@ -55,6 +56,11 @@ pub use compile::{
 };
 pub use evaluate::{
     CheckVerdict, CommandVerdict, MAX_VERDICT_MESSAGE, NodeVerdict, warnings_accepted,
+};
+
+pub use gate::{
+    GateInput, KUBERNETES_GATE_VARIABLES, PROMETHEUS_GATE_VARIABLES, compile_gate_condition,
+    evaluate_gate, to_cel,
 };
 
 pub use autopilot_api::preflight::RawRecord;

@@ -486,6 +486,7 @@ pub fn plan_spec(
     let version = answer.version.clone();
     let k0s_update = |forceupdate: bool, targets: PlanCommandTargets| PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
+            gates: Vec::new(),
             version: version.clone(),
             forceupdate,
             platforms: answer.k0s.clone(),
@@ -498,6 +499,7 @@ pub fn plan_spec(
     let airgap_update = |workers: PlanCommandTarget| PlanCommand {
         k0supdate: None,
         airgapupdate: Some(PlanCommandAirgapUpdate {
+            gates: Vec::new(),
             version: version.clone(),
             platforms: answer.airgap.clone(),
             workers,

@@ -88,6 +88,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
     .collect();
     all.extend(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     let object = TargetObject {
+        version: None,
         name: name.to_owned(),
         labels: all,
         ready: true,
@@ -99,6 +100,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
 
 fn policy(exclude_workers: bool) -> Policy {
     Policy {
+        prometheus_url: None,
         exclude_controllers: false,
         exclude_workers,
         readiness_grace: Duration::from_secs(600),
@@ -122,6 +124,7 @@ fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
     let (control_nodes, nodes) = cluster();
     let readiness: BTreeMap<_, _> = ["c0", "c1"].map(|c| (c.to_owned(), Readiness::Ready)).into();
     let observed = Observed {
+        gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
         now: jiff::Timestamp::from_second(1_800_000_000).expect("in range"),
         control_nodes: &control_nodes,
         nodes: &nodes,
@@ -130,6 +133,7 @@ fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
         check_pods: CheckPods::NONE,
     };
     let view = PlanView {
+        rollback: None,
         name: plan.metadata.name.as_deref().unwrap_or_default(),
         uid: "uid-1",
         generation: 1,

@@ -47,6 +47,8 @@ pub struct PlanFixture {
     pub status: Option<PlanStatus>,
     pub steering: Steering,
     pub accepted_warnings: Option<String>,
+    /// The rollback annotation's value.
+    pub rollback: Option<String>,
 }
 
 impl PlanFixture {
@@ -59,6 +61,7 @@ impl PlanFixture {
             status: None,
             steering: Steering::default(),
             accepted_warnings: None,
+            rollback: None,
         }
     }
 
@@ -83,6 +86,23 @@ impl PlanFixture {
         self
     }
 
+    /// The rollback annotation naming plan `id` (`k0s autopilot rollback`).
+    pub fn rolling_back(mut self, id: &str) -> Self {
+        self.rollback = Some(id.to_owned());
+        self
+    }
+
+    /// Add `gate` to update command `index`.
+    pub fn gated(mut self, index: usize, gate: autopilot_api::v1beta2::Gate) -> Self {
+        let command = &mut self.spec.commands[index];
+        match (&mut command.k0supdate, &mut command.airgapupdate) {
+            (Some(k0s), _) => k0s.gates.push(gate),
+            (None, Some(airgap)) => airgap.gates.push(gate),
+            (None, None) => panic!("command {index} is not an update"),
+        }
+        self
+    }
+
     /// The operator's pause/abort annotations.
     pub fn steered(mut self, paused: bool, aborted: bool) -> Self {
         self.steering = Steering { paused, aborted };
@@ -103,6 +123,7 @@ impl PlanFixture {
 
     pub fn view(&self) -> PlanView<'_> {
         PlanView {
+            rollback: self.rollback.as_deref(),
             name: &self.name,
             uid: &self.uid,
             generation: self.generation,
@@ -186,10 +207,16 @@ pub struct ClusterFixture {
     /// Check Pods (as created; a test ends them) and Pod templates, by name.
     pub pods: BTreeMap<String, Pod>,
     pub templates: BTreeMap<String, ConfigMap>,
+    /// What each health-gate lookup returns (a query not here: unavailable).
+    pub gate_answers: BTreeMap<crate::plan::GateQuery, crate::plan::GateAnswer>,
 }
+
+/// The version every fixture node runs until it updates.
+pub const RUNNING: &str = "v1.30.0+k0s.0";
 
 fn object(name: &str) -> TargetObject {
     TargetObject {
+        version: Some(RUNNING.to_owned()),
         name: name.to_owned(),
         labels: BTreeMap::from([
             (keys::LABEL_OS.to_owned(), "linux".to_owned()),
@@ -212,6 +239,7 @@ impl ClusterFixture {
             removed_api_uses: Vec::new(),
             pods: BTreeMap::new(),
             templates: BTreeMap::new(),
+            gate_answers: BTreeMap::new(),
         }
     }
 
@@ -313,6 +341,26 @@ impl ClusterFixture {
     /// The clock moved on.
     pub fn later(mut self, by: Duration) -> Self {
         self.now += jiff::SignedDuration::try_from(by).expect("small duration");
+        self
+    }
+
+    /// What the lookup of a gate `query` returns from now on.
+    pub fn answering(
+        mut self,
+        query: crate::plan::GateQuery,
+        answer: crate::plan::GateAnswer,
+    ) -> Self {
+        self.gate_answers.insert(query, answer);
+        self
+    }
+
+    /// The node `name` now says it runs `version` (both objects of that name).
+    pub fn running(mut self, name: &str, version: &str) -> Self {
+        for kind in [ObjectKind::ControlNode, ObjectKind::Node] {
+            if let Some(object) = self.objects_mut(kind).get_mut(name) {
+                object.version = Some(version.to_owned());
+            }
+        }
         self
     }
 
@@ -425,6 +473,7 @@ impl ClusterFixture {
 
 pub fn policy() -> Policy {
     Policy {
+        prometheus_url: None,
         exclude_controllers: false,
         exclude_workers: false,
         readiness_grace: Duration::from_secs(600),
@@ -444,6 +493,12 @@ pub struct FixtureAnswers<'a> {
 
 impl Answer for FixtureAnswers<'_> {
     type Error = Infallible;
+
+    async fn gate(&mut self, query: &crate::plan::GateQuery) -> crate::plan::GateAnswer {
+        self.cluster.gate_answers.get(query).cloned().unwrap_or_else(|| {
+            crate::plan::GateAnswer::Unavailable("the fixture has no answer".to_owned())
+        })
+    }
 
     async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
         controllers
@@ -498,6 +553,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) -> Transition {
     let empty = BTreeMap::new();
     let observed = Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,

@@ -89,6 +89,7 @@ fn a_controller_that_was_not_probed_counts_as_not_ready() {
     let plan = PlanFixture::k0s_update(V).controllers(["c1"]);
     let cluster = ClusterFixture::new().controllers(["c1"]);
     let observed = super::Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
@@ -111,6 +112,7 @@ fn a_pass_names_exactly_the_controllers_it_needs_probed() {
     let probe = |sim: &Sim| {
         let empty = Default::default();
         let observed = super::Observed {
+            gate_answers: &crate::plan::NO_GATE_ANSWERS,
             now: sim.cluster.now,
             control_nodes: &sim.cluster.control_nodes,
             nodes: &sim.cluster.nodes,
@@ -186,6 +188,7 @@ fn readiness_results_for_other_controllers_do_not_matter() {
         ("c2".to_owned(), Readiness::NotReady("down".to_owned())),
     ]);
     let observed = super::Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,

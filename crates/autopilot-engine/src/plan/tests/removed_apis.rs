@@ -63,6 +63,7 @@ fn a_non_blocking_or_older_removed_api_does_not_stop_the_plan() {
         [removed_api("flowschemas", "flowcontrol.apiserver.k8s.io", "v1beta3", "v1.32.0", 3)];
     let cluster = ClusterFixture::new().workers(["w1"]);
     let observed = super::Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
@@ -78,6 +79,7 @@ fn a_run_that_needs_the_removed_api_check_waits_for_its_findings() {
     let plan = PlanFixture::airgap_update(V).workers(["w1"]);
     let cluster = ClusterFixture::new().workers(["w1"]);
     let observed = super::Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,

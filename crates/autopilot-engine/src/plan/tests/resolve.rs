@@ -38,6 +38,10 @@ impl Counting {
 impl Answer for Counting {
     type Error = &'static str;
 
+    async fn gate(&mut self, _query: &crate::plan::GateQuery) -> crate::plan::GateAnswer {
+        crate::plan::GateAnswer::Assumed
+    }
+
     async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
         self.probed.push(controllers.to_vec());
         controllers
@@ -85,6 +89,7 @@ fn names(list: &[&str]) -> Vec<String> {
 fn resolve_on(sim: &Sim, answerer: &mut Counting) -> Result<Transition, &'static str> {
     let empty = BTreeMap::new();
     let observed = Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: sim.cluster.now,
         control_nodes: &sim.cluster.control_nodes,
         nodes: &sim.cluster.nodes,
@@ -219,6 +224,7 @@ fn pods_are_listed_once_per_node_and_every_answer_reaches_the_next_pass() {
             // The first pass needs everything; the second a new Node; the third nothing.
             let needs = match passes {
                 1 => Needs {
+                    gates: Vec::new(),
                     probe: names(&["c1"]),
                     removed_api_versions: names(&[V]),
                     pods_on: names(&["w1", "w2"]),

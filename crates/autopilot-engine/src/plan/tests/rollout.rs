@@ -8,6 +8,7 @@ use crate::plan::{ObjectKind, Observed};
 
 fn dry_run(plan: &PlanFixture, cluster: &ClusterFixture) -> Rollout {
     let observed = Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,

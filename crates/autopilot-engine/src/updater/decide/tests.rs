@@ -142,6 +142,7 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
         timestamp: now.as_second().to_string(),
         commands: vec![PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
+                gates: Vec::new(),
                 version: "v1.35.2+k0s.0".to_owned(),
                 forceupdate: false,
                 platforms: answer("v1.35.2+k0s.0").k0s,
@@ -338,6 +339,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
         vec![
             PlanCommand {
                 k0supdate: Some(PlanCommandK0sUpdate {
+                    gates: Vec::new(),
                     version: "v1.35.2+k0s.0".to_owned(),
                     forceupdate: true,
                     platforms: offered.k0s.clone(),
@@ -353,6 +355,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
             PlanCommand {
                 k0supdate: None,
                 airgapupdate: Some(PlanCommandAirgapUpdate {
+                    gates: Vec::new(),
                     version: "v1.35.2+k0s.0".to_owned(),
                     platforms: offered.airgap.clone(),
                     workers: static_nodes(&["w1"], 2),
