@@ -62,19 +62,25 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
+    Ok(cache_root(CACHE_DIR_ENV)?
+        .join("control-plane")
+        .join(format!("k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}")))
+}
+
+/// `$XDG_CACHE_HOME/k0s-autopilot`, or `~/.cache/k0s-autopilot`: where the pinned Go binaries
+/// of the test topology are cached. `override_env` names the variable that would have
+/// overridden the whole directory (for the error when neither HOME nor it is set).
+pub(crate) fn cache_root(override_env: &str) -> anyhow::Result<PathBuf> {
     let base = match env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => {
             let home = env::var_os("HOME")
                 .filter(|d| !d.is_empty())
-                .with_context(|| format!("neither {CACHE_DIR_ENV} nor HOME is set"))?;
+                .with_context(|| format!("neither {override_env} nor HOME is set"))?;
             PathBuf::from(home).join(".cache")
         }
     };
-    Ok(base
-        .join("k0s-autopilot")
-        .join("control-plane")
-        .join(format!("k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}")))
+    Ok(base.join("k0s-autopilot"))
 }
 
 /// What the stamp file says: the versions the cached binaries were built from.
@@ -163,7 +169,7 @@ pub fn version_of(binary: &Path) -> anyhow::Result<String> {
     Ok(stdout.lines().next().unwrap_or_default().trim().to_owned())
 }
 
-fn check_go() -> anyhow::Result<()> {
+pub(crate) fn check_go() -> anyhow::Result<()> {
     let output = Command::new("go")
         .arg("version")
         .stdin(Stdio::null())
@@ -312,7 +318,7 @@ fn apiserver_go_mod(staging: &[String]) -> String {
 }
 
 /// A Go file that imports `package` so `go mod tidy` keeps its dependencies.
-fn tools_go(package: &str) -> String {
+pub(crate) fn tools_go(package: &str) -> String {
     format!("//go:build tools\n\npackage tools\n\nimport _ \"{package}\"\n")
 }
 
@@ -326,7 +332,7 @@ fn major_minor(version: &str) -> anyhow::Result<(&str, &str)> {
 }
 
 /// A temporary directory for one wrapper module (removed when dropped).
-fn work_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
+pub(crate) fn work_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
     tempfile::Builder::new()
         .prefix(&format!("k0s-control-plane-{what}-"))
         .tempdir()
@@ -334,21 +340,21 @@ fn work_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
 }
 
 /// A `go` command running in `work` with cgo off and module mode on.
-fn go(work: &Path) -> Command {
+pub(crate) fn go(work: &Path) -> Command {
     let mut cmd = Command::new("go");
     cmd.current_dir(work).env("CGO_ENABLED", "0").env("GO111MODULE", "on").stdin(Stdio::null());
     cmd
 }
 
 /// Runs `cmd` with inherited stdout/stderr (so the Go toolchain's progress streams through).
-fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+pub(crate) fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
     println!("$ {what}");
     let status = cmd.status().with_context(|| format!("starting {what}"))?;
     ensure!(status.success(), "{what} failed: {status}");
     Ok(())
 }
 
-fn remove_if_exists(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn remove_if_exists(path: &Path) -> anyhow::Result<()> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -356,7 +362,7 @@ fn remove_if_exists(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-fn write_atomically(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
     let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
     let mut file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     file.write_all(contents)?;

@@ -34,6 +34,8 @@
 //!
 //! - The pinned control plane, built once with `cargo xtask control-plane` (see
 //!   [`control_plane`]); tests only look it up and fail with that hint when it is missing.
+//! - For the tests that scrape nodes with a real Prometheus ([`prometheus::Prometheus`]): the
+//!   pinned Prometheus, built and cached by the same command (see [`prometheus`]).
 //! - The k0s binary: [`ClusterBuilder::k0s_binary`] if given, else `$K0S_BIN`, else
 //!   [`k0s_binary`] runs `cargo build -p k0s --bin k0s` once per test process.
 //!   [`k0s_binary_with_version`] builds a copy that reports another version (`K0S_VERSION` at
@@ -97,6 +99,7 @@ pub mod metrics;
 mod net;
 mod pki;
 mod process;
+pub mod prometheus;
 pub mod rbac;
 pub mod responder;
 pub mod signals;

@@ -1,15 +1,17 @@
-//! `cargo xtask control-plane`: build (once) and cache the pinned kube-apiserver and etcd.
+//! `cargo xtask control-plane`: build (once) and cache the pinned Go binaries of the test
+//! topology: kube-apiserver and etcd, and the Prometheus that scrapes the nodes.
 //!
-//! The logic lives in `integration::control_plane`, next to the harness that uses it; this
-//! module only reports what is in the cache.
+//! The logic lives in `integration::control_plane` and `integration::prometheus`, next to
+//! the harness that uses it; this module only reports what is in the cache.
 
-use integration::control_plane;
+use integration::{control_plane, prometheus};
 
 /// Arguments of this subcommand (none yet: the versions are pinned in the code).
 #[derive(clap::Args)]
 pub struct Args {}
 
-/// Build the control-plane binaries unless cached, then print their paths and versions.
+/// Build the control-plane binaries and Prometheus unless cached, then print their paths and
+/// versions.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args {} = args;
     let binaries = control_plane::ensure_built()?;
@@ -22,6 +24,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "etcd:           {} ({})",
         binaries.etcd.display(),
         control_plane::version_of(&binaries.etcd)?
+    );
+    let prometheus = prometheus::ensure_built()?;
+    println!(
+        "prometheus:     {} ({})",
+        prometheus.display(),
+        control_plane::version_of(&prometheus)?
     );
     Ok(())
 }

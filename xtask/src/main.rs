@@ -26,7 +26,8 @@ struct Cli {
 enum Command {
     /// Generate the CRD manifests in manifests/crds from the Rust types.
     Crdgen(crdgen::Args),
-    /// Build (once) and cache the pinned kube-apiserver and etcd used by tests and the demo.
+    /// Build (once) and cache the pinned kube-apiserver and etcd used by tests and the demo,
+    /// and the Prometheus used by tests.
     ControlPlane(control_plane::Args),
     /// Run the demo on a local real control plane.
     Demo(demo::Args),

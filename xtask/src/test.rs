@@ -1,6 +1,6 @@
 //! `cargo xtask test`: every test, at every level, against the real control plane.
 //!
-//! Builds (once) the pinned kube-apiserver and etcd, builds the `k0s` binary the end-to-end
+//! Builds (once) the pinned kube-apiserver, etcd and Prometheus, builds the `k0s` binary the end-to-end
 //! scenarios run, then runs `cargo test` over the whole workspace. Nothing is opt-in.
 
 use std::process::Command;
@@ -26,6 +26,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { test_threads, cargo_args } = args;
     integration::control_plane::ensure_built()?;
+    integration::prometheus::ensure_built()?;
     let k0s = build_k0s()?;
     println!("==> running tests (k0s binary {})", k0s.display());
     let mut command = Command::new(cargo());

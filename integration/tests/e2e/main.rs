@@ -46,6 +46,7 @@ mod plan_rollout_shape;
 mod plan_selector;
 mod plan_targets;
 mod plan_validation;
+mod prometheus_harness;
 mod rbac_least_privilege;
 mod rbac_steering;
 mod responder;

@@ -234,6 +234,26 @@ async fn an_answer_over_the_limit_is_an_error_naming_the_limit() {
 }
 
 #[tokio::test]
+async fn a_chunked_answer_over_the_limit_is_cut_off_as_it_streams() {
+    // No Content-Length to refuse up front: the limit applies to the bytes as they arrive.
+    let chunk = vec![b' '; MAX_RESPONSE_BYTES / 4];
+    let mut response = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        .to_vec();
+    for _ in 0..5 {
+        response.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        response.extend_from_slice(&chunk);
+        response.extend_from_slice(b"\r\n");
+    }
+    response.extend_from_slice(b"0\r\n\r\n");
+    let address = canned_server(Some(response)).await;
+    let err = instant_query(&client(), &format!("http://{address}"), "up", Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, QueryError::TooLarge { limit: MAX_RESPONSE_BYTES, .. }), "{err:?}");
+}
+
+#[tokio::test]
 async fn a_server_that_never_answers_is_a_timeout_naming_the_url() {
     let address = canned_server(None).await;
     let err =
