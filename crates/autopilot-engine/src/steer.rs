@@ -20,6 +20,9 @@ pub enum Verb {
     /// Signal no new node; nodes in flight finish, then the plan ends `Aborted`
     /// (`abort=true`).
     Abort,
+    /// Put back every node the run changed; the plan ends `RolledBack` (`rollback=<plan
+    /// id>`, DESIGN §15).
+    Rollback,
 }
 
 impl Verb {
@@ -28,6 +31,7 @@ impl Verb {
             Self::Pause => "pause",
             Self::Resume => "resume",
             Self::Abort => "abort",
+            Self::Rollback => "roll back",
         }
     }
 }
@@ -45,6 +49,10 @@ pub struct Seen<'a> {
     pub state: PlanStateType,
     /// Targets in `SignalSent`: nodes working on a signal, which finish either way.
     pub in_flight: usize,
+    /// The plan id of the current run (`status.planId`), if it ever started.
+    pub plan_id: Option<&'a str>,
+    /// Value of [`keys::ANNOTATION_ROLLBACK`], if present.
+    pub rollback: Option<&'a str>,
 }
 
 /// What a verb does: the merge patch to write on the Plan (if any) and the line to print.
@@ -59,12 +67,52 @@ pub struct Outcome {
 /// Decide what `verb` writes and says for the plan as `seen`. `Err` is the one-line reason
 /// the verb refuses (nothing is written then).
 pub fn decide(verb: Verb, seen: &Seen<'_>) -> Result<Outcome, String> {
-    let Seen { name, paused, abort, state, in_flight } = *seen;
+    let Seen { name, paused, abort, state, in_flight, plan_id, rollback } = *seen;
     let is_paused = paused == Some(TRUE);
     let is_aborting = abort == Some(TRUE);
     let ended = state.is_terminal();
     let in_flight_finish = format!("{in_flight} node(s) in flight will finish");
     match verb {
+        Verb::Rollback => {
+            let Some(id) = plan_id.filter(|_| state != PlanStateType::NewPlan) else {
+                return Err(format!("plan {name:?} has not run: nothing to roll back"));
+            };
+            let reopenable = crate::plan::phases::REOPENED_BY_ROLLBACK.contains(&state);
+            match state {
+                PlanStateType::RolledBack => {
+                    return Err(format!("plan {name:?} (id {id}) was already rolled back"));
+                }
+                _ if ended && !reopenable => {
+                    return Err(format!(
+                        "plan {name:?} (id {id}) ended in {state}; only a run that ended \
+                         Completed, ApplyFailed or Aborted (or one still running) is rolled \
+                         back: write a Plan to the earlier version instead"
+                    ));
+                }
+                _ => {}
+            }
+            let next = format!(
+                "{in_flight_finish}, then every node the run changed puts back the version it \
+                 ran before (workers first, newest first), and the plan ends RolledBack{} \
+                 (follow it with k0s autopilot status)",
+                if is_paused {
+                    "; it is paused: the rollback waits for k0s autopilot resume"
+                } else {
+                    ""
+                }
+            );
+            Ok(if rollback.map(str::trim) == Some(id) {
+                Outcome {
+                    patch: None,
+                    message: format!("plan {name} (id {id}) was already being rolled back: {next}"),
+                }
+            } else {
+                Outcome {
+                    patch: Some(annotation(keys::ANNOTATION_ROLLBACK, json!(id))),
+                    message: format!("plan {name} (id {id}) is rolled back: {next}"),
+                }
+            })
+        }
         Verb::Pause | Verb::Abort if ended => {
             Err(format!("plan {name:?} already ended in {state}: nothing to {}", verb.as_str()))
         }
@@ -134,6 +182,8 @@ mod tests {
             abort: None,
             state: PlanStateType::SchedulableWait,
             in_flight,
+            plan_id: Some("id-1"),
+            rollback: None,
         }
     }
 
@@ -248,5 +298,34 @@ mod tests {
         let fresh = Seen { state: PlanStateType::NewPlan, ..running(0) };
         assert!(decide(Verb::Pause, &fresh).unwrap().patch.is_some());
         assert!(decide(Verb::Abort, &fresh).unwrap().patch.is_some());
+    }
+
+    #[test]
+    fn rollback_names_the_running_plan_id_and_says_what_happens() {
+        let outcome = decide(Verb::Rollback, &running(1)).unwrap();
+        assert_eq!(
+            outcome.patch,
+            Some(json!({ "metadata": { "annotations": {
+                "autopilot.k0sproject.io/rollback": "id-1" } } }))
+        );
+        assert!(outcome.message.starts_with("plan autopilot (id id-1) is rolled back: 1 node(s)"));
+        let again = decide(Verb::Rollback, &Seen { rollback: Some("id-1"), ..running(0) });
+        assert_eq!(again.unwrap().patch, None, "already asked");
+        let older = decide(Verb::Rollback, &Seen { rollback: Some("id-0"), ..running(0) });
+        assert!(older.unwrap().patch.is_some(), "an annotation for another id is replaced");
+    }
+
+    #[test]
+    fn rollback_refuses_a_plan_that_never_ran_or_cannot_be_rolled_back() {
+        let fresh = Seen { state: PlanStateType::NewPlan, plan_id: None, ..running(0) };
+        assert!(decide(Verb::Rollback, &fresh).unwrap_err().contains("has not run"));
+        let done = Seen { state: PlanStateType::RolledBack, ..running(0) };
+        assert!(decide(Verb::Rollback, &done).unwrap_err().contains("already rolled back"));
+        let refused = Seen { state: PlanStateType::Warning, ..running(0) };
+        assert!(decide(Verb::Rollback, &refused).unwrap_err().contains("ended in Warning"));
+        for state in [PlanStateType::Completed, PlanStateType::ApplyFailed, PlanStateType::Aborted]
+        {
+            assert!(decide(Verb::Rollback, &Seen { state, ..running(0) }).is_ok(), "{state}");
+        }
     }
 }

@@ -511,6 +511,7 @@ impl Check {
             | Decision::OutsideWindow { .. }
             | Decision::PlanRunning { .. }
             | Decision::AlreadyPlanned { .. }
+            | Decision::RolledBackVersion { .. }
             | Decision::UnverifiedPayload { .. }
             | Decision::Invalid(_) => Ok(()),
         };

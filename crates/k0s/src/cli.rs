@@ -123,6 +123,11 @@ pub enum AutopilotCommand {
     /// `Aborted` with no autopilot cordon left (annotation `autopilot.k0sproject.io/abort=true`;
     /// a changed spec starts a new run only once it is removed).
     Abort(crate::steer::Args),
+    /// Roll back the plan's run: nodes in flight finish, then every node the run changed
+    /// puts back the version it ran before (workers first, newest first, with the command's
+    /// limits), and the plan ends `RolledBack` (annotation
+    /// `autopilot.k0sproject.io/rollback=<plan id>`).
+    Rollback(crate::steer::Args),
 }
 
 /// How `k0s status` prints.

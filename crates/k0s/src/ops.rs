@@ -20,6 +20,7 @@ pub fn run(command: AutopilotCommand) -> anyhow::Result<()> {
         AutopilotCommand::Pause(args) => (Verb::Pause, args),
         AutopilotCommand::Resume(args) => (Verb::Resume, args),
         AutopilotCommand::Abort(args) => (Verb::Abort, args),
+        AutopilotCommand::Rollback(args) => (Verb::Rollback, args),
     };
     runtime.block_on(steer::run(verb, args))
 }

@@ -53,6 +53,8 @@ pub async fn run(verb: Verb, args: Args) -> anyhow::Result<()> {
         abort: annotations.get(keys::ANNOTATION_ABORT).map(String::as_str),
         state: status.state,
         in_flight: status.targets().filter(|t| t.state == TargetState::SignalSent).count(),
+        plan_id: status.plan_id.as_deref(),
+        rollback: annotations.get(keys::ANNOTATION_ROLLBACK).map(String::as_str),
     };
     let outcome = decide(verb, &seen).map_err(anyhow::Error::msg)?;
     if let Some(patch) = &outcome.patch {

@@ -23,10 +23,13 @@
 //!    `https://` URL, else the Plan is not created ([`Decision::UnverifiedPayload`]); the
 //!    controller would refuse it anyway (DESIGN §11), and an operator learns why here, on
 //!    the UpdateConfig, instead of from a refused Plan.
-//! 6. A terminal Plan whose commands are exactly what we would generate is left alone
+//! 6. A Plan that was rolled back (DESIGN §15) to move off the offered version holds that
+//!    version back ([`Decision::RolledBackVersion`]): it is not proposed again until the
+//!    server offers another one, or an operator deletes the Plan (which clears the mark).
+//! 7. A terminal Plan whose commands are exactly what we would generate is left alone
 //!    ([`Decision::AlreadyPlanned`]): that update already ran (or failed: delete the Plan
 //!    to retry the same version). This keeps a stuck version from re-running every period.
-//! 7. Otherwise the Plan is generated (REF §11.6): [`Decision::CreatePlan`] when none exists,
+//! 8. Otherwise the Plan is generated (REF §11.6): [`Decision::CreatePlan`] when none exists,
 //!    [`Decision::ReplacePlan`] over a terminal one. Applying a new spec to a terminal Plan
 //!    starts a fresh run (DESIGN §9.4), so repeated updates work, unlike k0s.
 
@@ -222,6 +225,13 @@ pub enum Decision {
         /// Its current state.
         state: PlanStateType,
     },
+    /// The `autopilot` Plan rolled the offered version back; it is not proposed again.
+    RolledBackVersion {
+        /// The offered (and rolled back) version.
+        offered: String,
+        /// The rolled-back run's plan id.
+        plan_id: String,
+    },
     /// The terminal `autopilot` Plan already has exactly these commands; nothing to do.
     AlreadyPlanned {
         /// Its terminal state.
@@ -260,6 +270,8 @@ pub mod reasons {
     pub const PLAN_RUNNING: &str = "PlanRunning";
     /// [`super::Decision::AlreadyPlanned`].
     pub const ALREADY_PLANNED: &str = "AlreadyPlanned";
+    /// [`super::Decision::RolledBackVersion`].
+    pub const ROLLED_BACK_VERSION: &str = "RolledBackVersion";
     /// [`super::Decision::CreatePlan`] and [`super::Decision::ReplacePlan`].
     pub const PLAN_CREATED: &str = "PlanCreated";
     /// [`super::Decision::UnverifiedPayload`].
@@ -270,11 +282,12 @@ pub mod reasons {
     pub const SERVER_ERROR: &str = "UpdateServerError";
 
     /// Every reason.
-    pub const ALL: [&str; 8] = [
+    pub const ALL: [&str; 9] = [
         UP_TO_DATE,
         OUTSIDE_WINDOW,
         PLAN_RUNNING,
         ALREADY_PLANNED,
+        ROLLED_BACK_VERSION,
         PLAN_CREATED,
         UNVERIFIED_PAYLOAD,
         INVALID,
@@ -291,6 +304,7 @@ impl Decision {
             | Self::OutsideWindow { .. }
             | Self::PlanRunning { .. }
             | Self::AlreadyPlanned { .. }
+            | Self::RolledBackVersion { .. }
             | Self::UnverifiedPayload { .. }
             | Self::Invalid(_) => None,
         }
@@ -305,6 +319,7 @@ impl Decision {
             | Self::OutsideWindow { .. }
             | Self::PlanRunning { .. }
             | Self::AlreadyPlanned { .. }
+            | Self::RolledBackVersion { .. }
             | Self::CreatePlan(_)
             | Self::ReplacePlan { .. } => false,
         }
@@ -317,6 +332,7 @@ impl Decision {
             Self::OutsideWindow { .. } => reasons::OUTSIDE_WINDOW,
             Self::PlanRunning { .. } => reasons::PLAN_RUNNING,
             Self::AlreadyPlanned { .. } => reasons::ALREADY_PLANNED,
+            Self::RolledBackVersion { .. } => reasons::ROLLED_BACK_VERSION,
             Self::CreatePlan(_) | Self::ReplacePlan { .. } => reasons::PLAN_CREATED,
             Self::UnverifiedPayload { .. } => reasons::UNVERIFIED_PAYLOAD,
             Self::Invalid(_) => reasons::INVALID,
@@ -340,6 +356,10 @@ impl Decision {
             }
             Self::AlreadyPlanned { state, offered } => format!(
                 "the autopilot plan for {offered} already ended ({state}); delete it to run it again"
+            ),
+            Self::RolledBackVersion { offered, plan_id } => format!(
+                "{offered} was rolled back by plan {plan_id}; it is not proposed again until the \
+                 update server offers another version, or the Plan is deleted to clear the mark"
             ),
             Self::CreatePlan(spec) => format!("created the autopilot plan {}", spec.id),
             Self::ReplacePlan { previous, spec } => {
@@ -426,7 +446,17 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         return Decision::UnverifiedPayload { offered: answer.version.clone(), entries };
     }
 
-    // Check 6 and 7: same commands already ran, or create / replace.
+    // Check 6: a version the cluster rolled back is not proposed again.
+    if let Some(plan) = plan
+        && previous == Some(PlanStateType::RolledBack)
+        && rolled_back_versions(plan).any(|version| version == answer.version)
+    {
+        let plan_id =
+            plan.status.as_ref().and_then(|s| s.plan_id.clone()).unwrap_or(plan.spec.id.clone());
+        return Decision::RolledBackVersion { offered: answer.version.clone(), plan_id };
+    }
+
+    // Check 7 and 8: same commands already ran, or create / replace.
     match (plan, previous) {
         (Some(plan), Some(state)) if plan.spec.commands == new_spec.commands => {
             Decision::AlreadyPlanned { state, offered: answer.version.clone() }
@@ -434,6 +464,18 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         (Some(_), Some(previous)) => Decision::ReplacePlan { previous, spec: new_spec },
         (None, _) | (Some(_), None) => Decision::CreatePlan(new_spec),
     }
+}
+
+/// The versions the rolled-back run of `plan` updated to (its frozen commands).
+fn rolled_back_versions(plan: &Plan) -> impl Iterator<Item = &str> {
+    plan.status.iter().flat_map(|status| &status.commands).filter_map(|command| {
+        let frozen = command.frozen.as_ref()?;
+        frozen
+            .k0supdate
+            .as_ref()
+            .map(|k0s| k0s.version.as_str())
+            .or(frozen.airgapupdate.as_ref().map(|airgap| airgap.version.as_str()))
+    })
 }
 
 /// The downloads of `spec` without a sha256 whose URL is not `https://`, as

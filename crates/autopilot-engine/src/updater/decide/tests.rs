@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use autopilot_api::v1beta2::{
     AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate, PeriodicUpgradeStrategy,
-    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanResourceUrl, PlanStatus,
+    PlanCommandStatus, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanResourceUrl,
+    PlanStatus,
 };
 use jiff::civil::date;
 
@@ -261,6 +262,58 @@ fn terminal_plan_with_the_same_commands_is_not_rerun() {
             offered: "v1.35.2+k0s.0".to_owned()
         }
     );
+}
+
+/// A Plan whose run of `spec` was rolled back (its commands frozen, as the engine records).
+fn rolled_back(spec: PlanSpec) -> Plan {
+    let mut plan = plan_in(PlanStateType::RolledBack, spec.clone());
+    let status = plan.status.as_mut().expect("a status");
+    status.plan_id = Some(spec.id.clone());
+    status.commands = spec
+        .commands
+        .iter()
+        .enumerate()
+        .map(|(id, command)| PlanCommandStatus {
+            id: u32::try_from(id).expect("few commands"),
+            state: PlanStateType::RolledBack,
+            frozen: Some(command.clone()),
+            ..PlanCommandStatus::default()
+        })
+        .collect();
+    plan
+}
+
+#[test]
+fn a_rolled_back_version_is_not_proposed_again_even_with_other_commands() {
+    let offered = answer("v1.35.2+k0s.0");
+    let old = plan_spec(None, &offered, monday(13, 0)).unwrap();
+    let plan = rolled_back(old.clone());
+    let decision = run(&monday_window(), monday(13, 30), &offered, Some(&plan));
+    assert_eq!(
+        decision,
+        Decision::RolledBackVersion {
+            offered: "v1.35.2+k0s.0".to_owned(),
+            plan_id: old.id.clone()
+        }
+    );
+    assert!(decision.message().contains("not proposed again"), "{}", decision.message());
+    // A node requiring signatures changes the commands the updater would write; the
+    // version is still held back.
+    let window = monday_window();
+    let signed = decide(&Inputs {
+        spec: &window,
+        now: monday(13, 30),
+        tz: &TimeZone::UTC,
+        running_version: RUNNING,
+        answer: &offered,
+        plan: Some(&plan),
+        allow_unverified_payloads: false,
+        signatures: Signatures { payloads: true, bundles: false },
+    });
+    assert!(matches!(signed, Decision::RolledBackVersion { .. }), "{signed:?}");
+    // A newer version is proposed over it.
+    let newer = run(&monday_window(), monday(13, 30), &answer("v1.35.3+k0s.0"), Some(&plan));
+    assert!(matches!(newer, Decision::ReplacePlan { .. }), "{newer:?}");
 }
 
 #[test]
