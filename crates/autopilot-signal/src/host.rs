@@ -234,6 +234,14 @@ impl StagedRecord {
         };
         (staged, staged && recorded.is_some_and(|r| r.self_tested.is_some()))
     }
+
+    /// For a rollback to `version`: whether `record` proves the staged copy of `k0s.prev`.
+    /// The digest ties the file to `k0s.prev`, not to a version, so only this signal's own
+    /// self-test of exactly `version` counts (not an earlier signal's test of the same
+    /// bytes).
+    pub fn proves_rollback(record: Option<&Self>, signal: &SignalKey, version: &str) -> bool {
+        record.is_some_and(|r| &r.signal == signal && r.self_tested.as_deref() == Some(version))
+    }
 }
 
 /// What the node kept when it stored an airgap bundle (`<data-dir>/autopilot-bundle.json`),

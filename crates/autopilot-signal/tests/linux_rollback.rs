@@ -178,6 +178,14 @@ async fn k0s_prev_is_staged_and_self_tested_without_a_download_and_stays_in_plac
     assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev", "k0s.tmp"], "no temp file left");
     let after = node.host.observe(&key, update).await.expect("observe");
     assert!(after.staged && after.proven, "{after:?}");
+    // The digest ties the copy to `k0s.prev`, not to a version: another signal's self-test
+    // of the same bytes proves nothing for this one.
+    let mut other = rollback("uid/3", 0, RollbackOf::K0s, "v1");
+    other.created = "2026-11-27T00:00:00Z".into();
+    let other_key = SignalKey::of(&other);
+    let seen = node.host.observe(&other_key, other.command.update().expect("valid")).await;
+    let seen = seen.expect("observe");
+    assert!(seen.staged && !seen.proven, "{seen:?}");
     // Staging again (after a crash before the phase was written) converges.
     node.host.stage_previous(&key, "v1").await.expect("staged again");
     assert!(node.host.observe(&key, update).await.expect("observe").proven);

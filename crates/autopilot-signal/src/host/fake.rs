@@ -230,12 +230,22 @@ impl Host for FakeHost {
                     UpdateRef::Rollback(_) => state.files.get(PREVIOUS).map(|b| sha256_hex(b)),
                     UpdateRef::K0s(_) | UpdateRef::Airgap(_) => expected_sha256(update),
                 };
-                let judged = StagedRecord::judge(
+                let (staged, proven) = StagedRecord::judge(
                     record.as_ref(),
                     actual.as_deref(),
                     want.as_deref(),
                     signal,
                 );
+                let proven = proven
+                    && match update {
+                        UpdateRef::Rollback(rollback) => StagedRecord::proves_rollback(
+                            record.as_ref(),
+                            signal,
+                            &rollback.version,
+                        ),
+                        UpdateRef::K0s(_) | UpdateRef::Airgap(_) => true,
+                    };
+                let judged = (staged, proven);
                 (judged, state.files.get(LIVE).map(|b| sha256_hex(b)))
             }
         };

@@ -567,7 +567,16 @@ impl Host for LinuxHost {
                 UpdateRef::Rollback(_) => self.digests.sha256(&self.previous_path()).await?,
                 UpdateRef::K0s(_) | UpdateRef::Airgap(_) => expected_sha256(update),
             };
-            StagedRecord::judge(record.as_ref(), actual.as_deref(), want.as_deref(), signal)
+            let (staged, proven) =
+                StagedRecord::judge(record.as_ref(), actual.as_deref(), want.as_deref(), signal);
+            let proven = proven
+                && match update {
+                    UpdateRef::Rollback(rollback) => {
+                        StagedRecord::proves_rollback(record.as_ref(), signal, &rollback.version)
+                    }
+                    UpdateRef::K0s(_) | UpdateRef::Airgap(_) => true,
+                };
+            (staged, proven)
         } else {
             (false, false)
         };
