@@ -49,6 +49,7 @@ mod plan_validation;
 mod rbac_least_privilege;
 mod rbac_steering;
 mod responder;
+mod rollback_signal_node;
 mod security_check_pods;
 mod security_signal_forgery;
 mod systemd_units;
