@@ -31,7 +31,8 @@ const PHASE: Duration = Duration::from_secs(90);
 async fn write_rollback_status(client: &kube::Client, node: &str, from: &str) -> Plan {
     let plans: Api<Plan> = Api::all(client.clone());
     let plan = plans.get("autopilot").await.expect("the Plan");
-    let mut status = serde_json::to_value(plan.status.as_ref().expect("a status")).unwrap();
+    let status = plan.status.as_ref().expect("a status");
+    let mut status = serde_json::to_value(status).expect("a status as JSON");
     status["rollback"] =
         json!({ "reason": "requested by an operator", "since": "2026-11-26T00:00:00Z" });
     let command = &mut status["commands"][0];
