@@ -284,14 +284,18 @@ pub enum UpdateRef<'a> {
     K0s(&'a CommandK0sUpdate),
     /// An airgap bundle update.
     Airgap(&'a CommandAirgapUpdate),
+    /// Putting back what the node ran before a run's update (no download).
+    Rollback(&'a CommandRollback),
 }
 
 impl SignalCommand {
-    /// The update this command asks for, if exactly one is set.
+    /// The update this command asks for, if exactly one of `k0supdate`, `airgapupdate` and
+    /// `rollback` is set (a preflight command asks for none).
     pub fn update(&self) -> Option<UpdateRef<'_>> {
-        match (&self.k0supdate, &self.airgapupdate) {
-            (Some(k0s), None) => Some(UpdateRef::K0s(k0s)),
-            (None, Some(airgap)) => Some(UpdateRef::Airgap(airgap)),
+        match (&self.k0supdate, &self.airgapupdate, &self.rollback) {
+            (Some(k0s), None, None) => Some(UpdateRef::K0s(k0s)),
+            (None, Some(airgap), None) => Some(UpdateRef::Airgap(airgap)),
+            (None, None, Some(rollback)) => Some(UpdateRef::Rollback(rollback)),
             _ => None,
         }
     }

@@ -3,9 +3,16 @@
 //! [`next`] looks at the signal's phase and the [`Facts`] the shell gathered (mostly from
 //! disk, so they survive a crash) and returns one [`Step`]. Every step is idempotent:
 //! replaying [`next`] after a crash at any point converges.
+//!
+//! A rollback signal (DESIGN §15) walks the same phases as the update it undoes: a k0s
+//! rollback stages `k0s.prev` instead of downloading ([`HostAction::StagePrevious`]), then
+//! self-test, cordon, trial boot, swap and restart as any update; an airgap rollback puts
+//! the kept bundle back ([`HostAction::RestoreBundle`]).
 
 use autopilot_api::payload;
-use autopilot_api::signal::{SignalPhase, UpdateRef};
+use autopilot_api::signal::{
+    CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalPhase, UpdateRef,
+};
 
 /// What the agent knows when it decides, captured once per pass. Snapshot: may be stale.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,13 +81,26 @@ pub enum HostAction {
     /// runs the staged binary's trial boot and swaps it in only if it passes (keeping the
     /// running binary as `k0s.prev`), then re-execs (or exits) — see `autopilot_signal::trial`.
     Restart,
-    /// Download and verify an airgap bundle into `<data-dir>/images`.
+    /// Download and verify an airgap bundle into `<data-dir>/images`, keeping what it
+    /// replaces (or that it replaced nothing) so a rollback can put it back.
     DownloadBundle {
         /// Where from.
         url: String,
         /// Expected SHA-256 (hex), if the signal gives one.
         sha256: Option<String>,
     },
+    /// A k0s rollback's "download": copy the previous binary (`k0s.prev`) as the staged
+    /// binary (whole, by rename; `k0s.prev` stays in place until the swap) and self-test
+    /// it: it must report exactly `version`. Fails, staging nothing, when there is no
+    /// `k0s.prev` or it runs another version; nothing is guessed or fetched.
+    StagePrevious {
+        /// The version the node ran before the run, which `k0s.prev` must run.
+        version: String,
+    },
+    /// An airgap rollback: put back the bundle file the signal's run replaced (or remove
+    /// the one it added), from what the node kept when it stored the run's bundle. Fails
+    /// when the node kept nothing for that run.
+    RestoreBundle,
 }
 
 /// The kind of a [`HostAction`], without its data (for failure injection and metrics).
@@ -96,6 +116,10 @@ pub enum ActionKind {
     Restart,
     /// [`HostAction::DownloadBundle`].
     DownloadBundle,
+    /// [`HostAction::StagePrevious`].
+    StagePrevious,
+    /// [`HostAction::RestoreBundle`].
+    RestoreBundle,
 }
 
 impl HostAction {
@@ -106,6 +130,8 @@ impl HostAction {
             Self::SelfTest { .. } => ActionKind::SelfTest,
             Self::Restart => ActionKind::Restart,
             Self::DownloadBundle { .. } => ActionKind::DownloadBundle,
+            Self::StagePrevious { .. } => ActionKind::StagePrevious,
+            Self::RestoreBundle => ActionKind::RestoreBundle,
         }
     }
 }
@@ -221,6 +247,8 @@ impl ActionKind {
             Self::Swap => "swapping in the new binary",
             Self::Restart => "preparing the restart",
             Self::DownloadBundle => "downloading the bundle",
+            Self::StagePrevious => "staging the previous binary",
+            Self::RestoreBundle => "restoring the previous bundle",
         }
     }
 }
@@ -239,8 +267,12 @@ pub fn next(phase: Option<SignalPhase>, facts: &Facts<'_>) -> Step {
         return Step::fail(SignalPhase::Failed, problem);
     }
     match facts.update {
-        UpdateRef::K0s(update) => k0s_update(phase, facts, update),
+        UpdateRef::K0s(update) => k0s_update(phase, facts, &Binary::update(update)),
         UpdateRef::Airgap(update) => airgap_update(phase, update),
+        UpdateRef::Rollback(rollback) => match rollback.of {
+            RollbackOf::K0s => k0s_update(phase, facts, &Binary::rollback(rollback)),
+            RollbackOf::Airgap => airgap_rollback(phase),
+        },
     }
 }
 
@@ -249,24 +281,94 @@ pub fn next(phase: Option<SignalPhase>, facts: &Facts<'_>) -> Step {
 /// are [`autopilot_api::payload`]'s, the same the Plan engine applies at NewPlan.
 pub fn refusal(update: UpdateRef<'_>) -> Option<String> {
     let (command, url, version) = match update {
-        UpdateRef::K0s(u) => ("k0supdate", u.url.as_str(), u.version.as_str()),
-        UpdateRef::Airgap(u) => ("airgapupdate", u.url.as_str(), u.version.as_str()),
+        UpdateRef::K0s(u) => ("k0supdate", Some(u.url.as_str()), u.version.as_str()),
+        UpdateRef::Airgap(u) => ("airgapupdate", Some(u.url.as_str()), u.version.as_str()),
+        // Nothing is fetched: the version is all there is to check.
+        UpdateRef::Rollback(r) => ("rollback", None, r.version.as_str()),
     };
     if let Some(problem) = payload::version_problem(version) {
         return Some(format!("refused: command.{command}.version: {problem}"));
     }
-    payload::url_problem(url).map(|problem| format!("refused: command.{command}.url: {problem}"))
+    url.and_then(payload::url_problem)
+        .map(|problem| format!("refused: command.{command}.url: {problem}"))
 }
 
-fn k0s_update(
-    phase: Option<SignalPhase>,
-    facts: &Facts<'_>,
-    update: &autopilot_api::signal::CommandK0sUpdate,
-) -> Step {
-    let wanted = update.version.as_str();
-    let want_sha256 = non_empty(&update.sha256).map(|s| s.to_ascii_lowercase());
+/// A k0s binary a signal asks this node to run: an update's (downloaded) or a rollback's
+/// (`k0s.prev`). Both walk the same phases; only where the staged file comes from differs.
+struct Binary {
+    /// The version the node must run when the signal completes.
+    version: String,
+    /// Any version will do (a forced update).
+    any_version: bool,
+    /// Where the staged binary comes from.
+    source: Source,
+}
+
+/// Where a staged binary comes from.
+enum Source {
+    /// Downloaded (and verified against the digest, if the signal gives one).
+    Download {
+        /// Where from.
+        url: String,
+        /// The signal's digest, lowercase.
+        sha256: Option<String>,
+    },
+    /// The node's own `k0s.prev` (a rollback): no download.
+    Previous,
+}
+
+impl Binary {
+    fn update(update: &CommandK0sUpdate) -> Self {
+        Self {
+            version: update.version.clone(),
+            any_version: update.forceupdate,
+            source: Source::Download {
+                url: update.url.clone(),
+                sha256: non_empty(&update.sha256).map(|s| s.to_ascii_lowercase()),
+            },
+        }
+    }
+
+    fn rollback(rollback: &CommandRollback) -> Self {
+        Self { version: rollback.version.clone(), any_version: false, source: Source::Previous }
+    }
+
+    /// The action that stages the binary, with what its failure means.
+    fn stage(&self) -> Step {
+        match &self.source {
+            Source::Download { url, sha256 } => Step::Run {
+                action: HostAction::Download { url: url.clone(), sha256: sha256.clone() },
+                on_success: SignalPhase::Downloading,
+                on_failure: OnFailure::Report(SignalPhase::FailedDownload),
+            },
+            // Nothing was downloaded: a missing or wrong `k0s.prev` is a plain failure.
+            Source::Previous => Step::Run {
+                action: HostAction::StagePrevious { version: self.version.clone() },
+                on_success: SignalPhase::Downloading,
+                on_failure: OnFailure::Report(SignalPhase::Failed),
+            },
+        }
+    }
+
+    /// The digest the live binary must have once the staged one was swapped in, if known.
+    fn swapped_sha256(&self) -> Option<&str> {
+        match &self.source {
+            Source::Download { sha256, .. } => sha256.as_deref(),
+            // `k0s.prev` changes with the swap itself (it then keeps the binary replaced),
+            // so there is no digest to hold the live binary to; the restart's version check
+            // tells.
+            Source::Previous => None,
+        }
+    }
+}
+
+/// The phases of a k0s binary signal: an update or a k0s rollback.
+fn k0s_update(phase: Option<SignalPhase>, facts: &Facts<'_>, binary: &Binary) -> Step {
+    let wanted = binary.version.as_str();
+    // Idempotent: a node that runs the version already (never updated, or a rollback
+    // already done before a crash) completes at once.
     let Some(phase) = phase else {
-        return if facts.running_version == wanted && !update.forceupdate {
+        return if facts.running_version == wanted && !binary.any_version {
             Step::report(SignalPhase::Completed)
         } else {
             Step::report(SignalPhase::Downloading)
@@ -275,7 +377,7 @@ fn k0s_update(
     let self_test = |on_success| Step::Run {
         action: HostAction::SelfTest {
             version: wanted.to_string(),
-            any_version: update.forceupdate,
+            any_version: binary.any_version,
         },
         on_success,
         on_failure: OnFailure::Report(SignalPhase::Failed),
@@ -288,11 +390,7 @@ fn k0s_update(
             Step::report(SignalPhase::Cordoning)
         }
         SignalPhase::Downloading if facts.staged => self_test(SignalPhase::Cordoning),
-        SignalPhase::Downloading => Step::Run {
-            action: HostAction::Download { url: update.url.clone(), sha256: want_sha256 },
-            on_success: SignalPhase::Downloading,
-            on_failure: OnFailure::Report(SignalPhase::FailedDownload),
-        },
+        SignalPhase::Downloading => binary.stage(),
         SignalPhase::Cordoning => {
             Step::Wait(if facts.kubelet { WaitFor::Drain } else { WaitFor::Leader })
         }
@@ -305,8 +403,8 @@ fn k0s_update(
         SignalPhase::ApplyingUpdate if facts.staged => self_test(SignalPhase::ApplyingUpdate),
         // The staged file is gone: an earlier pass swapped it in (REF §7.7, step 1). With a
         // digest we can check that the live binary is the one we staged.
-        SignalPhase::ApplyingUpdate => swapped_in(want_sha256.as_deref(), facts.live_sha256),
-        SignalPhase::Restarting => restart(facts, update),
+        SignalPhase::ApplyingUpdate => swapped_in(binary.swapped_sha256(), facts.live_sha256),
+        SignalPhase::Restarting => restart(facts, binary),
         SignalPhase::Uncordoning => {
             Step::Wait(if facts.kubelet { WaitFor::Uncordon } else { WaitFor::Leader })
         }
@@ -334,10 +432,10 @@ fn swapped_in(want_sha256: Option<&str>, live_sha256: Option<&str>) -> Step {
 
 /// `Restarting`: restart, or judge what the restart came to (the running version must be
 /// the wanted one unless the update is forced).
-fn restart(facts: &Facts<'_>, update: &autopilot_api::signal::CommandK0sUpdate) -> Step {
-    let wanted = update.version.as_str();
+fn restart(facts: &Facts<'_>, binary: &Binary) -> Step {
+    let wanted = binary.version.as_str();
     match facts.restart {
-        Restart::Done if facts.running_version == wanted || update.forceupdate => {
+        Restart::Done if facts.running_version == wanted || binary.any_version => {
             Step::report(SignalPhase::Uncordoning)
         }
         Restart::Done => Step::fail(
@@ -361,10 +459,7 @@ fn restart(facts: &Facts<'_>, update: &autopilot_api::signal::CommandK0sUpdate) 
     }
 }
 
-fn airgap_update(
-    phase: Option<SignalPhase>,
-    update: &autopilot_api::signal::CommandAirgapUpdate,
-) -> Step {
+fn airgap_update(phase: Option<SignalPhase>, update: &CommandAirgapUpdate) -> Step {
     let Some(phase) = phase else {
         return Step::report(SignalPhase::Downloading);
     };
@@ -383,6 +478,30 @@ fn airgap_update(
         | SignalPhase::Uncordoning => Step::fail(
             SignalPhase::Failed,
             format!("phase {phase} is not part of an airgap update"),
+        ),
+        SignalPhase::Completed | SignalPhase::FailedDownload | SignalPhase::Failed => Step::Done,
+    }
+}
+
+/// The phases of an airgap rollback: like the airgap update it undoes, with the kept bundle
+/// put back instead of a download. Restoring is idempotent, so a crash before the answer
+/// just restores again.
+fn airgap_rollback(phase: Option<SignalPhase>) -> Step {
+    let Some(phase) = phase else {
+        return Step::report(SignalPhase::Downloading);
+    };
+    match phase {
+        SignalPhase::Downloading => Step::Run {
+            action: HostAction::RestoreBundle,
+            on_success: SignalPhase::Completed,
+            on_failure: OnFailure::Report(SignalPhase::Failed),
+        },
+        SignalPhase::Cordoning
+        | SignalPhase::ApplyingUpdate
+        | SignalPhase::Restarting
+        | SignalPhase::Uncordoning => Step::fail(
+            SignalPhase::Failed,
+            format!("phase {phase} is not part of an airgap rollback"),
         ),
         SignalPhase::Completed | SignalPhase::FailedDownload | SignalPhase::Failed => Step::Done,
     }
@@ -421,7 +540,6 @@ pub fn preflight(phase: Option<SignalPhase>) -> PreflightStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate};
 
     const V1: &str = "v1.35.0+k0s.0";
     const V2: &str = "v1.35.1+k0s.0";
@@ -810,6 +928,197 @@ mod tests {
                     }),
                     "{phase:?}"
                 );
+            }
+        }
+    }
+
+    // === Rollback ===
+
+    fn rollback(of: RollbackOf) -> CommandRollback {
+        CommandRollback { version: V1.into(), of }
+    }
+
+    /// Facts of a node that runs V2 (the run's update) and is asked to go back to V1.
+    fn rolled(rollback: &CommandRollback) -> Facts<'_> {
+        Facts {
+            update: UpdateRef::Rollback(rollback),
+            running_version: V2,
+            staged: false,
+            proven: false,
+            live_sha256: Some(OTHER),
+            restart: Restart::NotYet,
+            kubelet: true,
+        }
+    }
+
+    #[test]
+    fn a_rollback_on_a_node_that_runs_the_from_version_completes_at_once() {
+        let back = rollback(RollbackOf::K0s);
+        let f = Facts { running_version: V1, ..rolled(&back) };
+        assert_eq!(next(None, &f), report(SignalPhase::Completed));
+        assert_eq!(next(None, &rolled(&back)), report(SignalPhase::Downloading));
+    }
+
+    #[test]
+    fn a_k0s_rollback_stages_k0s_prev_instead_of_downloading_and_fails_as_failed() {
+        let back = rollback(RollbackOf::K0s);
+        assert_eq!(
+            next(Some(SignalPhase::Downloading), &rolled(&back)),
+            Step::Run {
+                action: HostAction::StagePrevious { version: V1.into() },
+                on_success: SignalPhase::Downloading,
+                on_failure: OnFailure::Report(SignalPhase::Failed),
+            }
+        );
+        assert_eq!(ActionKind::StagePrevious.describe(), "staging the previous binary");
+    }
+
+    #[test]
+    fn a_staged_previous_binary_is_self_tested_for_exactly_the_from_version() {
+        let back = rollback(RollbackOf::K0s);
+        // Staged but not proven: a crash between the copy and its record.
+        let f = Facts { staged: true, ..rolled(&back) };
+        let self_test = |on_success| Step::Run {
+            action: HostAction::SelfTest { version: V1.into(), any_version: false },
+            on_success,
+            on_failure: OnFailure::Report(SignalPhase::Failed),
+        };
+        assert_eq!(next(Some(SignalPhase::Downloading), &f), self_test(SignalPhase::Cordoning));
+        assert_eq!(
+            next(Some(SignalPhase::ApplyingUpdate), &f),
+            self_test(SignalPhase::ApplyingUpdate)
+        );
+        let f = Facts { staged: true, proven: true, ..rolled(&back) };
+        assert_eq!(next(Some(SignalPhase::Downloading), &f), report(SignalPhase::Cordoning));
+        assert_eq!(next(Some(SignalPhase::ApplyingUpdate), &f), report(SignalPhase::Restarting));
+    }
+
+    #[test]
+    fn a_k0s_rollback_is_cordoned_drained_and_uncordoned_like_an_update() {
+        let back = rollback(RollbackOf::K0s);
+        let f = rolled(&back);
+        assert_eq!(next(Some(SignalPhase::Cordoning), &f), Step::Wait(WaitFor::Drain));
+        assert_eq!(next(Some(SignalPhase::Uncordoning), &f), Step::Wait(WaitFor::Uncordon));
+        let f = Facts { kubelet: false, ..f };
+        assert_eq!(next(Some(SignalPhase::Cordoning), &f), Step::Wait(WaitFor::Leader));
+        assert_eq!(next(Some(SignalPhase::Uncordoning), &f), Step::Wait(WaitFor::Leader));
+    }
+
+    #[test]
+    fn a_k0s_rollback_whose_staged_file_is_gone_restarts_without_a_digest_check() {
+        // Swapped in by an earlier pass: `k0s.prev` changed with the swap, so only the
+        // version after the restart can tell.
+        let back = rollback(RollbackOf::K0s);
+        let f = Facts { live_sha256: None, ..rolled(&back) };
+        assert_eq!(next(Some(SignalPhase::ApplyingUpdate), &f), report(SignalPhase::Restarting));
+    }
+
+    #[test]
+    fn a_k0s_rollback_restarts_and_completes_only_on_the_from_version() {
+        let back = rollback(RollbackOf::K0s);
+        assert_eq!(
+            next(Some(SignalPhase::Restarting), &rolled(&back)),
+            Step::Run {
+                action: HostAction::Restart,
+                on_success: SignalPhase::Restarting,
+                on_failure: OnFailure::Retry,
+            }
+        );
+        let f = Facts { restart: Restart::Done, running_version: V1, ..rolled(&back) };
+        assert_eq!(next(Some(SignalPhase::Restarting), &f), report(SignalPhase::Uncordoning));
+        let f = Facts { restart: Restart::Done, ..rolled(&back) };
+        let step = next(Some(SignalPhase::Restarting), &f);
+        assert_eq!(reason(&step), format!("running version {V2} after restart, expected {V1}"));
+        let f =
+            Facts { restart: Restart::RolledBack { to: V2, reason: "it exited" }, ..rolled(&back) };
+        let step = next(Some(SignalPhase::Restarting), &f);
+        assert_eq!(reason(&step), format!("rolled back to {V2}: it exited"));
+    }
+
+    #[test]
+    fn a_rollback_without_a_usable_version_is_refused() {
+        let back = CommandRollback { version: " ".into(), of: RollbackOf::K0s };
+        let step = next(None, &rolled(&back));
+        assert!(reason(&step).starts_with("refused: command.rollback.version: "), "{step:?}");
+        let airgap = CommandRollback { version: "v1 .2".into(), of: RollbackOf::Airgap };
+        let step = next(Some(SignalPhase::Downloading), &rolled(&airgap));
+        assert!(reason(&step).starts_with("refused: command.rollback.version: "), "{step:?}");
+        assert_eq!(next(Some(SignalPhase::Failed), &rolled(&back)), Step::Done);
+    }
+
+    #[test]
+    fn an_airgap_rollback_restores_the_kept_bundle_and_completes_without_restart() {
+        let back = rollback(RollbackOf::Airgap);
+        let f = rolled(&back);
+        assert_eq!(next(None, &f), report(SignalPhase::Downloading));
+        assert_eq!(
+            next(Some(SignalPhase::Downloading), &f),
+            Step::Run {
+                action: HostAction::RestoreBundle,
+                on_success: SignalPhase::Completed,
+                on_failure: OnFailure::Report(SignalPhase::Failed),
+            }
+        );
+        for phase in [
+            SignalPhase::Cordoning,
+            SignalPhase::ApplyingUpdate,
+            SignalPhase::Restarting,
+            SignalPhase::Uncordoning,
+        ] {
+            let step = next(Some(phase), &f);
+            assert_eq!(reason(&step), format!("phase {phase} is not part of an airgap rollback"));
+        }
+        for phase in [SignalPhase::Completed, SignalPhase::FailedDownload, SignalPhase::Failed] {
+            assert_eq!(next(Some(phase), &f), Step::Done, "{phase}");
+        }
+        // The node's own version does not matter to a bundle.
+        let f = Facts { running_version: V1, ..f };
+        assert_eq!(next(None, &f), report(SignalPhase::Downloading));
+    }
+
+    #[test]
+    fn every_phase_and_fact_combination_of_a_k0s_rollback_has_exactly_one_step() {
+        let back = rollback(RollbackOf::K0s);
+        let phases = std::iter::once(None).chain(SignalPhase::ALL.into_iter().map(Some));
+        for phase in phases {
+            for bits in 0..64u8 {
+                let f = Facts {
+                    staged: bits & 1 != 0,
+                    proven: bits & 2 != 0,
+                    restart: match (bits >> 2) & 3 {
+                        0 => Restart::NotYet,
+                        1 => Restart::Done,
+                        2 => Restart::Unreadable { reason: "garbage" },
+                        _ => Restart::RolledBack { to: V2, reason: "crashed" },
+                    },
+                    running_version: if bits & 16 != 0 { V1 } else { V2 },
+                    kubelet: bits & 32 != 0,
+                    ..rolled(&back)
+                };
+                let step = next(phase, &f);
+                match (phase, &step) {
+                    (Some(p), Step::Done) => assert!(p.is_terminal()),
+                    (Some(p), _) => assert!(!p.is_terminal(), "{p} → {step:?}"),
+                    (None, step) => assert!(matches!(step, Step::Report { .. })),
+                }
+                if let Step::Run { action, .. } = &step {
+                    // Never a download: a rollback only uses what is on the node.
+                    let allowed: &[ActionKind] = match phase {
+                        Some(SignalPhase::Downloading) => {
+                            &[ActionKind::StagePrevious, ActionKind::SelfTest]
+                        }
+                        Some(SignalPhase::ApplyingUpdate) => &[ActionKind::SelfTest],
+                        Some(SignalPhase::Restarting) => &[ActionKind::Restart],
+                        other => panic!("{other:?} must not act on the host"),
+                    };
+                    assert!(allowed.contains(&action.kind()), "{phase:?} → {step:?}");
+                }
+                if phase == Some(SignalPhase::ApplyingUpdate)
+                    && step == report(SignalPhase::Restarting)
+                    && f.staged
+                {
+                    assert!(f.proven, "nothing unproven goes on to the restart: {f:?}");
+                }
             }
         }
     }

@@ -10,6 +10,14 @@
 //! preflight signal may name only checks the node was given. Every signal kind is matched
 //! here, so a kind added later cannot skip the comparison (the match is exhaustive).
 //!
+//! A rollback signal (DESIGN §15) carries no payload: it is authorized by the run's
+//! rollback. The Plan must be rolling the run back (`status.rollback`); the command at the
+//! signal's index must be of the kind rolled back (`k0supdate` for `of: k0s`,
+//! `airgapupdate` for `of: airgap`); its `rollback` list must hold the node (among
+//! `controllers` for a ControlNode, `workers` for a Node; an airgap rollback only workers)
+//! with `from` equal to the signal's `version`; and the node must have completed the
+//! command's update (`SignalCompleted` in its normal target list) from that same version.
+//!
 //! The agent also applies the https-or-sha256 rule itself ([`unverified`]): a payload over
 //! plain http without a digest is refused unless the node allows it.
 //!
@@ -17,8 +25,12 @@
 //! reason and the logs.
 
 use autopilot_api::keys;
-use autopilot_api::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalData};
-use autopilot_api::v1beta2::{Plan, PlanCommand, PlanCommandStatus, PlanResourceUrl, TargetStatus};
+use autopilot_api::signal::{
+    CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalData,
+};
+use autopilot_api::v1beta2::{
+    Plan, PlanCommand, PlanCommandStatus, PlanResourceUrl, PlanStatus, TargetState, TargetStatus,
+};
 
 /// Which list of a command's targets the signalled object belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +64,8 @@ pub struct Node<'a> {
 
 /// `Ok` when `signal` matches the frozen command of the current run of `plan` for `node`,
 /// with the frozen platform entry an update signal's payload matched (its signature is the
-/// one the node checks; `None` for a preflight signal); otherwise the refusal (starting with
-/// `refused: `).
+/// one the node checks; `None` for a preflight or rollback signal); otherwise the refusal
+/// (starting with `refused: `).
 pub fn authorize<'p>(
     plan: Option<&'p Plan>,
     signal: &SignalData,
@@ -95,17 +107,24 @@ pub fn authorize<'p>(
         return Err(refused(&format!("run {signal_run} has no command {index}")));
     };
     let sent = &signal.command;
-    match (&sent.k0supdate, &sent.airgapupdate, &sent.preflight) {
-        (Some(update), None, None) => k0s(update, frozen, command, node).map(Some),
-        (None, Some(update), None) => airgap(update, frozen, command, node).map(Some),
-        (None, None, Some(preflight)) => {
+    match (&sent.k0supdate, &sent.airgapupdate, &sent.preflight, &sent.rollback) {
+        (Some(update), None, None, None) => k0s(update, frozen, command, node).map(Some),
+        (None, Some(update), None, None) => airgap(update, frozen, command, node).map(Some),
+        (None, None, Some(preflight), None) => {
             preflight_checks(&preflight.checks, frozen, command, node).map(|()| None)
         }
-        (None, None, None)
-        | (Some(_), Some(_), _)
-        | (Some(_), _, Some(_))
-        | (_, Some(_), Some(_)) => Err(refused(
-            "the signal's command is not exactly one of k0supdate, airgapupdate and preflight",
+        (None, None, None, Some(rollback)) => {
+            rollback_of(rollback, status, frozen, command, node).map(|()| None)
+        }
+        (None, None, None, None)
+        | (Some(_), Some(_), _, _)
+        | (Some(_), _, Some(_), _)
+        | (Some(_), _, _, Some(_))
+        | (_, Some(_), Some(_), _)
+        | (_, Some(_), _, Some(_))
+        | (_, _, Some(_), Some(_)) => Err(refused(
+            "the signal's command is not exactly one of k0supdate, airgapupdate, preflight \
+             and rollback",
         )),
     }
     .map_err(|problem| refused(&format!("command {index} of run {signal_run}: {problem}")))
@@ -187,6 +206,82 @@ fn preflight_checks(
     match sent.iter().find(|check| !target.checks.contains(check)) {
         Some(check) => Err(format!("check {check:?} is not one of {}'s checks", node.name)),
         None => Ok(()),
+    }
+}
+
+/// A rollback of `node`'s update by this command: the run is being rolled back, the command
+/// is of the kind rolled back, its rollback lists the node with the signal's version as the
+/// node's "from", and the node completed the update from that version.
+fn rollback_of(
+    sent: &CommandRollback,
+    status: &PlanStatus,
+    frozen: &PlanCommand,
+    command: &PlanCommandStatus,
+    node: Node<'_>,
+) -> Result<(), String> {
+    // Check 1: the Plan rolls this run back (a rollback is never the node's own idea).
+    if status.rollback.is_none() {
+        return Err("the run is not being rolled back".to_owned());
+    }
+    // Check 2: the command updated what the signal rolls back; its targets for this node.
+    let updated = match sent.of {
+        RollbackOf::K0s => {
+            if frozen.k0supdate.is_none() {
+                return Err(format!("it is {}, not k0supdate (a rollback of k0s)", kind(frozen)));
+            }
+            command.k0supdate.as_ref().map(|status| match node.role {
+                Role::Controller => status.controllers.as_slice(),
+                Role::Worker => status.workers.as_slice(),
+            })
+        }
+        RollbackOf::Airgap => {
+            if frozen.airgapupdate.is_none() {
+                return Err(format!(
+                    "it is {}, not airgapupdate (a rollback of airgap)",
+                    kind(frozen)
+                ));
+            }
+            match node.role {
+                Role::Controller => None,
+                Role::Worker => {
+                    command.airgapupdate.as_ref().map(|status| status.workers.as_slice())
+                }
+            }
+        }
+    };
+    // Check 3: the run's rollback lists the node, putting back the signal's version.
+    let rolled = command.rollback.as_ref().and_then(|status| match (sent.of, node.role) {
+        (RollbackOf::K0s, Role::Controller) => Some(status.controllers.as_slice()),
+        (RollbackOf::K0s | RollbackOf::Airgap, Role::Worker) => Some(status.workers.as_slice()),
+        (RollbackOf::Airgap, Role::Controller) => None,
+    });
+    let Some(back) = rolled.and_then(|targets| targets.iter().find(|t| t.name == node.name)) else {
+        return Err(format!("{} is not one of its rollback's {}", node.name, node.role.describe()));
+    };
+    from_is("its rollback", back, &sent.version)?;
+    // Check 4: the node completed the update it undoes, from that same version.
+    let target = target(updated, node)?;
+    if target.state != TargetState::SignalCompleted {
+        return Err(format!(
+            "{} did not complete the update it would roll back (it is {})",
+            node.name, target.state
+        ));
+    }
+    from_is("the update", target, &sent.version)
+}
+
+/// The target's recorded "from" version must be `version`.
+fn from_is(list: &str, target: &TargetStatus, version: &str) -> Result<(), String> {
+    match target.from.as_deref() {
+        Some(from) if from == version => Ok(()),
+        Some(from) => Err(format!(
+            "version is {version:?}, {list} records {} ran {from:?} before the run",
+            target.name
+        )),
+        None => Err(format!(
+            "{list} records no version {} ran before the run (the signal says {version:?})",
+            target.name
+        )),
     }
 }
 

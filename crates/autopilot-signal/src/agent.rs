@@ -344,7 +344,8 @@ where
     let unverified = match data.command.update() {
         Some(UpdateRef::K0s(update)) => authorize::unverified(&update.url, &update.sha256),
         Some(UpdateRef::Airgap(update)) => authorize::unverified(&update.url, &update.sha256),
-        None => None,
+        // Nothing is fetched: the node puts back what it kept.
+        Some(UpdateRef::Rollback(_)) | None => None,
     };
     if let Some(reason) = unverified.filter(|_| !agent.allow_unverified_payloads) {
         return Ok(Authorized::Refused(reason));
@@ -441,7 +442,16 @@ where
     // Checks run wherever they are signalled (a controller+worker's Node too: they only look).
     if agent.airgap_only
         && data.command.preflight.is_none()
-        && !matches!(data.command.update(), Some(UpdateRef::Airgap(_)))
+        && !matches!(
+            data.command.update(),
+            Some(
+                UpdateRef::Airgap(_)
+                    | UpdateRef::Rollback(signal::CommandRollback {
+                        of: signal::RollbackOf::Airgap,
+                        ..
+                    })
+            )
+        )
     {
         debug!(node = %agent.name, "not an airgap signal; the ControlNode's agent handles updates");
         return Ok(Acted::Idle);
@@ -661,7 +671,11 @@ fn record_failure(
         phase::ActionKind::Download | phase::ActionKind::DownloadBundle => {
             metrics.download_failures.inc();
         }
-        phase::ActionKind::SelfTest | phase::ActionKind::Swap | phase::ActionKind::Restart => {}
+        phase::ActionKind::SelfTest
+        | phase::ActionKind::Swap
+        | phase::ActionKind::Restart
+        | phase::ActionKind::StagePrevious
+        | phase::ActionKind::RestoreBundle => {}
     }
 }
 

@@ -1,5 +1,6 @@
 //! The host effects of the signal agent behind [`Host`]: download and stage, swap the
-//! binary, prepare a restart. [`LinuxHost`] does them for real; [`FakeHost`] keeps an
+//! binary, prepare a restart; for a rollback (DESIGN §15), stage `k0s.prev` again or put
+//! back the airgap bundle a run replaced. [`LinuxHost`] does them for real; [`FakeHost`] keeps an
 //! in-memory disk with injectable failures and crashes for replay tests.
 //!
 //! Not here: re-exec or exit of the process (the agent shell does that after
@@ -65,6 +66,14 @@ pub enum HostError {
         /// What is wrong, naming the keys the node requires.
         reason: String,
     },
+    /// A rollback cannot put back what the node ran before: there is no `k0s.prev`, it runs
+    /// another version than the one to go back to, or the node kept no bundle for the run.
+    /// Nothing was changed.
+    #[error("{reason}")]
+    Rollback {
+        /// What is missing or does not match (naming the file and both versions).
+        reason: String,
+    },
     /// [`FakeHost`] only: a failure injected with [`FakeHost::fail_next`].
     #[error("injected failure of {0:?}")]
     Injected(ActionKind),
@@ -86,6 +95,7 @@ impl HostError {
             Self::Io { .. } => "io",
             Self::SelfTest { .. } => "self_test",
             Self::Signature { .. } => "signature",
+            Self::Rollback { .. } => "rollback",
             Self::Marker { .. } => "marker",
             Self::Task(_) => "task",
             Self::Injected(_) => "injected",
@@ -314,6 +324,58 @@ impl StagedRecord {
         };
         (staged, staged && recorded.is_some_and(|r| r.self_tested.is_some()))
     }
+
+    /// For a rollback to `version`: whether `record` proves the staged copy of `k0s.prev`.
+    /// The digest ties the file to `k0s.prev`, not to a version, so only this signal's own
+    /// self-test of exactly `version` counts (not an earlier signal's test of the same
+    /// bytes).
+    pub fn proves_rollback(record: Option<&Self>, signal: &SignalKey, version: &str) -> bool {
+        record.is_some_and(|r| &r.signal == signal && r.self_tested.as_deref() == Some(version))
+    }
+}
+
+/// What the node kept when it stored an airgap bundle (`<data-dir>/autopilot-bundle.json`),
+/// so that a rollback of that signal's run can undo it: the file the bundle replaced is kept
+/// in `<data-dir>/images.prev/`, or the record says the bundle added a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleRecord {
+    /// The airgap update signal that stored the bundle.
+    pub signal: SignalKey,
+    /// The bundle's file name in the images directory.
+    pub name: String,
+    /// A file of that name was there before, and is kept; otherwise the bundle added the
+    /// file, and a rollback removes it.
+    pub replaced: bool,
+}
+
+impl BundleRecord {
+    /// The record a rollback signalled as `rollback` may undo: one kept for an airgap update
+    /// of the same Plan run and command. Otherwise why not (nothing is guessed).
+    pub fn for_rollback<'r>(
+        record: Option<&'r Self>,
+        rollback: &SignalKey,
+    ) -> std::result::Result<&'r Self, String> {
+        let Some(record) = record else {
+            return Err("no previous airgap bundle to roll back to: this node kept none".into());
+        };
+        let kept = &record.signal;
+        if kept.plan_id == rollback.plan_id
+            && kept.run_id == rollback.run_id
+            && kept.command_id == rollback.command_id
+        {
+            return Ok(record);
+        }
+        let run = |key: &SignalKey| key.run_id.clone().unwrap_or_else(|| "none".into());
+        Err(format!(
+            "the airgap bundle this node kept is from command {} of run {}, not from command {} \
+             of run {}: nothing to roll back to",
+            kept.command_id,
+            run(kept),
+            rollback.command_id,
+            run(rollback)
+        ))
+    }
 }
 
 /// How the restart for a signal went, as this process sees it (owned
@@ -419,8 +481,11 @@ pub trait Host {
 
     /// Downloads and verifies an airgap bundle into the images directory (its signature
     /// when the node requires signed bundles or the Plan gives one); returns its path.
+    /// Before the bundle replaces a file (or adds one), what was there is kept for a rollback
+    /// of `signal`'s run (see [`BundleRecord`]), once per signal.
     async fn download_bundle(
         &self,
+        signal: &SignalKey,
         url: &str,
         sha256: Option<&str>,
         signature: &SignatureSource,
@@ -448,6 +513,18 @@ pub trait Host {
 
     /// Whether a staged binary waits for the swap.
     fn has_staged(&self) -> bool;
+
+    /// A k0s rollback: copies `k0s.prev` as the staged binary for `signal` (whole, by
+    /// rename; `k0s.prev` itself stays until the swap) and self-tests it: it must report
+    /// exactly `version`, the version the node ran before the run. Without a `k0s.prev`, or
+    /// when it runs another version, fails with [`HostError::Rollback`] and stages nothing.
+    async fn stage_previous(&self, signal: &SignalKey, version: &str) -> Result<()>;
+
+    /// An airgap rollback: puts back the bundle file that the airgap update of `signal`'s
+    /// run (same Plan, run and command) replaced, or removes the one it added. Fails with
+    /// [`HostError::Rollback`] when the node kept nothing for that run. Idempotent: what was
+    /// kept stays kept.
+    fn restore_bundle(&self, signal: &SignalKey) -> Result<()>;
 }
 
 /// Performs `action` for `signal` on `host`; a download checks the signature from
@@ -466,9 +543,11 @@ pub async fn perform(
             host.self_test(signal, version, *any_version).await
         }
         HostAction::DownloadBundle { url, sha256 } => {
-            host.download_bundle(url, sha256.as_deref(), signature).await.map(drop)
+            host.download_bundle(signal, url, sha256.as_deref(), signature).await.map(drop)
         }
         HostAction::Restart => host.prepare_restart(signal),
+        HostAction::StagePrevious { version } => host.stage_previous(signal, version).await,
+        HostAction::RestoreBundle => host.restore_bundle(signal),
     }
 }
 
@@ -477,6 +556,8 @@ pub(crate) fn expected_sha256(update: UpdateRef<'_>) -> Option<String> {
     let sha = match update {
         UpdateRef::K0s(u) => u.sha256.trim(),
         UpdateRef::Airgap(u) => u.sha256.trim(),
+        // A rollback downloads nothing; its staged file is tied to `k0s.prev` instead.
+        UpdateRef::Rollback(_) => "",
     };
     (!sha.is_empty()).then(|| sha.to_ascii_lowercase())
 }
@@ -510,6 +591,24 @@ pub fn judge_self_test(
     }
 }
 
+/// Judges the self-test of a copy of `k0s.prev` (named `name`) for a rollback to
+/// `version`, like [`judge_self_test`]: passes with `version` only if it exited 0 and
+/// reported exactly that; otherwise why, naming the file and both versions.
+pub fn judge_previous(
+    name: &str,
+    exit: Option<i32>,
+    output: &str,
+    version: &str,
+) -> std::result::Result<String, String> {
+    match judge_self_test(exit, output, version, true) {
+        Ok(reported) if reported == version => Ok(reported),
+        Ok(reported) => Err(format!(
+            "{name} runs {reported}, not the version this node ran before the run ({version})"
+        )),
+        Err(reason) => Err(format!("{name} does not run: {reason}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,6 +635,47 @@ mod tests {
         let html = judge_self_test(Some(0), "<html>", V2, true).unwrap_err();
         assert!(html.contains("not a version"), "{html}");
         assert!(judge_self_test(Some(0), "", V2, true).is_err());
+    }
+
+    #[test]
+    fn k0s_prev_passes_only_when_it_runs_exactly_the_from_version() {
+        const V1: &str = "v1.35.0+k0s.0";
+        assert_eq!(judge_previous("k0s.prev", Some(0), "v1.35.0+k0s.0\n", V1), Ok(V1.into()));
+        assert_eq!(
+            judge_previous("k0s.prev", Some(0), "v1.35.1+k0s.0\n", V1).unwrap_err(),
+            "k0s.prev runs v1.35.1+k0s.0, not the version this node ran before the run \
+             (v1.35.0+k0s.0)"
+        );
+        let broken = judge_previous("k0s.prev", Some(126), "Exec format error", V1).unwrap_err();
+        assert_eq!(
+            broken,
+            "k0s.prev does not run: `version` exited with status 126: \"Exec format error\""
+        );
+        let garbage = judge_previous("k0s.prev", Some(0), "<html>", V1).unwrap_err();
+        assert!(garbage.starts_with("k0s.prev does not run: "), "{garbage}");
+    }
+
+    #[test]
+    fn a_kept_bundle_is_restored_only_for_a_rollback_of_its_own_run_and_command() {
+        let key = |run: &str, command: u32| SignalKey {
+            plan_id: "id123".into(),
+            created: format!("created for {run}"),
+            command_id: command,
+            run_id: Some(run.into()),
+        };
+        let record =
+            BundleRecord { signal: key("uid/2", 1), name: "bundle.tar".into(), replaced: true };
+        // Another `created`: the rollback is another signal of the same run and command.
+        assert_eq!(BundleRecord::for_rollback(Some(&record), &key("uid/2", 1)), Ok(&record));
+        let none = BundleRecord::for_rollback(None, &key("uid/2", 1)).unwrap_err();
+        assert_eq!(none, "no previous airgap bundle to roll back to: this node kept none");
+        let other = BundleRecord::for_rollback(Some(&record), &key("uid/3", 1)).unwrap_err();
+        assert_eq!(
+            other,
+            "the airgap bundle this node kept is from command 1 of run uid/2, not from command 1 \
+             of run uid/3: nothing to roll back to"
+        );
+        assert!(BundleRecord::for_rollback(Some(&record), &key("uid/2", 0)).is_err());
     }
 
     #[test]

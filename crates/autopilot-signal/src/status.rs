@@ -95,9 +95,9 @@ pub struct SignalView {
     pub plan_id: String,
     /// The command index.
     pub command_id: u32,
-    /// `k0supdate` or `airgapupdate`.
+    /// `k0supdate`, `airgapupdate`, `rollback of k0s` or `rollback of airgap`.
     pub command: String,
-    /// The version the command updates to.
+    /// The version the command updates to (for a rollback: the version put back).
     pub version: String,
     /// The node-side phase (`None`: not reacted yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +117,12 @@ impl SignalView {
         let (command, version) = match data.command.update()? {
             UpdateRef::K0s(u) => ("k0supdate", u.version.clone()),
             UpdateRef::Airgap(u) => ("airgapupdate", u.version.clone()),
+            UpdateRef::Rollback(r) => match r.of {
+                autopilot_api::signal::RollbackOf::K0s => ("rollback of k0s", r.version.clone()),
+                autopilot_api::signal::RollbackOf::Airgap => {
+                    ("rollback of airgap", r.version.clone())
+                }
+            },
         };
         Some(Self {
             object,

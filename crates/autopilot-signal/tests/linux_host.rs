@@ -294,6 +294,7 @@ async fn an_airgap_bundle_lands_in_the_images_directory() {
     let path = f
         .host
         .download_bundle(
+            &key(),
             &format!("http://{addr}/dist/bundle.tar"),
             Some(&sha(NEW)),
             &SignatureSource::default(),

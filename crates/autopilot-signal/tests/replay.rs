@@ -2,7 +2,8 @@
 //! injected at every action; the live binary is always complete and the signal converges.
 
 use autopilot_api::signal::{
-    CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
+    CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalCommand, SignalData,
+    SignalPhase, SignalStatus,
 };
 use autopilot_engine::agent::{ActionKind, HostAction, OnFailure, Step, next};
 use autopilot_engine::trial::Verdict;
@@ -482,4 +483,202 @@ async fn an_airgap_bundle_is_stored_under_images_without_a_restart() {
             other => panic!("crash after {n}: ended in {other:?}"),
         }
     }
+}
+
+// === Rollback (DESIGN §15) ===
+
+/// The rollback the leader signals for command 0 of the update's run: put back `version`.
+fn rollback_signal(of: RollbackOf, version: &str) -> SignalData {
+    SignalData {
+        created: "2026-11-23T00:00:00Z".into(),
+        command: SignalCommand {
+            rollback: Some(CommandRollback { version: version.into(), of }),
+            preflight: None,
+            id: 0,
+            k0supdate: None,
+            airgapupdate: None,
+        },
+        ..update_signal()
+    }
+}
+
+/// A node that completed the update to V2 (so `k0s.prev` is V1) and is now signalled to
+/// roll it back to `version`.
+async fn updated_then_signalled_back(version: &str) -> World {
+    let mut world = World::new(update_signal());
+    world.run_to_end().await;
+    world.assert_updated();
+    world.signal = rollback_signal(RollbackOf::K0s, version);
+    world.history.clear();
+    world.restarts = 0;
+    world
+}
+
+fn assert_rolled_back(world: &World) {
+    assert_eq!(world.phase(), Some(SignalPhase::Completed), "{:?}", world.history);
+    assert_eq!(world.host.file(fake::LIVE), Some(binary(V1)));
+    // The swap keeps the binary it replaces, as after any update.
+    assert_eq!(world.host.file(fake::PREVIOUS), Some(binary(V2)));
+    assert_eq!(world.host.file(fake::STAGED), None);
+    assert_eq!(world.running, V1);
+    world.assert_history_in_order();
+}
+
+#[tokio::test]
+async fn a_clean_rollback_walks_the_updates_phases_and_puts_k0s_prev_back_without_a_download() {
+    let mut world = updated_then_signalled_back(V1).await;
+    let before = world.host.log().len();
+    world.run_to_end().await;
+    assert_rolled_back(&world);
+    assert_eq!(
+        world.history,
+        vec![
+            SignalPhase::Downloading,
+            SignalPhase::Cordoning,
+            SignalPhase::ApplyingUpdate,
+            SignalPhase::Restarting,
+            SignalPhase::Uncordoning,
+            SignalPhase::Completed,
+        ]
+    );
+    assert_eq!(world.restarts, 1);
+    let log = world.host.log()[before..].to_vec();
+    assert!(log.iter().all(|line| !line.starts_with("stage ")), "nothing downloaded: {log:?}");
+    assert!(log.contains(&"copy k0s.prev to k0s.tmp".to_string()), "{log:?}");
+}
+
+#[tokio::test]
+async fn a_crash_at_every_point_of_a_rollback_still_converges_to_the_previous_binary() {
+    let points = {
+        let mut world = updated_then_signalled_back(V1).await;
+        let before = world.host.mutations();
+        world.run_to_end().await;
+        world.host.mutations() - before
+    };
+    assert!(points >= 6, "a rollback has a few crash points: {points}");
+    for n in 0..points {
+        let mut world = updated_then_signalled_back(V1).await;
+        world.host.crash_after(n);
+        world.run_to_end().await;
+        assert_rolled_back(&world);
+    }
+}
+
+#[tokio::test]
+async fn a_rollback_whose_k0s_prev_runs_another_version_fails_before_the_node_is_cordoned() {
+    let before = "v1.34.9+k0s.0";
+    let mut world = updated_then_signalled_back(before).await;
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Failed));
+    assert_eq!(
+        world.reason(),
+        format!("k0s.prev runs {V1}, not the version this node ran before the run ({before})")
+    );
+    assert_eq!(world.history, vec![SignalPhase::Downloading, SignalPhase::Failed]);
+    assert_eq!(world.host.file(fake::LIVE), Some(binary(V2)), "the live binary is untouched");
+    assert_eq!(world.host.file(fake::PREVIOUS), Some(binary(V1)));
+    assert_eq!(world.host.file(fake::STAGED), None, "nothing stays staged");
+    assert_eq!(world.restarts, 0);
+}
+
+#[tokio::test]
+async fn a_rollback_without_k0s_prev_fails_naming_what_is_missing() {
+    // A node that never updated: no `k0s.prev`, and it runs V1, not the version asked for.
+    let mut world = World::new(rollback_signal(RollbackOf::K0s, "v1.34.9+k0s.0"));
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Failed));
+    assert_eq!(world.reason(), "no k0s.prev to roll back to");
+    assert_eq!(world.host.file(fake::LIVE), Some(binary(V1)));
+    assert_eq!(world.host.files(), vec![fake::LIVE.to_string()], "nothing written");
+}
+
+#[tokio::test]
+async fn a_rollback_on_a_node_that_already_runs_the_from_version_completes_at_once() {
+    let mut world = World::new(rollback_signal(RollbackOf::K0s, V1));
+    world.run_to_end().await;
+    assert_eq!(world.history, vec![SignalPhase::Completed]);
+    assert_eq!(world.host.files(), vec![fake::LIVE.to_string()]);
+    // After a completed rollback too: the same signal again is a no-op.
+    let mut world = updated_then_signalled_back(V1).await;
+    world.run_to_end().await;
+    let files = world.host.files();
+    world.signal.status = None;
+    world.history.clear();
+    world.run_to_end().await;
+    assert_eq!(world.history, vec![SignalPhase::Completed]);
+    assert_eq!(world.host.files(), files);
+}
+
+/// An airgap update of `run` (command 0) bringing the bundle served at `url`.
+fn bundle_signal(run: &str, url: &str, bundle: &[u8]) -> SignalData {
+    SignalData {
+        command: SignalCommand {
+            rollback: None,
+            preflight: None,
+            id: 0,
+            k0supdate: None,
+            airgapupdate: Some(CommandAirgapUpdate {
+                url: url.into(),
+                version: V2.into(),
+                sha256: sha256_hex(bundle),
+            }),
+        },
+        run_id: Some(run.into()),
+        ..update_signal()
+    }
+}
+
+fn airgap_rollback(run: &str) -> SignalData {
+    SignalData { run_id: Some(run.into()), ..rollback_signal(RollbackOf::Airgap, V1) }
+}
+
+#[tokio::test]
+async fn an_airgap_rollback_puts_back_the_bundle_the_run_replaced_at_every_crash_point() {
+    let url = "http://127.0.0.1:8080/dist/bundle.tar";
+    let (old, new) = (b"images v1".to_vec(), b"images v2".to_vec());
+    let stored = |world: &World| world.host.file("images/bundle.tar");
+    for n in 0..=4 {
+        let mut world = World::new(bundle_signal("uid/1", url, &old));
+        world.host.serve(url, &old);
+        world.run_to_end().await;
+        world.signal = bundle_signal("uid/2", url, &new);
+        world.host.serve(url, &new);
+        world.run_to_end().await;
+        assert_eq!(stored(&world), Some(new.clone()));
+
+        world.signal = airgap_rollback("uid/2");
+        world.history.clear();
+        world.host.crash_after(n);
+        world.run_to_end().await;
+        assert_eq!(world.phase(), Some(SignalPhase::Completed), "crash after {n}");
+        assert_eq!(stored(&world), Some(old.clone()), "crash after {n}");
+        assert_eq!(world.restarts, 0);
+        assert_eq!(world.host.file(fake::LIVE), Some(binary(V1)));
+
+        // Only the last run's bundle was kept: the earlier run cannot be rolled back.
+        world.signal = airgap_rollback("uid/1");
+        world.run_to_end().await;
+        assert_eq!(world.phase(), Some(SignalPhase::Failed));
+        assert!(world.reason().contains("is from command 0 of run uid/2"), "{}", world.reason());
+        assert_eq!(stored(&world), Some(old.clone()));
+    }
+}
+
+#[tokio::test]
+async fn an_airgap_rollback_removes_a_bundle_the_run_added_and_fails_without_a_kept_one() {
+    let url = "http://127.0.0.1:8080/dist/bundle.tar";
+    let bundle = b"images v2".to_vec();
+    let mut world = World::new(airgap_rollback("uid/1"));
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Failed));
+    assert_eq!(world.reason(), "no previous airgap bundle to roll back to: this node kept none");
+
+    let mut world = World::new(bundle_signal("uid/1", url, &bundle));
+    world.host.serve(url, &bundle);
+    world.run_to_end().await;
+    assert_eq!(world.host.file("images/bundle.tar"), Some(bundle));
+    world.signal = airgap_rollback("uid/1");
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Completed));
+    assert_eq!(world.host.file("images/bundle.tar"), None);
 }

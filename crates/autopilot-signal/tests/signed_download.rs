@@ -110,12 +110,7 @@ impl Node {
         addr: SocketAddr,
         signature: SignatureSource,
     ) -> Result<(), HostError> {
-        let key = SignalKey {
-            plan_id: "id".into(),
-            created: "2026-11-26T00:00:00Z".into(),
-            command_id: 0,
-            run_id: Some("r".into()),
-        };
+        let key = key();
         let sha = hex::encode(Sha256::digest(NEW));
         self.host.download(&key, &format!("http://{addr}/k0s"), Some(&sha), &signature).await
     }
@@ -259,15 +254,18 @@ async fn a_bundle_needs_a_signature_only_when_required_and_a_given_one_is_checke
 
     // Not required, none given: accepted.
     let n = node("optional", false);
-    n.host.download_bundle(&url, Some(&sha), &SignatureSource::default()).await.expect("unsigned");
+    n.host
+        .download_bundle(&key(), &url, Some(&sha), &SignatureSource::default())
+        .await
+        .expect("unsigned");
     // Not required, but given: checked, and a good one passes (streamed minisign).
     let n = node("given", false);
-    n.host.download_bundle(&url, Some(&sha), &inline(MINISIGN_SIG)).await.expect("signed");
+    n.host.download_bundle(&key(), &url, Some(&sha), &inline(MINISIGN_SIG)).await.expect("signed");
     // Required and missing: refused naming the key.
     let n = node("required", true);
     let err = n
         .host
-        .download_bundle(&url, Some(&sha), &SignatureSource::default())
+        .download_bundle(&key(), &url, Some(&sha), &SignatureSource::default())
         .await
         .expect_err("required");
     assert!(
@@ -283,7 +281,7 @@ async fn a_bundle_needs_a_signature_only_when_required_and_a_given_one_is_checke
     let n = node("tampered", true);
     let err = n
         .host
-        .download_bundle(&url, Some(&sha), &inline(MINISIGN_SIG))
+        .download_bundle(&key(), &url, Some(&sha), &inline(MINISIGN_SIG))
         .await
         .expect_err("tampered");
     assert!(matches!(&err, HostError::Download(DownloadError::Signature { .. })), "{err:?}");
@@ -291,4 +289,14 @@ async fn a_bundle_needs_a_signature_only_when_required_and_a_given_one_is_checke
     let images = n.dir.path().join("data/images");
     let left: Vec<_> = std::fs::read_dir(&images).expect("images").collect();
     assert!(left.is_empty(), "nothing kept in {}: {left:?}", images.display());
+}
+
+/// The signal the downloads are for.
+fn key() -> SignalKey {
+    SignalKey {
+        plan_id: "id".into(),
+        created: "2026-11-26T00:00:00Z".into(),
+        command_id: 0,
+        run_id: Some("r".into()),
+    }
 }

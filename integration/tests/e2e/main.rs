@@ -50,6 +50,7 @@ mod prometheus_harness;
 mod rbac_least_privilege;
 mod rbac_steering;
 mod responder;
+mod rollback_signal_node;
 mod security_check_pods;
 mod security_signal_forgery;
 mod systemd_units;

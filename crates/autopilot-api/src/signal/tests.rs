@@ -452,6 +452,13 @@ fn command_update_is_the_one_update_set() {
     let mut neither = k0s_signal();
     neither.command.k0supdate = None;
     assert_eq!(neither.command.update(), None);
+    let rollback = CommandRollback { version: "v1.35.0+k0s.0".into(), of: RollbackOf::K0s };
+    let mut back = neither.clone();
+    back.command.rollback = Some(rollback.clone());
+    assert_eq!(back.command.update(), Some(UpdateRef::Rollback(&rollback)));
+    let mut both = k0s_signal();
+    both.command.rollback = Some(rollback);
+    assert_eq!(both.command.update(), None);
 }
 
 // === Property: anything valid survives the annotations ===

@@ -1,5 +1,7 @@
 use autopilot_api::fixtures::*;
-use autopilot_api::signal::{CommandPreflight, SignalCommand, SignalData};
+use autopilot_api::signal::{
+    CommandPreflight, CommandRollback, RollbackOf, SignalCommand, SignalData,
+};
 use autopilot_api::v1beta2::{
     Plan, PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdateStatus, PlanCommandPreflight,
     PlanCommandPreflightStatus, PlanCommandStatus, PlanSpec, PlanStatus, TargetState, TargetStatus,
@@ -234,4 +236,199 @@ fn plain_http_without_a_digest_is_unverified() {
     assert!(unverified("http://127.0.0.1/k0s", "  ").is_some());
     assert_eq!(unverified("http://127.0.0.1/k0s", &sha('a')), None);
     assert_eq!(unverified("https://example.com/k0s", ""), None);
+}
+
+// === Rollback signals ===
+
+const V1: &str = "v1.35.0+k0s.0";
+
+/// [`plan`] being rolled back: every target of commands 0 and 1 completed its update from
+/// [`V1`], and each command's rollback lists them (in `SignalSent`, as the leader writes
+/// them before the signal).
+fn rolling_back() -> Plan {
+    let mut plan = plan();
+    let status = plan.status.as_mut().expect("status");
+    status.rollback = serde_json::from_value(serde_json::json!({
+        "reason": "requested by an operator",
+        "since": "2026-11-26T00:00:00Z",
+    }))
+    .expect("a rollback status");
+    let completed = |targets: &mut Vec<TargetStatus>| {
+        for target in targets {
+            target.state = TargetState::SignalCompleted;
+            target.from = Some(V1.into());
+        }
+    };
+    for command in &mut status.commands {
+        let mut rollback = PlanCommandK0sUpdateStatus::default();
+        if let Some(k0s) = command.k0supdate.as_mut() {
+            completed(&mut k0s.controllers);
+            completed(&mut k0s.workers);
+            rollback = k0s.clone();
+        }
+        if let Some(airgap) = command.airgapupdate.as_mut() {
+            completed(&mut airgap.workers);
+            rollback.workers = airgap.workers.clone();
+        }
+        for target in rollback.controllers.iter_mut().chain(&mut rollback.workers) {
+            target.state = TargetState::SignalSent;
+        }
+        command.rollback = Some(rollback);
+    }
+    plan
+}
+
+fn rollback(command: u32, of: RollbackOf, version: &str) -> SignalData {
+    SignalData {
+        plan_id: "id123".into(),
+        created: String::new(),
+        command: SignalCommand {
+            rollback: Some(CommandRollback { version: version.into(), of }),
+            id: command,
+            k0supdate: None,
+            airgapupdate: None,
+            preflight: None,
+        },
+        status: None,
+        run_id: Some(RUN.into()),
+    }
+}
+
+fn rolled_back(plan: &Plan, signal: &SignalData, node: Node<'_>) -> Result<(), String> {
+    authorize(Some(plan), signal, node).map(|entry| assert_eq!(entry, None, "no payload"))
+}
+
+fn rollback_refusal(plan: &Plan, signal: &SignalData, node: Node<'_>) -> String {
+    let refusal = rolled_back(plan, signal, node).expect_err("must be refused");
+    assert!(refusal.starts_with("refused: "), "{refusal}");
+    refusal
+}
+
+fn controller(name: &str) -> Node<'_> {
+    Node { name, role: Role::Controller, platform: Some("linux-amd64") }
+}
+
+#[test]
+fn the_rollback_signal_the_leader_writes_is_authorized() {
+    let plan = rolling_back();
+    let k0s = rollback(0, RollbackOf::K0s, V1);
+    assert_eq!(rolled_back(&plan, &k0s, worker("w1")), Ok(()));
+    assert_eq!(rolled_back(&plan, &k0s, worker("w2")), Ok(()));
+    assert_eq!(rolled_back(&plan, &k0s, controller("c1")), Ok(()));
+    // The leader does not know the platform; a rollback has no payload to match anyway.
+    assert_eq!(rolled_back(&plan, &k0s, Node { platform: None, ..worker("w1") }), Ok(()));
+    let airgap = rollback(1, RollbackOf::Airgap, V1);
+    assert_eq!(rolled_back(&plan, &airgap, worker("w1")), Ok(()));
+}
+
+#[test]
+fn a_rollback_of_a_run_not_being_rolled_back_is_refused() {
+    let mut plan = rolling_back();
+    plan.status.as_mut().expect("status").rollback = None;
+    let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::K0s, V1), worker("w1"));
+    assert_eq!(reason, "refused: command 0 of run uid-1/2: the run is not being rolled back");
+    // The run and plan id checks come first, as for every signal.
+    let mut other_run = rollback(0, RollbackOf::K0s, V1);
+    other_run.run_id = Some("uid-1/1".into());
+    let reason = rollback_refusal(&rolling_back(), &other_run, worker("w1"));
+    assert!(reason.contains("is not the current run"), "{reason}");
+}
+
+#[test]
+fn a_rollback_of_another_kind_than_the_command_is_refused() {
+    let plan = rolling_back();
+    let reason = rollback_refusal(&plan, &rollback(1, RollbackOf::K0s, V1), worker("w1"));
+    assert!(reason.contains("it is airgapupdate, not k0supdate (a rollback of k0s)"), "{reason}");
+    let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::Airgap, V1), worker("w1"));
+    assert!(
+        reason.contains("it is k0supdate, not airgapupdate (a rollback of airgap)"),
+        "{reason}"
+    );
+    let reason = rollback_refusal(&plan, &rollback(2, RollbackOf::K0s, V1), worker("w1"));
+    assert!(reason.contains("it is preflight, not k0supdate"), "{reason}");
+}
+
+#[test]
+fn a_rollback_must_list_the_node_in_the_list_of_its_role() {
+    let mut plan = rolling_back();
+    let k0s = rollback(0, RollbackOf::K0s, V1);
+    let reason = rollback_refusal(&plan, &k0s, worker("w3"));
+    assert!(reason.contains("w3 is not one of its rollback's workers"), "{reason}");
+    let reason = rollback_refusal(&plan, &k0s, controller("w1"));
+    assert!(reason.contains("w1 is not one of its rollback's controllers"), "{reason}");
+    // Airgap bundles are rolled back on workers only.
+    let reason = rollback_refusal(&plan, &rollback(1, RollbackOf::Airgap, V1), controller("w1"));
+    assert!(reason.contains("w1 is not one of its rollback's controllers"), "{reason}");
+    // A node that completed the update but is not (yet) in the rollback is not signalled.
+    let status = plan.status.as_mut().expect("status");
+    let back = status.commands[0].rollback.as_mut().expect("rollback");
+    back.workers.retain(|target| target.name != "w2");
+    let reason = rollback_refusal(&plan, &k0s, worker("w2"));
+    assert!(reason.contains("w2 is not one of its rollback's workers"), "{reason}");
+    plan.status.as_mut().expect("status").commands[0].rollback = None;
+    let reason = rollback_refusal(&plan, &k0s, worker("w1"));
+    assert!(reason.contains("w1 is not one of its rollback's workers"), "{reason}");
+}
+
+#[test]
+fn a_rollback_to_another_version_than_the_nodes_from_is_refused() {
+    let plan = rolling_back();
+    let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::K0s, V2), worker("w1"));
+    assert!(
+        reason.contains(&format!(
+            "version is \"{V2}\", its rollback records w1 ran \"{V1}\" before the run"
+        )),
+        "{reason}"
+    );
+    // The update's own record must agree with the rollback's.
+    let mut plan = rolling_back();
+    let status = plan.status.as_mut().expect("status");
+    status.commands[0].k0supdate.as_mut().expect("k0s").workers[0].from = Some(V2.into());
+    let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::K0s, V1), worker("w1"));
+    assert!(reason.contains("the update records w1 ran"), "{reason}");
+    let status = plan.status.as_mut().expect("status");
+    status.commands[0].k0supdate.as_mut().expect("k0s").workers[0].from = None;
+    let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::K0s, V1), worker("w1"));
+    assert!(reason.contains("the update records no version w1 ran before the run"), "{reason}");
+    let mut plan = rolling_back();
+    let status = plan.status.as_mut().expect("status");
+    status.commands[0].rollback.as_mut().expect("rollback").workers[0].from = None;
+    let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::K0s, V1), worker("w1"));
+    assert!(reason.contains("its rollback records no version w1 ran"), "{reason}");
+}
+
+#[test]
+fn a_rollback_of_a_node_that_did_not_complete_the_update_is_refused() {
+    for state in
+        [TargetState::SignalPending, TargetState::SignalSent, TargetState::SignalApplyFailed]
+    {
+        let mut plan = rolling_back();
+        let status = plan.status.as_mut().expect("status");
+        status.commands[0].k0supdate.as_mut().expect("k0s").workers[0].state = state;
+        let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::K0s, V1), worker("w1"));
+        assert!(
+            reason.contains(&format!(
+                "w1 did not complete the update it would roll back (it is {state})"
+            )),
+            "{reason}"
+        );
+    }
+    // In the rollback list but not among the update's targets at all.
+    let mut plan = rolling_back();
+    let status = plan.status.as_mut().expect("status");
+    status.commands[0].k0supdate.as_mut().expect("k0s").workers.retain(|t| t.name != "w1");
+    let reason = rollback_refusal(&plan, &rollback(0, RollbackOf::K0s, V1), worker("w1"));
+    assert!(reason.contains("w1 is not one of its workers"), "{reason}");
+}
+
+#[test]
+fn a_rollback_together_with_another_kind_is_refused() {
+    let mut both = rollback(0, RollbackOf::K0s, V1);
+    both.command.k0supdate = k0s_to(AMD64).command.k0supdate;
+    let reason = rollback_refusal(&rolling_back(), &both, worker("w1"));
+    assert!(reason.contains("not exactly one of"), "{reason}");
+    let mut with_checks = rollback(2, RollbackOf::K0s, V1);
+    with_checks.command.preflight = Some(CommandPreflight { checks: vec!["port".into()] });
+    let reason = rollback_refusal(&rolling_back(), &with_checks, worker("w1"));
+    assert!(reason.contains("not exactly one of"), "{reason}");
 }

@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use autopilot_api::signal::UpdateRef;
+use autopilot_api::signal::{CommandRollback, RollbackOf, UpdateRef};
 use http::StatusCode;
 use sha2::{Digest as _, Sha256};
 
 use super::{
-    Host, HostError, Observed, RestartMarker, RestartState, Result, SignalKey, SignatureSource,
-    StagedRecord, TrialState, expected_sha256, judge_self_test,
+    BundleRecord, Host, HostError, Observed, RestartMarker, RestartState, Result, SignalKey,
+    SignatureSource, StagedRecord, TrialState, expected_sha256, judge_previous, judge_self_test,
 };
 use crate::download::{DownloadError, parse_sha256};
 use autopilot_engine::agent::ActionKind;
@@ -28,6 +28,10 @@ pub const MARKER: &str = "autopilot-restart.json";
 pub const STAGED_RECORD: &str = "autopilot-staged.json";
 /// Where a binary refused by its trial is kept.
 pub const REFUSED: &str = "k0s.refused";
+/// The record of what the last airgap bundle replaced.
+pub const BUNDLE_RECORD: &str = "autopilot-bundle.json";
+/// Where the file an airgap bundle replaced is kept (`images.prev/<name>`).
+pub const KEPT_BUNDLES: &str = "images.prev";
 
 /// What running a fake binary's `version` gives: a file starting with `#!k0s <version>` (or
 /// `#!k0s-crash <version>`, one that answers `version` but fails its trial boot) prints the
@@ -211,20 +215,37 @@ impl Host for FakeHost {
             return Err(HostError::Crashed);
         }
         let ((staged, proven), live_sha256) = match update {
-            UpdateRef::Airgap(_) => ((false, false), None),
-            UpdateRef::K0s(_) => {
+            UpdateRef::Airgap(_)
+            | UpdateRef::Rollback(CommandRollback { of: RollbackOf::Airgap, .. }) => {
+                ((false, false), None)
+            }
+            UpdateRef::K0s(_)
+            | UpdateRef::Rollback(CommandRollback { of: RollbackOf::K0s, .. }) => {
                 let record = state
                     .files
                     .get(STAGED_RECORD)
                     .and_then(|b| serde_json::from_slice::<StagedRecord>(b).ok());
                 let actual = state.files.get(STAGED).map(|b| sha256_hex(b));
-                let want = expected_sha256(update);
-                let judged = StagedRecord::judge(
+                let want = match update {
+                    UpdateRef::Rollback(_) => state.files.get(PREVIOUS).map(|b| sha256_hex(b)),
+                    UpdateRef::K0s(_) | UpdateRef::Airgap(_) => expected_sha256(update),
+                };
+                let (staged, proven) = StagedRecord::judge(
                     record.as_ref(),
                     actual.as_deref(),
                     want.as_deref(),
                     signal,
                 );
+                let proven = proven
+                    && match update {
+                        UpdateRef::Rollback(rollback) => StagedRecord::proves_rollback(
+                            record.as_ref(),
+                            signal,
+                            &rollback.version,
+                        ),
+                        UpdateRef::K0s(_) | UpdateRef::Airgap(_) => true,
+                    };
+                let judged = (staged, proven);
                 (judged, state.files.get(LIVE).map(|b| sha256_hex(b)))
             }
         };
@@ -291,6 +312,7 @@ impl Host for FakeHost {
 
     async fn download_bundle(
         &self,
+        signal: &SignalKey,
         url: &str,
         sha256: Option<&str>,
         _signature: &SignatureSource,
@@ -302,6 +324,7 @@ impl Host for FakeHost {
             url.parse().map_err(|_| DownloadError::InvalidUrl { url: url.into() })?;
         let name = crate::download::file_name_from_response(None, &uri)
             .ok_or_else(|| DownloadError::NoFileName { url: url.to_string() })?;
+        state.keep_replaced_bundle(signal, &name)?;
         let path = format!("images/{name}");
         state.mutate(format!("store {path}"))?;
         state.files.insert(path.clone(), body);
@@ -354,6 +377,65 @@ impl Host for FakeHost {
     fn has_staged(&self) -> bool {
         self.lock().files.contains_key(STAGED)
     }
+
+    async fn stage_previous(&self, signal: &SignalKey, version: &str) -> Result<()> {
+        let mut state = self.lock();
+        state.injected(ActionKind::StagePrevious)?;
+        if state.files.contains_key(STAGED_RECORD) {
+            state.mutate(format!("remove {STAGED_RECORD}"))?;
+            state.files.remove(STAGED_RECORD);
+        }
+        let Some(previous) = state.files.get(PREVIOUS).cloned() else {
+            return Err(HostError::Rollback { reason: format!("no {PREVIOUS} to roll back to") });
+        };
+        state.mutate(format!("copy {PREVIOUS} to {STAGED}"))?;
+        state.files.insert(STAGED.to_string(), previous.clone());
+        let (exit, output) = run_version(&previous);
+        match judge_previous(PREVIOUS, exit, &output, version) {
+            Ok(reported) => {
+                let record = StagedRecord {
+                    signal: signal.clone(),
+                    sha256: sha256_hex(&previous),
+                    self_tested: Some(reported),
+                };
+                state.mutate(format!("write {STAGED_RECORD} (self-tested)"))?;
+                state.files.insert(STAGED_RECORD.to_string(), record_bytes(&record));
+                Ok(())
+            }
+            Err(reason) => {
+                state.mutate(format!("remove {STAGED}"))?;
+                state.files.remove(STAGED);
+                Err(HostError::Rollback { reason })
+            }
+        }
+    }
+
+    fn restore_bundle(&self, signal: &SignalKey) -> Result<()> {
+        let mut state = self.lock();
+        state.injected(ActionKind::RestoreBundle)?;
+        let record = state
+            .files
+            .get(BUNDLE_RECORD)
+            .and_then(|b| serde_json::from_slice::<BundleRecord>(b).ok());
+        let record = BundleRecord::for_rollback(record.as_ref(), signal)
+            .map_err(|reason| HostError::Rollback { reason })?
+            .clone();
+        let path = format!("images/{}", record.name);
+        if !record.replaced {
+            state.mutate(format!("remove {path}"))?;
+            state.files.remove(&path);
+            return Ok(());
+        }
+        let kept = format!("{KEPT_BUNDLES}/{}", record.name);
+        let Some(bytes) = state.files.get(&kept).cloned() else {
+            return Err(HostError::Rollback {
+                reason: format!("the kept airgap bundle {kept} is gone"),
+            });
+        };
+        state.mutate(format!("put {kept} back as {path}"))?;
+        state.files.insert(path, bytes);
+        Ok(())
+    }
 }
 
 fn record_bytes(record: &StagedRecord) -> Vec<u8> {
@@ -361,6 +443,40 @@ fn record_bytes(record: &StagedRecord) -> Vec<u8> {
 }
 
 impl State {
+    /// Like `LinuxHost::keep_replaced_bundle`: keeps `images/<name>` (or that there is
+    /// none) for a rollback, once per signal.
+    fn keep_replaced_bundle(&mut self, signal: &SignalKey, name: &str) -> Result<()> {
+        let record = self
+            .files
+            .get(BUNDLE_RECORD)
+            .and_then(|b| serde_json::from_slice::<BundleRecord>(b).ok());
+        if record.is_some_and(|r| &r.signal == signal && r.name == name) {
+            return Ok(());
+        }
+        if self.files.contains_key(BUNDLE_RECORD) {
+            self.mutate(format!("remove {BUNDLE_RECORD}"))?;
+            self.files.remove(BUNDLE_RECORD);
+        }
+        let prefix = format!("{KEPT_BUNDLES}/");
+        let kept: Vec<String> =
+            self.files.keys().filter(|name| name.starts_with(&prefix)).cloned().collect();
+        for old in kept {
+            self.mutate(format!("remove {old}"))?;
+            self.files.remove(&old);
+        }
+        let current = self.files.get(&format!("images/{name}")).cloned();
+        let replaced = current.is_some();
+        if let Some(bytes) = current {
+            self.mutate(format!("keep images/{name} as {prefix}{name}"))?;
+            self.files.insert(format!("{prefix}{name}"), bytes);
+        }
+        let record = BundleRecord { signal: signal.clone(), name: name.to_owned(), replaced };
+        let bytes = serde_json::to_vec(&record).expect("a bundle record serialises");
+        self.mutate(format!("write {BUNDLE_RECORD}"))?;
+        self.files.insert(BUNDLE_RECORD.to_string(), bytes);
+        Ok(())
+    }
+
     /// Like `LinuxHost::finish_rollback`: moves a refused staged binary aside.
     fn finish_rollback(&mut self) -> Result<()> {
         let marker =

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use autopilot_api::signal::UpdateRef;
+use autopilot_api::signal::{CommandRollback, RollbackOf, UpdateRef};
 use sha2::{Digest as _, Sha256};
 
 use super::{
-    HostError, Observed, RestartMarker, RestartState, Result, SignalKey, SignatureSource,
-    StagedRecord, TrialState, WatchRecord, WatchStart, WatchState, expected_sha256,
-    judge_self_test,
+    BundleRecord, HostError, Observed, RestartMarker, RestartState, Result, SignalKey,
+    SignatureSource, StagedRecord, TrialState, WatchRecord, WatchStart, WatchState,
+    expected_sha256, judge_previous, judge_self_test,
 };
 use crate::download::{DownloadConfig, Downloader, Target, parent_dir, sync_dir};
 use crate::host::Host;
@@ -57,7 +57,9 @@ const SELF_TEST_OUTPUT_LIMIT: u64 = 64 * 1024;
 /// previous one `D/k0s.prev`, a binary refused by its trial `D/k0s.refused`, download temp
 /// files `D/.k0s.tmp.<random>.tmp`; the restart marker is `<data-dir>/autopilot-restart.json`,
 /// the staging record `<data-dir>/autopilot-staged.json`, and bundles go to
-/// `<data-dir>/images`.
+/// `<data-dir>/images` (downloaded into `<data-dir>/images.incoming` first; the file a
+/// bundle replaced is kept in `<data-dir>/images.prev`, described by
+/// `<data-dir>/autopilot-bundle.json`).
 #[derive(Clone, Debug)]
 pub struct LinuxHost {
     live: PathBuf,
@@ -272,6 +274,102 @@ impl LinuxHost {
         self.data_dir.join("images")
     }
 
+    /// Where an airgap bundle is downloaded before it goes into the images directory (a
+    /// sibling: whatever reads the images directory never sees a bundle that is not whole,
+    /// nor one kept for a rollback).
+    pub fn incoming_bundles_dir(&self) -> PathBuf {
+        self.data_dir.join("images.incoming")
+    }
+
+    /// Where the file the last airgap bundle replaced is kept, for a rollback.
+    pub fn kept_bundles_dir(&self) -> PathBuf {
+        self.data_dir.join("images.prev")
+    }
+
+    /// The record of what the last airgap bundle replaced ([`BundleRecord`]).
+    pub fn bundle_record_path(&self) -> PathBuf {
+        self.data_dir.join("autopilot-bundle.json")
+    }
+
+    fn read_bundle_record(&self) -> Option<BundleRecord> {
+        let bytes = std::fs::read(self.bundle_record_path()).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Keeps what the images directory holds under `name` (or that it holds nothing) before
+    /// the bundle of `signal` is put there. Once per signal: after a crash between keeping
+    /// and storing, the images directory may already hold the new bundle, which must not be
+    /// kept as the previous one.
+    fn keep_replaced_bundle(&self, signal: &SignalKey, name: &str) -> Result<()> {
+        if self.read_bundle_record().is_some_and(|r| &r.signal == signal && r.name == name) {
+            return Ok(());
+        }
+        // Crash safety: the record goes first and comes back last, so it never describes a
+        // half-kept file.
+        remove_if_present(&self.bundle_record_path())?;
+        let kept = self.kept_bundles_dir();
+        match std::fs::read_dir(&kept) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    remove_if_present(&entry.path())?;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostError::io("reading", &kept, e)),
+        }
+        std::fs::create_dir_all(&kept).map_err(|e| HostError::io("creating", &kept, e))?;
+        let current = self.images_dir().join(name);
+        let keep = kept.join(name);
+        // A link is enough: bundles are only ever replaced by a rename, never rewritten.
+        let replaced = match std::fs::hard_link(&current, &keep) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(_) => {
+                std::fs::copy(&current, &keep)
+                    .map_err(|e| HostError::io("keeping the replaced bundle as", &keep, e))?;
+                true
+            }
+        };
+        sync_dir(&kept)?;
+        let record = BundleRecord { signal: signal.clone(), name: name.to_owned(), replaced };
+        self.write_json(&self.bundle_record_path(), &record)
+    }
+
+    /// Copies `k0s.prev` as the staged binary: under a locked temp name, then renamed, so
+    /// the staged path only ever holds a whole copy. A copy, not a link: a refused staged
+    /// binary is made non-executable, which must never touch `k0s.prev`.
+    fn copy_previous_to_staged(&self) -> Result<()> {
+        let previous = self.previous_path();
+        let staged = self.staged_path();
+        let mut source = match std::fs::File::open(&previous) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(HostError::Rollback {
+                    reason: format!("no {} to roll back to", display_name(&previous)),
+                });
+            }
+            Err(e) => return Err(HostError::io("opening", &previous, e)),
+        };
+        let dir = parent_dir(&self.live);
+        let mut temp = tempfile::Builder::new()
+            .prefix(&format!(".{}.", display_name(&staged)))
+            .suffix(".tmp")
+            .tempfile_in(&dir)
+            .map_err(|e| HostError::io("creating a temp file in", &dir, e))?;
+        // Held while the copy is made: how `remove_leftovers` tells it from a leftover.
+        temp.as_file()
+            .try_lock()
+            .map_err(|e| HostError::io("locking", temp.path(), io::Error::other(e.to_string())))?;
+        io::copy(&mut source, temp.as_file_mut())
+            .and_then(|_| temp.as_file().sync_all())
+            .map_err(|e| HostError::io("copying the previous binary to", temp.path(), e))?;
+        temp.persist(&staged).map_err(|e| {
+            HostError::io("renaming the copy of the previous binary to", &staged, e.error)
+        })?;
+        sync_dir(&dir)?;
+        Ok(())
+    }
+
     fn sibling(&self, suffix: &str) -> PathBuf {
         let mut name = self.live.file_name().unwrap_or_default().to_os_string();
         name.push(suffix);
@@ -319,6 +417,7 @@ impl LinuxHost {
         let staged = name.map(|n| format!("{n}.tmp"));
         let mut removed = remove_leftover_temp_files(&parent_dir(&self.live), staged.as_deref());
         removed.extend(remove_leftover_temp_files(&self.images_dir(), None));
+        removed.extend(remove_leftover_temp_files(&self.incoming_bundles_dir(), None));
         for path in removed {
             tracing::info!(path = %path.display(), "removed a download left by an earlier process");
         }
@@ -329,7 +428,7 @@ impl LinuxHost {
     /// new one: it is renamed into place). Only at startup, when no write of this node is in
     /// flight.
     fn remove_record_temp_files(&self) {
-        for record in [self.marker_path(), self.staged_record_path()] {
+        for record in [self.marker_path(), self.staged_record_path(), self.bundle_record_path()] {
             let name = record.file_name().map(|n| n.to_string_lossy().into_owned());
             for path in remove_leftover_temp_files(&self.data_dir, name.as_deref()) {
                 tracing::info!(path = %path.display(), "removed a half-written record of an earlier process");
@@ -458,6 +557,11 @@ pub fn remove_leftover_temp_files(dir: &Path, name: Option<&str>) -> Vec<PathBuf
     removed
 }
 
+/// A path's file name, for messages.
+fn display_name(path: &Path) -> String {
+    path.file_name().unwrap_or_default().to_string_lossy().into_owned()
+}
+
 fn remove_if_present(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
@@ -468,19 +572,35 @@ fn remove_if_present(path: &Path) -> Result<()> {
 
 impl Host for LinuxHost {
     async fn observe(&self, signal: &SignalKey, update: UpdateRef<'_>) -> Result<Observed> {
-        let (staged, proven) = match update {
-            UpdateRef::Airgap(_) => (false, false),
-            UpdateRef::K0s(_) => {
-                let actual = self.digests.sha256(&self.staged_path()).await?;
-                let record = self.read_staged_record();
-                let want = expected_sha256(update);
-                StagedRecord::judge(record.as_ref(), actual.as_deref(), want.as_deref(), signal)
-            }
+        let binary = match update {
+            UpdateRef::Airgap(_)
+            | UpdateRef::Rollback(CommandRollback { of: RollbackOf::Airgap, .. }) => false,
+            UpdateRef::K0s(_)
+            | UpdateRef::Rollback(CommandRollback { of: RollbackOf::K0s, .. }) => true,
         };
-        let live_sha256 = match update {
-            UpdateRef::Airgap(_) => None,
-            UpdateRef::K0s(_) => self.digests.sha256(&self.live).await.ok().flatten(),
+        let (staged, proven) = if binary {
+            let actual = self.digests.sha256(&self.staged_path()).await?;
+            let record = self.read_staged_record();
+            // A rollback's staged file is a copy of `k0s.prev`: that is the digest to match.
+            let want = match update {
+                UpdateRef::Rollback(_) => self.digests.sha256(&self.previous_path()).await?,
+                UpdateRef::K0s(_) | UpdateRef::Airgap(_) => expected_sha256(update),
+            };
+            let (staged, proven) =
+                StagedRecord::judge(record.as_ref(), actual.as_deref(), want.as_deref(), signal);
+            let proven = proven
+                && match update {
+                    UpdateRef::Rollback(rollback) => {
+                        StagedRecord::proves_rollback(record.as_ref(), signal, &rollback.version)
+                    }
+                    UpdateRef::K0s(_) | UpdateRef::Airgap(_) => true,
+                };
+            (staged, proven)
+        } else {
+            (false, false)
         };
+        let live_sha256 =
+            if binary { self.digests.sha256(&self.live).await.ok().flatten() } else { None };
         // A corrupt marker is a fact for the phase machine (the signal fails with why), not
         // an error to retry for ever.
         let (restart, rolled_back_after_update) = match self.read_marker() {
@@ -547,19 +667,31 @@ impl Host for LinuxHost {
 
     async fn download_bundle(
         &self,
+        signal: &SignalKey,
         url: &str,
         sha256: Option<&str>,
         signature: &SignatureSource,
     ) -> Result<PathBuf> {
         let dir = self.images_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
+        let incoming = self.incoming_bundles_dir();
+        for dir in [&dir, &incoming] {
+            std::fs::create_dir_all(dir).map_err(|e| HostError::io("creating", dir, e))?;
+        }
         self.remove_leftovers();
         let signature = self.expected_signature(Payload::Bundle, signature).await?;
         let expected =
             signature.as_ref().map(|signature| Expected { keys: &self.signing.keys, signature });
-        let done =
-            self.downloader.download_signed(url, sha256, Target::Directory(&dir), expected).await?;
-        Ok(done.path)
+        let done = self
+            .downloader
+            .download_signed(url, sha256, Target::Directory(&incoming), expected)
+            .await?;
+        let name = display_name(&done.path);
+        self.keep_replaced_bundle(signal, &name)?;
+        let path = dir.join(&name);
+        std::fs::rename(&done.path, &path)
+            .map_err(|e| HostError::io("moving the bundle to", &path, e))?;
+        sync_dir(&dir)?;
+        Ok(path)
     }
 
     fn swap_binary(&self) -> Result<()> {
@@ -650,6 +782,68 @@ impl Host for LinuxHost {
 
     fn has_staged(&self) -> bool {
         self.staged_path().exists()
+    }
+
+    async fn stage_previous(&self, signal: &SignalKey, version: &str) -> Result<()> {
+        // The record must never describe a file it was not written for.
+        remove_if_present(&self.staged_record_path())?;
+        self.copy_previous_to_staged()?;
+        let staged = self.staged_path();
+        let name = display_name(&self.previous_path());
+        let verdict = match run_version(&staged).await {
+            Ok((exit, output)) => judge_previous(&name, exit, &output, version),
+            Err(reason) => Err(format!("{name} does not run: {reason}")),
+        };
+        match verdict {
+            Ok(reported) => {
+                let sha256 = self.digests.sha256(&staged).await?.ok_or_else(|| {
+                    HostError::Rollback { reason: format!("the staged copy of {name} is gone") }
+                })?;
+                let record =
+                    StagedRecord { signal: signal.clone(), sha256, self_tested: Some(reported) };
+                self.write_json(&self.staged_record_path(), &record)
+            }
+            Err(reason) => {
+                remove_if_present(&staged)?;
+                Err(HostError::Rollback { reason })
+            }
+        }
+    }
+
+    fn restore_bundle(&self, signal: &SignalKey) -> Result<()> {
+        let record = self.read_bundle_record();
+        let record = BundleRecord::for_rollback(record.as_ref(), signal)
+            .map_err(|reason| HostError::Rollback { reason })?;
+        let dir = self.images_dir();
+        let path = dir.join(&record.name);
+        if !record.replaced {
+            // The run's bundle added the file: take it away again.
+            remove_if_present(&path)?;
+            return if dir.exists() { sync_dir(&dir).map_err(Into::into) } else { Ok(()) };
+        }
+        let kept = self.kept_bundles_dir().join(&record.name);
+        // Crash safety: linked under a temp name beside the kept file, then renamed over the
+        // bundle: the images directory holds one whole file or the other, and the kept file
+        // stays, so restoring again is harmless.
+        let temp = self.kept_bundles_dir().join(format!(".{}.restore", record.name));
+        remove_if_present(&temp)?;
+        match std::fs::hard_link(&kept, &temp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(HostError::Rollback {
+                    reason: format!("the kept airgap bundle {} is gone", kept.display()),
+                });
+            }
+            Err(_) => {
+                std::fs::copy(&kept, &temp)
+                    .map_err(|e| HostError::io("copying the kept bundle to", &temp, e))?;
+            }
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
+        std::fs::rename(&temp, &path)
+            .map_err(|e| HostError::io("putting the kept bundle back as", &path, e))?;
+        sync_dir(&dir)?;
+        Ok(())
     }
 }
 
