@@ -344,11 +344,17 @@ async fn cordoning_seen<K: SignalObject>(
         return Ok(None);
     };
     let controller = K::kind(&()) == "ControlNode";
-    let targets = match (&command.k0supdate, &command.airgapupdate) {
-        (Some(k0s), _) if controller => &k0s.controllers,
-        (Some(k0s), _) => &k0s.workers,
-        (None, Some(airgap)) => &airgap.workers,
-        (None, None) => return Ok(None),
+    let targets = match (&data.command.rollback, &command.rollback) {
+        // A rollback signal's node is in the command's rollback lists (DESIGN §15).
+        (Some(_), Some(rollback)) if controller => &rollback.controllers,
+        (Some(_), Some(rollback)) => &rollback.workers,
+        (Some(_), None) => return Ok(None),
+        (None, _) => match (&command.k0supdate, &command.airgapupdate) {
+            (Some(k0s), _) if controller => &k0s.controllers,
+            (Some(k0s), _) => &k0s.workers,
+            (None, Some(airgap)) => &airgap.workers,
+            (None, None) => return Ok(None),
+        },
     };
     Ok(targets
         .iter()
