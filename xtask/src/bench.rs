@@ -5,7 +5,8 @@
 //! (`crates/autopilot-signal/benches/download.rs`).
 //!
 //! `cargo xtask bench plan`: how fast the Plan engine drives a fleet, on the real control
-//! plane. `cargo xtask bench scale --workers 100,1000,5000`: the same at growing fleet sizes,
+//! plane. `cargo xtask bench rollback`: the same run, then its rollback (DESIGN §15): how long
+//! putting every node back takes against the update itself. `cargo xtask bench scale --workers 100,1000,5000`: the same at growing fleet sizes,
 //! with the leader's peak RSS, requests per node update and the Plan's size.
 //!
 //! Three `k0s controller` processes (each with its own kube-apiserver) and 100 worker Nodes
@@ -66,6 +67,17 @@ enum What {
         #[arg(long, default_value_t = 50)]
         concurrent: u32,
     },
+    /// One k0supdate plan over 3 controllers and many workers with instant responders, then
+    /// its rollback (`autopilot.k0sproject.io/rollback`): rollback time against update time,
+    /// in the same run.
+    Rollback {
+        /// Number of worker Nodes.
+        #[arg(long, default_value_t = 100)]
+        workers: usize,
+        /// `limits.concurrent` for the workers.
+        #[arg(long, default_value_t = 10)]
+        concurrent: u32,
+    },
     /// Idle memory of release `k0s` processes: a worker, a leading and a non-leading
     /// controller, measured after they settled (RSS from /proc, split into what the process
     /// allocated and what it maps from files).
@@ -103,6 +115,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(bench_scale(&k0s, &workers, concurrent))
         }
+        What::Rollback { workers, concurrent } => {
+            integration::control_plane::ensure_built()?;
+            let k0s = crate::test::build_k0s_release()?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(bench_rollback(&k0s, workers, concurrent))
+        }
         What::Footprint { settle } => {
             integration::control_plane::ensure_built()?;
             let k0s = crate::test::build_k0s_release()?;
@@ -135,7 +153,7 @@ async fn bench_plan(
     concurrent: u32,
     runs: usize,
 ) -> anyhow::Result<()> {
-    let driven = drive(k0s, "bench-plan", workers, concurrent, runs).await?;
+    let driven = drive(k0s, "bench-plan", workers, concurrent, runs, false).await?;
     let mut times: Vec<f64> = driven.runs.iter().map(|r| r.elapsed.as_secs_f64()).collect();
     times.sort_by(f64::total_cmp);
     println!(
@@ -143,6 +161,22 @@ async fn bench_plan(
         times[times.len() / 2],
         times[0],
         times[times.len() - 1]
+    );
+    Ok(())
+}
+
+async fn bench_rollback(k0s: &Path, workers: usize, concurrent: u32) -> anyhow::Result<()> {
+    let driven = drive(k0s, "bench-rollback", workers, concurrent, 1, true).await?;
+    let run = &driven.runs[0];
+    let rollback = run.rollback.context("the run was not rolled back")?;
+    println!(
+        "rollback bench: 3 controllers + {workers} workers, concurrent {concurrent}: update {:.3} s \
+         ({} requests), rollback {:.3} s ({} requests), rollback/update {:.2}",
+        run.elapsed.as_secs_f64(),
+        run.requests,
+        rollback.elapsed.as_secs_f64(),
+        rollback.requests,
+        rollback.elapsed.as_secs_f64() / run.elapsed.as_secs_f64()
     );
     Ok(())
 }
@@ -158,7 +192,8 @@ async fn bench_scale(k0s: &Path, sizes: &[usize], concurrent: u32) -> anyhow::Re
     let mut rows = Vec::new();
     for &workers in sizes {
         println!("==> fleet of {workers} workers");
-        let driven = drive(k0s, &format!("bench-scale-{workers}"), workers, concurrent, 1).await?;
+        let driven =
+            drive(k0s, &format!("bench-scale-{workers}"), workers, concurrent, 1, false).await?;
         let run = &driven.runs[0];
         rows.push((workers, run.elapsed, run.requests, driven.leader_peak_kib, run.plan_bytes));
     }
@@ -223,6 +258,16 @@ struct RunFigures {
     requests: usize,
     /// The ended Plan as JSON, in bytes.
     plan_bytes: usize,
+    /// With a rollback after the run: from the annotation to `RolledBack`, and the leader's
+    /// requests in that window.
+    rollback: Option<RollbackFigures>,
+}
+
+/// The rollback of a run.
+#[derive(Clone, Copy)]
+struct RollbackFigures {
+    elapsed: Duration,
+    requests: usize,
 }
 
 /// What [`drive`] measured.
@@ -242,6 +287,7 @@ async fn drive(
     workers: usize,
     concurrent: u32,
     runs: usize,
+    roll_back: bool,
 ) -> anyhow::Result<Driven> {
     anyhow::ensure!(runs >= 1, "--runs must be at least 1");
     let scratch = tempfile::tempdir().context("creating a scratch dir")?;
@@ -295,6 +341,16 @@ async fn drive(
         Ok((control_nodes.list(&Default::default()).await?.items.len() == 3).then_some(()))
     })
     .await?;
+    // What a rollback puts back is the version each node published when it was signalled;
+    // the simulated nodes publish the one before the plan's.
+    for i in 0..3 {
+        let published = json!({ "metadata": { "annotations": {
+            keys::ANNOTATION_K0S_VERSION: BENCH_FROM_VERSION } } });
+        control_nodes
+            .patch(&format!("controller-{i}"), &PatchParams::default(), &Patch::Merge(&published))
+            .await
+            .context("publishing a ControlNode's version")?;
+    }
 
     let responder = Responder::start(
         client.clone(),
@@ -360,7 +416,12 @@ async fn drive(
             elapsed.as_secs_f64(),
             requests.iter().map(|(verb, n)| format!("{verb} {n}")).collect::<Vec<_>>().join(", ")
         );
-        results.push(RunFigures { elapsed, requests: total, plan_bytes });
+        let rollback = if roll_back {
+            Some(roll_back_run(&plans, run, workers, &audit_log, &leader_user).await?)
+        } else {
+            None
+        };
+        results.push(RunFigures { elapsed, requests: total, plan_bytes, rollback });
     }
     let leader_peak_kib = Memory::of(controllers[leader_index].pid())?.peak_kib;
     let log = responder.log();
@@ -382,6 +443,70 @@ async fn drive(
     );
     drop(controllers);
     Ok(Driven { runs: results, leader_peak_kib })
+}
+
+/// The version the simulated nodes run before the bench plan (what a rollback puts back).
+const BENCH_FROM_VERSION: &str = "v1.35.8+k0s.0";
+
+/// Roll back run `run` (the annotation, as `k0s autopilot rollback` writes it) and time it
+/// to `RolledBack`, with every node back.
+async fn roll_back_run(
+    plans: &Api<Plan>,
+    run: usize,
+    workers: usize,
+    audit_log: &Path,
+    leader_user: &str,
+) -> anyhow::Result<RollbackFigures> {
+    let plan_id = format!("bench-{run}");
+    let started = Instant::now();
+    let started_at = jiff::Timestamp::now();
+    let patch = json!({ "metadata": { "annotations": { keys::ANNOTATION_ROLLBACK: plan_id } } });
+    plans
+        .patch(keys::PLAN_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .context("annotating the Plan for a rollback")?;
+    let rolled_back = |plan: Option<&Plan>| {
+        plan.and_then(|p| p.status.as_ref())
+            .is_some_and(|status| status.state == PlanStateType::RolledBack)
+    };
+    let limit = Duration::from_secs(300 + workers as u64 / 5);
+    let ended =
+        tokio::time::timeout(limit, await_condition(plans.clone(), keys::PLAN_NAME, rolled_back))
+            .await
+            .with_context(|| format!("the rollback did not end within {}", humantime(limit)))?
+            .context("watching the plan")?;
+    let elapsed = started.elapsed();
+    let finished_at = jiff::Timestamp::now();
+    let status = ended.and_then(|p| p.status).unwrap_or_default();
+    let back: usize = status
+        .commands
+        .iter()
+        .filter_map(|c| c.rollback.as_ref())
+        .flat_map(|r| r.controllers.iter().chain(&r.workers))
+        .filter(|t| t.state == autopilot_api::v1beta2::TargetState::SignalCompleted)
+        .count();
+    anyhow::ensure!(
+        back == workers + 3,
+        "{back} of {} nodes were put back: {}",
+        workers + 3,
+        status
+            .commands
+            .iter()
+            .filter_map(|c| c.description.as_deref())
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let requests = wait_for(Duration::from_secs(10), "audit events of the rollback", || async {
+        let counts = count_requests(audit_log, leader_user, started_at, finished_at)?;
+        Ok((counts.values().sum::<usize>() > 0).then_some(counts))
+    })
+    .await?;
+    let total: usize = requests.values().sum();
+    println!(
+        "run {run} rolled back: {back} nodes put back in {:.3} s; leader made {total} API requests",
+        elapsed.as_secs_f64()
+    );
+    Ok(RollbackFigures { elapsed, requests: total })
 }
 
 /// `cargo xtask bench footprint`: 2 controllers (one leads) and 1 worker, all release builds
@@ -487,6 +612,7 @@ async fn register_ready_node(nodes: &Api<Node>, name: &str) -> anyhow::Result<()
         "kind": "Node",
         "metadata": {
             "name": name,
+            "annotations": { keys::ANNOTATION_K0S_VERSION: BENCH_FROM_VERSION },
             "labels": {
                 keys::LABEL_HOSTNAME: name,
                 keys::LABEL_OS: autopilot_api::platform::os(),

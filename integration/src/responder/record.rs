@@ -322,7 +322,9 @@ impl Log {
     /// rewrite with a different `created`, or the same signal written again after it was
     /// answered). Empty when the run signalled every node at most once.
     pub fn duplicate_signals(&self) -> Vec<String> {
-        type RunCommand = (ObjectRef, String, Option<String>, u32);
+        // A rollback of the run's update is another signal of the same command (DESIGN
+        // §15), once per node too.
+        type RunCommand = (ObjectRef, String, Option<String>, u32, bool);
         let mut seen: BTreeMap<RunCommand, Vec<&Observation>> = BTreeMap::new();
         for (o, data) in self.signals() {
             seen.entry((
@@ -330,13 +332,14 @@ impl Log {
                 data.plan_id.clone(),
                 data.run_id.clone(),
                 data.command.id,
+                data.command.rollback.is_some(),
             ))
             .or_default()
             .push(o);
         }
         seen.into_iter()
             .filter(|(_, signals)| signals.len() > 1)
-            .map(|((object, plan_id, run_id, command), signals)| {
+            .map(|((object, plan_id, run_id, command, _rollback), signals)| {
                 let created: Vec<String> = signals
                     .iter()
                     .map(|o| match &o.event {
