@@ -114,6 +114,9 @@ pub struct View {
     pub paused: bool,
     /// The `abort` steering annotation is set.
     pub aborting: bool,
+    /// The run's rollback (DESIGN §15), once it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackView>,
     /// What holds the plan or a node right now, one sentence each.
     pub blocking: Vec<String>,
     /// Every target of every command, in command order (controllers before workers).
@@ -122,6 +125,50 @@ pub struct View {
     pub events: Vec<EventView>,
     /// The update window of each UpdateConfig with the `periodic` strategy.
     pub windows: Vec<WindowView>,
+}
+
+/// A run's rollback: why, and how far putting the nodes back got.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackView {
+    /// Why the run is rolled back.
+    pub reason: String,
+    /// Nodes put back, over the nodes to put back.
+    pub back: usize,
+    /// Nodes to put back.
+    pub total: usize,
+    /// Nodes putting back their earlier version now, each `name (phase)`.
+    pub in_flight: Vec<String>,
+    /// Nodes that could not be put back, each `name: why`.
+    pub failed: Vec<String>,
+}
+
+fn rollback_view(status: &autopilot_api::v1beta2::PlanStatus) -> Option<RollbackView> {
+    let rollback = status.rollback.as_ref()?;
+    let targets: Vec<&TargetStatus> = status
+        .commands
+        .iter()
+        .filter_map(|c| c.rollback.as_ref())
+        .flat_map(|r| r.workers.iter().chain(&r.controllers))
+        .collect();
+    Some(RollbackView {
+        reason: rollback.reason.clone(),
+        back: targets.iter().filter(|t| t.state == TargetState::SignalCompleted).count(),
+        total: targets.len(),
+        in_flight: targets
+            .iter()
+            .filter(|t| t.state == TargetState::SignalSent)
+            .map(|t| match t.phase {
+                Some(phase) => format!("{} ({phase})", t.name),
+                None => format!("{} (signalled)", t.name),
+            })
+            .collect(),
+        failed: targets
+            .iter()
+            .filter(|t| t.state.is_failure())
+            .map(|t| format!("{}: {}", t.name, t.reason.as_deref().unwrap_or("no reason given")))
+            .collect(),
+    })
 }
 
 /// The update window of one UpdateConfig.
@@ -326,6 +373,7 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         eta,
         paused: steering.paused,
         aborting: steering.aborted,
+        rollback: rollback_view(&status),
         blocking,
         nodes: targets.nodes,
         events,
@@ -338,6 +386,7 @@ fn not_found(plan_name: &str, windows: Vec<WindowView>) -> View {
     let mut blocking = vec![format!("there is no Plan named {plan_name}")];
     blocking.extend(closed_windows(&windows));
     View {
+        rollback: None,
         plan: plan_name.to_owned(),
         found: false,
         state: String::new(),
@@ -813,6 +862,21 @@ fn render_plan(out: &mut String, view: &View) {
         let _ = write!(out, "   id {id}");
     }
     out.push('\n');
+    if let Some(rollback) = &view.rollback {
+        let verb = if view.ended { "Rolled back" } else { "Rolling back" };
+        let _ = write!(
+            out,
+            "{verb}: {}/{} node(s) back on their earlier version ({})",
+            rollback.back, rollback.total, rollback.reason
+        );
+        if !rollback.in_flight.is_empty() {
+            let _ = write!(out, "; in flight: {}", rollback.in_flight.join(", "));
+        }
+        if !rollback.failed.is_empty() {
+            let _ = write!(out, "; not put back: {}", rollback.failed.join("; "));
+        }
+        out.push('\n');
+    }
     if let Some(command) = view.command.and_then(|i| view.commands.iter().find(|c| c.id == i)) {
         let version = command.version.as_deref().map(|v| format!(" to {v}")).unwrap_or_default();
         let _ = writeln!(

@@ -408,3 +408,37 @@ fn node_written_text_is_one_line_and_cannot_act_on_the_terminal() {
     assert_eq!(super::cut("ok\x1b]0;owned\x07\u{202e}", 40), "ok\\u{1b}]0;owned\\u{7}\\u{202e}");
     assert_eq!(super::cut("\x1b[2J and more", 8), "\\u{1b}[…");
 }
+
+#[test]
+fn a_rollback_in_progress_says_why_how_far_and_who_is_in_flight() {
+    let mut snapshot = mid_update();
+    let plan = snapshot.plan.as_mut().expect("a plan");
+    let status = plan.status.as_mut().expect("a status");
+    status.rollback = Some(autopilot_api::v1beta2::RollbackStatus {
+        reason: "gate healthy failed on worker-1: \"objects.all(p, p.ready)\" is false".into(),
+        since: Time(at("2026-01-01T12:09:00Z")),
+    });
+    let from = |name: &str, state, phase| {
+        let mut t = target(name, state, phase, "2026-01-01T12:09:30Z");
+        t.from = Some("v1.35.0+k0s.0".into());
+        t
+    };
+    status.commands[0].rollback = Some(PlanCommandK0sUpdateStatus {
+        controllers: vec![from("controller-0", TargetState::SignalPending, None)],
+        workers: vec![
+            from("worker-0", TargetState::SignalSent, Some(SignalPhase::Restarting)),
+            from("worker-1", TargetState::SignalCompleted, Some(SignalPhase::Completed)),
+        ],
+    });
+    let view = view(&snapshot, now());
+    let rollback = view.rollback.as_ref().expect("a rollback");
+    assert_eq!((rollback.back, rollback.total), (1, 3));
+    assert_eq!(rollback.in_flight, ["worker-0 (Restart)"]);
+    let screen = render_view(&view);
+    let line = screen.lines().nth(1).expect("a second line");
+    assert_eq!(
+        line,
+        "Rolling back: 1/3 node(s) back on their earlier version (gate healthy failed on \
+         worker-1: \"objects.all(p, p.ready)\" is false); in flight: worker-0 (Restart)"
+    );
+}
