@@ -293,8 +293,16 @@ pub fn target_phase(state: TargetState) -> &'static TargetPhaseInfo {
 
 /// Whether one pass may move a target from `from` to `to`.
 pub fn target_transition_allowed(from: TargetState, to: TargetState) -> bool {
-    from == to || target_phase(from).next.contains(&to)
+    from == to
+        || target_phase(from).next.contains(&to)
+        || (from, to) == REOPENED_BY_POST_UPDATE_ROLLBACK
 }
+
+/// A node that completed and then put its previous binary back (the post-update watch,
+/// DESIGN §15) answers `Failed` on the signal it completed: while its command still runs the
+/// leader takes that back as a failure. The one move out of a terminal target phase.
+pub const REOPENED_BY_POST_UPDATE_ROLLBACK: (TargetState, TargetState) =
+    (TargetState::SignalCompleted, TargetState::SignalApplyFailed);
 
 /// Whether a target first recorded in one pass may be in `state` at the end of that pass:
 /// NewPlan creates it in an initial phase and the same pass may move it on once.
@@ -307,7 +315,10 @@ pub fn new_target_allowed(state: TargetState) -> bool {
 
 /// Every `(from, to)` target transition of the table, staying excluded.
 pub fn target_transitions() -> impl Iterator<Item = (TargetState, TargetState)> {
-    TARGET_PHASES.iter().flat_map(|info| info.next.iter().map(move |to| (info.state, *to)))
+    TARGET_PHASES
+        .iter()
+        .flat_map(|info| info.next.iter().map(move |to| (info.state, *to)))
+        .chain(std::iter::once(REOPENED_BY_POST_UPDATE_ROLLBACK))
 }
 
 /// Both tables as Markdown (plan/command phases, then target phases), for the docs.
@@ -369,6 +380,12 @@ pub fn markdown() -> String {
             info.description
         ));
     }
+    let (from, to) = REOPENED_BY_POST_UPDATE_ROLLBACK;
+    out.push_str(&format!(
+        "\nA node that completed and then put its previous binary back (the post-update watch, \
+         DESIGN §15) answers `Failed` on the signal it completed: while its command still runs, \
+         the leader moves the target from `{from}` to `{to}` and the failure policy counts it.\n"
+    ));
     out
 }
 

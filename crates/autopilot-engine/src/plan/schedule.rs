@@ -199,6 +199,21 @@ impl CommandPass<'_, '_> {
             let kind = command.object_kind(group);
             let objects = inputs.objects(kind);
             let Some(group_targets) = targets_mut(self.status, command, group) else { continue };
+            // A node that completed and then rolled itself back after the update (its
+            // post-update watch) answers `Failed` on the signal it completed: a failure.
+            for target in group_targets
+                .iter_mut()
+                .filter(|target| target.state == TargetState::SignalCompleted)
+            {
+                let Some(signal) =
+                    objects.get(&target.name).and_then(|o| run.signal_on(o, index, command))
+                else {
+                    continue;
+                };
+                if signal.phase() == Some(SignalPhase::Failed) {
+                    read_back(target, signal, inputs);
+                }
+            }
             for target in group_targets.iter_mut().filter(|target| !target.state.is_terminal()) {
                 let Some(object) = objects.get(&target.name) else {
                     set_state(target, TargetState::MissingSignalNode, inputs);

@@ -212,6 +212,24 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
         sim,
     );
 
+    // A canary that completed rolls itself back after the update during its soak.
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2"]).canary(1, Some("10m")),
+        ClusterFixture::new().workers(["w1", "w2"]),
+    );
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    sim.cluster(|c| {
+        c.fails(Node, "w1", SignalPhase::Failed, "rolled back after the update: it crashed")
+    });
+    case(
+        "a completed canary rolls itself back after the update",
+        P::SchedulableWait,
+        P::ApplyFailed,
+        sim,
+    );
+
     // An operator's rollback reopens a run that ended, and a rollback ends RolledBack.
     let two_workers = || {
         Sim::new(
