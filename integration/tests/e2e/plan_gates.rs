@@ -341,8 +341,9 @@ async fn hold_on(
     Ok(())
 }
 
-/// The second worker's signal of run `run` was created no earlier than `after` (the
-/// signal's timestamp has whole seconds).
+/// `node`'s signal is one of run `run`, created no earlier than `after` (the signal's
+/// `created` is the leader's clock truncated to the second, so it is compared with `after`
+/// truncated the same way).
 async fn signalled_after(
     client: &kube::Client,
     node: &str,
@@ -352,9 +353,9 @@ async fn signalled_after(
     let signal = node_signal(client, node).await?.context("a signal")?;
     anyhow::ensure!(signal.plan_id == run, "{node} carries {signal:?}, not one of run {run}");
     let created: jiff::Timestamp = signal.created.parse()?;
-    let after_second = after.round(jiff::TimestampRound::new().smallest(jiff::Unit::Second))?;
-    let after_second = after_second.min(after);
-    let floor = after_second - jiff::SignedDuration::from_secs(1);
+    let second =
+        jiff::TimestampRound::new().smallest(jiff::Unit::Second).mode(jiff::RoundMode::Trunc);
+    let floor = after.round(second)?;
     eprintln!("{node} signalled at {created}; the gate was made to pass at {after}");
     anyhow::ensure!(
         created >= floor,
