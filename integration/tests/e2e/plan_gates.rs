@@ -11,9 +11,11 @@
 //! - a `settle` gate holds the second worker until the DaemonSet Pod on the first is Ready,
 //!   and the plan names that Pod meanwhile;
 //! - a `kubernetes` gate on a kind the controller's least-privilege role cannot list says
-//!   so, naming the kind, and passes once the example grant of `manifests/rbac/` is applied.
+//!   so, naming the kind, and passes once the example grant of `manifests/rbac/` is applied;
+//! - the Pod gate `after: batch` with two workers at a time: the first wave is judged as one
+//!   once both completed, and the third worker waits until both of the wave's Pods run.
 //!
-//! One cluster (one controller, two workers) and one Prometheus for every case; each case is
+//! One cluster (one controller, three workers) and one Prometheus for every case; each case is
 //! its own run of the Plan `autopilot`. The target version alternates so that each run
 //! really updates the workers it signals: the failing cases change only the first worker,
 //! and the next case goes back the other way.
@@ -39,7 +41,11 @@ use serde_json::json;
 
 use crate::support::*;
 
+/// The workers most cases update, one at a time.
 const WORKERS: [&str; 2] = ["worker-0", "worker-1"];
+
+/// Every worker: the batch case updates a third one in a second wave.
+const ALL_WORKERS: [&str; 3] = ["worker-0", "worker-1", "worker-2"];
 
 /// The namespace of the Pods the gates look at.
 const NAMESPACE: &str = "default";
@@ -67,15 +73,27 @@ struct Builds {
 }
 
 impl Builds {
-    /// A `k0supdate` of both workers, one at a time, to `version` (v1 or [`V2`]) with `gates`.
+    /// A `k0supdate` of both [`WORKERS`], one at a time, to `version` (v1 or [`V2`]) with
+    /// `gates`.
     fn update(&self, version: &str, gates: Vec<Gate>) -> PlanCommandK0sUpdate {
+        self.update_of(version, &WORKERS, 1, gates)
+    }
+
+    /// A `k0supdate` of `workers`, `concurrent` at a time, to `version` with `gates`.
+    fn update_of(
+        &self,
+        version: &str,
+        workers: &[&str],
+        concurrent: u32,
+        gates: Vec<Gate>,
+    ) -> PlanCommandK0sUpdate {
         let (server, sha) = if version == V2 {
             (&self.v2_server, &self.v2_sha)
         } else {
             (&self.v1_server, &self.v1_sha)
         };
-        let mut update =
-            update_to(version, server.base_url(), sha, None, Some(static_nodes(&WORKERS, 1)));
+        let targets = static_nodes(workers, concurrent);
+        let mut update = update_to(version, server.base_url(), sha, None, Some(targets));
         update.gates = gates;
         update
     }
@@ -93,7 +111,7 @@ async fn gates_hold_the_next_worker_until_they_pass_and_halt_the_plan_when_they_
     // then Prometheus; then the controller, told where Prometheus is.
     let cluster = integration::ClusterBuilder::new("plan-gates")
         .controllers(1)
-        .workers(&WORKERS)
+        .workers(&ALL_WORKERS)
         .build()
         .await
         .unwrap();
@@ -161,6 +179,14 @@ async fn gates_hold_the_next_worker_until_they_pass_and_halt_the_plan_when_they_
         .await
         .unwrap();
     timed("kubernetes gate needs a grant", since);
+    delete_plan(&client).await;
+
+    // All three v1 -> v2, in waves of two.
+    let since = Instant::now();
+    a_batch_gate_holds_the_next_wave_until_every_node_of_the_last_passes(&client, &builds)
+        .await
+        .unwrap();
+    timed("batch gate", since);
 
     for worker in &workers {
         assert!(worker.is_running(), "{} exited:\n{}", worker.node_name(), worker.log_tail(40));
@@ -168,15 +194,15 @@ async fn gates_hold_the_next_worker_until_they_pass_and_halt_the_plan_when_they_
     eprintln!("plan_gates took {:?} in all", started.elapsed());
 }
 
-/// Starts both workers (real agents) serving their metrics, and waits until each is Ready.
+/// Starts every worker (real agents) serving its metrics, and waits until each is Ready.
 async fn start_workers_with_metrics(
     cluster: &Cluster,
 ) -> anyhow::Result<Vec<integration::K0sProcess>> {
     let mut workers = Vec::new();
-    for name in WORKERS {
+    for name in ALL_WORKERS {
         workers.push(cluster.k0s_worker(name).with_metrics()?.spawn().await?);
     }
-    wait_nodes_ready(&cluster.admin_client().await?, &WORKERS).await?;
+    wait_nodes_ready(&cluster.admin_client().await?, &ALL_WORKERS).await?;
     Ok(workers)
 }
 
@@ -323,20 +349,33 @@ async fn hold_on(
     })
     .await?;
     eprintln!("{node} gating: {}", waiting(&held));
-    let Some(other) = other else { return Ok(()) };
+    match other {
+        Some(other) => stays_unsignalled(client, run, other, &format!("{node}'s gate holds")).await,
+        None => Ok(()),
+    }
+}
+
+/// Watches for [`QUIET_WINDOW`] that `other` stays `SignalPending` and carries no signal of
+/// run `run` (`while` says why it must not be signalled).
+async fn stays_unsignalled(
+    client: &kube::Client,
+    run: &str,
+    other: &str,
+    while_: &str,
+) -> anyhow::Result<()> {
     watch_plan_for(client, "autopilot", QUIET_WINDOW, |p| {
         let state = target(p, 0, other).state;
         if state == TargetState::SignalPending {
             Ok(())
         } else {
-            Err(format!("{other} is {state} while {node}'s gate holds"))
+            Err(format!("{other} is {state} while {while_}"))
         }
     })
     .await?;
     let signal = node_signal(client, other).await?;
     anyhow::ensure!(
         signal.as_ref().is_none_or(|s| s.plan_id != run),
-        "{other} carries a signal of run {run} while {node}'s gate holds: {signal:?}"
+        "{other} carries a signal of run {run} while {while_}: {signal:?}"
     );
     Ok(())
 }
@@ -586,3 +625,66 @@ async fn a_gate_on_a_kind_the_controller_may_not_list_names_it_until_granted(
 
 /// The example grant of what gates list.
 const GATES_EXAMPLE: &str = include_str!("../../../manifests/rbac/gates-example.yaml");
+
+/// All three workers v1 -> v2, two at a time, with the Pod gate `after: batch`: worker-0 and
+/// worker-1 go together and are judged as one wave once both completed; worker-2 (the next
+/// wave) waits while either one's probe Pod is not Running, and goes once both are.
+async fn a_batch_gate_holds_the_next_wave_until_every_node_of_the_last_passes(
+    client: &kube::Client,
+    builds: &Builds,
+) -> anyhow::Result<()> {
+    const RUN: &str = "batch";
+    let pending = json!({ "phase": "Pending" });
+    create_probe(client, "probe-0", "worker-0", pending.clone()).await?;
+    create_probe(client, "probe-1", "worker-1", pending).await?;
+    let gate = Gate { after: GateAfter::Batch, ..probes_running("wave-running", Some("2m")) };
+    let update = builds.update_of(V2, &ALL_WORKERS, 2, vec![gate]);
+    create_plan(client, &plan("autopilot", RUN, vec![k0s_command(update)])).await?;
+
+    // Once the plan has a status: both nodes of the first wave completed, and the wave's
+    // run waits for `node`'s Pod.
+    let wave_waits_for = |node: &'static str| {
+        move |p: &Plan| {
+            let Some(status) = p.status.as_ref().and_then(|s| s.commands.first()) else {
+                return false;
+            };
+            let text = format!("is false on 1 Pod(s) for {node}");
+            let waits = status.gating.iter().any(|run| {
+                run.after == GateAfter::Batch
+                    && run.nodes == WORKERS
+                    && run.since.is_some()
+                    && run.waiting.as_deref().is_some_and(|w| w.contains(&text))
+            });
+            waits
+                && WORKERS
+                    .iter()
+                    .all(|name| target(p, 0, name).state == TargetState::SignalCompleted)
+        }
+    };
+    let held = wait_plan(client, "autopilot", CASE_TIMEOUT, "the first wave's gate to wait", {
+        wave_waits_for("worker-0")
+    })
+    .await?;
+    eprintln!("first wave gating: {}", waiting(&held));
+    stays_unsignalled(client, RUN, "worker-2", "worker-0's Pod is not Running").await?;
+
+    // One node of the wave is healthy: the wave still waits, now for the other.
+    set_probe_status(client, "probe-0", running(true)).await?;
+    let held = wait_plan(client, "autopilot", CASE_TIMEOUT, "the wave to wait for worker-1", {
+        wave_waits_for("worker-1")
+    })
+    .await?;
+    eprintln!("first wave gating: {}", waiting(&held));
+    stays_unsignalled(client, RUN, "worker-2", "worker-1's Pod is not Running").await?;
+
+    let passed_at = jiff::Timestamp::now();
+    set_probe_status(client, "probe-1", running(true)).await?;
+    let done = wait_plan(client, "autopilot", CASE_TIMEOUT, "the plan to complete", |p| {
+        state(p) == PlanStateType::Completed
+    })
+    .await?;
+    let status = status_yaml(&done);
+    anyhow::ensure!(command(&done, 0).gates_passed == 2, "two waves passed:\n{status}");
+    signalled_after(client, "worker-2", RUN, passed_at).await?;
+    delete_probes(client).await
+}
