@@ -39,46 +39,50 @@ pub fn controller_user(i: usize) -> String {
 /// Applies every document of [`MANIFESTS`] (server-side apply) with `client`, which must be
 /// allowed to (the admin).
 pub async fn apply(client: &kube::Client) -> anyhow::Result<()> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     for (file, text) in MANIFESTS {
-        for document in serde_yaml::Deserializer::from_str(text) {
-            let value = serde_json::Value::deserialize(document)
-                .with_context(|| format!("parsing manifests/rbac/{file}"))?;
-            if value.is_null() {
-                continue;
-            }
-            let kind = value["kind"].as_str().unwrap_or_default().to_owned();
-            let name = value["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            let namespace = value["metadata"]["namespace"].as_str().map(str::to_owned);
-            let patch = Patch::Apply(&value);
-            let applied = match (kind.as_str(), namespace.as_deref()) {
-                ("Namespace", None) => Api::<Namespace>::all(client.clone())
-                    .patch(&name, &params, &patch)
-                    .await
-                    .map(drop),
-                ("ClusterRole", None) => Api::<ClusterRole>::all(client.clone())
-                    .patch(&name, &params, &patch)
-                    .await
-                    .map(drop),
-                ("ClusterRoleBinding", None) => Api::<ClusterRoleBinding>::all(client.clone())
-                    .patch(&name, &params, &patch)
-                    .await
-                    .map(drop),
-                ("Role", Some(ns)) => Api::<Role>::namespaced(client.clone(), ns)
-                    .patch(&name, &params, &patch)
-                    .await
-                    .map(drop),
-                ("RoleBinding", Some(ns)) => Api::<RoleBinding>::namespaced(client.clone(), ns)
-                    .patch(&name, &params, &patch)
-                    .await
-                    .map(drop),
-                _ => bail!(
-                    "manifests/rbac/{file}: unexpected {kind} {name} (namespace {namespace:?})"
-                ),
-            };
-            applied
-                .with_context(|| format!("applying {kind} {name} from manifests/rbac/{file}"))?;
+        apply_file(client, file, text).await?;
+    }
+    Ok(())
+}
+
+/// Applies every document of `text`, the file `manifests/rbac/<file>` (server-side apply)
+/// with `client`, which must be allowed to (the admin). The kinds are those of
+/// [`MANIFESTS`]: Namespaces, (Cluster)Roles and their bindings.
+pub async fn apply_file(client: &kube::Client, file: &str, text: &str) -> anyhow::Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = serde_json::Value::deserialize(document)
+            .with_context(|| format!("parsing manifests/rbac/{file}"))?;
+        if value.is_null() {
+            continue;
         }
+        let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+        let name = value["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let namespace = value["metadata"]["namespace"].as_str().map(str::to_owned);
+        let patch = Patch::Apply(&value);
+        let applied = match (kind.as_str(), namespace.as_deref()) {
+            ("Namespace", None) => {
+                Api::<Namespace>::all(client.clone()).patch(&name, &params, &patch).await.map(drop)
+            }
+            ("ClusterRole", None) => Api::<ClusterRole>::all(client.clone())
+                .patch(&name, &params, &patch)
+                .await
+                .map(drop),
+            ("ClusterRoleBinding", None) => Api::<ClusterRoleBinding>::all(client.clone())
+                .patch(&name, &params, &patch)
+                .await
+                .map(drop),
+            ("Role", Some(ns)) => Api::<Role>::namespaced(client.clone(), ns)
+                .patch(&name, &params, &patch)
+                .await
+                .map(drop),
+            ("RoleBinding", Some(ns)) => Api::<RoleBinding>::namespaced(client.clone(), ns)
+                .patch(&name, &params, &patch)
+                .await
+                .map(drop),
+            _ => bail!("manifests/rbac/{file}: unexpected {kind} {name} (namespace {namespace:?})"),
+        };
+        applied.with_context(|| format!("applying {kind} {name} from manifests/rbac/{file}"))?;
     }
     Ok(())
 }

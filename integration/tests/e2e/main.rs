@@ -33,6 +33,7 @@ mod plan_drain_timeout;
 mod plan_events;
 mod plan_failover;
 mod plan_failure_policy;
+mod plan_gates;
 mod plan_pause_abort;
 mod plan_platforms;
 mod plan_preflight;
