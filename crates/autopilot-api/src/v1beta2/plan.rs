@@ -151,7 +151,8 @@ pub struct PlanCommandAirgapUpdate {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Gate {
-    /// Identifier of the gate, unique within the command; names it in status and Events.
+    /// Identifier of the gate, unique within the command; names it in the status, reasons
+    /// and descriptions.
     #[schemars(length(min = 1))]
     pub id: String,
 
