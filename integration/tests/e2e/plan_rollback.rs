@@ -132,6 +132,23 @@ fn rollback_order(
     rollbacks
 }
 
+/// The most signals in flight at once (written, not completed), by etcd revision.
+fn max_in_flight(signals: &[Signalled]) -> usize {
+    let mut edges: Vec<(u64, i32)> = Vec::new();
+    for s in signals {
+        edges.push((s.written, 1));
+        edges.push((s.completed.unwrap_or(u64::MAX), -1));
+    }
+    // A completion and a signal at the same revision: the completion came first.
+    edges.sort();
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        max = max.max(now);
+    }
+    usize::try_from(max).unwrap_or_default()
+}
+
 fn names(signals: &[Signalled]) -> Vec<&str> {
     signals.iter().map(|s| s.object.name.as_str()).collect()
 }
@@ -379,6 +396,7 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     .unwrap();
     let screen = k0s_autopilot(&cluster, &["status"]).await;
     eprintln!("plan_rollback cli: k0s autopilot status during the rollback:\n{screen}");
+    assert!(screen.contains("rolling back"), "the status says so:\n{screen}");
     let done = wait_rolled_back(&client).await;
     let rollback_took = rollback_started.elapsed();
     eprintln!(
@@ -396,6 +414,10 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     let (back_workers, back_controllers): (Vec<_>, Vec<_>) =
         rollbacks.iter().cloned().partition(|s| s.object.kind == ObjectKind::Node);
     assert_eq!(names(&back_controllers), ["controller-2", "controller-1", "controller-0"]);
+    assert!(max_in_flight(&back_workers) <= 2, "workers at most 2 at a time: {rollbacks:?}");
+    let mut first_two = names(&back_workers)[..2].to_vec();
+    first_two.sort_unstable();
+    assert_eq!(first_two, ["worker-1", "worker-2"], "newest first: {rollbacks:?}");
     let workers_done = back_workers.iter().filter_map(|s| s.completed).max().expect("workers");
     assert!(
         back_controllers.iter().all(|c| c.written > workers_done),
@@ -432,6 +454,15 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     let old_identity = leader_identity(&client).await.unwrap().expect("a leader");
     let old_leader = leader(&client).await.unwrap().expect("a leader index");
     controllers[old_leader].kill().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let killed_at: u64 = nodes
+        .list_metadata(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .and_then(|rv| rv.parse().ok())
+        .expect("the list's revision");
     eprintln!(
         "plan_rollback failover: {} rolling back; killed the leader {old_identity}",
         first.object
@@ -455,4 +486,15 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     let changed: Vec<ObjectRef> = WORKERS.iter().map(|w| node(w)).collect();
     let rollbacks = rollback_order(&recorder, "failover", &changed);
     eprintln!("plan_rollback failover: rollback order {:?}", names(&rollbacks));
+    assert!(max_in_flight(&rollbacks) <= 2, "at most 2 at a time: {rollbacks:?}");
+    let mut first_two = names(&rollbacks)[..2].to_vec();
+    first_two.sort_unstable();
+    assert_eq!(first_two, ["worker-2", "worker-3"], "newest first: {rollbacks:?}");
+    let by_standby: Vec<&str> = rollbacks
+        .iter()
+        .filter(|s| s.written > killed_at)
+        .map(|s| s.object.name.as_str())
+        .collect();
+    eprintln!("plan_rollback failover: signalled by the standby: {by_standby:?}");
+    assert!(!by_standby.is_empty(), "the standby signalled the rest: {rollbacks:?}");
 }
