@@ -397,6 +397,7 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     let screen = k0s_autopilot(&cluster, &["status"]).await;
     eprintln!("plan_rollback cli: k0s autopilot status during the rollback:\n{screen}");
     assert!(screen.contains("rolling back"), "the status says so:\n{screen}");
+    assert!(!screen.contains("WorkerNotReady"), "a rollback step is no warning:\n{screen}");
     let done = wait_rolled_back(&client).await;
     let rollback_took = rollback_started.elapsed();
     eprintln!(
