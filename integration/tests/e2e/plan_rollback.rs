@@ -335,6 +335,10 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     );
     let reason = rolling.status.as_ref().and_then(|s| s.rollback.as_ref()).map(|r| &r.reason);
     eprintln!("plan_rollback gate: rollback reason: {reason:?}");
+    assert!(
+        reason.is_some_and(|r| r.contains("gate pods-running failed on worker-2")),
+        "{reason:?}"
+    );
     let status = command(&done, 0);
     let lists = status.rollback.as_ref().expect("rollback lists");
     assert!(lists.controllers.is_empty(), "{}", status_yaml(&done));
