@@ -20,8 +20,19 @@ pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
         ready: true,
         signal: observe_signal(control_node.meta()),
         required_keys: required_keys(control_node.meta()),
-        version: published_version(control_node.meta()),
+        version: control_node_version(control_node),
     }
+}
+
+/// The k0s version a controller runs: the `status.k0sVersion` it registers on every start
+/// (a controller does not publish the [`keys::ANNOTATION_K0S_VERSION`] annotation a worker
+/// does), else that annotation.
+fn control_node_version(control_node: &ControlNode) -> Option<String> {
+    let version = control_node.k0s_version().map(str::trim).unwrap_or_default();
+    if !version.is_empty() && version.len() <= 128 {
+        return Some(version.to_owned());
+    }
+    published_version(control_node.meta())
 }
 
 /// A Node as the planner sees it.
@@ -170,6 +181,27 @@ mod tests {
         assert_eq!(status.capacity, None);
         assert_eq!(status.node_info, None);
         assert!(is_node_ready(&node));
+    }
+
+    #[test]
+    fn a_control_node_runs_the_version_it_registered_in_its_status() {
+        let control_node = |value: serde_json::Value| -> ControlNode {
+            serde_json::from_value(value).expect("a ControlNode")
+        };
+        let registered = control_node(serde_json::json!({
+            "metadata": {"name": "controller-0"},
+            "status": {"k0sVersion": "v1.35.0+k0s.0"},
+        }));
+        let version = control_node_object(&registered).version;
+        assert_eq!(version.as_deref(), Some("v1.35.0+k0s.0"));
+        let annotated = control_node(serde_json::json!({
+            "metadata": {"name": "controller-0",
+                         "annotations": {keys::ANNOTATION_K0S_VERSION: "v1.34.0+k0s.0"}},
+        }));
+        let version = control_node_object(&annotated).version;
+        assert_eq!(version.as_deref(), Some("v1.34.0+k0s.0"));
+        let unknown = control_node(serde_json::json!({"metadata": {"name": "controller-0"}}));
+        assert_eq!(control_node_object(&unknown).version, None);
     }
 
     fn meta(data: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {

@@ -43,6 +43,7 @@ mod plan_quorum_safety;
 mod plan_real_agents;
 mod plan_removed_apis;
 mod plan_reruns;
+mod plan_rollback;
 mod plan_rollout_shape;
 mod plan_selector;
 mod plan_targets;

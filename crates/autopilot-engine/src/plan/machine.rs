@@ -514,9 +514,10 @@ fn state_events(
         {
             let kind = holds.get(&command_status.id).copied().unwrap_or(reasons::WORKER_NOT_READY);
             let event_kind = match kind {
-                reasons::PLAN_PAUSED | reasons::CANARY_SOAKING | reasons::PREFLIGHT_RUNNING => {
-                    EventKind::Normal
-                }
+                reasons::PLAN_PAUSED
+                | reasons::CANARY_SOAKING
+                | reasons::PREFLIGHT_RUNNING
+                | reasons::ROLLING_BACK => EventKind::Normal,
                 _ => EventKind::Warning,
             };
             events.push(Effect::Event {

@@ -435,8 +435,12 @@ pub mod reasons {
     /// operator accepts them.
     pub const PREFLIGHT_WARNINGS: &str = "PreflightWarnings";
 
+    /// A rolled-back run puts its nodes back (DESIGN §15); the command's reason says how
+    /// far it got.
+    pub const ROLLING_BACK: &str = "RollingBack";
+
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 21] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -457,6 +461,7 @@ pub mod reasons {
         CANARY_SOAKING,
         PREFLIGHT_RUNNING,
         PREFLIGHT_WARNINGS,
+        ROLLING_BACK,
     ];
 }
 

@@ -239,6 +239,7 @@ impl CommandPass<'_, '_> {
             .map(|t| t.name.clone())
             .collect();
         let total = all.len();
+        self.decision.hold(self.status.id, super::phases::reasons::ROLLING_BACK);
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.reason = Some(if in_flight.is_empty() {

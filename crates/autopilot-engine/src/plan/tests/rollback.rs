@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::fixtures::*;
 use crate::plan::ObjectKind::{ControlNode, Node};
-use crate::plan::{GateAnswer, GateQuery, ObjectKind};
+use crate::plan::{EventKind, GateAnswer, GateQuery, ObjectKind};
 
 const V: &str = "v1.31.1+k0s.0";
 
@@ -86,6 +86,22 @@ fn an_operator_rollback_of_a_completed_run_puts_workers_back_in_reverse_then_con
     let again = sim.pass();
     assert!(signalled(&again).is_empty());
     assert_eq!(sim.plan.state(), P::RolledBack);
+}
+
+#[test]
+fn a_rollback_reports_its_progress_as_normal_rolling_back_events() {
+    let mut sim = completed_run();
+    sim.plan(|p| p.rolling_back("id123"));
+    let t = sim.pass();
+    let held: Vec<_> =
+        events(&t).into_iter().filter(|(_, _, note)| note.contains("held")).collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    let (kind, reason, note) = &held[0];
+    assert_eq!((*kind, *reason), (EventKind::Normal, "RollingBack"), "{note}");
+    assert!(note.contains("rolling back: 0 of 4 node(s) put back; in flight: w3"), "{note}");
+    complete(&mut sim, Node, "w3", RUNNING);
+    let t = sim.pass();
+    assert!(!event_reasons(&t).contains(&"WorkerNotReady"), "{:?}", events(&t));
 }
 
 #[test]
