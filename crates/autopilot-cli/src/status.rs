@@ -353,8 +353,12 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         .collect();
     let current = current_command(&status);
     let targets = Targets::read(plan, &status, nodes, control_nodes, now);
-    let eta =
-        if status.state.is_terminal() { None } else { eta_view(&targets.samples, &targets.groups) };
+    // The ETA is the update's; a rollback has its own line.
+    let eta = if status.state.is_terminal() || status.rollback.is_some() {
+        None
+    } else {
+        eta_view(&targets.samples, &targets.groups)
+    };
     let mut blocking = blocking(&status, steering, current, &targets.nodes, &targets.states);
     if status.state.is_terminal() {
         blocking.extend(closed_windows(&windows));
