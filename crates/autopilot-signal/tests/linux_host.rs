@@ -1,18 +1,22 @@
 //! [`LinuxHost`] on a temp directory: staging, swap with `k0s.prev`, restart marker, bundle.
 
+#[allow(dead_code, reason = "each test file uses a part of the shared support")]
+mod support {
+    pub mod drive;
+}
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
 use autopilot_api::signal::{
-    CommandAirgapUpdate, CommandK0sUpdate, SignalData, SignalPhase, SignalStatus, UpdateRef,
+    CommandAirgapUpdate, CommandK0sUpdate, SignalData, SignalPhase, UpdateRef,
 };
-use autopilot_engine::agent::{HostAction, OnFailure, Step, next};
 use autopilot_engine::trial::Verdict;
 use autopilot_signal::download::{DownloadConfig, DownloadError};
 use autopilot_signal::host::{
-    Host as _, HostError, LinuxHost, RestartState, SignalKey, SignatureSource, TrialState, perform,
+    Host as _, HostError, LinuxHost, RestartState, SignalKey, SignatureSource, TrialState,
 };
 use autopilot_signal::trial::{Outcome, conclude};
 use bytes::Bytes;
@@ -352,11 +356,6 @@ fn a_new_host_clears_leftovers_next_to_the_binary_and_in_the_images_dir() {
 }
 
 /// The version a test binary claims (its `echo` line).
-fn version_of(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).expect("live binary");
-    text.lines().nth(1).and_then(|l| l.strip_prefix("echo ")).unwrap_or("corrupt").to_string()
-}
-
 #[tokio::test]
 async fn a_signal_runs_to_completion_on_a_real_disk() {
     let addr = serve().await;
@@ -364,52 +363,8 @@ async fn a_signal_runs_to_completion_on_a_real_disk() {
     let mut data = signal();
     data.command.k0supdate =
         Some(CommandK0sUpdate { url: format!("http://{addr}/k0s"), ..k0s(&sha(NEW)) });
-    let mut host = f.host.clone();
-    let mut running = version_of(host.live_path());
-    let mut history = Vec::new();
-    let mut processes = 1;
-    while history.len() < 20 {
-        let key = SignalKey::of(&data);
-        let update = data.command.update().expect("valid");
-        let observed = host.observe(&key, update).await.expect("observe");
-        let facts = observed.facts(update, &running, false);
-        let write = match next(data.phase(), &facts) {
-            Step::Report { phase, reason } => Some((phase, reason)),
-            Step::Run { action, on_success, on_failure } => {
-                match perform(&host, &action, &key, &SignatureSource::default()).await {
-                    Ok(()) if action == HostAction::Restart => {
-                        // What the restart does after the new binary passed its trial boot:
-                        // swap it in, record the pass, re-exec as a new instance.
-                        let outcome =
-                            conclude(&host, &key, Verdict::Pass, &running, None).expect("conclude");
-                        assert_eq!(outcome, Outcome::Passed);
-                        processes += 1;
-                        host = host.clone().with_instance(format!("process-{processes}"));
-                        running = version_of(host.live_path());
-                        None
-                    }
-                    Ok(()) if data.phase() == Some(on_success) => None,
-                    Ok(()) => Some((on_success, None)),
-                    Err(e) => match on_failure {
-                        OnFailure::Report(phase) => Some((phase, Some(e.reason()))),
-                        OnFailure::Retry => panic!("{}", e.reason()),
-                    },
-                }
-            }
-            Step::Wait(_) => match data.phase() {
-                Some(SignalPhase::Cordoning) => Some((SignalPhase::ApplyingUpdate, None)),
-                Some(SignalPhase::Uncordoning) => Some((SignalPhase::Completed, None)),
-                other => panic!("waiting in {other:?}"),
-            },
-            Step::Done => break,
-        };
-        if let Some((phase, reason)) = write {
-            let mut status = SignalStatus::new(phase, jiff::Timestamp::UNIX_EPOCH);
-            status.reason = reason;
-            data.status = Some(status);
-            history.push(phase);
-        }
-    }
+    let support::drive::Driven { data, history, running, processes, host } =
+        support::drive::run_to_end(&f.host, data).await;
     assert_eq!(data.phase(), Some(SignalPhase::Completed), "{history:?}");
     assert_eq!(processes, 2);
     assert_eq!(running, "v2");

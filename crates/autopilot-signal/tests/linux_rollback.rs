@@ -2,6 +2,11 @@
 //! and self-tested without a download, refused when it is missing or runs another version,
 //! and the airgap bundle a run replaced put back.
 
+#[allow(dead_code, reason = "each test file uses a part of the shared support")]
+mod support {
+    pub mod drive;
+}
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt as _;
@@ -9,15 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use autopilot_api::signal::{
-    CommandRollback, RollbackOf, SignalCommand, SignalData, SignalPhase, SignalStatus, UpdateRef,
+    CommandRollback, RollbackOf, SignalCommand, SignalData, SignalPhase, UpdateRef,
 };
-use autopilot_engine::agent::{HostAction, OnFailure, Step, next};
-use autopilot_engine::trial::Verdict;
 use autopilot_signal::download::DownloadConfig;
-use autopilot_signal::host::{
-    Host as _, HostError, LinuxHost, SignalKey, SignatureSource, perform,
-};
-use autopilot_signal::trial::{Outcome, conclude};
+use autopilot_signal::host::{Host as _, HostError, LinuxHost, SignalKey, SignatureSource};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -72,11 +72,6 @@ fn listing(dir: &Path) -> Vec<String> {
 }
 
 /// The version a test binary claims (its `echo` line).
-fn version_of(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).expect("binary");
-    text.lines().nth(1).and_then(|l| l.strip_prefix("echo ")).unwrap_or("corrupt").to_string()
-}
-
 /// The rollback of command `command` of `run` (`of`, back to `version`).
 fn rollback(run: &str, command: u32, of: RollbackOf, version: &str) -> SignalData {
     SignalData {
@@ -107,55 +102,9 @@ fn bundle_key(run: &str, command: u32) -> SignalKey {
 /// Runs `data` through the phase machine on `host` (the leader's part done at once, a
 /// passed trial at the restart) until it is done; returns the signal, the phases written
 /// and the version running at the end.
-async fn run_to_end(
-    host: &LinuxHost,
-    mut data: SignalData,
-) -> (SignalData, Vec<SignalPhase>, String) {
-    let mut host = host.clone();
-    let mut running = version_of(host.live_path());
-    let mut history = Vec::new();
-    let mut processes = 1;
-    while history.len() < 20 {
-        let key = SignalKey::of(&data);
-        let update = data.command.update().expect("valid");
-        let observed = host.observe(&key, update).await.expect("observe");
-        let facts = observed.facts(update, &running, false);
-        let write = match next(data.phase(), &facts) {
-            Step::Report { phase, reason } => Some((phase, reason)),
-            Step::Run { action, on_success, on_failure } => {
-                match perform(&host, &action, &key, &SignatureSource::default()).await {
-                    Ok(()) if action == HostAction::Restart => {
-                        let outcome =
-                            conclude(&host, &key, Verdict::Pass, &running, None).expect("conclude");
-                        assert_eq!(outcome, Outcome::Passed);
-                        processes += 1;
-                        host = host.clone().with_instance(format!("process-{processes}"));
-                        running = version_of(host.live_path());
-                        None
-                    }
-                    Ok(()) if data.phase() == Some(on_success) => None,
-                    Ok(()) => Some((on_success, None)),
-                    Err(e) => match on_failure {
-                        OnFailure::Report(phase) => Some((phase, Some(e.reason()))),
-                        OnFailure::Retry => panic!("{}", e.reason()),
-                    },
-                }
-            }
-            Step::Wait(_) => match data.phase() {
-                Some(SignalPhase::Cordoning) => Some((SignalPhase::ApplyingUpdate, None)),
-                Some(SignalPhase::Uncordoning) => Some((SignalPhase::Completed, None)),
-                other => panic!("waiting in {other:?}"),
-            },
-            Step::Done => break,
-        };
-        if let Some((phase, reason)) = write {
-            let mut status = SignalStatus::new(phase, jiff::Timestamp::UNIX_EPOCH);
-            status.reason = reason;
-            data.status = Some(status);
-            history.push(phase);
-        }
-    }
-    (data, history, running)
+async fn run_to_end(host: &LinuxHost, data: SignalData) -> (SignalData, Vec<SignalPhase>, String) {
+    let driven = support::drive::run_to_end(host, data).await;
+    (driven.data, driven.history, driven.running)
 }
 
 fn reason(data: &SignalData) -> String {
