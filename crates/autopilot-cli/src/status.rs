@@ -467,6 +467,8 @@ struct Objects<'a> {
     control_nodes: BTreeMap<&'a str, &'a ControlNode>,
     run_id: &'a Option<String>,
     now: jiff::Timestamp,
+    /// The run is being rolled back: rows are the nodes put back.
+    rolling_back: bool,
 }
 
 /// Every target of every command, read once: the node rows, their states, the durations of
@@ -505,10 +507,17 @@ impl Targets {
                 .collect(),
             run_id: &status.run_id,
             now,
+            rolling_back: status.rollback.is_some(),
         };
         let mut out = Self::default();
         for command in &status.commands {
-            let (controllers, workers) = command_targets(command);
+            // While a run is rolled back, a command's rows are the nodes it puts back.
+            let (controllers, workers) = match (&status.rollback, &command.rollback) {
+                (Some(_), Some(rollback)) => {
+                    (rollback.controllers.as_slice(), rollback.workers.as_slice())
+                }
+                (Some(_) | None, _) => command_targets(command),
+            };
             let worker_limit = command_spec(plan, command)
                 .and_then(worker_limits)
                 .map_or(1, |c| c.of(workers.len()));
@@ -570,7 +579,19 @@ impl Targets {
                 phase: target.phase.map(|p| p.to_string()),
                 since: since.to_string(),
                 seconds_in_phase: in_phase.as_secs(),
-                reason: target.reason.clone(),
+                reason: target.reason.clone().or_else(|| {
+                    // A rollback's row says what it puts back.
+                    target.from.as_ref().filter(|_| objects.rolling_back).map(|from| {
+                        match target.state {
+                            TargetState::SignalCompleted => format!("back on {from}"),
+                            TargetState::SignalPending
+                            | TargetState::SignalSent
+                            | TargetState::SignalApplyFailed
+                            | TargetState::MissingPlatform
+                            | TargetState::MissingSignalNode => format!("to be put back on {from}"),
+                        }
+                    })
+                }),
                 ready: node.map(is_ready),
                 version: published_version(node, control_node),
             });

@@ -434,6 +434,20 @@ fn a_rollback_in_progress_says_why_how_far_and_who_is_in_flight() {
     let rollback = view.rollback.as_ref().expect("a rollback");
     assert_eq!((rollback.back, rollback.total), (1, 3));
     assert_eq!(rollback.in_flight, ["worker-0 (Restart)"]);
+    let rows: Vec<(&str, &str, Option<&str>)> = view
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.state.as_str(), n.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("controller-0", "SignalPending", Some("to be put back on v1.35.0+k0s.0")),
+            ("worker-0", "SignalSent", Some("to be put back on v1.35.0+k0s.0")),
+            ("worker-1", "SignalCompleted", Some("back on v1.35.0+k0s.0")),
+        ],
+        "the rows are the nodes put back"
+    );
     let screen = render_view(&view);
     let line = screen.lines().nth(1).expect("a second line");
     assert_eq!(
