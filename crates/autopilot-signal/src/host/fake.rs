@@ -74,6 +74,24 @@ struct State {
 }
 
 impl State {
+    /// Writes the staging record of the staged `bytes`, which passed their self-test
+    /// reporting `reported` (a crash point).
+    fn record_self_tested(
+        &mut self,
+        signal: &SignalKey,
+        bytes: &[u8],
+        reported: String,
+    ) -> Result<()> {
+        let record = StagedRecord {
+            signal: signal.clone(),
+            sha256: sha256_hex(bytes),
+            self_tested: Some(reported),
+        };
+        self.mutate(format!("write {STAGED_RECORD} (self-tested)"))?;
+        self.files.insert(STAGED_RECORD.to_string(), record_bytes(&record));
+        Ok(())
+    }
+
     /// Spends one crash point; `Err(Crashed)` when the budget is exhausted.
     fn mutate(&mut self, what: String) -> Result<()> {
         if self.crashed {
@@ -291,16 +309,7 @@ impl Host for FakeHost {
         };
         let (exit, output) = run_version(&staged);
         match judge_self_test(exit, &output, version, any_version) {
-            Ok(reported) => {
-                let record = StagedRecord {
-                    signal: signal.clone(),
-                    sha256: sha256_hex(&staged),
-                    self_tested: Some(reported),
-                };
-                state.mutate(format!("write {STAGED_RECORD} (self-tested)"))?;
-                state.files.insert(STAGED_RECORD.to_string(), record_bytes(&record));
-                Ok(())
-            }
+            Ok(reported) => state.record_self_tested(signal, &staged, reported),
             Err(reason) => {
                 state.mutate(format!("remove {STAGED}"))?;
                 state.files.remove(STAGED);
@@ -392,16 +401,7 @@ impl Host for FakeHost {
         state.files.insert(STAGED.to_string(), previous.clone());
         let (exit, output) = run_version(&previous);
         match judge_previous(PREVIOUS, exit, &output, version) {
-            Ok(reported) => {
-                let record = StagedRecord {
-                    signal: signal.clone(),
-                    sha256: sha256_hex(&previous),
-                    self_tested: Some(reported),
-                };
-                state.mutate(format!("write {STAGED_RECORD} (self-tested)"))?;
-                state.files.insert(STAGED_RECORD.to_string(), record_bytes(&record));
-                Ok(())
-            }
+            Ok(reported) => state.record_self_tested(signal, &previous, reported),
             Err(reason) => {
                 state.mutate(format!("remove {STAGED}"))?;
                 state.files.remove(STAGED);
