@@ -158,6 +158,16 @@ pub const ANNOTATION_ACCEPT_WARNINGS: &str = "autopilot.k0sproject.io/accept-war
 /// keeps an old annotation from rolling back a later plan.
 pub const ANNOTATION_ROLLBACK: &str = "autopilot.k0sproject.io/rollback";
 
+/// Node/ControlNode annotation written by the leader: the gate checks (DESIGN §15) it asks
+/// the node's agent to run, as JSON ([`crate::gate_check::GateCheckRequest`]). A reference
+/// only: the agent reads the checks from the Plan's frozen command.
+pub const ANNOTATION_GATE_CHECK: &str = "autopilot.k0sproject.io/gate-check";
+
+/// Node/ControlNode annotation written by the node's agent: what it observed running the
+/// gate checks of [`ANNOTATION_GATE_CHECK`], as JSON
+/// ([`crate::gate_check::GateCheckReport`]); the leader judges the records.
+pub const ANNOTATION_GATE_REPORT: &str = "autopilot.k0sproject.io/gate-report";
+
 /// Well-known host name label, also set on every ControlNode.
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 

@@ -10,6 +10,7 @@
 //! - [`platform`]: `<os>-<arch>` names as Kubernetes spells them.
 //! - [`preflight`]: what a node reports for a preflight check (seed 004's status codes and
 //!   the raw record the controller judges).
+//! - [`gate_check`]: the request and report of a health gate's node-side check.
 //! - [`payload`]: the URL and version rules a node holds a command to, shared by the node
 //!   agent and the Plan engine.
 //! - [`version`]: k0s versions and their order (`v1.35.1+k0s.0 < v1.35.1+k0s.1 <
@@ -27,6 +28,7 @@ pub mod duration;
 pub mod fixtures;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
+pub mod gate_check;
 pub mod keys;
 pub mod payload;
 pub mod platform;

@@ -425,16 +425,25 @@ fn triggers<K: Resource>(
 }
 
 /// What about a Node can change a plan decision: labels (platform, selectors), the signal
-/// annotations and the Ready condition. Heartbeats change none of these, so they do not
+/// and gate-check annotations and the Ready condition. Heartbeats change none of these, so they do not
 /// trigger passes.
 fn node_fingerprint(node: &Node) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     node.metadata.uid.hash(&mut hasher);
     node.labels().hash(&mut hasher);
     autopilot_api::signal::annotation_values(node.annotations()).hash(&mut hasher);
+    gate_check_annotations(node.annotations()).hash(&mut hasher);
     snapshot::is_node_ready(node).hash(&mut hasher);
     node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     hasher.finish()
+}
+
+/// The gate-check request and report annotations (DESIGN §15): a report is what a `check`
+/// gate waits for.
+fn gate_check_annotations(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> [Option<&String>; 2] {
+    [keys::ANNOTATION_GATE_CHECK, keys::ANNOTATION_GATE_REPORT].map(|key| annotations.get(key))
 }
 
 /// What about a ControlNode can change a plan decision: labels, signal annotations and the
@@ -444,6 +453,7 @@ fn control_node_fingerprint(control_node: &ControlNode) -> u64 {
     control_node.metadata.uid.hash(&mut hasher);
     control_node.labels().hash(&mut hasher);
     autopilot_api::signal::annotation_values(control_node.annotations()).hash(&mut hasher);
+    gate_check_annotations(control_node.annotations()).hash(&mut hasher);
     control_node.annotations().get(keys::ANNOTATION_API_ADDRESS).hash(&mut hasher);
     control_node.internal_ip().hash(&mut hasher);
     control_node.metadata.deletion_timestamp.is_some().hash(&mut hasher);

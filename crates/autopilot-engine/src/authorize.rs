@@ -24,12 +24,14 @@
 //! Every refusal starts with `refused: ` and names what did not match, for the signal's
 //! reason and the logs.
 
+use autopilot_api::gate_check::GateCheckRequest;
 use autopilot_api::keys;
 use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalData,
 };
 use autopilot_api::v1beta2::{
-    Plan, PlanCommand, PlanCommandStatus, PlanResourceUrl, PlanStatus, TargetState, TargetStatus,
+    GateCheck, Plan, PlanCommand, PlanCommandStatus, PlanResourceUrl, PlanStatus, TargetState,
+    TargetStatus,
 };
 
 /// Which list of a command's targets the signalled object belongs to.
@@ -128,6 +130,94 @@ pub fn authorize<'p>(
         )),
     }
     .map_err(|problem| refused(&format!("command {index} of run {signal_run}: {problem}")))
+}
+
+/// The checks a gate-check request (DESIGN §15) asks `node` to run, by gate id, when the
+/// Plan authorizes it: the request names the Plan's current run (`runId` and `planId`), an
+/// update command of the run whose frozen gates have a `check` for every id it names, and
+/// the command's status lists the node (in the target list of its role) in a gate run that
+/// is open and not failed. Otherwise the refusal (starting with `refused: `).
+pub fn gate_checks(
+    plan: Option<&Plan>,
+    request: &GateCheckRequest,
+    node: Node<'_>,
+) -> Result<Vec<(String, GateCheck)>, String> {
+    let Some(plan) = plan else {
+        return Err(refused(&format!("Plan {} does not exist", keys::PLAN_NAME)));
+    };
+    let run = &request.run_id;
+    let status = plan.status.as_ref();
+    let plan_run = status.and_then(|status| status.run_id.as_deref());
+    if plan_run != Some(run.as_str()) {
+        return Err(refused(&format!(
+            "the request's run {run} is not the current run of Plan {} ({})",
+            keys::PLAN_NAME,
+            plan_run.unwrap_or("none")
+        )));
+    }
+    let Some(status) = status else {
+        return Err(refused(&format!("Plan {} has no status", keys::PLAN_NAME)));
+    };
+    if status.plan_id.as_deref() != Some(request.plan_id.as_str()) {
+        return Err(refused(&format!(
+            "the request's planId {:?} is not run {run}'s ({:?})",
+            request.plan_id,
+            status.plan_id.as_deref().unwrap_or_default()
+        )));
+    }
+    let index = request.command;
+    let command = status.commands.iter().find(|command| command.id == index);
+    let Some((command, frozen)) =
+        command.and_then(|command| command.frozen.as_ref().map(|frozen| (command, frozen)))
+    else {
+        return Err(refused(&format!("run {run} has no command {index}")));
+    };
+    let in_command = |problem: String| refused(&format!("command {index} of run {run}: {problem}"));
+    let (gates, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
+        (Some(update), _) => (
+            &update.gates,
+            command.k0supdate.as_ref().map(|status| match node.role {
+                Role::Controller => status.controllers.as_slice(),
+                Role::Worker => status.workers.as_slice(),
+            }),
+        ),
+        (None, Some(update)) => (
+            &update.gates,
+            match node.role {
+                Role::Controller => None,
+                Role::Worker => command.airgapupdate.as_ref().map(|s| s.workers.as_slice()),
+            },
+        ),
+        (None, None) => {
+            return Err(in_command(format!(
+                "it is {}, not an update command with gates",
+                kind(frozen)
+            )));
+        }
+    };
+    target(targets, node).map_err(&in_command)?;
+    let gating = command
+        .gating
+        .iter()
+        .any(|gate_run| gate_run.failed.is_none() && gate_run.nodes.iter().any(|n| n == node.name));
+    if !gating {
+        return Err(in_command(format!("{} is in no open gate run", node.name)));
+    }
+    if request.gates.is_empty() {
+        return Err(in_command("the request names no gate".to_owned()));
+    }
+    request
+        .gates
+        .iter()
+        .map(|id| {
+            gates
+                .iter()
+                .find(|gate| &gate.id == id)
+                .and_then(|gate| gate.check.clone())
+                .map(|check| (id.clone(), check))
+                .ok_or_else(|| in_command(format!("it has no check gate {id:?}")))
+        })
+        .collect()
 }
 
 /// Why `update`'s payload may not be fetched by a node that does not allow unverified

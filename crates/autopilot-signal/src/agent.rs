@@ -419,6 +419,7 @@ where
     H: Host,
 {
     publish_annotations(api, agent, object).await;
+    answer_gate_check(api, agent, object).await?;
     let failures = &mut memory.failures;
     let kind = K::kind(&());
     let object_ref = format!("{kind}/{}", object.name_any());
@@ -647,6 +648,75 @@ where
     let mut status = SignalStatus::new(SignalPhase::Completed, jiff::Timestamp::now());
     status.preflight = autopilot_api::preflight::fit_report(report);
     write_signal_status(api, object, data, status).await.map(Some)
+}
+
+/// Answer the gate-check request on `object` (DESIGN §15) if this node has not answered it
+/// yet: when the Plan authorizes it ([`authorize::gate_checks`]), run the checks of the
+/// gates it names (all at once, each within its timeout) and report a record per gate;
+/// otherwise report the refusal. The report goes into this node's own annotation. A request
+/// that cannot be read has no attempt to answer: it is logged. API errors are returned (the
+/// caller retries).
+async fn answer_gate_check<K>(api: &Api<K>, agent: &Agent, object: &K) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    use autopilot_api::gate_check::{self, GateCheckReport};
+    let request = match gate_check::request_of(object.meta()) {
+        Ok(Some(request)) => request,
+        Ok(None) => return Ok(()),
+        Err(problem) => {
+            debug!(node = %agent.name, %problem, "ignoring a gate-check request that cannot be read");
+            return Ok(());
+        }
+    };
+    let reported = gate_check::report_of(object.meta()).ok().flatten();
+    if reported.is_some_and(|report| report.answers(&request)) {
+        return Ok(());
+    }
+    let role = if K::kind(&()) == "ControlNode" {
+        authorize::Role::Controller
+    } else {
+        authorize::Role::Worker
+    };
+    let node = authorize::Node { name: &agent.name, role, platform: None };
+    let authorized = match read_plan(api).await? {
+        Ok(plan) => authorize::gate_checks(plan.as_ref(), &request, node),
+        Err(reason) => Err(format!("refused: {reason}")),
+    };
+    let mut report = GateCheckReport {
+        run_id: request.run_id.clone(),
+        command: request.command,
+        attempt: request.attempt,
+        ..GateCheckReport::default()
+    };
+    match authorized {
+        Err(reason) => {
+            warn!(node = %agent.name, %reason, "refusing a gate-check request the Plan does not authorize");
+            report.refused = Some(reason);
+        }
+        Ok(checks) => {
+            let facts = preflight::Facts {
+                k0s_version: &agent.version,
+                exec_allow_list: &agent.exec_allow_list,
+            };
+            let records = futures::future::join_all(
+                checks.iter().map(|(_, check)| preflight::run(&check.command, facts)),
+            )
+            .await;
+            for ((gate, _), record) in checks.iter().zip(&records) {
+                info!(node = %agent.name, %gate, attempt = request.attempt, status_code = record.status_code, "gate check ran");
+            }
+            report.records = checks.into_iter().map(|(gate, _)| gate).zip(records).collect();
+        }
+    }
+    let text = serde_json::to_string(&report.bounded()).context("encoding the gate report")?;
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { keys::ANNOTATION_GATE_REPORT: text } }
+    });
+    api.patch(&agent.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .context("writing the gate report")?;
+    Ok(())
 }
 
 /// Count a failed download (each attempt) or verification in `metrics`.

@@ -15,13 +15,13 @@ mod tests;
 pub use control_node::{ControlNode, ControlNodeStatus};
 pub use grouped::{GROUP_ABOVE, PreflightNodeGroup, TargetGroup};
 pub use plan::{
-    CommandState, Concurrency, EarlierRunSignal, Gate, GateAfter, GateOnFailure, GateRun,
-    KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandAirgapUpdateStatus,
-    PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanCommandTarget,
-    PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
-    PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanCommandTargets, PlanResourceUrl,
-    PlanSpec, PlanState, PlanStateType, PlanStatus, PrometheusGate, RollbackStatus, TargetState,
-    TargetStatus,
+    CommandState, Concurrency, EarlierRunSignal, Gate, GateAfter, GateCheck, GateOnFailure,
+    GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
+    PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
+    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
+    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
+    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanState, PlanStateType, PlanStatus,
+    PrometheusGate, RollbackStatus, TargetState, TargetStatus,
 };
 pub use preflight::{
     CheckStatus, DEFAULT_TIMEOUT_SECONDS, FrozenTemplate, LocalizedMessage, NO_TIMEOUT, OnWarn,

@@ -146,8 +146,8 @@ pub struct PlanCommandAirgapUpdate {
     pub gates: Vec<Gate>,
 }
 
-/// A health gate (DESIGN §15): a check the leader runs on the nodes a command just updated
-/// before it signals the next ones. Exactly one of `kubernetes`, `prometheus` and `settle`.
+/// A health gate (DESIGN §15): a check run on the nodes a command just updated before the
+/// next ones are signalled. Exactly one of `check`, `kubernetes`, `prometheus` and `settle`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Gate {
@@ -186,6 +186,30 @@ pub struct Gate {
     /// Pod scheduled to it is Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle: Option<String>,
+
+    /// A check of the preflight shape run by the agent of each node just updated (any
+    /// command but `scheduler`), judged by the leader with its `results`; it runs again
+    /// every 10 s until a run passes on every node or the gate's timeout is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<GateCheck>,
+}
+
+/// A gate's node-side check: the `command` and `results` of a preflight check, run on the
+/// nodes the gate judges (they are its targets).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateCheck {
+    /// What the check is about, in words an operator reads next to its results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// What runs on each node (a built-in probe or an allow-listed `exec`; not `scheduler`).
+    pub command: super::preflight::PreflightCommand,
+
+    /// The possible outcomes, evaluated in order for each node as for a preflight check:
+    /// `success` and `warn` pass the node, `error` (or no match) does not.
+    #[serde(default)]
+    pub results: Vec<super::preflight::PreflightResult>,
 }
 
 /// When a gate runs.

@@ -289,6 +289,10 @@ async fn perform(
             effect::delete_pod(&ctx.engine.client, pod).await?;
             debug!(plan = %name, %pod, "deleted check Pod");
         }
+        Effect::GateCheck { target, request } => {
+            effect::write_gate_check(&ctx.engine.client, target, request).await?;
+            info!(plan = %name, node = %target.name, kind = ?target.kind, command = request.command, attempt = request.attempt, gates = ?request.gates, "asked node to run gate checks");
+        }
         Effect::Event { kind, reason, note } => {
             ctx.events.publish(effect::plan_event(
                 plan.object_ref(&()),

@@ -432,3 +432,91 @@ fn a_rollback_together_with_another_kind_is_refused() {
     let reason = rollback_refusal(&rolling_back(), &with_checks, worker("w1"));
     assert!(reason.contains("not exactly one of"), "{reason}");
 }
+
+/// [`plan`] with a `check` gate `kubelet` and a `kubernetes` gate `pods` on command 0, and
+/// `w1` in an open gate run of it (`w2` in a failed one).
+fn gating() -> Plan {
+    let mut plan = plan();
+    let status = plan.status.as_mut().expect("status");
+    let check: autopilot_api::v1beta2::GateCheck = serde_json::from_value(serde_json::json!({
+        "command": {"id": "k0sVersion"},
+        "results": [{"status": "success", "message": "ok"}]
+    }))
+    .expect("a check");
+    let gates = vec![
+        autopilot_api::v1beta2::Gate {
+            id: "kubelet".into(),
+            check: Some(check),
+            ..Default::default()
+        },
+        autopilot_api::v1beta2::Gate {
+            id: "pods".into(),
+            settle: Some("1m".into()),
+            ..Default::default()
+        },
+    ];
+    if let Some(update) = status.commands[0].frozen.as_mut().and_then(|f| f.k0supdate.as_mut()) {
+        update.gates = gates;
+    }
+    let run = |node: &str, failed: Option<&str>| autopilot_api::v1beta2::GateRun {
+        nodes: vec![node.into()],
+        after: autopilot_api::v1beta2::GateAfter::Node,
+        since: None,
+        passed: Vec::new(),
+        waiting: None,
+        failed: failed.map(str::to_owned),
+    };
+    status.commands[0].gating = vec![run("w1", None), run("w2", Some("kubelet"))];
+    plan
+}
+
+fn gate_request(gates: &[&str]) -> autopilot_api::gate_check::GateCheckRequest {
+    autopilot_api::gate_check::GateCheckRequest {
+        plan_id: "id123".into(),
+        run_id: RUN.into(),
+        command: 0,
+        gates: gates.iter().map(|&g| g.to_owned()).collect(),
+        attempt: 1,
+        asked: "2026-11-26T10:00:00Z".into(),
+    }
+}
+
+#[test]
+fn a_gate_check_request_is_authorized_only_for_a_node_of_an_open_gate_run() {
+    let plan = gating();
+    let checks =
+        gate_checks(Some(&plan), &gate_request(&["kubelet"]), worker("w1")).expect("w1 gates");
+    assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0].0, "kubelet");
+
+    let refused = |request: autopilot_api::gate_check::GateCheckRequest, node: Node<'_>| {
+        let reason = gate_checks(Some(&plan), &request, node).expect_err("must be refused");
+        assert!(reason.starts_with("refused: "), "{reason}");
+        reason
+    };
+    let reason = refused(gate_request(&["kubelet"]), worker("w2"));
+    assert!(reason.contains("w2 is in no open gate run"), "{reason}");
+    let reason = refused(gate_request(&["pods"]), worker("w1"));
+    assert!(reason.contains("it has no check gate \"pods\""), "{reason}");
+    let reason = refused(gate_request(&[]), worker("w1"));
+    assert!(reason.contains("names no gate"), "{reason}");
+    let controller = Node { name: "w1", role: Role::Controller, platform: None };
+    let reason = refused(gate_request(&["kubelet"]), controller);
+    assert!(reason.contains("w1 is not one of its controllers"), "{reason}");
+    let other_run = autopilot_api::gate_check::GateCheckRequest {
+        run_id: "uid-1/1".into(),
+        ..gate_request(&["kubelet"])
+    };
+    let reason = refused(other_run, worker("w1"));
+    assert!(reason.contains("is not the current run"), "{reason}");
+    let other_id = autopilot_api::gate_check::GateCheckRequest {
+        plan_id: "id999".into(),
+        ..gate_request(&["kubelet"])
+    };
+    assert!(refused(other_id, worker("w1")).contains("planId"));
+    let preflight =
+        autopilot_api::gate_check::GateCheckRequest { command: 2, ..gate_request(&["kubelet"]) };
+    assert!(refused(preflight, worker("w1")).contains("not an update command with gates"));
+    let reason = gate_checks(None, &gate_request(&["kubelet"]), worker("w1")).unwrap_err();
+    assert_eq!(reason, "refused: Plan autopilot does not exist");
+}

@@ -71,6 +71,16 @@ pub enum Effect {
         /// The complete signal (no node status).
         data: SignalData,
     },
+    /// Ask a node's agent to run the checks of the command's `check` gates (DESIGN §15):
+    /// write the request annotation onto the target's object (a merge patch of that one
+    /// annotation). Emitted when a gate run needs a first or a new attempt; the same request
+    /// again is harmless (the agent runs each attempt once).
+    GateCheck {
+        /// Which object.
+        target: SignalTarget,
+        /// The request.
+        request: autopilot_api::gate_check::GateCheckRequest,
+    },
     /// Create a `scheduler` check's Pod (an `AlreadyExists` answer is success: the Pod's name
     /// is stable per run, command, check and node). Emitted when the Pod is first due, and
     /// again while the snapshot does not show it and its result is not recorded.

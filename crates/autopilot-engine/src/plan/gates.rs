@@ -13,27 +13,39 @@
 //! [`super::Observed::gate_answers`]). A `kubernetes` gate lists objects and its CEL
 //! `condition` judges `objects`; a `prometheus` gate runs an instant query and its condition
 //! judges `result`; a `settle` gate wants the node Ready and every DaemonSet Pod on it Ready
-//! (the Pods listed by `spec.nodeName`). A gate that does not pass within its timeout fails:
+//! (the Pods listed by `spec.nodeName`); a `check` gate asks each node's agent to run a
+//! check of the preflight shape ([`Effect::GateCheck`], a reference to the frozen gate) and
+//! judges the record the node reports for that request with the check's `results`, asking
+//! again every [`CHECK_RETRY`] while it does not pass. A gate that does not pass within its
+//! timeout fails:
 //! `onFailure: Halt` stops the command like a failed node, `Rollback` rolls the run back
 //! (`super::rollback`).
 
 use std::time::Duration;
 
 use autopilot_api::duration;
-use autopilot_api::v1beta2::{Gate, GateAfter, GateOnFailure, GateRun, TargetState};
+use autopilot_api::gate_check::GateCheckRequest;
+use autopilot_api::v1beta2::{
+    CheckStatus, Gate, GateAfter, GateCheck, GateOnFailure, GateRun, TargetState,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::command::{Group, targets};
-use super::inputs::Policy;
+use super::decision::{Effect, SignalTarget};
+use super::inputs::{Inputs, Policy};
 use super::progress::CommandPass;
 use super::selector::LabelSelector;
-use crate::preflight::{GateInput, compile_gate_condition, evaluate_gate};
+use crate::preflight::{GateInput, compile_gate_check, compile_gate_condition, evaluate_gate};
 
 /// A gate's `timeout` when it sets none.
 pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How often a pass looks at gates that have not passed yet.
 pub const GATE_RECHECK: Duration = Duration::from_secs(2);
+
+/// How long after asking a node to run a gate's check the leader asks again, when the
+/// node answered and the check did not pass (on the leader's clock).
+pub const CHECK_RETRY: Duration = Duration::from_secs(10);
 
 /// The most bytes of a run's `waiting` text.
 const MAX_WAITING_BYTES: usize = 1024;
@@ -100,11 +112,18 @@ pub(super) fn problems(path: &str, gates: &[Gate], policy: &Policy) -> Vec<Strin
         }
         let kinds = usize::from(gate.kubernetes.is_some())
             + usize::from(gate.prometheus.is_some())
-            + usize::from(gate.settle.is_some());
+            + usize::from(gate.settle.is_some())
+            + usize::from(gate.check.is_some());
         if kinds != 1 {
             problems.push(format!(
-                "{at} sets {kinds} of kubernetes, prometheus and settle; exactly one is required"
+                "{at} sets {kinds} of check, kubernetes, prometheus and settle; exactly one is \
+                 required"
             ));
+        }
+        if let Some(check) = &gate.check
+            && let Err(found) = compile_gate_check(&format!("{at}.check"), &gate.id, check)
+        {
+            problems.extend(found.iter().map(ToString::to_string));
         }
         if let Some(text) = &gate.timeout {
             if gate.settle.is_some() {
@@ -344,7 +363,7 @@ impl CommandPass<'_, '_> {
             .collect();
         let mut waiting = Vec::new();
         for gate in &gates {
-            match self.look(gate, &judged) {
+            match self.look(gate, &judged, since) {
                 Look::Passes => run.passed.push(gate.id.clone()),
                 Look::Waits(why) => {
                     let limit = bound(gate);
@@ -372,8 +391,11 @@ impl CommandPass<'_, '_> {
         true
     }
 
-    /// Look at one gate on the nodes `judged`.
-    fn look(&mut self, gate: &Gate, judged: &[String]) -> Look {
+    /// Look at one gate on the nodes `judged`, whose run's gates count from `since`.
+    fn look(&mut self, gate: &Gate, judged: &[String], since: jiff::Timestamp) -> Look {
+        if let Some(check) = &gate.check {
+            return self.look_check(gate, check, judged, since);
+        }
         // Every node is looked at (so one pass names every lookup a batch needs); the first
         // reason to wait is the one told.
         let mut waits: Option<String> = None;
@@ -470,7 +492,107 @@ impl CommandPass<'_, '_> {
             return waits.map_or(Look::Passes, Look::Waits);
         }
         // A gate of no kind: NewPlan refused it, so no run gets here.
-        Look::Waits("the gate sets none of kubernetes, prometheus and settle".to_owned())
+        Look::Waits("the gate sets none of check, kubernetes, prometheus and settle".to_owned())
+    }
+
+    /// Look at a `check` gate on the nodes `judged`: each node's record in its report of
+    /// the last request that asked for this gate at or after `since`. A node without such a
+    /// request is asked (attempt 1, or the next one); a node whose check did not pass is
+    /// asked again once it answered and [`CHECK_RETRY`] passed since the leader asked.
+    fn look_check(
+        &mut self,
+        gate: &Gate,
+        check: &GateCheck,
+        judged: &[String],
+        since: jiff::Timestamp,
+    ) -> Look {
+        let index = self.status.id;
+        let compiled = match compile_gate_check("check", &gate.id, check) {
+            Ok(compiled) => compiled,
+            // NewPlan compiled the same frozen copy; a status edited by hand could get here.
+            Err(problems) => {
+                let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                return Look::Waits(problems.join("; "));
+            }
+        };
+        let (inputs, run) = (self.inputs, self.run);
+        let mut waits: Option<String> = None;
+        for node in judged {
+            let Some((target, object)) = object_of(inputs, self.status, self.command, node) else {
+                waits.get_or_insert(format!("{node} has no object to ask"));
+                continue;
+            };
+            let observed = &object.gate_check;
+            let last =
+                observed.request.as_ref().filter(|r| r.run_id == run.run_id && r.command == index);
+            let asked = last.and_then(|r| r.asked.parse::<jiff::Timestamp>().ok());
+            let next_attempt = last.map_or(1, |r| r.attempt.saturating_add(1));
+            let Some(request) = last
+                .filter(|r| r.gates.contains(&gate.id))
+                .filter(|_| asked.is_some_and(|asked| asked >= since))
+            else {
+                self.ask(target, next_attempt);
+                waits.get_or_insert(format!("asked {node} to run the check"));
+                continue;
+            };
+            let Some(report) = observed.report.as_ref().filter(|r| r.answers(request)) else {
+                waits.get_or_insert(match &observed.report_problem {
+                    Some(problem) => format!("{node}'s report cannot be read: {problem}"),
+                    None => format!("waiting for {node}'s report (attempt {})", request.attempt),
+                });
+                continue;
+            };
+            let failing = match (&report.refused, report.records.get(&gate.id)) {
+                (Some(refused), _) => Some(format!("{node} refused the check: {refused}")),
+                (None, None) => Some(format!("{node}'s report has no record for the gate")),
+                (None, Some(record)) => {
+                    let verdict = compiled.judge(node, record);
+                    match verdict.status {
+                        CheckStatus::Success | CheckStatus::Warn => None,
+                        CheckStatus::Error => Some(format!(
+                            "check on {node}: {} (status code {})",
+                            verdict.message, verdict.status_code
+                        )),
+                    }
+                }
+            };
+            let Some(why) = failing else { continue };
+            let waited = asked.map(|asked| inputs.now.duration_since(asked));
+            let retry = jiff::SignedDuration::try_from(CHECK_RETRY).unwrap_or_default();
+            if waited.is_some_and(|waited| waited >= retry) {
+                self.ask(target, next_attempt);
+            }
+            waits.get_or_insert(format!("{why} (attempt {})", request.attempt));
+        }
+        waits.map_or(Look::Passes, Look::Waits)
+    }
+
+    /// Ask `target` to run the checks of every `check` gate of the command (attempt
+    /// `attempt`), unless this pass asked already.
+    fn ask(&mut self, target: SignalTarget, attempt: u32) {
+        let gates: Vec<String> = self
+            .command
+            .gates()
+            .iter()
+            .filter(|gate| gate.check.is_some())
+            .map(|gate| gate.id.clone())
+            .collect();
+        let request = GateCheckRequest {
+            plan_id: self.run.plan_id.clone(),
+            run_id: self.run.run_id.clone(),
+            command: self.status.id,
+            gates,
+            attempt,
+            asked: self.inputs.now.to_string(),
+        };
+        let asked_already =
+            self.decision.signals.iter().any(
+                |effect| matches!(effect, Effect::GateCheck { target: t, .. } if *t == target),
+            );
+        if !asked_already {
+            self.decision.signals.push(Effect::GateCheck { target, request });
+        }
+        self.decision.requeue_after(GATE_RECHECK);
     }
 
     /// Whether `node` settled: Ready again, and every DaemonSet Pod on it Ready.
@@ -534,6 +656,23 @@ impl CommandPass<'_, '_> {
             }
         }
     }
+}
+
+/// The object the target `node` of `command` is signalled through.
+fn object_of<'a>(
+    inputs: &Inputs<'a>,
+    status: &autopilot_api::v1beta2::PlanCommandStatus,
+    command: super::command::Command<'_>,
+    node: &str,
+) -> Option<(SignalTarget, &'a super::TargetObject)> {
+    command.groups().iter().find_map(|&group| {
+        if !targets(status, command, group).iter().any(|t| t.name == node) {
+            return None;
+        }
+        let kind = command.object_kind(group);
+        let object = inputs.objects(kind).get(node)?;
+        Some((SignalTarget { kind, name: node.to_owned() }, object))
+    })
 }
 
 /// Whether a Pod (as JSON) is owned by a DaemonSet.

@@ -78,6 +78,33 @@ pub struct TargetObject {
     /// The k0s version the node says it runs ([`keys::ANNOTATION_K0S_VERSION`]): what a
     /// target records as its "from" version when it is signalled (DESIGN §15).
     pub version: Option<String>,
+    /// The gate-check request and report found on the object (DESIGN §15).
+    pub gate_check: ObservedGateCheck,
+}
+
+/// The gate-check annotations of an object ([`keys::ANNOTATION_GATE_CHECK`],
+/// [`keys::ANNOTATION_GATE_REPORT`]), decoded. Either may be stale or written by someone
+/// else: the machine counts a report only for the request it answers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedGateCheck {
+    /// The last request (`None`: none, or one that does not decode: the leader asks anew).
+    pub request: Option<autopilot_api::gate_check::GateCheckRequest>,
+    /// The node's last report.
+    pub report: Option<autopilot_api::gate_check::GateCheckReport>,
+    /// Why the report annotation does not decode (too big, not a report).
+    pub report_problem: Option<String>,
+}
+
+impl ObservedGateCheck {
+    /// Decode the annotations of `meta`.
+    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        use autopilot_api::gate_check::{report_of, request_of};
+        let (report, report_problem) = match report_of(meta) {
+            Ok(report) => (report, None),
+            Err(problem) => (None, Some(problem)),
+        };
+        Self { request: request_of(meta).ok().flatten(), report, report_problem }
+    }
 }
 
 /// The ids of the keys a node requires signatures by, as it publishes them

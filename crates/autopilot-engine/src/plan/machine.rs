@@ -179,7 +179,7 @@ impl Pass<'_> {
             .effects
             .into_iter()
             .filter(|effect| match effect {
-                Effect::Signal { .. } | Effect::CreatePod(_) => false,
+                Effect::Signal { .. } | Effect::CreatePod(_) | Effect::GateCheck { .. } => false,
                 Effect::DeletePod { .. } | Effect::Event { .. } => true,
             })
             .collect();

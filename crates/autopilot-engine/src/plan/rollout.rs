@@ -3,13 +3,15 @@
 //!
 //! Nothing here decides anything of its own: every pass is the engine's [`step`], and the
 //! "cluster" between passes is the snapshot with each signalled object answering
-//! `Completed` (a preflight check as a probe that succeeded with no output). So the resolved targets, the refusals (missing targets or platforms, an
+//! `Completed` (a preflight check, and a gate's check, as a probe that succeeded with no
+//! output; every other gate as passed). So the resolved targets, the refusals (missing targets or platforms, an
 //! excluded node kind, removed APIs, malformed fields), the order and the batches are
 //! exactly the engine's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autopilot_api::gate_check::{GateCheckReport, GateCheckRequest};
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
@@ -20,8 +22,10 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::decision::{Effect, ObjectKind, Requeue, SignalTarget, Transition};
+use super::gates::{GateAnswer, GateQuery};
 use super::inputs::{
-    CheckPods, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering, TargetObject,
+    CheckPods, Observed, ObservedGateCheck, ObservedSignal, PlanView, Policy, Readiness, Steering,
+    TargetObject,
 };
 use super::machine::step;
 
@@ -74,6 +78,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
     let mut resolved = None;
     let mut batches = Vec::new();
     let mut waited = Duration::ZERO;
+    let mut gate_answers: BTreeMap<GateQuery, GateAnswer> = BTreeMap::new();
     for _ in 0..MAX_PASSES {
         let plan = PlanView {
             rollback: None,
@@ -86,7 +91,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
             accepted_warnings: None,
         };
         let snapshot = Observed {
-            gate_answers: &crate::plan::NO_GATE_ANSWERS,
+            gate_answers: &gate_answers,
             now,
             control_nodes: &cluster.control_nodes,
             nodes: &cluster.nodes,
@@ -95,6 +100,19 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
             check_pods: CheckPods { pods: &cluster.pods, templates: observed.check_pods.templates },
         };
         let transition = step(plan, &snapshot, policy);
+        // A gate's lookups count as passed (a dry run shows the order, not the cluster's
+        // health): answer them and make the same pass again.
+        let unanswered: Vec<GateQuery> = transition
+            .needs
+            .gates
+            .iter()
+            .filter(|query| !gate_answers.contains_key(*query))
+            .cloned()
+            .collect();
+        if !unanswered.is_empty() {
+            gate_answers.extend(unanswered.into_iter().map(|query| (query, GateAnswer::Assumed)));
+            continue;
+        }
         let batch = cluster.answer(&transition, now);
         let changed = status.as_ref() != Some(&transition.status) || !batch.is_empty();
         if status.is_none() && transition.status != PlanStatus::default() {
@@ -166,6 +184,8 @@ impl DryCluster {
                 Effect::DeletePod { name } => {
                     self.pods.remove(name);
                 }
+                // A gate's check answers as a probe that succeeded with no output.
+                Effect::GateCheck { target, request } => self.answer_gate_check(target, request),
                 Effect::Event { .. } => {}
             }
         }
@@ -191,6 +211,31 @@ impl DryCluster {
         let answered = data.clone().with_status(answer);
         if let Some(object) = objects.get_mut(&target.name) {
             object.signal = ObservedSignal::Valid(answered);
+        }
+    }
+
+    /// The asked object reports every gate check of `request` as a probe that succeeded.
+    fn answer_gate_check(&mut self, target: &SignalTarget, request: &GateCheckRequest) {
+        let objects = match target.kind {
+            ObjectKind::ControlNode => &mut self.control_nodes,
+            ObjectKind::Node => &mut self.nodes,
+        };
+        if let Some(object) = objects.get_mut(&target.name) {
+            object.gate_check = ObservedGateCheck {
+                request: Some(request.clone()),
+                report: Some(GateCheckReport {
+                    run_id: request.run_id.clone(),
+                    command: request.command,
+                    attempt: request.attempt,
+                    records: request
+                        .gates
+                        .iter()
+                        .map(|gate| (gate.clone(), RawRecord::success(Vec::new())))
+                        .collect(),
+                    refused: None,
+                }),
+                report_problem: None,
+            };
         }
     }
 

@@ -257,7 +257,10 @@ impl CommandPass<'_, '_> {
                         .iter()
                         .any(|t| t.name == target.name && t.state == TargetState::SignalSent)
             }),
-            Effect::CreatePod(_) | Effect::DeletePod { .. } | Effect::Event { .. } => false,
+            Effect::CreatePod(_)
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => false,
         }
     }
 

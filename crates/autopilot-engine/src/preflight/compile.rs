@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use autopilot_api::preflight::{MAX_CHECK_DURATION, request::Request};
 use autopilot_api::v1beta2::{
-    CheckStatus, OnWarn, PlanCommandPreflight, PlanSpec, PreflightCheck, PreflightCommandId,
-    PreflightCondition, PreflightResult,
+    CheckStatus, GateCheck, OnWarn, PlanCommandPreflight, PlanSpec, PreflightCheck,
+    PreflightCommandId, PreflightCondition, PreflightResult, PreflightTargets,
 };
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 
@@ -220,6 +220,33 @@ pub fn compile_command(
     } else {
         Err(problems)
     }
+}
+
+/// Compile a health gate's node-side check found at `path` (for example
+/// `spec.commands[1].k0supdate.gates[0].check`) as a preflight check named `id` (the gate's
+/// id) that targets the nodes the gate judges. `scheduler` is refused: it runs a Pod, which
+/// is the leader's to create, not a node's to run.
+pub fn compile_gate_check(
+    path: &str,
+    id: &str,
+    check: &GateCheck,
+) -> Result<CompiledCheck, Vec<Problem>> {
+    if check.command.id == PreflightCommandId::Scheduler {
+        return Err(vec![Problem {
+            path: format!("{path}.command.id"),
+            message: "scheduler runs a Pod, which a gate's check cannot: judge Pods with a \
+                      kubernetes gate, or run a built-in probe or an allow-listed exec"
+                .to_owned(),
+        }]);
+    }
+    let as_check = PreflightCheck {
+        id: id.to_owned(),
+        message: check.message.clone(),
+        targets: PreflightTargets { all: true, ..PreflightTargets::default() },
+        command: check.command.clone(),
+        results: check.results.clone(),
+    };
+    compile_check(path, &as_check)
 }
 
 fn compile_check(path: &str, check: &PreflightCheck) -> Result<CompiledCheck, Vec<Problem>> {

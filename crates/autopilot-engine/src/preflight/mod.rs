@@ -52,7 +52,7 @@ pub use bounds::{
 };
 pub use compile::{
     CEL_VARIABLES, Compiled, CompiledCheck, CompiledCommand, DEFAULT_DEADLINE_MARGIN,
-    EMPTY_CONDITION, Problem, compile, compile_command, deadline_of,
+    EMPTY_CONDITION, Problem, compile, compile_command, compile_gate_check, deadline_of,
 };
 pub use evaluate::{
     CheckVerdict, CommandVerdict, MAX_VERDICT_MESSAGE, NodeVerdict, warnings_accepted,

@@ -88,6 +88,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
     .collect();
     all.extend(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     let object = TargetObject {
+        gate_check: Default::default(),
         version: None,
         name: name.to_owned(),
         labels: all,
@@ -157,7 +158,10 @@ fn the_plan_every_mutation_starts_from_signals_the_first_controller() {
         .iter()
         .filter_map(|effect| match effect {
             Effect::Signal { target, .. } => Some(target.name.as_str()),
-            Effect::CreatePod(_) | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+            Effect::CreatePod(_)
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .collect();
     assert_eq!(signalled, ["c0"]);
@@ -213,6 +217,12 @@ proptest! {
                     prop_assert!(
                         node.is_some_and(|node| nodes.contains_key(node)),
                         "a check Pod bound to {node:?}, which is not a Node"
+                    );
+                }
+                Effect::GateCheck { target, .. } => {
+                    prop_assert!(
+                        !status.state.is_failure(),
+                        "a refused plan ({}) asked {} to run gate checks", status.state, target.name
                     );
                 }
                 // Nothing observed: nothing to delete.

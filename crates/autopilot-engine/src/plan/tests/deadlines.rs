@@ -23,7 +23,8 @@ fn failure_written(t: &Transition, name: &str) -> Option<(SignalPhase, Option<St
         super::Effect::Signal { .. }
         | super::Effect::CreatePod(_)
         | super::Effect::DeletePod { .. }
-        | super::Effect::Event { .. } => None,
+        | super::Effect::Event { .. }
+        | super::Effect::GateCheck { .. } => None,
     })
 }
 

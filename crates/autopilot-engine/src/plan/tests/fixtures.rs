@@ -216,6 +216,7 @@ pub const RUNNING: &str = "v1.30.0+k0s.0";
 
 fn object(name: &str) -> TargetObject {
     TargetObject {
+        gate_check: Default::default(),
         version: Some(RUNNING.to_owned()),
         name: name.to_owned(),
         labels: BTreeMap::from([
@@ -431,9 +432,33 @@ impl ClusterFixture {
                 Effect::DeletePod { name } => {
                     self.pods.remove(name);
                 }
+                Effect::GateCheck { target, request } => {
+                    if let Some(object) = self.objects_mut(target.kind).get_mut(&target.name) {
+                        object.gate_check.request = Some(request.clone());
+                    }
+                }
                 Effect::Event { .. } => {}
             }
         }
+    }
+
+    /// The node on `kind`/`name` answers its gate-check request with `records` (by gate id).
+    pub fn reports_gate_checks(
+        mut self,
+        kind: ObjectKind,
+        name: &str,
+        records: &[(&str, autopilot_api::preflight::RawRecord)],
+    ) -> Self {
+        let object = self.objects_mut(kind).get_mut(name).expect("object to report on");
+        let request = object.gate_check.request.clone().expect("a gate-check request");
+        object.gate_check.report = Some(autopilot_api::gate_check::GateCheckReport {
+            run_id: request.run_id,
+            command: request.command,
+            attempt: request.attempt,
+            records: records.iter().map(|(id, r)| ((*id).to_owned(), r.clone())).collect(),
+            refused: None,
+        });
+        self
     }
 
     pub fn write_signal(&mut self, target: &SignalTarget, data: &SignalData) {
@@ -632,7 +657,10 @@ pub fn signalled(transition: &Transition) -> Vec<(ObjectKind, String)> {
         .iter()
         .filter_map(|effect| match effect {
             Effect::Signal { target, .. } => Some((target.kind, target.name.clone())),
-            Effect::CreatePod(_) | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+            Effect::CreatePod(_)
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .collect()
 }
@@ -647,7 +675,8 @@ pub fn signal_to<'t>(transition: &'t Transition, name: &str) -> &'t SignalData {
             Effect::Signal { .. }
             | Effect::CreatePod(_)
             | Effect::DeletePod { .. }
-            | Effect::Event { .. } => None,
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .unwrap_or_else(|| panic!("no signal to {name} in {transition:#?}"))
 }
@@ -659,7 +688,10 @@ pub fn events(transition: &Transition) -> Vec<(EventKind, &'static str, String)>
         .iter()
         .filter_map(|effect| match effect {
             Effect::Event { kind, reason, note } => Some((*kind, *reason, note.clone())),
-            Effect::Signal { .. } | Effect::CreatePod(_) | Effect::DeletePod { .. } => None,
+            Effect::Signal { .. }
+            | Effect::CreatePod(_)
+            | Effect::DeletePod { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .collect()
 }

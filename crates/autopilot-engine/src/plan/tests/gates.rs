@@ -22,6 +22,7 @@ fn names(signals: Vec<(crate::plan::ObjectKind, String)>) -> Vec<String> {
 /// A gate: every Pod on the node Running.
 fn pods_running(after: GateAfter, on_failure: GateOnFailure) -> Gate {
     Gate {
+        check: None,
         id: "pods-running".to_owned(),
         after,
         timeout: Some("1m".to_owned()),
@@ -247,7 +248,7 @@ fn new_plan_refuses_gates_it_could_not_run_naming_each_field() {
         ..pods_running(GateAfter::Node, GateOnFailure::Halt)
     };
     let text = bad(two);
-    assert!(text.contains("sets 2 of kubernetes, prometheus and settle"), "{text}");
+    assert!(text.contains("sets 2 of check, kubernetes, prometheus and settle"), "{text}");
     assert!(text.contains("gates[0].timeout is set on a settle gate"), "{text}");
 
     let nowhere = Gate {
@@ -291,4 +292,189 @@ fn a_prometheus_gate_without_url_uses_the_controllers_flag() {
         "{}",
         reason(&sim)
     );
+}
+
+/// A gate whose check runs on the node: port 10250 answers (`tcpDial`), judged success on
+/// status code 0 and error otherwise.
+fn kubelet_answers(after: GateAfter) -> Gate {
+    let check: autopilot_api::v1beta2::GateCheck = serde_json::from_value(json!({
+        "command": {"id": "tcpDial", "timeout": 5, "data": {"host": "127.0.0.1", "port": 10250}},
+        "results": [
+            {"status": "success", "message": "{{ .Node }} answers", "condition": {"statusCode": 0}},
+            {"status": "error", "message": "{{ .Node }}: {{ .Error }}"}
+        ]
+    }))
+    .expect("a gate check");
+    Gate {
+        id: "kubelet".to_owned(),
+        after,
+        timeout: Some("1m".to_owned()),
+        check: Some(check),
+        ..Gate::default()
+    }
+}
+
+/// The description NewPlan refuses a plan gated by `gate` with.
+fn refused_by_new_plan(gate: Gate) -> String {
+    let plan = PlanFixture::k0s_update(V).workers(["w1"]).gated(0, gate);
+    let mut sim = Sim::new(plan, ClusterFixture::new().workers(["w1"]));
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty());
+    assert_eq!(sim.plan.state(), P::Warning);
+    sim.plan.command(0).description.clone().unwrap_or_default()
+}
+
+/// The gate-check requests of a transition: object, attempt, gates.
+fn asked(transition: &crate::plan::Transition) -> Vec<(String, u32, Vec<String>)> {
+    transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            crate::plan::Effect::GateCheck { target, request } => {
+                Some((target.name.clone(), request.attempt, request.gates.clone()))
+            }
+            crate::plan::Effect::Signal { .. }
+            | crate::plan::Effect::CreatePod(_)
+            | crate::plan::Effect::DeletePod { .. }
+            | crate::plan::Effect::Event { .. } => None,
+        })
+        .collect()
+}
+
+fn refused_connection() -> autopilot_api::preflight::RawRecord {
+    autopilot_api::preflight::RawRecord::failure(111, "connection refused")
+}
+
+#[test]
+fn a_check_gate_asks_the_node_just_updated_and_passes_on_its_report() {
+    let mut sim = workers(["w1", "w2"], 1, kubelet_answers(GateAfter::Node));
+    assert_eq!(names(signalled(&sim.pass())), ["w1"]);
+    complete(&mut sim, "w1");
+    let t = sim.pass();
+    assert_eq!(asked(&t), [("w1".to_owned(), 1, vec!["kubelet".to_owned()])]);
+    assert!(signalled(&t).is_empty(), "w2 waits for w1's check");
+    assert!(reason(&sim).contains("asked w1 to run the check"), "{}", reason(&sim));
+
+    let t = sim.pass();
+    assert!(asked(&t).is_empty(), "asked once: {t:#?}");
+    assert!(reason(&sim).contains("waiting for w1's report (attempt 1)"), "{}", reason(&sim));
+
+    let ok = autopilot_api::preflight::RawRecord::success(Vec::new());
+    sim.cluster(|c| c.reports_gate_checks(Node, "w1", &[("kubelet", ok)]));
+    assert_eq!(names(signalled(&sim.pass())), ["w2"], "w1's check passed");
+    assert_eq!(sim.plan.command(0).gates_passed, 1);
+}
+
+#[test]
+fn a_failing_check_is_asked_again_after_the_retry_and_the_gate_fails_at_its_timeout() {
+    let mut sim = workers(["w1", "w2"], 1, kubelet_answers(GateAfter::Node));
+    sim.pass();
+    complete(&mut sim, "w1");
+    sim.pass();
+    sim.cluster(|c| c.reports_gate_checks(Node, "w1", &[("kubelet", refused_connection())]));
+    let t = sim.pass();
+    assert!(asked(&t).is_empty(), "not again before the retry interval: {t:#?}");
+    assert!(
+        reason(&sim).contains("check on w1: w1: connection refused (status code 111) (attempt 1)"),
+        "{}",
+        reason(&sim)
+    );
+
+    sim.cluster(|c| c.later(crate::plan::gates::CHECK_RETRY));
+    let t = sim.pass();
+    assert_eq!(asked(&t), [("w1".to_owned(), 2, vec!["kubelet".to_owned()])]);
+    // The report of the last attempt does not answer the new one.
+    sim.pass();
+    assert!(reason(&sim).contains("waiting for w1's report (attempt 2)"), "{}", reason(&sim));
+
+    sim.cluster(|c| c.reports_gate_checks(Node, "w1", &[("kubelet", refused_connection())]));
+    sim.cluster(|c| c.later(Duration::from_secs(50)));
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "w2 is never signalled: {t:#?}");
+    assert_eq!(sim.plan.state(), P::ApplyFailed);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(description.contains("gate kubelet failed on w1: check on w1"), "{description}");
+    assert!(description.contains("not passed within 1m"), "{description}");
+}
+
+#[test]
+fn a_refused_or_unreadable_report_keeps_a_check_gate_waiting_with_the_nodes_reason() {
+    let mut sim = workers(["w1"], 1, kubelet_answers(GateAfter::Node));
+    sim.pass();
+    complete(&mut sim, "w1");
+    sim.pass();
+    sim.cluster(|mut c| {
+        let object = c.objects_mut(Node).get_mut("w1").expect("w1");
+        let request = object.gate_check.request.clone().expect("asked");
+        object.gate_check.report = Some(autopilot_api::gate_check::GateCheckReport {
+            run_id: request.run_id,
+            command: request.command,
+            attempt: request.attempt,
+            records: Default::default(),
+            refused: Some("refused: w1 is in no open gate run".to_owned()),
+        });
+        c
+    });
+    sim.pass();
+    assert!(
+        reason(&sim).contains("w1 refused the check: refused: w1 is in no open gate run"),
+        "{}",
+        reason(&sim)
+    );
+    assert_eq!(sim.plan.state(), P::SchedulableWait, "a refusal is not a pass");
+
+    sim.cluster(|mut c| {
+        let object = c.objects_mut(Node).get_mut("w1").expect("w1");
+        object.gate_check.report = None;
+        object.gate_check.report_problem = Some("over the limit".to_owned());
+        c
+    });
+    sim.pass();
+    assert!(
+        reason(&sim).contains("w1's report cannot be read: over the limit"),
+        "{}",
+        reason(&sim)
+    );
+}
+
+#[test]
+fn a_batch_check_gate_asks_every_node_of_the_wave_and_passes_when_all_pass() {
+    let mut sim = workers(["w1", "w2", "w3"], 2, kubelet_answers(GateAfter::Batch));
+    assert_eq!(names(signalled(&sim.pass())), ["w1", "w2"]);
+    complete(&mut sim, "w1");
+    let t = sim.pass();
+    assert!(asked(&t).is_empty(), "the wave is not done yet: {t:#?}");
+    complete(&mut sim, "w2");
+    let t = sim.pass();
+    let nodes: Vec<String> = asked(&t).into_iter().map(|(name, _, _)| name).collect();
+    assert_eq!(nodes, ["w1", "w2"]);
+    let ok = autopilot_api::preflight::RawRecord::success(Vec::new());
+    sim.cluster(|c| c.reports_gate_checks(Node, "w1", &[("kubelet", ok.clone())]));
+    sim.cluster(|c| c.reports_gate_checks(Node, "w2", &[("kubelet", refused_connection())]));
+    assert!(signalled(&sim.pass()).is_empty(), "w2's check did not pass");
+    assert!(reason(&sim).contains("check on w2"), "{}", reason(&sim));
+    sim.cluster(|c| c.later(crate::plan::gates::CHECK_RETRY));
+    let t = sim.pass();
+    let nodes: Vec<String> = asked(&t).into_iter().map(|(name, _, _)| name).collect();
+    assert_eq!(nodes, ["w2"], "only the node whose check failed is asked again");
+    sim.cluster(|c| c.reports_gate_checks(Node, "w2", &[("kubelet", ok)]));
+    assert_eq!(names(signalled(&sim.pass())), ["w3"], "the wave's gate passed");
+}
+
+#[test]
+fn new_plan_refuses_a_check_gate_that_runs_a_pod_or_does_not_compile_naming_the_field() {
+    let mut pod = kubelet_answers(GateAfter::Node);
+    if let Some(check) = pod.check.as_mut() {
+        check.command.id = autopilot_api::v1beta2::PreflightCommandId::Scheduler;
+    }
+    let text = refused_by_new_plan(pod);
+    assert!(text.contains("gates[0].check.command.id: scheduler runs a Pod"), "{text}");
+
+    let mut typo = kubelet_answers(GateAfter::Node);
+    if let Some(check) = typo.check.as_mut() {
+        check.results[0].condition =
+            serde_json::from_value(json!({"boolExpr": "objects.size() > 0"})).ok();
+    }
+    let text = refused_by_new_plan(typo);
+    assert!(text.contains("gates[0].check.results[0].condition.boolExpr"), "{text}");
 }

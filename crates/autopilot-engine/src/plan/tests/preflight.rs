@@ -81,7 +81,8 @@ fn k0s_signalled(transition: &crate::plan::Transition) -> Vec<String> {
             Effect::Signal { .. }
             | Effect::CreatePod(_)
             | Effect::DeletePod { .. }
-            | Effect::Event { .. } => None,
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .collect()
 }
@@ -244,7 +245,8 @@ fn a_node_without_a_report_by_the_deadline_counts_as_status_code_62() {
             Effect::Signal { .. }
             | Effect::CreatePod(_)
             | Effect::DeletePod { .. }
-            | Effect::Event { .. } => None,
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .collect();
     assert_eq!(told, [("w2".to_owned(), Some(SignalPhase::Failed))]);
@@ -500,7 +502,10 @@ fn created(transition: &crate::plan::Transition) -> Vec<(String, String)> {
                 pod.metadata.name.clone().unwrap_or_default(),
                 pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
             )),
-            Effect::Signal { .. } | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+            Effect::Signal { .. }
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .collect()
 }
@@ -511,7 +516,10 @@ fn deleted(transition: &crate::plan::Transition) -> Vec<String> {
         .iter()
         .filter_map(|effect| match effect {
             Effect::DeletePod { name } => Some(name.clone()),
-            Effect::Signal { .. } | Effect::CreatePod(_) | Effect::Event { .. } => None,
+            Effect::Signal { .. }
+            | Effect::CreatePod(_)
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .collect()
 }
@@ -554,7 +562,10 @@ fn a_scheduler_check_runs_one_pinned_pod_per_node_and_signals_no_agent() {
         .iter()
         .find_map(|e| match e {
             Effect::CreatePod(pod) => Some(pod),
-            Effect::Signal { .. } | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+            Effect::Signal { .. }
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .expect("a Pod");
     let spec = pod.spec.as_ref().expect("spec");
@@ -734,7 +745,10 @@ fn the_template_is_frozen_at_new_plan_and_a_changed_config_map_changes_nothing()
         .iter()
         .find_map(|e| match e {
             Effect::CreatePod(pod) => Some(pod),
-            Effect::Signal { .. } | Effect::DeletePod { .. } | Effect::Event { .. } => None,
+            Effect::Signal { .. }
+            | Effect::DeletePod { .. }
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. } => None,
         })
         .expect("the Pod is made again");
     let spec = pod.spec.as_ref().expect("spec");

@@ -914,6 +914,16 @@ fn check_pass(
             // snapshot has none to delete.
             Effect::CreatePod(pod) => prop_assert!(false, "created Pod {:?}", pod.metadata.name),
             Effect::DeletePod { name } => prop_assert!(false, "deleted Pod {name}"),
+            // Gate checks are asked only of nodes of this run's gate runs.
+            Effect::GateCheck { target, request } => {
+                prop_assert_eq!(Some(&request.run_id), after.run_id.as_ref());
+                let command = &after.commands[request.command as usize];
+                prop_assert!(
+                    command.gating.iter().any(|run| run.nodes.contains(&target.name)),
+                    "asked {} to run gate checks, which is in no gate run",
+                    target.name
+                );
+            }
             Effect::Event { reason, .. } => {
                 prop_assert!(reasons::ALL.contains(reason), "unknown reason {reason}");
             }

@@ -117,3 +117,44 @@ fn scheduler_check_pods_show_as_a_batch_and_a_missing_template_fails_the_dry_run
     assert_eq!(dry.batches[0].command, 0, "the check Pods, on every Node (c0 has none)");
     assert_eq!(dry.end.state, PlanStateType::Completed);
 }
+
+#[test]
+fn a_gated_plan_runs_to_completion_with_every_gate_counted_as_passed() {
+    let check: autopilot_api::v1beta2::GateCheck = serde_json::from_value(serde_json::json!({
+        "command": {"id": "k0sVersion"},
+        "results": [{"status": "success", "message": "ok", "condition": {"statusCode": 0}}]
+    }))
+    .expect("a check");
+    let gate = |id: &str| autopilot_api::v1beta2::Gate {
+        id: id.to_owned(),
+        timeout: Some("1m".to_owned()),
+        ..autopilot_api::v1beta2::Gate::default()
+    };
+    let pods = autopilot_api::v1beta2::Gate {
+        kubernetes: Some(autopilot_api::v1beta2::KubernetesGate {
+            api_version: "v1".to_owned(),
+            kind: "Pod".to_owned(),
+            field_selector: Some("spec.nodeName={{ .Node }}".to_owned()),
+            condition: "objects.all(p, p.status.phase == \"Running\")".to_owned(),
+            ..autopilot_api::v1beta2::KubernetesGate::default()
+        }),
+        ..gate("pods")
+    };
+    let node_check = autopilot_api::v1beta2::Gate { check: Some(check), ..gate("version") };
+    let plan = PlanFixture::k0s_update("v1.31.0+k0s.0")
+        .controllers(["c0"])
+        .workers(["w0", "w1", "w2"])
+        .concurrent(2)
+        .gated(0, pods)
+        .gated(0, node_check);
+    let cluster = ClusterFixture::new().controllers(["c0"]).workers(["w0", "w1", "w2"]);
+    let dry = dry_run(&plan, &cluster);
+    assert_eq!(dry.end.state, PlanStateType::Completed, "{:#?}", dry.end);
+    use ObjectKind::{ControlNode, Node};
+    assert_eq!(
+        batches(&dry),
+        [vec![(ControlNode, "c0")], vec![(Node, "w0"), (Node, "w1")], vec![(Node, "w2")]],
+        "every node's gates pass before its slot is free again"
+    );
+    assert_eq!(dry.end.commands[0].gates_passed, 4);
+}
