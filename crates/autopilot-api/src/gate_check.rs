@@ -169,7 +169,10 @@ mod tests {
         let error = report_of(&meta(keys::ANNOTATION_GATE_REPORT, huge)).expect_err("too big");
         assert!(error.contains("over the limit"), "{error}");
         let error = request_of(&meta(keys::ANNOTATION_GATE_CHECK, "{}".into())).expect_err("bad");
-        assert!(error.starts_with(&format!("annotation {}", keys::ANNOTATION_GATE_CHECK)), "{error}");
+        assert!(
+            error.starts_with(&format!("annotation {}", keys::ANNOTATION_GATE_CHECK)),
+            "{error}"
+        );
     }
 
     #[test]

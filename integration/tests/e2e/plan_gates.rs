@@ -13,7 +13,11 @@
 //! - a `kubernetes` gate on a kind the controller's least-privilege role cannot list says
 //!   so, naming the kind, and passes once the example grant of `manifests/rbac/` is applied;
 //! - the Pod gate `after: batch` with two workers at a time: the first wave is judged as one
-//!   once both completed, and the third worker waits until both of the wave's Pods run.
+//!   once both completed, and the third worker waits until both of the wave's Pods run;
+//! - a `check` gate (a `fileExists` probe run by the agent of the node just updated) holds
+//!   the second worker while the file is missing, is asked again and passes once the file
+//!   is there; the update signal stays the node's answer about the update; a request
+//!   written on a node in no gate run is answered with a refusal.
 //!
 //! One cluster (one controller, three workers) and one Prometheus for every case; each case is
 //! its own run of the Plan `autopilot`. The target version alternates so that each run
@@ -187,6 +191,12 @@ async fn gates_hold_the_next_worker_until_they_pass_and_halt_the_plan_when_they_
         .await
         .unwrap();
     timed("batch gate", since);
+    delete_plan(&client).await;
+
+    // Both v2 -> v1.
+    let since = Instant::now();
+    a_check_gate_runs_on_the_node_just_updated_until_it_passes(&client, &builds).await.unwrap();
+    timed("check gate", since);
 
     for worker in &workers {
         assert!(worker.is_running(), "{} exited:\n{}", worker.node_name(), worker.log_tail(40));
@@ -687,4 +697,94 @@ async fn a_batch_gate_holds_the_next_wave_until_every_node_of_the_last_passes(
     anyhow::ensure!(command(&done, 0).gates_passed == 2, "two waves passed:\n{status}");
     signalled_after(client, "worker-2", RUN, passed_at).await?;
     delete_probes(client).await
+}
+
+/// Both workers v2 -> v1 with a `check` gate after each node: a `fileExists` probe of a file
+/// that is missing when worker-0 completes, so worker-0's agent reports status code 1 and
+/// worker-1 waits; the leader asks again; once the file exists the next attempt passes and
+/// worker-1 goes (its own check passes at once). worker-0's signal stays its `Completed`
+/// update signal. A request the test writes on worker-2, which is in no gate run, is
+/// answered with a refusal and nothing run.
+async fn a_check_gate_runs_on_the_node_just_updated_until_it_passes(
+    client: &kube::Client,
+    builds: &Builds,
+) -> anyhow::Result<()> {
+    use autopilot_api::gate_check::{GateCheckReport, GateCheckRequest, report_of};
+    use autopilot_api::keys;
+    use k8s_openapi::api::core::v1::Node;
+    const RUN: &str = "check-gate";
+    let dir = tempfile::tempdir()?;
+    let ready = dir.path().join("ready");
+    let check: autopilot_api::v1beta2::GateCheck = serde_json::from_value(json!({
+        "message": "the node's health file exists",
+        "command": {"id": "fileExists", "timeout": 5, "data": {"path": ready}},
+        "results": [
+            {"status": "success", "message": "{{ .Result }}", "condition": {"statusCode": 0}},
+            {"status": "error", "message": "{{ .Node }}: {{ .Result }}"}
+        ]
+    }))?;
+    let file_ready = Gate { check: Some(check), ..gate("file-ready", Some("2m")) };
+    let update = builds.update(&builds.v1, vec![file_ready]);
+    create_plan(client, &plan("autopilot", RUN, vec![k0s_command(update)])).await?;
+
+    let since = Instant::now();
+    hold_on(client, RUN, "worker-0", Some("worker-1"), "check on worker-0: worker-0:").await?;
+    eprintln!("worker-0 updated and held by its check after {:?}", since.elapsed());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let report = |node: Node| report_of(&node.metadata).map_err(anyhow::Error::msg);
+    let first: GateCheckReport = report(nodes.get("worker-0").await?)?.context("a report")?;
+    eprintln!("worker-0 reported: {first:?}");
+    let record = first.records.get("file-ready").context("a record for the gate")?;
+    anyhow::ensure!(record.status_code == 1 && first.refused.is_none(), "{first:?}");
+
+    // Nobody asked worker-2 (not a target of this run): a request written there is refused,
+    // visibly.
+    let forged = GateCheckRequest {
+        plan_id: RUN.to_owned(),
+        run_id: first.run_id.clone(),
+        command: 0,
+        gates: vec!["file-ready".to_owned()],
+        attempt: 1,
+        asked: jiff::Timestamp::now().to_string(),
+    };
+    let patch = json!({"metadata": {"annotations": {
+        keys::ANNOTATION_GATE_CHECK: serde_json::to_string(&forged)?
+    }}});
+    nodes.patch("worker-2", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let refusal = integration::wait_for(CASE_TIMEOUT, "worker-2 to refuse the request", || {
+        let nodes = nodes.clone();
+        async move { Ok(report_of(&nodes.get("worker-2").await?.metadata).ok().flatten()) }
+    })
+    .await?;
+    eprintln!("worker-2 answered: {refusal:?}");
+    let why = refusal.refused.clone().unwrap_or_default();
+    anyhow::ensure!(
+        why.contains("worker-2 is not one of its workers") && refusal.records.is_empty(),
+        "{refusal:?}"
+    );
+
+    let passed_at = jiff::Timestamp::now();
+    std::fs::write(&ready, b"ok")?;
+    let done = wait_plan(client, "autopilot", CASE_TIMEOUT, "the plan to complete", |p| {
+        state(p) == PlanStateType::Completed
+    })
+    .await?;
+    eprintln!("the check passed and the plan completed {:?} after worker-0 held", since.elapsed());
+    signalled_after(client, "worker-1", RUN, passed_at).await?;
+    let status = status_yaml(&done);
+    anyhow::ensure!(command(&done, 0).gates_passed == 2, "two gate runs passed:\n{status}");
+    let last: GateCheckReport = report(nodes.get("worker-0").await?)?.context("a report")?;
+    anyhow::ensure!(
+        last.attempt > first.attempt
+            && last.records.get("file-ready").is_some_and(|r| r.status_code == 0),
+        "a later attempt passed: {last:?}"
+    );
+    let signal = node_signal(client, "worker-0").await?.context("worker-0's signal")?;
+    anyhow::ensure!(
+        signal.command.k0supdate.is_some()
+            && signal.status.as_ref().map(|s| s.status)
+                == Some(autopilot_api::signal::SignalPhase::Completed),
+        "worker-0 still carries its completed update signal: {signal:?}"
+    );
+    Ok(())
 }
