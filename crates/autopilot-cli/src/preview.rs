@@ -19,7 +19,10 @@ use std::fmt::Write as _;
 
 use anyhow::Context as _;
 use autopilot_api::keys;
-use autopilot_api::v1beta2::{ControlNode, PlanCommand, PlanCommandStatus, PlanSpec, TargetStatus};
+use autopilot_api::v1beta2::{
+    ControlNode, Plan, PlanCommand, PlanCommandStatus, PlanSpec, PlanStateType, PlanStatus,
+    TargetStatus,
+};
 use autopilot_engine::cordon::PodFacts;
 use autopilot_engine::plan::resolve::{self, Answer, Answers, Outcome};
 use autopilot_engine::plan::rollout::{self, Rollout};
@@ -57,7 +60,12 @@ pub struct Cluster {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    /// Whether the plan would run to completion on the cluster as it is now.
+    /// Whether this is the preview of a rollback (`--rollback`): the commands are the
+    /// rollback's targets, the batches its order.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rollback: bool,
+    /// Whether the plan (or the rollback) would run to completion on the cluster as it is
+    /// now.
     pub would_run: bool,
     /// The state the engine's dry run ended in.
     pub end_state: String,
@@ -108,6 +116,46 @@ pub fn preview(
     policy: &Policy,
     now: jiff::Timestamp,
 ) -> Report {
+    preview_what(What::Plan(spec), cluster, policy, now)
+}
+
+/// Preview the rollback of the live Plan `plan`'s run on `cluster` (DESIGN §15): what the
+/// engine would do if an operator asked now (`k0s autopilot rollback`): the nodes in flight
+/// finish, then every node the run changed is put back, in the order and batches shown.
+pub fn preview_rollback(
+    plan: &Plan,
+    cluster: &Cluster,
+    policy: &Policy,
+    now: jiff::Timestamp,
+) -> Report {
+    preview_what(What::Rollback(plan), cluster, policy, now)
+}
+
+/// What a preview is of.
+#[derive(Clone, Copy)]
+enum What<'a> {
+    /// A Plan as it would run (from a file).
+    Plan(&'a PlanSpec),
+    /// The rollback of the live Plan's run.
+    Rollback(&'a Plan),
+}
+
+impl<'a> What<'a> {
+    fn spec(self) -> &'a PlanSpec {
+        match self {
+            Self::Plan(spec) => spec,
+            Self::Rollback(plan) => &plan.spec,
+        }
+    }
+}
+
+fn preview_what(
+    what: What<'_>,
+    cluster: &Cluster,
+    policy: &Policy,
+    now: jiff::Timestamp,
+) -> Report {
+    let spec = what.spec();
     let control_nodes: BTreeMap<String, _> = cluster
         .control_nodes
         .iter()
@@ -125,11 +173,33 @@ pub fn preview(
         removed_apis: Some(cluster.removed_apis.as_deref().unwrap_or_default()),
         check_pods: CheckPods { templates: &cluster.pod_templates, ..CheckPods::NONE },
     };
-    let rollout = rollout::rollout(spec, &observed, policy);
-    let commands = command_reports(spec, &rollout);
+    let (rollout, commands, mut problems) = match what {
+        What::Plan(spec) => {
+            let rollout = rollout::rollout(spec, &observed, policy);
+            let commands = command_reports(spec, &rollout);
+            (rollout, commands, Vec::new())
+        }
+        What::Rollback(plan) => {
+            let status = plan.status.clone().unwrap_or_default();
+            let live = rollout::LivePlan {
+                uid: plan.metadata.uid.as_deref().unwrap_or_default(),
+                generation: plan.metadata.generation.unwrap_or_default(),
+                spec,
+                status: &status,
+            };
+            // Without a run there is nothing to dry-run (the engine would start one).
+            let rollout = if status.run_id.is_some() {
+                rollout::rollback(live, &observed, policy)
+            } else {
+                Rollout { resolved: status.clone(), batches: Vec::new(), end: status.clone() }
+            };
+            let commands = rollback_reports(&rollout);
+            let problems = rollback_problems(&status, &rollout);
+            return finish(what, cluster, rollout, commands, problems);
+        }
+    };
 
     // Check 1: the engine's own verdict (refusals at NewPlan, a failed run).
-    let mut problems = Vec::new();
     if rollout.end.state.is_failure() {
         let why = rollout
             .end
@@ -142,14 +212,27 @@ pub fn preview(
     } else if !rollout::completes(&rollout) {
         problems.push(format!("the plan would not finish: it would wait in {}", rollout.end.state));
     }
+    // Check 4: version skew.
+    problems.extend(skew(spec, &commands, cluster));
+    finish(what, cluster, rollout, commands, problems)
+}
+
+/// The report: the engine's verdict (`problems`), then what would hold or endanger the run
+/// now.
+fn finish(
+    what: What<'_>,
+    cluster: &Cluster,
+    rollout: Rollout,
+    commands: Vec<CommandReport>,
+    mut problems: Vec<String>,
+) -> Report {
     // Check 2: targets that are not ready now (the engine would wait for them).
     problems.extend(not_ready(&commands, cluster));
     // Check 3: budgets that block an eviction now.
     problems.extend(blocked_drains(&commands, cluster));
-    // Check 4: version skew.
-    problems.extend(skew(spec, &commands, cluster));
 
     Report {
+        rollback: matches!(what, What::Rollback(_)),
         would_run: problems.is_empty(),
         end_state: rollout.end.state.to_string(),
         commands,
@@ -222,6 +305,74 @@ fn command_reports(spec: &PlanSpec, rollout: &Rollout) -> Vec<CommandReport> {
             }
         })
         .collect()
+}
+
+/// The commands of a rollback with the nodes it puts back (its `rollback` lists), each
+/// command's version being the versions the nodes go back to.
+fn rollback_reports(rollout: &Rollout) -> Vec<CommandReport> {
+    rollout
+        .resolved
+        .commands
+        .iter()
+        .filter_map(|command| {
+            let lists = command.rollback.as_ref()?;
+            let names = |targets: &[TargetStatus]| -> Vec<String> {
+                targets.iter().map(|t| t.name.clone()).collect()
+            };
+            let versions: BTreeSet<&str> = lists
+                .controllers
+                .iter()
+                .chain(&lists.workers)
+                .filter_map(|t| t.from.as_deref())
+                .collect();
+            let kind = match command.frozen.as_ref() {
+                Some(PlanCommand { airgapupdate: Some(_), .. }) => "rollback of airgapupdate",
+                Some(_) | None => "rollback of k0supdate",
+            };
+            let concurrency = command.frozen.as_ref().and_then(|frozen| match frozen {
+                PlanCommand { k0supdate: Some(update), .. } => {
+                    update.targets.workers.as_ref().map(|w| w.limits.concurrent)
+                }
+                PlanCommand { airgapupdate: Some(update), .. } => {
+                    Some(update.workers.limits.concurrent)
+                }
+                PlanCommand { .. } => None,
+            });
+            let workers = names(&lists.workers);
+            Some(CommandReport {
+                id: command.id,
+                kind: kind.to_owned(),
+                version: versions.into_iter().collect::<Vec<_>>().join(", "),
+                controllers: names(&lists.controllers),
+                worker_concurrency: concurrency.unwrap_or_default().of(workers.len()),
+                workers,
+            })
+        })
+        .collect()
+}
+
+/// What stops a rollback of the run of `status`: nothing to roll back, or a dry run that
+/// does not end `RolledBack`.
+fn rollback_problems(status: &PlanStatus, rollout: &Rollout) -> Vec<String> {
+    if status.run_id.is_none() {
+        return vec!["the plan has no run to roll back".to_owned()];
+    }
+    if rollout.batches.is_empty() && rollout.end.state != PlanStateType::RolledBack {
+        return vec![format!(
+            "nothing to roll back: the run ({}) changed no node whose earlier version is known",
+            status.state
+        )];
+    }
+    if rollout.end.state == PlanStateType::RolledBack {
+        return Vec::new();
+    }
+    let why = rollout
+        .end
+        .commands
+        .iter()
+        .find_map(|c| c.description.clone().or_else(|| c.reason.clone()))
+        .unwrap_or_else(|| "no reason given".to_owned());
+    vec![format!("the rollback would end {}: {why}", rollout.end.state)]
 }
 
 /// Targets that are not ready now: controllers whose `/readyz` fails, workers whose Node is
@@ -393,13 +544,30 @@ fn skew(spec: &PlanSpec, commands: &[CommandReport], cluster: &Cluster) -> Vec<S
 /// The report for a person.
 pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Plan {plan_name} (id {}): {} command(s); the engine's dry run ends {}",
-        spec.id,
-        report.commands.len(),
-        report.end_state
-    );
+    let verdict = if report.rollback {
+        ("The rollback would run.", "The rollback would not run as it is.")
+    } else {
+        ("The plan would run.", "The plan would not run as it is.")
+    };
+    if report.rollback {
+        let _ = writeln!(
+            out,
+            "Rollback of the run of plan {plan_name} (id {}): {} command(s) to put back; the \
+             engine's dry run ends {}",
+            spec.id,
+            report.commands.len(),
+            report.end_state
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Plan {plan_name} (id {}): {} command(s); the engine's dry run ends {}",
+            spec.id,
+            report.commands.len(),
+            report.end_state
+        );
+    }
+
     for command in &report.commands {
         let _ = writeln!(out, "Command {}: {} to {}", command.id, command.kind, command.version);
         if !command.controllers.is_empty() {
@@ -442,13 +610,13 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
     }
     if report.problems.is_empty() {
         let _ = writeln!(out, "Problems: none");
-        let _ = writeln!(out, "The plan would run.");
+        let _ = writeln!(out, "{}", verdict.0);
     } else {
         let _ = writeln!(out, "Problems ({}):", report.problems.len());
         for problem in &report.problems {
             let _ = writeln!(out, "  - {problem}");
         }
-        let _ = writeln!(out, "The plan would not run as it is.");
+        let _ = writeln!(out, "{}", verdict.1);
     }
     out
 }
@@ -468,6 +636,27 @@ pub async fn run(
     spec: &PlanSpec,
     policy: &Policy,
 ) -> anyhow::Result<Report> {
+    run_what(client, config, What::Plan(spec), policy).await
+}
+
+/// [`preview_rollback`] of the live Plan `plan` on the live cluster, with the lookups of
+/// [`run`].
+pub async fn run_rollback(
+    client: kube::Client,
+    config: kube::Config,
+    plan: &Plan,
+    policy: &Policy,
+) -> anyhow::Result<Report> {
+    run_what(client, config, What::Rollback(plan), policy).await
+}
+
+async fn run_what(
+    client: kube::Client,
+    config: kube::Config,
+    what: What<'_>,
+    policy: &Policy,
+) -> anyhow::Result<Report> {
+    let spec = what.spec();
     let read = async {
         let nodes = Api::<Node>::all(client.clone())
             .list(&ListParams::default())
@@ -518,7 +707,7 @@ pub async fn run(
     // The first pass tells what the engine targets; the engine's resolve loop reads what
     // those targets need and previews again.
     let now = jiff::Timestamp::now();
-    let each_pass = |known: &Answers| pass(spec, &cluster, policy, now, known);
+    let each_pass = |known: &Answers| pass(what, &cluster, policy, now, known);
     let previewed = resolve::run(Answers::default(), each_pass, &mut lookups).await?;
     Ok(previewed.report)
 }
@@ -542,7 +731,7 @@ impl Outcome for Previewed {
 /// not known yet: the pods of the Nodes it would drain, the `/readyz` answer of the
 /// controllers it targets, and the removed APIs the engine checks at NewPlan.
 fn pass(
-    spec: &PlanSpec,
+    what: What<'_>,
     cluster: &Cluster,
     policy: &Policy,
     now: jiff::Timestamp,
@@ -554,7 +743,7 @@ fn pass(
         removed_apis: known.removed_apis.clone(),
         ..cluster.clone()
     };
-    let report = preview(spec, &cluster, policy, now);
+    let report = preview_what(what, &cluster, policy, now);
     let pods_on = drained_nodes(&report.commands, &cluster)
         .into_iter()
         .filter(|node| !known.pods.contains_key(node))
@@ -569,8 +758,11 @@ fn pass(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let removed_api_versions =
-        if known.removed_apis.is_none() { check_versions(spec) } else { Vec::new() };
+    // A rollback starts no new run: the removed-API check of NewPlan does not apply.
+    let removed_api_versions = match what {
+        What::Plan(spec) if known.removed_apis.is_none() => check_versions(spec),
+        What::Plan(_) | What::Rollback(_) => Vec::new(),
+    };
     Previewed { report, needs: Needs { gates: Vec::new(), probe, removed_api_versions, pods_on } }
 }
 

@@ -2,6 +2,7 @@
 //! wiring (the steering verbs are in [`crate::steer`]). The views, the preview and the checks
 //! themselves live in `autopilot-cli`.
 
+use anyhow::Context as _;
 use std::path::PathBuf;
 
 use autopilot_api::keys;
@@ -109,8 +110,17 @@ pub struct PreviewArgs {
     kubeconfig: Kubeconfig,
 
     /// The Plan to preview (YAML or JSON, as for `kubectl apply -f`; `-` reads stdin).
-    #[arg(long, short = 'f', value_name = "FILE")]
-    file: PathBuf,
+    #[arg(long, short = 'f', value_name = "FILE", required_unless_present = "rollback")]
+    file: Option<PathBuf>,
+
+    /// Preview the rollback of the live Plan's run instead (what `k0s autopilot rollback`
+    /// would do now): the nodes put back, in the engine's order and batches.
+    #[arg(long, conflicts_with = "file")]
+    rollback: bool,
+
+    /// With `--rollback`: the live Plan whose run to preview rolling back.
+    #[arg(long, default_value = keys::PLAN_NAME, value_name = "NAME", requires = "rollback")]
+    plan: String,
 
     /// The controllers' `--exclude-from-plans` (the cluster does not show it).
     #[arg(long, value_enum, value_delimiter = ',', value_name = "controller,worker")]
@@ -139,19 +149,33 @@ impl std::error::Error for WouldNotRun {}
 
 /// Run `k0s autopilot preview`: print the report; [`WouldNotRun`] when it lists problems.
 pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
-    let PreviewArgs { kubeconfig, file, exclude_from_plans, allow_unverified_payloads, output } =
-        args;
+    let PreviewArgs {
+        kubeconfig,
+        file,
+        rollback,
+        plan: live,
+        exclude_from_plans,
+        allow_unverified_payloads,
+        output,
+    } = args;
+    let policy = autopilot_controller::Args {
+        exclude_from_plans: exclude_from_plans.clone(),
+        allow_unverified_payloads,
+        ..autopilot_controller::Args::defaults()
+    }
+    .policy();
+    let file = match (file, rollback) {
+        (Some(file), false) => file,
+        (None, true) | (Some(_), true) => {
+            return preview_rollback(&kubeconfig, &live, &policy, output).await;
+        }
+        (None, false) => anyhow::bail!("give the plan to preview with -f, or --rollback"),
+    };
     let text = read_input(&file, "the plan")?;
     let autopilot_cli::file::Read { value: plan, notes } = autopilot_cli::file::plan(&text)
         .map_err(|problem| anyhow::anyhow!("{}: {problem}", file.display()))?;
     note(&file, &notes);
     let name = plan.metadata.name.clone().unwrap_or_else(|| keys::PLAN_NAME.to_owned());
-    let policy = autopilot_controller::Args {
-        exclude_from_plans,
-        allow_unverified_payloads,
-        ..autopilot_controller::Args::defaults()
-    }
-    .policy();
     let (client, config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
     let mut report = autopilot_cli::preview::run(client, config, &plan.spec, &policy).await?;
     if name != keys::PLAN_NAME {
@@ -164,6 +188,31 @@ pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
     match output {
         PreviewFormat::Text => {
             print!("{}", autopilot_cli::preview::render(&name, &plan.spec, &report));
+        }
+        PreviewFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if report.would_run { Ok(()) } else { Err(WouldNotRun.into()) }
+}
+
+/// `k0s autopilot preview --rollback`: read the live Plan `name`, print the preview of its
+/// rollback; [`WouldNotRun`] when it lists problems.
+async fn preview_rollback(
+    kubeconfig: &Kubeconfig,
+    name: &str,
+    policy: &autopilot_engine::plan::Policy,
+    output: PreviewFormat,
+) -> anyhow::Result<()> {
+    let (client, config, server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
+    let plans: kube::Api<autopilot_api::v1beta2::Plan> = kube::Api::all(client.clone());
+    let plan = tokio::time::timeout(std::time::Duration::from_secs(30), plans.get_opt(name))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer from {server_url} in 30s"))?
+        .with_context(|| format!("reading plan {name:?} from {server_url}"))?
+        .with_context(|| format!("plan {name:?} not found"))?;
+    let report = autopilot_cli::preview::run_rollback(client, config, &plan, policy).await?;
+    match output {
+        PreviewFormat::Text => {
+            print!("{}", autopilot_cli::preview::render(name, &plan.spec, &report));
         }
         PreviewFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }

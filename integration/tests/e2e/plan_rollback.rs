@@ -380,6 +380,27 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     let update_took = started.elapsed();
     let all: Vec<&K0sProcess> = controllers.iter().chain(&workers[..3]).collect();
     assert_on(&client, &all, V2).await;
+    // What the rollback would do, before asking for it: the nodes put back in the engine's
+    // order (workers first, two at a time, then the controllers one by one), to v1.
+    let previewed = k0s_autopilot(&cluster, &["preview", "--rollback"]).await;
+    eprintln!("plan_rollback cli: k0s autopilot preview --rollback said:\n{previewed}");
+    assert!(previewed.starts_with("Rollback of the run of plan autopilot"), "{previewed}");
+    assert!(previewed.contains(&format!("rollback of k0supdate to {v1}")), "{previewed}");
+    assert!(previewed.contains("The rollback would run."), "{previewed}");
+    let order: Vec<&str> =
+        previewed.lines().filter(|line| line.trim_start().starts_with(char::is_numeric)).collect();
+    assert_eq!(order.len(), 5, "two waves of workers, then three controllers:\n{previewed}");
+    assert!(order[0].contains("Node/") && !order[0].contains("ControlNode/"), "{previewed}");
+    assert!(order[4].contains("ControlNode/"), "{previewed}");
+    let json: serde_json::Value = serde_json::from_str(
+        &k0s_autopilot(&cluster, &["preview", "--rollback", "-o", "json"]).await,
+    )
+    .expect("the preview as JSON");
+    assert_eq!(json["endState"], "RolledBack", "{json}");
+    assert_eq!(json["rollback"], true, "{json}");
+    let unchanged = client_plan(&client).await;
+    assert_eq!(state(&unchanged), PlanStateType::Completed, "a preview writes nothing");
+
     let rollback_started = Instant::now();
     let said = k0s_autopilot(&cluster, &["rollback"]).await;
     eprintln!("plan_rollback cli: k0s autopilot rollback said: {said}");
@@ -502,4 +523,9 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
         .collect();
     eprintln!("plan_rollback failover: signalled by the standby: {by_standby:?}");
     assert!(!by_standby.is_empty(), "the standby signalled the rest: {rollbacks:?}");
+}
+
+/// The Plan `autopilot` as it is now.
+async fn client_plan(client: &kube::Client) -> Plan {
+    Api::<Plan>::all(client.clone()).get(keys::PLAN_NAME).await.expect("the Plan")
 }

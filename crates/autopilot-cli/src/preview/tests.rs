@@ -313,7 +313,7 @@ impl Answer for Recorded {
 
 /// `run`'s resolve loop over `spec` on `cluster` (with nothing looked up yet).
 async fn resolved(spec: &PlanSpec, cluster: &Cluster, answerer: &mut Recorded) -> Report {
-    let each_pass = |known: &Answers| pass(spec, cluster, &policy(), now(), known);
+    let each_pass = |known: &Answers| pass(What::Plan(spec), cluster, &policy(), now(), known);
     let previewed = resolve::run(Answers::default(), each_pass, answerer).await;
     previewed.expect("no lookup fails").report
 }
@@ -368,4 +368,71 @@ async fn a_preview_looks_up_each_drained_nodes_pods_the_controllers_and_removed_
     assert_eq!(answerer.removed.len(), 1);
     assert_eq!(answerer.pods_asked, WORKERS);
     assert!(answerer.probed.is_empty());
+}
+
+/// The Plan `autopilot` with `spec` after its run completed on `cluster` (the engine's dry
+/// run, which is what the leader would have written).
+fn completed(spec: &PlanSpec, cluster: &Cluster) -> Plan {
+    let control_nodes: BTreeMap<String, _> = cluster
+        .control_nodes
+        .iter()
+        .map(|c| (c.name_any(), snapshot::control_node_object(c)))
+        .collect();
+    let nodes: BTreeMap<String, _> =
+        cluster.nodes.iter().map(|n| (n.name_any(), snapshot::node_object(n))).collect();
+    let readiness = BTreeMap::new();
+    let observed = Observed {
+        gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
+        now: now(),
+        control_nodes: &control_nodes,
+        nodes: &nodes,
+        readiness: &readiness,
+        removed_apis: Some(&[]),
+        check_pods: CheckPods::NONE,
+    };
+    let run = rollout::rollout(spec, &observed, &policy());
+    assert_eq!(run.end.state, PlanStateType::Completed);
+    let mut plan = Plan::new(keys::PLAN_NAME, spec.clone());
+    plan.metadata.uid = Some("preview".to_owned());
+    plan.metadata.generation = Some(1);
+    plan.status = Some(run.end);
+    plan
+}
+
+#[test]
+fn a_rollback_preview_shows_the_nodes_put_back_in_the_engines_order() {
+    let spec = plan("v1.35.0+k0s.0", &["controller-0"], &WORKERS);
+    let cluster = cluster();
+    let live = completed(&spec, &cluster);
+    let report = preview_rollback(&live, &cluster, &policy(), now());
+    assert!(report.rollback);
+    assert_eq!(report.problems, Vec::<String>::new());
+    assert!(report.would_run);
+    assert_eq!(report.end_state, "RolledBack");
+    let batches: Vec<Vec<String>> = report.batches.iter().map(|b| b.targets.clone()).collect();
+    assert_eq!(
+        batches,
+        [
+            vec!["Node/worker-1".to_owned(), "Node/worker-2".to_owned()],
+            vec!["Node/worker-0".to_owned()],
+            vec!["ControlNode/controller-0".to_owned()],
+        ],
+        "workers first, the last two together; then the controller"
+    );
+    assert_eq!(report.commands.len(), 1);
+    assert_eq!(report.commands[0].kind, "rollback of k0supdate");
+    assert_eq!(report.commands[0].version, "v1.34.2+k0s.0", "the version they go back to");
+    let text = render(keys::PLAN_NAME, &live.spec, &report);
+    assert!(text.starts_with("Rollback of the run of plan autopilot"), "{text}");
+    assert!(text.contains("The rollback would run."), "{text}");
+}
+
+#[test]
+fn a_rollback_preview_of_a_plan_without_a_run_says_there_is_nothing_to_roll_back() {
+    let spec = plan("v1.35.0+k0s.0", &[], &WORKERS);
+    let live = Plan::new(keys::PLAN_NAME, spec);
+    let report = preview_rollback(&live, &cluster(), &policy(), now());
+    assert!(!report.would_run);
+    assert_eq!(report.problems, ["the plan has no run to roll back"]);
+    assert!(report.batches.is_empty());
 }

@@ -66,25 +66,78 @@ pub struct Rollout {
 /// targets are not ready now is the caller's to report; the rollout shows the order once
 /// they are. `observed.readiness` is not read.
 pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rollout {
+    dry_run(
+        &Start { uid: "preview", generation: 1, status: None, rollback: None },
+        spec,
+        observed,
+        policy,
+    )
+}
+
+/// The live Plan a dry run of its rollback starts from.
+#[derive(Clone, Copy, Debug)]
+pub struct LivePlan<'a> {
+    /// `metadata.uid`.
+    pub uid: &'a str,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// The spec.
+    pub spec: &'a PlanSpec,
+    /// The status, with the run to roll back.
+    pub status: &'a PlanStatus,
+}
+
+/// Run the engine over the live Plan `plan` as if an operator asked to roll its run back
+/// now (its rollback annotation naming the run's plan id), until the rollback ends: the
+/// batches are the rollback's, in the engine's order (DESIGN §15). `k0s autopilot preview
+/// --rollback` shows the result.
+pub fn rollback(plan: LivePlan<'_>, observed: &Observed<'_>, policy: &Policy) -> Rollout {
+    let start = Start {
+        uid: plan.uid,
+        generation: plan.generation,
+        status: Some(plan.status.clone()),
+        rollback: plan.status.plan_id.as_deref(),
+    };
+    dry_run(&start, plan.spec, observed, policy)
+}
+
+/// Where a dry run starts: the Plan's identity, its status and whether a rollback is asked.
+struct Start<'a> {
+    uid: &'a str,
+    generation: i64,
+    status: Option<PlanStatus>,
+    rollback: Option<&'a str>,
+}
+
+fn dry_run(
+    start: &Start<'_>,
+    spec: &PlanSpec,
+    observed: &Observed<'_>,
+    policy: &Policy,
+) -> Rollout {
     let mut cluster = DryCluster {
         control_nodes: ready(observed.control_nodes),
         nodes: ready(observed.nodes),
         pods: BTreeMap::new(),
     };
+    // A rollback waits for the nodes in flight: in the dry run they finish at once.
+    if let Some(run) = start.status.as_ref().and_then(|s| s.run_id.as_deref()) {
+        cluster.finish_in_flight(run, observed.now);
+    }
     let readiness: BTreeMap<String, Readiness> =
         cluster.control_nodes.keys().map(|name| (name.clone(), Readiness::Ready)).collect();
     let mut now = observed.now;
-    let mut status: Option<PlanStatus> = None;
+    let mut status: Option<PlanStatus> = start.status.clone();
     let mut resolved = None;
     let mut batches = Vec::new();
     let mut waited = Duration::ZERO;
     let mut gate_answers: BTreeMap<GateQuery, GateAnswer> = BTreeMap::new();
     for _ in 0..MAX_PASSES {
         let plan = PlanView {
-            rollback: None,
+            rollback: start.rollback,
             name: keys::PLAN_NAME,
-            uid: "preview",
-            generation: 1,
+            uid: start.uid,
+            generation: start.generation,
             spec,
             status: status.as_ref(),
             steering: Steering::default(),
@@ -115,7 +168,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
         }
         let batch = cluster.answer(&transition, now);
         let changed = status.as_ref() != Some(&transition.status) || !batch.is_empty();
-        if status.is_none() && transition.status != PlanStatus::default() {
+        if resolved.is_none() && transition.status != PlanStatus::default() {
             resolved = Some(transition.status.clone());
         }
         if let Some(&(command, _, _)) = batch.first() {
@@ -211,6 +264,19 @@ impl DryCluster {
         let answered = data.clone().with_status(answer);
         if let Some(object) = objects.get_mut(&target.name) {
             object.signal = ObservedSignal::Valid(answered);
+        }
+    }
+
+    /// Every signal of run `run` that has not ended answers `Completed`.
+    fn finish_in_flight(&mut self, run: &str, now: Timestamp) {
+        for object in self.control_nodes.values_mut().chain(self.nodes.values_mut()) {
+            if let ObservedSignal::Valid(data) = &object.signal
+                && data.run_id.as_deref() == Some(run)
+                && !data.phase().is_some_and(SignalPhase::is_terminal)
+            {
+                let answer = SignalStatus::new(SignalPhase::Completed, now);
+                object.signal = ObservedSignal::Valid(data.clone().with_status(answer));
+            }
         }
     }
 

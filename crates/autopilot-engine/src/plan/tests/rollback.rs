@@ -265,3 +265,68 @@ fn a_gate_with_on_failure_rollback_rolls_back_every_node_the_run_changed() {
     assert_eq!(sim.plan.target_state(0, "w4"), TargetState::SignalPending, "never touched");
     assert_eq!(rollback_lists(&sim).len(), 3);
 }
+
+/// The dry run of a rollback on `sim`'s Plan and cluster as they are now.
+fn dry_rollback(sim: &Sim) -> crate::plan::rollout::Rollout {
+    let cluster = &sim.cluster;
+    let observed = crate::plan::Observed {
+        gate_answers: &crate::plan::NO_GATE_ANSWERS,
+        now: cluster.now,
+        control_nodes: &cluster.control_nodes,
+        nodes: &cluster.nodes,
+        readiness: &cluster.readyz,
+        removed_apis: Some(&cluster.removed_api_uses),
+        check_pods: crate::plan::CheckPods::NONE,
+    };
+    let view = sim.plan.view();
+    let live = crate::plan::rollout::LivePlan {
+        uid: view.uid,
+        generation: view.generation,
+        spec: view.spec,
+        status: view.status.expect("a status"),
+    };
+    crate::plan::rollout::rollback(live, &observed, &sim.policy)
+}
+
+#[test]
+fn a_dry_run_of_a_rollback_shows_the_engines_order_and_ends_rolled_back() {
+    let sim = completed_run();
+    let dry = dry_rollback(&sim);
+    let batches: Vec<Vec<&str>> = dry
+        .batches
+        .iter()
+        .map(|b| b.targets.iter().map(|(_, name)| name.as_str()).collect())
+        .collect();
+    assert_eq!(batches, [vec!["w3"], vec!["w2"], vec!["w1"], vec!["c1"]]);
+    assert_eq!(dry.end.state, P::RolledBack, "{:#?}", dry.end);
+    assert_eq!(sim.plan.state(), P::Completed, "the dry run changes nothing");
+
+    // A run that is still going: its node in flight finishes first, then the rollback.
+    let plan = PlanFixture::k0s_update(V).workers(["w1", "w2", "w3"]).concurrent(1);
+    let mut sim = Sim::new(plan, ClusterFixture::new().workers(["w1", "w2", "w3"]));
+    sim.pass();
+    complete(&mut sim, Node, "w1", V);
+    sim.pass();
+    assert_eq!(sim.plan.target_state(0, "w2"), TargetState::SignalSent);
+    let dry = dry_rollback(&sim);
+    let batches: Vec<Vec<&str>> = dry
+        .batches
+        .iter()
+        .map(|b| b.targets.iter().map(|(_, name)| name.as_str()).collect())
+        .collect();
+    assert_eq!(batches, [vec!["w2"], vec!["w1"]], "w3 was never changed");
+    assert_eq!(dry.end.state, P::RolledBack);
+
+    // The first node still in flight: it finishes its update, then it is put back.
+    let plan = PlanFixture::k0s_update(V).workers(["w1", "w2"]).concurrent(1);
+    let mut sim = Sim::new(plan, ClusterFixture::new().workers(["w1", "w2"]));
+    sim.pass();
+    let dry = dry_rollback(&sim);
+    let batches: Vec<Vec<&str>> = dry
+        .batches
+        .iter()
+        .map(|b| b.targets.iter().map(|(_, name)| name.as_str()).collect())
+        .collect();
+    assert_eq!(batches, [vec!["w1"]], "w2 was never signalled");
+    assert_eq!(dry.end.state, P::RolledBack);
+}
