@@ -983,6 +983,11 @@ fn write_stream(
     let mut out = io::BufWriter::with_capacity(WRITE_BUFFER, file);
     while let Some(chunk) = chunks.blocking_recv() {
         out.write_all(&chunk)?;
+        // Nothing more waiting: hand what was received to the file now, so a process
+        // killed while the network is quiet keeps all of it to continue from.
+        if chunks.is_empty() {
+            out.flush()?;
+        }
     }
     let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     file.sync_all()
