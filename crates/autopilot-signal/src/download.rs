@@ -874,8 +874,12 @@ impl Downloader {
                 return Err(io_error("writing", io::Error::other("the download pipeline stopped")));
             }
         };
-        wrote.map_err(|e| io_error("writing", e))?;
+        let file = wrote.map_err(|e| io_error("writing", e))?;
         let Hashed { digest, signature } = hashed?.map_err(|e| io_error("reading back", e))?;
+        tokio::task::spawn_blocking(move || file.sync_all())
+            .await
+            .map_err(|e| io_error("syncing", io::Error::other(e)))?
+            .map_err(|e| io_error("syncing", e))?;
         Ok(Written { size, sha256: hex::encode(digest), signature })
     }
 
@@ -971,12 +975,13 @@ enum Stop {
 }
 
 /// Writes every chunk from `chunks` into `file` from byte `from` on (cutting off anything
-/// after it first), then fsyncs it.
+/// after it first); returns the file, not yet fsynced (only a whole body is: the next
+/// attempt hashes a kept prefix again anyway).
 fn write_stream(
     file: std::fs::File,
     from: u64,
     mut chunks: mpsc::Receiver<Bytes>,
-) -> io::Result<()> {
+) -> io::Result<std::fs::File> {
     file.set_len(from)?;
     let mut file = file;
     io::Seek::seek(&mut file, io::SeekFrom::Start(from))?;
@@ -989,8 +994,7 @@ fn write_stream(
             out.flush()?;
         }
     }
-    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-    file.sync_all()
+    out.into_inner().map_err(io::IntoInnerError::into_error)
 }
 
 /// What the hashing thread found.
