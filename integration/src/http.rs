@@ -41,7 +41,23 @@ pub enum Serve {
         /// How many of its bytes are sent before holding.
         after: usize,
     },
+    /// `200 OK` with an `ETag`, or `206 Partial Content` for a `Range: bytes=<n>-` whose
+    /// `If-Range` is that ETag (a static file server's answers); the n-th answer's
+    /// connection is cut once the body reached offset `cuts[n]` (if that is past where the
+    /// answer starts). With `hold`, a cut answer instead goes silent there (counted by
+    /// [`FileServer::wait_held`]) until the client hangs up (e.g. it is killed).
+    Resumable {
+        /// The payload.
+        body: Vec<u8>,
+        /// Where the first, second, … answers are cut off.
+        cuts: Vec<usize>,
+        /// Hold a cut answer open and silent instead of closing it.
+        hold: bool,
+    },
 }
+
+/// The `ETag` of a [`Serve::Resumable`] body.
+pub const RESUMABLE_ETAG: &str = "\"k0s-payload-1\"";
 
 /// What the server has done so far, shared with its connections.
 #[derive(Debug)]
@@ -53,6 +69,10 @@ struct Shared {
     held: watch::Sender<usize>,
     /// Whether held responses may go on.
     released: watch::Sender<bool>,
+    /// Body bytes sent, over all answers.
+    body_bytes: std::sync::atomic::AtomicU64,
+    /// The `Range` header of each request, in order.
+    ranges: std::sync::Mutex<Vec<Option<String>>>,
 }
 
 /// Serves one answer at every path over HTTP/1.1 on 127.0.0.1 (plain, or TLS with
@@ -97,6 +117,8 @@ impl FileServer {
             requests: AtomicUsize::new(0),
             held: watch::Sender::new(0),
             released: watch::Sender::new(false),
+            body_bytes: std::sync::atomic::AtomicU64::new(0),
+            ranges: std::sync::Mutex::default(),
         });
         let connections: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let task = tokio::spawn({
@@ -142,6 +164,17 @@ impl FileServer {
     /// How many requests the server has answered (started answering) so far.
     pub fn requests(&self) -> usize {
         self.shared.requests.load(Ordering::SeqCst)
+    }
+
+    /// How many body bytes the server has sent, over all its answers (what a client
+    /// received, unless a connection was cut with bytes in flight).
+    pub fn body_bytes_sent(&self) -> u64 {
+        self.shared.body_bytes.load(Ordering::SeqCst)
+    }
+
+    /// The `Range` header of every request so far, in order (`None`: a plain GET).
+    pub fn ranges(&self) -> Vec<Option<String>> {
+        self.shared.ranges.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Waits until at least `count` responses have sent their first part and stalled or
@@ -215,7 +248,18 @@ async fn answer(mut socket: impl AsyncRead + AsyncWrite + Unpin, shared: Arc<Sha
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
     }
-    shared.requests.fetch_add(1, Ordering::SeqCst);
+    let index = shared.requests.fetch_add(1, Ordering::SeqCst);
+    let head_text = String::from_utf8_lossy(&request).into_owned();
+    let header = |name: &str| {
+        head_text.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim().eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
+        })
+    };
+    shared.ranges.lock().unwrap_or_else(|p| p.into_inner()).push(header("range"));
+    let sent = |n: usize| {
+        shared.body_bytes.fetch_add(n as u64, Ordering::SeqCst);
+    };
     let ok_head = |len: usize| {
         format!(
             "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
@@ -224,7 +268,48 @@ async fn answer(mut socket: impl AsyncRead + AsyncWrite + Unpin, shared: Arc<Sha
     match &shared.serve {
         Serve::Body(body) => {
             let _ = socket.write_all(ok_head(body.len()).as_bytes()).await;
-            let _ = socket.write_all(body).await;
+            if socket.write_all(body).await.is_ok() {
+                sent(body.len());
+            }
+        }
+        Serve::Resumable { body, cuts, hold } => {
+            let len = body.len();
+            let from = match (header("range"), header("if-range")) {
+                (Some(range), Some(validator)) if validator == RESUMABLE_ETAG => range
+                    .strip_prefix("bytes=")
+                    .and_then(|r| r.strip_suffix('-'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|n| *n < len),
+                _ => None,
+            };
+            let head = match from {
+                Some(from) => format!(
+                    "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {from}-{}/{len}\r\nContent-Length: {}\r\nETag: {RESUMABLE_ETAG}\r\nConnection: close\r\n\r\n",
+                    len - 1,
+                    len - from
+                ),
+                None => format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nETag: {RESUMABLE_ETAG}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
+                ),
+            };
+            let from = from.unwrap_or(0);
+            let end = cuts.get(index).copied().filter(|c| *c > from).unwrap_or(len).min(len);
+            if socket.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            if socket.write_all(&body[from..end]).await.is_ok() {
+                sent(end - from);
+            }
+            if end < len {
+                // Cut: the connection ends short of the announced length (or, held, stays
+                // silent until the client hangs up).
+                let _ = socket.flush().await;
+                if *hold {
+                    shared.held.send_modify(|n| *n += 1);
+                    let _ = socket.read(&mut buf).await;
+                }
+                return;
+            }
         }
         Serve::Status(code) => {
             let reason = http::StatusCode::from_u16(*code)

@@ -100,6 +100,7 @@ mod net;
 mod pki;
 mod process;
 pub mod prometheus;
+pub mod proxy;
 pub mod rbac;
 pub mod responder;
 pub mod signals;

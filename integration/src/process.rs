@@ -85,11 +85,22 @@ impl ProcessSlot {
             .append(true)
             .open(log)
             .with_context(|| format!("opening log {}", log.display()))?;
-        writeln!(file, "==== harness: starting {cmd:?}")?;
+        // The program and its arguments, and only the names of the variables set: a value
+        // may be a secret (a proxy URL with credentials), which no log may show.
+        let env: Vec<String> =
+            cmd.get_envs().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        let args: Vec<_> = cmd.get_args().collect();
+        writeln!(
+            file,
+            "==== harness: starting {:?} {args:?} (environment set: {})",
+            cmd.get_program(),
+            env.join(" ")
+        )?;
         let stderr = file.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(file).stderr(stderr).process_group(0);
         let mut registry = self.registry.lock();
-        let child = spawn_retrying_busy_text(cmd).with_context(|| format!("starting {cmd:?}"))?;
+        let child = spawn_retrying_busy_text(cmd)
+            .with_context(|| format!("starting {:?}", cmd.get_program()))?;
         let pid = child.id();
         registry.insert(pid_i32(pid));
         drop(registry);

@@ -12,6 +12,7 @@
 //! - [`preflight`]: compiling and judging preflight checks (seed 004).
 //! - [`cordon`]: the central cordon-and-drain decision.
 //! - [`agent`]: the node agent's phase machine for one signal.
+//! - [`download`]: resume or restart a download, read the answer, retry, rate limit.
 //! - [`authorize`]: whether a signal matches the frozen command of the Plan run it names.
 //! - [`trial`]: the verdict on a trial boot of a new binary.
 //! - [`post_update`]: the watch of a new binary after its swap, and its rollback.
@@ -22,6 +23,7 @@
 pub mod agent;
 pub mod authorize;
 pub mod cordon;
+pub mod download;
 pub mod plan;
 pub mod post_update;
 pub mod preflight;

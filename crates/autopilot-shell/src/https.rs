@@ -1,19 +1,50 @@
 //! The HTTP(S) client for requests that do not go to the API server: rustls with the `ring`
 //! provider and the safe default protocol versions, the system's trust roots (plus any the
-//! caller adds), HTTP/1, `http://` allowed.
+//! caller adds), HTTP/1, `http://` allowed, and — where the caller asks for them — the
+//! proxies of the environment ([`crate::proxy`]).
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::PROXY_AUTHORIZATION;
+use http::{Request, Uri};
 use http_body_util::Empty;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 use rustls::RootCertStore;
 
-/// A client for bodiless requests (GETs) over `http://` or `https://`; cheap to clone.
-pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+use crate::proxy::{Proxies, ProxyConnector, Route};
+
+/// A client for bodiless requests (GETs) over `http://` or `https://`, directly or through
+/// proxies; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct HttpsClient {
+    client: Client<ProxyConnector, Empty<Bytes>>,
+    proxies: Proxies,
+}
+
+impl HttpsClient {
+    /// Sends `request` (adding the `Proxy-Authorization` a forwarding proxy needs).
+    pub fn request(&self, mut request: Request<Empty<Bytes>>) -> ResponseFuture {
+        if let Some(auth) = self.proxies.forward_authorization(request.uri()) {
+            request.headers_mut().insert(PROXY_AUTHORIZATION, auth);
+        }
+        self.client.request(request)
+    }
+
+    /// `GET uri`.
+    pub fn get(&self, uri: Uri) -> ResponseFuture {
+        let mut request = Request::new(Empty::new());
+        *request.uri_mut() = uri;
+        self.request(request)
+    }
+
+    /// How a request to `uri` goes out (directly or through which proxy).
+    pub fn route(&self, uri: &Uri) -> Route {
+        self.proxies.route(uri)
+    }
+}
 
 /// The system's trust roots. Unreadable system certificates are skipped: HTTPS to a server
 /// only they would have vouched for then fails verification, with a clear error.
@@ -30,13 +61,14 @@ pub struct HttpsClientBuilder {
     roots: RootCertStore,
     connect_timeout: Option<Duration>,
     keep_idle_connections: bool,
+    proxies: Proxies,
 }
 
 impl HttpsClientBuilder {
     /// A client trusting `roots` (see [`system_roots`]), with hyper's defaults: no connect
-    /// timeout, idle connections kept for reuse.
+    /// timeout, idle connections kept for reuse; no proxy.
     pub fn new(roots: RootCertStore) -> Self {
-        Self { roots, connect_timeout: None, keep_idle_connections: true }
+        Self { roots, connect_timeout: None, keep_idle_connections: true, proxies: Proxies::none() }
     }
 
     /// Give up connecting after `timeout`.
@@ -54,9 +86,16 @@ impl HttpsClientBuilder {
         self
     }
 
+    /// Go through `proxies` (e.g. [`Proxies::from_env`]) where they say so.
+    #[must_use]
+    pub fn with_proxies(mut self, proxies: Proxies) -> Self {
+        self.proxies = proxies;
+        self
+    }
+
     /// The client; fails only if rustls cannot provide the protocol versions.
     pub fn build(self) -> Result<HttpsClient, rustls::Error> {
-        let Self { roots, connect_timeout, keep_idle_connections } = self;
+        let Self { roots, connect_timeout, keep_idle_connections, proxies } = self;
         let tls = rustls::ClientConfig::builder_with_provider(
             rustls::crypto::ring::default_provider().into(),
         )
@@ -67,7 +106,7 @@ impl HttpsClientBuilder {
         http.enforce_http(false);
         http.set_connect_timeout(connect_timeout);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
+            .with_tls_config(tls.clone())
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
@@ -75,6 +114,7 @@ impl HttpsClientBuilder {
         if !keep_idle_connections {
             client.pool_max_idle_per_host(0);
         }
-        Ok(client.build(https))
+        let connector = ProxyConnector::new(https, tls, proxies.clone());
+        Ok(HttpsClient { client: client.build(connector), proxies })
     }
 }

@@ -7,6 +7,7 @@
 //! - [`events`]: publishing `events.k8s.io/v1` Events, awaited or through a background queue.
 //! - [`leadership`]: who leads, until when, and whether this process does now.
 //! - [`lifecycle`]: one start/run/stop lifecycle for every component, and its supervisor.
+//! - [`proxy`]: proxies from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`, and the connector through them.
 //! - [`probe`]: probing plan controllers' API servers (`GET /readyz`) before one is updated.
 //! - [`removed_apis`]: asking the API server which removed APIs are still in use.
 //! - [`retry`]: which API errors are worth retrying, and the capped backoff of watches.
@@ -25,6 +26,7 @@ pub mod https;
 pub mod leadership;
 pub mod lifecycle;
 pub mod probe;
+pub mod proxy;
 pub mod removed_apis;
 pub mod retry;
 pub mod signal;

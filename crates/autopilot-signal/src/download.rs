@@ -2,15 +2,35 @@
 //! the destination (REF §7.5).
 //!
 //! Start at [`Downloader::download`] (or the one-shot [`download`]). Trust roots are the
-//! system's (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), never a kubeconfig's.
+//! system's (`SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), never a kubeconfig's. Proxies are the
+//! environment's (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`; `autopilot_shell::proxy`).
+//!
+//! The bytes go into a hidden partial file beside the destination (`.<name>.partial`, mode
+//! 0600, never executable), next to a record of what they are (`.<name>.partial.json`: the
+//! URL, the expected digest and the server's validator). An interrupted download — a cut
+//! connection, a killed process — continues from what is on disk with `Range` and
+//! `If-Range`, hashing the kept prefix again rather than trusting it; a server that ignores
+//! `Range`, or whose payload changed, sends it whole and it is written from zero. The
+//! decisions are `autopilot_engine::download`'s. Receiving, writing and hashing overlap:
+//! the runtime thread receives, one blocking thread writes, another hashes (and checks a
+//! streamed signature), joined by bounded channels.
 
-use std::io;
+use std::io::{self, Write as _};
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use autopilot_engine::download::{
+    self as decide, Answer, PartialRecord, Start, Throttle, Validator,
+};
 use autopilot_shell::https::{self, HttpsClient, HttpsClientBuilder};
+use autopilot_shell::proxy::Proxies;
 use bytes::Bytes;
-use http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, LOCATION, USER_AGENT};
+use http::header::{
+    CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_RANGE, ETAG, IF_RANGE, LAST_MODIFIED, LOCATION,
+    RANGE, USER_AGENT,
+};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Incoming;
@@ -18,11 +38,10 @@ use percent_encoding::percent_decode_str;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use sha2::{Digest as _, Sha256};
-use tempfile::NamedTempFile;
-use tokio::io::AsyncWriteExt as _;
+use tokio::sync::mpsc;
 use url::Url;
 
-use crate::signature::{Check, Expected};
+use crate::signature::{Expected, Signature, TrustedKeys};
 
 /// Result of this module.
 pub type Result<T, E = DownloadError> = std::result::Result<T, E>;
@@ -228,6 +247,36 @@ impl DownloadError {
         }
     }
 
+    /// Whether the bytes a failed download kept are worth keeping for the next attempt:
+    /// after a transport failure (cut, stalled, timed out, refused by the server for now)
+    /// yes; after a failure about the payload itself (wrong digest or signature, too large,
+    /// no space left) no.
+    pub fn keeps_partial(&self) -> bool {
+        match self {
+            Self::Truncated { .. }
+            | Self::Body { .. }
+            | Self::Stalled { .. }
+            | Self::TimedOut { .. }
+            | Self::Request { .. }
+            | Self::Status { .. } => true,
+            Self::InvalidUrl { .. }
+            | Self::UnsupportedScheme { .. }
+            | Self::InvalidSha256 { .. }
+            | Self::Tls(_)
+            | Self::CaFile { .. }
+            | Self::BadRedirect { .. }
+            | Self::RedirectLoop { .. }
+            | Self::InsecureRedirect { .. }
+            | Self::TooManyRedirects { .. }
+            | Self::TooLarge { .. }
+            | Self::DigestMismatch { .. }
+            | Self::Signature { .. }
+            | Self::NoFileName { .. }
+            | Self::NoSpace { .. }
+            | Self::Io { .. } => false,
+        }
+    }
+
     /// Wraps an I/O error, mapping "no space left" and "quota exceeded" to [`Self::NoSpace`].
     pub fn io(action: &'static str, path: &Path, source: io::Error) -> Self {
         let path = path.to_path_buf();
@@ -255,6 +304,11 @@ pub struct DownloadConfig {
     pub user_agent: String,
     /// Extra trust roots (PEM), in addition to the system's (default none).
     pub ca_file: Option<PathBuf>,
+    /// Most bytes per second received, over every download of this downloader and its
+    /// clones (default none: as fast as the network and the disk go).
+    pub rate_limit: Option<u64>,
+    /// The proxies to go through (default: the environment's, [`Proxies::from_env`]).
+    pub proxies: Proxies,
 }
 
 impl Default for DownloadConfig {
@@ -266,6 +320,8 @@ impl Default for DownloadConfig {
             max_redirects: 10,
             user_agent: format!("k0s/{}", env!("CARGO_PKG_VERSION")),
             ca_file: None,
+            rate_limit: None,
+            proxies: Proxies::from_env(),
         }
     }
 }
@@ -302,6 +358,12 @@ pub struct DownloadArgs {
     /// Extra trust roots (PEM) for HTTPS update downloads, besides the system's.
     #[arg(long, value_name = "FILE", env = "K0S_DOWNLOAD_CA_FILE")]
     pub download_ca_file: Option<PathBuf>,
+
+    /// Most bytes per second this node's update downloads receive, all together (e.g.
+    /// `2MiB`, `512KiB`, `1048576`; default: no limit).
+    #[arg(long, value_parser = parse_rate, value_name = "BYTES_PER_SECOND",
+          env = "K0S_DOWNLOAD_RATE_LIMIT")]
+    pub download_rate_limit: Option<u64>,
 }
 
 impl DownloadArgs {
@@ -313,6 +375,7 @@ impl DownloadArgs {
             download_max_size,
             download_max_redirects,
             download_ca_file,
+            download_rate_limit,
         } = self;
         DownloadConfig {
             stall_timeout: *download_stall_timeout,
@@ -320,6 +383,7 @@ impl DownloadArgs {
             max_size: *download_max_size,
             max_redirects: *download_max_redirects,
             ca_file: download_ca_file.clone(),
+            rate_limit: *download_rate_limit,
             ..DownloadConfig::for_version(version)
         }
     }
@@ -343,6 +407,26 @@ pub fn parse_size(value: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("{value:?} is not a size (e.g. 1048576, 512Mi, 1Gi)"))?;
     number.checked_mul(1 << shift).ok_or_else(|| format!("{value:?} is too large"))
+}
+
+/// Parses a rate in bytes per second: a size as [`parse_size`] takes it, optionally ending
+/// in `B` and `/s` (`2MiB`, `2MiB/s`, `512Ki`, `1048576`). Zero is refused (leave the flag
+/// out for no limit).
+pub fn parse_rate(value: &str) -> Result<u64, String> {
+    let trimmed = value.trim();
+    let unit_less = trimmed.strip_suffix("/s").unwrap_or(trimmed);
+    let unit_less = match unit_less.strip_suffix('B') {
+        Some(rest) if rest.ends_with("Ki") || rest.ends_with("Mi") || rest.ends_with("Gi") => rest,
+        Some(rest) if rest.bytes().all(|b| b.is_ascii_digit()) => rest,
+        Some(_) | None => unit_less,
+    };
+    let rate = parse_size(unit_less).map_err(|_| {
+        format!("{value:?} is not a rate in bytes per second (e.g. 2MiB, 512KiB, 1048576)")
+    })?;
+    if rate == 0 {
+        return Err(format!("{value:?}: a rate limit must be above zero (leave it out for none)"));
+    }
+    Ok(rate)
 }
 
 /// Where a download goes.
@@ -376,7 +460,21 @@ pub struct Downloader {
     /// Counts every body byte received (the `agent_download_bytes` metric once
     /// [`Self::counting_bytes`] shared it; otherwise counted for nobody).
     bytes: prometheus_client::metrics::counter::Counter,
+    /// [`DownloadConfig::rate_limit`], shared by the clones of this downloader.
+    throttle: Option<Arc<Mutex<Throttle>>>,
 }
+
+/// How many received chunks may wait for the writer or the hasher: bounds the memory a fast
+/// network can fill while the disk or the hash lags (hyper's chunks are at most a few
+/// hundred KiB).
+const PIPELINE_DEPTH: usize = 32;
+
+/// The writer's buffer: small network chunks are written in blocks of this size, large
+/// ones directly.
+const WRITE_BUFFER: usize = 256 * 1024;
+
+/// How much of a kept prefix is read at once to hash it again.
+const REHASH_BUFFER: usize = 1 << 20;
 
 impl Downloader {
     /// A downloader with `config`. Unreadable system certificates are skipped (HTTPS to a
@@ -392,9 +490,11 @@ impl Downloader {
         let client = HttpsClientBuilder::new(roots)
             .with_connect_timeout(config.stall_timeout)
             .without_idle_connections()
+            .with_proxies(config.proxies.clone())
             .build()
             .map_err(DownloadError::Tls)?;
-        Ok(Self { client, config, bytes: Default::default() })
+        let throttle = config.rate_limit.map(|rate| Arc::new(Mutex::new(Throttle::new(rate))));
+        Ok(Self { client, config, bytes: Default::default(), throttle })
     }
 
     /// The same downloader, adding every body byte it receives to `bytes`.
@@ -408,10 +508,12 @@ impl Downloader {
     }
 
     /// Downloads `url` to `target`, verifying `sha256` (lowercase or uppercase hex; empty or
-    /// `None` skips verification). The bytes stream into a hidden temp file in the target's
-    /// directory, which is fsynced, verified and then renamed into place; on any failure
-    /// (including this future being dropped) the temp file is removed and the destination is
-    /// untouched.
+    /// `None` skips verification). The bytes stream into a hidden partial file in the
+    /// target's directory, which is fsynced, verified and then renamed into place. A
+    /// download cut off mid-body continues from the bytes on disk (at once, or in a later
+    /// call, even by another process) when the server gave a validator; a failure about the
+    /// payload itself (wrong digest, too large, no space) removes them. The destination is
+    /// untouched on any failure.
     pub async fn download(
         &self,
         url: &str,
@@ -423,9 +525,10 @@ impl Downloader {
 
     /// [`Self::download`], and the payload must carry the `expected` signature (if any):
     /// checked over the same stream (a cosign signature against the SHA-256 it computes, a
-    /// minisign one with its own pass over the bytes as they arrive: never a second read),
-    /// after the digest and before the file is renamed into place. A payload whose
-    /// signature does not verify ends like one with the wrong digest: nothing is kept.
+    /// minisign one with its own pass over the bytes as they arrive: never a second read of
+    /// the payload, only of a kept prefix), after the digest and before the file is renamed
+    /// into place. A payload whose signature does not verify ends like one with the wrong
+    /// digest: nothing is kept.
     pub async fn download_signed(
         &self,
         url: &str,
@@ -440,23 +543,32 @@ impl Downloader {
         let uri = parse_url(url)?;
         let timeout = self.config.overall_timeout;
         // Started before the request: a minisign signature by no trusted key fails at once.
-        let check = expected
-            .map(Expected::start)
-            .transpose()
-            .map_err(|reason| DownloadError::Signature { url: url.to_string(), reason })?;
-        match tokio::time::timeout(timeout, self.fetch(uri, want, target, check)).await {
-            Ok(result) => result,
-            Err(_elapsed) => Err(DownloadError::TimedOut { url: url.to_string(), timeout }),
+        if let Some(expected) = expected {
+            expected
+                .start()
+                .map_err(|reason| DownloadError::Signature { url: url.to_string(), reason })?;
         }
+        let expected = expected.map(|e| (e.keys.clone(), e.signature.clone()));
+        // The deadline is checked at every wait (the answer, each frame, each retry), so a
+        // download out of time ends through the same path as any failure: its threads
+        // joined, what it kept kept or removed as for any other transport failure.
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.fetch(uri, want, target, expected, deadline).await
     }
 
     /// GETs a small file (a signature) into memory: at most `limit` bytes, under the same
-    /// TLS, redirect, stall and overall-time rules as a download.
+    /// TLS, proxy, redirect, stall and overall-time rules as a download.
     pub async fn fetch_small(&self, url: &str, limit: usize) -> Result<Vec<u8>> {
         let uri = parse_url(url)?;
         let timeout = self.config.overall_timeout;
         let fetch = async {
-            let (final_uri, response) = self.follow_redirects(uri).await?;
+            let deadline = tokio::time::Instant::now() + timeout;
+            let (final_uri, response) =
+                self.follow_redirects(uri, &Start::FromZero, deadline).await?;
+            let status = response.status();
+            if status != StatusCode::OK {
+                return Err(DownloadError::Status { url: final_uri.to_string(), status });
+            }
             let mut body = response.into_body();
             let mut bytes = Vec::new();
             loop {
@@ -483,49 +595,174 @@ impl Downloader {
         }
     }
 
-    /// The download itself, without the overall timeout: follow the redirects to a `200 OK`,
-    /// stream its body into a locked temp file beside the destination, verify it and rename
-    /// it into place.
+    /// The download itself, without the overall timeout: attempts (each continuing from
+    /// what the last one kept, as `autopilot_engine::download` decides) until one brings a
+    /// whole body, which is verified and renamed into place.
     async fn fetch(
         &self,
         uri: Uri,
         want: Option<String>,
         target: Target<'_>,
-        mut check: Option<Check<'_>>,
+        expected: Option<(TrustedKeys, Signature)>,
+        deadline: tokio::time::Instant,
     ) -> Result<Downloaded> {
-        let (final_uri, response) = self.follow_redirects(uri).await?;
-        let announced = announced_length(&response);
-        self.check_announced_size(&final_uri, announced)?;
+        let url = uri.to_string();
+        if let Some(proxy) = self.client.route(&uri).proxy() {
+            tracing::info!(%url, %proxy, "downloading through a proxy");
+        }
+        let (dir, partial_name) = partial_location(target, &uri)?;
+        if let Target::Directory(dir) = target {
+            remove_other_partials(dir, &partial_name);
+        }
+        let partial = Partial::open(&dir, &partial_name)?;
+        let job = Job { uri: &uri, want: want.clone(), target, expected, deadline };
+        let mut attempts = 0;
+        let mut without_progress = 0;
+        let mut from_zero = false;
+        loop {
+            attempts += 1;
+            let kept_before = partial.len()?;
+            let start = if from_zero {
+                Start::FromZero
+            } else {
+                decide::start(partial.record().as_ref(), Some(kept_before), &url, want.as_deref())
+            };
+            from_zero = false;
+            if let Start::Continue { from, .. } = &start {
+                tracing::info!(%url, kept = from, "continuing a download from the bytes on disk");
+            }
+            let failed = match self.attempt(&job, &partial, &start).await {
+                Ok(Attempt::Done(done)) => {
+                    match self.finish(&partial, done, want.as_deref()) {
+                        Ok(downloaded) => return Ok(downloaded),
+                        // Crash safety: a kept prefix is hashed again, but a power loss may
+                        // have lost or garbled what the page cache held; the whole payload is
+                        // fetched once more before the digest is believed wrong.
+                        Err((err, true)) if attempts < decide::MAX_ATTEMPTS => {
+                            tracing::warn!(%url, error = %err, "a continued download does not verify; fetching it whole");
+                            partial.reset()?;
+                            from_zero = true;
+                            continue;
+                        }
+                        Err((err, _resumed)) => {
+                            partial.discard();
+                            return Err(err);
+                        }
+                    }
+                }
+                Ok(Attempt::AskAgainFromZero(why)) => {
+                    tracing::info!(%url, %why, "the server cannot continue the download; starting from zero");
+                    partial.reset()?;
+                    if attempts >= decide::MAX_ATTEMPTS {
+                        return Err(DownloadError::Status {
+                            url,
+                            status: StatusCode::RANGE_NOT_SATISFIABLE,
+                        });
+                    }
+                    from_zero = true;
+                    continue;
+                }
+                Err(err) => err,
+            };
+            let kept_after = partial.len().unwrap_or(0);
+            let resumable = partial.record().is_some();
+            without_progress = if kept_after > kept_before { 0 } else { without_progress + 1 };
+            let cut =
+                matches!(failed, DownloadError::Truncated { .. } | DownloadError::Body { .. });
+            match decide::retry_after(attempts, without_progress, resumable && cut) {
+                Some(wait) => {
+                    tracing::warn!(%url, error = %failed, kept = kept_after, retry_in = ?wait, "download cut off; continuing");
+                    if tokio::time::Instant::now() + wait >= deadline {
+                        return Err(self.timed_out(&uri));
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+                None => {
+                    if !(resumable && failed.keeps_partial()) {
+                        partial.discard();
+                    }
+                    return Err(failed);
+                }
+            }
+        }
+    }
+
+    /// One request and its body into `partial`: what came back, or why it failed.
+    async fn attempt(&self, job: &Job<'_>, partial: &Partial, start: &Start) -> Result<Attempt> {
+        let Job { uri, want, target, expected: _, deadline } = job;
+        let (target, deadline) = (*target, *deadline);
+        let (final_uri, response) = self.follow_redirects((*uri).clone(), start, deadline).await?;
+        let status = response.status();
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+        let (from, announced_total) =
+            match decide::answer(start, status.as_u16(), header(CONTENT_RANGE)) {
+                Answer::Refused => {
+                    return Err(DownloadError::Status { url: final_uri.to_string(), status });
+                }
+                Answer::AskAgainFromZero { why } => return Ok(Attempt::AskAgainFromZero(why)),
+                Answer::Whole => {
+                    // Crash safety: the bytes go first, the record of what they are second; a
+                    // record is only ever written for an empty file, so it never describes bytes
+                    // of another payload.
+                    partial.reset()?;
+                    let validator = Validator::of(header(ETAG), header(LAST_MODIFIED));
+                    if let Some(validator) = validator {
+                        let record =
+                            PartialRecord { url: uri.to_string(), sha256: want.clone(), validator };
+                        partial.write_record(&record)?;
+                    }
+                    (0, announced_length(&response))
+                }
+                Answer::Rest { from, total } => {
+                    (from, total.or_else(|| announced_length(&response).map(|n| from + n)))
+                }
+            };
+        self.check_announced_size(&final_uri, announced_total)?;
         let (dir, name) = destination(target, &response, &final_uri)?;
-        let temp = create_locked_temp(&dir, &name)?;
-        let Written { size, sha256, digest } =
-            self.write_body(response.into_body(), &final_uri, announced, &temp, &mut check).await?;
+        let written = self
+            .write_body(response.into_body(), &final_uri, (from, announced_total), partial, job)
+            .await?;
+        Ok(Attempt::Done(Done { written, final_uri, dir, name, resumed: from > 0 }))
+    }
+
+    /// Verifies a whole body and renames it into place. `Err` carries whether the body was
+    /// a continued one (worth one more whole attempt).
+    fn finish(
+        &self,
+        partial: &Partial,
+        done: Done,
+        want: Option<&str>,
+    ) -> std::result::Result<Downloaded, (DownloadError, bool)> {
+        let Done { written, final_uri, dir, name, resumed } = done;
+        let Written { size, sha256, signature } = written;
         let url = final_uri.to_string();
-        verify_digest(&url, want, &sha256)?;
-        if let Some(check) = check {
-            let key = check
-                .finish(&digest)
-                .map_err(|reason| DownloadError::Signature { url: url.clone(), reason })?;
+        verify_digest(&url, want.map(str::to_owned), &sha256).map_err(|e| (e, resumed))?;
+        if let Some(verdict) = signature {
+            let key = verdict
+                .map_err(|reason| (DownloadError::Signature { url: url.clone(), reason }, false))?;
             tracing::info!(%url, %key, "payload signature verified");
         }
-        let path = persist(temp, &dir, &name)?;
+        let path = partial.persist(&dir, &name).map_err(|e| (e, false))?;
         Ok(Downloaded { path, size, sha256, url })
     }
 
-    /// GETs `uri`, following redirects (each checked by [`Self::check_redirect`]), until a
-    /// `200 OK` answers; returns the URL that answered and its response.
-    async fn follow_redirects(&self, uri: Uri) -> Result<(Uri, Response<Incoming>)> {
+    /// GETs `uri` (ranged as `start` says), following redirects (each checked by
+    /// [`Self::check_redirect`]), until a final answer; returns the URL that gave it and the
+    /// answer.
+    async fn follow_redirects(
+        &self,
+        uri: Uri,
+        start: &Start,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Uri, Response<Incoming>)> {
         let original = uri.to_string();
         let mut current = uri;
         let mut visited = vec![current.clone()];
         loop {
-            let response = self.get(&current).await?;
+            let response = self.get(&current, start, deadline).await?;
             let status = response.status();
-            if status == StatusCode::OK {
-                return Ok((current, response));
-            }
             if !is_followed_redirect(status) {
-                return Err(DownloadError::Status { url: current.to_string(), status });
+                return Ok((current, response));
             }
             let next = redirect_target(&current, &response)?;
             self.check_redirect(&original, &current, &next, &visited)?;
@@ -534,15 +771,28 @@ impl Downloader {
         }
     }
 
-    /// One GET of `uri`, given [`DownloadConfig::stall_timeout`] to answer.
-    async fn get(&self, uri: &Uri) -> Result<Response<Incoming>> {
-        let request = Request::get(uri.clone())
-            .header(USER_AGENT, self.config.user_agent.as_str())
+    /// One GET of `uri` (with `Range` and `If-Range` to continue), given
+    /// [`DownloadConfig::stall_timeout`] to answer.
+    async fn get(
+        &self,
+        uri: &Uri,
+        start: &Start,
+        deadline: tokio::time::Instant,
+    ) -> Result<Response<Incoming>> {
+        let mut request =
+            Request::get(uri.clone()).header(USER_AGENT, self.config.user_agent.as_str());
+        if let Start::Continue { from, validator } = start {
+            request = request
+                .header(RANGE, format!("bytes={from}-"))
+                .header(IF_RANGE, validator.if_range());
+        }
+        let request = request
             .body(Empty::<Bytes>::new())
             .map_err(|_| DownloadError::InvalidUrl { url: uri.to_string() })?;
-        tokio::time::timeout(self.config.stall_timeout, self.client.request(request))
+        let (wait, stall) = self.wait_limit(deadline);
+        tokio::time::timeout(wait, self.client.request(request))
             .await
-            .map_err(|_| self.stalled(uri))?
+            .map_err(|_| if stall { self.stalled(uri) } else { self.timed_out(uri) })?
             .map_err(|source| DownloadError::Request { url: uri.to_string(), source })
     }
 
@@ -574,8 +824,8 @@ impl Downloader {
         Ok(())
     }
 
-    /// Refuses a body announced (`Content-Length`) larger than [`DownloadConfig::max_size`]
-    /// before a byte of it is read.
+    /// Refuses a payload announced (`Content-Length`, or `Content-Range`'s total) larger
+    /// than [`DownloadConfig::max_size`] before a byte of it is read.
     fn check_announced_size(&self, url: &Uri, announced: Option<u64>) -> Result<()> {
         let limit = self.config.max_size;
         if announced.is_some_and(|n| n > limit) {
@@ -584,65 +834,124 @@ impl Downloader {
         Ok(())
     }
 
-    /// Streams `body` (from `url`, announced as `announced` bytes) into `temp`, hashing it,
-    /// then flushes and fsyncs the file.
+    /// Streams `body` (from `url`: bytes `from..`, of a payload announced as `total` bytes)
+    /// into `partial` after its first `from` bytes, hashing the kept prefix and the body, then
+    /// fsyncs the file. Receiving (here), writing and hashing (one blocking thread each) run
+    /// at the same time.
     async fn write_body(
         &self,
         body: Incoming,
         url: &Uri,
-        announced: Option<u64>,
-        temp: &NamedTempFile,
-        check: &mut Option<Check<'_>>,
+        (from, total): (u64, Option<u64>),
+        partial: &Partial,
+        job: &Job<'_>,
     ) -> Result<Written> {
-        let temp_path = temp.path();
-        let handle =
-            temp.as_file().try_clone().map_err(|e| DownloadError::io("opening", temp_path, e))?;
-        let mut out =
-            tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(handle));
-        let (size, hasher) =
-            self.stream_body(body, url, announced, &mut out, temp_path, check).await?;
-        check_complete(url, size, announced)?;
-        out.flush().await.map_err(|e| DownloadError::io("writing", temp_path, e))?;
-        let file = out.into_inner();
-        file.sync_all().await.map_err(|e| DownloadError::io("syncing", temp_path, e))?;
-        let digest: [u8; 32] = hasher.finalize().into();
-        Ok(Written { size, sha256: hex::encode(digest), digest })
+        let path = partial.path.clone();
+        let io_error = |action, e| DownloadError::io(action, &path, e);
+        let file = partial.file.try_clone().map_err(|e| io_error("opening", e))?;
+        let prefix = partial.file.try_clone().map_err(|e| io_error("opening", e))?;
+        let (write_tx, write_rx) = mpsc::channel::<Bytes>(PIPELINE_DEPTH);
+        let (hash_tx, hash_rx) = mpsc::channel::<Bytes>(PIPELINE_DEPTH);
+        let writer = tokio::task::spawn_blocking(move || write_stream(file, from, write_rx));
+        let expected = job.expected.clone();
+        let deadline = job.deadline;
+        let hasher =
+            tokio::task::spawn_blocking(move || hash_stream(prefix, from, hash_rx, expected));
+        let received = self.receive(body, url, from, total, (&write_tx, &hash_tx), deadline).await;
+        drop((write_tx, hash_tx));
+        // Both threads end once their channel is closed: wait for them whatever happened,
+        // so the file holds every byte received before a failure (what the next attempt
+        // continues from).
+        let wrote = writer.await.map_err(|e| io_error("writing", io::Error::other(e)))?;
+        let hashed = hasher.await.map_err(|e| io_error("hashing", io::Error::other(e)));
+        let size = match received {
+            Ok(size) => size,
+            Err(Stop::Failed(err)) => return Err(err),
+            // A thread stopped taking bytes: its error says why.
+            Err(Stop::SinkClosed) => {
+                wrote.map_err(|e| io_error("writing", e))?;
+                hashed?.map_err(|e| io_error("reading back", e))?;
+                return Err(io_error("writing", io::Error::other("the download pipeline stopped")));
+            }
+        };
+        let file = wrote.map_err(|e| io_error("writing", e))?;
+        let Hashed { digest, signature } = hashed?.map_err(|e| io_error("reading back", e))?;
+        tokio::task::spawn_blocking(move || file.sync_all())
+            .await
+            .map_err(|e| io_error("syncing", io::Error::other(e)))?
+            .map_err(|e| io_error("syncing", e))?;
+        Ok(Written { size, sha256: hex::encode(digest), signature })
     }
 
-    /// Copies `body` into `out` frame by frame, counting and hashing the bytes; fails when a
-    /// frame takes longer than the stall timeout, the body errs, or it grows past
-    /// [`DownloadConfig::max_size`]. Returns the bytes received and their hash.
-    async fn stream_body(
+    /// Receives `body` frame by frame (bytes `from..` of the payload) and hands each to the
+    /// writer and the hasher, pausing to stay under [`DownloadConfig::rate_limit`]; fails
+    /// when a frame takes longer than the stall timeout, the body errs, or the payload grows
+    /// past [`DownloadConfig::max_size`]. Returns the payload's size.
+    async fn receive(
         &self,
         mut body: Incoming,
         url: &Uri,
-        announced: Option<u64>,
-        out: &mut tokio::io::BufWriter<tokio::fs::File>,
-        temp_path: &Path,
-        check: &mut Option<Check<'_>>,
-    ) -> Result<(u64, Sha256)> {
+        from: u64,
+        total: Option<u64>,
+        (write_tx, hash_tx): (&mpsc::Sender<Bytes>, &mpsc::Sender<Bytes>),
+        deadline: tokio::time::Instant,
+    ) -> std::result::Result<u64, Stop> {
         let max_size = self.config.max_size;
-        let mut hasher = Sha256::new();
-        let mut received: u64 = 0;
+        let mut size = from;
         loop {
-            let frame = match tokio::time::timeout(self.config.stall_timeout, body.frame()).await {
-                Err(_elapsed) => return Err(self.stalled(url)),
-                Ok(None) => return Ok((received, hasher)),
+            let (wait, stall) = self.wait_limit(deadline);
+            let frame = match tokio::time::timeout(wait, body.frame()).await {
+                Err(_elapsed) if stall => return Err(Stop::Failed(self.stalled(url))),
+                Err(_elapsed) => return Err(Stop::Failed(self.timed_out(url))),
+                Ok(None) => break,
                 Ok(Some(Ok(frame))) => frame,
-                Ok(Some(Err(source))) => return Err(body_error(url, received, announced, source)),
+                Ok(Some(Err(source))) => {
+                    return Err(Stop::Failed(body_error(url, size, total, source)));
+                }
             };
             let Ok(data) = frame.into_data() else { continue };
-            received += data.len() as u64;
-            self.bytes.inc_by(data.len() as u64);
-            if received > max_size {
-                return Err(DownloadError::TooLarge { url: url.to_string(), limit: max_size });
+            let len = data.len() as u64;
+            size += len;
+            self.bytes.inc_by(len);
+            if size > max_size {
+                return Err(Stop::Failed(DownloadError::TooLarge {
+                    url: url.to_string(),
+                    limit: max_size,
+                }));
             }
-            hasher.update(&data);
-            if let Some(check) = check.as_mut() {
-                check.update(&data);
+            if hash_tx.send(data.clone()).await.is_err() || write_tx.send(data).await.is_err() {
+                return Err(Stop::SinkClosed);
             }
-            out.write_all(&data).await.map_err(|e| DownloadError::io("writing", temp_path, e))?;
+            self.pace(len).await;
         }
+        check_complete(url, size, total).map_err(Stop::Failed)?;
+        Ok(size)
+    }
+
+    /// Pauses as long as [`DownloadConfig::rate_limit`] needs after `bytes` more.
+    async fn pace(&self, bytes: u64) {
+        let Some(throttle) = &self.throttle else { return };
+        let now = tokio::time::Instant::now();
+        let pause = {
+            let mut throttle = throttle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            throttle.take(now.duration_since(throttle_origin()), bytes)
+        };
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// How long the next wait may take: the stall timeout, or less if the `deadline` comes
+    /// first (then `false`: running out means the overall timeout).
+    fn wait_limit(&self, deadline: tokio::time::Instant) -> (Duration, bool) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let stall = self.config.stall_timeout;
+        if stall <= left { (stall, true) } else { (left, false) }
+    }
+
+    /// The error of a download of `url` out of [`DownloadConfig::overall_timeout`].
+    fn timed_out(&self, url: &Uri) -> DownloadError {
+        DownloadError::TimedOut { url: url.to_string(), timeout: self.config.overall_timeout }
     }
 
     /// The error of nothing arriving from `url` for the stall timeout.
@@ -651,11 +960,272 @@ impl Downloader {
     }
 }
 
-/// A body written to its temp file: its size and SHA-256 digest (lowercase hex).
+/// The monotonic origin of every throttle's clock (the first time any asked).
+fn throttle_origin() -> tokio::time::Instant {
+    static ORIGIN: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(tokio::time::Instant::now)
+}
+
+/// Why receiving stopped early.
+enum Stop {
+    /// The download failed.
+    Failed(DownloadError),
+    /// The writer or the hasher stopped taking bytes (it failed: its result says why).
+    SinkClosed,
+}
+
+/// Writes every chunk from `chunks` into `file` from byte `from` on (cutting off anything
+/// after it first); returns the file, not yet fsynced (only a whole body is: the next
+/// attempt hashes a kept prefix again anyway).
+fn write_stream(
+    file: std::fs::File,
+    from: u64,
+    mut chunks: mpsc::Receiver<Bytes>,
+) -> io::Result<std::fs::File> {
+    file.set_len(from)?;
+    let mut file = file;
+    io::Seek::seek(&mut file, io::SeekFrom::Start(from))?;
+    let mut out = io::BufWriter::with_capacity(WRITE_BUFFER, file);
+    while let Some(chunk) = chunks.blocking_recv() {
+        out.write_all(&chunk)?;
+        // Nothing more waiting: hand what was received to the file now, so a process
+        // killed while the network is quiet keeps all of it to continue from.
+        if chunks.is_empty() {
+            out.flush()?;
+        }
+    }
+    out.into_inner().map_err(io::IntoInnerError::into_error)
+}
+
+/// What the hashing thread found.
+struct Hashed {
+    digest: [u8; 32],
+    /// The signature's verdict (the id of the key that made it, or why it does not verify),
+    /// if one was expected.
+    signature: Option<std::result::Result<String, String>>,
+}
+
+/// Hashes the first `from` bytes of `file` (what an earlier attempt kept), then every chunk
+/// from `chunks`; checks the `expected` signature over the same bytes.
+fn hash_stream(
+    file: std::fs::File,
+    from: u64,
+    mut chunks: mpsc::Receiver<Bytes>,
+    expected: Option<(TrustedKeys, Signature)>,
+) -> io::Result<Hashed> {
+    let mut hasher = Sha256::new();
+    let mut check = expected.as_ref().map(|(keys, signature)| Expected { keys, signature }.start());
+    let mut update = |bytes: &[u8]| {
+        hasher.update(bytes);
+        if let Some(Ok(check)) = check.as_mut() {
+            check.update(bytes);
+        }
+    };
+    let mut buf = vec![0u8; REHASH_BUFFER.min(usize::try_from(from).unwrap_or(usize::MAX)).max(1)];
+    let mut offset = 0;
+    while offset < from {
+        let want = usize::try_from(from - offset).unwrap_or(usize::MAX).min(buf.len());
+        let n = file.read_at(&mut buf[..want], offset)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the kept part of the download ends at {offset} of {from} bytes"),
+            ));
+        }
+        update(&buf[..n]);
+        offset += n as u64;
+    }
+    while let Some(chunk) = chunks.blocking_recv() {
+        update(&chunk);
+    }
+    let digest: [u8; 32] = hasher.finalize().into();
+    let signature = check.map(|check| check.and_then(|check| check.finish(&digest)));
+    Ok(Hashed { digest, signature })
+}
+
+/// What every attempt of one download shares.
+struct Job<'a> {
+    /// The URL asked for (before redirects).
+    uri: &'a Uri,
+    /// The digest the payload must have.
+    want: Option<String>,
+    target: Target<'a>,
+    /// The signature the payload must carry, and the keys that may have made it.
+    expected: Option<(TrustedKeys, Signature)>,
+    /// When [`DownloadConfig::overall_timeout`] runs out.
+    deadline: tokio::time::Instant,
+}
+
+/// One attempt's outcome.
+enum Attempt {
+    /// A whole body is in the partial file.
+    Done(Done),
+    /// The server's ranged answer was unusable: start over from zero.
+    AskAgainFromZero(String),
+}
+
+/// A whole body in the partial file, and where it goes.
+struct Done {
+    written: Written,
+    final_uri: Uri,
+    dir: PathBuf,
+    name: String,
+    /// Whether part of it came from an earlier attempt.
+    resumed: bool,
+}
+
+/// A body written to its partial file: its size, SHA-256 digest (lowercase hex) and
+/// signature verdict.
 struct Written {
     size: u64,
     sha256: String,
-    digest: [u8; 32],
+    signature: Option<std::result::Result<String, String>>,
+}
+
+/// A download's partial file (`.<name>.partial`, locked while this process downloads into
+/// it, never executable) and the record of what it holds (`.<name>.partial.json`).
+#[derive(Debug)]
+struct Partial {
+    file: std::fs::File,
+    path: PathBuf,
+    record_path: PathBuf,
+    dir: PathBuf,
+}
+
+impl Partial {
+    /// Opens (or creates) `name` in `dir` and locks it; fails if another download holds it.
+    fn open(dir: &Path, name: &str) -> Result<Self> {
+        let path = dir.join(name);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| DownloadError::io("opening", &path, e))?;
+        // Held while this download owns the file (released when the process dies or
+        // execs): a second download into the same place fails instead of mixing bytes.
+        file.try_lock().map_err(|e| {
+            DownloadError::io(
+                "locking",
+                &path,
+                io::Error::other(format!("{e}: another download into this file is running")),
+            )
+        })?;
+        // Never executable, whatever an earlier process or an operator left.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| DownloadError::io("restricting the permissions of", &path, e))?;
+        let record_path = dir.join(format!("{name}.json"));
+        Ok(Self { file, path, record_path, dir: dir.to_path_buf() })
+    }
+
+    /// How many bytes are kept.
+    fn len(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| DownloadError::io("reading metadata of", &self.path, e))
+    }
+
+    /// The record of what the kept bytes are (`None`: none, or unreadable).
+    fn record(&self) -> Option<PartialRecord> {
+        let bytes = std::fs::read(&self.record_path).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Writes the record whole (temp file, fsync, rename, directory fsync).
+    fn write_record(&self, record: &PartialRecord) -> Result<()> {
+        let bytes = serde_json::to_vec(record)
+            .map_err(|e| DownloadError::io("encoding", &self.record_path, io::Error::other(e)))?;
+        let name = self.record_path.file_name().unwrap_or_default().to_string_lossy();
+        let mut temp = tempfile::Builder::new()
+            .prefix(&format!("{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&self.dir)
+            .map_err(|e| DownloadError::io("creating a temp file in", &self.dir, e))?;
+        temp.write_all(&bytes)
+            .and_then(|()| temp.as_file().sync_all())
+            .map_err(|e| DownloadError::io("writing", temp.path(), e))?;
+        temp.persist(&self.record_path).map_err(|e| {
+            DownloadError::io("renaming a temp file to", &self.record_path, e.error)
+        })?;
+        sync_dir(&self.dir)
+    }
+
+    /// Drops the record, then the kept bytes (in that order: a record never outlives the
+    /// bytes it describes... nor describes bytes it was not written for).
+    fn reset(&self) -> Result<()> {
+        remove_if_present(&self.record_path)?;
+        self.file.set_len(0).map_err(|e| DownloadError::io("truncating", &self.path, e))
+    }
+
+    /// Removes the record and the file (best effort: the next download starts over anyway).
+    fn discard(&self) {
+        let _ = remove_if_present(&self.record_path);
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// Renames the verified file to `name` in `dest_dir`, makes the rename durable and
+    /// removes the record.
+    fn persist(&self, dest_dir: &Path, name: &str) -> Result<PathBuf> {
+        let dest = dest_dir.join(name);
+        std::fs::rename(&self.path, &dest)
+            .map_err(|e| DownloadError::io("renaming the download to", &dest, e))?;
+        sync_dir(dest_dir)?;
+        // Crash safety: a record left behind describes a file that is gone; the next
+        // download finds no bytes and starts from zero.
+        remove_if_present(&self.record_path)?;
+        Ok(dest)
+    }
+}
+
+/// Where the partial file of a download into `target` from `uri` lives: beside the target
+/// file (`.<name>.partial`), or in the target directory under a name made from the URL
+/// (the file's own name comes with the answer).
+fn partial_location(target: Target<'_>, uri: &Uri) -> Result<(PathBuf, String)> {
+    match target {
+        Target::File(path) => {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .ok_or_else(|| DownloadError::NoFileName { url: uri.to_string() })?;
+            Ok((parent_dir(path), format!(".{name}{PARTIAL_SUFFIX}")))
+        }
+        Target::Directory(dir) => {
+            let id = hex::encode(Sha256::digest(uri.to_string().as_bytes()));
+            Ok((dir.to_path_buf(), format!(".download-{}{PARTIAL_SUFFIX}", &id[..16])))
+        }
+    }
+}
+
+/// The suffix of partial download files.
+pub const PARTIAL_SUFFIX: &str = ".partial";
+
+/// Removes the partial downloads (and their records) in `dir` other than `keep`, that no
+/// running download holds: a directory target keeps only the download of its current URL.
+fn remove_other_partials(dir: &Path, keep: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') || !name.ends_with(PARTIAL_SUFFIX) || name == keep {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = std::fs::File::open(&path) else { continue };
+        if file.try_lock().is_ok() {
+            let _ = std::fs::remove_file(dir.join(format!("{name}.json")));
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(DownloadError::io("removing", path, e)),
+    }
 }
 
 /// The `Location` a redirect from `current` points at, resolved and checked as a URL.
@@ -707,21 +1277,6 @@ fn destination(
     }
 }
 
-/// A hidden temp file for `name` in `dir`, locked by this process.
-fn create_locked_temp(dir: &Path, name: &str) -> Result<NamedTempFile> {
-    let temp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| DownloadError::io("creating a temp file in", dir, e))?;
-    // Held while this download owns the file (released when the process dies or execs):
-    // how a later process tells a leftover from a download in progress.
-    temp.as_file()
-        .try_lock()
-        .map_err(|e| DownloadError::io("locking", temp.path(), io::Error::other(e.to_string())))?;
-    Ok(temp)
-}
-
 /// The error for a body from `url` that failed after `received` bytes: truncated if fewer
 /// bytes than announced arrived, else the transport error itself.
 fn body_error(
@@ -759,15 +1314,6 @@ fn verify_digest(url: &str, want: Option<String>, actual: &str) -> Result<()> {
         }),
         Some(_) | None => Ok(()),
     }
-}
-
-/// Renames the verified temp file to `name` in `dir` and makes the rename durable.
-fn persist(temp: NamedTempFile, dir: &Path, name: &str) -> Result<PathBuf> {
-    let dest = dir.join(name);
-    temp.persist(&dest)
-        .map_err(|e| DownloadError::io("renaming a temp file to", &dest, e.error))?;
-    sync_dir(dir)?;
-    Ok(dest)
 }
 
 /// One-shot download with a fresh [`Downloader`] (see [`Downloader::download`]); the entry

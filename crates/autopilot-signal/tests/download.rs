@@ -109,6 +109,7 @@ fn sha(data: &[u8]) -> String {
 fn config() -> DownloadConfig {
     DownloadConfig {
         stall_timeout: Duration::from_millis(300),
+        proxies: autopilot_shell::proxy::Proxies::none(),
         ..DownloadConfig::for_version("v9.9.9+k0s.0")
     }
 }

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_shell::https::{self, HttpsClient, HttpsClientBuilder};
+use autopilot_shell::proxy::Proxies;
 use base64::Engine as _;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
@@ -261,9 +262,17 @@ impl Client {
         Self::trusting(https::system_roots())
     }
 
-    /// A client trusting only `roots`, with [`DEFAULT_TIMEOUT`], refusing plain http.
+    /// A client trusting only `roots`, with [`DEFAULT_TIMEOUT`], refusing plain http,
+    /// through the proxies of the environment (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`).
     pub fn trusting(roots: rustls::RootCertStore) -> Result<Self> {
-        let http = HttpsClientBuilder::new(roots).build().map_err(Error::Tls)?;
+        Self::trusting_through(roots, Proxies::from_env())
+    }
+
+    /// A client trusting only `roots`, with [`DEFAULT_TIMEOUT`], refusing plain http, going
+    /// through `proxies` where they say so.
+    pub fn trusting_through(roots: rustls::RootCertStore, proxies: Proxies) -> Result<Self> {
+        let http =
+            HttpsClientBuilder::new(roots).with_proxies(proxies).build().map_err(Error::Tls)?;
         Ok(Self { http, timeout: DEFAULT_TIMEOUT, allow_plain_http: false })
     }
 

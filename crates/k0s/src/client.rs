@@ -21,9 +21,20 @@ pub(crate) async fn connect_counting_errors(
         .with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
         .with_context(|| format!("parsing kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let explicit_proxy = kubeconfig
+        .clusters
+        .iter()
+        .any(|c| c.cluster.as_ref().is_some_and(|c| c.proxy_url.is_some()));
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    if !explicit_proxy {
+        // The kube client takes `HTTPS_PROXY` for every server and checks `NO_PROXY`
+        // against the proxy's address, not the server's; decide it as for every other
+        // request of this process (`NO_PROXY` against the API server).
+        config.proxy_url =
+            autopilot_shell::proxy::Proxies::from_env().tunnel_url_for(&config.cluster_url);
+    }
     let url = config.cluster_url.to_string();
     let client = kube::client::ClientBuilder::try_from(config.clone())
         .with_context(|| format!("creating a client for {url} from {}", path.display()))?

@@ -183,6 +183,7 @@ mod tests {
             download_max_size: 5,
             download_max_redirects: 6,
             download_ca_file: Some(PathBuf::from("/etc/k0s/ca.pem")),
+            download_rate_limit: Some(7 << 20),
         }
     }
 

@@ -65,6 +65,8 @@ mod update_controllers;
 mod update_drain_pdb;
 mod update_ha3x3;
 mod update_post_watch;
+mod update_proxy;
+mod update_resume;
 mod update_rollback;
 mod update_signed_payload;
 mod update_single;
