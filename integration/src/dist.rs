@@ -289,6 +289,7 @@ fn plan(
     };
     let update = PlanCommandK0sUpdate {
         gates: Vec::new(),
+        drain: None,
         version: version.to_owned(),
         forceupdate: false,
         platforms: BTreeMap::from([(platform.to_owned(), entry)]),

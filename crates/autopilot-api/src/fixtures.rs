@@ -99,6 +99,7 @@ pub trait PlanBuilder: Sized {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
                 gates: Vec::new(),
+                drain: None,
                 version: version.to_owned(),
                 forceupdate: false,
                 platforms: platforms("k0s"),

@@ -158,6 +158,13 @@ pub const ANNOTATION_ACCEPT_WARNINGS: &str = "autopilot.k0sproject.io/accept-war
 /// keeps an old annotation from rolling back a later plan.
 pub const ANNOTATION_ROLLBACK: &str = "autopilot.k0sproject.io/rollback";
 
+/// Plan annotation: its value is a plan id (`spec.id`) whose version-skew refusals an
+/// operator overrides. NewPlan refuses a plan that makes a controller skip a minor version,
+/// leaves a worker newer than a controller or more than one minor behind them, or leaves the
+/// controllers more than one minor apart, unless this names the plan's id (so an override
+/// never carries over to a later plan). Steerers may not set it (`manifests/rbac/operators.yaml`).
+pub const ANNOTATION_ALLOW_SKEW: &str = "autopilot.k0sproject.io/allow-skew";
+
 /// Node/ControlNode annotation written by the leader: the gate checks (DESIGN §15) it asks
 /// the node's agent to run, as JSON ([`crate::gate_check::GateCheckRequest`]). A reference
 /// only: the agent reads the checks from the Plan's frozen command.

@@ -9,7 +9,9 @@
 //! [`preview`] is pure: it runs the engine's own dry run
 //! ([`autopilot_engine::plan::rollout`]) for the resolved targets, the refusals and the
 //! batches, and adds what would hold or endanger the run right now: targets that are not
-//! ready, budgets that block an eviction, and version skew.
+//! ready and budgets that block an eviction. Version skew is the engine's own refusal at
+//! NewPlan (`autopilot_engine::plan::skew`), so the preview says exactly what the leader
+//! would, and honours the Plan's `allow-skew` annotation the same way.
 
 #[cfg(test)]
 mod tests;
@@ -116,7 +118,20 @@ pub fn preview(
     policy: &Policy,
     now: jiff::Timestamp,
 ) -> Report {
-    preview_what(What::Plan(spec), cluster, policy, now)
+    preview_what(What::Plan { spec, allow_skew: None }, cluster, policy, now)
+}
+
+/// [`preview`] of a Plan whose [`keys::ANNOTATION_ALLOW_SKEW`] annotation has the value
+/// `allow_skew`: the engine runs a plan that breaks the version skew rules only when it names
+/// the plan's id.
+pub fn preview_allowing_skew(
+    spec: &PlanSpec,
+    allow_skew: Option<&str>,
+    cluster: &Cluster,
+    policy: &Policy,
+    now: jiff::Timestamp,
+) -> Report {
+    preview_what(What::Plan { spec, allow_skew }, cluster, policy, now)
 }
 
 /// Preview the rollback of the live Plan `plan`'s run on `cluster` (DESIGN §15): what the
@@ -134,8 +149,13 @@ pub fn preview_rollback(
 /// What a preview is of.
 #[derive(Clone, Copy)]
 enum What<'a> {
-    /// A Plan as it would run (from a file).
-    Plan(&'a PlanSpec),
+    /// A Plan as it would run (from a file), with its allow-skew annotation.
+    Plan {
+        /// The spec.
+        spec: &'a PlanSpec,
+        /// The value of its [`keys::ANNOTATION_ALLOW_SKEW`] annotation.
+        allow_skew: Option<&'a str>,
+    },
     /// The rollback of the live Plan's run.
     Rollback(&'a Plan),
 }
@@ -143,7 +163,7 @@ enum What<'a> {
 impl<'a> What<'a> {
     fn spec(self) -> &'a PlanSpec {
         match self {
-            Self::Plan(spec) => spec,
+            Self::Plan { spec, .. } => spec,
             Self::Rollback(plan) => &plan.spec,
         }
     }
@@ -174,8 +194,8 @@ fn preview_what(
         check_pods: CheckPods { templates: &cluster.pod_templates, ..CheckPods::NONE },
     };
     let (rollout, commands, mut problems) = match what {
-        What::Plan(spec) => {
-            let rollout = rollout::rollout(spec, &observed, policy);
+        What::Plan { spec, allow_skew } => {
+            let rollout = rollout::rollout_allowing_skew(spec, allow_skew, &observed, policy);
             let commands = command_reports(spec, &rollout);
             (rollout, commands, Vec::new())
         }
@@ -199,7 +219,8 @@ fn preview_what(
         }
     };
 
-    // Check 1: the engine's own verdict (refusals at NewPlan, a failed run).
+    // Check 1: the engine's own verdict (refusals at NewPlan, version skew included; a
+    // failed run).
     if rollout.end.state.is_failure() {
         let why = rollout
             .end
@@ -212,8 +233,6 @@ fn preview_what(
     } else if !rollout::completes(&rollout) {
         problems.push(format!("the plan would not finish: it would wait in {}", rollout.end.state));
     }
-    // Check 4: version skew.
-    problems.extend(skew(spec, &commands, cluster));
     finish(what, cluster, rollout, commands, problems)
 }
 
@@ -472,75 +491,6 @@ fn covers(budget: &PodDisruptionBudget, pod: &Pod) -> bool {
     }
 }
 
-/// A k0s version as `(major, minor, patch)`: `v1.35.1+k0s.0` → `(1, 35, 1)`.
-pub fn release(version: &str) -> Option<(u64, u64, u64)> {
-    let core = version.trim().trim_start_matches('v');
-    let core = core.split(['+', '-']).next()?;
-    let mut parts = core.split('.').map(str::parse::<u64>);
-    let major = parts.next()?.ok()?;
-    let minor = parts.next()?.ok()?;
-    let patch = parts.next().unwrap_or(Ok(0)).ok()?;
-    Some((major, minor, patch))
-}
-
-/// Version skew the plan would create or meet: a target that would skip a minor version, and
-/// workers that would run a newer minor than a controller left behind.
-fn skew(spec: &PlanSpec, commands: &[CommandReport], cluster: &Cluster) -> Vec<String> {
-    let mut problems = Vec::new();
-    let controller_version: BTreeMap<String, String> = cluster
-        .control_nodes
-        .iter()
-        .filter_map(|c| Some((c.name_any(), c.k0s_version()?.to_owned())))
-        .collect();
-    let worker_version: BTreeMap<String, String> = cluster
-        .nodes
-        .iter()
-        .filter_map(|n| {
-            Some((n.name_any(), n.annotations().get(keys::ANNOTATION_K0S_VERSION)?.clone()))
-        })
-        .collect();
-    for (command, report) in spec.commands.iter().zip(commands) {
-        let Some(update) = &command.k0supdate else { continue };
-        let Some(to) = release(&update.version) else { continue };
-        // Check 1: no target skips a minor version.
-        let targets = report
-            .controllers
-            .iter()
-            .map(|n| ("controller", n, controller_version.get(n)))
-            .chain(report.workers.iter().map(|n| ("worker", n, worker_version.get(n))));
-        for (role, name, running) in targets {
-            let Some(running) = running else { continue };
-            let Some(from) = release(running) else { continue };
-            if to.0 == from.0 && to.1 > from.1 + 1 || to.0 > from.0 {
-                problems.push(format!(
-                    "{role} {name} would skip a minor version: {running} -> {} (update one \
-                     minor version at a time)",
-                    update.version
-                ));
-            }
-        }
-        // Check 2: no worker ends up on a newer minor than a controller the plan leaves as
-        // it is.
-        if report.workers.is_empty() {
-            continue;
-        }
-        for (name, running) in &controller_version {
-            if report.controllers.contains(name) {
-                continue;
-            }
-            let Some(controller) = release(running) else { continue };
-            if (to.0, to.1) > (controller.0, controller.1) {
-                problems.push(format!(
-                    "workers would run {}, newer than controller {name} ({running}), which the \
-                     plan does not update: controllers go first",
-                    update.version
-                ));
-            }
-        }
-    }
-    problems
-}
-
 /// The report for a person.
 pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
     let mut out = String::new();
@@ -634,9 +584,10 @@ pub async fn run(
     client: kube::Client,
     config: kube::Config,
     spec: &PlanSpec,
+    allow_skew: Option<&str>,
     policy: &Policy,
 ) -> anyhow::Result<Report> {
-    run_what(client, config, What::Plan(spec), policy).await
+    run_what(client, config, What::Plan { spec, allow_skew }, policy).await
 }
 
 /// [`preview_rollback`] of the live Plan `plan` on the live cluster, with the lookups of
@@ -760,8 +711,8 @@ fn pass(
         .collect();
     // A rollback starts no new run: the removed-API check of NewPlan does not apply.
     let removed_api_versions = match what {
-        What::Plan(spec) if known.removed_apis.is_none() => check_versions(spec),
-        What::Plan(_) | What::Rollback(_) => Vec::new(),
+        What::Plan { spec, .. } if known.removed_apis.is_none() => check_versions(spec),
+        What::Plan { .. } | What::Rollback(_) => Vec::new(),
     };
     Previewed { report, needs: Needs { gates: Vec::new(), probe, removed_api_versions, pods_on } }
 }
@@ -825,6 +776,7 @@ fn check_versions(spec: &PlanSpec) -> Vec<String> {
         status,
         steering: autopilot_engine::plan::Steering::default(),
         accepted_warnings: None,
+        allow_skew: None,
     };
     autopilot_engine::plan::removed_api_check_versions(view)
 }

@@ -177,7 +177,10 @@ pub async fn preview(args: PreviewArgs) -> anyhow::Result<()> {
     note(&file, &notes);
     let name = plan.metadata.name.clone().unwrap_or_else(|| keys::PLAN_NAME.to_owned());
     let (client, config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
-    let mut report = autopilot_cli::preview::run(client, config, &plan.spec, &policy).await?;
+    let allow_skew =
+        kube::ResourceExt::annotations(&plan).get(keys::ANNOTATION_ALLOW_SKEW).map(String::as_str);
+    let mut report =
+        autopilot_cli::preview::run(client, config, &plan.spec, allow_skew, &policy).await?;
     if name != keys::PLAN_NAME {
         report.problems.insert(
             0,

@@ -91,6 +91,7 @@ pub fn k0s_update(
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
         gates: Vec::new(),
+        drain: None,
         version: FORCED_VERSION.to_owned(),
         forceupdate: true,
         platforms: current_platforms(),
@@ -775,6 +776,7 @@ pub fn update_to(
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
         gates: Vec::new(),
+        drain: None,
         version: version.to_owned(),
         forceupdate: false,
         platforms: BTreeMap::from([(

@@ -45,6 +45,7 @@ async fn plan_fails(
     let platform = autopilot_api::platform::current();
     let update = PlanCommandK0sUpdate {
         gates: Vec::new(),
+        drain: None,
         version: V2.to_owned(),
         forceupdate: false,
         platforms: [(

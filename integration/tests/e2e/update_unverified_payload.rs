@@ -30,6 +30,7 @@ use crate::support::*;
 fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
         gates: Vec::new(),
+        drain: None,
         version: V2.to_owned(),
         forceupdate: false,
         platforms: [(

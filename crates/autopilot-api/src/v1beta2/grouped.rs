@@ -64,8 +64,8 @@ pub struct TargetGroup {
     pub names: Vec<String>,
 }
 
-/// Whether a target carries nothing but its name, state, phase, checks and timestamp, and is
-/// not in flight: such a target can be stored in a group. A failed target always has a
+/// Whether a target carries nothing but its name, state, phase, checks and timestamp (no
+/// reason, no drain note), and is not in flight: such a target can be stored in a group. A failed target always has a
 /// reason, unless the status budget dropped it (`autopilot_engine::plan::budget`).
 fn groupable(target: &TargetStatus) -> bool {
     let state = match target.state {
@@ -76,7 +76,7 @@ fn groupable(target: &TargetStatus) -> bool {
             false
         }
     };
-    state && target.reason.is_none()
+    state && target.reason.is_none() && target.drain.is_none()
 }
 
 /// A target list as stored: the targets kept one by one, and the groups.
@@ -138,6 +138,7 @@ fn join(mut single: Vec<TargetStatus>, groups: Vec<TargetGroup>) -> Vec<TargetSt
                 reason: None,
                 checks: group.checks.clone(),
                 from: group.from.clone(),
+                drain: None,
             });
         }
     }

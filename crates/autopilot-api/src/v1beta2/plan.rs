@@ -116,6 +116,60 @@ pub struct PlanCommandK0sUpdate {
     /// (DESIGN §15). Evaluated by the leader; each bounded by its `timeout`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<Gate>,
+
+    /// How the leader drains a kubelet-bearing node before its update: `Always` (the
+    /// default: every evictable pod is evicted), `IfPossible` (pods that no other node could
+    /// take stay; the node is cordoned all the same) or `Never` (cordoned, not drained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainPolicy>,
+}
+
+/// How the leader drains a kubelet-bearing node before its update.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DrainPolicy {
+    /// Evict every pod that must go (everything but DaemonSet and static pods), waiting for
+    /// PodDisruptionBudgets up to `--drain-timeout`.
+    #[default]
+    Always,
+    /// Evict the pods that have somewhere else to go: another Ready, uncordoned node whose
+    /// `NoSchedule`/`NoExecute` taints the pod tolerates and whose labels match its
+    /// `nodeSelector`. Pods with nowhere to go stay on the cordoned node, and the node's
+    /// status says which (a single-node cluster updates without a drain).
+    IfPossible,
+    /// Cordon the node, evict nothing.
+    Never,
+}
+
+impl DrainPolicy {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "Always",
+            Self::IfPossible => "IfPossible",
+            Self::Never => "Never",
+        }
+    }
+}
+
+impl fmt::Display for DrainPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl JsonSchema for DrainPolicy {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DrainPolicy".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::schema::string_enum(
+            "How the leader drains a kubelet-bearing node before its update: Always \
+             (default), IfPossible (pods no other node could take stay) or Never (cordon \
+             only).",
+            ["Always", "IfPossible", "Never"].into_iter(),
+        )
+    }
 }
 
 /// Download an airgap image bundle onto workers.
@@ -780,6 +834,12 @@ pub struct TargetStatus {
     /// `autopilot.k0sproject.io/k0s-version` then), what a rollback puts back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+
+    /// How the leader's drain left the node when it did not evict every pod (`drain:
+    /// IfPossible` or `Never`), for example `cordoned, not drained: no other node can take
+    /// pods default/web-0`. Kept after the node completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<String>,
 }
 
 impl TargetStatus {
@@ -793,6 +853,7 @@ impl TargetStatus {
             reason: None,
             checks: Vec::new(),
             from: None,
+            drain: None,
         }
     }
 }

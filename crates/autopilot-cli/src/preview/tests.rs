@@ -182,18 +182,23 @@ fn a_budget_that_allows_no_disruption_blocks_the_drain_of_its_pods_node() {
 }
 
 #[test]
-fn skipping_a_minor_version_and_workers_ahead_of_controllers_are_version_skew() {
+fn version_skew_is_the_engines_refusal_and_the_allow_skew_annotation_lets_it_run() {
     let spec = plan("v1.36.0+k0s.0", &[], &["worker-0"]);
     let report = preview(&spec, &cluster(), &policy(), now());
+    assert_eq!(report.end_state, "Warning");
+    assert!(!report.would_run);
     assert_eq!(
         report.problems,
-        [
-            "worker worker-0 would skip a minor version: v1.34.2+k0s.0 -> v1.36.0+k0s.0 \
-             (update one minor version at a time)",
-            "workers would run v1.36.0+k0s.0, newer than controller controller-0 \
-             (v1.34.2+k0s.0), which the plan does not update: controllers go first",
-        ]
+        ["the plan would end Warning: commands[0].k0supdate.version: v1.36.0+k0s.0 breaks \
+             the version skew rules: [worker-newer-than-controller] worker worker-0 would run \
+             v1.36.0+k0s.0, newer than controller controller-0 (v1.34.2+k0s.0); update the \
+             controllers to v1.36 first (controllers go first). To run the plan anyway, \
+             annotate it autopilot.k0sproject.io/allow-skew=preview"]
     );
+    let allowed = preview_allowing_skew(&spec, Some("preview"), &cluster(), &policy(), now());
+    assert!(allowed.would_run, "{:?}", allowed.problems);
+    let other = preview_allowing_skew(&spec, Some("another"), &cluster(), &policy(), now());
+    assert!(!other.would_run);
     // A patch release for workers alone is fine.
     let spec = plan("v1.34.3+k0s.0", &[], &["worker-0"]);
     assert!(preview(&spec, &cluster(), &policy(), now()).would_run);
@@ -261,14 +266,6 @@ fn the_engine_refusals_removed_apis_and_excluded_kinds_are_problems() {
     assert!(report.problems[0].contains("--exclude-from-plans"), "{:?}", report.problems);
 }
 
-#[test]
-fn k0s_versions_read_as_releases() {
-    assert_eq!(release("v1.35.1+k0s.0"), Some((1, 35, 1)));
-    assert_eq!(release("v1.35.0-rc.1+k0s.0"), Some((1, 35, 0)));
-    assert_eq!(release("1.34"), Some((1, 34, 0)));
-    assert_eq!(release("latest"), None);
-}
-
 /// The preview's lookups on fixed tables, recording every question.
 #[derive(Default)]
 struct Recorded {
@@ -313,7 +310,9 @@ impl Answer for Recorded {
 
 /// `run`'s resolve loop over `spec` on `cluster` (with nothing looked up yet).
 async fn resolved(spec: &PlanSpec, cluster: &Cluster, answerer: &mut Recorded) -> Report {
-    let each_pass = |known: &Answers| pass(What::Plan(spec), cluster, &policy(), now(), known);
+    let each_pass = |known: &Answers| {
+        pass(What::Plan { spec, allow_skew: None }, cluster, &policy(), now(), known)
+    };
     let previewed = resolve::run(Answers::default(), each_pass, answerer).await;
     previewed.expect("no lookup fails").report
 }

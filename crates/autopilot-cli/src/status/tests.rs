@@ -33,6 +33,7 @@ fn target(name: &str, state: TargetState, phase: Option<SignalPhase>, since: &st
         phase,
         reason: None,
         checks: Vec::new(),
+        drain: None,
     }
 }
 

@@ -185,6 +185,7 @@ fn plan_view<'a>(plan: &'a Plan, name: &'a str, uid: &'a str) -> PlanView<'a> {
             .annotations()
             .get(autopilot_api::keys::ANNOTATION_ACCEPT_WARNINGS)
             .map(String::as_str),
+        allow_skew: plan.annotations().get(keys::ANNOTATION_ALLOW_SKEW).map(String::as_str),
     }
 }
 

@@ -6,7 +6,8 @@
 //! A command whose payload no node could verify is refused here, before any node is
 //! signalled ([`super::payload`]), and so is every field the schema lets through but no
 //! node or scheduler could act on ([`field_problems`]): a plan never sends a signal that a
-//! node will refuse.
+//! node will refuse. Last, the versions each `k0supdate` leaves are judged against the
+//! upgrade-path and skew rules ([`super::skew`]), walking the commands in order.
 
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{
@@ -18,6 +19,7 @@ use super::decision::Effect;
 use super::inputs::Inputs;
 use super::payload;
 use super::removed_apis::{RemovedApiUse, blocking_use};
+use super::skew::{self, Fleet};
 use super::targets::{NewCommand, select};
 
 /// Run NewPlan over every command of a freshly started run. Sets the plan state to
@@ -32,6 +34,8 @@ pub(super) fn new_plan(
 ) -> Vec<Effect> {
     let mut warnings = Vec::new();
     let run_id = status.run_id.clone().unwrap_or_default();
+    let plan_id = status.plan_id.clone().unwrap_or_default();
+    let mut fleet = Fleet::observe(inputs);
     for command_status in &mut status.commands {
         let index = command_status.id;
         let outcome = match &command_status.frozen {
@@ -43,9 +47,45 @@ pub(super) fn new_plan(
                 format!("command {index} has no frozen copy in the status"),
             ),
         };
-        let NewCommand { state, description, targets, pods, templates, warnings: command_warnings } =
-            outcome;
+        let NewCommand {
+            mut state,
+            mut description,
+            targets,
+            pods,
+            templates,
+            warnings: command_warnings,
+        } = outcome;
         warnings.extend(command_warnings);
+        // Check 8: the version skew the command leaves, walked over the commands before it.
+        if state == PlanStateType::SchedulableWait
+            && let Some(Command::K0s(k0s)) =
+                command_status.frozen.as_ref().and_then(Command::resolve)
+        {
+            let names = |group: Group| -> Vec<String> {
+                targets
+                    .iter()
+                    .filter(|(g, _)| *g == group)
+                    .flat_map(|(_, statuses)| statuses.iter().map(|t| t.name.clone()))
+                    .collect()
+            };
+            let violations =
+                fleet.update(&k0s.version, &names(Group::Controllers), &names(Group::Workers));
+            let path = format!("commands[{index}].k0supdate");
+            if violations.is_empty() {
+                // Nothing to refuse or allow.
+            } else if skew::allowed(inputs.allow_skew, &plan_id) {
+                warnings.push(skew::allowed_event(&path, &k0s.version, &violations));
+            } else {
+                state = PlanStateType::Warning;
+                description = Some(skew::refusal(
+                    &path,
+                    &k0s.version,
+                    &violations,
+                    &plan_id,
+                    inputs.allow_skew,
+                ));
+            }
+        }
         let frozen = command_status.frozen.clone();
         if let Some(command) = frozen.as_ref().and_then(Command::resolve) {
             for (group, group_targets) in targets {

@@ -37,6 +37,9 @@ pub struct PlanView<'a> {
     /// The value of the Plan's [`keys::ANNOTATION_ROLLBACK`] annotation: the plan id whose
     /// run an operator asked to roll back (DESIGN §15).
     pub rollback: Option<&'a str>,
+    /// The value of the Plan's [`keys::ANNOTATION_ALLOW_SKEW`] annotation: the plan id whose
+    /// version-skew refusals an operator overrides (`super::skew`).
+    pub allow_skew: Option<&'a str>,
 }
 
 /// An operator's steering of a running plan, kept in the Plan's annotations so it survives
@@ -231,6 +234,8 @@ pub(super) struct Inputs<'a> {
     pub(super) accepted_warnings: Option<&'a str>,
     /// The plan id whose run an operator asked to roll back, if any.
     pub(super) rollback: Option<&'a str>,
+    /// The plan id whose version-skew refusals an operator overrides, if any.
+    pub(super) allow_skew: Option<&'a str>,
     /// The Plan's name and uid (the owner of `scheduler` check Pods).
     pub(super) plan_name: &'a str,
     pub(super) plan_uid: &'a str,
@@ -248,6 +253,7 @@ impl<'a> Inputs<'a> {
             steering: plan.steering,
             accepted_warnings: plan.accepted_warnings,
             rollback: plan.rollback,
+            allow_skew: plan.allow_skew,
             plan_name: plan.name,
             plan_uid: plan.uid,
         }

@@ -16,6 +16,7 @@
 //! - [`removed_apis`]: the removed-API table and the pre-check decision.
 //! - `payload` (private): which platform entries no node could verify, refused or warned
 //!   about at NewPlan (`Policy::allow_unverified_payloads`).
+//! - [`skew`]: the upgrade-path and version skew rules NewPlan judges a plan by.
 //! - [`rollout`]: a dry run of [`step`] over a spec on a snapshot (`k0s autopilot preview`).
 //! - [`resolve`]: ask, then step again: the one loop that looks up what a pass needs, for
 //!   the reconcile ([`resolve()`]) and the preview ([`resolve::run`]).
@@ -32,6 +33,7 @@ pub mod removed_apis;
 pub mod resolve;
 pub mod rollout;
 pub mod selector;
+pub mod skew;
 
 pub mod budget;
 mod checks;

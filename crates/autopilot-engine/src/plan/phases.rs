@@ -439,8 +439,12 @@ pub mod reasons {
     /// far it got.
     pub const ROLLING_BACK: &str = "RollingBack";
 
+    /// A run started although a command breaks the version skew rules: the Plan's
+    /// `allow-skew` annotation names its id (`super::super::skew`).
+    pub const VERSION_SKEW_ALLOWED: &str = "VersionSkewAllowed";
+
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 22] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -462,6 +466,7 @@ pub mod reasons {
         PREFLIGHT_RUNNING,
         PREFLIGHT_WARNINGS,
         ROLLING_BACK,
+        VERSION_SKEW_ALLOWED,
     ];
 }
 

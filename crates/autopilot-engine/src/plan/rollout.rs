@@ -66,8 +66,20 @@ pub struct Rollout {
 /// targets are not ready now is the caller's to report; the rollout shows the order once
 /// they are. `observed.readiness` is not read.
 pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rollout {
+    rollout_allowing_skew(spec, None, observed, policy)
+}
+
+/// [`rollout`] of a Plan whose [`keys::ANNOTATION_ALLOW_SKEW`] annotation has the value
+/// `allow_skew` (the engine runs a plan that breaks the version skew rules only when it names
+/// the plan's id, `super::skew`).
+pub fn rollout_allowing_skew(
+    spec: &PlanSpec,
+    allow_skew: Option<&str>,
+    observed: &Observed<'_>,
+    policy: &Policy,
+) -> Rollout {
     dry_run(
-        &Start { uid: "preview", generation: 1, status: None, rollback: None },
+        &Start { uid: "preview", generation: 1, status: None, rollback: None, allow_skew },
         spec,
         observed,
         policy,
@@ -97,6 +109,7 @@ pub fn rollback(plan: LivePlan<'_>, observed: &Observed<'_>, policy: &Policy) ->
         generation: plan.generation,
         status: Some(plan.status.clone()),
         rollback: plan.status.plan_id.as_deref(),
+        allow_skew: None,
     };
     dry_run(&start, plan.spec, observed, policy)
 }
@@ -107,6 +120,8 @@ struct Start<'a> {
     generation: i64,
     status: Option<PlanStatus>,
     rollback: Option<&'a str>,
+    /// The allow-skew annotation (a rollback starts no run, so none).
+    allow_skew: Option<&'a str>,
 }
 
 fn dry_run(
@@ -142,6 +157,7 @@ fn dry_run(
             status: status.as_ref(),
             steering: Steering::default(),
             accepted_warnings: None,
+            allow_skew: start.allow_skew,
         };
         let snapshot = Observed {
             gate_answers: &gate_answers,

@@ -16,6 +16,7 @@ mod rollback;
 mod rollout;
 mod runs;
 mod schedule;
+mod skew;
 mod steering;
 mod support;
 mod targets;
@@ -114,7 +115,7 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
                 "flowschemas",
                 "flowcontrol.apiserver.k8s.io",
                 "v1beta3",
-                "v1.32.0",
+                "v1.31.0",
                 2,
             )),
         ),

@@ -529,6 +529,7 @@ pub fn plan_spec(
     let k0s_update = |forceupdate: bool, targets: PlanCommandTargets| PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
             gates: Vec::new(),
+            drain: None,
             version: version.clone(),
             forceupdate,
             platforms: answer.k0s.clone(),

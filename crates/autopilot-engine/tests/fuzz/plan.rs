@@ -142,6 +142,7 @@ fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
         status: None,
         steering: Steering { paused, aborted: false },
         accepted_warnings: None,
+        allow_skew: None,
     };
     step(view, &observed, &policy(exclude_workers))
 }

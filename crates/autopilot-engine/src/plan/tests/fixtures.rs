@@ -49,6 +49,8 @@ pub struct PlanFixture {
     pub accepted_warnings: Option<String>,
     /// The rollback annotation's value.
     pub rollback: Option<String>,
+    /// The allow-skew annotation's value.
+    pub allow_skew: Option<String>,
 }
 
 impl PlanFixture {
@@ -62,6 +64,7 @@ impl PlanFixture {
             steering: Steering::default(),
             accepted_warnings: None,
             rollback: None,
+            allow_skew: None,
         }
     }
 
@@ -83,6 +86,12 @@ impl PlanFixture {
     /// The accept-warnings annotation with `id`.
     pub fn accepting_warnings(mut self, id: &str) -> Self {
         self.accepted_warnings = Some(id.to_owned());
+        self
+    }
+
+    /// The allow-skew annotation naming plan `id`.
+    pub fn allowing_skew(mut self, id: &str) -> Self {
+        self.allow_skew = Some(id.to_owned());
         self
     }
 
@@ -131,6 +140,7 @@ impl PlanFixture {
             status: self.status.as_ref(),
             steering: self.steering,
             accepted_warnings: self.accepted_warnings.as_deref(),
+            allow_skew: self.allow_skew.as_deref(),
         }
     }
 
@@ -214,6 +224,11 @@ pub struct ClusterFixture {
 /// The version every fixture node runs until it updates.
 pub const RUNNING: &str = "v1.30.0+k0s.0";
 
+/// The version every fixture ControlNode publishes: one minor ahead of the workers, as a
+/// cluster is after its controllers were updated (so a plan of workers alone to `v1.31` keeps
+/// to the version skew rules).
+pub const CONTROLLER_RUNNING: &str = "v1.31.0+k0s.0";
+
 fn object(name: &str) -> TargetObject {
     TargetObject {
         gate_check: Default::default(),
@@ -247,7 +262,9 @@ impl ClusterFixture {
     /// ControlNodes (linux-amd64) whose `/readyz` answers.
     pub fn controllers<const N: usize>(mut self, names: [&str; N]) -> Self {
         for name in names {
-            self.control_nodes.insert(name.to_owned(), object(name));
+            let control_node =
+                TargetObject { version: Some(CONTROLLER_RUNNING.to_owned()), ..object(name) };
+            self.control_nodes.insert(name.to_owned(), control_node);
             self.readyz.insert(name.to_owned(), Readiness::Ready);
         }
         self

@@ -241,7 +241,7 @@ fn build(scenario: &Scenario) -> Sim {
     let mut plan = PlanFixture::without_commands();
     for shape in &scenario.commands {
         if shape.k0s {
-            plan = plan.then_k0s_update("v1.35.1+k0s.0");
+            plan = plan.then_k0s_update("v1.31.1+k0s.0");
             let k0s =
                 plan.spec.commands.last_mut().and_then(|c| c.k0supdate.as_mut()).expect("k0s");
             k0s.forceupdate = shape.forced;
@@ -250,7 +250,7 @@ fn build(scenario: &Scenario) -> Sim {
                 .map(|target| shaped(target, shape));
             k0s.gates.extend(shape.gate.map(|(batch, rollback)| health_gate(batch, rollback)));
         } else {
-            plan = plan.then_airgap_update("v1.35.1+k0s.0");
+            plan = plan.then_airgap_update("v1.31.1+k0s.0");
             let airgap = plan
                 .spec
                 .commands

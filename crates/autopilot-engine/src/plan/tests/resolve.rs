@@ -147,7 +147,7 @@ fn unprobed_controllers_are_probed_once_and_their_answers_used() {
 fn the_removed_apis_a_new_run_waits_for_are_looked_up_once_and_used() {
     let sim = one_airgap_worker();
     let blocking =
-        removed_api("removedcrds", "k0s.k0sproject.example.com", "v1beta1", "v1.35.0", 1);
+        removed_api("removedcrds", "k0s.k0sproject.example.com", "v1beta1", "v1.31.0", 1);
     let mut answerer = Counting { uses: vec![blocking], ..Counting::default() };
     let transition = resolve_on(&sim, &mut answerer).expect("no lookup fails");
     assert_eq!(answerer.removed, [names(&[V])]);

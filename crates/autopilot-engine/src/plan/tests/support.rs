@@ -13,7 +13,7 @@ use crate::plan::ObjectKind;
 use ObjectKind::ControlNode;
 use PlanStateType as P;
 
-pub(super) const V: &str = "v1.35.1+k0s.0";
+pub(super) const V: &str = "v1.31.1+k0s.0";
 
 pub(super) fn minutes(n: u64) -> Duration {
     Duration::from_secs(60 * n)

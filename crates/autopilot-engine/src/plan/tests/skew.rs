@@ -1,0 +1,248 @@
+//! The upgrade-path and version skew rules of NewPlan (`crate::plan::skew`): each rule, its
+//! boundary, pre-existing skew, the walk over several commands, and the allow-skew
+//! annotation (which counts only when it names the plan's id).
+
+use autopilot_api::v1beta2::PlanStateType as P;
+
+use super::fixtures::*;
+use crate::plan::EventKind;
+use crate::plan::phases::reasons;
+use crate::plan::skew::{Minor, rules};
+
+const C31: &str = "v1.31.0+k0s.0";
+
+/// Controllers `c1`, `c2` and workers `w1`, `w2`, every node at `v1.31.0`.
+fn cluster() -> ClusterFixture {
+    ClusterFixture::new()
+        .controllers(["c1", "c2"])
+        .workers(["w1", "w2"])
+        .running("w1", C31)
+        .running("w2", C31)
+}
+
+/// The first pass of `plan` on `cluster`: the plan state and command 0's description.
+fn new_plan(plan: PlanFixture, cluster: ClusterFixture) -> (P, String, Sim) {
+    let mut sim = Sim::new(plan, cluster);
+    sim.pass();
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    (sim.plan.state(), description, sim)
+}
+
+fn refused(plan: PlanFixture, cluster: ClusterFixture) -> String {
+    let (state, description, sim) = new_plan(plan, cluster);
+    assert_eq!(state, P::Warning, "{description}");
+    assert!(sim.plan.status().commands.iter().all(|c| c.state != P::Schedulable));
+    description
+}
+
+fn runs(plan: PlanFixture, cluster: ClusterFixture) {
+    let (state, description, _) = new_plan(plan, cluster);
+    assert_eq!(state, P::SchedulableWait, "{description}");
+}
+
+#[test]
+fn a_controller_that_would_skip_a_minor_version_is_refused_naming_the_version_to_go_through() {
+    let plan = PlanFixture::k0s_update("v1.33.2+k0s.0").controllers(["c1", "c2"]);
+    let description = refused(plan, cluster().running("w1", "v1.30.0+k0s.0"));
+    assert!(
+        description.starts_with(
+            "commands[0].k0supdate.version: v1.33.2+k0s.0 breaks the version skew rules: \
+             [controller-minor-skip] controllers c1, c2 would go from v1.31.0+k0s.0 to \
+             v1.33.2+k0s.0 in one step, skipping v1.32; update them to a v1.32 release first"
+        ),
+        "{description}"
+    );
+    assert!(
+        description.ends_with(
+            "To run the plan anyway, annotate it autopilot.k0sproject.io/allow-skew=id123"
+        ),
+        "{description}"
+    );
+    // Boundary: one minor version up is the path.
+    runs(PlanFixture::k0s_update("v1.32.5+k0s.0").controllers(["c1", "c2"]), cluster());
+}
+
+#[test]
+fn skipping_several_minor_versions_names_the_range_and_the_first_to_go_through() {
+    let plan = PlanFixture::k0s_update("v1.35.0+k0s.0").controllers(["c1"]);
+    let description = refused(plan, ClusterFixture::new().controllers(["c1"]));
+    assert!(
+        description.contains(
+            "controller c1 would go from v1.31.0+k0s.0 to v1.35.0+k0s.0 in one step, skipping \
+             v1.32 to v1.34; update it to a v1.32 release first"
+        ),
+        "{description}"
+    );
+}
+
+#[test]
+fn workers_newer_than_a_controller_are_refused_naming_the_controller_and_the_version() {
+    let plan = PlanFixture::k0s_update("v1.32.0+k0s.0").workers(["w1", "w2"]);
+    let description = refused(plan, cluster());
+    assert!(
+        description.contains(
+            "[worker-newer-than-controller] workers w1, w2 would run v1.32.0+k0s.0, newer than \
+             controller c1 (v1.31.0+k0s.0); update the controllers to v1.32 first (controllers \
+             go first)"
+        ),
+        "{description}"
+    );
+    assert!(description.contains("newer than controller c2"), "{description}");
+    // Boundary: a patch release of the controllers' minor version is fine for workers.
+    runs(PlanFixture::k0s_update("v1.31.9+k0s.2").workers(["w1", "w2"]), cluster());
+    // And controllers first, then workers, in one command, is the path.
+    runs(
+        PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["c1", "c2"]).workers(["w1", "w2"]),
+        cluster(),
+    );
+}
+
+#[test]
+fn a_controller_left_behind_counts_even_when_the_others_go_first() {
+    let plan = PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["c1"]).workers(["w1"]);
+    let description = refused(plan, cluster());
+    assert!(description.contains("worker w1 would run v1.32.0+k0s.0, newer than controller c2"));
+    assert!(!description.contains("controller c1 ("), "{description}");
+}
+
+#[test]
+fn workers_more_than_one_minor_behind_are_refused_naming_the_version_for_the_workers() {
+    let old = cluster().running("w1", "v1.30.4+k0s.0").running("w2", "v1.30.4+k0s.0");
+    let plan = PlanFixture::k0s_update("v1.32.1+k0s.0").controllers(["c1", "c2"]);
+    let description = refused(plan, old);
+    assert!(
+        description.contains(
+            "[worker-too-old] workers w1, w2 (v1.30.4+k0s.0) would be 2 minor versions behind \
+             controller c1 (v1.32.1+k0s.0); update the workers to v1.31 first"
+        ),
+        "{description}"
+    );
+    // Boundary: one minor behind is fine.
+    runs(PlanFixture::k0s_update("v1.32.1+k0s.0").controllers(["c1", "c2"]), cluster());
+}
+
+#[test]
+fn controllers_more_than_one_minor_apart_are_refused_naming_the_one_to_update_first() {
+    let apart = cluster().running("c2", "v1.30.0+k0s.0").running("w1", "v1.30.0+k0s.0");
+    let apart = apart.running("w2", "v1.30.0+k0s.0");
+    let plan = PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["c1"]);
+    let description = refused(plan, apart.clone());
+    assert!(
+        description.contains(
+            "[controller-skew] controller c2 (v1.30.0+k0s.0) would be 2 minor versions behind \
+             controller c1 (v1.32.0+k0s.0); update c2 to v1.31 first"
+        ),
+        "{description}"
+    );
+    // Boundary: one minor apart is fine (c2 at v1.31 while c1 goes to v1.32).
+    runs(PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["c1"]), cluster());
+}
+
+#[test]
+fn a_skew_the_plan_found_and_does_not_deepen_does_not_refuse_it() {
+    // w1 is already two minor versions behind; the plan updates w2 within the rules, and
+    // then w1 one step closer.
+    let skewed = cluster().running("c1", "v1.32.0+k0s.0").running("c2", "v1.32.0+k0s.0");
+    let skewed = skewed.running("w1", "v1.30.0+k0s.0");
+    runs(PlanFixture::k0s_update("v1.32.0+k0s.0").workers(["w2"]), skewed.clone());
+    runs(PlanFixture::k0s_update("v1.31.5+k0s.0").workers(["w1"]), skewed);
+}
+
+#[test]
+fn the_commands_are_walked_in_order() {
+    // Controllers, then workers, in two commands: the path.
+    let ordered = PlanFixture::k0s_update("v1.32.0+k0s.0")
+        .controllers(["c1", "c2"])
+        .then_k0s_update("v1.32.0+k0s.0")
+        .workers(["w1", "w2"]);
+    runs(ordered, cluster());
+    // Workers first: refused at the first command, nothing signalled.
+    let reversed = PlanFixture::k0s_update("v1.32.0+k0s.0")
+        .workers(["w1", "w2"])
+        .then_k0s_update("v1.32.0+k0s.0")
+        .controllers(["c1", "c2"]);
+    let description = refused(reversed, cluster());
+    assert!(description.contains("worker-newer-than-controller"), "{description}");
+    // Two steps of one minor each for the controllers: the second command skips from where
+    // the first one left them, so it does not.
+    let two_steps = PlanFixture::k0s_update("v1.32.0+k0s.0")
+        .controllers(["c1", "c2"])
+        .workers(["w1", "w2"])
+        .then_k0s_update("v1.33.0+k0s.0")
+        .controllers(["c1", "c2"])
+        .workers(["w1", "w2"]);
+    runs(two_steps, cluster());
+    // A skip in the second command refuses the plan there, before the first signals anyone.
+    let late = PlanFixture::k0s_update("v1.32.0+k0s.0")
+        .controllers(["c1", "c2"])
+        .then_k0s_update("v1.34.0+k0s.0")
+        .controllers(["c1", "c2"]);
+    let (state, _, sim) = new_plan(late, cluster());
+    assert_eq!(state, P::Warning);
+    assert_eq!(sim.plan.command(0).state, P::SchedulableWait);
+    let second = sim.plan.command(1).description.clone().unwrap_or_default();
+    assert!(second.starts_with("commands[1].k0supdate.version: v1.34.0+k0s.0"), "{second}");
+    assert!(second.contains("from v1.32.0+k0s.0 to v1.34.0+k0s.0"), "{second}");
+}
+
+#[test]
+fn nodes_without_a_version_and_versions_that_do_not_parse_are_not_judged() {
+    // The fixture's workers publish v1.30.0 unless told otherwise; drop w1's.
+    let mut unknown = cluster();
+    unknown.nodes.get_mut("w1").expect("w1").version = None;
+    unknown = unknown.running("w2", "nightly");
+    runs(PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["c1", "c2"]), unknown);
+}
+
+#[test]
+fn a_controller_worker_is_judged_once_as_a_controller() {
+    let both = ClusterFixture::new().controller_workers(["cw1"]).running("cw1", C31);
+    runs(PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["cw1"]), both.clone());
+    let description = refused(PlanFixture::k0s_update("v1.33.0+k0s.0").controllers(["cw1"]), both);
+    assert!(description.contains("controller cw1 would go from"), "{description}");
+}
+
+#[test]
+fn the_allow_skew_annotation_naming_the_plan_id_lets_the_plan_run_with_a_warning_event() {
+    let plan = PlanFixture::k0s_update("v1.33.0+k0s.0").controllers(["c1", "c2"]);
+    let mut sim = Sim::new(plan.allowing_skew(" id123 "), cluster());
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    let allowed: Vec<_> = events(&t)
+        .into_iter()
+        .filter(|(_, reason, _)| *reason == reasons::VERSION_SKEW_ALLOWED)
+        .collect();
+    assert_eq!(allowed.len(), 1, "{:?}", events(&t));
+    assert_eq!(allowed[0].0, EventKind::Warning);
+    assert!(
+        allowed[0].2.contains("[controller-minor-skip] controllers c1, c2"),
+        "{}",
+        allowed[0].2
+    );
+}
+
+#[test]
+fn the_allow_skew_annotation_naming_another_plan_id_does_not_count_and_the_refusal_says_so() {
+    let plan = PlanFixture::k0s_update("v1.33.0+k0s.0").controllers(["c1", "c2"]);
+    let description = refused(plan.allowing_skew("an-earlier-plan"), cluster());
+    assert!(
+        description.ends_with(
+            "annotate it autopilot.k0sproject.io/allow-skew=id123 (the annotation names plan \
+             id \"an-earlier-plan\", not this plan's id \"id123\")"
+        ),
+        "{description}"
+    );
+}
+
+#[test]
+fn an_airgap_bundle_changes_no_version() {
+    runs(PlanFixture::airgap_update("v1.35.0+k0s.0").workers(["w1"]), cluster());
+}
+
+#[test]
+fn minor_lines_read_any_build_and_prerelease_and_every_rule_has_a_name() {
+    assert_eq!(Minor::of("v1.35.1+k0s.0").map(|m| m.to_string()).as_deref(), Some("v1.35"));
+    assert_eq!(Minor::of("1.35.0-rc.1+k0s.0"), Minor::of("v1.35.9"));
+    assert_eq!(Minor::of("latest"), None);
+    assert_eq!(rules::ALL.len(), 4);
+}
