@@ -13,7 +13,7 @@
 //! the check), leadership is lost, or the updater stops. Deleting an UpdateConfig never waits
 //! for a silent update server.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -448,6 +448,16 @@ struct Check {
     config: Arc<UpdateConfig>,
 }
 
+/// What a check reads of the cluster's nodes.
+struct Fleet {
+    /// Which payloads some node requires signed.
+    signatures: decide::Signatures,
+    /// Every ControlNode, by name.
+    control_nodes: BTreeMap<String, autopilot_engine::plan::TargetObject>,
+    /// Every Node (from its metadata), by name.
+    nodes: BTreeMap<String, autopilot_engine::plan::TargetObject>,
+}
+
 /// What one check ended with, for the Event and the log.
 struct Outcome {
     reason: &'static str,
@@ -479,11 +489,12 @@ impl Check {
             Ok(answer) => answer,
             Err(err) => return Outcome::server_error(text::error_chain(&err)),
         };
-        let signatures = match self.signatures().await {
-            Ok(signatures) => signatures,
+        let fleet = match self.fleet().await {
+            Ok(fleet) => fleet,
             Err(err) => {
                 return Outcome::server_error(format!(
-                    "cannot read which keys the nodes require: {err}"
+                    "cannot read the Nodes and ControlNodes (the keys they require, the \
+                     versions they run): {err}"
                 ));
             }
         };
@@ -495,7 +506,9 @@ impl Check {
             answer: &answer,
             plan: plan.as_ref(),
             allow_unverified_payloads: self.process.allow_unverified_payloads,
-            signatures,
+            signatures: fleet.signatures,
+            control_nodes: &fleet.control_nodes,
+            nodes: &fleet.nodes,
         });
         let opens_at = match &decision {
             Decision::OutsideWindow { opens_at, .. } => *opens_at,
@@ -513,6 +526,7 @@ impl Check {
             | Decision::AlreadyPlanned { .. }
             | Decision::RolledBackVersion { .. }
             | Decision::UnverifiedPayload { .. }
+            | Decision::VersionSkew { .. }
             | Decision::Invalid(_) => Ok(()),
         };
         if let Err(err) = written {
@@ -526,22 +540,36 @@ impl Check {
         }
     }
 
-    /// Which payloads some node requires signed: the keys the Nodes and ControlNodes
-    /// publish (their metadata only is listed).
-    async fn signatures(&self) -> Result<decide::Signatures, kube::Error> {
-        let mut signatures = decide::Signatures::default();
+    /// The Nodes (their metadata only) and ControlNodes as the Plan engine sees them, and
+    /// which payloads some node requires signed (the keys they publish).
+    async fn fleet(&self) -> Result<Fleet, kube::Error> {
+        use autopilot_engine::snapshot;
+        use k8s_openapi::api::core::v1::Node;
         let params = kube::api::ListParams::default();
-        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(self.client.clone());
+        let nodes = Api::<Node>::all(self.client.clone());
         let control_nodes = Api::<autopilot_api::v1beta2::ControlNode>::all(self.client.clone());
-        let node_metas = nodes.list_metadata(&params).await?.items.into_iter().map(|m| m.metadata);
-        let control_node_metas =
-            control_nodes.list_metadata(&params).await?.items.into_iter().map(|m| m.metadata);
-        for meta in node_metas.chain(control_node_metas) {
-            let required = autopilot_engine::snapshot::required_keys(&meta);
-            signatures.payloads |= !required.payloads.is_empty();
-            signatures.bundles |= !required.bundles.is_empty();
+        let nodes: BTreeMap<String, _> = nodes
+            .list_metadata(&params)
+            .await?
+            .items
+            .into_iter()
+            .map(|m| snapshot::node_object(&Node { metadata: m.metadata, ..Node::default() }))
+            .map(|object| (object.name.clone(), object))
+            .collect();
+        let control_nodes: BTreeMap<String, _> = control_nodes
+            .list(&params)
+            .await?
+            .items
+            .iter()
+            .map(snapshot::control_node_object)
+            .map(|object| (object.name.clone(), object))
+            .collect();
+        let mut signatures = decide::Signatures::default();
+        for object in nodes.values().chain(control_nodes.values()) {
+            signatures.payloads |= !object.required_keys.payloads.is_empty();
+            signatures.bundles |= !object.required_keys.bundles.is_empty();
         }
-        Ok(signatures)
+        Ok(Fleet { signatures, control_nodes, nodes })
     }
 
     /// Ask the update server what it offers (with `token`, if any), in the strategy's way:

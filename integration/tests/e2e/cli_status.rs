@@ -143,7 +143,8 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
         .unwrap();
     eprintln!("the screen mid-update:\n{mid}");
     assert!(mid.contains("Plan autopilot: SchedulableWait   id status"), "{mid}");
-    assert!(mid.contains("Command 1/1: k0supdate to v0.0.0: SchedulableWait"), "{mid}");
+    let heading = format!("Command 1/1: k0supdate to {FORCED_VERSION}: SchedulableWait");
+    assert!(mid.contains(&heading), "{mid}");
     assert!(mid.contains("Progress: 1/4 node updates (25%), 2 in flight   ETA "), "{mid}");
     assert!(mid.contains("(mean ") && mid.contains("per node over 1 update(s))"), "{mid}");
     assert!(mid.contains("NodeSignalled"), "the plan's Events are shown:\n{mid}");

@@ -43,7 +43,7 @@ async fn a_spec_edit_waits_for_the_run_to_end_and_then_starts_a_new_run() {
 
     // Edit the spec mid-run (a new version): not applied, and the plan says so.
     let edit = json!({ "spec": { "commands": [{ "k0supdate": {
-        "version": "v9.9.9+k0s.0",
+        "version": "v1.35.9+k0s.0",
         "forceupdate": true,
         "platforms": current_platforms(),
         "targets": { "workers": { "discovery": { "static": { "nodes": ["worker-0"] } } } },
@@ -78,7 +78,7 @@ async fn a_spec_edit_waits_for_the_run_to_end_and_then_starts_a_new_run() {
         .iter()
         .filter_map(|s| s.command.k0supdate.as_ref().map(|u| u.version.as_str()))
         .collect();
-    assert_eq!(versions, [FORCED_VERSION, "v9.9.9+k0s.0"], "one signal per run:\n{log}");
+    assert_eq!(versions, [FORCED_VERSION, "v1.35.9+k0s.0"], "one signal per run:\n{log}");
     assert!(signals.iter().all(|s| s.plan_id == "same-id"), "{log}");
     assert!(log.duplicate_signals().is_empty(), "{:?}", log.duplicate_signals());
 }

@@ -31,10 +31,11 @@ pub const PLAN_TIMEOUT: Duration = Duration::from_secs(90);
 pub const FAST_ELECTION: &[&str] =
     &["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
 
-/// The version forced updates go to. The responder plays the nodes, so nothing checks it;
-/// like k0s' own scenarios (`v0.0.0` + `forceupdate`), forcing keeps the removed-API check
-/// out of scenarios that are not about it.
-pub const FORCED_VERSION: &str = "v0.0.0";
+/// The version forced updates go to: the version the fleet's nodes run (the default build's),
+/// so a plan of any nodes keeps to the version skew rules. The responder plays the nodes, so
+/// nothing else checks it; forcing keeps the removed-API check out of scenarios that are not
+/// about it.
+pub const FORCED_VERSION: &str = "v1.35.0+k0s.0";
 
 /// A version newer than every API removal the cluster could hit (the control plane serves
 /// Kubernetes 1.35, which no longer serves any API in the removed-API table below v99).

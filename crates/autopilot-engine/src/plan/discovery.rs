@@ -513,7 +513,7 @@ fn limits_problems(path: &str, group: Group, limits: &PlanCommandTargetLimits) -
 /// must both match; `selector: {}` selects every object of the kind. For k0s workers, a Node
 /// that is also a ControlNode with a usable platform is a controller+worker and is updated
 /// as a controller only (REF §4.3 rule 3).
-fn discover(
+pub(super) fn discover(
     inputs: &Inputs<'_>,
     command: Command<'_>,
     group: Group,

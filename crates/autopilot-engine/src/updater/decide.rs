@@ -23,6 +23,12 @@
 //!    `https://` URL, else the Plan is not created ([`Decision::UnverifiedPayload`]); the
 //!    controller would refuse it anyway (DESIGN §11), and an operator learns why here, on
 //!    the UpdateConfig, instead of from a refused Plan.
+//!    The generated Plan must also keep to the version skew rules NewPlan judges by
+//!    ([`crate::plan::skew`], on the Nodes and ControlNodes the shell read): a controller
+//!    does not skip a minor version, no worker ends newer than a controller or more than one
+//!    minor behind, controllers stay within one minor. Else no Plan is written
+//!    ([`Decision::VersionSkew`]): the server's index names one version, and the updater
+//!    does not invent an upgrade path through others.
 //! 6. A Plan that was rolled back (DESIGN §15) to move off the offered version holds that
 //!    version back ([`Decision::RolledBackVersion`]): it is not proposed again until the
 //!    server offers another one, or an operator deletes the Plan (which clears the mark).
@@ -39,9 +45,13 @@ use autopilot_api::v1beta2::{
     PlanCommandTargetDiscoverySelector, PlanCommandTargets, PlanResourceUrl, PlanSpec,
     PlanStateType, UpdateConfigSpec, UpgradeStrategy, UpgradeStrategyType,
 };
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use thiserror::Error;
+
+use crate::plan::TargetObject;
 
 use crate::updater::channel::ChannelAnswer;
 use crate::updater::cron::Schedule;
@@ -168,6 +178,10 @@ pub struct Inputs<'a> {
     /// require): those get `signatureURL: <url>.sig`, where k0s publishes each release
     /// binary's signature (the index has no signature field).
     pub signatures: Signatures,
+    /// Every ControlNode, as the Plan engine sees it (their versions judge the skew).
+    pub control_nodes: &'a BTreeMap<String, TargetObject>,
+    /// Every Node, as the Plan engine sees it.
+    pub nodes: &'a BTreeMap<String, TargetObject>,
 }
 
 /// Which payloads some node requires signed (DESIGN §14).
@@ -256,6 +270,14 @@ pub enum Decision {
         /// Each such entry, as `<k0s|airgap> <platform> (<url>)`, sorted.
         entries: Vec<String>,
     },
+    /// The generated Plan would break the version skew rules (rule 5 of the module docs):
+    /// the Plan engine would refuse it, so it is not written.
+    VersionSkew {
+        /// The offered version.
+        offered: String,
+        /// NewPlan's refusal of each command that breaks them.
+        problems: Vec<String>,
+    },
     /// The UpdateConfig or the server's answer cannot be used; the message says why.
     Invalid(String),
 }
@@ -276,13 +298,15 @@ pub mod reasons {
     pub const PLAN_CREATED: &str = "PlanCreated";
     /// [`super::Decision::UnverifiedPayload`].
     pub const UNVERIFIED_PAYLOAD: &str = "UnverifiedPayload";
+    /// [`super::Decision::VersionSkew`].
+    pub const VERSION_SKEW: &str = "VersionSkew";
     /// [`super::Decision::Invalid`].
     pub const INVALID: &str = "InvalidUpdateConfig";
     /// For the shell: the update server could not be reached or answered badly.
     pub const SERVER_ERROR: &str = "UpdateServerError";
 
     /// Every reason.
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 10] = [
         UP_TO_DATE,
         OUTSIDE_WINDOW,
         PLAN_RUNNING,
@@ -290,6 +314,7 @@ pub mod reasons {
         ROLLED_BACK_VERSION,
         PLAN_CREATED,
         UNVERIFIED_PAYLOAD,
+        VERSION_SKEW,
         INVALID,
         SERVER_ERROR,
     ];
@@ -306,6 +331,7 @@ impl Decision {
             | Self::AlreadyPlanned { .. }
             | Self::RolledBackVersion { .. }
             | Self::UnverifiedPayload { .. }
+            | Self::VersionSkew { .. }
             | Self::Invalid(_) => None,
         }
     }
@@ -314,7 +340,7 @@ impl Decision {
     /// `warn` log line) rather than progress.
     pub fn is_problem(&self) -> bool {
         match self {
-            Self::UnverifiedPayload { .. } | Self::Invalid(_) => true,
+            Self::UnverifiedPayload { .. } | Self::VersionSkew { .. } | Self::Invalid(_) => true,
             Self::UpToDate { .. }
             | Self::OutsideWindow { .. }
             | Self::PlanRunning { .. }
@@ -335,6 +361,7 @@ impl Decision {
             Self::RolledBackVersion { .. } => reasons::ROLLED_BACK_VERSION,
             Self::CreatePlan(_) | Self::ReplacePlan { .. } => reasons::PLAN_CREATED,
             Self::UnverifiedPayload { .. } => reasons::UNVERIFIED_PAYLOAD,
+            Self::VersionSkew { .. } => reasons::VERSION_SKEW,
             Self::Invalid(_) => reasons::INVALID,
         }
     }
@@ -373,6 +400,12 @@ impl Decision {
                 entries.join(", "),
                 if entries.len() == 1 { "it is" } else { "they are" },
             ),
+            Self::VersionSkew { offered, problems } => format!(
+                "not planning {offered}: {}; the update server offers one version and autopilot \
+                 does not plan a path through others: update to the versions named first (by \
+                 hand, or as the server offers them)",
+                problems.join("; ")
+            ),
             Self::Invalid(reason) => reason.clone(),
         }
     }
@@ -389,6 +422,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         plan,
         allow_unverified_payloads,
         signatures,
+        control_nodes,
+        nodes,
     } = *inputs;
 
     // Check 1: the strategy is usable.
@@ -444,6 +479,12 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     let entries = unverified_plain_downloads(&new_spec);
     if !entries.is_empty() && !allow_unverified_payloads {
         return Decision::UnverifiedPayload { offered: answer.version.clone(), entries };
+    }
+
+    // Check 5b: the Plan keeps to the version skew rules, or the engine would refuse it.
+    let problems = crate::plan::skew::problems(&new_spec, control_nodes, nodes);
+    if !problems.is_empty() {
+        return Decision::VersionSkew { offered: answer.version.clone(), problems };
     }
 
     // Check 6: a version the cluster rolled back is not proposed again.

@@ -12,6 +12,9 @@ use jiff::civil::date;
 use super::*;
 
 const RUNNING: &str = "v1.35.1+k0s.0";
+
+/// No Nodes or ControlNodes (nothing to judge version skew on).
+static NO_OBJECTS: BTreeMap<String, TargetObject> = BTreeMap::new();
 const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// Monday 2026-11-23 at `hour:minute` UTC.
@@ -104,6 +107,8 @@ fn run(
         plan,
         allow_unverified_payloads: false,
         signatures: Signatures::default(),
+        control_nodes: &NO_OBJECTS,
+        nodes: &NO_OBJECTS,
     })
 }
 
@@ -310,6 +315,8 @@ fn a_rolled_back_version_is_not_proposed_again_even_with_other_commands() {
         plan: Some(&plan),
         allow_unverified_payloads: false,
         signatures: Signatures { payloads: true, bundles: false },
+        control_nodes: &NO_OBJECTS,
+        nodes: &NO_OBJECTS,
     });
     assert!(matches!(signed, Decision::RolledBackVersion { .. }), "{signed:?}");
     // A newer version is proposed over it.
@@ -529,6 +536,8 @@ fn a_controller_allowing_unverified_payloads_plans_plain_http_downloads_too() {
         plan: None,
         allow_unverified_payloads: true,
         signatures: Signatures::default(),
+        control_nodes: &NO_OBJECTS,
+        nodes: &NO_OBJECTS,
     });
     assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
 }
@@ -692,6 +701,8 @@ fn payloads_the_nodes_require_signed_get_the_sig_beside_them() {
             plan: None,
             allow_unverified_payloads: false,
             signatures,
+            control_nodes: &NO_OBJECTS,
+            nodes: &NO_OBJECTS,
         })
     };
     let Decision::CreatePlan(unsigned) = decide_with(Signatures::default()) else {
@@ -706,4 +717,62 @@ fn payloads_the_nodes_require_signed_get_the_sig_beside_them() {
     for entry in k0s.values() {
         assert_eq!(entry.signature_url, Some(format!("{}.sig", entry.url)));
     }
+}
+
+/// A ControlNode or Node on linux-amd64 that says it runs `version`.
+fn at_version(name: &str, version: &str) -> (String, TargetObject) {
+    let object = TargetObject {
+        name: name.to_owned(),
+        labels: BTreeMap::from([
+            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+            ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+        ]),
+        ready: true,
+        signal: crate::plan::ObservedSignal::None,
+        required_keys: Default::default(),
+        version: Some(version.to_owned()),
+        gate_check: Default::default(),
+    };
+    (name.to_owned(), object)
+}
+
+#[test]
+fn a_version_that_would_break_the_skew_rules_is_not_planned_and_the_event_names_the_rule() {
+    let controllers = BTreeMap::from([at_version("c1", "v1.33.4+k0s.0")]);
+    let nodes = BTreeMap::from([at_version("w1", "v1.33.4+k0s.0")]);
+    let offered = answer("v1.35.3+k0s.0");
+    let decide_on = |offered: &ChannelAnswer| {
+        decide(&Inputs {
+            spec: &monday_window(),
+            now: monday(13, 30),
+            tz: &TimeZone::UTC,
+            running_version: "v1.33.4+k0s.0",
+            answer: offered,
+            plan: None,
+            allow_unverified_payloads: false,
+            signatures: Signatures::default(),
+            control_nodes: &controllers,
+            nodes: &nodes,
+        })
+    };
+    let decision = decide_on(&offered);
+    let Decision::VersionSkew { offered: version, problems } = &decision else {
+        panic!("{decision:?}")
+    };
+    assert_eq!(version, "v1.35.3+k0s.0");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains(
+            "[controller-minor-skip] controller c1 would go from v1.33.4+k0s.0 to \
+             v1.35.3+k0s.0 in one step, skipping v1.34; update it to a v1.34 release first"
+        ),
+        "{problems:?}"
+    );
+    assert!(decision.is_problem());
+    assert_eq!(decision.reason(), reasons::VERSION_SKEW);
+    assert!(decision.message().starts_with("not planning v1.35.3+k0s.0: commands[0]"));
+    assert!(decision.plan_spec().is_none());
+    // One minor version up, controllers and workers together: planned.
+    let next = answer("v1.34.1+k0s.0");
+    assert!(matches!(decide_on(&next), Decision::CreatePlan(_)), "{:?}", decide_on(&next));
 }
