@@ -10,6 +10,10 @@
 //! Node is drained it writes `ApplyingUpdate`. In `UnCordoning` it uncordons nodes autopilot
 //! cordoned and writes `Completed`. Every write carries a resourceVersion precondition.
 //!
+//! How far it drains is the `drain` of the signal's command in the current run
+//! ([`DrainPolicy`]: `Always`, `IfPossible`, `Never`; [`autopilot_engine::cordon`] decides);
+//! a node left with pods goes on to `ApplyingUpdate` with the note as its signal's reason.
+//!
 //! Only signals of the current run are drained: a `Cordoning` signal that names no run, whose
 //! `runId` is not the `status.runId` of the Plan named `autopilot` (or when there is no such
 //! Plan), or that does not match that run's frozen command and targets
@@ -39,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use autopilot_engine::authorize::{self, Role};
-use autopilot_engine::cordon::{self, Blocked, Facts, PlanRun, Run, Step};
+use autopilot_engine::cordon::{self, Blocked, DrainPolicy, Facts, PlanRun, Run, Step};
 use autopilot_engine::snapshot;
 use autopilot_shell::retry::WatchBackoff;
 
@@ -224,9 +228,10 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         span.record("command", data.command.id);
         span.record("phase", phase.map_or("", SignalPhase::as_str));
         let node_name = current.kubelet_node();
-        let run = observe_run::<K>(&ctx.client, &name, &data).await?;
+        let (run, drain) = observe_run::<K>(&ctx.client, &name, &data).await?;
         let (facts, node_version) =
-            observe(&ctx.client, phase, node_name.as_deref(), current.as_node(), run).await?;
+            observe(&ctx.client, phase, node_name.as_deref(), current.as_node(), run, drain)
+                .await?;
         let step = cordon::decide(&facts);
         let node = node_name.unwrap_or_default();
         match step {
@@ -254,8 +259,15 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
             }
             Step::Advance(next) => {
                 ctx.reset(&name);
-                write_phase(&objects, &current, &data, next).await?;
+                write_phase(&objects, &current, &data, next, None).await?;
                 info!(%kind, object = %name, to = %next, "advanced node phase");
+                return Ok(Action::await_change());
+            }
+            Step::Undrained(note) => {
+                ctx.reset(&name);
+                let next = SignalPhase::ApplyingUpdate;
+                write_phase(&objects, &current, &data, next, Some(&note)).await?;
+                info!(%kind, object = %name, %node, %note, "node cordoned, not fully drained");
                 return Ok(Action::await_change());
             }
             Step::Fail(reason) => {
@@ -406,14 +418,19 @@ impl Context {
 /// any platform: the leader does not pick the node's payload again). The Plan is read only
 /// when the decision depends on it ([`cordon::needs_run`]) and the signal names a run;
 /// always from the API server, never from a cache (see the module docs).
+///
+/// With the run comes the `drain` of the signal's command in that run (its frozen copy in the
+/// Plan status; `Always` when the run is not the current one, or the command has none).
 async fn observe_run<K: SignalObject>(
     client: &kube::Client,
     name: &str,
     data: &SignalData,
-) -> Result<Run, Error> {
-    let Some(signal_run) = data.run_id.as_deref() else { return Ok(Run::Unmarked) };
+) -> Result<(Run, DrainPolicy), Error> {
+    let Some(signal_run) = data.run_id.as_deref() else {
+        return Ok((Run::Unmarked, DrainPolicy::Always));
+    };
     if !cordon::needs_run(data.phase()) {
-        return Ok(Run::NotLookedUp);
+        return Ok((Run::NotLookedUp, DrainPolicy::Always));
     }
     let plans: Api<Plan> = Api::all(client.clone());
     let plan = plans
@@ -428,7 +445,15 @@ async fn observe_run<K: SignalObject>(
         },
     };
     let role = if K::kind(&()) == "ControlNode" { Role::Controller } else { Role::Worker };
-    Ok(match plan_run {
+    let drain = plan
+        .as_ref()
+        .and_then(|plan| plan.status.as_ref())
+        .and_then(|status| status.commands.iter().find(|c| c.id == data.command.id))
+        .and_then(|command| command.frozen.as_ref())
+        .and_then(|frozen| frozen.k0supdate.as_ref())
+        .and_then(|k0s| k0s.drain)
+        .unwrap_or_default();
+    let run = match plan_run {
         PlanRun::Run(current) if current == signal_run => {
             match authorize::authorize(
                 plan.as_ref(),
@@ -440,19 +465,29 @@ async fn observe_run<K: SignalObject>(
             }
         }
         plan => Run::Other { signal: signal_run.to_string(), plan },
-    })
+    };
+    let drain = match run {
+        Run::Current => drain,
+        Run::NotLookedUp | Run::Unmarked | Run::Unauthorized(_) | Run::Other { .. } => {
+            DrainPolicy::Always
+        }
+    };
+    Ok((run, drain))
 }
 
 /// Collect the facts for one object, and the resourceVersion of its Node (the precondition
 /// of a cordon or uncordon). The Node is `own_node` when the signal object is that Node (as
 /// the watch or this pass's own re-read delivered it; a stale copy only loses a conflict),
-/// else read with a GET. Pods are listed only while draining a signal that is ours to drain.
+/// else read with a GET. Pods are listed only while draining a signal that is ours to drain,
+/// and the other Nodes (where its pods could go) only when its command's `drain` is
+/// `IfPossible`.
 async fn observe(
     client: &kube::Client,
     phase: Option<SignalPhase>,
     node_name: Option<&str>,
     own_node: Option<&Node>,
     run: Run,
+    drain: DrainPolicy,
 ) -> Result<(Facts, Option<String>), Error> {
     let mut facts = Facts {
         phase,
@@ -462,6 +497,8 @@ async fn observe(
         cordoned_by_autopilot: false,
         pods: Vec::new(),
         run,
+        drain,
+        others: Vec::new(),
     };
     let Some(node_name) = node_name else { return Ok((facts, None)) };
     let fetched;
@@ -485,6 +522,20 @@ async fn observe(
             .await
             .map_err(api(format!("listing the pods of Node {node_name}")))?;
         facts.pods = list.items.iter().map(snapshot::pod_facts).collect();
+        if drain == DrainPolicy::IfPossible && facts.pods.iter().any(|p| p.must_go()) {
+            // The full Nodes (taints, labels, Ready): the watch cache keeps them slimmed.
+            let nodes: Api<Node> = Api::all(client.clone());
+            let list = nodes
+                .list(&ListParams::default())
+                .await
+                .map_err(api("listing the Nodes (where pods could go)"))?;
+            facts.others = list
+                .items
+                .iter()
+                .filter(|other| other.metadata.name.as_deref() != Some(node_name))
+                .map(snapshot::other_node)
+                .collect();
+        }
     }
     Ok((facts, node.resource_version()))
 }
@@ -576,15 +627,21 @@ fn refusal(status: &kube::core::Status) -> String {
     why
 }
 
-/// Write `phase` as the node status of the object's signal (same signal, fresh timestamp).
+/// Write `phase` as the node status of the object's signal (same signal, fresh timestamp),
+/// with `reason` if given.
 async fn write_phase<K: SignalObject>(
     objects: &Api<K>,
     object: &K,
     data: &SignalData,
     phase: SignalPhase,
+    reason: Option<&str>,
 ) -> Result<(), Error> {
     let mut next = data.clone();
-    next.status = Some(SignalStatus::new(phase, jiff::Timestamp::now()));
+    let status = SignalStatus::new(phase, jiff::Timestamp::now());
+    next.status = Some(match reason {
+        Some(reason) => status.with_reason(reason),
+        None => status,
+    });
     write_signal(objects, object, &next).await
 }
 

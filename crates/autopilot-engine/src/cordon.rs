@@ -14,12 +14,35 @@
 //! node stops and nothing waits for it. Undoing autopilot's own cordon is always safe and
 //! happens whatever run the signal belongs to.
 //!
+//! How far the drain goes is the command's `drain` ([`DrainPolicy`]): `Always` evicts every
+//! pod that must go; `Never` cordons and evicts nothing; `IfPossible` evicts only the pods
+//! that have somewhere else to go ([`has_somewhere_to_go`]: another Ready, uncordoned node
+//! whose `NoSchedule`/`NoExecute` taints the pod tolerates and whose labels match its
+//! `nodeSelector`; a simple, documented model, not the scheduler) and leaves the others on
+//! the cordoned node. A node not fully drained goes on to `ApplyingUpdate` with a note
+//! ([`NOTE_PREFIX`]) as its signal's reason, which the Plan status keeps.
+//!
 //! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
 //! (`autopilot_controller::drain`) performs it and calls again. Every step is idempotent.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
+pub use autopilot_api::v1beta2::DrainPolicy;
+
+/// How every note of a drain that left pods on the node begins (`cordoned, not drained: …`,
+/// `cordoned, drained in part: …`): the Plan engine keeps such a reason as the target's
+/// `drain` note.
+pub const NOTE_PREFIX: &str = "cordoned, ";
+
+/// Whether a signal's `reason` is a drain's note ([`NOTE_PREFIX`]).
+pub fn is_drain_note(reason: &str) -> bool {
+    reason.starts_with(NOTE_PREFIX)
+}
+
+/// How many pod names a note lists before it says how many more.
+const PODS_SHOWN: usize = 5;
 
 /// A pod on the node being drained, as far as the decision needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +57,80 @@ pub struct PodFacts {
     pub mirror: bool,
     /// Already being deleted (`deletionTimestamp` set): waiting for it to go away.
     pub terminating: bool,
+    /// `spec.nodeSelector`: the labels a node must have to run the pod.
+    pub node_selector: BTreeMap<String, String>,
+    /// `spec.tolerations`.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A pod's toleration, as far as taints go.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Toleration {
+    /// The taint key (empty with `Exists`: every key).
+    pub key: String,
+    /// `Exists` or `Equal` (the default).
+    pub operator: String,
+    /// The value (`Equal` only).
+    pub value: String,
+    /// The taint effect it tolerates (empty: every effect).
+    pub effect: String,
+}
+
+impl Toleration {
+    /// Whether it tolerates `taint` (Kubernetes' rule).
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if !self.effect.is_empty() && self.effect != taint.effect {
+            return false;
+        }
+        match self.operator.as_str() {
+            "Exists" => self.key.is_empty() || self.key == taint.key,
+            _ => self.key == taint.key && self.value == taint.value,
+        }
+    }
+}
+
+/// A node's taint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Taint {
+    /// The key.
+    pub key: String,
+    /// The value (may be empty).
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// Another node a pod could go to, as far as [`has_somewhere_to_go`] looks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OtherNode {
+    /// Its name.
+    pub name: String,
+    /// Its `Ready` condition is `True`.
+    pub ready: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Its taints.
+    pub taints: Vec<Taint>,
+}
+
+/// Whether `pod` has somewhere to go among `others` (nodes other than the one drained): a
+/// Ready, uncordoned node whose `NoSchedule` and `NoExecute` taints the pod all tolerates
+/// and whose labels include the pod's `nodeSelector`. Not the scheduler: affinity, resources,
+/// ports and topology spread are not looked at, so a pod this says can go may still stay
+/// Pending elsewhere (the eviction respects PodDisruptionBudgets all the same).
+pub fn has_somewhere_to_go(pod: &PodFacts, others: &[OtherNode]) -> bool {
+    others.iter().any(|node| {
+        node.ready
+            && !node.unschedulable
+            && node
+                .taints
+                .iter()
+                .filter(|taint| taint.effect == "NoSchedule" || taint.effect == "NoExecute")
+                .all(|taint| pod.tolerations.iter().any(|t| t.tolerates(taint)))
+            && pod.node_selector.iter().all(|(key, value)| node.labels.get(key) == Some(value))
+    })
 }
 
 impl PodFacts {
@@ -62,6 +159,10 @@ pub struct Facts {
     /// How the signal's run relates to the Plan's current run. Looked up only when
     /// [`needs_run`] says the decision depends on it.
     pub run: Run,
+    /// The `drain` of the signal's command (`Always` unless the run says otherwise).
+    pub drain: DrainPolicy,
+    /// The other nodes of the cluster, under `IfPossible` only (where pods could go).
+    pub others: Vec<OtherNode>,
 }
 
 /// How a signal's run (`runId` in the signal data) relates to the current run of the Plan
@@ -121,6 +222,9 @@ pub enum Step {
     Uncordon,
     /// Write this phase onto the signal (the drive of this phase is done).
     Advance(SignalPhase),
+    /// Write `ApplyingUpdate` with this note as the reason: the node is cordoned, and the
+    /// pods the command's `drain` left on it stay ([`NOTE_PREFIX`]).
+    Undrained(String),
     /// Write `Failed` with this reason onto the signal: it is not ours to drive, and the
     /// node must stop rather than wait for a drain that will not come.
     Fail(String),
@@ -198,8 +302,22 @@ fn cordoning(facts: &Facts) -> Step {
     if !facts.unschedulable {
         return Step::Cordon;
     }
-    // Check 3: evict what must go; wait for what is going.
+    // Check 3: the command's drain: `Never` evicts nothing, `IfPossible` leaves the pods
+    // that have nowhere else to go.
     let must_go: Vec<&PodFacts> = facts.pods.iter().filter(|p| p.must_go()).collect();
+    let (must_go, stay): (Vec<&PodFacts>, Vec<&PodFacts>) = match facts.drain {
+        DrainPolicy::Always => (must_go, Vec::new()),
+        DrainPolicy::Never => {
+            return Step::Undrained(format!(
+                "{NOTE_PREFIX}not drained: the command's drain is Never"
+            ));
+        }
+        // A terminating pod is going anyway: wait for it like any evicted pod.
+        DrainPolicy::IfPossible => must_go
+            .into_iter()
+            .partition(|p| p.terminating || has_somewhere_to_go(p, &facts.others)),
+    };
+    // Check 4: evict what must go; wait for what is going.
     let evict: Vec<(String, String)> = must_go
         .iter()
         .filter(|p| !p.terminating)
@@ -213,7 +331,19 @@ fn cordoning(facts: &Facts) -> Step {
     if !going.is_empty() {
         return Step::WaitForPods(going);
     }
-    Step::Advance(SignalPhase::ApplyingUpdate)
+    // Check 5: what stays is named.
+    if stay.is_empty() {
+        return Step::Advance(SignalPhase::ApplyingUpdate);
+    }
+    let names: Vec<String> = stay.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect();
+    let mut listed = names.iter().take(PODS_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > PODS_SHOWN {
+        listed.push_str(&format!(" and {} more", names.len() - PODS_SHOWN));
+    }
+    Step::Undrained(format!(
+        "{NOTE_PREFIX}not drained of pod(s) {listed}: no other Ready, uncordoned node tolerates \
+         their taints and matches their nodeSelector (drain: IfPossible)"
+    ))
 }
 
 /// What to do about a drain whose evictions were refused.
@@ -300,6 +430,8 @@ mod tests {
             cordoned_by_autopilot: false,
             pods: Vec::new(),
             run: Run::Current,
+            drain: DrainPolicy::Always,
+            others: Vec::new(),
         }
     }
 
@@ -314,6 +446,8 @@ mod tests {
             daemon_set: false,
             mirror: false,
             terminating: false,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
         }
     }
 
@@ -565,5 +699,119 @@ mod tests {
             panic!("no timeout without a start")
         };
         assert_eq!(delay, backoff);
+    }
+
+    fn other(name: &str) -> OtherNode {
+        OtherNode { name: name.into(), ready: true, ..OtherNode::default() }
+    }
+
+    fn if_possible(pods: Vec<PodFacts>, others: Vec<OtherNode>) -> Facts {
+        Facts {
+            unschedulable: true,
+            cordoned_by_autopilot: true,
+            pods,
+            drain: DrainPolicy::IfPossible,
+            others,
+            ..node(SignalPhase::Cordoning)
+        }
+    }
+
+    #[test]
+    fn never_cordons_and_goes_on_without_evicting_with_a_note() {
+        let facts = Facts {
+            drain: DrainPolicy::Never,
+            pods: vec![pod("a")],
+            ..node(SignalPhase::Cordoning)
+        };
+        assert_eq!(decide(&facts), Step::Cordon);
+        let cordoned = Facts { unschedulable: true, cordoned_by_autopilot: true, ..facts };
+        let Step::Undrained(note) = decide(&cordoned) else { panic!("{:?}", decide(&cordoned)) };
+        assert_eq!(note, "cordoned, not drained: the command's drain is Never");
+        assert!(is_drain_note(&note));
+    }
+
+    #[test]
+    fn if_possible_on_a_single_node_evicts_nothing_and_names_the_pods() {
+        let facts = if_possible(vec![pod("a"), PodFacts { daemon_set: true, ..pod("ds") }], vec![]);
+        let Step::Undrained(note) = decide(&facts) else { panic!("{:?}", decide(&facts)) };
+        assert!(note.starts_with("cordoned, not drained of pod(s) default/a: no other"), "{note}");
+        assert!(!note.contains("default/ds"), "DaemonSet pods never count: {note}");
+    }
+
+    #[test]
+    fn if_possible_evicts_what_has_somewhere_to_go_and_keeps_the_rest() {
+        let pinned = PodFacts {
+            node_selector: BTreeMap::from([("disk".to_owned(), "ssd".to_owned())]),
+            ..pod("pinned")
+        };
+        let facts = if_possible(vec![pod("free"), pinned.clone()], vec![other("n2")]);
+        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "free".into())]));
+        let after = if_possible(vec![pinned.clone()], vec![other("n2")]);
+        let Step::Undrained(note) = decide(&after) else { panic!("{:?}", decide(&after)) };
+        assert!(note.contains("default/pinned"), "{note}");
+        // A node with the label takes it.
+        let ssd = OtherNode {
+            labels: BTreeMap::from([("disk".to_owned(), "ssd".to_owned())]),
+            ..other("n3")
+        };
+        let facts = if_possible(vec![pinned], vec![other("n2"), ssd]);
+        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "pinned".into())]));
+    }
+
+    #[test]
+    fn if_possible_counts_only_ready_uncordoned_nodes_whose_taints_the_pod_tolerates() {
+        let not_ready = OtherNode { ready: false, ..other("down") };
+        let cordoned = OtherNode { unschedulable: true, ..other("cordoned") };
+        let taint = |effect: &str| Taint {
+            key: "dedicated".into(),
+            value: "gpu".into(),
+            effect: effect.into(),
+        };
+        let tainted = OtherNode { taints: vec![taint("NoSchedule")], ..other("gpu") };
+        let executing = OtherNode { taints: vec![taint("NoExecute")], ..other("gpu2") };
+        let others = vec![not_ready, cordoned, tainted.clone(), executing];
+        assert!(!has_somewhere_to_go(&pod("a"), &others));
+        let tolerant = PodFacts {
+            tolerations: vec![Toleration {
+                key: "dedicated".into(),
+                operator: "Equal".into(),
+                value: "gpu".into(),
+                effect: "NoSchedule".into(),
+            }],
+            ..pod("b")
+        };
+        assert!(has_somewhere_to_go(&tolerant, &others));
+        let exists_any = PodFacts {
+            tolerations: vec![Toleration { operator: "Exists".into(), ..Toleration::default() }],
+            ..pod("c")
+        };
+        assert!(has_somewhere_to_go(
+            &exists_any,
+            &[OtherNode { taints: vec![taint("NoExecute")], ..other("x") }]
+        ));
+        let wrong_value = PodFacts {
+            tolerations: vec![Toleration {
+                key: "dedicated".into(),
+                value: "cpu".into(),
+                ..Toleration::default()
+            }],
+            ..pod("d")
+        };
+        assert!(!has_somewhere_to_go(&wrong_value, &[tainted]));
+        // PreferNoSchedule does not keep a pod away.
+        let soft = OtherNode { taints: vec![taint("PreferNoSchedule")], ..other("soft") };
+        assert!(has_somewhere_to_go(&pod("e"), &[soft]));
+    }
+
+    #[test]
+    fn if_possible_waits_for_terminating_pods_like_always() {
+        let facts = if_possible(vec![PodFacts { terminating: true, ..pod("a") }], vec![]);
+        assert_eq!(decide(&facts), Step::WaitForPods(vec![("default".into(), "a".into())]));
+    }
+
+    #[test]
+    fn always_still_evicts_a_pod_with_nowhere_to_go() {
+        let facts = Facts { drain: DrainPolicy::Always, ..if_possible(vec![pod("a")], vec![]) };
+        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "a".into())]));
     }
 }

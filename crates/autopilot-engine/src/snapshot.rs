@@ -131,6 +131,38 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         daemon_set: pod.owner_references().iter().any(|o| o.kind == "DaemonSet"),
         mirror: pod.annotations().contains_key("kubernetes.io/config.mirror"),
         terminating: pod.metadata.deletion_timestamp.is_some(),
+        node_selector: pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default(),
+        tolerations: pod
+            .spec
+            .iter()
+            .flat_map(|s| s.tolerations.iter().flatten())
+            .map(|t| crate::cordon::Toleration {
+                key: t.key.clone().unwrap_or_default(),
+                operator: t.operator.clone().unwrap_or_default(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.clone().unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+/// Another node, as a drain under `IfPossible` sees it (`crate::cordon::has_somewhere_to_go`).
+pub fn other_node(node: &Node) -> crate::cordon::OtherNode {
+    let spec = node.spec.as_ref();
+    crate::cordon::OtherNode {
+        name: node.name_any(),
+        ready: is_node_ready(node),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        labels: node.labels().clone(),
+        taints: spec
+            .iter()
+            .flat_map(|s| s.taints.iter().flatten())
+            .map(|t| crate::cordon::Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.clone(),
+            })
+            .collect(),
     }
 }
 

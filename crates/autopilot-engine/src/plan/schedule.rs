@@ -998,6 +998,13 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
         | SignalPhase::Restarting
         | SignalPhase::Uncordoning => {
             let reason = node_status.reason.as_deref().map(cap_node_reason);
+            // The drain's note on what it left on the node (`drain: IfPossible|Never`) stays
+            // on the target after the node moves on, so the Plan tells how it was updated.
+            if let Some(note) = reason.as_deref().filter(|r| crate::cordon::is_drain_note(r))
+                && target.drain.as_deref() != Some(note)
+            {
+                target.drain = Some(note.to_owned());
+            }
             if target.reason != reason {
                 target.reason = reason;
             }

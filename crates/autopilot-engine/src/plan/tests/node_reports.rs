@@ -173,3 +173,40 @@ fn a_huge_reason_of_a_node_in_flight_is_capped_too() {
     let t = sim.pass();
     assert_eq!(Some(&t.status), sim.plan.status.as_ref());
 }
+
+#[test]
+fn a_drain_note_stays_on_the_target_after_the_node_completed() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1"]),
+        ClusterFixture::new().controllers(["c1"]).workers(["w1"]),
+    );
+    let t = sim.pass();
+    sim.cluster(|mut c| {
+        c.deliver(&t);
+        c
+    });
+    let note = "cordoned, not drained of pod(s) default/web-0: no other Ready, uncordoned node \
+                tolerates their taints and matches their nodeSelector (drain: IfPossible)";
+    sim.cluster(|mut c| {
+        c.report(Node, "w1", SignalPhase::ApplyingUpdate, Some(note));
+        c
+    });
+    sim.pass();
+    assert_eq!(sim.plan.target(0, "w1").reason.as_deref(), Some(note));
+    assert_eq!(sim.plan.target(0, "w1").drain.as_deref(), Some(note));
+    sim.cluster(|mut c| {
+        c.report(Node, "w1", SignalPhase::Restarting, None);
+        c
+    });
+    sim.pass();
+    sim.cluster(|mut c| {
+        c.report(Node, "w1", SignalPhase::Completed, None);
+        c
+    });
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalCompleted);
+    assert_eq!((target.reason.as_deref(), target.drain.as_deref()), (None, Some(note)));
+    // Any other reason is not a drain note.
+    assert!(!crate::cordon::is_drain_note("draining w1: eviction refused; retrying"));
+}
