@@ -46,6 +46,8 @@ mod plan_reruns;
 mod plan_rollback;
 mod plan_rollout_shape;
 mod plan_selector;
+mod plan_single_node;
+mod plan_skew;
 mod plan_targets;
 mod plan_validation;
 mod prometheus_harness;
