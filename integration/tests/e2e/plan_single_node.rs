@@ -9,8 +9,9 @@ use integration::http::FileServer;
 use integration::kubelet::FakeKubelet;
 use integration::wait_for;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams};
 
 use crate::support::*;
 
@@ -58,8 +59,11 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
     .await
     .unwrap();
     let _kubelet = FakeKubelet::start(client.clone(), &[NODE]);
-    // One Running pod on the node; its budget allows the eviction (only `Always` tries it).
+    // One Running pod on the node, with no budget (no controller-manager runs here to
+    // process one, and `Always` must be able to evict it).
     pods_under_budget(&client, &[NODE], 0).await.unwrap();
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    budgets.delete("web-budget", &DeleteParams::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let uid = pods.get("web-0").await.unwrap().uid();
     let only_node = Some(static_nodes(&[NODE], 1));
