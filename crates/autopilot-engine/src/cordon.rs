@@ -41,6 +41,14 @@ pub fn is_drain_note(reason: &str) -> bool {
     reason.starts_with(NOTE_PREFIX)
 }
 
+/// The reason a node writes with its next phase: `next`, or when it gives none, the drain's
+/// note the signal carried (`previous`), so the note travels with the signal to its end
+/// and the leader records it even if it never saw the phase it was written in (a node that
+/// goes from `ApplyingUpdate` to `Completed` between two of the leader's passes).
+pub fn carried_reason(previous: Option<&str>, next: Option<String>) -> Option<String> {
+    next.or_else(|| previous.filter(|reason| is_drain_note(reason)).map(str::to_owned))
+}
+
 /// How many pod names a note lists before it says how many more.
 const PODS_SHOWN: usize = 5;
 
@@ -813,5 +821,17 @@ mod tests {
     fn always_still_evicts_a_pod_with_nowhere_to_go() {
         let facts = Facts { drain: DrainPolicy::Always, ..if_possible(vec![pod("a")], vec![]) };
         assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "a".into())]));
+    }
+
+    #[test]
+    fn a_drain_note_is_carried_to_the_next_phases_but_never_over_a_reason_of_its_own() {
+        let note = "cordoned, not drained: the command's drain is Never";
+        assert_eq!(super::carried_reason(Some(note), None).as_deref(), Some(note));
+        assert_eq!(
+            super::carried_reason(Some(note), Some("rolled back to v1".into())).as_deref(),
+            Some("rolled back to v1")
+        );
+        assert_eq!(super::carried_reason(Some("draining w1: pod x; retrying"), None), None);
+        assert_eq!(super::carried_reason(None, None), None);
     }
 }

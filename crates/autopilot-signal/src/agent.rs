@@ -804,6 +804,9 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let phase = status.status;
+    let mut status = status;
+    let previous = data.status.as_ref().and_then(|s| s.reason.as_deref());
+    status.reason = autopilot_engine::cordon::carried_reason(previous, status.reason.take());
     let next = data.clone().with_status(status);
     let version = object.resource_version();
     autopilot_shell::signal::write(api, &object.name_any(), version.as_deref(), &next).await?;

@@ -980,6 +980,14 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
     }
     match phase {
         SignalPhase::Completed => {
+            // The drain's note travels with the signal to its end (`cordon::carried_reason`):
+            // kept even when no pass saw the phase it was written in.
+            if let Some(note) =
+                node_status.reason.as_deref().filter(|r| crate::cordon::is_drain_note(r))
+                && target.drain.as_deref() != Some(note)
+            {
+                target.drain = Some(cap_node_reason(note));
+            }
             set_state(target, TargetState::SignalCompleted, inputs);
             target.reason = None;
         }

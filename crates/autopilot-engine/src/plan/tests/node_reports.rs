@@ -210,3 +210,27 @@ fn a_drain_note_stays_on_the_target_after_the_node_completed() {
     // Any other reason is not a drain note.
     assert!(!crate::cordon::is_drain_note("draining w1: eviction refused; retrying"));
 }
+
+#[test]
+fn a_drain_note_seen_only_on_the_completed_signal_is_kept() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1"]),
+        ClusterFixture::new().controllers(["c1"]).workers(["w1"]),
+    );
+    let t = sim.pass();
+    sim.cluster(|mut c| {
+        c.deliver(&t);
+        c
+    });
+    // The node went from ApplyingUpdate to Completed between two passes; the note came along.
+    let note = "cordoned, not drained: the command's drain is Never";
+    sim.cluster(|mut c| {
+        c.report(Node, "w1", SignalPhase::Completed, Some(note));
+        c
+    });
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalCompleted);
+    assert_eq!(target.drain.as_deref(), Some(note));
+    assert_eq!(target.reason, None, "a completed node has no reason");
+}
