@@ -169,6 +169,22 @@ impl<'a> What<'a> {
     }
 }
 
+/// The cluster's ControlNodes and Nodes as the planner sees them, by name.
+fn planner_objects(
+    cluster: &Cluster,
+) -> (
+    BTreeMap<String, autopilot_engine::plan::TargetObject>,
+    BTreeMap<String, autopilot_engine::plan::TargetObject>,
+) {
+    let control_nodes = cluster
+        .control_nodes
+        .iter()
+        .map(|c| (c.name_any(), snapshot::control_node_object(c)))
+        .collect();
+    let nodes = cluster.nodes.iter().map(|n| (n.name_any(), snapshot::node_object(n))).collect();
+    (control_nodes, nodes)
+}
+
 fn preview_what(
     what: What<'_>,
     cluster: &Cluster,
@@ -176,13 +192,7 @@ fn preview_what(
     now: jiff::Timestamp,
 ) -> Report {
     let spec = what.spec();
-    let control_nodes: BTreeMap<String, _> = cluster
-        .control_nodes
-        .iter()
-        .map(|c| (c.name_any(), snapshot::control_node_object(c)))
-        .collect();
-    let nodes: BTreeMap<String, _> =
-        cluster.nodes.iter().map(|n| (n.name_any(), snapshot::node_object(n))).collect();
+    let (control_nodes, nodes) = planner_objects(cluster);
     let readiness = BTreeMap::new();
     let observed = Observed {
         gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,

@@ -372,13 +372,7 @@ async fn a_preview_looks_up_each_drained_nodes_pods_the_controllers_and_removed_
 /// The Plan `autopilot` with `spec` after its run completed on `cluster` (the engine's dry
 /// run, which is what the leader would have written).
 fn completed(spec: &PlanSpec, cluster: &Cluster) -> Plan {
-    let control_nodes: BTreeMap<String, _> = cluster
-        .control_nodes
-        .iter()
-        .map(|c| (c.name_any(), snapshot::control_node_object(c)))
-        .collect();
-    let nodes: BTreeMap<String, _> =
-        cluster.nodes.iter().map(|n| (n.name_any(), snapshot::node_object(n))).collect();
+    let (control_nodes, nodes) = planner_objects(cluster);
     let readiness = BTreeMap::new();
     let observed = Observed {
         gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,

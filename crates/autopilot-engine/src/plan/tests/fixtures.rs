@@ -592,6 +592,22 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 
 /// One pass as the shell runs it (the engine's resolve loop: step, look up what the pass
 /// needs, step again), without writing anything.
+impl ClusterFixture {
+    /// The snapshot a dry run (`plan::rollout`) starts from: this cluster with its readiness,
+    /// removed APIs and check Pod templates, no gate answers.
+    pub fn dry_run_view(&self) -> Observed<'_> {
+        Observed {
+            gate_answers: &crate::plan::NO_GATE_ANSWERS,
+            now: self.now,
+            control_nodes: &self.control_nodes,
+            nodes: &self.nodes,
+            readiness: &self.readyz,
+            removed_apis: Some(&self.removed_api_uses),
+            check_pods: CheckPods { templates: &self.templates, ..CheckPods::NONE },
+        }
+    }
+}
+
 pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) -> Transition {
     let empty = BTreeMap::new();
     let observed = Observed {

@@ -269,16 +269,7 @@ fn a_gate_with_on_failure_rollback_rolls_back_every_node_the_run_changed() {
 
 /// The dry run of a rollback on `sim`'s Plan and cluster as they are now.
 fn dry_rollback(sim: &Sim) -> crate::plan::rollout::Rollout {
-    let cluster = &sim.cluster;
-    let observed = crate::plan::Observed {
-        gate_answers: &crate::plan::NO_GATE_ANSWERS,
-        now: cluster.now,
-        control_nodes: &cluster.control_nodes,
-        nodes: &cluster.nodes,
-        readiness: &cluster.readyz,
-        removed_apis: Some(&cluster.removed_api_uses),
-        check_pods: crate::plan::CheckPods::NONE,
-    };
+    let observed = sim.cluster.dry_run_view();
     let view = sim.plan.view();
     let live = crate::plan::rollout::LivePlan {
         uid: view.uid,

@@ -3,23 +3,11 @@
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 
 use super::fixtures::{ClusterFixture, PlanBuilder, PlanFixture, policy};
+use crate::plan::ObjectKind;
 use crate::plan::rollout::{Rollout, rollout};
-use crate::plan::{ObjectKind, Observed};
 
 fn dry_run(plan: &PlanFixture, cluster: &ClusterFixture) -> Rollout {
-    let observed = Observed {
-        gate_answers: &crate::plan::NO_GATE_ANSWERS,
-        now: cluster.now,
-        control_nodes: &cluster.control_nodes,
-        nodes: &cluster.nodes,
-        readiness: &cluster.readyz,
-        removed_apis: Some(&cluster.removed_api_uses),
-        check_pods: crate::plan::CheckPods {
-            templates: &cluster.templates,
-            ..crate::plan::CheckPods::NONE
-        },
-    };
-    rollout(plan.view().spec, &observed, &policy())
+    rollout(plan.view().spec, &cluster.dry_run_view(), &policy())
 }
 
 fn batches(rollout: &Rollout) -> Vec<Vec<(ObjectKind, &str)>> {
