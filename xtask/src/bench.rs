@@ -17,7 +17,7 @@
 //! logs (so nothing the controller does is left out).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -54,6 +54,14 @@ enum What {
         /// Number of plan runs (each a new run of the same Plan with a new id).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Another `k0s` binary (for example a release build of an earlier commit) to run
+        /// head to head: rounds alternate between this build and that one, each round a fresh
+        /// cluster, and the medians are compared with the spread between rounds of one build.
+        #[arg(long)]
+        against: Option<PathBuf>,
+        /// Rounds per binary when `--against` is given.
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
     },
     /// The same plan at growing fleet sizes, one fresh cluster each (release build, 3
     /// controllers, workers played by the responder answering at once): time to
@@ -102,11 +110,15 @@ enum What {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { what } = args;
     match what {
-        What::Plan { workers, concurrent, runs } => {
+        What::Plan { workers, concurrent, runs, against, rounds } => {
             integration::control_plane::ensure_built()?;
             let k0s = crate::test::build_k0s_release()?;
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(bench_plan(&k0s, workers, concurrent, runs))
+            match against {
+                None => runtime.block_on(bench_plan(&k0s, workers, concurrent, runs)).map(drop),
+                Some(other) => runtime
+                    .block_on(bench_plan_against(&k0s, &other, workers, concurrent, runs, rounds)),
+            }
         }
         What::Scale { workers, concurrent } => {
             anyhow::ensure!(!workers.is_empty(), "--workers needs at least one fleet size");
@@ -147,12 +159,13 @@ rules:
 - level: Metadata
 ";
 
+/// Run `bench plan` once over `k0s`; returns the median time of its runs.
 async fn bench_plan(
     k0s: &Path,
     workers: usize,
     concurrent: u32,
     runs: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<f64> {
     let driven = drive(k0s, "bench-plan", workers, concurrent, runs, false).await?;
     let mut times: Vec<f64> = driven.runs.iter().map(|r| r.elapsed.as_secs_f64()).collect();
     times.sort_by(f64::total_cmp);
@@ -161,6 +174,49 @@ async fn bench_plan(
         times[times.len() / 2],
         times[0],
         times[times.len() - 1]
+    );
+    Ok(times[times.len() / 2])
+}
+
+/// `bench plan` head to head: `rounds` rounds of each binary, alternating (this build
+/// first), each a fresh cluster; prints each round's median, the median of each binary's
+/// rounds, their difference and the spread between one binary's rounds (the noise the
+/// difference has to beat).
+async fn bench_plan_against(
+    k0s: &Path,
+    other: &Path,
+    workers: usize,
+    concurrent: u32,
+    runs: usize,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(rounds >= 1, "--rounds must be at least 1");
+    anyhow::ensure!(other.is_file(), "--against {}: no such file", other.display());
+    let mut this_build = Vec::new();
+    let mut that_build = Vec::new();
+    for round in 0..rounds {
+        for (binary, medians) in [(k0s, &mut this_build), (other, &mut that_build)] {
+            println!("==> round {round}: {}", binary.display());
+            medians.push(bench_plan(binary, workers, concurrent, runs).await?);
+        }
+    }
+    let summary = |medians: &mut Vec<f64>| {
+        medians.sort_by(f64::total_cmp);
+        let median = medians[medians.len() / 2];
+        let spread = medians[medians.len() - 1] - medians[0];
+        (median, spread, medians.iter().map(|m| format!("{m:.3}")).collect::<Vec<_>>())
+    };
+    let (this_median, this_spread, this_rounds) = summary(&mut this_build);
+    let (that_median, that_spread, that_rounds) = summary(&mut that_build);
+    println!(
+        "plan bench head to head ({rounds} rounds each, {runs} runs per round): this build \
+         {this_median:.3} s (rounds {}; spread {this_spread:.3} s), {} {that_median:.3} s \
+         (rounds {}; spread {that_spread:.3} s): this build is {:+.3} s ({:+.1} %)",
+        this_rounds.join(", "),
+        other.display(),
+        that_rounds.join(", "),
+        this_median - that_median,
+        (this_median / that_median - 1.0) * 100.0,
     );
     Ok(())
 }
