@@ -298,6 +298,9 @@ fn plan(
     };
     let command = PlanCommand { k0supdate: Some(update), airgapupdate: None, preflight: None };
     let spec = PlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         id: format!("k0s-{version}"),
         timestamp: jiff::Timestamp::now().to_string(),
         commands: vec![command],

@@ -38,7 +38,14 @@ pub fn sha(c: char) -> String {
 
 /// A spec with id `id`, timestamp `now` and no commands yet.
 pub fn spec(id: &str) -> PlanSpec {
-    PlanSpec { id: id.to_owned(), timestamp: "now".to_owned(), commands: Vec::new() }
+    PlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
+        id: id.to_owned(),
+        timestamp: "now".to_owned(),
+        commands: Vec::new(),
+    }
 }
 
 /// Targets named one by one (`discovery.static`), with the default limits.

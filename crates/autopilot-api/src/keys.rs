@@ -165,6 +165,11 @@ pub const ANNOTATION_ROLLBACK: &str = "autopilot.k0sproject.io/rollback";
 /// never carries over to a later plan). Steerers may not set it (`manifests/rbac/operators.yaml`).
 pub const ANNOTATION_ALLOW_SKEW: &str = "autopilot.k0sproject.io/allow-skew";
 
+/// Node and ControlNode label: the name of a window in the Plan's `spec.windows` that this
+/// node is updated inside (instead of `spec.window`). Read when a run starts and kept with
+/// the run, so a node relabelling itself mid-run changes nothing.
+pub const LABEL_WINDOW: &str = "autopilot.k0sproject.io/window";
+
 /// Node/ControlNode annotation written by the leader: the gate checks (DESIGN §15) it asks
 /// the node's agent to run, as JSON ([`crate::gate_check::GateCheckRequest`]). A reference
 /// only: the agent reads the checks from the Plan's frozen command.

@@ -75,6 +75,9 @@ pub fn start(
     now: &str,
 ) -> Start {
     let spec = PlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         id: id.to_owned(),
         timestamp: now.to_owned(),
         commands: vec![PlanCommand {

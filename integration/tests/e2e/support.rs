@@ -131,7 +131,17 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
 
 /// A Plan named `name` with spec id `id`.
 pub fn plan(name: &str, id: &str, commands: Vec<PlanCommand>) -> Plan {
-    Plan::new(name, PlanSpec { id: id.to_owned(), timestamp: "now".to_owned(), commands })
+    Plan::new(
+        name,
+        PlanSpec {
+            download_window: Default::default(),
+            window: Default::default(),
+            windows: Default::default(),
+            id: id.to_owned(),
+            timestamp: "now".to_owned(),
+            commands,
+        },
+    )
 }
 
 /// Deletes the Plan named `autopilot` and waits until it is gone (to make room for the next

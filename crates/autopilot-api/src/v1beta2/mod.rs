@@ -8,6 +8,7 @@ mod grouped;
 mod plan;
 mod preflight;
 mod update_config;
+mod window;
 
 #[cfg(test)]
 mod tests;
@@ -35,6 +36,7 @@ pub use update_config::{
     AutopilotPlanSpec, PeriodicUpgradeStrategy, UpdateConfig, UpdateConfigSpec, UpgradeStrategy,
     UpgradeStrategyType,
 };
+pub use window::{PlanWindow, RunWindows, TimeRange, WeeklyRange, WindowMembers};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_core::CustomResourceExt;

@@ -64,6 +64,24 @@ pub struct PlanSpec {
     /// Commands to execute, strictly in order; the next one starts only when the previous
     /// one has completed.
     pub commands: Vec<PlanCommand>,
+
+    /// When nodes may be signalled: a node is signalled only while the window is open
+    /// (checked before every batch); nodes in flight finish when it closes. Unset: any
+    /// time. Frozen when a run starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<super::PlanWindow>,
+
+    /// When payloads may be downloaded: a node fetches its payload only while this is open
+    /// (so, without pre-staging, it is signalled only while both this and `window` are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download_window: Option<super::PlanWindow>,
+
+    /// Named windows for groups of nodes: a node (or ControlNode) labelled
+    /// `autopilot.k0sproject.io/window=<name>` when the run starts goes inside
+    /// `windows.<name>` instead of `window`. A label naming no window here is ignored
+    /// (with a warning Event): the node keeps `window`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub windows: BTreeMap<String, super::PlanWindow>,
 }
 
 /// One step of a plan. Exactly one of `k0supdate`, `airgapupdate` and `preflight` should be
@@ -658,6 +676,11 @@ pub struct PlanStatus {
     /// plan ends `RolledBack`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<RollbackStatus>,
+
+    /// The windows of this run (`spec.window`, `downloadWindow`, `windows` and the nodes
+    /// their label put in a named window), frozen when it started. Absent: no window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<super::RunWindows>,
 }
 
 /// Why and since when a run is being rolled back.

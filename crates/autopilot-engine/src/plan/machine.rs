@@ -144,6 +144,17 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
     if intact { RunState::Running(status) } else { new }
 }
 
+/// A new run whose windows do not compile does not start: the plan and its first command
+/// end `Warning` with the refusal (which names the field).
+fn refuse_windows(status: &mut PlanStatus, refusal: String) {
+    status.state = PlanStateType::Warning;
+    status.windows = None;
+    if let Some(first) = status.commands.first_mut() {
+        first.state = PlanStateType::Warning;
+        first.description = Some(refusal);
+    }
+}
+
 /// One pass.
 #[derive(Clone, Copy)]
 struct Pass<'a> {
@@ -230,6 +241,12 @@ impl Pass<'_> {
                 started = Some(self.started_event(&fresh));
                 let mut status = fresh.clone();
                 payload_warnings = discovery::new_plan(&self.inputs, &mut status, findings);
+                if status.state == PlanStateType::SchedulableWait {
+                    match super::window::freeze(&self.inputs, plan.spec, &mut status) {
+                        Ok(warnings) => payload_warnings.extend(warnings),
+                        Err(refusal) => refuse_windows(&mut status, refusal),
+                    }
+                }
                 (fresh, status)
             }
         };
@@ -288,6 +305,7 @@ impl Pass<'_> {
             })
             .collect();
         PlanStatus {
+            windows: Default::default(),
             rollback: None,
             state: PlanStateType::NewPlan,
             commands,

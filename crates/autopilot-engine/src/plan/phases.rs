@@ -443,8 +443,15 @@ pub mod reasons {
     /// `allow-skew` annotation names its id (`super::super::skew`).
     pub const VERSION_SKEW_ALLOWED: &str = "VersionSkewAllowed";
 
+    /// A command holds the nodes it would signal next until their window opens
+    /// (`spec.window`, `spec.downloadWindow` or a named window; `super::super::window`).
+    pub const WAITING_FOR_WINDOW: &str = "WaitingForWindow";
+    /// A run started with nodes whose window label names no window of `spec.windows`; they
+    /// go inside `spec.window`.
+    pub const UNKNOWN_WINDOW: &str = "UnknownWindow";
+
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 24] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -467,6 +474,8 @@ pub mod reasons {
         PREFLIGHT_WARNINGS,
         ROLLING_BACK,
         VERSION_SKEW_ALLOWED,
+        WAITING_FOR_WINDOW,
+        UNKNOWN_WINDOW,
     ];
 }
 

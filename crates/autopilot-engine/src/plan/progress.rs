@@ -41,6 +41,8 @@ pub(super) struct CommandPass<'p, 'g> {
     pub(super) status: &'p mut PlanCommandStatus,
     /// How descriptions name the command: `command <index> (<kind>)`.
     pub(super) label: String,
+    /// The run's windows, compiled for this pass (none for a rollback).
+    pub(super) windows: &'p super::window::RunSchedule<'p>,
 }
 
 impl CommandPass<'_, '_> {

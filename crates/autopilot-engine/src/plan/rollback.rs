@@ -133,6 +133,8 @@ pub(super) fn drive(
             command,
             status: command_status,
             label,
+            // A rollback undoes a change that went wrong: no window holds it.
+            windows: &super::window::RunSchedule::NONE,
         };
         pass.step_rollback();
         let still_open = command.groups().iter().any(|&group| {

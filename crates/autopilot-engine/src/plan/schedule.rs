@@ -21,6 +21,7 @@ use super::gates::GateFailure;
 use super::inputs::{Gaps, Inputs, ObservedSignal};
 use super::phases::reasons;
 use super::progress::{CommandPass, Outcome, end, release_hold, set_state};
+use super::window::Closed;
 
 /// Drive the run's commands in order. Returns the plan state the pass ends in, or `None`
 /// when the status is not one this machine can drive (left as it is).
@@ -38,6 +39,8 @@ pub(super) fn schedule(
         super::rollback::start(inputs, status, super::rollback::by_operator());
         return Some(super::rollback::drive(inputs, gaps, decision, status, &run));
     }
+    let frozen_windows = status.windows.clone();
+    let windows = super::window::RunSchedule::compile_or_hold(frozen_windows.as_ref());
     let mut roll_back = None;
     for command_status in &mut status.commands {
         let frozen = command_status.frozen.clone()?;
@@ -75,6 +78,7 @@ pub(super) fn schedule(
             command,
             status: command_status,
             label,
+            windows: &windows,
         };
         match pass.step() {
             Outcome::Completed => continue,
@@ -421,6 +425,26 @@ impl CommandPass<'_, '_> {
         self.signal_workers(None)
     }
 
+    /// Nodes the command would signal are held by their window: look again when it opens,
+    /// and when `nothing_out` (no node of the group signalled or in flight) hold the command
+    /// with the window's reason. Returns the outcome when the command is held.
+    fn wait_for_window(&mut self, closed: &Closed, nothing_out: bool) -> Option<Outcome> {
+        if let Some(at) = closed.opens_at {
+            let wait = self.inputs.now.duration_until(at);
+            self.decision.requeue_after(
+                std::time::Duration::try_from(wait).unwrap_or(std::time::Duration::ZERO),
+            );
+        }
+        if !nothing_out {
+            return None;
+        }
+        self.status.state = PlanStateType::SchedulableWait;
+        self.status.not_ready_since = None;
+        self.status.reason = Some(closed.reason());
+        self.decision.hold(self.status.id, reasons::WAITING_FOR_WINDOW);
+        Some(Outcome::Running)
+    }
+
     /// The command stops signalling new nodes and waits for the ones in flight.
     fn stopping(&mut self, why: &str, in_flight: &[String]) -> Outcome {
         let status = &mut *self.status;
@@ -742,6 +766,11 @@ impl CommandPass<'_, '_> {
             self.status.state = PlanStateType::SchedulableWait;
             return Decided::Done(Outcome::Running);
         };
+        if let Err(closed) = self.windows.gate(Group::Controllers, &next, self.inputs.now, false)
+            && let Some(outcome) = self.wait_for_window(&closed, true)
+        {
+            return Decided::Done(outcome);
+        }
         if !self.signal_target(Group::Controllers, std::slice::from_ref(&next)) {
             return Decided::Again;
         }
@@ -814,18 +843,30 @@ impl CommandPass<'_, '_> {
         pending.sort_unstable();
         let mut chosen = Vec::new();
         let mut first_not_ready = None;
+        let mut window_closed: Option<Closed> = None;
         for name in pending {
             let ready = !command.gates_workers_on_ready()
                 || objects.get(name).is_some_and(|object| object.ready);
             if !ready {
                 first_not_ready.get_or_insert(name.to_owned());
-            } else if free > 0 {
+            } else if free == 0 {
+                // No room: the rest waits for a slot.
+            } else if let Err(closed) =
+                self.windows.gate(Group::Workers, name, self.inputs.now, false)
+            {
+                window_closed = Some(Closed::earliest(window_closed, closed));
+            } else {
                 chosen.push(name.to_owned());
                 free -= 1;
             }
         }
         if !self.signal_target(Group::Workers, &chosen) {
             return Decided::Again;
+        }
+        if let Some(closed) = window_closed
+            && let Some(outcome) = self.wait_for_window(&closed, chosen.is_empty() && sent == 0)
+        {
+            return Decided::Done(outcome);
         }
         self.open_batch(&chosen);
         self.status.not_ready_since = None;

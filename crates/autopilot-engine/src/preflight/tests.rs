@@ -397,6 +397,9 @@ fn plan_with(checks: Value) -> PlanSpec {
     }}))
     .expect("k0supdate");
     PlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         id: "id".into(),
         timestamp: "now".into(),
         commands: vec![

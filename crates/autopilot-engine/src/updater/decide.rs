@@ -627,7 +627,14 @@ pub fn plan_spec(
     };
 
     let id = now.as_second().to_string();
-    Ok(PlanSpec { id: id.clone(), timestamp: id, commands })
+    Ok(PlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
+        id: id.clone(),
+        timestamp: id,
+        commands,
+    })
 }
 
 #[cfg(test)]

@@ -144,6 +144,9 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
     let now = monday(13, 30);
     let decision = run(&monday_window(), now, &answer("v1.35.2+k0s.0"), None);
     let expected = PlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         id: now.as_second().to_string(),
         timestamp: now.as_second().to_string(),
         commands: vec![PlanCommand {
