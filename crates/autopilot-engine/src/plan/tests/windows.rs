@@ -203,3 +203,30 @@ fn a_window_that_does_not_compile_refuses_the_run_naming_the_field() {
         Some("spec.windows.empty: neither weekly nor ranges is set; the window would never open")
     );
 }
+
+#[test]
+fn a_dry_run_waits_for_the_window_and_shows_how_long() {
+    let names3 = ["w1", "w2", "w3"];
+    let mut plan = PlanFixture::k0s_update(V).workers(names3).concurrent(2);
+    // One second at 12:10, then an hour later.
+    let mut window = range(70, 80);
+    window.ranges.push(TimeRange {
+        start: "2024-05-01T12:10:00Z".into(),
+        end: "2024-05-01T12:10:01Z".into(),
+    });
+    plan.spec.window = Some(window);
+    let cluster = ClusterFixture::new().workers(names3);
+    let dry = crate::plan::rollout::rollout(plan.view().spec, &cluster.dry_run_view(), &policy());
+    let waited: Vec<Option<Duration>> = dry.batches.iter().map(|b| b.waited).collect();
+    assert_eq!(dry.end.state, P::Completed, "{:#?}", dry.end);
+    assert_eq!(dry.batches.len(), 2);
+    // The dry run's first pass (NewPlan) takes a second of its clock.
+    assert!(
+        waited[0].is_some_and(|w| w > minutes(9) && w <= minutes(10)),
+        "the first batch waits for the window: {waited:?}"
+    );
+    assert!(
+        waited[1].is_some_and(|w| w >= minutes(58)),
+        "the second for its next range: {waited:?}"
+    );
+}
