@@ -48,6 +48,7 @@ mod progress;
 mod rollback;
 mod schedule;
 mod targets;
+mod waves;
 
 #[cfg(test)]
 mod tests;

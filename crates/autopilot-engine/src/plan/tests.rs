@@ -21,6 +21,7 @@ mod steering;
 mod support;
 mod targets;
 mod validation;
+mod waves;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
