@@ -215,6 +215,16 @@ pub trait PlanBuilder: Sized {
         self
     }
 
+    /// The last command's workers go in failure-domain waves by the label `key`, with
+    /// `soak` (e.g. `"5m"`) between two groups.
+    fn group_by(mut self, key: &str, soak: Option<&str>) -> Self {
+        let limits = &mut workers(self.spec_mut()).limits;
+        limits.group_by = Some(key.to_owned());
+        limits.between_groups =
+            soak.map(|soak| crate::v1beta2::BetweenGroups { soak: Some(soak.to_owned()) });
+        self
+    }
+
     /// The last command downloads `platform` from `url`, verified against `sha256` if given.
     fn payload(mut self, platform: &str, url: &str, sha256: Option<&str>) -> Self {
         let resource = PlanResourceUrl {

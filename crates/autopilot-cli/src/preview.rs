@@ -105,9 +105,14 @@ pub struct BatchReport {
     pub command: u32,
     /// `ControlNode/<name>` or `Node/<name>`, in the engine's order.
     pub targets: Vec<String>,
-    /// Seconds the engine waits before it (a canary's soak).
+    /// Seconds the engine waits before it (a canary's soak, or the soak between two
+    /// failure-domain groups).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after_seconds: Option<u64>,
+    /// With `limits.groupBy`: the failure-domain group of the batch's workers, as the
+    /// status names it (`topology.kubernetes.io/zone=a`, or `without <key>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// Preview `spec` on `cluster` under `policy` (the controllers' flags, which the cluster does
@@ -276,10 +281,42 @@ fn finish(
                     .map(|(kind, name)| format!("{}/{name}", kind_name(*kind)))
                     .collect(),
                 after_seconds: batch.waited.map(|d| d.as_secs()),
+                // A rollback goes in reverse name order, whatever the groups.
+                group: match what {
+                    What::Plan { spec, .. } => batch_group(spec, &rollout.resolved, batch),
+                    What::Rollback(_) => None,
+                },
             })
             .collect(),
         problems,
     }
+}
+
+/// The failure-domain group of a batch of workers, if its command has `groupBy`.
+fn batch_group(spec: &PlanSpec, resolved: &PlanStatus, batch: &rollout::Batch) -> Option<String> {
+    let command = spec.commands.get(usize::try_from(batch.command).ok()?)?;
+    let workers = command
+        .k0supdate
+        .as_ref()
+        .and_then(|k0s| k0s.targets.workers.as_ref())
+        .or(command.airgapupdate.as_ref().map(|airgap| &airgap.workers))?;
+    let key = workers.limits.group_by.as_deref()?;
+    let status = resolved.commands.iter().find(|c| c.id == batch.command)?;
+    let targets: Vec<&TargetStatus> = status
+        .k0supdate
+        .iter()
+        .flat_map(|k0s| &k0s.workers)
+        .chain(status.airgapupdate.iter().flat_map(|airgap| &airgap.workers))
+        .collect();
+    let (kind, name) = batch.targets.first()?;
+    if *kind != ObjectKind::Node {
+        return None;
+    }
+    let target = targets.iter().find(|t| &t.name == name)?;
+    Some(match &target.group {
+        Some(value) => format!("{key}={value}"),
+        None => format!("without {key}"),
+    })
 }
 
 fn kind_name(kind: ObjectKind) -> &'static str {
@@ -559,9 +596,11 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
                     )
                 })
                 .unwrap_or_default();
+            let group =
+                batch.group.as_deref().map(|group| format!(" (group {group})")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {:>2}. command {}: {}{after}",
+                "  {:>2}. command {}{group}: {}{after}",
                 i + 1,
                 batch.command,
                 batch.targets.join(", ")

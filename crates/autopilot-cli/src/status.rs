@@ -261,6 +261,10 @@ pub struct NodeView {
     /// The k0s version the node publishes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// With `limits.groupBy`: the failure-domain group the run put the node in (the value
+    /// of its label when the run started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// One Event about the Plan.
@@ -594,6 +598,7 @@ impl Targets {
                 }),
                 ready: node.map(is_ready),
                 version: published_version(node, control_node),
+                group: target.group.clone(),
             });
         }
         EtaGroup::new(concurrency, in_flight, pending)
@@ -968,10 +973,15 @@ fn render_nodes(out: &mut String, nodes: &[NodeView]) {
             Some(false) => "NO",
             None => "-",
         };
+        // A worker of a failure-domain group shows it beside its role (`worker:zone-a`).
+        let role = match &node.group {
+            Some(group) => std::borrow::Cow::Owned(format!("{}:{}", node.role, printable(group))),
+            None => std::borrow::Cow::Borrowed(node.role.as_str()),
+        };
         let line = format!(
             "{:<16} {:<10} {:<3} {:<17} {:<14} {:>8}  {:<5} {:<16} {}",
             node.name,
-            node.role,
+            role,
             node.command,
             node.state,
             node.phase.as_deref().unwrap_or("-"),

@@ -50,6 +50,7 @@ mod plan_single_node;
 mod plan_skew;
 mod plan_targets;
 mod plan_validation;
+mod plan_waves;
 mod plan_window;
 mod prometheus_harness;
 mod rbac_least_privilege;

@@ -60,6 +60,11 @@ pub struct TargetGroup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
 
+    /// With `limits.groupBy`: the failure-domain group of every node of the group (the
+    /// value of its label when the run started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+
     /// The nodes, by name, in ascending order.
     pub names: Vec<String>,
 }
@@ -102,6 +107,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 && g.phase == target.phase
                 && g.checks == target.checks
                 && g.from == target.from
+                && g.group == target.group
         });
         match group {
             Some(group) => {
@@ -115,6 +121,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 last_updated_timestamp: target.last_updated_timestamp.clone(),
                 checks: target.checks.clone(),
                 from: target.from.clone(),
+                group: target.group.clone(),
                 names: vec![target.name.clone()],
             }),
         }
@@ -139,6 +146,7 @@ fn join(mut single: Vec<TargetStatus>, groups: Vec<TargetGroup>) -> Vec<TargetSt
                 checks: group.checks.clone(),
                 from: group.from.clone(),
                 drain: None,
+                group: group.group.clone(),
             });
         }
     }

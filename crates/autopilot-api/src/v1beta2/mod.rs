@@ -16,8 +16,8 @@ mod tests;
 pub use control_node::{ControlNode, ControlNodeStatus};
 pub use grouped::{GROUP_ABOVE, PreflightNodeGroup, TargetGroup};
 pub use plan::{
-    CommandState, Concurrency, DrainPolicy, EarlierRunSignal, Gate, GateAfter, GateCheck,
-    GateOnFailure, GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
+    BetweenGroups, CommandState, Concurrency, DrainPolicy, EarlierRunSignal, Gate, GateAfter,
+    GateCheck, GateOnFailure, GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
     PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
     PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,

@@ -511,6 +511,35 @@ pub struct PlanCommandTargetLimits {
     /// the canaries completed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soak: Option<String>,
+
+    /// Workers only: update in failure-domain waves, one group of workers at a time, the
+    /// groups being the values of this Node label (for example
+    /// `topology.kubernetes.io/zone`). Groups go in ascending order of the value; workers
+    /// without the label form the last group. Within a group at most `concurrent` workers
+    /// are in flight (a percentage counts the group's workers); the next group starts only
+    /// once every worker of the group is done and its gates passed, and never after a
+    /// failure past `maxFailures`. Each worker's group is read when the run starts and kept
+    /// with it (`status.commands[].k0supdate.workers[].group`): a node relabelling itself
+    /// mid-run changes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 317))]
+    pub group_by: Option<String>,
+
+    /// Workers only, with `groupBy`: what happens between two groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between_groups: Option<BetweenGroups>,
+}
+
+/// What happens between two failure-domain groups (`limits.betweenGroups`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BetweenGroups {
+    /// How long the workers of a group that completed must stay Ready before the next
+    /// group is signalled, counted from the group's last completion; a duration such as
+    /// `10m`. A worker of the group that is not Ready during the soak ends the command with
+    /// no worker of a later group touched. Unset: the next group follows at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<String>,
 }
 
 /// `limits.concurrent`: a node count or a percentage of the group's targets.
@@ -863,6 +892,11 @@ pub struct TargetStatus {
     /// pods default/web-0`. Kept after the node completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<String>,
+
+    /// With `limits.groupBy`: the value of the node's group label when the run started
+    /// (absent: the node had no such label and is in the last group). Frozen with the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl TargetStatus {
@@ -877,6 +911,7 @@ impl TargetStatus {
             checks: Vec::new(),
             from: None,
             drain: None,
+            group: None,
         }
     }
 }

@@ -224,6 +224,41 @@ fn a_canary_with_a_soak_goes_alone_and_the_rest_follow_after_the_soak() {
 }
 
 #[test]
+fn failure_domain_groups_go_one_batch_after_the_other_each_named_with_the_soak_between() {
+    let spec =
+        plan("v1.34.3+k0s.0", &[], &WORKERS).group_by("topology.kubernetes.io/zone", Some("5m"));
+    let mut cluster = cluster();
+    cluster.nodes = [("worker-0", Some("b")), ("worker-1", None), ("worker-2", Some("a"))]
+        .into_iter()
+        .map(|(name, zone)| match zone {
+            Some(zone) => worker(name).labelled("topology.kubernetes.io/zone", zone),
+            None => worker(name),
+        })
+        .collect();
+    let report = preview(&spec, &cluster, &policy(), now());
+    assert!(report.would_run, "{:?}", report.problems);
+    let batches: Vec<(Vec<&str>, Option<&str>)> = report
+        .batches
+        .iter()
+        .map(|b| (b.targets.iter().map(String::as_str).collect(), b.group.as_deref()))
+        .collect();
+    assert_eq!(
+        batches,
+        [
+            (vec!["Node/worker-2"], Some("topology.kubernetes.io/zone=a")),
+            (vec!["Node/worker-0"], Some("topology.kubernetes.io/zone=b")),
+            (vec!["Node/worker-1"], Some("without topology.kubernetes.io/zone")),
+        ]
+    );
+    assert!(report.batches[1].after_seconds.is_some_and(|s| s >= 295), "{:?}", report.batches);
+    let text = render("autopilot", &spec, &report);
+    assert!(
+        text.contains("   2. command 0 (group topology.kubernetes.io/zone=b): Node/worker-0"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_plan_without_a_signature_for_a_worker_that_requires_keys_is_a_problem_naming_both() {
     let mut cluster = cluster();
     let requiring =

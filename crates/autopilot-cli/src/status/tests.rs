@@ -34,6 +34,7 @@ fn target(name: &str, state: TargetState, phase: Option<SignalPhase>, since: &st
         reason: None,
         checks: Vec::new(),
         drain: None,
+        group: None,
     }
 }
 

@@ -257,6 +257,30 @@ impl<'a> Command<'a> {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// The Node label whose values split the workers into failure-domain groups that go
+    /// one at a time (`limits.groupBy`; none when unset, and none for a rollback, which puts
+    /// back every changed node in reverse name order whatever their groups).
+    pub(super) fn group_by(self) -> Option<&'a str> {
+        if self.is_rollback() {
+            return None;
+        }
+        self.target(Group::Workers).and_then(|target| target.limits.group_by.as_deref())
+    }
+
+    /// How long the workers of a completed group must stay Ready before the next group is
+    /// signalled (`limits.betweenGroups.soak`; zero when unset or unparseable, which NewPlan
+    /// refuses before a run gets here).
+    pub(super) fn between_groups_soak(self) -> Duration {
+        if self.group_by().is_none() {
+            return Duration::ZERO;
+        }
+        self.target(Group::Workers)
+            .and_then(|target| target.limits.between_groups.as_ref())
+            .and_then(|between| between.soak.as_deref())
+            .and_then(|text| autopilot_api::duration::parse(text).ok())
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// The kind of object a group's targets are signalled through: ControlNodes for k0s
     /// controllers, Nodes for everything else (airgap always on Nodes).
     pub(super) fn object_kind(self, group: Group) -> ObjectKind {

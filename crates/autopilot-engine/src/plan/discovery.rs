@@ -308,7 +308,18 @@ fn target_status(
             target
         }
         Some(object) => match command.platform_entry(object) {
-            Ok(_) => TargetStatus::new(name, TargetState::SignalPending, inputs.stamp),
+            Ok(_) => {
+                let mut target = TargetStatus::new(name, TargetState::SignalPending, inputs.stamp);
+                // Failure-domain waves: the node's group is read once, here, and kept with
+                // the run (a kubelet may set its own zone label; a relabel mid-run changes
+                // nothing).
+                if group == Group::Workers
+                    && let Some(key) = command.group_by()
+                {
+                    target.group = object.labels.get(key).cloned();
+                }
+                target
+            }
             Err(why) => {
                 wanting.no_platform.push(format!("{kind} {name} ({why})"));
                 let mut target =
@@ -460,12 +471,32 @@ fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
 /// Controllers update one at a time and any failed controller stops the plan, so a
 /// `canary`, `soak` or non-zero `maxFailures` on them would be silently ignored: refused,
 /// so the operator learns it before the run rather than after. (`concurrent` is accepted
-/// and ignored, as in k0s, whose example plans set it on controllers.)
+/// and ignored, as in k0s, whose example plans set it on controllers.) The same goes for
+/// `groupBy` and `betweenGroups`: controllers never go in waves.
 fn limits_problems(path: &str, group: Group, limits: &PlanCommandTargetLimits) -> Vec<String> {
-    let PlanCommandTargetLimits { concurrent: _, max_failures, canary, soak } = limits;
+    let PlanCommandTargetLimits {
+        concurrent: _,
+        max_failures,
+        canary,
+        soak,
+        group_by,
+        between_groups,
+    } = limits;
     let mut problems = Vec::new();
     match group {
         Group::Controllers => {
+            if let Some(key) = group_by {
+                problems.push(format!(
+                    "{path}.groupBy: {key:?} is not allowed on controllers (they update one at \
+                     a time, before any worker); set it on workers.limits or remove it"
+                ));
+            }
+            if between_groups.is_some() {
+                problems.push(format!(
+                    "{path}.betweenGroups: is not allowed on controllers (they go in no \
+                     groups); set it on workers.limits or remove it"
+                ));
+            }
             if let Some(canary) = canary {
                 problems.push(format!(
                     "{path}.canary: {canary} is not allowed on controllers (they update one at \
@@ -500,6 +531,22 @@ fn limits_problems(path: &str, group: Group, limits: &PlanCommandTargetLimits) -
                         "{path}.soak: {soak:?} is set without {path}.canary (the soak is how \
                          long the canary workers must stay Ready); set canary or remove soak"
                     ));
+                }
+            }
+            if let Some(key) = group_by
+                && let Some(problem) = super::selector::label_key_problem(key)
+            {
+                problems.push(format!("{path}.groupBy: {problem}"));
+            }
+            if let Some(between) = between_groups {
+                if group_by.is_none() {
+                    problems.push(format!(
+                        "{path}.betweenGroups: is set without {path}.groupBy (there are no \
+                         groups to go between); set groupBy or remove betweenGroups"
+                    ));
+                }
+                if let Some(Err(why)) = between.soak.as_deref().map(duration::parse) {
+                    problems.push(format!("{path}.betweenGroups.soak: {why}"));
                 }
             }
         }

@@ -534,6 +534,8 @@ fn state_events(
             let event_kind = match kind {
                 reasons::PLAN_PAUSED
                 | reasons::CANARY_SOAKING
+                | reasons::GROUP_UPDATING
+                | reasons::GROUP_SOAKING
                 | reasons::PREFLIGHT_RUNNING
                 | reasons::ROLLING_BACK => EventKind::Normal,
                 _ => EventKind::Warning,

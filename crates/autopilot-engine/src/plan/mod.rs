@@ -48,6 +48,7 @@ mod progress;
 mod rollback;
 mod schedule;
 mod targets;
+mod waves;
 pub mod window;
 
 #[cfg(test)]

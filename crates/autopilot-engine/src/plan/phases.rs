@@ -429,6 +429,11 @@ pub mod reasons {
     pub const EARLIER_RUN_IN_FLIGHT: &str = "EarlierRunInFlight";
     /// The canary workers completed; the others wait for the soak to pass.
     pub const CANARY_SOAKING: &str = "CanarySoaking";
+    /// A command updating its workers in failure-domain waves (`limits.groupBy`) started a
+    /// group; the later groups wait for it.
+    pub const GROUP_UPDATING: &str = "GroupUpdating";
+    /// A failure-domain group completed; the next one waits for `betweenGroups.soak` to pass.
+    pub const GROUP_SOAKING: &str = "GroupSoaking";
     /// A preflight command waits for its nodes' reports.
     pub const PREFLIGHT_RUNNING: &str = "PreflightRunning";
     /// A preflight command ended in warnings and `onWarn: Block` holds the plan until an
@@ -451,7 +456,7 @@ pub mod reasons {
     pub const UNKNOWN_WINDOW: &str = "UnknownWindow";
 
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 24] = [
+    pub const ALL: [&str; 26] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -470,6 +475,8 @@ pub mod reasons {
         PLAN_STOPPING,
         EARLIER_RUN_IN_FLIGHT,
         CANARY_SOAKING,
+        GROUP_UPDATING,
+        GROUP_SOAKING,
         PREFLIGHT_RUNNING,
         PREFLIGHT_WARNINGS,
         ROLLING_BACK,

@@ -408,7 +408,7 @@ impl CommandPass<'_, '_> {
     }
 
     /// The workers: the canaries first, then their soak, then the others up to the
-    /// concurrency limit.
+    /// concurrency limit; with `groupBy`, one group at a time (`super::waves`).
     fn schedule_workers(&mut self) -> Decided {
         let canaries = self.canaries();
         let canaries_done = canaries.iter().all(|name| {
@@ -420,6 +420,9 @@ impl CommandPass<'_, '_> {
             return self.signal_workers(Some(&canaries));
         }
         if let Some(outcome) = self.soak(&canaries) {
+            return Decided::Done(outcome);
+        }
+        if let Some(outcome) = self.between_groups() {
             return Decided::Done(outcome);
         }
         self.signal_workers(None)
@@ -514,8 +517,11 @@ impl CommandPass<'_, '_> {
     }
 
     /// The canary workers: the first `limits.canary` worker targets by name (none when
-    /// unset).
+    /// unset); with `groupBy`, those of the first group.
     fn canaries(&self) -> Vec<String> {
+        if let Some(names) = self.group_canaries() {
+            return names;
+        }
         let mut names: Vec<String> = targets(self.status, self.command, Group::Workers)
             .iter()
             .map(|t| t.name.clone())
@@ -818,12 +824,18 @@ impl CommandPass<'_, '_> {
     }
 
     /// Fill the free worker slots with pending workers in name order (k0s: Ready nodes
-    /// only), only from `only` when given (the canaries). Nodes working on an earlier run's
+    /// only), only from `only` when given (the canaries), and with `groupBy` only from the
+    /// current group, whose size a percentage counts. Nodes working on an earlier run's
     /// signal take slots too, and are not signalled until they finished.
     fn signal_workers(&mut self, only: Option<&[String]>) -> Decided {
         let command = self.command;
         let objects = self.inputs.objects(command.object_kind(Group::Workers));
-        let limit = command.worker_concurrency(targets(self.status, command, Group::Workers).len());
+        let wave = self.wave();
+        let group_size = wave.as_ref().map_or_else(
+            || targets(self.status, command, Group::Workers).len(),
+            |wave| wave.members.len(),
+        );
+        let limit = command.worker_concurrency(group_size);
         let earlier = self.earlier_in_flight(Group::Workers, limit);
         let workers = targets(self.status, command, Group::Workers);
         let sent = workers.iter().filter(|t| t.state == TargetState::SignalSent).count()
@@ -837,6 +849,7 @@ impl CommandPass<'_, '_> {
             .iter()
             .filter(|t| t.state == TargetState::SignalPending)
             .filter(|t| only.is_none_or(|only| only.contains(&t.name)))
+            .filter(|t| wave.as_ref().is_none_or(|wave| wave.members.contains(&t.name)))
             .filter(|t| !earlier.iter().any(|e| e.name == t.name))
             .map(|t| t.name.as_str())
             .collect();
@@ -881,6 +894,15 @@ impl CommandPass<'_, '_> {
             }
             Some(_) | None if sent_now == 0 && !earlier.is_empty() => {
                 self.hold_for_earlier_run(&earlier);
+            }
+            Some(_) | None
+                if only.is_none_or(<[String]>::is_empty)
+                    && !self.status.gating.iter().any(|run| run.since.is_some())
+                    && let Some(wave) = &wave =>
+            {
+                // Which group goes (a gate run being judged names itself instead).
+                self.status.state = PlanStateType::SchedulableWait;
+                self.name_wave(wave);
             }
             Some(_) | None => {
                 self.status.state = PlanStateType::SchedulableWait;

@@ -377,6 +377,12 @@ const MAX_NAME_LENGTH: usize = 63;
 /// Longest key prefix (a DNS-1123 subdomain).
 const MAX_PREFIX_LENGTH: usize = 253;
 
+/// Why `key` is not a label key Kubernetes accepts (a qualified name), if it is not; for
+/// fields that name a label, such as `limits.groupBy`.
+pub(super) fn label_key_problem(key: &str) -> Option<String> {
+    check_key(key).err().map(|error| error.to_string())
+}
+
 /// A qualified name: `[prefix/]name`, prefix a DNS-1123 subdomain.
 fn check_key(key: &str) -> Result<(), SelectorError> {
     let (prefix, name) = match key.split_once('/') {

@@ -21,6 +21,7 @@ mod steering;
 mod support;
 mod targets;
 mod validation;
+mod waves;
 mod windows;
 
 use std::collections::BTreeSet;

@@ -45,6 +45,16 @@ struct CommandShape {
     /// A health gate on the workers' Pods: after each batch (else each node), and whether a
     /// failure rolls the run back.
     gate: Option<(bool, bool)>,
+    /// Failure-domain waves by [`ZONE`], with a soak between groups or not.
+    waves: Option<bool>,
+}
+
+/// The label the generated waves group the workers by.
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The zone of the `i`-th object as `zones` says (`None`: no label).
+fn zone_of(zones: u8, i: usize) -> Option<&'static str> {
+    [Some("a"), Some("b"), Some("c"), None][usize::from(zones >> (2 * (i % 4))) & 3]
 }
 
 #[derive(Clone, Debug)]
@@ -77,6 +87,9 @@ enum Action {
     Rollback,
     /// A node's Pods are looked up by its gate from now on: all healthy, or not.
     Health(u8, bool),
+    /// A node changes its zone label (a kubelet may set its own): to the zone the second
+    /// value picks, or removes it.
+    Relabel(u8, u8),
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +102,8 @@ struct Scenario {
     windows: Option<u8>,
     commands: Vec<CommandShape>,
     grace: u64,
+    /// Each object's zone label, two bits an object ([`zone_of`]).
+    zones: u8,
     actions: Vec<Action>,
 }
 
@@ -108,6 +123,7 @@ fn command_shape() -> impl Strategy<Value = CommandShape> {
         prop::option::weighted(0.2, 0..=2u32),
         prop::option::weighted(0.2, (1..=2u32, any::<bool>())),
         prop::option::weighted(0.3, (any::<bool>(), any::<bool>())),
+        prop::option::weighted(0.4, any::<bool>()),
     )
         .prop_map(
             |(
@@ -116,6 +132,7 @@ fn command_shape() -> impl Strategy<Value = CommandShape> {
                 max_failures,
                 canary,
                 gate,
+                waves,
             )| {
                 CommandShape {
                     k0s,
@@ -127,6 +144,7 @@ fn command_shape() -> impl Strategy<Value = CommandShape> {
                     max_failures,
                     canary,
                     gate,
+                    waves,
                 }
             },
         )
@@ -148,6 +166,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => (any::<u8>(), any::<bool>()).prop_map(|(i, done)| Action::Earlier(i, done)),
         1 => Just(Action::Rollback),
         3 => (any::<u8>(), prop::bool::weighted(0.8)).prop_map(|(i, ok)| Action::Health(i, ok)),
+        1 => (any::<u8>(), any::<u8>()).prop_map(|(i, zone)| Action::Relabel(i, zone)),
     ]
 }
 
@@ -160,10 +179,21 @@ fn scenario(actions: impl Strategy<Value = Vec<Action>>) -> impl Strategy<Value 
         prop::option::weighted(0.1, any::<u8>()),
         prop::collection::vec(command_shape(), 1..=2),
         prop_oneof![Just(0u64), Just(60), Just(600)],
+        any::<u8>(),
         actions,
     )
         .prop_map(
-            |(controllers, workers, controller_workers, arm, windows, commands, grace, actions)| {
+            |(
+                controllers,
+                workers,
+                controller_workers,
+                arm,
+                windows,
+                commands,
+                grace,
+                zones,
+                actions,
+            )| {
                 Scenario {
                     controllers,
                     workers,
@@ -172,6 +202,7 @@ fn scenario(actions: impl Strategy<Value = Vec<Action>>) -> impl Strategy<Value 
                     windows,
                     commands,
                     grace,
+                    zones,
                     actions,
                 }
             },
@@ -228,6 +259,11 @@ fn build(scenario: &Scenario) -> Sim {
     for (i, name) in all.iter().enumerate() {
         if i < 8 && scenario.arm & (1 << i) != 0 {
             cluster = cluster.platform(name, "linux", "arm64");
+        }
+    }
+    for (i, name) in all.iter().enumerate() {
+        if let Some(zone) = zone_of(scenario.zones, i) {
+            cluster = cluster.label(name, ZONE, zone);
         }
     }
     if let Some(windows) = scenario.windows
@@ -308,6 +344,11 @@ fn shaped(mut target: PlanCommandTarget, shape: &CommandShape) -> PlanCommandTar
     if let Some((canary, soak)) = shape.canary {
         target.limits.canary = Some(canary);
         target.limits.soak = soak.then(|| "2m".to_owned());
+    }
+    if let Some(soak) = shape.waves {
+        target.limits.group_by = Some(ZONE.to_owned());
+        target.limits.between_groups =
+            soak.then(|| autopilot_api::v1beta2::BetweenGroups { soak: Some("3m".to_owned()) });
     }
     target
 }
@@ -411,6 +452,20 @@ fn act(sim: &mut Sim, action: &Action) {
                 sim.cluster = sim.cluster.clone().answering(health_query(&name), answer);
             }
         }
+        Action::Relabel(i, zone) => {
+            let names: Vec<String> =
+                sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
+            if let Some(name) = pick(&names, *i) {
+                for kind in [ObjectKind::Node, ObjectKind::ControlNode] {
+                    if let Some(object) = sim.cluster.objects_mut(kind).get_mut(&name) {
+                        match zone_of(*zone, 0) {
+                            Some(zone) => object.labels.insert(ZONE.to_owned(), zone.to_owned()),
+                            None => object.labels.remove(ZONE),
+                        };
+                    }
+                }
+            }
+        }
         Action::Abort(set) => {
             // Mostly set; sometimes removed again so later runs can start.
             sim.plan.steering.aborted = *set || !sim.plan.steering.aborted;
@@ -512,6 +567,53 @@ fn check_pass(
                 <= kind.worker_concurrency(targets(command, kind, Group::Workers).len()),
             "{after:#?}"
         );
+        // Failure-domain waves: never two groups in flight (signalled, or waiting for their
+        // gates), never more than `concurrent` within a group, and a group goes only once
+        // every group before it is done.
+        if kind.group_by().is_some() {
+            let workers = targets(command, kind, Group::Workers);
+            let busy = |t: &&autopilot_api::v1beta2::TargetStatus| {
+                t.state == TargetState::SignalSent
+                    || command.gating.iter().any(|run| run.nodes.contains(&t.name))
+            };
+            let mut in_flight: Vec<Option<&str>> =
+                workers.iter().filter(busy).map(|t| t.group.as_deref()).collect();
+            in_flight.dedup();
+            in_flight.sort();
+            in_flight.dedup();
+            prop_assert!(in_flight.len() <= 1, "two groups in flight {in_flight:?}: {after:#?}");
+            for group in crate::plan::waves::group_order(workers) {
+                let members: Vec<_> =
+                    workers.iter().filter(|t| t.group.as_deref() == group).collect();
+                let sent = members.iter().filter(|t| t.state == TargetState::SignalSent).count();
+                prop_assert!(
+                    sent <= kind.worker_concurrency(members.len()),
+                    "more than concurrent in group {group:?}: {after:#?}"
+                );
+            }
+            let rank = crate::plan::waves::group_rank;
+            // Signalled: in flight, done or failed by its node (a target failed without a
+            // signal, its object gone or its platform missing, did not go).
+            let signalled = |t: &&autopilot_api::v1beta2::TargetStatus| match t.state {
+                TargetState::SignalSent
+                | TargetState::SignalCompleted
+                | TargetState::SignalApplyFailed => true,
+                TargetState::SignalPending
+                | TargetState::MissingPlatform
+                | TargetState::MissingSignalNode => false,
+            };
+            for started in workers.iter().filter(signalled) {
+                let earlier_undone = workers.iter().any(|t| {
+                    rank(t.group.as_deref()) < rank(started.group.as_deref())
+                        && !t.state.is_terminal()
+                });
+                prop_assert!(
+                    !earlier_undone,
+                    "{} went before an earlier group was done: {after:#?}",
+                    started.name
+                );
+            }
+        }
         // No worker is signalled before every controller completed.
         let workers_started = targets(command, kind, Group::Workers).iter().any(|t| {
             matches!(
@@ -599,9 +701,15 @@ fn check_pass(
                 count(command, Group::Workers, TargetState::SignalSent) + counting <= limit,
                 "{counting} earlier-run node(s) in flight and the limit exceeded: {after:#?}"
             );
-            // Canaries first: no other worker before every canary completed.
+            // Canaries first: no other worker before every canary completed. With waves
+            // the canaries are the first workers of the first group.
             if kind.canary() > 0 {
-                let mut names: Vec<&str> = workers.iter().map(|t| t.name.as_str()).collect();
+                let first = crate::plan::waves::group_order(workers).first().copied();
+                let mut names: Vec<&str> = workers
+                    .iter()
+                    .filter(|t| kind.group_by().is_none() || Some(t.group.as_deref()) == first)
+                    .map(|t| t.name.as_str())
+                    .collect();
                 names.sort_unstable();
                 let canaries = &names[..kind.canary().min(names.len())];
                 // Signalled: in flight, done or failed by its node. A worker that failed
@@ -807,6 +915,11 @@ fn check_pass(
                     prop_assert_eq!(old_targets.len(), new_targets.len(), "targets are frozen");
                 }
                 for target in new_targets {
+                    if old.state != PlanStateType::NewPlan
+                        && let Some(old_target) = old_targets.iter().find(|t| t.name == target.name)
+                    {
+                        prop_assert_eq!(&old_target.group, &target.group, "groups are frozen");
+                    }
                     match old_targets.iter().find(|t| t.name == target.name) {
                         Some(old_target) => prop_assert!(
                             phases::target_transition_allowed(old_target.state, target.state),

@@ -1,0 +1,248 @@
+//! Failure-domain waves (`limits.groupBy`): the workers of an update command go one group
+//! at a time, a group being the workers that had the same value of the `groupBy` Node label
+//! when the run started (frozen in each target's `group`).
+//!
+//! Groups go in ascending order of that value (byte order, as `kubectl get -l` sorts
+//! nothing and operators name zones so they sort), and the workers without the label form
+//! one last group. Within a group at most `limits.concurrent` workers are in flight (a
+//! percentage counts the group's workers). The next group starts only once every worker of
+//! the current one is done, no gate run is open, and the workers of the group that just
+//! completed stayed Ready for `betweenGroups.soak`. A failure past the budget stops the
+//! command as always (nodes in flight finish), and since nodes in flight are all of one
+//! group, no later group is ever touched; a failure within `limits.maxFailures` lets the
+//! rest of its own group go on, but the command ends `ApplyFailed` before the next group. Canaries are the first workers of the first group.
+//!
+//! Nothing here is remembered between passes beyond the targets' states: the current group
+//! is the first one with a worker not done, and a group has started once one of its
+//! workers left `SignalPending` (so a new leader never soaks twice).
+
+use autopilot_api::duration;
+use autopilot_api::signal::format_timestamp;
+use autopilot_api::v1beta2::{PlanStateType, TargetState, TargetStatus};
+use jiff::Timestamp;
+
+use super::command::{Group, targets};
+use super::phases::reasons;
+use super::progress::{CommandPass, Outcome, end};
+
+/// How the status names a group: `<key>=<value>`, or `without <key>` for the workers that
+/// had no such label.
+pub(super) fn group_name(key: &str, group: Option<&str>) -> String {
+    match group {
+        Some(value) => format!("{key}={value}"),
+        None => format!("without {key}"),
+    }
+}
+
+/// The order groups go in: labelled groups by ascending value, then the unlabelled one.
+pub(super) fn group_rank(group: Option<&str>) -> (bool, &str) {
+    (group.is_none(), group.unwrap_or_default())
+}
+
+/// The distinct groups of `workers`, in the order they go.
+pub(super) fn group_order(workers: &[TargetStatus]) -> Vec<Option<&str>> {
+    let mut groups: Vec<Option<&str>> = workers.iter().map(|t| t.group.as_deref()).collect();
+    groups.sort_by_key(|group| group_rank(*group));
+    groups.dedup();
+    groups
+}
+
+/// Where the waves of a command are: the group whose workers may be signalled now.
+#[derive(Clone, Debug)]
+pub(super) struct Wave {
+    /// The `groupBy` label key.
+    pub(super) key: String,
+    /// The current group's value (`None`: the workers without the label).
+    pub(super) group: Option<String>,
+    /// Its place in the order (0-based) and how many groups there are.
+    pub(super) position: usize,
+    pub(super) count: usize,
+    /// The names of its workers.
+    pub(super) members: Vec<String>,
+    /// Whether one of its workers left `SignalPending`.
+    pub(super) started: bool,
+    /// The group before it, with its workers' names (none for the first group).
+    pub(super) previous: Option<(Option<String>, Vec<String>)>,
+}
+
+impl Wave {
+    /// The current group as the status names it.
+    pub(super) fn name(&self) -> String {
+        group_name(&self.key, self.group.as_deref())
+    }
+}
+
+impl CommandPass<'_, '_> {
+    /// The current wave of a command with `groupBy`: the first group (in order) with a
+    /// worker that is not done. `None` without `groupBy` or once every worker is done.
+    pub(super) fn wave(&self) -> Option<Wave> {
+        let key = self.command.group_by()?;
+        let workers = targets(self.status, self.command, Group::Workers);
+        let order = group_order(workers);
+        let members = |group: Option<&str>| -> Vec<&TargetStatus> {
+            workers.iter().filter(|t| t.group.as_deref() == group).collect()
+        };
+        let position = order
+            .iter()
+            .position(|&group| members(group).iter().any(|t| !t.state.is_terminal()))?;
+        let group = order[position];
+        let current = members(group);
+        let names = |targets: &[&TargetStatus]| targets.iter().map(|t| t.name.clone()).collect();
+        Some(Wave {
+            key: key.to_owned(),
+            group: group.map(str::to_owned),
+            position,
+            count: order.len(),
+            members: names(&current),
+            started: current.iter().any(|t| t.state != TargetState::SignalPending),
+            previous: position.checked_sub(1).map(|before| {
+                let group = order[before];
+                (group.map(str::to_owned), names(&members(group)))
+            }),
+        })
+    }
+
+    /// The canary workers with `groupBy`: the first `limits.canary` workers by name of the
+    /// first group (at most the whole group), so the canaries never span two groups.
+    pub(super) fn group_canaries(&self) -> Option<Vec<String>> {
+        self.command.group_by()?;
+        let workers = targets(self.status, self.command, Group::Workers);
+        let first = group_order(workers).first().copied();
+        let mut names: Vec<String> = workers
+            .iter()
+            .filter(|t| first.is_some_and(|first| t.group.as_deref() == first))
+            .map(|t| t.name.clone())
+            .collect();
+        names.sort_unstable();
+        names.truncate(self.command.canary());
+        Some(names)
+    }
+
+    /// Between two groups: before the first worker of a group other than the first is
+    /// signalled, the gates of the last one must have passed and its workers must have
+    /// stayed Ready for `betweenGroups.soak` since its last completion. `None` when the
+    /// current group may go (or there are no groups); otherwise where the pass leaves the
+    /// command: held, or ended because a worker of the soaking group is not Ready.
+    pub(super) fn between_groups(&mut self) -> Option<Outcome> {
+        let wave = self.wave()?;
+        let (previous, previous_members) = wave.previous.clone()?;
+        if wave.started {
+            return None;
+        }
+        let previous_name = group_name(&wave.key, previous.as_deref());
+        // Check 0: a group with a failed worker is where the rollout stops, even within
+        // `limits.maxFailures` (which lets the rest of that group go on): the next failure
+        // domain is not touched after one failed.
+        let (command, kind) = (self.command, self.command.object_kind(Group::Workers));
+        let failed: Vec<String> = targets(self.status, command, Group::Workers)
+            .iter()
+            .filter(|t| previous_members.contains(&t.name) && t.state.is_failure())
+            .map(|t| {
+                let why = t.reason.as_deref().unwrap_or("no reason given");
+                format!("{kind} {} ({}): {why}", t.name, t.state)
+            })
+            .collect();
+        if !failed.is_empty() {
+            end(
+                self.status,
+                PlanStateType::ApplyFailed,
+                format!(
+                    "{label}: group {previous_name} had {n} failed worker(s), so no worker of \
+                     group {next} or later was signalled (a failure within limits.maxFailures \
+                     lets its own group finish, never the next one start): {failed}",
+                    label = self.label,
+                    n = failed.len(),
+                    next = wave.name(),
+                    failed = failed.join("; "),
+                ),
+            );
+            return Some(Outcome::Ended);
+        }
+        // Check 1: the last group's gates (a gate run holds its nodes' slots; the next group
+        // waits for them like the next wave of `after: batch`). The gates' own reason names
+        // what they wait for.
+        if self.gates_open() {
+            super::progress::release_hold(self.status);
+            self.status.state = PlanStateType::SchedulableWait;
+            return Some(Outcome::Running);
+        }
+        // Check 2: the soak between groups.
+        let (inputs, command) = (self.inputs, self.command);
+        let soak = command.between_groups_soak();
+        if soak.is_zero() {
+            return None;
+        }
+        let workers = targets(self.status, command, Group::Workers);
+        let of_previous: Vec<&TargetStatus> =
+            workers.iter().filter(|t| previous_members.contains(&t.name)).collect();
+        let objects = inputs.objects(command.object_kind(Group::Workers));
+        let not_ready = of_previous
+            .iter()
+            .filter(|t| t.state == TargetState::SignalCompleted)
+            .find(|t| !objects.get(&t.name).is_some_and(|o| o.ready));
+        if let Some(target) = not_ready {
+            let kind = command.object_kind(Group::Workers);
+            end(
+                self.status,
+                PlanStateType::ApplyFailed,
+                format!(
+                    "{label}: {kind} {name} of group {previous_name} is not Ready during the \
+                     soak of {soak} between groups; no worker of group {next} or later was \
+                     signalled",
+                    label = self.label,
+                    name = target.name,
+                    soak = duration::format(soak),
+                    next = wave.name(),
+                ),
+            );
+            return Some(Outcome::Ended);
+        }
+        let since =
+            of_previous.iter().map(|t| t.last_updated_timestamp.0).max().unwrap_or(inputs.stamp);
+        let remaining = jiff::SignedDuration::try_from(soak)
+            .ok()
+            .and_then(|soak| soak.checked_sub(inputs.now.duration_since(since)));
+        let remaining = match remaining {
+            Some(remaining) if !remaining.is_positive() => return None,
+            Some(remaining) => std::time::Duration::try_from(remaining).ok(),
+            // A soak too long to represent never ends; NewPlan refuses such a value.
+            None => None,
+        };
+        let until = remaining
+            .and_then(|r| jiff::SignedDuration::try_from(r).ok())
+            .and_then(|r| inputs.now.checked_add(r).ok())
+            .map_or_else(
+                || "never".to_owned(),
+                |at| format_timestamp(Timestamp::from_second(at.as_second()).unwrap_or(at)),
+            );
+        let status = &mut *self.status;
+        status.state = PlanStateType::SchedulableWait;
+        status.not_ready_since = None;
+        status.reason = Some(format!(
+            "soaking: group {previous_name} completed; group {next} ({position} of {count}) \
+             follows if the workers of {previous_name} stay Ready for {soak} (until {until})",
+            next = wave.name(),
+            position = wave.position + 1,
+            count = wave.count,
+            soak = duration::format(soak),
+        ));
+        self.decision.hold(status.id, reasons::GROUP_SOAKING);
+        if let Some(remaining) = remaining {
+            self.decision.requeue_after(remaining);
+        }
+        Some(Outcome::Running)
+    }
+
+    /// Say which group the command works on (nothing without groups): `updating group
+    /// <name> (<n> of <count>)`.
+    pub(super) fn name_wave(&mut self, wave: &Wave) {
+        let status = &mut *self.status;
+        status.reason = Some(format!(
+            "updating group {} ({} of {}); the later groups wait for it",
+            wave.name(),
+            wave.position + 1,
+            wave.count
+        ));
+        self.decision.hold(status.id, reasons::GROUP_UPDATING);
+    }
+}
