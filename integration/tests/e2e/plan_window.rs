@@ -49,7 +49,7 @@ async fn wait_reason(client: &kube::Client, reason: &str) -> Plan {
             == Some(reason)
     })
     .await
-    .unwrap()
+    .expect("the command's reason")
 }
 
 #[tokio::test]
