@@ -91,6 +91,14 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         binary: Option<PathBuf>,
     },
+    /// Print a shell completion script: `source <(k0s completion bash)`, or save it where
+    /// the shell loads completions from (`k0s completion zsh > "${fpath[1]}/_k0s"`,
+    /// `k0s completion fish > ~/.config/fish/completions/k0s.fish`).
+    Completion {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Follow, preview and steer plans; run preflight checks ad hoc.
     Autopilot {
         /// The verb.

@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         }
     };
     let default_filter = match cli.command {
-        Command::Autopilot { .. } => "off",
+        Command::Autopilot { .. } | Command::Completion { .. } => "off",
         Command::Version
         | Command::Controller { .. }
         | Command::Worker { .. }
@@ -76,6 +76,11 @@ fn run(command: Command) -> anyhow::Result<()> {
             role::post_update::guard(&data_dir, binary.as_deref())
         }
         Command::Autopilot { command } => ops::run(command),
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "k0s", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }
 

@@ -107,6 +107,7 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
             Command::Version
             | Command::Status { .. }
             | Command::Autopilot { .. }
+            | Command::Completion { .. }
             | Command::PostUpdateGuard { .. } => {
                 anyhow::bail!("only `k0s controller` and `k0s worker` boot on trial")
             }
