@@ -60,6 +60,10 @@ pub struct TargetGroup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
 
+    /// For a command with `prestage`: where every node of the group stands in staging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prestage: Option<crate::prestage::PrestageState>,
+
     /// The nodes, by name, in ascending order.
     pub names: Vec<String>,
 }
@@ -76,7 +80,9 @@ fn groupable(target: &TargetStatus) -> bool {
             false
         }
     };
-    state && target.reason.is_none() && target.drain.is_none()
+    // A node asked to stage is in flight: its own timestamp starts its deadline.
+    let staging = target.prestage == Some(crate::prestage::PrestageState::Requested);
+    state && !staging && target.reason.is_none() && target.drain.is_none()
 }
 
 /// A target list as stored: the targets kept one by one, and the groups.
@@ -102,6 +108,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 && g.phase == target.phase
                 && g.checks == target.checks
                 && g.from == target.from
+                && g.prestage == target.prestage
         });
         match group {
             Some(group) => {
@@ -115,6 +122,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 last_updated_timestamp: target.last_updated_timestamp.clone(),
                 checks: target.checks.clone(),
                 from: target.from.clone(),
+                prestage: target.prestage,
                 names: vec![target.name.clone()],
             }),
         }
@@ -139,6 +147,7 @@ fn join(mut single: Vec<TargetStatus>, groups: Vec<TargetGroup>) -> Vec<TargetSt
                 checks: group.checks.clone(),
                 from: group.from.clone(),
                 drain: None,
+                prestage: group.prestage,
             });
         }
     }

@@ -122,6 +122,22 @@ pub struct PlanCommandK0sUpdate {
     /// take stay; the node is cordoned all the same) or `Never` (cordoned, not drained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainPolicy>,
+
+    /// Pre-stage the payload: before the first node of this command is signalled (so
+    /// before any node is cordoned), every target downloads, verifies and self-tests it into
+    /// its staged file and reports back; the update that follows only swaps and restarts.
+    /// A node that cannot stage (unreachable URL, wrong sha256 or signature, a binary that
+    /// fails its self-test, no answer within the progress deadline) fails the command before
+    /// any node was disrupted. With a `sha256` the update finds the staged file by digest;
+    /// without one it downloads again.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prestage: bool,
+
+    /// With `prestage`: how many nodes stage at the same time (at least 1). Unset: all
+    /// targets at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub prestage_concurrent: Option<u32>,
 }
 
 /// How the leader drains a kubelet-bearing node before its update.
@@ -198,6 +214,22 @@ pub struct PlanCommandAirgapUpdate {
     /// (DESIGN §15). Evaluated by the leader; each bounded by its `timeout`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<Gate>,
+
+    /// Pre-stage the payload: before the first node of this command is signalled (so
+    /// before any node is cordoned), every target downloads, verifies and self-tests it into
+    /// its staged file and reports back; the update that follows only swaps and restarts.
+    /// A node that cannot stage (unreachable URL, wrong sha256 or signature, a binary that
+    /// fails its self-test, no answer within the progress deadline) fails the command before
+    /// any node was disrupted. With a `sha256` the update finds the staged file by digest;
+    /// without one it downloads again.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prestage: bool,
+
+    /// With `prestage`: how many nodes stage at the same time (at least 1). Unset: all
+    /// targets at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub prestage_concurrent: Option<u32>,
 }
 
 /// A health gate (DESIGN §15): a check run on the nodes a command just updated before the
@@ -687,6 +719,11 @@ pub struct PlanCommandStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 
+    /// For a command with `prestage`: targets that staged the payload over all targets
+    /// (`4/6`), until the command ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<String>,
+
     /// Per-node progress of a `k0supdate` command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k0supdate: Option<PlanCommandK0sUpdateStatus>,
@@ -840,6 +877,11 @@ pub struct TargetStatus {
     /// pods default/web-0`. Kept after the node completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<String>,
+
+    /// For a command with `prestage`: where the node stands in staging the payload
+    /// (`Requested`, `Staged`, `Failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prestage: Option<crate::prestage::PrestageState>,
 }
 
 impl TargetStatus {
@@ -854,6 +896,7 @@ impl TargetStatus {
             checks: Vec::new(),
             from: None,
             drain: None,
+            prestage: None,
         }
     }
 }

@@ -443,8 +443,12 @@ pub mod reasons {
     /// `allow-skew` annotation names its id (`super::super::skew`).
     pub const VERSION_SKEW_ALLOWED: &str = "VersionSkewAllowed";
 
+    /// A command with `prestage` waits for its targets to stage the payload before it
+    /// signals any node.
+    pub const PRESTAGING: &str = "Prestaging";
+
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 23] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -467,6 +471,7 @@ pub mod reasons {
         PREFLIGHT_WARNINGS,
         ROLLING_BACK,
         VERSION_SKEW_ALLOWED,
+        PRESTAGING,
     ];
 }
 

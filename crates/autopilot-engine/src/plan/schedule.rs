@@ -136,6 +136,9 @@ impl CommandPass<'_, '_> {
         //    too: an in-flight controller is not held by the readiness grace).
         self.enforce_progress_deadline();
 
+        // 2a. Pre-staging (`prestage: true`): what the asked nodes report, and their deadline.
+        self.read_back_staging();
+
         // 2b. Health gates (DESIGN §15): nodes that completed in this pass open their runs,
         //     and every open run is looked at.
         let completed_now: Vec<String> =
@@ -166,6 +169,7 @@ impl CommandPass<'_, '_> {
                 run.waiting.as_deref().unwrap_or("not judged yet")
             ));
         }
+        self.count_staged();
         if let Outcome::Running = outcome {
             // Only targets still in flight get their signal again (a target the progress
             // deadline just failed does not).
@@ -260,7 +264,8 @@ impl CommandPass<'_, '_> {
             Effect::CreatePod(_)
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => false,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => false,
         }
     }
 
@@ -321,7 +326,14 @@ impl CommandPass<'_, '_> {
         if let Some(Halt::Aborted) = halt {
             return Decided::Done(self.stop_aborted(&in_flight));
         }
-        // Check 4: a paused plan signals no new node.
+        // Check 4: pre-staging: no node is signalled before every target staged the payload
+        // (a pause holds it too, see `super::prestage::may_stage`).
+        match self.prestage() {
+            Some(super::prestage::Staging::Held(outcome)) => return Decided::Done(outcome),
+            Some(super::prestage::Staging::Again) => return Decided::Again,
+            None => {}
+        }
+        // Check 4b: a paused plan signals no new node.
         if self.inputs.steering.paused {
             return Decided::Done(self.hold_paused(&in_flight));
         }
