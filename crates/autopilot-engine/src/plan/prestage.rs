@@ -113,8 +113,9 @@ impl CommandPass<'_, '_> {
             }) {
                 let Some(object) = objects.get(&target.name) else { continue };
                 let seen = &object.prestage;
-                match seen.report.as_ref().filter(|r| r.is_for(&run.run_id, index)) {
-                    Some(report) => match report.outcome {
+                if let Some(report) = seen.report.as_ref().filter(|r| r.is_for(&run.run_id, index))
+                {
+                    match report.outcome {
                         PrestageOutcome::Staged => {
                             target.prestage = Some(PrestageState::Staged);
                             target.last_updated_timestamp = Time(inputs.stamp);
@@ -126,8 +127,7 @@ impl CommandPass<'_, '_> {
                             fail(target, &format!("could not stage the payload: {why}"), inputs);
                             continue;
                         }
-                    },
-                    None => {}
+                    }
                 }
                 if let Some(problem) = &seen.report_problem {
                     fail(
