@@ -288,6 +288,8 @@ fn plan(
         signature_url,
     };
     let update = PlanCommandK0sUpdate {
+        prestage: false,
+        prestage_concurrent: None,
         gates: Vec::new(),
         drain: None,
         version: version.to_owned(),

@@ -2,7 +2,9 @@
 //! non-leading controller) on the real control plane.
 //!
 //! `cargo xtask bench download` runs the node agent's download benchmark
-//! (`crates/autopilot-signal/benches/download.rs`).
+//! (`crates/autopilot-signal/benches/download.rs`); with `--prestage-demo`, the pre-staged
+//! 3+3 demo variant instead: the demo's fleet updated on the real control plane with real
+//! agents, without and with `prestage`, timing how long worker Nodes stay cordoned.
 //!
 //! `cargo xtask bench plan`: how fast the Plan engine drives a fleet, on the real control
 //! plane. `cargo xtask bench rollback`: the same run, then its rollback (DESIGN §15): how long
@@ -103,6 +105,16 @@ enum What {
         /// Runs of each (the median is reported).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Instead: the pre-staged 3+3 demo variant. The demo's 3 controllers and 3 workers
+        /// (real agents, workers one at a time, every node's downloads held to
+        /// `--rate-limit`) update to a second build twice, on fresh clusters, without and
+        /// with `prestage`: the time worker Nodes spent cordoned, the window from the first
+        /// cordon to the last uncordon, and the rollout's wall time.
+        #[arg(long)]
+        prestage_demo: bool,
+        /// With `--prestage-demo`: every node's `--download-rate-limit` (a slow link).
+        #[arg(long, default_value = "32MiB")]
+        rate_limit: String,
     },
 }
 
@@ -139,7 +151,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(bench_footprint(&k0s, settle))
         }
-        What::Download { mib, runs } => {
+        What::Download { prestage_demo: true, rate_limit, .. } => {
+            integration::control_plane::ensure_built()?;
+            let status = crate::test::build_k0s_command("dev").status().context("building k0s")?;
+            anyhow::ensure!(status.success(), "building k0s failed: {status}");
+            let k0s = crate::test::k0s_path("debug");
+            let v2 = integration::k0s_binary_with_version(PRESTAGE_DEMO_VERSION)?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(bench_prestage_demo(&k0s, &v2, &rate_limit))
+        }
+        What::Download { mib, runs, prestage_demo: false, rate_limit: _ } => {
             let status = std::process::Command::new(env!("CARGO"))
                 .args(["bench", "-p", "autopilot-signal", "--bench", "download", "--"])
                 .args([mib.to_string(), runs.to_string()])
@@ -149,6 +170,189 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The version the pre-staged demo variant updates to.
+const PRESTAGE_DEMO_VERSION: &str = "v1.35.1+k0s.0";
+
+/// What one run of the pre-staged demo variant measured.
+struct CordonFigures {
+    /// Each worker's time cordoned, by name.
+    per_node: Vec<(String, Duration)>,
+    /// From the first cordon to the last uncordon.
+    window: Duration,
+    /// From creating the Plan to `Completed`.
+    rollout: Duration,
+}
+
+/// `bench download --prestage-demo`: the same 3+3 update without and with `prestage`.
+async fn bench_prestage_demo(k0s: &Path, v2: &Path, rate: &str) -> anyhow::Result<()> {
+    let bytes = std::fs::read(v2).with_context(|| format!("reading {}", v2.display()))?;
+    println!(
+        "prestage demo: 3 controllers + 3 workers (concurrent 1), payload {:.0} MiB, every \
+         node's downloads at {rate}/s",
+        bytes.len() as f64 / f64::from(1 << 20)
+    );
+    for prestage in [false, true] {
+        let figures = prestage_demo_run(k0s, &bytes, rate, prestage).await?;
+        let total: Duration = figures.per_node.iter().map(|(_, d)| *d).sum();
+        let nodes: Vec<String> = figures
+            .per_node
+            .iter()
+            .map(|(name, d)| format!("{name} {:.1} s", d.as_secs_f64()))
+            .collect();
+        println!(
+            "  prestage {prestage:<5}: workers cordoned {:.1} s in all ({}); first cordon to \
+             last uncordon {:.1} s; rollout {:.1} s",
+            total.as_secs_f64(),
+            nodes.join(", "),
+            figures.window.as_secs_f64(),
+            figures.rollout.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// One fresh 3+3 cluster updated to [`PRESTAGE_DEMO_VERSION`] with or without `prestage`.
+async fn prestage_demo_run(
+    k0s: &Path,
+    payload: &[u8],
+    rate: &str,
+    prestage: bool,
+) -> anyhow::Result<CordonFigures> {
+    use sha2::Digest as _;
+    use std::sync::{Arc, Mutex};
+    let workers = ["worker-0", "worker-1", "worker-2"];
+    let name = if prestage { "bench-prestaged" } else { "bench-not-prestaged" };
+    let cluster =
+        ClusterBuilder::new(name).k0s_binary(k0s).controllers(3).workers(&workers).build().await?;
+    let args = ["--download-rate-limit", rate];
+    let mut processes = Vec::new();
+    for i in 0..3 {
+        processes.push(cluster.spawn_controller(i, &args).await?);
+    }
+    for worker in workers {
+        processes.push(cluster.spawn_worker(worker, &args).await?);
+    }
+    let client = cluster.admin_client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let control_nodes: Api<autopilot_api::v1beta2::ControlNode> = Api::all(client.clone());
+    wait_for(Duration::from_secs(120), "3 ControlNodes and 3 Ready Nodes", || async {
+        let registered = control_nodes.list(&Default::default()).await?.items.len();
+        let ready = nodes
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|node| {
+                node.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        Ok((registered == 3 && ready == 3).then_some(()))
+    })
+    .await?;
+
+    // Every change of a worker's `spec.unschedulable`, as the watch delivers it.
+    let changes: Arc<Mutex<Vec<(String, bool, Instant)>>> = Arc::default();
+    let recorder = {
+        let changes = changes.clone();
+        let nodes = nodes.clone();
+        tokio::spawn(async move {
+            use kube::runtime::{WatchStreamExt as _, watcher};
+            let mut events = watcher(nodes, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            let mut last: BTreeMap<String, bool> = BTreeMap::new();
+            while let Some(Ok(node)) = events.next().await {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+                if last.insert(name.clone(), cordoned) != Some(cordoned) {
+                    changes.lock().unwrap_or_else(|p| p.into_inner()).push((
+                        name,
+                        cordoned,
+                        Instant::now(),
+                    ));
+                }
+            }
+        })
+    };
+
+    let server = integration::http::FileServer::start(payload.to_vec()).await?;
+    let sha256 = hex::encode(sha2::Sha256::digest(payload));
+    let controllers: Vec<String> = (0..3).map(|i| format!("controller-{i}")).collect();
+    let plan: Plan = serde_json::from_value(json!({
+        "apiVersion": keys::API_VERSION,
+        "kind": "Plan",
+        "metadata": { "name": keys::PLAN_NAME },
+        "spec": {
+            "id": name,
+            "timestamp": "now",
+            "commands": [{ "k0supdate": {
+                "version": PRESTAGE_DEMO_VERSION,
+                "prestage": prestage,
+                "platforms": { autopilot_api::platform::current(): {
+                    "url": format!("{}/k0s", server.base_url()),
+                    "sha256": sha256,
+                } },
+                "targets": {
+                    "controllers": { "discovery": { "static": { "nodes": controllers } } },
+                    "workers": {
+                        "discovery": { "static": { "nodes": workers } },
+                        "limits": { "concurrent": 1 },
+                    },
+                },
+            }}],
+        },
+    }))?;
+    let plans: Api<Plan> = Api::all(client.clone());
+    let started = Instant::now();
+    plans.create(&PostParams::default(), &plan).await.context("creating the Plan")?;
+    let ended = tokio::time::timeout(
+        Duration::from_secs(900),
+        await_condition(plans, keys::PLAN_NAME, |plan: Option<&Plan>| {
+            plan.and_then(|p| p.status.as_ref()).is_some_and(|s| s.state.is_terminal())
+        }),
+    )
+    .await
+    .context("the plan did not end within 15 minutes")??;
+    let rollout = started.elapsed();
+    let state = ended.and_then(|p| p.status).map(|s| s.state);
+    anyhow::ensure!(state == Some(PlanStateType::Completed), "the plan ended {state:?}");
+    // The last uncordon may reach the watch just after the plan's status.
+    wait_for(Duration::from_secs(30), "every worker uncordoned", || async {
+        let changes = changes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last: BTreeMap<&str, bool> = BTreeMap::new();
+        for (name, cordoned, _) in changes.iter() {
+            last.insert(name, *cordoned);
+        }
+        Ok(last.values().all(|c| !c).then_some(()))
+    })
+    .await?;
+    recorder.abort();
+    let changes = changes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut per_node: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut since: BTreeMap<String, Instant> = BTreeMap::new();
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    for (name, cordoned, at) in changes {
+        if cordoned {
+            first = Some(first.map_or(at, |f| f.min(at)));
+            since.insert(name, at);
+        } else if let Some(from) = since.remove(&name) {
+            *per_node.entry(name).or_default() += at - from;
+            last = Some(last.map_or(at, |l| l.max(at)));
+        }
+    }
+    let window = match (first, last) {
+        (Some(first), Some(last)) => last.saturating_duration_since(first),
+        (None, _) | (_, None) => Duration::ZERO,
+    };
+    drop(processes);
+    drop(cluster);
+    Ok(CordonFigures { per_node: per_node.into_iter().collect(), window, rollout })
 }
 
 /// Audit policy: one event per request (at ResponseComplete), metadata only.

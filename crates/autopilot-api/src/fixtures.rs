@@ -105,6 +105,8 @@ pub trait PlanBuilder: Sized {
     fn then_k0s_update(mut self, version: &str) -> Self {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
+                prestage: false,
+                prestage_concurrent: None,
                 gates: Vec::new(),
                 drain: None,
                 version: version.to_owned(),
@@ -125,6 +127,8 @@ pub trait PlanBuilder: Sized {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: None,
             airgapupdate: Some(PlanCommandAirgapUpdate {
+                prestage: false,
+                prestage_concurrent: None,
                 gates: Vec::new(),
                 version: version.to_owned(),
                 platforms: platforms("bundle"),

@@ -180,6 +180,16 @@ pub const ANNOTATION_GATE_CHECK: &str = "autopilot.k0sproject.io/gate-check";
 /// ([`crate::gate_check::GateCheckReport`]); the leader judges the records.
 pub const ANNOTATION_GATE_REPORT: &str = "autopilot.k0sproject.io/gate-report";
 
+/// Node/ControlNode annotation written by the leader: the pre-staging of a `prestage: true`
+/// update command it asks the node's agent for, as JSON
+/// ([`crate::prestage::PrestageRequest`]). A reference only: the agent reads the payload from
+/// the Plan's frozen command, and stages only what the Plan authorizes.
+pub const ANNOTATION_PRESTAGE: &str = "autopilot.k0sproject.io/prestage";
+
+/// Node/ControlNode annotation written by the node's agent: how the pre-staging asked for in
+/// [`ANNOTATION_PRESTAGE`] went, as JSON ([`crate::prestage::PrestageReport`]).
+pub const ANNOTATION_PRESTAGE_REPORT: &str = "autopilot.k0sproject.io/prestage-report";
+
 /// Well-known host name label, also set on every ControlNode.
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 

@@ -11,6 +11,7 @@
 //! - [`preflight`]: what a node reports for a preflight check (seed 004's status codes and
 //!   the raw record the controller judges).
 //! - [`gate_check`]: the request and report of a health gate's node-side check.
+//! - [`prestage`]: the request and report of pre-staging an update's payload on a node.
 //! - [`payload`]: the URL and version rules a node holds a command to, shared by the node
 //!   agent and the Plan engine.
 //! - [`version`]: k0s versions and their order (`v1.35.1+k0s.0 < v1.35.1+k0s.1 <
@@ -33,6 +34,7 @@ pub mod keys;
 pub mod payload;
 pub mod platform;
 pub mod preflight;
+pub mod prestage;
 mod schema;
 pub mod signal;
 pub mod text;

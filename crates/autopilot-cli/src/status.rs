@@ -205,6 +205,9 @@ pub struct CommandView {
     /// What the command waits for right now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// With `prestage`: targets that staged the payload over all targets (`4/6`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staged: Option<String>,
 }
 
 /// Node updates over all commands.
@@ -265,6 +268,10 @@ pub struct NodeView {
     /// of its label when the run started).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// With `prestage`: where the node stands in staging the payload (`Requested`,
+    /// `Staged`, `Failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prestage: Option<autopilot_api::prestage::PrestageState>,
 }
 
 /// One Event about the Plan.
@@ -457,6 +464,7 @@ fn command_view(spec: Option<&PlanCommand>, command: &PlanCommandStatus) -> Comm
         state: command.state.to_string(),
         description: command.description.clone(),
         reason: command.reason.clone(),
+        staged: command.staged.clone(),
     }
 }
 
@@ -581,6 +589,7 @@ impl Targets {
                 command,
                 state: target.state.to_string(),
                 phase: target.phase.map(|p| p.to_string()),
+                prestage: target.prestage,
                 since: since.to_string(),
                 seconds_in_phase: in_phase.as_secs(),
                 reason: target.reason.clone().or_else(|| {
@@ -911,11 +920,12 @@ fn render_plan(out: &mut String, view: &View) {
         let version = command.version.as_deref().map(|v| format!(" to {v}")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "Command {}/{}: {}{version}: {}",
+            "Command {}/{}: {}{version}: {}{}",
             command.id + 1,
             view.commands.len(),
             command.kind,
-            command.state
+            command.state,
+            command.staged.as_deref().map(|s| format!("   staged {s}")).unwrap_or_default()
         );
     }
 }
@@ -984,13 +994,23 @@ fn render_nodes(out: &mut String, nodes: &[NodeView]) {
             role,
             node.command,
             node.state,
-            node.phase.as_deref().unwrap_or("-"),
+            node.phase.as_deref().or(node.prestage.map(staging_column)).unwrap_or("-"),
             human(Duration::from_secs(node.seconds_in_phase)),
             ready,
             node.version.as_deref().map_or(std::borrow::Cow::Borrowed("-"), printable),
             node.reason.as_deref().map(|r| cut(r, REASON_TEXT)).unwrap_or_default(),
         );
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+/// The PHASE column of a node not signalled yet that a `prestage` command asked to stage.
+fn staging_column(prestage: autopilot_api::prestage::PrestageState) -> &'static str {
+    use autopilot_api::prestage::PrestageState;
+    match prestage {
+        PrestageState::Requested => "Staging",
+        PrestageState::Staged => "Staged",
+        PrestageState::Failed => "StageFailed",
     }
 }
 

@@ -129,6 +129,33 @@ pub async fn write_gate_check(
     result.map_err(|source| api_error(what, source))
 }
 
+/// Ask a node to pre-stage an update's payload (`prestage: true`): a merge patch of the
+/// request annotation on its object. No precondition: the patch touches only that
+/// annotation, and the same request again is harmless.
+pub async fn write_prestage(
+    client: &kube::Client,
+    target: &SignalTarget,
+    request: &autopilot_api::prestage::PrestageRequest,
+) -> Result<(), Error> {
+    let what = format!("the pre-staging request on {:?} {}", target.kind, target.name);
+    let text = serde_json::to_string(request).unwrap_or_default();
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { keys::ANNOTATION_PRESTAGE: text } }
+    });
+    let params = kube::api::PatchParams::default();
+    let patch = kube::api::Patch::Merge(&patch);
+    let result = match target.kind {
+        ObjectKind::ControlNode => Api::<ControlNode>::all(client.clone())
+            .patch(&target.name, &params, &patch)
+            .await
+            .map(drop),
+        ObjectKind::Node => {
+            Api::<Node>::all(client.clone()).patch(&target.name, &params, &patch).await.map(drop)
+        }
+    };
+    result.map_err(|source| api_error(what, source))
+}
+
 /// Create a `scheduler` check's Pod in [`keys::NAMESPACE`]; one that exists already (its name
 /// is stable per check and node) is success.
 pub async fn create_pod(client: &kube::Client, pod: &Pod) -> Result<(), Error> {

@@ -442,8 +442,15 @@ fn node_fingerprint(node: &Node) -> u64 {
 /// gate waits for.
 fn gate_check_annotations(
     annotations: &std::collections::BTreeMap<String, String>,
-) -> [Option<&String>; 2] {
-    [keys::ANNOTATION_GATE_CHECK, keys::ANNOTATION_GATE_REPORT].map(|key| annotations.get(key))
+) -> [Option<&String>; 4] {
+    // And the pre-staging request and report: a report is what a `prestage` command waits for.
+    [
+        keys::ANNOTATION_GATE_CHECK,
+        keys::ANNOTATION_GATE_REPORT,
+        keys::ANNOTATION_PRESTAGE,
+        keys::ANNOTATION_PRESTAGE_REPORT,
+    ]
+    .map(|key| annotations.get(key))
 }
 
 /// What about a ControlNode can change a plan decision: labels, signal annotations and the

@@ -26,6 +26,7 @@
 
 use autopilot_api::gate_check::GateCheckRequest;
 use autopilot_api::keys;
+use autopilot_api::prestage::{PrestageRequest, PrestageState};
 use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalData,
 };
@@ -218,6 +219,128 @@ pub fn gate_checks(
                 .ok_or_else(|| in_command(format!("it has no check gate {id:?}")))
         })
         .collect()
+}
+
+/// What a pre-staging request (`prestage: true`) asks a node to stage, from the Plan.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Staging<'p> {
+    /// The payload of the node's platform (URL, sha256, signature), from the frozen command.
+    pub entry: &'p PlanResourceUrl,
+    /// What the payload is.
+    pub kind: StagingKind,
+    /// The version the command updates to (a k0s binary's self-test must report it).
+    pub version: &'p str,
+    /// Any version will do (a forced k0s update).
+    pub any_version: bool,
+}
+
+/// What a staged payload is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagingKind {
+    /// A k0s binary (`k0supdate`): downloaded, verified and self-tested.
+    K0s,
+    /// An airgap bundle (`airgapupdate`): downloaded and verified.
+    Airgap,
+}
+
+/// What a pre-staging request asks `node` to stage, when the Plan authorizes it: the
+/// request names the Plan's current run (`runId` and `planId`) and an update command of it
+/// whose frozen copy has `prestage: true`; the command has not ended; its status lists the
+/// node (in the target list of its role; airgap: workers only) as not signalled yet
+/// (`SignalPending`) and asked to stage (`prestage: Requested`); and the frozen command has
+/// a payload for the node's platform (the agent's own; required). The payload is the
+/// Plan's, never the request's: a request names no URL. Otherwise the refusal (starting
+/// with `refused: `).
+pub fn prestage<'p>(
+    plan: Option<&'p Plan>,
+    request: &PrestageRequest,
+    node: Node<'_>,
+) -> Result<Staging<'p>, String> {
+    let Some(plan) = plan else {
+        return Err(refused(&format!("Plan {} does not exist", keys::PLAN_NAME)));
+    };
+    let run = &request.run_id;
+    let status = plan.status.as_ref();
+    let plan_run = status.and_then(|status| status.run_id.as_deref());
+    if plan_run != Some(run.as_str()) {
+        return Err(refused(&format!(
+            "the request's run {run} is not the current run of Plan {} ({})",
+            keys::PLAN_NAME,
+            plan_run.unwrap_or("none")
+        )));
+    }
+    let Some(status) = status else {
+        return Err(refused(&format!("Plan {} has no status", keys::PLAN_NAME)));
+    };
+    if status.plan_id.as_deref() != Some(request.plan_id.as_str()) {
+        return Err(refused(&format!(
+            "the request's planId {:?} is not run {run}'s ({:?})",
+            request.plan_id,
+            status.plan_id.as_deref().unwrap_or_default()
+        )));
+    }
+    let index = request.command;
+    let command = status.commands.iter().find(|command| command.id == index);
+    let Some((command, frozen)) =
+        command.and_then(|command| command.frozen.as_ref().map(|frozen| (command, frozen)))
+    else {
+        return Err(refused(&format!("run {run} has no command {index}")));
+    };
+    let in_command = |problem: String| refused(&format!("command {index} of run {run}: {problem}"));
+    // Check 1: an update command that pre-stages.
+    let (staging, platforms, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
+        (Some(update), _) => (
+            update.prestage.then_some((
+                StagingKind::K0s,
+                update.version.as_str(),
+                update.forceupdate,
+            )),
+            &update.platforms,
+            command.k0supdate.as_ref().map(|status| match node.role {
+                Role::Controller => status.controllers.as_slice(),
+                Role::Worker => status.workers.as_slice(),
+            }),
+        ),
+        (None, Some(update)) => (
+            update.prestage.then_some((StagingKind::Airgap, update.version.as_str(), false)),
+            &update.platforms,
+            match node.role {
+                Role::Controller => None,
+                Role::Worker => command.airgapupdate.as_ref().map(|s| s.workers.as_slice()),
+            },
+        ),
+        (None, None) => {
+            return Err(in_command(format!("it is {}, not an update command", kind(frozen))));
+        }
+    };
+    let Some((kind, version, any_version)) = staging else {
+        return Err(in_command("it does not pre-stage (prestage is not set)".to_owned()));
+    };
+    // Check 2: the command is running, and the leader asked this node, not yet signalled.
+    if command.state.is_terminal() {
+        return Err(in_command(format!("it has ended ({})", command.state)));
+    }
+    let target = target(targets, node).map_err(&in_command)?;
+    if target.state != TargetState::SignalPending
+        || target.prestage != Some(PrestageState::Requested)
+    {
+        return Err(in_command(format!(
+            "{} is not asked to stage (it is {}, pre-staging {})",
+            node.name,
+            target.state,
+            target.prestage.map_or("not asked", PrestageState::as_str)
+        )));
+    }
+    // Check 3: the payload of the node's own platform.
+    let Some(platform) = node.platform else {
+        return Err(in_command("the node's platform is not known".to_owned()));
+    };
+    let Some(entry) = platforms.get(platform) else {
+        return Err(in_command(format!(
+            "the Plan has no payload for this node's platform {platform}"
+        )));
+    };
+    Ok(Staging { entry, kind, version, any_version })
 }
 
 /// Why `update`'s payload may not be fetched by a node that does not allow unverified

@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
 use kube_core::{Resource as _, ResourceExt as _};
 
 use crate::cordon::PodFacts;
-use crate::plan::{ObservedGateCheck, ObservedSignal, RequiredKeys, TargetObject};
+use crate::plan::{
+    ObservedGateCheck, ObservedPrestage, ObservedSignal, RequiredKeys, TargetObject,
+};
 use autopilot_api::keys;
 
 /// A ControlNode as the planner sees it.
@@ -22,6 +24,7 @@ pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
         required_keys: required_keys(control_node.meta()),
         version: control_node_version(control_node),
         gate_check: ObservedGateCheck::of(control_node.meta()),
+        prestage: ObservedPrestage::of(control_node.meta()),
     }
 }
 
@@ -46,6 +49,7 @@ pub fn node_object(node: &Node) -> TargetObject {
         required_keys: required_keys(node.meta()),
         version: published_version(node.meta()),
         gate_check: ObservedGateCheck::of(node.meta()),
+        prestage: ObservedPrestage::of(node.meta()),
     }
 }
 

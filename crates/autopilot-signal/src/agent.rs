@@ -420,6 +420,7 @@ where
 {
     publish_annotations(api, agent, object).await;
     answer_gate_check(api, agent, object).await?;
+    answer_prestage(api, agent, host, object).await?;
     let failures = &mut memory.failures;
     let kind = K::kind(&());
     let object_ref = format!("{kind}/{}", object.name_any());
@@ -717,6 +718,139 @@ where
         .await
         .context("writing the gate report")?;
     Ok(())
+}
+
+/// Answer the pre-staging request on `object` (`prestage: true`) if this node has not
+/// answered it yet: when the Plan authorizes it ([`authorize::prestage`]), download and
+/// verify the Plan's payload for this node's platform into the staged file and self-test it
+/// (a k0s binary), then report `Staged`; otherwise report `Failed` with why. The update
+/// signal that follows finds the staged file by its sha256. The report goes into this
+/// node's own annotation. A request that cannot be read has nothing to answer: it is
+/// logged. API errors are returned (the caller retries).
+///
+/// Crash safety: a crash before the report leaves the request unanswered, so the next pass
+/// stages again (the download replaces any partial or earlier staged file).
+async fn answer_prestage<K, H>(
+    api: &Api<K>,
+    agent: &Agent,
+    host: &H,
+    object: &K,
+) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    H: Host,
+{
+    use autopilot_api::prestage::{self, PrestageOutcome, PrestageReport};
+    let request = match prestage::request_of(object.meta()) {
+        Ok(Some(request)) => request,
+        Ok(None) => return Ok(()),
+        Err(problem) => {
+            debug!(node = %agent.name, %problem, "ignoring a pre-staging request that cannot be read");
+            return Ok(());
+        }
+    };
+    let reported = prestage::report_of(object.meta()).ok().flatten();
+    if reported.is_some_and(|report| report.answers(&request)) {
+        return Ok(());
+    }
+    let role = if K::kind(&()) == "ControlNode" {
+        authorize::Role::Controller
+    } else {
+        authorize::Role::Worker
+    };
+    let platform = autopilot_api::platform::current();
+    let node = authorize::Node { name: &agent.name, role, platform: Some(&platform) };
+    let plan = read_plan(api).await?;
+    let staged = match &plan {
+        Err(reason) => Err(format!("refused: {reason}")),
+        Ok(plan) => match authorize::prestage(plan.as_ref(), &request, node) {
+            Err(reason) => Err(reason),
+            Ok(staging) if agent.airgap_only && staging.kind == authorize::StagingKind::K0s => {
+                // As for its signals: the ControlNode's agent updates this machine's k0s.
+                debug!(node = %agent.name, "not an airgap payload; the ControlNode's agent stages it");
+                return Ok(());
+            }
+            Ok(staging) => stage_payload(agent, host, &request, staging).await,
+        },
+    };
+    let report = match staged {
+        Ok(note) => {
+            info!(node = %agent.name, command = request.command, "payload pre-staged");
+            PrestageReport {
+                run_id: request.run_id.clone(),
+                command: request.command,
+                outcome: PrestageOutcome::Staged,
+                reason: note,
+            }
+        }
+        Err(reason) => {
+            warn!(node = %agent.name, command = request.command, %reason, "could not pre-stage the payload");
+            PrestageReport {
+                run_id: request.run_id.clone(),
+                command: request.command,
+                outcome: PrestageOutcome::Failed,
+                reason: Some(reason),
+            }
+        }
+    };
+    let text =
+        serde_json::to_string(&report.bounded()).context("encoding the pre-staging report")?;
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { keys::ANNOTATION_PRESTAGE_REPORT: text } }
+    });
+    api.patch(&agent.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .context("writing the pre-staging report")?;
+    Ok(())
+}
+
+/// Stage what `staging` names: `Ok` with an optional note, or why it could not be staged.
+async fn stage_payload<H: Host>(
+    agent: &Agent,
+    host: &H,
+    request: &autopilot_api::prestage::PrestageRequest,
+    staging: authorize::Staging<'_>,
+) -> Result<Option<String>, String> {
+    let entry = staging.entry;
+    let sha256 = entry.sha256.as_deref().map(|s| s.trim().to_ascii_lowercase());
+    if let Some(reason) = authorize::unverified(&entry.url, sha256.as_deref().unwrap_or_default())
+        .filter(|_| !agent.allow_unverified_payloads)
+    {
+        return Err(reason);
+    }
+    let key = SignalKey {
+        plan_id: request.plan_id.clone(),
+        created: format!("prestage {}", request.asked),
+        command_id: request.command,
+        run_id: Some(request.run_id.clone()),
+    };
+    let signature = SignatureSource::of(entry);
+    match staging.kind {
+        authorize::StagingKind::K0s => {
+            if agent.version == staging.version && !staging.any_version {
+                return Ok(Some(format!("runs {} already: nothing to stage", agent.version)));
+            }
+            info!(node = %agent.name, url = %entry.url, "pre-staging the k0s binary");
+            host.download(&key, &entry.url, sha256.as_deref(), &signature).await.map_err(
+                |err| {
+                    record_failure(&agent.metrics, phase::ActionKind::Download, &err);
+                    err.reason()
+                },
+            )?;
+            host.self_test(&key, staging.version, staging.any_version)
+                .await
+                .map_err(|err| err.reason())?;
+            Ok(None)
+        }
+        authorize::StagingKind::Airgap => {
+            info!(node = %agent.name, url = %entry.url, "pre-staging the airgap bundle");
+            host.stage_bundle(&entry.url, sha256.as_deref(), &signature).await.map_err(|err| {
+                record_failure(&agent.metrics, phase::ActionKind::DownloadBundle, &err);
+                err.reason()
+            })?;
+            Ok(None)
+        }
+    }
 }
 
 /// Count a failed download (each attempt) or verification in `metrics`.

@@ -334,6 +334,19 @@ impl StagedRecord {
     }
 }
 
+/// What the bundle staging record (`<data-dir>/autopilot-staged-bundle.json`) says: the
+/// pre-staged airgap bundle's URL, digest and file name (in `images.staged/`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedBundle {
+    /// Where it was downloaded from.
+    pub url: String,
+    /// Its SHA-256 (lowercase hex).
+    pub sha256: String,
+    /// Its file name.
+    pub name: String,
+}
+
 /// What the node kept when it stored an airgap bundle (`<data-dir>/autopilot-bundle.json`),
 /// so that a rollback of that signal's run can undo it: the file the bundle replaced is kept
 /// in `<data-dir>/images.prev/`, or the record says the bundle added a file.
@@ -490,6 +503,18 @@ pub trait Host {
         sha256: Option<&str>,
         signature: &SignatureSource,
     ) -> Result<PathBuf>;
+
+    /// Pre-stages an airgap bundle (`prestage: true`): downloads and verifies it (as
+    /// [`Host::download_bundle`] does) into a staging directory beside the images directory,
+    /// recording its URL and digest. A later [`Host::download_bundle`] of the same URL and
+    /// sha256 takes the staged file instead of downloading. Nothing reaches the images
+    /// directory.
+    async fn stage_bundle(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        signature: &SignatureSource,
+    ) -> Result<()>;
 
     /// Moves the staged binary over the live one (same directory, `rename(2)`). The live
     /// one is kept as `k0s.prev` only if it is proven (it is the binary this process runs);

@@ -37,6 +37,7 @@ mod plan_gates;
 mod plan_pause_abort;
 mod plan_platforms;
 mod plan_preflight;
+mod plan_prestage;
 mod plan_progress_deadline;
 mod plan_quorum;
 mod plan_quorum_safety;

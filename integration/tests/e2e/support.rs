@@ -91,6 +91,8 @@ pub fn k0s_update(
     workers: Option<PlanCommandTarget>,
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
+        prestage: false,
+        prestage_concurrent: None,
         gates: Vec::new(),
         drain: None,
         version: FORCED_VERSION.to_owned(),
@@ -112,6 +114,8 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
     PlanCommand {
         k0supdate: None,
         airgapupdate: Some(PlanCommandAirgapUpdate {
+            prestage: false,
+            prestage_concurrent: None,
             gates: Vec::new(),
             version: PLAIN_VERSION.to_owned(),
             platforms: BTreeMap::from([(
@@ -786,6 +790,8 @@ pub fn update_to(
     workers: Option<PlanCommandTarget>,
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
+        prestage: false,
+        prestage_concurrent: None,
         gates: Vec::new(),
         drain: None,
         version: version.to_owned(),

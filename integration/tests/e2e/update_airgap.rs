@@ -51,6 +51,8 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
 
     let platform = autopilot_api::platform::current();
     let airgap = PlanCommandAirgapUpdate {
+        prestage: false,
+        prestage_concurrent: None,
         gates: Vec::new(),
         version: V2.to_owned(),
         platforms: BTreeMap::from([(

@@ -44,6 +44,8 @@ async fn plan_fails(
 ) -> String {
     let platform = autopilot_api::platform::current();
     let update = PlanCommandK0sUpdate {
+        prestage: false,
+        prestage_concurrent: None,
         gates: Vec::new(),
         drain: None,
         version: V2.to_owned(),

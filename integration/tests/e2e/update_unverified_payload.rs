@@ -29,6 +29,8 @@ use crate::support::*;
 /// A `k0supdate` of `worker` to [`V2`] from `url`, with no sha256.
 fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
+        prestage: false,
+        prestage_concurrent: None,
         gates: Vec::new(),
         drain: None,
         version: V2.to_owned(),

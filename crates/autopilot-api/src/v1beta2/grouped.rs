@@ -64,6 +64,9 @@ pub struct TargetGroup {
     /// value of its label when the run started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// For a command with `prestage`: where every node of the group stands in staging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prestage: Option<crate::prestage::PrestageState>,
 
     /// The nodes, by name, in ascending order.
     pub names: Vec<String>,
@@ -81,7 +84,9 @@ fn groupable(target: &TargetStatus) -> bool {
             false
         }
     };
-    state && target.reason.is_none() && target.drain.is_none()
+    // A node asked to stage is in flight: its own timestamp starts its deadline.
+    let staging = target.prestage == Some(crate::prestage::PrestageState::Requested);
+    state && !staging && target.reason.is_none() && target.drain.is_none()
 }
 
 /// A target list as stored: the targets kept one by one, and the groups.
@@ -108,6 +113,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 && g.checks == target.checks
                 && g.from == target.from
                 && g.group == target.group
+                && g.prestage == target.prestage
         });
         match group {
             Some(group) => {
@@ -122,6 +128,7 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 checks: target.checks.clone(),
                 from: target.from.clone(),
                 group: target.group.clone(),
+                prestage: target.prestage,
                 names: vec![target.name.clone()],
             }),
         }
@@ -147,6 +154,7 @@ fn join(mut single: Vec<TargetStatus>, groups: Vec<TargetGroup>) -> Vec<TargetSt
                 from: group.from.clone(),
                 drain: None,
                 group: group.group.clone(),
+                prestage: group.prestage,
             });
         }
     }

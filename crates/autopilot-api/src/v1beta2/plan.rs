@@ -140,6 +140,22 @@ pub struct PlanCommandK0sUpdate {
     /// take stay; the node is cordoned all the same) or `Never` (cordoned, not drained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainPolicy>,
+
+    /// Pre-stage the payload: before the first node of this command is signalled (so
+    /// before any node is cordoned), every target downloads, verifies and self-tests it into
+    /// its staged file and reports back; the update that follows only swaps and restarts.
+    /// A node that cannot stage (unreachable URL, wrong sha256 or signature, a binary that
+    /// fails its self-test, no answer within the progress deadline) fails the command before
+    /// any node was disrupted. With a `sha256` the update finds the staged file by digest;
+    /// without one it downloads again.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prestage: bool,
+
+    /// With `prestage`: how many nodes stage at the same time (at least 1). Unset: all
+    /// targets at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub prestage_concurrent: Option<u32>,
 }
 
 /// How the leader drains a kubelet-bearing node before its update.
@@ -216,6 +232,22 @@ pub struct PlanCommandAirgapUpdate {
     /// (DESIGN §15). Evaluated by the leader; each bounded by its `timeout`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<Gate>,
+
+    /// Pre-stage the payload: before the first node of this command is signalled (so
+    /// before any node is cordoned), every target downloads, verifies and self-tests it into
+    /// its staged file and reports back; the update that follows only swaps and restarts.
+    /// A node that cannot stage (unreachable URL, wrong sha256 or signature, a binary that
+    /// fails its self-test, no answer within the progress deadline) fails the command before
+    /// any node was disrupted. With a `sha256` the update finds the staged file by digest;
+    /// without one it downloads again.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prestage: bool,
+
+    /// With `prestage`: how many nodes stage at the same time (at least 1). Unset: all
+    /// targets at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub prestage_concurrent: Option<u32>,
 }
 
 /// A health gate (DESIGN §15): a check run on the nodes a command just updated before the
@@ -739,6 +771,11 @@ pub struct PlanCommandStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 
+    /// For a command with `prestage`: targets that staged the payload over all targets
+    /// (`4/6`), until the command ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<String>,
+
     /// Per-node progress of a `k0supdate` command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k0supdate: Option<PlanCommandK0sUpdateStatus>,
@@ -897,6 +934,10 @@ pub struct TargetStatus {
     /// (absent: the node had no such label and is in the last group). Frozen with the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// For a command with `prestage`: where the node stands in staging the payload
+    /// (`Requested`, `Staged`, `Failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prestage: Option<crate::prestage::PrestageState>,
 }
 
 impl TargetStatus {
@@ -912,6 +953,7 @@ impl TargetStatus {
             from: None,
             drain: None,
             group: None,
+            prestage: None,
         }
     }
 }

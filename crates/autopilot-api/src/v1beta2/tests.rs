@@ -253,6 +253,8 @@ fn limits_default_to_one_concurrent_node() {
 fn false_forceupdate_and_missing_options_are_left_out() {
     let command = PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
+            prestage: false,
+            prestage_concurrent: None,
             gates: Vec::new(),
             drain: None,
             version: "v1".into(),

@@ -26,6 +26,7 @@ fn now() -> jiff::Timestamp {
 
 fn target(name: &str, state: TargetState, phase: Option<SignalPhase>, since: &str) -> TargetStatus {
     TargetStatus {
+        prestage: None,
         from: None,
         name: name.to_owned(),
         state,

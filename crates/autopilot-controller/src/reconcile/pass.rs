@@ -294,6 +294,10 @@ async fn perform(
             effect::write_gate_check(&ctx.engine.client, target, request).await?;
             info!(plan = %name, node = %target.name, kind = ?target.kind, command = request.command, attempt = request.attempt, gates = ?request.gates, "asked node to run gate checks");
         }
+        Effect::Prestage { target, request } => {
+            effect::write_prestage(&ctx.engine.client, target, request).await?;
+            info!(plan = %name, node = %target.name, kind = ?target.kind, command = request.command, "asked node to pre-stage the payload");
+        }
         Effect::Event { kind, reason, note } => {
             ctx.events.publish(effect::plan_event(
                 plan.object_ref(&()),

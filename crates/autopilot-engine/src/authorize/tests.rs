@@ -520,3 +520,77 @@ fn a_gate_check_request_is_authorized_only_for_a_node_of_an_open_gate_run() {
     let reason = gate_checks(None, &gate_request(&["kubelet"]), worker("w1")).unwrap_err();
     assert_eq!(reason, "refused: Plan autopilot does not exist");
 }
+
+/// [`plan`] with command 0 pre-staging: `w1` was asked to stage, `w2` was not.
+fn prestaging() -> Plan {
+    let mut plan = plan();
+    let status = plan.status.as_mut().expect("status");
+    let command = &mut status.commands[0];
+    command.frozen.as_mut().and_then(|f| f.k0supdate.as_mut()).expect("k0s").prestage = true;
+    let k0s = command.k0supdate.as_mut().expect("k0s status");
+    for target in &mut k0s.workers {
+        target.state = TargetState::SignalPending;
+    }
+    k0s.workers[0].prestage = Some(autopilot_api::prestage::PrestageState::Requested);
+    plan
+}
+
+fn prestage_request(run: &str, command: u32) -> autopilot_api::prestage::PrestageRequest {
+    autopilot_api::prestage::PrestageRequest {
+        plan_id: "id123".into(),
+        run_id: run.into(),
+        command,
+        asked: "2026-11-26T10:00:00Z".into(),
+    }
+}
+
+#[test]
+fn a_prestage_request_is_authorized_only_for_an_asked_target_with_the_plans_payload() {
+    let plan = prestaging();
+    let staging =
+        prestage(Some(&plan), &prestage_request(RUN, 0), worker("w1")).expect("w1 was asked");
+    // The payload is the Plan's for the node's own platform, never the request's.
+    assert_eq!(staging.entry.url, AMD64);
+    assert_eq!(staging.kind, StagingKind::K0s);
+    assert_eq!(staging.version, V2);
+    let arm = Node { name: "w1", role: Role::Worker, platform: Some("linux-arm64") };
+    assert_eq!(
+        prestage(Some(&plan), &prestage_request(RUN, 0), arm).expect("arm").entry.url,
+        ARM64
+    );
+
+    let refused = |plan: &Plan, request, node| {
+        let reason = prestage(Some(plan), &request, node).expect_err("must be refused");
+        assert!(reason.starts_with("refused: "), "{reason}");
+        reason
+    };
+    let reason = refused(&plan, prestage_request(RUN, 0), worker("w2"));
+    assert!(reason.contains("w2 is not asked to stage"), "{reason}");
+    let reason = refused(&plan, prestage_request(RUN, 0), worker("w9"));
+    assert!(reason.contains("w9 is not one of its workers"), "{reason}");
+    let reason = refused(&plan, prestage_request("uid-1/1", 0), worker("w1"));
+    assert!(reason.contains("is not the current run"), "{reason}");
+    let reason = refused(&plan, prestage_request(RUN, 2), worker("w1"));
+    assert!(reason.contains("not an update command"), "{reason}");
+    let reason = refused(&plan, prestage_request(RUN, 1), worker("w1"));
+    assert!(reason.contains("does not pre-stage"), "{reason}");
+    let unknown = Node { name: "w1", role: Role::Worker, platform: Some("linux-s390x") };
+    let reason = refused(&plan, prestage_request(RUN, 0), unknown);
+    assert!(reason.contains("no payload for this node's platform linux-s390x"), "{reason}");
+    let controller = Node { name: "w1", role: Role::Controller, platform: Some("linux-amd64") };
+    let reason = refused(&plan, prestage_request(RUN, 0), controller);
+    assert!(reason.contains("w1 is not one of its controllers"), "{reason}");
+    assert!(prestage(None, &prestage_request(RUN, 0), worker("w1")).is_err());
+
+    // Once signalled (or after the command ended) a node is not asked to stage any more.
+    let mut signalled = prestaging();
+    let status = signalled.status.as_mut().expect("status");
+    status.commands[0].k0supdate.as_mut().expect("k0s").workers[0].state = TargetState::SignalSent;
+    let reason = refused(&signalled, prestage_request(RUN, 0), worker("w1"));
+    assert!(reason.contains("it is SignalSent"), "{reason}");
+    let mut ended = prestaging();
+    ended.status.as_mut().expect("status").commands[0].state =
+        autopilot_api::v1beta2::PlanStateType::ApplyFailed;
+    let reason = refused(&ended, prestage_request(RUN, 0), worker("w1"));
+    assert!(reason.contains("it has ended (ApplyFailed)"), "{reason}");
+}

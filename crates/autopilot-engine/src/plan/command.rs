@@ -223,6 +223,19 @@ impl<'a> Command<'a> {
         self.target(Group::Workers).map_or(1, |target| target.limits.concurrent.of(workers))
     }
 
+    /// With `prestage`: how many of `all` targets stage at once (`prestageConcurrent`,
+    /// at least 1; unset: all of them). `None`: the command does not pre-stage (a rollback
+    /// never does: it downloads nothing).
+    pub(super) fn prestage_limit(self, all: usize) -> Option<usize> {
+        let (prestage, concurrent) = match self {
+            Self::K0s(k0s) => (k0s.prestage, k0s.prestage_concurrent),
+            Self::Airgap(airgap) => (airgap.prestage, airgap.prestage_concurrent),
+            Self::Preflight(_) | Self::K0sRollback(_) | Self::AirgapRollback(_) => return None,
+        };
+        prestage
+            .then(|| concurrent.map_or(all, |n| usize::try_from(n).unwrap_or(usize::MAX)).max(1))
+    }
+
     /// How many workers may fail before the command stops signalling new ones
     /// (`limits.maxFailures`; 0 when unset). Controllers have no budget.
     pub(super) fn max_failures(self) -> usize {

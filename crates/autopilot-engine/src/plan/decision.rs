@@ -81,6 +81,17 @@ pub enum Effect {
         /// The request.
         request: autopilot_api::gate_check::GateCheckRequest,
     },
+    /// Ask a node's agent to pre-stage the payload of a `prestage: true` update command:
+    /// write the request annotation onto the target's object (a merge patch of that one
+    /// annotation). Emitted when the target is first asked, and again while its object does
+    /// not carry the request; the same request again is harmless (the agent answers each
+    /// run and command once).
+    Prestage {
+        /// Which object.
+        target: SignalTarget,
+        /// The request.
+        request: autopilot_api::prestage::PrestageRequest,
+    },
     /// Create a `scheduler` check's Pod (an `AlreadyExists` answer is success: the Pod's name
     /// is stable per run, command, check and node). Emitted when the Pod is first due, and
     /// again while the snapshot does not show it and its result is not recorded.

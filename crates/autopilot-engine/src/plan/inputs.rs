@@ -83,6 +83,33 @@ pub struct TargetObject {
     pub version: Option<String>,
     /// The gate-check request and report found on the object (DESIGN §15).
     pub gate_check: ObservedGateCheck,
+    /// The pre-staging request and report found on the object (`prestage: true`).
+    pub prestage: ObservedPrestage,
+}
+
+/// The pre-staging annotations of an object ([`keys::ANNOTATION_PRESTAGE`],
+/// [`keys::ANNOTATION_PRESTAGE_REPORT`]), decoded. Either may be stale or written by someone
+/// else: the machine counts a report only for the run and command it asked about.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedPrestage {
+    /// The last request (`None`: none, or one that does not decode: the leader asks anew).
+    pub request: Option<autopilot_api::prestage::PrestageRequest>,
+    /// The node's last report.
+    pub report: Option<autopilot_api::prestage::PrestageReport>,
+    /// Why the report annotation does not decode (too big, not a report).
+    pub report_problem: Option<String>,
+}
+
+impl ObservedPrestage {
+    /// Decode the annotations of `meta`.
+    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        use autopilot_api::prestage::{report_of, request_of};
+        let (report, report_problem) = match report_of(meta) {
+            Ok(report) => (report, None),
+            Err(problem) => (None, Some(problem)),
+        };
+        Self { request: request_of(meta).ok().flatten(), report, report_problem }
+    }
 }
 
 /// The gate-check annotations of an object ([`keys::ANNOTATION_GATE_CHECK`],

@@ -190,7 +190,10 @@ impl Pass<'_> {
             .effects
             .into_iter()
             .filter(|effect| match effect {
-                Effect::Signal { .. } | Effect::CreatePod(_) | Effect::GateCheck { .. } => false,
+                Effect::Signal { .. }
+                | Effect::CreatePod(_)
+                | Effect::GateCheck { .. }
+                | Effect::Prestage { .. } => false,
                 Effect::DeletePod { .. } | Effect::Event { .. } => true,
             })
             .collect();

@@ -44,6 +44,7 @@ pub mod gates;
 mod inputs;
 mod machine;
 mod payload;
+mod prestage;
 mod progress;
 mod rollback;
 mod schedule;
@@ -57,8 +58,8 @@ mod tests;
 pub use decision::{Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition};
 pub use gates::{GateAnswer, GateQuery};
 pub use inputs::{
-    CheckPods, NO_GATE_ANSWERS, Observed, ObservedGateCheck, ObservedSignal, PlanView, Policy,
-    Readiness, RequiredKeys, Steering, TargetObject,
+    CheckPods, NO_GATE_ANSWERS, Observed, ObservedGateCheck, ObservedPrestage, ObservedSignal,
+    PlanView, Policy, Readiness, RequiredKeys, Steering, TargetObject,
 };
 pub use machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
 pub use removed_apis::RemovedApiUse;

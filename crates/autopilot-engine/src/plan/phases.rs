@@ -455,8 +455,12 @@ pub mod reasons {
     /// go inside `spec.window`.
     pub const UNKNOWN_WINDOW: &str = "UnknownWindow";
 
+    /// A command with `prestage` waits for its targets to stage the payload before it
+    /// signals any node.
+    pub const PRESTAGING: &str = "Prestaging";
+
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 26] = [
+    pub const ALL: [&str; 27] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -483,6 +487,7 @@ pub mod reasons {
         VERSION_SKEW_ALLOWED,
         WAITING_FOR_WINDOW,
         UNKNOWN_WINDOW,
+        PRESTAGING,
     ];
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use autopilot_api::gate_check::{GateCheckReport, GateCheckRequest};
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
+use autopilot_api::prestage::{PrestageOutcome, PrestageReport, PrestageRequest};
 use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{PlanSpec, PlanStateType, PlanStatus};
 use jiff::Timestamp;
@@ -24,8 +25,8 @@ use k8s_openapi::api::core::v1::{
 use super::decision::{Effect, ObjectKind, Requeue, SignalTarget, Transition};
 use super::gates::{GateAnswer, GateQuery};
 use super::inputs::{
-    CheckPods, Observed, ObservedGateCheck, ObservedSignal, PlanView, Policy, Readiness, Steering,
-    TargetObject,
+    CheckPods, Observed, ObservedGateCheck, ObservedPrestage, ObservedSignal, PlanView, Policy,
+    Readiness, Steering, TargetObject,
 };
 use super::machine::step;
 
@@ -255,6 +256,8 @@ impl DryCluster {
                 }
                 // A gate's check answers as a probe that succeeded with no output.
                 Effect::GateCheck { target, request } => self.answer_gate_check(target, request),
+                // Pre-staging answers `Staged` at once: the dry run shows the order.
+                Effect::Prestage { target, request } => self.answer_prestage(target, request),
                 Effect::Event { .. } => {}
             }
         }
@@ -315,6 +318,26 @@ impl DryCluster {
                         .map(|gate| (gate.clone(), RawRecord::success(Vec::new())))
                         .collect(),
                     refused: None,
+                }),
+                report_problem: None,
+            };
+        }
+    }
+
+    /// The asked object reports the payload staged.
+    fn answer_prestage(&mut self, target: &SignalTarget, request: &PrestageRequest) {
+        let objects = match target.kind {
+            ObjectKind::ControlNode => &mut self.control_nodes,
+            ObjectKind::Node => &mut self.nodes,
+        };
+        if let Some(object) = objects.get_mut(&target.name) {
+            object.prestage = ObservedPrestage {
+                request: Some(request.clone()),
+                report: Some(PrestageReport {
+                    run_id: request.run_id.clone(),
+                    command: request.command,
+                    outcome: PrestageOutcome::Staged,
+                    reason: None,
                 }),
                 report_problem: None,
             };

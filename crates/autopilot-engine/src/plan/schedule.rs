@@ -12,6 +12,7 @@ use autopilot_api::v1beta2::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use autopilot_api::prestage::PrestageState;
 use autopilot_api::{duration, keys};
 use jiff::Timestamp;
 
@@ -140,6 +141,9 @@ impl CommandPass<'_, '_> {
         //    too: an in-flight controller is not held by the readiness grace).
         self.enforce_progress_deadline();
 
+        // 2a. Pre-staging (`prestage: true`): what the asked nodes report, and their deadline.
+        self.read_back_staging();
+
         // 2b. Health gates (DESIGN §15): nodes that completed in this pass open their runs,
         //     and every open run is looked at.
         let completed_now: Vec<String> =
@@ -170,6 +174,7 @@ impl CommandPass<'_, '_> {
                 run.waiting.as_deref().unwrap_or("not judged yet")
             ));
         }
+        self.count_staged();
         if let Outcome::Running = outcome {
             // Only targets still in flight get their signal again (a target the progress
             // deadline just failed does not).
@@ -264,7 +269,8 @@ impl CommandPass<'_, '_> {
             Effect::CreatePod(_)
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => false,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => false,
         }
     }
 
@@ -325,7 +331,14 @@ impl CommandPass<'_, '_> {
         if let Some(Halt::Aborted) = halt {
             return Decided::Done(self.stop_aborted(&in_flight));
         }
-        // Check 4: a paused plan signals no new node.
+        // Check 4: pre-staging: no node is signalled before every target staged the payload
+        // (a pause holds it too, see `super::prestage::may_stage`).
+        match self.prestage() {
+            Some(super::prestage::Staging::Held(outcome)) => return Decided::Done(outcome),
+            Some(super::prestage::Staging::Again) => return Decided::Again,
+            None => {}
+        }
+        // Check 4b: a paused plan signals no new node.
         if self.inputs.steering.paused {
             return Decided::Done(self.hold_paused(&in_flight));
         }
@@ -772,7 +785,10 @@ impl CommandPass<'_, '_> {
             self.status.state = PlanStateType::SchedulableWait;
             return Decided::Done(Outcome::Running);
         };
-        if let Err(closed) = self.windows.gate(Group::Controllers, &next, self.inputs.now, false)
+        let staged = targets(self.status, self.command, Group::Controllers)
+            .iter()
+            .any(|t| t.name == next && t.prestage == Some(PrestageState::Staged));
+        if let Err(closed) = self.windows.gate(Group::Controllers, &next, self.inputs.now, staged)
             && let Some(outcome) = self.wait_for_window(&closed, true)
         {
             return Decided::Done(outcome);
@@ -857,6 +873,10 @@ impl CommandPass<'_, '_> {
         let mut chosen = Vec::new();
         let mut first_not_ready = None;
         let mut window_closed: Option<Closed> = None;
+        // A node that staged its payload downloads nothing more: no download window for it.
+        let staged = |name: &str| {
+            workers.iter().any(|t| t.name == name && t.prestage == Some(PrestageState::Staged))
+        };
         for name in pending {
             let ready = !command.gates_workers_on_ready()
                 || objects.get(name).is_some_and(|object| object.ready);
@@ -865,7 +885,7 @@ impl CommandPass<'_, '_> {
             } else if free == 0 {
                 // No room: the rest waits for a slot.
             } else if let Err(closed) =
-                self.windows.gate(Group::Workers, name, self.inputs.now, false)
+                self.windows.gate(Group::Workers, name, self.inputs.now, staged(name))
             {
                 window_closed = Some(Closed::earliest(window_closed, closed));
             } else {

@@ -8,6 +8,7 @@ mod gates;
 mod node_reports;
 mod payload;
 mod preflight;
+mod prestage;
 mod props;
 mod readiness;
 mod removed_apis;

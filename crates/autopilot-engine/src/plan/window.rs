@@ -7,7 +7,9 @@
 //!
 //! A node's window is its named window if its label put it in one, else `spec.window`
 //! (none: any time). Without pre-staging a node downloads when it is signalled, so
-//! `downloadWindow` must be open too. Both are checked only before a node is signalled:
+//! `downloadWindow` must be open too; with pre-staging (`super::prestage`) the leader asks a
+//! node to stage only while `downloadWindow` is open, and a node that staged is signalled
+//! inside its window alone. Both are checked only before a node is signalled:
 //! nodes in flight finish when a window closes. A rollback ignores windows (it undoes a
 //! change that went wrong; holding it for a window would keep the cluster broken).
 //!
@@ -279,6 +281,25 @@ impl<'w> RunSchedule<'w> {
             }
         }
         Ok(())
+    }
+}
+
+impl RunSchedule<'_> {
+    /// `Ok` when payloads may be downloaded at `now` (pre-staging asks a node only then);
+    /// else the download window and when it opens.
+    pub(super) fn download_gate(&self, now: Timestamp) -> Result<(), Closed> {
+        if let Some(problem) = &self.broken {
+            return Err(Closed {
+                what: format!("a window of this run that does not compile ({problem})"),
+                opens_at: None,
+            });
+        }
+        match self.download.as_ref().map(|window| window.state_at(now)) {
+            None | Some(WindowState::Open { .. }) => Ok(()),
+            Some(WindowState::Closed { opens_at }) => {
+                Err(Closed { what: "the download window".to_owned(), opens_at })
+            }
+        }
     }
 }
 

@@ -569,6 +569,8 @@ pub fn plan_spec(
     let version = answer.version.clone();
     let k0s_update = |forceupdate: bool, targets: PlanCommandTargets| PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
+            prestage: false,
+            prestage_concurrent: None,
             gates: Vec::new(),
             drain: None,
             version: version.clone(),
@@ -583,6 +585,8 @@ pub fn plan_spec(
     let airgap_update = |workers: PlanCommandTarget| PlanCommand {
         k0supdate: None,
         airgapupdate: Some(PlanCommandAirgapUpdate {
+            prestage: false,
+            prestage_concurrent: None,
             gates: Vec::new(),
             version: version.clone(),
             platforms: answer.airgap.clone(),

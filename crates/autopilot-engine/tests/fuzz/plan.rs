@@ -88,6 +88,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
     .collect();
     all.extend(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     let object = TargetObject {
+        prestage: Default::default(),
         gate_check: Default::default(),
         version: None,
         name: name.to_owned(),
@@ -162,7 +163,8 @@ fn the_plan_every_mutation_starts_from_signals_the_first_controller() {
             Effect::CreatePod(_)
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .collect();
     assert_eq!(signalled, ["c0"]);
@@ -224,6 +226,12 @@ proptest! {
                     prop_assert!(
                         !status.state.is_failure(),
                         "a refused plan ({}) asked {} to run gate checks", status.state, target.name
+                    );
+                }
+                Effect::Prestage { target, .. } => {
+                    prop_assert!(
+                        !status.state.is_failure(),
+                        "a refused plan ({}) asked {} to pre-stage", status.state, target.name
                     );
                 }
                 // Nothing observed: nothing to delete.

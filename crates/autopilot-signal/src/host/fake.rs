@@ -340,6 +340,20 @@ impl Host for FakeHost {
         Ok(PathBuf::from(path))
     }
 
+    async fn stage_bundle(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        _signature: &SignatureSource,
+    ) -> Result<()> {
+        let mut state = self.lock();
+        state.injected(ActionKind::DownloadBundle)?;
+        let body = state.fetch(url, sha256)?;
+        state.mutate("store images.staged/bundle".to_owned())?;
+        state.files.insert("images.staged/bundle".to_owned(), body);
+        Ok(())
+    }
+
     fn swap_binary(&self) -> Result<()> {
         let mut state = self.lock();
         state.injected(ActionKind::Swap)?;

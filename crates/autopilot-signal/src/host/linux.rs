@@ -13,7 +13,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{
     BundleRecord, HostError, Observed, RestartMarker, RestartState, Result, SignalKey,
-    SignatureSource, StagedRecord, TrialState, WatchRecord, WatchStart, WatchState,
+    SignatureSource, StagedBundle, StagedRecord, TrialState, WatchRecord, WatchStart, WatchState,
     expected_sha256, judge_previous, judge_self_test,
 };
 use crate::download::{DownloadConfig, Downloader, Target, parent_dir, sync_dir};
@@ -279,6 +279,30 @@ impl LinuxHost {
     /// nor one kept for a rollback).
     pub fn incoming_bundles_dir(&self) -> PathBuf {
         self.data_dir.join("images.incoming")
+    }
+
+    /// Where a pre-staged airgap bundle waits for its update (`prestage: true`).
+    pub fn staged_bundles_dir(&self) -> PathBuf {
+        self.data_dir.join("images.staged")
+    }
+
+    /// The record of the pre-staged airgap bundle ([`StagedBundle`]).
+    pub fn staged_bundle_record_path(&self) -> PathBuf {
+        self.data_dir.join("autopilot-staged-bundle.json")
+    }
+
+    /// The pre-staged bundle for `url` with digest `sha256`, if one waits whole: its path.
+    async fn staged_bundle(&self, url: &str, sha256: Option<&str>) -> Option<PathBuf> {
+        let want = sha256?.trim().to_ascii_lowercase();
+        let bytes = std::fs::read(self.staged_bundle_record_path()).ok()?;
+        let record: StagedBundle = serde_json::from_slice(&bytes).ok()?;
+        if record.url != url || record.sha256 != want || record.name.contains('/') {
+            return None;
+        }
+        let path = self.staged_bundles_dir().join(&record.name);
+        // The digest is checked again: the record says what was staged, the file must be it.
+        let actual = self.digests.sha256(&path).await.ok().flatten()?;
+        (actual == want).then_some(path)
     }
 
     /// Where the file the last airgap bundle replaced is kept, for a rollback.
@@ -678,20 +702,57 @@ impl Host for LinuxHost {
             std::fs::create_dir_all(dir).map_err(|e| HostError::io("creating", dir, e))?;
         }
         self.remove_leftovers();
-        let signature = self.expected_signature(Payload::Bundle, signature).await?;
-        let expected =
-            signature.as_ref().map(|signature| Expected { keys: &self.signing.keys, signature });
-        let done = self
-            .downloader
-            .download_signed(url, sha256, Target::Directory(&incoming), expected)
-            .await?;
-        let name = display_name(&done.path);
+        // A bundle pre-staged for the same URL and digest is taken as it is: it was
+        // downloaded and verified (signature included) when it was staged.
+        let downloaded = match self.staged_bundle(url, sha256).await {
+            Some(staged) => {
+                let path = incoming.join(display_name(&staged));
+                std::fs::rename(&staged, &path)
+                    .map_err(|e| HostError::io("taking the pre-staged bundle to", &path, e))?;
+                remove_if_present(&self.staged_bundle_record_path())?;
+                path
+            }
+            None => {
+                let signature = self.expected_signature(Payload::Bundle, signature).await?;
+                let expected = signature
+                    .as_ref()
+                    .map(|signature| Expected { keys: &self.signing.keys, signature });
+                self.downloader
+                    .download_signed(url, sha256, Target::Directory(&incoming), expected)
+                    .await?
+                    .path
+            }
+        };
+        let name = display_name(&downloaded);
         self.keep_replaced_bundle(signal, &name)?;
         let path = dir.join(&name);
-        std::fs::rename(&done.path, &path)
+        std::fs::rename(&downloaded, &path)
             .map_err(|e| HostError::io("moving the bundle to", &path, e))?;
         sync_dir(&dir)?;
         Ok(path)
+    }
+
+    async fn stage_bundle(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        signature: &SignatureSource,
+    ) -> Result<()> {
+        let dir = self.staged_bundles_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
+        // The record must never describe a file it was not written for.
+        remove_if_present(&self.staged_bundle_record_path())?;
+        let signature = self.expected_signature(Payload::Bundle, signature).await?;
+        let expected =
+            signature.as_ref().map(|signature| Expected { keys: &self.signing.keys, signature });
+        let done =
+            self.downloader.download_signed(url, sha256, Target::Directory(&dir), expected).await?;
+        let record = StagedBundle {
+            url: url.to_owned(),
+            sha256: done.sha256,
+            name: display_name(&done.path),
+        };
+        self.write_json(&self.staged_bundle_record_path(), &record)
     }
 
     fn swap_binary(&self) -> Result<()> {

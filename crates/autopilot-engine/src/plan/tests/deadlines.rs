@@ -24,7 +24,8 @@ fn failure_written(t: &Transition, name: &str) -> Option<(SignalPhase, Option<St
         | super::Effect::CreatePod(_)
         | super::Effect::DeletePod { .. }
         | super::Effect::Event { .. }
-        | super::Effect::GateCheck { .. } => None,
+        | super::Effect::GateCheck { .. }
+        | super::Effect::Prestage { .. } => None,
     })
 }
 

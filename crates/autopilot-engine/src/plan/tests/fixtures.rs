@@ -231,6 +231,7 @@ pub const CONTROLLER_RUNNING: &str = "v1.31.0+k0s.0";
 
 fn object(name: &str) -> TargetObject {
     TargetObject {
+        prestage: Default::default(),
         gate_check: Default::default(),
         version: Some(RUNNING.to_owned()),
         name: name.to_owned(),
@@ -454,9 +455,34 @@ impl ClusterFixture {
                         object.gate_check.request = Some(request.clone());
                     }
                 }
+                Effect::Prestage { target, request } => {
+                    if let Some(object) = self.objects_mut(target.kind).get_mut(&target.name) {
+                        object.prestage.request = Some(request.clone());
+                    }
+                }
                 Effect::Event { .. } => {}
             }
         }
+    }
+
+    /// The node on `kind`/`name` answers its pre-staging request with `outcome` (and
+    /// `reason`).
+    pub fn reports_staged(
+        mut self,
+        kind: ObjectKind,
+        name: &str,
+        outcome: autopilot_api::prestage::PrestageOutcome,
+        reason: Option<&str>,
+    ) -> Self {
+        let object = self.objects_mut(kind).get_mut(name).expect("object to report on");
+        let request = object.prestage.request.clone().expect("a pre-staging request");
+        object.prestage.report = Some(autopilot_api::prestage::PrestageReport {
+            run_id: request.run_id,
+            command: request.command,
+            outcome,
+            reason: reason.map(str::to_owned),
+        });
+        self
     }
 
     /// The node on `kind`/`name` answers its gate-check request with `records` (by gate id).
@@ -693,7 +719,8 @@ pub fn signalled(transition: &Transition) -> Vec<(ObjectKind, String)> {
             Effect::CreatePod(_)
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .collect()
 }
@@ -709,7 +736,8 @@ pub fn signal_to<'t>(transition: &'t Transition, name: &str) -> &'t SignalData {
             | Effect::CreatePod(_)
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .unwrap_or_else(|| panic!("no signal to {name} in {transition:#?}"))
 }
@@ -724,7 +752,8 @@ pub fn events(transition: &Transition) -> Vec<(EventKind, &'static str, String)>
             Effect::Signal { .. }
             | Effect::CreatePod(_)
             | Effect::DeletePod { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .collect()
 }

@@ -336,6 +336,7 @@ fn asked(transition: &crate::plan::Transition) -> Vec<(String, u32, Vec<String>)
             crate::plan::Effect::Signal { .. }
             | crate::plan::Effect::CreatePod(_)
             | crate::plan::Effect::DeletePod { .. }
+            | crate::plan::Effect::Prestage { .. }
             | crate::plan::Effect::Event { .. } => None,
         })
         .collect()

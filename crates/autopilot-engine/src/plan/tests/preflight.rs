@@ -82,7 +82,8 @@ fn k0s_signalled(transition: &crate::plan::Transition) -> Vec<String> {
             | Effect::CreatePod(_)
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .collect()
 }
@@ -246,7 +247,8 @@ fn a_node_without_a_report_by_the_deadline_counts_as_status_code_62() {
             | Effect::CreatePod(_)
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .collect();
     assert_eq!(told, [("w2".to_owned(), Some(SignalPhase::Failed))]);
@@ -505,7 +507,8 @@ fn created(transition: &crate::plan::Transition) -> Vec<(String, String)> {
             Effect::Signal { .. }
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .collect()
 }
@@ -519,7 +522,8 @@ fn deleted(transition: &crate::plan::Transition) -> Vec<String> {
             Effect::Signal { .. }
             | Effect::CreatePod(_)
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .collect()
 }
@@ -565,7 +569,8 @@ fn a_scheduler_check_runs_one_pinned_pod_per_node_and_signals_no_agent() {
             Effect::Signal { .. }
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .expect("a Pod");
     let spec = pod.spec.as_ref().expect("spec");
@@ -748,7 +753,8 @@ fn the_template_is_frozen_at_new_plan_and_a_changed_config_map_changes_nothing()
             Effect::Signal { .. }
             | Effect::DeletePod { .. }
             | Effect::Event { .. }
-            | Effect::GateCheck { .. } => None,
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
         })
         .expect("the Pod is made again");
     let spec = pod.spec.as_ref().expect("spec");

@@ -1037,6 +1037,18 @@ fn check_pass(
                     target.name
                 );
             }
+            // Pre-staging is asked only of this run's targets that were not signalled yet.
+            Effect::Prestage { target, request } => {
+                prop_assert_eq!(Some(&request.run_id), after.run_id.as_ref());
+                let command = &after.commands[request.command as usize];
+                let base = command_of(command).expect("a pre-staging command resolves");
+                let pending = base.groups().iter().any(|&group| {
+                    targets(command, base, group)
+                        .iter()
+                        .any(|t| t.name == target.name && t.state == TargetState::SignalPending)
+                });
+                prop_assert!(pending, "asked {} to stage, which is not pending", target.name);
+            }
             Effect::Event { reason, .. } => {
                 prop_assert!(reasons::ALL.contains(reason), "unknown reason {reason}");
             }

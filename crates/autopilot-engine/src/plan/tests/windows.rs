@@ -230,3 +230,40 @@ fn a_dry_run_waits_for_the_window_and_shows_how_long() {
         "the second for its next range: {waited:?}"
     );
 }
+
+#[test]
+fn pre_staging_waits_for_the_download_window_and_staged_nodes_need_only_their_window() {
+    use autopilot_api::prestage::PrestageOutcome;
+    let mut plan = PlanFixture::k0s_update(V).workers(["w1", "w2"]).concurrent(2);
+    let update = plan.spec.commands[0].k0supdate.as_mut().expect("k0supdate");
+    update.prestage = true;
+    // Downloads from 12:05 to 12:10; updates any time from 12:00 to 13:00.
+    plan.spec.download_window = Some(range(5, 10));
+    plan.spec.window = Some(range(0, 60));
+    let mut sim = Sim::new(plan, ClusterFixture::new().workers(["w1", "w2"]));
+    let asked = |t: &crate::plan::Transition| {
+        t.effects.iter().filter(|e| matches!(e, crate::plan::Effect::Prestage { .. })).count()
+    };
+    let t = sim.pass();
+    assert_eq!(asked(&t), 0, "no staging before the download window: {t:#?}");
+    assert!(signalled(&t).is_empty());
+    assert!(
+        reason(&sim).ends_with(
+            "asking no further node: waiting for the download window (opens \
+             2024-05-01T12:05:00Z)"
+        ),
+        "{}",
+        reason(&sim)
+    );
+    assert_eq!(t.requeue, Requeue::After(minutes(5)));
+
+    sim.cluster(|c| c.later(minutes(5)));
+    assert_eq!(asked(&sim.pass()), 2, "both asked once it opens");
+    // They stage; the download window closes before the update: the staged nodes go anyway.
+    sim.cluster(|c| {
+        c.later(minutes(10))
+            .reports_staged(Node, "w1", PrestageOutcome::Staged, None)
+            .reports_staged(Node, "w2", PrestageOutcome::Staged, None)
+    });
+    assert_eq!(names(&sim.pass()), ["w1", "w2"]);
+}

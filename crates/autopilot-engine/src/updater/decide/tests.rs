@@ -151,6 +151,8 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
         timestamp: now.as_second().to_string(),
         commands: vec![PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
+                prestage: false,
+                prestage_concurrent: None,
                 gates: Vec::new(),
                 drain: None,
                 version: "v1.35.2+k0s.0".to_owned(),
@@ -403,6 +405,8 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
         vec![
             PlanCommand {
                 k0supdate: Some(PlanCommandK0sUpdate {
+                    prestage: false,
+                    prestage_concurrent: None,
                     gates: Vec::new(),
                     drain: None,
                     version: "v1.35.2+k0s.0".to_owned(),
@@ -420,6 +424,8 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
             PlanCommand {
                 k0supdate: None,
                 airgapupdate: Some(PlanCommandAirgapUpdate {
+                    prestage: false,
+                    prestage_concurrent: None,
                     gates: Vec::new(),
                     version: "v1.35.2+k0s.0".to_owned(),
                     platforms: offered.airgap.clone(),
@@ -725,6 +731,7 @@ fn payloads_the_nodes_require_signed_get_the_sig_beside_them() {
 /// A ControlNode or Node on linux-amd64 that says it runs `version`.
 fn at_version(name: &str, version: &str) -> (String, TargetObject) {
     let object = TargetObject {
+        prestage: Default::default(),
         name: name.to_owned(),
         labels: BTreeMap::from([
             ("kubernetes.io/os".to_owned(), "linux".to_owned()),
