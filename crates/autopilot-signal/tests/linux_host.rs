@@ -487,3 +487,82 @@ async fn a_corrupt_restart_marker_is_observed_as_unreadable_not_an_error() {
     let observed = next.observe(&key, UpdateRef::K0s(&update)).await.expect("observe");
     assert_eq!(observed.restart, RestartState::NotYet);
 }
+
+/// Serves `NEW` at every path and counts the requests.
+async fn counting_serve() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let served = std::sync::Arc::clone(&count);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let served = std::sync::Arc::clone(&served);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                    served.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(NEW)))) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn a_pre_staged_bundle_is_taken_by_the_update_without_a_second_download() {
+    use std::sync::atomic::Ordering;
+    let (addr, served) = counting_serve().await;
+    let f = Fixture::new();
+    let url = format!("http://{addr}/dist/bundle.tar");
+    f.host.stage_bundle(&url, Some(&sha(NEW)), &SignatureSource::default()).await.expect("staged");
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+    assert_eq!(listing(&f.host.staged_bundles_dir()), vec!["bundle.tar"]);
+    assert!(f.host.staged_bundle_record_path().exists());
+    assert!(!f.data_dir().join("images").exists(), "staging puts nothing in the images dir");
+
+    let path = f
+        .host
+        .download_bundle(&key(), &url, Some(&sha(NEW)), &SignatureSource::default())
+        .await
+        .expect("bundle");
+    assert_eq!(path, f.data_dir().join("images/bundle.tar"));
+    assert_eq!(std::fs::read(&path).expect("bundle"), NEW);
+    assert_eq!(served.load(Ordering::SeqCst), 1, "the staged bundle was taken, nothing fetched");
+    assert!(listing(&f.host.staged_bundles_dir()).is_empty());
+    assert!(!f.host.staged_bundle_record_path().exists(), "the record goes with the file");
+}
+
+#[tokio::test]
+async fn a_staged_bundle_that_changed_on_disk_or_another_digest_is_downloaded_again() {
+    use std::sync::atomic::Ordering;
+    let (addr, served) = counting_serve().await;
+    let url = format!("http://{addr}/dist/bundle.tar");
+
+    // The staged file no longer has the digest its record names.
+    let f = Fixture::new();
+    f.host.stage_bundle(&url, Some(&sha(NEW)), &SignatureSource::default()).await.expect("staged");
+    std::fs::write(f.host.staged_bundles_dir().join("bundle.tar"), b"tampered").unwrap();
+    let path = f
+        .host
+        .download_bundle(&key(), &url, Some(&sha(NEW)), &SignatureSource::default())
+        .await
+        .expect("bundle");
+    assert_eq!(std::fs::read(&path).expect("bundle"), NEW);
+    assert_eq!(served.load(Ordering::SeqCst), 2, "fetched again");
+
+    // Staged without a digest: an update naming the digest takes it once the file hashes
+    // to it (the record keeps the digest the download computed).
+    let g = Fixture::new();
+    g.host.stage_bundle(&url, None, &SignatureSource::default()).await.expect("staged");
+    let before = served.load(Ordering::SeqCst);
+    g.host
+        .download_bundle(&key(), &url, Some(&sha(NEW)), &SignatureSource::default())
+        .await
+        .expect("bundle");
+    assert_eq!(served.load(Ordering::SeqCst), before, "same digest recorded: taken");
+}
