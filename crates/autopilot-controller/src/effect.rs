@@ -102,46 +102,39 @@ pub async fn write_signal(
     result.map_err(|source| api_error(what, source))
 }
 
-/// Ask a node to run gate checks (DESIGN §15): a merge patch of the request annotation on
-/// its object. No precondition: the patch touches only that annotation, and the same
-/// request again is harmless.
+/// Ask a node to run gate checks (DESIGN §15): the request annotation on its object.
 pub async fn write_gate_check(
     client: &kube::Client,
     target: &SignalTarget,
     request: &autopilot_api::gate_check::GateCheckRequest,
 ) -> Result<(), Error> {
     let what = format!("the gate-check request on {:?} {}", target.kind, target.name);
-    let text = serde_json::to_string(request).unwrap_or_default();
-    let patch = serde_json::json!({
-        "metadata": { "annotations": { keys::ANNOTATION_GATE_CHECK: text } }
-    });
-    let params = kube::api::PatchParams::default();
-    let patch = kube::api::Patch::Merge(&patch);
-    let result = match target.kind {
-        ObjectKind::ControlNode => Api::<ControlNode>::all(client.clone())
-            .patch(&target.name, &params, &patch)
-            .await
-            .map(drop),
-        ObjectKind::Node => {
-            Api::<Node>::all(client.clone()).patch(&target.name, &params, &patch).await.map(drop)
-        }
-    };
-    result.map_err(|source| api_error(what, source))
+    write_request(client, target, keys::ANNOTATION_GATE_CHECK, request, what).await
 }
 
-/// Ask a node to pre-stage an update's payload (`prestage: true`): a merge patch of the
-/// request annotation on its object. No precondition: the patch touches only that
-/// annotation, and the same request again is harmless.
+/// Ask a node to pre-stage an update's payload (`prestage: true`): the request annotation
+/// on its object.
 pub async fn write_prestage(
     client: &kube::Client,
     target: &SignalTarget,
     request: &autopilot_api::prestage::PrestageRequest,
 ) -> Result<(), Error> {
     let what = format!("the pre-staging request on {:?} {}", target.kind, target.name);
+    write_request(client, target, keys::ANNOTATION_PRESTAGE, request, what).await
+}
+
+/// A leader's request to a node: a merge patch of the one annotation `key` on its object,
+/// holding `request` as JSON. No precondition: the patch touches only that annotation, and
+/// the same request again is harmless.
+async fn write_request(
+    client: &kube::Client,
+    target: &SignalTarget,
+    key: &str,
+    request: &impl serde::Serialize,
+    what: String,
+) -> Result<(), Error> {
     let text = serde_json::to_string(request).unwrap_or_default();
-    let patch = serde_json::json!({
-        "metadata": { "annotations": { keys::ANNOTATION_PRESTAGE: text } }
-    });
+    let patch = serde_json::json!({ "metadata": { "annotations": { key: text } } });
     let params = kube::api::PatchParams::default();
     let patch = kube::api::Patch::Merge(&patch);
     let result = match target.kind {
