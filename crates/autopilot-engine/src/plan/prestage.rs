@@ -181,11 +181,8 @@ impl CommandPass<'_, '_> {
             .count();
         let holds = may_stage(inputs).or_else(|| {
             let closed = self.windows.download_gate(inputs.now).err()?;
-            if let Some(at) = closed.opens_at {
-                let wait = inputs.now.duration_until(at);
-                self.decision.requeue_after(
-                    std::time::Duration::try_from(wait).unwrap_or(std::time::Duration::ZERO),
-                );
+            if let Some(wait) = closed.wait_from(inputs.now) {
+                self.decision.requeue_after(wait);
             }
             Some(closed.reason())
         });

@@ -445,11 +445,8 @@ impl CommandPass<'_, '_> {
     /// and when `nothing_out` (no node of the group signalled or in flight) hold the command
     /// with the window's reason. Returns the outcome when the command is held.
     fn wait_for_window(&mut self, closed: &Closed, nothing_out: bool) -> Option<Outcome> {
-        if let Some(at) = closed.opens_at {
-            let wait = self.inputs.now.duration_until(at);
-            self.decision.requeue_after(
-                std::time::Duration::try_from(wait).unwrap_or(std::time::Duration::ZERO),
-            );
+        if let Some(wait) = closed.wait_from(self.inputs.now) {
+            self.decision.requeue_after(wait);
         }
         if !nothing_out {
             return None;

@@ -172,6 +172,12 @@ pub struct Closed {
 }
 
 impl Closed {
+    /// How long from `now` until the window opens (`None`: it never opens again).
+    pub fn wait_from(&self, now: Timestamp) -> Option<std::time::Duration> {
+        let wait = now.duration_until(self.opens_at?);
+        Some(std::time::Duration::try_from(wait).unwrap_or(std::time::Duration::ZERO))
+    }
+
     /// Of two holds, the one whose window opens first (one that never opens last).
     pub fn earliest(held: Option<Self>, closed: Self) -> Self {
         match held {
@@ -261,11 +267,8 @@ impl<'w> RunSchedule<'w> {
         now: Timestamp,
         staged: bool,
     ) -> Result<(), Closed> {
-        if let Some(problem) = &self.broken {
-            return Err(Closed {
-                what: format!("a window of this run that does not compile ({problem})"),
-                opens_at: None,
-            });
+        if let Some(closed) = self.broken_hold() {
+            return Err(closed);
         }
         let own = match self.which(group, name) {
             Which::Plan => self.window.as_ref().map(|w| (w, "the window".to_owned())),
@@ -285,14 +288,19 @@ impl<'w> RunSchedule<'w> {
 }
 
 impl RunSchedule<'_> {
+    /// The hold of every node when the frozen windows do not compile.
+    fn broken_hold(&self) -> Option<Closed> {
+        self.broken.as_ref().map(|problem| Closed {
+            what: format!("a window of this run that does not compile ({problem})"),
+            opens_at: None,
+        })
+    }
+
     /// `Ok` when payloads may be downloaded at `now` (pre-staging asks a node only then);
     /// else the download window and when it opens.
     pub(super) fn download_gate(&self, now: Timestamp) -> Result<(), Closed> {
-        if let Some(problem) = &self.broken {
-            return Err(Closed {
-                what: format!("a window of this run that does not compile ({problem})"),
-                opens_at: None,
-            });
+        if let Some(closed) = self.broken_hold() {
+            return Err(closed);
         }
         match self.download.as_ref().map(|window| window.state_at(now)) {
             None | Some(WindowState::Open { .. }) => Ok(()),
