@@ -473,10 +473,11 @@ const PIPELINE_DEPTH: usize = 32;
 /// ones directly.
 const WRITE_BUFFER: usize = 256 * 1024;
 
-/// Write-behind: every this many bytes, the writer hands what it wrote to the disk
-/// (`fdatasync`), so the fsync after the last byte has only the tail left. The disk's work
-/// then overlaps receiving and hashing (on their own threads) instead of following them.
-const WRITE_BEHIND: u64 = 32 << 20;
+/// Write-behind: every this many bytes, the writer asks its sync thread to hand what was
+/// written to the disk (`fdatasync`), so the fsync after the last byte has only the tail
+/// left. The disk's work then overlaps receiving, writing and hashing instead of following
+/// them.
+const WRITE_BEHIND: u64 = 4 << 20;
 
 /// How much of a kept prefix is read at once to hash it again.
 const REHASH_BUFFER: usize = 1 << 20;
@@ -980,7 +981,8 @@ enum Stop {
 }
 
 /// Writes every chunk from `chunks` into `file` from byte `from` on (cutting off anything
-/// after it first); returns the file, not yet fsynced (only a whole body is: the next
+/// after it first); returns the file, with everything but what came after the last
+/// [`WRITE_BEHIND`] step handed to the disk (a whole body is fsynced after this; the next
 /// attempt hashes a kept prefix again anyway).
 fn write_stream(
     file: std::fs::File,
@@ -988,25 +990,46 @@ fn write_stream(
     mut chunks: mpsc::Receiver<Bytes>,
 ) -> io::Result<std::fs::File> {
     file.set_len(from)?;
+    let syncing = file.try_clone()?;
     let mut file = file;
     io::Seek::seek(&mut file, io::SeekFrom::Start(from))?;
-    let mut out = io::BufWriter::with_capacity(WRITE_BUFFER, file);
-    let mut unsynced = 0u64;
-    while let Some(chunk) = chunks.blocking_recv() {
-        out.write_all(&chunk)?;
-        unsynced += chunk.len() as u64;
-        if unsynced >= WRITE_BEHIND {
-            out.flush()?;
-            out.get_ref().sync_data()?;
-            unsynced = 0;
+    // The disk's work runs on a thread of its own: the writer never waits for it, so a
+    // slow `fdatasync` holds up neither receiving nor hashing.
+    let (dirty_tx, dirty_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let syncer = std::thread::Builder::new().name("download-sync".into()).spawn(
+        move || -> io::Result<()> {
+            while dirty_rx.recv().is_ok() {
+                syncing.sync_data()?;
+            }
+            Ok(())
+        },
+    )?;
+    let written = (|| {
+        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER, file);
+        let mut unsynced = 0u64;
+        while let Some(chunk) = chunks.blocking_recv() {
+            out.write_all(&chunk)?;
+            unsynced += chunk.len() as u64;
+            if unsynced >= WRITE_BEHIND {
+                out.flush()?;
+                // A sync still running covers most of this step too: asking once is
+                // enough, and a syncer that failed says why when it is joined.
+                let _ = dirty_tx.try_send(());
+                unsynced = 0;
+            }
+            // Nothing more waiting: hand what was received to the file now, so a process
+            // killed while the network is quiet keeps all of it to continue from.
+            if chunks.is_empty() {
+                out.flush()?;
+            }
         }
-        // Nothing more waiting: hand what was received to the file now, so a process
-        // killed while the network is quiet keeps all of it to continue from.
-        if chunks.is_empty() {
-            out.flush()?;
-        }
-    }
-    out.into_inner().map_err(io::IntoInnerError::into_error)
+        out.into_inner().map_err(io::IntoInnerError::into_error)
+    })();
+    drop(dirty_tx);
+    let synced = syncer.join().map_err(|_| io::Error::other("the sync thread panicked"))?;
+    let file = written?;
+    synced?;
+    Ok(file)
 }
 
 /// What the hashing thread found.
