@@ -31,37 +31,47 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Election timings, validated.
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
-    /// Whole seconds a claim is valid without renewal.
+    /// Whole seconds a claim is valid without renewal (`--lease-duration`).
     lease_secs: u64,
-    /// Whole seconds before expiry at which the holder renews.
+    /// Whole seconds before expiry at which the holder renews: it renews every
+    /// `lease_secs - grace_secs` seconds (`--retry-period`, rounded up to seconds).
     grace_secs: u64,
-    /// Wait before rejoining after the election task failed.
+    /// How long the leader goes on leading without a renewal seen (`--renew-deadline`).
+    renew_deadline: Duration,
+    /// How often the leader renews, and how long to wait after a failed lease operation
+    /// before trying again (`--retry-period`).
     retry_period: Duration,
 }
 
 impl Timings {
-    /// Check and convert `--lease-duration`, `--renew-deadline` and `--retry-period`.
+    /// Check and convert `--lease-duration`, `--renew-deadline` and `--retry-period`:
+    /// `retry-period < renew-deadline < lease-duration`, as kube-controller-manager's.
     ///
-    /// The lease works in whole seconds (the Lease API stores `leaseDurationSeconds`), so the
-    /// durations are rounded up to seconds.
+    /// The lease works in whole seconds (the Lease API stores `leaseDurationSeconds`), so
+    /// the lease duration and the renewal period are rounded up to seconds.
     pub fn new(
         lease_duration: Duration,
         renew_deadline: Duration,
         retry_period: Duration,
     ) -> anyhow::Result<Self> {
         let lease_secs = ceil_secs(lease_duration);
-        let renew_secs = ceil_secs(renew_deadline);
+        let renew_every = ceil_secs(retry_period);
         anyhow::ensure!(
             lease_secs >= 2,
             "--lease-duration must be at least 2s (got {lease_duration:?})"
         );
-        anyhow::ensure!(
-            renew_secs >= 1 && renew_secs < lease_secs,
-            "--renew-deadline must be at least 1s and shorter than --lease-duration \
-             (got {renew_deadline:?} and {lease_duration:?})"
-        );
         anyhow::ensure!(!retry_period.is_zero(), "--retry-period must be greater than zero");
-        Ok(Self { lease_secs, grace_secs: lease_secs - renew_secs, retry_period })
+        anyhow::ensure!(
+            retry_period < renew_deadline && renew_deadline < lease_duration,
+            "--renew-deadline must be longer than --retry-period and shorter than \
+             --lease-duration (got {renew_deadline:?}, {retry_period:?} and {lease_duration:?})"
+        );
+        anyhow::ensure!(
+            renew_every < lease_secs,
+            "--retry-period rounded up to whole seconds ({renew_every}s) must be shorter than \
+             --lease-duration ({lease_secs}s)"
+        );
+        Ok(Self { lease_secs, grace_secs: lease_secs - renew_every, renew_deadline, retry_period })
     }
 }
 
@@ -84,8 +94,9 @@ pub fn identity(node_name: &str) -> String {
 /// object tells who holds it and when each renewal lands, so a claim's expiry is counted on
 /// this process's clock from the renewal it last saw.
 ///
-/// The returned error means the election could not be set up at all; failures after that
-/// are logged and the election is rejoined after the retry period.
+/// The leader renews every `--retry-period` and leads only while its last renewal seen is
+/// less than `--renew-deadline` old; a failed lease operation is logged and tried again
+/// every `--retry-period`. The returned error means the election task panicked.
 pub async fn run(
     client: kube::Client,
     identity: String,
@@ -98,63 +109,90 @@ pub async fn run(
     let mut shutdown = std::pin::pin!(shutdown);
     info!(%identity, lease = %format!("{}/{}", keys::NAMESPACE, keys::LEASE_NAME), "joining leader election");
     let (seen_tx, mut seen) = watch::channel(None);
-    let lease_watch = tokio::spawn(watch_lease(client.clone(), timings, seen_tx));
+    let lease_watch = tokio::spawn(watch_lease(client.clone(), identity.clone(), timings, seen_tx));
     let _stop_lease_watch = tokio_util::task::AbortOnDropHandle::new(lease_watch);
     let mut state =
         State { identity: &identity, elector: &elector, gauge: &is_leader_gauge, is_leader: false };
-    loop {
+    let manager = loop {
         let params = LeaseParams::new(identity.clone(), timings.lease_secs, timings.grace_secs);
         let manager = LeaseManagerBuilder::new(client.clone(), keys::LEASE_NAME)
             .with_namespace(keys::NAMESPACE)
             .with_parameters(params)
             .build()
             .await;
-        let manager = match manager {
-            Ok(manager) => manager,
+        match manager {
+            Ok(manager) => break manager,
             Err(err) => {
                 warn!(error = %err, "cannot set up the leader lease, retrying");
                 tokio::select! {
-                    () = tokio::time::sleep(timings.retry_period) => continue,
+                    () = tokio::time::sleep(timings.retry_period) => {}
                     () = &mut shutdown => return Ok(()),
                 }
             }
-        };
-        let (mut lease_state, mut task) = manager.watch().await;
-        // Never while the process runs (the watch retries for ever); kept from spinning.
-        let mut lease_watch_ended = false;
-        loop {
-            tokio::select! {
-                changed = lease_state.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                    let now = *lease_state.borrow_and_update();
-                    state.set_leader(now, &seen.borrow());
+        }
+    };
+    let (lease_tx, mut lease_state) = watch::channel(false);
+    let mut task = tokio::spawn(elect(manager, timings.retry_period, lease_tx));
+    // Never while the process runs (the watch retries for ever); kept from spinning.
+    let mut lease_watch_ended = false;
+    loop {
+        tokio::select! {
+            changed = lease_state.changed() => {
+                if changed.is_err() {
+                    // The election task panicked (it only ends when told to).
+                    state.set_leader(false, &seen.borrow());
+                    return match (&mut task).await {
+                        Err(err) => Err(err).context("leader election task panicked"),
+                        Ok(_) => Err(anyhow::anyhow!("leader election task ended")),
+                    };
                 }
-                changed = seen.changed(), if !lease_watch_ended => {
-                    match changed {
-                        Ok(()) => state.publish(&seen.borrow_and_update()),
-                        Err(_) => lease_watch_ended = true,
-                    }
-                }
-                () = &mut shutdown => {
-                    info!(%identity, leader = state.is_leader, "shutting down, releasing the leader lease");
-                    state.set_leader(false, &None);
-                    drop(lease_state);
-                    return release(task, &identity).await;
+                let now = *lease_state.borrow_and_update();
+                state.set_leader(now, &seen.borrow());
+            }
+            changed = seen.changed(), if !lease_watch_ended => {
+                match changed {
+                    Ok(()) => state.publish(&seen.borrow_and_update()),
+                    Err(_) => lease_watch_ended = true,
                 }
             }
+            () = &mut shutdown => {
+                info!(%identity, leader = state.is_leader, "shutting down, releasing the leader lease");
+                state.set_leader(false, &None);
+                drop(lease_state);
+                return release(task, &identity).await;
+            }
         }
-        // The watch channel closed: the election task ended. Find out why, then rejoin.
-        match (&mut task).await {
-            Ok(Ok(_)) => warn!("leader election task ended, rejoining"),
-            Ok(Err(err)) => warn!(error = %err, "leader election failed, rejoining"),
-            Err(err) => warn!(error = %err, "leader election task panicked, rejoining"),
-        }
-        state.set_leader(false, &seen.borrow());
+    }
+}
+
+/// Claim and renew the lease until `leader` is closed, sending whether this process holds
+/// it on every change; then hand the manager back (to release the lease).
+///
+/// A failed lease operation (the API server unreachable) is tried again every
+/// `retry_period`, not after the lease library's own growing backoff: a renewal must get
+/// through within `--renew-deadline` of the last, and a 5 s blip of the API server must not
+/// cost the lease.
+async fn elect(
+    manager: kube_lease_manager::LeaseManager,
+    retry_period: Duration,
+    leader: watch::Sender<bool>,
+) -> kube_lease_manager::LeaseManager {
+    loop {
         tokio::select! {
-            () = tokio::time::sleep(timings.retry_period) => {}
-            () = &mut shutdown => return Ok(()),
+            biased;
+            () = leader.closed() => return manager,
+            changed = manager.changed() => match changed {
+                Ok(is_leader) => {
+                    leader.send_replace(is_leader);
+                }
+                Err(err) => {
+                    warn!(error = %err, "leader lease operation failed, retrying");
+                    tokio::select! {
+                        () = leader.closed() => return manager,
+                        () = tokio::time::sleep(retry_period) => {}
+                    }
+                }
+            },
         }
     }
 }
@@ -193,7 +231,12 @@ impl State<'_> {
 
 /// Watch the Lease object and send the claim it shows (holder, expiry from when its last
 /// renewal was seen) on every change, until aborted. Watch errors are logged and backed off.
-async fn watch_lease(client: kube::Client, timings: Timings, seen: watch::Sender<Option<Claim>>) {
+async fn watch_lease(
+    client: kube::Client,
+    identity: String,
+    timings: Timings,
+    seen: watch::Sender<Option<Claim>>,
+) {
     let api: Api<Lease> = Api::namespaced(client, keys::NAMESPACE);
     let mut leases = std::pin::pin!(
         kube::runtime::watcher::watch_object(api, keys::LEASE_NAME)
@@ -223,10 +266,15 @@ async fn watch_lease(client: kube::Client, timings: Timings, seen: watch::Sender
             seen.send_replace(None);
             continue;
         };
-        let duration = spec
-            .lease_duration_seconds
-            .and_then(|secs| u64::try_from(secs).ok())
-            .map_or(Duration::from_secs(timings.lease_secs), Duration::from_secs);
+        // This process's own claim counts only `--renew-deadline` from its last renewal:
+        // a leader that cannot renew stops leading well before another may take over.
+        let duration = if holder == identity {
+            timings.renew_deadline
+        } else {
+            spec.lease_duration_seconds
+                .and_then(|secs| u64::try_from(secs).ok())
+                .map_or(Duration::from_secs(timings.lease_secs), Duration::from_secs)
+        };
         let renewed = spec.renew_time;
         let at = match &last {
             Some((was, when, at)) if *was == holder && *when == renewed => *at,
@@ -249,22 +297,28 @@ fn is_forbidden(err: &kube::runtime::watcher::Error) -> bool {
     }
 }
 
-/// Wait for the election task to release the lease (it does so once the watch receiver is
-/// dropped), bounded by [`RELEASE_TIMEOUT`].
+/// Stop the election task and release the lease, bounded by [`RELEASE_TIMEOUT`].
 async fn release(
-    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+    task: tokio::task::JoinHandle<kube_lease_manager::LeaseManager>,
     identity: &str,
 ) -> anyhow::Result<()> {
-    match tokio::time::timeout(RELEASE_TIMEOUT, task).await {
-        Ok(Ok(Ok(_))) => {
+    let released = tokio::time::timeout(RELEASE_TIMEOUT, async {
+        let manager = task.await.context("leader election task panicked")?;
+        manager.release().await.context("releasing the leader lease")
+    })
+    .await;
+    match released {
+        Ok(Ok(())) => {
             info!(%identity, "leader lease released");
             Ok(())
         }
-        Ok(Ok(Err(err))) => {
-            warn!(error = %err, "releasing the leader lease failed; it expires on its own");
+        Ok(Err(err)) => {
+            warn!(
+                error = format!("{err:#}"),
+                "releasing the leader lease failed; it expires on its own"
+            );
             Ok(())
         }
-        Ok(Err(err)) => Err(err).context("leader election task panicked"),
         Err(_) => {
             warn!("releasing the leader lease timed out; it expires on its own");
             Ok(())
@@ -311,4 +365,48 @@ async fn ensure_namespace(client: &kube::Client) -> anyhow::Result<()> {
         info!(labels = ?missing.keys().collect::<Vec<_>>(), "added Pod Security labels to namespace");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn the_defaults_renew_every_two_seconds_and_lead_ten_seconds_without_a_renewal() {
+        let timings = Timings::new(secs(15), secs(10), secs(2)).unwrap();
+        assert_eq!(timings.lease_secs, 15);
+        // The lease library renews `grace` seconds before expiry: 2 s after each renewal.
+        assert_eq!(timings.lease_secs - timings.grace_secs, 2);
+        assert_eq!(timings.renew_deadline, secs(10));
+        assert_eq!(timings.retry_period, secs(2));
+    }
+
+    #[test]
+    fn the_renewal_period_is_rounded_up_to_whole_seconds() {
+        let timings = Timings::new(secs(6), secs(4), Duration::from_millis(1500)).unwrap();
+        assert_eq!(timings.lease_secs - timings.grace_secs, 2);
+    }
+
+    #[test]
+    fn the_deadline_must_lie_between_the_retry_period_and_the_lease_duration() {
+        for (lease, deadline, retry) in [(15, 15, 2), (15, 20, 2), (15, 2, 2), (15, 1, 2)] {
+            let err = Timings::new(secs(lease), secs(deadline), secs(retry)).unwrap_err();
+            assert!(
+                err.to_string().contains("--renew-deadline must be longer than --retry-period"),
+                "{lease}/{deadline}/{retry}: {err}"
+            );
+        }
+        let err = Timings::new(secs(1), Duration::from_millis(900), Duration::from_millis(100))
+            .unwrap_err();
+        assert!(err.to_string().contains("--lease-duration must be at least 2s"), "{err}");
+        let err = Timings::new(secs(15), secs(10), Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("--retry-period must be greater than zero"), "{err}");
+        let err = Timings::new(secs(3), Duration::from_millis(2900), Duration::from_millis(2500))
+            .unwrap_err();
+        assert!(err.to_string().contains("rounded up to whole seconds (3s)"), "{err}");
+    }
 }

@@ -59,17 +59,21 @@ pub struct Args {
     #[arg(long)]
     pub enable_worker: bool,
 
-    /// How long a leader's claim on the lease is valid without renewal.
-    #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    /// How long a leader's claim on the lease is valid without renewal: after the leader
+    /// is killed, another controller takes over this long after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub lease_duration: Duration,
 
-    /// How soon after its last renewal the leader renews its claim; must be shorter than
+    /// How long the leader goes on leading when it cannot renew its claim (the API server
+    /// unreachable): it stops acting as the leader this long after its last renewal, before
+    /// the claim runs out for the others. Longer than `--retry-period`, shorter than
     /// `--lease-duration`.
-    #[arg(long, default_value = "15s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub renew_deadline: Duration,
 
-    /// How long to wait before rejoining the election after a failed lease operation.
-    #[arg(long, default_value = "5s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
+    /// How often the leader renews its claim (in whole seconds), and how long any
+    /// controller waits before trying a failed lease operation again.
+    #[arg(long, default_value = "2s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub retry_period: Duration,
 
     /// How long to keep retrying while the API server cannot answer at startup before

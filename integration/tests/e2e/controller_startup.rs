@@ -202,7 +202,7 @@ async fn sigterm_releases_the_leader_lease() {
     controller.terminate().unwrap();
     let exit = controller.wait_exit(Duration::from_secs(20)).await.unwrap();
     assert!(exit.success(), "clean exit on SIGTERM: {exit:?}");
-    // With the default 60s lease duration, an empty holder right after exit proves the
+    // With the default 15s lease duration, an empty holder right after exit proves the
     // lease was released rather than left to expire.
     assert_eq!(lease_holder(&leases).await.unwrap(), None, "lease released on shutdown");
     assert!(controller.log().contains("leader lease released"), "{}", controller.log());

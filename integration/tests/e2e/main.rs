@@ -22,6 +22,7 @@ mod controller_startup;
 mod dist;
 mod docs;
 mod harness_smoke;
+mod leader_election;
 mod metrics;
 mod node_status;
 mod plan_api_outage;
