@@ -5,7 +5,8 @@
 //! appears over several periods and the Events say `OutsideWindow`, until the
 //! UpdateConfig is changed to open it (its updater restarts and creates the Plan). The
 //! leader's updater metrics follow: window closed with `OutsideWindow` as the last result,
-//! then open.
+//! then open. The open case's `planSpec` carries a plan window and command policies, which
+//! the generated Plan must carry too.
 
 use std::time::Duration;
 
@@ -23,13 +24,35 @@ async fn window_open_creates_the_plan_which_completes() {
     server.offer(OFFERED);
     let (_cluster, client, controller) = start("updater-open").await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
-    configs
-        .create(&PostParams::default(), &update_config("open", &server, "00:00", "24h"))
-        .await
-        .unwrap();
+    // The template's window (open now) and command policies reach the generated Plan.
+    let now = jiff::Timestamp::now();
+    let mut config = update_config("open", &server, "00:00", "24h");
+    config.spec.plan_spec = Some(
+        serde_json::from_value(serde_json::json!({
+            "window": { "ranges": [{
+                "start": (now - jiff::SignedDuration::from_hours(1)).to_string(),
+                "end": (now + jiff::SignedDuration::from_hours(24)).to_string(),
+            }] },
+            "commands": [{ "k0supdate": {
+                "targets": { "controllers": { "discovery": { "selector": {} } } },
+                "progressTimeout": "10m",
+                "drain": "Never",
+            } }],
+        }))
+        .unwrap(),
+    );
+    configs.create(&PostParams::default(), &config).await.unwrap();
 
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(
+        done.spec.window,
+        config.spec.plan_spec.as_ref().unwrap().window,
+        "{}",
+        status_yaml(&done)
+    );
     let update = done.spec.commands[0].k0supdate.as_ref().expect("a k0supdate command");
+    assert_eq!(update.progress_timeout.as_deref(), Some("10m"));
+    assert_eq!(update.drain, Some(autopilot_api::v1beta2::DrainPolicy::Never));
     assert_eq!(update.version, OFFERED, "{}", status_yaml(&done));
     assert!(
         update.platforms.contains_key(&autopilot_api::platform::current()),

@@ -6,7 +6,10 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{PlanCommandTarget, PlanCommandTargets, is_false};
+use std::collections::BTreeMap;
+
+use super::PlanWindow;
+use super::plan::{DrainPolicy, Gate, PlanCommandTarget, PlanCommandTargets, is_false};
 use crate::keys;
 
 /// Automatic updates: poll an update server on a channel and create the `autopilot` Plan
@@ -135,6 +138,19 @@ pub struct PeriodicUpgradeStrategy {
 pub struct AutopilotPlanSpec {
     /// Commands of the plan, in order.
     pub commands: Vec<AutopilotPlanCommand>,
+
+    /// The generated plan's `spec.window`: when its nodes may be signalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<PlanWindow>,
+
+    /// The generated plan's `spec.downloadWindow`: when its nodes may download (pre-stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download_window: Option<PlanWindow>,
+
+    /// The generated plan's `spec.windows`: windows a node picks by its
+    /// `autopilot.k0sproject.io/window` label.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub windows: BTreeMap<String, PlanWindow>,
 }
 
 /// A plan command without versions or download URLs.
@@ -160,6 +176,27 @@ pub struct AutopilotPlanCommandK0sUpdate {
 
     /// Which controllers and workers to update.
     pub targets: PlanCommandTargets,
+
+    /// The generated command's `progressTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_timeout: Option<String>,
+
+    /// The generated command's health `gates`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<Gate>,
+
+    /// The generated command's `drain` policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainPolicy>,
+
+    /// The generated command's `prestage`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prestage: bool,
+
+    /// The generated command's `prestageConcurrent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub prestage_concurrent: Option<u32>,
 }
 
 /// Targets of a generated `airgapupdate` command.
@@ -168,4 +205,21 @@ pub struct AutopilotPlanCommandK0sUpdate {
 pub struct AutopilotPlanCommandAirgapUpdate {
     /// Which workers receive the bundle.
     pub workers: PlanCommandTarget,
+
+    /// The generated command's `progressTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_timeout: Option<String>,
+
+    /// The generated command's health `gates`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<Gate>,
+
+    /// The generated command's `prestage`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prestage: bool,
+
+    /// The generated command's `prestageConcurrent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub prestage_concurrent: Option<u32>,
 }

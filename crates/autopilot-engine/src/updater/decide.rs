@@ -40,10 +40,11 @@
 //!    starts a fresh run (DESIGN §9.4), so repeated updates work, unlike k0s.
 
 use autopilot_api::v1beta2::{
-    AutopilotPlanCommand, AutopilotPlanSpec, Plan, PlanCommand, PlanCommandAirgapUpdate,
-    PlanCommandK0sUpdate, PlanCommandTarget, PlanCommandTargetDiscovery,
-    PlanCommandTargetDiscoverySelector, PlanCommandTargets, PlanResourceUrl, PlanSpec,
-    PlanStateType, UpdateConfigSpec, UpgradeStrategy, UpgradeStrategyType,
+    AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,
+    AutopilotPlanSpec, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
+    PlanCommandTarget, PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
+    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanStateType, UpdateConfigSpec,
+    UpgradeStrategy, UpgradeStrategyType,
 };
 use std::collections::BTreeMap;
 
@@ -567,33 +568,53 @@ pub fn plan_spec(
     now: Timestamp,
 ) -> Result<PlanSpec, String> {
     let version = answer.version.clone();
-    let k0s_update = |forceupdate: bool, targets: PlanCommandTargets| PlanCommand {
-        k0supdate: Some(PlanCommandK0sUpdate {
-            prestage: false,
-            prestage_concurrent: None,
-            gates: Vec::new(),
-            drain: None,
-            version: version.clone(),
+    let k0s_update = |template: AutopilotPlanCommandK0sUpdate| {
+        let AutopilotPlanCommandK0sUpdate {
             forceupdate,
-            platforms: answer.k0s.clone(),
             targets,
-            progress_timeout: None,
-        }),
-        airgapupdate: None,
-        preflight: None,
+            progress_timeout,
+            gates,
+            drain,
+            prestage,
+            prestage_concurrent,
+        } = template;
+        PlanCommand {
+            k0supdate: Some(PlanCommandK0sUpdate {
+                prestage,
+                prestage_concurrent,
+                gates,
+                drain,
+                version: version.clone(),
+                forceupdate,
+                platforms: answer.k0s.clone(),
+                targets,
+                progress_timeout,
+            }),
+            airgapupdate: None,
+            preflight: None,
+        }
     };
-    let airgap_update = |workers: PlanCommandTarget| PlanCommand {
-        k0supdate: None,
-        airgapupdate: Some(PlanCommandAirgapUpdate {
-            prestage: false,
-            prestage_concurrent: None,
-            gates: Vec::new(),
-            version: version.clone(),
-            platforms: answer.airgap.clone(),
+    let airgap_update = |template: AutopilotPlanCommandAirgapUpdate| {
+        let AutopilotPlanCommandAirgapUpdate {
             workers,
-            progress_timeout: None,
-        }),
-        preflight: None,
+            progress_timeout,
+            gates,
+            prestage,
+            prestage_concurrent,
+        } = template;
+        PlanCommand {
+            k0supdate: None,
+            airgapupdate: Some(PlanCommandAirgapUpdate {
+                prestage,
+                prestage_concurrent,
+                gates,
+                version: version.clone(),
+                platforms: answer.airgap.clone(),
+                workers,
+                progress_timeout,
+            }),
+            preflight: None,
+        }
     };
 
     let items: &[AutopilotPlanCommand] = template.map(|t| t.commands.as_slice()).unwrap_or(&[]);
@@ -609,10 +630,10 @@ pub fn plan_spec(
                 ));
             }
             if let Some(airgap) = airgapupdate {
-                commands.push(airgap_update(airgap.workers.clone()));
+                commands.push(airgap_update(airgap.clone()));
             }
             if let Some(k0s) = k0supdate {
-                commands.push(k0s_update(k0s.forceupdate, k0s.targets.clone()));
+                commands.push(k0s_update(k0s.clone()));
             }
         }
         commands
@@ -624,21 +645,21 @@ pub fn plan_spec(
             },
             limits: Default::default(),
         };
-        vec![k0s_update(
-            false,
-            PlanCommandTargets { controllers: Some(everyone()), workers: Some(everyone()) },
-        )]
+        vec![k0s_update(AutopilotPlanCommandK0sUpdate {
+            targets: PlanCommandTargets {
+                controllers: Some(everyone()),
+                workers: Some(everyone()),
+            },
+            ..Default::default()
+        })]
     };
 
+    // The windows are the template's, whether or not it has commands.
+    let (window, download_window, windows) = template
+        .map(|t| (t.window.clone(), t.download_window.clone(), t.windows.clone()))
+        .unwrap_or_default();
     let id = now.as_second().to_string();
-    Ok(PlanSpec {
-        download_window: Default::default(),
-        window: Default::default(),
-        windows: Default::default(),
-        id: id.clone(),
-        timestamp: id,
-        commands,
-    })
+    Ok(PlanSpec { download_window, window, windows, id: id.clone(), timestamp: id, commands })
 }
 
 #[cfg(test)]

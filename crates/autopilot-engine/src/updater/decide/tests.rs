@@ -333,8 +333,16 @@ fn a_rolled_back_version_is_not_proposed_again_even_with_other_commands() {
 fn forced_update_takes_a_different_version_but_never_the_same_one() {
     let mut spec = monday_window();
     spec.plan_spec = Some(AutopilotPlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         commands: vec![AutopilotPlanCommand {
             k0supdate: Some(AutopilotPlanCommandK0sUpdate {
+                prestage_concurrent: None,
+                progress_timeout: None,
+                drain: None,
+                gates: Vec::new(),
+                prestage: false,
                 forceupdate: true,
                 targets: PlanCommandTargets { controllers: Some(selector_all()), workers: None },
             }),
@@ -379,9 +387,17 @@ fn missing_strategy_type_is_invalid() {
 #[test]
 fn plan_spec_items_fill_version_platforms_digests_and_targets() {
     let template = AutopilotPlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         commands: vec![
             AutopilotPlanCommand {
                 k0supdate: Some(AutopilotPlanCommandK0sUpdate {
+                    prestage_concurrent: None,
+                    progress_timeout: None,
+                    drain: None,
+                    gates: Vec::new(),
+                    prestage: false,
                     forceupdate: true,
                     targets: PlanCommandTargets {
                         controllers: Some(static_nodes(&["c1", "c2"], 1)),
@@ -393,6 +409,10 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
             AutopilotPlanCommand {
                 k0supdate: None,
                 airgapupdate: Some(AutopilotPlanCommandAirgapUpdate {
+                    progress_timeout: None,
+                    gates: Vec::new(),
+                    prestage: false,
+                    prestage_concurrent: None,
                     workers: static_nodes(&["w1"], 2),
                 }),
             },
@@ -445,12 +465,26 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
 #[test]
 fn item_with_both_parts_becomes_airgap_then_k0s() {
     let template = AutopilotPlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         commands: vec![AutopilotPlanCommand {
             k0supdate: Some(AutopilotPlanCommandK0sUpdate {
+                prestage_concurrent: None,
+                progress_timeout: None,
+                drain: None,
+                gates: Vec::new(),
+                prestage: false,
                 forceupdate: false,
                 targets: PlanCommandTargets { controllers: None, workers: Some(selector_all()) },
             }),
-            airgapupdate: Some(AutopilotPlanCommandAirgapUpdate { workers: selector_all() }),
+            airgapupdate: Some(AutopilotPlanCommandAirgapUpdate {
+                progress_timeout: None,
+                gates: Vec::new(),
+                prestage: false,
+                prestage_concurrent: None,
+                workers: selector_all(),
+            }),
         }],
     };
     let spec = plan_spec(Some(&template), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
@@ -461,7 +495,12 @@ fn item_with_both_parts_becomes_airgap_then_k0s() {
 
 #[test]
 fn empty_plan_spec_means_the_whole_cluster() {
-    let empty = AutopilotPlanSpec { commands: vec![] };
+    let empty = AutopilotPlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
+        commands: vec![],
+    };
     let from_empty = plan_spec(Some(&empty), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
     let from_none = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
     assert_eq!(from_empty, from_none);
@@ -470,6 +509,9 @@ fn empty_plan_spec_means_the_whole_cluster() {
 #[test]
 fn item_with_neither_part_is_invalid() {
     let template = AutopilotPlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         commands: vec![
             AutopilotPlanCommand {
                 k0supdate: Some(AutopilotPlanCommandK0sUpdate::default()),
@@ -595,9 +637,18 @@ fn index_entries_over_plain_http_need_their_digests() {
 
     let mut spec = monday_window();
     spec.plan_spec = Some(AutopilotPlanSpec {
+        download_window: Default::default(),
+        window: Default::default(),
+        windows: Default::default(),
         commands: vec![AutopilotPlanCommand {
             k0supdate: None,
-            airgapupdate: Some(AutopilotPlanCommandAirgapUpdate { workers: selector_all() }),
+            airgapupdate: Some(AutopilotPlanCommandAirgapUpdate {
+                progress_timeout: None,
+                gates: Vec::new(),
+                prestage: false,
+                prestage_concurrent: None,
+                workers: selector_all(),
+            }),
         }],
     });
     offered.airgap.insert(
@@ -785,4 +836,68 @@ fn a_version_that_would_break_the_skew_rules_is_not_planned_and_the_event_names_
     // One minor version up, controllers and workers together: planned.
     let next = answer("v1.34.1+k0s.0");
     assert!(matches!(decide_on(&next), Decision::CreatePlan(_)), "{:?}", decide_on(&next));
+}
+
+#[test]
+fn plan_spec_passes_windows_gates_drain_prestage_and_progress_timeout_through() {
+    let template: AutopilotPlanSpec = serde_json::from_value(serde_json::json!({
+        "window": { "timeZone": "Europe/Berlin",
+                    "weekly": [{ "days": ["Sat"], "startTime": "02:00", "length": "4h" }] },
+        "downloadWindow": { "weekly": [{ "days": ["Fri"], "startTime": "20:00", "length": "6h" }] },
+        "windows": { "rack-b": { "weekly": [{ "days": ["Sun"], "startTime": "02:00", "length": "2h" }] } },
+        "commands": [{
+            "airgapupdate": {
+                "workers": { "discovery": { "selector": {} } },
+                "progressTimeout": "20m",
+                "prestage": true,
+                "gates": [{ "id": "settled", "settle": "2m" }],
+            },
+            "k0supdate": {
+                "targets": { "workers": { "discovery": { "selector": {} } } },
+                "progressTimeout": "30m",
+                "drain": "IfPossible",
+                "prestage": true,
+                "prestageConcurrent": 5,
+                "gates": [{ "id": "settled", "settle": "1m", "after": "batch" }],
+            },
+        }],
+    }))
+    .expect("a valid template");
+    let spec = plan_spec(Some(&template), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
+    assert_eq!(spec.window, template.window);
+    assert_eq!(spec.download_window, template.download_window);
+    assert_eq!(spec.windows, template.windows);
+    assert!(spec.window.is_some() && spec.download_window.is_some() && spec.windows.len() == 1);
+
+    let airgap = spec.commands[0].airgapupdate.as_ref().expect("the bundle first");
+    let from = template.commands[0].airgapupdate.as_ref().unwrap();
+    assert_eq!(airgap.progress_timeout.as_deref(), Some("20m"));
+    assert!(airgap.prestage);
+    assert_eq!(airgap.prestage_concurrent, None);
+    assert_eq!(airgap.gates, from.gates);
+
+    let k0s = spec.commands[1].k0supdate.as_ref().expect("then k0s");
+    let from = template.commands[0].k0supdate.as_ref().unwrap();
+    assert_eq!(k0s.progress_timeout.as_deref(), Some("30m"));
+    assert_eq!(k0s.drain, Some(autopilot_api::v1beta2::DrainPolicy::IfPossible));
+    assert!(k0s.prestage);
+    assert_eq!(k0s.prestage_concurrent, Some(5));
+    assert_eq!(k0s.gates, from.gates);
+    assert_eq!(k0s.gates.len(), 1);
+    assert_eq!(k0s.version, "v1.35.2+k0s.0");
+}
+
+#[test]
+fn a_template_with_windows_and_no_commands_updates_everyone_inside_its_window() {
+    let template: AutopilotPlanSpec = serde_json::from_value(serde_json::json!({
+        "window": { "ranges": [{ "start": "2026-12-01T00:00:00Z", "end": "2026-12-01T04:00:00Z" }] },
+        "commands": [],
+    }))
+    .expect("a valid template");
+    let spec = plan_spec(Some(&template), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
+    assert_eq!(spec.window, template.window);
+    assert_eq!(spec.commands.len(), 1);
+    let k0s = spec.commands[0].k0supdate.as_ref().unwrap();
+    assert!(k0s.targets.controllers.is_some() && k0s.targets.workers.is_some());
+    assert!(!k0s.prestage && k0s.gates.is_empty() && k0s.drain.is_none());
 }
