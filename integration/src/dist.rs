@@ -159,7 +159,7 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
     });
     let plan_object = plan(version, &platform, &url, &sha256, signature_url);
     let plan_path = out.join("plan.yaml");
-    let yaml = serde_yaml::to_string(&plan_object).context("serializing the Plan")?;
+    let yaml = serde_saphyr::to_string(&plan_object).context("serializing the Plan")?;
     let header = format!(
         "# Updates every controller, then every worker (one at a time), to {version}.\n\
          # Before applying: set `url`{} to where {file_name} is published,\n\
@@ -469,7 +469,7 @@ mod tests {
         let text = fs::read_to_string(&dist.plan).expect("plan.yaml");
         assert!(text.starts_with("# Updates every controller"), "{text}");
         assert!(text.contains("apiVersion: autopilot.k0sproject.io/v1beta2"), "{text}");
-        let plan: Plan = serde_yaml::from_str(&text).expect("plan.yaml is a Plan");
+        let plan: Plan = serde_saphyr::from_str(&text).expect("plan.yaml is a Plan");
         assert_eq!(plan, dist.plan_object);
         assert_eq!(plan.metadata.name.as_deref(), Some("autopilot"));
         let update = plan.spec.commands[0].k0supdate.as_ref().expect("a k0supdate");

@@ -44,7 +44,7 @@ pub(crate) fn render(
         "contexts": [{ "name": context, "context": { "cluster": cluster_name, "user": user } }],
         "current-context": context,
     });
-    Ok(serde_yaml::to_string(&config)?)
+    Ok(serde_saphyr::to_string(&config)?)
 }
 
 /// A `kube::Client` for the current context of the kubeconfig at `path`.

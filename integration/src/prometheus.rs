@@ -297,7 +297,7 @@ fn config_yaml(targets: &[ScrapeTarget]) -> anyhow::Result<String> {
         },
         "scrape_configs": [{"job_name": JOB, "static_configs": static_configs}],
     });
-    serde_yaml::to_string(&config).context("writing the Prometheus configuration")
+    serde_saphyr::to_string(&config).context("writing the Prometheus configuration")
 }
 
 // === the process ===
@@ -560,7 +560,7 @@ mod tests {
             ScrapeTarget::new("127.0.0.1:1001".parse().unwrap()).label("node", "worker-0"),
             ScrapeTarget::new("127.0.0.1:1002".parse().unwrap()),
         ];
-        let config: serde_json::Value = serde_yaml::from_str(&config_yaml(&targets).unwrap())
+        let config: serde_json::Value = serde_saphyr::from_str(&config_yaml(&targets).unwrap())
             .expect("the configuration is YAML");
         assert_eq!(config["global"]["scrape_interval"], "1s");
         let job = &config["scrape_configs"][0];

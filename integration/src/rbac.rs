@@ -13,7 +13,6 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
-use serde::Deserialize as _;
 
 use crate::wait::wait_for;
 
@@ -50,9 +49,9 @@ pub async fn apply(client: &kube::Client) -> anyhow::Result<()> {
 /// [`MANIFESTS`]: Namespaces, (Cluster)Roles and their bindings.
 pub async fn apply_file(client: &kube::Client, file: &str, text: &str) -> anyhow::Result<()> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        let value = serde_json::Value::deserialize(document)
-            .with_context(|| format!("parsing manifests/rbac/{file}"))?;
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
+        .with_context(|| format!("parsing manifests/rbac/{file}"))?;
+    for value in documents {
         if value.is_null() {
             continue;
         }

@@ -40,7 +40,7 @@ fn generate() -> anyhow::Result<BTreeMap<String, String>> {
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().context("a generated CRD has no name")?;
-            let yaml = serde_yaml::to_string(&crd)
+            let yaml = serde_saphyr::to_string(&crd)
                 .with_context(|| format!("serialising CRD {name} to yaml"))?;
             Ok((format!("{name}.yaml"), format!("{HEADER}{yaml}")))
         })

@@ -23,7 +23,7 @@ fn snapshot(n: u32) -> Option<BTreeMap<String, Value>> {
     for entry in entries {
         let path = entry.expect("a snapshot file").path();
         let text = std::fs::read_to_string(&path).expect("reading a snapshot");
-        let value: Value = serde_yaml::from_str(&text).expect("a CRD");
+        let value: Value = serde_saphyr::from_str(&text).expect("a CRD");
         let name = value["metadata"]["name"].as_str().expect("a name").to_owned();
         crds.insert(name, value);
     }

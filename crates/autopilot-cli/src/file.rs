@@ -95,7 +95,7 @@ pub fn preflight_body(mut document: Value) -> Result<Read<PlanCommandPreflight>,
 
 /// Parse YAML (or JSON, which is YAML) into a document.
 pub fn yaml(text: &str) -> Result<Value, String> {
-    serde_yaml::from_str(text).map_err(|error| format!("not YAML or JSON: {error}"))
+    autopilot_engine::yaml::from_str(text).map_err(|error| format!("not YAML or JSON: {error}"))
 }
 
 /// What reading found besides the value.

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::WatchStreamExt as _;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
-use rand::Rng as _;
+use rand::RngExt as _;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;

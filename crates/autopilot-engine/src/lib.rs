@@ -19,6 +19,7 @@
 //! - [`steer`]: what `k0s autopilot pause|resume|abort` writes and says.
 //! - [`snapshot`]: how the engine sees watched Nodes, ControlNodes and Pods.
 //! - [`updater`]: when to check the update server, which release, which Plan.
+//! - [`yaml`]: the one set of rules every YAML input is read with.
 
 pub mod agent;
 pub mod authorize;
@@ -31,3 +32,4 @@ pub mod snapshot;
 pub mod steer;
 pub mod trial;
 pub mod updater;
+pub mod yaml;

@@ -33,7 +33,7 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType};
 use integration::signals::{ObjectKind, Seen, SignalRecorder};
 use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
-use rand::{Rng as _, SeedableRng as _};
+use rand::{RngExt as _, SeedableRng as _};
 
 use crate::support::*;
 

@@ -72,7 +72,7 @@ async fn bind_read_only(cluster: &Cluster, admin: &kube::Client) {
 /// it as the viewer.
 async fn preview(cluster: &Cluster, file: &str, plan: &Plan) -> Output {
     let path = cluster.dir().join(file);
-    std::fs::write(&path, serde_yaml::to_string(plan).expect("YAML")).expect("writing the plan");
+    std::fs::write(&path, serde_saphyr::to_string(plan).expect("YAML")).expect("writing the plan");
     let kubeconfig = cluster.viewer_kubeconfig(0);
     tokio::task::spawn_blocking(move || {
         let path = path.to_string_lossy().into_owned();

@@ -59,7 +59,7 @@ async fn the_signed_payload_and_plan_dist_writes_update_a_controller_and_a_worke
     // The operator publishes the files (here: loopback servers, one per file) and edits the
     // URLs of the Plan as written on disk; nothing else.
     let as_written: Plan =
-        serde_yaml::from_str(&std::fs::read_to_string(&written.plan).expect("plan.yaml"))
+        serde_saphyr::from_str(&std::fs::read_to_string(&written.plan).expect("plan.yaml"))
             .expect("plan.yaml is a Plan");
     let binary_server =
         FileServer::start(std::fs::read(&written.binary).expect("the binary")).await.unwrap();

@@ -205,7 +205,7 @@ async fn check(client: &kube::Client, block: &Block) -> Result<String, String> {
             return Ok("a `check -f` file, read as the CLI reads it".to_owned());
         }
         "# prometheus.yml" => {
-            let value: Value = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
+            let value: Value = serde_saphyr::from_str(&text).map_err(|e| e.to_string())?;
             if value["scrape_configs"][0]["static_configs"][0]["targets"].is_array() {
                 return Ok("a Prometheus configuration, parsed".to_owned());
             }
@@ -218,8 +218,8 @@ async fn check(client: &kube::Client, block: &Block) -> Result<String, String> {
         return Ok("an exec allow-list, read as a node reads it".to_owned());
     }
     let mut checked = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&text) {
-        let value = Value::deserialize(document).map_err(|e| e.to_string())?;
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| e.to_string())?;
+    for value in documents {
         if value.get("apiVersion").is_some() && value.get("kind").is_some() {
             dry_run_apply(client, &value).await.map_err(|e| format!("{e:#}"))?;
             checked.push(format!(
@@ -235,8 +235,6 @@ async fn check(client: &kube::Client, block: &Block) -> Result<String, String> {
     }
     Ok(checked.join("; "))
 }
-
-use serde::Deserialize as _;
 
 #[tokio::test]
 async fn every_yaml_example_in_the_docs_applies_where_it_is_used() {

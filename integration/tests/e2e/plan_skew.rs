@@ -36,7 +36,7 @@ fn annotated(mut plan: Plan, allow_skew: &str) -> Plan {
 /// `k0s autopilot preview -f` of `plan` as the admin.
 async fn preview(cluster: &Cluster, file: &str, plan: &Plan) -> Output {
     let path = cluster.dir().join(file);
-    std::fs::write(&path, serde_yaml::to_string(plan).expect("YAML")).expect("writing the plan");
+    std::fs::write(&path, serde_saphyr::to_string(plan).expect("YAML")).expect("writing the plan");
     let kubeconfig = cluster.admin_kubeconfig(0);
     tokio::task::spawn_blocking(move || {
         let path = path.to_string_lossy().into_owned();

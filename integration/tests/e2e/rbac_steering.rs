@@ -30,7 +30,6 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::{ResourceExt as _, discovery};
-use serde::Deserialize as _;
 use serde_json::json;
 
 use crate::support::*;
@@ -52,8 +51,9 @@ const TAKE_EFFECT: Duration = Duration::from_secs(60);
 /// Applies every document of `operators.yaml` with `admin` (server-side apply, forced).
 async fn apply_operators_yaml(admin: &kube::Client) {
     let params = PatchParams::apply("k0s-integration").force();
-    for document in serde_yaml::Deserializer::from_str(OPERATORS_YAML) {
-        let value = serde_json::Value::deserialize(document).expect("a YAML document");
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(OPERATORS_YAML).expect("YAML documents");
+    for value in documents {
         if value.is_null() {
             continue;
         }
@@ -100,14 +100,14 @@ fn assert_forbidden_by_rbac<T: std::fmt::Debug>(result: Result<T, kube::Error>, 
 /// `as-groups`), for running `k0s autopilot` as them.
 fn kubeconfig_as(cluster: &Cluster, user: &str, group: &str) -> PathBuf {
     let admin = std::fs::read_to_string(cluster.admin_kubeconfig(0)).expect("admin kubeconfig");
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin).expect("a kubeconfig");
-    let users = config["users"].as_sequence_mut().expect("kubeconfig users");
+    let mut config: serde_json::Value = serde_saphyr::from_str(&admin).expect("a kubeconfig");
+    let users = config["users"].as_array_mut().expect("kubeconfig users");
     for entry in users {
         entry["user"]["as"] = user.into();
-        entry["user"]["as-groups"] = vec![serde_yaml::Value::from(group)].into();
+        entry["user"]["as-groups"] = vec![serde_json::Value::from(group)].into();
     }
     let path = cluster.dir().join(format!("{user}.kubeconfig"));
-    std::fs::write(&path, serde_yaml::to_string(&config).expect("YAML")).expect("writing it");
+    std::fs::write(&path, serde_saphyr::to_string(&config).expect("YAML")).expect("writing it");
     path
 }
 

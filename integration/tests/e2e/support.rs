@@ -176,7 +176,7 @@ pub async fn install_crd(client: &kube::Client, name: &str) {
         .join("../manifests/crds")
         .join(format!("{name}.yaml"));
     let text = std::fs::read_to_string(&path).expect("the generated CRD");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("a CRD");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("a CRD");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &crd)
         .await
@@ -195,7 +195,7 @@ pub async fn install_crd(client: &kube::Client, name: &str) {
 /// The plan's status as YAML, for failure messages.
 pub fn status_yaml(plan: &Plan) -> String {
     match &plan.status {
-        Some(status) => serde_yaml::to_string(status).unwrap_or_else(|e| format!("{e}")),
+        Some(status) => serde_saphyr::to_string(status).unwrap_or_else(|e| format!("{e}")),
         None => "(no status)".to_owned(),
     }
 }
@@ -904,7 +904,7 @@ pub fn pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::Con
         "command": ["/bin/sh", "-c", script]}]}});
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "namespace": autopilot_api::keys::NAMESPACE},
-        "data": {"pod.yaml": serde_yaml::to_string(&pod).expect("YAML")},
+        "data": {"pod.yaml": serde_saphyr::to_string(&pod).expect("YAML")},
     }))
     .expect("a ConfigMap")
 }

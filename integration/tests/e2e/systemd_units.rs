@@ -162,7 +162,7 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
     // Step 5: preview, then apply.
     let first = plan("autopilot", "units", vec![k0s_command(update)]);
     let file = work.path().join("plan.yaml");
-    std::fs::write(&file, serde_yaml::to_string(&first).unwrap()).unwrap();
+    std::fs::write(&file, serde_saphyr::to_string(&first).unwrap()).unwrap();
     let admin = cluster.admin_kubeconfig(0);
     let preview = tokio::task::spawn_blocking(move || {
         integration::run_k0s(&[

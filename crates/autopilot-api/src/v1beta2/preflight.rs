@@ -575,7 +575,7 @@ results:
             .replace("default_message", "defaultMessage")
             .replace("status_code", "statusCode")
             .replace("bool_expr", "boolExpr");
-        serde_yaml::from_str(&camel).expect("the seed's example parses in camelCase")
+        serde_saphyr::from_str(&camel).expect("the seed's example parses in camelCase")
     }
 
     #[test]
@@ -613,7 +613,7 @@ results:
     /// refuses naming them. No alias: nothing read here is silently reinterpreted.
     #[test]
     fn the_seed_spellings_are_not_read_by_the_api_types() {
-        let check: PreflightCheck = serde_yaml::from_str(SEED_CHECK).expect("parses");
+        let check: PreflightCheck = serde_saphyr::from_str(SEED_CHECK).expect("parses");
         assert!(!check.targets.all, "global is not all");
         let condition = check.results[1].condition.clone().expect("a condition, present");
         assert!(condition.is_empty(), "what pruning leaves: {condition:?}");
@@ -758,7 +758,7 @@ commands:
             static:
               nodes: [controller0]
 "#;
-        let spec: crate::v1beta2::PlanSpec = serde_yaml::from_str(yaml).expect("parse");
+        let spec: crate::v1beta2::PlanSpec = serde_saphyr::from_str(yaml).expect("parse");
         let preflight = spec.commands[0].preflight.as_ref().expect("preflight");
         assert_eq!(preflight.on_warn, OnWarn::Block);
         assert_eq!(

@@ -146,13 +146,15 @@ fn both_spellings_of_one_field_are_refused() {
 
 #[test]
 fn a_plan_from_kubectl_get_is_read_without_its_status() {
-    let mut document: Value = serde_yaml::from_str(SEED_PLAN).expect("yaml");
+    let mut document: Value = autopilot_engine::yaml::from_str(SEED_PLAN).expect("yaml");
     document["status"] = json!({"state": "Completed", "whatever": 1});
     document["metadata"]["resourceVersion"] = json!("42");
     let text = serde_json::to_string(&document).expect("json");
     let read = plan(&text).expect("read");
     assert_eq!(read.value.status, None);
-    assert!(plan("spec: [").expect_err("yaml").starts_with("not YAML or JSON: "));
+    let not_yaml = plan("spec: [").expect_err("yaml");
+    assert!(not_yaml.starts_with("not YAML or JSON: "), "{not_yaml}");
+    assert!(not_yaml.ends_with("at line 1, column 7"), "the place of the error: {not_yaml}");
     assert!(
         plan("{metadata: {}, spec: {id: x}}")
             .expect_err("no timestamp")

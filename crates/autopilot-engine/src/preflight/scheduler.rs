@@ -72,7 +72,7 @@ pub fn template(config_map: Option<&ConfigMap>, pod_name: &str) -> Result<Pod, S
         .as_ref()
         .and_then(|data| data.get(TEMPLATE_KEY))
         .ok_or_else(|| format!("{where_} has no key {TEMPLATE_KEY}"))?;
-    let pod: Pod = serde_yaml::from_str(text)
+    let pod: Pod = crate::yaml::from_str(text)
         .map_err(|error| format!("{where_} key {TEMPLATE_KEY} is not a Pod: {error}"))?;
     let spec = pod.spec.as_ref().ok_or_else(|| format!("{where_}: the Pod has no spec"))?;
     if spec.containers.is_empty() {
@@ -491,7 +491,8 @@ mod tests {
     /// The template of [`POD`] with `spec` merged into its Pod spec.
     fn escalating(spec: serde_json::Value) -> Result<Pod, String> {
         let mut pod: serde_json::Value =
-            serde_json::to_value(serde_yaml::from_str::<Pod>(POD).expect("the Pod")).expect("json");
+            serde_json::to_value(crate::yaml::from_str::<Pod>(POD).expect("the Pod"))
+                .expect("json");
         for (key, value) in spec.as_object().expect("an object") {
             pod["spec"][key] = value.clone();
         }

@@ -16,8 +16,9 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum Error {
     /// The body is not YAML of the expected shape; the message names the field and line.
+    /// (Boxed: the parser's error is large, and this one travels in every `Result` here.)
     #[error("update server answer is malformed: {0}")]
-    Yaml(#[source] serde_yaml::Error),
+    Yaml(#[source] Box<crate::yaml::Error>),
     /// A field is present but unusable (empty version, bad digest, ...).
     #[error("update server answer is malformed: {field}: {reason}")]
     Field {
@@ -94,7 +95,7 @@ impl ChannelAnswer {
     /// Empty digests count as absent. Unlike k0s, a platform with no `airgapBundle` gets no
     /// airgap entry (k0s writes one with an empty URL, which can only fail on the node).
     pub fn from_index_yaml(body: &str) -> Result<Self> {
-        let raw: IndexYaml = serde_yaml::from_str(body).map_err(Error::Yaml)?;
+        let raw: IndexYaml = crate::yaml::from_str(body).map_err(|e| Error::Yaml(Box::new(e)))?;
         let version = check_version(raw.version)?;
         let mut k0s = BTreeMap::new();
         let mut airgap = BTreeMap::new();
@@ -120,7 +121,7 @@ impl ChannelAnswer {
 
     /// Parse the legacy answer of the cron strategy (REF §11.3): no digests.
     pub fn from_legacy_yaml(body: &str) -> Result<Self> {
-        let raw: LegacyYaml = serde_yaml::from_str(body).map_err(Error::Yaml)?;
+        let raw: LegacyYaml = crate::yaml::from_str(body).map_err(|e| Error::Yaml(Box::new(e)))?;
         let version = check_version(raw.version)?;
         let urls = |map: BTreeMap<String, String>, name: &str| {
             map.into_iter()

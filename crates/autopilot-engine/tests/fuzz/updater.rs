@@ -51,8 +51,8 @@ fn strategy() -> Value {
 /// YAML text: a document (arbitrary or a mutated answer) written as YAML, or any text.
 fn yaml(valid: Value) -> impl Strategy<Value = String> {
     prop_oneof![
-        3 => mutated(valid).prop_map(|v| serde_yaml::to_string(&v).expect("JSON is YAML")),
-        1 => json(3).prop_map(|v| serde_yaml::to_string(&v).expect("JSON is YAML")),
+        3 => mutated(valid).prop_map(|v| serde_saphyr::to_string(&v).expect("JSON is YAML")),
+        1 => json(3).prop_map(|v| serde_saphyr::to_string(&v).expect("JSON is YAML")),
         1 => any::<String>(),
     ]
 }

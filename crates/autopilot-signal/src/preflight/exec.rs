@@ -77,7 +77,7 @@ pub struct Entry {
 impl AllowList {
     /// Parse an allow-list; `Err` names what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let list: Self = serde_yaml::from_str(text).map_err(|err| err.to_string())?;
+        let list: Self = autopilot_engine::yaml::from_str(text).map_err(|err| err.to_string())?;
         let mut seen = std::collections::BTreeSet::new();
         for entry in &list.entries {
             if entry.name.trim().is_empty() {
