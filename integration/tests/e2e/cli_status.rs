@@ -147,7 +147,7 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
     assert!(mid.contains(&heading), "{mid}");
     assert!(mid.contains("Progress: 1/4 node updates (25%), 2 in flight   ETA "), "{mid}");
     assert!(mid.contains("(mean ") && mid.contains("per node over 1 update(s))"), "{mid}");
-    assert!(mid.contains("NodeSignalled"), "the plan's Events are shown:\n{mid}");
+    assert!(mid.contains("NodesSignalled"), "the plan's Events are shown:\n{mid}");
 
     // The nodes go on; the screen follows without a keypress.
     release.release();
@@ -164,7 +164,7 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
     assert!(done.contains("Progress: 4/4 node updates (100%)"), "{done}");
     assert!(done.contains("Blocking: nothing"), "{done}");
     assert!(!done.contains("ETA"), "no ETA once the plan ended:\n{done}");
-    assert!(done.contains("NodeCompleted"), "{done}");
+    assert!(done.contains("NodesCompleted"), "{done}");
     drop(terminal);
     drop(responder);
 
@@ -225,5 +225,5 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
         .iter()
         .filter_map(|e| e["reason"].as_str())
         .collect();
-    assert!(reasons.contains(&"NodeCompleted"), "{reasons:?}");
+    assert!(reasons.contains(&"NodesCompleted"), "{reasons:?}");
 }

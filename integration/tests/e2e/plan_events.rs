@@ -1,6 +1,7 @@
-//! What operators see (DESIGN §4, §9.3): every plan, command and node state change is a
-//! Kubernetes Event on the Plan with its reason, and a node's failure reason reaches the
-//! Plan's Events as well as its status.
+//! What operators see (DESIGN §4, §9.3): every plan and command state change is a Kubernetes
+//! Event on the Plan with its reason; the nodes signalled or completed in one pass are one
+//! Event naming them, and a node's failure is an Event of its own carrying the node's reason
+//! (which is in the Plan's status too).
 
 use std::time::Duration;
 
@@ -32,20 +33,16 @@ async fn plan_events(client: &kube::Client) -> anyhow::Result<Vec<(String, Strin
 }
 
 #[tokio::test]
-async fn each_state_change_is_an_event_on_the_plan_with_the_nodes_reason() {
+async fn state_changes_are_events_on_the_plan_one_per_batch_of_nodes_and_one_per_failed_node() {
     let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
-        FleetBuilder::new("plan-events")
-            .controllers(1)
-            .workers(&["worker-0"])
-            .start()
-            .await
-            .unwrap();
+        FleetBuilder::new("plan-events").controllers(1).workers(&WORKERS).start().await.unwrap();
     let config =
         Config::new().node("worker-0", Behaviour::fail(SignalPhase::FailedDownload, REASON));
     let _responder = Responder::start(client.clone(), config).await.unwrap();
 
+    // All three workers go at once, in the pass that sees controller-0 completed.
     let update =
-        k0s_update(Some(static_nodes(&["controller-0"], 1)), Some(static_nodes(&["worker-0"], 1)));
+        k0s_update(Some(static_nodes(&["controller-0"], 1)), Some(static_nodes(&WORKERS, 3)));
     create_plan(&client, &plan("autopilot", "events", vec![k0s_command(update)])).await.unwrap();
     wait_plan_state(&client, "autopilot", PlanStateType::ApplyFailed).await.unwrap();
 
@@ -63,15 +60,43 @@ async fn each_state_change_is_an_event_on_the_plan_with_the_nodes_reason() {
     .unwrap();
     let reasons: Vec<&str> = events.iter().map(|(reason, _)| reason.as_str()).collect();
     for expected in
-        ["PlanStarted", "NodeSignalled", "NodeCompleted", "NodeFailed", "PlanStateChanged"]
+        ["PlanStarted", "NodesSignalled", "NodesCompleted", "NodeFailed", "PlanStateChanged"]
     {
         assert!(reasons.contains(&expected), "no {expected} event among {events:#?}");
     }
-    // One event per node signalled: controller-0 and worker-0 each have their own note.
-    for node in ["controller-0", "worker-0"] {
+    // One event per batch: controller-0 alone, then the three workers together.
+    let signalled: Vec<&str> = events
+        .iter()
+        .filter(|(reason, _)| reason == "NodesSignalled")
+        .map(|(_, note)| note.as_str())
+        .collect();
+    assert_eq!(
+        signalled,
+        [
+            "command 0 (k0supdate): signalled ControlNode controller-0",
+            "command 0 (k0supdate): signalled 3 Nodes: worker-0, worker-1, worker-2",
+        ],
+        "{events:#?}"
+    );
+    // The failed worker has a Warning of its own, with its reason; none of the others has.
+    let failed: Vec<&str> = events
+        .iter()
+        .filter(|(reason, _)| reason == "NodeFailed")
+        .map(|(_, note)| note.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [format!("command 0 (k0supdate): Node worker-0 failed: {REASON}")],
+        "{events:#?}"
+    );
+    // The workers that completed are named by the NodesCompleted events (one or two,
+    // depending on whether their reports reached the same pass).
+    for worker in ["worker-1", "worker-2"] {
         assert!(
-            events.iter().any(|(reason, note)| reason == "NodeSignalled" && note.contains(node)),
-            "no NodeSignalled event naming {node}: {events:#?}"
+            events.iter().any(|(reason, note)| reason == "NodesCompleted" && note.contains(worker)),
+            "no NodesCompleted event naming {worker}: {events:#?}"
         );
     }
 }
+
+const WORKERS: [&str; 3] = ["worker-0", "worker-1", "worker-2"];

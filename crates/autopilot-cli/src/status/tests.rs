@@ -157,7 +157,7 @@ fn mid_update_events() -> Vec<Event> {
             "a",
             "2026-01-01T12:00:00Z",
             "Normal",
-            "NodeSignalled",
+            "NodesSignalled",
             "controller-0 signalled",
             "autopilot",
         ),
@@ -166,7 +166,7 @@ fn mid_update_events() -> Vec<Event> {
             "b",
             "2026-01-01T12:09:30Z",
             "Normal",
-            "NodeSignalled",
+            "NodesSignalled",
             "worker-1 signalled",
             "autopilot",
         ),
@@ -192,8 +192,8 @@ worker-2         worker     0   SignalPending     -                10m00s  yes  
 worker-3         worker     0   SignalPending     -                10m00s  NO    v1.35.0+k0s.0
 
 Events (last 2):
-    10m00s ago  Normal   NodeSignalled        controller-0 signalled
-       30s ago  Normal   NodeSignalled        worker-1 signalled
+    10m00s ago  Normal   NodesSignalled       controller-0 signalled
+       30s ago  Normal   NodesSignalled       worker-1 signalled
 ";
     assert_eq!(screen, expected, "\n{screen}");
 }
@@ -312,7 +312,14 @@ fn only_the_newest_events_about_the_plan_are_shown_oldest_first() {
     snapshot.events = (0..12)
         .map(|i| {
             let time = format!("2026-01-01T12:00:{i:02}Z");
-            event(&format!("e{i}"), &time, "Normal", "NodeSignalled", &format!("n{i}"), "autopilot")
+            event(
+                &format!("e{i}"),
+                &time,
+                "Normal",
+                "NodesSignalled",
+                &format!("n{i}"),
+                "autopilot",
+            )
         })
         .rev()
         .collect();
@@ -348,7 +355,7 @@ fn the_json_document_has_stable_field_names() {
             "ready": true, "version": "v1.35.0+k0s.0"
         })
     );
-    assert_eq!(json["events"][1]["reason"], "NodeSignalled");
+    assert_eq!(json["events"][1]["reason"], "NodesSignalled");
     assert_eq!(json["events"][1]["type"], "Normal");
 }
 

@@ -404,9 +404,11 @@ fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
             }
             all
         };
-        let old_targets = old.map(targets).unwrap_or_default();
+        // By name: a big fleet's lists are searched once per target and pass.
+        let old_targets: BTreeMap<String, _> =
+            old.map(targets).unwrap_or_default().into_iter().map(|t| (t.name, t.state)).collect();
         for target in targets(command) {
-            let was = old_targets.iter().find(|t| t.name == target.name).map(|t| t.state);
+            let was = old_targets.get(&target.name).copied();
             if was != Some(target.state) {
                 info!(
                     plan,

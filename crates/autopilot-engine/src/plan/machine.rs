@@ -4,8 +4,9 @@
 //! A pass (1) leaves Plans not named `autopilot` alone but says why in a condition,
 //! (2) starts a new run when there is none or when the last one ended and the spec moved on,
 //! running NewPlan over every command ([`super::discovery`]), (3) drives the active command
-//! ([`super::schedule`]), and (4) derives conditions and one Event per state change by
-//! comparing the status it started from with the one it returns.
+//! ([`super::schedule`]), and (4) derives conditions and the Events of the state changes by
+//! comparing the status it started from with the one it returns (one per plan or command
+//! change, one per batch of nodes signalled or completed, one per node that failed).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -500,9 +501,22 @@ pub(super) fn set_condition(
 
 // === Events ===
 
-/// One Event per target, command and plan state change between `base` and `status`, plus
-/// one per new hold reason. Targets that first appear as `SignalPending` get none (NewPlan
-/// discovering them is part of the command's event).
+/// At most this many node names in one batch Event's note; the rest are counted ("and 40
+/// more"). A batch Event stands for many per-node Events (Event series only fold repeats
+/// about one object), and the API server refuses notes over 1 KiB, so the list is bounded
+/// by count and by [`NAMED_NODES_MAX_BYTES`]. Each node's own state, phase and reason stay
+/// in the Plan's status and in the leader's log.
+const MAX_NAMED_NODES: usize = 20;
+
+/// The most bytes of node names (with their separators) in one batch Event's note; with
+/// the command's label and the count it stays well under the API server's 1 KiB.
+const NAMED_NODES_MAX_BYTES: usize = 640;
+
+/// Events for what changed between `base` and `status`: per command and group, one Event
+/// naming the nodes that completed in this pass and one naming those it signalled; one per
+/// node that failed, went missing or has no platform (each with its reason); one per command
+/// and plan state change, and one per new hold reason. Targets that first appear as
+/// `SignalPending` get none (NewPlan discovering them is part of the command's event).
 fn state_events(
     base: &PlanStatus,
     status: &PlanStatus,
@@ -518,16 +532,37 @@ fn state_events(
         let label = format!("command {} ({})", command_status.id, command.name());
         for &group in command.groups() {
             let kind = command.object_kind(group);
-            let old = before.map_or(&[][..], |before| targets(before, command, group));
+            let old: BTreeMap<&str, TargetState> = before
+                .map_or(&[][..], |before| targets(before, command, group))
+                .iter()
+                .map(|t| (t.name.as_str(), t.state))
+                .collect();
+            let mut completed = Vec::new();
+            let mut signalled = Vec::new();
+            let mut failed = Vec::new();
             for target in targets(command_status, command, group) {
-                let from = old.iter().find(|t| t.name == target.name).map(|t| t.state);
+                let from = old.get(target.name.as_str()).copied();
                 if from == Some(target.state)
                     || (from.is_none() && target.state == TargetState::SignalPending)
                 {
                     continue;
                 }
-                events.push(target_event(&label, kind, target));
+                match target.state {
+                    TargetState::SignalCompleted => completed.push(target.name.as_str()),
+                    TargetState::SignalSent => signalled.push(target.name.as_str()),
+                    // Not reachable: no state leads back to pending, and new pending
+                    // targets are skipped above.
+                    TargetState::SignalPending => {}
+                    TargetState::SignalApplyFailed
+                    | TargetState::MissingSignalNode
+                    | TargetState::MissingPlatform => {
+                        failed.extend(failure_event(&label, kind, target));
+                    }
+                }
             }
+            events.extend(batch_event(&label, kind, reasons::NODES_COMPLETED, &completed));
+            events.extend(failed);
+            events.extend(batch_event(&label, kind, reasons::NODES_SIGNALLED, &signalled));
         }
         let old_reason = before.and_then(|before| before.reason.as_ref());
         if let Some(reason) = &command_status.reason
@@ -595,42 +630,69 @@ fn command_event(
     })
 }
 
-fn target_event(label: &str, kind: ObjectKind, target: &TargetStatus) -> Effect {
+/// The one Event for the nodes of a group (`kind`) that reached the same state in a pass
+/// (`reason`: [`reasons::NODES_SIGNALLED`] or [`reasons::NODES_COMPLETED`]), naming them
+/// (at most [`MAX_NAMED_NODES`]); none when there are none.
+fn batch_event(
+    label: &str,
+    kind: ObjectKind,
+    reason: &'static str,
+    names: &[&str],
+) -> Option<Effect> {
+    let note = match names {
+        [] => return None,
+        [name] if reason == reasons::NODES_SIGNALLED => format!("{label}: signalled {kind} {name}"),
+        [name] => format!("{label}: {kind} {name} completed"),
+        _ if reason == reasons::NODES_SIGNALLED => {
+            format!("{label}: signalled {} {kind}s: {}", names.len(), name_list(names))
+        }
+        _ => format!("{label}: {} {kind}s completed: {}", names.len(), name_list(names)),
+    };
+    Some(Effect::Event { kind: EventKind::Normal, reason, note })
+}
+
+/// `names` joined with `, `: at most [`MAX_NAMED_NODES`] of them within
+/// [`NAMED_NODES_MAX_BYTES`] (the first is always named: a node name has at most 253
+/// bytes), the others counted as `and K more`.
+fn name_list(names: &[&str]) -> String {
+    let mut list = String::new();
+    let mut named = 0;
+    for name in names.iter().take(MAX_NAMED_NODES) {
+        let separator = if named == 0 { "" } else { ", " };
+        if named > 0 && list.len() + separator.len() + name.len() > NAMED_NODES_MAX_BYTES {
+            break;
+        }
+        list.push_str(separator);
+        list.push_str(name);
+        named += 1;
+    }
+    if named < names.len() {
+        list.push_str(&format!(" and {} more", names.len() - named));
+    }
+    list
+}
+
+/// The Event about one node that failed, went missing or has no usable platform, with its
+/// reason; `None` for the other states (their Events are per batch, [`batch_event`]).
+fn failure_event(label: &str, kind: ObjectKind, target: &TargetStatus) -> Option<Effect> {
     let name = &target.name;
     let reason_text = target.reason.as_deref().unwrap_or("no reason given");
-    let (event_kind, reason, note) = match target.state {
-        TargetState::SignalSent => (
-            EventKind::Normal,
-            reasons::NODE_SIGNALLED,
-            format!("{label}: signalled {kind} {name}"),
-        ),
-        TargetState::SignalCompleted => (
-            EventKind::Normal,
-            reasons::NODE_COMPLETED,
-            format!("{label}: {kind} {name} completed"),
-        ),
-        TargetState::SignalApplyFailed => (
-            EventKind::Warning,
-            reasons::NODE_FAILED,
-            format!("{label}: {kind} {name} failed: {reason_text}"),
-        ),
+    let (reason, note) = match target.state {
+        TargetState::SignalApplyFailed => {
+            (reasons::NODE_FAILED, format!("{label}: {kind} {name} failed: {reason_text}"))
+        }
         TargetState::MissingSignalNode => {
-            (EventKind::Warning, reasons::NODE_MISSING, format!("{label}: {reason_text}"))
+            (reasons::NODE_MISSING, format!("{label}: {reason_text}"))
         }
         TargetState::MissingPlatform => (
-            EventKind::Warning,
             reasons::NODE_MISSING_PLATFORM,
             format!("{label}: {kind} {name} has no usable platform: {reason_text}"),
         ),
-        // Not reachable: no state leads back to pending, and new pending targets are
-        // skipped by the caller.
-        TargetState::SignalPending => (
-            EventKind::Normal,
-            reasons::NODE_SIGNALLED,
-            format!("{label}: {kind} {name} is pending"),
-        ),
+        TargetState::SignalPending | TargetState::SignalSent | TargetState::SignalCompleted => {
+            return None;
+        }
     };
-    Effect::Event { kind: event_kind, reason, note }
+    Some(Effect::Event { kind: EventKind::Warning, reason, note })
 }
 
 /// Failures and holds are Warnings; progress is Normal.

@@ -397,11 +397,15 @@ pub mod reasons {
     pub const PLAN_STATE_CHANGED: &str = "PlanStateChanged";
     /// A command's state changed.
     pub const COMMAND_STATE_CHANGED: &str = "CommandStateChanged";
-    /// A node was signalled (its target became `SignalSent`).
-    pub const NODE_SIGNALLED: &str = "NodeSignalled";
-    /// A node reported `Completed`.
-    pub const NODE_COMPLETED: &str = "NodeCompleted";
-    /// A node reported `FailedDownload` or `Failed`.
+    /// Nodes were signalled (their targets became `SignalSent`): one Event per pass and
+    /// command group, naming the nodes (at most 20 of them, the others counted). Each
+    /// node's own change is in the status and the leader's log.
+    pub const NODES_SIGNALLED: &str = "NodesSignalled";
+    /// Nodes reported `Completed`: one Event per pass and command group, naming the nodes
+    /// like [`NODES_SIGNALLED`].
+    pub const NODES_COMPLETED: &str = "NodesCompleted";
+    /// A node reported `FailedDownload` or `Failed`, or showed no progress for its progress
+    /// deadline: one Warning per node, with its reason.
     pub const NODE_FAILED: &str = "NodeFailed";
     /// A target's object does not exist (at NewPlan or later).
     pub const NODE_MISSING: &str = "NodeMissing";
@@ -464,8 +468,8 @@ pub mod reasons {
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
-        NODE_SIGNALLED,
-        NODE_COMPLETED,
+        NODES_SIGNALLED,
+        NODES_COMPLETED,
         NODE_FAILED,
         NODE_MISSING,
         NODE_MISSING_PLATFORM,

@@ -165,7 +165,7 @@ fn a_spec_edit_during_a_run_is_ignored_with_a_condition_until_the_run_ends() {
     sim.cluster(|c| c.reports(Node, "w2", SignalPhase::Completed));
     let t = sim.pass();
     let reasons_seen = event_reasons(&t);
-    assert!(reasons_seen.contains(&reasons::NODE_COMPLETED), "the old run's end is announced");
+    assert!(reasons_seen.contains(&reasons::NODES_COMPLETED), "the old run's end is announced");
     assert!(reasons_seen.contains(&reasons::PLAN_STARTED));
     assert!(
         events(&t).iter().any(|(_, _, note)| note.contains("the previous run ended Completed")),
