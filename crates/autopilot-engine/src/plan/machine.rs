@@ -398,7 +398,7 @@ impl Pass<'_> {
                 message.push_str(&format!(
                     "; {} node(s) in flight finish: {}",
                     in_flight.len(),
-                    in_flight.join(", ")
+                    name_list(&in_flight)
                 ));
             }
             message.push_str(". Remove the annotation (k0s autopilot resume) to go on");
@@ -654,10 +654,11 @@ fn batch_event(
 /// `names` joined with `, `: at most [`MAX_NAMED_NODES`] of them within
 /// [`NAMED_NODES_MAX_BYTES`] (the first is always named: a node name has at most 253
 /// bytes), the others counted as `and K more`.
-fn name_list(names: &[&str]) -> String {
+pub(crate) fn name_list<S: AsRef<str>>(names: &[S]) -> String {
     let mut list = String::new();
     let mut named = 0;
     for name in names.iter().take(MAX_NAMED_NODES) {
+        let name = name.as_ref();
         let separator = if named == 0 { "" } else { ", " };
         if named > 0 && list.len() + separator.len() + name.len() > NAMED_NODES_MAX_BYTES {
             break;

@@ -393,7 +393,7 @@ impl CommandPass<'_, '_> {
                 "paused ({} annotation); waiting for {} node(s) in flight: {}",
                 keys::ANNOTATION_PAUSED,
                 in_flight.len(),
-                in_flight.join(", ")
+                super::machine::name_list(in_flight)
             )
         });
         self.decision.hold(status.id, reasons::PLAN_PAUSED);
@@ -467,7 +467,7 @@ impl CommandPass<'_, '_> {
             "stopping: {why}; no new node is signalled, waiting for {} node(s) in flight to \
              finish: {}",
             in_flight.len(),
-            in_flight.join(", ")
+            super::machine::name_list(in_flight)
         ));
         self.decision.hold(status.id, reasons::PLAN_STOPPING);
         Outcome::Running

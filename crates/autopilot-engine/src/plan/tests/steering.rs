@@ -41,6 +41,23 @@ fn names(signals: Vec<(crate::plan::ObjectKind, String)>) -> Vec<String> {
 // === Failure policy ===
 
 #[test]
+fn a_stopping_reason_names_at_most_twenty_nodes_in_flight_and_counts_the_rest() {
+    let names: [&str; 60] =
+        std::array::from_fn(|i| &*Box::leak(format!("w{i:02}").into_boxed_str()));
+    let (plan, cluster) = airgap_workers(names);
+    let mut sim = Sim::new(plan.concurrent(60), cluster);
+    assert_eq!(signalled(&sim.pass()).len(), 60);
+
+    sim.cluster(|c| c.fails(Node, "w00", SignalPhase::FailedDownload, "sha256 mismatch"));
+    sim.pass();
+    let reason = reason(&sim);
+    assert!(reason.starts_with("stopping: worker w00 failed"), "{reason}");
+    assert!(reason.contains("waiting for 59 node(s) in flight to finish: w01, w02,"), "{reason}");
+    assert!(reason.ends_with(", w20 and 39 more"), "{reason}");
+    assert!(!reason.contains("w21"), "{reason}");
+}
+
+#[test]
 fn the_first_failure_stops_new_signals_and_the_plan_fails_once_the_nodes_in_flight_finished() {
     let (plan, cluster) = airgap_workers(["w1", "w2", "w3"]);
     let mut sim = Sim::new(plan.concurrent(2), cluster);
