@@ -333,21 +333,15 @@ fn a_rolled_back_version_is_not_proposed_again_even_with_other_commands() {
 fn forced_update_takes_a_different_version_but_never_the_same_one() {
     let mut spec = monday_window();
     spec.plan_spec = Some(AutopilotPlanSpec {
-        download_window: Default::default(),
-        window: Default::default(),
-        windows: Default::default(),
         commands: vec![AutopilotPlanCommand {
             k0supdate: Some(AutopilotPlanCommandK0sUpdate {
-                prestage_concurrent: None,
-                progress_timeout: None,
-                drain: None,
-                gates: Vec::new(),
-                prestage: false,
                 forceupdate: true,
                 targets: PlanCommandTargets { controllers: Some(selector_all()), workers: None },
+                ..Default::default()
             }),
             airgapupdate: None,
         }],
+        ..Default::default()
     });
     let decision = run(&spec, monday(13, 30), &answer("v1.35.0+k0s.0"), None);
     let Decision::CreatePlan(plan) = &decision else { panic!("{decision:?}") };
@@ -387,36 +381,27 @@ fn missing_strategy_type_is_invalid() {
 #[test]
 fn plan_spec_items_fill_version_platforms_digests_and_targets() {
     let template = AutopilotPlanSpec {
-        download_window: Default::default(),
-        window: Default::default(),
-        windows: Default::default(),
         commands: vec![
             AutopilotPlanCommand {
                 k0supdate: Some(AutopilotPlanCommandK0sUpdate {
-                    prestage_concurrent: None,
-                    progress_timeout: None,
-                    drain: None,
-                    gates: Vec::new(),
-                    prestage: false,
                     forceupdate: true,
                     targets: PlanCommandTargets {
                         controllers: Some(static_nodes(&["c1", "c2"], 1)),
                         workers: Some(static_nodes(&["w1"], 5)),
                     },
+                    ..Default::default()
                 }),
                 airgapupdate: None,
             },
             AutopilotPlanCommand {
                 k0supdate: None,
                 airgapupdate: Some(AutopilotPlanCommandAirgapUpdate {
-                    progress_timeout: None,
-                    gates: Vec::new(),
-                    prestage: false,
-                    prestage_concurrent: None,
                     workers: static_nodes(&["w1"], 2),
+                    ..Default::default()
                 }),
             },
         ],
+        ..Default::default()
     };
     let offered = answer("v1.35.2+k0s.0");
     let spec = plan_spec(Some(&template), &offered, monday(13, 30)).unwrap();
@@ -465,27 +450,18 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
 #[test]
 fn item_with_both_parts_becomes_airgap_then_k0s() {
     let template = AutopilotPlanSpec {
-        download_window: Default::default(),
-        window: Default::default(),
-        windows: Default::default(),
         commands: vec![AutopilotPlanCommand {
             k0supdate: Some(AutopilotPlanCommandK0sUpdate {
-                prestage_concurrent: None,
-                progress_timeout: None,
-                drain: None,
-                gates: Vec::new(),
-                prestage: false,
                 forceupdate: false,
                 targets: PlanCommandTargets { controllers: None, workers: Some(selector_all()) },
+                ..Default::default()
             }),
             airgapupdate: Some(AutopilotPlanCommandAirgapUpdate {
-                progress_timeout: None,
-                gates: Vec::new(),
-                prestage: false,
-                prestage_concurrent: None,
                 workers: selector_all(),
+                ..Default::default()
             }),
         }],
+        ..Default::default()
     };
     let spec = plan_spec(Some(&template), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
     assert_eq!(spec.commands.len(), 2);
@@ -495,12 +471,7 @@ fn item_with_both_parts_becomes_airgap_then_k0s() {
 
 #[test]
 fn empty_plan_spec_means_the_whole_cluster() {
-    let empty = AutopilotPlanSpec {
-        download_window: Default::default(),
-        window: Default::default(),
-        windows: Default::default(),
-        commands: vec![],
-    };
+    let empty = AutopilotPlanSpec { commands: vec![], ..Default::default() };
     let from_empty = plan_spec(Some(&empty), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
     let from_none = plan_spec(None, &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap();
     assert_eq!(from_empty, from_none);
@@ -509,9 +480,6 @@ fn empty_plan_spec_means_the_whole_cluster() {
 #[test]
 fn item_with_neither_part_is_invalid() {
     let template = AutopilotPlanSpec {
-        download_window: Default::default(),
-        window: Default::default(),
-        windows: Default::default(),
         commands: vec![
             AutopilotPlanCommand {
                 k0supdate: Some(AutopilotPlanCommandK0sUpdate::default()),
@@ -519,6 +487,7 @@ fn item_with_neither_part_is_invalid() {
             },
             AutopilotPlanCommand::default(),
         ],
+        ..Default::default()
     };
     let err = plan_spec(Some(&template), &answer("v1.35.2+k0s.0"), monday(13, 30)).unwrap_err();
     assert!(err.contains("planSpec.commands[1]"), "{err}");
@@ -637,19 +606,14 @@ fn index_entries_over_plain_http_need_their_digests() {
 
     let mut spec = monday_window();
     spec.plan_spec = Some(AutopilotPlanSpec {
-        download_window: Default::default(),
-        window: Default::default(),
-        windows: Default::default(),
         commands: vec![AutopilotPlanCommand {
             k0supdate: None,
             airgapupdate: Some(AutopilotPlanCommandAirgapUpdate {
-                progress_timeout: None,
-                gates: Vec::new(),
-                prestage: false,
-                prestage_concurrent: None,
                 workers: selector_all(),
+                ..Default::default()
             }),
         }],
+        ..Default::default()
     });
     offered.airgap.insert(
         "linux-arm64".to_owned(),
