@@ -155,7 +155,7 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
     .await
     .unwrap();
     let reason = command(&held, 0).reason.clone().unwrap_or_default();
-    assert!(reason.contains("earlier run: worker-6 (Downloading)"), "{reason}");
+    assert!(reason.contains("earlier run; 1 node(s): worker-6 (Downloading)"), "{reason}");
     assert!(node_signal(client, "worker-0").await.unwrap().is_some_and(|s| s.plan_id != "aged"));
     let done = ended(client, "aged", AGED_OUT).await;
     assert_eq!(state(&done), PlanStateType::Completed, "{}", status_yaml(&done));

@@ -42,7 +42,8 @@ async fn every_worker_stages_before_the_first_is_cordoned_and_the_update_downloa
     .unwrap();
     assert_eq!(command(&staging, 0).staged.as_deref(), Some("0/2"), "{}", status_yaml(&staging));
     let reason = command(&staging, 0).reason.clone().unwrap_or_default();
-    assert!(reason.contains("pre-staging: 0/2 staged"), "{reason}");
+    assert!(reason.starts_with("pre-staging: "), "{reason}");
+    assert!(reason.contains("; 0/2 staged, waiting for"), "{reason}");
     for name in WORKERS {
         assert_eq!(node_cordon(&client, name).await.unwrap(), (false, false), "{name} cordoned");
         assert!(node_signal(&client, name).await.unwrap().is_none(), "{name} signalled");

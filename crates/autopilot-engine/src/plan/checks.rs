@@ -40,7 +40,7 @@ use autopilot_api::preflight::status_code;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
 use super::command::{Command, Group, RunIdentity, targets};
-use super::decision::{Decision, Effect, ObjectKind};
+use super::decision::{Decision, Effect, ObjectKind, paused_steady};
 use super::inputs::Inputs;
 use super::phases::reasons;
 use super::progress::{CommandPass, Outcome, end, release_hold};
@@ -376,13 +376,12 @@ fn hold_if_paused(
     let pods_due = unjudged_pods(status).filter(|pod| pod.created.is_none()).count();
     if inputs.steering.paused && (!pending.is_empty() || pods_due > 0) {
         status.state = PlanStateType::SchedulableWait;
-        status.reason = Some(format!(
-            "paused ({} annotation); {} node(s) not signalled and {pods_due} check Pod(s) not \
-             started for the preflight checks yet",
-            keys::ANNOTATION_PAUSED,
+        let detail = format!(
+            "{} node(s) not signalled and {pods_due} check Pod(s) not started for the \
+             preflight checks yet",
             pending.len()
-        ));
-        decision.hold(status.id, reasons::PLAN_PAUSED);
+        );
+        decision.hold_steady(status, reasons::PLAN_PAUSED, paused_steady(), &detail);
         return Some(Outcome::Running);
     }
     None
@@ -423,14 +422,12 @@ fn wait_for_reports(
         return None;
     }
     status.state = PlanStateType::SchedulableWait;
-    status.reason = Some(format!(
-        "running preflight checks: waiting for the reports of {} node(s) (within {} of \
-         being signalled): {}",
-        in_flight.len(),
-        autopilot_api::duration::format(deadline),
-        named(&in_flight)
-    ));
-    decision.hold(status.id, reasons::PREFLIGHT_RUNNING);
+    let steady = format!(
+        "running preflight checks (each node reports within {} of being signalled)",
+        autopilot_api::duration::format(deadline)
+    );
+    let detail = format!("waiting for {} report(s): {}", in_flight.len(), named(&in_flight));
+    decision.hold_steady(status, reasons::PREFLIGHT_RUNNING, steady, &detail);
     Some(Outcome::Running)
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use autopilot_api::signal::SignalData;
-use autopilot_api::v1beta2::PlanStatus;
+use autopilot_api::v1beta2::{PlanCommandStatus, PlanStatus};
 use k8s_openapi::api::core::v1::Pod;
 
 /// The decision of one pass.
@@ -156,9 +156,22 @@ pub(super) struct Decision {
     pub(super) signals: Vec<Effect>,
     /// When to look again without a change.
     pub(super) requeue: Requeue,
-    /// The Event reason of each command's hold (`reason`), by command id, when it is not a
-    /// not-ready worker (the default): a not-ready controller, a pause, a soak, a stop.
-    pub(super) holds: BTreeMap<u32, &'static str>,
+    /// Each command's hold, by command id, when it is not a not-ready worker (the default):
+    /// a not-ready controller, a pause, a soak, a stop.
+    pub(super) holds: BTreeMap<u32, Hold>,
+}
+
+/// What holds a command, for its Event: the Event reason and, for a hold whose text counts
+/// or lists nodes as they move, the steady part the text starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Hold {
+    /// The Event reason (`phases::reasons`).
+    pub(super) reason: &'static str,
+    /// `Some(steady)`: the command's reason is `<steady>; <detail>`, where the detail
+    /// changes as nodes report (counts, node lists). The Event is published when the hold
+    /// starts or its steady part changes, not for every report. `None`: whenever the
+    /// reason changes.
+    pub(super) steady: Option<String>,
 }
 
 impl Decision {
@@ -169,7 +182,22 @@ impl Decision {
 
     /// Record what kind of hold command `id`'s `reason` describes (for its Event).
     pub(super) fn hold(&mut self, id: u32, reason: &'static str) {
-        self.holds.insert(id, reason);
+        self.holds.insert(id, Hold { reason, steady: None });
+    }
+
+    /// Hold command `status` with the reason `<steady>; <detail>`, recording its kind: the
+    /// detail counts or lists nodes and changes as they report, so the hold's Event is
+    /// published only when `steady` changes (an Event per report would be an Event per
+    /// node at scale).
+    pub(super) fn hold_steady(
+        &mut self,
+        status: &mut PlanCommandStatus,
+        reason: &'static str,
+        steady: String,
+        detail: &str,
+    ) {
+        status.reason = Some(format!("{steady}; {detail}"));
+        self.holds.insert(status.id, Hold { reason, steady: Some(steady) });
     }
 
     /// Look again after `delay` at the latest.
@@ -179,4 +207,9 @@ impl Decision {
             Requeue::After(current) => Requeue::After(current.min(delay)),
         };
     }
+}
+
+/// The steady part of a paused command's reason.
+pub(super) fn paused_steady() -> String {
+    format!("paused ({} annotation)", autopilot_api::keys::ANNOTATION_PAUSED)
 }

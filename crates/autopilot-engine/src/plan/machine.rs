@@ -19,7 +19,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::command::{Command, targets};
-use super::decision::{Decision, Effect, EventKind, Needs, ObjectKind, Requeue, Transition};
+use super::decision::{Decision, Effect, EventKind, Hold, Needs, ObjectKind, Requeue, Transition};
 use super::inputs::{Gaps, Inputs, Observed, PlanView, Policy};
 use super::phases::reasons;
 use super::removed_apis::RemovedApiUse;
@@ -520,7 +520,7 @@ const NAMED_NODES_MAX_BYTES: usize = 640;
 fn state_events(
     base: &PlanStatus,
     status: &PlanStatus,
-    holds: &BTreeMap<u32, &'static str>,
+    holds: &BTreeMap<u32, Hold>,
 ) -> Vec<Effect> {
     let mut events = Vec::new();
     for command_status in &status.commands {
@@ -564,11 +564,20 @@ fn state_events(
             events.extend(failed);
             events.extend(batch_event(&label, kind, reasons::NODES_SIGNALLED, &signalled));
         }
-        let old_reason = before.and_then(|before| before.reason.as_ref());
+        let old_reason = before.and_then(|before| before.reason.as_deref());
+        let hold = holds.get(&command_status.id);
+        // A hold whose text counts or lists nodes is published when it starts (or its steady
+        // part changes), not as each node reports.
+        let same_hold = hold.and_then(|hold| hold.steady.as_deref()).is_some_and(|steady| {
+            old_reason.is_some_and(|old| {
+                old.strip_prefix(steady).is_some_and(|rest| rest.starts_with("; "))
+            })
+        });
         if let Some(reason) = &command_status.reason
-            && old_reason != Some(reason)
+            && old_reason != Some(reason.as_str())
+            && !same_hold
         {
-            let kind = holds.get(&command_status.id).copied().unwrap_or(reasons::WORKER_NOT_READY);
+            let kind = hold.map_or(reasons::WORKER_NOT_READY, |hold| hold.reason);
             let event_kind = match kind {
                 reasons::PLAN_PAUSED
                 | reasons::CANARY_SOAKING

@@ -259,19 +259,18 @@ impl CommandPass<'_, '_> {
         let shown = waiting.iter().take(5).copied().collect::<Vec<_>>().join(", ");
         let more = waiting.len().saturating_sub(5);
         let staged = self.status.staged.clone().unwrap_or_default();
-        let mut reason = format!(
-            "pre-staging: {staged} staged, no node is signalled before every target staged; \
-             waiting for {shown}{}",
+        let mut detail = format!(
+            "{staged} staged, waiting for {shown}{}",
             if more > 0 { format!(" and {more} more") } else { String::new() }
         );
         if let Some(why) = holds {
-            reason.push_str(&format!("; asking no further node: {why}"));
+            detail.push_str(&format!("; asking no further node: {why}"));
         }
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
-        status.reason = Some(reason);
-        self.decision.hold(status.id, reasons::PRESTAGING);
+        let steady = "pre-staging: no node is signalled before every target staged".to_owned();
+        self.decision.hold_steady(status, reasons::PRESTAGING, steady, &detail);
         Some(Staging::Held(Outcome::Running))
     }
 }

@@ -241,17 +241,22 @@ impl CommandPass<'_, '_> {
             .map(|t| t.name.clone())
             .collect();
         let total = all.len();
-        self.decision.hold(self.status.id, super::phases::reasons::ROLLING_BACK);
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
-        status.reason = Some(if in_flight.is_empty() {
-            format!("rolling back: {back} of {total} node(s) put back")
+        let detail = if in_flight.is_empty() {
+            format!("{back} of {total} node(s) put back")
         } else {
             format!(
-                "rolling back: {back} of {total} node(s) put back; in flight: {}",
-                in_flight.join(", ")
+                "{back} of {total} node(s) put back; in flight: {}",
+                super::machine::name_list(&in_flight)
             )
-        });
+        };
+        self.decision.hold_steady(
+            status,
+            super::phases::reasons::ROLLING_BACK,
+            "rolling back the run".to_owned(),
+            &detail,
+        );
         resends.retain(|effect| self.still_in_flight(effect));
         self.decision.signals.splice(first_signal..first_signal, resends);
     }

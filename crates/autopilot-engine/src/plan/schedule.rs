@@ -17,7 +17,7 @@ use autopilot_api::{duration, keys};
 use jiff::Timestamp;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
-use super::decision::{Decision, Effect, SignalTarget};
+use super::decision::{Decision, Effect, SignalTarget, paused_steady};
 use super::gates::GateFailure;
 use super::inputs::{Gaps, Inputs, ObservedSignal};
 use super::phases::reasons;
@@ -386,17 +386,16 @@ impl CommandPass<'_, '_> {
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
-        status.reason = Some(if in_flight.is_empty() {
-            format!("paused ({} annotation); no node is in flight", keys::ANNOTATION_PAUSED)
+        let detail = if in_flight.is_empty() {
+            "no node is in flight".to_owned()
         } else {
             format!(
-                "paused ({} annotation); waiting for {} node(s) in flight: {}",
-                keys::ANNOTATION_PAUSED,
+                "waiting for {} node(s) in flight: {}",
                 in_flight.len(),
                 super::machine::name_list(in_flight)
             )
-        });
-        self.decision.hold(status.id, reasons::PLAN_PAUSED);
+        };
+        self.decision.hold_steady(status, reasons::PLAN_PAUSED, paused_steady(), &detail);
         Outcome::Running
     }
 
@@ -463,13 +462,17 @@ impl CommandPass<'_, '_> {
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
-        status.reason = Some(format!(
-            "stopping: {why}; no new node is signalled, waiting for {} node(s) in flight to \
-             finish: {}",
+        let detail = format!(
+            "no new node is signalled, waiting for {} node(s) in flight to finish: {}",
             in_flight.len(),
             super::machine::name_list(in_flight)
-        ));
-        self.decision.hold(status.id, reasons::PLAN_STOPPING);
+        );
+        self.decision.hold_steady(
+            status,
+            reasons::PLAN_STOPPING,
+            format!("stopping: {why}"),
+            &detail,
+        );
         Outcome::Running
     }
 
@@ -706,12 +709,13 @@ impl CommandPass<'_, '_> {
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
-        status.reason = Some(format!(
-            "waiting for {} node(s) still working on a signal of an earlier run: {}",
-            earlier.len(),
-            names.join(", ")
-        ));
-        self.decision.hold(status.id, reasons::EARLIER_RUN_IN_FLIGHT);
+        let detail = format!("{} node(s): {}", earlier.len(), super::machine::name_list(&names));
+        self.decision.hold_steady(
+            status,
+            reasons::EARLIER_RUN_IN_FLIGHT,
+            "waiting for nodes still working on a signal of an earlier run".to_owned(),
+            &detail,
+        );
     }
 
     /// Fail every `SignalSent` target whose signal showed no progress for the command's

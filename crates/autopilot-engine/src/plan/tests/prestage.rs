@@ -9,6 +9,7 @@ use autopilot_api::v1beta2::{PlanStateType as P, TargetState};
 
 use super::fixtures::*;
 use crate::plan::ObjectKind::{ControlNode, Node};
+use crate::plan::phases::reasons;
 use crate::plan::{Effect, Transition};
 
 const V: &str = "v1.31.1+k0s.0";
@@ -62,7 +63,11 @@ fn every_target_stages_before_the_first_node_is_signalled() {
     assert!(signalled(&t).is_empty(), "nothing signalled while staging: {t:#?}");
     assert_eq!(sim.plan.command(0).staged.as_deref(), Some("0/4"));
     assert_eq!(sim.plan.target(0, "w2").prestage, Some(PrestageState::Requested));
-    assert!(reason(&sim).contains("pre-staging: 0/4 staged"), "{}", reason(&sim));
+    assert!(reason(&sim).starts_with("pre-staging: "), "{}", reason(&sim));
+    assert!(reason(&sim).contains("; 0/4 staged"), "{}", reason(&sim));
+    let held: Vec<_> = events(&t).into_iter().filter(|e| e.1 == reasons::PRESTAGING).collect();
+    assert_eq!(held.len(), 1, "the hold is published when it starts: {held:?}");
+    assert!(held[0].2.contains("0/4 staged"), "{held:?}");
 
     // Asked once: the objects carry the requests.
     assert!(asked(&sim.pass()).is_empty());
@@ -73,6 +78,9 @@ fn every_target_stages_before_the_first_node_is_signalled() {
     assert!(signalled(&t).is_empty(), "c1 has not staged: {t:#?}");
     assert_eq!(sim.plan.command(0).staged.as_deref(), Some("3/4"));
     assert!(reason(&sim).contains("waiting for c1"), "{}", reason(&sim));
+    // The count moved, the hold did not: no Event for it (one per report would be one
+    // per node at scale); the Plan's status has the count.
+    assert!(!event_reasons(&t).contains(&reasons::PRESTAGING), "{:?}", events(&t));
 
     stage(&mut sim, ControlNode, "c1");
     let t = sim.pass();

@@ -99,7 +99,10 @@ fn a_rollback_reports_its_progress_as_normal_rolling_back_events() {
     assert_eq!(held.len(), 1, "{held:?}");
     let (kind, reason, note) = &held[0];
     assert_eq!((*kind, *reason), (EventKind::Normal, "RollingBack"), "{note}");
-    assert!(note.contains("rolling back: 0 of 4 node(s) put back; in flight: w3"), "{note}");
+    assert!(
+        note.contains("rolling back the run; 0 of 4 node(s) put back; in flight: w3"),
+        "{note}"
+    );
     complete(&mut sim, Node, "w3", RUNNING);
     let t = sim.pass();
     assert!(!event_reasons(&t).contains(&"WorkerNotReady"), "{:?}", events(&t));

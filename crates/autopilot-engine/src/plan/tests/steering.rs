@@ -168,7 +168,11 @@ fn a_paused_plan_signals_nobody_new_and_resumes_where_it_stopped() {
     assert!(signalled(&t).is_empty(), "paused: w2 waits: {t:#?}");
     assert_eq!(sim.plan.state(), P::SchedulableWait);
     assert!(reason(&sim).starts_with("paused"), "{}", reason(&sim));
+    assert!(reason(&sim).ends_with("; no node is in flight"), "{}", reason(&sim));
     assert!(condition(&sim).expect("still paused").contains("no node is in flight"));
+    // w1's completion is its own Event; the pause did not change, so no second PlanPaused.
+    assert!(event_reasons(&t).contains(&reasons::NODES_COMPLETED), "{t:#?}");
+    assert!(!event_reasons(&t).contains(&reasons::PLAN_PAUSED), "{t:#?}");
     // Still nothing on a later pass (a leader change reads the same annotation).
     sim.cluster(|c| c.later(minutes(30)));
     assert!(signalled(&sim.pass()).is_empty());
@@ -348,7 +352,8 @@ fn an_earlier_run_holding_every_slot_is_a_named_hold() {
     let t = sim.pass();
     assert!(signalled(&t).is_empty(), "{t:#?}");
     assert!(
-        reason(&sim).contains("still working on a signal of an earlier run: w9 (no answer yet)"),
+        reason(&sim)
+            .contains("still working on a signal of an earlier run; 1 node(s): w9 (no answer yet)"),
         "{}",
         reason(&sim)
     );
