@@ -167,6 +167,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(bench_footprint(&k0s, settle))
         }
+        What::Download { .. } if given.is_some() => {
+            anyhow::bail!("--k0s does not apply to `bench download` (it benchmarks the library)")
+        }
         What::Download { prestage_demo: true, rate_limit, .. } => {
             integration::control_plane::ensure_built()?;
             let status = crate::test::build_k0s_command("dev").status().context("building k0s")?;
@@ -457,8 +460,9 @@ async fn bench_rollback(k0s: &Path, workers: usize, concurrent: u32) -> anyhow::
     Ok(())
 }
 
-/// Limits `bench scale` holds each fleet size to (issue targets; a miss is reported, the
-/// invariants of [`drive`] fail the command).
+// Limits `bench scale` holds each fleet size to (a miss is reported; the invariants of
+// [`drive`] fail the command).
+
 /// The leader's peak RSS: 64 MiB up to 5,000 workers, 96 MiB beyond (up to 10,000).
 fn scale_max_leader_rss_mib(workers: usize) -> f64 {
     if workers <= 5_000 { 64.0 } else { 96.0 }
@@ -467,6 +471,11 @@ fn scale_max_leader_rss_mib(workers: usize) -> f64 {
 const SCALE_MAX_REQUESTS_PER_UPDATE: f64 = 1.5;
 /// etcd's default request limit (1.5 MiB) bounds any one object.
 const ETCD_OBJECT_LIMIT_BYTES: usize = 1_572_864;
+
+/// Milliseconds per node update of a run over `workers` workers and the 3 controllers.
+fn ms_per_node(workers: usize, elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1000.0 / (workers + 3) as f64
+}
 
 async fn bench_scale(k0s: &Path, sizes: &[usize], concurrent: u32) -> anyhow::Result<()> {
     let mut rows = Vec::new();
@@ -484,12 +493,11 @@ async fn bench_scale(k0s: &Path, sizes: &[usize], concurrent: u32) -> anyhow::Re
     );
     let mut missed = Vec::new();
     for &(workers, elapsed, requests, peak_kib, plan_bytes) in &rows {
-        let updates = workers + 3;
-        let per_update = requests as f64 / updates as f64;
+        let per_update = requests as f64 / (workers + 3) as f64;
         println!(
             "{workers:>8} {:>10.3} {:>12.2} {:>13.1} {requests:>14} {per_update:>13.2} {:>12.1}",
             elapsed.as_secs_f64(),
-            elapsed.as_secs_f64() * 1000.0 / updates as f64,
+            ms_per_node(workers, elapsed),
             mib(peak_kib),
             plan_bytes as f64 / 1024.0,
         );
@@ -517,16 +525,13 @@ async fn bench_scale(k0s: &Path, sizes: &[usize], concurrent: u32) -> anyhow::Re
     }
     // Time per node must not grow with the fleet: no size above 1,000 slower per node than
     // 1,000 (10 % allowed for noise).
-    let per_node = |n: usize, t: Duration| t.as_secs_f64() / (n + 3) as f64;
     if let Some(&(_, base_t, ..)) = rows.iter().find(|row| row.0 == 1_000) {
-        let base = per_node(1_000, base_t);
+        let base = ms_per_node(1_000, base_t);
         for &(workers, elapsed, ..) in rows.iter().filter(|row| row.0 > 1_000) {
-            let at = per_node(workers, elapsed);
+            let at = ms_per_node(workers, elapsed);
             if at > base * 1.1 {
                 missed.push(format!(
-                    "{workers} workers: {:.2} ms per node > {:.2} ms at 1,000 (+10 %)",
-                    at * 1000.0,
-                    base * 1000.0
+                    "{workers} workers: {at:.2} ms per node > {base:.2} ms at 1,000 (+10 %)"
                 ));
             }
         }
