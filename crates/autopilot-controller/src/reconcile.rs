@@ -100,6 +100,33 @@ struct Context {
     views: std::sync::Mutex<Views>,
     /// When this leader term's controller started (see [`CACHE_READY_TIMEOUT`]).
     started: Instant,
+    /// This term's status writes: the last one, and a status decided but not written yet
+    /// (see [`pace::Pace`]).
+    status: std::sync::Mutex<StatusMemory>,
+    /// How fast a big status's progress is written.
+    pace: pace::Pace,
+}
+
+/// See [`Context::status`].
+#[derive(Default)]
+struct StatusMemory {
+    /// The status the last pass decided, when its write was deferred: the next pass starts
+    /// from it.
+    pending: Option<autopilot_api::v1beta2::PlanStatus>,
+    /// This term's last status write.
+    written: Option<Written>,
+}
+
+/// A status write of this term.
+struct Written {
+    /// The Plan's resourceVersion the write produced.
+    resource_version: Option<String>,
+    /// A hash of the status written (as JSON).
+    hash: u64,
+    /// The status's size as JSON: what paces the next write.
+    bytes: usize,
+    /// When.
+    at: Instant,
 }
 
 /// See [`Context::views`].
@@ -324,6 +351,8 @@ impl Context {
             errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
             views: std::sync::Mutex::new(Views::default()),
             started: Instant::now(),
+            status: std::sync::Mutex::new(StatusMemory::default()),
+            pace: pace::Pace::DEFAULT,
         }
     }
 }
@@ -492,6 +521,7 @@ fn config_map_fingerprint(config_map: &ConfigMap) -> u64 {
     hasher.finish()
 }
 
+mod pace;
 mod pass;
 
 use pass::{error_policy, reconcile};

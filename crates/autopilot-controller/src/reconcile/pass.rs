@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use autopilot_api::keys;
-use autopilot_api::v1beta2::{Plan, PlanStatus};
+use autopilot_api::v1beta2::{Plan, PlanStatus, TargetState};
 use autopilot_engine::plan::resolve::Answer;
 use autopilot_engine::plan::{self, Effect, Observed, PlanView, Readiness, RemovedApiUse, Requeue};
 use autopilot_engine::preflight::scheduler;
@@ -20,7 +20,7 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::{CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, Views, WRITTEN_MEMORY};
+use super::{CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, Views, WRITTEN_MEMORY, pace};
 use crate::{effect, observe};
 
 /// The caches a pass needs that the first list has not filled yet: the ControlNodes and
@@ -84,20 +84,31 @@ pub(super) async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Acti
     let mut views = std::mem::take(&mut *ctx.views.lock().unwrap_or_else(PoisonError::into_inner));
     views.control_nodes.refresh_control_nodes(&ctx.control_nodes);
     views.nodes.refresh_nodes(&ctx.nodes);
-    let (transition, views) = decide(Arc::clone(&plan), Arc::clone(&ctx), views).await?;
+    // The status the pass starts from: the one decided last if it is not written yet.
+    let (pending, fresh) = take_pending(&ctx, &plan);
+    let (transition, views, pending) =
+        decide(Arc::clone(&plan), Arc::clone(&ctx), views, pending).await;
+    let plan::Transition { status, effects, requeue, .. } = match transition {
+        Ok(transition) => transition,
+        Err(error) => {
+            put_back(&ctx, pending);
+            return Err(error);
+        }
+    };
 
-    record_status(&ctx, &plan, &name, &transition.status).await?;
+    let deferred = record_status(&ctx, &plan, &name, (pending, fresh), status).await?;
     // Signals go out one by one in the machine's order (sorted by name), so nodes see them in
     // the order the plan chose; events are queued for the background publisher.
     forget_visible_signals(&ctx, &views.control_nodes.objects, &views.nodes.objects);
-    for effect in &transition.effects {
+    for effect in &effects {
         perform(&ctx, &plan, &name, &views, effect).await?;
     }
     ctx.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).reset();
     *ctx.views.lock().unwrap_or_else(PoisonError::into_inner) = views;
-    Ok(match transition.requeue {
-        Requeue::OnChange => Action::await_change(),
-        Requeue::After(delay) => Action::requeue(delay),
+    Ok(match (requeue, deferred) {
+        (Requeue::OnChange, None) => Action::await_change(),
+        (Requeue::After(delay), None) | (Requeue::OnChange, Some(delay)) => Action::requeue(delay),
+        (Requeue::After(delay), Some(write)) => Action::requeue(delay.min(write)),
     })
 }
 
@@ -111,14 +122,15 @@ async fn decide(
     plan: Arc<Plan>,
     ctx: Arc<Context>,
     views: Views,
-) -> Result<(plan::Transition, Views), Error> {
+    pending: Option<PlanStatus>,
+) -> (Result<plan::Transition, Error>, Views, Option<PlanStatus>) {
     let span = tracing::Span::current();
     let runtime = tokio::runtime::Handle::current();
     let pass = tokio::task::spawn_blocking(move || {
         let _entered = span.enter();
         let name = plan.name_any();
         let uid = plan.uid().unwrap_or_default();
-        let view = plan_view(&plan, &name, &uid);
+        let view = plan_view(&plan, &name, &uid, pending.as_ref().or(plan.status.as_ref()));
         let (check_pods, pod_templates) =
             observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
         let no_readiness = BTreeMap::new();
@@ -134,13 +146,17 @@ async fn decide(
         let mut lookups = Lookups { ctx: &ctx, plan: &name };
         let transition =
             runtime.block_on(plan::resolve(view, &observed, &ctx.engine.policy, &mut lookups));
-        transition.map(|transition| (transition, views))
+        (transition, views, pending)
     });
     match pass.await {
         Ok(decided) => decided,
         // The engine is pure and does not panic on any input; should it, the pass fails
-        // and is retried like any other failed pass.
-        Err(error) => Err(Error::Engine(format!("the engine's pass did not finish: {error}"))),
+        // and is retried like any other failed pass (from the status on the Plan).
+        Err(error) => (
+            Err(Error::Engine(format!("the engine's pass did not finish: {error}"))),
+            Views::default(),
+            None,
+        ),
     }
 }
 
@@ -171,15 +187,20 @@ fn caches_not_ready(ctx: &Context, plan: &Plan) -> Option<Action> {
     Some(Action::requeue(CACHE_READY_TIMEOUT))
 }
 
-/// The machine's view of `plan` (named `name`, with uid `uid`).
-fn plan_view<'a>(plan: &'a Plan, name: &'a str, uid: &'a str) -> PlanView<'a> {
+/// The machine's view of `plan` (named `name`, with uid `uid`) with the status `status`.
+fn plan_view<'a>(
+    plan: &'a Plan,
+    name: &'a str,
+    uid: &'a str,
+    status: Option<&'a PlanStatus>,
+) -> PlanView<'a> {
     PlanView {
         rollback: plan.annotations().get(keys::ANNOTATION_ROLLBACK).map(String::as_str),
         name,
         uid,
         generation: plan.metadata.generation.unwrap_or_default(),
         spec: &plan.spec,
-        status: plan.status.as_ref(),
+        status,
         steering: plan::Steering::of(plan.annotations()),
         accepted_warnings: plan
             .annotations()
@@ -234,28 +255,112 @@ impl Answer for Lookups<'_> {
     }
 }
 
-/// Write the next status when it differs from the current one (guarded by the Plan's
-/// resourceVersion), log what changed and keep the metrics in step.
+/// The status decided last and not written yet (see [`pace::Pace`]), taken for a pass over `plan`,
+/// and whether the Plan's status is known to be the last one this term wrote (`fresh`).
+///
+/// Only a fresh status may be deferred: a Plan in the cache that is older than this term's
+/// last write (its watch event is on its way) or whose status someone else wrote must be
+/// written over at once, with its resourceVersion as the precondition, so a pass on it loses
+/// a conflict before it signals anything. A deferred status whose Plan shows another
+/// status is dropped: the pass starts from the one on the Plan.
+fn take_pending(ctx: &Context, plan: &Plan) -> (Option<PlanStatus>, bool) {
+    let mut memory = ctx.status.lock().unwrap_or_else(PoisonError::into_inner);
+    let pending = memory.pending.take();
+    let Some(written) = &memory.written else { return (None, false) };
+    let fresh = plan.metadata.resource_version == written.resource_version
+        || plan.status.as_ref().map(status_hash) == Some(written.hash);
+    if !fresh && pending.is_some() {
+        warn!(
+            plan = %plan.name_any(),
+            "the Plan's status is not the one this leader wrote last; going on from it"
+        );
+    }
+    (pending.filter(|_| fresh), fresh)
+}
+
+/// Put back the status a failed pass took (see [`take_pending`]).
+fn put_back(ctx: &Context, pending: Option<PlanStatus>) {
+    ctx.status.lock().unwrap_or_else(PoisonError::into_inner).pending = pending;
+}
+
+/// A hash of `status` as JSON: tells whether the Plan still carries what this term wrote.
+fn status_hash(status: &PlanStatus) -> u64 {
+    hash_bytes(&serde_json::to_vec(status).unwrap_or_default())
+}
+
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher as _;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    hasher.write(bytes);
+    hasher.finish()
+}
+
+/// Record the pass's status `next` over `plan`: written when it differs from the Plan's
+/// (guarded by the Plan's resourceVersion), at once or, for a big status whose change is
+/// only progress, when its pace allows (see [`pace::Pace`]); the changes from the status the
+/// pass started from (`pending`, else the Plan's) are logged and kept in the metrics.
+/// Returns when to come back to write a deferred status.
 async fn record_status(
     ctx: &Context,
     plan: &Plan,
     name: &str,
-    next: &PlanStatus,
-) -> Result<(), Error> {
-    let current = plan.status.clone().unwrap_or_default();
+    (pending, fresh): (Option<PlanStatus>, bool),
+    next: PlanStatus,
+) -> Result<Option<std::time::Duration>, Error> {
+    let stored = plan.status.as_ref();
+    let unchanged = stored.map_or(next == PlanStatus::default(), |stored| *stored == next);
+    // The last write's size stands for this one's: a pass that keeps its status does not
+    // serialise it.
+    let last = fresh
+        .then(|| {
+            let memory = ctx.status.lock().unwrap_or_else(PoisonError::into_inner);
+            memory.written.as_ref().map(|w| (w.at.elapsed(), w.bytes))
+        })
+        .flatten();
+    let write = (!unchanged).then(|| {
+        let (since_last, bytes) = last.unzip();
+        ctx.pace.of(stored, &next, bytes.unwrap_or_default(), since_last)
+    });
+    if write == Some(pace::Write::Now) {
+        let json = serde_json::to_vec(&next).unwrap_or_default();
+        match effect::write_status(&ctx.plans, plan, &next).await {
+            Ok(written) => {
+                ctx.status.lock().unwrap_or_else(PoisonError::into_inner).written =
+                    Some(super::Written {
+                        resource_version: written.metadata.resource_version,
+                        hash: hash_bytes(&json),
+                        bytes: json.len(),
+                        at: Instant::now(),
+                    });
+            }
+            Err(error) => {
+                put_back(ctx, pending);
+                return Err(error.into());
+            }
+        }
+    }
     // Only the Plan named `autopilot` runs; an ignored Plan would show as a plan that never
     // starts.
     let metrics = (name == keys::PLAN_NAME).then_some(&ctx.engine.metrics);
-    if *next != current {
-        effect::write_status(&ctx.plans, plan, next).await?;
-        log_changes(name, &current, next);
+    let default = PlanStatus::default();
+    let before = pending.as_ref().or(stored).unwrap_or(&default);
+    if *before != next {
+        log_changes(name, before, &next);
         if let Some(metrics) = metrics {
-            metrics.record_status(name, &current, next);
+            metrics.record_status(name, before, &next);
         }
     } else if let Some(metrics) = metrics {
-        metrics.observe_plan(name, &current);
+        metrics.observe_plan(name, before);
     }
-    Ok(())
+    let deferred = match write {
+        Some(pace::Write::After(delay)) => {
+            debug!(plan = %name, retry_in = ?delay, "status progress kept for a later write");
+            put_back(ctx, Some(next));
+            Some(delay)
+        }
+        Some(pace::Write::Now) | None => None,
+    };
+    Ok(deferred)
 }
 
 /// Perform one effect of the pass over `plan`; a signal is written under the resourceVersion
@@ -394,21 +499,29 @@ fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
                 "command state changed"
             );
         }
-        let targets = |c: &autopilot_api::v1beta2::PlanCommandStatus| {
-            let mut all = Vec::new();
-            if let Some(k) = &c.k0supdate {
-                all.extend(k.controllers.iter().chain(k.workers.iter()).cloned());
-            }
-            if let Some(a) = &c.airgapupdate {
-                all.extend(a.workers.iter().cloned());
-            }
-            all
+        fn targets(
+            c: &autopilot_api::v1beta2::PlanCommandStatus,
+        ) -> Vec<&autopilot_api::v1beta2::TargetStatus> {
+            let k0s = c.k0supdate.iter().flat_map(|k| k.controllers.iter().chain(&k.workers));
+            k0s.chain(c.airgapupdate.iter().flat_map(|a| &a.workers)).collect()
+        }
+        let old_targets = old.map(targets).unwrap_or_default();
+        let new_targets = targets(command);
+        // A run's lists keep their names and order from pass to pass: compared side by side.
+        // Otherwise (a new run, a list resolved) by name.
+        let aligned = old_targets.len() == new_targets.len()
+            && old_targets.iter().zip(&new_targets).all(|(old, new)| old.name == new.name);
+        let by_name: BTreeMap<&str, TargetState> = if aligned {
+            BTreeMap::new()
+        } else {
+            old_targets.iter().map(|t| (t.name.as_str(), t.state)).collect()
         };
-        // By name: a big fleet's lists are searched once per target and pass.
-        let old_targets: BTreeMap<String, _> =
-            old.map(targets).unwrap_or_default().into_iter().map(|t| (t.name, t.state)).collect();
-        for target in targets(command) {
-            let was = old_targets.get(&target.name).copied();
+        for (i, target) in new_targets.iter().enumerate() {
+            let was = if aligned {
+                Some(old_targets[i].state)
+            } else {
+                by_name.get(target.name.as_str()).copied()
+            };
             if was != Some(target.state) {
                 info!(
                     plan,

@@ -177,6 +177,8 @@ fn new_context(client: kube::Client, nodes: Store<Node>) -> Context {
         errors: Mutex::new(autopilot_api::backoff::Capped::default()),
         views: Mutex::new(Views::default()),
         started: Instant::now(),
+        status: std::sync::Mutex::new(StatusMemory::default()),
+        pace: pace::Pace::DEFAULT,
     }
 }
 
@@ -431,4 +433,154 @@ async fn only_signalled_objects_are_fed_to_the_drain() {
     let fed: Vec<String> =
         fed.map(|node: Node| node.metadata.name.unwrap_or_default()).collect().await;
     assert_eq!(fed, ["w2", "w2"]);
+}
+
+/// `plan(workers)` signalling `concurrent` workers at a time.
+fn plan_limited(workers: &[&str], concurrent: usize) -> Plan {
+    let mut plan = serde_json::to_value(plan(workers)).expect("a Plan as JSON");
+    plan["spec"]["commands"][0]["k0supdate"]["targets"]["workers"]["limits"]["concurrent"] =
+        json!(concurrent);
+    serde_json::from_value(plan).expect("a Plan")
+}
+
+/// The worker a signal `patch` went to, reporting `Completed` on that signal.
+fn completed(patch: &Seen) -> Node {
+    let name = patch.path.trim_start_matches("/api/v1/nodes/");
+    let annotations = &patch.body["metadata"]["annotations"];
+    let version = annotations[keys::ANNOTATION_SIGNAL_VERSION].as_str().expect("a version");
+    let data = annotations[keys::ANNOTATION_SIGNAL_DATA].as_str().expect("signal data");
+    let mut data = autopilot_api::signal::decode(version, data).expect("a valid signal");
+    data.status = Some(autopilot_api::signal::SignalStatus::new(
+        autopilot_api::signal::SignalPhase::Completed,
+        jiff::Timestamp::now(),
+    ));
+    let mut node = worker(name);
+    node.metadata.resource_version = Some(format!("node-rv-{name}-completed"));
+    node.metadata.annotations = Some(autopilot_api::signal::to_annotations(&data));
+    node
+}
+
+/// The workers signalled by the signal patches among `requests`.
+fn signalled_in(requests: &[Seen]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|s| s.method == "PATCH")
+        .map(|s| s.path.trim_start_matches("/api/v1/nodes/").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_big_statuss_progress_waits_for_its_pace_while_the_batches_go_on() {
+    let names = ["w1", "w2", "w3", "w4", "w5", "w6"];
+    let api = FakeApi::default();
+    let (nodes, mut writer) = reflector::store::<Node>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for name in names {
+        writer.apply_watcher_event(&watcher::Event::InitApply(worker(name)));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    // Every status counts as big, and its progress waits an hour.
+    let ctx = Arc::new(Context {
+        pace: pace::Pace {
+            from_bytes: 0,
+            bytes_per_second: 1,
+            max_delay: Duration::from_secs(3600),
+        },
+        ..new_context(api.client(), nodes)
+    });
+    let mut current = plan_limited(&names, 2);
+    let mut passes = 0;
+    while api.requests("PATCH").is_empty() {
+        passes += 1;
+        assert!(passes <= 5, "no signal after 5 passes: {:#?}", api.writes());
+        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+        current = as_written(&api, current);
+    }
+    assert_eq!(signalled_in(&api.writes()), ["w1", "w2"]);
+    let writes = api.requests("PUT").len();
+
+    // The first batch completes: the next is signalled, its progress is kept.
+    for patch in api.requests("PATCH") {
+        writer.apply_watcher_event(&watcher::Event::Apply(completed(&patch)));
+    }
+    let action =
+        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    assert_eq!(signalled_in(&api.writes()), ["w1", "w2", "w3", "w4"]);
+    assert_eq!(api.requests("PUT").len(), writes, "progress only: not written yet");
+    assert_ne!(action, Action::await_change(), "the pass comes back to write it");
+
+    // The second completes too: the third batch goes out from the kept status.
+    for patch in api.requests("PATCH").iter().skip(2) {
+        writer.apply_watcher_event(&watcher::Event::Apply(completed(patch)));
+    }
+    reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    assert_eq!(signalled_in(&api.writes()), ["w1", "w2", "w3", "w4", "w5", "w6"]);
+    assert_eq!(api.requests("PUT").len(), writes, "still progress only");
+
+    // The last batch completes: the command's end is a milestone, written at once, with
+    // every node's progress.
+    for patch in api.requests("PATCH").iter().skip(4) {
+        writer.apply_watcher_event(&watcher::Event::Apply(completed(patch)));
+    }
+    reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    let puts = api.requests("PUT");
+    assert_eq!(puts.len(), writes + 1, "the end is written at once");
+    let status = &puts.last().expect("a status write").body["status"];
+    assert_eq!(status["state"], json!("Completed"), "{status:#}");
+    let workers = status["commands"][0]["k0supdate"]["workers"].as_array();
+    let grouped = &status["commands"][0]["k0supdate"]["groupedWorkers"];
+    assert!(
+        workers.into_iter().flatten().all(|t| t["state"] == json!(TargetState::SignalCompleted))
+            && status["progress"] == json!("6/6"),
+        "every node's progress is written: {status:#} {grouped:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_status_gives_way_to_one_someone_else_wrote() {
+    let names = ["w1", "w2", "w3", "w4"];
+    let api = FakeApi::default();
+    let (nodes, mut writer) = reflector::store::<Node>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for name in names {
+        writer.apply_watcher_event(&watcher::Event::InitApply(worker(name)));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let ctx = Arc::new(Context {
+        pace: pace::Pace {
+            from_bytes: 0,
+            bytes_per_second: 1,
+            max_delay: Duration::from_secs(3600),
+        },
+        ..new_context(api.client(), nodes)
+    });
+    let mut current = plan_limited(&names, 1);
+    let mut passes = 0;
+    while api.requests("PATCH").is_empty() {
+        passes += 1;
+        assert!(passes <= 5, "no signal after 5 passes: {:#?}", api.writes());
+        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+        current = as_written(&api, current);
+    }
+    for patch in api.requests("PATCH") {
+        writer.apply_watcher_event(&watcher::Event::Apply(completed(&patch)));
+    }
+    reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    let writes = api.requests("PUT").len();
+    assert_eq!(signalled_in(&api.writes()), ["w1", "w2"], "w2 signalled, its progress kept");
+
+    // Someone else writes the status (an operator, or a leader this one does not know of):
+    // the next pass goes on from it and writes at once, under its resourceVersion.
+    let mut foreign = current.clone();
+    foreign.metadata.resource_version = Some("plan-rv-foreign".to_owned());
+    if let Some(status) = foreign.status.as_mut() {
+        status.progress = Some("written elsewhere".to_owned());
+    }
+    reconcile(Arc::new(foreign), ctx.clone()).await.expect("the pass completes");
+    let puts = api.requests("PUT");
+    assert_eq!(puts.len(), writes + 1, "written at once over the foreign status");
+    assert_eq!(
+        puts.last().expect("a status write").body["metadata"]["resourceVersion"],
+        json!("plan-rv-foreign")
+    );
 }
