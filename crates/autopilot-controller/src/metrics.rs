@@ -161,10 +161,7 @@ impl Metrics {
         self.observe_plan(plan, after);
         for command in &after.commands {
             let old_command = before.commands.iter().find(|old| old.id == command.id);
-            let old_targets: Vec<&TargetStatus> =
-                old_command.map(|old| targets_of(old).collect()).unwrap_or_default();
-            for target in targets_of(command) {
-                let old = old_targets.iter().find(|t| t.name == target.name).copied();
+            for (old, target) in paired_targets(old_command, command) {
                 self.record_target(old, target);
             }
         }
@@ -207,6 +204,27 @@ impl Metrics {
         self.plan_state.clear();
         self.nodes_in_flight.set(0);
     }
+}
+
+/// Every target of the command status `new` with its entry in `old` (the same command's
+/// earlier status), if it has one.
+///
+/// A run's lists keep their names and order from pass to pass, so they are paired side by
+/// side; otherwise (a new run, lists just resolved) by name. Either way in time linear in
+/// the fleet: every pass of a big run pairs every target.
+pub(crate) fn paired_targets<'a>(
+    old: Option<&'a autopilot_api::v1beta2::PlanCommandStatus>,
+    new: &'a autopilot_api::v1beta2::PlanCommandStatus,
+) -> Vec<(Option<&'a TargetStatus>, &'a TargetStatus)> {
+    let old: Vec<&TargetStatus> = old.map(|old| targets_of(old).collect()).unwrap_or_default();
+    let new: Vec<&TargetStatus> = targets_of(new).collect();
+    let aligned = old.len() == new.len() && old.iter().zip(&new).all(|(o, n)| o.name == n.name);
+    if aligned {
+        return old.into_iter().map(Some).zip(new).collect();
+    }
+    let by_name: std::collections::HashMap<&str, &TargetStatus> =
+        old.into_iter().map(|t| (t.name.as_str(), t)).collect();
+    new.into_iter().map(|t| (by_name.get(t.name.as_str()).copied(), t)).collect()
 }
 
 /// Every target of a command status, controllers before workers.
@@ -266,6 +284,48 @@ mod tests {
         seconds: i64,
     ) -> TargetStatus {
         TargetStatus { phase, ..TargetStatus::new(name, state, at(seconds)) }
+    }
+
+    #[test]
+    fn targets_are_paired_side_by_side_or_by_name() {
+        let names = |pairs: Vec<(Option<&TargetStatus>, &TargetStatus)>| {
+            pairs
+                .into_iter()
+                .map(|(old, new)| (old.map(|t| t.name.clone()), new.name.clone(), new.state))
+                .collect::<Vec<_>>()
+        };
+        let pending = TargetState::SignalPending;
+        let sent = TargetState::SignalSent;
+        let before = status(
+            PlanStateType::SchedulableWait,
+            vec![target("a", pending, None, 0), target("b", pending, None, 0)],
+        );
+        let after = status(
+            PlanStateType::SchedulableWait,
+            vec![target("a", sent, None, 1), target("b", pending, None, 0)],
+        );
+        assert_eq!(
+            names(paired_targets(Some(&before.commands[0]), &after.commands[0])),
+            [(Some("a".into()), "a".into(), sent), (Some("b".into()), "b".into(), pending)]
+        );
+        // Another order, a new name: by name.
+        let other = status(
+            PlanStateType::SchedulableWait,
+            vec![
+                target("c", sent, None, 1),
+                target("b", sent, None, 1),
+                target("a", sent, None, 1),
+            ],
+        );
+        assert_eq!(
+            names(paired_targets(Some(&before.commands[0]), &other.commands[0])),
+            [
+                (None, "c".into(), sent),
+                (Some("b".into()), "b".into(), sent),
+                (Some("a".into()), "a".into(), sent)
+            ]
+        );
+        assert_eq!(names(paired_targets(None, &other.commands[0]))[0], (None, "c".into(), sent));
     }
 
     fn encoded(registry: &Registry) -> String {

@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use autopilot_api::keys;
-use autopilot_api::v1beta2::{Plan, PlanStatus, TargetState};
+use autopilot_api::v1beta2::{Plan, PlanStatus};
 use autopilot_engine::plan::resolve::Answer;
 use autopilot_engine::plan::{self, Effect, Observed, PlanView, Readiness, RemovedApiUse, Requeue};
 use autopilot_engine::preflight::scheduler;
@@ -499,29 +499,8 @@ fn log_changes(plan: &str, before: &PlanStatus, after: &PlanStatus) {
                 "command state changed"
             );
         }
-        fn targets(
-            c: &autopilot_api::v1beta2::PlanCommandStatus,
-        ) -> Vec<&autopilot_api::v1beta2::TargetStatus> {
-            let k0s = c.k0supdate.iter().flat_map(|k| k.controllers.iter().chain(&k.workers));
-            k0s.chain(c.airgapupdate.iter().flat_map(|a| &a.workers)).collect()
-        }
-        let old_targets = old.map(targets).unwrap_or_default();
-        let new_targets = targets(command);
-        // A run's lists keep their names and order from pass to pass: compared side by side.
-        // Otherwise (a new run, a list resolved) by name.
-        let aligned = old_targets.len() == new_targets.len()
-            && old_targets.iter().zip(&new_targets).all(|(old, new)| old.name == new.name);
-        let by_name: BTreeMap<&str, TargetState> = if aligned {
-            BTreeMap::new()
-        } else {
-            old_targets.iter().map(|t| (t.name.as_str(), t.state)).collect()
-        };
-        for (i, target) in new_targets.iter().enumerate() {
-            let was = if aligned {
-                Some(old_targets[i].state)
-            } else {
-                by_name.get(target.name.as_str()).copied()
-            };
+        for (old, target) in crate::metrics::paired_targets(old, command) {
+            let was = old.map(|t| t.state);
             if was != Some(target.state) {
                 info!(
                     plan,

@@ -232,7 +232,8 @@ impl Pass<'_> {
                 let status = plan.status.cloned().unwrap_or_default();
                 return unchanged(status, Requeue::OnChange);
             }
-            RunState::Running(status) => (status.clone(), status.clone()),
+            // The status the pass starts from is compared with, not changed: borrowed.
+            RunState::Running(status) => (std::borrow::Cow::Borrowed(status), status.clone()),
             RunState::New => {
                 let Some(findings) = self.removed_api_findings() else {
                     // The shell has not checked for removed APIs yet: wait, change nothing,
@@ -251,7 +252,7 @@ impl Pass<'_> {
                         Err(refusal) => refuse_windows(&mut status, refusal),
                     }
                 }
-                (fresh, status)
+                (std::borrow::Cow::Owned(fresh), status)
             }
         };
         // Check 3: drive the active command.
