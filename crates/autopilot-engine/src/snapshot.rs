@@ -23,8 +23,8 @@ pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
         signal: observe_signal(control_node.meta()),
         required_keys: required_keys(control_node.meta()),
         version: control_node_version(control_node),
-        gate_check: ObservedGateCheck::of(control_node.meta()),
-        prestage: ObservedPrestage::of(control_node.meta()),
+        gate_check: ObservedGateCheck::boxed(control_node.meta()),
+        prestage: ObservedPrestage::boxed(control_node.meta()),
     }
 }
 
@@ -48,8 +48,8 @@ pub fn node_object(node: &Node) -> TargetObject {
         signal: observe_signal(node.meta()),
         required_keys: required_keys(node.meta()),
         version: published_version(node.meta()),
-        gate_check: ObservedGateCheck::of(node.meta()),
-        prestage: ObservedPrestage::of(node.meta()),
+        gate_check: ObservedGateCheck::boxed(node.meta()),
+        prestage: ObservedPrestage::boxed(node.meta()),
     }
 }
 

@@ -522,7 +522,7 @@ impl CommandPass<'_, '_> {
                 waits.get_or_insert(format!("{node} has no object to ask"));
                 continue;
             };
-            let observed = &object.gate_check;
+            let observed = object.gate_check();
             let last =
                 observed.request.as_ref().filter(|r| r.run_id == run.run_id && r.command == index);
             let asked = last.and_then(|r| r.asked.parse::<jiff::Timestamp>().ok());

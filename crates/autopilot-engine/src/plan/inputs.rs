@@ -81,10 +81,35 @@ pub struct TargetObject {
     /// The k0s version the node says it runs ([`keys::ANNOTATION_K0S_VERSION`]): what a
     /// target records as its "from" version when it is signalled (DESIGN §15).
     pub version: Option<String>,
-    /// The gate-check request and report found on the object (DESIGN §15).
-    pub gate_check: ObservedGateCheck,
-    /// The pre-staging request and report found on the object (`prestage: true`).
-    pub prestage: ObservedPrestage,
+    /// The gate-check request and report found on the object (DESIGN §15); `None` when
+    /// it carries neither, as most objects do. Boxed, like `prestage`: the leader keeps a
+    /// view of every Node between passes, and these are most of its size.
+    pub gate_check: Option<Box<ObservedGateCheck>>,
+    /// The pre-staging request and report found on the object (`prestage: true`); `None`
+    /// when it carries neither.
+    pub prestage: Option<Box<ObservedPrestage>>,
+}
+
+impl TargetObject {
+    /// The gate-check request and report found on the object (none: empty).
+    pub fn gate_check(&self) -> &ObservedGateCheck {
+        self.gate_check.as_deref().unwrap_or(&ObservedGateCheck::NONE)
+    }
+
+    /// The gate-check request and report, to change (a dry run, tests).
+    pub fn gate_check_mut(&mut self) -> &mut ObservedGateCheck {
+        self.gate_check.get_or_insert_default()
+    }
+
+    /// The pre-staging request and report found on the object (none: empty).
+    pub fn prestage(&self) -> &ObservedPrestage {
+        self.prestage.as_deref().unwrap_or(&ObservedPrestage::NONE)
+    }
+
+    /// The pre-staging request and report, to change (a dry run, tests).
+    pub fn prestage_mut(&mut self) -> &mut ObservedPrestage {
+        self.prestage.get_or_insert_default()
+    }
 }
 
 /// The pre-staging annotations of an object ([`keys::ANNOTATION_PRESTAGE`],
@@ -101,6 +126,16 @@ pub struct ObservedPrestage {
 }
 
 impl ObservedPrestage {
+    /// No request and no report.
+    pub const NONE: Self = Self { request: None, report: None, report_problem: None };
+
+    /// Decode the annotations of `meta`; `None` when it carries neither.
+    pub fn boxed(
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Option<Box<Self>> {
+        Some(Self::of(meta)).filter(|seen| *seen != Self::NONE).map(Box::new)
+    }
+
     /// Decode the annotations of `meta`.
     pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
         use autopilot_api::prestage::{report_of, request_of};
@@ -126,6 +161,16 @@ pub struct ObservedGateCheck {
 }
 
 impl ObservedGateCheck {
+    /// No request and no report.
+    pub const NONE: Self = Self { request: None, report: None, report_problem: None };
+
+    /// Decode the annotations of `meta`; `None` when it carries neither.
+    pub fn boxed(
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Option<Box<Self>> {
+        Some(Self::of(meta)).filter(|seen| *seen != Self::NONE).map(Box::new)
+    }
+
     /// Decode the annotations of `meta`.
     pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
         use autopilot_api::gate_check::{report_of, request_of};

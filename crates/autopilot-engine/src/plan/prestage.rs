@@ -111,7 +111,7 @@ impl CommandPass<'_, '_> {
                     && t.prestage == Some(PrestageState::Requested)
             }) {
                 let Some(object) = objects.get(&target.name) else { continue };
-                let seen = &object.prestage;
+                let seen = object.prestage();
                 if let Some(report) = seen.report.as_ref().filter(|r| r.is_for(&run.run_id, index))
                 {
                     match report.outcome {
@@ -194,7 +194,7 @@ impl CommandPass<'_, '_> {
             asked: format_timestamp(inputs.stamp),
         };
         let carries = |object: &TargetObject| {
-            object.prestage.request.as_ref().is_some_and(|r| {
+            object.prestage().request.as_ref().is_some_and(|r| {
                 r.plan_id == request.plan_id && r.run_id == request.run_id && r.command == index
             })
         };

@@ -306,7 +306,7 @@ impl DryCluster {
             ObjectKind::Node => &mut self.nodes,
         };
         if let Some(object) = objects.get_mut(&target.name) {
-            object.gate_check = ObservedGateCheck {
+            *object.gate_check_mut() = ObservedGateCheck {
                 request: Some(request.clone()),
                 report: Some(GateCheckReport {
                     run_id: request.run_id.clone(),
@@ -331,7 +331,7 @@ impl DryCluster {
             ObjectKind::Node => &mut self.nodes,
         };
         if let Some(object) = objects.get_mut(&target.name) {
-            object.prestage = ObservedPrestage {
+            *object.prestage_mut() = ObservedPrestage {
                 request: Some(request.clone()),
                 report: Some(PrestageReport {
                     run_id: request.run_id.clone(),

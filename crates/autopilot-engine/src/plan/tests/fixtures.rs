@@ -452,12 +452,12 @@ impl ClusterFixture {
                 }
                 Effect::GateCheck { target, request } => {
                     if let Some(object) = self.objects_mut(target.kind).get_mut(&target.name) {
-                        object.gate_check.request = Some(request.clone());
+                        object.gate_check_mut().request = Some(request.clone());
                     }
                 }
                 Effect::Prestage { target, request } => {
                     if let Some(object) = self.objects_mut(target.kind).get_mut(&target.name) {
-                        object.prestage.request = Some(request.clone());
+                        object.prestage_mut().request = Some(request.clone());
                     }
                 }
                 Effect::Event { .. } => {}
@@ -475,8 +475,8 @@ impl ClusterFixture {
         reason: Option<&str>,
     ) -> Self {
         let object = self.objects_mut(kind).get_mut(name).expect("object to report on");
-        let request = object.prestage.request.clone().expect("a pre-staging request");
-        object.prestage.report = Some(autopilot_api::prestage::PrestageReport {
+        let request = object.prestage().request.clone().expect("a pre-staging request");
+        object.prestage_mut().report = Some(autopilot_api::prestage::PrestageReport {
             run_id: request.run_id,
             command: request.command,
             outcome,
@@ -493,8 +493,8 @@ impl ClusterFixture {
         records: &[(&str, autopilot_api::preflight::RawRecord)],
     ) -> Self {
         let object = self.objects_mut(kind).get_mut(name).expect("object to report on");
-        let request = object.gate_check.request.clone().expect("a gate-check request");
-        object.gate_check.report = Some(autopilot_api::gate_check::GateCheckReport {
+        let request = object.gate_check().request.clone().expect("a gate-check request");
+        object.gate_check_mut().report = Some(autopilot_api::gate_check::GateCheckReport {
             run_id: request.run_id,
             command: request.command,
             attempt: request.attempt,

@@ -406,8 +406,8 @@ fn a_refused_or_unreadable_report_keeps_a_check_gate_waiting_with_the_nodes_reas
     sim.pass();
     sim.cluster(|mut c| {
         let object = c.objects_mut(Node).get_mut("w1").expect("w1");
-        let request = object.gate_check.request.clone().expect("asked");
-        object.gate_check.report = Some(autopilot_api::gate_check::GateCheckReport {
+        let request = object.gate_check().request.clone().expect("asked");
+        object.gate_check_mut().report = Some(autopilot_api::gate_check::GateCheckReport {
             run_id: request.run_id,
             command: request.command,
             attempt: request.attempt,
@@ -426,8 +426,8 @@ fn a_refused_or_unreadable_report_keeps_a_check_gate_waiting_with_the_nodes_reas
 
     sim.cluster(|mut c| {
         let object = c.objects_mut(Node).get_mut("w1").expect("w1");
-        object.gate_check.report = None;
-        object.gate_check.report_problem = Some("over the limit".to_owned());
+        object.gate_check_mut().report = None;
+        object.gate_check_mut().report_problem = Some("over the limit".to_owned());
         c
     });
     sim.pass();

@@ -157,7 +157,7 @@ fn an_unreadable_report_fails_the_node() {
     sim.pass();
     sim.cluster(|mut c| {
         let object = c.objects_mut(Node).get_mut("w3").expect("w3");
-        object.prestage.report_problem = Some("over the limit".to_owned());
+        object.prestage_mut().report_problem = Some("over the limit".to_owned());
         c
     });
     sim.pass();
@@ -173,7 +173,7 @@ fn a_report_of_another_run_or_command_stages_nothing() {
     sim.pass();
     sim.cluster(|mut c| {
         let object = c.objects_mut(Node).get_mut("w1").expect("w1");
-        object.prestage.report = Some(autopilot_api::prestage::PrestageReport {
+        object.prestage_mut().report = Some(autopilot_api::prestage::PrestageReport {
             run_id: "someone-else/1".to_owned(),
             command: 0,
             outcome: PrestageOutcome::Staged,
