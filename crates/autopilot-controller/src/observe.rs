@@ -48,11 +48,13 @@ impl View {
         K::DynamicType: std::hash::Hash + Eq + Clone,
     {
         let snapshot = store.state();
-        let mut present = std::collections::HashSet::with_capacity(snapshot.len());
+        // How many entries each map has for the objects in the cache.
+        let (mut versioned, mut live) = (0, 0);
         for object in &snapshot {
             let Some(name) = object.meta().name.as_deref() else { continue };
-            present.insert(name);
             let version = object.meta().resource_version.as_ref();
+            versioned += usize::from(version.is_some());
+            live += usize::from(object.meta().deletion_timestamp.is_none());
             if version.is_some() && self.versions.get(name) == version {
                 continue;
             }
@@ -66,8 +68,14 @@ impl View {
                 self.objects.remove(name);
             }
         }
-        self.versions.retain(|name, _| present.contains(name.as_str()));
-        self.objects.retain(|name, _| present.contains(name.as_str()));
+        // Every object of the cache is in the view now; more entries means some are gone.
+        // (Checked by count: a pass over a big fleet does not hash every name again.)
+        if self.versions.len() > versioned || self.objects.len() > live {
+            let present: std::collections::HashSet<&str> =
+                snapshot.iter().filter_map(|object| object.meta().name.as_deref()).collect();
+            self.versions.retain(|name, _| present.contains(name.as_str()));
+            self.objects.retain(|name, _| present.contains(name.as_str()));
+        }
     }
 }
 

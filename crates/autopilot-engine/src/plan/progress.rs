@@ -57,7 +57,9 @@ impl CommandPass<'_, '_> {
         let Some(group_targets) = targets_mut(self.status, command, group) else { return true };
         let mut signals = Vec::new();
         let mut failed = false;
-        for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+        // Looked up for every target of the group: a set.
+        let names: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+        for target in group_targets.iter_mut().filter(|t| names.contains(t.name.as_str())) {
             let Some(object) = objects.get(&target.name) else {
                 // Not reachable: read-back already marked targets without an object.
                 set_state(target, TargetState::MissingSignalNode, inputs);
@@ -89,7 +91,7 @@ impl CommandPass<'_, '_> {
         if failed {
             return false;
         }
-        for target in group_targets.iter_mut().filter(|t| names.contains(&t.name)) {
+        for target in group_targets.iter_mut().filter(|t| names.contains(t.name.as_str())) {
             if target.state == TargetState::SignalPending && !command.is_rollback() {
                 // What a rollback would put back (DESIGN §15): the version the node says it
                 // runs as it is signalled.

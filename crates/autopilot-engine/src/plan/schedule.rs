@@ -862,31 +862,34 @@ impl CommandPass<'_, '_> {
             // Waves: the next batch waits until the last one is done and its gates passed.
             free = 0;
         }
-        let mut pending: Vec<&str> = workers
+        // Each pass looks at every pending worker of a fleet of thousands: sets, not lists.
+        let wave_members: Option<std::collections::HashSet<&str>> =
+            wave.as_ref().map(|wave| wave.members.iter().map(String::as_str).collect());
+        // A node that staged its payload downloads nothing more: no download window for it.
+        let mut pending: Vec<(&str, bool)> = workers
             .iter()
             .filter(|t| t.state == TargetState::SignalPending)
             .filter(|t| only.is_none_or(|only| only.contains(&t.name)))
-            .filter(|t| wave.as_ref().is_none_or(|wave| wave.members.contains(&t.name)))
+            .filter(|t| wave_members.as_ref().is_none_or(|wave| wave.contains(t.name.as_str())))
             .filter(|t| !earlier.iter().any(|e| e.name == t.name))
-            .map(|t| t.name.as_str())
+            .map(|t| (t.name.as_str(), t.prestage == Some(PrestageState::Staged)))
             .collect();
         pending.sort_unstable();
         let mut chosen = Vec::new();
         let mut first_not_ready = None;
         let mut window_closed: Option<Closed> = None;
-        // A node that staged its payload downloads nothing more: no download window for it.
-        let staged = |name: &str| {
-            workers.iter().any(|t| t.name == name && t.prestage == Some(PrestageState::Staged))
-        };
-        for name in pending {
+        for (name, staged) in pending {
+            if free == 0 {
+                // No room: the rest waits for a slot (which node is not Ready, or outside
+                // its window, only matters while a slot is free).
+                break;
+            }
             let ready = !command.gates_workers_on_ready()
                 || objects.get(name).is_some_and(|object| object.ready);
             if !ready {
                 first_not_ready.get_or_insert(name.to_owned());
-            } else if free == 0 {
-                // No room: the rest waits for a slot.
             } else if let Err(closed) =
-                self.windows.gate(Group::Workers, name, self.inputs.now, staged(name))
+                self.windows.gate(Group::Workers, name, self.inputs.now, staged)
             {
                 window_closed = Some(Closed::earliest(window_closed, closed));
             } else {
