@@ -61,12 +61,13 @@ fn api_error(what: String, source: kube::Error) -> Error {
 pub async fn write_status(
     plans: &Api<Plan>,
     plan: &Plan,
-    status: &PlanStatus,
+    status: PlanStatus,
 ) -> Result<Plan, Error> {
     let name = plan.name_any();
-    let mut next = plan.clone();
-    next.status = Some(status.clone());
-    next.metadata.managed_fields = None;
+    // Built, not cloned: the old status is not copied for nothing.
+    let mut metadata = plan.metadata.clone();
+    metadata.managed_fields = None;
+    let next = Plan { metadata, spec: plan.spec.clone(), status: Some(status) };
     plans
         .replace_status(&name, &PostParams::default(), &next)
         .await

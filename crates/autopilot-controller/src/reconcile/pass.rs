@@ -285,14 +285,29 @@ fn put_back(ctx: &Context, pending: Option<PlanStatus>) {
 
 /// A hash of `status` as JSON: tells whether the Plan still carries what this term wrote.
 fn status_hash(status: &PlanStatus) -> u64 {
-    hash_bytes(&serde_json::to_vec(status).unwrap_or_default())
+    measure(status).0
 }
 
-fn hash_bytes(bytes: &[u8]) -> u64 {
-    use std::hash::Hasher as _;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    hasher.write(bytes);
-    hasher.finish()
+/// A hash of `status` as JSON and its size, without keeping the JSON.
+fn measure(status: &PlanStatus) -> (u64, usize) {
+    struct Hashing {
+        hasher: std::collections::hash_map::DefaultHasher,
+        bytes: usize,
+    }
+    impl std::io::Write for Hashing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            std::hash::Hasher::write(&mut self.hasher, buf);
+            self.bytes += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Hashing { hasher: Default::default(), bytes: 0 };
+    // Writing into memory cannot fail, and a status always serialises.
+    let _ = serde_json::to_writer(&mut out, status);
+    (std::hash::Hasher::finish(&out.hasher), out.bytes)
 }
 
 /// Record the pass's status `next` over `plan`: written when it differs from the Plan's
@@ -321,24 +336,29 @@ async fn record_status(
         let (since_last, bytes) = last.unzip();
         ctx.pace.of(stored, &next, bytes.unwrap_or_default(), since_last)
     });
-    if write == Some(pace::Write::Now) {
-        let json = serde_json::to_vec(&next).unwrap_or_default();
-        match effect::write_status(&ctx.plans, plan, &next).await {
+    // A status written is moved into the request, and what the server stored (the same)
+    // stands for it from then on: a big status is not copied for the write.
+    let next = if write == Some(pace::Write::Now) {
+        let (hash, bytes) = measure(&next);
+        match effect::write_status(&ctx.plans, plan, next).await {
             Ok(written) => {
                 ctx.status.lock().unwrap_or_else(PoisonError::into_inner).written =
                     Some(super::Written {
                         resource_version: written.metadata.resource_version,
-                        hash: hash_bytes(&json),
-                        bytes: json.len(),
+                        hash,
+                        bytes,
                         at: Instant::now(),
                     });
+                written.status.unwrap_or_default()
             }
             Err(error) => {
                 put_back(ctx, pending);
                 return Err(error.into());
             }
         }
-    }
+    } else {
+        next
+    };
     // Only the Plan named `autopilot` runs; an ignored Plan would show as a plan that never
     // starts.
     let metrics = (name == keys::PLAN_NAME).then_some(&ctx.engine.metrics);
