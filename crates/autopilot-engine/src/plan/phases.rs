@@ -245,7 +245,7 @@ pub const TARGET_PHASES: [TargetPhaseInfo; 6] = [
         terminal: false,
         initial: false,
         next: &[T::SignalCompleted, T::SignalApplyFailed, T::MissingPlatform, T::MissingSignalNode],
-        description: "signalled (or about to be: the status is written first); the node works",
+        description: "signalled (or about to be: the pass that decides it signals it); the node works",
     },
     TargetPhaseInfo {
         state: T::SignalCompleted,
