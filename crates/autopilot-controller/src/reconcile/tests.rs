@@ -469,60 +469,84 @@ fn signalled_in(requests: &[Seen]) -> Vec<String> {
         .collect()
 }
 
+/// A run over the workers `names`, `concurrent` at a time, whose every status counts as big
+/// and waits an hour to be written, driven up to the pass that signals the first batch.
+struct PacedRun {
+    api: FakeApi,
+    /// Fills the Node cache the passes read.
+    nodes: reflector::store::Writer<Node>,
+    ctx: Arc<Context>,
+    /// The Plan as the last status write left it.
+    current: Plan,
+}
+
+impl PacedRun {
+    async fn to_first_batch(names: &[&str], concurrent: usize) -> Self {
+        let api = FakeApi::default();
+        let (store, mut nodes) = reflector::store::<Node>();
+        nodes.apply_watcher_event(&watcher::Event::Init);
+        for name in names {
+            nodes.apply_watcher_event(&watcher::Event::InitApply(worker(name)));
+        }
+        nodes.apply_watcher_event(&watcher::Event::InitDone);
+        let ctx = Arc::new(Context {
+            pace: pace::Pace {
+                from_bytes: 0,
+                bytes_per_second: 1,
+                max_delay: Duration::from_secs(3600),
+            },
+            ..new_context(api.client(), store)
+        });
+        let mut run = Self { api, nodes, ctx, current: plan_limited(names, concurrent) };
+        let mut passes = 0;
+        while run.api.requests("PATCH").is_empty() {
+            passes += 1;
+            assert!(passes <= 5, "no signal after 5 passes: {:#?}", run.api.writes());
+            run.pass().await;
+            run.current = as_written(&run.api, run.current);
+        }
+        run
+    }
+
+    /// A pass over `current`.
+    async fn pass(&self) -> Action {
+        reconcile(Arc::new(self.current.clone()), self.ctx.clone())
+            .await
+            .expect("the pass completes")
+    }
+
+    /// Every signalled worker after the first `skip` reports `Completed`.
+    fn complete_signalled(&mut self, skip: usize) {
+        for patch in self.api.requests("PATCH").iter().skip(skip) {
+            self.nodes.apply_watcher_event(&watcher::Event::Apply(completed(patch)));
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_big_statuss_progress_waits_for_its_pace_while_the_batches_go_on() {
-    let names = ["w1", "w2", "w3", "w4", "w5", "w6"];
-    let api = FakeApi::default();
-    let (nodes, mut writer) = reflector::store::<Node>();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for name in names {
-        writer.apply_watcher_event(&watcher::Event::InitApply(worker(name)));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    // Every status counts as big, and its progress waits an hour.
-    let ctx = Arc::new(Context {
-        pace: pace::Pace {
-            from_bytes: 0,
-            bytes_per_second: 1,
-            max_delay: Duration::from_secs(3600),
-        },
-        ..new_context(api.client(), nodes)
-    });
-    let mut current = plan_limited(&names, 2);
-    let mut passes = 0;
-    while api.requests("PATCH").is_empty() {
-        passes += 1;
-        assert!(passes <= 5, "no signal after 5 passes: {:#?}", api.writes());
-        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
-        current = as_written(&api, current);
-    }
+    let mut run = PacedRun::to_first_batch(&["w1", "w2", "w3", "w4", "w5", "w6"], 2).await;
+    let api = run.api.clone();
     assert_eq!(signalled_in(&api.writes()), ["w1", "w2"]);
     let writes = api.requests("PUT").len();
 
     // The first batch completes: the next is signalled, its progress is kept.
-    for patch in api.requests("PATCH") {
-        writer.apply_watcher_event(&watcher::Event::Apply(completed(&patch)));
-    }
-    let action =
-        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    run.complete_signalled(0);
+    let action = run.pass().await;
     assert_eq!(signalled_in(&api.writes()), ["w1", "w2", "w3", "w4"]);
     assert_eq!(api.requests("PUT").len(), writes, "progress only: not written yet");
     assert_ne!(action, Action::await_change(), "the pass comes back to write it");
 
     // The second completes too: the third batch goes out from the kept status.
-    for patch in api.requests("PATCH").iter().skip(2) {
-        writer.apply_watcher_event(&watcher::Event::Apply(completed(patch)));
-    }
-    reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    run.complete_signalled(2);
+    run.pass().await;
     assert_eq!(signalled_in(&api.writes()), ["w1", "w2", "w3", "w4", "w5", "w6"]);
     assert_eq!(api.requests("PUT").len(), writes, "still progress only");
 
     // The last batch completes: the command's end is a milestone, written at once, with
     // every node's progress.
-    for patch in api.requests("PATCH").iter().skip(4) {
-        writer.apply_watcher_event(&watcher::Event::Apply(completed(patch)));
-    }
-    reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    run.complete_signalled(4);
+    run.pass().await;
     let puts = api.requests("PUT");
     assert_eq!(puts.len(), writes + 1, "the end is written at once");
     let status = &puts.last().expect("a status write").body["status"];
@@ -538,45 +562,21 @@ async fn a_big_statuss_progress_waits_for_its_pace_while_the_batches_go_on() {
 
 #[tokio::test]
 async fn a_kept_status_gives_way_to_one_someone_else_wrote() {
-    let names = ["w1", "w2", "w3", "w4"];
-    let api = FakeApi::default();
-    let (nodes, mut writer) = reflector::store::<Node>();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for name in names {
-        writer.apply_watcher_event(&watcher::Event::InitApply(worker(name)));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    let ctx = Arc::new(Context {
-        pace: pace::Pace {
-            from_bytes: 0,
-            bytes_per_second: 1,
-            max_delay: Duration::from_secs(3600),
-        },
-        ..new_context(api.client(), nodes)
-    });
-    let mut current = plan_limited(&names, 1);
-    let mut passes = 0;
-    while api.requests("PATCH").is_empty() {
-        passes += 1;
-        assert!(passes <= 5, "no signal after 5 passes: {:#?}", api.writes());
-        reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
-        current = as_written(&api, current);
-    }
-    for patch in api.requests("PATCH") {
-        writer.apply_watcher_event(&watcher::Event::Apply(completed(&patch)));
-    }
-    reconcile(Arc::new(current.clone()), ctx.clone()).await.expect("the pass completes");
+    let mut run = PacedRun::to_first_batch(&["w1", "w2", "w3", "w4"], 1).await;
+    let api = run.api.clone();
+    run.complete_signalled(0);
+    run.pass().await;
     let writes = api.requests("PUT").len();
     assert_eq!(signalled_in(&api.writes()), ["w1", "w2"], "w2 signalled, its progress kept");
 
     // Someone else writes the status (an operator, or a leader this one does not know of):
     // the next pass goes on from it and writes at once, under its resourceVersion.
-    let mut foreign = current.clone();
+    let mut foreign = run.current.clone();
     foreign.metadata.resource_version = Some("plan-rv-foreign".to_owned());
     if let Some(status) = foreign.status.as_mut() {
         status.progress = Some("written elsewhere".to_owned());
     }
-    reconcile(Arc::new(foreign), ctx.clone()).await.expect("the pass completes");
+    reconcile(Arc::new(foreign), run.ctx.clone()).await.expect("the pass completes");
     let puts = api.requests("PUT");
     assert_eq!(puts.len(), writes + 1, "written at once over the foreign status");
     assert_eq!(
