@@ -17,7 +17,7 @@ use autopilot_api::keys;
 pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
     TargetObject {
         name: control_node.name_any(),
-        labels: control_node.labels().clone(),
+        labels: control_node.labels().into(),
         // Controller readiness comes from the /readyz probe, not from the object.
         ready: true,
         signal: observe_signal(control_node.meta()),
@@ -43,7 +43,7 @@ fn control_node_version(control_node: &ControlNode) -> Option<String> {
 pub fn node_object(node: &Node) -> TargetObject {
     TargetObject {
         name: node.name_any(),
-        labels: node.labels().clone(),
+        labels: node.labels().into(),
         ready: is_node_ready(node),
         signal: observe_signal(node.meta()),
         required_keys: required_keys(node.meta()),

@@ -276,7 +276,9 @@ fn scheduler_nodes(
         .into_iter()
         .filter(|name| {
             nodes.get(name).is_some_and(|node| {
-                node_selector.iter().all(|(key, value)| node.labels.get(key) == Some(value))
+                node_selector
+                    .iter()
+                    .all(|(key, value)| node.labels.get(key) == Some(value.as_str()))
             })
         })
         .collect())

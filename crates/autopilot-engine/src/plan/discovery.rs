@@ -316,7 +316,7 @@ fn target_status(
                 if group == Group::Workers
                     && let Some(key) = command.group_by()
                 {
-                    target.group = object.labels.get(key).cloned();
+                    target.group = object.labels.get(key).map(str::to_owned);
                 }
                 target
             }

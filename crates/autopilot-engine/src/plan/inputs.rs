@@ -70,7 +70,7 @@ pub struct TargetObject {
     /// Object name.
     pub name: String,
     /// Object labels (platform: `kubernetes.io/os` + `kubernetes.io/arch`; selectors).
-    pub labels: BTreeMap<String, String>,
+    pub labels: super::Labels,
     /// For a `Node`: its `Ready` condition is `True`. For a `ControlNode`: always `true`
     /// (controller readiness comes from the `/readyz` probe, see [`Observed::readiness`]).
     pub ready: bool,

@@ -42,6 +42,7 @@ mod decision;
 mod discovery;
 pub mod gates;
 mod inputs;
+mod labels;
 mod machine;
 mod payload;
 mod prestage;
@@ -61,6 +62,7 @@ pub use inputs::{
     CheckPods, NO_GATE_ANSWERS, Observed, ObservedGateCheck, ObservedPrestage, ObservedSignal,
     PlanView, Policy, Readiness, RequiredKeys, Steering, TargetObject,
 };
+pub use labels::Labels;
 pub use machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
 pub use removed_apis::RemovedApiUse;
 pub use resolve::resolve;

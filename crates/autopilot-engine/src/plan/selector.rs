@@ -7,7 +7,7 @@
 //! Kubernetes syntax checks on keys and values. Field selectors support only
 //! `metadata.name` with `=`, `==` and `!=`, the one field both kinds of signal object index.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 
 /// Why a selector does not parse; the text names the problem (not the selector).
@@ -94,16 +94,16 @@ impl LabelSelector {
     }
 
     /// Whether an object with these labels is selected.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &super::Labels) -> bool {
         self.requirements.iter().all(|requirement| requirement.matches(labels))
     }
 }
 
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    fn matches(&self, labels: &super::Labels) -> bool {
         match self {
-            Self::Equals(key, value) => labels.get(key) == Some(value),
-            Self::NotEquals(key, value) => labels.get(key) != Some(value),
+            Self::Equals(key, value) => labels.get(key) == Some(value.as_str()),
+            Self::NotEquals(key, value) => labels.get(key) != Some(value.as_str()),
             Self::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
             Self::NotIn(key, values) => !labels.get(key).is_some_and(|v| values.contains(v)),
             Self::Exists(key) => labels.contains_key(key),
@@ -596,8 +596,8 @@ fn unescape(value: &str) -> Result<String, SelectorError> {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    fn labels(pairs: &[(&str, &str)]) -> super::super::Labels {
+        pairs.iter().copied().collect()
     }
 
     fn selects(selector: &str, pairs: &[(&str, &str)]) -> bool {

@@ -92,7 +92,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
         gate_check: Default::default(),
         version: None,
         name: name.to_owned(),
-        labels: all,
+        labels: all.into(),
         ready: true,
         signal: ObservedSignal::None,
         required_keys: Default::default(),
@@ -252,7 +252,7 @@ proptest! {
     ) {
         match LabelSelector::parse(&text) {
             Ok(selector) => {
-                let _ = selector.matches(&labels);
+                let _ = selector.matches(&labels.into());
             }
             Err(err) => prop_assert!(!err.to_string().trim().is_empty()),
         }

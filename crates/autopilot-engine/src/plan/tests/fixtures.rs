@@ -239,7 +239,8 @@ fn object(name: &str) -> TargetObject {
             (keys::LABEL_OS.to_owned(), "linux".to_owned()),
             (keys::LABEL_ARCH.to_owned(), "amd64".to_owned()),
             (keys::LABEL_HOSTNAME.to_owned(), name.to_owned()),
-        ]),
+        ])
+        .into(),
         ready: true,
         signal: ObservedSignal::None,
         required_keys: Default::default(),

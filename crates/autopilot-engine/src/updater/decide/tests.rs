@@ -751,7 +751,8 @@ fn at_version(name: &str, version: &str) -> (String, TargetObject) {
         labels: BTreeMap::from([
             ("kubernetes.io/os".to_owned(), "linux".to_owned()),
             ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
-        ]),
+        ])
+        .into(),
         ready: true,
         signal: crate::plan::ObservedSignal::None,
         required_keys: Default::default(),
