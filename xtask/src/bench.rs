@@ -92,6 +92,11 @@ enum What {
         /// `limits.concurrent` for the workers.
         #[arg(long, default_value_t = 50)]
         concurrent: u32,
+        /// Runs of the plan per fleet size, on the same cluster (each a new run of the Plan):
+        /// the run of median time is reported, so one slow run on a busy machine does not
+        /// decide the comparison between sizes.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
     },
     /// One k0supdate plan over 3 controllers and many workers with instant responders, then
     /// its rollback (`autopilot.k0sproject.io/rollback`): rollback time against update time,
@@ -148,12 +153,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .block_on(bench_plan_against(&k0s, &other, workers, concurrent, runs, rounds)),
             }
         }
-        What::Scale { workers, concurrent } => {
+        What::Scale { workers, concurrent, runs } => {
             anyhow::ensure!(!workers.is_empty(), "--workers needs at least one fleet size");
             integration::control_plane::ensure_built()?;
             let k0s = release_k0s(given)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(bench_scale(&k0s, &workers, concurrent))
+            runtime.block_on(bench_scale(&k0s, &workers, concurrent, runs))
         }
         What::Rollback { workers, concurrent } => {
             integration::control_plane::ensure_built()?;
@@ -477,13 +482,26 @@ fn ms_per_node(workers: usize, elapsed: Duration) -> f64 {
     elapsed.as_secs_f64() * 1000.0 / (workers + 3) as f64
 }
 
-async fn bench_scale(k0s: &Path, sizes: &[usize], concurrent: u32) -> anyhow::Result<()> {
+async fn bench_scale(
+    k0s: &Path,
+    sizes: &[usize],
+    concurrent: u32,
+    runs: usize,
+) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for &workers in sizes {
-        println!("==> fleet of {workers} workers");
+        println!("==> fleet of {workers} workers, {runs} runs");
         let driven =
-            drive(k0s, &format!("bench-scale-{workers}"), workers, concurrent, 1, false).await?;
-        let run = &driven.runs[0];
+            drive(k0s, &format!("bench-scale-{workers}"), workers, concurrent, runs, false).await?;
+        let mut times: Vec<f64> = driven.runs.iter().map(|r| r.elapsed.as_secs_f64()).collect();
+        let run = median_run(&driven.runs);
+        times.sort_by(f64::total_cmp);
+        println!(
+            "    {workers} workers: median {:.3} s over {runs} runs (min {:.3} s, max {:.3} s)",
+            run.elapsed.as_secs_f64(),
+            times[0],
+            times[times.len() - 1],
+        );
         rows.push((workers, run.elapsed, run.requests, driven.leader_peak_kib, run.plan_bytes));
     }
     println!();
@@ -550,6 +568,13 @@ async fn bench_scale(k0s: &Path, sizes: &[usize], concurrent: u32) -> anyhow::Re
         println!("targets missed:\n  {}", missed.join("\n  "));
     }
     Ok(())
+}
+
+/// The run of median time (of an even number, the faster of the middle two).
+fn median_run(runs: &[RunFigures]) -> &RunFigures {
+    let mut by_time: Vec<&RunFigures> = runs.iter().collect();
+    by_time.sort_by_key(|run| run.elapsed);
+    by_time[(by_time.len() - 1) / 2]
 }
 
 /// One run of [`drive`].
