@@ -97,6 +97,12 @@ enum What {
         /// decide the comparison between sizes.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Workers walk the phases of a real agent with central cordoning (`Downloading`,
+        /// `Cordoning`, then the leader cordons, drains and uncordons) instead of answering
+        /// `Completed` at once: the leader's requests per update with drains. The limits on
+        /// requests per update are then reported, not held.
+        #[arg(long)]
+        drains: bool,
     },
     /// One k0supdate plan over 3 controllers and many workers with instant responders, then
     /// its rollback (`autopilot.k0sproject.io/rollback`): rollback time against update time,
@@ -153,12 +159,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .block_on(bench_plan_against(&k0s, &other, workers, concurrent, runs, rounds)),
             }
         }
-        What::Scale { workers, concurrent, runs } => {
+        What::Scale { workers, concurrent, runs, drains } => {
             anyhow::ensure!(!workers.is_empty(), "--workers needs at least one fleet size");
             integration::control_plane::ensure_built()?;
             let k0s = release_k0s(given)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(bench_scale(&k0s, &workers, concurrent, runs))
+            runtime.block_on(bench_scale(&k0s, &workers, concurrent, runs, drains))
         }
         What::Rollback { workers, concurrent } => {
             integration::control_plane::ensure_built()?;
@@ -394,7 +400,9 @@ async fn bench_plan(
     concurrent: u32,
     runs: usize,
 ) -> anyhow::Result<f64> {
-    let driven = drive(k0s, "bench-plan", workers, concurrent, runs, false).await?;
+    let driven =
+        drive(k0s, "bench-plan", workers, concurrent, runs, false, Behaviour::AlreadyUpToDate)
+            .await?;
     let mut times: Vec<f64> = driven.runs.iter().map(|r| r.elapsed.as_secs_f64()).collect();
     times.sort_by(f64::total_cmp);
     println!(
@@ -450,7 +458,9 @@ async fn bench_plan_against(
 }
 
 async fn bench_rollback(k0s: &Path, workers: usize, concurrent: u32) -> anyhow::Result<()> {
-    let driven = drive(k0s, "bench-rollback", workers, concurrent, 1, true).await?;
+    let driven =
+        drive(k0s, "bench-rollback", workers, concurrent, 1, true, Behaviour::AlreadyUpToDate)
+            .await?;
     let run = &driven.runs[0];
     let rollback = run.rollback.context("the run was not rolled back")?;
     println!(
@@ -487,12 +497,18 @@ async fn bench_scale(
     sizes: &[usize],
     concurrent: u32,
     runs: usize,
+    drains: bool,
 ) -> anyhow::Result<()> {
+    let (nodes, how) = if drains {
+        (Behaviour::CompleteWithLeader, "cordoned and drained by the leader")
+    } else {
+        (Behaviour::AlreadyUpToDate, "answering at once")
+    };
     let mut rows = Vec::new();
     for &workers in sizes {
-        println!("==> fleet of {workers} workers, {runs} runs");
-        let driven =
-            drive(k0s, &format!("bench-scale-{workers}"), workers, concurrent, runs, false).await?;
+        println!("==> fleet of {workers} workers ({how}), {runs} runs");
+        let name = format!("bench-scale-{workers}");
+        let driven = drive(k0s, &name, workers, concurrent, runs, false, nodes.clone()).await?;
         let mut times: Vec<f64> = driven.runs.iter().map(|r| r.elapsed.as_secs_f64()).collect();
         let run = median_run(&driven.runs);
         times.sort_by(f64::total_cmp);
@@ -526,7 +542,7 @@ async fn bench_scale(
                 mib(peak_kib)
             ));
         }
-        if per_update > SCALE_MAX_REQUESTS_PER_UPDATE {
+        if per_update > SCALE_MAX_REQUESTS_PER_UPDATE && !drains {
             missed.push(format!(
                 "{workers} workers: {per_update:.2} requests per node update > \
                  {SCALE_MAX_REQUESTS_PER_UPDATE}"
@@ -605,9 +621,9 @@ struct Driven {
 }
 
 /// Start a cluster named `name` with 3 release controllers and `workers` Ready Nodes played
-/// by the responder, drive `runs` runs of one k0supdate plan, and check the engine's
-/// invariants (no node signalled twice in a run, never more than `concurrent` workers in
-/// flight).
+/// by the responder (as `behaviour` says), drive `runs` runs of one k0supdate plan, and
+/// check the engine's invariants (no node signalled twice in a run, never more than
+/// `concurrent` workers in flight).
 async fn drive(
     k0s: &Path,
     name: &str,
@@ -615,6 +631,7 @@ async fn drive(
     concurrent: u32,
     runs: usize,
     roll_back: bool,
+    behaviour: Behaviour,
 ) -> anyhow::Result<Driven> {
     anyhow::ensure!(runs >= 1, "--runs must be at least 1");
     let scratch = tempfile::tempdir().context("creating a scratch dir")?;
@@ -679,11 +696,8 @@ async fn drive(
             .context("publishing a ControlNode's version")?;
     }
 
-    let responder = Responder::start(
-        client.clone(),
-        Config::new().default_behaviour(Behaviour::AlreadyUpToDate),
-    )
-    .await?;
+    let responder =
+        Responder::start(client.clone(), Config::new().default_behaviour(behaviour)).await?;
     let plans: Api<Plan> = Api::all(client.clone());
     let mut results = Vec::new();
     for run in 0..runs {

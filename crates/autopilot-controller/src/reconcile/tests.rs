@@ -21,18 +21,20 @@ use serde_json::{Value, json};
 use super::*;
 
 /// The fake API server: records every request; a Plan status write is answered with a new
-/// resourceVersion (or `409 Conflict` when `conflict` is set), a Node patch with the Node,
-/// an Event with itself, every read with `404` (no removed API is served).
+/// resourceVersion (or `409 Conflict` when `conflict` is set), a Node patch with the Node
+/// (or `409 Conflict` for the Node named `refused`), an Event with itself, every read with
+/// `404` (no removed API is served).
 #[derive(Clone, Default)]
 struct FakeApi {
     server: FakeApiServer,
     conflict: bool,
+    refused: Option<&'static str>,
 }
 
 impl FakeApi {
     fn client(&self) -> kube::Client {
-        let conflict = self.conflict;
-        self.server.client(move |seen, before| answer(seen, before, conflict))
+        let (conflict, refused) = (self.conflict, self.refused);
+        self.server.client(move |seen, before| answer(seen, before, conflict, refused))
     }
 
     fn requests(&self, method: &str) -> Vec<Seen> {
@@ -48,7 +50,7 @@ impl FakeApi {
 }
 
 /// What [`FakeApi`] answers to `seen`, after the requests `before` it.
-fn answer(seen: &Seen, before: &[Seen], conflict: bool) -> (u16, Value) {
+fn answer(seen: &Seen, before: &[Seen], conflict: bool, refused: Option<&str>) -> (u16, Value) {
     match seen.method.as_str() {
         "PUT" if seen.path.ends_with("/plans/autopilot/status") => {
             if conflict {
@@ -61,6 +63,9 @@ fn answer(seen: &Seen, before: &[Seen], conflict: bool) -> (u16, Value) {
         }
         "PATCH" if seen.path.starts_with("/api/v1/nodes/") => {
             let name = seen.path.trim_start_matches("/api/v1/nodes/");
+            if refused == Some(name) {
+                return (409, fake_api::status(409, "Conflict"));
+            }
             (200, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
         }
         "POST" if seen.path.ends_with("/events") => (201, seen.body.clone()),
@@ -245,12 +250,47 @@ async fn the_status_is_written_before_the_signals_each_with_the_snapshots_resour
         }
         current = as_written(&api, current);
     }
-    let signalled: Vec<String> = api
+    let mut signalled: Vec<String> = api
         .requests("PATCH")
         .iter()
         .map(|s| s.path.trim_start_matches("/api/v1/nodes/").to_string())
         .collect();
-    assert_eq!(signalled, ["w1", "w2"], "both workers signalled once, in the machine's order");
+    // One pass's signals are written together, so they may reach the server in any order.
+    signalled.sort();
+    assert_eq!(signalled, ["w1", "w2"], "both workers signalled once");
+}
+
+#[tokio::test]
+async fn a_refused_signal_fails_the_pass_after_the_others_of_its_batch_are_written() {
+    let workers = ["w1", "w2", "w3"];
+    let api = FakeApi { refused: Some("w2"), ..FakeApi::default() };
+    let ctx = context(api.client(), workers.iter().map(|name| worker(name)).collect());
+    let mut current = plan(&workers);
+    let mut passes = 0;
+    let outcome = loop {
+        passes += 1;
+        assert!(passes <= 5, "no signal after 5 passes: {:#?}", api.writes());
+        let outcome = reconcile(Arc::new(current.clone()), ctx.clone()).await;
+        if !api.requests("PATCH").is_empty() {
+            break outcome;
+        }
+        outcome.expect("a pass before the signals completes");
+        current = as_written(&api, current);
+    };
+    assert!(outcome.is_err(), "the refused signal fails the pass");
+    let mut signalled: Vec<String> = api
+        .requests("PATCH")
+        .iter()
+        .map(|s| s.path.trim_start_matches("/api/v1/nodes/").to_string())
+        .collect();
+    signalled.sort();
+    assert_eq!(signalled, workers, "every signal of the batch was attempted, each once");
+    // What was written is remembered (the next pass does not write it again before the
+    // cache shows it); the refused one is not.
+    let written = ctx.written.lock().expect("not poisoned");
+    let mut remembered: Vec<&str> = written.keys().map(|target| target.name.as_str()).collect();
+    remembered.sort_unstable();
+    assert_eq!(remembered, ["w1", "w3"]);
 }
 
 #[tokio::test]
