@@ -645,6 +645,9 @@ async fn drive(
         .controllers(3)
         .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
         .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        // Never rotated (the default rotates at 100 MB, which the drains of 5,000 workers
+        // pass, and the counts would miss what went to the rotated file).
+        .apiserver_arg("--audit-log-maxsize=100000")
         .build()
         .await?;
     let client = cluster.admin_client().await?;
@@ -748,8 +751,10 @@ async fn drive(
                 .collect::<Vec<_>>()
                 .join("; ")
         );
-        // Let the audit backend flush the last events of the window before counting.
-        let requests = wait_for(Duration::from_secs(10), "audit events of the run", || async {
+        // Let the audit backend flush the last events of the window before counting. One
+        // count reads the whole audit log, which takes more than 10 s once it is big (the
+        // drains of 5,000 workers), hence the generous bound.
+        let requests = wait_for(Duration::from_secs(120), "audit events of the run", || async {
             let counts = count_requests(&audit_log, &leader_user, started_at, finished_at)?;
             Ok((counts.values().sum::<usize>() > 0).then_some(counts))
         })
