@@ -250,11 +250,7 @@ async fn the_status_is_written_before_the_signals_each_with_the_snapshots_resour
         }
         current = as_written(&api, current);
     }
-    let mut signalled: Vec<String> = api
-        .requests("PATCH")
-        .iter()
-        .map(|s| s.path.trim_start_matches("/api/v1/nodes/").to_string())
-        .collect();
+    let mut signalled = signalled_in(&api.requests("PATCH"));
     // One pass's signals are written together, so they may reach the server in any order.
     signalled.sort();
     assert_eq!(signalled, ["w1", "w2"], "both workers signalled once");
@@ -278,11 +274,7 @@ async fn a_refused_signal_fails_the_pass_after_the_others_of_its_batch_are_writt
         current = as_written(&api, current);
     };
     assert!(outcome.is_err(), "the refused signal fails the pass");
-    let mut signalled: Vec<String> = api
-        .requests("PATCH")
-        .iter()
-        .map(|s| s.path.trim_start_matches("/api/v1/nodes/").to_string())
-        .collect();
+    let mut signalled = signalled_in(&api.requests("PATCH"));
     signalled.sort();
     assert_eq!(signalled, workers, "every signal of the batch was attempted, each once");
     // What was written is remembered (the next pass does not write it again before the
