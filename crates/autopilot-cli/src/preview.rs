@@ -186,7 +186,11 @@ fn planner_objects(
         .iter()
         .map(|c| (c.name_any(), snapshot::control_node_object(c)))
         .collect();
-    let nodes = cluster.nodes.iter().map(|n| (n.name_any(), snapshot::node_object(n))).collect();
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|n| (n.name_any(), snapshot::node_object(&snapshot::SlimNode::from(n))))
+        .collect();
     (control_nodes, nodes)
 }
 

@@ -17,10 +17,13 @@
 //! Only signals of the current run are drained: a `Cordoning` signal that names no run, whose
 //! `runId` is not the `status.runId` of the Plan named `autopilot` (or when there is no such
 //! Plan), or that does not match that run's frozen command and targets
-//! (`autopilot_engine::authorize`) is failed with the reason, never cordoned. The Plan is read with a GET when (and only when) a
-//! `Cordoning` signal names a run: the engine writes a run's `status.runId` before any signal
-//! of that run, so a read made after seeing the signal can never show an older run than the
-//! signal's own (a watch cache could lag behind and fail a signal of the current run).
+//! (`autopilot_engine::authorize`) is failed with the reason, never cordoned. The Plan is
+//! looked at when (and only when) a `Cordoning` signal names a run. The leader's Plan cache
+//! settles it when it shows the signal's run and authorizes the signal; anything else is
+//! decided on a GET: the engine writes a run's `status.runId` (and a rollback's targets)
+//! before any signal of that run, so a read made after seeing the signal can never show an
+//! older run than the signal's own, while the cache may lag behind and would fail a signal of
+//! the current run.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -44,7 +47,7 @@ use tracing::{debug, info, warn};
 
 use autopilot_engine::authorize::{self, Role};
 use autopilot_engine::cordon::{self, Blocked, DrainPolicy, Facts, PlanRun, Run, Step};
-use autopilot_engine::snapshot;
+use autopilot_engine::snapshot::{self, SlimNode};
 use autopilot_shell::retry::WatchBackoff;
 
 /// How long one eviction request may take before the attempt counts as failed.
@@ -71,13 +74,15 @@ const CONCURRENCY: u16 = 64;
 /// The caches the plan engine's watches fill, and the signalled objects they pass on.
 pub struct Watched {
     /// Every Node (slimmed).
-    pub nodes: reflector::Store<Node>,
+    pub nodes: reflector::Store<SlimNode>,
     /// Each applied Node that carries a signal, as the watch sees it.
-    pub signalled_nodes: futures::channel::mpsc::UnboundedReceiver<Node>,
+    pub signalled_nodes: futures::channel::mpsc::UnboundedReceiver<SlimNode>,
     /// Every ControlNode (slimmed).
     pub control_nodes: reflector::Store<ControlNode>,
     /// Each applied ControlNode that carries a signal.
     pub signalled_control_nodes: futures::channel::mpsc::UnboundedReceiver<ControlNode>,
+    /// The Plans (see [`observe_run`]).
+    pub plans: reflector::Store<Plan>,
 }
 
 /// Errors of one cordon/drain pass.
@@ -114,17 +119,17 @@ pub trait SignalObject:
 
     /// The object itself when it is that Node (a worker's signal is on its Node): its
     /// cordon facts and resourceVersion are then read from it instead of a GET.
-    fn as_node(&self) -> Option<&Node> {
+    fn as_node(&self) -> Option<&SlimNode> {
         None
     }
 }
 
-impl SignalObject for Node {
+impl SignalObject for SlimNode {
     fn kubelet_node(&self) -> Option<String> {
         Some(self.name_any())
     }
 
-    fn as_node(&self) -> Option<&Node> {
+    fn as_node(&self) -> Option<&SlimNode> {
         Some(self)
     }
 }
@@ -139,6 +144,8 @@ impl SignalObject for ControlNode {
 
 struct Context {
     client: kube::Client,
+    /// The plan engine's Plan cache.
+    plans: reflector::Store<Plan>,
     /// A client that does not retry 429 answers (see `reconcile::Engine`).
     eviction_client: kube::Client,
     /// The backoff of each object whose evictions were refused (since its last success).
@@ -164,13 +171,14 @@ pub async fn run(
 ) {
     let context = Arc::new(Context {
         client: client.clone(),
+        plans: watched.plans.clone(),
         eviction_client,
         refusals: Mutex::new(HashMap::new()),
         drain_timeout,
         failures: Mutex::new(HashMap::new()),
         drain_blocked: drain_blocked.clone(),
     });
-    // The caches hold slimmed objects (`snapshot::slim_node`): drain reads labels,
+    // The caches hold slimmed objects (`snapshot::SlimNode`): drain reads labels,
     // annotations and the spec, and writes patches. Only a signalled object has anything to
     // cordon, drain or uncordon, so only those are passed on as triggers (the initial list
     // of a large fleet would otherwise start one pass per node at once).
@@ -179,6 +187,7 @@ pub async fn run(
         signalled_nodes,
         control_nodes: control_node_store,
         signalled_control_nodes,
+        plans: _,
     } = watched;
     let node_objects = signalled_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
     let control_node_objects = signalled_control_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
@@ -187,7 +196,7 @@ pub async fn run(
         .with_config(config())
         .trigger_backoff(WatchBackoff::default())
         .graceful_shutdown_on(stop.clone().cancelled_owned())
-        .run(reconcile::<Node>, error_policy::<Node>, context.clone())
+        .run(reconcile::<SlimNode>, error_policy::<SlimNode>, context.clone())
         .for_each(|_| async {});
     let control_nodes = Controller::for_stream(control_node_objects, control_node_store)
         .with_config(config())
@@ -228,7 +237,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         span.record("command", data.command.id);
         span.record("phase", phase.map_or("", SignalPhase::as_str));
         let node_name = current.kubelet_node();
-        let (run, drain) = observe_run::<K>(&ctx.client, &name, &data).await?;
+        let (run, drain) = observe_run::<K>(&ctx.client, &ctx.plans, &name, &data).await?;
         let (facts, node_version) =
             observe(&ctx.client, phase, node_name.as_deref(), current.as_node(), run, drain)
                 .await?;
@@ -415,14 +424,17 @@ impl Context {
 
 /// How a signal's run (its `runId`) relates to the Plan's current run, and whether the
 /// signal matches that run's command for the object `name` (`autopilot_engine::authorize`,
-/// any platform: the leader does not pick the node's payload again). The Plan is read only
-/// when the decision depends on it ([`cordon::needs_run`]) and the signal names a run;
-/// always from the API server, never from a cache (see the module docs).
+/// any platform: the leader does not pick the node's payload again). The Plan is looked at
+/// only when the decision depends on it ([`cordon::needs_run`]) and the signal names a run:
+/// first in the leader's Plan cache, which settles it when it shows the signal's run as
+/// current and the signal as authorized by it; otherwise (the cache may lag behind the
+/// signal, see the module docs) read from the API server, which decides.
 ///
 /// With the run comes the `drain` of the signal's command in that run (its frozen copy in the
 /// Plan status; `Always` when the run is not the current one, or the command has none).
 async fn observe_run<K: SignalObject>(
     client: &kube::Client,
+    cached_plans: &reflector::Store<Plan>,
     name: &str,
     data: &SignalData,
 ) -> Result<(Run, DrainPolicy), Error> {
@@ -432,12 +444,29 @@ async fn observe_run<K: SignalObject>(
     if !cordon::needs_run(data.phase()) {
         return Ok((Run::NotLookedUp, DrainPolicy::Always));
     }
+    if let Some(cached) = cached_plans.get(&reflector::ObjectRef::new(keys::PLAN_NAME)) {
+        let (run, drain) = run_of::<K>(Some(&cached), name, data, signal_run);
+        if run == Run::Current {
+            return Ok((run, drain));
+        }
+    }
     let plans: Api<Plan> = Api::all(client.clone());
     let plan = plans
         .get_opt(keys::PLAN_NAME)
         .await
         .map_err(api(format!("reading Plan {}", keys::PLAN_NAME)))?;
-    let plan_run = match plan.as_ref() {
+    Ok(run_of::<K>(plan.as_ref(), name, data, signal_run))
+}
+
+/// [`observe_run`]'s decision on `plan` (`None`: there is no Plan) for the signal `data` of
+/// run `signal_run` on the object `name`.
+fn run_of<K: SignalObject>(
+    plan: Option<&Plan>,
+    name: &str,
+    data: &SignalData,
+    signal_run: &str,
+) -> (Run, DrainPolicy) {
+    let plan_run = match plan {
         None => PlanRun::Missing,
         Some(plan) => match plan.status.as_ref().and_then(|status| status.run_id.clone()) {
             None => PlanRun::NotStarted,
@@ -446,7 +475,6 @@ async fn observe_run<K: SignalObject>(
     };
     let role = if K::kind(&()) == "ControlNode" { Role::Controller } else { Role::Worker };
     let drain = plan
-        .as_ref()
         .and_then(|plan| plan.status.as_ref())
         .and_then(|status| status.commands.iter().find(|c| c.id == data.command.id))
         .and_then(|command| command.frozen.as_ref())
@@ -455,11 +483,7 @@ async fn observe_run<K: SignalObject>(
         .unwrap_or_default();
     let run = match plan_run {
         PlanRun::Run(current) if current == signal_run => {
-            match authorize::authorize(
-                plan.as_ref(),
-                data,
-                authorize::Node { name, role, platform: None },
-            ) {
+            match authorize::authorize(plan, data, authorize::Node { name, role, platform: None }) {
                 Ok(_) => Run::Current,
                 Err(refusal) => Run::Unauthorized(refusal),
             }
@@ -472,7 +496,7 @@ async fn observe_run<K: SignalObject>(
             DrainPolicy::Always
         }
     };
-    Ok((run, drain))
+    (run, drain)
 }
 
 /// Collect the facts for one object, and the resourceVersion of its Node (the precondition
@@ -485,7 +509,7 @@ async fn observe(
     client: &kube::Client,
     phase: Option<SignalPhase>,
     node_name: Option<&str>,
-    own_node: Option<&Node>,
+    own_node: Option<&SlimNode>,
     run: Run,
     drain: DrainPolicy,
 ) -> Result<(Facts, Option<String>), Error> {
@@ -505,7 +529,7 @@ async fn observe(
     let node = match own_node.filter(|node| node.metadata.name.as_deref() == Some(node_name)) {
         Some(node) => node,
         None => {
-            let nodes: Api<Node> = Api::all(client.clone());
+            let nodes: Api<SlimNode> = Api::all(client.clone());
             fetched =
                 nodes.get_opt(node_name).await.map_err(api(format!("reading Node {node_name}")))?;
             let Some(node) = fetched.as_ref() else { return Ok((facts, None)) };
@@ -513,7 +537,7 @@ async fn observe(
         }
     };
     facts.node_exists = true;
-    facts.unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    facts.unschedulable = node.unschedulable;
     facts.cordoned_by_autopilot = node.annotations().contains_key(keys::ANNOTATION_CORDONED);
     if phase == Some(SignalPhase::Cordoning) && matches!(facts.run, Run::Current | Run::Unmarked) {
         let pods: Api<Pod> = Api::all(client.clone());
@@ -554,7 +578,7 @@ async fn cordon_node(
         },
         "spec": { "unschedulable": true },
     });
-    Api::<Node>::all(client.clone())
+    Api::<SlimNode>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(api(format!("cordoning Node {node}")))?;
@@ -574,7 +598,7 @@ async fn uncordon_node(
         },
         "spec": { "unschedulable": null },
     });
-    Api::<Node>::all(client.clone())
+    Api::<SlimNode>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(api(format!("uncordoning Node {node}")))?;
@@ -710,5 +734,93 @@ mod tests {
         );
         let bare = kube::core::Status::failure("Too many requests", "TooManyRequests");
         assert_eq!(refusal(&bare), "Too many requests");
+    }
+
+    /// Plan `autopilot` on run `run`: command 0 updates k0s on worker `w1`.
+    fn plan_on_run(run: &str) -> Plan {
+        use autopilot_api::fixtures::{PlanBuilder as _, spec};
+        use autopilot_api::v1beta2::{
+            PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanStatus, TargetState, TargetStatus,
+        };
+        let spec = spec("id1").then_k0s_update("v1.35.1+k0s.0");
+        let worker = TargetStatus::new("w1", TargetState::SignalSent, jiff::Timestamp::UNIX_EPOCH);
+        let command = PlanCommandStatus {
+            id: 0,
+            frozen: Some(spec.commands[0].clone()),
+            k0supdate: Some(PlanCommandK0sUpdateStatus {
+                controllers: vec![],
+                workers: vec![worker],
+            }),
+            ..PlanCommandStatus::default()
+        };
+        let mut plan = Plan::new(keys::PLAN_NAME, spec);
+        plan.status = Some(PlanStatus {
+            run_id: Some(run.into()),
+            plan_id: Some("id1".into()),
+            commands: vec![command],
+            ..PlanStatus::default()
+        });
+        plan
+    }
+
+    /// `w1`'s signal of run `run`, in `Cordoning`.
+    fn cordoning_in(run: &str) -> SignalData {
+        use autopilot_api::fixtures::{SignalBuilder as _, k0s_signal, sha};
+        let url = "https://example.com/k0s-linux-amd64";
+        k0s_signal("id1", "v1.35.1+k0s.0", url, &sha('a'))
+            .in_run(run)
+            .with_status(SignalStatus::new(SignalPhase::Cordoning, jiff::Timestamp::UNIX_EPOCH))
+    }
+
+    /// The run `observe_run` sees for `w1`'s signal of run `signal` with `cached` in the
+    /// Plan cache and `served` on the API server, and the requests it made.
+    async fn run_seen(
+        cached: Option<Plan>,
+        served: Plan,
+        signal: &str,
+    ) -> (Run, Vec<autopilot_shell::fake_api::Request>) {
+        let server = autopilot_shell::fake_api::FakeApiServer::default();
+        let served = serde_json::to_value(served).expect("a Plan as JSON");
+        let client = server.client(move |_, _| (200, served.clone()));
+        let (store, mut writer) = reflector::store::<Plan>();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        if let Some(plan) = cached {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(plan));
+        }
+        let (run, _) = observe_run::<SlimNode>(&client, &store, "w1", &cordoning_in(signal))
+            .await
+            .expect("the run is observed");
+        (run, server.requests())
+    }
+
+    #[tokio::test]
+    async fn a_signal_of_the_cached_run_is_judged_without_reading_the_plan() {
+        let (run, requests) = run_seen(Some(plan_on_run("r2")), plan_on_run("r2"), "r2").await;
+        assert_eq!(run, Run::Current);
+        assert!(requests.is_empty(), "no Plan read: {requests:#?}");
+    }
+
+    #[tokio::test]
+    async fn a_cache_behind_the_signal_is_overruled_by_a_read_of_the_plan() {
+        // The cache still shows the run before the signal's, or no Plan at all.
+        for cached in [Some(plan_on_run("r1")), None] {
+            let (run, requests) = run_seen(cached, plan_on_run("r2"), "r2").await;
+            assert_eq!(run, Run::Current);
+            assert_eq!(requests.len(), 1, "one Plan read: {requests:#?}");
+            assert_eq!(requests[0].method, "GET");
+            assert_eq!(
+                requests[0].path,
+                format!("/apis/autopilot.k0sproject.io/v1beta2/plans/{}", keys::PLAN_NAME)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_signal_of_an_older_run_is_refused_on_what_the_api_server_says() {
+        let (run, requests) = run_seen(Some(plan_on_run("r2")), plan_on_run("r2"), "r1").await;
+        let Run::Other { signal, plan } = run else { panic!("another run: {run:?}") };
+        assert_eq!((signal.as_str(), plan), ("r1", PlanRun::Run("r2".into())));
+        assert_eq!(requests.len(), 1, "the refusal rests on a read: {requests:#?}");
     }
 }

@@ -9,11 +9,12 @@ use autopilot_api::keys;
 use autopilot_api::signal;
 use autopilot_api::v1beta2::{ControlNode, Plan, PlanStatus};
 use autopilot_shell::events::{Event, EventType};
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 
 use autopilot_engine::plan::{EventKind, ObjectKind, SignalTarget};
+use autopilot_engine::snapshot::SlimNode;
 
 /// Errors executing effects.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +95,7 @@ pub async fn write_signal(
                 .map(drop)
         }
         ObjectKind::Node => {
-            let api = Api::<Node>::all(client.clone());
+            let api = Api::<SlimNode>::all(client.clone());
             autopilot_shell::signal::write(&api, &target.name, Some(resource_version), data)
                 .await
                 .map(drop)
@@ -143,9 +144,10 @@ async fn write_request(
             .patch(&target.name, &params, &patch)
             .await
             .map(drop),
-        ObjectKind::Node => {
-            Api::<Node>::all(client.clone()).patch(&target.name, &params, &patch).await.map(drop)
-        }
+        ObjectKind::Node => Api::<SlimNode>::all(client.clone())
+            .patch(&target.name, &params, &patch)
+            .await
+            .map(drop),
     };
     result.map_err(|source| api_error(what, source))
 }

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 
 use autopilot_api::v1beta2::ControlNode;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Resource;
 use kube::runtime::reflector::Store;
 
 use autopilot_engine::plan::TargetObject;
-use autopilot_engine::snapshot::{control_node_object, node_object};
+use autopilot_engine::snapshot::{SlimNode, control_node_object, node_object};
 
 /// The resourceVersion of each object in a snapshot. A write based on the snapshot uses it as
 /// its precondition, so a decision made on stale data can never overwrite newer data.
@@ -38,7 +38,7 @@ impl View {
     }
 
     /// Bring the view up to the Node cache.
-    pub fn refresh_nodes(&mut self, store: &Store<Node>) {
+    pub fn refresh_nodes(&mut self, store: &Store<SlimNode>) {
         self.refresh(store, node_object);
     }
 
@@ -113,7 +113,7 @@ pub fn collect_check_pods(
 mod tests {
     use super::*;
 
-    fn node(name: &str, version: &str, label: &str, deleting: bool) -> Node {
+    fn node(name: &str, version: &str, label: &str, deleting: bool) -> SlimNode {
         let mut metadata = serde_json::json!({
             "name": name, "resourceVersion": version, "labels": {"role": label},
         });
@@ -125,8 +125,9 @@ mod tests {
 
     #[test]
     fn a_kept_view_follows_the_cache_rebuilding_only_changed_objects() {
-        let (store, mut writer) = kube::runtime::reflector::store::<Node>();
-        let apply = |writer: &mut kube::runtime::reflector::store::Writer<Node>, node: Node| {
+        let (store, mut writer) = kube::runtime::reflector::store::<SlimNode>();
+        let apply = |writer: &mut kube::runtime::reflector::store::Writer<SlimNode>,
+                     node: SlimNode| {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(node));
         };
         apply(&mut writer, node("a", "1", "old", false));

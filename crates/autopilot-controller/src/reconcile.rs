@@ -16,7 +16,7 @@ use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan};
 use autopilot_shell::events::Reporter;
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -28,7 +28,7 @@ use tracing::{debug, info};
 use crate::{effect, observe};
 use autopilot_engine::plan::{self, Policy};
 use autopilot_engine::preflight::scheduler;
-use autopilot_engine::snapshot;
+use autopilot_engine::snapshot::{self, SlimNode};
 use autopilot_shell::events::EventPublisher;
 use autopilot_shell::leadership::Leadership;
 use autopilot_shell::watch::cached as cached_watch;
@@ -80,7 +80,7 @@ struct Context {
     engine: Engine,
     plans: Api<Plan>,
     control_nodes: Store<ControlNode>,
-    nodes: Store<Node>,
+    nodes: Store<SlimNode>,
     /// `scheduler` check Pods (labelled with their run) and the ConfigMaps holding their
     /// templates, in [`keys::NAMESPACE`].
     check_pods: Store<Pod>,
@@ -210,8 +210,9 @@ impl Engine {
         // One watch and one cache per kind of signal object serve both controllers: the
         // plan engine's watches pass every applied object that carries a signal on to the
         // cordon/drain controllers, which read the same caches.
-        let (nodes, node_writer) = reflector::store::<Node>();
+        let (nodes, node_writer) = reflector::store::<SlimNode>();
         let (control_nodes, control_node_writer) = reflector::store::<ControlNode>();
+        let (plans, plan_writer) = reflector::store::<Plan>();
         let (node_feed, signalled_nodes) = futures::channel::mpsc::unbounded();
         let (control_node_feed, signalled_control_nodes) = futures::channel::mpsc::unbounded();
         let drain = crate::drain::run(
@@ -224,12 +225,14 @@ impl Engine {
                 signalled_nodes,
                 control_nodes: control_nodes.clone(),
                 signalled_control_nodes,
+                plans,
             },
             stop.clone(),
         );
         let caches = Caches {
             nodes: (nodes, node_writer, node_feed),
             control_nodes: (control_nodes, control_node_writer, control_node_feed),
+            plans: plan_writer,
         };
         let plans = self.run_plans(caches, stop);
         futures::join!(drain, plans);
@@ -267,9 +270,10 @@ impl Engine {
             feed_signalled(
                 cached_watch(
                     node_writer,
-                    Api::<Node>::all(client.clone()),
+                    Api::<SlimNode>::all(client.clone()),
                     config.clone(),
-                    snapshot::slim_node,
+                    // Decoded slim (`SlimNode`): nothing more to drop.
+                    |_| {},
                 ),
                 node_feed,
             ),
@@ -280,11 +284,11 @@ impl Engine {
             check_pod_watches(&client, &config);
 
         let plans: Api<Plan> = Api::all(client.clone());
-        let (plan_store, plan_writer) = reflector::store::<Plan>();
         // A deleted plan is no longer shown in the metrics (the controller only hears of
         // applied objects, so deletions are caught here).
         let metrics = self.metrics.clone();
-        let plan_events = cached_watch(plan_writer, plans.clone(), config, |_| {})
+        let plan_store = caches.plans.as_reader();
+        let plan_events = cached_watch(caches.plans, plans.clone(), config, |_| {})
             .inspect(move |event| {
                 if let Ok(watcher::Event::Delete(plan)) = event
                     && plan.name_any() == keys::PLAN_NAME
@@ -326,7 +330,7 @@ impl Engine {
 /// The caches a pass reads (see [`Context`]).
 struct Stores {
     control_nodes: Store<ControlNode>,
-    nodes: Store<Node>,
+    nodes: Store<SlimNode>,
     check_pods: Store<Pod>,
     pod_templates: Store<ConfigMap>,
 }
@@ -395,15 +399,17 @@ fn check_pod_watches(
 /// The signal-object caches the plan engine fills, and where it passes on signalled objects.
 struct Caches {
     nodes: (
-        Store<Node>,
-        reflector::store::Writer<Node>,
-        futures::channel::mpsc::UnboundedSender<Node>,
+        Store<SlimNode>,
+        reflector::store::Writer<SlimNode>,
+        futures::channel::mpsc::UnboundedSender<SlimNode>,
     ),
     control_nodes: (
         Store<ControlNode>,
         reflector::store::Writer<ControlNode>,
         futures::channel::mpsc::UnboundedSender<ControlNode>,
     ),
+    /// Fills the Plan cache (the controller's own store, read by the drain too).
+    plans: reflector::store::Writer<Plan>,
 }
 
 /// `events` unchanged; every applied object that carries a signal is also sent to `feed`
@@ -456,13 +462,13 @@ fn triggers<K: Resource>(
 /// What about a Node can change a plan decision: labels (platform, selectors), the signal
 /// and gate-check annotations and the Ready condition. Heartbeats change none of these, so they do not
 /// trigger passes.
-fn node_fingerprint(node: &Node) -> u64 {
+fn node_fingerprint(node: &SlimNode) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     node.metadata.uid.hash(&mut hasher);
     node.labels().hash(&mut hasher);
     autopilot_api::signal::annotation_values(node.annotations()).hash(&mut hasher);
     gate_check_annotations(node.annotations()).hash(&mut hasher);
-    snapshot::is_node_ready(node).hash(&mut hasher);
+    node.ready.hash(&mut hasher);
     node.metadata.deletion_timestamp.is_some().hash(&mut hasher);
     hasher.finish()
 }

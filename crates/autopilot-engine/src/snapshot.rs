@@ -4,7 +4,10 @@
 
 use autopilot_api::signal;
 use autopilot_api::v1beta2::ControlNode;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_core::{Resource as _, ResourceExt as _};
 
 use crate::cordon::PodFacts;
@@ -40,11 +43,11 @@ fn control_node_version(control_node: &ControlNode) -> Option<String> {
 }
 
 /// A Node as the planner sees it.
-pub fn node_object(node: &Node) -> TargetObject {
+pub fn node_object(node: &SlimNode) -> TargetObject {
     TargetObject {
         name: node.name_any(),
         labels: node.labels().into(),
-        ready: is_node_ready(node),
+        ready: node.ready,
         signal: observe_signal(node.meta()),
         required_keys: required_keys(node.meta()),
         version: published_version(node.meta()),
@@ -54,17 +57,13 @@ pub fn node_object(node: &Node) -> TargetObject {
 }
 
 /// The k0s version an object's node says it runs (its published annotation), if any.
-pub fn published_version(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<String> {
+pub fn published_version(meta: &ObjectMeta) -> Option<String> {
     let version = meta.annotations.as_ref()?.get(keys::ANNOTATION_K0S_VERSION)?.trim();
     (!version.is_empty() && version.len() <= 128).then(|| version.to_owned())
 }
 
 /// The keys an object's node requires signatures by (its published annotations).
-pub fn required_keys(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> RequiredKeys {
+pub fn required_keys(meta: &ObjectMeta) -> RequiredKeys {
     let ids = |key: &str| {
         meta.annotations
             .as_ref()
@@ -87,9 +86,7 @@ pub fn is_node_ready(node: &Node) -> bool {
 /// Decode the signal annotations of an object. A signal that fails validation but that the
 /// node has answered with a terminal status (a node refuses what it cannot act on, with the
 /// reason) is read as it stands, so the answer ends the plan instead of being ignored.
-pub fn observe_signal(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> ObservedSignal {
+pub fn observe_signal(meta: &ObjectMeta) -> ObservedSignal {
     match signal::from_meta(meta) {
         Ok(None) => ObservedSignal::None,
         Ok(Some(data)) => ObservedSignal::Valid(data),
@@ -102,27 +99,108 @@ pub fn observe_signal(
     }
 }
 
-/// Drop what autopilot never reads from a watched Node or ControlNode before it is cached:
-/// `metadata.managedFields` (a JSON tree per field manager, often larger than the rest of the
-/// object), and of a Node everything but `spec.unschedulable` (the cordon facts) and the
-/// `Ready` condition (the engine's readiness gate): a kubelet's status lists every image,
-/// volume, address, capacity and condition of the machine, kilobytes per Node that a cache of
-/// thousands would hold for nothing. Nothing writes a cached object back whole (signals and
-/// cordons are patches), so the cache may hold less than the server.
-pub fn slim_node(node: &mut Node) {
-    node.metadata.managed_fields = None;
-    if let Some(spec) = node.spec.as_mut() {
-        *spec = NodeSpec { unschedulable: spec.unschedulable, ..NodeSpec::default() };
-    }
-    if let Some(status) = node.status.as_mut() {
-        let ready = status.conditions.take().map(|conditions| {
-            conditions.into_iter().filter(|condition| condition.type_ == "Ready").collect()
-        });
-        *status = NodeStatus { conditions: ready, ..NodeStatus::default() };
+/// A Node as the leader caches it: its metadata (without `managedFields`), `spec.unschedulable`
+/// (the cordon facts) and whether its `Ready` condition is `True` (the engine's readiness
+/// gate). The watch decodes Nodes straight into this type, so the rest of a Node is never
+/// held: a kubelet's status lists every image, volume, address, capacity and condition of the
+/// machine, kilobytes per Node, and even an empty `k8s_openapi` Node takes 1.5 KiB where this
+/// takes under 400 bytes. Nothing writes a cached object back whole (signals and cordons are
+/// patches), so the cache may hold less than the server.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(from = "WireNode")]
+pub struct SlimNode {
+    /// The Node's metadata, without `managedFields`.
+    pub metadata: ObjectMeta,
+    /// `spec.unschedulable`: whether the Node is cordoned.
+    pub unschedulable: bool,
+    /// Whether the Node's `Ready` condition is `True`.
+    pub ready: bool,
+}
+
+/// The parts of a Node's JSON a [`SlimNode`] is made from; serde skips the rest.
+#[derive(serde::Deserialize)]
+struct WireNode {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<WireSpec>,
+    #[serde(default)]
+    status: Option<WireStatus>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireSpec {
+    #[serde(default)]
+    unschedulable: Option<bool>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireStatus {
+    #[serde(default)]
+    conditions: Option<Vec<WireCondition>>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+impl From<WireNode> for SlimNode {
+    fn from(wire: WireNode) -> Self {
+        let WireNode { mut metadata, spec, status } = wire;
+        metadata.managed_fields = None;
+        let conditions = status.and_then(|status| status.conditions).unwrap_or_default();
+        Self {
+            metadata,
+            unschedulable: spec.and_then(|spec| spec.unschedulable).unwrap_or(false),
+            ready: conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
+        }
     }
 }
 
-/// [`slim_node`] for a ControlNode: its `metadata.managedFields`.
+impl From<&Node> for SlimNode {
+    fn from(node: &Node) -> Self {
+        Self {
+            metadata: ObjectMeta { managed_fields: None, ..node.metadata.clone() },
+            unschedulable: node.spec.as_ref().and_then(|spec| spec.unschedulable).unwrap_or(false),
+            ready: is_node_ready(node),
+        }
+    }
+}
+
+impl kube_core::Resource for SlimNode {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        <Node as k8s_openapi::Resource>::KIND.into()
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        <Node as k8s_openapi::Resource>::GROUP.into()
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        <Node as k8s_openapi::Resource>::VERSION.into()
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        <Node as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Drop what autopilot never reads from a watched ControlNode before it is cached: its
+/// `metadata.managedFields` (a JSON tree per field manager, often larger than the rest).
 pub fn slim_control_node(control_node: &mut ControlNode) {
     control_node.metadata.managed_fields = None;
 }
@@ -174,9 +252,9 @@ pub fn other_node(node: &Node) -> crate::cordon::OtherNode {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_slim_node_keeps_what_autopilot_reads() {
-        let mut node: Node = serde_json::from_value(serde_json::json!({
+    fn kubelet_node(unschedulable: bool, ready: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
             "metadata": {
                 "name": "w1", "uid": "u", "resourceVersion": "7",
                 "labels": {"kubernetes.io/os": "linux"},
@@ -184,12 +262,12 @@ mod tests {
                 "managedFields": [{"manager": "kubelet", "operation": "Update",
                                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
             },
-            "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24",
+            "spec": {"unschedulable": unschedulable, "podCIDR": "10.0.0.0/24",
                      "taints": [{"key": "k", "effect": "NoSchedule"}]},
             "status": {
                 "conditions": [
-                    {"type": "MemoryPressure", "status": "False"},
-                    {"type": "Ready", "status": "True"},
+                    {"type": "MemoryPressure", "status": "True"},
+                    {"type": "Ready", "status": ready, "reason": "KubeletReady"},
                 ],
                 "images": [{"names": ["registry.example/app:1"], "sizeBytes": 1}],
                 "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
@@ -199,26 +277,39 @@ mod tests {
                              "machineID": "", "operatingSystem": "linux", "osImage": "",
                              "systemUUID": ""},
             },
-        }))
-        .expect("a Node");
-        let before = node.clone();
-        slim_node(&mut node);
+        })
+    }
+
+    #[test]
+    fn a_slim_node_keeps_what_autopilot_reads() {
+        let json = kubelet_node(true, "True");
+        let node: SlimNode = serde_json::from_value(json.clone()).expect("a Node");
+        let full: Node = serde_json::from_value(json).expect("a Node");
         assert_eq!(node.metadata.managed_fields, None);
-        assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
-        assert_eq!(node.metadata.labels, before.metadata.labels);
-        assert_eq!(node.metadata.annotations, before.metadata.annotations);
-        assert_eq!(node.metadata.resource_version, before.metadata.resource_version);
-        assert_eq!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
-        assert_eq!(node.spec.as_ref().and_then(|s| s.taints.as_ref()), None);
-        assert_eq!(node.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()), None);
-        let status = node.status.as_ref().expect("the status is kept");
-        let conditions: Vec<&str> =
-            status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
-        assert_eq!(conditions, ["Ready"]);
-        assert_eq!(status.addresses, None);
-        assert_eq!(status.capacity, None);
-        assert_eq!(status.node_info, None);
-        assert!(is_node_ready(&node));
+        assert_eq!(node.metadata.name.as_deref(), Some("w1"));
+        assert_eq!(node.metadata.labels, full.metadata.labels);
+        assert_eq!(node.metadata.annotations, full.metadata.annotations);
+        assert_eq!(node.metadata.resource_version.as_deref(), Some("7"));
+        assert!(node.unschedulable);
+        assert!(node.ready);
+        assert_eq!(SlimNode::from(&full), node, "decoded and converted alike");
+        assert_eq!(<SlimNode as kube_core::Resource>::url_path(&(), None), "/api/v1/nodes");
+    }
+
+    #[test]
+    fn a_slim_node_is_ready_only_by_its_ready_condition() {
+        for (status, ready) in [("True", true), ("False", false), ("Unknown", false)] {
+            let node: SlimNode =
+                serde_json::from_value(kubelet_node(false, status)).expect("a Node");
+            assert_eq!(node.ready, ready, "Ready={status}");
+            assert!(!node.unschedulable);
+        }
+        let bare: SlimNode = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "w2"}, "status": {"conditions": null}}),
+        )
+        .expect("a Node");
+        assert_eq!(bare, SlimNode { metadata: bare.metadata.clone(), ..SlimNode::default() });
+        assert!(!bare.ready && !bare.unschedulable);
     }
 
     #[test]
@@ -242,8 +333,8 @@ mod tests {
         assert_eq!(control_node_object(&unknown).version, None);
     }
 
-    fn meta(data: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    fn meta(data: &str) -> ObjectMeta {
+        ObjectMeta {
             annotations: Some(
                 [
                     (keys::ANNOTATION_SIGNAL_VERSION.to_owned(), "v2".to_owned()),

@@ -553,7 +553,12 @@ impl Check {
             .await?
             .items
             .into_iter()
-            .map(|m| snapshot::node_object(&Node { metadata: m.metadata, ..Node::default() }))
+            .map(|m| {
+                snapshot::node_object(&snapshot::SlimNode {
+                    metadata: m.metadata,
+                    ..Default::default()
+                })
+            })
             .map(|object| (object.name.clone(), object))
             .collect();
         let control_nodes: BTreeMap<String, _> = control_nodes

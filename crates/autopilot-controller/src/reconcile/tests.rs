@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan, TargetState};
+use autopilot_engine::snapshot::SlimNode;
 use autopilot_shell::fake_api::{self, FakeApiServer, Request as Seen};
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
@@ -73,8 +74,13 @@ fn answer(seen: &Seen, before: &[Seen], conflict: bool, refused: Option<&str>) -
     }
 }
 
-fn worker(name: &str) -> Node {
-    serde_json::from_value(json!({
+fn worker(name: &str) -> SlimNode {
+    serde_json::from_value(worker_json(name)).expect("a Node")
+}
+
+/// A ready worker `name` as the API server sends it.
+fn worker_json(name: &str) -> Value {
+    json!({
         "metadata": {
             "name": name,
             "uid": format!("uid-{name}"),
@@ -86,8 +92,7 @@ fn worker(name: &str) -> Node {
             },
         },
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }))
-    .expect("a Node")
+    })
 }
 
 fn plan(workers: &[&str]) -> Plan {
@@ -130,17 +135,17 @@ where
     store
 }
 
-fn context(client: kube::Client, nodes: Vec<Node>) -> Arc<Context> {
+fn context(client: kube::Client, nodes: Vec<SlimNode>) -> Arc<Context> {
     context_with_nodes(client, store(nodes))
 }
 
-fn context_with_nodes(client: kube::Client, nodes: Store<Node>) -> Arc<Context> {
+fn context_with_nodes(client: kube::Client, nodes: Store<SlimNode>) -> Arc<Context> {
     Arc::new(new_context(client, nodes))
 }
 
 /// A context of a leader term that began just now, with `nodes` and every other cache
 /// filled and empty.
-fn new_context(client: kube::Client, nodes: Store<Node>) -> Context {
+fn new_context(client: kube::Client, nodes: Store<SlimNode>) -> Context {
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
     let policy = Policy {
         prometheus_url: None,
@@ -316,7 +321,7 @@ async fn a_pass_whose_status_write_conflicts_writes_no_signal() {
 async fn a_pass_before_the_caches_are_filled_comes_back_shortly_without_waiting_for_them() {
     let api = FakeApi::default();
     // The Node watch has not finished its first list: its cache is not filled.
-    let (nodes, _writer) = reflector::store::<Node>();
+    let (nodes, _writer) = reflector::store::<SlimNode>();
     let ctx = context_with_nodes(api.client(), nodes);
     // Well under the 5 s a pass used to wait at the start of every leader term.
     let pass =
@@ -360,7 +365,7 @@ async fn a_pass_needing_check_pods_does_not_wait_for_their_caches_either() {
 #[tokio::test]
 async fn caches_still_unfilled_late_in_a_term_bring_the_pass_back_slowly() {
     let api = FakeApi::default();
-    let (nodes, _writer) = reflector::store::<Node>();
+    let (nodes, _writer) = reflector::store::<SlimNode>();
     let mut ctx = new_context(api.client(), nodes);
     // The term began longer ago than the first lists take: something keeps them from
     // completing (RBAC, an API server that does not answer). No busy loop of passes.
@@ -372,14 +377,14 @@ async fn caches_still_unfilled_late_in_a_term_bring_the_pass_back_slowly() {
     assert!(api.writes().is_empty(), "nothing decided on unfilled caches: {:#?}", api.writes());
 }
 
-fn node_event(name: &str, edit: impl FnOnce(&mut Node)) -> Node {
+fn node_event(name: &str, edit: impl FnOnce(&mut SlimNode)) -> SlimNode {
     let mut node = worker(name);
     edit(&mut node);
     node
 }
 
 /// Runs `events` through the trigger filter and returns the names it passed on.
-async fn triggered(events: Vec<watcher::Event<Node>>) -> Vec<String> {
+async fn triggered(events: Vec<watcher::Event<SlimNode>>) -> Vec<String> {
     let stream = futures::stream::iter(events.into_iter().map(Ok));
     triggers(stream, node_fingerprint)
         .map(|object| object.expect("no error").metadata.name.unwrap_or_default())
@@ -389,19 +394,18 @@ async fn triggered(events: Vec<watcher::Event<Node>>) -> Vec<String> {
 
 #[tokio::test]
 async fn the_trigger_filter_passes_what_a_decision_reads_and_drops_heartbeats() {
-    let heartbeat = |node: &mut Node| {
-        let status = node.status.get_or_insert_default();
-        status.conditions.get_or_insert_default()[0].last_heartbeat_time =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
-        node.metadata.resource_version = Some("later".into());
-    };
+    // A kubelet heartbeat as the watch decodes it: a new resourceVersion and heartbeat time.
+    let mut heartbeat = worker_json("w1");
+    heartbeat["metadata"]["resourceVersion"] = json!("later");
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-11-27T12:00:00Z");
+    let heartbeat: SlimNode = serde_json::from_value(heartbeat).expect("a Node");
     let passed = triggered(vec![
         watcher::Event::Init,
         watcher::Event::InitApply(worker("w1")),
         watcher::Event::InitApply(worker("w2")),
         watcher::Event::InitDone,
         // A kubelet heartbeat changes nothing a decision reads.
-        watcher::Event::Apply(node_event("w1", heartbeat)),
+        watcher::Event::Apply(heartbeat),
         // A label (selectors, platform), a signal and readiness do.
         watcher::Event::Apply(node_event("w1", |node| {
             node.metadata.labels.get_or_insert_default().insert("role".into(), "db".into());
@@ -417,8 +421,7 @@ async fn the_trigger_filter_passes_what_a_decision_reads_and_drops_heartbeats() 
                 .annotations
                 .get_or_insert_default()
                 .insert(keys::ANNOTATION_SIGNAL_DATA.into(), "{}".into());
-            node.status.get_or_insert_default().conditions.get_or_insert_default()[0].status =
-                "False".into();
+            node.ready = false;
         })),
         // A deletion always passes; the same object coming back passes again.
         watcher::Event::Delete(worker("w1")),
@@ -463,7 +466,7 @@ async fn only_signalled_objects_are_fed_to_the_drain() {
     let passed = feed_signalled(futures::stream::iter(events), feed).count().await;
     assert_eq!(passed, 6, "the watch's own events are unchanged");
     let fed: Vec<String> =
-        fed.map(|node: Node| node.metadata.name.unwrap_or_default()).collect().await;
+        fed.map(|node: SlimNode| node.metadata.name.unwrap_or_default()).collect().await;
     assert_eq!(fed, ["w2", "w2"]);
 }
 
@@ -476,7 +479,7 @@ fn plan_limited(workers: &[&str], concurrent: usize) -> Plan {
 }
 
 /// The worker a signal `patch` went to, reporting `Completed` on that signal.
-fn completed(patch: &Seen) -> Node {
+fn completed(patch: &Seen) -> SlimNode {
     let name = patch.path.trim_start_matches("/api/v1/nodes/");
     let annotations = &patch.body["metadata"]["annotations"];
     let version = annotations[keys::ANNOTATION_SIGNAL_VERSION].as_str().expect("a version");
@@ -506,7 +509,7 @@ fn signalled_in(requests: &[Seen]) -> Vec<String> {
 struct PacedRun {
     api: FakeApi,
     /// Fills the Node cache the passes read.
-    nodes: reflector::store::Writer<Node>,
+    nodes: reflector::store::Writer<SlimNode>,
     ctx: Arc<Context>,
     /// The Plan as the last status write left it.
     current: Plan,
@@ -515,7 +518,7 @@ struct PacedRun {
 impl PacedRun {
     async fn to_first_batch(names: &[&str], concurrent: usize) -> Self {
         let api = FakeApi::default();
-        let (store, mut nodes) = reflector::store::<Node>();
+        let (store, mut nodes) = reflector::store::<SlimNode>();
         nodes.apply_watcher_event(&watcher::Event::Init);
         for name in names {
             nodes.apply_watcher_event(&watcher::Event::InitApply(worker(name)));
