@@ -122,6 +122,12 @@ pub trait SignalObject:
     fn as_node(&self) -> Option<&SlimNode> {
         None
     }
+
+    /// The object, when it is the Node `node` as a cordon or uncordon left it (the patch's
+    /// answer): the next round reads it instead of a GET.
+    fn from_node(_node: SlimNode) -> Option<Self> {
+        None
+    }
 }
 
 impl SignalObject for SlimNode {
@@ -131,6 +137,10 @@ impl SignalObject for SlimNode {
 
     fn as_node(&self) -> Option<&SlimNode> {
         Some(self)
+    }
+
+    fn from_node(node: SlimNode) -> Option<Self> {
+        Some(node)
     }
 }
 
@@ -249,12 +259,20 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 return Ok(Action::await_change());
             }
             Step::Cordon => {
-                cordon_node(&ctx.client, &node, node_version.as_deref()).await?;
+                let patched = cordon_node(&ctx.client, &node, node_version.as_deref()).await?;
                 info!(%kind, object = %name, %node, "cordoned node for its update");
+                if let Some(fresh) = K::from_node(patched) {
+                    current = fresh;
+                    continue;
+                }
             }
             Step::Uncordon => {
-                uncordon_node(&ctx.client, &node, node_version.as_deref()).await?;
+                let patched = uncordon_node(&ctx.client, &node, node_version.as_deref()).await?;
                 info!(%kind, object = %name, %node, "uncordoned node after its update");
+                if let Some(fresh) = K::from_node(patched) {
+                    current = fresh;
+                    continue;
+                }
             }
             Step::Evict(pods) => match evict(&ctx.eviction_client, &pods).await? {
                 None => info!(%kind, object = %name, %node, pods = pods.len(), "evicted pods"),
@@ -501,10 +519,10 @@ fn run_of<K: SignalObject>(
 
 /// Collect the facts for one object, and the resourceVersion of its Node (the precondition
 /// of a cordon or uncordon). The Node is `own_node` when the signal object is that Node (as
-/// the watch or this pass's own re-read delivered it; a stale copy only loses a conflict),
-/// else read with a GET. Pods are listed only while draining a signal that is ours to drain,
-/// and the other Nodes (where its pods could go) only when its command's `drain` is
-/// `IfPossible`.
+/// the watch, this pass's own re-read or its cordon's answer delivered it; a stale copy only
+/// loses a conflict), else read with a GET. Pods are listed only when the decision reads
+/// them ([`cordon::needs_pods`]: a cordoned node of a signal that is ours to drain), and the
+/// other Nodes (where its pods could go) only when its command's `drain` is `IfPossible`.
 async fn observe(
     client: &kube::Client,
     phase: Option<SignalPhase>,
@@ -539,7 +557,7 @@ async fn observe(
     facts.node_exists = true;
     facts.unschedulable = node.unschedulable;
     facts.cordoned_by_autopilot = node.annotations().contains_key(keys::ANNOTATION_CORDONED);
-    if phase == Some(SignalPhase::Cordoning) && matches!(facts.run, Run::Current | Run::Unmarked) {
+    if cordon::needs_pods(&facts) {
         let pods: Api<Pod> = Api::all(client.clone());
         let list = pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
@@ -565,12 +583,12 @@ async fn observe(
 }
 
 /// Cordon `node`, guarded by the resourceVersion it was observed at (a conflict means
-/// re-observe and re-decide).
+/// re-observe and re-decide); the Node as the cordon left it.
 async fn cordon_node(
     client: &kube::Client,
     node: &str,
     version: Option<&str>,
-) -> Result<(), Error> {
+) -> Result<SlimNode, Error> {
     let patch = json!({
         "metadata": {
             "resourceVersion": version,
@@ -581,16 +599,16 @@ async fn cordon_node(
     Api::<SlimNode>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(api(format!("cordoning Node {node}")))?;
-    Ok(())
+        .map_err(api(format!("cordoning Node {node}")))
 }
 
-/// Uncordon `node`, guarded by the resourceVersion it was observed at.
+/// Uncordon `node`, guarded by the resourceVersion it was observed at; the Node as the
+/// uncordon left it.
 async fn uncordon_node(
     client: &kube::Client,
     node: &str,
     version: Option<&str>,
-) -> Result<(), Error> {
+) -> Result<SlimNode, Error> {
     let patch = json!({
         "metadata": {
             "resourceVersion": version,
@@ -601,8 +619,7 @@ async fn uncordon_node(
     Api::<SlimNode>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(api(format!("uncordoning Node {node}")))?;
-    Ok(())
+        .map_err(api(format!("uncordoning Node {node}")))
 }
 
 /// Evict `pods`; `Some(why)` names the first pod whose eviction was refused (a

@@ -215,6 +215,20 @@ pub fn needs_run(phase: Option<SignalPhase>) -> bool {
     phase == Some(SignalPhase::Cordoning)
 }
 
+/// Whether the decision on `facts` depends on the pods of the node, so the shell must list
+/// them (every fact but `pods` and `others` observed): only a `Cordoning` signal of the
+/// current run on a node that exists, is already cordoned, and whose command drains. Before
+/// the cordon the answer is to cordon whatever runs there, and a drain of `Never` evicts
+/// nothing, so a list then would be read for nothing.
+pub fn needs_pods(facts: &Facts) -> bool {
+    facts.phase == Some(SignalPhase::Cordoning)
+        && facts.run == Run::Current
+        && facts.kubelet_bearing
+        && facts.node_exists
+        && facts.unschedulable
+        && facts.drain != DrainPolicy::Never
+}
+
 /// What to do next for one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -457,6 +471,44 @@ mod tests {
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_pods_are_needed_exactly_where_they_change_the_decision() {
+        let phases = [
+            SignalPhase::Cordoning,
+            SignalPhase::ApplyingUpdate,
+            SignalPhase::Uncordoning,
+            SignalPhase::Completed,
+        ];
+        let runs = [Run::Current, Run::Unmarked, Run::NotLookedUp, Run::Unauthorized("no".into())];
+        let drains = [DrainPolicy::Always, DrainPolicy::IfPossible, DrainPolicy::Never];
+        let mut needed = 0;
+        for phase in phases {
+            for run in &runs {
+                for drain in drains {
+                    for bits in 0..8_u8 {
+                        let without = Facts {
+                            kubelet_bearing: bits & 1 != 0,
+                            node_exists: bits & 2 != 0,
+                            unschedulable: bits & 4 != 0,
+                            run: run.clone(),
+                            drain,
+                            ..node(phase)
+                        };
+                        let with = Facts { pods: vec![pod("web")], ..without.clone() };
+                        if needs_pods(&without) {
+                            needed += 1;
+                            assert_ne!(decide(&with), decide(&without), "{without:?}");
+                        } else {
+                            assert_eq!(decide(&with), decide(&without), "{without:?}");
+                        }
+                    }
+                }
+            }
+        }
+        // Cordoning, the current run, an existing cordoned Node, `Always` or `IfPossible`.
+        assert_eq!(needed, 2);
     }
 
     #[test]
