@@ -166,6 +166,37 @@ struct Context {
     failures: Mutex<HashMap<String, Capped>>,
     /// The `drain_blocked` metric: how many objects have a refusal recorded in `refusals`.
     drain_blocked: Gauge,
+    /// The versions of each object this controller wrote over.
+    superseded: Mutex<Superseded>,
+}
+
+/// The resourceVersions of each object the drain wrote over (a cordon, uncordon or phase
+/// written with that version as its precondition), until the cache shows a version it did
+/// not write over: the watch delivers an object's versions in order, so that one is newer
+/// than all of them, and they are forgotten. It holds only objects being drained.
+#[derive(Debug, Default)]
+struct Superseded(HashMap<String, Vec<String>>);
+
+impl Superseded {
+    /// Whether `version` of object `name` is one the drain has written over.
+    fn written_over(&mut self, name: &str, version: Option<&str>) -> bool {
+        let Some(versions) = self.0.get(name) else { return false };
+        if version.is_some_and(|version| versions.iter().any(|v| v == version)) {
+            return true;
+        }
+        self.0.remove(name);
+        false
+    }
+
+    /// The drain wrote over the version `before` of object `name`, and the write left
+    /// version `after` (the same when the write changed nothing: that version stays current,
+    /// and its pass must not be skipped).
+    fn wrote_over(&mut self, name: &str, before: Option<String>, after: Option<String>) {
+        let Some(before) = before.filter(|before| after.as_ref() != Some(before)) else {
+            return;
+        };
+        self.0.entry(name.to_owned()).or_default().push(before);
+    }
 }
 
 /// Run the cordon/drain controllers for Nodes and ControlNodes until `stop` is cancelled.
@@ -187,6 +218,7 @@ pub async fn run(
         drain_timeout,
         failures: Mutex::new(HashMap::new()),
         drain_blocked: drain_blocked.clone(),
+        superseded: Mutex::new(Superseded::default()),
     });
     // The caches hold slimmed objects (`snapshot::SlimNode`): drain reads labels,
     // annotations and the spec, and writes patches. Only a signalled object has anything to
@@ -236,6 +268,13 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
     let name = object.name_any();
     let kind = K::kind(&());
     let objects: Api<K> = Api::all(ctx.client.clone());
+    if ctx.superseded().written_over(&name, object.meta().resource_version.as_deref()) {
+        // The cache is behind this controller's own write: the newer version's event is on
+        // its way and triggers the next pass. Deciding on this one would only redo a step
+        // and lose a conflict.
+        debug!(%kind, object = %name, "cached version already written over");
+        return Ok(Action::await_change());
+    }
     let mut current = (*object).clone();
     for _ in 0..MAX_ROUNDS {
         let Ok(Some(data)) = signal::from_meta(current.meta()) else {
@@ -262,6 +301,11 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 let patched = cordon_node(&ctx.client, &node, node_version.as_deref()).await?;
                 info!(%kind, object = %name, %node, "cordoned node for its update");
                 if let Some(fresh) = K::from_node(patched) {
+                    ctx.superseded().wrote_over(
+                        &name,
+                        current.resource_version(),
+                        fresh.resource_version(),
+                    );
                     current = fresh;
                     continue;
                 }
@@ -270,6 +314,11 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 let patched = uncordon_node(&ctx.client, &node, node_version.as_deref()).await?;
                 info!(%kind, object = %name, %node, "uncordoned node after its update");
                 if let Some(fresh) = K::from_node(patched) {
+                    ctx.superseded().wrote_over(
+                        &name,
+                        current.resource_version(),
+                        fresh.resource_version(),
+                    );
                     current = fresh;
                     continue;
                 }
@@ -286,14 +335,16 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
             }
             Step::Advance(next) => {
                 ctx.reset(&name);
-                write_phase(&objects, &current, &data, next, None).await?;
+                let after = write_phase(&objects, &current, &data, next, None).await?;
+                ctx.superseded().wrote_over(&name, current.resource_version(), after);
                 info!(%kind, object = %name, to = %next, "advanced node phase");
                 return Ok(Action::await_change());
             }
             Step::Undrained(note) => {
                 ctx.reset(&name);
                 let next = SignalPhase::ApplyingUpdate;
-                write_phase(&objects, &current, &data, next, Some(&note)).await?;
+                let after = write_phase(&objects, &current, &data, next, Some(&note)).await?;
+                ctx.superseded().wrote_over(&name, current.resource_version(), after);
                 info!(%kind, object = %name, %node, %note, "node cordoned, not fully drained");
                 return Ok(Action::await_change());
             }
@@ -303,7 +354,8 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 // decides the same again. The next pass (on the Failed signal) also undoes a
                 // cordon autopilot left on the node.
                 ctx.reset(&name);
-                write_failed(&objects, &current, &data, &reason).await?;
+                let after = write_failed(&objects, &current, &data, &reason).await?;
+                ctx.superseded().wrote_over(&name, current.resource_version(), after);
                 warn!(%kind, object = %name, %node, %reason, "signal of another run failed, not drained");
             }
         }
@@ -413,6 +465,10 @@ fn error_policy<K: SignalObject>(object: Arc<K>, error: &Error, ctx: Arc<Context
 }
 
 impl Context {
+    fn superseded(&self) -> std::sync::MutexGuard<'_, Superseded> {
+        self.superseded.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Record a refusal and return how long to wait before the next attempt.
     fn refused(&self, name: &str) -> Duration {
         let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
@@ -676,7 +732,7 @@ async fn write_phase<K: SignalObject>(
     data: &SignalData,
     phase: SignalPhase,
     reason: Option<&str>,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let mut next = data.clone();
     let status = SignalStatus::new(phase, jiff::Timestamp::now());
     next.status = Some(match reason {
@@ -693,7 +749,7 @@ async fn write_failed<K: SignalObject>(
     object: &K,
     data: &SignalData,
     reason: &str,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let mut next = data.clone();
     next.status =
         Some(SignalStatus::new(SignalPhase::Failed, jiff::Timestamp::now()).with_reason(reason));
@@ -706,10 +762,10 @@ async fn write_reason<K: SignalObject>(
     object: &K,
     data: &SignalData,
     reason: &str,
-) -> Result<(), Error> {
-    let Some(status) = &data.status else { return Ok(()) };
+) -> Result<Option<String>, Error> {
+    let Some(status) = &data.status else { return Ok(object.resource_version()) };
     if status.reason.as_deref() == Some(reason) {
-        return Ok(());
+        return Ok(object.resource_version());
     }
     let mut next = data.clone();
     next.status = Some(status.clone().with_reason(reason));
@@ -720,13 +776,14 @@ async fn write_signal<K: SignalObject>(
     objects: &Api<K>,
     object: &K,
     data: &SignalData,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let name = object.name_any();
     let version = object.resource_version();
-    autopilot_shell::signal::write(objects, &name, version.as_deref(), data)
+    // The resourceVersion the write left.
+    let written = autopilot_shell::signal::write(objects, &name, version.as_deref(), data)
         .await
         .map_err(api(format!("writing the signal status of {} {name}", K::kind(&()))))?;
-    Ok(())
+    Ok(written.resource_version())
 }
 
 #[cfg(test)]
@@ -839,5 +896,26 @@ mod tests {
         let Run::Other { signal, plan } = run else { panic!("another run: {run:?}") };
         assert_eq!((signal.as_str(), plan), ("r1", PlanRun::Run("r2".into())));
         assert_eq!(requests.len(), 1, "the refusal rests on a read: {requests:#?}");
+    }
+
+    #[test]
+    fn versions_written_over_are_skipped_until_a_newer_one_is_seen() {
+        let mut superseded = Superseded::default();
+        let some = |v: &str| Some(v.to_owned());
+        // A pass cordoned at 1 (leaving 2) and advanced the phase at 2 (leaving 3).
+        superseded.wrote_over("w1", some("1"), some("2"));
+        superseded.wrote_over("w1", some("2"), some("3"));
+        assert!(superseded.written_over("w1", Some("1")));
+        assert!(superseded.written_over("w1", Some("2")));
+        assert!(!superseded.written_over("w2", Some("1")), "another object");
+        // Version 3 was not written over: it is seen, and the rest is forgotten.
+        assert!(!superseded.written_over("w1", Some("3")));
+        assert!(!superseded.written_over("w1", Some("2")));
+        assert!(superseded.0.is_empty(), "nothing kept once caught up");
+        // A write that changed nothing leaves its version current.
+        superseded.wrote_over("w1", some("4"), some("4"));
+        assert!(!superseded.written_over("w1", Some("4")));
+        superseded.wrote_over("w1", None, some("5"));
+        assert!(superseded.0.is_empty());
     }
 }
