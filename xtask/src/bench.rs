@@ -699,10 +699,6 @@ async fn drive(
             .context("publishing a ControlNode's version")?;
     }
 
-    // The responder counts a node in flight until it writes the node's terminal phase; with
-    // drains the leader writes `Completed`, which the responder does not count as an end, so
-    // its count says nothing about the plan's limit there.
-    let counts_ends = !matches!(behaviour, Behaviour::CompleteWithLeader);
     let responder =
         Responder::start(client.clone(), Config::new().default_behaviour(behaviour)).await?;
     let plans: Api<Plan> = Api::all(client.clone());
@@ -788,7 +784,7 @@ async fn drive(
         duplicates.join("\n")
     );
     anyhow::ensure!(
-        !counts_ends || max_in_flight <= concurrent as usize,
+        max_in_flight <= concurrent as usize,
         "{max_in_flight} workers were in flight at once (limit {concurrent})"
     );
     drop(controllers);

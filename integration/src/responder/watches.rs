@@ -111,6 +111,18 @@ fn on_apply<K: SignalObject>(shared: &Arc<Shared>, api: &Api<K>, kind: ObjectKin
         Some(phase) => {
             let key = SignalKey::of(&data);
             let entry = state.objects.entry(object.clone()).or_default();
+            // A terminal phase on the signal in flight, with no driver left to see it: the
+            // leader ended it (with central cordoning it writes `Completed` after the node's
+            // last write). A running driver sees such a phase itself, or wrote it.
+            let driving = entry
+                .driver
+                .as_ref()
+                .is_some_and(|(_, driven, abort)| *driven == key && !abort.is_finished());
+            if phase.is_terminal() && entry.in_flight.as_ref() == Some(&key) && !driving {
+                entry.in_flight = None;
+                shared.record(&mut state, revision, &object, Event::Saw { key, phase });
+                return;
+            }
             if entry.in_flight.as_ref().is_some_and(|k| *k != key) {
                 let previous = entry.in_flight.clone().expect("checked above");
                 shared.end(&mut state, &object, previous, revision, "replaced by a newer signal");
