@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 
 use super::driver::Driver;
 use super::record::{Event, ObjectKind, ObjectRef, SignalKey, command_kind, revision_of};
+use super::script::{Step, script};
 use super::shared::{Fresh, Shared, State};
 
 /// The object types the responder answers on.
@@ -111,14 +112,21 @@ fn on_apply<K: SignalObject>(shared: &Arc<Shared>, api: &Api<K>, kind: ObjectKin
         Some(phase) => {
             let key = SignalKey::of(&data);
             let entry = state.objects.entry(object.clone()).or_default();
-            // A terminal phase on the signal in flight, with no driver left to see it: the
-            // leader ended it (with central cordoning it writes `Completed` after the node's
-            // last write). A running driver sees such a phase itself, or wrote it.
+            // A terminal phase on the signal in flight that the node's script does not write
+            // (with central cordoning the leader writes `Completed` after the node's last
+            // write), or with no driver left to see it: someone else ended it. A running
+            // driver whose script ends the signal writes that phase, or sees it when it
+            // tries to.
+            let (behaviour, _) = shared.behaviour(&object.name);
+            let ends_itself = script(&behaviour, command_kind(&data))
+                .iter()
+                .any(|step| matches!(step, Step::Write(phase, _) if phase.is_terminal()));
             let driving = entry
                 .driver
                 .as_ref()
                 .is_some_and(|(_, driven, abort)| *driven == key && !abort.is_finished());
-            if phase.is_terminal() && entry.in_flight.as_ref() == Some(&key) && !driving {
+            let ended_by_others = !ends_itself || !driving;
+            if phase.is_terminal() && entry.in_flight.as_ref() == Some(&key) && ended_by_others {
                 entry.in_flight = None;
                 shared.record(&mut state, revision, &object, Event::Saw { key, phase });
                 return;
