@@ -170,7 +170,7 @@ struct Context {
     superseded: Mutex<Superseded>,
 }
 
-/// The resourceVersions of each object the drain wrote over (a cordon, uncordon or phase
+/// The resourceVersions of each object (by kind and name) the drain wrote over (a cordon, uncordon or phase
 /// written with that version as its precondition), until the cache shows a version it did
 /// not write over: the watch delivers an object's versions in order, so that one is newer
 /// than all of them, and they are forgotten. It holds only objects being drained.
@@ -178,24 +178,24 @@ struct Context {
 struct Superseded(HashMap<String, Vec<String>>);
 
 impl Superseded {
-    /// Whether `version` of object `name` is one the drain has written over.
-    fn written_over(&mut self, name: &str, version: Option<&str>) -> bool {
-        let Some(versions) = self.0.get(name) else { return false };
+    /// Whether `version` of `object` (`Kind/name`) is one the drain has written over.
+    fn written_over(&mut self, object: &str, version: Option<&str>) -> bool {
+        let Some(versions) = self.0.get(object) else { return false };
         if version.is_some_and(|version| versions.iter().any(|v| v == version)) {
             return true;
         }
-        self.0.remove(name);
+        self.0.remove(object);
         false
     }
 
-    /// The drain wrote over the version `before` of object `name`, and the write left
+    /// The drain wrote over the version `before` of `object` (`Kind/name`), and the write left
     /// version `after` (the same when the write changed nothing: that version stays current,
     /// and its pass must not be skipped).
-    fn wrote_over(&mut self, name: &str, before: Option<String>, after: Option<String>) {
+    fn wrote_over(&mut self, object: &str, before: Option<String>, after: Option<String>) {
         let Some(before) = before.filter(|before| after.as_ref() != Some(before)) else {
             return;
         };
-        self.0.entry(name.to_owned()).or_default().push(before);
+        self.0.entry(object.to_owned()).or_default().push(before);
     }
 }
 
@@ -210,16 +210,6 @@ pub async fn run(
     watched: Watched,
     stop: CancellationToken,
 ) {
-    let context = Arc::new(Context {
-        client: client.clone(),
-        plans: watched.plans.clone(),
-        eviction_client,
-        refusals: Mutex::new(HashMap::new()),
-        drain_timeout,
-        failures: Mutex::new(HashMap::new()),
-        drain_blocked: drain_blocked.clone(),
-        superseded: Mutex::new(Superseded::default()),
-    });
     // The caches hold slimmed objects (`snapshot::SlimNode`): drain reads labels,
     // annotations and the spec, and writes patches. Only a signalled object has anything to
     // cordon, drain or uncordon, so only those are passed on as triggers (the initial list
@@ -229,8 +219,18 @@ pub async fn run(
         signalled_nodes,
         control_nodes: control_node_store,
         signalled_control_nodes,
-        plans: _,
+        plans,
     } = watched;
+    let context = Arc::new(Context {
+        client: client.clone(),
+        plans,
+        eviction_client,
+        refusals: Mutex::new(HashMap::new()),
+        drain_timeout,
+        failures: Mutex::new(HashMap::new()),
+        drain_blocked: drain_blocked.clone(),
+        superseded: Mutex::new(Superseded::default()),
+    });
     let node_objects = signalled_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
     let control_node_objects = signalled_control_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
     let config = || kube::runtime::controller::Config::default().concurrency(CONCURRENCY);
@@ -268,7 +268,9 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
     let name = object.name_any();
     let kind = K::kind(&());
     let objects: Api<K> = Api::all(ctx.client.clone());
-    if ctx.superseded().written_over(&name, object.meta().resource_version.as_deref()) {
+    // A ControlNode and its machine's Node may share a name.
+    let written = format!("{kind}/{name}");
+    if ctx.superseded().written_over(&written, object.meta().resource_version.as_deref()) {
         // The cache is behind this controller's own write: the newer version's event is on
         // its way and triggers the next pass. Deciding on this one would only redo a step
         // and lose a conflict.
@@ -302,7 +304,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 info!(%kind, object = %name, %node, "cordoned node for its update");
                 if let Some(fresh) = K::from_node(patched) {
                     ctx.superseded().wrote_over(
-                        &name,
+                        &written,
                         current.resource_version(),
                         fresh.resource_version(),
                     );
@@ -315,7 +317,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 info!(%kind, object = %name, %node, "uncordoned node after its update");
                 if let Some(fresh) = K::from_node(patched) {
                     ctx.superseded().wrote_over(
-                        &name,
+                        &written,
                         current.resource_version(),
                         fresh.resource_version(),
                     );
@@ -336,7 +338,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
             Step::Advance(next) => {
                 ctx.reset(&name);
                 let after = write_phase(&objects, &current, &data, next, None).await?;
-                ctx.superseded().wrote_over(&name, current.resource_version(), after);
+                ctx.superseded().wrote_over(&written, current.resource_version(), after);
                 info!(%kind, object = %name, to = %next, "advanced node phase");
                 return Ok(Action::await_change());
             }
@@ -344,7 +346,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 ctx.reset(&name);
                 let next = SignalPhase::ApplyingUpdate;
                 let after = write_phase(&objects, &current, &data, next, Some(&note)).await?;
-                ctx.superseded().wrote_over(&name, current.resource_version(), after);
+                ctx.superseded().wrote_over(&written, current.resource_version(), after);
                 info!(%kind, object = %name, %node, %note, "node cordoned, not fully drained");
                 return Ok(Action::await_change());
             }
@@ -355,7 +357,7 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 // cordon autopilot left on the node.
                 ctx.reset(&name);
                 let after = write_failed(&objects, &current, &data, &reason).await?;
-                ctx.superseded().wrote_over(&name, current.resource_version(), after);
+                ctx.superseded().wrote_over(&written, current.resource_version(), after);
                 warn!(%kind, object = %name, %node, %reason, "signal of another run failed, not drained");
             }
         }
@@ -903,19 +905,19 @@ mod tests {
         let mut superseded = Superseded::default();
         let some = |v: &str| Some(v.to_owned());
         // A pass cordoned at 1 (leaving 2) and advanced the phase at 2 (leaving 3).
-        superseded.wrote_over("w1", some("1"), some("2"));
-        superseded.wrote_over("w1", some("2"), some("3"));
-        assert!(superseded.written_over("w1", Some("1")));
-        assert!(superseded.written_over("w1", Some("2")));
-        assert!(!superseded.written_over("w2", Some("1")), "another object");
+        superseded.wrote_over("Node/w1", some("1"), some("2"));
+        superseded.wrote_over("Node/w1", some("2"), some("3"));
+        assert!(superseded.written_over("Node/w1", Some("1")));
+        assert!(superseded.written_over("Node/w1", Some("2")));
+        assert!(!superseded.written_over("ControlNode/w1", Some("1")), "another kind");
         // Version 3 was not written over: it is seen, and the rest is forgotten.
-        assert!(!superseded.written_over("w1", Some("3")));
-        assert!(!superseded.written_over("w1", Some("2")));
+        assert!(!superseded.written_over("Node/w1", Some("3")));
+        assert!(!superseded.written_over("Node/w1", Some("2")));
         assert!(superseded.0.is_empty(), "nothing kept once caught up");
         // A write that changed nothing leaves its version current.
-        superseded.wrote_over("w1", some("4"), some("4"));
-        assert!(!superseded.written_over("w1", Some("4")));
-        superseded.wrote_over("w1", None, some("5"));
+        superseded.wrote_over("Node/w1", some("4"), some("4"));
+        assert!(!superseded.written_over("Node/w1", Some("4")));
+        superseded.wrote_over("Node/w1", None, some("5"));
         assert!(superseded.0.is_empty());
     }
 }
