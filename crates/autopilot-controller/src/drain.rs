@@ -299,28 +299,20 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 ctx.reset(&name);
                 return Ok(Action::await_change());
             }
-            Step::Cordon => {
-                let patched = cordon_node(&ctx.client, &node, node_version.as_deref()).await?;
-                info!(%kind, object = %name, %node, "cordoned node for its update");
+            Step::Cordon | Step::Uncordon => {
+                let version = node_version.as_deref();
+                let patched = if step == Step::Cordon {
+                    let patched = cordon_node(&ctx.client, &node, version).await?;
+                    info!(%kind, object = %name, %node, "cordoned node for its update");
+                    patched
+                } else {
+                    let patched = uncordon_node(&ctx.client, &node, version).await?;
+                    info!(%kind, object = %name, %node, "uncordoned node after its update");
+                    patched
+                };
                 if let Some(fresh) = K::from_node(patched) {
-                    ctx.superseded().wrote_over(
-                        &written,
-                        current.resource_version(),
-                        fresh.resource_version(),
-                    );
-                    current = fresh;
-                    continue;
-                }
-            }
-            Step::Uncordon => {
-                let patched = uncordon_node(&ctx.client, &node, node_version.as_deref()).await?;
-                info!(%kind, object = %name, %node, "uncordoned node after its update");
-                if let Some(fresh) = K::from_node(patched) {
-                    ctx.superseded().wrote_over(
-                        &written,
-                        current.resource_version(),
-                        fresh.resource_version(),
-                    );
+                    let (before, after) = (current.resource_version(), fresh.resource_version());
+                    ctx.superseded().wrote_over(&written, before, after);
                     current = fresh;
                     continue;
                 }
