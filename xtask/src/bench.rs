@@ -859,34 +859,7 @@ async fn roll_back_run(
 /// with their default flags, idle on the real control plane for `settle`; then each one's
 /// memory from `/proc/<pid>/status`.
 async fn bench_footprint(k0s: &Path, settle: Duration) -> anyhow::Result<()> {
-    println!("==> starting etcd and 2 kube-apiservers");
-    let cluster = ClusterBuilder::new("bench-footprint")
-        .k0s_binary(k0s)
-        .controllers(2)
-        .workers(&["worker-0"])
-        .build()
-        .await?;
-    let client = cluster.admin_client().await?;
-    println!("==> starting 2 controllers and 1 worker ({k0s})", k0s = k0s.display());
-    let controllers =
-        [cluster.spawn_controller(0, &[]).await?, cluster.spawn_controller(1, &[]).await?];
-    let worker = cluster.spawn_worker("worker-0", &[]).await?;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
-    let holder = wait_for(Duration::from_secs(90), "an autopilot leader", || async {
-        let lease = leases.get_opt(keys::LEASE_NAME).await?;
-        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
-    })
-    .await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_for(Duration::from_secs(90), "worker-0 registered", || async {
-        Ok(nodes.get_opt("worker-0").await?.map(|_| ()))
-    })
-    .await?;
-    let leader = usize::from(!holder.starts_with("controller-0_"));
-    println!("    leader: controller-{leader}; idling for {}", humantime(settle));
-    // The figure is defined as the memory after this long idle; nothing to wait for.
-    tokio::time::sleep(settle).await;
-
+    let Idle { cluster: _cluster, controllers, worker, leader } = start_idle(k0s, settle).await?;
     let measured = [
         ("k0s worker", worker.pid()),
         ("k0s controller (leading)", controllers[leader].pid()),
@@ -907,9 +880,144 @@ async fn bench_footprint(k0s: &Path, settle: Duration) -> anyhow::Result<()> {
             memory.threads
         );
     }
+    // Where each process's resident pages are. The kernel maps a file's cached pages into a
+    // process by whole windows and folios (64 KiB and up; the disk's read-ahead makes them
+    // larger) around each page it runs, so the text resident is set by how the code that runs
+    // is laid out (crates/k0s/hot-functions.txt) and by the read-ahead printed below.
+    println!(
+        "{:<30} {:>9} {:>9} {:>9} {:>9}",
+        "resident, by mapping (MiB)", "k0s text", "k0s data", "libs", "anon"
+    );
+    for (what, pid) in measured {
+        let parts = Mapped::of(pid)?;
+        println!(
+            "{what:<30} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+            mib(parts.text_kib),
+            mib(parts.data_kib),
+            mib(parts.libs_kib),
+            mib(parts.anon_kib)
+        );
+    }
+    // The processes may run a copy of `k0s`; the worker's executable is the one measured.
+    let exe = std::fs::read_link(format!("/proc/{}/exe", worker.pid()))?;
+    match read_ahead_kib(&exe) {
+        Some(kib) => println!("    read-ahead of the disk holding {}: {kib} KiB", exe.display()),
+        None => println!("    read-ahead of the disk holding {}: unknown", exe.display()),
+    }
     drop(worker);
     drop(controllers);
     Ok(())
+}
+
+/// A process's resident memory by mapping, from `/proc/<pid>/smaps`: its executable's
+/// executable text, the rest of the binary (read-only data, relocations, and its writable
+/// data once copied), shared libraries, and anonymous memory (heap, stacks).
+#[derive(Default)]
+struct Mapped {
+    text_kib: u64,
+    data_kib: u64,
+    libs_kib: u64,
+    anon_kib: u64,
+}
+
+impl Mapped {
+    fn of(pid: u32) -> anyhow::Result<Self> {
+        // The cluster may run a copy of the binary it was given: the executable is what
+        // counts.
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .with_context(|| format!("reading /proc/{pid}/exe"))?;
+        let binary = exe.to_string_lossy();
+        let path = format!("/proc/{pid}/smaps");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let mut mapped = Self::default();
+        let mut current: Option<&mut u64> = None;
+        for line in text.lines() {
+            if let Some(kib) = line.strip_prefix("Rss:") {
+                let kib: u64 = kib
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("{path}: cannot read the Rss line {line:?}"))?;
+                if let Some(slot) = current.take() {
+                    *slot += kib;
+                }
+                continue;
+            }
+            // A mapping's header: `start-end perms offset dev inode [path]`.
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let is_header = fields.first().is_some_and(|range| {
+                range.contains('-') && range.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+            });
+            if !is_header || fields.len() < 5 {
+                continue;
+            }
+            let (perms, inode, name) = (fields[1], fields[4], fields.get(5).copied());
+            current = Some(match name {
+                Some(name) if name == &*binary && perms.contains('x') => &mut mapped.text_kib,
+                Some(name) if name == &*binary => &mut mapped.data_kib,
+                Some(_) if inode != "0" => &mut mapped.libs_kib,
+                _ => &mut mapped.anon_kib,
+            });
+        }
+        Ok(mapped)
+    }
+}
+
+/// The read-ahead window, in KiB, of the block device holding `file` (`None` when the file is
+/// not on a block device, for example on tmpfs or overlayfs).
+fn read_ahead_kib(file: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = std::fs::metadata(file).ok()?.dev();
+    let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let device = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    // A partition's queue is its disk's.
+    ["queue/read_ahead_kb", "../queue/read_ahead_kb"]
+        .iter()
+        .find_map(|rel| std::fs::read_to_string(device.join(rel)).ok())
+        .and_then(|kib| kib.trim().parse().ok())
+}
+
+/// The idle deployment `bench footprint` measures and `hot-functions` profiles: etcd, 2 API
+/// servers, 2 controllers (one leads) and 1 worker, all running `k0s` with default flags.
+pub(crate) struct Idle {
+    pub cluster: integration::Cluster,
+    pub controllers: [integration::K0sProcess; 2],
+    pub worker: integration::K0sProcess,
+    /// Which of `controllers` leads.
+    pub leader: usize,
+}
+
+/// Starts [`Idle`], waits for a leader and the worker's Node, then lets it idle for `settle`.
+pub(crate) async fn start_idle(k0s: &Path, settle: Duration) -> anyhow::Result<Idle> {
+    println!("==> starting etcd and 2 kube-apiservers");
+    let cluster = ClusterBuilder::new("bench-footprint")
+        .k0s_binary(k0s)
+        .controllers(2)
+        .workers(&["worker-0"])
+        .build()
+        .await?;
+    let client = cluster.admin_client().await?;
+    println!("==> starting 2 controllers and 1 worker ({k0s})", k0s = k0s.display());
+    let controllers =
+        [cluster.spawn_controller(0, &[]).await?, cluster.spawn_controller(1, &[]).await?];
+    let worker = cluster.spawn_worker("worker-0", &[]).await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
+    let holder = wait_for(Duration::from_secs(180), "an autopilot leader", || async {
+        let lease = leases.get_opt(keys::LEASE_NAME).await?;
+        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
+    })
+    .await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(Duration::from_secs(180), "worker-0 registered", || async {
+        Ok(nodes.get_opt("worker-0").await?.map(|_| ()))
+    })
+    .await?;
+    let leader = usize::from(!holder.starts_with("controller-0_"));
+    println!("    leader: controller-{leader}; idling for {}", humantime(settle));
+    // The figure is defined as the memory after this long idle; nothing to wait for.
+    tokio::time::sleep(settle).await;
+    Ok(Idle { cluster, controllers, worker, leader })
 }
 
 /// A process's memory as `/proc/<pid>/status` reports it.

@@ -10,6 +10,7 @@ mod crdgen;
 mod demo;
 mod dist;
 mod fuzz;
+mod hot;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +52,9 @@ enum Command {
     /// Run a fault campaign (`cargo xtask chaos leader --kills 20`, `chaos agent`): real
     /// agents, v1<->v2 rounds, one SIGKILL per round; fails on any broken invariant.
     Chaos(chaos::Args),
+    /// Profile the idle worker and controllers (callgrind) and write the functions they run
+    /// to crates/k0s/hot-functions.txt, which the release link lays out first.
+    HotFunctions(hot::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -68,6 +72,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Fuzz(args) => fuzz::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::HotFunctions(args) => hot::run(args),
     }
 }
 
