@@ -3,7 +3,9 @@
 //!
 //! One file per CRD, `<plural>.<group>.yaml`, generated from [`autopilot_api::crds`] —
 //! the same objects the controller applies at startup — so the manifests can never drift
-//! from what the binary installs without `--check` failing in CI.
+//! from what the binary installs without `--check` failing in CI. The same CRDs go, as
+//! compact JSON one per line, to `crates/autopilot-api/crds.jsonl`: the copy the binary
+//! embeds and applies.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -29,9 +31,31 @@ pub struct Args {
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { check } = args;
-    let dir = crate::workspace_root().join("manifests").join("crds");
+    let root = crate::workspace_root();
+    let dir = root.join("manifests").join("crds");
     let wanted = generate()?;
-    if check { check_dir(&dir, &wanted) } else { write_dir(&dir, &wanted) }
+    // The same CRDs as compact JSON, embedded in the binary for the controller to apply.
+    let embedded = root.join(autopilot_api::v1beta2::CRDS_JSONL_PATH);
+    let jsonl = autopilot_api::v1beta2::crds_jsonl();
+    if check {
+        check_dir(&dir, &wanted)?;
+        anyhow::ensure!(
+            fs::read_to_string(&embedded).ok().as_deref() == Some(jsonl.as_str()),
+            "{} differs from the generated CRDs: run `cargo xtask crdgen` and commit the result",
+            embedded.display()
+        );
+        Ok(())
+    } else {
+        write_dir(&dir, &wanted)?;
+        if fs::read_to_string(&embedded).ok().as_deref() == Some(jsonl.as_str()) {
+            println!("unchanged {}", embedded.display());
+        } else {
+            fs::write(&embedded, jsonl)
+                .with_context(|| format!("writing {}", embedded.display()))?;
+            println!("wrote {}", embedded.display());
+        }
+        Ok(())
+    }
 }
 
 /// File name → content of every CRD manifest.

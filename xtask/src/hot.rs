@@ -1,6 +1,6 @@
 //! `cargo xtask hot-functions`: write `crates/k0s/hot-functions.txt`, the functions an idle
 //! worker and idle controllers run, which the release link puts first in the text
-//! (`crates/k0s/build.rs`).
+//! (`crates/k0s/build.rs` says how, and how names that change from build to build are kept).
 //!
 //! An idle `k0s` process runs about 1.5 MiB of its 13 MiB of code, but the kernel maps a file's
 //! pages into a process by whole windows and folios (64 KiB and up) around each page it runs,

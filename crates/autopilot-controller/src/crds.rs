@@ -1,6 +1,7 @@
 //! Installing the autopilot CRDs at controller startup.
 //!
-//! Every controller applies the CRDs embedded in its binary (server-side apply, field manager
+//! Every controller applies the CRDs embedded in its binary
+//! ([`autopilot_api::v1beta2::CRDS_JSONL`], generated from the types; server-side apply, field manager
 //! `k0s-autopilot`, forced) and waits until the API server reports them `Established`, so a
 //! newer controller upgrades the schema and nobody uses a kind before it is served.
 //!
@@ -45,6 +46,25 @@ fn generation_of(crd: &CustomResourceDefinition) -> Option<u32> {
         .ok()
 }
 
+/// The CRDs this binary carries, as the JSON objects it applies, each with its name and
+/// schema generation.
+fn embedded() -> anyhow::Result<Vec<(String, Option<u32>, serde_json::Value)>> {
+    autopilot_api::v1beta2::CRDS_JSONL
+        .lines()
+        .map(|line| {
+            let crd: serde_json::Value =
+                serde_json::from_str(line).context("an embedded CRD is not JSON")?;
+            let metadata = &crd["metadata"];
+            let name = metadata["name"].as_str().context("an embedded CRD has no name")?;
+            let generation = metadata["annotations"]
+                [autopilot_api::keys::ANNOTATION_CRD_GENERATION]
+                .as_str()
+                .and_then(|g| g.parse().ok());
+            Ok((name.to_owned(), generation, crd))
+        })
+        .collect()
+}
+
 /// Apply every autopilot CRD and wait until each is `Established`.
 ///
 /// While the API server cannot answer (connection failures, 5xx, 429) this keeps retrying
@@ -61,13 +81,11 @@ pub async fn install(
     let mut params = PatchParams::apply(autopilot_api::keys::FIELD_MANAGER).force();
     params.dry_run = mode == Mode::DryRun;
     let deadline = retry::deadline_after(startup_timeout);
-    for crd in autopilot_api::crds() {
-        let name = crd.metadata.name.clone().context("generated CRD has no name")?;
+    for (name, ours, crd) in embedded()? {
         let what = format!("reading CRD {name}");
         let current = retry::until(deadline, retry::startup_delays(), &what, || api.get_opt(&name))
             .await
             .map_err(|gave_up| gave_up.into_startup_error(server_url, startup_timeout, &what))?;
-        let ours = generation_of(&crd);
         let theirs = current.as_ref().and_then(generation_of);
         if let (Some(ours), Some(theirs)) = (ours, theirs)
             && theirs > ours
@@ -102,4 +120,21 @@ pub async fn install(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::embedded;
+
+    #[test]
+    fn the_embedded_crds_are_the_types_crds_with_their_generation() {
+        let embedded = embedded().expect("the embedded CRDs read");
+        let generated = autopilot_api::crds();
+        assert_eq!(embedded.len(), generated.len());
+        for ((name, generation, crd), expected) in embedded.iter().zip(&generated) {
+            assert_eq!(Some(name), expected.metadata.name.as_ref());
+            assert_eq!(*generation, Some(autopilot_api::v1beta2::CRD_SCHEMA_GENERATION));
+            assert_eq!(*crd, serde_json::to_value(expected).expect("JSON"), "{name}");
+        }
+    }
 }

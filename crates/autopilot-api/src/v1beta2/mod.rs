@@ -56,6 +56,24 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     crds
 }
 
+/// Where [`CRDS_JSONL`] lives in the workspace (written by `cargo xtask crdgen`).
+pub const CRDS_JSONL_PATH: &str = "crates/autopilot-api/crds.jsonl";
+
+/// [`crds`] as `cargo xtask crdgen` wrote them: one compact JSON object per line, in the same
+/// order. The controller applies these instead of building the schemas from the types: that
+/// code (schemars and every type's schema) was a few hundred KiB of every `k0s` binary, run
+/// once per start. A test checks they are [`crds`] and `crdgen --check` that the file is
+/// current.
+pub const CRDS_JSONL: &str = include_str!("../../crds.jsonl");
+
+/// [`crds`] as JSON, one line each: the content of [`CRDS_JSONL`].
+pub fn crds_jsonl() -> String {
+    crds()
+        .iter()
+        .map(|crd| serde_json::to_string(crd).expect("a CRD serialises to JSON") + "\n")
+        .collect()
+}
+
 /// The generation of the CRD schemas this binary carries. Bump it with every change to a
 /// CRD (the `crds_stay_readable` test says so), and keep each generation readable by the one
 /// before: new fields optional, no field removed or retyped, so a binary rolled back after an

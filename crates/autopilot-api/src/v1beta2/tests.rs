@@ -753,3 +753,26 @@ fn the_plan_schema_describes_the_preflight_command() {
     }
     assert_eq!(preflight["properties"]["onWarn"]["enum"], json!(["Proceed", "Block"]));
 }
+
+#[test]
+fn the_embedded_crds_are_the_generated_ones() {
+    assert!(
+        CRDS_JSONL == crds_jsonl(),
+        "{CRDS_JSONL_PATH} differs from the CRDs the types generate: run `cargo xtask crdgen`"
+    );
+    let names: Vec<String> = CRDS_JSONL
+        .lines()
+        .map(|line| {
+            let crd: CustomResourceDefinition = serde_json::from_str(line).expect("a CRD");
+            crd.metadata.name.expect("a name")
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "controlnodes.autopilot.k0sproject.io",
+            "plans.autopilot.k0sproject.io",
+            "updateconfigs.autopilot.k0sproject.io"
+        ]
+    );
+}
