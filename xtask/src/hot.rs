@@ -140,7 +140,7 @@ fn functions_of(profile: &str, object: &str) -> Vec<String> {
     let mut names = std::collections::HashMap::new();
     let mut objects = std::collections::HashMap::new();
     let mut current_object = String::new();
-    let mut seen = BTreeSet::new();
+    let mut listed = BTreeSet::new();
     let mut ran = Vec::new();
     for line in profile.lines() {
         let Some((key, rest)) = line.split_once('=') else { continue };
@@ -162,21 +162,20 @@ fn functions_of(profile: &str, object: &str) -> Vec<String> {
                 }
                 if key == "fn"
                     && current_object == object
-                    && seen.insert(id.to_owned())
                     && let Some(name) = names.get(id)
                 {
                     let symbol = match name.rsplit_once('\'') {
                         Some((symbol, n)) if n.bytes().all(|b| b.is_ascii_digit()) => symbol,
                         _ => name.as_str(),
                     };
-                    ran.push(symbol.to_owned());
+                    if listed.insert(symbol.to_owned()) {
+                        ran.push(symbol.to_owned());
+                    }
                 }
             }
             _ => {}
         }
     }
-    let mut unique = BTreeSet::new();
-    ran.retain(|name| unique.insert(name.clone()));
     ran
 }
 
