@@ -560,6 +560,26 @@ impl Cluster {
         self.k0s_command(name.to_owned(), dir, args)
     }
 
+    /// A k0s worker named `name` beside a kubelet that owns its Node (see
+    /// [`crate::real_node`]), as `k0s worker` runs by default: `k0s worker --kubeconfig <node
+    /// kubeconfig> --data-dir <node dir>/data --node-name <name>`, no `--register-node`.
+    ///
+    /// # Panics
+    /// If `name` was not declared with [`ClusterBuilder::workers`].
+    pub fn k0s_worker_on_kubelet(&self, name: &str) -> K0sCommand {
+        let dir = self.node_dir(name);
+        let args: Vec<OsString> = vec![
+            "worker".into(),
+            "--kubeconfig".into(),
+            self.node_kubeconfig(name).into(),
+            "--data-dir".into(),
+            dir.join("data").into(),
+            "--node-name".into(),
+            name.into(),
+        ];
+        self.k0s_command(name.to_owned(), dir, args)
+    }
+
     /// A k0s process for the node `name` (its directory, log and binary as for the others)
     /// with exactly `args` (the subcommand first): for starting a node as a unit file or an
     /// operator would, flag for flag. See [`Cluster::node_data_dir`].

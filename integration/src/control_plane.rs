@@ -182,10 +182,19 @@ pub(crate) fn check_go() -> anyhow::Result<()> {
 
 /// Builds `k8s.io/kubernetes/cmd/kube-apiserver` at [`KUBERNETES_VERSION`] into `dest`.
 fn build_kube_apiserver(dest: &Path) -> anyhow::Result<()> {
-    let work = work_dir("apiserver")?;
+    build_kubernetes("apiserver", &[("k8s.io/kubernetes/cmd/kube-apiserver", dest)])
+}
+
+/// Builds each `(package, dest)` of `k8s.io/kubernetes` at [`KUBERNETES_VERSION`] in one
+/// wrapper module named after `what` (one `go mod tidy`, then one `go build` per package;
+/// the Go build cache shares what they have in common).
+pub(crate) fn build_kubernetes(what: &str, packages: &[(&str, &Path)]) -> anyhow::Result<()> {
+    let work = work_dir(what)?;
     let work = work.path();
+    let names: Vec<&str> = packages.iter().map(|(package, _)| *package).collect();
     println!(
-        "==> building kube-apiserver {KUBERNETES_VERSION} in {} (this takes several minutes)",
+        "==> building {} {KUBERNETES_VERSION} in {} (this takes several minutes)",
+        names.join(", "),
         work.display()
     );
 
@@ -200,9 +209,9 @@ fn build_kube_apiserver(dest: &Path) -> anyhow::Result<()> {
     );
     println!("==> replacing {} staging modules with {STAGING_VERSION}", staging.len());
 
-    fs::write(work.join("go.mod"), apiserver_go_mod(&staging))?;
-    fs::write(work.join("tools.go"), tools_go("k8s.io/kubernetes/cmd/kube-apiserver"))?;
-    run(go(work).args(["mod", "tidy"]), "go mod tidy (kube-apiserver)")?;
+    fs::write(work.join("go.mod"), kubernetes_go_mod(what, &staging))?;
+    fs::write(work.join("tools.go"), tools_go_all(&names))?;
+    run(go(work).args(["mod", "tidy"]), &format!("go mod tidy ({what})"))?;
 
     let (major, minor) = major_minor(KUBERNETES_VERSION)?;
     let ldflags = format!(
@@ -211,7 +220,10 @@ fn build_kube_apiserver(dest: &Path) -> anyhow::Result<()> {
          -X k8s.io/component-base/version.gitMinor={minor} \
          -X k8s.io/component-base/version.gitTreeState=clean"
     );
-    go_build(work, &ldflags, "k8s.io/kubernetes/cmd/kube-apiserver", dest, KUBERNETES_VERSION)
+    for (package, dest) in packages {
+        go_build(work, &ldflags, package, dest, KUBERNETES_VERSION)?;
+    }
+    Ok(())
 }
 
 /// Builds `go.etcd.io/etcd/server/v3` (etcd's main package) at [`ETCD_VERSION`] into `dest`.
@@ -232,7 +244,7 @@ fn build_etcd(dest: &Path) -> anyhow::Result<()> {
 
 /// `go build`s `package` to a temporary name next to `dest`, checks that `--version` mentions
 /// `expect_version`, then renames it into place (atomic: readers see no binary or a whole one).
-fn go_build(
+pub(crate) fn go_build(
     work: &Path,
     ldflags: &str,
     package: &str,
@@ -305,10 +317,10 @@ fn staging_modules(go_mod: &str) -> Vec<String> {
         .collect()
 }
 
-/// The wrapper module's go.mod for kube-apiserver.
-fn apiserver_go_mod(staging: &[String]) -> String {
+/// The go.mod of the wrapper module `what` over `k8s.io/kubernetes`.
+fn kubernetes_go_mod(what: &str, staging: &[String]) -> String {
     let mut go_mod = format!(
-        "module k0sautopilot/controlplane/apiserver\n\ngo 1.25\n\n\
+        "module k0sautopilot/controlplane/{what}\n\ngo 1.25\n\n\
          require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
     );
     for module in staging {
@@ -319,7 +331,13 @@ fn apiserver_go_mod(staging: &[String]) -> String {
 
 /// A Go file that imports `package` so `go mod tidy` keeps its dependencies.
 pub(crate) fn tools_go(package: &str) -> String {
-    format!("//go:build tools\n\npackage tools\n\nimport _ \"{package}\"\n")
+    tools_go_all(&[package])
+}
+
+/// A Go file that imports every one of `packages` so `go mod tidy` keeps their dependencies.
+pub(crate) fn tools_go_all(packages: &[&str]) -> String {
+    let imports: String = packages.iter().map(|p| format!("\t_ \"{p}\"\n")).collect();
+    format!("//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
 }
 
 /// `("1", "35")` for `"v1.35.4"`.
@@ -386,7 +404,7 @@ mod tests {
 
     #[test]
     fn apiserver_go_mod_pins_every_staging_module_to_the_staging_version() {
-        let go_mod = apiserver_go_mod(&["k8s.io/api".to_owned()]);
+        let go_mod = kubernetes_go_mod("apiserver", &["k8s.io/api".to_owned()]);
         assert!(go_mod.contains(&format!("require k8s.io/kubernetes {KUBERNETES_VERSION}\n")));
         assert!(go_mod.contains(&format!("replace k8s.io/api => k8s.io/api {STAGING_VERSION}\n")));
     }

@@ -1,10 +1,11 @@
 //! `cargo xtask control-plane`: build (once) and cache the pinned Go binaries of the test
-//! topology: kube-apiserver and etcd, and the Prometheus that scrapes the nodes.
+//! topology: kube-apiserver and etcd, the Prometheus that scrapes the nodes, and what real
+//! nodes run (kubelet, kube-controller-manager, kube-scheduler, containerd).
 //!
 //! The logic lives in `integration::control_plane` and `integration::prometheus`, next to
 //! the harness that uses it; this module only reports what is in the cache.
 
-use integration::{control_plane, prometheus};
+use integration::{control_plane, node_binaries, prometheus};
 
 /// Arguments of this subcommand (none yet: the versions are pinned in the code).
 #[derive(clap::Args)]
@@ -31,5 +32,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         prometheus.display(),
         control_plane::version_of(&prometheus)?
     );
+    let node = node_binaries::ensure_built()?;
+    for (name, binary) in [
+        ("kubelet:        ", &node.kubelet),
+        ("kube-controller-manager:", &node.kube_controller_manager),
+        ("kube-scheduler: ", &node.kube_scheduler),
+        ("containerd:     ", &node.containerd),
+    ] {
+        println!("{name} {} ({})", binary.display(), control_plane::version_of(binary)?);
+    }
     Ok(())
 }

@@ -27,6 +27,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { test_threads, cargo_args } = args;
     integration::control_plane::ensure_built()?;
     integration::prometheus::ensure_built()?;
+    integration::node_binaries::ensure_built()?;
     let k0s = build_k0s()?;
     println!("==> running tests (k0s binary {})", k0s.display());
     let mut command = Command::new(cargo());

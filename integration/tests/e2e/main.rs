@@ -57,6 +57,7 @@ mod plan_window;
 mod prometheus_harness;
 mod rbac_least_privilege;
 mod rbac_steering;
+mod real_nodes;
 mod responder;
 mod rollback_signal_node;
 mod security_check_pods;

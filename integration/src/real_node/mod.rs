@@ -1,0 +1,581 @@
+//! Real nodes for a test cluster: per node a containerd and a kubelet that owns the Node,
+//! running real containers; and, for the cluster, the real `kube-controller-manager` and
+//! `kube-scheduler` that make ReplicaSets, DaemonSet Pods and budgets work.
+//!
+//! ```no_run
+//! # async fn demo(cluster: &integration::Cluster) -> anyhow::Result<()> {
+//! use integration::real_node::RealNodes;
+//! let nodes = RealNodes::start(cluster, &["worker-0", "worker-1"]).await?; // Nodes Ready
+//! let worker = cluster.k0s_worker_on_kubelet("worker-0").spawn().await?;    // the agent
+//! let running = nodes.running_containers("worker-0")?;                        // containerd's view
+//! # Ok(()) }
+//! ```
+//!
+//! # What runs where
+//!
+//! - One network namespace per set of nodes ([`netns`]): each node's address
+//!   (`10.213.0.<11+i>`) on its loopback interface, each node's CNI bridge (`k0sit<i>`,
+//!   Pods in `10.244.<i>.0/24`) and the Pods. The API servers stay on the machine's loopback;
+//!   a forwarder makes each reachable inside the namespace on the same address and port.
+//! - Per node, inside the namespace: `containerd` ([`crate::node_binaries::CONTAINERD_VERSION`],
+//!   its own socket, root, state, runc root and CNI configuration; Debian's `runc` and CNI
+//!   plugins) and a `kubelet` (own root and certificate directories, cgroup root
+//!   `/<set>-<node>` in every v1 hierarchy, `--hostname-override` = the node name, the
+//!   cluster's node identity), which registers and owns the Node.
+//! - For the cluster, on the machine's loopback: `kube-controller-manager` and
+//!   `kube-scheduler` with the admin identity against API server 0.
+//! - The k0s agent is the test's: [`crate::Cluster::k0s_worker_on_kubelet`] starts `k0s
+//!   worker` without `--register-node`, as it runs beside a kubelet. It runs outside the
+//!   namespace (it only talks to the API server and the download server).
+//!
+//! Both images ([`image::BUSYBOX_IMAGE`], [`image::PAUSE_IMAGE`]) are written by the harness
+//! and imported into every node's containerd; Pods use `imagePullPolicy: Never`.
+//!
+//! # Prerequisites
+//!
+//! Root, cgroup v1, `ip` and `nsenter`, Debian's `runc`, `containernetworking-plugins` and
+//! `busybox-static`, and the node binaries (`cargo xtask control-plane`).
+//! [`prerequisites`] says what is missing; `cargo xtask test` leaves the real-node scenarios
+//! out, naming them and the reason, where it is, and they fail (never pass) when run anyway.
+//!
+//! # Teardown
+//!
+//! Dropping a [`RealNodes`] (also during a panic) removes everything they made: it kills the
+//! kubelets and containerds, every process that names the set's directory (the shims, which
+//! daemonize) and every process in their cgroups; unmounts everything under the directory
+//! (container root filesystems, sandbox `shm`, network namespaces, the kubelets' own bind
+//! mounts); removes the cgroups, the namespace with its bridges, and whatever appeared in
+//! the machine-wide directories a kubelet or containerd writes ([`host::SHARED_DIRS`]). One
+//! set of real nodes runs at a time in a test process (a second waits), so that last step
+//! removes only theirs. [`Leftovers`] checks that nothing is left.
+
+mod config;
+mod host;
+pub mod image;
+mod netns;
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    net::{Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::{
+        Arc, LazyLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+use crate::{
+    Cluster,
+    node_binaries::{self, CNI_BIN_DIR, NodeBinaries},
+    process::{GroupRegistry, ProcessSlot, tail},
+    wait_for,
+};
+use config::{NodeLayout, NodeParams};
+use netns::{Forwarder, NetNs};
+
+/// How long [`RealNodes::start`] waits for each node's containerd and for the Nodes to be
+/// Ready (measured: a Node is Ready 1.3–2.6 s after its kubelet starts, alone).
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where Debian's `runc` is.
+const RUNC: &str = "/usr/sbin/runc";
+
+/// Lines of a log shown in errors.
+const ERROR_LOG_LINES: usize = 30;
+
+/// One set of real nodes at a time per test process (see the module docs).
+static ONE_AT_A_TIME: LazyLock<Arc<tokio::sync::Mutex<()>>> =
+    LazyLock::new(|| Arc::new(tokio::sync::Mutex::new(())));
+
+/// Numbers the sets of this process (their namespace and cgroup names).
+static SETS: AtomicUsize = AtomicUsize::new(0);
+
+/// What this machine or process lacks for real nodes, if anything (`Err` names it).
+pub fn prerequisites() -> Result<(), String> {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root (real nodes mount, make cgroups and network namespaces)".to_owned());
+    }
+    if !host::has_cgroup_v1() {
+        missing.push("the cgroup v1 hierarchies under /sys/fs/cgroup".to_owned());
+    }
+    for (path, package) in [
+        (RUNC, "runc"),
+        ("/usr/lib/cni/bridge", "containernetworking-plugins"),
+        ("/usr/lib/cni/host-local", "containernetworking-plugins"),
+        ("/usr/lib/cni/loopback", "containernetworking-plugins"),
+        (image::BUSYBOX, "busybox-static"),
+    ] {
+        if !Path::new(path).is_file() {
+            missing.push(format!("{path} (Debian package {package})"));
+        }
+    }
+    for tool in ["ip", "nsenter"] {
+        if !on_path(tool) {
+            missing.push(format!("{tool} on PATH"));
+        }
+    }
+    if let Err(err) = node_binaries::binaries() {
+        missing.push(format!("{err:#}"));
+    }
+    if missing.is_empty() { Ok(()) } else { Err(missing.join("; ")) }
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+}
+
+/// A set of real nodes and the cluster's controller-manager and scheduler; removes
+/// everything when dropped (see the module docs).
+#[derive(Debug)]
+pub struct RealNodes {
+    id: String,
+    dir: PathBuf,
+    binaries: NodeBinaries,
+    netns: Option<NetNs>,
+    forwarder: Option<Forwarder>,
+    nodes: Vec<RealNode>,
+    controller_manager: ProcessSlot,
+    scheduler: ProcessSlot,
+    shared_before: BTreeSet<PathBuf>,
+    torn_down: bool,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+#[derive(Debug)]
+struct RealNode {
+    name: String,
+    ip: Ipv4Addr,
+    layout: NodeLayout,
+    cgroup_root: String,
+    containerd: ProcessSlot,
+    kubelet: ProcessSlot,
+}
+
+impl RealNodes {
+    /// Starts the controller-manager and scheduler of `cluster`, then a containerd and a
+    /// kubelet for each of `names` (each declared with [`crate::ClusterBuilder::workers`]),
+    /// and returns once every Node is Ready. On failure everything started is removed again
+    /// and the error carries the relevant log tail.
+    pub async fn start(cluster: &Cluster, names: &[&str]) -> anyhow::Result<Self> {
+        prerequisites().map_err(|missing| anyhow::anyhow!("real nodes cannot run: {missing}"))?;
+        ensure!(names.len() <= 200, "at most 200 real nodes per set");
+        for name in names {
+            ensure!(cluster.workers().contains(name), "worker {name:?} was not declared");
+        }
+        let binaries = node_binaries::binaries()?;
+        let turn = ONE_AT_A_TIME.clone().lock_owned().await;
+        let set = SETS.fetch_add(1, Ordering::Relaxed);
+        let id = format!("k0s-it-{}-{set}", std::process::id());
+        let dir = cluster.dir().join("real");
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut nodes = Self {
+            id,
+            dir,
+            binaries,
+            netns: None,
+            forwarder: None,
+            nodes: Vec::new(),
+            controller_manager: ProcessSlot::new(GroupRegistry::default()),
+            scheduler: ProcessSlot::new(GroupRegistry::default()),
+            shared_before: host::shared_entries(),
+            torn_down: false,
+            _turn: turn,
+        };
+        nodes.start_all(cluster, names).await?;
+        Ok(nodes)
+    }
+
+    async fn start_all(&mut self, cluster: &Cluster, names: &[&str]) -> anyhow::Result<()> {
+        let [busybox, pause] = image::write_images(&self.dir)?;
+        for (index, name) in names.iter().enumerate() {
+            let index = u8::try_from(index)?;
+            let node_dir = self.dir.join(name);
+            fs::create_dir_all(&node_dir)?;
+            self.nodes.push(RealNode {
+                name: (*name).to_owned(),
+                ip: netns::node_ip(index),
+                layout: NodeLayout { dir: node_dir },
+                cgroup_root: format!("{}-{name}", self.id),
+                containerd: ProcessSlot::new(GroupRegistry::default()),
+                kubelet: ProcessSlot::new(GroupRegistry::default()),
+            });
+        }
+        let ips: Vec<Ipv4Addr> = self.nodes.iter().map(|n| n.ip).collect();
+        let netns = self.netns.insert(NetNs::create(&self.id, &ips)?);
+        let api_addresses = (0..cluster.controllers())
+            .map(|i| cluster.api_address(i).parse::<SocketAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .context("parsing the API server addresses")?;
+        self.forwarder = Some(Forwarder::start(&netns.path(), &api_addresses)?);
+
+        self.start_controller_manager(cluster)?;
+        self.start_scheduler(cluster)?;
+
+        for (index, node) in self.nodes.iter().enumerate() {
+            let index = u8::try_from(index)?;
+            host::create_cgroup_root(&node.cgroup_root)?;
+            let params = NodeParams {
+                layout: &node.layout,
+                ip: node.ip,
+                index,
+                cgroup_root: &format!("/{}", node.cgroup_root),
+                pause_image: image::PAUSE_IMAGE,
+                ca_cert: cluster.ca_cert_path(),
+                runc: Path::new(RUNC),
+                cni_bin_dir: Path::new(CNI_BIN_DIR),
+            };
+            write_node_files(&params)?;
+            self.start_containerd(node)?;
+        }
+        for node in &self.nodes {
+            self.wait_containerd(node).await?;
+            for archive in [&busybox, &pause] {
+                self.ctr(node, &["images", "import", &archive.to_string_lossy()]).with_context(
+                    || format!("importing {} into {}", archive.display(), node.name),
+                )?;
+            }
+        }
+        for node in &self.nodes {
+            self.start_kubelet(cluster, node)?;
+        }
+        self.wait_ready(cluster).await
+    }
+
+    fn start_controller_manager(&self, cluster: &Cluster) -> anyhow::Result<()> {
+        let pki = cluster.dir().join("pki");
+        let mut command = Command::new(&self.binaries.kube_controller_manager);
+        command
+            .arg(format!("--kubeconfig={}", cluster.admin_kubeconfig(0).display()))
+            .arg("--leader-elect=false")
+            .arg("--secure-port=0")
+            .arg("--controllers=*")
+            .arg("--use-service-account-credentials=false")
+            .arg(format!("--service-account-private-key-file={}", pki.join("sa.key").display()))
+            .arg(format!("--root-ca-file={}", cluster.ca_cert_path().display()))
+            // Node health is judged fast, so a node that stopped is seen in seconds.
+            .arg("--node-monitor-period=2s");
+        self.controller_manager
+            .start(&mut command, &self.dir.join("kube-controller-manager.log"))?;
+        Ok(())
+    }
+
+    fn start_scheduler(&self, cluster: &Cluster) -> anyhow::Result<()> {
+        let mut command = Command::new(&self.binaries.kube_scheduler);
+        command
+            .arg(format!("--kubeconfig={}", cluster.admin_kubeconfig(0).display()))
+            .arg("--leader-elect=false")
+            .arg("--secure-port=0");
+        self.scheduler.start(&mut command, &self.dir.join("kube-scheduler.log"))?;
+        Ok(())
+    }
+
+    fn netns(&self) -> anyhow::Result<&NetNs> {
+        self.netns.as_ref().context("the network namespace is gone")
+    }
+
+    fn start_containerd(&self, node: &RealNode) -> anyhow::Result<()> {
+        let shim_dir =
+            self.binaries.containerd_shim.parent().context("the shim has no directory")?;
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            shim_dir.display()
+        );
+        let mut command = self.netns()?.command(&self.binaries.containerd);
+        command.arg("--config").arg(node.layout.containerd_config()).env("PATH", path);
+        node.containerd.start(&mut command, &node.layout.dir.join("containerd.log"))?;
+        Ok(())
+    }
+
+    async fn wait_containerd(&self, node: &RealNode) -> anyhow::Result<()> {
+        let what = format!("containerd of {} to answer", node.name);
+        let result = wait_for(STARTUP_TIMEOUT, &what, || async {
+            if let Some(status) = node.containerd.exit_status() {
+                return Ok(Some(Err(anyhow::anyhow!("containerd exited ({status})"))));
+            }
+            Ok(self.ctr(node, &["version"]).is_ok().then_some(Ok(())))
+        })
+        .await
+        .and_then(|r| r);
+        result.map_err(|err| {
+            let log = node.layout.dir.join("containerd.log");
+            anyhow::anyhow!(
+                "{err:#}\nlast lines of {}:\n{}",
+                log.display(),
+                tail(&log, ERROR_LOG_LINES)
+            )
+        })
+    }
+
+    /// Runs `ctr` against node `node`'s containerd, in the Kubernetes namespace; its stdout.
+    fn ctr(&self, node: &RealNode, args: &[&str]) -> anyhow::Result<String> {
+        let output = Command::new(&self.binaries.ctr)
+            .arg("--address")
+            .arg(node.layout.containerd_socket())
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("running ctr")?;
+        ensure!(
+            output.status.success(),
+            "ctr {} failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    fn start_kubelet(&self, cluster: &Cluster, node: &RealNode) -> anyhow::Result<()> {
+        let root = node.layout.kubelet_dir();
+        fs::create_dir_all(&root)?;
+        let mut command = self.netns()?.command(&self.binaries.kubelet);
+        command
+            .arg(format!("--config={}", node.layout.kubelet_config().display()))
+            .arg(format!("--kubeconfig={}", cluster.node_kubeconfig(&node.name).display()))
+            .arg(format!("--root-dir={}", root.display()))
+            .arg(format!("--cert-dir={}", root.join("pki").display()))
+            .arg(format!("--hostname-override={}", node.name))
+            .arg(format!("--node-ip={}", node.ip));
+        node.kubelet.start(&mut command, &node.layout.dir.join("kubelet.log"))?;
+        Ok(())
+    }
+
+    async fn wait_ready(&self, cluster: &Cluster) -> anyhow::Result<()> {
+        let client = cluster.admin_client().await?;
+        let api: Api<Node> = Api::all(client);
+        for node in &self.nodes {
+            let what = format!("Node {} Ready (its kubelet)", node.name);
+            let result = wait_for(STARTUP_TIMEOUT, &what, || async {
+                for (slot, what) in [
+                    (&node.kubelet, "kubelet"),
+                    (&node.containerd, "containerd"),
+                    (&self.controller_manager, "kube-controller-manager"),
+                    (&self.scheduler, "kube-scheduler"),
+                ] {
+                    if let Some(status) = slot.exit_status() {
+                        return Ok(Some(Err(anyhow::anyhow!("{what} exited ({status})"))));
+                    }
+                }
+                Ok(api.get_opt(&node.name).await?.filter(is_ready).map(|_| Ok(())))
+            })
+            .await
+            .and_then(|r| r);
+            result.map_err(|err| {
+                let mut message = format!("{err:#}");
+                for log in [
+                    node.layout.dir.join("kubelet.log"),
+                    node.layout.dir.join("containerd.log"),
+                    self.dir.join("kube-controller-manager.log"),
+                    self.dir.join("kube-scheduler.log"),
+                ] {
+                    message.push_str(&format!(
+                        "\nlast lines of {}:\n{}",
+                        log.display(),
+                        tail(&log, ERROR_LOG_LINES)
+                    ));
+                }
+                anyhow::anyhow!(message)
+            })?;
+        }
+        Ok(())
+    }
+
+    // --- what tests read ---
+
+    /// The nodes, in the order given.
+    pub fn names(&self) -> Vec<&str> {
+        self.nodes.iter().map(|n| n.name.as_str()).collect()
+    }
+
+    /// The address of node `name` (inside the namespace).
+    pub fn ip(&self, name: &str) -> anyhow::Result<Ipv4Addr> {
+        Ok(self.node(name)?.ip)
+    }
+
+    /// The pid of node `name`'s kubelet, while it runs.
+    pub fn kubelet_pid(&self, name: &str) -> anyhow::Result<Option<u32>> {
+        let node = self.node(name)?;
+        Ok(node.kubelet.is_running().then(|| node.kubelet.pid()).flatten())
+    }
+
+    /// The pid of node `name`'s containerd, while it runs.
+    pub fn containerd_pid(&self, name: &str) -> anyhow::Result<Option<u32>> {
+        let node = self.node(name)?;
+        Ok(node.containerd.is_running().then(|| node.containerd.pid()).flatten())
+    }
+
+    /// The ids of the containers (sandboxes included) whose task is running in node `name`'s
+    /// containerd, as containerd itself reports them.
+    pub fn running_containers(&self, name: &str) -> anyhow::Result<BTreeSet<String>> {
+        let node = self.node(name)?;
+        let listing = self.ctr(node, &["tasks", "list"])?;
+        Ok(listing
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let id = fields.next()?;
+                let status = fields.nth(1)?;
+                (status == "RUNNING").then(|| id.to_owned())
+            })
+            .collect())
+    }
+
+    /// The log of node `name`'s kubelet.
+    pub fn kubelet_log(&self, name: &str) -> anyhow::Result<PathBuf> {
+        Ok(self.node(name)?.layout.dir.join("kubelet.log"))
+    }
+
+    /// What would tell that these nodes left something behind, to check after they are gone.
+    pub fn leftovers(&self) -> Leftovers {
+        Leftovers {
+            dir: self.dir.clone(),
+            netns: self.id.clone(),
+            cgroup_roots: self.nodes.iter().map(|n| n.cgroup_root.clone()).collect(),
+            shared_before: self.shared_before.clone(),
+        }
+    }
+
+    fn node(&self, name: &str) -> anyhow::Result<&RealNode> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .with_context(|| format!("{name:?} is not one of the real nodes {:?}", self.names()))
+    }
+
+    // --- teardown ---
+
+    /// Removes everything the nodes made (see the module docs); what `Drop` does, with the
+    /// first error returned instead of printed.
+    pub fn tear_down(&mut self) -> anyhow::Result<()> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        let mut errors = Vec::new();
+        let mut note = |result: anyhow::Result<()>| {
+            if let Err(err) = result {
+                errors.push(format!("{err:#}"));
+            }
+        };
+        for node in &self.nodes {
+            node.kubelet.kill_and_reap();
+        }
+        for node in &self.nodes {
+            node.containerd.kill_and_reap();
+        }
+        note(host::kill_processes_mentioning(&self.dir.to_string_lossy()));
+        for node in &self.nodes {
+            note(host::remove_cgroup_root(&node.cgroup_root));
+        }
+        self.forwarder = None;
+        self.controller_manager.kill_and_reap();
+        self.scheduler.kill_and_reap();
+        note(host::unmount_all_under(&self.dir));
+        if let Some(mut netns) = self.netns.take() {
+            note(netns.delete());
+        }
+        note(host::remove_new_shared_entries(&self.shared_before));
+        for node in &self.nodes {
+            // The containers' files and the kubelet's state; the logs and configuration stay
+            // with the cluster's directory.
+            for dir in [node.layout.containerd_dir(), node.layout.kubelet_dir()] {
+                if let Err(err) = fs::remove_dir_all(&dir)
+                    && err.kind() != std::io::ErrorKind::NotFound
+                {
+                    errors.push(format!("removing {}: {err}", dir.display()));
+                }
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(()),
+            false => bail!("tearing down the real nodes {}: {}", self.id, errors.join("; ")),
+        }
+    }
+}
+
+impl Drop for RealNodes {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for node in &self.nodes {
+                let log = node.layout.dir.join("kubelet.log");
+                eprintln!(
+                    "---- last lines of the kubelet of {} ({}) ----\n{}",
+                    node.name,
+                    log.display(),
+                    tail(&log, 15)
+                );
+            }
+        }
+        if let Err(err) = self.tear_down() {
+            eprintln!("integration: {err:#}");
+        }
+    }
+}
+
+/// Writes node `p`'s containerd, CNI and kubelet configuration.
+fn write_node_files(p: &NodeParams<'_>) -> anyhow::Result<()> {
+    let layout = p.layout;
+    fs::create_dir_all(layout.cni_conf_dir())?;
+    fs::write(layout.containerd_config(), config::containerd_toml(p))?;
+    fs::write(layout.cni_conf_dir().join("10-k0s-it.conflist"), config::cni_conflist(p))?;
+    fs::write(layout.kubelet_config(), config::kubelet_yaml(p))?;
+    Ok(())
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// What a set of real nodes could leave behind, checked after it is gone.
+#[derive(Debug, Clone)]
+pub struct Leftovers {
+    dir: PathBuf,
+    netns: String,
+    cgroup_roots: Vec<String>,
+    shared_before: BTreeSet<PathBuf>,
+}
+
+impl Leftovers {
+    /// Everything still there: processes naming the nodes' directory, mounts under it, their
+    /// cgroups, their network namespace, and new entries in the machine-wide directories.
+    /// Empty when the teardown was complete. Waits for its turn like a set of real nodes, so
+    /// no other set is writing while it looks.
+    pub async fn find(&self) -> Vec<String> {
+        let _turn = ONE_AT_A_TIME.lock().await;
+        let mut found = Vec::new();
+        for (pid, cmdline) in host::processes_mentioning(&self.dir.to_string_lossy()) {
+            found.push(format!("process {pid}: {cmdline}"));
+        }
+        for mount in host::mounts_under(&self.dir) {
+            found.push(format!("mount {}", mount.display()));
+        }
+        for root in &self.cgroup_roots {
+            for dir in host::cgroup_dirs(root) {
+                found.push(format!("cgroup {}", dir.display()));
+            }
+        }
+        if netns::exists(&self.netns) {
+            found.push(format!("network namespace {}", self.netns));
+        }
+        for entry in host::shared_entries() {
+            if !self.shared_before.contains(&entry) {
+                found.push(format!("new machine-wide entry {}", entry.display()));
+            }
+        }
+        found
+    }
+}

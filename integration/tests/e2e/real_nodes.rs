@@ -1,0 +1,319 @@
+//! Scenarios on real nodes ([`integration::real_node`]): each worker is a containerd and a
+//! kubelet that owns its Node and runs real containers, beside the `k0s worker` agent; the
+//! cluster runs the real kube-controller-manager and kube-scheduler, so Deployments,
+//! DaemonSets and PodDisruptionBudgets behave as in production.
+//!
+//! They need root and a few Debian packages ([`integration::real_node::prerequisites`]);
+//! `cargo xtask test` leaves them out, naming them and the reason, where those are missing.
+//! Run anyway, they fail saying what is missing: they never pass without real nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
+use integration::http::FileServer;
+use integration::real_node::{RealNodes, image::BUSYBOX_IMAGE};
+use integration::{ClusterBuilder, K0sProcess, wait_for};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+use crate::support::*;
+
+/// How long workloads get to be Ready on real nodes (a Pod is Ready 2–4 s after creation
+/// on an idle machine; the tests run next to others).
+const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How often the availability probe samples the Deployment's Pods.
+const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+
+/// A container that runs until told to stop, and stops at once when it is.
+const SERVE: &str = "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done";
+
+#[tokio::test]
+async fn a_dropped_set_of_real_nodes_leaves_nothing_behind_even_after_a_failure() {
+    let cluster =
+        ClusterBuilder::new("real-nodes-teardown").workers(&["worker-0"]).build().await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let nodes = RealNodes::start(&cluster, &["worker-0"]).await.unwrap();
+
+    // A real container runs on the node: a Pod the kubelet started through containerd.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "sleeper" },
+        "spec": {
+            "nodeName": "worker-0",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container("sleep", SERVE)],
+        },
+    }))
+    .unwrap();
+    wait_default_service_account(&client).await.unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let id = wait_for(WORKLOAD_TIMEOUT, "the sleeper's container running", || async {
+        let pod = pods.get("sleeper").await?;
+        Ok(container_ids(&pod).into_iter().next().filter(|_| pod_ready(&pod)))
+    })
+    .await
+    .unwrap();
+    let running = nodes.running_containers("worker-0").unwrap();
+    assert!(running.contains(&id), "containerd runs {id}: {running:?}");
+    assert!(running.len() >= 2, "the container and its sandbox run: {running:?}");
+
+    // The test that owns them fails: the nodes are dropped while it unwinds.
+    let leftovers = nodes.leftovers();
+    let failed = tokio::spawn(async move {
+        let _nodes = nodes;
+        panic!("a scenario failed with real nodes running");
+    })
+    .await;
+    assert!(failed.is_err_and(|e| e.is_panic()), "the owner panicked");
+    let left = leftovers.find().await;
+    assert!(left.is_empty(), "the real nodes left behind: {left:#?}");
+}
+
+#[tokio::test]
+async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_containers_alone() {
+    let (v2_bytes, sha) = v2_build();
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    let names = ["worker-0", "worker-1"];
+    let cluster = ClusterBuilder::new("real-nodes-update").workers(&names).build().await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let nodes = RealNodes::start(&cluster, &names).await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let mut workers: Vec<K0sProcess> = Vec::new();
+    for name in names {
+        workers.push(cluster.k0s_worker_on_kubelet(name).spawn().await.unwrap());
+    }
+    for name in names {
+        wait_node_version(&client, name, &binary_version(workers[0].binary_path())).await.unwrap();
+    }
+    let pids: Vec<u32> = workers.iter().map(K0sProcess::pid).collect();
+
+    // A 2-replica Deployment with a readiness probe under a budget that keeps one Ready, and
+    // a DaemonSet on every worker.
+    wait_default_service_account(&client).await.unwrap();
+    create_workloads(&client).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for(WORKLOAD_TIMEOUT, "2 web and 2 agent Pods Ready", || async {
+        let all = pods.list(&ListParams::default()).await?.items;
+        let ready =
+            |app: &str| all.iter().filter(|p| label(p, "app") == Some(app) && pod_ready(p)).count();
+        Ok((ready("web") == 2 && ready("agent") == 2).then_some(()))
+    })
+    .await
+    .unwrap();
+    let agents_before = daemon_pods(&pods, "agent").await.unwrap();
+    assert_eq!(agents_before.len(), 2, "one agent Pod per worker: {agents_before:?}");
+    let kubelets: Vec<Option<u32>> = names.iter().map(|n| nodes.kubelet_pid(n).unwrap()).collect();
+    let containerds: Vec<Option<u32>> =
+        names.iter().map(|n| nodes.containerd_pid(n).unwrap()).collect();
+
+    // Sample the web Pods every 200 ms for the whole update.
+    let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+    let sampler = tokio::spawn(sample_web(pods.clone(), samples.clone()));
+
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&names, 1)));
+    create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    sampler.abort();
+    for target in targets(command(&done, 0)) {
+        assert_eq!(target.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
+    }
+
+    // Each worker restarted into v2 in place, and is uncordoned.
+    for (worker, pid) in workers.iter().zip(&pids) {
+        let name = worker.node_name();
+        assert_eq!(binary_version(worker.binary_path()), V2, "{name} on disk");
+        assert!(worker.is_running() && worker.pid() == *pid, "{name} re-executed in place");
+        wait_node_version(&client, name, V2).await.unwrap();
+        assert_eq!(node_cordon(&client, name).await.unwrap(), (false, false), "{name} uncordoned");
+    }
+
+    // Each node was drained for real: every web Pod that ran before the plan was evicted (its
+    // containers stopped), and at no sample were no web Pods Ready.
+    let samples = samples.lock().unwrap().clone();
+    assert!(samples.len() > 10, "the probe sampled the update: {} samples", samples.len());
+    let first = &samples[0];
+    let evicted: BTreeSet<&String> = samples.iter().flat_map(|s| s.terminating.iter()).collect();
+    for pod in &first.ready {
+        assert!(evicted.contains(pod), "web Pod {pod} was evicted by a drain");
+    }
+    let empty: Vec<&Sample> = samples.iter().filter(|s| s.ready.is_empty()).collect();
+    assert!(
+        empty.is_empty(),
+        "no web Pod was Ready at {} samples: {:?}",
+        empty.len(),
+        empty.first()
+    );
+
+    // The DaemonSet's Pods were not evicted and their containers kept running through the
+    // restarts: same Pods, same containers, no restart, still running in containerd; the
+    // kubelets and containerds never restarted either.
+    let agents_after = daemon_pods(&pods, "agent").await.unwrap();
+    assert_eq!(agents_after, agents_before, "the agent Pods and containers are the same");
+    for (node, (_, ids)) in &agents_after {
+        let running = nodes.running_containers(node).unwrap();
+        for id in ids {
+            assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
+        }
+    }
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(nodes.kubelet_pid(name).unwrap(), kubelets[i], "{name}'s kubelet kept running");
+        assert_eq!(
+            nodes.containerd_pid(name).unwrap(),
+            containerds[i],
+            "{name}'s containerd kept running"
+        );
+    }
+    drop(nodes);
+}
+
+/// One look at the web Pods.
+#[derive(Debug, Clone)]
+struct Sample {
+    /// Ready and not terminating.
+    ready: BTreeSet<String>,
+    /// Terminating (evicted).
+    terminating: BTreeSet<String>,
+}
+
+async fn sample_web(pods: Api<Pod>, samples: Arc<Mutex<Vec<Sample>>>) {
+    let params = ListParams::default().labels("app=web");
+    loop {
+        if let Ok(list) = pods.list(&params).await {
+            let mut sample = Sample { ready: BTreeSet::new(), terminating: BTreeSet::new() };
+            for pod in &list.items {
+                if pod.metadata.deletion_timestamp.is_some() {
+                    sample.terminating.insert(pod.name_any());
+                } else if pod_ready(pod) {
+                    sample.ready.insert(pod.name_any());
+                }
+            }
+            samples.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+}
+
+/// The Pods of DaemonSet `app` by node: their UID and their containers' ids.
+async fn daemon_pods(
+    pods: &Api<Pod>,
+    app: &str,
+) -> anyhow::Result<BTreeMap<String, (String, BTreeSet<String>)>> {
+    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let node = p.spec.as_ref()?.node_name.clone()?;
+            let restarts: i32 = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .map(|c| c.restart_count)
+                .sum();
+            let uid = format!("{} restarts={restarts}", p.uid()?);
+            Some((node, (uid, container_ids(p))))
+        })
+        .collect())
+}
+
+/// The ids of a Pod's running containers, as containerd knows them (without `containerd://`).
+fn container_ids(pod: &Pod) -> BTreeSet<String> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|statuses| {
+            statuses
+                .iter()
+                .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .filter_map(|c| c.container_id.as_deref())
+                .map(|id| id.trim_start_matches("containerd://").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// A busybox container running `script`, Ready once its probe passes (every second).
+fn container(name: &str, script: &str) -> serde_json::Value {
+    json!({
+        "name": name,
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", script],
+        "readinessProbe": { "exec": { "command": ["/bin/true"] }, "periodSeconds": 1 },
+    })
+}
+
+/// The `default` ServiceAccount, which the controller-manager creates shortly after start
+/// (Pods are refused without it).
+async fn wait_default_service_account(client: &kube::Client) -> anyhow::Result<()> {
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), "default");
+    wait_for(WORKLOAD_TIMEOUT, "the default ServiceAccount", || async {
+        Ok(accounts.get_opt("default").await?.map(|_| ()))
+    })
+    .await
+}
+
+/// Deployment `web` (2 replicas), its budget `web-budget` (`minAvailable: 1`) and DaemonSet
+/// `agent`, all in `default`.
+async fn create_workloads(client: &kube::Client) -> anyhow::Result<()> {
+    let template = |app: &str| {
+        json!({
+            "metadata": { "labels": { "app": app } },
+            "spec": {
+                "terminationGracePeriodSeconds": 5,
+                "containers": [container(app, SERVE)],
+            },
+        })
+    };
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": {
+            "replicas": 2,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": template("web"),
+        },
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": { "name": "web-budget" },
+        "spec": { "minAvailable": 1, "selector": { "matchLabels": { "app": "web" } } },
+    }))?;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &budget)
+        .await?;
+    let daemon_set: DaemonSet = serde_json::from_value(json!({
+        "metadata": { "name": "agent" },
+        "spec": {
+            "selector": { "matchLabels": { "app": "agent" } },
+            "template": template("agent"),
+        },
+    }))?;
+    Api::<DaemonSet>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &daemon_set)
+        .await?;
+    Ok(())
+}
