@@ -1,7 +1,9 @@
 //! `cargo xtask test`: every test, at every level, against the real control plane.
 //!
-//! Builds (once) the pinned kube-apiserver, etcd and Prometheus, builds the `k0s` binary the end-to-end
-//! scenarios run, then runs `cargo test` over the whole workspace. Nothing is opt-in.
+//! Builds (once) the pinned kube-apiserver, etcd, Prometheus and the real nodes' binaries, builds
+//! the `k0s` binary the end-to-end scenarios run, then runs `cargo test` over the whole
+//! workspace. Nothing is opt-in; only the real-node scenarios are left out where the machine
+//! cannot run real nodes (not root, packages missing), and then they are named as not run.
 
 use std::process::Command;
 
@@ -29,6 +31,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     integration::prometheus::ensure_built()?;
     integration::node_binaries::ensure_built()?;
     let k0s = build_k0s()?;
+    let not_run = integration::real_node::prerequisites().err();
+    let mut cargo_args = cargo_args;
+    if let Some(reason) = &not_run {
+        println!("==> NOT RUN: the real-node scenarios ({REAL_NODE_SCENARIOS}*): {reason}");
+        if !cargo_args.iter().any(|a| a == "--") {
+            cargo_args.push("--".to_owned());
+        }
+        cargo_args.extend(["--skip".to_owned(), REAL_NODE_SCENARIOS.to_owned()]);
+    }
     println!("==> running tests (k0s binary {})", k0s.display());
     let mut command = Command::new(cargo());
     command
@@ -38,9 +49,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .env("K0S_BIN", &k0s)
         .env("RUST_TEST_THREADS", test_threads.to_string());
     let status = command.status().context("running cargo test")?;
+    if let Some(reason) = &not_run {
+        println!(
+            "==> NOT RUN (not passed): the real-node scenarios ({REAL_NODE_SCENARIOS}*): {reason}"
+        );
+    }
     anyhow::ensure!(status.success(), "tests failed ({status})");
     Ok(())
 }
+
+/// The prefix of the end-to-end scenarios that need real nodes
+/// ([`integration::real_node::prerequisites`]); left out, and said so, where those are missing.
+const REAL_NODE_SCENARIOS: &str = "real_nodes::";
 
 /// Build the `k0s` binary the scenarios copy into each node, and return its path.
 pub fn build_k0s() -> anyhow::Result<std::path::PathBuf> {

@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use autopilot_api::v1beta2::{PlanStateType, TargetState};
+use autopilot_api::v1beta2::{
+    DrainPolicy, Gate, GateAfter, GateOnFailure, KubernetesGate, PlanStateType, TargetState,
+};
 use integration::http::FileServer;
 use integration::real_node::{RealNodes, image::BUSYBOX_IMAGE};
 use integration::{ClusterBuilder, K0sProcess, wait_for};
@@ -117,13 +119,39 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
     let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
     let sampler = tokio::spawn(sample_web(pods.clone(), samples.clone()));
 
-    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&names, 1)));
+    // After each node: its DaemonSet Pod Ready again (settle), and the Deployment back to
+    // both replicas available (a kubernetes gate, which the controllers may list once the
+    // example grant is applied), before the next node is signalled.
+    integration::rbac::apply_file(&client, "gates-example.yaml", GATES_EXAMPLE).await.unwrap();
+    let mut update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&names, 1)));
+    update.gates = vec![
+        Gate { settle: Some("90s".to_owned()), timeout: None, ..gate("settled") },
+        Gate {
+            kubernetes: Some(KubernetesGate {
+                api_version: "apps/v1".to_owned(),
+                kind: "Deployment".to_owned(),
+                namespace: Some("default".to_owned()),
+                label_selector: None,
+                field_selector: Some("metadata.name=web".to_owned()),
+                condition: "objects.size() == 1 && objects.all(d, has(d.status.availableReplicas) \
+                            && d.status.availableReplicas == 2)"
+                    .to_owned(),
+            }),
+            ..gate("web-available")
+        },
+    ];
     create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     sampler.abort();
     for target in targets(command(&done, 0)) {
         assert_eq!(target.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
     }
+    assert_eq!(
+        command(&done, 0).gates_passed,
+        2,
+        "both nodes' gates passed: {}",
+        status_yaml(&done)
+    );
 
     // Each worker restarted into v2 in place, and is uncordoned.
     for (worker, pid) in workers.iter().zip(&pids) {
@@ -171,6 +199,20 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
         );
     }
     drop(nodes);
+}
+
+/// The example grant of what gates list (Deployments among them).
+const GATES_EXAMPLE: &str = include_str!("../../../manifests/rbac/gates-example.yaml");
+
+/// A gate `id` after each node, halting the plan when it fails within 3 minutes.
+fn gate(id: &str) -> Gate {
+    Gate {
+        id: id.to_owned(),
+        after: GateAfter::Node,
+        timeout: Some("3m".to_owned()),
+        on_failure: GateOnFailure::Halt,
+        ..Gate::default()
+    }
 }
 
 /// One look at the web Pods.
@@ -316,4 +358,150 @@ async fn create_workloads(client: &kube::Client) -> anyhow::Result<()> {
         .create(&PostParams::default(), &daemon_set)
         .await?;
     Ok(())
+}
+
+/// One real worker with one web Pod and nowhere else to move it: a budget that needs the Pod
+/// holds `drain: Always` until `--drain-timeout` fails the node (not evicted, uncordoned,
+/// binary untouched); `IfPossible` and `Never` update without evicting it, the same container
+/// running throughout; `Always` without the budget evicts it, its container stops, and the
+/// replacement runs once the node is uncordoned.
+#[tokio::test]
+async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
+    let (v2_bytes, sha) = v2_build();
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    const NODE: &str = "worker-0";
+    let cluster = ClusterBuilder::new("real-nodes-drain").workers(&[NODE]).build().await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let nodes = RealNodes::start(&cluster, &[NODE]).await.unwrap();
+    let _controllers =
+        start_controllers_with_agents(&cluster, 1, &["--drain-timeout", "10s"]).await.unwrap();
+    let worker = cluster.k0s_worker_on_kubelet(NODE).spawn().await.unwrap();
+    let v1 = binary_version(worker.binary_path());
+    wait_node_version(&client, NODE, &v1).await.unwrap();
+
+    wait_default_service_account(&client).await.unwrap();
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": { "terminationGracePeriodSeconds": 5, "containers": [container("web", SERVE)] },
+            },
+        },
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": { "name": "web-budget" },
+        "spec": { "minAvailable": 1, "selector": { "matchLabels": { "app": "web" } } },
+    }))
+    .unwrap();
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), "default");
+    budgets.create(&PostParams::default(), &budget).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let web = wait_web_running(&pods).await.unwrap();
+    let only_node = Some(static_nodes(&[NODE], 1));
+
+    // Always, held by the budget: the node fails after the drain timeout, naming the Pod and
+    // the budget; nothing was evicted or swapped, and the node is uncordoned.
+    let update = update_to(V2, server.base_url(), &sha, None, only_node.clone());
+    create_plan(&client, &plan("autopilot", "held", vec![k0s_command(update)])).await.unwrap();
+    let failed = wait_plan_state(&client, "autopilot", PlanStateType::ApplyFailed).await.unwrap();
+    let reason = target(&failed, 0, NODE).reason.clone().unwrap_or_default();
+    assert!(reason.starts_with("drain of worker-0 blocked for 10s: "), "{reason}");
+    assert!(reason.contains(&format!("default/{}", web.0)), "the Pod is named: {reason}");
+    assert!(reason.contains("web-budget"), "the budget is named: {reason}");
+    wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
+    assert_eq!(binary_version(worker.binary_path()), v1, "no swap without a drain");
+    assert_still_running(&nodes, &pods, &web).await;
+    delete_plan(&client).await;
+
+    // IfPossible: nowhere to go, so cordoned, not drained, updated.
+    let update = autopilot_api::v1beta2::PlanCommandK0sUpdate {
+        drain: Some(DrainPolicy::IfPossible),
+        ..update_to(V2, server.base_url(), &sha, None, only_node.clone())
+    };
+    let note = run_to_completion(&client, "if-possible", update).await;
+    let note = note.expect("the target's drain note");
+    assert!(
+        note.starts_with(&format!("cordoned, not drained of pod(s) default/{}", web.0)),
+        "{note}"
+    );
+    assert_eq!(binary_version(worker.binary_path()), V2);
+    assert_still_running(&nodes, &pods, &web).await;
+
+    // Never: cordoned, nothing evicted.
+    let update = autopilot_api::v1beta2::PlanCommandK0sUpdate {
+        drain: Some(DrainPolicy::Never),
+        forceupdate: true,
+        ..update_to(V2, server.base_url(), &sha, None, only_node.clone())
+    };
+    let note = run_to_completion(&client, "never", update).await;
+    assert_eq!(note.as_deref(), Some("cordoned, not drained: the command's drain is Never"));
+    assert_still_running(&nodes, &pods, &web).await;
+
+    // Always without the budget: the Pod is evicted and its container stops; the
+    // replacement runs on the node once it is uncordoned.
+    budgets.delete("web-budget", &Default::default()).await.unwrap();
+    let update = autopilot_api::v1beta2::PlanCommandK0sUpdate {
+        forceupdate: true,
+        ..update_to(V2, server.base_url(), &sha, None, only_node)
+    };
+    let note = run_to_completion(&client, "always", update).await;
+    assert_eq!(note, None);
+    assert!(pods.get_opt(&web.0).await.unwrap().is_none(), "{} was evicted", web.0);
+    let running = nodes.running_containers(NODE).unwrap();
+    assert!(!running.contains(&web.1), "the evicted container stopped: {running:?}");
+    let replacement = wait_web_running(&pods).await.unwrap();
+    assert_ne!(replacement.0, web.0, "a new Pod replaced the evicted one");
+    drop(nodes);
+}
+
+/// Runs one plan of `update` to `Completed` (no autopilot cordon left), deletes it, and
+/// returns its only target's `drain` note.
+async fn run_to_completion(
+    client: &kube::Client,
+    id: &str,
+    update: autopilot_api::v1beta2::PlanCommandK0sUpdate,
+) -> Option<String> {
+    create_plan(client, &plan("autopilot", id, vec![k0s_command(update)])).await.expect("the plan");
+    let done =
+        wait_plan(client, "autopilot", PLAN_TIMEOUT, "the plan to end", |p| state(p).is_terminal())
+            .await
+            .expect("the plan ends");
+    let status = status_yaml(&done);
+    assert_eq!(state(&done), PlanStateType::Completed, "{id}: {status}");
+    let target = &targets(command(&done, 0))[0];
+    assert_eq!(target.state, TargetState::SignalCompleted, "{id}: {status}");
+    wait_no_autopilot_cordons(client, "autopilot").await.expect("no cordon left");
+    let drain = target.drain.clone();
+    delete_plan(client).await;
+    drain
+}
+
+/// The one web Pod once it runs and is Ready: its name and its container's id.
+async fn wait_web_running(pods: &Api<Pod>) -> anyhow::Result<(String, String)> {
+    wait_for(WORKLOAD_TIMEOUT, "a web Pod Ready", || async {
+        let list = pods.list(&ListParams::default().labels("app=web")).await?;
+        Ok(list
+            .items
+            .iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .and_then(|p| Some((p.name_any(), container_ids(p).into_iter().next()?))))
+    })
+    .await
+}
+
+/// The Pod `web` still exists with the same running container, which containerd runs.
+async fn assert_still_running(nodes: &RealNodes, pods: &Api<Pod>, web: &(String, String)) {
+    let pod = pods.get(&web.0).await.unwrap();
+    assert!(pod.metadata.deletion_timestamp.is_none(), "{} was not evicted", web.0);
+    assert_eq!(container_ids(&pod), BTreeSet::from([web.1.clone()]), "the same container runs");
+    let running = nodes.running_containers("worker-0").unwrap();
+    assert!(running.contains(&web.1), "containerd runs {}: {running:?}", web.1);
 }
