@@ -36,19 +36,19 @@ use serde_json::json;
 use crate::support::*;
 
 /// A `preflight` plan command from its JSON (the shape an operator writes).
-fn preflight(value: serde_json::Value) -> PlanCommand {
+pub(crate) fn preflight(value: serde_json::Value) -> PlanCommand {
     let preflight: PlanCommandPreflight =
         serde_json::from_value(value).expect("a valid preflight command");
     PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) }
 }
 
 /// Static worker targets as JSON.
-fn workers(names: &[&str]) -> serde_json::Value {
+pub(crate) fn workers(names: &[&str]) -> serde_json::Value {
     json!({ "workers": serde_json::to_value(static_nodes(names, 1)).expect("targets") })
 }
 
 /// The verdicts of check `id` of command 0, panicking with the status when it has none.
-fn check<'a>(plan: &'a Plan, id: &str) -> &'a PreflightCheckStatus {
+pub(crate) fn check<'a>(plan: &'a Plan, id: &str) -> &'a PreflightCheckStatus {
     command(plan, 0)
         .preflight
         .as_ref()
@@ -57,7 +57,7 @@ fn check<'a>(plan: &'a Plan, id: &str) -> &'a PreflightCheckStatus {
 }
 
 /// `(node, status, status code)` of every node that ran check `id`.
-fn verdicts(plan: &Plan, id: &str) -> Vec<(String, CheckStatus, i64)> {
+pub(crate) fn verdicts(plan: &Plan, id: &str) -> Vec<(String, CheckStatus, i64)> {
     check(plan, id).nodes.iter().map(|n| (n.name.clone(), n.status, n.status_code)).collect()
 }
 
@@ -417,7 +417,7 @@ async fn check_cli(
 
 /// A `scheduler` check of template `pod` on `targets` (narrowed by `selector`), with a
 /// timeout: exit 0 is success, anything else an error naming the code and the output.
-fn scheduler_check(
+pub(crate) fn scheduler_check(
     id: &str,
     pod: &str,
     targets: serde_json::Value,
@@ -438,7 +438,7 @@ fn scheduler_check(
 }
 
 /// The check Pods left in `k0s-autopilot`.
-async fn check_pods(client: &kube::Client) -> Vec<String> {
+pub(crate) async fn check_pods(client: &kube::Client) -> Vec<String> {
     let pods: Api<k8s_openapi::api::core::v1::Pod> =
         Api::namespaced(client.clone(), keys::NAMESPACE);
     let list = pods
@@ -545,7 +545,7 @@ async fn scheduler_checks_run_a_pod_on_each_node() {
 }
 
 /// Asserts `name` got no update signal (scheduler checks signal no agent at all).
-async fn assert_only_no_update(client: &kube::Client, name: &str) {
+pub(crate) async fn assert_only_no_update(client: &kube::Client, name: &str) {
     let signal = node_signal(client, name).await.expect("reading the signal");
     assert!(
         signal.as_ref().is_none_or(|s| s.command.update().is_none()),

@@ -505,3 +505,219 @@ async fn assert_still_running(nodes: &RealNodes, pods: &Api<Pod>, web: &(String,
     let running = nodes.running_containers("worker-0").unwrap();
     assert!(running.contains(&web.1), "containerd runs {}: {running:?}", web.1);
 }
+
+/// Preflight `scheduler` checks whose Pods really run on the real workers: a container that
+/// writes its termination message passes on both, one that exits 3 saying why on stderr fails
+/// with that exit status and text, one that outlives its timeout fails with 62; the update
+/// signals nobody. With only the passing check the update runs, and no check Pod is left.
+#[tokio::test]
+async fn preflight_check_pods_run_real_containers_whose_exit_and_output_decide() {
+    use crate::plan_preflight::{
+        assert_only_no_update, check, check_pods, preflight, scheduler_check, verdicts, workers,
+    };
+    use autopilot_api::v1beta2::CheckStatus;
+
+    let (v2_bytes, sha) = v2_build();
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    let names = ["worker-0", "worker-1"];
+    let cluster =
+        ClusterBuilder::new("real-nodes-preflight").workers(&names).build().await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _nodes = RealNodes::start(&cluster, &names).await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let mut running = Vec::new();
+    for name in names {
+        running.push(cluster.k0s_worker_on_kubelet(name).spawn().await.unwrap());
+    }
+    let v1 = binary_version(running[0].binary_path());
+    for name in names {
+        wait_node_version(&client, name, &v1).await.unwrap();
+    }
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), autopilot_api::keys::NAMESPACE);
+    for template in [
+        real_pod_template("license-checker", "echo licensed until 2027 > /dev/termination-log"),
+        real_pod_template("expired", "echo 'license expired' >&2; exit 3"),
+        real_pod_template("hangs", "sleep 300"),
+    ] {
+        config_maps.create(&PostParams::default(), &template).await.unwrap();
+    }
+    let hostname = |node: &str| json!({ autopilot_api::keys::LABEL_HOSTNAME: node });
+
+    let failing = preflight(json!({"checks": [
+        scheduler_check("license", "license-checker", json!({"all": true}), json!({}), 60),
+        scheduler_check("expiry", "expired", json!({"all": true}), hostname("worker-1"), 60),
+        scheduler_check("hang", "hangs", workers(&["worker-0"]), json!({}), 8),
+    ]}));
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&names, 2)));
+    create_plan(&client, &plan("autopilot", "pods-fail", vec![failing, k0s_command(update)]))
+        .await
+        .unwrap();
+    let failed =
+        wait_plan_state(&client, "autopilot", PlanStateType::PreflightFailed).await.unwrap();
+    let yaml = status_yaml(&failed);
+    assert_eq!(
+        verdicts(&failed, "license"),
+        [
+            ("worker-0".into(), CheckStatus::Success, 0),
+            ("worker-1".into(), CheckStatus::Success, 0)
+        ],
+        "{yaml}"
+    );
+    assert_eq!(check(&failed, "license").nodes[0].message, "worker-0: licensed until 2027");
+    assert_eq!(verdicts(&failed, "expiry"), [("worker-1".into(), CheckStatus::Error, 3)], "{yaml}");
+    assert_eq!(check(&failed, "expiry").nodes[0].message, "worker-1: 3 license expired");
+    assert_eq!(verdicts(&failed, "hang"), [("worker-0".into(), CheckStatus::Error, 62)], "{yaml}");
+    for name in names {
+        assert_only_no_update(&client, name).await;
+    }
+    wait_for(WORKLOAD_TIMEOUT, "every check Pod deleted", || async {
+        Ok(check_pods(&client).await.is_empty().then_some(()))
+    })
+    .await
+    .unwrap();
+    delete_plan(&client).await;
+
+    let passing = preflight(json!({"checks": [
+        scheduler_check("license", "license-checker", workers(&names), json!({}), 60),
+    ]}));
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&["worker-0"], 1)));
+    create_plan(&client, &plan("autopilot", "pods-pass", vec![passing, k0s_command(update)]))
+        .await
+        .unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(verdicts(&done, "license").len(), 2, "{}", status_yaml(&done));
+    assert_eq!(binary_version(running[0].binary_path()), V2, "the guarded update ran");
+    wait_for(WORKLOAD_TIMEOUT, "every check Pod deleted", || async {
+        Ok(check_pods(&client).await.is_empty().then_some(()))
+    })
+    .await
+    .unwrap();
+}
+
+/// A check Pod template running `script` in the real nodes' busybox image.
+fn real_pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
+        "name": "check", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", script]}]}});
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": autopilot_api::keys::NAMESPACE},
+        "data": {"pod.yaml": serde_saphyr::to_string(&pod).expect("YAML")},
+    }))
+    .expect("a ConfigMap")
+}
+
+/// The post-update watch on a real node: a "v2" that passes its trial boot but dies 8 s into
+/// every run is put back to v1 after its third crash, while the node's DaemonSet container,
+/// its kubelet and its containerd run on untouched.
+#[tokio::test]
+async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_left_running() {
+    use std::os::unix::fs::PermissionsExt as _;
+    const NODE: &str = "worker-0";
+    let cluster =
+        ClusterBuilder::new("real-nodes-post-watch").workers(&[NODE]).build().await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let nodes = RealNodes::start(&cluster, &[NODE]).await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let worker =
+        cluster.k0s_worker_on_kubelet(NODE).args(["--restart", "exit"]).spawn().await.unwrap();
+    let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
+    let v1 = binary_version(worker.binary_path());
+    wait_node_version(&client, NODE, &v1).await.unwrap();
+
+    wait_default_service_account(&client).await.unwrap();
+    let daemon_set: DaemonSet = serde_json::from_value(json!({
+        "metadata": { "name": "agent" },
+        "spec": {
+            "selector": { "matchLabels": { "app": "agent" } },
+            "template": {
+                "metadata": { "labels": { "app": "agent" } },
+                "spec": { "terminationGracePeriodSeconds": 5, "containers": [container("agent", SERVE)] },
+            },
+        },
+    }))
+    .unwrap();
+    Api::<DaemonSet>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &daemon_set)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready", || async {
+        let list = pods.list(&ListParams::default().labels("app=agent")).await?;
+        Ok(list.items.iter().any(pod_ready).then_some(()))
+    })
+    .await
+    .unwrap();
+    let agents_before = daemon_pods(&pods, "agent").await.unwrap();
+    let kubelet = nodes.kubelet_pid(NODE).unwrap();
+    let containerd = nodes.containerd_pid(NODE).unwrap();
+
+    // The payload: answers `version` as v2, is the real v2 on trial, and in a normal run
+    // starts the real v2 and kills it 8 s later, exiting 1.
+    let (v2_bytes, _) = v2_build();
+    let real = worker.dir().join("v2-real").join("k0s");
+    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+    std::fs::write(&real, &v2_bytes).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let payload = format!(
+        "#!/bin/sh\n\
+         if [ \"$1\" = version ]; then echo {V2}; exit 0; fi\n\
+         if [ -n \"$K0S_AUTOPILOT_TRIAL\" ]; then exec {real} \"$@\"; fi\n\
+         {real} \"$@\" &\nchild=$!\nsleep 8\nkill -9 $child\nexit 1\n",
+        real = real.display()
+    )
+    .into_bytes();
+    let server = FileServer::start(payload.clone()).await.unwrap();
+    let worker = worker.supervise(Duration::from_secs(1));
+    let update = update_to(
+        V2,
+        server.base_url(),
+        &sha256_hex(&payload),
+        None,
+        Some(static_nodes(&[NODE], 1)),
+    );
+    create_plan(&client, &plan("autopilot", "post-watch", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+
+    wait_for(PLAN_TIMEOUT + Duration::from_secs(90), "worker-0 back on v1", || async {
+        let node = worker.process();
+        let on_disk = std::fs::read(node.binary_path())?;
+        let crashes = worker.exits().iter().filter(|(_, s)| !s.success()).count();
+        Ok((on_disk == v1_bytes && crashes >= 3).then_some(()))
+    })
+    .await
+    .unwrap();
+    let signal =
+        wait_for(Duration::from_secs(60), "the signal Failed after the rollback", || async {
+            let signal = node_signal(&client, NODE).await?;
+            Ok(signal.filter(|s| s.phase() == Some(autopilot_api::signal::SignalPhase::Failed)))
+        })
+        .await
+        .unwrap();
+    let reason = signal.status.and_then(|s| s.reason).unwrap_or_default();
+    assert!(
+        reason
+            .starts_with("rolled back after the update: the new binary exited abnormally 3 times"),
+        "{reason}"
+    );
+    wait_node_version(&client, NODE, &v1).await.unwrap();
+    assert_eq!(binary_version(worker.process().binary_path()), v1);
+
+    // Through three crashes and the rollback, the node's workload ran on: the same Pod and
+    // container, no restart, still running in containerd; kubelet and containerd untouched.
+    assert_eq!(
+        daemon_pods(&pods, "agent").await.unwrap(),
+        agents_before,
+        "the agent Pod is the same"
+    );
+    let running = nodes.running_containers(NODE).unwrap();
+    for (_, ids) in agents_before.values() {
+        for id in ids {
+            assert!(running.contains(id), "container {id} still runs: {running:?}");
+        }
+    }
+    assert_eq!(nodes.kubelet_pid(NODE).unwrap(), kubelet, "the kubelet kept running");
+    assert_eq!(nodes.containerd_pid(NODE).unwrap(), containerd, "containerd kept running");
+    wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
+}
