@@ -499,10 +499,10 @@ async fn wait_web_running(pods: &Api<Pod>) -> anyhow::Result<(String, String)> {
 
 /// The Pod `web` still exists with the same running container, which containerd runs.
 async fn assert_still_running(nodes: &RealNodes, pods: &Api<Pod>, web: &(String, String)) {
-    let pod = pods.get(&web.0).await.unwrap();
+    let pod = pods.get(&web.0).await.expect("reading the web Pod");
     assert!(pod.metadata.deletion_timestamp.is_none(), "{} was not evicted", web.0);
     assert_eq!(container_ids(&pod), BTreeSet::from([web.1.clone()]), "the same container runs");
-    let running = nodes.running_containers("worker-0").unwrap();
+    let running = nodes.running_containers("worker-0").expect("asking containerd");
     assert!(running.contains(&web.1), "containerd runs {}: {running:?}", web.1);
 }
 
