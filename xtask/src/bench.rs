@@ -123,6 +123,10 @@ enum What {
         #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse)]
         settle: Duration,
     },
+    /// What one node update costs, split into its steps (signal, download, drain, swap +
+    /// restart, uncordon, complete, settle) and the orchestration overhead, on real nodes
+    /// (kubelet, containerd, N Pods) or process-only ones.
+    Node(crate::bench_node::NodeArgs),
     /// Download + verify throughput of the node agent on loopback against
     /// `curl -o f && sync f && sha256sum f` (release build; no control plane needed).
     Download {
@@ -177,6 +181,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let k0s = release_k0s(given)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(bench_footprint(&k0s, settle))
+        }
+        What::Node(args) => {
+            integration::control_plane::ensure_built()?;
+            if !args.process_only {
+                integration::node_binaries::ensure_built()?;
+            }
+            let k0s = release_k0s(given)?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(crate::bench_node::run(&k0s, args))
         }
         What::Download { .. } if given.is_some() => {
             anyhow::bail!("--k0s does not apply to `bench download` (it benchmarks the library)")

@@ -4,6 +4,7 @@
 //! README's commands stay short and true.
 
 mod bench;
+mod bench_node;
 mod chaos;
 mod control_plane;
 mod crdgen;
@@ -28,7 +29,8 @@ enum Command {
     /// Generate the CRD manifests in manifests/crds from the Rust types.
     Crdgen(crdgen::Args),
     /// Build (once) and cache the pinned kube-apiserver and etcd used by tests and the demo,
-    /// and the Prometheus used by tests.
+    /// the Prometheus used by tests, and the real nodes' kubelet, kube-controller-manager,
+    /// kube-scheduler and containerd.
     ControlPlane(control_plane::Args),
     /// Run the demo on a local real control plane.
     Demo(demo::Args),

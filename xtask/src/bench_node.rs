@@ -1,0 +1,436 @@
+//! `cargo xtask bench node`: what one node update costs, split into its steps, on real nodes
+//! (a kubelet and containerd per worker, real Pods) or on process-only nodes (`--process-only`:
+//! the `k0s worker` alone registers its Node, nothing runs on it).
+//!
+//! The fleet: one controller and two workers, all the release build. Before each run,
+//! `--pods N` replicas of a Deployment are put on worker-0 (worker-1 cordoned meanwhile), and a
+//! DaemonSet runs on both. The run is one Plan: worker-0 to the same release binary
+//! (`forceupdate`, served over loopback with its sha256). The bench watches worker-0's signal
+//! and times each step from what it sees:
+//!
+//! | step | from | to |
+//! |---|---|---|
+//! | signal | the Plan is created | the leader's signal is on the Node |
+//! | download | the signal | `Cordoning` (the agent took it, downloaded, verified and self-tested the binary) |
+//! | drain | `Cordoning` | `ApplyingUpdate` (cordoned, every Pod evicted and gone) |
+//! | swap + restart | `ApplyingUpdate` | `Uncordoning` (swapped, trial boot, restarted, the new binary answering) |
+//! | uncordon | `Uncordoning` | `Completed` |
+//! | complete | the node's `Completed` | the Plan's `Completed` |
+//! | settle | the node's `Completed` | the Node Ready and its DaemonSet Pods Ready (real nodes) |
+//!
+//! The orchestration overhead is what only autopilot's own control loop spends, with no
+//! payload, Pod or process in the way: signal + uncordon + complete, as a share of the total
+//! (Plan created → Plan `Completed`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use autopilot_api::keys;
+use autopilot_api::signal::{self, SignalPhase};
+use autopilot_api::v1beta2::{Plan, PlanStateType};
+use futures::StreamExt as _;
+use integration::http::FileServer;
+use integration::real_node::RealNodes;
+use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use serde_json::json;
+
+/// The worker the bench updates; the other takes its Pods.
+const UPDATED: &str = "worker-0";
+const OTHER: &str = "worker-1";
+
+/// How long Pods, Nodes and one run may take.
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The image the bench's Pods run (see `integration::real_node::image`).
+const IMAGE: &str = integration::real_node::image::BUSYBOX_IMAGE;
+
+/// Arguments of `cargo xtask bench node`.
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// Pods of the Deployment on the updated node, one run each (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [0, 10, 30])]
+    pub pods: Vec<usize>,
+    /// Process-only nodes: the `k0s worker` registers its Node, no kubelet, no Pods.
+    #[arg(long)]
+    pub process_only: bool,
+    /// Runs per Pod count (the run of median total is reported).
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+}
+
+/// The times of one run's steps.
+#[derive(Debug, Clone, Default)]
+struct Steps {
+    signal: Duration,
+    download: Duration,
+    drain: Duration,
+    swap_restart: Duration,
+    uncordon: Duration,
+    complete: Duration,
+    settle: Duration,
+    total: Duration,
+}
+
+impl Steps {
+    fn overhead(&self) -> Duration {
+        self.signal + self.uncordon + self.complete
+    }
+}
+
+/// Runs the bench with `k0s` (the release build).
+pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
+    let NodeArgs { pods, process_only, runs } = args;
+    anyhow::ensure!(runs >= 1, "--runs must be at least 1");
+    anyhow::ensure!(!pods.is_empty(), "--pods needs at least one count");
+    if process_only {
+        anyhow::ensure!(pods == [0], "--process-only nodes run no Pods: give --pods 0");
+    } else {
+        integration::real_node::prerequisites()
+            .map_err(|why| anyhow::anyhow!("real nodes cannot run here: {why}"))?;
+    }
+    let payload = std::fs::read(k0s).with_context(|| format!("reading {}", k0s.display()))?;
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&payload));
+    let version = integration::run_k0s_binary(k0s, &["version"], Duration::from_secs(30))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let server = FileServer::start(payload).await?;
+
+    let cluster = ClusterBuilder::new("bench-node")
+        .workers(&[UPDATED, OTHER])
+        .k0s_binary(k0s)
+        .build()
+        .await?;
+    let client = cluster.admin_client().await?;
+    let nodes = if process_only {
+        None
+    } else {
+        Some(RealNodes::start(&cluster, &[UPDATED, OTHER]).await?)
+    };
+    let _controller = cluster.spawn_controller(0, &[]).await?;
+    let _workers = start_workers(&cluster, &client, process_only, &version).await?;
+    if !process_only {
+        create_daemon_set(&client).await?;
+    }
+
+    let kind = if process_only { "process-only" } else { "real" };
+    println!(
+        "node bench: {kind} nodes, 1 controller + 2 workers, {UPDATED} updated to the same release \
+         binary ({} MiB) by one Plan; {runs} run(s) per Pod count",
+        std::fs::metadata(k0s)?.len() / (1 << 20)
+    );
+    let mut results = Vec::new();
+    let mut run = 0;
+    for &count in &pods {
+        let mut measured = Vec::new();
+        for _ in 0..runs {
+            run += 1;
+            if !process_only {
+                place_pods(&client, count).await?;
+            }
+            let steps = one_run(&client, run, &version, server.base_url(), &sha, !process_only)
+                .await
+                .with_context(|| format!("run {run} ({count} Pods)"))?;
+            print_row(count, &steps);
+            measured.push(steps);
+        }
+        measured.sort_by_key(|s| s.total);
+        results.push((count, measured[measured.len() / 2].clone()));
+    }
+    println!("\nnode bench ({kind} nodes), the run of median total per Pod count:");
+    println!(
+        "| Pods | signal | download | drain | swap + restart | uncordon | complete | total | settle | overhead |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (count, steps) in &results {
+        println!(
+            "| {count} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({:.0} %) |",
+            secs(steps.signal),
+            secs(steps.download),
+            secs(steps.drain),
+            secs(steps.swap_restart),
+            secs(steps.uncordon),
+            secs(steps.complete),
+            secs(steps.total),
+            secs(steps.settle),
+            secs(steps.overhead()),
+            100.0 * steps.overhead().as_secs_f64() / steps.total.as_secs_f64().max(1e-9),
+        );
+    }
+    drop(nodes);
+    Ok(())
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+fn print_row(count: usize, s: &Steps) {
+    println!(
+        "  {count} Pods: signal {}, download {}, drain {}, swap + restart {}, uncordon {}, complete {}; total {}; settle {}",
+        secs(s.signal),
+        secs(s.download),
+        secs(s.drain),
+        secs(s.swap_restart),
+        secs(s.uncordon),
+        secs(s.complete),
+        secs(s.total),
+        secs(s.settle)
+    );
+}
+
+/// Starts both workers' agents (process-only: registering their Nodes) and waits until they
+/// publish `version`.
+async fn start_workers(
+    cluster: &Cluster,
+    client: &kube::Client,
+    process_only: bool,
+    version: &str,
+) -> anyhow::Result<Vec<K0sProcess>> {
+    let mut workers = Vec::new();
+    for name in [UPDATED, OTHER] {
+        let worker = if process_only {
+            cluster.spawn_worker(name, &[]).await?
+        } else {
+            cluster.k0s_worker_on_kubelet(name).spawn().await?
+        };
+        workers.push(worker);
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in [UPDATED, OTHER] {
+        wait_for(TIMEOUT, &format!("{name} publishing {version}"), || async {
+            let node = nodes.get_opt(name).await?;
+            let published = node
+                .and_then(|n| n.metadata.annotations)
+                .and_then(|a| a.get(keys::ANNOTATION_K0S_VERSION).cloned());
+            Ok((published.as_deref() == Some(version)).then_some(()))
+        })
+        .await?;
+    }
+    Ok(workers)
+}
+
+/// The `default` ServiceAccount (made by the controller-manager) and DaemonSet `agent`.
+async fn create_daemon_set(client: &kube::Client) -> anyhow::Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    wait_for(TIMEOUT, "the default ServiceAccount", || async {
+        Ok(accounts.get_opt("default").await?.map(|_| ()))
+    })
+    .await?;
+    let daemon_set: DaemonSet = serde_json::from_value(json!({
+        "metadata": { "name": "agent" },
+        "spec": {
+            "selector": { "matchLabels": { "app": "agent" } },
+            "template": pod_template("agent"),
+        },
+    }))?;
+    Api::<DaemonSet>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &daemon_set)
+        .await?;
+    Ok(())
+}
+
+fn pod_template(app: &str) -> serde_json::Value {
+    json!({
+        "metadata": { "labels": { "app": app } },
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": app,
+                "image": IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"],
+                "readinessProbe": { "exec": { "command": ["/bin/true"] }, "periodSeconds": 1 },
+            }],
+        },
+    })
+}
+
+/// Deployment `web` with `count` replicas, all on [`UPDATED`]: scaled to 0, [`OTHER`]
+/// cordoned, scaled to `count`, every replica Ready, [`OTHER`] uncordoned (it takes them
+/// when [`UPDATED`] is drained).
+async fn place_pods(client: &kube::Client, count: usize) -> anyhow::Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    if deployments.get_opt("web").await?.is_none() {
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": "web" },
+            "spec": {
+                "replicas": 0,
+                "selector": { "matchLabels": { "app": "web" } },
+                "template": pod_template("web"),
+            },
+        }))?;
+        deployments.create(&PostParams::default(), &deployment).await?;
+    }
+    let scale = |replicas: usize| json!({ "spec": { "replicas": replicas } });
+    deployments.patch("web", &PatchParams::default(), &Patch::Merge(&scale(0))).await?;
+    wait_for(TIMEOUT, "no web Pod left", || async {
+        Ok(pods
+            .list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    let cordon = |on: bool| json!({ "spec": { "unschedulable": on } });
+    nodes.patch(OTHER, &PatchParams::default(), &Patch::Merge(&cordon(true))).await?;
+    deployments.patch("web", &PatchParams::default(), &Patch::Merge(&scale(count))).await?;
+    wait_for(TIMEOUT, &format!("{count} web Pods Ready on {UPDATED}"), || async {
+        let list = pods.list(&ListParams::default().labels("app=web")).await?.items;
+        let ready = list
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(UPDATED))
+            .filter(|p| pod_ready(p))
+            .count();
+        Ok((ready == count).then_some(()))
+    })
+    .await?;
+    nodes.patch(OTHER, &PatchParams::default(), &Patch::Merge(&cordon(false))).await?;
+    Ok(())
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// One Plan run that updates [`UPDATED`]; its steps.
+async fn one_run(
+    client: &kube::Client,
+    run: usize,
+    version: &str,
+    base_url: &str,
+    sha: &str,
+    real: bool,
+) -> anyhow::Result<Steps> {
+    let plans: Api<Plan> = Api::all(client.clone());
+    let _ = plans.delete(keys::PLAN_NAME, &DeleteParams::default()).await;
+    wait_for(TIMEOUT, "the previous Plan gone", || async {
+        Ok(plans.get_opt(keys::PLAN_NAME).await?.is_none().then_some(()))
+    })
+    .await?;
+    let id = format!("bench-node-{run}");
+    let seen: Arc<Mutex<BTreeMap<Option<SignalPhase>, Instant>>> = Arc::default();
+    let watch = tokio::spawn(watch_phases(client.clone(), id.clone(), seen.clone()));
+
+    let platform = autopilot_api::platform::current();
+    let plan: Plan = serde_json::from_value(json!({
+        "apiVersion": keys::API_VERSION,
+        "kind": "Plan",
+        "metadata": { "name": keys::PLAN_NAME },
+        "spec": {
+            "id": id,
+            "timestamp": "now",
+            "commands": [{ "k0supdate": {
+                "version": version,
+                "forceupdate": true,
+                "platforms": { platform: { "url": format!("{base_url}/k0s"), "sha256": sha } },
+                "targets": { "workers": {
+                    "discovery": { "static": { "nodes": [UPDATED] } },
+                    "limits": { "concurrent": 1 },
+                } },
+            } }],
+        },
+    }))?;
+    let created = Instant::now();
+    plans.create(&PostParams::default(), &plan).await?;
+    let done = wait_for(TIMEOUT, "the Plan to end", || async {
+        let plan = plans.get(keys::PLAN_NAME).await?;
+        let state = plan.status.as_ref().map(|s| s.state);
+        Ok(state.filter(|s| s.is_terminal()).map(|s| (s, Instant::now())))
+    })
+    .await?;
+    anyhow::ensure!(done.0 == PlanStateType::Completed, "the Plan ended {:?}", done.0);
+    let completed = done.1;
+    let settled = if real { wait_settled(client).await? } else { completed };
+    watch.abort();
+
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    // A phase the watch did not see (two writes between two events) takes the next one's time.
+    let order = [
+        None,
+        Some(SignalPhase::Downloading),
+        Some(SignalPhase::Cordoning),
+        Some(SignalPhase::ApplyingUpdate),
+        Some(SignalPhase::Restarting),
+        Some(SignalPhase::Uncordoning),
+        Some(SignalPhase::Completed),
+    ];
+    let mut at = BTreeMap::new();
+    let mut next = completed;
+    for phase in order.iter().rev() {
+        if let Some(time) = seen.get(phase) {
+            next = (*time).min(next);
+        }
+        at.insert(format!("{phase:?}"), next);
+    }
+    let time = |phase: Option<SignalPhase>| at[&format!("{phase:?}")];
+    let node_completed = time(Some(SignalPhase::Completed));
+    Ok(Steps {
+        signal: time(None).saturating_duration_since(created),
+        download: time(Some(SignalPhase::Cordoning)).saturating_duration_since(time(None)),
+        drain: time(Some(SignalPhase::ApplyingUpdate))
+            .saturating_duration_since(time(Some(SignalPhase::Cordoning))),
+        swap_restart: time(Some(SignalPhase::Uncordoning))
+            .saturating_duration_since(time(Some(SignalPhase::ApplyingUpdate))),
+        uncordon: node_completed.saturating_duration_since(time(Some(SignalPhase::Uncordoning))),
+        complete: completed.saturating_duration_since(node_completed),
+        settle: settled.saturating_duration_since(node_completed),
+        total: completed.saturating_duration_since(created),
+    })
+}
+
+/// Records when each phase of run `id`'s signal on [`UPDATED`] is first seen (`None`: the
+/// signal, not answered yet).
+async fn watch_phases(
+    client: kube::Client,
+    id: String,
+    seen: Arc<Mutex<BTreeMap<Option<SignalPhase>, Instant>>>,
+) {
+    let nodes: Api<Node> = Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={UPDATED}"));
+    let mut events = watcher(nodes, config).default_backoff().applied_objects().boxed();
+    while let Some(event) = events.next().await {
+        let Ok(node) = event else { continue };
+        let Ok(Some(signal)) = signal::from_meta(&node.metadata) else { continue };
+        if signal.plan_id != id {
+            continue;
+        }
+        let now = Instant::now();
+        let phase = signal.phase();
+        seen.lock().unwrap_or_else(|p| p.into_inner()).entry(phase).or_insert(now);
+    }
+}
+
+/// When [`UPDATED`] is Ready with every DaemonSet Pod on it Ready.
+async fn wait_settled(client: &kube::Client) -> anyhow::Result<Instant> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for(TIMEOUT, &format!("{UPDATED} settled"), || async {
+        let node = nodes.get(UPDATED).await?;
+        let ready = node
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let params = ListParams::default().labels("app=agent");
+        let agents = pods.list(&params).await?.items;
+        let on_node: Vec<&Pod> = agents
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(UPDATED))
+            .collect();
+        Ok((ready && !on_node.is_empty() && on_node.iter().all(|p| pod_ready(p)))
+            .then(Instant::now))
+    })
+    .await
+}
