@@ -6,6 +6,13 @@
 //! serves the v2 build over loopback HTTP with its sha256, applies a Plan, shows the update
 //! through the `k0s autopilot status` view until the Plan completes, verifies every node runs
 //! v2, and tears everything down.
+//!
+//! Where the machine can run real nodes (root, the Debian packages `.ci/run` installs; see
+//! `integration::real_node::prerequisites`), each worker is one: a containerd and a kubelet
+//! that owns its Node, beside the `k0s worker` agent, with the cluster's controller-manager
+//! and scheduler. The workers then carry a small Deployment (under a budget) and a DaemonSet,
+//! and the progress shows their Pods leaving the node being drained and coming back.
+//! Otherwise it says in one line why, and the workers are `k0s worker` processes alone.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -91,7 +98,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut control_plane = Command::new(&xtask);
     control_plane.arg("control-plane");
     log.step(
-        "building the control plane (kube-apiserver, etcd; cached after the first run)",
+        "building the control plane (kube-apiserver, etcd, Prometheus, kubelet, \
+         kube-controller-manager, kube-scheduler, containerd; cached after the first run)",
         control_plane,
     )?;
     log.step("building k0s", crate::test::build_k0s_command("dev"))?;
@@ -130,13 +138,32 @@ async fn demo(
         "    manifests/rbac/ applied; controllers run in group {}, not as cluster admin",
         integration::rbac::CONTROLLER_GROUP
     );
+    let real_nodes = match integration::real_node::prerequisites() {
+        Ok(()) if workers > 0 => {
+            println!(
+                "==> starting kube-controller-manager, kube-scheduler and {workers} real worker \
+                 nodes (containerd + kubelet each, in a network namespace of their own)"
+            );
+            Some(integration::real_node::RealNodes::start(&cluster, &worker_refs).await?)
+        }
+        Ok(()) => None,
+        Err(why) => {
+            println!("==> workers are k0s processes alone (no kubelet, no Pods): {why}");
+            None
+        }
+    };
     for i in 0..controllers {
         println!("==> starting k0s controller controller-{i}");
         processes.push(cluster.spawn_controller(i, &[]).await?);
     }
     for name in &worker_names {
         println!("==> starting k0s worker {name}");
-        processes.push(cluster.spawn_worker(name, &[]).await?);
+        let worker = if real_nodes.is_some() {
+            cluster.k0s_worker_on_kubelet(name).spawn().await?
+        } else {
+            cluster.spawn_worker(name, &[]).await?
+        };
+        processes.push(worker);
     }
 
     let client = cluster.admin_client().await?;
@@ -153,12 +180,21 @@ async fn demo(
     })
     .await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let ready_nodes = wait_for(STAGE_TIMEOUT, "every worker Node Ready", || async {
-        let list = nodes.list(&Default::default()).await?;
-        let ready: Vec<Node> = list.items.into_iter().filter(is_ready).collect();
-        Ok((ready.len() == workers).then_some(ready))
-    })
-    .await?;
+    let ready_nodes =
+        wait_for(STAGE_TIMEOUT, "every worker Node Ready with its version", || async {
+            let list = nodes.list(&Default::default()).await?;
+            // A kubelet makes its Node Ready on its own: wait for the agent's version too.
+            let published = |node: &Node| {
+                node.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(keys::ANNOTATION_K0S_VERSION))
+            };
+            let ready: Vec<Node> =
+                list.items.into_iter().filter(|n| is_ready(n) && published(n)).collect();
+            Ok((ready.len() == workers).then_some(ready))
+        })
+        .await?;
 
     println!();
     println!("autopilot leader (Lease {}/{}): {holder}", keys::NAMESPACE, keys::LEASE_NAME);
@@ -202,11 +238,23 @@ async fn demo(
             annotations.get(keys::ANNOTATION_K0S_VERSION).cloned().unwrap_or_default(),
         );
     }
-    update(&cluster, &processes, &v2, to_version, controllers, &worker_names).await?;
+    if real_nodes.is_some() {
+        workloads::create(&client, workers).await?;
+        println!();
+        println!(
+            "==> workloads: Deployment web ({workers} replicas, budget minAvailable {}), \
+             DaemonSet agent",
+            workers.saturating_sub(1).max(1)
+        );
+        print!("{}", workloads::render(&workloads::summary(&client).await?));
+    }
+    update(&cluster, &processes, &v2, to_version, controllers, &worker_names, real_nodes.is_some())
+        .await?;
 
     println!();
     println!("==> tearing down");
     drop(processes);
+    drop(real_nodes);
     drop(cluster);
     println!("==> done");
     Ok(())
@@ -227,6 +275,7 @@ async fn update(
     to_version: &str,
     controllers: usize,
     workers: &[String],
+    real: bool,
 ) -> anyhow::Result<()> {
     use autopilot_api::v1beta2::{Plan, PlanStateType};
     use futures::StreamExt as _;
@@ -274,29 +323,48 @@ async fn update(
     // else printed again whenever a node's state or phase changes.
     use std::io::IsTerminal as _;
     let terminal = std::io::stdout().is_terminal();
-    let mut shown: Option<Vec<(String, String, Option<String>)>> = None;
+    // Shown again when a node's state or phase changes, or (real nodes) where the Pods are.
+    type Shown = (Vec<(String, String, Option<String>)>, String);
+    let mut shown: Option<Shown> = None;
     let config = watcher::Config::default().fields(&format!("metadata.name={}", keys::PLAN_NAME));
     let mut events = watcher(plans.clone(), config).default_backoff().applied_objects().boxed();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    let mut status = None;
     let final_state = loop {
-        let next = tokio::time::timeout_at(deadline, events.next()).await;
-        let Ok(Some(Ok(plan))) = next else {
-            anyhow::bail!("the plan did not finish within 10 minutes");
-        };
-        let Some(status) = plan.status else { continue };
+        // Pods move without a Plan event: with real nodes, look again at least every 500 ms.
+        let tick = if real { Duration::from_millis(500) } else { Duration::from_secs(600) };
+        let wait = tokio::time::Instant::now() + tick;
+        match tokio::time::timeout_at(wait.min(deadline), events.next()).await {
+            Ok(Some(Ok(plan))) => status = plan.status.or(status),
+            Ok(Some(Err(_))) => continue,
+            Ok(None) => anyhow::bail!("the Plan watch ended"),
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                anyhow::bail!("the plan did not finish within 10 minutes")
+            }
+            Err(_) => {}
+        }
+        let Some(status) = status.clone() else { continue };
         let snapshot = autopilot_cli::status::read(&client, keys::PLAN_NAME).await?;
         let view = autopilot_cli::status::view(&snapshot, jiff::Timestamp::now());
         let nodes: Vec<_> =
             view.nodes.iter().map(|n| (n.name.clone(), n.state.clone(), n.phase.clone())).collect();
+        let pods = if real {
+            workloads::render(&workloads::summary(&client).await?)
+        } else {
+            String::new()
+        };
         let ended = status.state.is_terminal();
+        let now = (nodes, pods);
         if terminal {
             print!("{}", autopilot_cli::status::CLEAR);
             print!("{}", autopilot_cli::status::render_view(&view));
-        } else if shown.as_ref() != Some(&nodes) || ended {
+            print!("{}", now.1);
+        } else if shown.as_ref() != Some(&now) || ended {
             println!("--- +{:.1}s", started.elapsed().as_secs_f64());
             print!("{}", autopilot_cli::status::render_view(&view));
+            print!("{}", now.1);
         }
-        shown = Some(nodes);
+        shown = Some(now);
         if ended {
             break (status.state, status.progress.unwrap_or_default());
         }
@@ -346,4 +414,142 @@ async fn published_version(client: &kube::Client, name: &str) -> anyhow::Result<
         .get(keys::ANNOTATION_K0S_VERSION)
         .cloned()
         .unwrap_or_default())
+}
+
+/// The demo's workloads on real nodes, and where their Pods are.
+mod workloads {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use integration::wait_for;
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::Api;
+    use kube::api::{ListParams, PostParams};
+    use serde_json::json;
+
+    /// Per node: (app, Ready, not Ready, terminating) counts.
+    pub(super) type Summary = BTreeMap<String, BTreeMap<String, (usize, usize, usize)>>;
+
+    /// Deployment `web` (one replica per worker) under a budget that keeps all but one, and
+    /// DaemonSet `agent`; returns once every Pod is Ready.
+    pub(super) async fn create(client: &kube::Client, workers: usize) -> anyhow::Result<()> {
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        wait_for(Duration::from_secs(90), "the default ServiceAccount", || async {
+            Ok(accounts.get_opt("default").await?.map(|_| ()))
+        })
+        .await?;
+        let template = |app: &str| {
+            json!({
+                "metadata": { "labels": { "app": app } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": app,
+                        "image": integration::real_node::image::BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"],
+                        "readinessProbe": { "exec": { "command": ["/bin/true"] }, "periodSeconds": 1 },
+                    }],
+                },
+            })
+        };
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": "web" },
+            "spec": {
+                "replicas": workers,
+                "selector": { "matchLabels": { "app": "web" } },
+                "template": template("web"),
+            },
+        }))?;
+        Api::<Deployment>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &deployment)
+            .await?;
+        let budget: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": { "name": "web" },
+            "spec": {
+                "minAvailable": workers.saturating_sub(1).max(1),
+                "selector": { "matchLabels": { "app": "web" } },
+            },
+        }))?;
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &budget)
+            .await?;
+        let daemon_set: DaemonSet = serde_json::from_value(json!({
+            "metadata": { "name": "agent" },
+            "spec": { "selector": { "matchLabels": { "app": "agent" } }, "template": template("agent") },
+        }))?;
+        Api::<DaemonSet>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &daemon_set)
+            .await?;
+        wait_for(Duration::from_secs(120), "every web and agent Pod Ready", || async {
+            let summary = summary(client).await?;
+            let ready = |app: &str| -> usize {
+                summary.values().filter_map(|apps| apps.get(app)).map(|c| c.0).sum()
+            };
+            Ok((ready("web") == workers && ready("agent") == workers).then_some(()))
+        })
+        .await
+    }
+
+    /// Where the `web` and `agent` Pods are, and in what state.
+    pub(super) async fn summary(client: &kube::Client) -> anyhow::Result<Summary> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let mut summary = Summary::new();
+        for pod in pods.list(&ListParams::default()).await?.items {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_else(|| "(unscheduled)".to_owned());
+            let app = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app").cloned())
+                .unwrap_or_default();
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let counts = summary.entry(node).or_default().entry(app).or_default();
+            if pod.metadata.deletion_timestamp.is_some() {
+                counts.2 += 1;
+            } else if ready {
+                counts.0 += 1;
+            } else {
+                counts.1 += 1;
+            }
+        }
+        Ok(summary)
+    }
+
+    /// `PODS worker-0: web 1 Ready, agent 1 Ready | worker-1: web 1 leaving, …`.
+    pub(super) fn render(summary: &Summary) -> String {
+        let nodes: Vec<String> = summary
+            .iter()
+            .map(|(node, apps)| {
+                let apps: Vec<String> = apps
+                    .iter()
+                    .map(|(app, (ready, starting, leaving))| {
+                        let mut parts = Vec::new();
+                        if *ready > 0 {
+                            parts.push(format!("{ready} Ready"));
+                        }
+                        if *starting > 0 {
+                            parts.push(format!("{starting} starting"));
+                        }
+                        if *leaving > 0 {
+                            parts.push(format!("{leaving} leaving"));
+                        }
+                        format!("{app} {}", parts.join(" + "))
+                    })
+                    .collect();
+                format!("{node}: {}", apps.join(", "))
+            })
+            .collect();
+        format!("PODS  {}\n", nodes.join(" | "))
+    }
 }
