@@ -34,7 +34,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let not_run = integration::real_node::prerequisites().err();
     let mut cargo_args = cargo_args;
     if let Some(reason) = &not_run {
-        println!("==> NOT RUN: the real-node scenarios ({REAL_NODE_SCENARIOS}*): {reason}");
+        println!("==> NOT RUN: the real-node tests (every test whose name contains `{REAL_NODE_SCENARIOS}`): {reason}");
         if !cargo_args.iter().any(|a| a == "--") {
             cargo_args.push("--".to_owned());
         }
@@ -51,16 +51,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let status = command.status().context("running cargo test")?;
     if let Some(reason) = &not_run {
         println!(
-            "==> NOT RUN (not passed): the real-node scenarios ({REAL_NODE_SCENARIOS}*): {reason}"
+            "==> NOT RUN (not passed): the real-node tests (every test whose name contains `{REAL_NODE_SCENARIOS}`): {reason}"
         );
     }
     anyhow::ensure!(status.success(), "tests failed ({status})");
     Ok(())
 }
 
-/// The prefix of the end-to-end scenarios that need real nodes
-/// ([`integration::real_node::prerequisites`]); left out, and said so, where those are missing.
-const REAL_NODE_SCENARIOS: &str = "real_nodes::";
+/// What the name of every end-to-end test that needs real nodes contains (the `real_nodes`
+/// scenario, and tests of other scenarios named `…_on_real_nodes`;
+/// [`integration::real_node::prerequisites`]): left out, and said so, where those are missing.
+const REAL_NODE_SCENARIOS: &str = "real_nodes";
 
 /// Build the `k0s` binary the scenarios copy into each node, and return its path.
 pub fn build_k0s() -> anyhow::Result<std::path::PathBuf> {

@@ -13,27 +13,32 @@
 //! Every node logs with `--log-format json` (issue 12 item 5): the lines about the update
 //! carry the plan, command, node and phase as fields, from the span of the reconcile pass,
 //! drain pass or agent step they were logged in.
+//!
+//! The worker is a real node ([`integration::real_node`]): its kubelet owns the Node and runs
+//! the budget's Pod (a Deployment's), and the controller-manager computes the budget.
 
 use autopilot_api::v1beta2::PlanStateType;
 use integration::http::FileServer;
-use integration::kubelet::FakeKubelet;
 use integration::metrics::{Scrape, scrape};
+use integration::real_node::RealNodes;
 use integration::{ClusterBuilder, K0sProcess, wait_for};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams};
 
+use crate::real_nodes::{budget, pinned_deployment, wait_app_ready, wait_default_service_account};
 use crate::support::*;
 
 const WORKER: &str = "worker-0";
 
 #[tokio::test]
-async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update() {
+async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on_real_nodes() {
     let (v2_bytes, sha) = v2_build();
     let payload_size = v2_bytes.len() as f64;
     let server = FileServer::start(v2_bytes).await.unwrap();
     let cluster =
         ClusterBuilder::new("metrics").controllers(2).workers(&[WORKER]).build().await.unwrap();
     let client = cluster.admin_client().await.unwrap();
+    let _nodes = RealNodes::start(&cluster, &[WORKER]).await.unwrap();
 
     // Two controllers (their own update agents off: only the worker updates) and the worker,
     // each serving metrics on a loopback port of its own.
@@ -50,15 +55,15 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update() 
     let leader = &controllers[leader_index];
     let follower = &controllers[1 - leader_index];
     let worker = cluster
-        .k0s_worker(WORKER)
+        .k0s_worker_on_kubelet(WORKER)
         .args(["--log-format", "json"])
         .with_metrics()
         .unwrap()
         .spawn()
         .await
         .unwrap();
-    wait_nodes_ready(&client, &[WORKER]).await.unwrap();
-    let _kubelet = FakeKubelet::start(client.clone(), &[WORKER]);
+    let v1 = binary_version(worker.binary_path());
+    wait_node_version(&client, WORKER, &v1).await.unwrap();
 
     // Before: the leader says so, nothing is counted yet.
     let before = wait_scrape(leader, "the leader to show is_leader 1", |s| {
@@ -71,7 +76,10 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update() 
     assert_eq!(download_bytes(&worker_before), 0.0, "{}", worker_before.text);
 
     // During: the worker downloaded v2 and is held in Cordoning by the budget.
-    pods_under_budget(&client, &[WORKER], 1).await.unwrap();
+    wait_default_service_account(&client).await.unwrap();
+    pinned_deployment(&client, "web", WORKER, 1).await.unwrap();
+    budget(&client, "web-budget", "web", 1).await.unwrap();
+    wait_app_ready(&client, "web", 1).await.unwrap();
     let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&[WORKER], 1)));
     create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
     let held = wait_scrape(leader, "the leader to show the worker's drain blocked", |s| {

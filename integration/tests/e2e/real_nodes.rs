@@ -28,13 +28,13 @@ use crate::support::*;
 
 /// How long workloads get to be Ready on real nodes (a Pod is Ready 2–4 s after creation
 /// on an idle machine; the tests run next to others).
-const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How often the availability probe samples the Deployment's Pods.
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 /// A container that runs until told to stop, and stops at once when it is.
-const SERVE: &str = "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done";
+pub(crate) const SERVE: &str = "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done";
 
 #[tokio::test]
 async fn a_dropped_set_of_real_nodes_leaves_nothing_behind_even_after_a_failure() {
@@ -269,7 +269,7 @@ async fn daemon_pods(
 }
 
 /// The ids of a Pod's running containers, as containerd knows them (without `containerd://`).
-fn container_ids(pod: &Pod) -> BTreeSet<String> {
+pub(crate) fn container_ids(pod: &Pod) -> BTreeSet<String> {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -284,7 +284,7 @@ fn container_ids(pod: &Pod) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-fn pod_ready(pod: &Pod) -> bool {
+pub(crate) fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -296,7 +296,7 @@ fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 }
 
 /// A busybox container running `script`, Ready once its probe passes (every second).
-fn container(name: &str, script: &str) -> serde_json::Value {
+pub(crate) fn container(name: &str, script: &str) -> serde_json::Value {
     json!({
         "name": name,
         "image": BUSYBOX_IMAGE,
@@ -308,7 +308,7 @@ fn container(name: &str, script: &str) -> serde_json::Value {
 
 /// The `default` ServiceAccount, which the controller-manager creates shortly after start
 /// (Pods are refused without it).
-async fn wait_default_service_account(client: &kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn wait_default_service_account(client: &kube::Client) -> anyhow::Result<()> {
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
         Api::namespaced(client.clone(), "default");
     wait_for(WORKLOAD_TIMEOUT, "the default ServiceAccount", || async {
@@ -720,4 +720,70 @@ async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_
     assert_eq!(nodes.kubelet_pid(NODE).unwrap(), kubelet, "the kubelet kept running");
     assert_eq!(nodes.containerd_pid(NODE).unwrap(), containerd, "containerd kept running");
     wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
+}
+
+/// Deployment `name` (`app: name`) with `replicas` busybox Pods kept on `node` (a node
+/// selector: evicted ones wait there for the node to come back), in `default`.
+pub(crate) async fn pinned_deployment(
+    client: &kube::Client,
+    name: &str,
+    node: &str,
+    replicas: usize,
+) -> anyhow::Result<()> {
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "nodeSelector": { "kubernetes.io/hostname": node },
+                    "containers": [container(name, SERVE)],
+                },
+            },
+        },
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    Ok(())
+}
+
+/// A PodDisruptionBudget `budget` over `app: app` in `default` needing `min_available`.
+pub(crate) async fn budget(
+    client: &kube::Client,
+    budget: &str,
+    app: &str,
+    min_available: usize,
+) -> anyhow::Result<()> {
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": { "name": budget },
+        "spec": { "minAvailable": min_available, "selector": { "matchLabels": { "app": app } } },
+    }))?;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pdb)
+        .await?;
+    Ok(())
+}
+
+/// The names of the Pods of `app: app` in `default` once `count` of them are Ready (and none
+/// is terminating).
+pub(crate) async fn wait_app_ready(
+    client: &kube::Client,
+    app: &str,
+    count: usize,
+) -> anyhow::Result<BTreeSet<String>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for(WORKLOAD_TIMEOUT, &format!("{count} {app} Pods Ready"), || async {
+        let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await?.items;
+        let ready: BTreeSet<String> = list
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .map(kube::ResourceExt::name_any)
+            .collect();
+        Ok((ready.len() == count && list.len() == count).then_some(ready))
+    })
+    .await
 }

@@ -5,49 +5,55 @@
 //! removed; then worker-0 and worker-1 update to v2. worker-1 was cordoned by an
 //! administrator before the plan: it updates, and stays cordoned afterwards.
 //!
-//! No kubelet runs in the test topology: the fake kubelet confirms the evicted pods'
-//! deletion, the default ServiceAccount is created by hand and the pods are reported
-//! Running (evicting a Pending pod would skip the budget check).
+//! On real nodes ([`integration::real_node`]): the web Pods are a Deployment's, kept on
+//! worker-0 by a node selector and running real containers; the budget's `disruptionsAllowed`
+//! is the controller-manager's, and the evicted Pods' containers are stopped by the kubelet.
 
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::FileServer;
-use integration::kubelet::FakeKubelet;
-use integration::wait_for;
+use integration::real_node::RealNodes;
+use integration::{ClusterBuilder, K0sProcess, wait_for};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
+use crate::real_nodes::{budget, pinned_deployment, wait_app_ready, wait_default_service_account};
 use crate::support::*;
 
 /// How long the test watches the held node before it removes the budget.
 const HELD_WINDOW: Duration = Duration::from_secs(5);
 
 #[tokio::test]
-async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
+async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed_on_real_nodes() {
     let (v2_bytes, sha) = v2_build();
     let server = FileServer::start(v2_bytes).await.unwrap();
 
     let names = ["worker-0", "worker-1"];
-    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
-        FleetBuilder::new("update-drain-pdb")
-            .controllers(1)
-            .workers(&names)
-            .agents(Agents::Real)
-            .start()
-            .await
-            .unwrap();
-    let _kubelet = FakeKubelet::start(client.clone(), &names);
-    let pids: Vec<u32> = workers.iter().map(|w| w.pid()).collect();
+    let cluster = ClusterBuilder::new("update-drain-pdb").workers(&names).build().await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _nodes = RealNodes::start(&cluster, &names).await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let mut workers: Vec<K0sProcess> = Vec::new();
+    for name in names {
+        workers.push(cluster.k0s_worker_on_kubelet(name).spawn().await.unwrap());
+    }
     let v1 = binary_version(workers[0].binary_path());
     assert_ne!(v1, V2);
+    for name in names {
+        wait_node_version(&client, name, &v1).await.unwrap();
+    }
+    let pids: Vec<u32> = workers.iter().map(|w| w.pid()).collect();
 
-    // Two web pods on worker-0, Running and Ready, and a budget that needs both of them.
-    pods_under_budget(&client, &["worker-0", "worker-0"], 2).await.unwrap();
+    // Two web Pods on worker-0, Running and Ready, and a budget that needs both of them.
+    wait_default_service_account(&client).await.unwrap();
+    pinned_deployment(&client, "web", "worker-0", 2).await.unwrap();
+    budget(&client, "web-budget", "web", 2).await.unwrap();
+    let before = wait_app_ready(&client, "web", 2).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     // An administrator cordoned worker-1 before the update.
@@ -118,7 +124,9 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
         "{}",
         status_yaml(&held)
     );
-    assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 2, "no pod evicted");
+    let now: std::collections::BTreeSet<String> =
+        pods.list(&Default::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
+    assert_eq!(now, before, "no pod evicted");
     assert_eq!(binary_version(workers[0].binary_path()), v1, "no swap before the drain");
     assert!(
         !workers[0].binary_path().with_file_name("k0s.prev").exists(),
@@ -133,7 +141,13 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed() {
     }
     let remaining: Vec<String> =
         pods.list(&Default::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
-    assert!(remaining.is_empty(), "the web pods were evicted: {remaining:?}");
+    assert!(
+        before.iter().all(|pod| !remaining.contains(pod)),
+        "the web pods {before:?} were evicted: {remaining:?}"
+    );
+    // Their replacements run on worker-0 again once it is back.
+    let after = wait_app_ready(&client, "web", 2).await.unwrap();
+    assert!(after.is_disjoint(&before), "new web Pods {after:?}");
 
     for (worker, pid) in workers.iter().zip(pids) {
         let name = worker.node_name();
