@@ -34,7 +34,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let not_run = integration::real_node::prerequisites().err();
     let mut cargo_args = cargo_args;
     if let Some(reason) = &not_run {
-        println!("==> NOT RUN: the real-node tests (every test whose name contains `{REAL_NODE_SCENARIOS}`): {reason}");
+        println!(
+            "==> NOT RUN: the real-node tests (every test whose name contains `{REAL_NODE_SCENARIOS}`): {reason}"
+        );
         if !cargo_args.iter().any(|a| a == "--") {
             cargo_args.push("--".to_owned());
         }

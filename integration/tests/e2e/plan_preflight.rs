@@ -13,10 +13,10 @@
 //!    carries the accept-warnings annotation with the plan's id; then the update runs;
 //! 4. `k0s autopilot check` runs checks ad hoc and exits 2, 1 or 0.
 //!
-//! A second cluster runs `scheduler` checks: the leader creates one Pod per check and node
-//! from a ConfigMap template, the harness's pod runner plays the kubelet (runs the container
-//! command locally, reports exit code and termination message), and the leader judges the
-//! ended Pods: exit code 3, a Pod past its deadline (62) and a missing template (22) end the
+//! A second cluster, on real nodes, runs `scheduler` checks: the leader creates one Pod per
+//! check and node from a ConfigMap template, the kubelet runs its container and reports its
+//! exit code and termination message (or its stderr tail), and the leader judges the ended
+//! Pods: exit code 3, a Pod past its deadline (62) and a missing template (22) end the
 //! plan `PreflightFailed` with no binary touched; passing Pods let the update run; no check
 //! Pod is left behind.
 
@@ -448,34 +448,38 @@ pub(crate) async fn check_pods(client: &kube::Client) -> Vec<String> {
     list.items.into_iter().filter_map(|p| p.metadata.name).collect()
 }
 
+/// Scheduler checks on real nodes ([`integration::real_node`]): each check Pod is a real
+/// container the kubelet runs, and its exit status and output (termination message, or the
+/// stderr tail on failure) decide.
 #[tokio::test]
-async fn scheduler_checks_run_a_pod_on_each_node() {
+async fn scheduler_checks_run_a_pod_on_each_node_on_real_nodes() {
     let (v2_bytes, sha) = v2_build();
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
-    let Fleet { cluster, client, controllers: _controllers, workers: workers_running } =
-        FleetBuilder::new("plan-preflight-pods")
-            .controllers(1)
-            .workers(&["worker-0", "worker-1"])
-            .agents(Agents::Real)
-            .start()
-            .await
-            .unwrap();
+    let names = ["worker-0", "worker-1"];
+    let cluster = integration::ClusterBuilder::new("plan-preflight-pods")
+        .workers(&names)
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _nodes = integration::real_node::RealNodes::start(&cluster, &names).await.unwrap();
+    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    let mut workers_running = Vec::new();
+    for name in names {
+        workers_running.push(cluster.k0s_worker_on_kubelet(name).spawn().await.unwrap());
+    }
     let (w0, w1) = (&workers_running[0], &workers_running[1]);
-    let _kubelets = integration::kubelet::PodRunner::start(
-        client.clone(),
-        keys::NAMESPACE,
-        &["worker-0", "worker-1"],
-        &cluster.dir().join("pods"),
-    )
-    .await
-    .unwrap();
+    let v1 = binary_version(w0.binary_path());
+    for name in names {
+        wait_node_version(&client, name, &v1).await.unwrap();
+    }
     let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), keys::NAMESPACE);
     for template in [
         pod_template("license-checker", "echo licensed until 2027 > /dev/termination-log"),
         pod_template("expired", "echo 'license expired' >&2; exit 3"),
-        pod_template("hangs", "sleep 30"),
+        pod_template("hangs", "sleep 300"),
     ] {
         config_maps.create(&Default::default(), &template).await.unwrap();
     }
@@ -487,7 +491,7 @@ async fn scheduler_checks_run_a_pod_on_each_node() {
     let failing = preflight(json!({"checks": [
         scheduler_check("license", "license-checker", json!({"all": true}), json!({}), 15),
         scheduler_check("expiry", "expired", json!({"all": true}), hostname("worker-1"), 15),
-        scheduler_check("hang", "hangs", workers(&["worker-0"]), json!({}), 2),
+        scheduler_check("hang", "hangs", workers(&["worker-0"]), json!({}), 8),
         scheduler_check("missing", "no-such-template", workers(&["worker-1"]), json!({}), 15),
     ]}));
     let update = update_to(V2, &base, &sha, None, Some(static_nodes(&["worker-0", "worker-1"], 2)));

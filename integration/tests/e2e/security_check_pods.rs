@@ -10,6 +10,9 @@
 //!   were bypassed could not create one);
 //! - a Pod Security label an operator changed stays as they set it when a controller
 //!   starts again.
+//!
+//! The worker is a real node ([`integration::real_node`]): the check Pods run in its
+//! containerd.
 
 use std::time::Duration;
 
@@ -30,22 +33,16 @@ fn privileged_pod() -> serde_json::Value {
 }
 
 #[tokio::test]
-async fn check_pods_cannot_be_privileged() {
-    let Fleet { cluster, client, controllers, workers: _workers } =
-        FleetBuilder::new("security-check-pods")
-            .controllers(1)
-            .workers(&["worker-0"])
-            .start()
-            .await
-            .unwrap();
-    let _kubelet = integration::kubelet::PodRunner::start(
-        client.clone(),
-        keys::NAMESPACE,
-        &["worker-0"],
-        &cluster.dir().join("pods"),
-    )
-    .await
-    .unwrap();
+async fn check_pods_cannot_be_privileged_on_real_nodes() {
+    let cluster = integration::ClusterBuilder::new("security-check-pods")
+        .workers(&["worker-0"])
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _nodes = integration::real_node::RealNodes::start(&cluster, &["worker-0"]).await.unwrap();
+    let controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let _worker = cluster.k0s_worker_on_kubelet("worker-0").args([NO_AGENT]).spawn().await.unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), keys::NAMESPACE);
 
@@ -103,14 +100,12 @@ async fn check_pods_cannot_be_privileged() {
     delete_plan(&client).await;
 
     // A template swapped mid-run changes nothing: the Pod made again after a deletion by
-    // hand runs the template as NewPlan froze it.
-    let flag = cluster.dir().join("release-the-check");
-    let script = format!(
-        "while [ ! -e {} ]; do sleep 0.1; done; echo frozen > /dev/termination-log",
-        flag.display()
-    );
+    // hand runs the template as NewPlan froze it. The frozen template answers only after
+    // 10 s, so the first Pod is still running when the test swaps the template and deletes
+    // it; the swapped one would answer at once.
+    let script = "sleep 10; echo frozen > /dev/termination-log";
     let config_maps = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE);
-    config_maps.create(&PostParams::default(), &pod_template("swap-me", &script)).await.unwrap();
+    config_maps.create(&PostParams::default(), &pod_template("swap-me", script)).await.unwrap();
     let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
         "id": "frozen",
         "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).unwrap()},
@@ -132,14 +127,14 @@ async fn check_pods_cannot_be_privileged() {
     let swapped = pod_template("swap-me", "echo swapped > /dev/termination-log");
     config_maps.replace("swap-me", &PostParams::default(), &swapped).await.unwrap();
     let first_uid = first.metadata.uid.clone();
-    pods.delete(first.metadata.name.as_deref().unwrap(), &Default::default()).await.unwrap();
+    let now = kube::api::DeleteParams::default().grace_period(0);
+    pods.delete(first.metadata.name.as_deref().unwrap(), &now).await.unwrap();
     integration::wait_for(PLAN_TIMEOUT, "the check Pod made again", || async {
         let again = pods.list(&ListParams::default()).await?.items.into_iter().next();
         Ok(again.filter(|pod| pod.metadata.uid != first_uid))
     })
     .await
     .unwrap();
-    std::fs::write(&flag, b"").unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     assert_eq!(
         command_status(&done).checks[0].nodes[0].message,

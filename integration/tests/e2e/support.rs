@@ -896,11 +896,11 @@ pub async fn pods_under_budget(
 }
 
 /// A ConfigMap in `k0s-autopilot` holding a check Pod template that runs `script` with
-/// `/bin/sh -c` (the harness's pod runner runs the command locally, as a kubelet would run
-/// it in the container).
+/// `/bin/sh -c` in the real nodes' busybox image ([`integration::real_node::image`]).
 pub fn pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::ConfigMap {
     let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{
-        "name": "check", "image": "registry.example/checks:1",
+        "name": "check", "image": integration::real_node::image::BUSYBOX_IMAGE,
+        "imagePullPolicy": "Never",
         "command": ["/bin/sh", "-c", script]}]}});
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "namespace": autopilot_api::keys::NAMESPACE},
