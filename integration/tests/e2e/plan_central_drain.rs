@@ -8,7 +8,10 @@
 //! earlier run's `UnCordoning` signal is still undone.
 //!
 //! The node side is the test responder acting as an agent does with central cordoning
-//! (`Behaviour::CompleteWithLeader`); the fake kubelet confirms pod deletions.
+//! (`Behaviour::CompleteWithLeader`). In the budget case the workers are real nodes
+//! ([`integration::real_node`]): the Pods run real containers (two bare web Pods on worker-0
+//! and a DaemonSet's), the kubelet stops the evicted ones, and the controller-manager
+//! computes the budget.
 
 use std::time::Duration;
 
@@ -17,10 +20,11 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::signal::{CommandK0sUpdate, SignalCommand, SignalData, SignalStatus};
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use futures::StreamExt as _;
-use integration::kubelet::FakeKubelet;
+use integration::real_node::RealNodes;
 use integration::responder::{Behaviour, Config, Responder};
 use integration::wait_for;
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -32,23 +36,16 @@ use crate::support::*;
 /// How long the test watches the held node before it removes the budget.
 const HELD_WINDOW: Duration = Duration::from_secs(4);
 
-fn pod(name: &str, node: &str, daemon_set: bool) -> Pod {
-    let mut metadata = json!({ "name": name, "labels": { "app": "web" } });
-    if daemon_set {
-        metadata["labels"] = json!({ "app": "agent" });
-        metadata["ownerReferences"] = json!([{
-            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
-            "uid": "00000000-0000-0000-0000-000000000001", "controller": true,
-        }]);
-    }
+/// A bare web Pod bound to `node`, running a real container.
+fn pod(name: &str, node: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata,
+        "metadata": { "name": name, "labels": { "app": "web" } },
         "spec": {
             "nodeName": node,
-            "automountServiceAccountToken": false,
-            "containers": [{ "name": "app", "image": "example.invalid/app:1" }],
+            "terminationGracePeriodSeconds": 5,
+            "containers": [crate::real_nodes::container("app", crate::real_nodes::SERVE)],
         },
     }))
     .expect("a valid Pod")
@@ -65,32 +62,43 @@ fn marked(node: &Node) -> bool {
 use kube::ResourceExt as _;
 
 #[tokio::test]
-async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone() {
+async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone_on_real_nodes() {
     let workers = ["worker-0", "worker-1"];
-    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
-        FleetBuilder::new("plan-drain").controllers(1).workers(&workers).start().await.unwrap();
-    let _kubelet = FakeKubelet::start(client.clone(), &workers);
+    let cluster =
+        integration::ClusterBuilder::new("plan-drain").workers(&workers).build().await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _nodes = RealNodes::start(&cluster, &workers).await.unwrap();
+    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
+    let mut agents = Vec::new();
+    for name in workers {
+        agents.push(cluster.k0s_worker_on_kubelet(name).args([NO_AGENT]).spawn().await.unwrap());
+    }
     let config = Config::new().default_behaviour(Behaviour::CompleteWithLeader);
     let _responder = Responder::start(client.clone(), config).await.unwrap();
 
     let nodes: Api<Node> = Api::all(client.clone());
-    // No controller-manager runs here, so the namespace's default ServiceAccount (which pod
-    // admission requires) is created by hand.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    let account: ServiceAccount =
-        serde_json::from_value(json!({ "metadata": { "name": "default" } })).unwrap();
-    accounts.create(&PostParams::default(), &account).await.unwrap();
+    crate::real_nodes::wait_default_service_account(&client).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    for (name, daemon_set) in [("web-0", false), ("web-1", false), ("agent-0", true)] {
-        pods.create(&PostParams::default(), &pod(name, "worker-0", daemon_set)).await.unwrap();
-        // Report them Running and Ready, as a kubelet would: evicting a Pending pod skips
-        // the budget check, a running one does not.
-        let running = json!({ "status": {
-            "phase": "Running",
-            "conditions": [{ "type": "Ready", "status": "True" }],
-        }});
-        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&running)).await.unwrap();
+    for name in ["web-0", "web-1"] {
+        pods.create(&PostParams::default(), &pod(name, "worker-0")).await.unwrap();
     }
+    let daemon_set: DaemonSet = serde_json::from_value(json!({
+        "metadata": { "name": "agent" },
+        "spec": {
+            "selector": { "matchLabels": { "app": "agent" } },
+            "template": {
+                "metadata": { "labels": { "app": "agent" } },
+                "spec": { "containers": [crate::real_nodes::container("agent", crate::real_nodes::SERVE)] },
+            },
+        },
+    }))
+    .unwrap();
+    Api::<DaemonSet>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &daemon_set)
+        .await
+        .unwrap();
+    crate::real_nodes::wait_app_ready(&client, "web", 2).await.unwrap();
+    let agent_pods = crate::real_nodes::wait_app_ready(&client, "agent", 2).await.unwrap();
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": { "name": "web-budget" },
@@ -126,7 +134,7 @@ async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone() {
     })
     .await;
     assert!(moved_on.is_err(), "worker-0 passed Cordoning while the budget forbade eviction");
-    assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 3, "no pod evicted");
+    assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 4, "no pod evicted");
 
     // Remove the budget: the pods are evicted, the node updates and is uncordoned.
     pdbs.delete("web-budget", &DeleteParams::default()).await.unwrap();
@@ -134,9 +142,9 @@ async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone() {
     for target in targets(command(&done, 0)) {
         assert_eq!(target.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
     }
-    let remaining: Vec<String> =
+    let remaining: std::collections::BTreeSet<String> =
         pods.list(&Default::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
-    assert_eq!(remaining, ["agent-0"], "web pods evicted, the DaemonSet pod stays");
+    assert_eq!(remaining, agent_pods, "web pods evicted, the DaemonSet's Pods stay");
 
     let worker0 = nodes.get("worker-0").await.unwrap();
     assert!(!unschedulable(&worker0) && !marked(&worker0), "worker-0 uncordoned after its update");

@@ -6,7 +6,9 @@
 //!
 //! One cluster (3 controllers, for the leader change), the two cases in sequence. The
 //! responder plays the nodes; in the abort case it answers as an agent with central
-//! cordoning does, so the leader really cordons and drains the node in flight.
+//! cordoning does, so the leader really cordons and drains the node in flight. The workers
+//! are real nodes ([`integration::real_node`]): the Pod the budget holds is a Deployment's,
+//! running a real container.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -15,7 +17,7 @@ use anyhow::Context as _;
 use autopilot_api::keys::{self, conditions};
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
-use integration::kubelet::FakeKubelet;
+use integration::real_node::RealNodes;
 use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
 use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::events::v1::Event;
@@ -35,15 +37,21 @@ const QUIET_WINDOW: Duration = Duration::from_secs(5);
 const FAILOVER: Duration = Duration::from_secs(20);
 
 #[tokio::test]
-async fn a_pause_holds_across_a_leader_kill_until_resumed_and_an_abort_leaves_nothing_cordoned() {
-    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
-        FleetBuilder::new("plan-pause-abort")
-            .controllers(3)
-            .workers(&WORKERS)
-            .controller_args(FAST_ELECTION)
-            .start()
-            .await
-            .unwrap();
+async fn a_pause_holds_across_a_leader_kill_until_resumed_and_an_abort_leaves_nothing_cordoned_on_real_nodes()
+ {
+    let cluster = integration::ClusterBuilder::new("plan-pause-abort")
+        .controllers(3)
+        .workers(&WORKERS)
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let _nodes = RealNodes::start(&cluster, &WORKERS).await.unwrap();
+    let controllers = start_controllers(&cluster, 3, FAST_ELECTION).await.unwrap();
+    let mut agents = Vec::new();
+    for name in WORKERS {
+        agents.push(cluster.k0s_worker_on_kubelet(name).args([NO_AGENT]).spawn().await.unwrap());
+    }
 
     a_paused_plan_signals_nobody_new_across_a_leader_kill_and_completes_once_resumed(
         &client,
@@ -217,10 +225,12 @@ async fn a_paused_plan_signals_nobody_new_across_a_leader_kill_and_completes_onc
 async fn an_abort_lets_the_node_in_flight_finish_and_ends_aborted_with_nothing_cordoned(
     client: &kube::Client,
 ) -> anyhow::Result<()> {
-    let _kubelet = FakeKubelet::start(client.clone(), &WORKERS);
     let config = Config::new().default_behaviour(Behaviour::CompleteWithLeader);
     let responder = Responder::start(client.clone(), config).await?;
-    pods_under_budget(client, &["worker-0"], 1).await?;
+    crate::real_nodes::wait_default_service_account(client).await?;
+    crate::real_nodes::pinned_deployment(client, "web", "worker-0", 1).await?;
+    crate::real_nodes::budget(client, "web-budget", "web", 1).await?;
+    crate::real_nodes::wait_app_ready(client, "web", 1).await?;
 
     let update = k0s_update(None, Some(static_nodes(&WORKERS, 1)));
     create_plan(client, &plan("autopilot", "abort", vec![k0s_command(update)])).await?;
