@@ -5,9 +5,10 @@
 //! free port, generated TLS, token identities, `--authorization-mode=Node,RBAC` and the
 //! `NodeRestriction` admission plugin. On top of it, tests start real `k0s` processes, each with
 //! its own directory and its own copy of the binary. This crate is *not* a mock: nothing here
-//! fakes API behaviour, and it does not run kubelets, schedulers or controller-managers
-//! ([`kubelet`] has stand-ins for the two kubelet duties tests need: confirming pod deletions
-//! and running the Pods of preflight `scheduler` checks as local processes).
+//! fakes API behaviour. Scenarios with Pods add real nodes ([`real_node`]): per worker a
+//! containerd and a kubelet that owns the Node, in a network namespace the harness makes, and
+//! the cluster's real kube-controller-manager and kube-scheduler. [`kubelet`] keeps one
+//! stand-in, for nodes without a kubelet by design: confirming pod deletions.
 //!
 //! Start with [`ClusterBuilder`]:
 //!
@@ -36,6 +37,9 @@
 //!   [`control_plane`]); tests only look it up and fail with that hint when it is missing.
 //! - For the tests that scrape nodes with a real Prometheus ([`prometheus::Prometheus`]): the
 //!   pinned Prometheus, built and cached by the same command (see [`prometheus`]).
+//! - For real nodes: the pinned kubelet, kube-controller-manager, kube-scheduler and
+//!   containerd, built and cached by the same command ([`node_binaries`]), root and a few
+//!   Debian packages ([`real_node::prerequisites`]).
 //! - The k0s binary: [`ClusterBuilder::k0s_binary`] if given, else `$K0S_BIN`, else
 //!   [`k0s_binary`] runs `cargo build -p k0s --bin k0s` once per test process.
 //!   [`k0s_binary_with_version`] builds a copy that reports another version (`K0S_VERSION` at

@@ -13,7 +13,7 @@
 //!
 //! # What runs where
 //!
-//! - One network namespace per set of nodes ([`netns`]): each node's address
+//! - One network namespace per set of nodes: each node's address
 //!   (`10.213.0.<11+i>`) on its loopback interface, each node's CNI bridge (`k0sit<i>`,
 //!   Pods in `10.244.<i>.0/24`) and the Pods. The API servers stay on the machine's loopback;
 //!   a forwarder makes each reachable inside the namespace on the same address and port.
@@ -45,7 +45,7 @@
 //! daemonize) and every process in their cgroups; unmounts everything under the directory
 //! (container root filesystems, sandbox `shm`, network namespaces, the kubelets' own bind
 //! mounts); removes the cgroups, the namespace with its bridges, and whatever appeared in
-//! the machine-wide directories a kubelet or containerd writes ([`host::SHARED_DIRS`]). One
+//! the machine-wide directories a kubelet or containerd writes (`/var/log/pods`, `/var/log/containers`, `/var/lib/kubelet`, `/var/lib/cni`, `/run/containerd`). One
 //! set of real nodes runs at a time in a test process (a second waits), so that last step
 //! removes only theirs. [`Leftovers`] checks that nothing is left.
 
