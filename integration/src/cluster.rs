@@ -72,6 +72,7 @@ pub struct ClusterBuilder {
     startup_timeout: Duration,
     apiserver_args: Vec<String>,
     k0s_binary: Option<PathBuf>,
+    controller_node_identities: bool,
 }
 
 impl ClusterBuilder {
@@ -85,7 +86,17 @@ impl ClusterBuilder {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             apiserver_args: Vec::new(),
             k0s_binary: None,
+            controller_node_identities: false,
         }
+    }
+
+    /// Give every controller a node identity too (`system:node:controller-<i>` in
+    /// `system:nodes`, [`Cluster::node_kubeconfig`]`("controller-<i>")`): for a kubelet on a
+    /// controller+worker ([`crate::real_node`]), which registers the controller's Node as a
+    /// kubelet does on any host.
+    pub fn controller_node_identities(mut self) -> Self {
+        self.controller_node_identities = true;
+        self
     }
 
     /// Number of controllers, i.e. of kube-apiservers (at least 1; default 1). Controller `i`
@@ -125,8 +136,15 @@ impl ClusterBuilder {
     /// Needs the cached control plane (`cargo xtask control-plane`). On failure everything
     /// started so far is killed again and the error carries the relevant log tail.
     pub async fn build(self) -> anyhow::Result<Cluster> {
-        let Self { test_name, controllers, workers, startup_timeout, apiserver_args, k0s_binary } =
-            self;
+        let Self {
+            test_name,
+            controllers,
+            workers,
+            startup_timeout,
+            apiserver_args,
+            k0s_binary,
+            controller_node_identities,
+        } = self;
         ensure!(controllers >= 1, "a cluster needs at least one controller");
         for (i, name) in workers.iter().enumerate() {
             ensure!(is_dns_label(name), "worker name {name:?} is not a valid node name");
@@ -168,6 +186,11 @@ impl ClusterBuilder {
         let controller_tokens: Vec<String> = (0..controllers).map(|_| random_token()).collect();
         let worker_tokens: BTreeMap<String, String> =
             workers.iter().map(|name| (name.clone(), random_token())).collect();
+        let mut node_identities = worker_tokens.clone();
+        if controller_node_identities {
+            node_identities
+                .extend((0..controllers).map(|i| (format!("controller-{i}"), random_token())));
+        }
         let mut tokens_csv = format!("{admin_token},{ADMIN_USER},{ADMIN_USER},system:masters\n");
         // Controllers get the least-privilege identity of `manifests/rbac/`, not admin: a
         // verb missing there fails the test that needs it.
@@ -175,7 +198,7 @@ impl ClusterBuilder {
             let user = rbac::controller_user(i);
             writeln!(tokens_csv, "{token},{user},controller-{i},{}", rbac::CONTROLLER_GROUP)?;
         }
-        for (name, token) in &worker_tokens {
+        for (name, token) in &node_identities {
             writeln!(tokens_csv, "{token},system:node:{name},node-{name},system:nodes")?;
         }
         writeln!(tokens_csv, "{viewer_token},{VIEWER_USER},{VIEWER_USER},{VIEWER_GROUP}")?;
@@ -193,6 +216,7 @@ impl ClusterBuilder {
             viewer_token,
             controller_tokens,
             worker_tokens,
+            node_identities,
             startup_timeout,
             etcd: Etcd {
                 client_port: 0,
@@ -255,6 +279,9 @@ pub struct Cluster {
     viewer_token: String,
     controller_tokens: Vec<String>,
     worker_tokens: BTreeMap<String, String>,
+    /// Every node identity: the workers' and, with
+    /// [`ClusterBuilder::controller_node_identities`], the controllers'.
+    node_identities: BTreeMap<String, String>,
     startup_timeout: Duration,
     etcd: Etcd,
     apiservers: Vec<ApiServer>,
@@ -305,6 +332,12 @@ impl Cluster {
     /// Number of controllers (apiservers).
     pub fn controllers(&self) -> usize {
         self.apiservers.len()
+    }
+
+    /// Whether node `name` has a node identity (a declared worker, or a controller with
+    /// [`ClusterBuilder::controller_node_identities`]).
+    pub fn has_node_identity(&self, name: &str) -> bool {
+        self.node_identities.contains_key(name)
     }
 
     /// The declared worker names, sorted.
@@ -457,7 +490,7 @@ impl Cluster {
     /// A client with worker `name`'s node identity against apiserver `i`.
     pub async fn node_client_at(&self, name: &str, i: usize) -> anyhow::Result<kube::Client> {
         self.check_index(i)?;
-        ensure!(self.worker_tokens.contains_key(name), "worker {name:?} was not declared");
+        ensure!(self.node_identities.contains_key(name), "node {name:?} has no node identity");
         client_from_kubeconfig(&self.node_kubeconfig_at(name, i)).await
     }
 
@@ -539,8 +572,9 @@ impl Cluster {
 
     /// A k0s worker named `name`, to configure further and [`K0sCommand::spawn`]:
     /// `k0s worker --kubeconfig <node kubeconfig> --data-dir <node dir>/data --node-name <name>
-    /// --register-node --register-node-schedulable` (the test topology has no kubelet; Pods the
-    /// drain scenarios bind to the Node need no taint in the way).
+    /// --register-node --register-node-schedulable`: a node without a kubelet, whose Node the
+    /// process registers and keeps Ready itself. For a node with a kubelet see
+    /// [`Cluster::k0s_worker_on_kubelet`] and [`crate::real_node`].
     ///
     /// # Panics
     /// If `name` was not declared with [`ClusterBuilder::workers`].
@@ -637,7 +671,7 @@ impl Cluster {
     }
 
     fn worker_token(&self, name: &str) -> &str {
-        match self.worker_tokens.get(name) {
+        match self.node_identities.get(name) {
             Some(token) => token,
             None => panic!(
                 "worker {name:?} was not declared with ClusterBuilder::workers (have {:?})",
@@ -696,7 +730,7 @@ impl Cluster {
                 &rbac::controller_user(i),
                 &self.controller_tokens[i],
             )?;
-            for (name, token) in &self.worker_tokens {
+            for (name, token) in &self.node_identities {
                 write(self.node_kubeconfig_at(name, i), &format!("system:node:{name}"), token)?;
             }
         }

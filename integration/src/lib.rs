@@ -7,8 +7,7 @@
 //! its own directory and its own copy of the binary. This crate is *not* a mock: nothing here
 //! fakes API behaviour. Scenarios with Pods add real nodes ([`real_node`]): per worker a
 //! containerd and a kubelet that owns the Node, in a network namespace the harness makes, and
-//! the cluster's real kube-controller-manager and kube-scheduler. [`kubelet`] keeps one
-//! stand-in, for nodes without a kubelet by design: confirming pod deletions.
+//! the cluster's real kube-controller-manager and kube-scheduler.
 //!
 //! Start with [`ClusterBuilder`]:
 //!
@@ -98,7 +97,6 @@ pub mod dist;
 pub mod http;
 pub mod k0s;
 mod kubeconfig;
-pub mod kubelet;
 pub mod metrics;
 mod net;
 pub mod node_binaries;

@@ -162,14 +162,21 @@ struct RealNode {
 
 impl RealNodes {
     /// Starts the controller-manager and scheduler of `cluster`, then a containerd and a
-    /// kubelet for each of `names` (each declared with [`crate::ClusterBuilder::workers`]),
+    /// kubelet for each of `names` (each declared with [`crate::ClusterBuilder::workers`], or a
+    /// `controller-<i>` with [`crate::ClusterBuilder::controller_node_identities`]: a real
+    /// worker on a controller, whose `k0s controller --enable-worker` then runs with
+    /// `--register-node=false`),
     /// and returns once every Node is Ready. On failure everything started is removed again
     /// and the error carries the relevant log tail.
     pub async fn start(cluster: &Cluster, names: &[&str]) -> anyhow::Result<Self> {
         prerequisites().map_err(|missing| anyhow::anyhow!("real nodes cannot run: {missing}"))?;
         ensure!(names.len() <= 200, "at most 200 real nodes per set");
         for name in names {
-            ensure!(cluster.workers().contains(name), "worker {name:?} was not declared");
+            ensure!(
+                cluster.has_node_identity(name),
+                "node {name:?} has no node identity (declare it as a worker, or give the \
+                 controllers theirs with ClusterBuilder::controller_node_identities)"
+            );
         }
         let binaries = node_binaries::binaries()?;
         let turn = ONE_AT_A_TIME.clone().lock_owned().await;

@@ -30,7 +30,6 @@ mod plan_bounds;
 mod plan_central_drain;
 mod plan_commands;
 mod plan_concurrency;
-mod plan_drain_timeout;
 mod plan_events;
 mod plan_failover;
 mod plan_failure_policy;

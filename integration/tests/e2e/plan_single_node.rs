@@ -3,15 +3,16 @@
 //! cordoned but not drained, updates to v2 and completes, the pod untouched and the Plan
 //! target's `drain` note naming it; `drain: Never` cordons and evicts nothing; the default,
 //! `Always`, still evicts the pod. After each plan the node is uncordoned.
+//!
+//! The controller is a real node ([`integration::real_node`]): a kubelet owns its Node (the
+//! controller runs `--register-node=false`) and runs the pod in a real container.
 
 use autopilot_api::v1beta2::{DrainPolicy, PlanStateType, TargetState};
 use integration::http::FileServer;
-use integration::kubelet::FakeKubelet;
-use integration::wait_for;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use integration::real_node::RealNodes;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 
 use crate::support::*;
 
@@ -39,31 +40,36 @@ async fn run_plan(
 }
 
 #[tokio::test]
-async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_drain_and_always_drains()
+async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_drain_and_always_drains_on_real_nodes()
  {
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
-    let flags: Vec<&str> = FAST_ELECTION.iter().copied().chain(["--enable-worker"]).collect();
-    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
-        FleetBuilder::new("plan-single-node")
-            .controllers(1)
-            .agents(Agents::Real)
-            .controller_args(&flags)
-            .start()
-            .await
-            .unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_for(STARTUP, "Node controller-0 Ready", || async {
-        Ok(nodes.get_opt(NODE).await?.filter(is_ready).map(|_| ()))
-    })
-    .await
+    let cluster = integration::ClusterBuilder::new("plan-single-node")
+        .controller_node_identities()
+        .build()
+        .await
+        .unwrap();
+    let client = cluster.admin_client().await.unwrap();
+    let nodes = RealNodes::start(&cluster, &[NODE]).await.unwrap();
+    let flags: Vec<&str> =
+        FAST_ELECTION.iter().copied().chain(["--enable-worker", "--register-node=false"]).collect();
+    let controllers = start_controllers_with_agents(&cluster, 1, &flags).await.unwrap();
+    // One Running pod on the node, with no budget (`Always` must be able to evict it).
+    crate::real_nodes::wait_default_service_account(&client).await.unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "web-0", "labels": { "app": "web" } },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [crate::real_nodes::container("app", crate::real_nodes::SERVE)],
+        },
+    }))
     .unwrap();
-    let _kubelet = FakeKubelet::start(client.clone(), &[NODE]);
-    // One Running pod on the node, with no budget (no controller-manager runs here to
-    // process one, and `Always` must be able to evict it).
-    pods_under_budget(&client, &[NODE], 0).await.unwrap();
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    budgets.delete("web-budget", &DeleteParams::default()).await.unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap();
+    crate::real_nodes::wait_app_ready(&client, "web", 1).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let uid = pods.get("web-0").await.unwrap().uid();
     let only_node = Some(static_nodes(&[NODE], 1));
@@ -73,6 +79,7 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
         drain: Some(DrainPolicy::IfPossible),
         ..update_to(V2, server.base_url(), &sha, only_node.clone(), None)
     };
+    let container = crate::real_nodes::container_ids(&pods.get("web-0").await.unwrap());
     let note = run_plan(&client, "single-if-possible", update).await;
     let note = note.expect("the target's drain note");
     assert!(
@@ -80,6 +87,8 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
         "{note}"
     );
     assert_eq!(pods.get("web-0").await.unwrap().uid(), uid, "web-0 was not evicted");
+    let running = nodes.running_containers(NODE).unwrap();
+    assert!(container.is_subset(&running), "its container runs on: {running:?}");
     assert_eq!(version_on_disk(&controllers[0]), V2);
 
     // Never: cordoned, no drain, whatever the pods.
@@ -100,4 +109,6 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
     let note = run_plan(&client, "single-always", update).await;
     assert_eq!(note, None);
     assert!(pods.get_opt("web-0").await.unwrap().is_none(), "web-0 was evicted");
+    let running = nodes.running_containers(NODE).unwrap();
+    assert!(container.is_disjoint(&running), "its container stopped: {running:?}");
 }

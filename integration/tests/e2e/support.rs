@@ -846,55 +846,6 @@ pub fn version_on_disk(process: &K0sProcess) -> String {
     binary_version(process.binary_path())
 }
 
-/// Pods named `web-<i>` (label `app: web`) bound to `nodes[i]`, reported Running and Ready,
-/// and a PodDisruptionBudget `web-budget` needing `min_available` of them. No kubelet runs
-/// in the test topology, so the `default` ServiceAccount is created here and the pods'
-/// status is written by hand (evicting a Pending pod would skip the budget check).
-pub async fn pods_under_budget(
-    client: &kube::Client,
-    nodes: &[&str],
-    min_available: usize,
-) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    use kube::api::{Patch, PatchParams};
-    use serde_json::json;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    let account: ServiceAccount =
-        serde_json::from_value(json!({ "metadata": { "name": "default" } }))?;
-    accounts
-        .create(&PostParams::default(), &account)
-        .await
-        .context("creating the ServiceAccount")?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    for (i, node) in nodes.iter().enumerate() {
-        let name = format!("web-{i}");
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": { "name": name, "labels": { "app": "web" } },
-            "spec": {
-                "nodeName": node,
-                "automountServiceAccountToken": false,
-                "containers": [{ "name": "app", "image": "example.invalid/app:1" }],
-            },
-        }))?;
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .with_context(|| format!("creating {name}"))?;
-        let running = json!({ "status": {
-            "phase": "Running",
-            "conditions": [{ "type": "Ready", "status": "True" }],
-        }});
-        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&running)).await?;
-    }
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    let budget: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": { "name": "web-budget" },
-        "spec": { "minAvailable": min_available, "selector": { "matchLabels": { "app": "web" } } },
-    }))?;
-    budgets.create(&PostParams::default(), &budget).await.context("creating the budget")?;
-    Ok(())
-}
-
 /// A ConfigMap in `k0s-autopilot` holding a check Pod template that runs `script` with
 /// `/bin/sh -c` in the real nodes' busybox image ([`integration::real_node::image`]).
 pub fn pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::ConfigMap {

@@ -7,13 +7,16 @@
 //! `Cordoning`; once it is deleted every controller updates to v2, one at a time; each
 //! ControlNode's signal goes through every phase in order with non-decreasing timestamps and
 //! never vanishes; afterwards every Node is Ready and uncordoned.
+//!
+//! Each controller is a real node too ([`integration::real_node`]): a kubelet owns its Node
+//! (the controllers run `--register-node=false`) and runs its web Pod in a real container.
 
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{ControlNode, PlanCommandK0sUpdate, PlanStateType, TargetState};
 use integration::http::FileServer;
-use integration::kubelet::FakeKubelet;
+use integration::real_node::RealNodes;
 use integration::signals::{ObjectKind, SignalRecorder};
 use integration::wait_for;
 use k8s_openapi::api::core::v1::Node;
@@ -42,31 +45,31 @@ fn past_cordoning(phase: Option<SignalPhase>) -> bool {
 }
 
 #[tokio::test]
-async fn controller_workers_update_once_the_budget_allows_under_write_contention() {
+async fn controller_workers_update_once_the_budget_allows_under_write_contention_on_real_nodes() {
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
 
-    let flags: Vec<&str> = FAST_ELECTION.iter().copied().chain(["--enable-worker"]).collect();
-    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
-        FleetBuilder::new("update-controller-workers")
-            .controllers(3)
-            .agents(Agents::Real)
-            .controller_args(&flags)
-            .start()
-            .await
-            .unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-    for name in CONTROLLERS {
-        wait_for(STARTUP, &format!("Node {name} Ready"), || async {
-            Ok(nodes.get_opt(name).await?.filter(is_ready).map(|_| ()))
-        })
+    // Real workers on the controllers: a kubelet owns each controller's Node, so the
+    // controllers run `--enable-worker` without registering it themselves.
+    let cluster = integration::ClusterBuilder::new("update-controller-workers")
+        .controllers(3)
+        .controller_node_identities()
+        .build()
         .await
         .unwrap();
-    }
-    let _kubelet = FakeKubelet::start(client.clone(), &CONTROLLERS);
+    let client = cluster.admin_client().await.unwrap();
+    let _nodes = RealNodes::start(&cluster, &CONTROLLERS).await.unwrap();
+    let flags: Vec<&str> =
+        FAST_ELECTION.iter().copied().chain(["--enable-worker", "--register-node=false"]).collect();
+    let controllers = start_controllers_with_agents(&cluster, 3, &flags).await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
 
-    // One web pod per Node, Running and Ready, and a budget that needs all three.
-    pods_under_budget(&client, &CONTROLLERS, 3).await.unwrap();
+    // One web Pod per Node (a Deployment's, one per node by anti-affinity), Ready, and a
+    // budget that needs all three.
+    crate::real_nodes::wait_default_service_account(&client).await.unwrap();
+    spread_deployment(&client, 3).await.unwrap();
+    crate::real_nodes::budget(&client, "web-budget", "web", 3).await.unwrap();
+    crate::real_nodes::wait_app_ready(&client, "web", 3).await.unwrap();
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
 
     // Write contention: someone else touches every ControlNode's annotations every second.
@@ -190,4 +193,33 @@ fn target_phase(plan: &autopilot_api::v1beta2::Plan, name: &str) -> Option<Signa
         .as_ref()
         .and_then(|s| s.commands.first())
         .and_then(|c| targets(c).into_iter().find(|t| t.name == name).and_then(|t| t.phase))
+}
+
+/// Deployment `web` with `replicas` Pods, at most one per Node (required anti-affinity: an
+/// evicted one waits for its node to come back).
+async fn spread_deployment(client: &kube::Client, replicas: usize) -> anyhow::Result<()> {
+    let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "affinity": { "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [{
+                            "labelSelector": { "matchLabels": { "app": "web" } },
+                            "topologyKey": "kubernetes.io/hostname",
+                        }],
+                    } },
+                    "containers": [crate::real_nodes::container("web", crate::real_nodes::SERVE)],
+                },
+            },
+        },
+    }))?;
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
+        .create(&kube::api::PostParams::default(), &deployment)
+        .await?;
+    Ok(())
 }
