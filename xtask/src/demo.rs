@@ -37,6 +37,10 @@ pub struct Args {
     /// The version to update to (a second build of k0s reporting it).
     #[arg(long, default_value = "v1.35.1+k0s.0")]
     to_version: String,
+    /// Workers as `k0s worker` processes alone (no kubelet, no Pods), even where real nodes
+    /// could run.
+    #[arg(long)]
+    process_only: bool,
 }
 
 /// The file the demo's build steps write their output to.
@@ -90,7 +94,7 @@ const STAGE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let Args { controllers, workers, to_version } = args;
+    let Args { controllers, workers, to_version, process_only } = args;
     anyhow::ensure!(controllers >= 1, "--controllers must be at least 1");
     let log = BuildLog::create()?;
     println!("==> build output goes to {}", log.path.display());
@@ -111,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         format!("the {to_version} build printed no path (see {})", log.path.display())
     })?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    runtime.block_on(demo(k0s, v2, &to_version, controllers, workers))
+    runtime.block_on(demo(k0s, v2, &to_version, controllers, workers, process_only))
 }
 
 async fn demo(
@@ -120,6 +124,7 @@ async fn demo(
     to_version: &str,
     controllers: usize,
     workers: usize,
+    process_only: bool,
 ) -> anyhow::Result<()> {
     let worker_names: Vec<String> = (0..workers).map(|i| format!("worker-{i}")).collect();
     let worker_refs: Vec<&str> = worker_names.iter().map(String::as_str).collect();
@@ -138,7 +143,12 @@ async fn demo(
         "    manifests/rbac/ applied; controllers run in group {}, not as cluster admin",
         integration::rbac::CONTROLLER_GROUP
     );
-    let real_nodes = match integration::real_node::prerequisites() {
+    let can_run = if process_only {
+        Err("--process-only".to_owned())
+    } else {
+        integration::real_node::prerequisites()
+    };
+    let real_nodes = match can_run {
         Ok(()) if workers > 0 => {
             println!(
                 "==> starting kube-controller-manager, kube-scheduler and {workers} real worker \
