@@ -32,16 +32,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     integration::node_binaries::ensure_built()?;
     let k0s = build_k0s()?;
     let not_run = integration::real_node::prerequisites().err();
-    let mut cargo_args = cargo_args;
-    if let Some(reason) = &not_run {
-        println!(
-            "==> NOT RUN: the real-node tests (every test whose name contains `{REAL_NODE_SCENARIOS}`): {reason}"
-        );
-        if !cargo_args.iter().any(|a| a == "--") {
-            cargo_args.push("--".to_owned());
+    let cargo_args = match &not_run {
+        Some(reason) => {
+            println!(
+                "==> NOT RUN: the real-node tests (every test whose name contains `{REAL_NODE_SCENARIOS}`): {reason}"
+            );
+            without_real_node_tests(cargo_args)
         }
-        cargo_args.extend(["--skip".to_owned(), REAL_NODE_SCENARIOS.to_owned()]);
-    }
+        None => cargo_args,
+    };
     println!("==> running tests (k0s binary {})", k0s.display());
     let mut command = Command::new(cargo());
     command
@@ -64,6 +63,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// scenario, and tests of other scenarios named `…_on_real_nodes`;
 /// [`integration::real_node::prerequisites`]): left out, and said so, where those are missing.
 const REAL_NODE_SCENARIOS: &str = "real_nodes";
+
+/// `cargo_args` with the test binaries told to skip every test whose name contains
+/// [`REAL_NODE_SCENARIOS`] (after the `--` that separates cargo's arguments from theirs,
+/// added when missing).
+fn without_real_node_tests(mut cargo_args: Vec<String>) -> Vec<String> {
+    if !cargo_args.iter().any(|a| a == "--") {
+        cargo_args.push("--".to_owned());
+    }
+    cargo_args.extend(["--skip".to_owned(), REAL_NODE_SCENARIOS.to_owned()]);
+    cargo_args
+}
 
 /// Build the `k0s` binary the scenarios copy into each node, and return its path.
 pub fn build_k0s() -> anyhow::Result<std::path::PathBuf> {
@@ -113,4 +123,22 @@ pub fn target_dir() -> std::path::PathBuf {
 /// The cargo that runs this xtask.
 fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|a| (*a).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_real_node_tests_are_skipped_after_the_test_binaries_separator() {
+        assert_eq!(without_real_node_tests(Vec::new()), strings(&["--", "--skip", "real_nodes"]));
+        assert_eq!(
+            without_real_node_tests(strings(&["-p", "integration", "--", "--nocapture"])),
+            strings(&["-p", "integration", "--", "--nocapture", "--skip", "real_nodes"])
+        );
+    }
 }

@@ -17,6 +17,8 @@
 //!   (`10.213.0.<11+i>`) on its loopback interface, each node's CNI bridge (`k0sit<i>`,
 //!   Pods in `10.244.<i>.0/24`) and the Pods. The API servers stay on the machine's loopback;
 //!   a forwarder makes each reachable inside the namespace on the same address and port.
+//!   Nothing outside reaches into the namespace: the API servers cannot reach a kubelet
+//!   (no `kubectl logs` or `exec`); what the tests read of a Pod is in its status.
 //! - Per node, inside the namespace: `containerd` ([`crate::node_binaries::CONTAINERD_VERSION`],
 //!   its own socket, root, state, runc root and CNI configuration; Debian's `runc` and CNI
 //!   plugins) and a `kubelet` (own root and certificate directories, cgroup root
