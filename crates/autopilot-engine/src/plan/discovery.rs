@@ -22,6 +22,10 @@ use super::removed_apis::{RemovedApiUse, blocking_use};
 use super::skew::{self, Fleet};
 use super::targets::{NewCommand, select};
 
+/// NewPlan's refusal of a Plan whose `spec.id` is empty (or blank).
+pub(crate) const EMPTY_PLAN_ID: &str =
+    "spec.id is empty: every signal carries the plan's id (planId), so a plan needs one";
+
 /// Run NewPlan over every command of a freshly started run. Sets the plan state to
 /// `SchedulableWait` on success or to the failing command's state.
 ///
@@ -35,6 +39,16 @@ pub(super) fn new_plan(
     let mut warnings = Vec::new();
     let run_id = status.run_id.clone().unwrap_or_default();
     let plan_id = status.plan_id.clone().unwrap_or_default();
+    // Check 0: every signal carries the plan's id (`planId`), which a node refuses empty.
+    // The CRD's schema requires one; a Plan the schema did not check must not start either.
+    if plan_id.trim().is_empty() {
+        status.state = PlanStateType::Warning;
+        if let Some(first) = status.commands.first_mut() {
+            first.state = PlanStateType::Warning;
+            first.description = Some(EMPTY_PLAN_ID.to_owned());
+        }
+        return Vec::new();
+    }
     let mut fleet = Fleet::observe(inputs);
     for command_status in &mut status.commands {
         let index = command_status.id;

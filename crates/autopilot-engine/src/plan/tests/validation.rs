@@ -37,6 +37,21 @@ fn a_command_with_both_or_neither_kind_ends_in_warning() {
     );
 }
 
+#[test]
+fn a_plan_without_an_id_ends_in_warning_and_signals_nobody() {
+    for id in ["", "  "] {
+        let mut sim = k0s_plan_with(|spec| spec.id = id.to_owned());
+        let passed = sim.pass();
+        assert_eq!(sim.plan.state(), P::Warning, "id {id:?}");
+        assert_eq!(
+            sim.plan.command(0).description.as_deref(),
+            Some(crate::plan::discovery::EMPTY_PLAN_ID),
+            "id {id:?}"
+        );
+        assert!(signalled(&passed).is_empty(), "id {id:?}: {:?}", signalled(&passed));
+    }
+}
+
 /// A one-command plan (`k0supdate` of controller c1 and workers w1, w2) on a cluster that
 /// has them, with `edit` applied to the spec.
 fn k0s_plan_with(edit: impl FnOnce(&mut autopilot_api::PlanSpec)) -> Sim {
