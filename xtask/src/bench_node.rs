@@ -37,9 +37,10 @@ use autopilot_api::v1beta2::{Plan, PlanStateType};
 use futures::StreamExt as _;
 use integration::http::FileServer;
 use integration::real_node::RealNodes;
+use integration::real_node::workload::{self, pod_ready, pod_template};
 use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -51,9 +52,6 @@ const OTHER: &str = "worker-1";
 
 /// How long Pods, Nodes and one run may take.
 const TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The image the bench's Pods run (see `integration::real_node::image`).
-const IMAGE: &str = integration::real_node::image::BUSYBOX_IMAGE;
 
 /// Arguments of `cargo xtask bench node`.
 #[derive(clap::Args)]
@@ -232,38 +230,8 @@ async fn start_workers(
 
 /// The `default` ServiceAccount (made by the controller-manager) and DaemonSet `agent`.
 async fn create_daemon_set(client: &kube::Client) -> anyhow::Result<()> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    wait_for(TIMEOUT, "the default ServiceAccount", || async {
-        Ok(accounts.get_opt("default").await?.map(|_| ()))
-    })
-    .await?;
-    let daemon_set: DaemonSet = serde_json::from_value(json!({
-        "metadata": { "name": "agent" },
-        "spec": {
-            "selector": { "matchLabels": { "app": "agent" } },
-            "template": pod_template("agent"),
-        },
-    }))?;
-    Api::<DaemonSet>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &daemon_set)
-        .await?;
-    Ok(())
-}
-
-fn pod_template(app: &str) -> serde_json::Value {
-    json!({
-        "metadata": { "labels": { "app": app } },
-        "spec": {
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{
-                "name": app,
-                "image": IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"],
-                "readinessProbe": { "exec": { "command": ["/bin/true"] }, "periodSeconds": 1 },
-            }],
-        },
-    })
+    workload::wait_default_service_account(client, TIMEOUT).await?;
+    workload::daemon_set(client, "agent").await
 }
 
 async fn place_pods_if(client: &kube::Client, real: bool, count: usize) -> anyhow::Result<()> {
@@ -278,15 +246,7 @@ async fn place_pods(client: &kube::Client, count: usize) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
     if deployments.get_opt("web").await?.is_none() {
-        let deployment: Deployment = serde_json::from_value(json!({
-            "metadata": { "name": "web" },
-            "spec": {
-                "replicas": 0,
-                "selector": { "matchLabels": { "app": "web" } },
-                "template": pod_template("web"),
-            },
-        }))?;
-        deployments.create(&PostParams::default(), &deployment).await?;
+        workload::deployment(client, "web", 0, pod_template("web")).await?;
     }
     let scale = |replicas: usize| json!({ "spec": { "replicas": replicas } });
     deployments.patch("web", &PatchParams::default(), &Patch::Merge(&scale(0))).await?;
@@ -314,13 +274,6 @@ async fn place_pods(client: &kube::Client, count: usize) -> anyhow::Result<()> {
     .await?;
     nodes.patch(OTHER, &PatchParams::default(), &Patch::Merge(&cordon(false))).await?;
     Ok(())
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// One Plan run that updates [`UPDATED`]; its steps.
@@ -477,11 +430,7 @@ async fn wait_settled(client: &kube::Client) -> anyhow::Result<Instant> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     wait_for(TIMEOUT, &format!("{UPDATED} settled"), || async {
-        let node = nodes.get(UPDATED).await?;
-        let ready = node
-            .status
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let ready = integration::real_node::workload::node_ready(&nodes.get(UPDATED).await?);
         let params = ListParams::default().labels("app=agent");
         let agents = pods.list(&params).await?.items;
         let on_node: Vec<&Pod> = agents

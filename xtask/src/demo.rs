@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::ControlNode;
+use integration::real_node::workload::node_ready;
 use integration::{ClusterBuilder, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -201,7 +202,7 @@ async fn demo(
                     .is_some_and(|a| a.contains_key(keys::ANNOTATION_K0S_VERSION))
             };
             let ready: Vec<Node> =
-                list.items.into_iter().filter(|n| is_ready(n) && published(n)).collect();
+                list.items.into_iter().filter(|n| node_ready(n) && published(n)).collect();
             Ok((ready.len() == workers).then_some(ready))
         })
         .await?;
@@ -268,13 +269,6 @@ async fn demo(
     drop(cluster);
     println!("==> done");
     Ok(())
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Serve v2, apply the Plan, show progress live, verify every node runs v2.
@@ -431,13 +425,11 @@ mod workloads {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
+    use integration::real_node::workload;
     use integration::wait_for;
-    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::core::v1::Pod;
     use kube::Api;
-    use kube::api::{ListParams, PostParams};
-    use serde_json::json;
+    use kube::api::ListParams;
 
     /// Per node: (app, Ready, not Ready, terminating) counts.
     pub(super) type Summary = BTreeMap<String, BTreeMap<String, (usize, usize, usize)>>;
@@ -445,54 +437,10 @@ mod workloads {
     /// Deployment `web` (one replica per worker) under a budget that keeps all but one, and
     /// DaemonSet `agent`; returns once every Pod is Ready.
     pub(super) async fn create(client: &kube::Client, workers: usize) -> anyhow::Result<()> {
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-        wait_for(Duration::from_secs(90), "the default ServiceAccount", || async {
-            Ok(accounts.get_opt("default").await?.map(|_| ()))
-        })
-        .await?;
-        let template = |app: &str| {
-            json!({
-                "metadata": { "labels": { "app": app } },
-                "spec": {
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{
-                        "name": app,
-                        "image": integration::real_node::image::BUSYBOX_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"],
-                        "readinessProbe": { "exec": { "command": ["/bin/true"] }, "periodSeconds": 1 },
-                    }],
-                },
-            })
-        };
-        let deployment: Deployment = serde_json::from_value(json!({
-            "metadata": { "name": "web" },
-            "spec": {
-                "replicas": workers,
-                "selector": { "matchLabels": { "app": "web" } },
-                "template": template("web"),
-            },
-        }))?;
-        Api::<Deployment>::namespaced(client.clone(), "default")
-            .create(&PostParams::default(), &deployment)
-            .await?;
-        let budget: PodDisruptionBudget = serde_json::from_value(json!({
-            "metadata": { "name": "web" },
-            "spec": {
-                "minAvailable": workers.saturating_sub(1).max(1),
-                "selector": { "matchLabels": { "app": "web" } },
-            },
-        }))?;
-        Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
-            .create(&PostParams::default(), &budget)
-            .await?;
-        let daemon_set: DaemonSet = serde_json::from_value(json!({
-            "metadata": { "name": "agent" },
-            "spec": { "selector": { "matchLabels": { "app": "agent" } }, "template": template("agent") },
-        }))?;
-        Api::<DaemonSet>::namespaced(client.clone(), "default")
-            .create(&PostParams::default(), &daemon_set)
-            .await?;
+        workload::wait_default_service_account(client, Duration::from_secs(90)).await?;
+        workload::deployment(client, "web", workers, workload::pod_template("web")).await?;
+        workload::budget(client, "web", "web", workers.saturating_sub(1).max(1)).await?;
+        workload::daemon_set(client, "agent").await?;
         wait_for(Duration::from_secs(120), "every web and agent Pod Ready", || async {
             let summary = summary(client).await?;
             let ready = |app: &str| -> usize {
@@ -519,11 +467,7 @@ mod workloads {
                 .as_ref()
                 .and_then(|l| l.get("app").cloned())
                 .unwrap_or_default();
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let ready = integration::real_node::workload::pod_ready(&pod);
             let counts = summary.entry(node).or_default().entry(app).or_default();
             if pod.metadata.deletion_timestamp.is_some() {
                 counts.2 += 1;

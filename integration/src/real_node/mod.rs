@@ -55,6 +55,7 @@ mod config;
 mod host;
 pub mod image;
 mod netns;
+pub mod workload;
 
 use std::{
     collections::BTreeSet,
@@ -375,7 +376,7 @@ impl RealNodes {
                         return Ok(Some(Err(anyhow::anyhow!("{what} exited ({status})"))));
                     }
                 }
-                Ok(api.get_opt(&node.name).await?.filter(is_ready).map(|_| Ok(())))
+                Ok(api.get_opt(&node.name).await?.filter(workload::node_ready).map(|_| Ok(())))
             })
             .await
             .and_then(|r| r);
@@ -540,13 +541,6 @@ fn write_node_files(p: &NodeParams<'_>) -> anyhow::Result<()> {
     fs::write(layout.cni_conf_dir().join("10-k0s-it.conflist"), config::cni_conflist(p))?;
     fs::write(layout.kubelet_config(), config::kubelet_yaml(p))?;
     Ok(())
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// What a set of real nodes could leave behind, checked after it is gone.

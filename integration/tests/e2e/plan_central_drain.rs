@@ -23,7 +23,6 @@ use futures::StreamExt as _;
 use integration::real_node::RealNodes;
 use integration::responder::{Behaviour, Config, Responder};
 use integration::wait_for;
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
@@ -82,21 +81,7 @@ async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone_on_real_n
     for name in ["web-0", "web-1"] {
         pods.create(&PostParams::default(), &pod(name, "worker-0")).await.unwrap();
     }
-    let daemon_set: DaemonSet = serde_json::from_value(json!({
-        "metadata": { "name": "agent" },
-        "spec": {
-            "selector": { "matchLabels": { "app": "agent" } },
-            "template": {
-                "metadata": { "labels": { "app": "agent" } },
-                "spec": { "containers": [crate::real_nodes::container("agent", crate::real_nodes::SERVE)] },
-            },
-        },
-    }))
-    .unwrap();
-    Api::<DaemonSet>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &daemon_set)
-        .await
-        .unwrap();
+    integration::real_node::workload::daemon_set(&client, "agent").await.unwrap();
     crate::real_nodes::wait_app_ready(&client, "web", 2).await.unwrap();
     let agent_pods = crate::real_nodes::wait_app_ready(&client, "agent", 2).await.unwrap();
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");

@@ -15,9 +15,8 @@ use autopilot_api::v1beta2::{
     DrainPolicy, Gate, GateAfter, GateOnFailure, KubernetesGate, PlanStateType, TargetState,
 };
 use integration::http::FileServer;
-use integration::real_node::{RealNodes, image::BUSYBOX_IMAGE};
+use integration::real_node::RealNodes;
 use integration::{ClusterBuilder, K0sProcess, wait_for};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
@@ -33,8 +32,7 @@ pub(crate) const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often the availability probe samples the Deployment's Pods.
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
-/// A container that runs until told to stop, and stops at once when it is.
-pub(crate) const SERVE: &str = "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done";
+pub(crate) use integration::real_node::workload::{self, SERVE, container, pod_ready};
 
 #[tokio::test]
 async fn a_dropped_set_of_real_nodes_leaves_nothing_behind_even_after_a_failure() {
@@ -284,80 +282,22 @@ pub(crate) fn container_ids(pod: &Pod) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-pub(crate) fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-/// A busybox container running `script`, Ready once its probe passes (every second).
-pub(crate) fn container(name: &str, script: &str) -> serde_json::Value {
-    json!({
-        "name": name,
-        "image": BUSYBOX_IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["/bin/sh", "-c", script],
-        "readinessProbe": { "exec": { "command": ["/bin/true"] }, "periodSeconds": 1 },
-    })
 }
 
 /// The `default` ServiceAccount, which the controller-manager creates shortly after start
 /// (Pods are refused without it).
 pub(crate) async fn wait_default_service_account(client: &kube::Client) -> anyhow::Result<()> {
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), "default");
-    wait_for(WORKLOAD_TIMEOUT, "the default ServiceAccount", || async {
-        Ok(accounts.get_opt("default").await?.map(|_| ()))
-    })
-    .await
+    workload::wait_default_service_account(client, WORKLOAD_TIMEOUT).await
 }
 
 /// Deployment `web` (2 replicas), its budget `web-budget` (`minAvailable: 1`) and DaemonSet
 /// `agent`, all in `default`.
 async fn create_workloads(client: &kube::Client) -> anyhow::Result<()> {
-    let template = |app: &str| {
-        json!({
-            "metadata": { "labels": { "app": app } },
-            "spec": {
-                "terminationGracePeriodSeconds": 5,
-                "containers": [container(app, SERVE)],
-            },
-        })
-    };
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": { "name": "web" },
-        "spec": {
-            "replicas": 2,
-            "selector": { "matchLabels": { "app": "web" } },
-            "template": template("web"),
-        },
-    }))?;
-    Api::<Deployment>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &deployment)
-        .await?;
-    let budget: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": { "name": "web-budget" },
-        "spec": { "minAvailable": 1, "selector": { "matchLabels": { "app": "web" } } },
-    }))?;
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &budget)
-        .await?;
-    let daemon_set: DaemonSet = serde_json::from_value(json!({
-        "metadata": { "name": "agent" },
-        "spec": {
-            "selector": { "matchLabels": { "app": "agent" } },
-            "template": template("agent"),
-        },
-    }))?;
-    Api::<DaemonSet>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &daemon_set)
-        .await?;
-    Ok(())
+    workload::deployment(client, "web", 2, workload::pod_template("web")).await?;
+    workload::budget(client, "web-budget", "web", 1).await?;
+    workload::daemon_set(client, "agent").await
 }
 
 /// One real worker with one web Pod and nowhere else to move it: a budget that needs the Pod
@@ -380,29 +320,9 @@ async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
     wait_node_version(&client, NODE, &v1).await.unwrap();
 
     wait_default_service_account(&client).await.unwrap();
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": { "name": "web" },
-        "spec": {
-            "replicas": 1,
-            "selector": { "matchLabels": { "app": "web" } },
-            "template": {
-                "metadata": { "labels": { "app": "web" } },
-                "spec": { "terminationGracePeriodSeconds": 5, "containers": [container("web", SERVE)] },
-            },
-        },
-    }))
-    .unwrap();
-    Api::<Deployment>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &deployment)
-        .await
-        .unwrap();
-    let budget: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": { "name": "web-budget" },
-        "spec": { "minAvailable": 1, "selector": { "matchLabels": { "app": "web" } } },
-    }))
-    .unwrap();
+    workload::deployment(&client, "web", 1, workload::pod_template("web")).await.unwrap();
+    workload::budget(&client, "web-budget", "web", 1).await.unwrap();
     let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), "default");
-    budgets.create(&PostParams::default(), &budget).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let web = wait_web_running(&pods).await.unwrap();
     let only_node = Some(static_nodes(&[NODE], 1));
@@ -525,21 +445,7 @@ async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_
     wait_node_version(&client, NODE, &v1).await.unwrap();
 
     wait_default_service_account(&client).await.unwrap();
-    let daemon_set: DaemonSet = serde_json::from_value(json!({
-        "metadata": { "name": "agent" },
-        "spec": {
-            "selector": { "matchLabels": { "app": "agent" } },
-            "template": {
-                "metadata": { "labels": { "app": "agent" } },
-                "spec": { "terminationGracePeriodSeconds": 5, "containers": [container("agent", SERVE)] },
-            },
-        },
-    }))
-    .unwrap();
-    Api::<DaemonSet>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &daemon_set)
-        .await
-        .unwrap();
+    workload::daemon_set(&client, "agent").await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready", || async {
         let list = pods.list(&ListParams::default().labels("app=agent")).await?;
@@ -629,43 +535,12 @@ pub(crate) async fn pinned_deployment(
     node: &str,
     replicas: usize,
 ) -> anyhow::Result<()> {
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "app": name } },
-            "template": {
-                "metadata": { "labels": { "app": name } },
-                "spec": {
-                    "terminationGracePeriodSeconds": 5,
-                    "nodeSelector": { "kubernetes.io/hostname": node },
-                    "containers": [container(name, SERVE)],
-                },
-            },
-        },
-    }))?;
-    Api::<Deployment>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &deployment)
-        .await?;
-    Ok(())
+    let mut template = workload::pod_template(name);
+    template["spec"]["nodeSelector"] = json!({ "kubernetes.io/hostname": node });
+    workload::deployment(client, name, replicas, template).await
 }
 
-/// A PodDisruptionBudget `budget` over `app: app` in `default` needing `min_available`.
-pub(crate) async fn budget(
-    client: &kube::Client,
-    budget: &str,
-    app: &str,
-    min_available: usize,
-) -> anyhow::Result<()> {
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": { "name": budget },
-        "spec": { "minAvailable": min_available, "selector": { "matchLabels": { "app": app } } },
-    }))?;
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pdb)
-        .await?;
-    Ok(())
-}
+pub(crate) use integration::real_node::workload::budget;
 
 /// The names of the Pods of `app: app` in `default` once `count` of them are Ready (and none
 /// is terminating).
