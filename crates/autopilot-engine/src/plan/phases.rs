@@ -131,7 +131,8 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
         state: P::Warning,
         terminal: true,
         next: &[],
-        description: "NewPlan refused the plan: the removed-API pre-check failed, a payload \
+        description: "NewPlan refused the plan: its `spec.id` is empty (every signal carries it), \
+                      the removed-API pre-check failed, a payload \
                       has neither a sha256 nor an https URL, the command is malformed (a \
                       preflight check that does not compile included), or a field no node or \
                       scheduler could act on (the description names it)",
