@@ -579,19 +579,7 @@ impl Cluster {
     /// # Panics
     /// If `name` was not declared with [`ClusterBuilder::workers`].
     pub fn k0s_worker(&self, name: &str) -> K0sCommand {
-        let dir = self.node_dir(name);
-        let args: Vec<OsString> = vec![
-            "worker".into(),
-            "--kubeconfig".into(),
-            self.node_kubeconfig(name).into(),
-            "--data-dir".into(),
-            dir.join("data").into(),
-            "--node-name".into(),
-            name.into(),
-            "--register-node".into(),
-            "--register-node-schedulable".into(),
-        ];
-        self.k0s_command(name.to_owned(), dir, args)
+        self.k0s_worker_on_kubelet(name).args(["--register-node", "--register-node-schedulable"])
     }
 
     /// A k0s worker named `name` beside a kubelet that owns its Node (see

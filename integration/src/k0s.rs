@@ -321,8 +321,8 @@ impl K0sCommand {
         }
         let mut all_args = args;
         all_args.extend(extra_args);
-        // The test topology has no kubelet: a controller that is also a worker registers its
-        // Node itself, as the workers do (see `Cluster::k0s_worker`).
+        // A controller that is also a worker registers its Node itself, as `Cluster::k0s_worker`
+        // does, unless the test says otherwise (`--register-node=false` beside a real kubelet).
         let enable_worker = all_args.iter().any(|a| a == "--enable-worker");
         if enable_worker
             && !all_args.iter().any(|a| a.to_string_lossy().starts_with("--register-node"))

@@ -7,7 +7,7 @@
 //! The controller is a real node ([`integration::real_node`]): a kubelet owns its Node (the
 //! controller runs `--register-node=false`) and runs the pod in a real container.
 
-use autopilot_api::v1beta2::{DrainPolicy, PlanStateType, TargetState};
+use autopilot_api::v1beta2::DrainPolicy;
 use integration::http::FileServer;
 use integration::real_node::RealNodes;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,26 +18,7 @@ use crate::support::*;
 
 const NODE: &str = "controller-0";
 
-/// Run one plan of `update` to `Completed` and return its target's `drain` note.
-async fn run_plan(
-    client: &kube::Client,
-    id: &str,
-    update: autopilot_api::v1beta2::PlanCommandK0sUpdate,
-) -> Option<String> {
-    create_plan(client, &plan("autopilot", id, vec![k0s_command(update)])).await.expect("the plan");
-    let done =
-        wait_plan(client, "autopilot", PLAN_TIMEOUT, "Completed", |p| state(p).is_terminal())
-            .await
-            .expect("the plan ends");
-    let status = status_yaml(&done);
-    assert_eq!(state(&done), PlanStateType::Completed, "{id}: {status}");
-    let node = target(&done, 0, NODE);
-    assert_eq!(node.state, TargetState::SignalCompleted, "{id}: {status}");
-    wait_no_autopilot_cordons(client, "autopilot").await.expect("no cordon left");
-    let drain = node.drain.clone();
-    delete_plan(client).await;
-    drain
-}
+use crate::real_nodes::run_to_completion as run_plan;
 
 #[tokio::test]
 async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_drain_and_always_drains_on_real_nodes()

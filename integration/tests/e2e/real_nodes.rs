@@ -384,7 +384,7 @@ async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
 
 /// Runs one plan of `update` to `Completed` (no autopilot cordon left), deletes it, and
 /// returns its only target's `drain` note.
-async fn run_to_completion(
+pub(crate) async fn run_to_completion(
     client: &kube::Client,
     id: &str,
     update: autopilot_api::v1beta2::PlanCommandK0sUpdate,
@@ -464,14 +464,7 @@ async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_
     std::fs::create_dir_all(real.parent().unwrap()).unwrap();
     std::fs::write(&real, &v2_bytes).unwrap();
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let payload = format!(
-        "#!/bin/sh\n\
-         if [ \"$1\" = version ]; then echo {V2}; exit 0; fi\n\
-         if [ -n \"$K0S_AUTOPILOT_TRIAL\" ]; then exec {real} \"$@\"; fi\n\
-         {real} \"$@\" &\nchild=$!\nsleep 8\nkill -9 $child\nexit 1\n",
-        real = real.display()
-    )
-    .into_bytes();
+    let payload = crate::update_post_watch::dying_v2(&real);
     let server = FileServer::start(payload.clone()).await.unwrap();
     let worker = worker.supervise(Duration::from_secs(1));
     let update = update_to(

@@ -22,7 +22,7 @@ const BACK_ON_V1_WITHIN: Duration = Duration::from_secs(60);
 
 /// A "v2" that answers `version` as v2 and is the real v2 on trial (so it passes), but in a
 /// normal run starts the real v2 and kills it (SIGKILL, no clean stop) 8 s later, exiting 1.
-fn dying_v2(real: &std::path::Path) -> Vec<u8> {
+pub(crate) fn dying_v2(real: &std::path::Path) -> Vec<u8> {
     let real = real.display();
     format!(
         "#!/bin/sh\n\
