@@ -28,7 +28,7 @@ use autopilot_api::gate_check::GateCheckRequest;
 use autopilot_api::keys;
 use autopilot_api::prestage::{PrestageRequest, PrestageState};
 use autopilot_api::signal::{
-    CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalData,
+    CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalData, SignalPhase,
 };
 use autopilot_api::v1beta2::{
     GateCheck, Plan, PlanCommand, PlanCommandStatus, PlanResourceUrl, PlanStatus, TargetState,
@@ -109,8 +109,9 @@ pub fn authorize<'p>(
     else {
         return Err(refused(&format!("run {signal_run} has no command {index}")));
     };
+    ended(status, command, signal)?;
     let sent = &signal.command;
-    match (&sent.k0supdate, &sent.airgapupdate, &sent.preflight, &sent.rollback) {
+    let entry = match (&sent.k0supdate, &sent.airgapupdate, &sent.preflight, &sent.rollback) {
         (Some(update), None, None, None) => k0s(update, frozen, command, node).map(Some),
         (None, Some(update), None, None) => airgap(update, frozen, command, node).map(Some),
         (None, None, Some(preflight), None) => {
@@ -130,7 +131,111 @@ pub fn authorize<'p>(
              and rollback",
         )),
     }
-    .map_err(|problem| refused(&format!("command {index} of run {signal_run}: {problem}")))
+    .map_err(|problem| refused(&format!("command {index} of run {signal_run}: {problem}")))?;
+    signalled_by_leader(command, signal, node)?;
+    Ok(entry)
+}
+
+/// `Ok` when the Plan status records that the leader finished draining `node` for `signal`
+/// (its target's `drained` is the signal's `created`): only then may the node go on from
+/// `ApplyingUpdate` to its restart (DESIGN §14). `signal` is one [`authorize`] accepted.
+/// Otherwise why not (starting with `refused: `).
+pub fn drained(plan: Option<&Plan>, signal: &SignalData, node: Node<'_>) -> Result<(), String> {
+    let target = plan
+        .and_then(|plan| plan.status.as_ref())
+        .filter(|status| status.run_id == signal.run_id)
+        .and_then(|status| status.commands.iter().find(|c| c.id == signal.command.id))
+        .and_then(|command| signal_target(command, signal, node));
+    match target.and_then(|target| target.drained.as_deref()) {
+        Some(created) if created == signal.created => Ok(()),
+        Some(_) | None => Err(refused(&format!(
+            "the Plan does not record the drain of {} for this signal (created {}): the leader \
+             did not move it to {}",
+            node.name,
+            signal.created,
+            SignalPhase::ApplyingUpdate
+        ))),
+    }
+}
+
+/// A signal of a run that ended, or of a command that ended, starts nothing: the leader
+/// ends a plan and a command only when no node is in flight (a rollback reopens the plan and
+/// runs past its command's end).
+fn ended(
+    status: &PlanStatus,
+    command: &PlanCommandStatus,
+    signal: &SignalData,
+) -> Result<(), String> {
+    if status.state.is_terminal() {
+        return Err(refused(&format!(
+            "the plan has ended ({}); no node is signalled after its end",
+            status.state
+        )));
+    }
+    if signal.command.rollback.is_none() && command.state.is_terminal() {
+        return Err(refused(&format!(
+            "the plan has ended its command {} ({}); no node is signalled after its end",
+            command.id, command.state
+        )));
+    }
+    Ok(())
+}
+
+/// `Ok` when the status records that the leader wrote `signal` to `node`: its target (in
+/// the list of the signal's kind and the node's role) records the signal's `created`. The
+/// leader records it before it writes the signal; a signal anyone else copied onto the node
+/// has no record.
+fn signalled_by_leader(
+    command: &PlanCommandStatus,
+    signal: &SignalData,
+    node: Node<'_>,
+) -> Result<(), String> {
+    let record = signal_target(command, signal, node).and_then(|t| t.signalled.as_deref());
+    match record {
+        Some(created) if created == signal.created => Ok(()),
+        Some(created) => Err(refused(&format!(
+            "not signalled by the leader: the Plan records the signal of {} created {created}, \
+             not {}",
+            node.name, signal.created
+        ))),
+        None => Err(refused(&format!(
+            "not signalled by the leader: the Plan records no signal for {} in command {} of \
+             run {}",
+            node.name,
+            command.id,
+            signal.run_id.as_deref().unwrap_or_default()
+        ))),
+    }
+}
+
+/// The node's target in `command`'s status for `signal`: in the list of the signal's kind
+/// (an update's, a preflight's, or the rollback's) for the node's role.
+fn signal_target<'s>(
+    command: &'s PlanCommandStatus,
+    signal: &SignalData,
+    node: Node<'_>,
+) -> Option<&'s TargetStatus> {
+    let sent = &signal.command;
+    let by_role = |controllers: &'s [TargetStatus], workers: &'s [TargetStatus]| match node.role {
+        Role::Controller => controllers,
+        Role::Worker => workers,
+    };
+    let list: &'s [TargetStatus] = if sent.rollback.is_some() {
+        let rollback = command.rollback.as_ref()?;
+        by_role(&rollback.controllers, &rollback.workers)
+    } else if sent.preflight.is_some() {
+        let preflight = command.preflight.as_ref()?;
+        by_role(&preflight.controllers, &preflight.workers)
+    } else if sent.airgapupdate.is_some() {
+        match node.role {
+            Role::Controller => &[],
+            Role::Worker => command.airgapupdate.as_ref()?.workers.as_slice(),
+        }
+    } else {
+        let k0s = command.k0supdate.as_ref()?;
+        by_role(&k0s.controllers, &k0s.workers)
+    };
+    list.iter().find(|target| target.name == node.name)
 }
 
 /// The checks a gate-check request (DESIGN §15) asks `node` to run, by gate id, when the

@@ -28,6 +28,7 @@ pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
         version: control_node_version(control_node),
         gate_check: ObservedGateCheck::boxed(control_node.meta()),
         prestage: ObservedPrestage::boxed(control_node.meta()),
+        drained: None,
     }
 }
 
@@ -53,6 +54,7 @@ pub fn node_object(node: &SlimNode) -> TargetObject {
         version: published_version(node.meta()),
         gate_check: ObservedGateCheck::boxed(node.meta()),
         prestage: ObservedPrestage::boxed(node.meta()),
+        drained: None,
     }
 }
 

@@ -68,6 +68,16 @@ pub struct TargetGroup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prestage: Option<crate::prestage::PrestageState>,
 
+    /// The `created` of the signal the leader wrote to every node of the group (nodes
+    /// signalled in the same pass share it, so a group is a batch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signalled: Option<String>,
+
+    /// The `created` of the signal whose drain the leader finished, for every node of the
+    /// group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<String>,
+
     /// The nodes, by name, in ascending order.
     pub names: Vec<String>,
 }
@@ -114,6 +124,8 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 && g.from == target.from
                 && g.group == target.group
                 && g.prestage == target.prestage
+                && g.signalled == target.signalled
+                && g.drained == target.drained
         });
         match group {
             Some(group) => {
@@ -129,6 +141,8 @@ fn split(targets: &[TargetStatus]) -> Split<'_> {
                 from: target.from.clone(),
                 group: target.group.clone(),
                 prestage: target.prestage,
+                signalled: target.signalled.clone(),
+                drained: target.drained.clone(),
                 names: vec![target.name.clone()],
             }),
         }
@@ -155,6 +169,8 @@ fn join(mut single: Vec<TargetStatus>, groups: Vec<TargetGroup>) -> Vec<TargetSt
                 drain: None,
                 group: group.group.clone(),
                 prestage: group.prestage,
+                signalled: group.signalled.clone(),
+                drained: group.drained.clone(),
             });
         }
     }

@@ -938,6 +938,19 @@ pub struct TargetStatus {
     /// (`Requested`, `Staged`, `Failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prestage: Option<crate::prestage::PrestageState>,
+
+    /// The `created` of the signal the leader wrote to this node for this command in this
+    /// run. The leader records it here before it writes the signal, and the node and the
+    /// drain act only on a signal whose `created` this records (DESIGN §14): a signal
+    /// anyone else copied onto the node is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signalled: Option<String>,
+
+    /// The `created` of the signal whose drain the leader finished (the node cordoned and,
+    /// as its command's `drain` asks, drained). The leader records it before it moves the
+    /// signal to `ApplyingUpdate`, and the node restarts only when this records its signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<String>,
 }
 
 impl TargetStatus {
@@ -954,6 +967,8 @@ impl TargetStatus {
             drain: None,
             group: None,
             prestage: None,
+            signalled: None,
+            drained: None,
         }
     }
 }

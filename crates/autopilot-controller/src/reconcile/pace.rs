@@ -9,14 +9,17 @@
 //! signals of a deferred pass still go out, and the next pass starts from that status.
 //!
 //! A milestone (the plan's or a command's state or description, a new run, a condition,
-//! a rollback) is always written at once, and a status under 64 KiB (about
+//! a rollback, and whatever authorizes a node: a signal or drain the leader recorded, a
+//! pre-staging request, a gate run) is always written at once, before the writes it
+//! authorizes, and a status under 64 KiB (about
 //! 1,500 workers) on every pass that changes it, as before ([`Pace::DEFAULT`]). What a deferred write risks is
 //! only that its progress is not on the Plan yet: a new leader reads it back from the nodes
 //! (a node carrying this run's signal counts as signalled, DESIGN §4).
 
 use std::time::Duration;
 
-use autopilot_api::v1beta2::PlanStatus;
+use autopilot_api::prestage::PrestageState;
+use autopilot_api::v1beta2::{PlanCommandStatus, PlanStatus};
 
 /// How fast a big status's progress is written.
 #[derive(Clone, Copy, Debug)]
@@ -87,11 +90,72 @@ fn is_milestone(stored: &PlanStatus, next: &PlanStatus) -> bool {
         || stored.rollback != next.rollback
         || stored.windows != next.windows
         || commands(stored) != commands(next)
+        || stored.commands.len() != next.commands.len()
+        || stored.commands.iter().zip(&next.commands).any(|(a, b)| authorizes_more(a, b))
+}
+
+/// Whether `next` authorizes a node to do what `stored` does not (DESIGN §14): a signal or
+/// a drain the leader recorded, a pre-staging request, or an open gate run (which asks for
+/// checks). A node acts only on what the Plan status shows, so these are written before the
+/// writes they authorize, never deferred. What a node reports back (a staged payload, a
+/// gate's verdict) takes an authorization away and is progress.
+fn authorizes_more(stored: &PlanCommandStatus, next: &PlanCommandStatus) -> bool {
+    fn records(command: &PlanCommandStatus) -> impl Iterator<Item = Record<'_>> {
+        let k0s = command.k0supdate.iter().flat_map(|k| k.controllers.iter().chain(&k.workers));
+        let airgap = command.airgapupdate.iter().flat_map(|a| a.workers.iter());
+        let preflight =
+            command.preflight.iter().flat_map(|p| p.controllers.iter().chain(&p.workers));
+        let rollback = command.rollback.iter().flat_map(|r| r.controllers.iter().chain(&r.workers));
+        k0s.chain(airgap).chain(preflight).chain(rollback).map(|target| Record {
+            name: &target.name,
+            signalled: target.signalled.as_deref(),
+            drained: target.drained.as_deref(),
+            staging: target.prestage == Some(PrestageState::Requested),
+        })
+    }
+    let open = |command: &PlanCommandStatus| -> Vec<Vec<String>> {
+        command
+            .gating
+            .iter()
+            .filter(|run| run.failed.is_none())
+            .map(|run| run.nodes.clone())
+            .collect()
+    };
+    let stored_open = open(stored);
+    if open(next).iter().any(|nodes| !stored_open.contains(nodes)) {
+        return true;
+    }
+    let mut before = records(stored);
+    let mut after = records(next);
+    loop {
+        match (before.next(), after.next()) {
+            (None, None) => return false,
+            (Some(old), Some(new)) if old.name == new.name => {
+                let granted = |old: Option<&str>, new: Option<&str>| new.is_some() && new != old;
+                if granted(old.signalled, new.signalled)
+                    || granted(old.drained, new.drained)
+                    || (new.staging && !old.staging)
+                {
+                    return true;
+                }
+            }
+            // Other targets (not the same run's lists): everything is new.
+            (Some(_) | None, Some(_)) | (Some(_), None) => return true,
+        }
+    }
+}
+
+/// What a target authorizes: the signal and drain recorded, whether it is asked to stage.
+struct Record<'a> {
+    name: &'a str,
+    signalled: Option<&'a str>,
+    drained: Option<&'a str>,
+    staging: bool,
 }
 
 #[cfg(test)]
 mod tests {
-    use autopilot_api::v1beta2::{PlanCommandStatus, PlanStateType};
+    use autopilot_api::v1beta2::{PlanStateType, TargetState, TargetStatus};
 
     use super::*;
 
@@ -134,6 +198,56 @@ mod tests {
             Write::After(PACE.max_delay - Duration::from_secs(1))
         );
         assert_eq!(PACE.of(Some(&stored), &next, BIG, Some(PACE.max_delay)), Write::Now);
+    }
+
+    #[test]
+    fn what_authorizes_a_node_is_never_deferred() {
+        let soon = Some(Duration::from_millis(10));
+        let mut stored = status(PlanStateType::SchedulableWait, "0/2");
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let pending = |name: &str| TargetStatus::new(name, TargetState::SignalPending, now);
+        stored.commands[0].k0supdate = Some(autopilot_api::v1beta2::PlanCommandK0sUpdateStatus {
+            controllers: Vec::new(),
+            workers: vec![pending("a"), pending("b")],
+            ..Default::default()
+        });
+        fn workers(status: &mut PlanStatus) -> &mut Vec<TargetStatus> {
+            &mut status.commands[0].k0supdate.as_mut().unwrap().workers
+        }
+
+        let mut progress = stored.clone();
+        workers(&mut progress)[0].reason = Some("waiting".to_owned());
+        assert!(matches!(PACE.of(Some(&stored), &progress, BIG, soon), Write::After(_)));
+
+        let mut signalled = stored.clone();
+        workers(&mut signalled)[0].state = TargetState::SignalSent;
+        workers(&mut signalled)[0].signalled = Some("2026-11-28T00:00:00Z".to_owned());
+        assert_eq!(PACE.of(Some(&stored), &signalled, BIG, soon), Write::Now, "a signal");
+
+        let mut drained = signalled.clone();
+        workers(&mut drained)[0].drained = Some("2026-11-28T00:00:00Z".to_owned());
+        assert_eq!(PACE.of(Some(&signalled), &drained, BIG, soon), Write::Now, "a drain");
+
+        let mut asked = stored.clone();
+        workers(&mut asked)[1].prestage = Some(PrestageState::Requested);
+        assert_eq!(PACE.of(Some(&stored), &asked, BIG, soon), Write::Now, "a staging request");
+        let mut staged = asked.clone();
+        workers(&mut staged)[1].prestage = Some(PrestageState::Staged);
+        assert!(
+            matches!(PACE.of(Some(&asked), &staged, BIG, soon), Write::After(_)),
+            "a node's report is progress"
+        );
+
+        let mut gating = stored.clone();
+        gating.commands[0].gating.push(autopilot_api::v1beta2::GateRun {
+            nodes: vec!["a".to_owned()],
+            after: autopilot_api::v1beta2::GateAfter::Node,
+            since: None,
+            passed: Vec::new(),
+            waiting: None,
+            failed: None,
+        });
+        assert_eq!(PACE.of(Some(&stored), &gating, BIG, soon), Write::Now, "a gate run");
     }
 
     #[test]

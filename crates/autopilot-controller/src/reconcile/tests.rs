@@ -480,19 +480,27 @@ fn plan_limited(workers: &[&str], concurrent: usize) -> Plan {
 
 /// The worker a signal `patch` went to, reporting `Completed` on that signal.
 fn completed(patch: &Seen) -> SlimNode {
+    reporting(patch, autopilot_api::signal::SignalPhase::Completed)
+}
+
+/// The Node of the signal `patch` wrote, its node reporting `phase` on it.
+fn reporting(patch: &Seen, phase: autopilot_api::signal::SignalPhase) -> SlimNode {
     let name = patch.path.trim_start_matches("/api/v1/nodes/");
+    let data = signal_of(patch);
+    let mut data = data;
+    data.status = Some(autopilot_api::signal::SignalStatus::new(phase, jiff::Timestamp::now()));
+    let mut node = worker(name);
+    node.metadata.resource_version = Some(format!("node-rv-{name}-{phase}"));
+    node.metadata.annotations = Some(autopilot_api::signal::to_annotations(&data));
+    node
+}
+
+/// The signal a signal `patch` wrote.
+fn signal_of(patch: &Seen) -> autopilot_api::signal::SignalData {
     let annotations = &patch.body["metadata"]["annotations"];
     let version = annotations[keys::ANNOTATION_SIGNAL_VERSION].as_str().expect("a version");
     let data = annotations[keys::ANNOTATION_SIGNAL_DATA].as_str().expect("signal data");
-    let mut data = autopilot_api::signal::decode(version, data).expect("a valid signal");
-    data.status = Some(autopilot_api::signal::SignalStatus::new(
-        autopilot_api::signal::SignalPhase::Completed,
-        jiff::Timestamp::now(),
-    ));
-    let mut node = worker(name);
-    node.metadata.resource_version = Some(format!("node-rv-{name}-completed"));
-    node.metadata.annotations = Some(autopilot_api::signal::to_annotations(&data));
-    node
+    autopilot_api::signal::decode(version, data).expect("a valid signal")
 }
 
 /// The workers signalled by the signal patches among `requests`.
@@ -559,31 +567,51 @@ impl PacedRun {
 }
 
 #[tokio::test]
-async fn a_big_statuss_progress_waits_for_its_pace_while_the_batches_go_on() {
+async fn a_big_statuss_progress_waits_for_its_pace_while_each_batch_is_recorded_before_its_signals()
+{
     let mut run = PacedRun::to_first_batch(&["w1", "w2", "w3", "w4", "w5", "w6"], 2).await;
     let api = run.api.clone();
     assert_eq!(signalled_in(&api.writes()), ["w1", "w2"]);
     let writes = api.requests("PUT").len();
 
-    // The first batch completes: the next is signalled, its progress is kept.
-    run.complete_signalled(0);
+    // The first batch reports its progress: kept, not written yet.
+    for patch in api.requests("PATCH") {
+        let phase = autopilot_api::signal::SignalPhase::Downloading;
+        run.nodes.apply_watcher_event(&watcher::Event::Apply(reporting(&patch, phase)));
+    }
     let action = run.pass().await;
-    assert_eq!(signalled_in(&api.writes()), ["w1", "w2", "w3", "w4"]);
     assert_eq!(api.requests("PUT").len(), writes, "progress only: not written yet");
     assert_ne!(action, Action::await_change(), "the pass comes back to write it");
 
-    // The second completes too: the third batch goes out from the kept status.
-    run.complete_signalled(2);
-    run.pass().await;
-    assert_eq!(signalled_in(&api.writes()), ["w1", "w2", "w3", "w4", "w5", "w6"]);
-    assert_eq!(api.requests("PUT").len(), writes, "still progress only");
+    // Each next batch: its signals are recorded in a status written at once, before them.
+    for (batch, names) in [(1, ["w3", "w4"]), (2, ["w5", "w6"])] {
+        run.complete_signalled(2 * (batch - 1));
+        let before = api.writes().len();
+        run.pass().await;
+        let new_writes: Vec<Seen> = api.writes().into_iter().skip(before).collect();
+        assert_eq!(signalled_in(&new_writes), names, "batch {batch}");
+        assert_eq!(new_writes[0].method, "PUT", "batch {batch}: the status goes first");
+        assert_eq!(api.requests("PUT").len(), writes + batch, "batch {batch}: one status write");
+        let status = &new_writes[0].body["status"]["commands"][0]["k0supdate"]["workers"];
+        for patch in new_writes.iter().filter(|s| s.method == "PATCH") {
+            let name = patch.path.trim_start_matches("/api/v1/nodes/");
+            let target = status
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|t| t["name"] == json!(name))
+                .expect("the target is listed");
+            assert_eq!(target["signalled"], json!(signal_of(patch).created), "{name}");
+        }
+        run.current = as_written(&api, run.current.clone());
+    }
 
     // The last batch completes: the command's end is a milestone, written at once, with
     // every node's progress.
     run.complete_signalled(4);
     run.pass().await;
     let puts = api.requests("PUT");
-    assert_eq!(puts.len(), writes + 1, "the end is written at once");
+    assert_eq!(puts.len(), writes + 3, "the end is written at once");
     let status = &puts.last().expect("a status write").body["status"];
     assert_eq!(status["state"], json!("Completed"), "{status:#}");
     let workers = status["commands"][0]["k0supdate"]["workers"].as_array();

@@ -4,18 +4,22 @@ use autopilot_api::signal::{
 };
 use autopilot_api::v1beta2::{
     Plan, PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdateStatus, PlanCommandPreflight,
-    PlanCommandPreflightStatus, PlanCommandStatus, PlanSpec, PlanStatus, TargetState, TargetStatus,
+    PlanCommandPreflightStatus, PlanCommandStatus, PlanSpec, PlanStateType, PlanStatus,
+    TargetState, TargetStatus,
 };
 
 use super::*;
 
 const V2: &str = "v1.35.1+k0s.0";
 const RUN: &str = "uid-1/2";
+/// The `created` of the signals the leader wrote in these Plans (their targets record it).
+const CREATED: &str = "2026-11-28T08:00:00Z";
 const AMD64: &str = "https://example.com/k0s-linux-amd64";
 const ARM64: &str = "https://example.com/k0s-linux-arm64";
 
 fn target(name: &str, checks: &[&str]) -> TargetStatus {
     let mut target = TargetStatus::new(name, TargetState::SignalSent, jiff::Timestamp::UNIX_EPOCH);
+    target.signalled = Some(CREATED.to_owned());
     target.checks = checks.iter().map(|&check| check.to_owned()).collect();
     target
 }
@@ -69,7 +73,7 @@ fn plan() -> Plan {
 }
 
 fn k0s_to(url: &str) -> SignalData {
-    k0s_signal("id123", V2, url, &sha('a')).in_run(RUN)
+    k0s_signal("id123", V2, url, &sha('a')).in_run(RUN).created(CREATED)
 }
 
 fn worker(name: &str) -> Node<'_> {
@@ -93,7 +97,7 @@ fn the_signal_the_leader_writes_is_authorized() {
     let controller = Node { name: "c1", role: Role::Controller, platform: Some("linux-amd64") };
     assert_eq!(check(&k0s_to(AMD64), controller), Ok(()));
     // The digest is compared without regard to case.
-    let upper = k0s_signal("id123", V2, AMD64, &sha('A')).in_run(RUN);
+    let upper = k0s_signal("id123", V2, AMD64, &sha('A')).in_run(RUN).created(CREATED);
     assert_eq!(check(&upper, worker("w1")), Ok(()));
 }
 
@@ -117,7 +121,7 @@ fn a_signal_without_a_run_or_with_another_run_is_refused() {
 
 #[test]
 fn a_signal_with_another_plan_id_or_command_is_refused() {
-    let other_id = k0s_signal("id999", V2, AMD64, &sha('a')).in_run(RUN);
+    let other_id = k0s_signal("id999", V2, AMD64, &sha('a')).in_run(RUN).created(CREATED);
     assert!(refusal(&other_id, worker("w1")).contains("planId \"id999\""));
     let mut no_command = k0s_to(AMD64);
     no_command.command.id = 7;
@@ -153,11 +157,12 @@ fn every_payload_field_must_be_the_frozen_commands() {
         refusal(&k0s_to(AMD64), unknown)
             .contains("no payload for this node's platform linux-riscv64")
     );
-    let other_digest = k0s_signal("id123", V2, AMD64, &sha('b')).in_run(RUN);
+    let other_digest = k0s_signal("id123", V2, AMD64, &sha('b')).in_run(RUN).created(CREATED);
     assert!(refusal(&other_digest, worker("w1")).contains("sha256"));
-    let no_digest = k0s_signal("id123", V2, AMD64, "").in_run(RUN);
+    let no_digest = k0s_signal("id123", V2, AMD64, "").in_run(RUN).created(CREATED);
     assert!(refusal(&no_digest, worker("w1")).contains("sha256 \"\""));
-    let other_version = k0s_signal("id123", "v9.9.9+k0s.0", AMD64, &sha('a')).in_run(RUN);
+    let other_version =
+        k0s_signal("id123", "v9.9.9+k0s.0", AMD64, &sha('a')).in_run(RUN).created(CREATED);
     assert!(
         refusal(&other_version, worker("w1"))
             .contains("version is \"v9.9.9+k0s.0\", the Plan says")
@@ -180,7 +185,7 @@ fn only_the_commands_targets_are_authorized() {
 #[test]
 fn airgap_signals_match_the_airgap_command_and_only_workers() {
     let bundle = "https://example.com/bundle-linux-amd64";
-    let mut signal = airgap_signal("id123", V2, bundle, &sha('a')).in_run(RUN);
+    let mut signal = airgap_signal("id123", V2, bundle, &sha('a')).in_run(RUN).created(CREATED);
     signal.command.id = 1;
     assert_eq!(check(&signal, worker("w1")), Ok(()));
     assert!(refusal(&signal, worker("w2")).contains("w2 is not one of its workers"));
@@ -194,7 +199,7 @@ fn airgap_signals_match_the_airgap_command_and_only_workers() {
 fn preflight(checks: &[&str]) -> SignalData {
     SignalData {
         plan_id: "id123".into(),
-        created: String::new(),
+        created: CREATED.into(),
         command: SignalCommand {
             rollback: None,
             id: 2,
@@ -281,7 +286,7 @@ fn rolling_back() -> Plan {
 fn rollback(command: u32, of: RollbackOf, version: &str) -> SignalData {
     SignalData {
         plan_id: "id123".into(),
-        created: String::new(),
+        created: CREATED.into(),
         command: SignalCommand {
             rollback: Some(CommandRollback { version: version.into(), of }),
             id: command,
@@ -593,4 +598,63 @@ fn a_prestage_request_is_authorized_only_for_an_asked_target_with_the_plans_payl
         autopilot_api::v1beta2::PlanStateType::ApplyFailed;
     let reason = refused(&ended, prestage_request(RUN, 0), worker("w1"));
     assert!(reason.contains("it has ended (ApplyFailed)"), "{reason}");
+}
+
+#[test]
+fn a_signal_the_status_does_not_record_for_the_node_is_not_the_leaders() {
+    // Copied from another node, or written with a fresh `created`: the payload is the
+    // Plan's, the node a target, but the leader never recorded this signal for it.
+    let copied = k0s_to(AMD64).created("2026-11-28T09:00:00Z");
+    let refused = refusal(&copied, worker("w1"));
+    assert!(refused.starts_with("refused: not signalled by the leader"), "{refused}");
+    assert!(
+        refused.contains("created 2026-11-28T08:00:00Z, not 2026-11-28T09:00:00Z"),
+        "{refused}"
+    );
+
+    let mut plan = plan();
+    let workers =
+        &mut plan.status.as_mut().unwrap().commands[0].k0supdate.as_mut().unwrap().workers;
+    workers[1].state = TargetState::SignalPending;
+    workers[1].signalled = None;
+    let refused = authorize(Some(&plan), &k0s_to(AMD64), worker("w2")).expect_err("not signalled");
+    assert!(
+        refused
+            .starts_with("refused: not signalled by the leader: the Plan records no signal for w2"),
+        "{refused}"
+    );
+    assert_eq!(authorize(Some(&plan), &k0s_to(AMD64), worker("w1")).map(drop), Ok(()));
+}
+
+#[test]
+fn no_signal_is_authorized_once_the_plan_or_its_command_ended() {
+    for state in [PlanStateType::Aborted, PlanStateType::Completed, PlanStateType::ApplyFailed] {
+        let mut plan = plan();
+        plan.status.as_mut().unwrap().state = state;
+        let refused = authorize(Some(&plan), &k0s_to(AMD64), worker("w1")).expect_err("ended");
+        assert!(refused.starts_with("refused: the plan has ended"), "{refused}");
+        assert!(refused.contains(&state.to_string()), "{refused}");
+
+        let mut plan = self::plan();
+        plan.status.as_mut().unwrap().commands[0].state = state;
+        let refused = authorize(Some(&plan), &k0s_to(AMD64), worker("w1")).expect_err("ended");
+        assert!(refused.starts_with("refused: the plan has ended its command 0"), "{refused}");
+    }
+}
+
+#[test]
+fn a_node_goes_on_from_applying_update_only_when_the_status_records_its_drain() {
+    let signal = k0s_to(AMD64);
+    let refused = drained(Some(&plan()), &signal, worker("w1")).expect_err("not drained yet");
+    assert!(refused.starts_with("refused: the Plan does not record the drain of w1"), "{refused}");
+
+    let mut plan = plan();
+    let workers =
+        &mut plan.status.as_mut().unwrap().commands[0].k0supdate.as_mut().unwrap().workers;
+    workers[0].drained = Some(CREATED.to_owned());
+    assert_eq!(drained(Some(&plan), &signal, worker("w1")), Ok(()));
+    assert!(drained(Some(&plan), &signal, worker("w2")).is_err(), "w2's drain is not w1's");
+    let other = signal.clone().created("2026-11-28T09:00:00Z");
+    assert!(drained(Some(&plan), &other, worker("w1")).is_err(), "another signal's drain");
+    assert!(drained(None, &signal, worker("w1")).is_err(), "no Plan");
 }

@@ -88,6 +88,11 @@ pub struct TargetObject {
     /// The pre-staging request and report found on the object (`prestage: true`); `None`
     /// when it carries neither.
     pub prestage: Option<Box<ObservedPrestage>>,
+    /// The `created` of this object's signal whose drain the leader's own drain finished
+    /// (cordoned and drained as the command asks). Never read from the object: the drain
+    /// tells the engine in memory, and the engine records it in the Plan status before it
+    /// moves the signal to `ApplyingUpdate` (DESIGN §14).
+    pub drained: Option<String>,
 }
 
 impl TargetObject {

@@ -71,7 +71,6 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
         terminal: false,
         next: &[
             P::SchedulableWait,
-            P::Completed,
             P::MissingSignalNode,
             P::MissingPlatform,
             P::InconsistentTargets,
@@ -232,13 +231,7 @@ pub const TARGET_PHASES: [TargetPhaseInfo; 6] = [
         state: T::SignalPending,
         terminal: false,
         initial: true,
-        next: &[
-            T::SignalSent,
-            T::SignalCompleted,
-            T::SignalApplyFailed,
-            T::MissingPlatform,
-            T::MissingSignalNode,
-        ],
+        next: &[T::SignalSent, T::SignalApplyFailed, T::MissingPlatform, T::MissingSignalNode],
         description: "discovered and valid; not signalled yet",
     },
     TargetPhaseInfo {
@@ -544,8 +537,10 @@ mod tests {
 
     #[test]
     fn running_phases_share_their_failure_exits() {
+        // Completing takes a node's report on a signal the leader recorded: a held plan
+        // (`Schedulable`) waits for a node it has not signalled, so it never completes next.
+        assert!(plan_transition_allowed(PlanStateType::SchedulableWait, PlanStateType::Completed));
         let running_next = [
-            PlanStateType::Completed,
             PlanStateType::MissingSignalNode,
             PlanStateType::MissingPlatform,
             PlanStateType::InconsistentTargets,
@@ -574,7 +569,7 @@ mod tests {
         for state in TargetState::ALL {
             assert!(doc.contains(&format!("| `{}` |", state.as_str())), "{state}");
         }
-        assert!(doc.contains("| `Schedulable` | no | `SchedulableWait`, `Completed`"));
+        assert!(doc.contains("| `Schedulable` | no | `SchedulableWait`, `MissingSignalNode`"));
     }
 
     #[test]

@@ -59,6 +59,9 @@ impl CommandPass<'_, '_> {
         let mut failed = false;
         // Looked up for every target of the group: a set.
         let names: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+        // Every signal of the pass has the same `created`, which the status records for
+        // each node before the signal is written (DESIGN §14).
+        let created = format_timestamp(inputs.stamp);
         for target in group_targets.iter_mut().filter(|t| names.contains(t.name.as_str())) {
             let Some(object) = objects.get(&target.name) else {
                 // Not reachable: read-back already marked targets without an object.
@@ -67,8 +70,7 @@ impl CommandPass<'_, '_> {
                 failed = true;
                 continue;
             };
-            let created = format_timestamp(inputs.stamp);
-            match command.signal_for(run, index, object, target, created) {
+            match command.signal_for(run, index, object, target, created.clone()) {
                 // The leader never writes a signal over the annotation budget: the API server
                 // could refuse it on every pass.
                 Ok(data) if signal_bytes(&data) > MAX_SIGNAL_BYTES => {
@@ -98,6 +100,8 @@ impl CommandPass<'_, '_> {
                 target.from = objects.get(&target.name).and_then(|object| object.version.clone());
             }
             set_state(target, TargetState::SignalSent, inputs);
+            target.signalled = Some(created.clone());
+            target.drained = None;
         }
         if !names.is_empty() {
             // Their progress deadline starts now (see `enforce_progress_deadline`).

@@ -17,9 +17,9 @@ use autopilot_api::{duration, keys};
 use jiff::Timestamp;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
-use super::decision::{Decision, Effect, SignalTarget, paused_steady};
+use super::decision::{Decision, Effect, ObjectKind, SignalTarget, paused_steady};
 use super::gates::GateFailure;
-use super::inputs::{Gaps, Inputs, ObservedSignal};
+use super::inputs::{Gaps, Inputs, ObservedSignal, TargetObject};
 use super::phases::reasons;
 use super::progress::{CommandPass, Outcome, end, release_hold, set_state};
 use super::window::Closed;
@@ -200,13 +200,17 @@ impl CommandPass<'_, '_> {
     }
 
     /// Read back every target of the command that is not done: a target whose object is
-    /// gone is `MissingSignalNode`; one whose object carries this run's signal takes the
-    /// node's progress from it. Returns the signals to send again: those of `SignalSent`
-    /// targets whose object does not carry them.
+    /// gone is `MissingSignalNode`; one whose object carries the signal the status records
+    /// for it (this run's, with the recorded `created`) takes the node's progress from it.
+    /// A signal the status does not record (copied onto the node by someone else) is not
+    /// the leader's: it never counts, and a signalled node gets its own signal back.
+    /// Returns the signals to write: those of `SignalSent` targets whose object does not
+    /// carry them, and the `ApplyingUpdate` of nodes whose drain the leader finished (the
+    /// status records the drain first).
     pub(super) fn read_back_targets(&mut self) -> Vec<Effect> {
         let (inputs, run, command) = (self.inputs, self.run, self.command);
         let index = self.status.id;
-        let mut resends = Vec::new();
+        let mut writes = Vec::new();
         for &group in command.groups() {
             let kind = command.object_kind(group);
             let objects = inputs.objects(kind);
@@ -217,8 +221,10 @@ impl CommandPass<'_, '_> {
                 .iter_mut()
                 .filter(|target| target.state == TargetState::SignalCompleted)
             {
-                let Some(signal) =
-                    objects.get(&target.name).and_then(|o| run.signal_on(o, index, command))
+                let Some(signal) = objects
+                    .get(&target.name)
+                    .and_then(|o| run.signal_on(o, index, command))
+                    .filter(|signal| recorded(target, signal))
                 else {
                     continue;
                 };
@@ -232,18 +238,25 @@ impl CommandPass<'_, '_> {
                     target.reason = Some(format!("{kind} {} no longer exists", target.name));
                     continue;
                 };
-                if let Some(signal) = run.signal_on(object, index, command) {
+                if let Some(signal) =
+                    run.signal_on(object, index, command).filter(|signal| recorded(target, signal))
+                {
                     read_back(target, signal, inputs);
+                    writes.extend(record_drain(target, object, signal, kind, inputs));
                     continue;
                 }
                 if target.state == TargetState::SignalSent {
                     // Crash safety: the status says SignalSent but the object does not carry
-                    // the signal (a crash between the status write and the signal write, or a
-                    // write that lost a conflict). Send the identical signal again.
-                    let created = format_timestamp(target.last_updated_timestamp.0);
+                    // the signal (a crash between the status write and the signal write, a
+                    // write that lost a conflict, or a signal someone wrote over). Send the
+                    // identical signal again.
+                    let created = target
+                        .signalled
+                        .clone()
+                        .unwrap_or_else(|| format_timestamp(target.last_updated_timestamp.0));
                     match command.signal_for(run, index, object, target, created) {
                         Ok(data) => {
-                            resends.push(Effect::Signal {
+                            writes.push(Effect::Signal {
                                 target: SignalTarget { kind, name: target.name.clone() },
                                 data,
                             });
@@ -256,7 +269,7 @@ impl CommandPass<'_, '_> {
                 }
             }
         }
-        resends
+        writes
     }
 
     /// Whether a signal effect goes to a target that is still `SignalSent`.
@@ -641,9 +654,24 @@ impl CommandPass<'_, '_> {
             previous.iter().find(|e| e.name == name && e.run_id == run && e.phase == phase)
         };
         let mut candidates = Vec::new();
+        // The targets by name, for the objects that carry a signal of this command (at
+        // 10,000 workers a list searched per object took seconds).
+        let mut by_name: Option<std::collections::HashMap<&str, &TargetStatus>> = None;
         for (name, object) in inputs.objects(command.object_kind(group)) {
-            if self.run.signal_on(object, index, command).is_some() {
-                continue;
+            if let Some(signal) = self.run.signal_on(object, index, command) {
+                let by_name = by_name.get_or_insert_with(|| {
+                    targets(self.status, command, group)
+                        .iter()
+                        .map(|t| (t.name.as_str(), t))
+                        .collect()
+                });
+                // The leader's own signal: read back as the target's progress. One the
+                // status does not record (copied onto the node, or a status that was lost)
+                // is not the leader's: it holds a slot while it is in flight, like an
+                // earlier run's, and its node is signalled once it ended.
+                if by_name.get(name.as_str()).is_some_and(|target| recorded(target, signal)) {
+                    continue;
+                }
             }
             let ObservedSignal::Valid(data) = &object.signal else { continue };
             // This run's signal of another command, or an earlier run's: signals this Plan wrote.
@@ -1050,6 +1078,53 @@ pub(super) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
         }
     }
     effects
+}
+
+/// Whether `signal` (this run's, for the target's command) is the one the status records
+/// for `target`: its `created` is the recorded one. A status written before signals were
+/// recorded (no record on a target already signalled) takes the run's signal as before; a
+/// target not signalled yet records none, so no signal on it is the leader's.
+fn recorded(target: &TargetStatus, signal: &SignalData) -> bool {
+    match target.signalled.as_deref() {
+        Some(created) => created == signal.created,
+        None => target.state != TargetState::SignalPending,
+    }
+}
+
+/// When the leader's drain finished draining the node of `target` for `signal` (in
+/// `Cordoning`): record it on the target and move the signal to `ApplyingUpdate`, with the
+/// drain's note as its reason when the drain left pods (`drain: IfPossible|Never`). The
+/// status write comes before the signal write, so the node, which restarts only when the
+/// status records its drain, never sees an `ApplyingUpdate` the status does not back.
+fn record_drain(
+    target: &mut TargetStatus,
+    object: &TargetObject,
+    signal: &SignalData,
+    kind: ObjectKind,
+    inputs: &Inputs<'_>,
+) -> Option<Effect> {
+    let drained = object.drained.as_deref().filter(|created| *created == signal.created)?;
+    if signal.phase() != Some(SignalPhase::Cordoning) {
+        return None;
+    }
+    if target.drained.as_deref() != Some(drained) {
+        target.drained = Some(drained.to_owned());
+    }
+    let note = signal
+        .status
+        .as_ref()
+        .and_then(|status| status.reason.clone())
+        .filter(|reason| crate::cordon::is_drain_note(reason));
+    let mut advanced = signal.clone();
+    let mut status = SignalStatus::new(SignalPhase::ApplyingUpdate, inputs.stamp);
+    if let Some(note) = note {
+        status = status.with_reason(note);
+    }
+    advanced.status = Some(status);
+    Some(Effect::Signal {
+        target: SignalTarget { kind, name: target.name.clone() },
+        data: advanced,
+    })
 }
 
 /// Apply what a node reports on this run's signal (phase, and the reason the node gives).

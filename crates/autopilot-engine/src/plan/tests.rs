@@ -94,13 +94,13 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
         P::Restricted,
         one_airgap_worker().with_policy(|p| p.exclude_workers = true),
     );
-    let plan = PlanFixture::airgap_update(V).workers(["w1"]);
-    let failed = run_signal(&plan, 0, Some(SignalPhase::Failed));
+    let url =
+        format!("https://files.internal/{}", "k".repeat(autopilot_api::signal::MAX_SIGNAL_BYTES));
     case(
-        "newplan reads back a failure of this run (status lost)",
+        "newplan finds the first signal over the annotation budget",
         P::NewPlan,
         P::ApplyFailed,
-        Sim::new(plan, ClusterFixture::new().workers(["w1"]).with_signal(Node, "w1", failed)),
+        one_worker_downloading(&url, Some(&"a".repeat(64))),
     );
     case(
         "newplan refuses an http payload without sha256",
@@ -152,15 +152,26 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     sim.pass();
     sim.cluster(|c| c.fails(Node, "w1", SignalPhase::FailedDownload, "sha256 mismatch"));
     case("a signalled node fails", P::SchedulableWait, P::ApplyFailed, sim);
+    // w2's platform has a payload whose signal is over the annotation budget: it fails as
+    // its turn comes (SignalPending -> SignalApplyFailed in one pass).
+    let url =
+        format!("https://files.internal/{}", "k".repeat(autopilot_api::signal::MAX_SIGNAL_BYTES));
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1", "w2"]).payload(
+            "linux-arm64",
+            &url,
+            Some(&"a".repeat(64)),
+        ),
+        ClusterFixture::new().workers(["w1", "w2"]).platform("w2", "linux", "arm64"),
+    );
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    case("the next node's signal is over the budget", P::SchedulableWait, P::ApplyFailed, sim);
 
     // From Schedulable.
     let mut sim = held_on_controller();
     sim.cluster(|c| c.controller_up("c2"));
     case("the down controller comes back", P::Schedulable, P::SchedulableWait, sim);
-    let mut sim = held_on_worker();
-    let done = run_signal(&sim.plan, 0, Some(SignalPhase::Completed));
-    sim.cluster(|c| c.with_signal(Node, "w1", done));
-    case("a held node already completed this run", P::Schedulable, P::Completed, sim);
     let mut sim = held_on_worker();
     sim.cluster(|c| c.without("w1"));
     case("a held node disappears", P::Schedulable, P::MissingSignalNode, sim);
@@ -170,10 +181,13 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     let mut sim = held_on_controller();
     sim.cluster(|c| c.later(minutes(10)));
     case("the grace runs out", P::Schedulable, P::InconsistentTargets, sim);
-    let mut sim = held_on_worker();
-    let failed = run_signal(&sim.plan, 0, Some(SignalPhase::Failed));
-    sim.cluster(|c| c.with_signal(Node, "w1", failed));
-    case("a held node already failed this run", P::Schedulable, P::ApplyFailed, sim);
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2"]).concurrent(2),
+        ClusterFixture::new().workers(["w1", "w2"]).worker_not_ready("w2"),
+    );
+    sim.pass();
+    sim.cluster(|c| c.fails(Node, "w1", SignalPhase::Failed, "self-test failed"));
+    case("a node fails while another is held", P::Schedulable, P::ApplyFailed, sim);
     let mut sim = held_on_worker();
     sim.plan(|p| p.steered(false, true));
     case("a held plan is aborted", P::Schedulable, P::Aborted, sim);

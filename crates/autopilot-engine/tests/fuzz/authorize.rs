@@ -1,7 +1,7 @@
 //! Fuzz target of the signal-vs-plan match (DESIGN §14): mutated signals against a running
 //! Plan, and signals against mutated Plans. No input panics; a signal is authorized only if
 //! it names the Plan's run and carries exactly one payload of its frozen command to one of
-//! its targets; a rollback signal only if the Plan rolls the run back and lists the node
+//! its targets, whose status records the signal's `created`, in a plan that has not ended; a rollback signal only if the Plan rolls the run back and lists the node
 //! with the signal's version as its "from" (DESIGN §15).
 
 use autopilot_api::Plan;
@@ -37,6 +37,7 @@ fn running_plan() -> Value {
                 "k0supdate": { "workers": [{
                     "name": "w1", "state": "SignalSent",
                     "lastUpdatedTimestamp": "2026-11-26T00:00:00Z",
+                    "signalled": "2026-11-26T00:00:00Z",
                 }] },
             }],
         },
@@ -77,7 +78,14 @@ fn authorized_means_the_plans_own(
     prop_assert_eq!(&sent.url, &entry.url);
     prop_assert!(entry.sha256.as_deref().unwrap_or_default().eq_ignore_ascii_case(&sent.sha256));
     let targets = &command.and_then(|c| c.k0supdate.as_ref()).expect("targets").workers;
-    prop_assert!(targets.iter().any(|t| t.name == "w1"));
+    let target = targets.iter().find(|t| t.name == "w1");
+    prop_assert!(target.is_some());
+    prop_assert_eq!(
+        target.and_then(|t| t.signalled.as_deref()),
+        Some(signal.created.as_str()),
+        "the status records the signal"
+    );
+    prop_assert!(!status.state.is_terminal(), "the plan has not ended");
     Ok(())
 }
 
@@ -94,6 +102,7 @@ fn rolling_back_plan() -> Value {
     target["from"] = json!("v1.35.0+k0s.0");
     let mut back = target.clone();
     back["state"] = json!("SignalSent");
+    back["signalled"] = json!("2026-11-26T01:00:00Z");
     command["rollback"] = json!({ "controllers": [], "workers": [back] });
     plan
 }

@@ -89,6 +89,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
     all.extend(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     let object = TargetObject {
         prestage: Default::default(),
+        drained: None,
         gate_check: Default::default(),
         version: None,
         name: name.to_owned(),

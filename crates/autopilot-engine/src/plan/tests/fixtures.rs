@@ -232,6 +232,7 @@ pub const CONTROLLER_RUNNING: &str = "v1.31.0+k0s.0";
 fn object(name: &str) -> TargetObject {
     TargetObject {
         prestage: Default::default(),
+        drained: None,
         gate_check: Default::default(),
         version: Some(RUNNING.to_owned()),
         name: name.to_owned(),

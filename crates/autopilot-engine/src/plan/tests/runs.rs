@@ -33,14 +33,26 @@ fn a_signal_lost_in_a_crash_is_resent_identically_without_events() {
 }
 
 #[test]
-fn a_node_carrying_this_runs_signal_counts_as_signalled_even_if_the_status_was_lost() {
+fn a_signal_the_status_does_not_record_holds_its_slot_and_its_node_is_signalled_anew_after() {
     let mut sim = two_controllers_one_worker();
-    sim.pass();
-    // The status write of the first pass is lost (e.g. the leader crashed after signalling
-    // and a restore wiped the status): the next pass starts the same run again.
+    let first = sim.pass();
+    let lost = signal_to(&first, "c1").clone();
+    // The status of the first pass is lost (a restore wiped it): c1 carries a signal of this
+    // run that no status records. It is not the leader's (the node would refuse it if it
+    // read it now), but c1 may still be working on it: it holds the one controller slot.
     sim.plan.status = None;
     let t = sim.pass();
-    assert!(signalled(&t).is_empty(), "c1 already carries this run's signal");
+    assert!(signalled(&t).is_empty(), "c1 is busy with a signal of this run");
+    assert_eq!(sim.plan.target_state(0, "c1"), TargetState::SignalPending, "not adopted");
+    assert_eq!(sim.plan.target(0, "c1").signalled, None);
+
+    // Once c1 is done with it, it is signalled like any node: recorded first, then written.
+    sim.cluster(|c| c.later(minutes(1)).reports(ControlNode, "c1", SignalPhase::Completed));
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(ControlNode, "c1".to_owned())]);
+    let fresh = signal_to(&t, "c1");
+    assert_ne!(fresh.created, lost.created, "a new signal");
+    assert_eq!(sim.plan.target(0, "c1").signalled.as_deref(), Some(fresh.created.as_str()));
     assert_eq!(sim.plan.target_state(0, "c1"), TargetState::SignalSent);
 }
 

@@ -747,6 +747,7 @@ fn payloads_the_nodes_require_signed_get_the_sig_beside_them() {
 fn at_version(name: &str, version: &str) -> (String, TargetObject) {
     let object = TargetObject {
         prestage: Default::default(),
+        drained: None,
         name: name.to_owned(),
         labels: BTreeMap::from([
             ("kubernetes.io/os".to_owned(), "linux".to_owned()),
