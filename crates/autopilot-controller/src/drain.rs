@@ -7,17 +7,20 @@
 //! blocking pod and budget are named in the node's signal status `reason`. A drain still
 //! blocked `--drain-timeout` after the node entered `Cordoning` fails the node (`Failed`,
 //! naming the pod and budget), which uncordons it: its binary was not touched yet. When the
-//! Node is drained it writes `ApplyingUpdate`. In `UnCordoning` it uncordons nodes autopilot
-//! cordoned and writes `Completed`. Every write carries a resourceVersion precondition.
+//! Node is drained it hands the node to the plan engine ([`crate::handoff`]), which records
+//! the drain in the Plan status and only then writes `ApplyingUpdate` (the node restarts only
+//! on a drain the status records). In `UnCordoning` it uncordons nodes autopilot cordoned
+//! and writes `Completed`. Every write carries a resourceVersion precondition.
 //!
 //! How far it drains is the `drain` of the signal's command in the current run
 //! ([`DrainPolicy`]: `Always`, `IfPossible`, `Never`; [`autopilot_engine::cordon`] decides);
 //! a node left with pods goes on to `ApplyingUpdate` with the note as its signal's reason.
 //!
-//! Only signals of the current run are drained: a `Cordoning` signal that names no run, whose
+//! Only signals the leader wrote are drained: a `Cordoning` signal that names no run, whose
 //! `runId` is not the `status.runId` of the Plan named `autopilot` (or when there is no such
-//! Plan), or that does not match that run's frozen command and targets
-//! (`autopilot_engine::authorize`) is failed with the reason, never cordoned. The Plan is
+//! Plan), that does not match that run's frozen command and targets, or that the Plan status
+//! does not record for the node (`autopilot_engine::authorize`) is failed with the reason,
+//! never cordoned. The Plan is
 //! looked at when (and only when) a `Cordoning` signal names a run. The leader's Plan cache
 //! settles it when it shows the signal's run and authorizes the signal; anything else is
 //! decided on a GET: the engine writes a run's `status.runId` (and a rollback's targets)
@@ -47,8 +50,11 @@ use tracing::{debug, info, warn};
 
 use autopilot_engine::authorize::{self, Role};
 use autopilot_engine::cordon::{self, Blocked, DrainPolicy, Facts, PlanRun, Run, Step};
+use autopilot_engine::plan::{ObjectKind, SignalTarget};
 use autopilot_engine::snapshot::{self, SlimNode};
 use autopilot_shell::retry::WatchBackoff;
+
+use crate::handoff::Handoff;
 
 /// How long one eviction request may take before the attempt counts as failed.
 const EVICTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -83,6 +89,8 @@ pub struct Watched {
     pub signalled_control_nodes: futures::channel::mpsc::UnboundedReceiver<ControlNode>,
     /// The Plans (see [`observe_run`]).
     pub plans: reflector::Store<Plan>,
+    /// Where a finished drain is handed to the plan engine.
+    pub handoff: Handoff,
 }
 
 /// Errors of one cordon/drain pass.
@@ -168,6 +176,8 @@ struct Context {
     drain_blocked: Gauge,
     /// The versions of each object this controller wrote over.
     superseded: Mutex<Superseded>,
+    /// Where a finished drain is handed to the plan engine.
+    handoff: Handoff,
 }
 
 /// The resourceVersions of each object (by kind and name) the drain wrote over (a cordon, uncordon or phase
@@ -220,6 +230,7 @@ pub async fn run(
         control_nodes: control_node_store,
         signalled_control_nodes,
         plans,
+        handoff,
     } = watched;
     let context = Arc::new(Context {
         client: client.clone(),
@@ -230,6 +241,7 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         drain_blocked: drain_blocked.clone(),
         superseded: Mutex::new(Superseded::default()),
+        handoff,
     });
     let node_objects = signalled_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
     let control_node_objects = signalled_control_nodes.map(Ok::<_, kube::runtime::watcher::Error>);
@@ -327,6 +339,14 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 debug!(%kind, object = %name, %node, waiting = pods.len(), "pods terminating");
                 return Ok(Action::requeue(TERMINATING_RECHECK));
             }
+            // Drained: the plan engine records it in the Plan status, then moves the
+            // signal on (see `crate::handoff`).
+            Step::Advance(SignalPhase::ApplyingUpdate) => {
+                ctx.reset(&name);
+                ctx.handoff.drained(signal_target::<K>(&name), &data.created);
+                info!(%kind, object = %name, %node, "node drained, handed to the plan engine");
+                return Ok(Action::await_change());
+            }
             Step::Advance(next) => {
                 ctx.reset(&name);
                 let after = write_phase(&objects, &current, &data, next, None).await?;
@@ -335,10 +355,11 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 return Ok(Action::await_change());
             }
             Step::Undrained(note) => {
+                // The note goes with the signal (its reason) to `ApplyingUpdate` and the Plan.
                 ctx.reset(&name);
-                let next = SignalPhase::ApplyingUpdate;
-                let after = write_phase(&objects, &current, &data, next, Some(&note)).await?;
+                let after = write_reason(&objects, &current, &data, &note).await?;
                 ctx.superseded().wrote_over(&written, current.resource_version(), after);
+                ctx.handoff.drained(signal_target::<K>(&name), &data.created);
                 info!(%kind, object = %name, %node, %note, "node cordoned, not fully drained");
                 return Ok(Action::await_change());
             }
@@ -360,6 +381,13 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         }
     }
     Ok(Action::requeue(Duration::ZERO))
+}
+
+/// The plan engine's name for the signal object `name` of kind `K`.
+fn signal_target<K: SignalObject>(name: &str) -> SignalTarget {
+    let kind =
+        if K::kind(&()) == "ControlNode" { ObjectKind::ControlNode } else { ObjectKind::Node };
+    SignalTarget { kind, name: name.to_owned() }
 }
 
 /// The evictions from `node` were refused (`blocked` says by what): record why on the
@@ -804,6 +832,9 @@ mod tests {
         assert_eq!(refusal(&bare), "Too many requests");
     }
 
+    /// The `created` of the signal the leader wrote to `w1`.
+    const CREATED: &str = "2026-11-28T08:00:00Z";
+
     /// Plan `autopilot` on run `run`: command 0 updates k0s on worker `w1`.
     fn plan_on_run(run: &str) -> Plan {
         use autopilot_api::fixtures::{PlanBuilder as _, spec};
@@ -811,7 +842,10 @@ mod tests {
             PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanStatus, TargetState, TargetStatus,
         };
         let spec = spec("id1").then_k0s_update("v1.35.1+k0s.0");
-        let worker = TargetStatus::new("w1", TargetState::SignalSent, jiff::Timestamp::UNIX_EPOCH);
+        let mut worker =
+            TargetStatus::new("w1", TargetState::SignalSent, jiff::Timestamp::UNIX_EPOCH);
+        // The leader recorded the signal it wrote (see `cordoning_in`).
+        worker.signalled = Some(CREATED.to_owned());
         let command = PlanCommandStatus {
             id: 0,
             frozen: Some(spec.commands[0].clone()),
@@ -837,6 +871,7 @@ mod tests {
         let url = "https://example.com/k0s-linux-amd64";
         k0s_signal("id1", "v1.35.1+k0s.0", url, &sha('a'))
             .in_run(run)
+            .created(CREATED)
             .with_status(SignalStatus::new(SignalPhase::Cordoning, jiff::Timestamp::UNIX_EPOCH))
     }
 
@@ -867,6 +902,34 @@ mod tests {
         let (run, requests) = run_seen(Some(plan_on_run("r2")), plan_on_run("r2"), "r2").await;
         assert_eq!(run, Run::Current);
         assert!(requests.is_empty(), "no Plan read: {requests:#?}");
+    }
+
+    #[tokio::test]
+    async fn a_signal_the_plan_does_not_record_is_not_drained() {
+        // Copied onto w1 by someone who may patch Nodes: the run and payload are right, but
+        // the leader recorded no signal for w1.
+        let mut unrecorded = plan_on_run("r2");
+        let status = unrecorded.status.as_mut().expect("a status");
+        status.commands[0].k0supdate.as_mut().expect("k0s").workers[0].signalled = None;
+        let (run, requests) = run_seen(Some(unrecorded.clone()), unrecorded, "r2").await;
+        let Run::Unauthorized(refusal) = &run else { panic!("refused: {run:?}") };
+        assert!(refusal.starts_with("refused: not signalled by the leader"), "{refusal}");
+        assert_eq!(requests.len(), 1, "the API server decides, not the cache: {requests:#?}");
+        let step = cordon::decide(&Facts {
+            phase: Some(SignalPhase::Cordoning),
+            kubelet_bearing: true,
+            node_exists: true,
+            unschedulable: false,
+            cordoned_by_autopilot: false,
+            pods: Vec::new(),
+            run,
+            drain: DrainPolicy::Always,
+            others: Vec::new(),
+        });
+        assert!(
+            matches!(step, Step::Fail(ref why) if why.contains("not signalled by the leader")),
+            "{step:?}"
+        );
     }
 
     #[tokio::test]

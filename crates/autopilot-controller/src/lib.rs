@@ -13,6 +13,7 @@ pub mod crds;
 pub mod drain;
 pub mod effect;
 pub mod gates;
+pub mod handoff;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

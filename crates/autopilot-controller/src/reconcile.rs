@@ -93,6 +93,8 @@ struct Context {
     written: std::sync::Mutex<
         BTreeMap<plan::SignalTarget, (autopilot_api::signal::SignalData, Instant)>,
     >,
+    /// The nodes the drain finished draining, for the engine to record and move on.
+    handoff: crate::handoff::Handoff,
     /// The retry delays of failed passes (see [`error_policy`]); reset by a pass that
     /// completes.
     errors: std::sync::Mutex<autopilot_api::backoff::Capped>,
@@ -215,6 +217,7 @@ impl Engine {
         let (plans, plan_writer) = reflector::store::<Plan>();
         let (node_feed, signalled_nodes) = futures::channel::mpsc::unbounded();
         let (control_node_feed, signalled_control_nodes) = futures::channel::mpsc::unbounded();
+        let (handoff, pokes) = crate::handoff::Handoff::new();
         let drain = crate::drain::run(
             self.client.clone(),
             self.eviction_client.clone(),
@@ -226,6 +229,7 @@ impl Engine {
                 control_nodes: control_nodes.clone(),
                 signalled_control_nodes,
                 plans,
+                handoff: handoff.clone(),
             },
             stop.clone(),
         );
@@ -233,6 +237,7 @@ impl Engine {
             nodes: (nodes, node_writer, node_feed),
             control_nodes: (control_nodes, control_node_writer, control_node_feed),
             plans: plan_writer,
+            handoff: (handoff, pokes),
         };
         let plans = self.run_plans(caches, stop);
         futures::join!(drain, plans);
@@ -310,8 +315,11 @@ impl Engine {
         let to_autopilot_plan_pods = to_autopilot_plan.clone();
         let to_autopilot_plan_templates = to_autopilot_plan.clone();
         let stores = Stores { control_nodes, nodes, check_pods, pod_templates };
-        let context = Arc::new(Context::new(self, plans, stores));
+        let (handoff, pokes) = caches.handoff;
+        let context = Arc::new(Context::new(self, plans, stores, handoff));
+        let drained = pokes.map(|()| ObjectRef::new(keys::PLAN_NAME));
         controller
+            .reconcile_on(drained)
             .watches_stream(control_node_events, move |_| to_autopilot_plan())
             .watches_stream(node_events, move |_| to_autopilot_plan_too())
             .watches_stream(check_pod_events, move |_| to_autopilot_plan_pods())
@@ -337,7 +345,12 @@ struct Stores {
 
 impl Context {
     /// The context of a leader term's passes: `engine`, the Plans' API and the caches.
-    fn new(engine: Engine, plans: Api<Plan>, stores: Stores) -> Self {
+    fn new(
+        engine: Engine,
+        plans: Api<Plan>,
+        stores: Stores,
+        handoff: crate::handoff::Handoff,
+    ) -> Self {
         let Stores { control_nodes, nodes, check_pods, pod_templates } = stores;
         let reporter = Reporter {
             controller: keys::FIELD_MANAGER.to_string(),
@@ -352,6 +365,7 @@ impl Context {
             check_pods,
             pod_templates,
             written: std::sync::Mutex::new(BTreeMap::new()),
+            handoff,
             errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
             views: std::sync::Mutex::new(Views::default()),
             started: Instant::now(),
@@ -410,6 +424,8 @@ struct Caches {
     ),
     /// Fills the Plan cache (the controller's own store, read by the drain too).
     plans: reflector::store::Writer<Plan>,
+    /// What the drain hands over, and its requests for a pass.
+    handoff: (crate::handoff::Handoff, futures::channel::mpsc::UnboundedReceiver<()>),
 }
 
 /// `events` unchanged; every applied object that carries a signal is also sent to `feed`

@@ -31,6 +31,10 @@ pub struct Facts<'a> {
     pub restart: Restart<'a>,
     /// The machine runs a kubelet (pure workers, controller+workers): the leader drains it.
     pub kubelet: bool,
+    /// The Plan status records that the leader finished this node's drain for this signal
+    /// (DESIGN §14): only then does `ApplyingUpdate` (or a `Restarting` not begun) go on to
+    /// the restart. Looked up by the shell in those phases only.
+    pub drained: bool,
 }
 
 /// What the restart for a signal came to (read from the restart marker, so it survives the
@@ -383,6 +387,21 @@ fn k0s_update(phase: Option<SignalPhase>, facts: &Facts<'_>, binary: &Binary) ->
         on_failure: OnFailure::Report(SignalPhase::Failed),
     };
     match phase {
+        // Only the leader moves a signal past `Cordoning`, after recording the drain: an
+        // `ApplyingUpdate` (or `Restarting`) the status does not back goes back to wait for
+        // the drain, and nothing restarts.
+        SignalPhase::ApplyingUpdate | SignalPhase::Restarting
+            if !facts.drained && facts.restart == Restart::NotYet =>
+        {
+            Step::fail(
+                SignalPhase::Cordoning,
+                format!(
+                    "back to {}: the Plan does not record this node's drain, so {phase} was not \
+                     the leader's",
+                    SignalPhase::Cordoning
+                ),
+            )
+        }
         // The host ties a staged file to the signal it was downloaded for (by digest, or
         // by the signal's identity without one). A verified file is self-tested before the
         // node is cordoned: a payload that does not run never costs a drain.
@@ -564,6 +583,7 @@ mod tests {
             live_sha256: Some(OTHER),
             restart: Restart::NotYet,
             kubelet: true,
+            drained: true,
         }
     }
 
@@ -829,14 +849,40 @@ mod tests {
     }
 
     #[test]
+    fn applying_update_without_the_drain_on_record_goes_back_to_cordoning_and_restarts_nothing() {
+        let update = k0s(SHA, false);
+        let undrained = Facts { drained: false, staged: true, proven: true, ..facts(&update) };
+        for phase in [SignalPhase::ApplyingUpdate, SignalPhase::Restarting] {
+            let Step::Report { phase: back, reason } = next(Some(phase), &undrained) else {
+                panic!("{phase}: a report");
+            };
+            assert_eq!(back, SignalPhase::Cordoning, "{phase}");
+            let reason = reason.unwrap_or_default();
+            assert!(reason.contains("does not record this node's drain"), "{reason}");
+        }
+        let drained = Facts { drained: true, ..undrained };
+        assert_eq!(
+            next(Some(SignalPhase::ApplyingUpdate), &drained),
+            report(SignalPhase::Restarting)
+        );
+        // After the restart the new binary judges it: the drain was done before.
+        let restarted = Facts { restart: Restart::Done, running_version: V2, ..undrained };
+        assert_eq!(
+            next(Some(SignalPhase::Restarting), &restarted),
+            report(SignalPhase::Uncordoning)
+        );
+    }
+
+    #[test]
     fn every_phase_and_fact_combination_has_exactly_one_step() {
         // The whole table: every phase × every combination of the boolean facts. Terminal
         // phases stay terminal; only Downloading/ApplyingUpdate/Restarting act on the host.
         let update = k0s(SHA, false);
         let phases = std::iter::once(None).chain(SignalPhase::ALL.into_iter().map(Some));
         for phase in phases {
-            for bits in 0..128u8 {
+            for bits in 0..=255u8 {
                 let f = Facts {
+                    drained: bits & 128 != 0,
                     staged: bits & 1 != 0,
                     restart: match ((bits >> 1) & 3, bits & 64 != 0) {
                         (0, false) => Restart::NotYet,
@@ -865,6 +911,10 @@ mod tests {
                         other => panic!("{other:?} must not act on the host"),
                     };
                     assert!(allowed.contains(&action.kind()), "{phase:?} → {step:?}");
+                    // Nothing restarts past a drain the Plan does not record.
+                    if action.kind() == ActionKind::Restart {
+                        assert!(f.drained, "{f:?}");
+                    }
                     // Nothing unproven ever goes on to the restart.
                     if phase == Some(SignalPhase::ApplyingUpdate)
                         && step == report(SignalPhase::Restarting)
@@ -948,6 +998,7 @@ mod tests {
             live_sha256: Some(OTHER),
             restart: Restart::NotYet,
             kubelet: true,
+            drained: true,
         }
     }
 
@@ -1081,8 +1132,9 @@ mod tests {
         let back = rollback(RollbackOf::K0s);
         let phases = std::iter::once(None).chain(SignalPhase::ALL.into_iter().map(Some));
         for phase in phases {
-            for bits in 0..64u8 {
+            for bits in 0..128u8 {
                 let f = Facts {
+                    drained: bits & 64 != 0,
                     staged: bits & 1 != 0,
                     proven: bits & 2 != 0,
                     restart: match (bits >> 2) & 3 {

@@ -10,6 +10,13 @@
 //! preflight signal may name only checks the node was given. Every signal kind is matched
 //! here, so a kind added later cannot skip the comparison (the match is exhaustive).
 //!
+//! And the signal must be the leader's: the node's target records it (`signalled` is the
+//! signal's `created`; the leader writes that record before the signal), and neither the
+//! plan nor the command has ended. Anyone who may patch a Node can copy a valid signal onto
+//! it; only the leader can record one. The leader's drain is recorded the same way
+//! (`drained`, see [`drained`]): a node goes on from `ApplyingUpdate` to its restart only
+//! then.
+//!
 //! A rollback signal (DESIGN §15) carries no payload: it is authorized by the run's
 //! rollback. The Plan must be rolling the run back (`status.rollback`); the command at the
 //! signal's index must be of the kind rolled back (`k0supdate` for `of: k0s`,

@@ -288,6 +288,8 @@ struct Memory {
     /// The last signal found authorized by the Plan (without its status), with the
     /// signature its frozen entry gives: the same signal is not checked again on every pass.
     authorized: Option<(SignalData, SignatureSource)>,
+    /// The last signal (without its status) whose drain the Plan status was found to record.
+    drained: Option<SignalData>,
 }
 
 /// What [`authorized`] found.
@@ -352,6 +354,46 @@ where
     }
     *memory = Some((unmarked, signature.clone()));
     Ok(Authorized::Read(plan.map(Box::new), signature))
+}
+
+/// Whether the Plan status records that the leader finished this node's drain for `data`
+/// ([`authorize::drained`]): only then does the node go on from `ApplyingUpdate` to its
+/// restart. A Plan the node may not read records nothing; other API errors are returned (the
+/// caller retries).
+async fn drain_on_record<K>(
+    api: &Api<K>,
+    agent: &Agent,
+    data: &SignalData,
+    memory: &mut Option<SignalData>,
+) -> anyhow::Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let unmarked = SignalData { status: None, ..data.clone() };
+    if memory.as_ref() == Some(&unmarked) {
+        return Ok(true);
+    }
+    let Ok(plan) = read_plan(api).await? else { return Ok(false) };
+    let node = authorize::Node { name: &agent.name, role: role::<K>(), platform: None };
+    match authorize::drained(plan.as_ref(), data, node) {
+        Ok(()) => {
+            *memory = Some(unmarked);
+            Ok(true)
+        }
+        Err(reason) => {
+            warn!(node = %agent.name, %reason, "not going on to the restart");
+            Ok(false)
+        }
+    }
+}
+
+/// Which target list of a command the agent's object belongs to.
+fn role<K: Resource<DynamicType = ()>>() -> authorize::Role {
+    if K::kind(&()) == "ControlNode" {
+        authorize::Role::Controller
+    } else {
+        authorize::Role::Worker
+    }
 }
 
 /// The Plan, read with this node's identity: `Ok(Err(reason))` when the node may not read
@@ -496,7 +538,13 @@ where
         }
         return Ok(Acted::Idle);
     }
-    let facts = observed.facts(update, &agent.version, agent.kubelet);
+    let drained = match current {
+        Some(SignalPhase::ApplyingUpdate | SignalPhase::Restarting) => {
+            drain_on_record(api, agent, &data, &mut memory.drained).await?
+        }
+        _ => true,
+    };
+    let facts = observed.facts(update, &agent.version, agent.kubelet, drained);
     let step = phase::next(current, &facts);
     debug!(node = %agent.name, phase = ?current, ?step, "signal agent step");
     match step {

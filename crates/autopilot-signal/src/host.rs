@@ -444,12 +444,14 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// The full facts for the phase machine.
+    /// The full facts for the phase machine; `drained`: the Plan status records the
+    /// leader's drain of this node for the signal.
     pub fn facts<'a>(
         &'a self,
         update: UpdateRef<'a>,
         running_version: &'a str,
         kubelet: bool,
+        drained: bool,
     ) -> Facts<'a> {
         Facts {
             update,
@@ -464,6 +466,7 @@ impl Observed {
                 RestartState::Unreadable(reason) => Restart::Unreadable { reason },
             },
             kubelet,
+            drained,
         }
     }
 }

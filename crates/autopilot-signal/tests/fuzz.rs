@@ -38,7 +38,8 @@ proptest! {
         airgap in any::<bool>(),
         forceupdate in any::<bool>(),
         running_version in prop_oneof![Just("v1.35.1+k0s.0".to_owned()), word()],
-        (staged, proven, kubelet) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        (staged, proven, kubelet, drained) in
+            (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
         live_sha256 in proptest::option::of(prop_oneof![Just("ab".repeat(32)), word()]),
         (restart_kind, rolled_to, rolled_reason) in restart(),
     ) {
@@ -60,6 +61,7 @@ proptest! {
             live_sha256: live_sha256.as_deref(),
             restart,
             kubelet,
+            drained,
         };
         let step = phase::next(phase, &facts);
         match &step {
@@ -75,6 +77,10 @@ proptest! {
                 prop_assert_eq!(to, &url);
                 prop_assert!(payload::url_problem(&url).is_none(), "fetching from {url:?}");
                 prop_assert!(payload::version_problem(&version).is_none());
+            }
+            Step::Run { action: HostAction::Restart, .. } => {
+                // Nothing restarts past a drain the Plan does not record.
+                prop_assert!(drained, "a restart without the drain on record: {step:?}");
             }
             Step::Report { .. } | Step::Run { .. } | Step::Wait(_) | Step::Done => {}
         }

@@ -117,7 +117,8 @@ impl World {
                 Err(HostError::Crashed) => return Exit::Crashed,
                 Err(e) => panic!("observe: {}", e.reason()),
             };
-            let facts = observed.facts(update, &self.running, self.kubelet);
+            // The leader recorded the drain: crash safety is what is replayed here.
+            let facts = observed.facts(update, &self.running, self.kubelet, true);
             let written = match next(signal.phase(), &facts) {
                 Step::Report { phase, reason } => self.write(phase, reason),
                 Step::Run { action, on_success, on_failure } => {

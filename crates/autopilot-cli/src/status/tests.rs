@@ -27,6 +27,8 @@ fn now() -> jiff::Timestamp {
 fn target(name: &str, state: TargetState, phase: Option<SignalPhase>, since: &str) -> TargetStatus {
     TargetStatus {
         prestage: None,
+        signalled: None,
+        drained: None,
         from: None,
         name: name.to_owned(),
         state,

@@ -209,7 +209,6 @@ mod tests {
         stored.commands[0].k0supdate = Some(autopilot_api::v1beta2::PlanCommandK0sUpdateStatus {
             controllers: Vec::new(),
             workers: vec![pending("a"), pending("b")],
-            ..Default::default()
         });
         fn workers(status: &mut PlanStatus) -> &mut Vec<TargetStatus> {
             &mut status.commands[0].k0supdate.as_mut().unwrap().workers

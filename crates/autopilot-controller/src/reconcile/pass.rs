@@ -84,6 +84,7 @@ pub(super) async fn reconcile(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Acti
     let mut views = std::mem::take(&mut *ctx.views.lock().unwrap_or_else(PoisonError::into_inner));
     views.control_nodes.refresh_control_nodes(&ctx.control_nodes);
     views.nodes.refresh_nodes(&ctx.nodes);
+    ctx.handoff.mark(&mut views.control_nodes.objects, &mut views.nodes.objects);
     // The status the pass starts from: the one decided last if it is not written yet.
     let (pending, fresh) = take_pending(&ctx, &plan);
     let (transition, views, pending) =
@@ -441,6 +442,9 @@ async fn perform(
             };
             let version = versions.get(&target.name).map(String::as_str);
             effect::write_signal(&ctx.engine.client, target, version, data).await?;
+            if data.phase() == Some(autopilot_api::signal::SignalPhase::ApplyingUpdate) {
+                ctx.handoff.delivered(target);
+            }
             ctx.engine.metrics.signals_written.inc();
             remember_written(ctx, target, data);
             info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");

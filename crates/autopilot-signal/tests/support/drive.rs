@@ -34,7 +34,8 @@ pub async fn run_to_end(host: &LinuxHost, mut data: SignalData) -> Driven {
         let key = SignalKey::of(&data);
         let update = data.command.update().expect("valid");
         let observed = host.observe(&key, update).await.expect("observe");
-        let facts = observed.facts(update, &running, false);
+        // The leader recorded the drain (no kubelet here: it only advances the phase).
+        let facts = observed.facts(update, &running, false, true);
         let write = match next(data.phase(), &facts) {
             Step::Report { phase, reason } => Some((phase, reason)),
             Step::Run { action, on_success, on_failure } => {

@@ -399,6 +399,31 @@ impl ClusterFixture {
         self
     }
 
+    /// The leader's drain finished draining `kind`/`name` for the signal it carries (what
+    /// the drain hands the engine in memory).
+    pub fn drained(mut self, kind: ObjectKind, name: &str) -> Self {
+        let object = self.objects_mut(kind).get_mut(name).expect("object drained");
+        let ObservedSignal::Valid(data) = &object.signal else {
+            panic!("{kind} {name} carries no signal to drain for");
+        };
+        object.drained = Some(data.created.clone());
+        self
+    }
+
+    /// Someone who may patch Nodes copies the signal of `from` onto `to`, with a fresh
+    /// `created` and no status.
+    pub fn copies_signal(mut self, kind: ObjectKind, from: &str, to: &str) -> Self {
+        let ObservedSignal::Valid(data) = &self.objects_mut(kind)[from].signal else {
+            panic!("{kind} {from} carries no signal to copy");
+        };
+        let mut copy = data.clone();
+        copy.status = None;
+        copy.created = autopilot_api::signal::format_timestamp(self.now);
+        self.objects_mut(kind).get_mut(to).expect("object copied onto").signal =
+            ObservedSignal::Valid(copy);
+        self
+    }
+
     /// The node reports a failure with a reason.
     pub fn fails(mut self, kind: ObjectKind, name: &str, phase: SignalPhase, reason: &str) -> Self {
         self.report(kind, name, phase, Some(reason));

@@ -252,3 +252,92 @@ fn a_plan_without_commands_completes_at_once() {
     assert_eq!(sim.plan.state(), P::Completed);
     assert_eq!(event_reasons(&t), [reasons::PLAN_STARTED, reasons::PLAN_STATE_CHANGED]);
 }
+
+// === Signals recorded before sent (DESIGN §14) ===
+
+#[test]
+fn every_signal_is_recorded_on_its_target_in_the_status_of_the_pass_that_sends_it() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2", "w3"]).concurrent(2),
+        ClusterFixture::new().workers(["w1", "w2", "w3"]),
+    );
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w1".to_owned()), (Node, "w2".to_owned())]);
+    for name in ["w1", "w2"] {
+        let recorded = t.status.commands[0].k0supdate.as_ref().unwrap().workers.iter();
+        let target = recorded.clone().find(|target| target.name == name).expect("a target");
+        assert_eq!(target.signalled.as_deref(), Some(signal_to(&t, name).created.as_str()));
+    }
+    assert_eq!(sim.plan.target(0, "w3").signalled, None, "not signalled, not recorded");
+}
+
+#[test]
+fn a_signal_copied_onto_pending_targets_is_never_adopted_and_the_rollout_keeps_its_pace() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2", "w3"]).concurrent(1),
+        ClusterFixture::new().workers(["w1", "w2", "w3"]),
+    );
+    sim.pass();
+    sim.cluster(|c| {
+        c.reports(Node, "w1", SignalPhase::Downloading)
+            .copies_signal(Node, "w1", "w2")
+            .copies_signal(Node, "w1", "w3")
+    });
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "w1 holds the one slot");
+    assert_eq!(sim.plan.target_state(0, "w2"), TargetState::SignalPending);
+    assert_eq!(sim.plan.target_state(0, "w3"), TargetState::SignalPending);
+
+    // The copies are refused by their nodes; a forged Completed counts for nothing either.
+    sim.cluster(|c| {
+        c.fails(Node, "w2", SignalPhase::Failed, "refused: not signalled by the leader")
+            .reports(Node, "w3", SignalPhase::Completed)
+            .reports(Node, "w1", SignalPhase::Completed)
+    });
+    let t = sim.pass();
+    assert_eq!(signalled(&t), [(Node, "w2".to_owned())], "one at a time, in name order");
+    assert_eq!(sim.plan.target_state(0, "w2"), TargetState::SignalSent);
+    assert_eq!(sim.plan.target_state(0, "w3"), TargetState::SignalPending, "not completed");
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+}
+
+#[test]
+fn a_drain_the_leader_finished_is_recorded_before_the_signal_moves_to_applying_update() {
+    let mut sim =
+        Sim::new(PlanFixture::k0s_update(V).workers(["w1"]), ClusterFixture::new().workers(["w1"]));
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Cordoning));
+    let t = sim.pass();
+    assert!(t.effects.is_empty(), "nothing until the drain finished: {:#?}", t.effects);
+    assert_eq!(sim.plan.target(0, "w1").drained, None);
+
+    sim.cluster(|c| c.drained(Node, "w1"));
+    let t = sim.pass();
+    let created = signal_to(&t, "w1").created.clone();
+    assert_eq!(signal_to(&t, "w1").phase(), Some(SignalPhase::ApplyingUpdate));
+    assert_eq!(sim.plan.target(0, "w1").drained.as_deref(), Some(created.as_str()));
+    assert_eq!(sim.plan.target(0, "w1").signalled.as_deref(), Some(created.as_str()));
+}
+
+#[test]
+fn a_drain_of_another_signal_moves_nothing() {
+    let mut sim =
+        Sim::new(PlanFixture::k0s_update(V).workers(["w1"]), ClusterFixture::new().workers(["w1"]));
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Cordoning).drained(Node, "w1"));
+    // The signal on w1 is replaced by a copy (another `created`) after the drain noted it.
+    sim.cluster(|c| {
+        c.later(minutes(1)).copies_signal(Node, "w1", "w1").reports(
+            Node,
+            "w1",
+            SignalPhase::Cordoning,
+        )
+    });
+    let t = sim.pass();
+    assert!(
+        !t.effects.iter().any(|e| matches!(e, crate::plan::Effect::Signal { data, .. } if data.phase() == Some(SignalPhase::ApplyingUpdate))),
+        "{:#?}",
+        t.effects
+    );
+    assert_eq!(sim.plan.target(0, "w1").drained, None);
+}
