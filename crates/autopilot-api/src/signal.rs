@@ -512,6 +512,15 @@ pub fn format_timestamp(ts: jiff::Timestamp) -> String {
     jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%SZ", ts).unwrap_or_else(|_| ts.to_string())
 }
 
+/// A signal's `created` as the leader writes it: an RFC 3339 UTC timestamp with the
+/// fraction of the second (`2024-05-01T12:00:00.123456789Z`; none when it is zero). The Plan
+/// status records it for the node before the signal is written (DESIGN §14), and the node
+/// acts only on a signal whose `created` the status records: with the fraction, no one can
+/// write a copy ahead of time whose `created` the leader's next signal would have.
+pub fn format_created(ts: jiff::Timestamp) -> String {
+    jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%S%.fZ", ts).unwrap_or_else(|_| ts.to_string())
+}
+
 fn non_empty(field: &'static str, value: &str) -> Result<(), SignalError> {
     if value.is_empty() { Err(SignalError::EmptyField { field }) } else { Ok(()) }
 }

@@ -25,9 +25,9 @@ use std::time::Duration;
 use autopilot_api::signal::{
     self, CommandK0sUpdate, SignalCommand, SignalData, SignalPhase, SignalStatus,
 };
-use autopilot_api::v1beta2::PlanStateType;
+use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use futures::StreamExt as _;
-use integration::http::FileServer;
+use integration::http::{FileServer, Serve};
 use integration::{ClusterBuilder, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -232,6 +232,161 @@ async fn forged_signals_are_refused_and_nothing_is_fetched_or_cordoned() {
         "the Plan still runs, waiting for worker-2:\n{}",
         status_yaml(&plan)
     );
+    watch.abort();
+    delete_plan(&admin).await;
+}
+
+/// Every Node that became unschedulable while the watch ran, and the most at once.
+#[derive(Debug, Default)]
+struct Cordons {
+    /// The Nodes unschedulable now.
+    now: std::collections::BTreeSet<String>,
+    /// Every Node that was unschedulable at some point.
+    ever: std::collections::BTreeSet<String>,
+    /// The most Nodes unschedulable at once.
+    most_at_once: usize,
+}
+
+/// Watches every change of every Node into [`Cordons`]; stops when the task is aborted.
+fn watch_cordons(
+    admin: &kube::Client,
+) -> (Arc<std::sync::Mutex<Cordons>>, tokio::task::JoinHandle<()>) {
+    let cordons = Arc::new(std::sync::Mutex::new(Cordons::default()));
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let seen = Arc::clone(&cordons);
+    let task = tokio::spawn(async move {
+        let mut events = watcher(nodes, watcher::Config::default()).applied_objects().boxed();
+        while let Some(event) = events.next().await {
+            let Ok(node) = event else { continue };
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let cordoned = node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true);
+            let mut cordons = seen.lock().unwrap();
+            if cordoned {
+                cordons.now.insert(name.clone());
+                cordons.ever.insert(name);
+            } else {
+                cordons.now.remove(&name);
+            }
+            cordons.most_at_once = cordons.most_at_once.max(cordons.now.len());
+        }
+    });
+    (cordons, task)
+}
+
+/// The in-flight node's signal, copied verbatim (status dropped, a fresh `created`) onto the
+/// pending targets `onto` by someone who may only patch Nodes; waits until each copy is
+/// answered `Failed` and returns the reasons.
+async fn copy_onto(
+    admin: &kube::Client,
+    forger: &kube::Client,
+    real: &SignalData,
+    onto: &[&str],
+) -> Vec<String> {
+    let copy = SignalData {
+        created: signal::format_timestamp(jiff::Timestamp::now() + Duration::from_secs(1)),
+        status: None,
+        ..real.clone()
+    };
+    for name in onto {
+        forge(forger, name, &copy).await;
+    }
+    let mut reasons = Vec::new();
+    for name in onto {
+        reasons.push(failed_reason(admin, name, &copy.created).await);
+    }
+    reasons
+}
+
+/// Grants the forger its rights and returns its client, once they took effect.
+async fn forger_of(cluster: &integration::Cluster, admin: &kube::Client) -> kube::Client {
+    grant_node_patching(admin).await;
+    let forger = cluster.client_as(FORGER, &["system:authenticated"]).await.unwrap();
+    wait_for(Duration::from_secs(30), "the forger's rights to take effect", || async {
+        Ok(Api::<Node>::all(forger.clone()).get("worker-0").await.ok())
+    })
+    .await
+    .unwrap();
+    forger
+}
+
+const THREE: [&str; 3] = ["worker-0", "worker-1", "worker-2"];
+
+#[tokio::test]
+async fn a_copy_of_the_in_flight_signal_bypasses_no_limit_during_a_run_or_after_an_abort() {
+    let (v2, sha) = v2_build();
+    let Fleet { cluster, client: admin, controllers: _controllers, workers } =
+        FleetBuilder::new("signal-copies")
+            .controllers(1)
+            .workers(&THREE)
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let forger = forger_of(&cluster, &admin).await;
+    let (cordons, watch) = watch_cordons(&admin);
+
+    // (a) One worker at a time; worker-0 downloads (held part-way) when its signal is copied
+    // onto worker-1 and worker-2.
+    let held =
+        FileServer::start_with(Serve::HoldUntilReleased { body: v2.clone(), after: 1 << 20 })
+            .await
+            .unwrap();
+    let update = update_to(V2, held.base_url(), &sha, None, Some(static_nodes(&THREE, 1)));
+    create_plan(&admin, &plan("autopilot", "copies", vec![k0s_command(update)])).await.unwrap();
+    held.wait_held(1, PLAN_TIMEOUT).await.unwrap();
+    let real = node_signal(&admin, "worker-0").await.unwrap().expect("worker-0's signal");
+    for reason in copy_onto(&admin, &forger, &real, &["worker-1", "worker-2"]).await {
+        assert_refused(&reason, "not signalled by the leader");
+    }
+    assert_eq!(held.requests(), 1, "only worker-0 asked for the payload");
+    {
+        let cordons = cordons.lock().unwrap();
+        assert!(
+            !cordons.ever.contains("worker-1") && !cordons.ever.contains("worker-2"),
+            "{cordons:?}"
+        );
+    }
+    held.release();
+    let done = wait_plan(&admin, "autopilot", Duration::from_secs(240), "Completed", |p| {
+        state(p) == PlanStateType::Completed
+    })
+    .await
+    .unwrap();
+    assert!(targets(command(&done, 0)).iter().all(|t| t.state == TargetState::SignalCompleted));
+    for worker in &workers {
+        assert_eq!(version_on_disk(worker), V2, "{}", worker.node_name());
+    }
+    assert_eq!(held.requests(), 3, "each worker downloaded once, when the leader signalled it");
+    assert_eq!(cordons.lock().unwrap().most_at_once, 1, "one node at a time: {cordons:?}");
+    wait_no_autopilot_cordons(&admin, "copies").await.unwrap();
+    delete_plan(&admin).await;
+
+    // (b) The same copy after an abort: worker-0 finishes, the plan ends Aborted, and its
+    // signal copied onto the others starts nothing.
+    let held = FileServer::start_with(Serve::HoldUntilReleased { body: v2, after: 1 << 20 })
+        .await
+        .unwrap();
+    let mut update = update_to(V2, held.base_url(), &sha, None, Some(static_nodes(&THREE, 1)));
+    update.forceupdate = true;
+    create_plan(&admin, &plan("autopilot", "aborted", vec![k0s_command(update)])).await.unwrap();
+    held.wait_held(1, PLAN_TIMEOUT).await.unwrap();
+    let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(admin.clone());
+    let abort =
+        json!({ "metadata": { "annotations": { autopilot_api::keys::ANNOTATION_ABORT: "true" } } });
+    plans.patch("autopilot", &PatchParams::default(), &Patch::Merge(&abort)).await.unwrap();
+    held.release();
+    wait_plan(&admin, "autopilot", PLAN_TIMEOUT, "Aborted", |p| state(p) == PlanStateType::Aborted)
+        .await
+        .unwrap();
+    cordons.lock().unwrap().ever.clear();
+    let real = node_signal(&admin, "worker-0").await.unwrap().expect("worker-0's signal");
+    for reason in copy_onto(&admin, &forger, &real, &["worker-1", "worker-2"]).await {
+        assert_refused(&reason, "the plan has ended (Aborted)");
+    }
+    assert_eq!(held.requests(), 1, "nothing downloads after the abort");
+    assert!(cordons.lock().unwrap().ever.is_empty(), "nothing cordoned: {cordons:?}");
+    let plan = plans.get("autopilot").await.unwrap();
+    assert_eq!(state(&plan), PlanStateType::Aborted, "{}", status_yaml(&plan));
     watch.abort();
     delete_plan(&admin).await;
 }

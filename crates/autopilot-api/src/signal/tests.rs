@@ -540,3 +540,13 @@ proptest! {
         let _ = from_annotations(&annotations(&version, &data));
     }
 }
+
+#[test]
+fn a_created_keeps_the_fraction_of_its_second_and_reads_back_as_a_timestamp() {
+    let whole: jiff::Timestamp = "2024-05-01T12:00:00Z".parse().unwrap();
+    assert_eq!(format_created(whole), "2024-05-01T12:00:00Z");
+    let later = whole + std::time::Duration::from_nanos(123_456_789);
+    let created = format_created(later);
+    assert_eq!(created, "2024-05-01T12:00:00.123456789Z");
+    assert_eq!(created.parse::<jiff::Timestamp>().unwrap(), later);
+}

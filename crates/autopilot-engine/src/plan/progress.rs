@@ -3,7 +3,7 @@
 //! command ([`CommandPass`]), move targets on, signal them, end the command or release its
 //! hold, and say where the pass left it.
 
-use autopilot_api::signal::{MAX_SIGNAL_BYTES, SignalData, format_timestamp};
+use autopilot_api::signal::{MAX_SIGNAL_BYTES, SignalData, format_created};
 use autopilot_api::v1beta2::{PlanCommandStatus, PlanStateType, TargetState, TargetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -60,8 +60,9 @@ impl CommandPass<'_, '_> {
         // Looked up for every target of the group: a set.
         let names: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
         // Every signal of the pass has the same `created`, which the status records for
-        // each node before the signal is written (DESIGN §14).
-        let created = format_timestamp(inputs.stamp);
+        // each node before the signal is written (DESIGN §14); to the nanosecond, so no copy
+        // written ahead of time can have it.
+        let created = format_created(inputs.now);
         for target in group_targets.iter_mut().filter(|t| names.contains(t.name.as_str())) {
             let Some(object) = objects.get(&target.name) else {
                 // Not reachable: read-back already marked targets without an object.
