@@ -17,6 +17,18 @@
 //! Each is answered `Failed` with a `refused: …` (agent) or `not drained: …` (leader) reason
 //! within [`ANSWERED`]; no request reaches either payload server; the workers keep their
 //! process and binary; no Node is ever cordoned (a watch on the Nodes records every change).
+//!
+//! Copies of the leader's own signal (the signal is valid for the run; only the Plan status's
+//! record of it says whom the leader signalled, DESIGN §14), each in its own cluster:
+//!
+//! - during a plan over three workers with `concurrent: 1`, the in-flight node's signal
+//!   copied onto both pending targets: refused (`not signalled by the leader`), nothing
+//!   fetched or cordoned, and the plan still completes one node at a time;
+//! - the same after `k0s autopilot abort`: refused (`the plan has ended`), the plan stays
+//!   `Aborted`;
+//! - on a real node whose drain a PodDisruptionBudget blocks, the signal's phase rewritten to
+//!   `ApplyingUpdate`: the agent goes back to `Cordoning`, nothing restarts or is evicted
+//!   until the drain ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -389,4 +401,94 @@ async fn a_copy_of_the_in_flight_signal_bypasses_no_limit_during_a_run_or_after_
     assert_eq!(state(&plan), PlanStateType::Aborted, "{}", status_yaml(&plan));
     watch.abort();
     delete_plan(&admin).await;
+}
+
+/// (c) On a real node whose drain a PodDisruptionBudget blocks: the forger rewrites the
+/// in-flight signal's phase from `Cordoning` to `ApplyingUpdate`. The agent goes back to
+/// `Cordoning` (the Plan records no drain), the node does not restart and its Pod is not
+/// evicted; once the budget goes, the drain ends and only then the node updates.
+#[tokio::test]
+async fn a_forged_applying_update_restarts_nothing_before_the_drain_ends_on_real_nodes() {
+    const NODE: &str = "worker-0";
+    let (v2, sha) = v2_build();
+    let server = FileServer::start(v2).await.unwrap();
+    let cluster = ClusterBuilder::new("forged-phase").workers(&[NODE]).build().await.unwrap();
+    let admin = cluster.admin_client().await.unwrap();
+    let _nodes = integration::real_node::RealNodes::start(&cluster, &[NODE]).await.unwrap();
+    let _controllers =
+        start_controllers_with_agents(&cluster, 1, &["--drain-timeout", "5m"]).await.unwrap();
+    let worker = cluster.k0s_worker_on_kubelet(NODE).spawn().await.unwrap();
+    wait_node_version(&admin, NODE, &binary_version(worker.binary_path())).await.unwrap();
+    let forger = forger_of(&cluster, &admin).await;
+
+    crate::real_nodes::wait_default_service_account(&admin).await.unwrap();
+    let template = integration::real_node::workload::pod_template("web");
+    integration::real_node::workload::deployment(&admin, "web", 1, template).await.unwrap();
+    integration::real_node::workload::budget(&admin, "web-budget", "web", 1).await.unwrap();
+    let web = crate::real_nodes::wait_app_ready(&admin, "web", 1).await.unwrap();
+    let before = Before::of(&worker);
+
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&[NODE], 1)));
+    create_plan(&admin, &plan("autopilot", "forged-phase", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    // The drain is blocked: the leader names the budget on the signal.
+    let blocked = wait_for(PLAN_TIMEOUT, "the drain blocked by the budget", || async {
+        let data = node_signal(&admin, NODE).await?;
+        Ok(data.filter(|d| {
+            d.phase() == Some(SignalPhase::Cordoning)
+                && d.status
+                    .as_ref()
+                    .and_then(|s| s.reason.as_deref())
+                    .is_some_and(|r| r.contains("web-budget"))
+        }))
+    })
+    .await
+    .unwrap();
+
+    let forged = blocked
+        .clone()
+        .with_status(SignalStatus::new(SignalPhase::ApplyingUpdate, jiff::Timestamp::now()));
+    forge(&forger, NODE, &forged).await;
+    // Only the agent writes `Cordoning`: the leader's drain never does.
+    wait_for(ANSWERED, "the agent to go back to Cordoning", || async {
+        let data = node_signal(&admin, NODE).await?;
+        Ok(data
+            .filter(|d| d.created == blocked.created && d.phase() == Some(SignalPhase::Cordoning)))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", worker.log_tail(60)));
+    let log = worker.log_tail(400);
+    assert!(log.contains("does not record the drain of worker-0"), "the agent says why:\n{log}");
+    // Staged (downloaded and self-tested before the drain), not swapped or restarted.
+    assert!(worker.is_running(), "the worker runs:\n{}", worker.log_tail(40));
+    assert_eq!(worker.pid(), before.pid, "the same worker process runs");
+    assert!(std::fs::read(worker.binary_path()).unwrap() == before.bytes, "the binary is the same");
+    assert_eq!(
+        crate::real_nodes::wait_app_ready(&admin, "web", 1).await.unwrap(),
+        web,
+        "not evicted"
+    );
+
+    // The budget goes: the drain ends, and only then the node updates.
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(admin.clone(), "default")
+        .delete("web-budget", &Default::default())
+        .await
+        .unwrap();
+    let done = wait_plan(&admin, "autopilot", PLAN_TIMEOUT, "Completed", |p| {
+        state(p) == PlanStateType::Completed
+    })
+    .await
+    .unwrap();
+    let target = target(&done, 0, NODE);
+    assert_eq!(target.drained.as_deref(), Some(blocked.created.as_str()), "{}", status_yaml(&done));
+    assert_eq!(version_on_disk(&worker), V2);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), "default");
+    for name in &web {
+        assert!(
+            pods.get_opt(name).await.unwrap().is_none(),
+            "{name} was evicted before the update"
+        );
+    }
+    wait_no_autopilot_cordons(&admin, "autopilot").await.unwrap();
 }
