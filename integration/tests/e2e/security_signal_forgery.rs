@@ -272,7 +272,7 @@ fn watch_cordons(
             let Ok(node) = event else { continue };
             let name = node.metadata.name.clone().unwrap_or_default();
             let cordoned = node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true);
-            let mut cordons = seen.lock().unwrap();
+            let mut cordons = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if cordoned {
                 cordons.now.insert(name.clone());
                 cordons.ever.insert(name);
@@ -312,12 +312,15 @@ async fn copy_onto(
 /// Grants the forger its rights and returns its client, once they took effect.
 async fn forger_of(cluster: &integration::Cluster, admin: &kube::Client) -> kube::Client {
     grant_node_patching(admin).await;
-    let forger = cluster.client_as(FORGER, &["system:authenticated"]).await.unwrap();
+    let forger = cluster
+        .client_as(FORGER, &["system:authenticated"])
+        .await
+        .expect("a client for the forger");
     wait_for(Duration::from_secs(30), "the forger's rights to take effect", || async {
         Ok(Api::<Node>::all(forger.clone()).get("worker-0").await.ok())
     })
     .await
-    .unwrap();
+    .expect("the forger may read Nodes");
     forger
 }
 
