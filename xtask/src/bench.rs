@@ -821,11 +821,17 @@ async fn publish_controller_versions(client: &kube::Client) -> anyhow::Result<()
 /// What the runs of [`drive`] share: the Plans, the fleet, the limit, and where the
 /// leader's requests are counted.
 struct BenchRuns<'a> {
+    /// The Plans.
     plans: Api<Plan>,
+    /// The fleet the Plan targets.
     worker_names: &'a [String],
+    /// Workers in flight at once.
     concurrent: u32,
+    /// The API servers' audit log, where the leader's requests are counted.
     audit_log: &'a Path,
+    /// The leader's API user.
     leader_user: &'a str,
+    /// Whether each run is rolled back after it completed.
     roll_back: bool,
 }
 

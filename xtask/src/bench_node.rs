@@ -358,8 +358,11 @@ fn node_plan(id: &str, version: &str, base_url: &str, sha: &str) -> anyhow::Resu
 
 /// When a run's Plan was created, when it `Completed`, and when the node settled.
 struct Moments {
+    /// When the Plan was created.
     created: Instant,
+    /// When the Plan was seen `Completed`.
     completed: Instant,
+    /// When the node's Pods settled (real nodes; `completed` otherwise).
     settled: Instant,
 }
 
