@@ -146,63 +146,19 @@ impl ClusterBuilder {
             controller_node_identities,
         } = self;
         ensure!(controllers >= 1, "a cluster needs at least one controller");
-        for (i, name) in workers.iter().enumerate() {
-            ensure!(is_dns_label(name), "worker name {name:?} is not a valid node name");
-            ensure!(
-                !name.starts_with("controller-"),
-                "worker name {name:?} looks like a controller"
-            );
-            ensure!(!workers[..i].contains(name), "worker {name:?} is declared twice");
-        }
+        check_worker_names(&workers)?;
         let binaries = control_plane::binaries()?;
 
-        let short_name: String = test_name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
-            .take(24)
-            .collect();
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("k0s-it-{short_name}-"))
-            .tempdir()
-            .context("creating the cluster directory")?;
+        let dir = cluster_dir(&test_name)?;
         let root = dir.path().to_path_buf();
         let keep_dir = std::env::var(KEEP_TEST_DIRS_ENV).is_ok_and(|v| v == "1" || v == "true");
 
         // Identities and key material.
         let ca = pki::Ca::generate(&test_name)?;
         let pki_dir = root.join("pki");
-        fs::create_dir_all(&pki_dir)?;
-        let ca_cert = pki_dir.join("ca.crt");
-        fs::write(&ca_cert, ca.cert_pem())?;
-        // The CA key, for tests that make client certificates as an operator would.
-        let ca_key = pki_dir.join("ca.key");
-        fs::write(&ca_key, ca.key_pem())?;
-        fs::set_permissions(&ca_key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        let (sa_private, sa_public) = pki::service_account_keys()?;
-        fs::write(pki_dir.join("sa.key"), sa_private)?;
-        fs::write(pki_dir.join("sa.pub"), sa_public)?;
-        let admin_token = random_token();
-        let viewer_token = random_token();
-        let controller_tokens: Vec<String> = (0..controllers).map(|_| random_token()).collect();
-        let worker_tokens: BTreeMap<String, String> =
-            workers.iter().map(|name| (name.clone(), random_token())).collect();
-        let mut node_identities = worker_tokens.clone();
-        if controller_node_identities {
-            node_identities
-                .extend((0..controllers).map(|i| (format!("controller-{i}"), random_token())));
-        }
-        let mut tokens_csv = format!("{admin_token},{ADMIN_USER},{ADMIN_USER},system:masters\n");
-        // Controllers get the least-privilege identity of `manifests/rbac/`, not admin: a
-        // verb missing there fails the test that needs it.
-        for (i, token) in controller_tokens.iter().enumerate() {
-            let user = rbac::controller_user(i);
-            writeln!(tokens_csv, "{token},{user},controller-{i},{}", rbac::CONTROLLER_GROUP)?;
-        }
-        for (name, token) in &node_identities {
-            writeln!(tokens_csv, "{token},system:node:{name},node-{name},system:nodes")?;
-        }
-        writeln!(tokens_csv, "{viewer_token},{VIEWER_USER},{VIEWER_USER},{VIEWER_GROUP}")?;
-        fs::write(pki_dir.join("tokens.csv"), tokens_csv)?;
+        let ca_cert = write_key_material(&pki_dir, &ca)?;
+        let tokens = Tokens::generate(controllers, &workers, controller_node_identities);
+        fs::write(pki_dir.join("tokens.csv"), tokens.csv()?)?;
 
         let mut cluster = Cluster {
             name: test_name,
@@ -212,11 +168,11 @@ impl ClusterBuilder {
             binaries,
             ca_pem: ca.cert_pem().to_owned(),
             ca_cert,
-            admin_token,
-            viewer_token,
-            controller_tokens,
-            worker_tokens,
-            node_identities,
+            admin_token: tokens.admin,
+            viewer_token: tokens.viewer,
+            controller_tokens: tokens.controllers,
+            worker_tokens: tokens.workers,
+            node_identities: tokens.node_identities,
             startup_timeout,
             etcd: Etcd {
                 client_port: 0,
@@ -229,21 +185,7 @@ impl ClusterBuilder {
         };
         cluster.start_etcd().await?;
         for i in 0..controllers {
-            let ip = net::controller_ip(i)?;
-            let serving = ca.serving_cert(ip)?;
-            let dir = cluster.root.join(format!("apiserver-{i}"));
-            fs::create_dir_all(&dir)?;
-            fs::write(dir.join("serving.crt"), &serving.cert_pem)?;
-            fs::write(dir.join("serving.key"), &serving.key_pem)?;
-            cluster.apiservers.push(ApiServer {
-                index: i,
-                ip,
-                port: 0,
-                log: dir.join("kube-apiserver.log"),
-                dir,
-                extra_args: apiserver_args.clone(),
-                slot: ProcessSlot::new(GroupRegistry::default()),
-            });
+            cluster.add_apiserver(&ca, i, &apiserver_args)?;
         }
         // Start them all at once: startup is mostly waiting on etcd and on bootstrap hooks,
         // so overlapping it saves most of the wall time of a multi-controller cluster.
@@ -289,6 +231,100 @@ pub struct Cluster {
     k0s_registry: GroupRegistry,
     /// The binary new nodes start with; `None`: [`crate::k0s_binary`].
     k0s_binary: Option<PathBuf>,
+}
+
+/// Refuses worker names that are not node names, look like a controller's, or repeat.
+fn check_worker_names(workers: &[String]) -> anyhow::Result<()> {
+    for (i, name) in workers.iter().enumerate() {
+        ensure!(is_dns_label(name), "worker name {name:?} is not a valid node name");
+        ensure!(!name.starts_with("controller-"), "worker name {name:?} looks like a controller");
+        ensure!(!workers[..i].contains(name), "worker {name:?} is declared twice");
+    }
+    Ok(())
+}
+
+/// The cluster's temporary directory, named after the test (`k0s-it-<short name>-…`).
+fn cluster_dir(test_name: &str) -> anyhow::Result<tempfile::TempDir> {
+    let short_name: String = test_name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .take(24)
+        .collect();
+    tempfile::Builder::new()
+        .prefix(&format!("k0s-it-{short_name}-"))
+        .tempdir()
+        .context("creating the cluster directory")
+}
+
+/// Writes the CA (certificate and key) and the service-account key pair into `pki_dir`;
+/// returns the CA certificate's path.
+fn write_key_material(pki_dir: &Path, ca: &pki::Ca) -> anyhow::Result<PathBuf> {
+    fs::create_dir_all(pki_dir)?;
+    let ca_cert = pki_dir.join("ca.crt");
+    fs::write(&ca_cert, ca.cert_pem())?;
+    // The CA key, for tests that make client certificates as an operator would.
+    let ca_key = pki_dir.join("ca.key");
+    fs::write(&ca_key, ca.key_pem())?;
+    fs::set_permissions(&ca_key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    let (sa_private, sa_public) = pki::service_account_keys()?;
+    fs::write(pki_dir.join("sa.key"), sa_private)?;
+    fs::write(pki_dir.join("sa.pub"), sa_public)?;
+    Ok(ca_cert)
+}
+
+/// The token of every identity of a new cluster.
+struct Tokens {
+    /// The admin's (`system:masters`).
+    admin: String,
+    /// The viewer's ([`VIEWER_GROUP`]).
+    viewer: String,
+    /// One per controller (the least-privilege controller identity).
+    controllers: Vec<String>,
+    /// One per worker, by name.
+    workers: BTreeMap<String, String>,
+    /// Every node identity (`system:node:<name>`): the workers' and, if asked for, the
+    /// controllers'.
+    node_identities: BTreeMap<String, String>,
+}
+
+impl Tokens {
+    /// Fresh random tokens for `controllers` controllers and the named workers.
+    fn generate(controllers: usize, workers: &[String], controller_node_identities: bool) -> Self {
+        let admin = random_token();
+        let viewer = random_token();
+        let controller_tokens: Vec<String> = (0..controllers).map(|_| random_token()).collect();
+        let worker_tokens: BTreeMap<String, String> =
+            workers.iter().map(|name| (name.clone(), random_token())).collect();
+        let mut node_identities = worker_tokens.clone();
+        if controller_node_identities {
+            node_identities
+                .extend((0..controllers).map(|i| (format!("controller-{i}"), random_token())));
+        }
+        Self {
+            admin,
+            viewer,
+            controllers: controller_tokens,
+            workers: worker_tokens,
+            node_identities,
+        }
+    }
+
+    /// The apiserver's `--token-auth-file`: one line per identity.
+    fn csv(&self) -> anyhow::Result<String> {
+        let Self { admin, viewer, controllers, node_identities, .. } = self;
+        let mut tokens_csv = format!("{admin},{ADMIN_USER},{ADMIN_USER},system:masters\n");
+        // Controllers get the least-privilege identity of `manifests/rbac/`, not admin: a
+        // verb missing there fails the test that needs it.
+        for (i, token) in controllers.iter().enumerate() {
+            let user = rbac::controller_user(i);
+            writeln!(tokens_csv, "{token},{user},controller-{i},{}", rbac::CONTROLLER_GROUP)?;
+        }
+        for (name, token) in node_identities {
+            writeln!(tokens_csv, "{token},system:node:{name},node-{name},system:nodes")?;
+        }
+        writeln!(tokens_csv, "{viewer},{VIEWER_USER},{VIEWER_USER},{VIEWER_GROUP}")?;
+        Ok(tokens_csv)
+    }
 }
 
 #[derive(Debug)]
@@ -722,6 +758,32 @@ impl Cluster {
                 write(self.node_kubeconfig_at(name, i), &format!("system:node:{name}"), token)?;
             }
         }
+        Ok(())
+    }
+
+    /// Adds apiserver `i` (not started): its directory with a serving certificate from
+    /// `ca` for its address, and the extra flags.
+    fn add_apiserver(
+        &mut self,
+        ca: &pki::Ca,
+        i: usize,
+        extra_args: &[String],
+    ) -> anyhow::Result<()> {
+        let ip = net::controller_ip(i)?;
+        let serving = ca.serving_cert(ip)?;
+        let dir = self.root.join(format!("apiserver-{i}"));
+        fs::create_dir_all(&dir)?;
+        fs::write(dir.join("serving.crt"), &serving.cert_pem)?;
+        fs::write(dir.join("serving.key"), &serving.key_pem)?;
+        self.apiservers.push(ApiServer {
+            index: i,
+            ip,
+            port: 0,
+            log: dir.join("kube-apiserver.log"),
+            dir,
+            extra_args: extra_args.to_vec(),
+            slot: ProcessSlot::new(GroupRegistry::default()),
+        });
         Ok(())
     }
 

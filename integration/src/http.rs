@@ -240,132 +240,216 @@ struct Tls {
 
 /// Reads one request's headers and answers it as the server's [`Serve`] says.
 async fn answer(mut socket: impl AsyncRead + AsyncWrite + Unpin, shared: Arc<Shared>) {
-    let mut request = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-        match socket.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => request.extend_from_slice(&buf[..n]),
-        }
-    }
+    let Some(request) = read_head(&mut socket).await else { return };
     let index = shared.requests.fetch_add(1, Ordering::SeqCst);
     let head_text = String::from_utf8_lossy(&request).into_owned();
-    let header = |name: &str| {
-        head_text.lines().find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            key.trim().eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
-        })
-    };
+    let header = |name: &str| header_of(&head_text, name);
     shared.ranges.lock().unwrap_or_else(|p| p.into_inner()).push(header("range"));
-    let sent = |n: usize| {
-        shared.body_bytes.fetch_add(n as u64, Ordering::SeqCst);
-    };
-    let ok_head = |len: usize| {
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
-        )
-    };
-    match &shared.serve {
+    let shut_down = match &shared.serve {
         Serve::Body(body) => {
             let _ = socket.write_all(ok_head(body.len()).as_bytes()).await;
             if socket.write_all(body).await.is_ok() {
-                sent(body.len());
+                shared.sent(body.len());
             }
+            true
         }
         Serve::Resumable { body, cuts, hold } => {
-            let len = body.len();
-            let from = match (header("range"), header("if-range")) {
-                (Some(range), Some(validator)) if validator == RESUMABLE_ETAG => range
-                    .strip_prefix("bytes=")
-                    .and_then(|r| r.strip_suffix('-'))
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .filter(|n| *n < len),
-                _ => None,
-            };
-            let head = match from {
-                Some(from) => format!(
-                    "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {from}-{}/{len}\r\nContent-Length: {}\r\nETag: {RESUMABLE_ETAG}\r\nConnection: close\r\n\r\n",
-                    len - 1,
-                    len - from
-                ),
-                None => format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nETag: {RESUMABLE_ETAG}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
-                ),
-            };
-            let from = from.unwrap_or(0);
-            let end = cuts.get(index).copied().filter(|c| *c > from).unwrap_or(len).min(len);
-            if socket.write_all(head.as_bytes()).await.is_err() {
-                return;
-            }
-            if socket.write_all(&body[from..end]).await.is_ok() {
-                sent(end - from);
-            }
-            if end < len {
-                // Cut: the connection ends short of the announced length (or, held, stays
-                // silent until the client hangs up).
-                let _ = socket.flush().await;
-                if *hold {
-                    shared.held.send_modify(|n| *n += 1);
-                    let _ = socket.read(&mut buf).await;
-                }
-                return;
-            }
+            let from = resumable_start(header("range"), header("if-range"), body.len());
+            let cut = cuts.get(index).copied();
+            answer_resumable(&mut socket, &shared, body, from, cut, *hold).await
         }
         Serve::Status(code) => {
-            let reason = http::StatusCode::from_u16(*code)
-                .ok()
-                .and_then(|s| s.canonical_reason())
-                .unwrap_or("Status");
-            let body = format!("{code} {reason}\n");
-            let head = format!(
-                "HTTP/1.1 {code} {reason}\r\nContent-Length: {}\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
+            let (head, body) = status_answer(*code);
             let _ = socket.write_all(head.as_bytes()).await;
             let _ = socket.write_all(body.as_bytes()).await;
+            true
         }
         Serve::Redirect(location) => {
             let head = format!(
                 "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             );
             let _ = socket.write_all(head.as_bytes()).await;
+            true
         }
         Serve::Stall { body, after } => {
-            let (first, _) = body.split_at((*after).min(body.len()));
-            if socket.write_all(ok_head(body.len()).as_bytes()).await.is_err()
-                || socket.write_all(first).await.is_err()
-                || socket.flush().await.is_err()
-            {
-                return;
-            }
-            shared.held.send_modify(|n| *n += 1);
-            // Silent until the client hangs up (or the server is dropped).
-            let _ = socket.read(&mut buf).await;
-            return;
+            stall(&mut socket, &shared, body, *after).await;
+            false
         }
         Serve::HoldUntilReleased { body, after } => {
-            if socket.write_all(ok_head(body.len()).as_bytes()).await.is_err() {
-                return;
-            }
-            let mut released = shared.released.subscribe();
-            let (first, rest) = body.split_at((*after).min(body.len()));
-            if !*released.borrow_and_update() {
-                if socket.write_all(first).await.is_err() || socket.flush().await.is_err() {
-                    return;
-                }
-                shared.held.send_modify(|n| *n += 1);
-                tokio::select! {
-                    _ = released.wait_for(|r| *r) => {}
-                    // The client hung up (e.g. it was killed) while held.
-                    _ = socket.read(&mut buf) => return,
-                }
-                let _ = socket.write_all(rest).await;
-            } else {
-                let _ = socket.write_all(body).await;
-            }
+            hold_until_released(&mut socket, &shared, body, *after).await
+        }
+    };
+    if shut_down {
+        let _ = socket.shutdown().await;
+    }
+}
+
+/// Reads a request up to the end of its headers; `None` if the client hung up before.
+async fn read_head(socket: &mut (impl AsyncRead + Unpin)) -> Option<Vec<u8>> {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
         }
     }
-    let _ = socket.shutdown().await;
+    Some(request)
+}
+
+/// Waits until the client hangs up (or sends something, or the server is dropped).
+async fn until_hung_up(socket: &mut (impl AsyncRead + Unpin)) {
+    let mut buf = [0u8; 1024];
+    let _ = socket.read(&mut buf).await;
+}
+
+/// The value of the request header `name` (compared without regard to case).
+fn header_of(head_text: &str, name: &str) -> Option<String> {
+    head_text.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim().eq_ignore_ascii_case(name).then(|| value.trim().to_owned())
+    })
+}
+
+/// The head of a `200 OK` with a body of `len` bytes.
+fn ok_head(len: usize) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
+    )
+}
+
+/// The head and the short text body of an answer with status `code`.
+fn status_answer(code: u16) -> (String, String) {
+    let reason = http::StatusCode::from_u16(code)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Status");
+    let body = format!("{code} {reason}\n");
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Length: {}\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    (head, body)
+}
+
+/// Where a [`Serve::Resumable`] answer starts: the offset of a `Range: bytes=<n>-` within
+/// the body whose `If-Range` is [`RESUMABLE_ETAG`], or `None` (the whole body).
+fn resumable_start(range: Option<String>, if_range: Option<String>, len: usize) -> Option<usize> {
+    match (range, if_range) {
+        (Some(range), Some(validator)) if validator == RESUMABLE_ETAG => range
+            .strip_prefix("bytes=")
+            .and_then(|r| r.strip_suffix('-'))
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| *n < len),
+        _ => None,
+    }
+}
+
+/// The head of a [`Serve::Resumable`] answer: `206 Partial Content` from `from`, or `200
+/// OK`, with the ETag.
+fn resumable_head(from: Option<usize>, len: usize) -> String {
+    match from {
+        Some(from) => format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {from}-{}/{len}\r\nContent-Length: {}\r\nETag: {RESUMABLE_ETAG}\r\nConnection: close\r\n\r\n",
+            len - 1,
+            len - from
+        ),
+        None => format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nETag: {RESUMABLE_ETAG}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
+        ),
+    }
+}
+
+/// A [`Serve::Resumable`] answer from `from`, cut at `cut` (if past `from`). Returns whether
+/// the connection is to be shut down (a cut one is not: it ends short of the announced
+/// length or, held, stays silent until the client hangs up).
+async fn answer_resumable(
+    socket: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    shared: &Shared,
+    body: &[u8],
+    from: Option<usize>,
+    cut: Option<usize>,
+    hold: bool,
+) -> bool {
+    let len = body.len();
+    let head = resumable_head(from, len);
+    let from = from.unwrap_or(0);
+    let end = cut.filter(|c| *c > from).unwrap_or(len).min(len);
+    if socket.write_all(head.as_bytes()).await.is_err() {
+        return false;
+    }
+    if socket.write_all(&body[from..end]).await.is_ok() {
+        shared.sent(end - from);
+    }
+    if end < len {
+        // Cut: the connection ends short of the announced length (or, held, stays
+        // silent until the client hangs up).
+        let _ = socket.flush().await;
+        if hold {
+            shared.held.send_modify(|n| *n += 1);
+            until_hung_up(socket).await;
+        }
+        return false;
+    }
+    true
+}
+
+/// A [`Serve::Stall`] answer: the whole body announced, its first `after` bytes sent, then
+/// silence until the client hangs up (or the server is dropped).
+async fn stall(
+    socket: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    shared: &Shared,
+    body: &[u8],
+    after: usize,
+) {
+    let (first, _) = body.split_at(after.min(body.len()));
+    if socket.write_all(ok_head(body.len()).as_bytes()).await.is_err()
+        || socket.write_all(first).await.is_err()
+        || socket.flush().await.is_err()
+    {
+        return;
+    }
+    shared.held.send_modify(|n| *n += 1);
+    // Silent until the client hangs up (or the server is dropped).
+    until_hung_up(socket).await;
+}
+
+/// A [`Serve::HoldUntilReleased`] answer: the first `after` bytes, then the rest once
+/// released (the whole body at once if it already was). Returns whether the connection is
+/// to be shut down (not when the client hung up or a write failed).
+async fn hold_until_released(
+    socket: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    shared: &Shared,
+    body: &[u8],
+    after: usize,
+) -> bool {
+    if socket.write_all(ok_head(body.len()).as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut released = shared.released.subscribe();
+    let (first, rest) = body.split_at(after.min(body.len()));
+    if !*released.borrow_and_update() {
+        if socket.write_all(first).await.is_err() || socket.flush().await.is_err() {
+            return false;
+        }
+        shared.held.send_modify(|n| *n += 1);
+        tokio::select! {
+            _ = released.wait_for(|r| *r) => {}
+            // The client hung up (e.g. it was killed) while held.
+            () = until_hung_up(socket) => return false,
+        }
+        let _ = socket.write_all(rest).await;
+    } else {
+        let _ = socket.write_all(body).await;
+    }
+    true
+}
+
+impl Shared {
+    /// Counts `n` body bytes sent.
+    fn sent(&self, n: usize) {
+        self.body_bytes.fetch_add(n as u64, Ordering::SeqCst);
+    }
 }
 
 impl Drop for FileServer {

@@ -264,7 +264,6 @@ async fn prestage_demo_run(
     prestage: bool,
 ) -> anyhow::Result<CordonFigures> {
     use sha2::Digest as _;
-    use std::sync::{Arc, Mutex};
     let workers = ["worker-0", "worker-1", "worker-2"];
     let name = if prestage { "bench-prestaged" } else { "bench-not-prestaged" };
     let cluster =
@@ -279,78 +278,13 @@ async fn prestage_demo_run(
     }
     let client = cluster.admin_client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let control_nodes: Api<autopilot_api::v1beta2::ControlNode> = Api::all(client.clone());
-    wait_for(Duration::from_secs(120), "3 ControlNodes and 3 Ready Nodes", || async {
-        let registered = control_nodes.list(&Default::default()).await?.items.len();
-        let ready = nodes
-            .list(&Default::default())
-            .await?
-            .items
-            .iter()
-            .filter(|node| {
-                node.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
-        Ok((registered == 3 && ready == 3).then_some(()))
-    })
-    .await?;
-
-    // Every change of a worker's `spec.unschedulable`, as the watch delivers it.
-    let changes: Arc<Mutex<Vec<(String, bool, Instant)>>> = Arc::default();
-    let recorder = {
-        let changes = changes.clone();
-        let nodes = nodes.clone();
-        tokio::spawn(async move {
-            use kube::runtime::{WatchStreamExt as _, watcher};
-            let mut events = watcher(nodes, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            let mut last: BTreeMap<String, bool> = BTreeMap::new();
-            while let Some(Ok(node)) = events.next().await {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
-                if last.insert(name.clone(), cordoned) != Some(cordoned) {
-                    changes.lock().unwrap_or_else(|p| p.into_inner()).push((
-                        name,
-                        cordoned,
-                        Instant::now(),
-                    ));
-                }
-            }
-        })
-    };
+    await_three_and_three(&client, &nodes).await?;
+    let (changes, recorder) = record_cordons(nodes.clone());
 
     let server = integration::http::FileServer::start(payload.to_vec()).await?;
     let sha256 = hex::encode(sha2::Sha256::digest(payload));
-    let controllers: Vec<String> = (0..3).map(|i| format!("controller-{i}")).collect();
-    let plan: Plan = serde_json::from_value(json!({
-        "apiVersion": keys::API_VERSION,
-        "kind": "Plan",
-        "metadata": { "name": keys::PLAN_NAME },
-        "spec": {
-            "id": name,
-            "timestamp": "now",
-            "commands": [{ "k0supdate": {
-                "version": PRESTAGE_DEMO_VERSION,
-                "prestage": prestage,
-                "platforms": { autopilot_api::platform::current(): {
-                    "url": format!("{}/k0s", server.base_url()),
-                    "sha256": sha256,
-                } },
-                "targets": {
-                    "controllers": { "discovery": { "static": { "nodes": controllers } } },
-                    "workers": {
-                        "discovery": { "static": { "nodes": workers } },
-                        "limits": { "concurrent": 1 },
-                    },
-                },
-            }}],
-        },
-    }))?;
+    let url = format!("{}/k0s", server.base_url());
+    let plan = prestage_demo_plan(name, prestage, &url, &sha256, &workers)?;
     let plans: Api<Plan> = Api::all(client.clone());
     let started = Instant::now();
     plans.create(&PostParams::default(), &plan).await.context("creating the Plan")?;
@@ -377,6 +311,108 @@ async fn prestage_demo_run(
     .await?;
     recorder.abort();
     let changes = changes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let (per_node, window) = cordon_times(changes);
+    drop(processes);
+    drop(cluster);
+    Ok(CordonFigures { per_node, window, rollout })
+}
+
+/// A worker's cordon change: its name, whether it is now cordoned, and when the watch
+/// delivered it.
+type CordonChange = (String, bool, Instant);
+
+/// Waits until the 3 controllers registered their ControlNodes and the 3 Nodes are Ready.
+async fn await_three_and_three(client: &kube::Client, nodes: &Api<Node>) -> anyhow::Result<()> {
+    let control_nodes: Api<autopilot_api::v1beta2::ControlNode> = Api::all(client.clone());
+    wait_for(Duration::from_secs(120), "3 ControlNodes and 3 Ready Nodes", || async {
+        let registered = control_nodes.list(&Default::default()).await?.items.len();
+        let ready = nodes
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|node| {
+                node.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        Ok((registered == 3 && ready == 3).then_some(()))
+    })
+    .await
+}
+
+/// Records every change of a worker's `spec.unschedulable`, as the watch delivers it, until
+/// the returned task is aborted.
+fn record_cordons(
+    nodes: Api<Node>,
+) -> (std::sync::Arc<std::sync::Mutex<Vec<CordonChange>>>, tokio::task::JoinHandle<()>) {
+    let changes: std::sync::Arc<std::sync::Mutex<Vec<CordonChange>>> = Default::default();
+    let recorder = {
+        let changes = changes.clone();
+        tokio::spawn(async move {
+            use kube::runtime::{WatchStreamExt as _, watcher};
+            let mut events = watcher(nodes, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            let mut last: BTreeMap<String, bool> = BTreeMap::new();
+            while let Some(Ok(node)) = events.next().await {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+                if last.insert(name.clone(), cordoned) != Some(cordoned) {
+                    changes.lock().unwrap_or_else(|p| p.into_inner()).push((
+                        name,
+                        cordoned,
+                        Instant::now(),
+                    ));
+                }
+            }
+        })
+    };
+    (changes, recorder)
+}
+
+/// The demo's Plan: one `k0supdate` to [`PRESTAGE_DEMO_VERSION`] from `url`, pre-staged or
+/// not, of the 3 controllers and the workers one at a time.
+fn prestage_demo_plan(
+    name: &str,
+    prestage: bool,
+    url: &str,
+    sha256: &str,
+    workers: &[&str],
+) -> anyhow::Result<Plan> {
+    let controllers: Vec<String> = (0..3).map(|i| format!("controller-{i}")).collect();
+    Ok(serde_json::from_value(json!({
+        "apiVersion": keys::API_VERSION,
+        "kind": "Plan",
+        "metadata": { "name": keys::PLAN_NAME },
+        "spec": {
+            "id": name,
+            "timestamp": "now",
+            "commands": [{ "k0supdate": {
+                "version": PRESTAGE_DEMO_VERSION,
+                "prestage": prestage,
+                "platforms": { autopilot_api::platform::current(): {
+                    "url": url,
+                    "sha256": sha256,
+                } },
+                "targets": {
+                    "controllers": { "discovery": { "static": { "nodes": controllers } } },
+                    "workers": {
+                        "discovery": { "static": { "nodes": workers } },
+                        "limits": { "concurrent": 1 },
+                    },
+                },
+            }}],
+        },
+    }))?)
+}
+
+/// Each worker's time cordoned, by name, and the window from the first cordon to the last
+/// uncordon, from the recorded changes.
+fn cordon_times(changes: Vec<CordonChange>) -> (Vec<(String, Duration)>, Duration) {
     let mut per_node: BTreeMap<String, Duration> = BTreeMap::new();
     let mut since: BTreeMap<String, Instant> = BTreeMap::new();
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
@@ -393,9 +429,7 @@ async fn prestage_demo_run(
         (Some(first), Some(last)) => last.saturating_duration_since(first),
         (None, _) | (_, None) => Duration::ZERO,
     };
-    drop(processes);
-    drop(cluster);
-    Ok(CordonFigures { per_node: per_node.into_iter().collect(), window, rollout })
+    (per_node.into_iter().collect(), window)
 }
 
 /// Audit policy: one event per request (at ResponseComplete), metadata only.
@@ -548,41 +582,9 @@ async fn bench_scale(
             mib(peak_kib),
             plan_bytes as f64 / 1024.0,
         );
-        let max_rss = scale_max_leader_rss_mib(workers);
-        if mib(peak_kib) > max_rss {
-            missed.push(format!(
-                "{workers} workers: leader peak RSS {:.1} MiB > {max_rss} MiB",
-                mib(peak_kib)
-            ));
-        }
-        if per_update > SCALE_MAX_REQUESTS_PER_UPDATE && !drains {
-            missed.push(format!(
-                "{workers} workers: {per_update:.2} requests per node update > \
-                 {SCALE_MAX_REQUESTS_PER_UPDATE}"
-            ));
-        }
-        // The Plan status's budget (DESIGN §14): half of etcd's limit, spec and metadata
-        // included here.
-        if plan_bytes * 2 > ETCD_OBJECT_LIMIT_BYTES {
-            missed.push(format!(
-                "{workers} workers: the Plan is {plan_bytes} bytes, over half of etcd's \
-                 {ETCD_OBJECT_LIMIT_BYTES}-byte limit"
-            ));
-        }
+        missed.extend(size_misses(workers, peak_kib, per_update, plan_bytes, drains));
     }
-    // Time per node must not grow with the fleet: no size above 1,000 slower per node than
-    // 1,000 (10 % allowed for noise).
-    if let Some(&(_, base_t, ..)) = rows.iter().find(|row| row.0 == 1_000) {
-        let base = ms_per_node(1_000, base_t);
-        for &(workers, elapsed, ..) in rows.iter().filter(|row| row.0 > 1_000) {
-            let at = ms_per_node(workers, elapsed);
-            if at > base * 1.1 {
-                missed.push(format!(
-                    "{workers} workers: {at:.2} ms per node > {base:.2} ms at 1,000 (+10 %)"
-                ));
-            }
-        }
-    }
+    missed.extend(growth_misses(&rows));
     if let [(first_n, first_t, ..), .., (last_n, last_t, ..)] = rows.as_slice() {
         let size = *last_n as f64 / *first_n as f64;
         let time = last_t.as_secs_f64() / first_t.as_secs_f64();
@@ -597,6 +599,62 @@ async fn bench_scale(
         println!("targets missed:\n  {}", missed.join("\n  "));
     }
     Ok(())
+}
+
+/// One row of `bench scale`: the fleet's workers, the median run's time, its leader's
+/// requests, the leader's peak RSS (KiB) and the ended Plan's size in bytes.
+type ScaleRow = (usize, Duration, usize, u64, usize);
+
+/// The targets one fleet size missed: the leader's peak RSS, its requests per node update
+/// (not with drains), and the Plan's size against etcd's limit.
+fn size_misses(
+    workers: usize,
+    peak_kib: u64,
+    per_update: f64,
+    plan_bytes: usize,
+    drains: bool,
+) -> Vec<String> {
+    let mut missed = Vec::new();
+    let max_rss = scale_max_leader_rss_mib(workers);
+    if mib(peak_kib) > max_rss {
+        missed.push(format!(
+            "{workers} workers: leader peak RSS {:.1} MiB > {max_rss} MiB",
+            mib(peak_kib)
+        ));
+    }
+    if per_update > SCALE_MAX_REQUESTS_PER_UPDATE && !drains {
+        missed.push(format!(
+            "{workers} workers: {per_update:.2} requests per node update > \
+             {SCALE_MAX_REQUESTS_PER_UPDATE}"
+        ));
+    }
+    // The Plan status's budget (DESIGN §14): half of etcd's limit, spec and metadata
+    // included here.
+    if plan_bytes * 2 > ETCD_OBJECT_LIMIT_BYTES {
+        missed.push(format!(
+            "{workers} workers: the Plan is {plan_bytes} bytes, over half of etcd's \
+             {ETCD_OBJECT_LIMIT_BYTES}-byte limit"
+        ));
+    }
+    missed
+}
+
+/// Time per node must not grow with the fleet: the sizes above 1,000 slower per node than
+/// 1,000 (10 % allowed for noise).
+fn growth_misses(rows: &[ScaleRow]) -> Vec<String> {
+    let mut missed = Vec::new();
+    if let Some(&(_, base_t, ..)) = rows.iter().find(|row| row.0 == 1_000) {
+        let base = ms_per_node(1_000, base_t);
+        for &(workers, elapsed, ..) in rows.iter().filter(|row| row.0 > 1_000) {
+            let at = ms_per_node(workers, elapsed);
+            if at > base * 1.1 {
+                missed.push(format!(
+                    "{workers} workers: {at:.2} ms per node > {base:.2} ms at 1,000 (+10 %)"
+                ));
+            }
+        }
+    }
+    missed
 }
 
 /// The run of median time (of an even number, the faster of the middle two).
@@ -648,12 +706,52 @@ async fn drive(
 ) -> anyhow::Result<Driven> {
     anyhow::ensure!(runs >= 1, "--runs must be at least 1");
     let scratch = tempfile::tempdir().context("creating a scratch dir")?;
-    let policy = scratch.path().join("audit-policy.yaml");
-    std::fs::write(&policy, AUDIT_POLICY).context("writing the audit policy")?;
     let audit_log = scratch.path().join("audit.log");
+    let cluster = audited_cluster(k0s, name, scratch.path(), &audit_log).await?;
+    let client = cluster.admin_client().await?;
+    let worker_names = register_workers(&client, workers).await?;
+
+    println!("==> starting 3 controllers");
+    let mut controllers = Vec::new();
+    for i in 0..3 {
+        controllers.push(cluster.spawn_controller(i, &["--disable-update-agent"]).await?);
+    }
+    let (leader_index, leader_user) = find_leader(&client).await?;
+    publish_controller_versions(&client).await?;
+
+    let responder =
+        Responder::start(client.clone(), Config::new().default_behaviour(behaviour)).await?;
+    let bench = BenchRuns {
+        plans: Api::all(client.clone()),
+        worker_names: &worker_names,
+        concurrent,
+        audit_log: &audit_log,
+        leader_user: &leader_user,
+        roll_back,
+    };
+    let mut results = Vec::new();
+    for run in 0..runs {
+        results.push(bench.run(run).await?);
+    }
+    let leader_peak_kib = Memory::of(controllers[leader_index].pid())?.peak_kib;
+    check_responder(&responder, concurrent)?;
+    drop(controllers);
+    Ok(Driven { runs: results, leader_peak_kib })
+}
+
+/// Starts etcd and 3 kube-apiservers for [`drive`], auditing every request into
+/// `audit_log` (the policy is written into `scratch`).
+async fn audited_cluster(
+    k0s: &Path,
+    name: &str,
+    scratch: &Path,
+    audit_log: &Path,
+) -> anyhow::Result<integration::Cluster> {
+    let policy = scratch.join("audit-policy.yaml");
+    std::fs::write(&policy, AUDIT_POLICY).context("writing the audit policy")?;
 
     println!("==> starting etcd and 3 kube-apiservers (audit log {})", audit_log.display());
-    let cluster = ClusterBuilder::new(name)
+    ClusterBuilder::new(name)
         .k0s_binary(k0s)
         .controllers(3)
         .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
@@ -662,9 +760,11 @@ async fn drive(
         // pass, and the counts would miss what went to the rotated file).
         .apiserver_arg("--audit-log-maxsize=100000")
         .build()
-        .await?;
-    let client = cluster.admin_client().await?;
+        .await
+}
 
+/// Registers `workers` Ready worker Nodes (`worker-0000`, …); returns their names.
+async fn register_workers(client: &kube::Client, workers: usize) -> anyhow::Result<Vec<String>> {
     println!("==> registering {workers} Ready worker Nodes");
     let nodes: Api<Node> = Api::all(client.clone());
     let worker_names: Vec<String> = (0..workers).map(|i| format!("worker-{i:04}")).collect();
@@ -675,12 +775,11 @@ async fn drive(
         .await
         .into_iter()
         .collect::<anyhow::Result<Vec<()>>>()?;
+    Ok(worker_names)
+}
 
-    println!("==> starting 3 controllers");
-    let mut controllers = Vec::new();
-    for i in 0..3 {
-        controllers.push(cluster.spawn_controller(i, &["--disable-update-agent"]).await?);
-    }
+/// Waits for an autopilot leader; returns its controller's index and API user.
+async fn find_leader(client: &kube::Client) -> anyhow::Result<(usize, String)> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
     let holder = wait_for(Duration::from_secs(90), "an autopilot leader", || async {
         let lease = leases.get_opt(keys::LEASE_NAME).await?;
@@ -696,13 +795,18 @@ async fn drive(
         .with_context(|| format!("the leader {leader_node:?} is not one of the controllers"))?;
     let leader_user = integration::rbac::controller_user(leader_index);
     println!("    leader: {leader_node} (user {leader_user})");
+    Ok((leader_index, leader_user))
+}
+
+/// Waits for the three ControlNodes and publishes on each the version a rollback puts
+/// back: what a rollback restores is the version each node published when it was
+/// signalled; the simulated nodes publish the one before the plan's.
+async fn publish_controller_versions(client: &kube::Client) -> anyhow::Result<()> {
     let control_nodes: Api<autopilot_api::v1beta2::ControlNode> = Api::all(client.clone());
     wait_for(Duration::from_secs(90), "three ControlNodes", || async {
         Ok((control_nodes.list(&Default::default()).await?.items.len() == 3).then_some(()))
     })
     .await?;
-    // What a rollback puts back is the version each node published when it was signalled;
-    // the simulated nodes publish the one before the plan's.
     for i in 0..3 {
         let published = json!({ "metadata": { "annotations": {
             keys::ANNOTATION_K0S_VERSION: BENCH_FROM_VERSION } } });
@@ -711,38 +815,36 @@ async fn drive(
             .await
             .context("publishing a ControlNode's version")?;
     }
+    Ok(())
+}
 
-    let responder =
-        Responder::start(client.clone(), Config::new().default_behaviour(behaviour)).await?;
-    let plans: Api<Plan> = Api::all(client.clone());
-    let mut results = Vec::new();
-    for run in 0..runs {
-        let plan = plan_object(run, &worker_names, concurrent);
+/// What the runs of [`drive`] share: the Plans, the fleet, the limit, and where the
+/// leader's requests are counted.
+struct BenchRuns<'a> {
+    /// The Plans.
+    plans: Api<Plan>,
+    /// The fleet the Plan targets.
+    worker_names: &'a [String],
+    /// Workers in flight at once.
+    concurrent: u32,
+    /// The API servers' audit log, where the leader's requests are counted.
+    audit_log: &'a Path,
+    /// The leader's API user.
+    leader_user: &'a str,
+    /// Whether each run is rolled back after it completed.
+    roll_back: bool,
+}
+
+impl BenchRuns<'_> {
+    /// Run `run`: create (or change) the Plan, wait for its end, check it `Completed` and
+    /// count the leader's requests of the window; then, if asked, roll it back.
+    async fn run(&self, run: usize) -> anyhow::Result<RunFigures> {
+        let workers = self.worker_names.len();
+        let plan = plan_object(run, self.worker_names, self.concurrent);
         let started = Instant::now();
         let started_at = jiff::Timestamp::now();
-        if run == 0 {
-            plans.create(&PostParams::default(), &plan).await.context("creating the Plan")?;
-        } else {
-            let patch = json!({ "spec": plan.spec });
-            plans
-                .patch(keys::PLAN_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .context("changing the Plan for a new run")?;
-        }
-        // Watch (not poll) for the end of this run, so the measurement has no poll latency.
-        let plan_id = format!("bench-{run}");
-        let ended = move |plan: Option<&Plan>| {
-            plan.and_then(|p| p.status.as_ref()).is_some_and(|status| {
-                status.plan_id.as_deref() == Some(plan_id.as_str()) && status.state.is_terminal()
-            })
-        };
-        // Generous for big fleets; the bench reports the time, this only bounds it.
-        let limit = Duration::from_secs(300 + workers as u64 / 5);
-        let ended =
-            tokio::time::timeout(limit, await_condition(plans.clone(), keys::PLAN_NAME, ended))
-                .await
-                .with_context(|| format!("the plan did not end within {}", humantime(limit)))?
-                .context("watching the plan")?;
+        self.start(run, &plan).await?;
+        let ended = self.await_end(run).await?;
         let elapsed = started.elapsed();
         let plan_bytes = serde_json::to_vec(&ended).map_or(0, |json| json.len());
         let status = ended.and_then(|p| p.status);
@@ -764,7 +866,7 @@ async fn drive(
         // count reads the whole audit log, which takes more than 10 s once it is big (the
         // drains of 5,000 workers), hence the generous bound.
         let requests = wait_for(Duration::from_secs(120), "audit events of the run", || async {
-            let counts = count_requests(&audit_log, &leader_user, started_at, finished_at)?;
+            let counts = count_requests(self.audit_log, self.leader_user, started_at, finished_at)?;
             Ok((counts.values().sum::<usize>() > 0).then_some(counts))
         })
         .await?;
@@ -775,14 +877,49 @@ async fn drive(
             elapsed.as_secs_f64(),
             requests.iter().map(|(verb, n)| format!("{verb} {n}")).collect::<Vec<_>>().join(", ")
         );
-        let rollback = if roll_back {
-            Some(roll_back_run(&plans, run, workers, &audit_log, &leader_user).await?)
+        let rollback = if self.roll_back {
+            Some(roll_back_run(&self.plans, run, workers, self.audit_log, self.leader_user).await?)
         } else {
             None
         };
-        results.push(RunFigures { elapsed, requests: total, plan_bytes, rollback });
+        Ok(RunFigures { elapsed, requests: total, plan_bytes, rollback })
     }
-    let leader_peak_kib = Memory::of(controllers[leader_index].pid())?.peak_kib;
+
+    /// Create the Plan (run 0) or change its spec for run `run`.
+    async fn start(&self, run: usize, plan: &Plan) -> anyhow::Result<()> {
+        if run == 0 {
+            self.plans.create(&PostParams::default(), plan).await.context("creating the Plan")?;
+        } else {
+            let patch = json!({ "spec": plan.spec });
+            self.plans
+                .patch(keys::PLAN_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .context("changing the Plan for a new run")?;
+        }
+        Ok(())
+    }
+
+    /// Watch (not poll) for the end of run `run`, so the measurement has no poll latency;
+    /// returns the ended Plan.
+    async fn await_end(&self, run: usize) -> anyhow::Result<Option<Plan>> {
+        let plan_id = format!("bench-{run}");
+        let ended = move |plan: Option<&Plan>| {
+            plan.and_then(|p| p.status.as_ref()).is_some_and(|status| {
+                status.plan_id.as_deref() == Some(plan_id.as_str()) && status.state.is_terminal()
+            })
+        };
+        // Generous for big fleets; the bench reports the time, this only bounds it.
+        let limit = Duration::from_secs(300 + self.worker_names.len() as u64 / 5);
+        tokio::time::timeout(limit, await_condition(self.plans.clone(), keys::PLAN_NAME, ended))
+            .await
+            .with_context(|| format!("the plan did not end within {}", humantime(limit)))?
+            .context("watching the plan")
+    }
+}
+
+/// A fast wrong answer is no answer: the runs only count if the engine kept its promises
+/// (no node signalled twice within a run, never more than `concurrent` workers in flight).
+fn check_responder(responder: &Responder, concurrent: u32) -> anyhow::Result<()> {
     let log = responder.log();
     let max_in_flight = log.max_in_flight_of(Some(integration::responder::ObjectKind::Node));
     let duplicates = log.duplicate_signals();
@@ -790,7 +927,6 @@ async fn drive(
         "responder: max workers in flight {max_in_flight}, duplicate signals {}",
         duplicates.len()
     );
-    // A fast wrong answer is no answer: the run only counts if the engine kept its promises.
     anyhow::ensure!(
         duplicates.is_empty(),
         "nodes were signalled twice within a run:\n{}",
@@ -800,8 +936,7 @@ async fn drive(
         max_in_flight <= concurrent as usize,
         "{max_in_flight} workers were in flight at once (limit {concurrent})"
     );
-    drop(controllers);
-    Ok(Driven { runs: results, leader_peak_kib })
+    Ok(())
 }
 
 /// The version the simulated nodes run before the bench plan (what a rollback puts back).

@@ -92,14 +92,7 @@ impl Steps {
 /// Runs the bench with `k0s` (the release build).
 pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
     let NodeArgs { pods, process_only, runs } = args;
-    anyhow::ensure!(runs >= 1, "--runs must be at least 1");
-    anyhow::ensure!(!pods.is_empty(), "--pods needs at least one count");
-    if process_only {
-        anyhow::ensure!(pods == [0], "--process-only nodes run no Pods: give --pods 0");
-    } else {
-        integration::real_node::prerequisites()
-            .map_err(|why| anyhow::anyhow!("real nodes cannot run here: {why}"))?;
-    }
+    check_args(&pods, process_only, runs)?;
     let payload = std::fs::read(k0s).with_context(|| format!("reading {}", k0s.display()))?;
     let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&payload));
     let version = integration::run_k0s_binary(k0s, &["version"], Duration::from_secs(30))?;
@@ -153,12 +146,32 @@ pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
         measured.sort_by_key(|s| s.total);
         results.push((count, measured[measured.len() / 2].clone()));
     }
+    print_summary(kind, &results);
+    drop(nodes);
+    Ok(())
+}
+
+/// Refuses arguments the bench cannot run with (and real nodes where they cannot run).
+fn check_args(pods: &[usize], process_only: bool, runs: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(runs >= 1, "--runs must be at least 1");
+    anyhow::ensure!(!pods.is_empty(), "--pods needs at least one count");
+    if process_only {
+        anyhow::ensure!(pods == [0], "--process-only nodes run no Pods: give --pods 0");
+    } else {
+        integration::real_node::prerequisites()
+            .map_err(|why| anyhow::anyhow!("real nodes cannot run here: {why}"))?;
+    }
+    Ok(())
+}
+
+/// Prints the table of the run of median total per Pod count.
+fn print_summary(kind: &str, results: &[(usize, Steps)]) {
     println!("\nnode bench ({kind} nodes), the run of median total per Pod count:");
     println!(
         "| Pods | signal | download | drain (Pods stopping) | swap + restart | uncordon | complete | total | settle | overhead |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (count, steps) in &results {
+    for (count, steps) in results {
         println!(
             "| {count} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} ({:.0} %) |",
             secs(steps.signal),
@@ -174,8 +187,6 @@ pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
             100.0 * steps.overhead().as_secs_f64() / steps.total.as_secs_f64().max(1e-9),
         );
     }
-    drop(nodes);
-    Ok(())
 }
 
 fn secs(d: Duration) -> String {
@@ -297,25 +308,7 @@ async fn one_run(
     let evictions: Arc<Mutex<Evictions>> = Arc::default();
     let pod_watch = tokio::spawn(watch_evictions(client.clone(), evictions.clone()));
 
-    let platform = autopilot_api::platform::current();
-    let plan: Plan = serde_json::from_value(json!({
-        "apiVersion": keys::API_VERSION,
-        "kind": "Plan",
-        "metadata": { "name": keys::PLAN_NAME },
-        "spec": {
-            "id": id,
-            "timestamp": "now",
-            "commands": [{ "k0supdate": {
-                "version": version,
-                "forceupdate": true,
-                "platforms": { platform: { "url": format!("{base_url}/k0s"), "sha256": sha } },
-                "targets": { "workers": {
-                    "discovery": { "static": { "nodes": [UPDATED] } },
-                    "limits": { "concurrent": 1 },
-                } },
-            } }],
-        },
-    }))?;
+    let plan = node_plan(&id, version, base_url, sha)?;
     let created = Instant::now();
     plans.create(&PostParams::default(), &plan).await?;
     let done = wait_for(TIMEOUT, "the Plan to end", || async {
@@ -336,6 +329,50 @@ async fn one_run(
     };
 
     let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok(steps_of(&seen, Moments { created, completed, settled }, pods_gone))
+}
+
+/// The Plan of run `id`: a forced `k0supdate` of [`UPDATED`] to `version`, from the
+/// payload server at `base_url`.
+fn node_plan(id: &str, version: &str, base_url: &str, sha: &str) -> anyhow::Result<Plan> {
+    let platform = autopilot_api::platform::current();
+    Ok(serde_json::from_value(json!({
+        "apiVersion": keys::API_VERSION,
+        "kind": "Plan",
+        "metadata": { "name": keys::PLAN_NAME },
+        "spec": {
+            "id": id,
+            "timestamp": "now",
+            "commands": [{ "k0supdate": {
+                "version": version,
+                "forceupdate": true,
+                "platforms": { platform: { "url": format!("{base_url}/k0s"), "sha256": sha } },
+                "targets": { "workers": {
+                    "discovery": { "static": { "nodes": [UPDATED] } },
+                    "limits": { "concurrent": 1 },
+                } },
+            } }],
+        },
+    }))?)
+}
+
+/// When a run's Plan was created, when it `Completed`, and when the node settled.
+struct Moments {
+    /// When the Plan was created.
+    created: Instant,
+    /// When the Plan was seen `Completed`.
+    completed: Instant,
+    /// When the node's Pods settled (real nodes; `completed` otherwise).
+    settled: Instant,
+}
+
+/// A run's steps from the times the watch saw each signal phase first.
+fn steps_of(
+    seen: &BTreeMap<Option<SignalPhase>, Instant>,
+    moments: Moments,
+    pods_gone: Duration,
+) -> Steps {
+    let Moments { created, completed, settled } = moments;
     // A phase the watch did not see (two writes between two events) takes the next one's time.
     let order = [
         None,
@@ -356,7 +393,7 @@ async fn one_run(
     }
     let time = |phase: Option<SignalPhase>| at[&format!("{phase:?}")];
     let node_completed = time(Some(SignalPhase::Completed));
-    Ok(Steps {
+    Steps {
         signal: time(None).saturating_duration_since(created),
         download: time(Some(SignalPhase::Cordoning)).saturating_duration_since(time(None)),
         drain: time(Some(SignalPhase::ApplyingUpdate))
@@ -368,7 +405,7 @@ async fn one_run(
         settle: settled.saturating_duration_since(node_completed),
         total: completed.saturating_duration_since(created),
         pods_gone,
-    })
+    }
 }
 
 /// When the web Pods on [`UPDATED`] were seen deleting (first) and gone (last).

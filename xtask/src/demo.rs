@@ -144,25 +144,7 @@ async fn demo(
         "    manifests/rbac/ applied; controllers run in group {}, not as cluster admin",
         integration::rbac::CONTROLLER_GROUP
     );
-    let can_run = if process_only {
-        Err("--process-only".to_owned())
-    } else {
-        integration::real_node::prerequisites()
-    };
-    let real_nodes = match can_run {
-        Ok(()) if workers > 0 => {
-            println!(
-                "==> starting kube-controller-manager, kube-scheduler and {workers} real worker \
-                 nodes (containerd + kubelet each, in a network namespace of their own)"
-            );
-            Some(integration::real_node::RealNodes::start(&cluster, &worker_refs).await?)
-        }
-        Ok(()) => None,
-        Err(why) => {
-            println!("==> workers are k0s processes alone (no kubelet, no Pods): {why}");
-            None
-        }
-    };
+    let real_nodes = start_real_nodes(&cluster, &worker_refs, process_only).await?;
     for i in 0..controllers {
         println!("==> starting k0s controller controller-{i}");
         processes.push(cluster.spawn_controller(i, &[]).await?);
@@ -178,77 +160,19 @@ async fn demo(
     }
 
     let client = cluster.admin_client().await?;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
-    let holder = wait_for(STAGE_TIMEOUT, "an autopilot leader", || async {
-        let lease = leases.get_opt(keys::LEASE_NAME).await?;
-        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
-    })
-    .await?;
+    let holder = await_leader(&client).await?;
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
     let registered = wait_for(STAGE_TIMEOUT, "every ControlNode", || async {
         let list = control_nodes.list(&Default::default()).await?;
         Ok((list.items.len() == controllers).then_some(list.items))
     })
     .await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let ready_nodes =
-        wait_for(STAGE_TIMEOUT, "every worker Node Ready with its version", || async {
-            let list = nodes.list(&Default::default()).await?;
-            // A kubelet makes its Node Ready on its own: wait for the agent's version too.
-            let published = |node: &Node| {
-                node.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(keys::ANNOTATION_K0S_VERSION))
-            };
-            let ready: Vec<Node> =
-                list.items.into_iter().filter(|n| node_ready(n) && published(n)).collect();
-            Ok((ready.len() == workers).then_some(ready))
-        })
-        .await?;
+    let ready_nodes = await_ready_workers(&client, workers).await?;
 
     println!();
     println!("autopilot leader (Lease {}/{}): {holder}", keys::NAMESPACE, keys::LEASE_NAME);
-    println!();
-    println!(
-        "{:<16} {:<18} {:<22} {:<14} VERSION",
-        "CONTROLNODE", "MODE", "INTERNAL IP", "PLATFORM"
-    );
-    for node in &registered {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        let platform = format!(
-            "{}-{}",
-            labels.get(keys::LABEL_OS).cloned().unwrap_or_default(),
-            labels.get(keys::LABEL_ARCH).cloned().unwrap_or_default()
-        );
-        println!(
-            "{:<16} {:<18} {:<22} {:<14} {}",
-            name,
-            annotations.get(keys::ANNOTATION_MODE).cloned().unwrap_or_default(),
-            node.internal_ip().unwrap_or("-"),
-            platform,
-            node.status.as_ref().and_then(|s| s.k0s_version.clone()).unwrap_or_default(),
-        );
-    }
-    println!();
-    println!("{:<16} {:<8} {:<14} VERSION", "NODE", "READY", "PLATFORM");
-    for node in &ready_nodes {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        let annotations = node.metadata.annotations.clone().unwrap_or_default();
-        println!(
-            "{:<16} {:<8} {:<14} {}",
-            node.metadata.name.clone().unwrap_or_default(),
-            "True",
-            format!(
-                "{}-{}",
-                labels.get(keys::LABEL_OS).cloned().unwrap_or_default(),
-                labels.get(keys::LABEL_ARCH).cloned().unwrap_or_default()
-            ),
-            annotations.get(keys::ANNOTATION_K0S_VERSION).cloned().unwrap_or_default(),
-        );
-    }
+    print_control_nodes(&registered);
+    print_nodes(&ready_nodes);
     if real_nodes.is_some() {
         workloads::create(&client, workers).await?;
         println!();
@@ -271,6 +195,112 @@ async fn demo(
     Ok(())
 }
 
+/// Starts the real worker nodes (containerd and a kubelet each) when they can run here and
+/// there are workers; `None` (saying why) otherwise.
+async fn start_real_nodes(
+    cluster: &integration::Cluster,
+    worker_refs: &[&str],
+    process_only: bool,
+) -> anyhow::Result<Option<integration::real_node::RealNodes>> {
+    let workers = worker_refs.len();
+    let can_run = if process_only {
+        Err("--process-only".to_owned())
+    } else {
+        integration::real_node::prerequisites()
+    };
+    Ok(match can_run {
+        Ok(()) if workers > 0 => {
+            println!(
+                "==> starting kube-controller-manager, kube-scheduler and {workers} real worker \
+                 nodes (containerd + kubelet each, in a network namespace of their own)"
+            );
+            Some(integration::real_node::RealNodes::start(cluster, worker_refs).await?)
+        }
+        Ok(()) => None,
+        Err(why) => {
+            println!("==> workers are k0s processes alone (no kubelet, no Pods): {why}");
+            None
+        }
+    })
+}
+
+/// Waits for an autopilot leader; returns the Lease's holder.
+async fn await_leader(client: &kube::Client) -> anyhow::Result<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
+    wait_for(STAGE_TIMEOUT, "an autopilot leader", || async {
+        let lease = leases.get_opt(keys::LEASE_NAME).await?;
+        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).filter(|h| !h.is_empty()))
+    })
+    .await
+}
+
+/// Waits until `workers` Nodes are Ready and carry their agent's version; returns them.
+async fn await_ready_workers(client: &kube::Client, workers: usize) -> anyhow::Result<Vec<Node>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(STAGE_TIMEOUT, "every worker Node Ready with its version", || async {
+        let list = nodes.list(&Default::default()).await?;
+        // A kubelet makes its Node Ready on its own: wait for the agent's version too.
+        let published = |node: &Node| {
+            node.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(keys::ANNOTATION_K0S_VERSION))
+        };
+        let ready: Vec<Node> =
+            list.items.into_iter().filter(|n| node_ready(n) && published(n)).collect();
+        Ok((ready.len() == workers).then_some(ready))
+    })
+    .await
+}
+
+/// Prints the ControlNodes: mode, address, platform and version.
+fn print_control_nodes(registered: &[ControlNode]) {
+    println!();
+    println!(
+        "{:<16} {:<18} {:<22} {:<14} VERSION",
+        "CONTROLNODE", "MODE", "INTERNAL IP", "PLATFORM"
+    );
+    for node in registered {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let platform = format!(
+            "{}-{}",
+            labels.get(keys::LABEL_OS).cloned().unwrap_or_default(),
+            labels.get(keys::LABEL_ARCH).cloned().unwrap_or_default()
+        );
+        println!(
+            "{:<16} {:<18} {:<22} {:<14} {}",
+            name,
+            annotations.get(keys::ANNOTATION_MODE).cloned().unwrap_or_default(),
+            node.internal_ip().unwrap_or("-"),
+            platform,
+            node.status.as_ref().and_then(|s| s.k0s_version.clone()).unwrap_or_default(),
+        );
+    }
+}
+
+/// Prints the worker Nodes: readiness, platform and published version.
+fn print_nodes(ready_nodes: &[Node]) {
+    println!();
+    println!("{:<16} {:<8} {:<14} VERSION", "NODE", "READY", "PLATFORM");
+    for node in ready_nodes {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        println!(
+            "{:<16} {:<8} {:<14} {}",
+            node.metadata.name.clone().unwrap_or_default(),
+            "True",
+            format!(
+                "{}-{}",
+                labels.get(keys::LABEL_OS).cloned().unwrap_or_default(),
+                labels.get(keys::LABEL_ARCH).cloned().unwrap_or_default()
+            ),
+            annotations.get(keys::ANNOTATION_K0S_VERSION).cloned().unwrap_or_default(),
+        );
+    }
+}
+
 /// Serve v2, apply the Plan, show progress live, verify every node runs v2.
 async fn update(
     cluster: &integration::Cluster,
@@ -282,8 +312,6 @@ async fn update(
     real: bool,
 ) -> anyhow::Result<()> {
     use autopilot_api::v1beta2::{Plan, PlanStateType};
-    use futures::StreamExt as _;
-    use kube::runtime::{WatchStreamExt as _, watcher};
     use sha2::Digest as _;
 
     let bytes = std::fs::read(v2).with_context(|| format!("reading {}", v2.display()))?;
@@ -293,9 +321,38 @@ async fn update(
     println!();
     println!("==> serving {to_version} at {url} (sha256 {sha256})");
 
+    let plan = demo_plan(to_version, &url, &sha256, controllers, workers)?;
+    let client = cluster.admin_client().await?;
+    let plans: Api<Plan> = Api::all(client.clone());
+    println!(
+        "==> applying Plan autopilot: k0supdate to {to_version}, controllers one at a time, workers 2 at a time"
+    );
+    let started = std::time::Instant::now();
+    plans.create(&Default::default(), &plan).await.context("creating the Plan")?;
+
+    let (final_state, progress) = follow(&client, &plans, started, real).await?;
+    println!(
+        "==> Plan {} ({progress} node updates) after {:.1}s",
+        final_state.as_str(),
+        started.elapsed().as_secs_f64()
+    );
+    anyhow::ensure!(final_state == PlanStateType::Completed, "the update did not complete");
+
+    verify_versions(&client, processes, to_version).await
+}
+
+/// The demo's Plan: one `k0supdate` to `to_version` from `url`, of the controllers one at a
+/// time and the workers 2 at a time.
+fn demo_plan(
+    to_version: &str,
+    url: &str,
+    sha256: &str,
+    controllers: usize,
+    workers: &[String],
+) -> anyhow::Result<autopilot_api::v1beta2::Plan> {
     let controller_names: Vec<String> =
         (0..controllers).map(|i| format!("controller-{i}")).collect();
-    let plan: Plan = serde_json::from_value(serde_json::json!({
+    Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": keys::API_VERSION,
         "kind": "Plan",
         "metadata": { "name": keys::PLAN_NAME },
@@ -314,18 +371,22 @@ async fn update(
                 },
             }}],
         },
-    }))?;
-    let client = cluster.admin_client().await?;
-    let plans: Api<Plan> = Api::all(client.clone());
-    println!(
-        "==> applying Plan autopilot: k0supdate to {to_version}, controllers one at a time, workers 2 at a time"
-    );
-    let started = std::time::Instant::now();
-    plans.create(&Default::default(), &plan).await.context("creating the Plan")?;
+    }))?)
+}
 
-    // The update through the `k0s autopilot status` view: redrawn in place on a terminal,
-    // else printed again whenever a node's state or phase changes.
+/// Follows the update through the `k0s autopilot status` view until the Plan ends: redrawn
+/// in place on a terminal, else printed again whenever a node's state or phase changes.
+/// Returns the Plan's final state and progress.
+async fn follow(
+    client: &kube::Client,
+    plans: &Api<autopilot_api::v1beta2::Plan>,
+    started: std::time::Instant,
+    real: bool,
+) -> anyhow::Result<(autopilot_api::v1beta2::PlanStateType, String)> {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
     use std::io::IsTerminal as _;
+
     let terminal = std::io::stdout().is_terminal();
     // Shown again when a node's state or phase changes, or (real nodes) where the Pods are.
     type Shown = (Vec<(String, String, Option<String>)>, String);
@@ -348,12 +409,12 @@ async fn update(
             Err(_) => {}
         }
         let Some(status) = status.clone() else { continue };
-        let snapshot = autopilot_cli::status::read(&client, keys::PLAN_NAME).await?;
+        let snapshot = autopilot_cli::status::read(client, keys::PLAN_NAME).await?;
         let view = autopilot_cli::status::view(&snapshot, jiff::Timestamp::now());
         let nodes: Vec<_> =
             view.nodes.iter().map(|n| (n.name.clone(), n.state.clone(), n.phase.clone())).collect();
         let pods = if real {
-            workloads::render(&workloads::summary(&client).await?)
+            workloads::render(&workloads::summary(client).await?)
         } else {
             String::new()
         };
@@ -373,14 +434,16 @@ async fn update(
             break (status.state, status.progress.unwrap_or_default());
         }
     };
-    let (final_state, progress) = final_state;
-    println!(
-        "==> Plan {} ({progress} node updates) after {:.1}s",
-        final_state.as_str(),
-        started.elapsed().as_secs_f64()
-    );
-    anyhow::ensure!(final_state == PlanStateType::Completed, "the update did not complete");
+    Ok(final_state)
+}
 
+/// Prints every node's binary on disk, the previous one and the version it publishes, and
+/// checks each runs `to_version` from disk.
+async fn verify_versions(
+    client: &kube::Client,
+    processes: &[integration::K0sProcess],
+    to_version: &str,
+) -> anyhow::Result<()> {
     println!();
     println!("{:<16} {:<18} {:<18} RUNNING (published)", "NODE", "BINARY ON DISK", "PREVIOUS");
     for process in processes {
@@ -391,7 +454,7 @@ async fn update(
             process.node_name(),
             on_disk,
             previous,
-            published_version(&client, process.node_name()).await?
+            published_version(client, process.node_name()).await?
         );
         anyhow::ensure!(on_disk == to_version, "{} runs {on_disk} from disk", process.node_name());
     }

@@ -339,29 +339,10 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 debug!(%kind, object = %name, %node, waiting = pods.len(), "pods terminating");
                 return Ok(Action::requeue(TERMINATING_RECHECK));
             }
-            // Drained: the plan engine records it in the Plan status, then moves the
-            // signal on (see `crate::handoff`).
-            Step::Advance(SignalPhase::ApplyingUpdate) => {
+            Step::Advance(_) | Step::Undrained(_) => {
                 ctx.reset(&name);
-                ctx.handoff.drained(signal_target::<K>(&name), &data.created);
-                info!(%kind, object = %name, %node, "node drained, handed to the plan engine");
-                return Ok(Action::await_change());
-            }
-            Step::Advance(next) => {
-                ctx.reset(&name);
-                let after = write_phase(&objects, &current, &data, next, None).await?;
-                ctx.superseded().wrote_over(&written, current.resource_version(), after);
-                info!(%kind, object = %name, to = %next, "advanced node phase");
-                return Ok(Action::await_change());
-            }
-            Step::Undrained(note) => {
-                // The note goes with the signal (its reason) to `ApplyingUpdate` and the Plan.
-                ctx.reset(&name);
-                let after = write_reason(&objects, &current, &data, &note).await?;
-                ctx.superseded().wrote_over(&written, current.resource_version(), after);
-                ctx.handoff.drained(signal_target::<K>(&name), &data.created);
-                info!(%kind, object = %name, %node, %note, "node cordoned, not fully drained");
-                return Ok(Action::await_change());
+                let signal = Signal { objects: &objects, object: &current, data: &data };
+                return finish(&ctx, signal, &written, &node, step).await;
             }
             Step::Fail(reason) => {
                 // Crash safety: the write is guarded by the resourceVersion the signal was
@@ -381,6 +362,54 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         }
     }
     Ok(Action::requeue(Duration::ZERO))
+}
+
+/// A signal the drain writes to: the objects' API, the object as read, its signal.
+struct Signal<'a, K> {
+    objects: &'a Api<K>,
+    object: &'a K,
+    data: &'a SignalData,
+}
+
+/// The end of a pass that moves the signal on: a drained node (fully, or as far as its
+/// command's `drain` asks, `note` saying what stays) is handed to the plan engine, which
+/// records the drain in the Plan status before it writes `ApplyingUpdate`
+/// ([`crate::handoff`]); an uncordoned one is `Completed`. `written` names the object for
+/// [`Superseded`]; `node` is the machine's Node.
+async fn finish<K: SignalObject>(
+    ctx: &Context,
+    signal: Signal<'_, K>,
+    written: &str,
+    node: &str,
+    step: Step,
+) -> Result<Action, Error> {
+    let Signal { objects, object, data } = signal;
+    let (kind, name) = (K::kind(&()), object.name_any());
+    match step {
+        Step::Advance(SignalPhase::ApplyingUpdate) => {
+            ctx.handoff.drained(signal_target::<K>(&name), &data.created);
+            info!(%kind, object = %name, %node, "node drained, handed to the plan engine");
+        }
+        Step::Undrained(note) => {
+            // The note goes with the signal (its reason) to `ApplyingUpdate` and the Plan.
+            let after = write_reason(objects, object, data, &note).await?;
+            ctx.superseded().wrote_over(written, object.resource_version(), after);
+            ctx.handoff.drained(signal_target::<K>(&name), &data.created);
+            info!(%kind, object = %name, %node, %note, "node cordoned, not fully drained");
+        }
+        Step::Advance(next) => {
+            let after = write_phase(objects, object, data, next, None).await?;
+            ctx.superseded().wrote_over(written, object.resource_version(), after);
+            info!(%kind, object = %name, to = %next, "advanced node phase");
+        }
+        Step::Nothing
+        | Step::Cordon
+        | Step::Uncordon
+        | Step::Evict(_)
+        | Step::WaitForPods(_)
+        | Step::Fail(_) => {}
+    }
+    Ok(Action::await_change())
 }
 
 /// The plan engine's name for the signal object `name` of kind `K`.

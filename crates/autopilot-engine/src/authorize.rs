@@ -87,35 +87,9 @@ pub fn authorize<'p>(
              run of Plan autopilot are acted on",
         ));
     };
-    let Some(plan) = plan else {
-        return Err(refused(&format!("Plan {} does not exist", keys::PLAN_NAME)));
-    };
-    let status = plan.status.as_ref();
-    let plan_run = status.and_then(|status| status.run_id.as_deref());
-    if plan_run != Some(signal_run) {
-        return Err(refused(&format!(
-            "the signal's run {signal_run} is not the current run of Plan {} ({})",
-            keys::PLAN_NAME,
-            plan_run.unwrap_or("none")
-        )));
-    }
-    let Some(status) = status else {
-        return Err(refused(&format!("Plan {} has no status", keys::PLAN_NAME)));
-    };
-    if status.plan_id.as_deref() != Some(signal.plan_id.as_str()) {
-        return Err(refused(&format!(
-            "the signal's planId {:?} is not run {signal_run}'s ({:?})",
-            signal.plan_id,
-            status.plan_id.as_deref().unwrap_or_default()
-        )));
-    }
+    let (status, command, frozen) =
+        current_command(plan, "signal", signal_run, &signal.plan_id, signal.command.id)?;
     let index = signal.command.id;
-    let command = status.commands.iter().find(|command| command.id == index);
-    let Some((command, frozen)) =
-        command.and_then(|command| command.frozen.as_ref().map(|frozen| (command, frozen)))
-    else {
-        return Err(refused(&format!("run {signal_run} has no command {index}")));
-    };
     ended(status, command, signal)?;
     let sent = &signal.command;
     let entry = match (&sent.k0supdate, &sent.airgapupdate, &sent.preflight, &sent.rollback) {
@@ -255,36 +229,9 @@ pub fn gate_checks(
     request: &GateCheckRequest,
     node: Node<'_>,
 ) -> Result<Vec<(String, GateCheck)>, String> {
-    let Some(plan) = plan else {
-        return Err(refused(&format!("Plan {} does not exist", keys::PLAN_NAME)));
-    };
     let run = &request.run_id;
-    let status = plan.status.as_ref();
-    let plan_run = status.and_then(|status| status.run_id.as_deref());
-    if plan_run != Some(run.as_str()) {
-        return Err(refused(&format!(
-            "the request's run {run} is not the current run of Plan {} ({})",
-            keys::PLAN_NAME,
-            plan_run.unwrap_or("none")
-        )));
-    }
-    let Some(status) = status else {
-        return Err(refused(&format!("Plan {} has no status", keys::PLAN_NAME)));
-    };
-    if status.plan_id.as_deref() != Some(request.plan_id.as_str()) {
-        return Err(refused(&format!(
-            "the request's planId {:?} is not run {run}'s ({:?})",
-            request.plan_id,
-            status.plan_id.as_deref().unwrap_or_default()
-        )));
-    }
     let index = request.command;
-    let command = status.commands.iter().find(|command| command.id == index);
-    let Some((command, frozen)) =
-        command.and_then(|command| command.frozen.as_ref().map(|frozen| (command, frozen)))
-    else {
-        return Err(refused(&format!("run {run} has no command {index}")));
-    };
+    let (_, command, frozen) = current_command(plan, "request", run, &request.plan_id, index)?;
     let in_command = |problem: String| refused(&format!("command {index} of run {run}: {problem}"));
     let (gates, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
         (Some(update), _) => (
@@ -368,36 +315,9 @@ pub fn prestage<'p>(
     request: &PrestageRequest,
     node: Node<'_>,
 ) -> Result<Staging<'p>, String> {
-    let Some(plan) = plan else {
-        return Err(refused(&format!("Plan {} does not exist", keys::PLAN_NAME)));
-    };
     let run = &request.run_id;
-    let status = plan.status.as_ref();
-    let plan_run = status.and_then(|status| status.run_id.as_deref());
-    if plan_run != Some(run.as_str()) {
-        return Err(refused(&format!(
-            "the request's run {run} is not the current run of Plan {} ({})",
-            keys::PLAN_NAME,
-            plan_run.unwrap_or("none")
-        )));
-    }
-    let Some(status) = status else {
-        return Err(refused(&format!("Plan {} has no status", keys::PLAN_NAME)));
-    };
-    if status.plan_id.as_deref() != Some(request.plan_id.as_str()) {
-        return Err(refused(&format!(
-            "the request's planId {:?} is not run {run}'s ({:?})",
-            request.plan_id,
-            status.plan_id.as_deref().unwrap_or_default()
-        )));
-    }
     let index = request.command;
-    let command = status.commands.iter().find(|command| command.id == index);
-    let Some((command, frozen)) =
-        command.and_then(|command| command.frozen.as_ref().map(|frozen| (command, frozen)))
-    else {
-        return Err(refused(&format!("run {run} has no command {index}")));
-    };
+    let (_, command, frozen) = current_command(plan, "request", run, &request.plan_id, index)?;
     let in_command = |problem: String| refused(&format!("command {index} of run {run}: {problem}"));
     // Check 1: an update command that pre-stages.
     let (staging, platforms, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
@@ -453,6 +373,43 @@ pub fn prestage<'p>(
         )));
     };
     Ok(Staging { entry, kind, version, any_version })
+}
+
+/// The status of the Plan's current run and its command `index` with the command's frozen
+/// copy, when `run` and `plan_id` (of the `what`: a signal or a request) name that run;
+/// otherwise the refusal.
+fn current_command<'p>(
+    plan: Option<&'p Plan>,
+    what: &str,
+    run: &str,
+    plan_id: &str,
+    index: u32,
+) -> Result<(&'p PlanStatus, &'p PlanCommandStatus, &'p PlanCommand), String> {
+    let Some(plan) = plan else {
+        return Err(refused(&format!("Plan {} does not exist", keys::PLAN_NAME)));
+    };
+    let status = plan.status.as_ref();
+    let plan_run = status.and_then(|status| status.run_id.as_deref());
+    if plan_run != Some(run) {
+        return Err(refused(&format!(
+            "the {what}'s run {run} is not the current run of Plan {} ({})",
+            keys::PLAN_NAME,
+            plan_run.unwrap_or("none")
+        )));
+    }
+    let Some(status) = status else {
+        return Err(refused(&format!("Plan {} has no status", keys::PLAN_NAME)));
+    };
+    if status.plan_id.as_deref() != Some(plan_id) {
+        return Err(refused(&format!(
+            "the {what}'s planId {plan_id:?} is not run {run}'s ({:?})",
+            status.plan_id.as_deref().unwrap_or_default()
+        )));
+    }
+    let command = status.commands.iter().find(|command| command.id == index);
+    command
+        .and_then(|command| command.frozen.as_ref().map(|frozen| (status, command, frozen)))
+        .ok_or_else(|| refused(&format!("run {run} has no command {index}")))
 }
 
 /// Why `update`'s payload may not be fetched by a node that does not allow unverified

@@ -67,52 +67,13 @@ pub struct Outcome {
 /// Decide what `verb` writes and says for the plan as `seen`. `Err` is the one-line reason
 /// the verb refuses (nothing is written then).
 pub fn decide(verb: Verb, seen: &Seen<'_>) -> Result<Outcome, String> {
-    let Seen { name, paused, abort, state, in_flight, plan_id, rollback } = *seen;
+    let Seen { name, paused, abort, state, in_flight, .. } = *seen;
     let is_paused = paused == Some(TRUE);
     let is_aborting = abort == Some(TRUE);
     let ended = state.is_terminal();
     let in_flight_finish = format!("{in_flight} node(s) in flight will finish");
     match verb {
-        Verb::Rollback => {
-            let Some(id) = plan_id.filter(|_| state != PlanStateType::NewPlan) else {
-                return Err(format!("plan {name:?} has not run: nothing to roll back"));
-            };
-            let reopenable = crate::plan::phases::REOPENED_BY_ROLLBACK.contains(&state);
-            match state {
-                PlanStateType::RolledBack => {
-                    return Err(format!("plan {name:?} (id {id}) was already rolled back"));
-                }
-                _ if ended && !reopenable => {
-                    return Err(format!(
-                        "plan {name:?} (id {id}) ended in {state}; only a run that ended \
-                         Completed, ApplyFailed or Aborted (or one still running) is rolled \
-                         back: write a Plan to the earlier version instead"
-                    ));
-                }
-                _ => {}
-            }
-            let next = format!(
-                "{in_flight_finish}, then every node the run changed puts back the version it \
-                 ran before (workers first, newest first), and the plan ends RolledBack{} \
-                 (follow it with k0s autopilot status)",
-                if is_paused {
-                    "; it is paused: the rollback waits for k0s autopilot resume"
-                } else {
-                    ""
-                }
-            );
-            Ok(if rollback.map(str::trim) == Some(id) {
-                Outcome {
-                    patch: None,
-                    message: format!("plan {name} (id {id}) was already being rolled back: {next}"),
-                }
-            } else {
-                Outcome {
-                    patch: Some(annotation(keys::ANNOTATION_ROLLBACK, json!(id))),
-                    message: format!("plan {name} (id {id}) is rolled back: {next}"),
-                }
-            })
-        }
+        Verb::Rollback => rollback(seen),
         Verb::Pause | Verb::Abort if ended => {
             Err(format!("plan {name:?} already ended in {state}: nothing to {}", verb.as_str()))
         }
@@ -146,24 +107,75 @@ pub fn decide(verb: Verb, seen: &Seen<'_>) -> Result<Outcome, String> {
                 }
             })
         }
-        Verb::Resume => {
-            // Only the pause is undone; what still holds the plan is said.
-            let next = if ended {
-                format!("it already ended in {state}, so no node will be signalled")
-            } else if is_aborting {
-                "it is being aborted, so no new node will be signalled".to_string()
-            } else {
-                "nodes will be signalled again as its limits allow".to_string()
-            };
-            let patch = paused.map(|_| annotation(keys::ANNOTATION_PAUSED, json!(null)));
-            let message = if is_paused {
-                format!("plan {name} resumed: {next}")
-            } else {
-                format!("plan {name} was not paused: {next}")
-            };
-            Ok(Outcome { patch, message })
-        }
+        Verb::Resume => Ok(resume(seen)),
     }
+}
+
+/// `rollback`: refused for a plan that has not run, was rolled back already, or ended in a
+/// state a rollback does not reopen; otherwise the rollback annotation names the run's
+/// plan id (written once).
+fn rollback(seen: &Seen<'_>) -> Result<Outcome, String> {
+    let Seen { name, paused, state, in_flight, plan_id, rollback, .. } = *seen;
+    let is_paused = paused == Some(TRUE);
+    let ended = state.is_terminal();
+    let in_flight_finish = format!("{in_flight} node(s) in flight will finish");
+    let Some(id) = plan_id.filter(|_| state != PlanStateType::NewPlan) else {
+        return Err(format!("plan {name:?} has not run: nothing to roll back"));
+    };
+    let reopenable = crate::plan::phases::REOPENED_BY_ROLLBACK.contains(&state);
+    match state {
+        PlanStateType::RolledBack => {
+            return Err(format!("plan {name:?} (id {id}) was already rolled back"));
+        }
+        _ if ended && !reopenable => {
+            return Err(format!(
+                "plan {name:?} (id {id}) ended in {state}; only a run that ended \
+                 Completed, ApplyFailed or Aborted (or one still running) is rolled \
+                 back: write a Plan to the earlier version instead"
+            ));
+        }
+        _ => {}
+    }
+    let next = format!(
+        "{in_flight_finish}, then every node the run changed puts back the version it \
+         ran before (workers first, newest first), and the plan ends RolledBack{} \
+         (follow it with k0s autopilot status)",
+        if is_paused { "; it is paused: the rollback waits for k0s autopilot resume" } else { "" }
+    );
+    Ok(if rollback.map(str::trim) == Some(id) {
+        Outcome {
+            patch: None,
+            message: format!("plan {name} (id {id}) was already being rolled back: {next}"),
+        }
+    } else {
+        Outcome {
+            patch: Some(annotation(keys::ANNOTATION_ROLLBACK, json!(id))),
+            message: format!("plan {name} (id {id}) is rolled back: {next}"),
+        }
+    })
+}
+
+/// `resume`: remove the pause annotation (and only that), saying what still holds the plan.
+fn resume(seen: &Seen<'_>) -> Outcome {
+    let Seen { name, paused, abort, state, .. } = *seen;
+    let is_paused = paused == Some(TRUE);
+    let is_aborting = abort == Some(TRUE);
+    let ended = state.is_terminal();
+    // Only the pause is undone; what still holds the plan is said.
+    let next = if ended {
+        format!("it already ended in {state}, so no node will be signalled")
+    } else if is_aborting {
+        "it is being aborted, so no new node will be signalled".to_string()
+    } else {
+        "nodes will be signalled again as its limits allow".to_string()
+    };
+    let patch = paused.map(|_| annotation(keys::ANNOTATION_PAUSED, json!(null)));
+    let message = if is_paused {
+        format!("plan {name} resumed: {next}")
+    } else {
+        format!("plan {name} was not paused: {next}")
+    };
+    Outcome { patch, message }
 }
 
 /// A merge patch setting (or, with `null`, removing) one annotation.

@@ -98,6 +98,63 @@ fn mib_per_s(mib: usize, time: Duration) -> f64 {
     mib as f64 / time.as_secs_f64()
 }
 
+/// The agent's downloader as the bench times it: on its runtime, into `dir`, checked
+/// against `sha`.
+struct Agent<'a> {
+    /// The agent's single-thread runtime.
+    runtime: &'a tokio::runtime::Runtime,
+    /// The downloader under test.
+    downloader: &'a Downloader,
+    /// The scratch directory the target file is written in.
+    dir: &'a std::path::Path,
+    /// The payload's sha256.
+    sha: &'a str,
+}
+
+impl Agent<'_> {
+    /// Download `url` into the target file once, check its digest and remove the file;
+    /// returns the time taken.
+    fn timed_download(&self, url: &str, expect: &str) -> Duration {
+        let target = self.dir.join("k0s.tmp");
+        let started = Instant::now();
+        let done = self
+            .runtime
+            .block_on(self.downloader.download(url, Some(self.sha), Target::File(&target)))
+            .expect(expect);
+        let took = started.elapsed();
+        assert_eq!(done.sha256, self.sha);
+        std::fs::remove_file(&target).expect("remove");
+        took
+    }
+
+    /// `runs` clean downloads of `url`, each printed.
+    fn clean_runs(&self, url: &str, mib: usize, runs: usize) -> Vec<Duration> {
+        let mut ours = Vec::new();
+        for run in 0..runs {
+            let took = self.timed_download(url, "download succeeds");
+            println!(
+                "  agent run {run}: {:.3} s ({:.0} MiB/s)",
+                took.as_secs_f64(),
+                mib_per_s(mib, took)
+            );
+            ours.push(took);
+        }
+        ours
+    }
+
+    /// The resume case: `runs` downloads of `cut_url` (cut at 50 %, continued at once from
+    /// the bytes on disk), each printed.
+    fn cut_runs(&self, cut_url: &str, runs: usize) -> Vec<Duration> {
+        let mut resumed = Vec::new();
+        for run in 0..runs {
+            let took = self.timed_download(cut_url, "the cut download completes");
+            println!("  agent run {run}, cut at 50 %: {:.3} s", took.as_secs_f64());
+            resumed.push(took);
+        }
+        resumed
+    }
+}
+
 fn main() {
     let numbers: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let mib = numbers.first().copied().unwrap_or(200);
@@ -124,42 +181,14 @@ fn main() {
         dir.path().display()
     );
 
-    let mut ours = Vec::new();
-    for run in 0..runs {
-        let target = dir.path().join("k0s.tmp");
-        let started = Instant::now();
-        let done = runtime
-            .block_on(downloader.download(&url, Some(&sha), Target::File(&target)))
-            .expect("download succeeds");
-        let took = started.elapsed();
-        assert_eq!(done.sha256, sha);
-        std::fs::remove_file(&target).expect("remove");
-        println!(
-            "  agent run {run}: {:.3} s ({:.0} MiB/s)",
-            took.as_secs_f64(),
-            mib_per_s(mib, took)
-        );
-        ours.push(took);
-    }
+    let agent = Agent { runtime: &runtime, downloader: &downloader, dir: dir.path(), sha: &sha };
+    let ours = agent.clean_runs(&url, mib, runs);
 
     let openssl = openssl_runs(&body_file(dir.path(), &runtime, &url), &sha, mib, runs);
     let shell = curl_runs(dir.path(), &url, &sha, mib, runs);
 
     // The resume case: cut at 50 %, continued at once from the bytes on disk.
-    let mut resumed = Vec::new();
-    let cut_url = format!("{base}/cut");
-    for run in 0..runs {
-        let target = dir.path().join("k0s.tmp");
-        let started = Instant::now();
-        let done = runtime
-            .block_on(downloader.download(&cut_url, Some(&sha), Target::File(&target)))
-            .expect("the cut download completes");
-        let took = started.elapsed();
-        assert_eq!(done.sha256, sha);
-        std::fs::remove_file(&target).expect("remove");
-        println!("  agent run {run}, cut at 50 %: {:.3} s", took.as_secs_f64());
-        resumed.push(took);
-    }
+    let resumed = agent.cut_runs(&format!("{base}/cut"), runs);
 
     let ours = median(ours);
     println!("agent:  median {:.3} s = {:.0} MiB/s", ours.as_secs_f64(), mib_per_s(mib, ours));

@@ -463,7 +463,6 @@ where
     publish_annotations(api, agent, object).await;
     answer_gate_check(api, agent, object).await?;
     answer_prestage(api, agent, host, object).await?;
-    let failures = &mut memory.failures;
     let kind = K::kind(&());
     let object_ref = format!("{kind}/{}", object.name_any());
     let data = match signal::from_meta(object.meta()) {
@@ -483,20 +482,7 @@ where
     span.record("plan", data.plan_id.as_str());
     span.record("command", data.command.id);
     span.record("phase", data.phase().map_or("", SignalPhase::as_str));
-    // Checks run wherever they are signalled (a controller+worker's Node too: they only look).
-    if agent.airgap_only
-        && data.command.preflight.is_none()
-        && !matches!(
-            data.command.update(),
-            Some(
-                UpdateRef::Airgap(_)
-                    | UpdateRef::Rollback(signal::CommandRollback {
-                        of: signal::RollbackOf::Airgap,
-                        ..
-                    })
-            )
-        )
-    {
+    if handled_elsewhere(agent, &data) {
         debug!(node = %agent.name, "not an airgap signal; the ControlNode's agent handles updates");
         return Ok(Acted::Idle);
     }
@@ -508,7 +494,7 @@ where
         }
     };
     publish(&data);
-    let plan = match authorized(api, agent, &data, &mut memory.authorized).await? {
+    let (plan, signature) = match authorized(api, agent, &data, &mut memory.authorized).await? {
         Authorized::Refused(reason) => {
             warn!(node = %agent.name, %reason, "refusing a signal the Plan does not authorize");
             publish(&write_status(api, object, &data, SignalPhase::Failed, Some(reason)).await?);
@@ -518,31 +504,74 @@ where
         Authorized::Before(signature) => (None, signature),
         Authorized::Ended => (None, SignatureSource::default()),
     };
-    let (plan, signature) = plan;
     if let Some(preflight) = &data.command.preflight {
         if let Some(answered) = run_checks(api, agent, object, &data, preflight, plan).await? {
             publish(&answered);
         }
         return Ok(Acted::Idle);
     }
-    let Some(update) = data.command.update() else { return Ok(Acted::Idle) };
     let key = SignalKey::of(&data);
     let current = data.phase();
-    let observed = host.observe(&key, update).await?;
+    let signal = Signalled { api, agent, object, data: &data, key: &key, current, signature };
+    act_on_update(signal, host, memory, &publish).await
+}
+
+/// Whether this agent leaves `data` to another one: on a controller+worker's Node
+/// (`airgap_only`) only airgap signals are this agent's (the ControlNode's agent updates
+/// k0s); checks run wherever they are signalled (they only look).
+fn handled_elsewhere(agent: &Agent, data: &SignalData) -> bool {
+    agent.airgap_only
+        && data.command.preflight.is_none()
+        && !matches!(
+            data.command.update(),
+            Some(
+                UpdateRef::Airgap(_)
+                    | UpdateRef::Rollback(signal::CommandRollback {
+                        of: signal::RollbackOf::Airgap,
+                        ..
+                    })
+            )
+        )
+}
+
+/// One step of an update (or rollback) signal the Plan authorized: observe the host, decide
+/// with the phase machine, and report or perform what it says.
+async fn act_on_update<K, H>(
+    signal: Signalled<'_, K>,
+    host: &H,
+    memory: &mut Memory,
+    publish: &(dyn Fn(&SignalData) + Sync),
+) -> anyhow::Result<Acted>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    H: Host,
+{
+    let Signalled { api, agent, object, data, key, current, .. } = signal;
+    let Some(update) = data.command.update() else { return Ok(Acted::Idle) };
+    let observed = host.observe(key, update).await?;
     // The post-update watch put the previous binary back after this signal's update: the
     // update did not hold, whatever the signal says.
     if let Some(why) = &observed.rolled_back_after_update {
         if let Some(Step::Report { phase, reason }) = phase::after_update_rollback(current, why) {
             warn!(node = %agent.name, %why, "reporting the rollback after the update on the signal");
-            publish(&write_status(api, object, &data, phase, reason).await?);
+            publish(&write_status(api, object, data, phase, reason).await?);
         }
         return Ok(Acted::Idle);
     }
+    // Only on the way to the restart does the leader's record of the drain matter.
     let drained = match current {
         Some(SignalPhase::ApplyingUpdate | SignalPhase::Restarting) => {
-            drain_on_record(api, agent, &data, &mut memory.drained).await?
+            drain_on_record(api, agent, data, &mut memory.drained).await?
         }
-        _ => true,
+        None
+        | Some(
+            SignalPhase::Downloading
+            | SignalPhase::Cordoning
+            | SignalPhase::Uncordoning
+            | SignalPhase::Completed
+            | SignalPhase::Failed
+            | SignalPhase::FailedDownload,
+        ) => true,
     };
     let facts = observed.facts(update, &agent.version, agent.kubelet, drained);
     let step = phase::next(current, &facts);
@@ -550,7 +579,7 @@ where
     match step {
         Step::Done | Step::Wait(_) => Ok(Acted::Idle),
         Step::Report { phase, reason } => {
-            publish(&write_status(api, object, &data, phase, reason).await?);
+            publish(&write_status(api, object, data, phase, reason).await?);
             // A failed trial boot, reported by the binary that was put back.
             if matches!(observed.restart, host::RestartState::RolledBack { .. })
                 && phase == SignalPhase::Failed
@@ -560,10 +589,8 @@ where
             Ok(Acted::Idle)
         }
         Step::Run { action, on_success, on_failure } => {
-            let signal =
-                Signalled { api, agent, object, data: &data, key: &key, current, signature };
             let step = Run { action, on_success, on_failure };
-            perform(signal, host, step, failures, &publish).await
+            perform(signal, host, step, &mut memory.failures, publish).await
         }
     }
 }

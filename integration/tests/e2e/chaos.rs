@@ -151,8 +151,35 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(rand::random);
     eprintln!("{name}: {kills} fault(s), seed {seed} (K0S_CHAOS_SEED replays the jitter)");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let rng = rand::rngs::StdRng::seed_from_u64(seed);
 
+    let (v1, v2) = payload_servers().await;
+    let (cluster, fleet) = start_fleet(name, victim).await;
+    let client = cluster.admin_client().await.expect("an admin client");
+    let recorder = SignalRecorder::start(&client).await.expect("the signal recorder");
+    let mut campaign = Campaign {
+        recorder,
+        fleet,
+        client,
+        cluster,
+        name,
+        victim,
+        points,
+        rng,
+        stats: Stats::default(),
+    };
+    for round in 0..=kills {
+        let payload = if round % 2 == 0 { &v2 } else { &v1 };
+        campaign.round(round, payload).await;
+    }
+    campaign.report(kills);
+}
+
+/// A payload the rounds update to: its file server, its sha256 and its version.
+type Payload = (integration::http::FileServer, String, &'static str);
+
+/// The file servers of v1 (the k0s build) and v2.
+async fn payload_servers() -> (Payload, Payload) {
     let v1_bytes = std::fs::read(integration::k0s_binary().expect("the k0s build")).expect("v1");
     let v1 = (
         integration::http::FileServer::start(v1_bytes.clone()).await.expect("the v1 file server"),
@@ -165,40 +192,85 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
         v2_sha,
         V2,
     );
+    (v1, v2)
+}
 
+/// The campaign's cluster with 3 controllers and 6 workers, each running its agent.
+async fn start_fleet(name: &str, victim: Victim) -> (Cluster, Fleet) {
     let cluster: Cluster = ClusterBuilder::new(name)
         .controllers(3)
         .workers(&WORKERS)
         .build()
         .await
         .expect("the cluster");
-    let client = cluster.admin_client().await.expect("an admin client");
     // The leader campaign runs the default election timings (DESIGN §7), so the take-over
     // times it reports are the ones an operator gets; the others fail over fast.
     let election: &[&str] = if victim == Victim::Leader { &[] } else { FAST_ELECTION };
     let controllers =
         start_controllers_with_agents(&cluster, 3, election).await.expect("the controllers");
     let workers = start_workers_with_agents(&cluster, &WORKERS).await.expect("the workers");
-    let mut fleet = Fleet {
+    let fleet = Fleet {
         processes: controllers
             .into_iter()
             .chain(workers)
             .map(|p| (p.node_name().to_owned(), p))
             .collect(),
     };
-    let recorder = SignalRecorder::start(&client).await.expect("the signal recorder");
+    (cluster, fleet)
+}
 
-    // Round 0 has no kill: the baseline a kill's delay is measured against.
-    let mut baseline = Duration::ZERO;
-    let mut worst_delay = Duration::ZERO;
-    let mut killed_leaders: BTreeSet<String> = BTreeSet::new();
-    // Leader campaign: the slowest take-over (kill → another holder of the lease) and the
-    // slowest kill → next signal written.
-    let mut worst_takeover = Duration::ZERO;
-    let mut worst_next_signal = Duration::ZERO;
-    for round in 0..=kills {
-        let (server, sha, version) =
-            if round % 2 == 0 { (&v2.0, &v2.1, v2.2) } else { (&v1.0, &v1.1, v1.2) };
+/// What the rounds of a campaign measured.
+#[derive(Default)]
+struct Stats {
+    /// Round 0 has no kill: the baseline a kill's delay is measured against.
+    baseline: Duration,
+    /// The most a fault added to a round over the baseline.
+    worst_delay: Duration,
+    /// The lease holders killed so far (a new holder is one not among them).
+    killed_leaders: BTreeSet<String>,
+    /// Leader campaign: the slowest take-over (kill → another holder of the lease) and the
+    /// slowest kill → next signal written.
+    worst_takeover: Duration,
+    worst_next_signal: Duration,
+}
+
+/// What a round's fault did.
+struct Fault {
+    /// What was killed or restarted, and when.
+    kill_note: String,
+    /// When the leader was killed (wall clock, as signals are dated).
+    leader_killed: Option<jiff::Timestamp>,
+    /// When the control plane was whole again (control-plane campaign).
+    back: Option<Instant>,
+}
+
+/// A running campaign: its cluster, processes and recorder, and what its rounds measured.
+/// (Fields drop in order: the recorder and the processes before the cluster.)
+struct Campaign<'a> {
+    /// Every signal phase of every round, in etcd order.
+    recorder: SignalRecorder,
+    /// The k0s processes, by node.
+    fleet: Fleet,
+    /// An admin client.
+    client: kube::Client,
+    /// The control plane.
+    cluster: Cluster,
+    /// The campaign (and its cluster).
+    name: &'a str,
+    /// Whom it kills.
+    victim: Victim,
+    /// Where in a round, in turn.
+    points: &'a [Point],
+    /// The jitter after a kill point (`K0S_CHAOS_SEED` replays it).
+    rng: rand::rngs::StdRng,
+    /// What the rounds measured so far.
+    stats: Stats,
+}
+
+impl Campaign<'_> {
+    /// One round: a plan to `payload`'s version, a fault (after round 0), and the checks.
+    async fn round(&mut self, round: usize, payload: &Payload) {
+        let (server, sha, version) = (&payload.0, &payload.1, payload.2);
         let update = update_to(
             version,
             server.base_url(),
@@ -206,119 +278,158 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
             Some(static_nodes(&CONTROLLERS, 1)),
             Some(static_nodes(&WORKERS, WORKER_CONCURRENCY)),
         );
-        let plan_id = format!("{name}-{round}");
+        let plan_id = format!("{}-{round}", self.name);
         if round > 0 {
-            delete_plan(&client).await;
+            delete_plan(&self.client).await;
         }
         let started = Instant::now();
-        create_plan(&client, &plan("autopilot", &plan_id, vec![k0s_command(update)]))
+        create_plan(&self.client, &plan("autopilot", &plan_id, vec![k0s_command(update)]))
             .await
             .expect("creating the round's plan");
 
-        let mut kill_note = String::from("no kill (baseline)");
-        // When the leader was killed (wall clock, as signals are dated).
-        let mut leader_killed: Option<jiff::Timestamp> = None;
-        // When the control plane was whole again (control-plane campaign).
-        let mut back: Option<Instant> = None;
+        let mut fault = Fault {
+            kill_note: String::from("no kill (baseline)"),
+            leader_killed: None,
+            back: None,
+        };
         if round > 0 {
-            let point = points[(round - 1) % points.len()];
-            let reached = reach(&recorder, &fleet, &plan_id, point).await;
-            // A random moment shortly after the point (a trial boot is short: at once).
-            if !matches!(point, Point::TrialBoot(_)) {
-                tokio::time::sleep(Duration::from_millis(rng.random_range(0..200))).await;
-            }
-            if victim == Victim::ControlPlane {
-                let what = if round % 2 == 1 { "every API server in turn" } else { "etcd" };
-                let outage = Instant::now();
-                if round % 2 == 1 {
-                    // Crashed and started again (a graceful stop only adds the API server's
-                    // own shutdown delay to the round).
-                    for i in 0..CONTROLLERS.len() {
-                        cluster.kill_apiserver(i).await.expect("killing an API server");
-                        cluster.start_apiserver(i).await.expect("starting an API server");
-                    }
-                } else {
-                    cluster.restart_etcd().await.expect("restarting etcd");
-                }
-                back = Some(Instant::now());
-                kill_note = format!(
-                    "restarted {what} at {point} ({} ms into the round, restarts took {} ms)",
-                    outage.duration_since(started).as_millis(),
-                    outage.elapsed().as_millis()
-                );
-            }
-            let killed = match victim {
-                Victim::ControlPlane => None,
-                Victim::Leader => {
-                    let identity = current_leader(&client, &killed_leaders).await;
-                    killed_leaders.insert(identity.clone());
-                    identity.split_once('_').map(|(node, _)| node.to_owned())
-                }
-                Victim::Agent => match reached.clone() {
-                    Some(node) => Some(node),
-                    None => {
-                        // The round ended before the point: kill a node anyway, after it.
-                        Some(WORKERS[round % WORKERS.len()].to_owned())
-                    }
-                },
-            };
-            if let Some(killed) = killed {
-                let process = fleet.get_mut(&killed);
-                let killed_at = Instant::now();
-                process.kill().expect("killing the victim");
-                process.wait_exit(Duration::from_secs(10)).await.expect("the victim exits");
-                process.restart().await.expect("restarting the victim");
-                if victim == Victim::Leader {
-                    leader_killed = Some(jiff::Timestamp::now() - killed_at.elapsed());
-                    let next = current_leader(&client, &killed_leaders).await;
-                    let takeover = killed_at.elapsed();
-                    eprintln!(
-                        "{name} round {round}: {next} took the lease {:.1} s after the kill",
-                        takeover.as_secs_f64()
-                    );
-                    assert!(
-                        takeover <= TAKEOVER_BOUND,
-                        "round {round}: the lease moved {takeover:?} after the leader was killed \
-                         (promised within {TAKEOVER_BOUND:?})"
-                    );
-                    worst_takeover = worst_takeover.max(takeover);
-                }
-                let missed = !matches!(point, Point::PlanCreated) && reached.is_none();
-                kill_note = format!(
-                    "killed {killed} at {point}{} ({} ms into the round)",
-                    if missed { " (the round ended before it)" } else { "" },
-                    started.elapsed().as_millis()
-                );
-            }
+            self.fault(round, &plan_id, started, &mut fault).await;
         }
+        self.finish_round(round, &plan_id, version, started, fault).await;
+    }
 
-        let done = wait_plan(&client, "autopilot", ROUND_BOUND, "the round to complete", |p| {
+    /// The round's fault at its point: the control plane restarted, or the victim killed and
+    /// started again.
+    async fn fault(&mut self, round: usize, plan_id: &str, started: Instant, fault: &mut Fault) {
+        let point = self.points[(round - 1) % self.points.len()];
+        let reached = reach(&self.recorder, &self.fleet, plan_id, point).await;
+        // A random moment shortly after the point (a trial boot is short: at once).
+        if !matches!(point, Point::TrialBoot(_)) {
+            tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..200))).await;
+        }
+        if self.victim == Victim::ControlPlane {
+            self.restart_control_plane(round, point, started, fault).await;
+        }
+        let killed = match self.victim {
+            Victim::ControlPlane => None,
+            Victim::Leader => {
+                let identity = current_leader(&self.client, &self.stats.killed_leaders).await;
+                self.stats.killed_leaders.insert(identity.clone());
+                identity.split_once('_').map(|(node, _)| node.to_owned())
+            }
+            Victim::Agent => match reached.clone() {
+                Some(node) => Some(node),
+                None => {
+                    // The round ended before the point: kill a node anyway, after it.
+                    Some(WORKERS[round % WORKERS.len()].to_owned())
+                }
+            },
+        };
+        if let Some(killed) = killed {
+            self.kill(round, &killed, fault).await;
+            let missed = !matches!(point, Point::PlanCreated) && reached.is_none();
+            fault.kill_note = format!(
+                "killed {killed} at {point}{} ({} ms into the round)",
+                if missed { " (the round ended before it)" } else { "" },
+                started.elapsed().as_millis()
+            );
+        }
+    }
+
+    /// Restarts every API server in turn (odd rounds) or etcd (even rounds).
+    async fn restart_control_plane(
+        &self,
+        round: usize,
+        point: Point,
+        started: Instant,
+        fault: &mut Fault,
+    ) {
+        let what = if round % 2 == 1 { "every API server in turn" } else { "etcd" };
+        let outage = Instant::now();
+        if round % 2 == 1 {
+            // Crashed and started again (a graceful stop only adds the API server's
+            // own shutdown delay to the round).
+            for i in 0..CONTROLLERS.len() {
+                self.cluster.kill_apiserver(i).await.expect("killing an API server");
+                self.cluster.start_apiserver(i).await.expect("starting an API server");
+            }
+        } else {
+            self.cluster.restart_etcd().await.expect("restarting etcd");
+        }
+        fault.back = Some(Instant::now());
+        fault.kill_note = format!(
+            "restarted {what} at {point} ({} ms into the round, restarts took {} ms)",
+            outage.duration_since(started).as_millis(),
+            outage.elapsed().as_millis()
+        );
+    }
+
+    /// Kills `killed`'s process and starts it again; for the leader, waits for (and bounds)
+    /// the take-over.
+    async fn kill(&mut self, round: usize, killed: &str, fault: &mut Fault) {
+        let name = self.name;
+        let process = self.fleet.get_mut(killed);
+        let killed_at = Instant::now();
+        process.kill().expect("killing the victim");
+        process.wait_exit(Duration::from_secs(10)).await.expect("the victim exits");
+        process.restart().await.expect("restarting the victim");
+        if self.victim == Victim::Leader {
+            fault.leader_killed = Some(jiff::Timestamp::now() - killed_at.elapsed());
+            let next = current_leader(&self.client, &self.stats.killed_leaders).await;
+            let takeover = killed_at.elapsed();
+            eprintln!(
+                "{name} round {round}: {next} took the lease {:.1} s after the kill",
+                takeover.as_secs_f64()
+            );
+            assert!(
+                takeover <= TAKEOVER_BOUND,
+                "round {round}: the lease moved {takeover:?} after the leader was killed \
+                 (promised within {TAKEOVER_BOUND:?})"
+            );
+            self.stats.worst_takeover = self.stats.worst_takeover.max(takeover);
+        }
+    }
+
+    /// Waits for the round's plan to complete and every node to run `version`, checks the
+    /// round, and prints its figures.
+    async fn finish_round(
+        &mut self,
+        round: usize,
+        plan_id: &str,
+        version: &str,
+        started: Instant,
+        fault: Fault,
+    ) {
+        let (name, client) = (self.name, &self.client);
+        let Fault { kill_note, leader_killed, back } = fault;
+        let done = wait_plan(client, "autopilot", ROUND_BOUND, "the round to complete", |p| {
             state(p) == PlanStateType::Completed
         })
         .await
         .unwrap_or_else(|err| panic!("round {round} ({kill_note}): {err:#}"));
         let took = started.elapsed();
+        let stats = &mut self.stats;
         if round == 0 {
-            baseline = took;
+            stats.baseline = took;
         } else {
-            worst_delay = worst_delay.max(took.saturating_sub(baseline));
+            stats.worst_delay = stats.worst_delay.max(took.saturating_sub(stats.baseline));
         }
-        check_round(&recorder, &plan_id, &done, round, &kill_note);
+        check_round(&self.recorder, plan_id, &done, round, &kill_note);
         if let Some(killed) = leader_killed {
-            match next_signal_after(&recorder, &plan_id, killed) {
+            match next_signal_after(&self.recorder, plan_id, killed) {
                 Some(after) => {
                     eprintln!(
                         "{name} round {round}: the next signal was written {:.1} s after the kill",
                         after.as_secs_f64()
                     );
-                    worst_next_signal = worst_next_signal.max(after);
+                    stats.worst_next_signal = stats.worst_next_signal.max(after);
                 }
                 None => eprintln!(
                     "{name} round {round}: no signal after the kill (every node had been signalled)"
                 ),
             }
         }
-        for (node, process) in &fleet.processes {
+        for (node, process) in &self.fleet.processes {
             wait_for(Duration::from_secs(60), &format!("{node} to run {version}"), || async {
                 Ok((process.is_running() && version_on_disk(process) == version).then_some(()))
             })
@@ -328,7 +439,10 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
         let mut added = if round == 0 {
             String::new()
         } else {
-            format!(" (+{:.1} s over the baseline)", took.saturating_sub(baseline).as_secs_f64())
+            format!(
+                " (+{:.1} s over the baseline)",
+                took.saturating_sub(stats.baseline).as_secs_f64()
+            )
         };
         if let Some(back) = back {
             added.push_str(&format!(
@@ -341,17 +455,22 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
             took.as_secs_f64()
         );
     }
-    eprintln!(
-        "{name}: {kills} fault(s) survived; baseline round {:.1} s; worst delay a fault added {:.1} s",
-        baseline.as_secs_f64(),
-        worst_delay.as_secs_f64()
-    );
-    if victim == Victim::Leader {
+
+    /// Prints what the campaign survived and its worst figures.
+    fn report(&self, kills: usize) {
+        let (name, stats) = (self.name, &self.stats);
         eprintln!(
-            "{name}: slowest take-over {:.1} s after a kill; slowest next signal {:.1} s after a kill",
-            worst_takeover.as_secs_f64(),
-            worst_next_signal.as_secs_f64()
+            "{name}: {kills} fault(s) survived; baseline round {:.1} s; worst delay a fault added {:.1} s",
+            stats.baseline.as_secs_f64(),
+            stats.worst_delay.as_secs_f64()
         );
+        if self.victim == Victim::Leader {
+            eprintln!(
+                "{name}: slowest take-over {:.1} s after a kill; slowest next signal {:.1} s after a kill",
+                stats.worst_takeover.as_secs_f64(),
+                stats.worst_next_signal.as_secs_f64()
+            );
+        }
     }
 }
 

@@ -141,13 +141,7 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
         })
         .await
         .unwrap();
-    eprintln!("the screen mid-update:\n{mid}");
-    assert!(mid.contains("Plan autopilot: SchedulableWait   id status"), "{mid}");
-    let heading = format!("Command 1/1: k0supdate to {FORCED_VERSION}: SchedulableWait");
-    assert!(mid.contains(&heading), "{mid}");
-    assert!(mid.contains("Progress: 1/4 node updates (25%), 2 in flight   ETA "), "{mid}");
-    assert!(mid.contains("(mean ") && mid.contains("per node over 1 update(s))"), "{mid}");
-    assert!(mid.contains("NodesSignalled"), "the plan's Events are shown:\n{mid}");
+    check_mid_update_screen(&mid);
 
     // The nodes go on; the screen follows without a keypress.
     release.release();
@@ -160,15 +154,37 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
         })
         .await
         .unwrap();
+    check_final_screen(&done);
+    drop(terminal);
+    drop(responder);
+
+    // The same status as JSON, once.
+    let json = status_json(&kubeconfig).await;
+    check_status_json(&json);
+}
+
+/// The mid-update screen: the plan, its command, its progress with an ETA, its Events.
+fn check_mid_update_screen(mid: &str) {
+    eprintln!("the screen mid-update:\n{mid}");
+    assert!(mid.contains("Plan autopilot: SchedulableWait   id status"), "{mid}");
+    let heading = format!("Command 1/1: k0supdate to {FORCED_VERSION}: SchedulableWait");
+    assert!(mid.contains(&heading), "{mid}");
+    assert!(mid.contains("Progress: 1/4 node updates (25%), 2 in flight   ETA "), "{mid}");
+    assert!(mid.contains("(mean ") && mid.contains("per node over 1 update(s))"), "{mid}");
+    assert!(mid.contains("NodesSignalled"), "the plan's Events are shown:\n{mid}");
+}
+
+/// The final screen: every node updated, nothing blocking, no ETA.
+fn check_final_screen(done: &str) {
     eprintln!("the screen at the end:\n{done}");
     assert!(done.contains("Progress: 4/4 node updates (100%)"), "{done}");
     assert!(done.contains("Blocking: nothing"), "{done}");
     assert!(!done.contains("ETA"), "no ETA once the plan ended:\n{done}");
     assert!(done.contains("NodesCompleted"), "{done}");
-    drop(terminal);
-    drop(responder);
+}
 
-    // The same status as JSON, once.
+/// `k0s autopilot status -o json` once, parsed.
+async fn status_json(kubeconfig: &Path) -> serde_json::Value {
     let args = [
         "autopilot".to_owned(),
         "status".into(),
@@ -182,11 +198,14 @@ async fn status_watch_follows_an_update_on_screen_and_json_prints_the_same_statu
         run_k0s(&args).expect("k0s runs")
     })
     .await
-    .unwrap();
+    .expect("the k0s task");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "k0s failed ({}); stderr:\n{stderr}", output.status);
-    let json: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("one JSON document");
+    serde_json::from_slice(&output.stdout).expect("one JSON document")
+}
+
+/// The JSON status of the completed plan: its identity, progress, nodes and Events.
+fn check_status_json(json: &serde_json::Value) {
     assert_eq!(json["plan"], "autopilot");
     assert_eq!(json["found"], true);
     assert_eq!(json["state"], PlanStateType::Completed.as_str());

@@ -42,15 +42,7 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
 
     // Two controllers (their own update agents off: only the worker updates) and the worker,
     // each serving metrics on a loopback port of its own.
-    let mut controllers = Vec::new();
-    for i in 0..2 {
-        let controller = cluster
-            .k0s_controller(i)
-            .args([NO_AGENT, "--log-format", "json"])
-            .with_metrics()
-            .unwrap();
-        controllers.push(controller.spawn().await.unwrap());
-    }
+    let controllers = start_controllers(&cluster).await;
     let leader_index = wait_for(STARTUP, "a leader", || leader(&client)).await.unwrap();
     let leader = &controllers[leader_index];
     let follower = &controllers[1 - leader_index];
@@ -66,22 +58,70 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
     wait_node_version(&client, WORKER, &v1).await.unwrap();
 
     // Before: the leader says so, nothing is counted yet.
+    check_before(leader, &worker).await;
+
+    // During: the worker downloaded v2 and is held in Cordoning by the budget.
+    hold_in_cordoning(&client, &server, &sha).await;
+    check_held(leader, &worker, payload_size).await;
+
+    // After: the budget goes, the update completes.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    budgets.delete("web-budget", &DeleteParams::default()).await.unwrap();
+    wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    check_after(leader, follower).await;
+
+    // The re-executed worker serves on the same address and shows its signal completed.
+    wait_scrape(&worker, "the updated worker to show Completed", |s| {
+        s.value("k0s_autopilot_agent_phase", &[("phase", "Completed")]) == Some(1.0)
+    })
+    .await;
+
+    check_json_logs(leader, &worker);
+}
+
+/// Two controllers (their own update agents off: only the worker updates), each serving
+/// metrics on a loopback port of its own.
+async fn start_controllers(cluster: &integration::Cluster) -> Vec<K0sProcess> {
+    let mut controllers = Vec::new();
+    for i in 0..2 {
+        let controller = cluster
+            .k0s_controller(i)
+            .args([NO_AGENT, "--log-format", "json"])
+            .with_metrics()
+            .expect("a metrics port");
+        controllers.push(controller.spawn().await.expect("the controller starts"));
+    }
+    controllers
+}
+
+/// Before: the leader says so, nothing is counted yet.
+async fn check_before(leader: &K0sProcess, worker: &K0sProcess) {
     let before = wait_scrape(leader, "the leader to show is_leader 1", |s| {
         s.value("k0s_autopilot_is_leader", &[]) == Some(1.0)
     })
     .await;
     assert_eq!(completed(&before), 0.0, "{}", before.text);
     assert_eq!(signals_written(&before), 0.0, "{}", before.text);
-    let worker_before = scrape_of(&worker).await;
+    let worker_before = scrape_of(worker).await;
     assert_eq!(download_bytes(&worker_before), 0.0, "{}", worker_before.text);
+}
 
-    // During: the worker downloaded v2 and is held in Cordoning by the budget.
-    wait_default_service_account(&client).await.unwrap();
-    pinned_deployment(&client, "web", WORKER, 1).await.unwrap();
-    budget(&client, "web-budget", "web", 1).await.unwrap();
-    wait_app_ready(&client, "web", 1).await.unwrap();
-    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&[WORKER], 1)));
-    create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
+/// A budget over the worker's one Pod, then the Plan: the worker downloads v2 and is held
+/// in Cordoning.
+async fn hold_in_cordoning(client: &kube::Client, server: &FileServer, sha: &str) {
+    wait_default_service_account(client).await.expect("the default service account");
+    pinned_deployment(client, "web", WORKER, 1).await.expect("the Deployment");
+    budget(client, "web-budget", "web", 1).await.expect("the budget");
+    wait_app_ready(client, "web", 1).await.expect("the Pod ready");
+    let update = update_to(V2, server.base_url(), sha, None, Some(static_nodes(&[WORKER], 1)));
+    create_plan(client, &plan("autopilot", "v2", vec![k0s_command(update)]))
+        .await
+        .expect("creating the plan");
+}
+
+/// During: the leader shows the node in flight and the drain blocked; the worker shows
+/// Cordoning with the whole payload counted.
+async fn check_held(leader: &K0sProcess, worker: &K0sProcess, payload_size: f64) {
     let held = wait_scrape(leader, "the leader to show the worker's drain blocked", |s| {
         s.value("k0s_autopilot_drain_blocked", &[]) == Some(1.0)
     })
@@ -98,7 +138,7 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
         "{}",
         held.text
     );
-    let worker_held = wait_scrape(&worker, "the worker to show Cordoning", |s| {
+    let worker_held = wait_scrape(worker, "the worker to show Cordoning", |s| {
         s.value("k0s_autopilot_agent_phase", &[("phase", "Cordoning")]) == Some(1.0)
     })
     .await;
@@ -113,11 +153,11 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
         "{}",
         worker_held.text
     );
+}
 
-    // After: the budget goes, the update completes.
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    budgets.delete("web-budget", &DeleteParams::default()).await.unwrap();
-    wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+/// After: the leader counted one completed node update and the signal it wrote; the
+/// follower counts nothing and does not lead.
+async fn check_after(leader: &K0sProcess, follower: &K0sProcess) {
     let after =
         wait_scrape(leader, "the leader to count the completed node", |s| completed(s) >= 1.0)
             .await;
@@ -154,17 +194,14 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
         follower_after.text
     );
     assert_eq!(completed(&follower_after), 0.0, "a follower counts nothing");
+}
 
-    // The re-executed worker serves on the same address and shows its signal completed.
-    wait_scrape(&worker, "the updated worker to show Completed", |s| {
-        s.value("k0s_autopilot_agent_phase", &[("phase", "Completed")]) == Some(1.0)
-    })
-    .await;
-
+/// The JSON lines name the plan, command, node and phase.
+fn check_json_logs(leader: &K0sProcess, worker: &K0sProcess) {
     // The JSON lines name the plan, command, node and phase. The agent's step: the span of
     // the step that moved the worker from Downloading to Cordoning.
     let agent_line =
-        json_line(&worker, "signal status written", |l| l["fields"]["to"] == "Cordoning");
+        json_line(worker, "signal status written", |l| l["fields"]["to"] == "Cordoning");
     let span = &agent_line["span"];
     assert_eq!(span["name"], "signal", "{agent_line}");
     assert_eq!(span["node"], WORKER, "{agent_line}");

@@ -88,7 +88,21 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
     let plans: Api<Plan> = Api::all(client.clone());
 
     // 1. Large check output on six nodes.
-    for worker in &workers {
+    let done = large_check_output(client, &workers, &plans).await;
+    // 2. A future-dated signal of the earlier run on the silent worker.
+    forged_future_signal(client, &plans, &done).await;
+    // 3. An expensive boolExpr, while the leader keeps its Lease and `k0s status` answers.
+    expensive_bool_expr(client, &controllers).await;
+    delete_plan(client).await;
+}
+
+/// Step 1: large check output on six nodes; returns the ended plan.
+async fn large_check_output(
+    client: &kube::Client,
+    workers: &[K0sProcess],
+    plans: &Api<Plan>,
+) -> Plan {
+    for worker in workers {
         allow_list(
             worker,
             "entries:\n  - name: loud\n    path: /bin/sh\n    outputBytes: 16384\n    \
@@ -98,12 +112,12 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
     let loud = preflight(json!({
         "checks": [{
             "id": "loud",
-            "targets": { "workers": serde_json::to_value(static_nodes(&WORKERS, 1)).unwrap() },
+            "targets": { "workers": serde_json::to_value(static_nodes(&WORKERS, 1)).expect("targets as JSON") },
             "command": {"id": "exec", "data": {"name": "loud"}},
             "results": [{"status": "error", "message": "said {{ .Results }}"}]
         }]
     }));
-    create_plan(client, &plan("autopilot", "loud", vec![loud])).await.unwrap();
+    create_plan(client, &plan("autopilot", "loud", vec![loud])).await.expect("creating the plan");
     let done = ended(client, "loud", PLAN_TIMEOUT).await;
     assert_eq!(state(&done), PlanStateType::PreflightFailed, "{}", status_yaml(&done));
     let checks = &command(&done, 0).preflight.as_ref().expect("verdicts").checks;
@@ -113,12 +127,17 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
         assert!(node.message.starts_with("said xxx"), "{}: {:.40}", node.name, node.message);
         assert!(node.message.len() <= MAX_MESSAGE, "{}: {} bytes", node.name, node.message.len());
     }
-    let bytes = serde_json::to_vec(&plans.get("autopilot").await.unwrap()).unwrap().len();
+    let stored = plans.get("autopilot").await.expect("reading the Plan");
+    let bytes = serde_json::to_vec(&stored).expect("the Plan as JSON").len();
     assert!(bytes < 1024 * 1024, "the Plan is {bytes} bytes");
+    done
+}
 
-    // 2. A future-dated signal of the earlier run on the silent worker.
+/// Step 2: a future-dated signal of the earlier run (`done`'s) on the silent worker ages
+/// out within the command's progress deadline.
+async fn forged_future_signal(client: &kube::Client, plans: &Api<Plan>, done: &Plan) {
     let earlier = done.status.as_ref().and_then(|s| s.run_id.clone()).expect("a run id");
-    let future: jiff::Timestamp = "2999-01-01T00:00:00Z".parse().unwrap();
+    let future: jiff::Timestamp = "2999-01-01T00:00:00Z".parse().expect("a timestamp");
     let forged = SignalData {
         plan_id: "loud".to_owned(),
         created: signal::format_timestamp(future),
@@ -138,7 +157,7 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
     Api::<Node>::all(client.clone())
         .patch(SILENT, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .unwrap();
+        .expect("forging the signal");
     let mut update = k0s_update(None, Some(static_nodes(&["worker-0"], 1)));
     // worker-0 already runs this version: signalled, it answers Completed at once.
     update.version = PLAIN_VERSION.to_owned();
@@ -153,23 +172,30 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
         Ok(holding.then_some(plan))
     })
     .await
-    .unwrap();
+    .expect("the hold");
     let reason = command(&held, 0).reason.clone().unwrap_or_default();
     assert!(reason.contains("earlier run; 1 node(s): worker-6 (Downloading)"), "{reason}");
-    assert!(node_signal(client, "worker-0").await.unwrap().is_some_and(|s| s.plan_id != "aged"));
+    assert!(
+        node_signal(client, "worker-0")
+            .await
+            .expect("worker-0's signal")
+            .is_some_and(|s| s.plan_id != "aged")
+    );
     let done = ended(client, "aged", AGED_OUT).await;
     assert_eq!(state(&done), PlanStateType::Completed, "{}", status_yaml(&done));
     assert!(started.elapsed() < AGED_OUT, "{:?}", started.elapsed());
+}
 
-    // 3. An expensive boolExpr, while the leader keeps its Lease and `k0s status` answers.
+/// Step 3: an expensive boolExpr, while the leader keeps its Lease and `k0s status` answers.
+async fn expensive_bool_expr(client: &kube::Client, controllers: &[K0sProcess]) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
     let renewed = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
-    let before = renewed(&leases.get(keys::LEASE_NAME).await.unwrap());
+    let before = renewed(&leases.get(keys::LEASE_NAME).await.expect("the Lease"));
     let expensive = format!("[stdout]{}.all(s, s.contains(\"x\"))", ".map(s, s + s)".repeat(12));
     let costly = preflight(json!({
         "checks": [{
             "id": "costly",
-            "targets": { "workers": serde_json::to_value(static_nodes(&WORKERS, 1)).unwrap() },
+            "targets": { "workers": serde_json::to_value(static_nodes(&WORKERS, 1)).expect("targets as JSON") },
             "command": {"id": "exec", "data": {"name": "loud"}},
             "results": [
                 {"status": "success", "condition": {"boolExpr": &expensive}, "message": "ok"},
@@ -192,6 +218,5 @@ async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
         Ok((now != before).then_some(()))
     })
     .await
-    .unwrap();
-    delete_plan(client).await;
+    .expect("a Lease renewal");
 }

@@ -74,30 +74,7 @@ async fn a_new_leader_finishes_the_plan_without_resignalling_or_exceeding_concur
     eprintln!("leader {old_identity} killed; {new_identity} took over");
 
     // The new leader carries on: release the rest one at a time as they get signalled.
-    let mut done = 1;
-    while done < WORKERS.len() {
-        let expected = CONCURRENT.min(WORKERS.len() - done);
-        let in_flight = responder
-            .wait_until(PLAN_TIMEOUT, &format!("{expected} workers in flight"), |log| {
-                let in_flight = log.in_flight();
-                (in_flight.len() >= expected).then_some(in_flight)
-            })
-            .await
-            .unwrap();
-        let next = in_flight
-            .iter()
-            .find(|o| !releases[o.name.as_str()].is_released())
-            .cloned()
-            .unwrap_or_else(|| panic!("an unreleased worker in flight:\n{}", responder.log()));
-        releases[next.name.as_str()].release();
-        responder
-            .wait_until(PLAN_TIMEOUT, &format!("{next} to complete"), |log| {
-                log.objects_with(SignalPhase::Completed).contains(&next).then_some(())
-            })
-            .await
-            .unwrap();
-        done += 1;
-    }
+    release_one_at_a_time(&responder, &releases).await;
 
     let finished = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     let status = status_yaml(&finished);
@@ -115,4 +92,33 @@ async fn a_new_leader_finishes_the_plan_without_resignalling_or_exceeding_concur
         WORKERS.iter().map(|w| ObjectRef::node(*w)).collect(),
         "{log}"
     );
+}
+
+/// Releases the workers one at a time as they get signalled (one completed already), each
+/// once it is in flight, until every worker completed.
+async fn release_one_at_a_time(responder: &Responder, releases: &BTreeMap<&str, Release>) {
+    let mut done = 1;
+    while done < WORKERS.len() {
+        let expected = CONCURRENT.min(WORKERS.len() - done);
+        let in_flight = responder
+            .wait_until(PLAN_TIMEOUT, &format!("{expected} workers in flight"), |log| {
+                let in_flight = log.in_flight();
+                (in_flight.len() >= expected).then_some(in_flight)
+            })
+            .await
+            .expect("workers in flight");
+        let next = in_flight
+            .iter()
+            .find(|o| !releases[o.name.as_str()].is_released())
+            .cloned()
+            .unwrap_or_else(|| panic!("an unreleased worker in flight:\n{}", responder.log()));
+        releases[next.name.as_str()].release();
+        responder
+            .wait_until(PLAN_TIMEOUT, &format!("{next} to complete"), |log| {
+                log.objects_with(SignalPhase::Completed).contains(&next).then_some(())
+            })
+            .await
+            .expect("the released worker completes");
+        done += 1;
+    }
 }

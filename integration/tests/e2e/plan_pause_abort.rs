@@ -157,39 +157,11 @@ async fn a_paused_plan_signals_nobody_new_across_a_leader_kill_and_completes_onc
     assert!(next.is_err(), "a worker was signalled while paused:\n{}", responder.log());
 
     // Kill the leader while paused; another controller takes over.
-    let old_identity = leader_identity(client).await?.expect("a leader");
-    let old_leader = leader(client).await?.expect("a leader index");
-    let marks: Vec<_> = controllers.iter().map(K0sProcess::log_mark).collect();
-    controllers[old_leader].kill()?;
-    let new_identity = wait_for(FAILOVER, "a new leader", || async {
-        Ok(leader_identity(client).await?.filter(|h| *h != old_identity))
-    })
-    .await?;
-    let new_leader = leader(client).await?.expect("a new leader index");
-    assert_ne!(new_leader, old_leader, "{new_identity}");
-    controllers[new_leader]
-        .wait_for_log_after(marks[new_leader], "plan engine started (leader)", FAILOVER)
-        .await?;
-    eprintln!("leader {old_identity} killed while paused; {new_identity} took over");
+    kill_the_leader(client, controllers).await?;
 
     // The new leader keeps it paused: for the whole window the plan shows the condition and
     // the other workers pending, and nobody gets a signal.
-    watch_plan_for(client, "autopilot", QUIET_WINDOW, |p| {
-        if paused(p).is_none() {
-            return Err("the Paused condition is gone".to_owned());
-        }
-        if state(p) != PlanStateType::SchedulableWait {
-            return Err(format!("the plan is {}", state(p)));
-        }
-        match ["worker-1", "worker-2"]
-            .into_iter()
-            .find(|w| target(p, 0, w).state != TargetState::SignalPending)
-        {
-            Some(w) => Err(format!("{w} left SignalPending")),
-            None => Ok(()),
-        }
-    })
-    .await?;
+    stays_paused(client).await?;
     quiet_rest("after the leader change");
     for name in &WORKERS[1..] {
         let signal = node_signal(client, name).await?;
@@ -214,6 +186,47 @@ async fn a_paused_plan_signals_nobody_new_across_a_leader_kill_and_completes_onc
         "every worker signalled:\n{log}"
     );
     assert!(log.duplicate_signals().is_empty(), "{:?}\n{log}", log.duplicate_signals());
+    Ok(())
+}
+
+/// SIGKILLs the leader and waits until another controller leads and its plan engine started.
+async fn kill_the_leader(client: &kube::Client, controllers: &[K0sProcess]) -> anyhow::Result<()> {
+    let old_identity = leader_identity(client).await?.expect("a leader");
+    let old_leader = leader(client).await?.expect("a leader index");
+    let marks: Vec<_> = controllers.iter().map(K0sProcess::log_mark).collect();
+    controllers[old_leader].kill()?;
+    let new_identity = wait_for(FAILOVER, "a new leader", || async {
+        Ok(leader_identity(client).await?.filter(|h| *h != old_identity))
+    })
+    .await?;
+    let new_leader = leader(client).await?.expect("a new leader index");
+    assert_ne!(new_leader, old_leader, "{new_identity}");
+    controllers[new_leader]
+        .wait_for_log_after(marks[new_leader], "plan engine started (leader)", FAILOVER)
+        .await?;
+    eprintln!("leader {old_identity} killed while paused; {new_identity} took over");
+    Ok(())
+}
+
+/// For the whole quiet window the plan shows the Paused condition and worker-1 and worker-2
+/// pending.
+async fn stays_paused(client: &kube::Client) -> anyhow::Result<()> {
+    watch_plan_for(client, "autopilot", QUIET_WINDOW, |p| {
+        if paused(p).is_none() {
+            return Err("the Paused condition is gone".to_owned());
+        }
+        if state(p) != PlanStateType::SchedulableWait {
+            return Err(format!("the plan is {}", state(p)));
+        }
+        match ["worker-1", "worker-2"]
+            .into_iter()
+            .find(|w| target(p, 0, w).state != TargetState::SignalPending)
+        {
+            Some(w) => Err(format!("{w} left SignalPending")),
+            None => Ok(()),
+        }
+    })
+    .await?;
     Ok(())
 }
 

@@ -102,12 +102,287 @@ async fn preflight_checks_gate_the_update_with_real_agents() {
     allow_list(w0, "entries:\n  - name: ok\n    path: /bin/sh\n    args: ['-c', 'echo fine']\n");
     let plans: Api<Plan> = Api::all(client.clone());
 
-    // 1. Failing checks: the update command never signals a node.
-    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let held_port = held.local_addr().expect("address").port();
-    let refused_port = closed_port();
+    let scenario = Scenario { cluster: &cluster, client: &client, base: &base, sha: &sha, w0, w1 };
     let before = [Before::of(w0), Before::of(w1)];
-    let failing = preflight(json!({
+
+    // 1. Failing checks: the update command never signals a node.
+    scenario.failing(&before).await;
+    // 2. Passing checks: the update runs.
+    scenario.passing(&before).await;
+    // 3. A warning with onWarn: Block holds the update until the warnings are accepted.
+    scenario.blocking_warning(&plans).await;
+    // 4. `k0s autopilot check`: the same checks ad hoc, no update; the exit status is the
+    //    worst result (0/1/2) and the table names each node's status code.
+    scenario.check_command(&plans).await;
+}
+
+/// What the steps of [`preflight_checks_gate_the_update_with_real_agents`] share.
+struct Scenario<'a> {
+    /// The cluster (`k0s autopilot check` runs against it).
+    cluster: &'a integration::Cluster,
+    /// An admin client.
+    client: &'a kube::Client,
+    /// The v2 payload's server and sha256.
+    base: &'a str,
+    sha: &'a str,
+    /// worker-0 (its exec allow-list: `ok`).
+    w0: &'a K0sProcess,
+    /// worker-1 (its exec allow-list: `slow`).
+    w1: &'a K0sProcess,
+}
+
+impl Scenario<'_> {
+    /// Step 1: failing checks; the update command never signals a node.
+    async fn failing(&self, before: &[Before; 2]) {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let held_port = held.local_addr().expect("address").port();
+        let refused_port = closed_port();
+        let failing = failing_checks(held_port, refused_port);
+        let update = update_to(
+            V2,
+            self.base,
+            self.sha,
+            None,
+            Some(static_nodes(&["worker-0", "worker-1"], 2)),
+        );
+        create_plan(
+            self.client,
+            &plan("autopilot", "preflight-fails", vec![failing, k0s_command(update)]),
+        )
+        .await
+        .expect("creating the plan");
+        let failed = wait_plan_state(self.client, "autopilot", PlanStateType::PreflightFailed)
+            .await
+            .expect("the plan fails its preflight");
+        check_failed_verdicts(&failed);
+        // The update command never ran: no update signal, nothing cordoned, binaries untouched.
+        for (name, (worker, before)) in
+            ["worker-0", "worker-1"].iter().zip([self.w0, self.w1].iter().zip(before))
+        {
+            assert_only_checked(self.client, name, "failing checks").await;
+            before.assert_untouched(worker, "failing checks");
+        }
+        // The failure is in the Events, naming the failing checks.
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let noted = wait_for(Duration::from_secs(30), "a PreflightFailed Event", || async {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list.items.into_iter().filter_map(|e| e.message).find(|m| {
+                m.contains("PreflightFailed") && m.contains("check slow-exec on worker-1")
+            }))
+        })
+        .await
+        .expect("a PreflightFailed Event");
+        assert!(noted.contains("preflight checks failed"), "{noted}");
+        drop(held);
+        delete_plan(self.client).await;
+    }
+
+    /// Step 2: passing checks; the update runs.
+    async fn passing(&self, before: &[Before; 2]) {
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listening_port = listening.local_addr().expect("address").port();
+        let passing = preflight(json!({
+            "checks": [
+                {
+                    "id": "api-reachable",
+                    "targets": {"all": true},
+                    "command": {"id": "tcpDial",
+                                "data": {"host": "127.0.0.1", "port": listening_port}},
+                    "results": [
+                        {"status": "success", "condition": {"statusCode": 0, "error": false},
+                         "message": "{{ .Result }}"}
+                    ]
+                },
+                {
+                    "id": "site-check",
+                    "targets": workers(&["worker-0"]),
+                    "command": {"id": "exec", "data": {"name": "ok"}},
+                    "results": [
+                        {"status": "success", "condition": {"boolExpr": "result == 'fine'"},
+                         "message": {"id": "site.ok", "defaultMessage": "{{ .Args.what }}: {{ .Result }}",
+                                     "args": {"what": "site check"}}}
+                    ]
+                }
+            ]
+        }));
+        let update = update_to(V2, self.base, self.sha, None, Some(static_nodes(&["worker-0"], 1)));
+        create_plan(
+            self.client,
+            &plan("autopilot", "preflight-passes", vec![passing, k0s_command(update)]),
+        )
+        .await
+        .expect("creating the plan");
+        let done = wait_plan_state(self.client, "autopilot", PlanStateType::Completed)
+            .await
+            .expect("the plan completes");
+        let yaml = status_yaml(&done);
+        eprintln!("the passing plan's status:\n{yaml}");
+        assert_eq!(
+            command(&done, 0).preflight.as_ref().and_then(|p| p.status),
+            Some(CheckStatus::Success),
+            "{yaml}"
+        );
+        assert_eq!(verdicts(&done, "api-reachable").len(), 3, "every node dialled: {yaml}");
+        assert_eq!(check(&done, "site-check").nodes[0].message, "site check: fine");
+        assert_eq!(target(&done, 1, "worker-0").state, TargetState::SignalCompleted, "{yaml}");
+        assert_eq!(version_on_disk(self.w0), V2, "the guarded update ran");
+        before[1].assert_untouched(self.w1, "not a target of the update");
+        drop(listening);
+        delete_plan(self.client).await;
+    }
+
+    /// Step 3: a warning with onWarn: Block holds the update until the warnings are
+    /// accepted.
+    async fn blocking_warning(&self, plans: &Api<Plan>) {
+        let blocking = blocking_checks();
+        let update = update_to(V2, self.base, self.sha, None, Some(static_nodes(&["worker-1"], 1)));
+        create_plan(
+            self.client,
+            &plan("autopilot", "preflight-blocks", vec![blocking, k0s_command(update)]),
+        )
+        .await
+        .expect("creating the plan");
+        let held_plan = wait_plan(
+            self.client,
+            "autopilot",
+            PLAN_TIMEOUT,
+            "the warning to hold the plan",
+            |p| {
+                p.status.as_ref().is_some_and(|s| !s.commands.is_empty())
+                    && command(p, 0)
+                        .reason
+                        .as_deref()
+                        .is_some_and(|r| r.contains(keys::ANNOTATION_ACCEPT_WARNINGS))
+            },
+        )
+        .await
+        .expect("the warning holds the plan");
+        assert_eq!(verdicts(&held_plan, "marker"), [("worker-1".into(), CheckStatus::Warn, 1)]);
+        assert!(
+            command(&held_plan, 0)
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains("worker-1 has no marker")),
+            "{}",
+            status_yaml(&held_plan)
+        );
+        // Held: over a few seconds of the leader's passes, the update signals nobody.
+        update_held(self.client).await;
+        assert_only_checked(self.client, "worker-1", "held by a warning").await;
+        plans
+            .patch(
+                "autopilot",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    keys::ANNOTATION_ACCEPT_WARNINGS: "preflight-blocks"
+                }}})),
+            )
+            .await
+            .expect("accepting the warnings");
+        let done = wait_plan_state(self.client, "autopilot", PlanStateType::Completed)
+            .await
+            .expect("the plan completes");
+        assert_eq!(target(&done, 1, "worker-1").state, TargetState::SignalCompleted);
+        assert_eq!(
+            check(&done, "marker").status,
+            Some(CheckStatus::Warn),
+            "the warning stays in status"
+        );
+        assert_eq!(version_on_disk(self.w1), V2, "accepted: the update ran");
+    }
+
+    /// Step 4: `k0s autopilot check`: the same checks ad hoc, no update; the exit status is
+    /// the worst result (0/1/2) and the table names each node's status code.
+    async fn check_command(&self, plans: &Api<Plan>) {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let held_port = held.local_addr().expect("address").port();
+        let erroring = format!(
+            "checks:\n\
+             - id: port-free\n  targets: {{workers: {{discovery: {{static: {{nodes: [worker-0]}}}}}}}}\n\
+             \x20 command: {{id: portAvailable, data: {{port: {held_port}, address: 127.0.0.1}}}}\n\
+             \x20 results:\n\
+             \x20   - {{status: error, condition: {{status_code: 98}}, message: 'in use on {{{{ .Node }}}}'}}\n\
+             \x20   - {{status: success, message: free}}\n\
+             - id: version\n  targets: {{global: true}}\n  command: {{id: k0sVersion}}\n\
+             \x20 results: [{{status: success, message: '{{{{ .Result }}}}'}}]\n"
+        );
+        let (code, stdout) = check_cli(self.cluster, "erroring.yaml", &erroring).await;
+        assert_eq!(code, Some(2), "an error exits 2:\n{stdout}");
+        assert!(
+            stdout
+                .starts_with("replacing the ended Plan autopilot (id preflight-blocks, Completed)"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("CHECK port-free: error\n"), "{stdout}");
+        assert!(
+            stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()[..]
+                == ["worker-0", "error", "98", "in", "use", "on", "worker-0"]),
+            "{stdout}"
+        );
+        assert!(stdout.contains("CHECK version: success\n"), "{stdout}");
+        assert!(stdout.contains(&format!("worker-1      success     0  {V2}")), "{stdout}");
+        drop(held);
+
+        let warning = "checks:\n\
+            - id: marker\n  targets: {global: true}\n\
+            \x20 command: {id: fileExists, data: {path: /nonexistent/k0s-preflight-marker}}\n\
+            \x20 results:\n\
+            \x20   - {status: success, condition: {status_code: 0}, message: present}\n\
+            \x20   - {status: warn, message: 'no marker on {{ .Node }}'}\n";
+        let (code, stdout) = check_cli(self.cluster, "warning.yaml", warning).await;
+        assert_eq!(code, Some(1), "a warning exits 1:\n{stdout}");
+        assert!(stdout.contains("CHECK marker: warn\n"), "{stdout}");
+        assert!(stdout.contains("no marker on controller-0"), "{stdout}");
+
+        let passing = "checks:\n\
+            - id: version\n  targets: {global: true}\n  command: {id: k0sVersion}\n\
+            \x20 results: [{status: success, condition: {bool_expr: \"result.startsWith('v')\"}, message: ok}]\n";
+        let (code, stdout) = check_cli(self.cluster, "passing.yaml", passing).await;
+        assert_eq!(code, Some(0), "{stdout}");
+        assert!(stdout.ends_with("result: success: every check passed\n"), "{stdout}");
+        let checked = plans.get("autopilot").await.expect("reading the Plan");
+        assert_eq!(checked.spec.commands.len(), 1, "checks only: no update command");
+        assert_eq!(verdicts(&checked, "version").len(), 3, "{}", status_yaml(&checked));
+    }
+}
+
+/// Step 3's check: a marker file missing on worker-1 is a warning, and warnings block.
+fn blocking_checks() -> PlanCommand {
+    preflight(json!({
+        "onWarn": "Block",
+        "checks": [{
+            "id": "marker",
+            "targets": workers(&["worker-1"]),
+            "command": {"id": "fileExists", "data": {"path": "/nonexistent/k0s-preflight-marker"}},
+            "results": [
+                {"status": "success", "condition": {"statusCode": 0}, "message": "present"},
+                {"status": "warn", "condition": {"statusCode": 1}, "message": "{{ .Node }} has no marker"}
+            ]
+        }]
+    }))
+}
+
+/// Over a few seconds of the leader's passes, the plan stays held and its update command
+/// signals nobody.
+async fn update_held(client: &kube::Client) {
+    watch_plan_for(client, "autopilot", Duration::from_secs(3), |p| {
+        if p.status.as_ref().is_some_and(|s| s.state.is_terminal()) {
+            return Err("the plan ended while held".to_owned());
+        }
+        let update = p.status.as_ref().and_then(|s| s.commands.get(1));
+        match update.into_iter().flat_map(targets).find(|t| t.state != TargetState::SignalPending) {
+            Some(t) => Err(format!("{} was signalled for the update while held", t.name)),
+            None => Ok(()),
+        }
+    })
+    .await
+    .expect("held: nobody signalled");
+}
+
+/// Step 1's checks: a port in use on worker-0 (98), a refused dial (111) and a slow `exec`
+/// entry (62) on worker-1, and `k0sVersion` everywhere.
+fn failing_checks(held_port: u16, refused_port: u16) -> PlanCommand {
+    preflight(json!({
         "checks": [
             {
                 "id": "port-free",
@@ -149,26 +424,25 @@ async fn preflight_checks_gate_the_update_with_real_agents() {
                 ]
             }
         ]
-    }));
-    let update = update_to(V2, &base, &sha, None, Some(static_nodes(&["worker-0", "worker-1"], 2)));
-    create_plan(&client, &plan("autopilot", "preflight-fails", vec![failing, k0s_command(update)]))
-        .await
-        .unwrap();
-    let failed =
-        wait_plan_state(&client, "autopilot", PlanStateType::PreflightFailed).await.unwrap();
-    let yaml = status_yaml(&failed);
+    }))
+}
+
+/// Step 1's verdicts: each failing check's nodes, status codes and messages, the
+/// description naming them, and the update command that never ran.
+fn check_failed_verdicts(failed: &Plan) {
+    let yaml = status_yaml(failed);
     eprintln!("the failing plan's status:\n{yaml}");
-    assert_eq!(command(&failed, 0).state, PlanStateType::PreflightFailed, "{yaml}");
+    assert_eq!(command(failed, 0).state, PlanStateType::PreflightFailed, "{yaml}");
     assert_eq!(
-        check(&failed, "port-free").status,
+        check(failed, "port-free").status,
         Some(CheckStatus::Error),
         "worst node decides: {yaml}"
     );
-    assert_eq!(verdicts(&failed, "port-free"), [("worker-0".into(), CheckStatus::Error, 98)]);
-    assert_eq!(verdicts(&failed, "dial"), [("worker-1".into(), CheckStatus::Error, 111)]);
-    assert_eq!(verdicts(&failed, "slow-exec"), [("worker-1".into(), CheckStatus::Error, 62)]);
+    assert_eq!(verdicts(failed, "port-free"), [("worker-0".into(), CheckStatus::Error, 98)]);
+    assert_eq!(verdicts(failed, "dial"), [("worker-1".into(), CheckStatus::Error, 111)]);
+    assert_eq!(verdicts(failed, "slow-exec"), [("worker-1".into(), CheckStatus::Error, 62)]);
     assert_eq!(
-        verdicts(&failed, "version"),
+        verdicts(failed, "version"),
         [
             ("controller-0".into(), CheckStatus::Success, 0),
             ("worker-0".into(), CheckStatus::Success, 0),
@@ -176,13 +450,13 @@ async fn preflight_checks_gate_the_update_with_real_agents() {
         ],
         "the probe runs on the ControlNode's agent too: {yaml}"
     );
-    let port_message = &check(&failed, "port-free").nodes[0].message;
+    let port_message = &check(failed, "port-free").nodes[0].message;
     assert!(
         port_message.starts_with("port in use on worker-0: ") && port_message.contains("bind"),
         "placeholders filled from the node's record: {port_message}"
     );
-    assert_eq!(check(&failed, "dial").nodes[0].message, "refused (111)");
-    let description = command(&failed, 0).description.clone().unwrap_or_default();
+    assert_eq!(check(failed, "dial").nodes[0].message, "refused (111)");
+    let description = command(failed, 0).description.clone().unwrap_or_default();
     for named in
         ["check port-free on worker-0", "check dial on worker-1", "check slow-exec on worker-1"]
     {
@@ -190,203 +464,10 @@ async fn preflight_checks_gate_the_update_with_real_agents() {
     }
     // The update command never ran: no update signal, nothing cordoned, binaries untouched.
     assert!(
-        command(&failed, 1).state != PlanStateType::Completed
-            && targets(command(&failed, 1)).iter().all(|t| t.state == TargetState::SignalPending),
+        command(failed, 1).state != PlanStateType::Completed
+            && targets(command(failed, 1)).iter().all(|t| t.state == TargetState::SignalPending),
         "the update signalled nobody: {yaml}"
     );
-    for (name, (worker, before)) in
-        ["worker-0", "worker-1"].iter().zip([w0, w1].iter().zip(&before))
-    {
-        assert_only_checked(&client, name, "failing checks").await;
-        before.assert_untouched(worker, "failing checks");
-    }
-    // The failure is in the Events, naming the failing checks.
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let noted =
-        wait_for(Duration::from_secs(30), "a PreflightFailed Event", || async {
-            let list = events.list(&ListParams::default()).await?;
-            Ok(list.items.into_iter().filter_map(|e| e.message).find(|m| {
-                m.contains("PreflightFailed") && m.contains("check slow-exec on worker-1")
-            }))
-        })
-        .await
-        .unwrap();
-    assert!(noted.contains("preflight checks failed"), "{noted}");
-    drop(held);
-    delete_plan(&client).await;
-
-    // 2. Passing checks: the update runs.
-    let listening = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let listening_port = listening.local_addr().expect("address").port();
-    let passing = preflight(json!({
-        "checks": [
-            {
-                "id": "api-reachable",
-                "targets": {"all": true},
-                "command": {"id": "tcpDial",
-                            "data": {"host": "127.0.0.1", "port": listening_port}},
-                "results": [
-                    {"status": "success", "condition": {"statusCode": 0, "error": false},
-                     "message": "{{ .Result }}"}
-                ]
-            },
-            {
-                "id": "site-check",
-                "targets": workers(&["worker-0"]),
-                "command": {"id": "exec", "data": {"name": "ok"}},
-                "results": [
-                    {"status": "success", "condition": {"boolExpr": "result == 'fine'"},
-                     "message": {"id": "site.ok", "defaultMessage": "{{ .Args.what }}: {{ .Result }}",
-                                 "args": {"what": "site check"}}}
-                ]
-            }
-        ]
-    }));
-    let update = update_to(V2, &base, &sha, None, Some(static_nodes(&["worker-0"], 1)));
-    create_plan(
-        &client,
-        &plan("autopilot", "preflight-passes", vec![passing, k0s_command(update)]),
-    )
-    .await
-    .unwrap();
-    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
-    let yaml = status_yaml(&done);
-    eprintln!("the passing plan's status:\n{yaml}");
-    assert_eq!(
-        command(&done, 0).preflight.as_ref().and_then(|p| p.status),
-        Some(CheckStatus::Success),
-        "{yaml}"
-    );
-    assert_eq!(verdicts(&done, "api-reachable").len(), 3, "every node dialled: {yaml}");
-    assert_eq!(check(&done, "site-check").nodes[0].message, "site check: fine");
-    assert_eq!(target(&done, 1, "worker-0").state, TargetState::SignalCompleted, "{yaml}");
-    assert_eq!(version_on_disk(w0), V2, "the guarded update ran");
-    before[1].assert_untouched(w1, "not a target of the update");
-    drop(listening);
-    delete_plan(&client).await;
-
-    // 3. A warning with onWarn: Block holds the update until the warnings are accepted.
-    let blocking = preflight(json!({
-        "onWarn": "Block",
-        "checks": [{
-            "id": "marker",
-            "targets": workers(&["worker-1"]),
-            "command": {"id": "fileExists", "data": {"path": "/nonexistent/k0s-preflight-marker"}},
-            "results": [
-                {"status": "success", "condition": {"statusCode": 0}, "message": "present"},
-                {"status": "warn", "condition": {"statusCode": 1}, "message": "{{ .Node }} has no marker"}
-            ]
-        }]
-    }));
-    let update = update_to(V2, &base, &sha, None, Some(static_nodes(&["worker-1"], 1)));
-    create_plan(
-        &client,
-        &plan("autopilot", "preflight-blocks", vec![blocking, k0s_command(update)]),
-    )
-    .await
-    .unwrap();
-    let held_plan =
-        wait_plan(&client, "autopilot", PLAN_TIMEOUT, "the warning to hold the plan", |p| {
-            p.status.as_ref().is_some_and(|s| !s.commands.is_empty())
-                && command(p, 0)
-                    .reason
-                    .as_deref()
-                    .is_some_and(|r| r.contains(keys::ANNOTATION_ACCEPT_WARNINGS))
-        })
-        .await
-        .unwrap();
-    assert_eq!(verdicts(&held_plan, "marker"), [("worker-1".into(), CheckStatus::Warn, 1)]);
-    assert!(
-        command(&held_plan, 0)
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.contains("worker-1 has no marker")),
-        "{}",
-        status_yaml(&held_plan)
-    );
-    // Held: over a few seconds of the leader's passes, the update signals nobody.
-    watch_plan_for(&client, "autopilot", Duration::from_secs(3), |p| {
-        if p.status.as_ref().is_some_and(|s| s.state.is_terminal()) {
-            return Err("the plan ended while held".to_owned());
-        }
-        let update = p.status.as_ref().and_then(|s| s.commands.get(1));
-        match update.into_iter().flat_map(targets).find(|t| t.state != TargetState::SignalPending) {
-            Some(t) => Err(format!("{} was signalled for the update while held", t.name)),
-            None => Ok(()),
-        }
-    })
-    .await
-    .unwrap();
-    assert_only_checked(&client, "worker-1", "held by a warning").await;
-    plans
-        .patch(
-            "autopilot",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                keys::ANNOTATION_ACCEPT_WARNINGS: "preflight-blocks"
-            }}})),
-        )
-        .await
-        .unwrap();
-    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
-    assert_eq!(target(&done, 1, "worker-1").state, TargetState::SignalCompleted);
-    assert_eq!(
-        check(&done, "marker").status,
-        Some(CheckStatus::Warn),
-        "the warning stays in status"
-    );
-    assert_eq!(version_on_disk(w1), V2, "accepted: the update ran");
-
-    // 4. `k0s autopilot check`: the same checks ad hoc, no update; the exit status is the
-    //    worst result (0/1/2) and the table names each node's status code.
-    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let held_port = held.local_addr().expect("address").port();
-    let erroring = format!(
-        "checks:\n\
-         - id: port-free\n  targets: {{workers: {{discovery: {{static: {{nodes: [worker-0]}}}}}}}}\n\
-         \x20 command: {{id: portAvailable, data: {{port: {held_port}, address: 127.0.0.1}}}}\n\
-         \x20 results:\n\
-         \x20   - {{status: error, condition: {{status_code: 98}}, message: 'in use on {{{{ .Node }}}}'}}\n\
-         \x20   - {{status: success, message: free}}\n\
-         - id: version\n  targets: {{global: true}}\n  command: {{id: k0sVersion}}\n\
-         \x20 results: [{{status: success, message: '{{{{ .Result }}}}'}}]\n"
-    );
-    let (code, stdout) = check_cli(&cluster, "erroring.yaml", &erroring).await;
-    assert_eq!(code, Some(2), "an error exits 2:\n{stdout}");
-    assert!(
-        stdout.starts_with("replacing the ended Plan autopilot (id preflight-blocks, Completed)"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("CHECK port-free: error\n"), "{stdout}");
-    assert!(
-        stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()[..]
-            == ["worker-0", "error", "98", "in", "use", "on", "worker-0"]),
-        "{stdout}"
-    );
-    assert!(stdout.contains("CHECK version: success\n"), "{stdout}");
-    assert!(stdout.contains(&format!("worker-1      success     0  {V2}")), "{stdout}");
-    drop(held);
-
-    let warning = "checks:\n\
-        - id: marker\n  targets: {global: true}\n\
-        \x20 command: {id: fileExists, data: {path: /nonexistent/k0s-preflight-marker}}\n\
-        \x20 results:\n\
-        \x20   - {status: success, condition: {status_code: 0}, message: present}\n\
-        \x20   - {status: warn, message: 'no marker on {{ .Node }}'}\n";
-    let (code, stdout) = check_cli(&cluster, "warning.yaml", warning).await;
-    assert_eq!(code, Some(1), "a warning exits 1:\n{stdout}");
-    assert!(stdout.contains("CHECK marker: warn\n"), "{stdout}");
-    assert!(stdout.contains("no marker on controller-0"), "{stdout}");
-
-    let passing = "checks:\n\
-        - id: version\n  targets: {global: true}\n  command: {id: k0sVersion}\n\
-        \x20 results: [{status: success, condition: {bool_expr: \"result.startsWith('v')\"}, message: ok}]\n";
-    let (code, stdout) = check_cli(&cluster, "passing.yaml", passing).await;
-    assert_eq!(code, Some(0), "{stdout}");
-    assert!(stdout.ends_with("result: success: every check passed\n"), "{stdout}");
-    let checked = plans.get("autopilot").await.unwrap();
-    assert_eq!(checked.spec.commands.len(), 1, "checks only: no update command");
-    assert_eq!(verdicts(&checked, "version").len(), 3, "{}", status_yaml(&checked));
 }
 
 /// Runs `k0s autopilot check -f <file>` (the file written with `checks`) as the admin;
@@ -474,15 +555,7 @@ async fn scheduler_checks_run_a_pod_on_each_node_on_real_nodes() {
     for name in names {
         wait_node_version(&client, name, &v1).await.unwrap();
     }
-    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client.clone(), keys::NAMESPACE);
-    for template in [
-        pod_template("license-checker", "echo licensed until 2027 > /dev/termination-log"),
-        pod_template("expired", "echo 'license expired' >&2; exit 3"),
-        pod_template("hangs", "sleep 300"),
-    ] {
-        config_maps.create(&Default::default(), &template).await.unwrap();
-    }
+    create_templates(&client).await;
     let hostname = |node: &str| json!({keys::LABEL_HOSTNAME: node});
 
     // 1. Failing Pods: exit code 3 (its stderr the message), a Pod past its deadline (62),
@@ -500,25 +573,7 @@ async fn scheduler_checks_run_a_pod_on_each_node_on_real_nodes() {
         .unwrap();
     let failed =
         wait_plan_state(&client, "autopilot", PlanStateType::PreflightFailed).await.unwrap();
-    let yaml = status_yaml(&failed);
-    eprintln!("the failing scheduler plan's status:\n{yaml}");
-    assert_eq!(
-        verdicts(&failed, "license"),
-        [
-            ("worker-0".into(), CheckStatus::Success, 0),
-            ("worker-1".into(), CheckStatus::Success, 0),
-        ],
-        "all: every Node (the controller runs no kubelet): {yaml}"
-    );
-    assert_eq!(check(&failed, "license").nodes[0].message, "worker-0: licensed until 2027");
-    assert_eq!(verdicts(&failed, "expiry"), [("worker-1".into(), CheckStatus::Error, 3)]);
-    assert_eq!(check(&failed, "expiry").nodes[0].message, "worker-1: 3 license expired");
-    assert_eq!(verdicts(&failed, "hang"), [("worker-0".into(), CheckStatus::Error, 62)]);
-    assert_eq!(verdicts(&failed, "missing"), [("worker-1".into(), CheckStatus::Error, 22)]);
-    assert_eq!(
-        check(&failed, "missing").nodes[0].message,
-        "worker-1: 22 ConfigMap k0s-autopilot/no-such-template does not exist"
-    );
+    check_failed_pods(&failed);
     for (name, (worker, before)) in
         ["worker-0", "worker-1"].iter().zip([w0, w1].iter().zip(&before))
     {
@@ -546,6 +601,43 @@ async fn scheduler_checks_run_a_pod_on_each_node_on_real_nodes() {
     assert_eq!(target(&done, 1, "worker-0").state, TargetState::SignalCompleted, "{yaml}");
     assert_eq!(version_on_disk(w0), V2, "the guarded update ran");
     assert!(check_pods(&client).await.is_empty(), "no check Pod outlives its check");
+}
+
+/// The scheduler checks' Pod templates: one that passes, one that exits 3, one that hangs.
+async fn create_templates(client: &kube::Client) {
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), keys::NAMESPACE);
+    for template in [
+        pod_template("license-checker", "echo licensed until 2027 > /dev/termination-log"),
+        pod_template("expired", "echo 'license expired' >&2; exit 3"),
+        pod_template("hangs", "sleep 300"),
+    ] {
+        config_maps.create(&Default::default(), &template).await.expect("a Pod template");
+    }
+}
+
+/// The failing scheduler checks' verdicts: exit code 3 with its stderr, a Pod past its
+/// deadline (62), a template that does not exist (22).
+fn check_failed_pods(failed: &Plan) {
+    let yaml = status_yaml(failed);
+    eprintln!("the failing scheduler plan's status:\n{yaml}");
+    assert_eq!(
+        verdicts(failed, "license"),
+        [
+            ("worker-0".into(), CheckStatus::Success, 0),
+            ("worker-1".into(), CheckStatus::Success, 0),
+        ],
+        "all: every Node (the controller runs no kubelet): {yaml}"
+    );
+    assert_eq!(check(failed, "license").nodes[0].message, "worker-0: licensed until 2027");
+    assert_eq!(verdicts(failed, "expiry"), [("worker-1".into(), CheckStatus::Error, 3)]);
+    assert_eq!(check(failed, "expiry").nodes[0].message, "worker-1: 3 license expired");
+    assert_eq!(verdicts(failed, "hang"), [("worker-0".into(), CheckStatus::Error, 62)]);
+    assert_eq!(verdicts(failed, "missing"), [("worker-1".into(), CheckStatus::Error, 22)]);
+    assert_eq!(
+        check(failed, "missing").nodes[0].message,
+        "worker-1: 22 ConfigMap k0s-autopilot/no-such-template does not exist"
+    );
 }
 
 /// Asserts `name` got no update signal (scheduler checks signal no agent at all).

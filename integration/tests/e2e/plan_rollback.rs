@@ -313,130 +313,302 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
     let v1 = version_on_disk(&workers[0]);
     assert_ne!(v1, V2);
     let recorder = SignalRecorder::start(&client).await.unwrap();
-    let node = |name: &str| ObjectRef::node(name);
-    let control_node = |name: &str| ObjectRef::control_node(name);
+
+    let scenario = Scenario {
+        cluster: &cluster,
+        client: &client,
+        base: server.base_url(),
+        sha: &sha,
+        controllers: &controllers,
+        workers: &workers,
+        v1: &v1,
+        recorder: &recorder,
+    };
 
     // --- 1. A gate fails on the 3rd of 4 workers: onFailure: Rollback. ---
-    failed_pod_on_worker_2(&client).await;
-    let mut update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 1)));
-    update.gates = vec![pods_running_gate()];
-    let started = Instant::now();
-    create_plan(&client, &plan("autopilot", "gate", vec![k0s_command(update)])).await.unwrap();
-    let rolling = wait_rollback_started(&client).await;
-    let update_took = started.elapsed();
-    let rollback_started = Instant::now();
-    let done = wait_rolled_back(&client).await;
-    let rollback_took = rollback_started.elapsed();
-    eprintln!(
-        "plan_rollback gate: update until the gate failed {:.1} s (3 workers + the 15 s gate), \
-         rollback of 3 workers {:.1} s",
-        secs(update_took),
-        secs(rollback_took)
-    );
-    let reason = rolling.status.as_ref().and_then(|s| s.rollback.as_ref()).map(|r| &r.reason);
-    eprintln!("plan_rollback gate: rollback reason: {reason:?}");
-    assert!(
-        reason.is_some_and(|r| r.contains("gate pods-running failed on worker-2")),
-        "{reason:?}"
-    );
-    let status = command(&done, 0);
-    let lists = status.rollback.as_ref().expect("rollback lists");
-    assert!(lists.controllers.is_empty(), "{}", status_yaml(&done));
-    assert_list(&lists.workers, &["worker-2", "worker-1", "worker-0"], &v1, &done);
-    assert_eq!(target(&done, 0, "worker-3").state, TargetState::SignalPending);
-    assert!(node_signal(&client, "worker-3").await.unwrap().is_none(), "worker-3 never signalled");
-    assert_on(&client, &workers[..3].iter().collect::<Vec<_>>(), &v1).await;
-    let rollbacks =
-        rollback_order(&recorder, "gate", &[node("worker-0"), node("worker-1"), node("worker-2")]);
-    assert_eq!(names(&rollbacks), ["worker-2", "worker-1", "worker-0"], "{rollbacks:?}");
-    for pair in rollbacks.windows(2) {
-        assert!(
-            pair[0].completed.is_some_and(|c| c < pair[1].written),
-            "concurrency 1: {} signalled before {} completed: {rollbacks:?}",
-            pair[1].object,
-            pair[0].object
-        );
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    pods.delete(FAILED_POD, &DeleteParams::default().grace_period(0)).await.unwrap();
-    delete_plan(&client).await;
-
+    scenario.gate_fails().await;
     // --- 2. k0s autopilot rollback after a Completed 3 controllers + 3 workers run. ---
-    let three = &WORKERS[..3];
-    let update = update_to(
-        V2,
-        server.base_url(),
-        &sha,
-        Some(static_nodes(&CONTROLLERS, 1)),
-        Some(static_nodes(three, 2)),
-    );
-    let started = Instant::now();
-    create_plan(&client, &plan("autopilot", "cli", vec![k0s_command(update)])).await.unwrap();
-    wait_plan(&client, "autopilot", RUN_TIMEOUT, "Completed", |p| {
-        state(p) == PlanStateType::Completed
-    })
-    .await
-    .unwrap();
-    let update_took = started.elapsed();
-    let all: Vec<&K0sProcess> = controllers.iter().chain(&workers[..3]).collect();
-    assert_on(&client, &all, V2).await;
-    // What the rollback would do, before asking for it: the nodes put back in the engine's
-    // order (workers first, two at a time, then the controllers one by one), to v1.
-    let previewed = k0s_autopilot(&cluster, &["preview", "--rollback"]).await;
-    eprintln!("plan_rollback cli: k0s autopilot preview --rollback said:\n{previewed}");
-    assert!(previewed.starts_with("Rollback of the run of plan autopilot"), "{previewed}");
-    assert!(previewed.contains(&format!("rollback of k0supdate to {v1}")), "{previewed}");
-    assert!(previewed.contains("The rollback would run."), "{previewed}");
-    let order: Vec<&str> =
-        previewed.lines().filter(|line| line.trim_start().starts_with(char::is_numeric)).collect();
-    assert_eq!(order.len(), 5, "two waves of workers, then three controllers:\n{previewed}");
-    assert!(order[0].contains("Node/") && !order[0].contains("ControlNode/"), "{previewed}");
-    assert!(order[4].contains("ControlNode/"), "{previewed}");
-    let json: serde_json::Value = serde_json::from_str(
-        &k0s_autopilot(&cluster, &["preview", "--rollback", "-o", "json"]).await,
-    )
-    .expect("the preview as JSON");
-    assert_eq!(json["endState"], "RolledBack", "{json}");
-    assert_eq!(json["rollback"], true, "{json}");
-    let unchanged = client_plan(&client).await;
-    assert_eq!(state(&unchanged), PlanStateType::Completed, "a preview writes nothing");
+    scenario.cli_rollback().await;
+    // --- 3. The leader is SIGKILLed mid-rollback; a standby finishes it. ---
+    scenario.failover().await;
+}
 
-    let rollback_started = Instant::now();
-    let said = k0s_autopilot(&cluster, &["rollback"]).await;
-    eprintln!("plan_rollback cli: k0s autopilot rollback said: {said}");
-    // While the rollback runs: what an operator sees.
-    let plans: Api<Plan> = Api::all(client.clone());
-    wait_for(RUN_TIMEOUT, "a node being rolled back", || async {
-        let plan = plans.get(keys::PLAN_NAME).await?;
-        let sent = plan
-            .status
+/// What the steps of [`rollbacks_put_every_changed_node_back_on_what_it_ran`] share.
+struct Scenario<'a> {
+    /// The cluster (`k0s autopilot` runs against it).
+    cluster: &'a Cluster,
+    /// An admin client.
+    client: &'a kube::Client,
+    /// The v2 payload's server and sha256.
+    base: &'a str,
+    sha: &'a str,
+    /// The 3 controllers.
+    controllers: &'a [K0sProcess],
+    /// The 4 workers.
+    workers: &'a [K0sProcess],
+    /// The version every node ran before.
+    v1: &'a str,
+    /// Every signal phase, in etcd order.
+    recorder: &'a SignalRecorder,
+}
+
+impl Scenario<'_> {
+    /// Step 1: a gate fails on the 3rd of 4 workers: onFailure: Rollback puts the three
+    /// changed workers back, newest first, one at a time.
+    async fn gate_fails(&self) {
+        let node = |name: &str| ObjectRef::node(name);
+        failed_pod_on_worker_2(self.client).await;
+        let mut update = update_to(V2, self.base, self.sha, None, Some(static_nodes(&WORKERS, 1)));
+        update.gates = vec![pods_running_gate()];
+        let started = Instant::now();
+        create_plan(self.client, &plan("autopilot", "gate", vec![k0s_command(update)]))
+            .await
+            .expect("creating the plan");
+        let rolling = wait_rollback_started(self.client).await;
+        let update_took = started.elapsed();
+        let rollback_started = Instant::now();
+        let done = wait_rolled_back(self.client).await;
+        let rollback_took = rollback_started.elapsed();
+        eprintln!(
+            "plan_rollback gate: update until the gate failed {:.1} s (3 workers + the 15 s gate), \
+             rollback of 3 workers {:.1} s",
+            secs(update_took),
+            secs(rollback_took)
+        );
+        let reason = rolling.status.as_ref().and_then(|s| s.rollback.as_ref()).map(|r| &r.reason);
+        eprintln!("plan_rollback gate: rollback reason: {reason:?}");
+        assert!(
+            reason.is_some_and(|r| r.contains("gate pods-running failed on worker-2")),
+            "{reason:?}"
+        );
+        let status = command(&done, 0);
+        let lists = status.rollback.as_ref().expect("rollback lists");
+        assert!(lists.controllers.is_empty(), "{}", status_yaml(&done));
+        assert_list(&lists.workers, &["worker-2", "worker-1", "worker-0"], self.v1, &done);
+        assert_eq!(target(&done, 0, "worker-3").state, TargetState::SignalPending);
+        assert!(
+            node_signal(self.client, "worker-3").await.expect("reading the signal").is_none(),
+            "worker-3 never signalled"
+        );
+        assert_on(self.client, &self.workers[..3].iter().collect::<Vec<_>>(), self.v1).await;
+        let rollbacks = rollback_order(
+            self.recorder,
+            "gate",
+            &[node("worker-0"), node("worker-1"), node("worker-2")],
+        );
+        assert_eq!(names(&rollbacks), ["worker-2", "worker-1", "worker-0"], "{rollbacks:?}");
+        for pair in rollbacks.windows(2) {
+            assert!(
+                pair[0].completed.is_some_and(|c| c < pair[1].written),
+                "concurrency 1: {} signalled before {} completed: {rollbacks:?}",
+                pair[1].object,
+                pair[0].object
+            );
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        pods.delete(FAILED_POD, &DeleteParams::default().grace_period(0))
+            .await
+            .expect("deleting the failed Pod");
+        delete_plan(self.client).await;
+    }
+
+    /// Step 2: `k0s autopilot rollback` after a Completed 3 controllers + 3 workers run:
+    /// workers first, two at a time, newest first, then the controllers one by one.
+    async fn cli_rollback(&self) {
+        let node = |name: &str| ObjectRef::node(name);
+        let control_node = |name: &str| ObjectRef::control_node(name);
+        let three = &WORKERS[..3];
+        let update = update_to(
+            V2,
+            self.base,
+            self.sha,
+            Some(static_nodes(&CONTROLLERS, 1)),
+            Some(static_nodes(three, 2)),
+        );
+        let started = Instant::now();
+        create_plan(self.client, &plan("autopilot", "cli", vec![k0s_command(update)]))
+            .await
+            .expect("creating the plan");
+        wait_plan(self.client, "autopilot", RUN_TIMEOUT, "Completed", |p| {
+            state(p) == PlanStateType::Completed
+        })
+        .await
+        .expect("the run completes");
+        let update_took = started.elapsed();
+        let all: Vec<&K0sProcess> = self.controllers.iter().chain(&self.workers[..3]).collect();
+        assert_on(self.client, &all, V2).await;
+        // What the rollback would do, before asking for it.
+        self.preview_rollback().await;
+        let rollback_started = Instant::now();
+        let said = k0s_autopilot(self.cluster, &["rollback"]).await;
+        eprintln!("plan_rollback cli: k0s autopilot rollback said: {said}");
+        // While the rollback runs: what an operator sees.
+        self.watch_rolling_back().await;
+        let done = wait_rolled_back(self.client).await;
+        let rollback_took = rollback_started.elapsed();
+        eprintln!(
+            "plan_rollback cli: update of 3 controllers + 3 workers {:.1} s, rollback {:.1} s",
+            secs(update_took),
+            secs(rollback_took)
+        );
+        let lists = command(&done, 0).rollback.as_ref().expect("rollback lists");
+        assert_list(&lists.workers, &["worker-2", "worker-1", "worker-0"], self.v1, &done);
+        assert_list(
+            &lists.controllers,
+            &["controller-2", "controller-1", "controller-0"],
+            self.v1,
+            &done,
+        );
+        assert_on(self.client, &all, self.v1).await;
+        let changed: Vec<ObjectRef> = CONTROLLERS
             .iter()
-            .flat_map(|s| &s.commands)
-            .filter_map(|c| c.rollback.as_ref())
-            .flat_map(|l| l.workers.iter().chain(&l.controllers))
-            .any(|t| t.state == TargetState::SignalSent);
-        Ok(sent.then_some(()))
-    })
-    .await
-    .unwrap();
-    let screen = k0s_autopilot(&cluster, &["status"]).await;
-    eprintln!("plan_rollback cli: k0s autopilot status during the rollback:\n{screen}");
-    assert!(screen.contains("rolling back"), "the status says so:\n{screen}");
-    assert!(!screen.contains("WorkerNotReady"), "a rollback step is no warning:\n{screen}");
-    let done = wait_rolled_back(&client).await;
-    let rollback_took = rollback_started.elapsed();
-    eprintln!(
-        "plan_rollback cli: update of 3 controllers + 3 workers {:.1} s, rollback {:.1} s",
-        secs(update_took),
-        secs(rollback_took)
-    );
-    let lists = command(&done, 0).rollback.as_ref().expect("rollback lists");
-    assert_list(&lists.workers, &["worker-2", "worker-1", "worker-0"], &v1, &done);
-    assert_list(&lists.controllers, &["controller-2", "controller-1", "controller-0"], &v1, &done);
-    assert_on(&client, &all, &v1).await;
-    let changed: Vec<ObjectRef> =
-        CONTROLLERS.iter().map(|c| control_node(c)).chain(three.iter().map(|w| node(w))).collect();
-    let rollbacks = rollback_order(&recorder, "cli", &changed);
+            .map(|c| control_node(c))
+            .chain(three.iter().map(|w| node(w)))
+            .collect();
+        let rollbacks = rollback_order(self.recorder, "cli", &changed);
+        check_cli_rollback_order(&rollbacks);
+        delete_plan(self.client).await;
+    }
+
+    /// What the rollback would do, before asking for it: the nodes put back in the
+    /// engine's order (workers first, two at a time, then the controllers one by one), to v1.
+    async fn preview_rollback(&self) {
+        let v1 = self.v1;
+        let previewed = k0s_autopilot(self.cluster, &["preview", "--rollback"]).await;
+        eprintln!("plan_rollback cli: k0s autopilot preview --rollback said:\n{previewed}");
+        assert!(previewed.starts_with("Rollback of the run of plan autopilot"), "{previewed}");
+        assert!(previewed.contains(&format!("rollback of k0supdate to {v1}")), "{previewed}");
+        assert!(previewed.contains("The rollback would run."), "{previewed}");
+        let order: Vec<&str> = previewed
+            .lines()
+            .filter(|line| line.trim_start().starts_with(char::is_numeric))
+            .collect();
+        assert_eq!(order.len(), 5, "two waves of workers, then three controllers:\n{previewed}");
+        assert!(order[0].contains("Node/") && !order[0].contains("ControlNode/"), "{previewed}");
+        assert!(order[4].contains("ControlNode/"), "{previewed}");
+        let json: serde_json::Value = serde_json::from_str(
+            &k0s_autopilot(self.cluster, &["preview", "--rollback", "-o", "json"]).await,
+        )
+        .expect("the preview as JSON");
+        assert_eq!(json["endState"], "RolledBack", "{json}");
+        assert_eq!(json["rollback"], true, "{json}");
+        let unchanged = client_plan(self.client).await;
+        assert_eq!(state(&unchanged), PlanStateType::Completed, "a preview writes nothing");
+    }
+
+    /// While the rollback runs: a node is being rolled back and `k0s autopilot status` says
+    /// so, with no warning.
+    async fn watch_rolling_back(&self) {
+        let plans: Api<Plan> = Api::all(self.client.clone());
+        wait_for(RUN_TIMEOUT, "a node being rolled back", || async {
+            let plan = plans.get(keys::PLAN_NAME).await?;
+            let sent = plan
+                .status
+                .iter()
+                .flat_map(|s| &s.commands)
+                .filter_map(|c| c.rollback.as_ref())
+                .flat_map(|l| l.workers.iter().chain(&l.controllers))
+                .any(|t| t.state == TargetState::SignalSent);
+            Ok(sent.then_some(()))
+        })
+        .await
+        .expect("a node being rolled back");
+        let screen = k0s_autopilot(self.cluster, &["status"]).await;
+        eprintln!("plan_rollback cli: k0s autopilot status during the rollback:\n{screen}");
+        assert!(screen.contains("rolling back"), "the status says so:\n{screen}");
+        assert!(!screen.contains("WorkerNotReady"), "a rollback step is no warning:\n{screen}");
+    }
+
+    /// Step 3: the leader is SIGKILLed mid-rollback; a standby finishes it.
+    async fn failover(&self) {
+        let node = |name: &str| ObjectRef::node(name);
+        let update = update_to(V2, self.base, self.sha, None, Some(static_nodes(&WORKERS, 2)));
+        let started = Instant::now();
+        create_plan(self.client, &plan("autopilot", "failover", vec![k0s_command(update)]))
+            .await
+            .expect("creating the plan");
+        wait_plan(self.client, "autopilot", RUN_TIMEOUT, "Completed", |p| {
+            state(p) == PlanStateType::Completed
+        })
+        .await
+        .expect("the run completes");
+        let update_took = started.elapsed();
+        let fleet: Vec<&K0sProcess> = self.workers.iter().collect();
+        assert_on(self.client, &fleet, V2).await;
+        let rollback_started = Instant::now();
+        k0s_autopilot(self.cluster, &["rollback"]).await;
+        let first = wait_for(RUN_TIMEOUT, "the first rollback signal", || async {
+            let by_object = signals_of(self.recorder, "failover");
+            Ok(by_object.values().find_map(|s| s.get(1).cloned()))
+        })
+        .await
+        .expect("the first rollback signal");
+        let killed_at = self.kill_the_leader(&first).await;
+        let done = wait_rolled_back(self.client).await;
+        let rollback_took = rollback_started.elapsed();
+        eprintln!(
+            "plan_rollback failover: update of 4 workers {:.1} s, rollback with a failover {:.1} s",
+            secs(update_took),
+            secs(rollback_took)
+        );
+        let lists = command(&done, 0).rollback.as_ref().expect("rollback lists");
+        assert_list(
+            &lists.workers,
+            &["worker-3", "worker-2", "worker-1", "worker-0"],
+            self.v1,
+            &done,
+        );
+        assert_on(self.client, &fleet, self.v1).await;
+        let changed: Vec<ObjectRef> = WORKERS.iter().map(|w| node(w)).collect();
+        let rollbacks = rollback_order(self.recorder, "failover", &changed);
+        eprintln!("plan_rollback failover: rollback order {:?}", names(&rollbacks));
+        assert!(max_in_flight(&rollbacks) <= 2, "at most 2 at a time: {rollbacks:?}");
+        let mut first_two = names(&rollbacks)[..2].to_vec();
+        first_two.sort_unstable();
+        assert_eq!(first_two, ["worker-2", "worker-3"], "newest first: {rollbacks:?}");
+        let by_standby: Vec<&str> = rollbacks
+            .iter()
+            .filter(|s| s.written > killed_at)
+            .map(|s| s.object.name.as_str())
+            .collect();
+        eprintln!("plan_rollback failover: signalled by the standby: {by_standby:?}");
+        assert!(!by_standby.is_empty(), "the standby signalled the rest: {rollbacks:?}");
+    }
+
+    /// Kills the leader once `first` is being rolled back and waits for a new one; returns
+    /// the Nodes' revision at the kill.
+    async fn kill_the_leader(&self, first: &Signalled) -> u64 {
+        let old_identity =
+            leader_identity(self.client).await.expect("reading the leader").expect("a leader");
+        let old_leader =
+            leader(self.client).await.expect("reading the leader").expect("a leader index");
+        self.controllers[old_leader].kill().expect("killing the leader");
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let killed_at: u64 = nodes
+            .list_metadata(&Default::default())
+            .await
+            .expect("listing the Nodes")
+            .metadata
+            .resource_version
+            .and_then(|rv| rv.parse().ok())
+            .expect("the list's revision");
+        eprintln!(
+            "plan_rollback failover: {} rolling back; killed the leader {old_identity}",
+            first.object
+        );
+        let new_identity = wait_for(FAILOVER, "a new leader", || async {
+            Ok(leader_identity(self.client).await?.filter(|h| *h != old_identity))
+        })
+        .await
+        .expect("a new leader");
+        eprintln!("plan_rollback failover: {new_identity} took over");
+        killed_at
+    }
+}
+
+/// The order of the CLI rollback: the controllers newest first, after every worker and one
+/// at a time; the workers at most two at a time, newest first.
+fn check_cli_rollback_order(rollbacks: &[Signalled]) {
     let (back_workers, back_controllers): (Vec<_>, Vec<_>) =
         rollbacks.iter().cloned().partition(|s| s.object.kind == ObjectKind::Node);
     assert_eq!(names(&back_controllers), ["controller-2", "controller-1", "controller-0"]);
@@ -455,74 +627,6 @@ async fn rollbacks_put_every_changed_node_back_on_what_it_ran() {
             "controllers one at a time: {rollbacks:?}"
         );
     }
-    delete_plan(&client).await;
-
-    // --- 3. The leader is SIGKILLed mid-rollback; a standby finishes it. ---
-    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 2)));
-    let started = Instant::now();
-    create_plan(&client, &plan("autopilot", "failover", vec![k0s_command(update)])).await.unwrap();
-    wait_plan(&client, "autopilot", RUN_TIMEOUT, "Completed", |p| {
-        state(p) == PlanStateType::Completed
-    })
-    .await
-    .unwrap();
-    let update_took = started.elapsed();
-    let fleet: Vec<&K0sProcess> = workers.iter().collect();
-    assert_on(&client, &fleet, V2).await;
-    let rollback_started = Instant::now();
-    k0s_autopilot(&cluster, &["rollback"]).await;
-    let first = wait_for(RUN_TIMEOUT, "the first rollback signal", || async {
-        let by_object = signals_of(&recorder, "failover");
-        Ok(by_object.values().find_map(|s| s.get(1).cloned()))
-    })
-    .await
-    .unwrap();
-    let old_identity = leader_identity(&client).await.unwrap().expect("a leader");
-    let old_leader = leader(&client).await.unwrap().expect("a leader index");
-    controllers[old_leader].kill().unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let killed_at: u64 = nodes
-        .list_metadata(&Default::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .and_then(|rv| rv.parse().ok())
-        .expect("the list's revision");
-    eprintln!(
-        "plan_rollback failover: {} rolling back; killed the leader {old_identity}",
-        first.object
-    );
-    let new_identity = wait_for(FAILOVER, "a new leader", || async {
-        Ok(leader_identity(&client).await?.filter(|h| *h != old_identity))
-    })
-    .await
-    .unwrap();
-    eprintln!("plan_rollback failover: {new_identity} took over");
-    let done = wait_rolled_back(&client).await;
-    let rollback_took = rollback_started.elapsed();
-    eprintln!(
-        "plan_rollback failover: update of 4 workers {:.1} s, rollback with a failover {:.1} s",
-        secs(update_took),
-        secs(rollback_took)
-    );
-    let lists = command(&done, 0).rollback.as_ref().expect("rollback lists");
-    assert_list(&lists.workers, &["worker-3", "worker-2", "worker-1", "worker-0"], &v1, &done);
-    assert_on(&client, &fleet, &v1).await;
-    let changed: Vec<ObjectRef> = WORKERS.iter().map(|w| node(w)).collect();
-    let rollbacks = rollback_order(&recorder, "failover", &changed);
-    eprintln!("plan_rollback failover: rollback order {:?}", names(&rollbacks));
-    assert!(max_in_flight(&rollbacks) <= 2, "at most 2 at a time: {rollbacks:?}");
-    let mut first_two = names(&rollbacks)[..2].to_vec();
-    first_two.sort_unstable();
-    assert_eq!(first_two, ["worker-2", "worker-3"], "newest first: {rollbacks:?}");
-    let by_standby: Vec<&str> = rollbacks
-        .iter()
-        .filter(|s| s.written > killed_at)
-        .map(|s| s.object.name.as_str())
-        .collect();
-    eprintln!("plan_rollback failover: signalled by the standby: {by_standby:?}");
-    assert!(!by_standby.is_empty(), "the standby signalled the rest: {rollbacks:?}");
 }
 
 /// The Plan `autopilot` as it is now.

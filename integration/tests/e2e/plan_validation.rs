@@ -45,37 +45,7 @@ async fn plans_no_node_could_run_are_refused_up_front_with_the_field_named() {
 
     // (a) The API server refuses what the schema can refuse, naming the field.
     let url_field = format!("spec.commands[0].k0supdate.platforms.{platform}.url");
-    let refusals: Vec<(&str, Plan, &str)> = vec![
-        (
-            "an empty k0supdate version",
-            plan_with(|update| update.version = String::new()),
-            "spec.commands[0].k0supdate.version",
-        ),
-        (
-            "a k0supdate version with a space",
-            plan_with(|update| update.version = "v1.35.0 +k0s.0".to_owned()),
-            "spec.commands[0].k0supdate.version",
-        ),
-        (
-            "a URL without a scheme",
-            plan_with(|update| {
-                for entry in update.platforms.values_mut() {
-                    entry.url = "example.invalid/k0s".to_owned();
-                }
-            }),
-            &url_field,
-        ),
-        (
-            "an empty airgapupdate version",
-            plan(
-                PLAN_NAME,
-                "validation",
-                vec![airgap_with(|airgap| airgap.version = String::new())],
-            ),
-            "spec.commands[0].airgapupdate.version",
-        ),
-        ("an empty id", plan(PLAN_NAME, "", vec![k0s_command(worker_update())]), "spec.id"),
-    ];
+    let refusals = schema_refusals(&url_field);
     let plans: Api<Plan> = Api::all(client.clone());
     for (case, plan, field) in refusals {
         let created =
@@ -94,10 +64,77 @@ async fn plans_no_node_could_run_are_refused_up_front_with_the_field_named() {
     }
 
     // (b) The engine refuses, in its first pass, what no node or scheduler could act on.
+    let cases = engine_refusals(&platform);
+    for (case, plan, description) in cases {
+        let (ended, states) = create_and_follow(&client, &plan).await;
+        assert_eq!(
+            states,
+            [PlanStateType::Warning],
+            "{case}: the plan went through other states first:\n{}",
+            status_yaml(&ended)
+        );
+        let command = command(&ended, 0);
+        assert_eq!(command.state, PlanStateType::Warning, "{case}:\n{}", status_yaml(&ended));
+        let said = command.description.as_deref().unwrap_or_default();
+        assert!(said.starts_with(&description), "{case}: {said}");
+        assert_no_signal(&client, &responder, case).await;
+        delete_plan(&client).await;
+    }
+
+    // The same cluster runs a plan it can: validation refuses the fields, not the cluster.
+    let good = plan_with(|update| {
+        let limits = workers_limits(update);
+        limits.concurrent = Concurrency::Percent(50);
+        limits.max_failures = Some(0);
+    });
+    let (ended, states) = create_and_follow(&client, &good).await;
+    assert_eq!(ended.status.as_ref().map(|s| s.state), Some(PlanStateType::Completed));
+    assert!(!states.contains(&PlanStateType::Warning), "{states:?}");
+    assert!(responder.log().was_signalled(&integration::responder::ObjectRef::node("worker-0")));
+}
+
+/// The plans the API server's schema refuses: the case, the plan, the field it names.
+fn schema_refusals(url_field: &str) -> Vec<(&'static str, Plan, &str)> {
+    vec![
+        (
+            "an empty k0supdate version",
+            plan_with(|update| update.version = String::new()),
+            "spec.commands[0].k0supdate.version",
+        ),
+        (
+            "a k0supdate version with a space",
+            plan_with(|update| update.version = "v1.35.0 +k0s.0".to_owned()),
+            "spec.commands[0].k0supdate.version",
+        ),
+        (
+            "a URL without a scheme",
+            plan_with(|update| {
+                for entry in update.platforms.values_mut() {
+                    entry.url = "example.invalid/k0s".to_owned();
+                }
+            }),
+            url_field,
+        ),
+        (
+            "an empty airgapupdate version",
+            plan(
+                PLAN_NAME,
+                "validation",
+                vec![airgap_with(|airgap| airgap.version = String::new())],
+            ),
+            "spec.commands[0].airgapupdate.version",
+        ),
+        ("an empty id", plan(PLAN_NAME, "", vec![k0s_command(worker_update())]), "spec.id"),
+    ]
+}
+
+/// The plans the engine refuses in its first pass: the case, the plan, the start of the
+/// description it gives.
+fn engine_refusals(platform: &str) -> Vec<(&'static str, Plan, String)> {
     let workers_path = "commands[0].k0supdate.targets.workers.limits";
     let controllers_path = "commands[0].k0supdate.targets.controllers.limits";
     let bad_port = "http://127.0.0.1:port/k0s";
-    let cases: Vec<(&str, Plan, String)> = vec![
+    vec![
         (
             "a soak that is not a duration",
             plan_with(|update| {
@@ -136,33 +173,7 @@ async fn plans_no_node_could_run_are_refused_up_front_with_the_field_named() {
             "commands[0].airgapupdate.version: \"v1.35.0\\u{a0}+k0s.0\" contains whitespace"
                 .to_owned(),
         ),
-    ];
-    for (case, plan, description) in cases {
-        let (ended, states) = create_and_follow(&client, &plan).await;
-        assert_eq!(
-            states,
-            [PlanStateType::Warning],
-            "{case}: the plan went through other states first:\n{}",
-            status_yaml(&ended)
-        );
-        let command = command(&ended, 0);
-        assert_eq!(command.state, PlanStateType::Warning, "{case}:\n{}", status_yaml(&ended));
-        let said = command.description.as_deref().unwrap_or_default();
-        assert!(said.starts_with(&description), "{case}: {said}");
-        assert_no_signal(&client, &responder, case).await;
-        delete_plan(&client).await;
-    }
-
-    // The same cluster runs a plan it can: validation refuses the fields, not the cluster.
-    let good = plan_with(|update| {
-        let limits = workers_limits(update);
-        limits.concurrent = Concurrency::Percent(50);
-        limits.max_failures = Some(0);
-    });
-    let (ended, states) = create_and_follow(&client, &good).await;
-    assert_eq!(ended.status.as_ref().map(|s| s.state), Some(PlanStateType::Completed));
-    assert!(!states.contains(&PlanStateType::Warning), "{states:?}");
-    assert!(responder.log().was_signalled(&integration::responder::ObjectRef::node("worker-0")));
+    ]
 }
 
 /// A forced k0supdate of worker-0 (this machine's platform, a digest), as a valid plan

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{BetweenGroups, Plan, PlanResourceUrl, PlanStateType, TargetState};
+use autopilot_api::v1beta2::{
+    BetweenGroups, Plan, PlanCommandK0sUpdate, PlanResourceUrl, PlanStateType, TargetState,
+};
 use integration::http::FileServer;
 use integration::signals::{ObjectRef, SignalRecorder};
 use k8s_openapi::api::core::v1::Node;
@@ -90,32 +92,12 @@ async fn zones_go_in_order_one_at_a_time_and_a_failure_in_zone_b_leaves_zone_c_u
             .await
             .unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
-    for (name, zone) in WORKERS {
-        let mut labels = json!({ ZONE: zone });
-        if name == FAILING {
-            labels[keys::LABEL_ARCH] = json!(other_arch());
-        }
-        let patch = json!({ "metadata": { "labels": labels } });
-        nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    }
+    label_zones(&nodes).await;
     let zone_c: Vec<_> =
         workers.iter().filter(|w| zone(w.node_name()) == "c").map(|w| (w, Before::of(w))).collect();
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
-    let mut waves = static_nodes(&names, 2);
-    waves.limits.group_by = Some(ZONE.to_owned());
-    waves.limits.between_groups = Some(BetweenGroups { soak: Some(SOAK_SPEC.to_owned()) });
-    let mut update = update_to(V2, server.base_url(), &sha, None, Some(waves));
-    // The failing worker's Node claims another platform: the leader sends it that entry's
-    // payload, which its agent (which knows its own platform) refuses.
-    update.platforms.insert(
-        format!("linux-{}", other_arch()),
-        PlanResourceUrl {
-            url: format!("{}/other/k0s", server.base_url()),
-            sha256: Some(sha.clone()),
-            ..Default::default()
-        },
-    );
+    let update = waves_update(&names, server.base_url(), &sha);
     create_plan(&client, &plan("autopilot", "waves", vec![k0s_command(update)])).await.unwrap();
 
     // Once the run has started (the groups are frozen), worker-3 moves itself into zone a.
@@ -128,24 +110,75 @@ async fn zones_go_in_order_one_at_a_time_and_a_failure_in_zone_b_leaves_zone_c_u
     nodes.patch("worker-3", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 
     // Every status the run goes through: never two zones in flight; the reasons it gave.
+    let ended = follow_waves(&client).await;
+
+    // The outcome: zone a and the rest of zone b updated, worker-2 failed, zone c pending.
+    check_outcome(&client, &ended, &workers, &zone_c).await;
+
+    // Zone order in etcd revision order: every signal of zone b was written after both of
+    // zone a's workers completed, and no zone c node ever carried a signal.
+    check_zone_order(&recorder);
+}
+
+/// Labels every worker with its zone; the failing worker's Node also claims another
+/// architecture.
+async fn label_zones(nodes: &Api<Node>) {
+    for (name, zone) in WORKERS {
+        let mut labels = json!({ ZONE: zone });
+        if name == FAILING {
+            labels[keys::LABEL_ARCH] = json!(other_arch());
+        }
+        let patch = json!({ "metadata": { "labels": labels } });
+        nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("labelling a Node");
+    }
+}
+
+/// The update: the workers in waves by zone, two at a time, with a soak between the zones;
+/// the other architecture's entry serves the same payload.
+fn waves_update(names: &[&str], base_url: &str, sha: &str) -> PlanCommandK0sUpdate {
+    let mut waves = static_nodes(names, 2);
+    waves.limits.group_by = Some(ZONE.to_owned());
+    waves.limits.between_groups = Some(BetweenGroups { soak: Some(SOAK_SPEC.to_owned()) });
+    let mut update = update_to(V2, base_url, sha, None, Some(waves));
+    // The failing worker's Node claims another platform: the leader sends it that entry's
+    // payload, which its agent (which knows its own platform) refuses.
+    update.platforms.insert(
+        format!("linux-{}", other_arch()),
+        PlanResourceUrl {
+            url: format!("{base_url}/other/k0s"),
+            sha256: Some(sha.to_owned()),
+            ..Default::default()
+        },
+    );
+    update
+}
+
+/// Follows the run until it ends ApplyFailed: never two zones in flight, and the reasons it
+/// gave name the first group's update and its soak. Returns the ended plan.
+async fn follow_waves(client: &kube::Client) -> Plan {
     let violations = Mutex::new(Vec::new());
     let reasons = Mutex::new(Vec::new());
-    let ended = wait_plan(&client, "autopilot", PLAN_TIMEOUT, "the plan to end ApplyFailed", |p| {
+    let ended = wait_plan(client, "autopilot", PLAN_TIMEOUT, "the plan to end ApplyFailed", |p| {
         let zones = zones_in_flight(p);
         if zones.len() > 1 {
-            violations.lock().unwrap().push(format!("{zones:?}:\n{}", status_yaml(p)));
+            violations
+                .lock()
+                .expect("the violations")
+                .push(format!("{zones:?}:\n{}", status_yaml(p)));
         }
         if let Some(reason) = p.status.as_ref().and_then(|s| s.commands.first()?.reason.clone()) {
-            reasons.lock().unwrap().push(reason);
+            reasons.lock().expect("the reasons").push(reason);
         }
         state(p) == PlanStateType::ApplyFailed
     })
     .await
-    .unwrap();
-    let status = status_yaml(&ended);
-    let violations = violations.into_inner().unwrap();
+    .expect("the plan to end ApplyFailed");
+    let violations = violations.into_inner().expect("the violations");
     assert!(violations.is_empty(), "two zones in flight: {violations:#?}");
-    let reasons = reasons.into_inner().unwrap();
+    let reasons = reasons.into_inner().expect("the reasons");
     eprintln!("reasons seen: {reasons:#?}");
     assert!(
         reasons.iter().any(|r| r.starts_with(&format!("updating group {ZONE}=a (1 of 3)"))),
@@ -156,11 +189,22 @@ async fn zones_go_in_order_one_at_a_time_and_a_failure_in_zone_b_leaves_zone_c_u
         "{reasons:#?}"
     );
 
-    // The outcome: zone a and the rest of zone b updated, worker-2 failed, zone c pending.
-    let description = command(&ended, 0).description.clone().unwrap_or_default();
+    ended
+}
+
+/// The outcome: zone a and the rest of zone b updated, worker-2 failed (its agent refused
+/// the other platform's payload), zone c untouched and never signalled.
+async fn check_outcome(
+    client: &kube::Client,
+    ended: &Plan,
+    workers: &[integration::K0sProcess],
+    zone_c: &[(&integration::K0sProcess, Before)],
+) {
+    let status = status_yaml(ended);
+    let description = command(ended, 0).description.clone().unwrap_or_default();
     assert!(description.contains(FAILING), "the description names {FAILING}:\n{status}");
     for (name, zone) in WORKERS {
-        let target = target(&ended, 0, name);
+        let target = target(ended, 0, name);
         assert_eq!(target.group.as_deref(), Some(zone), "{name}'s group is frozen:\n{status}");
         let expected = match (name, zone) {
             (FAILING, _) => TargetState::SignalApplyFailed,
@@ -169,27 +213,30 @@ async fn zones_go_in_order_one_at_a_time_and_a_failure_in_zone_b_leaves_zone_c_u
         };
         assert_eq!(target.state, expected, "{name}:\n{status}");
     }
-    for process in &workers {
+    for process in workers {
         let name = process.node_name();
         if in_zone("a").contains(&name) || name == "worker-5" {
             assert_eq!(version_on_disk(process), V2, "{name} updated");
         }
     }
-    for (process, before) in &zone_c {
+    for (process, before) in zone_c {
         before.assert_untouched(process, process.node_name());
         assert!(
-            node_signal(&client, process.node_name()).await.unwrap().is_none(),
+            node_signal(client, process.node_name()).await.expect("reading the signal").is_none(),
             "{} never signalled",
             process.node_name()
         );
     }
-    let failing = node_signal(&client, FAILING).await.unwrap().expect("a signal");
+    let failing =
+        node_signal(client, FAILING).await.expect("reading the signal").expect("a signal");
     let answer = failing.status.expect("an answer");
     assert_eq!(answer.status, SignalPhase::Failed, "{answer:?}");
     assert!(answer.reason.as_deref().is_some_and(|r| r.starts_with("refused: ")), "{answer:?}");
+}
 
-    // Zone order in etcd revision order: every signal of zone b was written after both of
-    // zone a's workers completed, and no zone c node ever carried a signal.
+/// Zone order in etcd revision order: every signal of zone b was written after both of
+/// zone a's workers completed and the soak, and no zone c node ever carried a signal.
+fn check_zone_order(recorder: &SignalRecorder) {
     let by_object = recorder.by_object();
     let seen = |name: &str| by_object.get(&ObjectRef::node(name)).cloned().unwrap_or_default();
     let zone_a_done = in_zone("a")
@@ -213,11 +260,11 @@ async fn zones_go_in_order_one_at_a_time_and_a_failure_in_zone_b_leaves_zone_c_u
         );
         // And only after the soak between the groups (the leader's clock and the agents'
         // are this machine's).
-        let created: jiff::Timestamp = first.created.parse().unwrap();
+        let created: jiff::Timestamp = first.created.parse().expect("a timestamp");
         for done in &zone_a_done {
             let completed: jiff::Timestamp =
-                done.timestamp.as_deref().expect("a timestamp").parse().unwrap();
-            let soak = jiff::SignedDuration::try_from(Duration::from_secs(2)).unwrap();
+                done.timestamp.as_deref().expect("a timestamp").parse().expect("a timestamp");
+            let soak = jiff::SignedDuration::try_from(Duration::from_secs(2)).expect("a soak");
             assert!(
                 created >= completed + soak,
                 "{name} signalled at {created}, {} completed at {completed}",

@@ -123,7 +123,19 @@ async fn a_window_closing_mid_plan_holds_new_nodes_opening_resumes_and_time_zone
     delete_plan(&client).await;
 
     // A weekly range written for Tokyo's wall clock (it started a minute ago there).
-    let tokyo = Timestamp::now().in_tz("Asia/Tokyo").unwrap() - SignedDuration::from_mins(1);
+    weekly_ranges_count_in_their_time_zone(&client, &server, &sha).await;
+}
+
+/// A weekly range written for Tokyo's wall clock (it started a minute ago there): read as
+/// UTC it opens 9 hours later and holds the plan; in `Asia/Tokyo` it is open and the plan
+/// completes.
+async fn weekly_ranges_count_in_their_time_zone(
+    client: &kube::Client,
+    server: &FileServer,
+    sha: &str,
+) {
+    let tokyo = Timestamp::now().in_tz("Asia/Tokyo").expect("Tokyo's time zone")
+        - SignedDuration::from_mins(1);
     let weekly = |time_zone: Option<&str>| PlanWindow {
         time_zone: time_zone.map(Into::into),
         weekly: vec![WeeklyRange {
@@ -135,24 +147,24 @@ async fn a_window_closing_mid_plan_holds_new_nodes_opening_resumes_and_time_zone
     };
     // Read as UTC, the same wall clock is 9 hours later (Tokyo has no daylight saving time).
     let minute = tokyo.timestamp().as_second() / 60 * 60;
-    let utc_opens = Timestamp::from_second(minute).unwrap() + SignedDuration::from_hours(9);
-    let utc = windowed("window-utc", &server, &sha, &WORKERS[..1], weekly(None));
-    create_plan(&client, &utc).await.unwrap();
+    let utc_opens =
+        Timestamp::from_second(minute).expect("a timestamp") + SignedDuration::from_hours(9);
+    let utc = windowed("window-utc", server, sha, &WORKERS[..1], weekly(None));
+    create_plan(client, &utc).await.expect("creating the plan");
     let held = wait_reason(
-        &client,
+        client,
         &format!("waiting for the window (opens {})", format_timestamp(utc_opens)),
     )
     .await;
     assert_eq!(target(&held, 0, "worker-0").state, TargetState::SignalPending);
-    delete_plan(&client).await;
+    delete_plan(client).await;
 
-    let in_tokyo =
-        windowed("window-tokyo", &server, &sha, &WORKERS[..1], weekly(Some("Asia/Tokyo")));
-    create_plan(&client, &in_tokyo).await.unwrap();
-    let done = wait_plan(&client, "autopilot", PLAN_TIMEOUT, "Completed", |p| {
+    let in_tokyo = windowed("window-tokyo", server, sha, &WORKERS[..1], weekly(Some("Asia/Tokyo")));
+    create_plan(client, &in_tokyo).await.expect("creating the plan");
+    let done = wait_plan(client, "autopilot", PLAN_TIMEOUT, "Completed", |p| {
         state(p) == PlanStateType::Completed
     })
     .await
-    .unwrap();
+    .expect("the plan completes");
     assert_eq!(target(&done, 0, "worker-0").state, TargetState::SignalCompleted);
 }

@@ -62,32 +62,10 @@ async fn a_real_prometheus_scrapes_the_nodes_and_the_leaders_client_reads_them()
     // The production client, as the leader builds it, over plain http to loopback.
     let http = HttpsClientBuilder::new(rustls::RootCertStore::empty()).build().unwrap();
     let timeout = Duration::from_secs(10);
-    let mut up = instant_query(&http, &prom.base_url(), "up", timeout).await.unwrap();
-    assert!(up.warnings.is_empty(), "{:?}", up.warnings);
-    up.samples.sort_by(|a, b| a.metric["node"].cmp(&b.metric["node"]));
-    assert_eq!(up.samples.len(), WORKERS.len(), "{}", up.to_cel_json());
-    for (sample, worker) in up.samples.iter().zip(&workers) {
-        let address = worker.metrics_address().unwrap().to_string();
-        assert_eq!(sample.value, 1.0, "{sample:?}");
-        assert_eq!(sample.metric["node"], worker.node_name(), "{sample:?}");
-        assert_eq!(sample.metric["instance"], address, "{sample:?}");
-        assert_eq!(sample.metric["job"], JOB, "{sample:?}");
-        assert_eq!(sample.metric["__name__"], "up", "{sample:?}");
-    }
+    check_up(&http, &prom, &workers, timeout).await;
 
     // A node agent's own series, per node, in the shape a gate's CEL expression sees.
-    let promql = "sum by (node) (k0s_autopilot_agent_download_bytes_total)";
-    let bytes = prom.wait_for_query_where(promql, QUERY_WAIT, |v| v.samples.len() == 2).await;
-    let mut bytes = bytes.unwrap().to_cel_json().as_array().unwrap().clone();
-    bytes.sort_by_key(|s| s["metric"]["node"].as_str().unwrap_or_default().to_owned());
-    assert_eq!(
-        serde_json::Value::Array(bytes),
-        serde_json::json!([
-            {"metric": {"node": "worker-0"}, "value": 0.0},
-            {"metric": {"node": "worker-1"}, "value": 0.0},
-        ]),
-        "nothing downloaded yet, and only the `node` label survives the sum"
-    );
+    check_download_series(&prom).await;
 
     // A target added after the start (the config rewritten and reloaded): a controller, which
     // becomes the leader and says so.
@@ -131,4 +109,42 @@ async fn a_real_prometheus_scrapes_the_nodes_and_the_leaders_client_reads_them()
     .await
     .unwrap();
     assert_eq!(still_up, 1.0);
+}
+/// `up` through the production client: 1 for each worker, with its node, instance, job and
+/// name.
+async fn check_up(
+    http: &autopilot_shell::https::HttpsClient,
+    prom: &Prometheus,
+    workers: &[integration::K0sProcess],
+    timeout: Duration,
+) {
+    let mut up = instant_query(http, &prom.base_url(), "up", timeout).await.expect("the up query");
+    assert!(up.warnings.is_empty(), "{:?}", up.warnings);
+    up.samples.sort_by(|a, b| a.metric["node"].cmp(&b.metric["node"]));
+    assert_eq!(up.samples.len(), WORKERS.len(), "{}", up.to_cel_json());
+    for (sample, worker) in up.samples.iter().zip(workers) {
+        let address = worker.metrics_address().expect("a metrics address").to_string();
+        assert_eq!(sample.value, 1.0, "{sample:?}");
+        assert_eq!(sample.metric["node"], worker.node_name(), "{sample:?}");
+        assert_eq!(sample.metric["instance"], address, "{sample:?}");
+        assert_eq!(sample.metric["job"], JOB, "{sample:?}");
+        assert_eq!(sample.metric["__name__"], "up", "{sample:?}");
+    }
+}
+
+/// A node agent's own series, per node, in the shape a gate's CEL expression sees: nothing
+/// downloaded yet, and only the `node` label survives the sum.
+async fn check_download_series(prom: &Prometheus) {
+    let promql = "sum by (node) (k0s_autopilot_agent_download_bytes_total)";
+    let bytes = prom.wait_for_query_where(promql, QUERY_WAIT, |v| v.samples.len() == 2).await;
+    let mut bytes = bytes.expect("the series").to_cel_json().as_array().expect("a vector").clone();
+    bytes.sort_by_key(|s| s["metric"]["node"].as_str().unwrap_or_default().to_owned());
+    assert_eq!(
+        serde_json::Value::Array(bytes),
+        serde_json::json!([
+            {"metric": {"node": "worker-0"}, "value": 0.0},
+            {"metric": {"node": "worker-1"}, "value": 0.0},
+        ]),
+        "nothing downloaded yet, and only the `node` label survives the sum"
+    );
 }

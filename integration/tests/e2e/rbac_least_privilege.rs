@@ -72,7 +72,6 @@ async fn workers_and_controllers_are_limited_to_what_autopilot_needs() {
     .await
     .unwrap();
     let post = PostParams::default();
-    let merge = PatchParams::default();
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
     secrets.create(&post, &secret(TOKEN_SECRET)).await.unwrap();
     secrets.create(&post, &secret("another-secret")).await.unwrap();
@@ -80,7 +79,18 @@ async fn workers_and_controllers_are_limited_to_what_autopilot_needs() {
     create_plan(&admin, &plan(PROBE_PLAN, "id-1", vec![update])).await.unwrap();
 
     // --- the worker identity (system:node:worker-0) ---
-    let worker = cluster.node_client("worker-0").await.unwrap();
+    worker_identity(&cluster).await;
+
+    // --- the controller identity ---
+    controller_identity(&cluster).await;
+}
+
+/// What the worker identity (system:node:worker-0) may do: annotate its own Node, and
+/// nothing else autopilot owns.
+async fn worker_identity(cluster: &integration::Cluster) {
+    let post = PostParams::default();
+    let merge = PatchParams::default();
+    let worker = cluster.node_client("worker-0").await.expect("worker-0's client");
     let nodes: Api<Node> = Api::all(worker.clone());
     nodes
         .patch("worker-0", &merge, &Patch::Merge(&annotate("example.com/own")))
@@ -114,9 +124,13 @@ async fn workers_and_controllers_are_limited_to_what_autopilot_needs() {
     );
     let worker_secrets: Api<Secret> = Api::namespaced(worker.clone(), "kube-system");
     assert_forbidden(worker_secrets.get(TOKEN_SECRET).await, "worker-0 reading the token");
+}
 
-    // --- the controller identity ---
-    let controller = cluster.controller_client(0).await.unwrap();
+/// What the controller identity may do: read its token, signal any Node, read its own CRDs;
+/// not other Secrets or CRDs, nor delete Nodes, CRDs or the Plan.
+async fn controller_identity(cluster: &integration::Cluster) {
+    let merge = PatchParams::default();
+    let controller = cluster.controller_client(0).await.expect("the controller's client");
     let controller_secrets: Api<Secret> = Api::namespaced(controller.clone(), "kube-system");
     controller_secrets.get(TOKEN_SECRET).await.expect("a controller may read the token");
     assert_forbidden(

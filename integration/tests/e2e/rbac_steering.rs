@@ -157,21 +157,38 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
     let created = create_plan(&admin, &plan(keys::PLAN_NAME, "steer", vec![k0s_command(update)]))
         .await
         .unwrap();
-    let name = keys::PLAN_NAME;
 
     let alice = cluster.client_as("alice", &["k0s-autopilot-steerers"]).await.unwrap();
     let bob = cluster.client_as("bob", &["k0s-autopilot-viewers"]).await.unwrap();
     let alice_plans: Api<Plan> = Api::all(alice.clone());
     let bob_plans: Api<Plan> = Api::all(bob.clone());
-    let merge = PatchParams::default();
 
     // RBAC and the policy take effect in the background: wait until a spec change by alice
     // gets as far as the policy and is refused by it (dry runs, so an early success changes
     // nothing).
-    let dry_run = PatchParams { dry_run: true, ..PatchParams::default() };
     let spec_change = other_url(&created);
+    take_effect(&alice_plans, &bob_plans, &spec_change).await;
+
+    // --- alice, the steerer ---
+    alice_steers(&cluster, &admin, &alice_plans).await;
+    alice_refused_by_policy(&admin, &alice_plans, &spec_change).await;
+    alice_forbidden_by_rbac(&alice_plans).await;
+
+    // --- bob, the viewer ---
+    bob_views(&cluster, &admin, &bob, &bob_plans).await;
+}
+
+/// Waits until RBAC and the policy took effect: alice's spec change (a dry run) is refused
+/// by the policy, and bob may read Plans.
+async fn take_effect(
+    alice_plans: &Api<Plan>,
+    bob_plans: &Api<Plan>,
+    spec_change: &serde_json::Value,
+) {
+    let name = keys::PLAN_NAME;
+    let dry_run = PatchParams { dry_run: true, ..PatchParams::default() };
     wait_for(TAKE_EFFECT, "the policy to refuse alice's spec change", || async {
-        match alice_plans.patch(name, &dry_run, &Patch::Merge(&spec_change)).await {
+        match alice_plans.patch(name, &dry_run, &Patch::Merge(spec_change)).await {
             Err(kube::Error::Api(status)) if status.message.contains(POLICY) => Ok(Some(())),
             Err(kube::Error::Api(status)) if status.code == 403 => Ok(None),
             Err(e) => Err(e.into()),
@@ -179,14 +196,19 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
         }
     })
     .await
-    .unwrap();
+    .expect("the policy refuses alice's spec change");
     wait_for(TAKE_EFFECT, "bob to be allowed to read Plans", || async {
         Ok(bob_plans.get_opt(name).await.ok().flatten())
     })
     .await
-    .unwrap();
+    .expect("bob reads Plans");
+}
 
-    // --- alice, the steerer ---
+/// alice, the steerer, sets and removes every steering annotation, and steers with the
+/// verbs.
+async fn alice_steers(cluster: &Cluster, admin: &kube::Client, alice_plans: &Api<Plan>) {
+    let name = keys::PLAN_NAME;
+    let merge = PatchParams::default();
     for key in [
         keys::ANNOTATION_PAUSED,
         keys::ANNOTATION_ABORT,
@@ -201,18 +223,29 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
         assert!(!removed.annotations().contains_key(key), "{key} removed");
     }
     // The steering verbs, with a kubeconfig as alice.
-    let alice_kubeconfig = kubeconfig_as(&cluster, "alice", "k0s-autopilot-steerers");
+    let alice_kubeconfig = kubeconfig_as(cluster, "alice", "k0s-autopilot-steerers");
     for verb in ["pause", "resume", "pause", "abort"] {
         assert_success(&k0s_autopilot(&alice_kubeconfig, verb).await, &format!("alice: {verb}"));
     }
-    let steered = admin_plan(&admin, name).await;
+    let steered = admin_plan(admin, name).await;
     for key in [keys::ANNOTATION_PAUSED, keys::ANNOTATION_ABORT] {
         assert_eq!(steered.annotations().get(key).map(String::as_str), Some("true"), "{key}");
     }
+}
 
-    let before = admin_plan(&admin, name).await;
+/// The policy refuses alice any other change: the spec, other annotations, labels, owners;
+/// the admin still writes specs.
+async fn alice_refused_by_policy(
+    admin: &kube::Client,
+    alice_plans: &Api<Plan>,
+    spec_change: &serde_json::Value,
+) {
+    let name = keys::PLAN_NAME;
+    let merge = PatchParams::default();
+    let dry_run = PatchParams { dry_run: true, ..PatchParams::default() };
+    let before = admin_plan(admin, name).await;
     assert_refused_by_policy(
-        alice_plans.patch(name, &merge, &Patch::Merge(&spec_change)).await,
+        alice_plans.patch(name, &merge, &Patch::Merge(spec_change)).await,
         "the spec",
     );
     let mut spec_and_resume = spec_change.clone();
@@ -253,17 +286,22 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
         alice_plans.patch(name, &merge, &Patch::Merge(&owner)).await,
         "the finalizers or owner references",
     );
-    let after = admin_plan(&admin, name).await;
+    let after = admin_plan(admin, name).await;
     assert_eq!(after.spec, before.spec, "the spec is unchanged");
     assert_eq!(after.metadata.labels, before.metadata.labels, "the labels are unchanged");
     assert_eq!(after.annotations(), before.annotations(), "the annotations are unchanged");
     assert_eq!(after.metadata.owner_references, None, "no owner");
     // The policy holds the steerers only: a Plan author (here the admin) still writes specs.
     Api::<Plan>::all(admin.clone())
-        .patch(name, &dry_run, &Patch::Merge(&spec_change))
+        .patch(name, &dry_run, &Patch::Merge(spec_change))
         .await
         .expect("the admin may change the spec");
+}
 
+/// RBAC forbids alice the status, deleting and creating Plans.
+async fn alice_forbidden_by_rbac(alice_plans: &Api<Plan>) {
+    let name = keys::PLAN_NAME;
+    let merge = PatchParams::default();
     assert_forbidden_by_rbac(
         alice_plans
             .patch_status(
@@ -281,8 +319,17 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
         alice_plans.create(&dry_create, &plan("another", "x", Vec::new())).await,
         "alice creating a Plan",
     );
+}
 
-    // --- bob, the viewer ---
+/// bob, the viewer, reads the plan, its Events and its status, and may not resume it.
+async fn bob_views(
+    cluster: &Cluster,
+    admin: &kube::Client,
+    bob: &kube::Client,
+    bob_plans: &Api<Plan>,
+) {
+    let name = keys::PLAN_NAME;
+    let merge = PatchParams::default();
     bob_plans.get(name).await.expect("bob gets the plan");
     let listed = bob_plans.list(&ListParams::default()).await.expect("bob lists plans");
     assert_eq!(listed.items.len(), 1, "bob sees the plan");
@@ -290,7 +337,7 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
         .list(&ListParams::default())
         .await
         .expect("bob lists events");
-    let bob_kubeconfig = kubeconfig_as(&cluster, "bob", "k0s-autopilot-viewers");
+    let bob_kubeconfig = kubeconfig_as(cluster, "bob", "k0s-autopilot-viewers");
     let status = k0s_autopilot(&bob_kubeconfig, "status").await;
     assert_success(&status, "bob: status");
     let shown = String::from_utf8_lossy(&status.stdout);
@@ -304,7 +351,7 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
     let stderr = String::from_utf8_lossy(&resume.stderr);
     assert!(stderr.contains("forbidden"), "bob: resume is forbidden: {stderr}");
     assert_eq!(
-        admin_plan(&admin, name).await.annotations().get(keys::ANNOTATION_PAUSED),
+        admin_plan(admin, name).await.annotations().get(keys::ANNOTATION_PAUSED),
         Some(&"true".to_owned()),
         "still paused"
     );

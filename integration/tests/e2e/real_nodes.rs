@@ -122,22 +122,7 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
     // example grant is applied), before the next node is signalled.
     integration::rbac::apply_file(&client, "gates-example.yaml", GATES_EXAMPLE).await.unwrap();
     let mut update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&names, 1)));
-    update.gates = vec![
-        Gate { settle: Some("90s".to_owned()), timeout: None, ..gate("settled") },
-        Gate {
-            kubernetes: Some(KubernetesGate {
-                api_version: "apps/v1".to_owned(),
-                kind: "Deployment".to_owned(),
-                namespace: Some("default".to_owned()),
-                label_selector: None,
-                field_selector: Some("metadata.name=web".to_owned()),
-                condition: "objects.size() == 1 && objects.all(d, has(d.status.availableReplicas) \
-                            && d.status.availableReplicas == 2)"
-                    .to_owned(),
-            }),
-            ..gate("web-available")
-        },
-    ];
+    update.gates = gates_after_each_node();
     create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     sampler.abort();
@@ -162,20 +147,7 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
 
     // Each node was drained for real: every web Pod that ran before the plan was evicted (its
     // containers stopped), and at no sample were no web Pods Ready.
-    let samples = samples.lock().unwrap().clone();
-    assert!(samples.len() > 10, "the probe sampled the update: {} samples", samples.len());
-    let first = &samples[0];
-    let evicted: BTreeSet<&String> = samples.iter().flat_map(|s| s.terminating.iter()).collect();
-    for pod in &first.ready {
-        assert!(evicted.contains(pod), "web Pod {pod} was evicted by a drain");
-    }
-    let empty: Vec<&Sample> = samples.iter().filter(|s| s.ready.is_empty()).collect();
-    assert!(
-        empty.is_empty(),
-        "no web Pod was Ready at {} samples: {:?}",
-        empty.len(),
-        empty.first()
-    );
+    check_drained(&samples.lock().unwrap().clone());
 
     // The DaemonSet's Pods were not evicted and their containers kept running through the
     // restarts: same Pods, same containers, no restart, still running in containerd; the
@@ -197,6 +169,45 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
         );
     }
     drop(nodes);
+}
+
+/// After each node: its DaemonSet Pod Ready again (settle), and the Deployment back to both
+/// replicas available (a kubernetes gate).
+fn gates_after_each_node() -> Vec<Gate> {
+    vec![
+        Gate { settle: Some("90s".to_owned()), timeout: None, ..gate("settled") },
+        Gate {
+            kubernetes: Some(KubernetesGate {
+                api_version: "apps/v1".to_owned(),
+                kind: "Deployment".to_owned(),
+                namespace: Some("default".to_owned()),
+                label_selector: None,
+                field_selector: Some("metadata.name=web".to_owned()),
+                condition: "objects.size() == 1 && objects.all(d, has(d.status.availableReplicas) \
+                            && d.status.availableReplicas == 2)"
+                    .to_owned(),
+            }),
+            ..gate("web-available")
+        },
+    ]
+}
+
+/// Every web Pod that ran before the plan was evicted (its containers stopped), and at no
+/// sample were no web Pods Ready.
+fn check_drained(samples: &[Sample]) {
+    assert!(samples.len() > 10, "the probe sampled the update: {} samples", samples.len());
+    let first = &samples[0];
+    let evicted: BTreeSet<&String> = samples.iter().flat_map(|s| s.terminating.iter()).collect();
+    for pod in &first.ready {
+        assert!(evicted.contains(pod), "web Pod {pod} was evicted by a drain");
+    }
+    let empty: Vec<&Sample> = samples.iter().filter(|s| s.ready.is_empty()).collect();
+    assert!(
+        empty.is_empty(),
+        "no web Pod was Ready at {} samples: {:?}",
+        empty.len(),
+        empty.first()
+    );
 }
 
 /// The example grant of what gates list (Deployments among them).

@@ -50,33 +50,7 @@ async fn the_responder_answers_holds_fails_and_detects_resent_signals() {
     let client = cluster.admin_client().await.unwrap();
 
     // The autopilot CRDs and a few bare objects; no k0s process is involved.
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in v1beta2::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    let control_nodes: Api<ControlNode> = Api::all(client.clone());
-    wait_for(TIMEOUT, "the ControlNode API", || async {
-        Ok(control_nodes.list(&Default::default()).await.ok().map(|_| ()))
-    })
-    .await
-    .unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-    for name in ["n-complete", "n-airgap", "n-hold", "n-fail", "n-after", "n-resent"] {
-        let node = Node {
-            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-            ..Default::default()
-        };
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-    }
-    let cn = ControlNode {
-        metadata: ObjectMeta {
-            name: Some("c-complete".into()),
-            labels: Some(BTreeMap::new()),
-            ..Default::default()
-        },
-        status: None,
-    };
-    control_nodes.create(&PostParams::default(), &cn).await.unwrap();
+    let (nodes, control_nodes) = create_objects(&client).await;
 
     let release = Release::new();
     let config = Config::new()
@@ -116,7 +90,60 @@ async fn the_responder_answers_holds_fails_and_detects_resent_signals() {
         })
         .await
         .unwrap();
-    let log = responder.log();
+    check_answers(&responder.log(), &nodes).await;
+
+    // Releasing and un-holding finish both.
+    release.release();
+    responder.set_behaviour("n-hold", Behaviour::Complete);
+    for name in ["n-after", "n-hold"] {
+        wait_for(TIMEOUT, &format!("{name} Completed"), || async {
+            Ok((phase_of(&nodes, name).await == Some(SignalPhase::Completed)).then_some(()))
+        })
+        .await
+        .unwrap();
+    }
+    assert!(responder.log().in_flight().is_empty(), "{}", responder.log());
+
+    // Re-sending an answered signal, or a new signal for the same command, is a duplicate.
+    check_resent(&responder, &nodes).await;
+}
+
+/// The autopilot CRDs, six bare Nodes and a ControlNode.
+async fn create_objects(client: &kube::Client) -> (Api<Node>, Api<ControlNode>) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in v1beta2::crds() {
+        crds.create(&PostParams::default(), &crd).await.expect("a CRD");
+    }
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    wait_for(TIMEOUT, "the ControlNode API", || async {
+        Ok(control_nodes.list(&Default::default()).await.ok().map(|_| ()))
+    })
+    .await
+    .expect("the ControlNode API");
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in ["n-complete", "n-airgap", "n-hold", "n-fail", "n-after", "n-resent"] {
+        let node = Node {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            ..Default::default()
+        };
+        nodes.create(&PostParams::default(), &node).await.expect("a Node");
+    }
+    let cn = ControlNode {
+        metadata: ObjectMeta {
+            name: Some("c-complete".into()),
+            labels: Some(BTreeMap::new()),
+            ..Default::default()
+        },
+        status: None,
+    };
+    control_nodes.create(&PostParams::default(), &cn).await.expect("a ControlNode");
+    (nodes, control_nodes)
+}
+
+/// What the responder wrote: every k0supdate phase in order for a completion, Downloading
+/// and Completed for an airgap update, the failure with its reason, nothing for the held
+/// node; the held node and the one waiting for its release in flight, no duplicate.
+async fn check_answers(log: &integration::responder::Log, nodes: &Api<Node>) {
     use SignalPhase::*;
     let k0s_phases =
         vec![Downloading, Cordoning, ApplyingUpdate, Restarting, Uncordoning, Completed];
@@ -129,53 +156,48 @@ async fn the_responder_answers_holds_fails_and_detects_resent_signals() {
         "{log}"
     );
     assert!(log.phases_written(&ObjectRef::node("n-hold")).is_empty(), "{log}");
-    let failed = nodes.get("n-fail").await.unwrap();
-    let failed = signal::from_meta(&failed.metadata).unwrap().unwrap().status.unwrap();
+    let failed = nodes.get("n-fail").await.expect("Node n-fail");
+    let failed = signal::from_meta(&failed.metadata)
+        .expect("a readable signal")
+        .expect("a signal")
+        .status
+        .expect("a status");
     assert_eq!(failed.reason.as_deref(), Some("sha256 mismatch"));
     // In flight now: the held node and the one waiting for its release.
     let in_flight: Vec<String> = log.in_flight().into_iter().map(|o| o.name).collect();
     assert_eq!(in_flight, ["n-after", "n-hold"], "{log}");
     assert!(log.duplicate_signals().is_empty(), "{log}");
+}
 
-    // Releasing and un-holding finish both.
-    release.release();
-    responder.set_behaviour("n-hold", Behaviour::Complete);
-    for name in ["n-after", "n-hold"] {
-        wait_for(TIMEOUT, &format!("{name} Completed"), || async {
-            Ok((phase_of(&nodes, name).await == Some(Completed)).then_some(()))
-        })
-        .await
-        .unwrap();
-    }
-    assert!(responder.log().in_flight().is_empty(), "{}", responder.log());
-
-    // Re-sending an answered signal, or a new signal for the same command, is a duplicate.
-    signal_node(&nodes, "n-resent", &signal_data("t0", 0, false)).await;
+/// Re-sending an answered signal is a duplicate; a signal for the next command of the run
+/// is not.
+async fn check_resent(responder: &Responder, nodes: &Api<Node>) {
+    signal_node(nodes, "n-resent", &signal_data("t0", 0, false)).await;
     let resent = ObjectRef::node("n-resent");
     responder
         .wait_until(TIMEOUT, "n-resent completed", |log| {
-            log.objects_with(Completed).contains(&resent).then_some(())
+            log.objects_with(SignalPhase::Completed).contains(&resent).then_some(())
         })
         .await
-        .unwrap();
-    signal_node(&nodes, "n-resent", &signal_data("t0", 0, false)).await;
+        .expect("n-resent completed");
+    signal_node(nodes, "n-resent", &signal_data("t0", 0, false)).await;
     let duplicates = responder
         .wait_until(TIMEOUT, "the re-sent signal to be noticed", |log| {
             let duplicates = log.duplicate_signals();
             (!duplicates.is_empty()).then_some(duplicates)
         })
         .await
-        .unwrap();
+        .expect("the re-sent signal noticed");
     assert!(duplicates[0].contains("Node/n-resent signalled 2 times"), "{duplicates:?}");
     assert!(duplicates[0].contains("re-sent"), "{duplicates:?}");
     // A signal for the next command of the run is not a duplicate.
-    signal_node(&nodes, "n-complete", &signal_data("t1", 1, false)).await;
+    signal_node(nodes, "n-complete", &signal_data("t1", 1, false)).await;
     responder
         .wait_until(TIMEOUT, "n-complete's second command completed", |log| {
             (log.phases_written(&ObjectRef::node("n-complete")).len() == 12).then_some(())
         })
         .await
-        .unwrap();
+        .expect("n-complete's second command completed");
     let duplicates = responder.log().duplicate_signals();
     assert_eq!(duplicates.len(), 1, "{duplicates:?}");
 }

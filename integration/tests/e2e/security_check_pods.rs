@@ -58,91 +58,11 @@ async fn check_pods_cannot_be_privileged_on_real_nodes() {
     );
 
     // The leader refuses a privileged template with 22, naming the field; no Pod is made.
-    let template: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "root-please", "namespace": keys::NAMESPACE},
-        "data": {"pod.yaml": serde_json::to_string(&privileged_pod()).unwrap()},
-    }))
-    .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE)
-        .create(&PostParams::default(), &template)
-        .await
-        .unwrap();
-    let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
-        "id": "escalate",
-        "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).unwrap()},
-        "command": {"id": "scheduler", "timeout": 15,
-                    "data": {"kubernetes": {"podName": "root-please"}}},
-        "results": [
-            {"status": "success", "condition": {"statusCode": 0}, "message": "ran"},
-            {"status": "error", "message": "{{ .StatusCode }}: {{ .Result }}"}
-        ]
-    }]}))
-    .unwrap();
-    let command = PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) };
-    create_plan(&client, &plan("autopilot", "escalate", vec![command])).await.unwrap();
-    let failed =
-        wait_plan_state(&client, "autopilot", PlanStateType::PreflightFailed).await.unwrap();
-    let checks = &command_status(&failed).checks;
-    let verdict = &checks[0].nodes[0];
-    assert_eq!(
-        (verdict.status, verdict.status_code),
-        (CheckStatus::Error, 22),
-        "{}",
-        status_yaml(&failed)
-    );
-    assert!(
-        verdict.message.contains("spec.containers[0].securityContext.privileged"),
-        "{}",
-        verdict.message
-    );
-    let made = pods.list(&ListParams::default()).await.unwrap();
-    assert!(made.items.is_empty(), "no check Pod was created: {:?}", made.items.len());
-    delete_plan(&client).await;
+    privileged_template_refused(&client, &pods).await;
 
     // A template swapped mid-run changes nothing: the Pod made again after a deletion by
-    // hand runs the template as NewPlan froze it. The frozen template answers only after
-    // 10 s, so the first Pod is still running when the test swaps the template and deletes
-    // it; the swapped one would answer at once.
-    let script = "sleep 10; echo frozen > /dev/termination-log";
-    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE);
-    config_maps.create(&PostParams::default(), &pod_template("swap-me", script)).await.unwrap();
-    let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
-        "id": "frozen",
-        "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).unwrap()},
-        "command": {"id": "scheduler", "timeout": 60,
-                    "data": {"kubernetes": {"podName": "swap-me"}}},
-        "results": [
-            {"status": "success", "condition": {"statusCode": 0}, "message": "{{ .Result }}"},
-            {"status": "error", "message": "{{ .StatusCode }}: {{ .Result }}"}
-        ]
-    }]}))
-    .unwrap();
-    let command = PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) };
-    create_plan(&client, &plan("autopilot", "frozen", vec![command])).await.unwrap();
-    let first = integration::wait_for(PLAN_TIMEOUT, "the check Pod", || async {
-        Ok(pods.list(&ListParams::default()).await?.items.into_iter().next())
-    })
-    .await
-    .unwrap();
-    let swapped = pod_template("swap-me", "echo swapped > /dev/termination-log");
-    config_maps.replace("swap-me", &PostParams::default(), &swapped).await.unwrap();
-    let first_uid = first.metadata.uid.clone();
-    let now = kube::api::DeleteParams::default().grace_period(0);
-    pods.delete(first.metadata.name.as_deref().unwrap(), &now).await.unwrap();
-    integration::wait_for(PLAN_TIMEOUT, "the check Pod made again", || async {
-        let again = pods.list(&ListParams::default()).await?.items.into_iter().next();
-        Ok(again.filter(|pod| pod.metadata.uid != first_uid))
-    })
-    .await
-    .unwrap();
-    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
-    assert_eq!(
-        command_status(&done).checks[0].nodes[0].message,
-        "frozen",
-        "{}",
-        status_yaml(&done)
-    );
-    delete_plan(&client).await;
+    // hand runs the template as NewPlan froze it.
+    swapped_template_changes_nothing(&client, &pods).await;
 
     // The API server refuses a privileged Pod in the namespace, whoever asks.
     let mut pod: Pod = serde_json::from_value(privileged_pod()).unwrap();
@@ -179,6 +99,112 @@ async fn check_pods_cannot_be_privileged_on_real_nodes() {
         labels.get("pod-security.kubernetes.io/enforce").map(String::as_str),
         Some("privileged")
     );
+}
+
+/// The leader refuses a privileged template with 22, naming the field; no Pod is made.
+async fn privileged_template_refused(client: &kube::Client, pods: &Api<Pod>) {
+    let template: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "root-please", "namespace": keys::NAMESPACE},
+        "data": {"pod.yaml": serde_json::to_string(&privileged_pod()).expect("the Pod as JSON")},
+    }))
+    .expect("a valid object");
+    Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE)
+        .create(&PostParams::default(), &template)
+        .await
+        .expect("creating the template");
+    let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
+        "id": "escalate",
+        "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).expect("targets as JSON")},
+        "command": {"id": "scheduler", "timeout": 15,
+                    "data": {"kubernetes": {"podName": "root-please"}}},
+        "results": [
+            {"status": "success", "condition": {"statusCode": 0}, "message": "ran"},
+            {"status": "error", "message": "{{ .StatusCode }}: {{ .Result }}"}
+        ]
+    }]}))
+    .expect("a valid object");
+    let command = PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) };
+    create_plan(client, &plan("autopilot", "escalate", vec![command]))
+        .await
+        .expect("creating the plan");
+    let failed = wait_plan_state(client, "autopilot", PlanStateType::PreflightFailed)
+        .await
+        .expect("the plan ends");
+    let checks = &command_status(&failed).checks;
+    let verdict = &checks[0].nodes[0];
+    assert_eq!(
+        (verdict.status, verdict.status_code),
+        (CheckStatus::Error, 22),
+        "{}",
+        status_yaml(&failed)
+    );
+    assert!(
+        verdict.message.contains("spec.containers[0].securityContext.privileged"),
+        "{}",
+        verdict.message
+    );
+    let made = pods.list(&ListParams::default()).await.expect("listing Pods");
+    assert!(made.items.is_empty(), "no check Pod was created: {:?}", made.items.len());
+    delete_plan(client).await;
+}
+
+/// A template swapped mid-run changes nothing: the Pod made again after a deletion by hand
+/// runs the template as NewPlan froze it. The frozen template answers only after 10 s, so
+/// the first Pod is still running when the test swaps the template and deletes it; the
+/// swapped one would answer at once.
+async fn swapped_template_changes_nothing(client: &kube::Client, pods: &Api<Pod>) {
+    let script = "sleep 10; echo frozen > /dev/termination-log";
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE);
+    config_maps
+        .create(&PostParams::default(), &pod_template("swap-me", script))
+        .await
+        .expect("creating the template");
+    let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
+        "id": "frozen",
+        "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).expect("targets as JSON")},
+        "command": {"id": "scheduler", "timeout": 60,
+                    "data": {"kubernetes": {"podName": "swap-me"}}},
+        "results": [
+            {"status": "success", "condition": {"statusCode": 0}, "message": "{{ .Result }}"},
+            {"status": "error", "message": "{{ .StatusCode }}: {{ .Result }}"}
+        ]
+    }]}))
+    .expect("a valid object");
+    let command = PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) };
+    create_plan(client, &plan("autopilot", "frozen", vec![command]))
+        .await
+        .expect("creating the plan");
+    let first = integration::wait_for(PLAN_TIMEOUT, "the check Pod", || async {
+        Ok(pods.list(&ListParams::default()).await?.items.into_iter().next())
+    })
+    .await
+    .expect("the check Pod");
+    let swapped = pod_template("swap-me", "echo swapped > /dev/termination-log");
+    config_maps
+        .replace("swap-me", &PostParams::default(), &swapped)
+        .await
+        .expect("swapping the template");
+    let first_uid = first.metadata.uid.clone();
+    let now = kube::api::DeleteParams::default().grace_period(0);
+    pods.delete(first.metadata.name.as_deref().expect("the Pod's name"), &now)
+        .await
+        .expect("deleting the check Pod");
+    integration::wait_for(PLAN_TIMEOUT, "the check Pod made again", || async {
+        let again = pods.list(&ListParams::default()).await?.items.into_iter().next();
+        Ok(again.filter(|pod| pod.metadata.uid != first_uid))
+    })
+    .await
+    .expect("the check Pod made again");
+    let done = wait_plan_state(client, "autopilot", PlanStateType::Completed)
+        .await
+        .expect("the plan ends");
+    assert_eq!(
+        command_status(&done).checks[0].nodes[0].message,
+        "frozen",
+        "{}",
+        status_yaml(&done)
+    );
+    delete_plan(client).await;
 }
 
 fn command_status(

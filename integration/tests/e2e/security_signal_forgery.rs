@@ -31,7 +31,6 @@
 //!   until the drain ends.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use autopilot_api::signal::{
@@ -136,6 +135,62 @@ fn assert_refused(reason: &str, because: &str) {
     );
 }
 
+/// (a) No Plan: an unverified update naming no run, fresh and already in Cordoning.
+async fn forgeries_without_a_plan(admin: &kube::Client, forger: &kube::Client, evil_url: &str) {
+    let fresh = unmarked(evil_url);
+    forge(forger, "worker-0", &fresh).await;
+    let reason = failed_reason(admin, "worker-0", &fresh.created).await;
+    assert_refused(&reason, "names no plan run");
+    let at_drain = cordoning(unmarked(evil_url));
+    forge(forger, "worker-1", &at_drain).await;
+    let reason = failed_reason(admin, "worker-1", &at_drain.created).await;
+    assert_refused(&reason, "names no plan run");
+}
+
+/// (b) A Plan runs (its only target, worker-2, has no agent: it stays in progress); its
+/// signal copied onto a node that is not a target, with the URL swapped, and in Cordoning.
+async fn forgeries_beside_a_running_plan(
+    admin: &kube::Client,
+    forger: &kube::Client,
+    evil_url: &str,
+    payloads: &str,
+    v2_sha: &str,
+) {
+    let update = update_to(V2, payloads, v2_sha, None, Some(static_nodes(&["worker-2"], 1)));
+    create_plan(admin, &plan("autopilot", "held", vec![k0s_command(update)]))
+        .await
+        .expect("the plan");
+    let real = wait_for(PLAN_TIMEOUT, "the Plan's signal on worker-2", || async {
+        node_signal(admin, "worker-2").await
+    })
+    .await
+    .expect("worker-2 is signalled");
+    assert!(real.run_id.is_some(), "the Plan's own signal names its run");
+    // Its exact copy on a node that is not a target.
+    let copy =
+        SignalData { created: signal::format_timestamp(jiff::Timestamp::now()), ..real.clone() };
+    forge(forger, "worker-0", &copy).await;
+    let reason = failed_reason(admin, "worker-0", &copy.created).await;
+    assert_refused(&reason, "worker-0 is not one of its workers");
+    // The copy with the URL swapped.
+    let mut swapped =
+        SignalData { created: signal::format_timestamp(jiff::Timestamp::now()), ..real.clone() };
+    if let Some(update) = swapped.command.k0supdate.as_mut() {
+        evil_url.clone_into(&mut update.url);
+    }
+    forge(forger, "worker-1", &swapped).await;
+    let reason = failed_reason(admin, "worker-1", &swapped.created).await;
+    assert_refused(&reason, &format!("url {evil_url:?}"));
+    // The copy in Cordoning, where the leader would drain.
+    let copy_at_drain = cordoning(SignalData {
+        created: signal::format_timestamp(jiff::Timestamp::now()),
+        ..real.clone()
+    });
+    forge(forger, "worker-1", &copy_at_drain).await;
+    let reason = failed_reason(admin, "worker-1", &copy_at_drain.created).await;
+    assert_refused(&reason, "worker-1 is not one of its workers");
+}
+
 #[tokio::test]
 async fn forged_signals_are_refused_and_nothing_is_fetched_or_cordoned() {
     let (v2_bytes, v2_sha) = v2_build();
@@ -156,76 +211,15 @@ async fn forged_signals_are_refused_and_nothing_is_fetched_or_cordoned() {
     let before: Vec<Before> = workers.iter().map(Before::of).collect();
 
     // Every change of every Node is looked at: none may ever be unschedulable.
-    let cordoned = Arc::new(AtomicBool::new(false));
-    let watch = tokio::spawn({
-        let nodes: Api<Node> = Api::all(admin.clone());
-        let cordoned = Arc::clone(&cordoned);
-        async move {
-            let mut events = watcher(nodes, watcher::Config::default()).applied_objects().boxed();
-            while let Some(event) = events.next().await {
-                if let Ok(node) = event
-                    && node.spec.as_ref().and_then(|spec| spec.unschedulable) == Some(true)
-                {
-                    cordoned.store(true, Ordering::SeqCst);
-                }
-            }
-        }
-    });
-
-    grant_node_patching(&admin).await;
-    let forger = cluster.client_as(FORGER, &["system:authenticated"]).await.unwrap();
-    wait_for(Duration::from_secs(30), "the forger's rights to take effect", || async {
-        let nodes: Api<Node> = Api::all(forger.clone());
-        Ok(nodes.get("worker-0").await.ok())
-    })
-    .await
-    .unwrap();
+    let (cordons, watch) = watch_cordons(&admin);
+    let forger = forger_of(&cluster, &admin).await;
     // The forger can do nothing else: not even read the Plan.
     let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(forger.clone());
     let denied = plans.get_opt("autopilot").await.expect_err("the forger may not read Plans");
     assert!(matches!(denied, kube::Error::Api(ref r) if r.code == 403), "{denied}");
 
-    // (a) No Plan: an unverified update naming no run, fresh and already in Cordoning.
-    let fresh = unmarked(&evil_url);
-    forge(&forger, "worker-0", &fresh).await;
-    let reason = failed_reason(&admin, "worker-0", &fresh.created).await;
-    assert_refused(&reason, "names no plan run");
-    let at_drain = cordoning(unmarked(&evil_url));
-    forge(&forger, "worker-1", &at_drain).await;
-    let reason = failed_reason(&admin, "worker-1", &at_drain.created).await;
-    assert_refused(&reason, "names no plan run");
-
-    // (b) A Plan runs (its only target, worker-2, has no agent: it stays in progress).
-    let update =
-        update_to(V2, payloads.base_url(), &v2_sha, None, Some(static_nodes(&["worker-2"], 1)));
-    create_plan(&admin, &plan("autopilot", "held", vec![k0s_command(update)])).await.unwrap();
-    let real = wait_for(PLAN_TIMEOUT, "the Plan's signal on worker-2", || async {
-        node_signal(&admin, "worker-2").await
-    })
-    .await
-    .unwrap();
-    assert!(real.run_id.is_some(), "the Plan's own signal names its run");
-    // Its exact copy on a node that is not a target.
-    let copy =
-        SignalData { created: signal::format_timestamp(jiff::Timestamp::now()), ..real.clone() };
-    forge(&forger, "worker-0", &copy).await;
-    let reason = failed_reason(&admin, "worker-0", &copy.created).await;
-    assert_refused(&reason, "worker-0 is not one of its workers");
-    // The copy with the URL swapped.
-    let mut swapped =
-        SignalData { created: signal::format_timestamp(jiff::Timestamp::now()), ..real.clone() };
-    swapped.command.k0supdate.as_mut().unwrap().url.clone_from(&evil_url);
-    forge(&forger, "worker-1", &swapped).await;
-    let reason = failed_reason(&admin, "worker-1", &swapped.created).await;
-    assert_refused(&reason, &format!("url {evil_url:?}"));
-    // The copy in Cordoning, where the leader would drain.
-    let copy_at_drain = cordoning(SignalData {
-        created: signal::format_timestamp(jiff::Timestamp::now()),
-        ..real.clone()
-    });
-    forge(&forger, "worker-1", &copy_at_drain).await;
-    let reason = failed_reason(&admin, "worker-1", &copy_at_drain.created).await;
-    assert_refused(&reason, "worker-1 is not one of its workers");
+    forgeries_without_a_plan(&admin, &forger, &evil_url).await;
+    forgeries_beside_a_running_plan(&admin, &forger, &evil_url, payloads.base_url(), &v2_sha).await;
 
     // Nothing was fetched, nothing cordoned, the workers untouched; the Plan still runs.
     assert_eq!(evil.requests(), 0, "no request reached the forger's server");
@@ -236,7 +230,8 @@ async fn forged_signals_are_refused_and_nothing_is_fetched_or_cordoned() {
     for name in ["worker-0", "worker-1", "worker-2"] {
         assert_eq!(node_cordon(&admin, name).await.unwrap(), (false, false), "{name}");
     }
-    assert!(!cordoned.load(Ordering::SeqCst), "a Node was cordoned at some point");
+    let ever = cordons.lock().map(|cordons| cordons.ever.clone()).unwrap_or_default();
+    assert!(ever.is_empty(), "a Node was cordoned at some point: {ever:?}");
     let plan =
         Api::<autopilot_api::v1beta2::Plan>::all(admin.clone()).get("autopilot").await.unwrap();
     assert!(

@@ -87,13 +87,7 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
 
     // Step 1: credentials, by the guide's recipe, from the cluster CA.
     let work = tempfile::tempdir().unwrap();
-    std::fs::copy(cluster.ca_cert_path(), work.path().join("ca.crt")).unwrap();
-    std::fs::copy(cluster.ca_key_path(), work.path().join("ca.key")).unwrap();
-    let server = cluster.api_url(0);
-    let controller_kubeconfig =
-        crate::docs::make_credentials(work.path(), "controller-0", true, &server);
-    let worker_kubeconfig = crate::docs::make_credentials(work.path(), "worker-0", false, &server);
-    eprintln!("install.md step 1: made controller-0.kubeconfig and worker-0.kubeconfig");
+    let (controller_kubeconfig, worker_kubeconfig) = credentials(&cluster, work.path());
 
     let controller_words = exec_start("k0s-controller.service");
     let controller_args = substituted(
@@ -113,21 +107,7 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
         .unwrap();
 
     // The kubelet's part: the worker's Node, Ready, with the platform labels.
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
-        "metadata": { "name": "worker-0", "labels": {
-            "kubernetes.io/os": autopilot_api::platform::os(),
-            "kubernetes.io/arch": autopilot_api::platform::arch(),
-            "kubernetes.io/hostname": "worker-0",
-        }},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    let ready = json!({ "status": { "conditions": [{
-        "type": "Ready", "status": "True", "reason": "KubeletReady",
-        "lastHeartbeatTime": jiff::Timestamp::now().to_string(),
-    }]}});
-    nodes.patch_status("worker-0", &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
+    kubelets_part(&client).await;
 
     let worker_words = exec_start("k0s-worker.service");
     let worker_args = substituted(
@@ -161,22 +141,7 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
 
     // Step 5: preview, then apply.
     let first = plan("autopilot", "units", vec![k0s_command(update)]);
-    let file = work.path().join("plan.yaml");
-    std::fs::write(&file, serde_saphyr::to_string(&first).unwrap()).unwrap();
-    let admin = cluster.admin_kubeconfig(0);
-    let preview = tokio::task::spawn_blocking(move || {
-        integration::run_k0s(&[
-            "autopilot",
-            "preview",
-            "-f",
-            &file.to_string_lossy(),
-            "--kubeconfig",
-            &admin.to_string_lossy(),
-        ])
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let preview = preview(&cluster, work.path(), &first).await;
     let report = String::from_utf8_lossy(&preview.stdout);
     assert!(preview.status.success(), "the first Plan would run:\n{report}");
     eprintln!("install.md step 5: k0s autopilot preview -f plan.yaml\n{report}");
@@ -195,4 +160,66 @@ async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
     assert_eq!(version_on_disk(&worker), V2);
     wait_node_version(&client, "worker-0", V2).await.unwrap();
     eprintln!("install.md step 5: the Plan completed; controller-0 and worker-0 run {V2}");
+}
+
+/// Step 1: the controller's and the worker's kubeconfigs, by the guide's recipe, from the
+/// cluster CA (copied into `work`).
+fn credentials(
+    cluster: &integration::Cluster,
+    work: &Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    std::fs::copy(cluster.ca_cert_path(), work.join("ca.crt")).expect("copying the CA");
+    std::fs::copy(cluster.ca_key_path(), work.join("ca.key")).expect("copying the CA key");
+    let server = cluster.api_url(0);
+    let controller_kubeconfig = crate::docs::make_credentials(work, "controller-0", true, &server);
+    let worker_kubeconfig = crate::docs::make_credentials(work, "worker-0", false, &server);
+    eprintln!("install.md step 1: made controller-0.kubeconfig and worker-0.kubeconfig");
+    (controller_kubeconfig, worker_kubeconfig)
+}
+
+/// The kubelet's part: the worker's Node, Ready, with the platform labels.
+async fn kubelets_part(client: &kube::Client) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": { "name": "worker-0", "labels": {
+            "kubernetes.io/os": autopilot_api::platform::os(),
+            "kubernetes.io/arch": autopilot_api::platform::arch(),
+            "kubernetes.io/hostname": "worker-0",
+        }},
+    }))
+    .expect("a Node");
+    nodes.create(&PostParams::default(), &node).await.expect("creating the Node");
+    let ready = json!({ "status": { "conditions": [{
+        "type": "Ready", "status": "True", "reason": "KubeletReady",
+        "lastHeartbeatTime": jiff::Timestamp::now().to_string(),
+    }]}});
+    nodes
+        .patch_status("worker-0", &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .expect("the Node Ready");
+}
+
+/// `k0s autopilot preview -f plan.yaml` (written into `work`) of `first`, as the admin.
+async fn preview(
+    cluster: &integration::Cluster,
+    work: &Path,
+    first: &autopilot_api::v1beta2::Plan,
+) -> std::process::Output {
+    let file = work.join("plan.yaml");
+    std::fs::write(&file, serde_saphyr::to_string(first).expect("the Plan as YAML"))
+        .expect("writing plan.yaml");
+    let admin = cluster.admin_kubeconfig(0);
+    tokio::task::spawn_blocking(move || {
+        integration::run_k0s(&[
+            "autopilot",
+            "preview",
+            "-f",
+            &file.to_string_lossy(),
+            "--kubeconfig",
+            &admin.to_string_lossy(),
+        ])
+    })
+    .await
+    .expect("the preview task")
+    .expect("k0s autopilot preview runs")
 }

@@ -49,34 +49,10 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
     .await
     .unwrap();
 
-    let platform = autopilot_api::platform::current();
-    let airgap = PlanCommandAirgapUpdate {
-        prestage: false,
-        prestage_concurrent: None,
-        gates: Vec::new(),
-        version: V2.to_owned(),
-        platforms: BTreeMap::from([(
-            platform,
-            PlanResourceUrl {
-                url: format!("{}/bundles/{BUNDLE}", bundle_server.base_url()),
-                sha256: Some(bundle_sha.clone()),
-                ..Default::default()
-            },
-        )]),
-        workers: static_nodes(&["controller-0", "worker-0"], 2),
-        progress_timeout: None,
-    };
-    let k0s = update_to(
-        V2,
-        binary_server.base_url(),
-        &v2_sha,
-        Some(static_nodes(&["controller-0"], 1)),
-        Some(static_nodes(&["worker-0"], 1)),
+    let commands = airgap_then_k0s(
+        (binary_server.base_url(), &v2_sha),
+        (bundle_server.base_url(), &bundle_sha),
     );
-    let commands = vec![
-        PlanCommand { k0supdate: None, airgapupdate: Some(airgap), preflight: None },
-        PlanCommand { k0supdate: Some(k0s), airgapupdate: None, preflight: None },
-    ];
     let pids: Vec<u32> = controllers.iter().chain(&workers).map(K0sProcess::pid).collect();
     create_plan(&client, &plan("autopilot", "airgap-then-k0s", commands)).await.unwrap();
 
@@ -97,18 +73,7 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
             status_yaml(&after_airgap)
         );
     }
-    for process in controllers.iter().chain(&workers) {
-        let path = process.data_dir().join("images").join(BUNDLE);
-        let bytes = std::fs::read(&path)
-            .unwrap_or_else(|e| panic!("{}: bundle {}: {e}", process.node_name(), path.display()));
-        assert_eq!(sha256_hex(&bytes), bundle_sha, "{}", path.display());
-        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n != BUNDLE)
-            .collect();
-        assert!(leftovers.is_empty(), "only the bundle in images/: {leftovers:?}");
-    }
+    check_bundles(controllers.iter().chain(&workers), &bundle_sha);
 
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     for t in targets(command(&done, 1)) {
@@ -119,24 +84,7 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
         assert_eq!(version_on_disk(process), V2, "{}", process.node_name());
         assert!(process.is_running() && process.pid() == pid, "{} in place", process.node_name());
     }
-    let control_nodes: Api<ControlNode> = Api::all(client.clone());
-    wait_for(Duration::from_secs(30), "controller-0 to publish v2", || async {
-        Ok((control_nodes.get("controller-0").await?.k0s_version() == Some(V2)).then_some(()))
-    })
-    .await
-    .unwrap();
-    wait_for(Duration::from_secs(30), "worker-0 to publish v2", || async {
-        let node = nodes.get("worker-0").await?;
-        Ok((node.annotations().get(keys::ANNOTATION_K0S_VERSION).map(String::as_str) == Some(V2))
-            .then_some(()))
-    })
-    .await
-    .unwrap();
-    for name in ["controller-0", "worker-0"] {
-        let node = nodes.get(name).await.unwrap();
-        let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
-        assert!(!unschedulable, "{name} uncordoned after the update");
-    }
+    published_and_uncordoned(&client, &nodes).await;
 
     // `k0s status` on the controller+worker shows both signals it acted on, completed.
     let data_dir = controllers[0].data_dir().to_str().unwrap().to_owned();
@@ -163,4 +111,75 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
             ("Node/controller-0", "airgapupdate", Some("Completed")),
         ]
     );
+}
+
+/// The plan's commands: the airgap bundle (from `bundle`: base URL and sha256) on both
+/// nodes, then k0s v2 (from `binary`) on the controller, then the worker.
+fn airgap_then_k0s(binary: (&str, &str), bundle: (&str, &str)) -> Vec<PlanCommand> {
+    let platform = autopilot_api::platform::current();
+    let airgap = PlanCommandAirgapUpdate {
+        prestage: false,
+        prestage_concurrent: None,
+        gates: Vec::new(),
+        version: V2.to_owned(),
+        platforms: BTreeMap::from([(
+            platform,
+            PlanResourceUrl {
+                url: format!("{}/bundles/{BUNDLE}", bundle.0),
+                sha256: Some(bundle.1.to_owned()),
+                ..Default::default()
+            },
+        )]),
+        workers: static_nodes(&["controller-0", "worker-0"], 2),
+        progress_timeout: None,
+    };
+    let k0s = update_to(
+        V2,
+        binary.0,
+        binary.1,
+        Some(static_nodes(&["controller-0"], 1)),
+        Some(static_nodes(&["worker-0"], 1)),
+    );
+    vec![
+        PlanCommand { k0supdate: None, airgapupdate: Some(airgap), preflight: None },
+        PlanCommand { k0supdate: Some(k0s), airgapupdate: None, preflight: None },
+    ]
+}
+
+/// Every node has the bundle in `images/`, whole, and nothing else there.
+fn check_bundles<'a>(processes: impl Iterator<Item = &'a K0sProcess>, bundle_sha: &str) {
+    for process in processes {
+        let path = process.data_dir().join("images").join(BUNDLE);
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: bundle {}: {e}", process.node_name(), path.display()));
+        assert_eq!(sha256_hex(&bytes), bundle_sha, "{}", path.display());
+        let leftovers: Vec<_> = std::fs::read_dir(path.parent().expect("images/"))
+            .expect("reading images/")
+            .map(|e| e.expect("an entry of images/").file_name().to_string_lossy().into_owned())
+            .filter(|n| n != BUNDLE)
+            .collect();
+        assert!(leftovers.is_empty(), "only the bundle in images/: {leftovers:?}");
+    }
+}
+
+/// Both nodes publish v2 and are uncordoned.
+async fn published_and_uncordoned(client: &kube::Client, nodes: &Api<Node>) {
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    wait_for(Duration::from_secs(30), "controller-0 to publish v2", || async {
+        Ok((control_nodes.get("controller-0").await?.k0s_version() == Some(V2)).then_some(()))
+    })
+    .await
+    .expect("controller-0 publishes v2");
+    wait_for(Duration::from_secs(30), "worker-0 to publish v2", || async {
+        let node = nodes.get("worker-0").await?;
+        Ok((node.annotations().get(keys::ANNOTATION_K0S_VERSION).map(String::as_str) == Some(V2))
+            .then_some(()))
+    })
+    .await
+    .expect("worker-0 publishes v2");
+    for name in ["controller-0", "worker-0"] {
+        let node = nodes.get(name).await.expect("reading the Node");
+        let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+        assert!(!unschedulable, "{name} uncordoned after the update");
+    }
 }

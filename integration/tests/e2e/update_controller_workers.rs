@@ -74,22 +74,7 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
 
     // Write contention: someone else touches every ControlNode's annotations every second.
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
-    let toucher = tokio::spawn({
-        let control_nodes = control_nodes.clone();
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            for n in 0u64.. {
-                tick.tick().await;
-                for name in CONTROLLERS {
-                    let touch = json!({ "metadata": { "annotations": {
-                        "test.autopilot/touched": n.to_string(),
-                    }}});
-                    let params = PatchParams::default();
-                    let _ = control_nodes.patch(name, &params, &Patch::Merge(&touch)).await;
-                }
-            }
-        }
-    });
+    let toucher = touch_control_nodes(control_nodes.clone());
     let recorder = SignalRecorder::start(&client).await.unwrap();
 
     // Forced, as in k0s' scenario.
@@ -107,30 +92,7 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     })
     .await
     .unwrap();
-    let held = watch_plan_for(&client, "autopilot", BLOCKED_WINDOW, |p| {
-        if state(p) == PlanStateType::Completed {
-            return Err("the plan completed while the budget blocks every drain".to_owned());
-        }
-        for name in CONTROLLERS {
-            if past_cordoning(target_phase(p, name)) {
-                return Err(format!("{name} got past Cordoning while the budget exists"));
-            }
-        }
-        Ok(())
-    })
-    .await
-    .unwrap();
-    assert!(
-        target(&held, 0, "controller-0")
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.contains("web-budget")),
-        "the plan names the budget:\n{}",
-        status_yaml(&held)
-    );
-    for seen in recorder.history() {
-        assert!(!past_cordoning(seen.phase), "{} got past Cordoning: {seen:?}", seen.object);
-    }
+    held_by_the_budget(&client, &recorder).await;
 
     pdbs.delete("web-budget", &DeleteParams::default()).await.unwrap();
     let done = wait_plan(&client, "autopilot", Duration::from_secs(240), "Completed", |p| {
@@ -145,26 +107,7 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
 
     // Every ControlNode: every phase in order, timestamps never going back, never vanished;
     // one controller in flight at a time.
-    let history = recorder.history();
-    assert!(recorder.vanished().is_empty(), "signals vanished: {:?}", recorder.vanished());
-    let by_object = recorder.by_object();
-    assert_eq!(by_object.len(), 3, "{history:?}");
-    for (object, seen) in &by_object {
-        assert_eq!(object.kind, ObjectKind::ControlNode);
-        let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
-        assert_eq!(phases, UPDATE_PHASES, "{object}: {seen:?}");
-        let stamps: Vec<_> = seen.iter().filter_map(|s| s.timestamp.clone()).collect();
-        assert!(stamps.is_sorted(), "{object} timestamps go back: {seen:?}");
-    }
-    let mut in_flight = 0usize;
-    for seen in &history {
-        match seen.phase {
-            None => in_flight += 1,
-            Some(SignalPhase::Completed) => in_flight -= 1,
-            Some(_) => {}
-        }
-        assert!(in_flight <= 1, "two controllers in flight at once: {history:?}");
-    }
+    check_history(&recorder);
 
     // Every controller runs v2 and every Node is Ready and uncordoned.
     for process in &controllers {
@@ -185,6 +128,79 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     })
     .await
     .unwrap();
+}
+
+/// Write contention: someone else touches every ControlNode's annotations every second,
+/// until the task is aborted.
+fn touch_control_nodes(control_nodes: Api<ControlNode>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn({
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for n in 0u64.. {
+                tick.tick().await;
+                for name in CONTROLLERS {
+                    let touch = json!({ "metadata": { "annotations": {
+                        "test.autopilot/touched": n.to_string(),
+                    }}});
+                    let params = PatchParams::default();
+                    let _ = control_nodes.patch(name, &params, &Patch::Merge(&touch)).await;
+                }
+            }
+        }
+    })
+}
+
+/// For the blocked window no controller gets past Cordoning, and the plan names the budget.
+async fn held_by_the_budget(client: &kube::Client, recorder: &SignalRecorder) {
+    let held = watch_plan_for(client, "autopilot", BLOCKED_WINDOW, |p| {
+        if state(p) == PlanStateType::Completed {
+            return Err("the plan completed while the budget blocks every drain".to_owned());
+        }
+        for name in CONTROLLERS {
+            if past_cordoning(target_phase(p, name)) {
+                return Err(format!("{name} got past Cordoning while the budget exists"));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .expect("held in Cordoning for the window");
+    assert!(
+        target(&held, 0, "controller-0")
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("web-budget")),
+        "the plan names the budget:\n{}",
+        status_yaml(&held)
+    );
+    for seen in recorder.history() {
+        assert!(!past_cordoning(seen.phase), "{} got past Cordoning: {seen:?}", seen.object);
+    }
+}
+
+/// Every ControlNode: every phase in order, timestamps never going back, never vanished;
+/// one controller in flight at a time.
+fn check_history(recorder: &SignalRecorder) {
+    let history = recorder.history();
+    assert!(recorder.vanished().is_empty(), "signals vanished: {:?}", recorder.vanished());
+    let by_object = recorder.by_object();
+    assert_eq!(by_object.len(), 3, "{history:?}");
+    for (object, seen) in &by_object {
+        assert_eq!(object.kind, ObjectKind::ControlNode);
+        let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
+        assert_eq!(phases, UPDATE_PHASES, "{object}: {seen:?}");
+        let stamps: Vec<_> = seen.iter().filter_map(|s| s.timestamp.clone()).collect();
+        assert!(stamps.is_sorted(), "{object} timestamps go back: {seen:?}");
+    }
+    let mut in_flight = 0usize;
+    for seen in &history {
+        match seen.phase {
+            None => in_flight += 1,
+            Some(SignalPhase::Completed) => in_flight -= 1,
+            Some(_) => {}
+        }
+        assert!(in_flight <= 1, "two controllers in flight at once: {history:?}");
+    }
 }
 
 /// The phase the plan shows for controller `name` of command 0.

@@ -66,72 +66,12 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed_on_real_n
 
     // worker-0 downloaded v2 and is held in Cordoning by the budget, which its reason names
     // together with the refused pod.
-    let reason = wait_for(PLAN_TIMEOUT, "worker-0 held in Cordoning by the budget", || async {
-        let status = node_signal(&client, "worker-0").await?.and_then(|s| s.status);
-        Ok(status
-            .filter(|s| s.status == SignalPhase::Cordoning)
-            .and_then(|s| s.reason)
-            .filter(|r| r.contains("refused")))
-    })
-    .await
-    .unwrap();
-    assert!(reason.contains("default/web-"), "the refused pod is named: {reason}");
-    assert!(reason.contains("web-budget"), "the budget is named: {reason}");
-    assert_eq!(
-        node_cordon(&client, "worker-0").await.unwrap(),
-        (true, true),
-        "cordoned by autopilot"
-    );
+    held_in_cordoning(&client).await;
 
     // It stays held while the budget exists: the plan shows worker-0 in Cordoning with the
-    // budget named on its target, worker-1
-    // waits its turn, no pod is evicted and worker-0 still runs v1 from an unswapped binary.
-    let moved_on = wait_for(HELD_WINDOW, "worker-0 to leave Cordoning", || async {
-        let status = node_signal(&client, "worker-0").await?.and_then(|s| s.status);
-        Ok(status.filter(|s| s.status != SignalPhase::Cordoning))
-    })
-    .await;
-    assert!(moved_on.is_err(), "worker-0 passed Cordoning while the budget forbade eviction");
-    let held = wait_plan(
-        &client,
-        "autopilot",
-        PLAN_TIMEOUT,
-        "worker-0 held by the budget on the plan",
-        |p| {
-            let commands = p.status.as_ref().map(|s| s.commands.as_slice()).unwrap_or_default();
-            commands.first().is_some_and(|c| {
-                targets(c).iter().any(|t| {
-                    t.name == "worker-0"
-                        && t.phase == Some(SignalPhase::Cordoning)
-                        && t.reason.as_deref().is_some_and(|r| r.contains("web-budget"))
-                })
-            })
-        },
-    )
-    .await
-    .unwrap();
-    // Running (`SchedulableWait`), not held for readiness and not failed.
-    assert_eq!(state(&held), PlanStateType::SchedulableWait, "{}", status_yaml(&held));
-    assert_eq!(
-        target(&held, 0, "worker-0").state,
-        TargetState::SignalSent,
-        "{}",
-        status_yaml(&held)
-    );
-    assert_eq!(
-        target(&held, 0, "worker-1").state,
-        TargetState::SignalPending,
-        "{}",
-        status_yaml(&held)
-    );
-    let now: std::collections::BTreeSet<String> =
-        pods.list(&Default::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
-    assert_eq!(now, before, "no pod evicted");
-    assert_eq!(binary_version(workers[0].binary_path()), v1, "no swap before the drain");
-    assert!(
-        !workers[0].binary_path().with_file_name("k0s.prev").exists(),
-        "no swap before the drain"
-    );
+    // budget named on its target, worker-1 waits its turn, no pod is evicted and worker-0
+    // still runs v1 from an unswapped binary.
+    stays_held(&client, before.clone(), &workers[0], &v1).await;
 
     // Remove the budget: worker-0 is drained and updates, then worker-1.
     pdbs.delete("web-budget", &DeleteParams::default()).await.unwrap();
@@ -166,5 +106,90 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed_on_real_n
         node_cordon(&client, "worker-1").await.unwrap(),
         (true, false),
         "the administrator's cordon on worker-1 stays, never claimed by autopilot"
+    );
+}
+
+/// worker-0 downloaded v2 and is held in Cordoning by the budget, which its reason names
+/// together with the refused pod; autopilot cordoned it.
+async fn held_in_cordoning(client: &kube::Client) {
+    let reason = wait_for(PLAN_TIMEOUT, "worker-0 held in Cordoning by the budget", || async {
+        let status = node_signal(client, "worker-0").await?.and_then(|s| s.status);
+        Ok(status
+            .filter(|s| s.status == SignalPhase::Cordoning)
+            .and_then(|s| s.reason)
+            .filter(|r| r.contains("refused")))
+    })
+    .await
+    .expect("worker-0 held in Cordoning by the budget");
+    assert!(reason.contains("default/web-"), "the refused pod is named: {reason}");
+    assert!(reason.contains("web-budget"), "the budget is named: {reason}");
+    assert_eq!(
+        node_cordon(client, "worker-0").await.expect("reading the cordon"),
+        (true, true),
+        "cordoned by autopilot"
+    );
+}
+
+/// worker-0 stays held while the budget exists: the plan shows it in Cordoning with the
+/// budget named on its target, worker-1 waits its turn, no pod (of `before`) is evicted and
+/// worker-0 still runs `v1` from an unswapped binary.
+async fn stays_held(
+    client: &kube::Client,
+    before: std::collections::BTreeSet<String>,
+    worker_0: &K0sProcess,
+    v1: &str,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let moved_on = wait_for(HELD_WINDOW, "worker-0 to leave Cordoning", || async {
+        let status = node_signal(client, "worker-0").await?.and_then(|s| s.status);
+        Ok(status.filter(|s| s.status != SignalPhase::Cordoning))
+    })
+    .await;
+    assert!(moved_on.is_err(), "worker-0 passed Cordoning while the budget forbade eviction");
+    let held = wait_plan(
+        client,
+        "autopilot",
+        PLAN_TIMEOUT,
+        "worker-0 held by the budget on the plan",
+        |p| {
+            let commands = p.status.as_ref().map(|s| s.commands.as_slice()).unwrap_or_default();
+            commands.first().is_some_and(|c| {
+                targets(c).iter().any(|t| {
+                    t.name == "worker-0"
+                        && t.phase == Some(SignalPhase::Cordoning)
+                        && t.reason.as_deref().is_some_and(|r| r.contains("web-budget"))
+                })
+            })
+        },
+    )
+    .await
+    .expect("worker-0 held by the budget on the plan");
+    // Running (`SchedulableWait`), not held for readiness and not failed.
+    assert_eq!(state(&held), PlanStateType::SchedulableWait, "{}", status_yaml(&held));
+    assert_eq!(
+        target(&held, 0, "worker-0").state,
+        TargetState::SignalSent,
+        "{}",
+        status_yaml(&held)
+    );
+    assert_eq!(
+        target(&held, 0, "worker-1").state,
+        TargetState::SignalPending,
+        "{}",
+        status_yaml(&held)
+    );
+    let now: std::collections::BTreeSet<String> = pods
+        .list(&Default::default())
+        .await
+        .expect("listing Pods")
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(now, before, "no pod evicted");
+    assert_eq!(binary_version(worker_0.binary_path()), v1, "no swap before the drain");
+    assert!(
+        !worker_0.binary_path().with_file_name("k0s.prev").exists(),
+        "no swap before the drain"
     );
 }

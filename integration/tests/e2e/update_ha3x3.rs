@@ -73,6 +73,19 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
         assert_eq!(version_on_disk(process), V2, "{} on disk", process.node_name());
         assert!(process.is_running(), "{} runs", process.node_name());
     }
+    every_node_publishes_v2(&client).await;
+
+    // Each node went through every phase, in order, with non-decreasing timestamps.
+    let history = recorder.history();
+    check_phases(&recorder, &history);
+
+    // Controllers one at a time, all before any worker; workers at most WORKER_CONCURRENCY
+    // at a time. In flight: from being signalled until Completed (etcd revision order).
+    check_order(&history);
+}
+
+/// Every node publishes v2 and no worker is left cordoned.
+async fn every_node_publishes_v2(client: &kube::Client) {
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     wait_for(Duration::from_secs(30), "every node to publish v2", || async {
@@ -93,12 +106,13 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
         Ok(Some(()))
     })
     .await
-    .unwrap();
+    .expect("every node publishes v2");
+}
 
-    // Each node went through every phase, in order, with non-decreasing timestamps.
-    let history = recorder.history();
+/// Each node went through every phase, in order, with non-decreasing timestamps.
+fn check_phases(recorder: &SignalRecorder, history: &[Seen]) {
     let by_object = recorder.by_object();
-    assert_eq!(by_object.len(), 6, "six signalled objects:\n{}", describe(&history));
+    assert_eq!(by_object.len(), 6, "six signalled objects:\n{}", describe(history));
     for (object, seen) in &by_object {
         let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
         assert_eq!(phases, UPDATE_PHASES, "{object}:\n{}", describe(seen));
@@ -111,13 +125,15 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
         };
         assert_eq!(object.kind, expected_kind);
     }
+}
 
-    // Controllers one at a time, all before any worker; workers at most WORKER_CONCURRENCY
-    // at a time. In flight: from being signalled until Completed (etcd revision order).
+/// Controllers one at a time, all before any worker; workers at most WORKER_CONCURRENCY
+/// at a time. In flight: from being signalled until Completed (etcd revision order).
+fn check_order(history: &[Seen]) {
     let mut in_flight: Vec<&str> = Vec::new();
     let mut max_workers = 0;
     let mut controllers_done = 0;
-    for seen in &history {
+    for seen in history {
         let name = seen.object.name.as_str();
         let is_controller = seen.object.kind == ObjectKind::ControlNode;
         match seen.phase {
@@ -126,14 +142,14 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
                     assert!(
                         in_flight.is_empty(),
                         "{name} signalled while {in_flight:?} in flight:\n{}",
-                        describe(&history)
+                        describe(history)
                     );
                 } else {
                     assert_eq!(
                         controllers_done,
                         3,
                         "{name} signalled before every controller completed:\n{}",
-                        describe(&history)
+                        describe(history)
                     );
                 }
                 in_flight.push(name);
@@ -153,6 +169,6 @@ async fn three_controllers_and_three_workers_update_from_v1_to_v2() {
     assert!(
         max_workers <= WORKER_CONCURRENCY as usize,
         "{max_workers} workers in flight at once:\n{}",
-        describe(&history)
+        describe(history)
     );
 }

@@ -75,12 +75,7 @@ async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_g
     assert_ne!(v1, V2);
 
     // The real v2 lives outside the node's binary directory; the payload runs it.
-    let (v2_bytes, _) = v2_build();
-    let real = worker.dir().join("v2-real").join("k0s");
-    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
-    std::fs::write(&real, &v2_bytes).unwrap();
-    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let payload = dying_v2(&real);
+    let payload = payload_running_v2_from(&worker.dir().join("v2-real").join("k0s"));
     let server = integration::http::FileServer::start(payload.clone()).await.unwrap();
 
     let worker = worker.supervise(Duration::from_secs(1));
@@ -124,6 +119,39 @@ async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_g
     assert_eq!(binary_version(node.binary_path()), v1);
 
     // The rollback is reported: the metric, an Event on the Node, the signal.
+    rollback_reported(&client, node, &v1).await;
+
+    // What is on disk: v1 live and as k0s.prev, the payload refused and not executable.
+    check_disk(node, &payload, &v1_bytes);
+
+    // It stays on v1: a Ready heartbeat written after all this, and no exit since.
+    let exits = worker.exits().len();
+    let now = jiff::Timestamp::now();
+    wait_for(Duration::from_secs(45), "a heartbeat of v1 after the rollback", || async {
+        Ok(last_heartbeat(&nodes, "worker-0").await?.filter(|t| *t > now))
+    })
+    .await
+    .unwrap();
+    assert_eq!(worker.exits().len(), exits, "no exit since the rollback:\n{}", node.log_tail(40));
+    assert!(node.is_running());
+    assert!(std::fs::read(node.binary_path()).unwrap() == v1_bytes, "still v1 on disk");
+    let (cordoned, marked) = node_cordon(&client, "worker-0").await.unwrap();
+    assert!(!cordoned && !marked, "nothing cordoned is left");
+}
+
+/// The real v2 written at `real` (outside the node's binary directory), and the payload
+/// that runs it and dies 8 s into each run.
+fn payload_running_v2_from(real: &std::path::Path) -> Vec<u8> {
+    let (v2_bytes, _) = v2_build();
+    std::fs::create_dir_all(real.parent().expect("a directory")).expect("its directory");
+    std::fs::write(real, &v2_bytes).expect("the real v2");
+    std::fs::set_permissions(real, std::fs::Permissions::from_mode(0o755))
+        .expect("the real v2 executable");
+    dying_v2(real)
+}
+
+/// The rollback is reported: the metric, an Event on the Node, the signal.
+async fn rollback_reported(client: &kube::Client, node: &integration::K0sProcess, v1: &str) {
     let address = node.metrics_address().expect("metrics address");
     wait_for(
         Duration::from_secs(30),
@@ -139,7 +167,7 @@ async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_g
         },
     )
     .await
-    .unwrap();
+    .expect("the rollback counted");
     let events: Api<Event> = Api::namespaced(client.clone(), keys::EVENT_NAMESPACE);
     let event =
         wait_for(Duration::from_secs(30), "the rollback Event on Node worker-0", || async {
@@ -151,7 +179,7 @@ async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_g
             }))
         })
         .await
-        .unwrap();
+        .expect("the rollback Event");
     let note = event.message.unwrap_or_default();
     assert!(
         note.contains(&format!("rolled back from {V2} to {v1} after the update"))
@@ -160,37 +188,28 @@ async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_g
     );
     let signal =
         wait_for(Duration::from_secs(30), "the signal Failed after the rollback", || async {
-            let signal = node_signal(&client, "worker-0").await?;
+            let signal = node_signal(client, "worker-0").await?;
             Ok(signal.filter(|s| s.phase() == Some(SignalPhase::Failed)))
         })
         .await
-        .unwrap();
+        .expect("the signal Failed");
     let reason = signal.status.and_then(|s| s.reason).unwrap_or_default();
     assert!(
         reason
             .starts_with("rolled back after the update: the new binary exited abnormally 3 times"),
         "{reason}"
     );
+}
 
-    // What is on disk: v1 live and as k0s.prev, the payload refused and not executable.
+/// What is on disk: v1 live and as k0s.prev, the payload refused and not executable.
+fn check_disk(node: &integration::K0sProcess, payload: &[u8], v1_bytes: &[u8]) {
     let refused = node.binary_path().with_file_name("k0s.refused");
-    assert!(std::fs::read(&refused).unwrap() == payload, "k0s.refused is the v2 payload");
-    let mode = std::fs::metadata(&refused).unwrap().permissions().mode() & 0o777;
+    assert!(
+        std::fs::read(&refused).expect("k0s.refused") == payload,
+        "k0s.refused is the v2 payload"
+    );
+    let mode = std::fs::metadata(&refused).expect("k0s.refused").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    let prev = std::fs::read(node.binary_path().with_file_name("k0s.prev")).unwrap();
+    let prev = std::fs::read(node.binary_path().with_file_name("k0s.prev")).expect("k0s.prev");
     assert!(prev == v1_bytes, "k0s.prev keeps v1");
-
-    // It stays on v1: a Ready heartbeat written after all this, and no exit since.
-    let exits = worker.exits().len();
-    let now = jiff::Timestamp::now();
-    wait_for(Duration::from_secs(45), "a heartbeat of v1 after the rollback", || async {
-        Ok(last_heartbeat(&nodes, "worker-0").await?.filter(|t| *t > now))
-    })
-    .await
-    .unwrap();
-    assert_eq!(worker.exits().len(), exits, "no exit since the rollback:\n{}", node.log_tail(40));
-    assert!(node.is_running());
-    assert!(std::fs::read(node.binary_path()).unwrap() == v1_bytes, "still v1 on disk");
-    let (cordoned, marked) = node_cordon(&client, "worker-0").await.unwrap();
-    assert!(!cordoned && !marked, "nothing cordoned is left");
 }

@@ -163,35 +163,12 @@ async fn a_worker_with_trusted_keys_runs_only_payloads_signed_by_one_of_them() {
     std::fs::write(&v1_file, &before.bytes).expect("v1 file");
 
     // The worker publishes the ids of both keys on its Node.
-    let nodes: Api<Node> = Api::all(client.clone());
-    let published = wait_for(STARTUP, "worker-0 to publish the keys it requires", || async {
-        let node = nodes.get("worker-0").await?;
-        Ok(node.metadata.annotations.and_then(|a| a.get(keys::ANNOTATION_PAYLOAD_KEYS).cloned()))
-    })
-    .await
-    .unwrap();
-    let mut ids: Vec<&str> = published.split(',').collect();
-    ids.sort_unstable();
-    let mut expected = vec![cosign_id.as_str(), minisign_id.as_str()];
-    expected.sort_unstable();
-    assert_eq!(ids, expected, "the ids of the P-256 and the minisign key");
+    check_published_keys(&client, &[cosign_id.as_str(), minisign_id.as_str()]).await;
 
     // (a) No signature: refused at NewPlan, naming the node and its keys; nothing is
     // signalled or fetched.
     let v2_server = FileServer::start(v2_bytes.clone()).await.unwrap();
-    let unsigned = signed_update(V2, v2_server.base_url(), &v2_sha, None, None);
-    create_plan(&client, &plan("autopilot", "unsigned", vec![k0s_command(unsigned)]))
-        .await
-        .unwrap();
-    let refused = wait_plan_state(&client, "autopilot", PlanStateType::Warning).await.unwrap();
-    let description = refused.status.as_ref().and_then(|s| s.commands[0].description.clone());
-    let description = description.unwrap_or_default();
-    assert!(description.contains("Node worker-0 requires a signature by key"), "{description}");
-    assert!(description.contains(&cosign_id), "the key is named: {description}");
-    assert!(node_signal(&client, "worker-0").await.unwrap().is_none(), "never signalled");
-    assert_eq!(v2_server.requests(), 0, "nothing was downloaded");
-    before.assert_untouched(&worker, "unsigned");
-    delete_plan(&client).await;
+    unsigned_refused(&client, &worker, &before, &v2_server, &v2_sha, &cosign_id).await;
 
     // (b) A signature by a key the worker does not trust.
     let by_stranger = cosign_sig(&stranger, &v2_file);
@@ -246,4 +223,49 @@ async fn a_worker_with_trusted_keys_runs_only_payloads_signed_by_one_of_them() {
     wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     wait_node_version(&client, "worker-0", &before.version).await.unwrap();
     assert_eq!(version_on_disk(&worker), before.version);
+}
+
+/// The worker publishes the ids of the keys it trusts (`key_ids`) on its Node.
+async fn check_published_keys(client: &kube::Client, key_ids: &[&str]) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let published = wait_for(STARTUP, "worker-0 to publish the keys it requires", || async {
+        let node = nodes.get("worker-0").await?;
+        Ok(node.metadata.annotations.and_then(|a| a.get(keys::ANNOTATION_PAYLOAD_KEYS).cloned()))
+    })
+    .await
+    .expect("the published keys");
+    let mut ids: Vec<&str> = published.split(',').collect();
+    ids.sort_unstable();
+    let mut expected = key_ids.to_vec();
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "the ids of the P-256 and the minisign key");
+}
+
+/// (a) No signature: refused at NewPlan, naming the node and its key; nothing is signalled
+/// or fetched.
+async fn unsigned_refused(
+    client: &kube::Client,
+    worker: &K0sProcess,
+    before: &Before,
+    v2_server: &FileServer,
+    v2_sha: &str,
+    cosign_id: &str,
+) {
+    let unsigned = signed_update(V2, v2_server.base_url(), v2_sha, None, None);
+    create_plan(client, &plan("autopilot", "unsigned", vec![k0s_command(unsigned)]))
+        .await
+        .expect("creating the plan");
+    let refused =
+        wait_plan_state(client, "autopilot", PlanStateType::Warning).await.expect("refused");
+    let description = refused.status.as_ref().and_then(|s| s.commands[0].description.clone());
+    let description = description.unwrap_or_default();
+    assert!(description.contains("Node worker-0 requires a signature by key"), "{description}");
+    assert!(description.contains(cosign_id), "the key is named: {description}");
+    assert!(
+        node_signal(client, "worker-0").await.expect("reading the signal").is_none(),
+        "never signalled"
+    );
+    assert_eq!(v2_server.requests(), 0, "nothing was downloaded");
+    before.assert_untouched(worker, "unsigned");
+    delete_plan(client).await;
 }

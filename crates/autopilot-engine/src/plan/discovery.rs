@@ -11,7 +11,8 @@
 
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{
-    PlanCommand, PlanCommandTargetLimits, PlanStateType, PlanStatus, TargetState, TargetStatus,
+    PlanCommand, PlanCommandStatus, PlanCommandTargetLimits, PlanStateType, PlanStatus,
+    TargetState, TargetStatus,
 };
 
 use super::command::{Command, Group, kind_problem, targets_mut};
@@ -42,17 +43,13 @@ pub(super) fn new_plan(
     // Check 0: every signal carries the plan's id (`planId`), which a node refuses empty.
     // The CRD's schema requires one; a Plan the schema did not check must not start either.
     if plan_id.trim().is_empty() {
-        status.state = PlanStateType::Warning;
-        if let Some(first) = status.commands.first_mut() {
-            first.state = PlanStateType::Warning;
-            first.description = Some(EMPTY_PLAN_ID.to_owned());
-        }
+        refuse_empty_plan_id(status);
         return Vec::new();
     }
     let mut fleet = Fleet::observe(inputs);
     for command_status in &mut status.commands {
         let index = command_status.id;
-        let outcome = match &command_status.frozen {
+        let mut outcome = match &command_status.frozen {
             Some(frozen) => new_command(inputs, &run_id, index, frozen, findings),
             // Crash safety: a fresh run always freezes every command; a missing copy means
             // the status was edited by hand, and a command we cannot see must not run.
@@ -61,67 +58,100 @@ pub(super) fn new_plan(
                 format!("command {index} has no frozen copy in the status"),
             ),
         };
-        let NewCommand {
-            mut state,
-            mut description,
-            targets,
-            pods,
-            templates,
-            warnings: command_warnings,
-        } = outcome;
-        warnings.extend(command_warnings);
         // Check 8: the version skew the command leaves, walked over the commands before it.
-        if state == PlanStateType::SchedulableWait
+        if outcome.state == PlanStateType::SchedulableWait
             && let Some(Command::K0s(k0s)) =
                 command_status.frozen.as_ref().and_then(Command::resolve)
         {
-            let names = |group: Group| -> Vec<String> {
-                targets
-                    .iter()
-                    .filter(|(g, _)| *g == group)
-                    .flat_map(|(_, statuses)| statuses.iter().map(|t| t.name.clone()))
-                    .collect()
-            };
-            let violations =
-                fleet.update(&k0s.version, &names(Group::Controllers), &names(Group::Workers));
-            let path = format!("commands[{index}].k0supdate");
-            if violations.is_empty() {
-                // Nothing to refuse or allow.
-            } else if skew::allowed(inputs.allow_skew, &plan_id) {
-                warnings.push(skew::allowed_event(&path, &k0s.version, &violations));
-            } else {
-                state = PlanStateType::Warning;
-                description = Some(skew::refusal(
-                    &path,
-                    &k0s.version,
-                    &violations,
-                    &plan_id,
-                    inputs.allow_skew,
-                ));
-            }
+            let skew = SkewCheck { inputs, plan_id: &plan_id, index, version: &k0s.version };
+            skew.check(&mut fleet, &mut outcome);
         }
-        let frozen = command_status.frozen.clone();
-        if let Some(command) = frozen.as_ref().and_then(Command::resolve) {
-            for (group, group_targets) in targets {
-                if let Some(slot) = targets_mut(command_status, command, group) {
-                    *slot = group_targets;
-                }
-            }
-        }
-        if !pods.is_empty() {
-            command_status.preflight.get_or_insert_with(Default::default).pods = pods;
-        }
-        if !templates.is_empty() {
-            command_status.preflight.get_or_insert_with(Default::default).templates = templates;
-        }
-        command_status.state = state;
-        command_status.description = description;
+        let state = outcome.state;
+        warnings.extend(record_command(command_status, outcome));
         if state != PlanStateType::SchedulableWait {
             status.state = state;
             return Vec::new();
         }
     }
     status.state = PlanStateType::SchedulableWait;
+    warnings
+}
+
+/// Check 0's refusal: the plan and its first command turn `Warning`, the command saying
+/// why ([`EMPTY_PLAN_ID`]).
+fn refuse_empty_plan_id(status: &mut PlanStatus) {
+    status.state = PlanStateType::Warning;
+    if let Some(first) = status.commands.first_mut() {
+        first.state = PlanStateType::Warning;
+        first.description = Some(EMPTY_PLAN_ID.to_owned());
+    }
+}
+
+/// Check 8 for one `k0supdate`: the version it installs, judged against the fleet as the
+/// commands before it leave it.
+struct SkewCheck<'a> {
+    /// The snapshot (the `allowSkew` annotation's value).
+    inputs: &'a Inputs<'a>,
+    /// The plan's id, which the `allowSkew` annotation must name.
+    plan_id: &'a str,
+    /// The command's index.
+    index: u32,
+    /// The version the command installs.
+    version: &'a str,
+}
+
+impl SkewCheck<'_> {
+    /// Walk the fleet over the command's targets; a skew the rules refuse fails the
+    /// command (`Warning`), one the operator allowed adds a Warning Event.
+    fn check(&self, fleet: &mut Fleet, outcome: &mut NewCommand) {
+        let names = |group: Group| -> Vec<String> {
+            outcome
+                .targets
+                .iter()
+                .filter(|(g, _)| *g == group)
+                .flat_map(|(_, statuses)| statuses.iter().map(|t| t.name.clone()))
+                .collect()
+        };
+        let violations =
+            fleet.update(self.version, &names(Group::Controllers), &names(Group::Workers));
+        let path = format!("commands[{}].k0supdate", self.index);
+        if violations.is_empty() {
+            // Nothing to refuse or allow.
+        } else if skew::allowed(self.inputs.allow_skew, self.plan_id) {
+            outcome.warnings.push(skew::allowed_event(&path, self.version, &violations));
+        } else {
+            outcome.state = PlanStateType::Warning;
+            outcome.description = Some(skew::refusal(
+                &path,
+                self.version,
+                &violations,
+                self.plan_id,
+                self.inputs.allow_skew,
+            ));
+        }
+    }
+}
+
+/// Record one command's NewPlan outcome in its status: its targets, its preflight Pods and
+/// templates, its state and description. Returns the outcome's Warning Events.
+fn record_command(command_status: &mut PlanCommandStatus, outcome: NewCommand) -> Vec<Effect> {
+    let NewCommand { state, description, targets, pods, templates, warnings } = outcome;
+    let frozen = command_status.frozen.clone();
+    if let Some(command) = frozen.as_ref().and_then(Command::resolve) {
+        for (group, group_targets) in targets {
+            if let Some(slot) = targets_mut(command_status, command, group) {
+                *slot = group_targets;
+            }
+        }
+    }
+    if !pods.is_empty() {
+        command_status.preflight.get_or_insert_with(Default::default).pods = pods;
+    }
+    if !templates.is_empty() {
+        command_status.preflight.get_or_insert_with(Default::default).templates = templates;
+    }
+    command_status.state = state;
+    command_status.description = description;
     warnings
 }
 

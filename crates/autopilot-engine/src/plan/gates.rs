@@ -26,7 +26,8 @@ use std::time::Duration;
 use autopilot_api::duration;
 use autopilot_api::gate_check::GateCheckRequest;
 use autopilot_api::v1beta2::{
-    CheckStatus, Gate, GateAfter, GateCheck, GateOnFailure, GateRun, TargetState,
+    CheckStatus, Gate, GateAfter, GateCheck, GateOnFailure, GateRun, KubernetesGate,
+    PrometheusGate, TargetState,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -141,46 +142,57 @@ pub(super) fn problems(path: &str, gates: &[Gate], policy: &Policy) -> Vec<Strin
             problems.push(format!("{at}.settle {why}"));
         }
         if let Some(kubernetes) = &gate.kubernetes {
-            for (field, value) in
-                [("apiVersion", &kubernetes.api_version), ("kind", &kubernetes.kind)]
-            {
-                if value.trim().is_empty() {
-                    problems.push(format!("{at}.kubernetes.{field} is empty"));
-                }
-            }
-            if let Some(selector) = &kubernetes.label_selector
-                && let Err(why) = LabelSelector::parse(&for_node(selector, "node-name"))
-            {
-                problems.push(format!("{at}.kubernetes.labelSelector {why}"));
-            }
-            if let Some(selector) = &kubernetes.field_selector
-                && let Err(why) = field_selector_problem(&for_node(selector, "node-name"))
-            {
-                problems.push(format!("{at}.kubernetes.fieldSelector {why}"));
-            }
-            if let Err(why) = compile_gate_condition(&kubernetes.condition, GateInput::Objects) {
-                problems.push(format!("{at}.kubernetes.condition {why}"));
-            }
+            problems.extend(kubernetes_problems(&at, kubernetes));
         }
         if let Some(prometheus) = &gate.prometheus {
-            match prometheus.url.as_deref().or(policy.prometheus_url.as_deref()) {
-                None => problems.push(format!(
-                    "{at}.prometheus.url is unset and the controller has no --prometheus-url"
-                )),
-                Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
-                    problems.push(format!(
-                        "{at}.prometheus.url {url:?} is not an http:// or https:// URL"
-                    ));
-                }
-                Some(_) => {}
-            }
-            if prometheus.query.trim().is_empty() {
-                problems.push(format!("{at}.prometheus.query is empty"));
-            }
-            if let Err(why) = compile_gate_condition(&prometheus.condition, GateInput::Samples) {
-                problems.push(format!("{at}.prometheus.condition {why}"));
-            }
+            problems.extend(prometheus_problems(&at, prometheus, policy));
         }
+    }
+    problems
+}
+
+/// What is wrong with a `kubernetes` gate (at `at`): its kind, its selectors, its condition.
+fn kubernetes_problems(at: &str, kubernetes: &KubernetesGate) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (field, value) in [("apiVersion", &kubernetes.api_version), ("kind", &kubernetes.kind)] {
+        if value.trim().is_empty() {
+            problems.push(format!("{at}.kubernetes.{field} is empty"));
+        }
+    }
+    if let Some(selector) = &kubernetes.label_selector
+        && let Err(why) = LabelSelector::parse(&for_node(selector, "node-name"))
+    {
+        problems.push(format!("{at}.kubernetes.labelSelector {why}"));
+    }
+    if let Some(selector) = &kubernetes.field_selector
+        && let Err(why) = field_selector_problem(&for_node(selector, "node-name"))
+    {
+        problems.push(format!("{at}.kubernetes.fieldSelector {why}"));
+    }
+    if let Err(why) = compile_gate_condition(&kubernetes.condition, GateInput::Objects) {
+        problems.push(format!("{at}.kubernetes.condition {why}"));
+    }
+    problems
+}
+
+/// What is wrong with a `prometheus` gate (at `at`): its URL (or the controller's
+/// `--prometheus-url`), its query, its condition.
+fn prometheus_problems(at: &str, prometheus: &PrometheusGate, policy: &Policy) -> Vec<String> {
+    let mut problems = Vec::new();
+    match prometheus.url.as_deref().or(policy.prometheus_url.as_deref()) {
+        None => problems.push(format!(
+            "{at}.prometheus.url is unset and the controller has no --prometheus-url"
+        )),
+        Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+            problems.push(format!("{at}.prometheus.url {url:?} is not an http:// or https:// URL"));
+        }
+        Some(_) => {}
+    }
+    if prometheus.query.trim().is_empty() {
+        problems.push(format!("{at}.prometheus.query is empty"));
+    }
+    if let Err(why) = compile_gate_condition(&prometheus.condition, GateInput::Samples) {
+        problems.push(format!("{at}.prometheus.condition {why}"));
     }
     problems
 }
@@ -396,103 +408,121 @@ impl CommandPass<'_, '_> {
         if let Some(check) = &gate.check {
             return self.look_check(gate, check, judged, since);
         }
-        // Every node is looked at (so one pass names every lookup a batch needs); the first
-        // reason to wait is the one told.
-        let mut waits: Option<String> = None;
         if let Some(kubernetes) = &gate.kubernetes {
-            let per_node = [&kubernetes.label_selector, &kubernetes.field_selector]
-                .into_iter()
-                .flatten()
-                .any(|selector| names_node(selector));
-            let nodes: Vec<&str> =
-                if per_node { judged.iter().map(String::as_str).collect() } else { vec![""] };
-            for node in nodes {
-                let query = GateQuery::List {
-                    api_version: kubernetes.api_version.clone(),
-                    kind: kubernetes.kind.clone(),
-                    namespace: kubernetes.namespace.clone(),
-                    label_selector: kubernetes.label_selector.as_deref().map(|s| for_node(s, node)),
-                    field_selector: kubernetes.field_selector.as_deref().map(|s| for_node(s, node)),
-                };
-                let on = if node.is_empty() { String::new() } else { format!(" for {node}") };
-                match self.answer(query) {
-                    Err(why) => {
-                        waits.get_or_insert(format!("listing {}{on}: {why}", kubernetes.kind));
-                    }
-                    Ok(None) => {}
-                    Ok(Some(items)) => {
-                        match evaluate_gate(&kubernetes.condition, GateInput::Objects, node, items)
-                        {
-                            Ok(true) => {}
-                            Ok(false) => {
-                                waits.get_or_insert(format!(
-                                    "{:?} is false on {} {}(s){on}",
-                                    kubernetes.condition,
-                                    items.len(),
-                                    kubernetes.kind
-                                ));
-                            }
-                            Err(why) => {
-                                waits.get_or_insert(why);
-                            }
-                        }
-                    }
-                }
-            }
-            return waits.map_or(Look::Passes, Look::Waits);
+            return self.look_kubernetes(kubernetes, judged);
         }
         if let Some(prometheus) = &gate.prometheus {
-            let url = prometheus
-                .url
-                .clone()
-                .or_else(|| self.inputs.policy.prometheus_url.clone())
-                .unwrap_or_default();
-            let nodes: Vec<&str> = if names_node(&prometheus.query) {
-                judged.iter().map(String::as_str).collect()
-            } else {
-                vec![""]
-            };
-            for node in nodes {
-                let query = GateQuery::Prometheus {
-                    url: url.clone(),
-                    query: for_node(&prometheus.query, node),
-                };
-                let on = if node.is_empty() { String::new() } else { format!(" for {node}") };
-                match self.answer(query) {
-                    Err(why) => {
-                        waits.get_or_insert(format!("querying {url}{on}: {why}"));
-                    }
-                    Ok(None) => {}
-                    Ok(Some(items)) => {
-                        match evaluate_gate(&prometheus.condition, GateInput::Samples, node, items)
-                        {
-                            Ok(true) => {}
-                            Ok(false) => {
-                                waits.get_or_insert(format!(
-                                    "{:?} is false on {} sample(s){on}",
-                                    prometheus.condition,
-                                    items.len()
-                                ));
-                            }
-                            Err(why) => {
-                                waits.get_or_insert(why);
-                            }
-                        }
-                    }
-                }
-            }
-            return waits.map_or(Look::Passes, Look::Waits);
+            return self.look_prometheus(prometheus, judged);
         }
         if gate.settle.is_some() {
-            for node in judged {
-                if let Look::Waits(why) = self.settled(node) {
-                    waits.get_or_insert(why);
-                }
-            }
-            return waits.map_or(Look::Passes, Look::Waits);
+            return self.look_settle(judged);
         }
         // A gate of no kind: NewPlan refused it, so no run gets here.
         Look::Waits("the gate sets none of check, kubernetes, prometheus and settle".to_owned())
+    }
+
+    /// Look at a `kubernetes` gate on the nodes `judged` (once, for no node, unless a
+    /// selector names the node). Every node is looked at (so one pass names every lookup a
+    /// batch needs); the first reason to wait is the one told.
+    fn look_kubernetes(&mut self, kubernetes: &KubernetesGate, judged: &[String]) -> Look {
+        let mut waits: Option<String> = None;
+        let per_node = [&kubernetes.label_selector, &kubernetes.field_selector]
+            .into_iter()
+            .flatten()
+            .any(|selector| names_node(selector));
+        let nodes: Vec<&str> =
+            if per_node { judged.iter().map(String::as_str).collect() } else { vec![""] };
+        for node in nodes {
+            let query = GateQuery::List {
+                api_version: kubernetes.api_version.clone(),
+                kind: kubernetes.kind.clone(),
+                namespace: kubernetes.namespace.clone(),
+                label_selector: kubernetes.label_selector.as_deref().map(|s| for_node(s, node)),
+                field_selector: kubernetes.field_selector.as_deref().map(|s| for_node(s, node)),
+            };
+            let on = if node.is_empty() { String::new() } else { format!(" for {node}") };
+            match self.answer(query) {
+                Err(why) => {
+                    waits.get_or_insert(format!("listing {}{on}: {why}", kubernetes.kind));
+                }
+                Ok(None) => {}
+                Ok(Some(items)) => {
+                    match evaluate_gate(&kubernetes.condition, GateInput::Objects, node, items) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            waits.get_or_insert(format!(
+                                "{:?} is false on {} {}(s){on}",
+                                kubernetes.condition,
+                                items.len(),
+                                kubernetes.kind
+                            ));
+                        }
+                        Err(why) => {
+                            waits.get_or_insert(why);
+                        }
+                    }
+                }
+            }
+        }
+        waits.map_or(Look::Passes, Look::Waits)
+    }
+
+    /// Look at a `prometheus` gate on the nodes `judged` (once, for no node, unless the
+    /// query names the node). Every node is looked at (so one pass names every lookup a
+    /// batch needs); the first reason to wait is the one told.
+    fn look_prometheus(&mut self, prometheus: &PrometheusGate, judged: &[String]) -> Look {
+        let mut waits: Option<String> = None;
+        let url = prometheus
+            .url
+            .clone()
+            .or_else(|| self.inputs.policy.prometheus_url.clone())
+            .unwrap_or_default();
+        let nodes: Vec<&str> = if names_node(&prometheus.query) {
+            judged.iter().map(String::as_str).collect()
+        } else {
+            vec![""]
+        };
+        for node in nodes {
+            let query = GateQuery::Prometheus {
+                url: url.clone(),
+                query: for_node(&prometheus.query, node),
+            };
+            let on = if node.is_empty() { String::new() } else { format!(" for {node}") };
+            match self.answer(query) {
+                Err(why) => {
+                    waits.get_or_insert(format!("querying {url}{on}: {why}"));
+                }
+                Ok(None) => {}
+                Ok(Some(items)) => {
+                    match evaluate_gate(&prometheus.condition, GateInput::Samples, node, items) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            waits.get_or_insert(format!(
+                                "{:?} is false on {} sample(s){on}",
+                                prometheus.condition,
+                                items.len()
+                            ));
+                        }
+                        Err(why) => {
+                            waits.get_or_insert(why);
+                        }
+                    }
+                }
+            }
+        }
+        waits.map_or(Look::Passes, Look::Waits)
+    }
+
+    /// Look at a `settle` gate on the nodes `judged`; the first reason to wait is the one
+    /// told.
+    fn look_settle(&mut self, judged: &[String]) -> Look {
+        let mut waits: Option<String> = None;
+        for node in judged {
+            if let Look::Waits(why) = self.settled(node) {
+                waits.get_or_insert(why);
+            }
+        }
+        waits.map_or(Look::Passes, Look::Waits)
     }
 
     /// Look at a `check` gate on the nodes `judged`: each node's record in its report of

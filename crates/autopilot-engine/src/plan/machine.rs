@@ -18,7 +18,7 @@ use autopilot_api::v1beta2::{
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::command::{Command, targets};
+use super::command::{Command, Group, targets};
 use super::decision::{Decision, Effect, EventKind, Hold, Needs, ObjectKind, Requeue, Transition};
 use super::inputs::{Gaps, Inputs, Observed, PlanView, Policy};
 use super::phases::reasons;
@@ -532,89 +532,118 @@ fn state_events(
         };
         let label = format!("command {} ({})", command_status.id, command.name());
         for &group in command.groups() {
-            let kind = command.object_kind(group);
-            let old: BTreeMap<&str, TargetState> = before
-                .map_or(&[][..], |before| targets(before, command, group))
-                .iter()
-                .map(|t| (t.name.as_str(), t.state))
-                .collect();
-            let mut completed = Vec::new();
-            let mut signalled = Vec::new();
-            let mut failed = Vec::new();
-            for target in targets(command_status, command, group) {
-                let from = old.get(target.name.as_str()).copied();
-                if from == Some(target.state)
-                    || (from.is_none() && target.state == TargetState::SignalPending)
-                {
-                    continue;
-                }
-                match target.state {
-                    TargetState::SignalCompleted => completed.push(target.name.as_str()),
-                    TargetState::SignalSent => signalled.push(target.name.as_str()),
-                    // Not reachable: no state leads back to pending, and new pending
-                    // targets are skipped above.
-                    TargetState::SignalPending => {}
-                    TargetState::SignalApplyFailed
-                    | TargetState::MissingSignalNode
-                    | TargetState::MissingPlatform => {
-                        failed.extend(failure_event(&label, kind, target));
-                    }
-                }
-            }
-            events.extend(batch_event(&label, kind, reasons::NODES_COMPLETED, &completed));
-            events.extend(failed);
-            events.extend(batch_event(&label, kind, reasons::NODES_SIGNALLED, &signalled));
+            events.extend(group_events(before, command_status, command, group, &label));
         }
-        let old_reason = before.and_then(|before| before.reason.as_deref());
         let hold = holds.get(&command_status.id);
-        // A hold whose text counts or lists nodes is published when it starts (or its steady
-        // part changes), not as each node reports.
-        let same_hold = hold.and_then(|hold| hold.steady.as_deref()).is_some_and(|steady| {
-            old_reason.is_some_and(|old| {
-                old.strip_prefix(steady).is_some_and(|rest| rest.starts_with("; "))
-            })
-        });
-        if let Some(reason) = &command_status.reason
-            && old_reason != Some(reason.as_str())
-            && !same_hold
-        {
-            let kind = hold.map_or(reasons::WORKER_NOT_READY, |hold| hold.reason);
-            let event_kind = match kind {
-                reasons::PLAN_PAUSED
-                | reasons::CANARY_SOAKING
-                | reasons::GROUP_UPDATING
-                | reasons::GROUP_SOAKING
-                | reasons::PREFLIGHT_RUNNING
-                | reasons::ROLLING_BACK => EventKind::Normal,
-                _ => EventKind::Warning,
-            };
-            events.push(Effect::Event {
-                kind: event_kind,
-                reason: kind,
-                note: format!("{label} is held: {reason}"),
-            });
-        }
+        events.extend(hold_event(before, command_status, hold, &label));
         events.extend(command_event(before, command_status, &label));
     }
-    if base.state != status.state {
-        let mut note =
-            format!("plan {} -> {}", display_state(base.state), display_state(status.state));
-        if status.state.is_failure()
-            && let Some(description) = status
-                .commands
-                .iter()
-                .find(|c| c.state == status.state)
-                .and_then(|c| c.description.as_ref())
-        {
-            note.push_str(&format!(": {description}"));
-        }
-        events.push(Effect::Event {
-            kind: state_event_kind(status.state),
-            reason: reasons::PLAN_STATE_CHANGED,
-            note,
-        });
-    }
+    events.extend(plan_state_event(base, status));
     events
+}
+
+/// The Events of one group of a command: one naming the nodes that completed in this
+/// pass, one per node that failed, went missing or has no platform, and one naming the
+/// nodes it signalled. Targets that first appear as `SignalPending` get none.
+fn group_events(
+    before: Option<&PlanCommandStatus>,
+    command_status: &PlanCommandStatus,
+    command: Command<'_>,
+    group: Group,
+    label: &str,
+) -> Vec<Effect> {
+    let kind = command.object_kind(group);
+    let old: BTreeMap<&str, TargetState> = before
+        .map_or(&[][..], |before| targets(before, command, group))
+        .iter()
+        .map(|t| (t.name.as_str(), t.state))
+        .collect();
+    let mut completed = Vec::new();
+    let mut signalled = Vec::new();
+    let mut failed = Vec::new();
+    for target in targets(command_status, command, group) {
+        let from = old.get(target.name.as_str()).copied();
+        if from == Some(target.state)
+            || (from.is_none() && target.state == TargetState::SignalPending)
+        {
+            continue;
+        }
+        match target.state {
+            TargetState::SignalCompleted => completed.push(target.name.as_str()),
+            TargetState::SignalSent => signalled.push(target.name.as_str()),
+            // Not reachable: no state leads back to pending, and new pending
+            // targets are skipped above.
+            TargetState::SignalPending => {}
+            TargetState::SignalApplyFailed
+            | TargetState::MissingSignalNode
+            | TargetState::MissingPlatform => {
+                failed.extend(failure_event(label, kind, target));
+            }
+        }
+    }
+    let mut events = Vec::new();
+    events.extend(batch_event(label, kind, reasons::NODES_COMPLETED, &completed));
+    events.extend(failed);
+    events.extend(batch_event(label, kind, reasons::NODES_SIGNALLED, &signalled));
+    events
+}
+
+/// The Event for a command's new hold reason, if its reason changed. A hold whose text
+/// counts or lists nodes is published when it starts (or its steady part changes), not as
+/// each node reports.
+fn hold_event(
+    before: Option<&PlanCommandStatus>,
+    command_status: &PlanCommandStatus,
+    hold: Option<&Hold>,
+    label: &str,
+) -> Option<Effect> {
+    let old_reason = before.and_then(|before| before.reason.as_deref());
+    let same_hold = hold.and_then(|hold| hold.steady.as_deref()).is_some_and(|steady| {
+        old_reason
+            .is_some_and(|old| old.strip_prefix(steady).is_some_and(|rest| rest.starts_with("; ")))
+    });
+    let reason = command_status.reason.as_ref()?;
+    if old_reason == Some(reason.as_str()) || same_hold {
+        return None;
+    }
+    let kind = hold.map_or(reasons::WORKER_NOT_READY, |hold| hold.reason);
+    let event_kind = match kind {
+        reasons::PLAN_PAUSED
+        | reasons::CANARY_SOAKING
+        | reasons::GROUP_UPDATING
+        | reasons::GROUP_SOAKING
+        | reasons::PREFLIGHT_RUNNING
+        | reasons::ROLLING_BACK => EventKind::Normal,
+        _ => EventKind::Warning,
+    };
+    Some(Effect::Event {
+        kind: event_kind,
+        reason: kind,
+        note: format!("{label} is held: {reason}"),
+    })
+}
+
+/// The Event for the plan's state change, if it changed; a failure names the failing
+/// command's description.
+fn plan_state_event(base: &PlanStatus, status: &PlanStatus) -> Option<Effect> {
+    if base.state == status.state {
+        return None;
+    }
+    let mut note = format!("plan {} -> {}", display_state(base.state), display_state(status.state));
+    if status.state.is_failure()
+        && let Some(description) = status
+            .commands
+            .iter()
+            .find(|c| c.state == status.state)
+            .and_then(|c| c.description.as_ref())
+    {
+        note.push_str(&format!(": {description}"));
+    }
+    Some(Effect::Event {
+        kind: state_event_kind(status.state),
+        reason: reasons::PLAN_STATE_CHANGED,
+        note,
+    })
 }
 
 fn command_event(

@@ -169,8 +169,40 @@ impl CommandPass<'_, '_> {
         if !self.staging_open() {
             return None;
         }
-        let (inputs, run, command) = (self.inputs, self.run, self.command);
-        let index = self.status.id;
+        let holds = self.staging_hold();
+        let free = if holds.is_some() { 0 } else { self.free_asks() };
+        let asking = self.ask_to_stage(free);
+        if asking.missing_platform {
+            return Some(Staging::Again);
+        }
+        if asking.asked_now {
+            // Their deadline starts now (see `read_back_staging`).
+            let deadline = self.command.progress_timeout(self.inputs.policy.node_progress_timeout);
+            self.decision.requeue_after(deadline);
+        }
+        self.decision.signals.extend(asking.effects);
+        self.count_staged();
+        self.hold_for_staging(holds.as_deref());
+        Some(Staging::Held(Outcome::Running))
+    }
+
+    /// Why staging asks no further node now ([`may_stage`], then the closed
+    /// `downloadWindow`, whose opening is requeued for), or `None`.
+    fn staging_hold(&mut self) -> Option<String> {
+        let inputs = self.inputs;
+        may_stage(inputs).or_else(|| {
+            let closed = self.windows.download_gate(inputs.now).err()?;
+            if let Some(wait) = closed.wait_from(inputs.now) {
+                self.decision.requeue_after(wait);
+            }
+            Some(closed.reason())
+        })
+    }
+
+    /// How many more targets may be asked now: `prestageConcurrent` (default: all, at least
+    /// one) less the targets asked and unanswered.
+    fn free_asks(&self) -> usize {
+        let command = self.command;
         let all = command.groups().iter().map(|&g| targets(self.status, command, g).len()).sum();
         let limit = command.prestage_limit(all).unwrap_or(all).max(1);
         let asked = command
@@ -179,28 +211,26 @@ impl CommandPass<'_, '_> {
             .flat_map(|&group| targets(self.status, command, group))
             .filter(|t| !t.state.is_terminal() && t.prestage == Some(PrestageState::Requested))
             .count();
-        let holds = may_stage(inputs).or_else(|| {
-            let closed = self.windows.download_gate(inputs.now).err()?;
-            if let Some(wait) = closed.wait_from(inputs.now) {
-                self.decision.requeue_after(wait);
-            }
-            Some(closed.reason())
-        });
-        let mut free = if holds.is_some() { 0 } else { limit.saturating_sub(asked) };
-        let request = PrestageRequest {
-            plan_id: run.plan_id.clone(),
-            run_id: run.run_id.clone(),
-            command: index,
-            asked: format_timestamp(inputs.stamp),
-        };
-        let carries = |object: &TargetObject| {
-            object.prestage().request.as_ref().is_some_and(|r| {
-                r.plan_id == request.plan_id && r.run_id == request.run_id && r.command == index
-            })
-        };
-        let mut missing_platform = false;
-        let mut asked_now = false;
-        let mut effects = Vec::new();
+        limit.saturating_sub(asked)
+    }
+
+    /// The request this command's targets are asked to stage with, stamped now.
+    fn prestage_request(&self) -> PrestageRequest {
+        PrestageRequest {
+            plan_id: self.run.plan_id.clone(),
+            run_id: self.run.run_id.clone(),
+            command: self.status.id,
+            asked: format_timestamp(self.inputs.stamp),
+        }
+    }
+
+    /// Ask up to `free` pending targets that were not asked yet (controllers, then workers,
+    /// in name order), and ask again every asked target whose object does not carry the
+    /// request. A target without a platform becomes `MissingPlatform` instead.
+    fn ask_to_stage(&mut self, mut free: usize) -> Asking {
+        let (inputs, command) = (self.inputs, self.command);
+        let request = self.prestage_request();
+        let mut asking = Asking::default();
         for &group in command.groups() {
             let kind = command.object_kind(group);
             let objects = inputs.objects(kind);
@@ -219,11 +249,11 @@ impl CommandPass<'_, '_> {
                         if let Err(why) = command.platform_entry(object) {
                             set_state(target, TargetState::MissingPlatform, inputs);
                             target.reason = Some(why);
-                            missing_platform = true;
+                            asking.missing_platform = true;
                             continue;
                         }
                         free -= 1;
-                        asked_now = true;
+                        asking.asked_now = true;
                         target.prestage = Some(PrestageState::Requested);
                         target.last_updated_timestamp = Time(inputs.stamp);
                     }
@@ -233,22 +263,19 @@ impl CommandPass<'_, '_> {
                 // Crash safety: the status says the node was asked; its object must carry
                 // the request (lost between the status write and the annotation write, or
                 // to a conflict): ask again, identically but for the time.
-                if !carries(object) {
+                if !carries(object, &request) {
                     let target = SignalTarget { kind, name: target.name.clone() };
-                    effects.push(Effect::Prestage { target, request: request.clone() });
+                    asking.effects.push(Effect::Prestage { target, request: request.clone() });
                 }
             }
         }
-        if missing_platform {
-            return Some(Staging::Again);
-        }
-        if asked_now {
-            // Their deadline starts now (see `read_back_staging`).
-            let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
-            self.decision.requeue_after(deadline);
-        }
-        self.decision.signals.extend(effects);
-        self.count_staged();
+        asking
+    }
+
+    /// Hold the command in `SchedulableWait`, naming the targets staging waits for and,
+    /// when staging asks no further node, why.
+    fn hold_for_staging(&mut self, holds: Option<&str>) {
+        let command = self.command;
         let waiting: Vec<&str> = command
             .groups()
             .iter()
@@ -256,23 +283,47 @@ impl CommandPass<'_, '_> {
             .filter(|t| !t.state.is_terminal() && t.prestage != Some(PrestageState::Staged))
             .map(|t| t.name.as_str())
             .collect();
-        let shown = waiting.iter().take(5).copied().collect::<Vec<_>>().join(", ");
-        let more = waiting.len().saturating_sub(5);
         let staged = self.status.staged.clone().unwrap_or_default();
-        let mut detail = format!(
-            "{staged} staged, waiting for {shown}{}",
-            if more > 0 { format!(" and {more} more") } else { String::new() }
-        );
-        if let Some(why) = holds {
-            detail.push_str(&format!("; asking no further node: {why}"));
-        }
+        let detail = staging_detail(&staged, &waiting, holds);
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
         let steady = "pre-staging: no node is signalled before every target staged".to_owned();
         self.decision.hold_steady(status, reasons::PRESTAGING, steady, &detail);
-        Some(Staging::Held(Outcome::Running))
     }
+}
+
+/// What [`CommandPass::ask_to_stage`] did.
+#[derive(Default)]
+struct Asking {
+    /// A target about to be asked has no platform (it is now `MissingPlatform`).
+    missing_platform: bool,
+    /// Some target was asked for the first time in this pass.
+    asked_now: bool,
+    /// The annotations to write: the asked targets whose objects do not carry the request.
+    effects: Vec<Effect>,
+}
+
+/// Whether a target's object carries `request` (the same plan, run and command).
+fn carries(object: &TargetObject, request: &PrestageRequest) -> bool {
+    object.prestage().request.as_ref().is_some_and(|r| {
+        r.plan_id == request.plan_id && r.run_id == request.run_id && r.command == request.command
+    })
+}
+
+/// The held command's detail: `<staged> staged, waiting for <up to five names>[ and <n>
+/// more]`, and why no further node is asked, if so.
+fn staging_detail(staged: &str, waiting: &[&str], holds: Option<&str>) -> String {
+    let shown = waiting.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+    let more = waiting.len().saturating_sub(5);
+    let mut detail = format!(
+        "{staged} staged, waiting for {shown}{}",
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    );
+    if let Some(why) = holds {
+        detail.push_str(&format!("; asking no further node: {why}"));
+    }
+    detail
 }
 
 /// The target could not stage: it fails with `why` (capped, it may quote the node).

@@ -131,15 +131,7 @@ fn dry_run(
     observed: &Observed<'_>,
     policy: &Policy,
 ) -> Rollout {
-    let mut cluster = DryCluster {
-        control_nodes: ready(observed.control_nodes),
-        nodes: ready(observed.nodes),
-        pods: BTreeMap::new(),
-    };
-    // A rollback waits for the nodes in flight: in the dry run they finish at once.
-    if let Some(run) = start.status.as_ref().and_then(|s| s.run_id.as_deref()) {
-        cluster.finish_in_flight(run, observed.now);
-    }
+    let mut cluster = DryCluster::start(start, observed);
     let readiness: BTreeMap<String, Readiness> =
         cluster.control_nodes.keys().map(|name| (name.clone(), Readiness::Ready)).collect();
     let mut now = observed.now;
@@ -172,13 +164,7 @@ fn dry_run(
         let transition = step(plan, &snapshot, policy);
         // A gate's lookups count as passed (a dry run shows the order, not the cluster's
         // health): answer them and make the same pass again.
-        let unanswered: Vec<GateQuery> = transition
-            .needs
-            .gates
-            .iter()
-            .filter(|query| !gate_answers.contains_key(*query))
-            .cloned()
-            .collect();
+        let unanswered = unanswered_gates(&transition, &gate_answers);
         if !unanswered.is_empty() {
             gate_answers.extend(unanswered.into_iter().map(|query| (query, GateAnswer::Assumed)));
             continue;
@@ -220,6 +206,20 @@ fn dry_run(
     Rollout { resolved: resolved.unwrap_or_else(|| end.clone()), batches, end }
 }
 
+/// The gate lookups a pass needs that the dry run has not answered yet.
+fn unanswered_gates(
+    transition: &Transition,
+    gate_answers: &BTreeMap<GateQuery, GateAnswer>,
+) -> Vec<GateQuery> {
+    transition
+        .needs
+        .gates
+        .iter()
+        .filter(|query| !gate_answers.contains_key(*query))
+        .cloned()
+        .collect()
+}
+
 /// The cluster of a dry run: the objects the engine signals and the check Pods it creates.
 struct DryCluster {
     /// Every `ControlNode`, by name.
@@ -231,6 +231,20 @@ struct DryCluster {
 }
 
 impl DryCluster {
+    /// The observed cluster with every node ready and no check Pod. A rollback waits for
+    /// the nodes in flight: in the dry run they finish at once.
+    fn start(start: &Start<'_>, observed: &Observed<'_>) -> Self {
+        let mut cluster = DryCluster {
+            control_nodes: ready(observed.control_nodes),
+            nodes: ready(observed.nodes),
+            pods: BTreeMap::new(),
+        };
+        if let Some(run) = start.status.as_ref().and_then(|s| s.run_id.as_deref()) {
+            cluster.finish_in_flight(run, observed.now);
+        }
+        cluster
+    }
+
     /// Answer a pass's effects at once; returns the nodes it signalled (with the command's
     /// index), in order.
     fn answer(

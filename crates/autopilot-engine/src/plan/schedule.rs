@@ -877,7 +877,6 @@ impl CommandPass<'_, '_> {
     /// signal take slots too, and are not signalled until they finished.
     fn signal_workers(&mut self, only: Option<&[String]>) -> Decided {
         let command = self.command;
-        let objects = self.inputs.objects(command.object_kind(Group::Workers));
         let wave = self.wave();
         let group_size = wave.as_ref().map_or_else(
             || targets(self.status, command, Group::Workers).len(),
@@ -893,41 +892,8 @@ impl CommandPass<'_, '_> {
             // Waves: the next batch waits until the last one is done and its gates passed.
             free = 0;
         }
-        // Each pass looks at every pending worker of a fleet of thousands: sets, not lists.
-        let wave_members: Option<std::collections::HashSet<&str>> =
-            wave.as_ref().map(|wave| wave.members.iter().map(String::as_str).collect());
-        // A node that staged its payload downloads nothing more: no download window for it.
-        let mut pending: Vec<(&str, bool)> = workers
-            .iter()
-            .filter(|t| t.state == TargetState::SignalPending)
-            .filter(|t| only.is_none_or(|only| only.contains(&t.name)))
-            .filter(|t| wave_members.as_ref().is_none_or(|wave| wave.contains(t.name.as_str())))
-            .filter(|t| !earlier.iter().any(|e| e.name == t.name))
-            .map(|t| (t.name.as_str(), t.prestage == Some(PrestageState::Staged)))
-            .collect();
-        pending.sort_unstable();
-        let mut chosen = Vec::new();
-        let mut first_not_ready = None;
-        let mut window_closed: Option<Closed> = None;
-        for (name, staged) in pending {
-            if free == 0 {
-                // No room: the rest waits for a slot (which node is not Ready, or outside
-                // its window, only matters while a slot is free).
-                break;
-            }
-            let ready = !command.gates_workers_on_ready()
-                || objects.get(name).is_some_and(|object| object.ready);
-            if !ready {
-                first_not_ready.get_or_insert(name.to_owned());
-            } else if let Err(closed) =
-                self.windows.gate(Group::Workers, name, self.inputs.now, staged)
-            {
-                window_closed = Some(Closed::earliest(window_closed, closed));
-            } else {
-                chosen.push(name.to_owned());
-                free -= 1;
-            }
-        }
+        let pending = self.pending_workers(only, wave.as_ref(), &earlier);
+        let Choice { chosen, first_not_ready, window_closed } = self.choose_workers(pending, free);
         if !self.signal_target(Group::Workers, &chosen) {
             return Decided::Again;
         }
@@ -943,7 +909,7 @@ impl CommandPass<'_, '_> {
         // out: it holds nothing.
         let wave_out = self.in_waves() && sent_now > 0;
         match first_not_ready {
-            Some(name) if free > 0 && !wave_out => {
+            Some(name) if free > chosen.len() && !wave_out => {
                 self.status.state = PlanStateType::Schedulable;
                 self.status.reason = Some(format!("waiting for worker {name} to become Ready"));
             }
@@ -959,22 +925,80 @@ impl CommandPass<'_, '_> {
                 self.status.state = PlanStateType::SchedulableWait;
                 self.name_wave(wave);
             }
-            Some(_) | None => {
-                self.status.state = PlanStateType::SchedulableWait;
-                self.status.reason = only.filter(|only| !only.is_empty()).map(|only| {
-                    format!(
-                        "canary: worker(s) {} go first; the others wait for them{}",
-                        only.join(", "),
-                        if command.soak().is_zero() {
-                            String::new()
-                        } else {
-                            format!(" and a soak of {}", duration::format(command.soak()))
-                        }
-                    )
-                });
-            }
+            Some(_) | None => self.name_canaries(only),
         }
         Decided::Done(Outcome::Running)
+    }
+
+    /// The pending workers that may be chosen, in name order, each with whether it staged
+    /// its payload: only from `only` when given (the canaries), only from the current `wave`
+    /// with `groupBy`, and none working on an `earlier` run's signal.
+    fn pending_workers(
+        &self,
+        only: Option<&[String]>,
+        wave: Option<&super::waves::Wave>,
+        earlier: &[EarlierSignal],
+    ) -> Vec<(String, bool)> {
+        // Each pass looks at every pending worker of a fleet of thousands: sets, not lists.
+        let wave_members: Option<std::collections::HashSet<&str>> =
+            wave.map(|wave| wave.members.iter().map(String::as_str).collect());
+        // A node that staged its payload downloads nothing more: no download window for it.
+        let mut pending: Vec<(String, bool)> = targets(self.status, self.command, Group::Workers)
+            .iter()
+            .filter(|t| t.state == TargetState::SignalPending)
+            .filter(|t| only.is_none_or(|only| only.contains(&t.name)))
+            .filter(|t| wave_members.as_ref().is_none_or(|wave| wave.contains(t.name.as_str())))
+            .filter(|t| !earlier.iter().any(|e| e.name == t.name))
+            .map(|t| (t.name.clone(), t.prestage == Some(PrestageState::Staged)))
+            .collect();
+        pending.sort_unstable();
+        pending
+    }
+
+    /// Up to `free` of the `pending` workers, in their order: Ready ones (k0s) whose window
+    /// is open; with the first that is not Ready and the earliest closed window seen while
+    /// a slot was free.
+    fn choose_workers(&self, pending: Vec<(String, bool)>, mut free: usize) -> Choice {
+        let objects = self.inputs.objects(self.command.object_kind(Group::Workers));
+        let mut choice = Choice { chosen: Vec::new(), first_not_ready: None, window_closed: None };
+        for (name, staged) in pending {
+            if free == 0 {
+                // No room: the rest waits for a slot (which node is not Ready, or outside
+                // its window, only matters while a slot is free).
+                break;
+            }
+            let ready = !self.command.gates_workers_on_ready()
+                || objects.get(&name).is_some_and(|object| object.ready);
+            if !ready {
+                choice.first_not_ready.get_or_insert(name);
+            } else if let Err(closed) =
+                self.windows.gate(Group::Workers, &name, self.inputs.now, staged)
+            {
+                choice.window_closed = Some(Closed::earliest(choice.window_closed, closed));
+            } else {
+                choice.chosen.push(name);
+                free -= 1;
+            }
+        }
+        choice
+    }
+
+    /// The command runs: `SchedulableWait`, naming the canaries that go first (`only`) and
+    /// their soak, if any.
+    fn name_canaries(&mut self, only: Option<&[String]>) {
+        let soak = self.command.soak();
+        self.status.state = PlanStateType::SchedulableWait;
+        self.status.reason = only.filter(|only| !only.is_empty()).map(|only| {
+            format!(
+                "canary: worker(s) {} go first; the others wait for them{}",
+                only.join(", "),
+                if soak.is_zero() {
+                    String::new()
+                } else {
+                    format!(" and a soak of {}", duration::format(soak))
+                }
+            )
+        });
     }
 
     /// End the command if a target failed: a node reported a failure (`ApplyFailed`), an
@@ -1125,6 +1149,16 @@ fn record_drain(
         target: SignalTarget { kind, name: target.name.clone() },
         data: advanced,
     })
+}
+
+/// The workers a pass chose to signal, and what held the others.
+struct Choice {
+    /// Chosen, in name order.
+    chosen: Vec<String>,
+    /// The first worker that was not Ready while a slot was free.
+    first_not_ready: Option<String>,
+    /// The earliest window that was closed for a worker while a slot was free.
+    window_closed: Option<Closed>,
 }
 
 /// Apply what a node reports on this run's signal (phase, and the reason the node gives).

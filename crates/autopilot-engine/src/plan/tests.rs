@@ -45,12 +45,25 @@ use PlanStateType as P;
 
 // === Table tests: every transition of the phase tables ===
 
+/// A transition scenario: its name, the state it starts in, the state the next pass
+/// leaves, and the simulation right before that pass.
+type Case = (&'static str, PlanStateType, PlanStateType, Sim);
+
 /// The scenarios of the transition table: each ends right before the pass that makes the
 /// transition.
-fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> {
+fn transition_cases() -> Vec<Case> {
+    let mut cases = new_plan_cases();
+    cases.extend(schedulable_wait_cases());
+    cases.extend(schedulable_cases());
+    cases.extend(stop_cases());
+    cases.extend(rollback_cases());
+    cases
+}
+
+/// The scenarios that start in `NewPlan`.
+fn new_plan_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     let mut case = |name, from, to, sim: Sim| cases.push((name, from, to, sim));
-
     // From NewPlan.
     case(
         "newplan signals the first controller",
@@ -123,7 +136,13 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
             )),
         ),
     );
+    cases
+}
 
+/// The scenarios that start in `SchedulableWait`.
+fn schedulable_wait_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut case = |name, from, to, sim: Sim| cases.push((name, from, to, sim));
     // From SchedulableWait.
     let mut sim = first_controller_done();
     sim.cluster(|c| c.controller_down("c2", "timeout"));
@@ -167,7 +186,13 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     sim.pass();
     sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
     case("the next node's signal is over the budget", P::SchedulableWait, P::ApplyFailed, sim);
+    cases
+}
 
+/// The scenarios that start in `Schedulable`.
+fn schedulable_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut case = |name, from, to, sim: Sim| cases.push((name, from, to, sim));
     // From Schedulable.
     let mut sim = held_on_controller();
     sim.cluster(|c| c.controller_up("c2"));
@@ -194,7 +219,14 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     let mut sim = held_on_worker();
     sim.plan(|p| p.rolling_back("id123"));
     case("a held plan that changed nothing is rolled back", P::Schedulable, P::RolledBack, sim);
+    cases
+}
 
+/// The scenarios that stop a run: a preflight check in error, the last node in flight of an
+/// aborted plan, a canary that rolls itself back.
+fn stop_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut case = |name, from, to, sim: Sim| cases.push((name, from, to, sim));
     // A preflight command's checks end in error.
     let preflight: autopilot_api::v1beta2::PlanCommandPreflight =
         serde_json::from_value(serde_json::json!({"checks": [{
@@ -247,7 +279,14 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
         P::ApplyFailed,
         sim,
     );
+    cases
+}
 
+/// The scenarios of an operator's rollback: it reopens a run that ended, and a rollback
+/// ends `RolledBack`.
+fn rollback_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut case = |name, from, to, sim: Sim| cases.push((name, from, to, sim));
     // An operator's rollback reopens a run that ended, and a rollback ends RolledBack.
     let two_workers = || {
         Sim::new(
@@ -307,7 +346,6 @@ fn transition_cases() -> Vec<(&'static str, PlanStateType, PlanStateType, Sim)> 
     sim.plan(|p| p.rolling_back("id123"));
     sim.cluster(|c| c.without("w1"));
     case("a rollback of a failed run finds nothing left", P::ApplyFailed, P::RolledBack, sim);
-
     cases
 }
 

@@ -133,6 +133,30 @@ impl CommandPass<'_, '_> {
         // Check 0: a group with a failed worker is where the rollout stops, even within
         // `limits.maxFailures` (which lets the rest of that group go on): the next failure
         // domain is not touched after one failed.
+        if let Some(ended) = self.stop_after_failed_group(&wave, &previous_name, &previous_members)
+        {
+            return Some(ended);
+        }
+        // Check 1: the last group's gates (a gate run holds its nodes' slots; the next group
+        // waits for them like the next wave of `after: batch`). The gates' own reason names
+        // what they wait for.
+        if self.gates_open() {
+            super::progress::release_hold(self.status);
+            self.status.state = PlanStateType::SchedulableWait;
+            return Some(Outcome::Running);
+        }
+        // Check 2: the soak between groups.
+        self.soak_between_groups(&wave, &previous_name, &previous_members)
+    }
+
+    /// Check 0 of [`Self::between_groups`]: when a worker of the previous group failed, end
+    /// the command `ApplyFailed` naming them (`Some(Outcome::Ended)`); `None` otherwise.
+    fn stop_after_failed_group(
+        &mut self,
+        wave: &Wave,
+        previous_name: &str,
+        previous_members: &[String],
+    ) -> Option<Outcome> {
         let (command, kind) = (self.command, self.command.object_kind(Group::Workers));
         let failed: Vec<String> = targets(self.status, command, Group::Workers)
             .iter()
@@ -158,15 +182,18 @@ impl CommandPass<'_, '_> {
             );
             return Some(Outcome::Ended);
         }
-        // Check 1: the last group's gates (a gate run holds its nodes' slots; the next group
-        // waits for them like the next wave of `after: batch`). The gates' own reason names
-        // what they wait for.
-        if self.gates_open() {
-            super::progress::release_hold(self.status);
-            self.status.state = PlanStateType::SchedulableWait;
-            return Some(Outcome::Running);
-        }
-        // Check 2: the soak between groups.
+        None
+    }
+
+    /// Check 2 of [`Self::between_groups`]: the soak between groups. `None` once the
+    /// previous group's workers stayed Ready for `betweenGroups.soak` (or there is no soak);
+    /// the command ends if one of them is not Ready, and is held soaking otherwise.
+    fn soak_between_groups(
+        &mut self,
+        wave: &Wave,
+        previous_name: &str,
+        previous_members: &[String],
+    ) -> Option<Outcome> {
         let (inputs, command) = (self.inputs, self.command);
         let soak = command.between_groups_soak();
         if soak.is_zero() {

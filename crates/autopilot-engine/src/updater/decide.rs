@@ -567,56 +567,6 @@ pub fn plan_spec(
     answer: &ChannelAnswer,
     now: Timestamp,
 ) -> Result<PlanSpec, String> {
-    let version = answer.version.clone();
-    let k0s_update = |template: AutopilotPlanCommandK0sUpdate| {
-        let AutopilotPlanCommandK0sUpdate {
-            forceupdate,
-            targets,
-            progress_timeout,
-            gates,
-            drain,
-            prestage,
-            prestage_concurrent,
-        } = template;
-        PlanCommand {
-            k0supdate: Some(PlanCommandK0sUpdate {
-                prestage,
-                prestage_concurrent,
-                gates,
-                drain,
-                version: version.clone(),
-                forceupdate,
-                platforms: answer.k0s.clone(),
-                targets,
-                progress_timeout,
-            }),
-            airgapupdate: None,
-            preflight: None,
-        }
-    };
-    let airgap_update = |template: AutopilotPlanCommandAirgapUpdate| {
-        let AutopilotPlanCommandAirgapUpdate {
-            workers,
-            progress_timeout,
-            gates,
-            prestage,
-            prestage_concurrent,
-        } = template;
-        PlanCommand {
-            k0supdate: None,
-            airgapupdate: Some(PlanCommandAirgapUpdate {
-                prestage,
-                prestage_concurrent,
-                gates,
-                version: version.clone(),
-                platforms: answer.airgap.clone(),
-                workers,
-                progress_timeout,
-            }),
-            preflight: None,
-        }
-    };
-
     let items: &[AutopilotPlanCommand] = template.map(|t| t.commands.as_slice()).unwrap_or(&[]);
     let has_update = items.iter().any(|c| c.k0supdate.is_some() || c.airgapupdate.is_some());
 
@@ -630,28 +580,15 @@ pub fn plan_spec(
                 ));
             }
             if let Some(airgap) = airgapupdate {
-                commands.push(airgap_update(airgap.clone()));
+                commands.push(airgap_update(airgap.clone(), answer));
             }
             if let Some(k0s) = k0supdate {
-                commands.push(k0s_update(k0s.clone()));
+                commands.push(k0s_update(k0s.clone(), answer));
             }
         }
         commands
     } else {
-        let everyone = || PlanCommandTarget {
-            discovery: PlanCommandTargetDiscovery {
-                r#static: None,
-                selector: Some(PlanCommandTargetDiscoverySelector::default()),
-            },
-            limits: Default::default(),
-        };
-        vec![k0s_update(AutopilotPlanCommandK0sUpdate {
-            targets: PlanCommandTargets {
-                controllers: Some(everyone()),
-                workers: Some(everyone()),
-            },
-            ..Default::default()
-        })]
+        vec![whole_cluster_update(answer)]
     };
 
     // The windows are the template's, whether or not it has commands.
@@ -660,6 +597,85 @@ pub fn plan_spec(
         .unwrap_or_default();
     let id = now.as_second().to_string();
     Ok(PlanSpec { download_window, window, windows, id: id.clone(), timestamp: id, commands })
+}
+
+/// The plan command of a template's `k0supdate` item: the answer's version and k0s
+/// platforms, the rest the template's.
+fn k0s_update(template: AutopilotPlanCommandK0sUpdate, answer: &ChannelAnswer) -> PlanCommand {
+    let AutopilotPlanCommandK0sUpdate {
+        forceupdate,
+        targets,
+        progress_timeout,
+        gates,
+        drain,
+        prestage,
+        prestage_concurrent,
+    } = template;
+    PlanCommand {
+        k0supdate: Some(PlanCommandK0sUpdate {
+            prestage,
+            prestage_concurrent,
+            gates,
+            drain,
+            version: answer.version.clone(),
+            forceupdate,
+            platforms: answer.k0s.clone(),
+            targets,
+            progress_timeout,
+        }),
+        airgapupdate: None,
+        preflight: None,
+    }
+}
+
+/// The plan command of a template's `airgapupdate` item: the answer's version and airgap
+/// bundles, the rest the template's.
+fn airgap_update(
+    template: AutopilotPlanCommandAirgapUpdate,
+    answer: &ChannelAnswer,
+) -> PlanCommand {
+    let AutopilotPlanCommandAirgapUpdate {
+        workers,
+        progress_timeout,
+        gates,
+        prestage,
+        prestage_concurrent,
+    } = template;
+    PlanCommand {
+        k0supdate: None,
+        airgapupdate: Some(PlanCommandAirgapUpdate {
+            prestage,
+            prestage_concurrent,
+            gates,
+            version: answer.version.clone(),
+            platforms: answer.airgap.clone(),
+            workers,
+            progress_timeout,
+        }),
+        preflight: None,
+    }
+}
+
+/// The command without a template (or one without updates): a `k0supdate` of the whole
+/// cluster (`selector: {}` for controllers and workers), not forced.
+fn whole_cluster_update(answer: &ChannelAnswer) -> PlanCommand {
+    let everyone = || PlanCommandTarget {
+        discovery: PlanCommandTargetDiscovery {
+            r#static: None,
+            selector: Some(PlanCommandTargetDiscoverySelector::default()),
+        },
+        limits: Default::default(),
+    };
+    k0s_update(
+        AutopilotPlanCommandK0sUpdate {
+            targets: PlanCommandTargets {
+                controllers: Some(everyone()),
+                workers: Some(everyone()),
+            },
+            ..Default::default()
+        },
+        answer,
+    )
 }
 
 #[cfg(test)]

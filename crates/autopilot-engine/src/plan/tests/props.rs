@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use super::fixtures::*;
 use crate::plan::command::{Command, Group, targets};
 use crate::plan::phases::{self, reasons};
-use crate::plan::{Effect, ObjectKind, ObservedSignal, Readiness, Transition};
+use crate::plan::{Effect, ObjectKind, ObservedSignal, Readiness, SignalTarget, Transition};
 
 // === Strategies ===
 
@@ -407,16 +407,7 @@ fn act(sim: &mut Sim, action: &Action) {
                 sim.cluster.report(kind, &name, phase, Some("injected failure"));
             }
         }
-        Action::FlipReadyz(i) => {
-            let names: Vec<String> = sim.cluster.readyz.keys().cloned().collect();
-            if let Some(name) = pick(&names, *i) {
-                let flipped = match sim.cluster.readyz.get(&name) {
-                    Some(Readiness::Ready) => Readiness::NotReady("connection refused".to_owned()),
-                    Some(Readiness::NotReady(_)) | None => Readiness::Ready,
-                };
-                sim.cluster.readyz.insert(name, flipped);
-            }
-        }
+        Action::FlipReadyz(i) => flip_readyz(sim, *i),
         Action::FlipReady(i) => {
             let names: Vec<String> = sim.cluster.nodes.keys().cloned().collect();
             if let Some(name) = pick(&names, *i)
@@ -428,78 +419,106 @@ fn act(sim: &mut Sim, action: &Action) {
         Action::Wait(seconds) => {
             sim.cluster = sim.cluster.clone().later(Duration::from_secs(u64::from(*seconds)));
         }
-        Action::Delete(i) => {
-            // Rare on purpose: most indices miss.
-            let names: Vec<String> =
-                sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
-            if i % 4 == 0
-                && let Some(name) = pick(&names, i / 4)
-            {
-                sim.cluster = sim.cluster.clone().without(&name);
-            }
-        }
+        Action::Delete(i) => delete(sim, *i),
         Action::Pause => {
             sim.plan.steering.paused = !sim.plan.steering.paused;
         }
         Action::Rollback => {
             sim.plan.rollback = Some(sim.plan.spec.id.clone());
         }
-        Action::Health(i, ok) => {
-            let names: Vec<String> =
-                sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
-            if let Some(name) = pick(&names, *i) {
-                let answer = crate::plan::GateAnswer::Items(vec![serde_json::json!({"ok": ok})]);
-                sim.cluster = sim.cluster.clone().answering(health_query(&name), answer);
-            }
-        }
-        Action::Relabel(i, zone) => {
-            let names: Vec<String> =
-                sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
-            if let Some(name) = pick(&names, *i) {
-                for kind in [ObjectKind::Node, ObjectKind::ControlNode] {
-                    if let Some(object) = sim.cluster.objects_mut(kind).get_mut(&name) {
-                        match zone_of(*zone, 0) {
-                            Some(zone) => object.labels.insert(ZONE.to_owned(), zone.to_owned()),
-                            None => object.labels.remove(ZONE),
-                        };
-                    }
-                }
-            }
-        }
+        Action::Health(i, ok) => health(sim, *i, *ok),
+        Action::Relabel(i, zone) => relabel(sim, *i, *zone),
         Action::Abort(set) => {
             // Mostly set; sometimes removed again so later runs can start.
             sim.plan.steering.aborted = *set || !sim.plan.steering.aborted;
         }
-        Action::Earlier(i, done) => {
-            let names: Vec<String> =
-                sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect();
-            if let Some(name) = pick(&names, *i) {
-                let now = sim.cluster.now;
-                let mut data = earlier_run_signal(now);
-                if *done {
-                    data.status = Some(SignalStatus::new(SignalPhase::Completed, now));
-                }
-                let kind = if sim.cluster.nodes.contains_key(&name) {
-                    ObjectKind::Node
-                } else {
-                    ObjectKind::ControlNode
+        Action::Earlier(i, done) => earlier(sim, *i, *done),
+        Action::Edit => edit(sim),
+    }
+}
+
+/// The names of every `Node`, then every `ControlNode`, of the simulated cluster.
+fn object_names(sim: &Sim) -> Vec<String> {
+    sim.cluster.nodes.keys().chain(sim.cluster.control_nodes.keys()).cloned().collect()
+}
+
+/// [`Action::FlipReadyz`]: a controller's readyz answer flips (ready, or refused).
+fn flip_readyz(sim: &mut Sim, i: u8) {
+    let names: Vec<String> = sim.cluster.readyz.keys().cloned().collect();
+    if let Some(name) = pick(&names, i) {
+        let flipped = match sim.cluster.readyz.get(&name) {
+            Some(Readiness::Ready) => Readiness::NotReady("connection refused".to_owned()),
+            Some(Readiness::NotReady(_)) | None => Readiness::Ready,
+        };
+        sim.cluster.readyz.insert(name, flipped);
+    }
+}
+
+/// [`Action::Delete`]: a node or controller is deleted.
+fn delete(sim: &mut Sim, i: u8) {
+    // Rare on purpose: most indices miss.
+    let names = object_names(sim);
+    if i.is_multiple_of(4)
+        && let Some(name) = pick(&names, i / 4)
+    {
+        sim.cluster = sim.cluster.clone().without(&name);
+    }
+}
+
+/// [`Action::Health`]: the health gate's answer for a node.
+fn health(sim: &mut Sim, i: u8, ok: bool) {
+    let names = object_names(sim);
+    if let Some(name) = pick(&names, i) {
+        let answer = crate::plan::GateAnswer::Items(vec![serde_json::json!({"ok": ok})]);
+        sim.cluster = sim.cluster.clone().answering(health_query(&name), answer);
+    }
+}
+
+/// [`Action::Relabel`]: a node's zone label is set or removed.
+fn relabel(sim: &mut Sim, i: u8, zone: u8) {
+    let names = object_names(sim);
+    if let Some(name) = pick(&names, i) {
+        for kind in [ObjectKind::Node, ObjectKind::ControlNode] {
+            if let Some(object) = sim.cluster.objects_mut(kind).get_mut(&name) {
+                match zone_of(zone, 0) {
+                    Some(zone) => object.labels.insert(ZONE.to_owned(), zone.to_owned()),
+                    None => object.labels.remove(ZONE),
                 };
-                sim.cluster = sim.cluster.clone().with_signal(kind, &name, data);
             }
         }
-        Action::Edit => {
-            sim.plan = sim.plan.clone().edited(|spec| {
-                for command in &mut spec.commands {
-                    if let Some(k0s) = command.k0supdate.as_mut() {
-                        k0s.version = "v1.35.2+k0s.0".to_owned();
-                    }
-                    if let Some(airgap) = command.airgapupdate.as_mut() {
-                        airgap.version = "v1.35.2+k0s.0".to_owned();
-                    }
-                }
-            });
-        }
     }
+}
+
+/// [`Action::Earlier`]: a node carries a signal of an earlier run (completed or not).
+fn earlier(sim: &mut Sim, i: u8, done: bool) {
+    let names = object_names(sim);
+    if let Some(name) = pick(&names, i) {
+        let now = sim.cluster.now;
+        let mut data = earlier_run_signal(now);
+        if done {
+            data.status = Some(SignalStatus::new(SignalPhase::Completed, now));
+        }
+        let kind = if sim.cluster.nodes.contains_key(&name) {
+            ObjectKind::Node
+        } else {
+            ObjectKind::ControlNode
+        };
+        sim.cluster = sim.cluster.clone().with_signal(kind, &name, data);
+    }
+}
+
+/// [`Action::Edit`]: the plan's spec is edited (a new version) while it runs.
+fn edit(sim: &mut Sim) {
+    sim.plan = sim.plan.clone().edited(|spec| {
+        for command in &mut spec.commands {
+            if let Some(k0s) = command.k0supdate.as_mut() {
+                k0s.version = "v1.35.2+k0s.0".to_owned();
+            }
+            if let Some(airgap) = command.airgapupdate.as_mut() {
+                airgap.version = "v1.35.2+k0s.0".to_owned();
+            }
+        }
+    });
 }
 
 /// A signal of another, earlier run of the plan (no status yet).
@@ -554,6 +573,19 @@ fn check_pass(
     transition: &Transition,
 ) -> Result<(), TestCaseError> {
     let after = &transition.status;
+    check_in_flight(after)?;
+    check_new_signals(sim, before, cluster, after)?;
+    check_gates(before, after)?;
+    check_rollbacks(after)?;
+    check_terminal_idle(after)?;
+    check_transitions(before, transition)?;
+    check_effects(cluster, transition)?;
+    check_idempotent(sim, cluster, transition)
+}
+
+/// In flight: never more than one controller, never more workers than the limit (and,
+/// with waves, see [`check_waves`]), and no worker before every controller completed.
+fn check_in_flight(after: &PlanStatus) -> Result<(), TestCaseError> {
     for command in &after.commands {
         let Some(kind) = command_of(command) else { continue };
         // Never more than one controller in flight.
@@ -571,48 +603,7 @@ fn check_pass(
         // gates), never more than `concurrent` within a group, and a group goes only once
         // every group before it is done.
         if kind.group_by().is_some() {
-            let workers = targets(command, kind, Group::Workers);
-            let busy = |t: &&autopilot_api::v1beta2::TargetStatus| {
-                t.state == TargetState::SignalSent
-                    || command.gating.iter().any(|run| run.nodes.contains(&t.name))
-            };
-            let mut in_flight: Vec<Option<&str>> =
-                workers.iter().filter(busy).map(|t| t.group.as_deref()).collect();
-            in_flight.dedup();
-            in_flight.sort();
-            in_flight.dedup();
-            prop_assert!(in_flight.len() <= 1, "two groups in flight {in_flight:?}: {after:#?}");
-            for group in crate::plan::waves::group_order(workers) {
-                let members: Vec<_> =
-                    workers.iter().filter(|t| t.group.as_deref() == group).collect();
-                let sent = members.iter().filter(|t| t.state == TargetState::SignalSent).count();
-                prop_assert!(
-                    sent <= kind.worker_concurrency(members.len()),
-                    "more than concurrent in group {group:?}: {after:#?}"
-                );
-            }
-            let rank = crate::plan::waves::group_rank;
-            // Signalled: in flight, done or failed by its node (a target failed without a
-            // signal, its object gone or its platform missing, did not go).
-            let signalled = |t: &&autopilot_api::v1beta2::TargetStatus| match t.state {
-                TargetState::SignalSent
-                | TargetState::SignalCompleted
-                | TargetState::SignalApplyFailed => true,
-                TargetState::SignalPending
-                | TargetState::MissingPlatform
-                | TargetState::MissingSignalNode => false,
-            };
-            for started in workers.iter().filter(signalled) {
-                let earlier_undone = workers.iter().any(|t| {
-                    rank(t.group.as_deref()) < rank(started.group.as_deref())
-                        && !t.state.is_terminal()
-                });
-                prop_assert!(
-                    !earlier_undone,
-                    "{} went before an earlier group was done: {after:#?}",
-                    started.name
-                );
-            }
+            check_waves(command, kind, after)?;
         }
         // No worker is signalled before every controller completed.
         let workers_started = targets(command, kind, Group::Workers).iter().any(|t| {
@@ -632,28 +623,72 @@ fn check_pass(
             );
         }
     }
+    Ok(())
+}
 
-    // Newly signalled targets: never while paused or aborted, never once failures are past
-    // the budget, and never beyond the limit counting earlier runs' nodes in flight.
-    let newly_sent = |command: &PlanCommandStatus, kind: Command<'_>, group: Group| -> usize {
-        let old = before
-            .filter(|before| before.run_id == after.run_id)
-            .and_then(|before| before.commands.iter().find(|c| c.id == command.id));
-        targets(command, kind, group)
-            .iter()
-            .filter(|t| t.state == TargetState::SignalSent)
-            .filter(|t| {
-                !old.is_some_and(|old| {
-                    targets(old, kind, group)
-                        .iter()
-                        .any(|o| o.name == t.name && o.state == TargetState::SignalSent)
-                })
-            })
-            .count()
+/// Failure-domain waves: never two groups in flight (signalled, or waiting for their
+/// gates), never more than `concurrent` within a group, and a group goes only once every
+/// group before it is done.
+fn check_waves(
+    command: &PlanCommandStatus,
+    kind: Command<'_>,
+    after: &PlanStatus,
+) -> Result<(), TestCaseError> {
+    let workers = targets(command, kind, Group::Workers);
+    let busy = |t: &&autopilot_api::v1beta2::TargetStatus| {
+        t.state == TargetState::SignalSent
+            || command.gating.iter().any(|run| run.nodes.contains(&t.name))
     };
+    let mut in_flight: Vec<Option<&str>> =
+        workers.iter().filter(busy).map(|t| t.group.as_deref()).collect();
+    in_flight.dedup();
+    in_flight.sort();
+    in_flight.dedup();
+    prop_assert!(in_flight.len() <= 1, "two groups in flight {in_flight:?}: {after:#?}");
+    for group in crate::plan::waves::group_order(workers) {
+        let members: Vec<_> = workers.iter().filter(|t| t.group.as_deref() == group).collect();
+        let sent = members.iter().filter(|t| t.state == TargetState::SignalSent).count();
+        prop_assert!(
+            sent <= kind.worker_concurrency(members.len()),
+            "more than concurrent in group {group:?}: {after:#?}"
+        );
+    }
+    let rank = crate::plan::waves::group_rank;
+    // Signalled: in flight, done or failed by its node (a target failed without a
+    // signal, its object gone or its platform missing, did not go).
+    let signalled = |t: &&autopilot_api::v1beta2::TargetStatus| match t.state {
+        TargetState::SignalSent | TargetState::SignalCompleted | TargetState::SignalApplyFailed => {
+            true
+        }
+        TargetState::SignalPending
+        | TargetState::MissingPlatform
+        | TargetState::MissingSignalNode => false,
+    };
+    for started in workers.iter().filter(signalled) {
+        let earlier_undone = workers.iter().any(|t| {
+            rank(t.group.as_deref()) < rank(started.group.as_deref()) && !t.state.is_terminal()
+        });
+        prop_assert!(
+            !earlier_undone,
+            "{} went before an earlier group was done: {after:#?}",
+            started.name
+        );
+    }
+    Ok(())
+}
+
+/// Newly signalled targets: never while paused or aborted, never once failures are past
+/// the budget, and never beyond the limit counting earlier runs' nodes in flight.
+fn check_new_signals(
+    sim: &Sim,
+    before: Option<&PlanStatus>,
+    cluster: &ClusterFixture,
+    after: &PlanStatus,
+) -> Result<(), TestCaseError> {
     for command in &after.commands {
         let Some(kind) = command_of(command) else { continue };
-        let fresh: usize = kind.groups().iter().map(|&g| newly_sent(command, kind, g)).sum();
+        let fresh: usize =
+            kind.groups().iter().map(|&g| newly_sent(before, after, command, kind, g)).sum();
         if fresh == 0 {
             continue;
         }
@@ -671,76 +706,128 @@ fn check_pass(
             "signalled with {failed_workers} failed workers: {after:#?}"
         );
         let deadline = kind.progress_timeout(sim.policy.node_progress_timeout);
-        if newly_sent(command, kind, Group::Workers) > 0 {
-            let in_flight =
-                earlier_in_flight(cluster, kind.object_kind(Group::Workers), after.run_id.as_ref());
-            let workers = targets(command, kind, Group::Workers);
-            let limit = kind.worker_concurrency(workers.len());
-            // Every entry kept is a signal in flight, timed on the leader's clock; when some
-            // are not kept, the entries fill the room.
-            let tracked = &command.earlier_runs;
-            for entry in tracked {
-                prop_assert!(
-                    in_flight.contains(&(entry.name.clone(), entry.run_id.clone(), entry.phase)),
-                    "{entry:?} is kept but not in flight: {after:#?}"
-                );
-                prop_assert!(entry.since.0 <= cluster.now, "{entry:?} dated after the pass");
-            }
-            prop_assert!(
-                in_flight.len() <= tracked.len() || tracked.len() >= limit,
-                "earlier-run nodes in flight left untracked with room: {after:#?}"
-            );
-            let counting = tracked
-                .iter()
-                .filter(|entry| {
-                    cluster.now.duration_since(entry.since.0)
-                        < jiff::SignedDuration::try_from(deadline).expect("small")
-                })
-                .count();
-            prop_assert!(
-                count(command, Group::Workers, TargetState::SignalSent) + counting <= limit,
-                "{counting} earlier-run node(s) in flight and the limit exceeded: {after:#?}"
-            );
-            // Canaries first: no other worker before every canary completed. With waves
-            // the canaries are the first workers of the first group.
-            if kind.canary() > 0 {
-                let first = crate::plan::waves::group_order(workers).first().copied();
-                let mut names: Vec<&str> = workers
-                    .iter()
-                    .filter(|t| kind.group_by().is_none() || Some(t.group.as_deref()) == first)
-                    .map(|t| t.name.as_str())
-                    .collect();
-                names.sort_unstable();
-                let canaries = &names[..kind.canary().min(names.len())];
-                // Signalled: in flight, done or failed by its node. A worker that failed
-                // without a signal (its object gone, no platform) did not go; one signalled
-                // and then gone was seen here in the pass that signalled it.
-                let others_started = workers.iter().any(|t| {
-                    !canaries.contains(&t.name.as_str())
-                        && match t.state {
-                            TargetState::SignalSent
-                            | TargetState::SignalCompleted
-                            | TargetState::SignalApplyFailed => true,
-                            TargetState::SignalPending
-                            | TargetState::MissingPlatform
-                            | TargetState::MissingSignalNode => false,
-                        }
-                });
-                if others_started {
-                    prop_assert!(
-                        workers
-                            .iter()
-                            .filter(|t| canaries.contains(&t.name.as_str()))
-                            .all(|t| t.state == TargetState::SignalCompleted),
-                        "a worker went before the canaries completed: {after:#?}"
-                    );
-                }
-            }
+        if newly_sent(before, after, command, kind, Group::Workers) > 0 {
+            check_earlier_runs(cluster, command, kind, after, deadline)?;
+            check_canaries_first(command, kind, after)?;
         }
     }
+    Ok(())
+}
 
-    // Gates: a node waiting for its gates keeps its slot; with batch gates a new wave goes
-    // only once the last one is done and judged.
+/// How many targets of `group` the pass newly signalled (in `SignalSent` now, not in the
+/// same run's status it read).
+fn newly_sent(
+    before: Option<&PlanStatus>,
+    after: &PlanStatus,
+    command: &PlanCommandStatus,
+    kind: Command<'_>,
+    group: Group,
+) -> usize {
+    let old = before
+        .filter(|before| before.run_id == after.run_id)
+        .and_then(|before| before.commands.iter().find(|c| c.id == command.id));
+    targets(command, kind, group)
+        .iter()
+        .filter(|t| t.state == TargetState::SignalSent)
+        .filter(|t| {
+            !old.is_some_and(|old| {
+                targets(old, kind, group)
+                    .iter()
+                    .any(|o| o.name == t.name && o.state == TargetState::SignalSent)
+            })
+        })
+        .count()
+}
+
+/// Earlier runs' nodes in flight: every entry kept is in flight and dated no later than
+/// the pass, none is left untracked with room, and those still counting keep the worker
+/// limit.
+fn check_earlier_runs(
+    cluster: &ClusterFixture,
+    command: &PlanCommandStatus,
+    kind: Command<'_>,
+    after: &PlanStatus,
+    deadline: Duration,
+) -> Result<(), TestCaseError> {
+    let in_flight =
+        earlier_in_flight(cluster, kind.object_kind(Group::Workers), after.run_id.as_ref());
+    let workers = targets(command, kind, Group::Workers);
+    let limit = kind.worker_concurrency(workers.len());
+    // Every entry kept is a signal in flight, timed on the leader's clock; when some
+    // are not kept, the entries fill the room.
+    let tracked = &command.earlier_runs;
+    for entry in tracked {
+        prop_assert!(
+            in_flight.contains(&(entry.name.clone(), entry.run_id.clone(), entry.phase)),
+            "{entry:?} is kept but not in flight: {after:#?}"
+        );
+        prop_assert!(entry.since.0 <= cluster.now, "{entry:?} dated after the pass");
+    }
+    prop_assert!(
+        in_flight.len() <= tracked.len() || tracked.len() >= limit,
+        "earlier-run nodes in flight left untracked with room: {after:#?}"
+    );
+    let counting = tracked
+        .iter()
+        .filter(|entry| {
+            cluster.now.duration_since(entry.since.0)
+                < jiff::SignedDuration::try_from(deadline).expect("small")
+        })
+        .count();
+    prop_assert!(
+        count(command, Group::Workers, TargetState::SignalSent) + counting <= limit,
+        "{counting} earlier-run node(s) in flight and the limit exceeded: {after:#?}"
+    );
+    Ok(())
+}
+
+/// Canaries first: no other worker before every canary completed. With waves the
+/// canaries are the first workers of the first group.
+fn check_canaries_first(
+    command: &PlanCommandStatus,
+    kind: Command<'_>,
+    after: &PlanStatus,
+) -> Result<(), TestCaseError> {
+    let workers = targets(command, kind, Group::Workers);
+    if kind.canary() > 0 {
+        let first = crate::plan::waves::group_order(workers).first().copied();
+        let mut names: Vec<&str> = workers
+            .iter()
+            .filter(|t| kind.group_by().is_none() || Some(t.group.as_deref()) == first)
+            .map(|t| t.name.as_str())
+            .collect();
+        names.sort_unstable();
+        let canaries = &names[..kind.canary().min(names.len())];
+        // Signalled: in flight, done or failed by its node. A worker that failed
+        // without a signal (its object gone, no platform) did not go; one signalled
+        // and then gone was seen here in the pass that signalled it.
+        let others_started = workers.iter().any(|t| {
+            !canaries.contains(&t.name.as_str())
+                && match t.state {
+                    TargetState::SignalSent
+                    | TargetState::SignalCompleted
+                    | TargetState::SignalApplyFailed => true,
+                    TargetState::SignalPending
+                    | TargetState::MissingPlatform
+                    | TargetState::MissingSignalNode => false,
+                }
+        });
+        if others_started {
+            prop_assert!(
+                workers
+                    .iter()
+                    .filter(|t| canaries.contains(&t.name.as_str()))
+                    .all(|t| t.state == TargetState::SignalCompleted),
+                "a worker went before the canaries completed: {after:#?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Gates: a node waiting for its gates keeps its slot; with batch gates a new wave goes
+/// only once the last one is done and judged.
+fn check_gates(before: Option<&PlanStatus>, after: &PlanStatus) -> Result<(), TestCaseError> {
     for command in &after.commands {
         let Some(kind) = command_of(command) else { continue };
         if command.rollback.is_some() || kind.gates().is_empty() {
@@ -787,9 +874,12 @@ fn check_pass(
             }
         }
     }
+    Ok(())
+}
 
-    // A rollback touches only nodes the run changed, keeps the command's limits, and
-    // signals nothing while paused.
+/// A rollback touches only nodes the run changed, keeps the command's limits, and
+/// signals nothing while paused.
+fn check_rollbacks(after: &PlanStatus) -> Result<(), TestCaseError> {
     for command in &after.commands {
         let (Some(kind), Some(lists)) = (command_of(command), command.rollback.as_ref()) else {
             continue;
@@ -833,8 +923,11 @@ fn check_pass(
             prop_assert!(sent(Group::Controllers) + sent(Group::Workers) == 0, "{after:#?}");
         }
     }
+    Ok(())
+}
 
-    // A terminal run has nothing in flight.
+/// A terminal run has nothing in flight.
+fn check_terminal_idle(after: &PlanStatus) -> Result<(), TestCaseError> {
     if after.is_terminal() {
         for command in &after.commands {
             let Some(kind) = command_of(command) else { continue };
@@ -848,8 +941,15 @@ fn check_pass(
             }
         }
     }
+    Ok(())
+}
 
-    // Transitions are in the phase tables; terminal states stay terminal within a run.
+/// Transitions are in the phase tables; terminal states stay terminal within a run.
+fn check_transitions(
+    before: Option<&PlanStatus>,
+    transition: &Transition,
+) -> Result<(), TestCaseError> {
+    let after = &transition.status;
     let same_run = before.is_some_and(|before| {
         before.run_id.is_some()
             && before.run_id == after.run_id
@@ -879,59 +979,7 @@ fn check_pass(
         }
         prop_assert_eq!(before.commands.len(), after.commands.len());
         for (old, new) in before.commands.iter().zip(&after.commands) {
-            prop_assert!(
-                phases::plan_transition_allowed(old.state, new.state),
-                "command {} {} -> {}",
-                new.id,
-                old.state,
-                new.state
-            );
-            prop_assert_eq!(&old.frozen, &new.frozen, "the frozen command changed");
-            let Some(kind) = command_of(new) else { continue };
-            if let (Some(undo), Some(_)) = (kind.rollback(), old.rollback.as_ref()) {
-                for &group in undo.groups() {
-                    let old_targets = targets(old, undo, group);
-                    let new_targets = targets(new, undo, group);
-                    prop_assert_eq!(
-                        old_targets.len(),
-                        new_targets.len(),
-                        "rollback targets are frozen"
-                    );
-                    for (old_target, target) in old_targets.iter().zip(new_targets) {
-                        prop_assert!(
-                            phases::target_transition_allowed(old_target.state, target.state),
-                            "rollback of {} {} -> {}",
-                            target.name,
-                            old_target.state,
-                            target.state
-                        );
-                    }
-                }
-            }
-            for &group in kind.groups() {
-                let old_targets = targets(old, kind, group);
-                let new_targets = targets(new, kind, group);
-                if old.state != PlanStateType::NewPlan {
-                    prop_assert_eq!(old_targets.len(), new_targets.len(), "targets are frozen");
-                }
-                for target in new_targets {
-                    if old.state != PlanStateType::NewPlan
-                        && let Some(old_target) = old_targets.iter().find(|t| t.name == target.name)
-                    {
-                        prop_assert_eq!(&old_target.group, &target.group, "groups are frozen");
-                    }
-                    match old_targets.iter().find(|t| t.name == target.name) {
-                        Some(old_target) => prop_assert!(
-                            phases::target_transition_allowed(old_target.state, target.state),
-                            "{} {} -> {}",
-                            target.name,
-                            old_target.state,
-                            target.state
-                        ),
-                        None => prop_assert!(phases::new_target_allowed(target.state)),
-                    }
-                }
-            }
+            check_command_transitions(old, new)?;
         }
     } else {
         prop_assert!(phases::plan_transition_allowed(PlanStateType::NewPlan, after.state));
@@ -945,84 +993,75 @@ fn check_pass(
             }
         }
     }
+    Ok(())
+}
 
-    // Signals: only to SignalSent targets of the run, with the frozen command, never to an
-    // object that already carries this run's signal for that command.
+/// One command's transitions within a run: in the phase tables, its frozen copy, its
+/// targets, their groups and its rollback targets unchanged.
+fn check_command_transitions(
+    old: &PlanCommandStatus,
+    new: &PlanCommandStatus,
+) -> Result<(), TestCaseError> {
+    prop_assert!(
+        phases::plan_transition_allowed(old.state, new.state),
+        "command {} {} -> {}",
+        new.id,
+        old.state,
+        new.state
+    );
+    prop_assert_eq!(&old.frozen, &new.frozen, "the frozen command changed");
+    let Some(kind) = command_of(new) else { return Ok(()) };
+    if let (Some(undo), Some(_)) = (kind.rollback(), old.rollback.as_ref()) {
+        for &group in undo.groups() {
+            let old_targets = targets(old, undo, group);
+            let new_targets = targets(new, undo, group);
+            prop_assert_eq!(old_targets.len(), new_targets.len(), "rollback targets are frozen");
+            for (old_target, target) in old_targets.iter().zip(new_targets) {
+                prop_assert!(
+                    phases::target_transition_allowed(old_target.state, target.state),
+                    "rollback of {} {} -> {}",
+                    target.name,
+                    old_target.state,
+                    target.state
+                );
+            }
+        }
+    }
+    for &group in kind.groups() {
+        let old_targets = targets(old, kind, group);
+        let new_targets = targets(new, kind, group);
+        if old.state != PlanStateType::NewPlan {
+            prop_assert_eq!(old_targets.len(), new_targets.len(), "targets are frozen");
+        }
+        for target in new_targets {
+            if old.state != PlanStateType::NewPlan
+                && let Some(old_target) = old_targets.iter().find(|t| t.name == target.name)
+            {
+                prop_assert_eq!(&old_target.group, &target.group, "groups are frozen");
+            }
+            match old_targets.iter().find(|t| t.name == target.name) {
+                Some(old_target) => prop_assert!(
+                    phases::target_transition_allowed(old_target.state, target.state),
+                    "{} {} -> {}",
+                    target.name,
+                    old_target.state,
+                    target.state
+                ),
+                None => prop_assert!(phases::new_target_allowed(target.state)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The pass's effects: signals (see [`check_signal`]), no Pod, gate checks asked only of
+/// nodes of this run's gate runs, pre-staging asked only of this run's pending targets,
+/// Events with known reasons.
+fn check_effects(cluster: &ClusterFixture, transition: &Transition) -> Result<(), TestCaseError> {
+    let after = &transition.status;
     for effect in &transition.effects {
         match effect {
-            Effect::Signal { target, data } => {
-                prop_assert_eq!(data.run_id.as_ref(), after.run_id.as_ref());
-                prop_assert_eq!(Some(&data.plan_id), after.plan_id.as_ref());
-                let command = &after.commands[data.command.id as usize];
-                let base = command_of(command).expect("a signalled command resolves");
-                if let Some(rollback) = &data.command.rollback {
-                    // A rollback signal names the version the target ran before the run.
-                    let undo = base.rollback().expect("an update");
-                    let target_from = undo.groups().iter().find_map(|&group| {
-                        targets(command, undo, group)
-                            .iter()
-                            .find(|t| {
-                                t.name == target.name && undo.object_kind(group) == target.kind
-                            })
-                            .map(|t| t.from.clone())
-                    });
-                    prop_assert_eq!(target_from, Some(Some(rollback.version.clone())));
-                }
-                let kind = if data.command.rollback.is_some() {
-                    base.rollback().expect("an update")
-                } else {
-                    base
-                };
-                if data.command.rollback.is_none() {
-                    prop_assert_eq!(
-                        data.command.k0supdate.as_ref().map(|u| u.version.as_str()).or(data
-                            .command
-                            .airgapupdate
-                            .as_ref()
-                            .map(|u| u.version.as_str())),
-                        Some(kind.version())
-                    );
-                }
-                // A node that missed its progress deadline gets its own signal back as
-                // `Failed`; every other signal goes to a `SignalSent` target.
-                let failed_by_deadline =
-                    data.status.as_ref().map(|status| status.status) == Some(SignalPhase::Failed);
-                let wanted = if failed_by_deadline {
-                    TargetState::SignalApplyFailed
-                } else {
-                    TargetState::SignalSent
-                };
-                let sent = kind.groups().iter().any(|&group| {
-                    kind.object_kind(group) == target.kind
-                        && targets(command, kind, group)
-                            .iter()
-                            .any(|t| t.name == target.name && t.state == wanted)
-                });
-                prop_assert!(sent, "signal to {} which is not {wanted}", target.name);
-                if failed_by_deadline {
-                    // Only a node that carries this run's signal is told it failed.
-                    let carried = cluster.signal(target.kind, &target.name);
-                    prop_assert!(
-                        carried.is_some_and(|carried| carried.run_id == data.run_id
-                            && carried.created == data.created
-                            && carried.command == data.command),
-                        "failed {} which does not carry this run's signal",
-                        target.name
-                    );
-                    continue;
-                }
-                if let Some(carried) = cluster.signal(target.kind, &target.name) {
-                    prop_assert!(
-                        !(carried.run_id == data.run_id
-                            && carried.plan_id == data.plan_id
-                            && carried.command.id == data.command.id
-                            && carried.command.rollback.is_some()
-                                == data.command.rollback.is_some()),
-                        "re-signalled {} which carries this run's signal",
-                        target.name
-                    );
-                }
-            }
+            Effect::Signal { target, data } => check_signal(cluster, after, target, data)?,
             // The generated plans have no scheduler check: no Pod is created, and the
             // snapshot has none to delete.
             Effect::CreatePod(pod) => prop_assert!(false, "created Pod {:?}", pod.metadata.name),
@@ -1054,9 +1093,90 @@ fn check_pass(
             }
         }
     }
+    Ok(())
+}
 
-    // Idempotence: the same snapshot with the new status changes nothing, and only the
-    // identical signals repeat.
+/// Signals: only to SignalSent targets of the run, with the frozen command, never to an
+/// object that already carries this run's signal for that command.
+fn check_signal(
+    cluster: &ClusterFixture,
+    after: &PlanStatus,
+    target: &SignalTarget,
+    data: &SignalData,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(data.run_id.as_ref(), after.run_id.as_ref());
+    prop_assert_eq!(Some(&data.plan_id), after.plan_id.as_ref());
+    let command = &after.commands[data.command.id as usize];
+    let base = command_of(command).expect("a signalled command resolves");
+    if let Some(rollback) = &data.command.rollback {
+        // A rollback signal names the version the target ran before the run.
+        let undo = base.rollback().expect("an update");
+        let target_from = undo.groups().iter().find_map(|&group| {
+            targets(command, undo, group)
+                .iter()
+                .find(|t| t.name == target.name && undo.object_kind(group) == target.kind)
+                .map(|t| t.from.clone())
+        });
+        prop_assert_eq!(target_from, Some(Some(rollback.version.clone())));
+    }
+    let kind =
+        if data.command.rollback.is_some() { base.rollback().expect("an update") } else { base };
+    if data.command.rollback.is_none() {
+        prop_assert_eq!(
+            data.command.k0supdate.as_ref().map(|u| u.version.as_str()).or(data
+                .command
+                .airgapupdate
+                .as_ref()
+                .map(|u| u.version.as_str())),
+            Some(kind.version())
+        );
+    }
+    // A node that missed its progress deadline gets its own signal back as
+    // `Failed`; every other signal goes to a `SignalSent` target.
+    let failed_by_deadline =
+        data.status.as_ref().map(|status| status.status) == Some(SignalPhase::Failed);
+    let wanted =
+        if failed_by_deadline { TargetState::SignalApplyFailed } else { TargetState::SignalSent };
+    let sent = kind.groups().iter().any(|&group| {
+        kind.object_kind(group) == target.kind
+            && targets(command, kind, group)
+                .iter()
+                .any(|t| t.name == target.name && t.state == wanted)
+    });
+    prop_assert!(sent, "signal to {} which is not {wanted}", target.name);
+    if failed_by_deadline {
+        // Only a node that carries this run's signal is told it failed.
+        let carried = cluster.signal(target.kind, &target.name);
+        prop_assert!(
+            carried.is_some_and(|carried| carried.run_id == data.run_id
+                && carried.created == data.created
+                && carried.command == data.command),
+            "failed {} which does not carry this run's signal",
+            target.name
+        );
+        return Ok(());
+    }
+    if let Some(carried) = cluster.signal(target.kind, &target.name) {
+        prop_assert!(
+            !(carried.run_id == data.run_id
+                && carried.plan_id == data.plan_id
+                && carried.command.id == data.command.id
+                && carried.command.rollback.is_some() == data.command.rollback.is_some()),
+            "re-signalled {} which carries this run's signal",
+            target.name
+        );
+    }
+    Ok(())
+}
+
+/// Idempotence: the same snapshot with the new status changes nothing, and only the
+/// identical signals repeat.
+fn check_idempotent(
+    sim: &Sim,
+    cluster: &ClusterFixture,
+    transition: &Transition,
+) -> Result<(), TestCaseError> {
+    let after = &transition.status;
     let mut again_plan = sim.plan.clone();
     again_plan.status = Some(after.clone());
     let again = pass_with(&again_plan, cluster, &sim.policy);
