@@ -936,10 +936,12 @@ mod tests {
     #[tokio::test]
     async fn a_signal_the_plan_does_not_record_is_not_drained() {
         // Copied onto w1 by someone who may patch Nodes: the run and payload are right, but
-        // the leader recorded no signal for w1.
+        // the leader has not signalled w1 (nor recorded a signal for it).
         let mut unrecorded = plan_on_run("r2");
         let status = unrecorded.status.as_mut().expect("a status");
-        status.commands[0].k0supdate.as_mut().expect("k0s").workers[0].signalled = None;
+        let w1 = &mut status.commands[0].k0supdate.as_mut().expect("k0s").workers[0];
+        w1.signalled = None;
+        w1.state = autopilot_api::v1beta2::TargetState::SignalPending;
         let (run, requests) = run_seen(Some(unrecorded.clone()), unrecorded, "r2").await;
         let Run::Unauthorized(refusal) = &run else { panic!("refused: {run:?}") };
         assert!(refusal.starts_with("refused: not signalled by the leader"), "{refusal}");

@@ -127,8 +127,11 @@ pub fn drained(plan: Option<&Plan>, signal: &SignalData, node: Node<'_>) -> Resu
         .filter(|status| status.run_id == signal.run_id)
         .and_then(|status| status.commands.iter().find(|c| c.id == signal.command.id))
         .and_then(|command| signal_target(command, signal, node));
-    match target.and_then(|target| target.drained.as_deref()) {
-        Some(created) if created == signal.created => Ok(()),
+    match target.map(|target| (target.signalled.as_deref(), target.drained.as_deref())) {
+        Some((_, Some(created))) if created == signal.created => Ok(()),
+        // A run a leader from before these records signalled: its drain moved the signal on
+        // itself (see `signalled_by_leader`).
+        Some((None, None)) if target.is_some_and(|t| t.state == TargetState::SignalSent) => Ok(()),
         Some(_) | None => Err(refused(&format!(
             "the Plan does not record the drain of {} for this signal (created {}): the leader \
              did not move it to {}",
@@ -171,9 +174,20 @@ fn signalled_by_leader(
     signal: &SignalData,
     node: Node<'_>,
 ) -> Result<(), String> {
-    let record = signal_target(command, signal, node).and_then(|t| t.signalled.as_deref());
+    let target = signal_target(command, signal, node);
+    let record = target.and_then(|t| t.signalled.as_deref());
     match record {
         Some(created) if created == signal.created => Ok(()),
+        // A run a leader from before these records signalled (CRD schema generation 4): its
+        // signalled targets carry none, and a node updated by such a run checks its signal
+        // again after its restart. Only a target the status shows signalled: a copy onto a
+        // node not signalled yet is still refused.
+        None if target.is_some_and(|t| {
+            matches!(t.state, TargetState::SignalSent | TargetState::SignalCompleted)
+        }) =>
+        {
+            Ok(())
+        }
         Some(created) => Err(refused(&format!(
             "not signalled by the leader: the Plan records the signal of {} created {created}, \
              not {}",

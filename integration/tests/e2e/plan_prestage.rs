@@ -121,3 +121,128 @@ async fn a_worker_that_cannot_stage_fails_the_plan_with_nothing_signalled_or_cor
         before.assert_untouched(process, name);
     }
 }
+
+/// How many workers the big plan stages, one at a time.
+const BIG: usize = 300;
+
+/// A Node name of 230 characters: with 300 of them the Plan's status is far over the 64 KiB
+/// above which its progress is written at a pace.
+fn long_name(i: usize) -> String {
+    let name = format!("stager-{i:03}-");
+    format!("{name}{}", "n".repeat(230 - name.len()))
+}
+
+/// Creates the Node `name` on this machine's platform.
+async fn register(nodes: &kube::Api<k8s_openapi::api::core::v1::Node>, name: String) {
+    let node = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name,
+            "annotations": { autopilot_api::keys::ANNOTATION_K0S_VERSION: PLAIN_VERSION },
+            "labels": {
+            autopilot_api::keys::LABEL_OS: autopilot_api::platform::os(),
+            autopilot_api::keys::LABEL_ARCH: autopilot_api::platform::arch(),
+        } },
+    }))
+    .expect("a Node");
+    nodes.create(&Default::default(), &node).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+/// Answers every pre-staging request on the Nodes as the node agent does: it reads the Plan
+/// and stages only what its status authorizes (`authorize::prestage`); a request the status
+/// does not back is answered `Failed` with the refusal. Counts the refusals.
+async fn stage_as_agents(
+    client: kube::Client,
+    refusals: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use autopilot_api::prestage::{PrestageOutcome, PrestageReport, report_of, request_of};
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let plans: kube::Api<autopilot_api::v1beta2::Plan> = kube::Api::all(client);
+    let mut events = watcher(nodes.clone(), watcher::Config::default()).applied_objects().boxed();
+    while let Some(Ok(node)) = events.next().await {
+        let Ok(Some(request)) = request_of(&node.metadata) else { continue };
+        let answered = report_of(&node.metadata).ok().flatten();
+        if answered.is_some_and(|r| r.run_id == request.run_id && r.command == request.command) {
+            continue;
+        }
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let plan = plans.get_opt(autopilot_api::keys::PLAN_NAME).await.ok().flatten();
+        let platform = autopilot_api::platform::current();
+        let node_ref = autopilot_engine::authorize::Node {
+            name: &name,
+            role: autopilot_engine::authorize::Role::Worker,
+            platform: Some(&platform),
+        };
+        let (outcome, reason) =
+            match autopilot_engine::authorize::prestage(plan.as_ref(), &request, node_ref) {
+                Ok(_) => (PrestageOutcome::Staged, None),
+                Err(refusal) => {
+                    refusals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    (PrestageOutcome::Failed, Some(refusal))
+                }
+            };
+        let report =
+            PrestageReport { run_id: request.run_id, command: request.command, outcome, reason };
+        let patch = serde_json::json!({ "metadata": { "annotations": {
+            autopilot_api::keys::ANNOTATION_PRESTAGE_REPORT: serde_json::to_string(&report).expect("JSON"),
+        } } });
+        let params = kube::api::PatchParams::default();
+        if let Err(e) = nodes.patch(&name, &params, &kube::api::Patch::Merge(&patch)).await {
+            eprintln!("stager: reporting on {name}: {e}");
+        }
+    }
+}
+
+/// With the Plan's status over 64 KiB (its progress written at a pace) and
+/// `prestageConcurrent: 1`, each request to stage is written after the status that asks the
+/// node, so no node finds its request unauthorized: every target ends `Staged`.
+#[tokio::test]
+async fn every_target_of_a_plan_over_64_kib_stages_one_at_a_time() {
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _ } =
+        FleetBuilder::new("plan-prestage-big").controllers(1).start().await.unwrap();
+    let nodes = kube::Api::all(client.clone());
+    let names: Vec<String> = (0..BIG).map(long_name).collect();
+    futures::StreamExt::collect::<Vec<()>>(futures::StreamExt::buffer_unordered(
+        futures::stream::iter(names.iter().map(|name| register(&nodes, name.clone()))),
+        16,
+    ))
+    .await;
+    let refusals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stager = tokio::spawn(stage_as_agents(client.clone(), refusals.clone()));
+
+    let sha = "ab".repeat(32);
+    let names_ref: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut update =
+        update_to(V2, "https://127.0.0.1:9", &sha, None, Some(static_nodes(&names_ref, 1)));
+    update.prestage = true;
+    update.prestage_concurrent = Some(1);
+    create_plan(&client, &plan("autopilot", "big-prestage", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    let staged =
+        wait_plan(&client, "autopilot", std::time::Duration::from_secs(300), "all staged", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.commands.first().and_then(|c| c.staged.as_deref())
+                    == Some(&format!("{BIG}/{BIG}"))
+            }) || state(p).is_terminal()
+        })
+        .await
+        .unwrap();
+    let bytes = serde_json::to_vec(&staged.status).expect("JSON").len();
+    assert!(bytes > 64 * 1024, "the status is over 64 KiB: {bytes} bytes");
+    for name in &names {
+        assert_eq!(
+            target(&staged, 0, name).prestage,
+            Some(PrestageState::Staged),
+            "{name}: {}",
+            status_yaml(&staged)
+        );
+    }
+    assert_eq!(
+        refusals.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a request came before its status"
+    );
+    stager.abort();
+    delete_plan(&client).await;
+}

@@ -658,3 +658,20 @@ fn a_node_goes_on_from_applying_update_only_when_the_status_records_its_drain() 
     assert!(drained(Some(&plan), &other, worker("w1")).is_err(), "another signal's drain");
     assert!(drained(None, &signal, worker("w1")).is_err(), "no Plan");
 }
+
+#[test]
+fn a_run_signalled_before_records_existed_goes_on_but_no_copy_onto_a_waiting_node_does() {
+    // The status a leader of CRD schema generation 4 wrote: no records.
+    let mut plan = plan();
+    let workers =
+        &mut plan.status.as_mut().unwrap().commands[0].k0supdate.as_mut().unwrap().workers;
+    for target in workers.iter_mut() {
+        target.signalled = None;
+    }
+    workers[1].state = TargetState::SignalPending;
+    let signal = k0s_to(AMD64);
+    assert_eq!(authorize(Some(&plan), &signal, worker("w1")).map(drop), Ok(()), "signalled");
+    assert_eq!(drained(Some(&plan), &signal, worker("w1")), Ok(()), "its drain moved it on");
+    let refused = authorize(Some(&plan), &signal, worker("w2")).expect_err("w2 waits");
+    assert!(refused.starts_with("refused: not signalled by the leader"), "{refused}");
+}

@@ -1106,12 +1106,13 @@ pub(super) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
 
 /// Whether `signal` (this run's, for the target's command) is the one the status records
 /// for `target`: its `created` is the recorded one. A status written before signals were
-/// recorded (no record on a target already signalled) takes the run's signal as before; a
-/// target not signalled yet records none, so no signal on it is the leader's.
+/// recorded (CRD schema generation 4: no record on a target signalled, `SignalSent` or
+/// `SignalCompleted`) takes the run's signal as before; a target not signalled yet records
+/// none, so no signal on it is the leader's.
 fn recorded(target: &TargetStatus, signal: &SignalData) -> bool {
     match target.signalled.as_deref() {
         Some(created) => created == signal.created,
-        None => target.state != TargetState::SignalPending,
+        None => matches!(target.state, TargetState::SignalSent | TargetState::SignalCompleted),
     }
 }
 

@@ -1,11 +1,14 @@
-//! Property tests: random clusters and plans, random node responses, crashes, readiness
-//! flaps, deletions and spec edits, driven pass by pass; every pass is checked against the
-//! safety invariants and the phase tables.
+//! Property tests: random clusters and plans, random node responses, crashes, lost status
+//! writes, readiness flaps, deletions, spec edits and signals copied onto other nodes, driven
+//! pass by pass; every pass is checked against the safety invariants and the phase tables,
+//! every signal the leader writes is one the status written before it records (the node
+//! accepts it), and no node ever acts on a copy.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use autopilot_api::fixtures::{SignalBuilder, airgap_signal, selector_target, static_target};
+use autopilot_api::keys;
 use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanCommandTarget, PlanStateType, PlanStatus, TargetState,
@@ -90,6 +93,11 @@ enum Action {
     /// A node changes its zone label (a kubelet may set its own): to the zone the second
     /// value picks, or removes it.
     Relabel(u8, u8),
+    /// Someone who may patch Nodes copies the signal of a node in flight onto another object
+    /// (status dropped, a `created` of their own).
+    Copy(u8, u8),
+    /// A pass whose status write is lost (a conflict): nothing is written, no signal.
+    Lost,
 }
 
 #[derive(Clone, Debug)]
@@ -167,6 +175,8 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::Rollback),
         3 => (any::<u8>(), prop::bool::weighted(0.8)).prop_map(|(i, ok)| Action::Health(i, ok)),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(i, zone)| Action::Relabel(i, zone)),
+        2 => (any::<u8>(), any::<u8>()).prop_map(|(from, to)| Action::Copy(from, to)),
+        1 => Just(Action::Lost),
     ]
 }
 
@@ -393,13 +403,13 @@ fn pick<T: Clone>(items: &[T], index: u8) -> Option<T> {
 /// Apply a non-pass action to the cluster or the plan.
 fn act(sim: &mut Sim, action: &Action) {
     match action {
-        Action::Pass | Action::Crash => {}
+        Action::Pass | Action::Crash | Action::Lost => {}
         Action::Progress(i) => {
             if let Some((kind, name)) = pick(&busy_objects(&sim.cluster), *i) {
-                let phase = sim.cluster.signal(kind, &name).and_then(|data| data.phase());
-                sim.cluster.report(kind, &name, next_phase(phase), None);
+                progress(sim, kind, &name);
             }
         }
+        Action::Copy(from, to) => copy(sim, *from, *to),
         Action::Fail(i) => {
             if let Some((kind, name)) = pick(&busy_objects(&sim.cluster), *i) {
                 let phase =
@@ -435,6 +445,73 @@ fn act(sim: &mut Sim, action: &Action) {
         Action::Earlier(i, done) => earlier(sim, *i, *done),
         Action::Edit => edit(sim),
     }
+}
+
+/// The `created` of every copied signal: no leader writes it.
+const COPIED: &str = "1999-01-01T00:00:00.5Z";
+
+/// [`Action::Progress`]: the node moves its signal on as the agent does. A signal that has
+/// not begun is checked against the Plan first (`authorize`: the signal the status records
+/// for the node, of a plan and command that have not ended) and refused when it does not
+/// pass; a copy is never accepted.
+fn progress(sim: &mut Sim, kind: ObjectKind, name: &str) {
+    let Some(data) = sim.cluster.signal(kind, name).cloned() else { return };
+    let phase = data.phase();
+    if phase.is_none() {
+        let mut plan = autopilot_api::v1beta2::Plan::new(keys::PLAN_NAME, sim.plan.spec.clone());
+        plan.status.clone_from(&sim.plan.status);
+        let role = match kind {
+            ObjectKind::ControlNode => crate::authorize::Role::Controller,
+            ObjectKind::Node => crate::authorize::Role::Worker,
+        };
+        let node = crate::authorize::Node { name, role, platform: None };
+        if let Err(refusal) = crate::authorize::authorize(Some(&plan), &data, node) {
+            sim.cluster.report(kind, name, SignalPhase::Failed, Some(&refusal));
+            return;
+        }
+        assert_ne!(data.created, COPIED, "a copy of a signal was accepted on {kind} {name}");
+    }
+    sim.cluster.report(kind, name, next_phase(phase), None);
+}
+
+/// [`Action::Copy`]: the signal of a node in flight, copied onto another object.
+fn copy(sim: &mut Sim, from: u8, to: u8) {
+    let Some((kind, source)) = pick(&busy_objects(&sim.cluster), from) else { return };
+    let Some(data) = sim.cluster.signal(kind, &source).cloned() else { return };
+    let names: Vec<String> = sim.cluster.objects(kind).keys().cloned().collect();
+    let Some(onto) = pick(&names, to) else { return };
+    let copied = SignalData { created: COPIED.to_owned(), status: None, ..data };
+    if let Some(object) = sim.cluster.objects_mut(kind).get_mut(&onto) {
+        object.signal = ObservedSignal::Valid(copied);
+    }
+}
+
+/// Every signal a pass writes that a node has to accept (a new one, not yet answered) is one
+/// the status written before it records for that node, of a plan and command that have not
+/// ended: the node accepts it. No copy is ever the leader's.
+fn check_recorded_signals(sim: &Sim, transition: &Transition) -> Result<(), TestCaseError> {
+    let mut plan = autopilot_api::v1beta2::Plan::new(keys::PLAN_NAME, sim.plan.spec.clone());
+    plan.status = Some(transition.status.clone());
+    for effect in &transition.effects {
+        let Effect::Signal { target, data } = effect else { continue };
+        // Telling a failed node to stop may answer a copy it carries `Failed`: that starts
+        // nothing. Anything else the leader writes is its own.
+        if data.phase() == Some(SignalPhase::Failed) {
+            continue;
+        }
+        prop_assert_ne!(&data.created, COPIED, "the leader wrote a copy to {:?}", target);
+        if data.status.is_some() {
+            continue;
+        }
+        let role = match target.kind {
+            ObjectKind::ControlNode => crate::authorize::Role::Controller,
+            ObjectKind::Node => crate::authorize::Role::Worker,
+        };
+        let node = crate::authorize::Node { name: &target.name, role, platform: None };
+        let accepted = crate::authorize::authorize(Some(&plan), data, node);
+        prop_assert!(accepted.is_ok(), "{target:?} refuses the leader's signal: {accepted:?}");
+    }
+    Ok(())
 }
 
 /// The names of every `Node`, then every `ControlNode`, of the simulated cluster.
@@ -1097,7 +1174,8 @@ fn check_effects(cluster: &ClusterFixture, transition: &Transition) -> Result<()
 }
 
 /// Signals: only to SignalSent targets of the run, with the frozen command, never to an
-/// object that already carries this run's signal for that command.
+/// object that already carries this run's signal for that command (but over a copy, or to
+/// move the leader's own on after its drain).
 fn check_signal(
     cluster: &ClusterFixture,
     after: &PlanStatus,
@@ -1157,11 +1235,18 @@ fn check_signal(
         return Ok(());
     }
     if let Some(carried) = cluster.signal(target.kind, &target.name) {
+        let this_runs = carried.run_id == data.run_id
+            && carried.plan_id == data.plan_id
+            && carried.command.id == data.command.id
+            && carried.command.rollback.is_some() == data.command.rollback.is_some();
+        // Written over this run's signal only when that is not the leader's (a copy: the
+        // node gets its recorded signal back), or to move its own on after the drain.
+        let over_a_copy = carried.created == COPIED;
+        let drained = carried.created == data.created
+            && carried.phase() == Some(SignalPhase::Cordoning)
+            && data.phase() == Some(SignalPhase::ApplyingUpdate);
         prop_assert!(
-            !(carried.run_id == data.run_id
-                && carried.plan_id == data.plan_id
-                && carried.command.id == data.command.id
-                && carried.command.rollback.is_some() == data.command.rollback.is_some()),
+            !this_runs || over_a_copy || drained,
             "re-signalled {} which carries this run's signal",
             target.name
         );
@@ -1206,7 +1291,8 @@ fn check_nothing_cordoned(sim: &Sim, transition: &Transition) -> Result<(), Test
     for kind in [ObjectKind::ControlNode, ObjectKind::Node] {
         for object in sim.cluster.objects(kind).values() {
             let ObservedSignal::Valid(data) = &object.signal else { continue };
-            if data.run_id != status.run_id {
+            // A copy is not the leader's: its node refuses it (`progress`), the drain too.
+            if data.run_id != status.run_id || data.created == COPIED {
                 continue;
             }
             prop_assert!(
@@ -1224,6 +1310,10 @@ fn run_scenario(scenario: &Scenario) -> Result<Sim, TestCaseError> {
     let mut sim = build(scenario);
     for action in &scenario.actions {
         match action {
+            Action::Lost => {
+                // Decided on what the leader sees, then lost: nothing is written.
+                let _ = pass_with(&sim.plan, &sim.cluster, &sim.policy);
+            }
             Action::Pass | Action::Crash => {
                 let before = sim.plan.status.clone();
                 let snapshot = sim.cluster.clone();
@@ -1232,6 +1322,7 @@ fn run_scenario(scenario: &Scenario) -> Result<Sim, TestCaseError> {
                     _ => sim.pass(),
                 };
                 check_pass(&sim, before.as_ref(), &snapshot, &transition)?;
+                check_recorded_signals(&sim, &transition)?;
                 if matches!(action, Action::Pass) {
                     check_nothing_cordoned(&sim, &transition)?;
                 }
