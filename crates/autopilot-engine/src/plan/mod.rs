@@ -49,6 +49,7 @@ mod prestage;
 mod progress;
 mod rollback;
 mod schedule;
+mod soak;
 mod targets;
 mod waves;
 pub mod window;

@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use autopilot_api::prestage::PrestageState;
 use autopilot_api::{duration, keys};
-use jiff::Timestamp;
 
 use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
 use super::decision::{Decision, Effect, ObjectKind, SignalTarget, paused_steady};
@@ -582,43 +581,28 @@ impl CommandPass<'_, '_> {
             return None;
         }
         let objects = inputs.objects(command.object_kind(Group::Workers));
-        let not_ready = canaries.iter().find(|name| !objects.get(*name).is_some_and(|o| o.ready));
-        if let Some(name) = not_ready {
-            let kind = command.object_kind(Group::Workers);
-            end(
-                self.status,
-                PlanStateType::ApplyFailed,
-                format!(
-                    "{label}: canary {kind} {name} is not Ready during its soak of {}; no other \
-                     worker was signalled",
-                    duration::format(soak),
-                    label = self.label,
-                ),
-            );
-            return Some(Outcome::Ended);
-        }
-        let since = workers
-            .iter()
-            .filter(|t| canaries.contains(&t.name))
-            .map(|t| t.last_updated_timestamp.0)
-            .max()
-            .unwrap_or(inputs.stamp);
-        let elapsed = inputs.now.duration_since(since);
-        let remaining =
-            jiff::SignedDuration::try_from(soak).ok().and_then(|soak| soak.checked_sub(elapsed));
-        let remaining = match remaining {
-            Some(remaining) if !remaining.is_positive() => return None,
-            Some(remaining) => std::time::Duration::try_from(remaining).ok(),
-            // A soak too long to represent never ends; NewPlan refuses such a value.
-            None => None,
-        };
-        let until = remaining
-            .and_then(|r| jiff::SignedDuration::try_from(r).ok())
-            .and_then(|r| inputs.now.checked_add(r).ok())
-            .map_or_else(
-                || "never".to_owned(),
-                |at| format_timestamp(Timestamp::from_second(at.as_second()).unwrap_or(at)),
-            );
+        let soaking: Vec<&TargetStatus> =
+            workers.iter().filter(|t| canaries.contains(&t.name)).collect();
+        let (until, remaining) =
+            match super::soak::clock(soak, &soaking, objects, inputs.now, inputs.stamp) {
+                super::soak::Soak::Over => return None,
+                super::soak::Soak::NotReady(canary) => {
+                    let kind = command.object_kind(Group::Workers);
+                    let name = &canary.name;
+                    end(
+                        self.status,
+                        PlanStateType::ApplyFailed,
+                        format!(
+                            "{label}: canary {kind} {name} is not Ready during its soak of {}; \
+                             no other worker was signalled",
+                            duration::format(soak),
+                            label = self.label,
+                        ),
+                    );
+                    return Some(Outcome::Ended);
+                }
+                super::soak::Soak::Hold { until, remaining } => (until, remaining),
+            };
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;

@@ -17,9 +17,7 @@
 //! workers left `SignalPending` (so a new leader never soaks twice).
 
 use autopilot_api::duration;
-use autopilot_api::signal::format_timestamp;
 use autopilot_api::v1beta2::{PlanStateType, TargetState, TargetStatus};
-use jiff::Timestamp;
 
 use super::command::{Group, targets};
 use super::phases::reasons;
@@ -203,45 +201,28 @@ impl CommandPass<'_, '_> {
         let of_previous: Vec<&TargetStatus> =
             workers.iter().filter(|t| previous_members.contains(&t.name)).collect();
         let objects = inputs.objects(command.object_kind(Group::Workers));
-        let not_ready = of_previous
-            .iter()
-            .filter(|t| t.state == TargetState::SignalCompleted)
-            .find(|t| !objects.get(&t.name).is_some_and(|o| o.ready));
-        if let Some(target) = not_ready {
-            let kind = command.object_kind(Group::Workers);
-            end(
-                self.status,
-                PlanStateType::ApplyFailed,
-                format!(
-                    "{label}: {kind} {name} of group {previous_name} is not Ready during the \
-                     soak of {soak} between groups; no worker of group {next} or later was \
-                     signalled",
-                    label = self.label,
-                    name = target.name,
-                    soak = duration::format(soak),
-                    next = wave.name(),
-                ),
-            );
-            return Some(Outcome::Ended);
-        }
-        let since =
-            of_previous.iter().map(|t| t.last_updated_timestamp.0).max().unwrap_or(inputs.stamp);
-        let remaining = jiff::SignedDuration::try_from(soak)
-            .ok()
-            .and_then(|soak| soak.checked_sub(inputs.now.duration_since(since)));
-        let remaining = match remaining {
-            Some(remaining) if !remaining.is_positive() => return None,
-            Some(remaining) => std::time::Duration::try_from(remaining).ok(),
-            // A soak too long to represent never ends; NewPlan refuses such a value.
-            None => None,
-        };
-        let until = remaining
-            .and_then(|r| jiff::SignedDuration::try_from(r).ok())
-            .and_then(|r| inputs.now.checked_add(r).ok())
-            .map_or_else(
-                || "never".to_owned(),
-                |at| format_timestamp(Timestamp::from_second(at.as_second()).unwrap_or(at)),
-            );
+        let (until, remaining) =
+            match super::soak::clock(soak, &of_previous, objects, inputs.now, inputs.stamp) {
+                super::soak::Soak::Over => return None,
+                super::soak::Soak::NotReady(target) => {
+                    let kind = command.object_kind(Group::Workers);
+                    end(
+                        self.status,
+                        PlanStateType::ApplyFailed,
+                        format!(
+                            "{label}: {kind} {name} of group {previous_name} is not Ready during \
+                             the soak of {soak} between groups; no worker of group {next} or \
+                             later was signalled",
+                            label = self.label,
+                            name = target.name,
+                            soak = duration::format(soak),
+                            next = wave.name(),
+                        ),
+                    );
+                    return Some(Outcome::Ended);
+                }
+                super::soak::Soak::Hold { until, remaining } => (until, remaining),
+            };
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;

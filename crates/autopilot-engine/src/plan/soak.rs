@@ -1,0 +1,118 @@
+//! The one soak clock (canaries before the other workers, a group before the next): a pure
+//! verdict from the soaking nodes' targets, their objects and the pass's time. Callers word
+//! the hold and the failure; the clock itself writes nothing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autopilot_api::signal::format_timestamp;
+use autopilot_api::v1beta2::TargetStatus;
+use jiff::Timestamp;
+
+use super::inputs::TargetObject;
+
+/// What the soak says this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Soak<'t> {
+    /// Over (or none): go on.
+    Over,
+    /// This node is not Ready: the soak failed.
+    NotReady(&'t TargetStatus),
+    /// Still soaking: hold until `until` (a timestamp, or `never` for a soak too long to
+    /// represent), and look again after `remaining` (when it can be represented).
+    Hold { until: String, remaining: Option<Duration> },
+}
+
+/// The soak of `soak` over `nodes` (the targets that soak, as the status lists them), each
+/// of which must stay Ready (its object in `objects`): it started when the last of them
+/// changed state (the leader's own clock, kept in the status), and `now` is the pass's time
+/// (`stamp`, in whole seconds, stands in for a start not recorded yet).
+pub(super) fn clock<'t>(
+    soak: Duration,
+    nodes: &[&'t TargetStatus],
+    objects: &BTreeMap<String, TargetObject>,
+    now: Timestamp,
+    stamp: Timestamp,
+) -> Soak<'t> {
+    if soak.is_zero() {
+        return Soak::Over;
+    }
+    if let Some(target) = nodes.iter().find(|t| !objects.get(&t.name).is_some_and(|o| o.ready)) {
+        return Soak::NotReady(target);
+    }
+    let since = nodes.iter().map(|t| t.last_updated_timestamp.0).max().unwrap_or(stamp);
+    let remaining = jiff::SignedDuration::try_from(soak)
+        .ok()
+        .and_then(|soak| soak.checked_sub(now.duration_since(since)));
+    let remaining = match remaining {
+        Some(remaining) if !remaining.is_positive() => return Soak::Over,
+        Some(remaining) => Duration::try_from(remaining).ok(),
+        // A soak too long to represent never ends; NewPlan refuses such a value.
+        None => None,
+    };
+    let until = remaining
+        .and_then(|r| jiff::SignedDuration::try_from(r).ok())
+        .and_then(|r| now.checked_add(r).ok())
+        .map_or_else(
+            || "never".to_owned(),
+            |at| format_timestamp(Timestamp::from_second(at.as_second()).unwrap_or(at)),
+        );
+    Soak::Hold { until, remaining }
+}
+
+#[cfg(test)]
+mod tests {
+    use autopilot_api::v1beta2::TargetState;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    fn done(name: &str, at: Timestamp) -> TargetStatus {
+        let mut target = TargetStatus::new(name, TargetState::SignalCompleted, at);
+        target.last_updated_timestamp = Time(at);
+        target
+    }
+
+    fn objects(ready: &[(&str, bool)]) -> BTreeMap<String, TargetObject> {
+        ready
+            .iter()
+            .map(|(name, ready)| {
+                let object = TargetObject {
+                    name: (*name).to_owned(),
+                    labels: Default::default(),
+                    ready: *ready,
+                    signal: super::super::inputs::ObservedSignal::None,
+                    required_keys: Default::default(),
+                    version: None,
+                    gate_check: None,
+                    prestage: None,
+                    drained: None,
+                };
+                ((*name).to_owned(), object)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_soak_runs_from_the_last_node_done_and_fails_on_a_node_not_ready() {
+        let soak = Duration::from_secs(60);
+        let (a, b) = (done("a", at(0)), done("b", at(10)));
+        let ready = objects(&[("a", true), ("b", true)]);
+        let held = clock(soak, &[&a, &b], &ready, at(40), at(40));
+        assert_eq!(
+            held,
+            Soak::Hold {
+                until: format_timestamp(at(70)),
+                remaining: Some(Duration::from_secs(30))
+            }
+        );
+        assert_eq!(clock(soak, &[&a, &b], &ready, at(70), at(70)), Soak::Over);
+        let b_down = objects(&[("a", true), ("b", false)]);
+        assert_eq!(clock(soak, &[&a, &b], &b_down, at(40), at(40)), Soak::NotReady(&b));
+        assert_eq!(clock(Duration::ZERO, &[&a, &b], &b_down, at(40), at(40)), Soak::Over);
+    }
+}
