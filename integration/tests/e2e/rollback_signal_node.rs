@@ -2,8 +2,9 @@
 //! plane: a worker updated to v2 by a real run, then signalled to roll that run back. The
 //! Plan engine's rollback is not in this scenario: once the update completed, the controller
 //! is stopped and the test writes what the leader would (the run's `status.rollback`, the
-//! worker's `from` and the command's rollback list, then the signal) and plays its part in
-//! the phases (drain and uncordon are not needed on a node without pods).
+//! worker's `from` and the command's rollback list recording the signal, then the signal)
+//! and plays its part in the phases (drain and uncordon are not needed on a node without
+//! pods; the drain is recorded in the status before `ApplyingUpdate`, as the leader does).
 //!
 //! The worker copies its `k0s.prev` into place with no download, self-tests it for the
 //! version it ran before the run, trial-boots it, swaps it in (keeping v2 as `k0s.prev`),
@@ -26,28 +27,58 @@ use crate::support::*;
 const PHASE: Duration = Duration::from_secs(90);
 
 /// Marks the current run of Plan `autopilot` as rolled back, the way the leader does before
-/// it signals: `status.rollback`, `from` on the worker's target of command 0, and the
-/// command's rollback list with the worker in `SignalSent`.
-async fn write_rollback_status(client: &kube::Client, node: &str, from: &str) -> Plan {
+/// it signals: `status.rollback` (the ended run running again), `from` on the worker's
+/// target of command 0, and the
+/// command's rollback list with the worker in `SignalSent`, recording the signal created
+/// `created` that follows.
+async fn write_rollback_status(
+    client: &kube::Client,
+    node: &str,
+    from: &str,
+    created: &str,
+) -> Plan {
     let plans: Api<Plan> = Api::all(client.clone());
     let plan = plans.get("autopilot").await.expect("the Plan");
     let status = plan.status.as_ref().expect("a status");
     let mut status = serde_json::to_value(status).expect("a status as JSON");
     status["rollback"] =
         json!({ "reason": "requested by an operator", "since": "2026-11-26T00:00:00Z" });
+    // The run that ended runs again, to put its nodes back.
+    status["state"] = json!(PlanStateType::SchedulableWait);
     let command = &mut status["commands"][0];
     let workers = command["k0supdate"]["workers"].as_array_mut().expect("worker targets");
     let target = workers.iter_mut().find(|t| t["name"] == node).expect("the worker's target");
     target["from"] = json!(from);
     let mut back = target.clone();
     back["state"] = json!(TargetState::SignalSent.as_str());
-    back.as_object_mut().expect("a target").remove("phase");
+    back["signalled"] = json!(created);
+    let back_fields = back.as_object_mut().expect("a target");
+    back_fields.remove("phase");
+    back_fields.remove("drained");
     command["rollback"] = json!({ "controllers": [], "workers": [back] });
     let patch = json!({ "status": status });
     plans
         .patch_status("autopilot", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("writing the rollback into the Plan status")
+}
+
+/// Records in the Plan status that the leader finished the drain of the worker's rollback
+/// signal created `created`, the way the leader does before it writes `ApplyingUpdate`.
+async fn record_drain(client: &kube::Client, created: &str) {
+    let plans: Api<Plan> = Api::all(client.clone());
+    let plan = plans.get("autopilot").await.expect("the Plan");
+    let mut status = serde_json::to_value(plan.status.as_ref().expect("a status")).expect("JSON");
+    let back = &mut status["commands"][0]["rollback"]["workers"][0];
+    back["drained"] = json!(created);
+    plans
+        .patch_status(
+            "autopilot",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
+        .await
+        .expect("recording the drain in the Plan status");
 }
 
 /// Writes `data` as the signal on Node `name`.
@@ -131,13 +162,13 @@ async fn a_worker_rolls_its_run_back_to_k0s_prev_without_a_download() {
         controller.stop(Duration::from_secs(30)).await.unwrap();
     }
     drop(server);
-    let plan = write_rollback_status(&client, node, &v1).await;
+    let created = "2026-11-26T01:00:00Z";
+    let plan = write_rollback_status(&client, node, &v1, created).await;
 
     // (a) A signal for another version than the node's recorded "from": refused by the
     // agent's authorization, nothing staged, the node stays on v2.
     let wrong = "v1.34.9+k0s.0";
     let run = plan.status.as_ref().and_then(|s| s.run_id.clone()).unwrap_or_default();
-    let created = "2026-11-26T01:00:00Z";
     write_signal(&client, node, &rollback_signal(&plan, wrong, created)).await;
     let failed = wait_phase(&client, node, created, SignalPhase::Failed).await;
     assert_eq!(
@@ -150,8 +181,8 @@ async fn a_worker_rolls_its_run_back_to_k0s_prev_without_a_download() {
 
     // (b) The Plan says the node ran a version its k0s.prev does not run: the agent stages
     // and self-tests k0s.prev, which reports another version, and fails before any cordon.
-    let plan = write_rollback_status(&client, node, wrong).await;
     let created = "2026-11-26T02:00:00Z";
+    let plan = write_rollback_status(&client, node, wrong, created).await;
     write_signal(&client, node, &rollback_signal(&plan, wrong, created)).await;
     let failed = wait_phase(&client, node, created, SignalPhase::Failed).await;
     assert_eq!(
@@ -162,14 +193,15 @@ async fn a_worker_rolls_its_run_back_to_k0s_prev_without_a_download() {
     assert!(!worker.binary_path().with_file_name("k0s.tmp").exists(), "nothing stays staged");
 
     // (c) The rollback the Plan authorizes: k0s.prev goes back in place.
-    let plan = write_rollback_status(&client, node, &v1).await;
-    let mark = worker.log_mark();
     let created = "2026-11-26T03:00:00Z";
+    let plan = write_rollback_status(&client, node, &v1, created).await;
+    let mark = worker.log_mark();
     write_signal(&client, node, &rollback_signal(&plan, &v1, created)).await;
     let cordoning = wait_phase(&client, node, created, SignalPhase::Cordoning).await;
     let staged = worker.binary_path().with_file_name("k0s.tmp");
     assert_eq!(std::fs::read(&staged).unwrap(), v1_bytes, "k0s.prev copied, self-tested");
     assert_eq!(binary_version(&prev), v1, "k0s.prev stays until the swap");
+    record_drain(&client, created).await;
     advance(&client, node, cordoning, SignalPhase::ApplyingUpdate).await;
     let uncordoning = wait_phase(&client, node, created, SignalPhase::Uncordoning).await;
     advance(&client, node, uncordoning, SignalPhase::Completed).await;
