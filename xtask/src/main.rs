@@ -12,6 +12,8 @@ mod demo;
 mod dist;
 mod fuzz;
 mod hot;
+#[cfg(test)]
+mod structure;
 mod test;
 
 use clap::{Parser, Subcommand};
