@@ -43,11 +43,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/autopilot-engine/src/plan/progress.rs",
         "crates/autopilot-engine/src/plan/window.rs",
     ],
-    &["crates/autopilot-engine/src/plan/discovery.rs", "crates/autopilot-engine/src/plan/skew.rs"],
-    &[
-        "crates/autopilot-engine/src/preflight/compile.rs",
-        "crates/autopilot-engine/src/preflight/evaluate.rs",
-    ],
     &[
         "crates/autopilot-signal/src/host.rs",
         "crates/autopilot-signal/src/host/fake.rs",

@@ -34,6 +34,7 @@ pub mod resolve;
 pub mod rollout;
 pub mod selector;
 pub mod skew;
+pub mod spec_skew;
 
 pub mod budget;
 mod checks;

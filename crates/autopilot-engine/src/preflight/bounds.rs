@@ -502,3 +502,22 @@ fn call_estimate(function: &str, args: &[Estimate]) -> Estimate {
 fn sum(figures: impl IntoIterator<Item = u64>) -> u64 {
     figures.into_iter().fold(0, u64::saturating_add)
 }
+
+/// A CEL context with every variable of [`super::CEL_VARIABLES`] bound to `record`.
+pub(super) fn context_for(
+    node: &str,
+    record: &autopilot_api::preflight::RawRecord,
+) -> cel::Context<'static, 'static> {
+    /// CEL's standard library, built once: every evaluation shares it (it is immutable).
+    static STDLIB: std::sync::LazyLock<std::sync::Arc<cel::Env>> =
+        std::sync::LazyLock::new(|| std::sync::Arc::new(cel::Env::stdlib()));
+    let mut context = cel::Context::with_env(std::sync::Arc::clone(&STDLIB));
+    context.add_variable_from_value("result", record.result().to_owned());
+    context.add_variable_from_value("results", record.messages.clone());
+    context.add_variable_from_value("statusCode", record.status_code);
+    context.add_variable_from_value("error", record.is_error());
+    context.add_variable_from_value("stdout", record.stdout.clone());
+    context.add_variable_from_value("stderr", record.stderr.clone());
+    context.add_variable_from_value("node", node.to_owned());
+    context
+}

@@ -363,7 +363,7 @@ fn compile_result(path: &str, result: &PreflightResult) -> Result<CompiledResult
 fn compile_cel(source: &str) -> Result<cel::Program, String> {
     let sample = autopilot_api::preflight::RawRecord::default();
     compile_cel_in(source, Vocabulary::Preflight, &CEL_VARIABLES, &|| {
-        super::evaluate::context_for("node", &sample)
+        super::bounds::context_for("node", &sample)
     })
 }
 

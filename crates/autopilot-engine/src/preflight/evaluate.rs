@@ -2,7 +2,6 @@
 //! their worst status.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use autopilot_api::keys;
@@ -184,7 +183,7 @@ impl CompiledResult {
             return Ok(false);
         }
         let Some(program) = &self.bool_expr else { return Ok(true) };
-        let context = context_for(node, record);
+        let context = super::bounds::context_for(node, record);
         match program.execute(&context) {
             Ok(cel::Value::Bool(holds)) => Ok(holds),
             Ok(other) => Err(format!("it gave {}, not a bool", other.type_of())),
@@ -197,21 +196,6 @@ impl CompiledResult {
 /// ([`keys::ANNOTATION_ACCEPT_WARNINGS`] names exactly that id).
 pub fn warnings_accepted(annotations: &BTreeMap<String, String>, plan_id: &str) -> bool {
     annotations.get(keys::ANNOTATION_ACCEPT_WARNINGS).is_some_and(|id| id.trim() == plan_id)
-}
-
-/// A CEL context with every variable of [`super::CEL_VARIABLES`] bound to `record`.
-pub(super) fn context_for(node: &str, record: &RawRecord) -> cel::Context<'static, 'static> {
-    /// CEL's standard library, built once: every evaluation shares it (it is immutable).
-    static STDLIB: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
-    let mut context = cel::Context::with_env(Arc::clone(&STDLIB));
-    context.add_variable_from_value("result", record.result().to_owned());
-    context.add_variable_from_value("results", record.messages.clone());
-    context.add_variable_from_value("statusCode", record.status_code);
-    context.add_variable_from_value("error", record.is_error());
-    context.add_variable_from_value("stdout", record.stdout.clone());
-    context.add_variable_from_value("stderr", record.stderr.clone());
-    context.add_variable_from_value("node", node.to_owned());
-    context
 }
 
 /// The worst of some statuses, `None` when there are none.

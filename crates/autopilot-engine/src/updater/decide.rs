@@ -483,7 +483,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     }
 
     // Check 5b: the Plan keeps to the version skew rules, or the engine would refuse it.
-    let problems = crate::plan::skew::problems(&new_spec, control_nodes, nodes);
+    let problems = crate::plan::spec_skew::problems(&new_spec, control_nodes, nodes);
     if !problems.is_empty() {
         return Decision::VersionSkew { offered: answer.version.clone(), problems };
     }
