@@ -29,13 +29,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/autopilot-controller/src/reconcile/pass.rs",
     ],
     &[
-        "crates/autopilot-engine/src/plan/budget.rs",
-        "crates/autopilot-engine/src/plan/machine.rs",
-        "crates/autopilot-engine/src/plan/prestage.rs",
-        "crates/autopilot-engine/src/plan/rollback.rs",
-        "crates/autopilot-engine/src/plan/schedule.rs",
-    ],
-    &[
         "crates/autopilot-engine/src/plan/command.rs",
         "crates/autopilot-engine/src/plan/decision.rs",
         "crates/autopilot-engine/src/plan/gates.rs",

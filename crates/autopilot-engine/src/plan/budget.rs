@@ -58,7 +58,7 @@ pub(super) fn fit(status: &mut PlanStatus, generation: i64, now: Timestamp) -> b
          reasons and check messages were shortened (cut ones end with …) or dropped; the \
          nodes' own signals and the Events keep them"
     );
-    super::machine::set_condition(
+    super::text::set_condition(
         &mut status.conditions,
         conditions::STATUS_SHRUNK,
         conditions::REASON_OVER_SIZE_BUDGET,

@@ -15,14 +15,13 @@ use autopilot_api::keys::{self, conditions};
 use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
-use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::command::{Command, Group, targets};
 use super::decision::{Decision, Effect, EventKind, Hold, Needs, ObjectKind, Requeue, Transition};
 use super::inputs::{Gaps, Inputs, Observed, PlanView, Policy};
 use super::phases::reasons;
 use super::removed_apis::RemovedApiUse;
+use super::text::{name_list, set_condition};
 use super::{discovery, schedule};
 
 /// How soon to look again when a run waits for the removed-API findings the shell has not
@@ -469,49 +468,7 @@ fn unchanged(status: PlanStatus, requeue: Requeue) -> Transition {
     Transition { status, effects: Vec::new(), requeue, needs: Needs::default() }
 }
 
-/// Make a `True` condition of `type_` say `reason` and `message`. Returns whether it is new.
-/// An existing condition keeps its `lastTransitionTime` (its status does not change).
-pub(super) fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    reason: &str,
-    message: &str,
-    generation: i64,
-    now: Timestamp,
-) -> bool {
-    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
-        if existing.status != "True" {
-            existing.status = "True".to_owned();
-            existing.last_transition_time = Time(now);
-        }
-        reason.clone_into(&mut existing.reason);
-        message.clone_into(&mut existing.message);
-        existing.observed_generation = Some(generation);
-        return false;
-    }
-    conditions.push(Condition {
-        type_: type_.to_owned(),
-        status: "True".to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        observed_generation: Some(generation),
-        last_transition_time: Time(now),
-    });
-    true
-}
-
 // === Events ===
-
-/// At most this many node names in one batch Event's note; the rest are counted ("and 40
-/// more"). A batch Event stands for many per-node Events (Event series only fold repeats
-/// about one object), and the API server refuses notes over 1 KiB, so the list is bounded
-/// by count and by [`NAMED_NODES_MAX_BYTES`]. Each node's own state, phase and reason stay
-/// in the Plan's status and in the leader's log.
-const MAX_NAMED_NODES: usize = 20;
-
-/// The most bytes of node names (with their separators) in one batch Event's note; with
-/// the command's label and the count it stays well under the API server's 1 KiB.
-const NAMED_NODES_MAX_BYTES: usize = 640;
 
 /// Events for what changed between `base` and `status`: per command and group, one Event
 /// naming the nodes that completed in this pass and one naming those it signalled; one per
@@ -671,7 +628,7 @@ fn command_event(
 
 /// The one Event for the nodes of a group (`kind`) that reached the same state in a pass
 /// (`reason`: [`reasons::NODES_SIGNALLED`] or [`reasons::NODES_COMPLETED`]), naming them
-/// (at most [`MAX_NAMED_NODES`]); none when there are none.
+/// (at most [`super::text::MAX_NAMED_NODES`]); none when there are none.
 fn batch_event(
     label: &str,
     kind: ObjectKind,
@@ -688,28 +645,6 @@ fn batch_event(
         _ => format!("{label}: {} {kind}s completed: {}", names.len(), name_list(names)),
     };
     Some(Effect::Event { kind: EventKind::Normal, reason, note })
-}
-
-/// `names` joined with `, `: at most [`MAX_NAMED_NODES`] of them within
-/// [`NAMED_NODES_MAX_BYTES`] (the first is always named: a node name has at most 253
-/// bytes), the others counted as `and K more`.
-pub(crate) fn name_list<S: AsRef<str>>(names: &[S]) -> String {
-    let mut list = String::new();
-    let mut named = 0;
-    for name in names.iter().take(MAX_NAMED_NODES) {
-        let name = name.as_ref();
-        let separator = if named == 0 { "" } else { ", " };
-        if named > 0 && list.len() + separator.len() + name.len() > NAMED_NODES_MAX_BYTES {
-            break;
-        }
-        list.push_str(separator);
-        list.push_str(name);
-        named += 1;
-    }
-    if named < names.len() {
-        list.push_str(&format!(" and {} more", names.len() - named));
-    }
-    list
 }
 
 /// The Event about one node that failed, went missing or has no usable platform, with its

@@ -52,6 +52,7 @@ mod rollback;
 mod schedule;
 mod soak;
 mod targets;
+mod text;
 mod waves;
 pub mod window;
 

@@ -33,7 +33,7 @@ use super::decision::{Effect, SignalTarget};
 use super::inputs::{Inputs, TargetObject};
 use super::phases::reasons;
 use super::progress::{CommandPass, Outcome, set_state};
-use super::schedule::cap_node_reason;
+use super::text::cap_node_reason;
 
 /// Why the operator holds staging now (ask no further node), or `None`: a pause. The
 /// plan's `downloadWindow` is the other hold ([`super::window::RunSchedule::download_gate`],

@@ -248,7 +248,7 @@ impl CommandPass<'_, '_> {
         } else {
             format!(
                 "{back} of {total} node(s) put back; in flight: {}",
-                super::machine::name_list(&in_flight)
+                super::text::name_list(&in_flight)
             )
         };
         self.decision.hold_steady(

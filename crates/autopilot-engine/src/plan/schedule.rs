@@ -21,6 +21,7 @@ use super::gates::GateFailure;
 use super::inputs::{Gaps, Inputs, ObservedSignal, TargetObject};
 use super::phases::reasons;
 use super::progress::{CommandPass, Outcome, end, release_hold, set_state};
+use super::text::cap_node_reason;
 use super::window::Closed;
 
 /// Drive the run's commands in order. Returns the plan state the pass ends in, or `None`
@@ -407,7 +408,7 @@ impl CommandPass<'_, '_> {
             format!(
                 "waiting for {} node(s) in flight: {}",
                 in_flight.len(),
-                super::machine::name_list(in_flight)
+                super::text::name_list(in_flight)
             )
         };
         self.decision.hold_steady(status, reasons::PLAN_PAUSED, paused_steady(), &detail);
@@ -480,7 +481,7 @@ impl CommandPass<'_, '_> {
         let detail = format!(
             "no new node is signalled, waiting for {} node(s) in flight to finish: {}",
             in_flight.len(),
-            super::machine::name_list(in_flight)
+            super::text::name_list(in_flight)
         );
         self.decision.hold_steady(
             status,
@@ -724,7 +725,7 @@ impl CommandPass<'_, '_> {
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
-        let detail = format!("{} node(s): {}", earlier.len(), super::machine::name_list(&names));
+        let detail = format!("{} node(s): {}", earlier.len(), super::text::name_list(&names));
         self.decision.hold_steady(
             status,
             reasons::EARLIER_RUN_IN_FLIGHT,
@@ -1202,23 +1203,4 @@ fn read_back(target: &mut TargetStatus, signal: &SignalData, inputs: &Inputs<'_>
             }
         }
     }
-}
-
-/// The most bytes of a node-written `reason` copied into the Plan status.
-///
-/// A node writes its signal's `reason` itself, so it could put megabytes there; the Plan
-/// status (and every Event and command description quoting it) must stay small enough to
-/// write and to read. 1 KiB holds any real error chain (a sha256 mismatch with both digests
-/// and the URL is about 250 bytes).
-pub(super) const MAX_NODE_REASON: usize = 1024;
-
-/// A node-written reason as the Plan status keeps it: unchanged if it fits in
-/// [`MAX_NODE_REASON`] bytes, else cut at a char boundary and ended with `…`, the whole
-/// still within [`MAX_NODE_REASON`] bytes.
-pub(super) fn cap_node_reason(reason: &str) -> String {
-    if reason.len() <= MAX_NODE_REASON {
-        return reason.to_owned();
-    }
-    // The mark counts against the budget.
-    autopilot_api::text::truncate(reason, MAX_NODE_REASON - '…'.len_utf8())
 }
