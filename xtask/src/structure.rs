@@ -41,7 +41,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/autopilot-signal/src/host/fake.rs",
         "crates/autopilot-signal/src/host/linux.rs",
     ],
-    &["crates/k0s/src/cli.rs", "crates/k0s/src/ops.rs", "crates/k0s/src/steer.rs"],
     &[
         "crates/k0s/src/node.rs",
         "crates/k0s/src/role/controller.rs",

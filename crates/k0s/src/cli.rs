@@ -233,3 +233,18 @@ pub struct UpdaterFlags {
     #[arg(long, env = "K0S_SEND_CLUSTER_INFO")]
     pub send_cluster_info: bool,
 }
+
+/// Run a `k0s autopilot` verb.
+pub fn run(command: AutopilotCommand) -> anyhow::Result<()> {
+    let runtime = crate::runtime()?;
+    let (verb, args) = match command {
+        AutopilotCommand::Status(args) => return runtime.block_on(crate::ops::status(args)),
+        AutopilotCommand::Preview(args) => return runtime.block_on(crate::ops::preview(args)),
+        AutopilotCommand::Check(args) => return runtime.block_on(crate::ops::check(args)),
+        AutopilotCommand::Pause(args) => (autopilot_engine::steer::Verb::Pause, args),
+        AutopilotCommand::Resume(args) => (autopilot_engine::steer::Verb::Resume, args),
+        AutopilotCommand::Abort(args) => (autopilot_engine::steer::Verb::Abort, args),
+        AutopilotCommand::Rollback(args) => (autopilot_engine::steer::Verb::Rollback, args),
+    };
+    runtime.block_on(crate::steer::run(verb, args))
+}

@@ -42,3 +42,31 @@ pub(crate) async fn connect_counting_errors(
         .build();
     Ok((client, config, url))
 }
+
+/// The kubeconfig flag shared by the `k0s autopilot` verbs.
+#[derive(clap::Args)]
+pub struct Kubeconfig {
+    /// Kubeconfig to reach the API server. Default: `$KUBECONFIG` (its first entry), else
+    /// `~/.kube/config`, as kubectl.
+    #[arg(long = "kubeconfig", value_name = "PATH")]
+    path: Option<std::path::PathBuf>,
+}
+
+impl Kubeconfig {
+    /// The file to read: the flag, else the first entry of `$KUBECONFIG`, else
+    /// `$HOME/.kube/config`.
+    pub fn resolve(&self) -> anyhow::Result<std::path::PathBuf> {
+        if let Some(path) = &self.path {
+            return Ok(path.clone());
+        }
+        if let Some(list) = std::env::var_os("KUBECONFIG")
+            && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
+        {
+            return Ok(first);
+        }
+        let home = std::env::var_os("HOME").ok_or_else(|| {
+            anyhow::anyhow!("no kubeconfig: pass --kubeconfig, set KUBECONFIG or HOME")
+        })?;
+        Ok(std::path::PathBuf::from(home).join(".kube").join("config"))
+    }
+}

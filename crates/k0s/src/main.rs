@@ -75,7 +75,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::PostUpdateGuard { data_dir, binary } => {
             role::post_update::guard(&data_dir, binary.as_deref())
         }
-        Command::Autopilot { command } => ops::run(command),
+        Command::Autopilot { command } => k0s::cli::run(command),
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "k0s", &mut std::io::stdout());

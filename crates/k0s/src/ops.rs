@@ -6,25 +6,8 @@ use anyhow::Context as _;
 use std::path::PathBuf;
 
 use autopilot_api::keys;
-use autopilot_engine::steer::Verb;
 
-use crate::cli::AutopilotCommand;
-use crate::steer;
-
-/// Run a `k0s autopilot` verb.
-pub fn run(command: AutopilotCommand) -> anyhow::Result<()> {
-    let runtime = crate::runtime()?;
-    let (verb, args) = match command {
-        AutopilotCommand::Status(args) => return runtime.block_on(status(args)),
-        AutopilotCommand::Preview(args) => return runtime.block_on(preview(args)),
-        AutopilotCommand::Check(args) => return runtime.block_on(check(args)),
-        AutopilotCommand::Pause(args) => (Verb::Pause, args),
-        AutopilotCommand::Resume(args) => (Verb::Resume, args),
-        AutopilotCommand::Abort(args) => (Verb::Abort, args),
-        AutopilotCommand::Rollback(args) => (Verb::Rollback, args),
-    };
-    runtime.block_on(steer::run(verb, args))
-}
+use crate::client::Kubeconfig;
 
 /// How `k0s autopilot status` prints.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -62,34 +45,6 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
     output: Format,
-}
-
-/// The kubeconfig flag shared by the `k0s autopilot` verbs.
-#[derive(clap::Args)]
-pub struct Kubeconfig {
-    /// Kubeconfig to reach the API server. Default: `$KUBECONFIG` (its first entry), else
-    /// `~/.kube/config`, as kubectl.
-    #[arg(long = "kubeconfig", value_name = "PATH")]
-    path: Option<PathBuf>,
-}
-
-impl Kubeconfig {
-    /// The file to read: the flag, else the first entry of `$KUBECONFIG`, else
-    /// `$HOME/.kube/config`.
-    pub fn resolve(&self) -> anyhow::Result<PathBuf> {
-        if let Some(path) = &self.path {
-            return Ok(path.clone());
-        }
-        if let Some(list) = std::env::var_os("KUBECONFIG")
-            && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
-        {
-            return Ok(first);
-        }
-        let home = std::env::var_os("HOME").ok_or_else(|| {
-            anyhow::anyhow!("no kubeconfig: pass --kubeconfig, set KUBECONFIG or HOME")
-        })?;
-        Ok(PathBuf::from(home).join(".kube").join("config"))
-    }
 }
 
 /// Run `k0s autopilot status`.

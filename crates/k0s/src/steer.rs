@@ -24,7 +24,7 @@ const API_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Args {
     /// Credentials that may read and annotate Plans.
     #[command(flatten)]
-    kubeconfig: crate::ops::Kubeconfig,
+    kubeconfig: crate::client::Kubeconfig,
 
     /// The Plan to steer.
     #[arg(long, default_value = keys::PLAN_NAME, value_name = "NAME")]
