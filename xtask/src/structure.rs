@@ -48,7 +48,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/k0s/src/role/trial.rs",
         "crates/k0s/src/role/worker.rs",
     ],
-    &["integration/src/responder/driver.rs", "integration/src/responder/watches.rs"],
 ];
 
 /// Every crate's source root: `crates/*/src`, `integration/src`, `xtask/src`.

@@ -13,7 +13,29 @@ use super::behaviour::Behaviour;
 use super::record::{Event, ObjectRef, SignalKey, command_kind, revision_of};
 use super::script::{Step, script};
 use super::shared::Shared;
-use super::watches::SignalObject;
+
+/// The object types the responder answers on.
+pub(super) trait SignalObject:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> SignalObject for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
 
 /// First pause before retrying a write that failed with something other than a conflict
 /// (the API server may be restarting); doubles up to [`MAX_RETRY_DELAY`].

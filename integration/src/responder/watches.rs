@@ -2,32 +2,18 @@
 //! (`super::driver`), every signal that goes away ends what was in flight.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::sync::Arc;
 
 use autopilot_api::signal::{self, SignalData, SignalPhase};
 use futures::StreamExt as _;
-use kube::Resource;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher;
-use serde::de::DeserializeOwned;
 
-use super::driver::Driver;
+use super::driver::{Driver, SignalObject};
 use super::record::{Event, ObjectKind, ObjectRef, SignalKey, command_kind, revision_of};
 use super::script::{Step, script};
 use super::shared::{Fresh, Shared, State};
-
-/// The object types the responder answers on.
-pub(super) trait SignalObject:
-    Resource<DynamicType = ()> + Clone + fmt::Debug + DeserializeOwned + Send + Sync + 'static
-{
-}
-
-impl<K> SignalObject for K where
-    K: Resource<DynamicType = ()> + Clone + fmt::Debug + DeserializeOwned + Send + Sync + 'static
-{
-}
 
 /// Watches every object of one kind and starts a driver for each new signal. Runs until the
 /// responder is dropped; watch errors are retried with kube's default backoff.
