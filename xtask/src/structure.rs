@@ -4,7 +4,8 @@
 //! Read from the sources as text: a file is one module (`a/b.rs` or `a/b/mod.rs` is `a::b`),
 //! and it imports another when it names a path into it (`use crate::a::b::X`, `super::c::f`,
 //! `self::d`), in a `use` (braces expanded) or in code. A path goes into the deepest module
-//! it names that has a file; what follows is an item of that module. Test code is left out
+//! it names that has a file, and an item that module only re-exports leads on to the module
+//! that defines it; a re-export (`pub use child::X`) is no import of its own. Test code is left out
 //! (`tests.rs` and `tests/` files, `#[cfg(test)] mod tests { … }` blocks): tests read the
 //! module they test.
 //!
@@ -23,7 +24,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/autopilot-api/src/v1beta2/plan.rs",
         "crates/autopilot-api/src/v1beta2/preflight.rs",
     ],
-    &["crates/autopilot-cli/src/status.rs", "crates/autopilot-cli/src/status/watch.rs"],
     &[
         "crates/autopilot-controller/src/reconcile.rs",
         "crates/autopilot-controller/src/reconcile/pass.rs",
@@ -35,11 +35,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/autopilot-engine/src/plan/inputs.rs",
         "crates/autopilot-engine/src/plan/progress.rs",
         "crates/autopilot-engine/src/plan/window.rs",
-    ],
-    &[
-        "crates/autopilot-signal/src/host.rs",
-        "crates/autopilot-signal/src/host/fake.rs",
-        "crates/autopilot-signal/src/host/linux.rs",
     ],
     &[
         "crates/k0s/src/node.rs",
@@ -282,6 +277,24 @@ struct Reexports {
     globs: Vec<Vec<String>>,
 }
 
+/// `code` without its re-export statements (`pub use …;`, `pub(crate) use …;`,
+/// `pub(super) use …;`).
+fn without_reexports(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    loop {
+        let next = ["pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .filter_map(|head| rest.find(head))
+            .min();
+        let Some(at) = next else { break };
+        out.push_str(&rest[..at]);
+        rest = rest[at..].split_once(';').map_or("", |(_, after)| after);
+    }
+    out.push_str(rest);
+    out
+}
+
 /// What `module` re-exports (`pub use`, `pub(crate) use`, `pub(super) use`).
 fn reexports_of(module: &[String], code: &str, modules: &BTreeSet<Vec<String>>) -> Reexports {
     let mut exported = Reexports::default();
@@ -353,7 +366,11 @@ impl Crate {
             reexports: BTreeMap::new(),
         };
         for (module, file) in &files {
-            let code = without_tests(&std::fs::read_to_string(file).unwrap_or_default());
+            let whole = without_tests(&std::fs::read_to_string(file).unwrap_or_default());
+            // A re-export is the module's face, not a use of what it re-exports: it leads
+            // importers to the defining module (`defining`) and is no edge of its own.
+            read.reexports.insert(module.clone(), reexports_of(module, &whole, &modules));
+            let code = without_reexports(&whole);
             let relative = relative_use_paths(&code).into_iter().filter_map(|path| {
                 let child: Vec<String> = module.iter().chain(path.first()).cloned().collect();
                 modules.contains(&child).then(|| {
@@ -361,7 +378,6 @@ impl Crate {
                 })
             });
             let all: Vec<Vec<String>> = paths(&code).into_iter().chain(relative).collect();
-            read.reexports.insert(module.clone(), reexports_of(module, &code, &modules));
             read.definitions.insert(module.clone(), definitions(&code));
             read.paths.insert(module.clone(), all);
         }
@@ -497,6 +513,8 @@ fn paths_are_read_with_their_braces_and_lead_into_the_deepest_module_with_a_file
     assert_eq!((into, item.as_deref()), (vec!["x".to_owned(), "y".to_owned()], Some("z")));
     let (into, item) = target(&from, &found[0], &modules);
     assert_eq!((into, item.as_deref()), (Vec::new(), Some("a")), "a is an item of the root");
+    let facade = "pub use child::X;\npub(crate) use self::other::Y;\nuse self::used::Z;";
+    assert_eq!(without_reexports(facade).trim(), "use self::used::Z;", "a re-export is no import");
     let tested = "fn a() {}\n#[cfg(test)]\nmod tests { use super::*; fn b() { crate::q::r(); } }\n";
     assert!(paths(&without_tests(tested)).is_empty());
 }
