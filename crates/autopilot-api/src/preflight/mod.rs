@@ -38,6 +38,10 @@ pub mod status_code {
         [SUCCESS, GENERAL_ERROR, INVALID_ARGUMENT, TIMEOUT, ADDRESS_IN_USE, CONNECTION_REFUSED];
 }
 
+/// The `timeout` value that means "no per-check timeout" (seed 004); the node still stops
+/// the check at its own maximum ([`MAX_CHECK_DURATION`]).
+pub const NO_TIMEOUT: i64 = -1;
+
 /// The longest a check may run on a node, whatever its `timeout` says (also for `-1`, "no
 /// timeout"): a check that never ends would hold the plan forever, and an operator who
 /// needs longer should run the work outside the plan.
@@ -48,7 +52,7 @@ pub const MAX_CHECK_DURATION: Duration = Duration::from_secs(10 * 60);
 /// at least 1 second.
 pub fn check_timeout(seconds: i64) -> Result<Duration, String> {
     match seconds {
-        crate::v1beta2::NO_TIMEOUT => Ok(MAX_CHECK_DURATION),
+        NO_TIMEOUT => Ok(MAX_CHECK_DURATION),
         seconds if seconds >= 1 => {
             Ok(Duration::from_secs(seconds.unsigned_abs()).min(MAX_CHECK_DURATION))
         }

@@ -25,13 +25,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::plan::{
-    PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdateStatus, TargetState, TargetStatus,
-};
+use super::plan::{PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdateStatus};
 use super::preflight::{
     CheckStatus, FrozenTemplate, PlanCommandPreflightStatus, PreflightCheckStatus,
     PreflightNodeStatus, PreflightPodStatus,
 };
+use super::target::{TargetState, TargetStatus};
 use crate::signal::SignalPhase;
 
 /// A target list longer than this is stored grouped.

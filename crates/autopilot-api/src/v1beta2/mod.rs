@@ -7,6 +7,7 @@ mod control_node;
 mod grouped;
 mod plan;
 mod preflight;
+mod target;
 mod update_config;
 mod window;
 
@@ -16,13 +17,11 @@ mod tests;
 pub use control_node::{ControlNode, ControlNodeStatus};
 pub use grouped::{GROUP_ABOVE, PreflightNodeGroup, TargetGroup};
 pub use plan::{
-    BetweenGroups, CommandState, Concurrency, DrainPolicy, EarlierRunSignal, Gate, GateAfter,
-    GateCheck, GateOnFailure, GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
+    CommandState, DrainPolicy, EarlierRunSignal, Gate, GateAfter, GateCheck, GateOnFailure,
+    GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
-    PlanCommandStatus, PlanCommandTarget, PlanCommandTargetDiscovery,
-    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
-    PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanState, PlanStateType, PlanStatus,
-    PrometheusGate, RollbackStatus, TargetState, TargetStatus,
+    PlanCommandStatus, PlanResourceUrl, PlanSpec, PlanState, PlanStateType, PlanStatus,
+    PrometheusGate, RollbackStatus,
 };
 pub use preflight::{
     CheckStatus, DEFAULT_TIMEOUT_SECONDS, FrozenTemplate, LocalizedMessage, NO_TIMEOUT, OnWarn,
@@ -30,6 +29,11 @@ pub use preflight::{
     PreflightCommand, PreflightCommandId, PreflightCondition, PreflightMessage,
     PreflightNodeStatus, PreflightPodStatus, PreflightResult, PreflightTargets, SchedulerData,
     SchedulerPodRef,
+};
+pub use target::{
+    BetweenGroups, Concurrency, PlanCommandTarget, PlanCommandTargetDiscovery,
+    PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
+    PlanCommandTargets, TargetState, TargetStatus,
 };
 pub use update_config::{
     AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,

@@ -19,7 +19,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{PlanCommandTarget, is_false};
+use super::target::{PlanCommandTarget, is_false};
 
 /// Checks run on nodes before the commands that follow; any check ending in `error` ends the
 /// plan `PreflightFailed` before a later command touches a node.
@@ -153,9 +153,7 @@ pub struct PreflightCommand {
 /// A command's timeout when the Plan does not give one (seed 004: 15 seconds).
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 15;
 
-/// The `timeout` value that means "no per-check timeout" (seed 004); the node still stops
-/// the check at its own maximum.
-pub const NO_TIMEOUT: i64 = -1;
+pub use crate::preflight::NO_TIMEOUT;
 
 fn default_timeout() -> i64 {
     DEFAULT_TIMEOUT_SECONDS

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::PlanWindow;
-use super::plan::{DrainPolicy, Gate, PlanCommandTarget, PlanCommandTargets, is_false};
+use super::plan::{DrainPolicy, Gate};
+use super::target::{PlanCommandTarget, PlanCommandTargets, is_false};
 use crate::keys;
 
 /// Automatic updates: poll an update server on a channel and create the `autopilot` Plan
