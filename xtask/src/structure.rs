@@ -30,13 +30,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/autopilot-engine/src/plan/progress.rs",
         "crates/autopilot-engine/src/plan/window.rs",
     ],
-    &[
-        "crates/k0s/src/node.rs",
-        "crates/k0s/src/role/controller.rs",
-        "crates/k0s/src/role/post_update.rs",
-        "crates/k0s/src/role/trial.rs",
-        "crates/k0s/src/role/worker.rs",
-    ],
 ];
 
 /// Every crate's source root: `crates/*/src`, `integration/src`, `xtask/src`.

@@ -13,7 +13,6 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::NodeFlags;
-use crate::role::trial::Trial;
 use crate::{VERSION, client, metrics};
 
 /// What `NodeFlags` resolve to before a component starts.
@@ -168,6 +167,17 @@ fn resolve_node_name(flag: Option<&str>) -> anyhow::Result<String> {
     let name = raw.trim().to_lowercase();
     anyhow::ensure!(!name.is_empty(), "the node name is empty (pass --node-name)");
     Ok(name)
+}
+
+/// What the trial boot of a new binary needs from this process (see
+/// `autopilot_signal::trial`).
+pub(crate) struct Trial {
+    pub(crate) config: kube::Config,
+    pub(crate) data_dir: std::path::PathBuf,
+    pub(crate) download: autopilot_signal::download::DownloadConfig,
+    pub(crate) timeout: std::time::Duration,
+    /// `--post-update-watch`: how long the new binary is watched after it passed.
+    pub(crate) post_update_watch: std::time::Duration,
 }
 
 #[cfg(test)]

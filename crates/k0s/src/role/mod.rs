@@ -25,7 +25,7 @@ const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// the post-update watch; a failure is not.
 fn conclude(
     ended: Ended,
-    trial: trial::Trial,
+    trial: crate::node::Trial,
     binary: &std::path::Path,
     mode: autopilot_signal::RestartMode,
 ) -> anyhow::Result<()> {
@@ -67,4 +67,24 @@ fn on_termination() -> CancellationToken {
         cancel.cancel();
     });
     terminated
+}
+
+/// Restart into the binary now at `binary` (the runtime has shut down by now): re-execute it
+/// with the same arguments, or exit for a supervisor.
+pub(crate) fn restart(
+    binary: &std::path::Path,
+    mode: autopilot_signal::RestartMode,
+) -> anyhow::Result<()> {
+    match mode {
+        autopilot_signal::RestartMode::Exec => {
+            use std::os::unix::process::CommandExt as _;
+            eprintln!("k0s: restarting into {}", binary.display());
+            let err = std::process::Command::new(binary).args(std::env::args_os().skip(1)).exec();
+            anyhow::Context::with_context(Err(err), || format!("re-executing {}", binary.display()))
+        }
+        autopilot_signal::RestartMode::Exit => {
+            eprintln!("k0s: exiting so the supervisor starts the new binary");
+            Ok(())
+        }
+    }
 }

@@ -53,7 +53,7 @@ pub(crate) fn at_start(
     match post_update::at_start(&files, VERSION, post_update::now()) {
         Ok(AtStart::RolledBack { why }) => {
             tracing::warn!(%why, "the new binary is rolled back after the update; restarting into the previous one");
-            super::trial::restart(binary, mode)?;
+            super::restart(binary, mode)?;
             Ok(None)
         }
         Ok(found @ AtStart::Watched(_)) => {

@@ -2,8 +2,6 @@
 //! the verdict and the rollback): `Trial::then_restart` runs it in the parent once the
 //! node's work has stopped, and [`boot`] is what the child does.
 
-use std::path::PathBuf;
-
 use anyhow::Context as _;
 
 use super::STOP_GRACE;
@@ -11,18 +9,7 @@ use crate::VERSION;
 use crate::cli::Command;
 use autopilot_shell::lifecycle::Purpose;
 
-/// What the trial boot of a new binary needs from this process (see
-/// `autopilot_signal::trial`).
-pub(crate) struct Trial {
-    pub(crate) config: kube::Config,
-    pub(crate) data_dir: PathBuf,
-    pub(crate) download: autopilot_signal::download::DownloadConfig,
-    pub(crate) timeout: std::time::Duration,
-    /// `--post-update-watch`: how long the new binary is watched after it passed.
-    pub(crate) post_update_watch: std::time::Duration,
-}
-
-impl Trial {
+impl crate::node::Trial {
     /// Runs the trial boot of the staged binary (this process's work has stopped), which
     /// swaps it in if it passes; then restarts into whatever is live: the new binary, or the
     /// one this process runs if the new one was refused.
@@ -68,7 +55,7 @@ impl Trial {
                 "the trial boot failed; restarting into the live binary"
             ),
         }
-        restart(binary, mode)
+        super::restart(binary, mode)
     }
 }
 
@@ -121,24 +108,4 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
     });
     runtime.shutdown_timeout(STOP_GRACE);
     result
-}
-
-/// Restart into the binary now at `binary` (the runtime has shut down by now): re-execute it
-/// with the same arguments, or exit for a supervisor.
-pub(crate) fn restart(
-    binary: &std::path::Path,
-    mode: autopilot_signal::RestartMode,
-) -> anyhow::Result<()> {
-    match mode {
-        autopilot_signal::RestartMode::Exec => {
-            use std::os::unix::process::CommandExt as _;
-            eprintln!("k0s: restarting into {}", binary.display());
-            let err = std::process::Command::new(binary).args(std::env::args_os().skip(1)).exec();
-            Err(err).with_context(|| format!("re-executing {}", binary.display()))
-        }
-        autopilot_signal::RestartMode::Exit => {
-            eprintln!("k0s: exiting so the supervisor starts the new binary");
-            Ok(())
-        }
-    }
 }
