@@ -312,16 +312,9 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                 return Ok(Action::await_change());
             }
             Step::Cordon | Step::Uncordon => {
-                let version = node_version.as_deref();
-                let patched = if step == Step::Cordon {
-                    let patched = cordon_node(&ctx.client, &node, version).await?;
-                    info!(%kind, object = %name, %node, "cordoned node for its update");
-                    patched
-                } else {
-                    let patched = uncordon_node(&ctx.client, &node, version).await?;
-                    info!(%kind, object = %name, %node, "uncordoned node after its update");
-                    patched
-                };
+                let cordon = step == Step::Cordon;
+                let patched =
+                    set_cordon(&ctx.client, &node, node_version.as_deref(), cordon).await?;
                 if let Some(fresh) = K::from_node(patched) {
                     let (before, after) = (current.resource_version(), fresh.resource_version());
                     ctx.superseded().wrote_over(&written, before, after);
@@ -687,6 +680,25 @@ async fn observe(
         }
     }
     Ok((facts, node.resource_version()))
+}
+
+/// Cordon `node` (or uncordon it when `cordon` is false), guarded by the resourceVersion
+/// it was observed at; the Node as the patch left it.
+async fn set_cordon(
+    client: &kube::Client,
+    node: &str,
+    version: Option<&str>,
+    cordon: bool,
+) -> Result<SlimNode, Error> {
+    if cordon {
+        let patched = cordon_node(client, node, version).await?;
+        info!(%node, "cordoned node for its update");
+        Ok(patched)
+    } else {
+        let patched = uncordon_node(client, node, version).await?;
+        info!(%node, "uncordoned node after its update");
+        Ok(patched)
+    }
 }
 
 /// Cordon `node`, guarded by the resourceVersion it was observed at (a conflict means

@@ -162,14 +162,7 @@ where
     };
     let mut shutdown = std::pin::pin!(shutdown);
     let mut retry = FIRST_RETRY;
-    // Failed API requests (an outage, a conflict) are retried on the short capped backoff of
-    // the watches, not on the long one of failing host actions: a report that could not be
-    // written during an outage goes out within `backoff::CAP` of the API server answering
-    // again, instead of up to 30 s later (the plan waits for that report).
-    let mut api_retry = Capped::default();
-    // The waits after failed host actions. Both kinds of failure make one sequence: a host
-    // retry right after a failed API request waits twice that request's delay.
-    let mut host_retry = Capped::new(FIRST_RETRY, MAX_RETRY);
+    let mut retries = Retries::new();
     let mut latest: Option<K> = None;
     let mut again = false;
     let mut memory = Memory::default();
@@ -183,24 +176,9 @@ where
             again = false;
         } else {
             tokio::select! {
-                event = objects.next() => match event {
-                    Some(Ok(watcher::Event::InitApply(object))) => latest = Some(object),
-                    Some(Ok(watcher::Event::Apply(object))) => {
-                        established(true);
-                        latest = Some(object);
-                    }
-                    // The list is in and the watch starts: the agent hears its object now.
-                    Some(Ok(watcher::Event::InitDone)) => {
-                        established(true);
-                        continue;
-                    }
-                    Some(Ok(watcher::Event::Init | watcher::Event::Delete(_))) => continue,
-                    Some(Err(err)) => {
-                        established(false);
-                        debug!(error = %err, "watch of own object interrupted, resuming");
-                        continue;
-                    }
-                    None => anyhow::bail!("the watch of {} ended", agent.name),
+                event = objects.next() => match own_object(event, &established, &agent.name)? {
+                    Some(object) => latest = Some(object),
+                    None => continue,
                 },
                 () = tokio::time::sleep(retry), if pending_retry => {}
                 () = &mut shutdown => return Ok(Outcome::Stopped),
@@ -214,27 +192,76 @@ where
             () = &mut shutdown => return Ok(Outcome::Stopped),
         };
         match acted {
-            Ok(Acted::Idle) => {
-                host_retry.reset();
-                api_retry.reset();
-            }
+            Ok(Acted::Idle) => retries.reset(),
             Ok(Acted::Again) => {
-                host_retry.reset();
-                api_retry.reset();
+                retries.reset();
                 latest = Some(object);
                 again = true;
             }
             Ok(Acted::Restart) => return Ok(Outcome::Restart),
             Ok(Acted::Retry) => {
-                retry = host_retry.next_delay();
+                retry = retries.host.next_delay();
                 latest = Some(object);
             }
             Err(err) => {
-                retry = api_retry.next_delay();
-                host_retry.continue_after(retry);
+                retry = retries.api.next_delay();
+                retries.host.continue_after(retry);
                 latest = after_failed_step(&api, &agent.name, object, &err, retry).await;
             }
         }
+    }
+}
+
+/// The waits before the agent tries again.
+struct Retries {
+    /// After failed API requests (an outage, a conflict): the short capped backoff of the
+    /// watches, not the long one of failing host actions, so a report that could not be
+    /// written during an outage goes out within `backoff::CAP` of the API server answering
+    /// again, instead of up to 30 s later (the plan waits for that report).
+    api: Capped,
+    /// After failed host actions. Both kinds of failure make one sequence: a host retry
+    /// right after a failed API request waits twice that request's delay.
+    host: Capped,
+}
+
+impl Retries {
+    fn new() -> Self {
+        Self { api: Capped::default(), host: Capped::new(FIRST_RETRY, MAX_RETRY) }
+    }
+
+    /// A step went through: the next failure starts from the first delay.
+    fn reset(&mut self) {
+        self.host.reset();
+        self.api.reset();
+    }
+}
+
+/// The agent's own object from a watch `event`, when there is one to act on; `None` for the
+/// events that only say where the watch stands (reported to `established`). An ended watch
+/// is an error.
+fn own_object<K>(
+    event: Option<Result<watcher::Event<K>, watcher::Error>>,
+    established: &dyn Fn(bool),
+    name: &str,
+) -> anyhow::Result<Option<K>> {
+    match event {
+        Some(Ok(watcher::Event::InitApply(object))) => Ok(Some(object)),
+        Some(Ok(watcher::Event::Apply(object))) => {
+            established(true);
+            Ok(Some(object))
+        }
+        // The list is in and the watch starts: the agent hears its object now.
+        Some(Ok(watcher::Event::InitDone)) => {
+            established(true);
+            Ok(None)
+        }
+        Some(Ok(watcher::Event::Init | watcher::Event::Delete(_))) => Ok(None),
+        Some(Err(err)) => {
+            established(false);
+            debug!(error = %err, "watch of own object interrupted, resuming");
+            Ok(None)
+        }
+        None => anyhow::bail!("the watch of {name} ended"),
     }
 }
 

@@ -671,24 +671,48 @@ impl Downloader {
                 Err(err) => err,
             };
             let kept_after = partial.len().unwrap_or(0);
-            let resumable = partial.record().is_some();
             without_progress = if kept_after > kept_before { 0 } else { without_progress + 1 };
-            let cut =
-                matches!(failed, DownloadError::Truncated { .. } | DownloadError::Body { .. });
-            match decide::retry_after(attempts, without_progress, resumable && cut) {
-                Some(wait) => {
-                    tracing::warn!(%url, error = %failed, kept = kept_after, retry_in = ?wait, "download cut off; continuing");
-                    if tokio::time::Instant::now() + wait >= deadline {
-                        return Err(self.timed_out(&uri));
-                    }
-                    tokio::time::sleep(wait).await;
+            self.after_failed_attempt(
+                &uri,
+                &partial,
+                failed,
+                (attempts, without_progress),
+                deadline,
+            )
+            .await?;
+        }
+    }
+
+    /// After attempt number `tries.0` into `partial` failed with `failed` (the last
+    /// `tries.1` of them without progress): wait, and `Ok` to go on, when the download may
+    /// continue within `deadline` (`autopilot_engine::download::retry_after`); else the
+    /// error, with what is kept discarded unless a later download can continue it.
+    async fn after_failed_attempt(
+        &self,
+        uri: &Uri,
+        partial: &Partial,
+        failed: DownloadError,
+        tries: (u32, u32),
+        deadline: tokio::time::Instant,
+    ) -> Result<()> {
+        let url = uri.to_string();
+        let kept = partial.len().unwrap_or(0);
+        let resumable = partial.record().is_some();
+        let cut = matches!(failed, DownloadError::Truncated { .. } | DownloadError::Body { .. });
+        match decide::retry_after(tries.0, tries.1, resumable && cut) {
+            Some(wait) => {
+                tracing::warn!(%url, error = %failed, kept, retry_in = ?wait, "download cut off; continuing");
+                if tokio::time::Instant::now() + wait >= deadline {
+                    return Err(self.timed_out(uri));
                 }
-                None => {
-                    if !(resumable && failed.keeps_partial()) {
-                        partial.discard();
-                    }
-                    return Err(failed);
+                tokio::time::sleep(wait).await;
+                Ok(())
+            }
+            None => {
+                if !(resumable && failed.keeps_partial()) {
+                    partial.discard();
                 }
+                Err(failed)
             }
         }
     }

@@ -632,13 +632,61 @@ impl CommandPass<'_, '_> {
     /// one stops counting.
     fn earlier_in_flight(&mut self, group: Group, room: usize) -> Vec<EarlierSignal> {
         let (inputs, command) = (self.inputs, self.command);
-        let index = self.status.id;
         let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
         let previous = std::mem::take(&mut self.status.earlier_runs);
         let seen_before = |name: &str, run: &str, phase: Option<SignalPhase>| {
             previous.iter().find(|e| e.name == name && e.run_id == run && e.phase == phase)
         };
-        let mut candidates = Vec::new();
+        let mut candidates: Vec<EarlierRunSignal> = self
+            .others_in_flight(group)
+            .into_iter()
+            .map(|(name, run, phase)| {
+                let since = seen_before(&name, &run, phase).map(|e| e.since.clone());
+                EarlierRunSignal {
+                    name,
+                    run_id: run,
+                    phase,
+                    since: since.unwrap_or(Time(inputs.stamp)),
+                }
+            })
+            .collect();
+        // The ones already being aged keep their place (a newcomer earlier by name must not
+        // push one out and have its age start again later).
+        candidates.sort_by_key(|e| seen_before(&e.name, &e.run_id, e.phase).is_none());
+        candidates.truncate(room.max(1));
+        let mut found = Vec::new();
+        for entry in &candidates {
+            let remaining = jiff::SignedDuration::try_from(deadline).ok().and_then(|deadline| {
+                deadline.checked_sub(inputs.now.duration_since(entry.since.0))
+            });
+            match remaining {
+                // Aged out: kept in the status (so its age does not start again), not counted.
+                Some(remaining) if !remaining.is_positive() => continue,
+                Some(remaining) => {
+                    if let Ok(remaining) = std::time::Duration::try_from(remaining) {
+                        self.decision.requeue_after(remaining);
+                    }
+                }
+                None => {}
+            }
+            let phase = entry.phase.map_or("no answer yet", SignalPhase::as_str);
+            found.push(EarlierSignal { name: entry.name.clone(), phase });
+        }
+        candidates.sort_by(|a, b| a.name.cmp(&b.name));
+        self.status.earlier_runs = candidates;
+        // Named in name order: the order they were kept in depends on what the previous
+        // pass saw, and a second pass over the same snapshot must say the same.
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        found
+    }
+
+    /// The objects of `group`'s kind working on a signal this Plan wrote that is not this
+    /// command's signal the status records for them (an earlier run's, another command's, or
+    /// one of this run the status does not record): name, run and phase, in name order.
+    fn others_in_flight(&self, group: Group) -> Vec<(String, String, Option<SignalPhase>)> {
+        let (inputs, command) = (self.inputs, self.command);
+        let index = self.status.id;
+        let mut found = Vec::new();
         // The targets by name, for the objects that carry a signal of this command (at
         // 10,000 workers a list searched per object took seconds).
         let mut by_name: Option<std::collections::HashMap<&str, &TargetStatus>> = None;
@@ -673,48 +721,12 @@ impl CommandPass<'_, '_> {
                     | SignalPhase::ApplyingUpdate
                     | SignalPhase::Restarting
                     | SignalPhase::Uncordoning,
-                ) => {}
+                ) => found.push((name.clone(), run.to_owned(), phase)),
                 Some(
                     SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload,
-                ) => {
-                    continue;
-                }
+                ) => {}
             }
-            let since = seen_before(name, run, phase).map(|e| e.since.clone());
-            candidates.push(EarlierRunSignal {
-                name: name.clone(),
-                run_id: run.to_owned(),
-                phase,
-                since: since.unwrap_or(Time(inputs.stamp)),
-            });
         }
-        // The ones already being aged keep their place (a newcomer earlier by name must not
-        // push one out and have its age start again later).
-        candidates.sort_by_key(|e| seen_before(&e.name, &e.run_id, e.phase).is_none());
-        candidates.truncate(room.max(1));
-        let mut found = Vec::new();
-        for entry in &candidates {
-            let remaining = jiff::SignedDuration::try_from(deadline).ok().and_then(|deadline| {
-                deadline.checked_sub(inputs.now.duration_since(entry.since.0))
-            });
-            match remaining {
-                // Aged out: kept in the status (so its age does not start again), not counted.
-                Some(remaining) if !remaining.is_positive() => continue,
-                Some(remaining) => {
-                    if let Ok(remaining) = std::time::Duration::try_from(remaining) {
-                        self.decision.requeue_after(remaining);
-                    }
-                }
-                None => {}
-            }
-            let phase = entry.phase.map_or("no answer yet", SignalPhase::as_str);
-            found.push(EarlierSignal { name: entry.name.clone(), phase });
-        }
-        candidates.sort_by(|a, b| a.name.cmp(&b.name));
-        self.status.earlier_runs = candidates;
-        // Named in name order: the order they were kept in depends on what the previous
-        // pass saw, and a second pass over the same snapshot must say the same.
-        found.sort_by(|a, b| a.name.cmp(&b.name));
         found
     }
 

@@ -417,14 +417,13 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     let Inputs {
         spec,
         now,
-        tz,
-        running_version,
         answer,
         plan,
         allow_unverified_payloads,
         signatures,
         control_nodes,
         nodes,
+        ..
     } = *inputs;
 
     // Check 1: the strategy is usable.
@@ -433,35 +432,14 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         Err(err) => return Decision::Invalid(err.to_string()),
     };
 
-    match strategy {
-        Strategy::Periodic(window) => {
-            // Check 2: strictly newer (or different, when the operator forces updates).
-            let offered = match K0sVersion::parse(&answer.version) {
-                Ok(v) => v,
-                Err(err) => return Decision::Invalid(format!("update server offers {err}")),
-            };
-            let running = match K0sVersion::parse(running_version) {
-                Ok(v) => v,
-                Err(err) => return Decision::Invalid(format!("running version: {err}")),
-            };
-            let wanted = if forces_update(spec.plan_spec.as_ref()) {
-                offered != running
-            } else {
-                offered > running
-            };
-            if !wanted {
-                return Decision::UpToDate {
-                    running: running_version.to_owned(),
-                    offered: answer.version.clone(),
-                };
-            }
-            // Check 3: inside the window.
-            if let WindowState::Closed { opens_at } = window.state_at(now, tz) {
-                return Decision::OutsideWindow { offered: answer.version.clone(), opens_at };
-            }
-        }
+    // Checks 2 and 3 (a periodic strategy): a wanted version, inside the window.
+    let held = match &strategy {
+        Strategy::Periodic(window) => periodic_hold(inputs, window),
         // The server decides (REF §11.7); the schedule decided when to ask.
-        Strategy::Cron(_) => {}
+        Strategy::Cron(_) => None,
+    };
+    if let Some(held) = held {
+        return held;
     }
 
     // Check 4: never touch a running plan.
@@ -506,6 +484,33 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         (Some(_), Some(previous)) => Decision::ReplacePlan { previous, spec: new_spec },
         (None, _) | (Some(_), None) => Decision::CreatePlan(new_spec),
     }
+}
+
+/// Checks 2 and 3 of a periodic strategy with `window`: the offered version is strictly
+/// newer than the running one (or different, when the operator forces updates), and now is
+/// inside the window. The decision that holds the update, if one does.
+fn periodic_hold(inputs: &Inputs<'_>, window: &Window) -> Option<Decision> {
+    let Inputs { spec, now, tz, running_version, answer, .. } = *inputs;
+    let offered = match K0sVersion::parse(&answer.version) {
+        Ok(v) => v,
+        Err(err) => return Some(Decision::Invalid(format!("update server offers {err}"))),
+    };
+    let running = match K0sVersion::parse(running_version) {
+        Ok(v) => v,
+        Err(err) => return Some(Decision::Invalid(format!("running version: {err}"))),
+    };
+    let wanted =
+        if forces_update(spec.plan_spec.as_ref()) { offered != running } else { offered > running };
+    if !wanted {
+        return Some(Decision::UpToDate {
+            running: running_version.to_owned(),
+            offered: answer.version.clone(),
+        });
+    }
+    if let WindowState::Closed { opens_at } = window.state_at(now, tz) {
+        return Some(Decision::OutsideWindow { offered: answer.version.clone(), opens_at });
+    }
+    None
 }
 
 /// The versions the rolled-back run of `plan` updated to (its frozen commands).
