@@ -175,19 +175,10 @@ fn signalled_by_leader(
     node: Node<'_>,
 ) -> Result<(), String> {
     let target = signal_target(command, signal, node);
-    let record = target.and_then(|t| t.signalled.as_deref());
-    match record {
-        Some(created) if created == signal.created => Ok(()),
-        // A run a leader from before these records signalled (CRD schema generation 4): its
-        // signalled targets carry none, and a node updated by such a run checks its signal
-        // again after its restart. Only a target the status shows signalled: a copy onto a
-        // node not signalled yet is still refused.
-        None if target.is_some_and(|t| {
-            matches!(t.state, TargetState::SignalSent | TargetState::SignalCompleted)
-        }) =>
-        {
-            Ok(())
-        }
+    if target.is_some_and(|target| recorded(target, &signal.created)) {
+        return Ok(());
+    }
+    match target.and_then(|t| t.signalled.as_deref()) {
         Some(created) => Err(refused(&format!(
             "not signalled by the leader: the Plan records the signal of {} created {created}, \
              not {}",
@@ -200,6 +191,18 @@ fn signalled_by_leader(
             command.id,
             signal.run_id.as_deref().unwrap_or_default()
         ))),
+    }
+}
+
+/// Whether `target` records the signal created `created` as the leader's: its `signalled`
+/// is that `created`. A run a leader from before these records signalled (CRD schema
+/// generation 4) left none on its signalled targets (`SignalSent`, `SignalCompleted`), and
+/// a node updated by such a run checks its signal again after its restart: those count. A
+/// target not signalled yet records nothing, so no signal on it is the leader's.
+pub fn recorded(target: &TargetStatus, created: &str) -> bool {
+    match target.signalled.as_deref() {
+        Some(record) => record == created,
+        None => matches!(target.state, TargetState::SignalSent | TargetState::SignalCompleted),
     }
 }
 

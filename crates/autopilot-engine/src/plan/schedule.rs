@@ -1102,15 +1102,9 @@ pub(super) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
 }
 
 /// Whether `signal` (this run's, for the target's command) is the one the status records
-/// for `target`: its `created` is the recorded one. A status written before signals were
-/// recorded (CRD schema generation 4: no record on a target signalled, `SignalSent` or
-/// `SignalCompleted`) takes the run's signal as before; a target not signalled yet records
-/// none, so no signal on it is the leader's.
+/// for `target` ([`crate::authorize::recorded`], the rule the nodes apply).
 fn recorded(target: &TargetStatus, signal: &SignalData) -> bool {
-    match target.signalled.as_deref() {
-        Some(created) => created == signal.created,
-        None => matches!(target.state, TargetState::SignalSent | TargetState::SignalCompleted),
-    }
+    crate::authorize::recorded(target, &signal.created)
 }
 
 /// When the leader's drain finished draining the node of `target` for `signal` (in
