@@ -2,7 +2,7 @@
 //! engine's pre-check and for `k0s autopilot preview`: the I/O half of
 //! `autopilot_engine::plan::removed_apis`, which holds the table and the decision.
 
-use autopilot_engine::plan::removed_apis::{self, RemovedApiUse};
+use autopilot_engine::plan::{RemovedApiUse, removed_apis};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
 /// Errors of the removed-API pre-check.

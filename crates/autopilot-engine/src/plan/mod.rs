@@ -28,44 +28,25 @@
 //!   APIs a pass over a plan may need. What a pass needs (controllers to probe, removed
 //!   APIs to look for), the pass itself says ([`Transition::needs`]).
 
-pub mod phases;
-pub mod removed_apis;
-pub mod resolve;
-pub mod rollout;
-pub mod selector;
-pub mod skew;
-pub mod spec_skew;
+mod driver;
+mod model;
+mod rules;
 
-pub mod budget;
-mod checks;
-mod command;
-mod decision;
-mod discovery;
-pub mod gates;
-mod inputs;
-mod labels;
-mod machine;
-mod payload;
-mod prestage;
-mod progress;
-mod rollback;
-mod schedule;
-mod soak;
-mod targets;
-mod text;
-mod waves;
-pub mod window;
+pub use driver::{resolve, rollout};
+pub use model::{phases, selector};
+pub use rules::{budget, gates, removed_apis, skew, spec_skew, window};
 
 #[cfg(test)]
 mod tests;
 
-pub use decision::{Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition};
-pub use gates::{GateAnswer, GateQuery};
-pub use inputs::{
+pub use driver::machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
+pub use driver::resolve::resolve;
+pub use model::decision::{
+    Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition,
+};
+pub use model::inputs::{
     CheckPods, NO_GATE_ANSWERS, Observed, ObservedGateCheck, ObservedPrestage, ObservedSignal,
     PlanView, Policy, Readiness, RequiredKeys, Steering, TargetObject,
 };
-pub use labels::Labels;
-pub use machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
-pub use removed_apis::RemovedApiUse;
-pub use resolve::resolve;
+pub use model::labels::Labels;
+pub use model::lookups::{GateAnswer, GateQuery, RemovedApiUse};

@@ -9,8 +9,8 @@ use super::fixtures::*;
 use super::support::*;
 use crate::plan::EventKind;
 use crate::plan::ObjectKind::{ControlNode, Node};
+use crate::plan::model::text::{MAX_NODE_REASON, cap_node_reason};
 use crate::plan::phases::reasons;
-use crate::plan::text::{MAX_NODE_REASON, cap_node_reason};
 
 #[test]
 fn a_node_failure_ends_the_plan_in_apply_failed_with_the_nodes_reason() {

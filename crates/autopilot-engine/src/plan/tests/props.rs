@@ -16,7 +16,7 @@ use autopilot_api::v1beta2::{
 use proptest::prelude::*;
 
 use super::fixtures::*;
-use crate::plan::command::{Command, Group, targets};
+use crate::plan::model::command::{Command, Group, targets};
 use crate::plan::phases::{self, reasons};
 use crate::plan::{Effect, ObjectKind, ObservedSignal, Readiness, SignalTarget, Transition};
 
@@ -722,7 +722,7 @@ fn check_waves(
     in_flight.sort();
     in_flight.dedup();
     prop_assert!(in_flight.len() <= 1, "two groups in flight {in_flight:?}: {after:#?}");
-    for group in crate::plan::waves::group_order(workers) {
+    for group in crate::plan::rules::waves::group_order(workers) {
         let members: Vec<_> = workers.iter().filter(|t| t.group.as_deref() == group).collect();
         let sent = members.iter().filter(|t| t.state == TargetState::SignalSent).count();
         prop_assert!(
@@ -730,7 +730,7 @@ fn check_waves(
             "more than concurrent in group {group:?}: {after:#?}"
         );
     }
-    let rank = crate::plan::waves::group_rank;
+    let rank = crate::plan::rules::waves::group_rank;
     // Signalled: in flight, done or failed by its node (a target failed without a
     // signal, its object gone or its platform missing, did not go).
     let signalled = |t: &&autopilot_api::v1beta2::TargetStatus| match t.state {
@@ -867,7 +867,7 @@ fn check_canaries_first(
 ) -> Result<(), TestCaseError> {
     let workers = targets(command, kind, Group::Workers);
     if kind.canary() > 0 {
-        let first = crate::plan::waves::group_order(workers).first().copied();
+        let first = crate::plan::rules::waves::group_order(workers).first().copied();
         let mut names: Vec<&str> = workers
             .iter()
             .filter(|t| kind.group_by().is_none() || Some(t.group.as_deref()) == first)

@@ -45,7 +45,7 @@ fn a_plan_without_an_id_ends_in_warning_and_signals_nobody() {
         assert_eq!(sim.plan.state(), P::Warning, "id {id:?}");
         assert_eq!(
             sim.plan.command(0).description.as_deref(),
-            Some(crate::plan::discovery::EMPTY_PLAN_ID),
+            Some(crate::plan::driver::discovery::EMPTY_PLAN_ID),
             "id {id:?}"
         );
         assert!(signalled(&passed).is_empty(), "id {id:?}: {:?}", signalled(&passed));

@@ -39,12 +39,12 @@ use autopilot_api::preflight::request::Request;
 use autopilot_api::preflight::status_code;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
-use super::command::{Command, Group, RunIdentity, targets};
-use super::decision::{Decision, Effect, ObjectKind, paused_steady};
-use super::inputs::Inputs;
-use super::phases::reasons;
-use super::progress::{CommandPass, Outcome, end, release_hold};
-use super::targets::{NewCommand, select};
+use crate::plan::driver::progress::{CommandPass, Outcome, end, release_hold};
+use crate::plan::model::command::{Command, Group, RunIdentity, targets};
+use crate::plan::model::decision::{Decision, Effect, ObjectKind, paused_steady};
+use crate::plan::model::inputs::Inputs;
+use crate::plan::model::phases::reasons;
+use crate::plan::rules::targets::{NewCommand, select};
 use crate::preflight::scheduler::{self, PodKey};
 use crate::preflight::{CompiledCommand, NodeVerdict};
 
@@ -53,7 +53,7 @@ use crate::preflight::{CompiledCommand, NodeVerdict};
 const MAX_NAMED: usize = 10;
 
 /// NewPlan for the `preflight` command at `index` of run `run_id`.
-pub(super) fn new_command(
+pub(in crate::plan) fn new_command(
     inputs: &Inputs<'_>,
     run_id: &str,
     index: u32,
@@ -294,7 +294,10 @@ fn object_kind(group: Group) -> ObjectKind {
 
 /// One pass over a running preflight command, after the read-back and the deadline: judge
 /// the reports that arrived, then signal, wait, hold or conclude.
-pub(super) fn decide(pass: &mut CommandPass<'_, '_>, preflight: &PlanCommandPreflight) -> Outcome {
+pub(in crate::plan) fn decide(
+    pass: &mut CommandPass<'_, '_>,
+    preflight: &PlanCommandPreflight,
+) -> Outcome {
     let (inputs, run, command) = (pass.inputs, pass.run, pass.command);
     let index = pass.status.id;
     let compiled = match crate::preflight::compile_command(
@@ -698,7 +701,10 @@ fn start_pods(
 /// The check Pods to delete after a pass whose next status is `status`: every one in the
 /// snapshot that no running check waits for (its result is recorded, its command or run
 /// ended, or it belongs to an earlier run) and that is not already being deleted.
-pub(super) fn stale_pods(status: &PlanStatus, observed: &super::Observed<'_>) -> Vec<Effect> {
+pub(in crate::plan) fn stale_pods(
+    status: &PlanStatus,
+    observed: &crate::plan::Observed<'_>,
+) -> Vec<Effect> {
     let wanted: BTreeSet<&str> = if status.is_terminal() {
         BTreeSet::new()
     } else {

@@ -12,9 +12,9 @@ use autopilot_api::v1beta2::{PlanSpec, PlanStatus};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
-use super::decision::{Needs, ObjectKind};
-use super::gates::{GateAnswer, GateQuery};
-use super::removed_apis::RemovedApiUse;
+use crate::plan::model::decision::{Needs, ObjectKind};
+use crate::plan::model::lookups::RemovedApiUse;
+use crate::plan::model::lookups::{GateAnswer, GateQuery};
 
 /// The Plan being decided on, as the shell read it.
 #[derive(Clone, Copy, Debug)]
@@ -38,7 +38,7 @@ pub struct PlanView<'a> {
     /// run an operator asked to roll back (DESIGN §15).
     pub rollback: Option<&'a str>,
     /// The value of the Plan's [`keys::ANNOTATION_ALLOW_SKEW`] annotation: the plan id whose
-    /// version-skew refusals an operator overrides (`super::skew`).
+    /// version-skew refusals an operator overrides (`crate::plan::rules::skew`).
     pub allow_skew: Option<&'a str>,
 }
 
@@ -70,7 +70,7 @@ pub struct TargetObject {
     /// Object name.
     pub name: String,
     /// Object labels (platform: `kubernetes.io/os` + `kubernetes.io/arch`; selectors).
-    pub labels: super::Labels,
+    pub labels: crate::plan::Labels,
     /// For a `Node`: its `Ready` condition is `True`. For a `ControlNode`: always `true`
     /// (controller readiness comes from the `/readyz` probe, see [`Observed::readiness`]).
     pub ready: bool,
@@ -295,31 +295,35 @@ pub struct Policy {
 
 /// What every part of a pass reads: the snapshot, the policy and the time.
 #[derive(Clone, Copy)]
-pub(super) struct Inputs<'a> {
+pub(in crate::plan) struct Inputs<'a> {
     /// The snapshot.
-    pub(super) observed: &'a Observed<'a>,
+    pub(in crate::plan) observed: &'a Observed<'a>,
     /// This controller's flags.
-    pub(super) policy: &'a Policy,
+    pub(in crate::plan) policy: &'a Policy,
     /// The time of the snapshot, for durations.
-    pub(super) now: Timestamp,
+    pub(in crate::plan) now: Timestamp,
     /// The time of the snapshot in whole seconds, for everything written to the status (the
     /// API server keeps whole seconds, so a status read back equals the one written).
-    pub(super) stamp: Timestamp,
+    pub(in crate::plan) stamp: Timestamp,
     /// The operator's pause/abort.
-    pub(super) steering: Steering,
+    pub(in crate::plan) steering: Steering,
     /// The plan id whose preflight warnings an operator accepted, if any.
-    pub(super) accepted_warnings: Option<&'a str>,
+    pub(in crate::plan) accepted_warnings: Option<&'a str>,
     /// The plan id whose run an operator asked to roll back, if any.
-    pub(super) rollback: Option<&'a str>,
+    pub(in crate::plan) rollback: Option<&'a str>,
     /// The plan id whose version-skew refusals an operator overrides, if any.
-    pub(super) allow_skew: Option<&'a str>,
+    pub(in crate::plan) allow_skew: Option<&'a str>,
     /// The Plan's name and uid (the owner of `scheduler` check Pods).
-    pub(super) plan_name: &'a str,
-    pub(super) plan_uid: &'a str,
+    pub(in crate::plan) plan_name: &'a str,
+    pub(in crate::plan) plan_uid: &'a str,
 }
 
 impl<'a> Inputs<'a> {
-    pub(super) fn new(observed: &'a Observed<'a>, policy: &'a Policy, plan: &PlanView<'a>) -> Self {
+    pub(in crate::plan) fn new(
+        observed: &'a Observed<'a>,
+        policy: &'a Policy,
+        plan: &PlanView<'a>,
+    ) -> Self {
         let now = observed.now;
         let stamp = Timestamp::from_second(now.as_second()).unwrap_or(now);
         Self {
@@ -337,7 +341,7 @@ impl<'a> Inputs<'a> {
     }
 
     /// Every object of a kind, by name.
-    pub(super) fn objects(&self, kind: ObjectKind) -> &'a BTreeMap<String, TargetObject> {
+    pub(in crate::plan) fn objects(&self, kind: ObjectKind) -> &'a BTreeMap<String, TargetObject> {
         match kind {
             ObjectKind::ControlNode => self.observed.control_nodes,
             ObjectKind::Node => self.observed.nodes,
@@ -348,7 +352,7 @@ impl<'a> Inputs<'a> {
 /// What a pass found missing while it decided: the controllers it asked about that have no
 /// probe result, and the versions whose removed-API findings a new run waited for. Becomes
 /// the transition's [`Needs`].
-pub(super) struct Gaps<'a> {
+pub(in crate::plan) struct Gaps<'a> {
     /// `observed.readiness`.
     readiness: &'a BTreeMap<String, Readiness>,
     /// Every name asked about with no result (counted not ready).
@@ -361,7 +365,7 @@ pub(super) struct Gaps<'a> {
 
 impl<'a> Gaps<'a> {
     /// Nothing found missing yet.
-    pub(super) fn new(readiness: &'a BTreeMap<String, Readiness>) -> Self {
+    pub(in crate::plan) fn new(readiness: &'a BTreeMap<String, Readiness>) -> Self {
         Self {
             readiness,
             unprobed: BTreeSet::new(),
@@ -371,7 +375,7 @@ impl<'a> Gaps<'a> {
     }
 
     /// What the pass needs, sorted (a pass needs no Pods).
-    pub(super) fn into_needs(self) -> Needs {
+    pub(in crate::plan) fn into_needs(self) -> Needs {
         Needs {
             probe: self.unprobed.into_iter().collect(),
             removed_api_versions: self.removed_api_versions.into_iter().collect(),
@@ -381,19 +385,19 @@ impl<'a> Gaps<'a> {
     }
 
     /// A gate needed the answer to `query`.
-    pub(super) fn lacks_gate(&mut self, query: GateQuery) {
+    pub(in crate::plan) fn lacks_gate(&mut self, query: GateQuery) {
         self.gates.insert(query);
     }
 
     /// A new run waited for the removed-API findings of `versions`.
-    pub(super) fn lacks_removed_apis(&mut self, versions: Vec<String>) {
+    pub(in crate::plan) fn lacks_removed_apis(&mut self, versions: Vec<String>) {
         self.removed_api_versions.extend(versions);
     }
 
     /// The first of `names` (in the given order) that is not ready, and why. Every name
     /// without a probe result is recorded (all of them, so one round of probes answers the
     /// whole list) and counts as not ready.
-    pub(super) fn first_not_ready(&mut self, names: &[&str]) -> Option<(String, String)> {
+    pub(in crate::plan) fn first_not_ready(&mut self, names: &[&str]) -> Option<(String, String)> {
         let missing = names.iter().filter(|name| !self.readiness.contains_key(**name));
         self.unprobed.extend(missing.map(|name| (*name).to_owned()));
         names.iter().find_map(|name| match self.readiness.get(*name) {

@@ -33,9 +33,9 @@ use std::fmt;
 use autopilot_api::keys;
 use autopilot_api::version::K0sVersion;
 
-use super::decision::{Effect, EventKind};
-use super::inputs::Inputs;
-use super::phases::reasons;
+use crate::plan::model::decision::{Effect, EventKind};
+use crate::plan::model::inputs::Inputs;
+use crate::plan::model::phases::reasons;
 
 /// The rules' names, as refusals and docs show them.
 pub mod rules {
@@ -141,7 +141,7 @@ type PairKey = (&'static str, String, String);
 
 /// The versions of the cluster as a plan's run moves them, command by command.
 #[derive(Clone, Debug)]
-pub(super) struct Fleet {
+pub(in crate::plan) struct Fleet {
     /// Before the run.
     start: BTreeMap<(Role, String), Running>,
     /// Now (after the commands walked so far).
@@ -156,7 +156,7 @@ impl Fleet {
     /// The versions the cluster's nodes publish: every ControlNode is a controller (a
     /// controller+worker too: it is updated as a controller), every other Node a worker.
     /// Nodes without a version that parses are left out.
-    pub(super) fn observe(inputs: &Inputs<'_>) -> Self {
+    pub(in crate::plan) fn observe(inputs: &Inputs<'_>) -> Self {
         let observed = inputs.observed;
         let controllers =
             observed.control_nodes.iter().map(|(name, o)| (Role::Controller, name, o));
@@ -176,7 +176,7 @@ impl Fleet {
 
     /// Walk one update command to `version` over its resolved `controllers` and `workers`
     /// (a k0s update; an airgap bundle changes no version) and return the rules it breaks.
-    pub(super) fn update(
+    pub(in crate::plan) fn update(
         &mut self,
         version: &str,
         controllers: &[String],
@@ -389,14 +389,14 @@ fn listed(names: &[String]) -> String {
 
 /// Whether the plan's [`keys::ANNOTATION_ALLOW_SKEW`] annotation (`allow_skew`) names
 /// `plan_id`.
-pub(super) fn allowed(allow_skew: Option<&str>, plan_id: &str) -> bool {
+pub(in crate::plan) fn allowed(allow_skew: Option<&str>, plan_id: &str) -> bool {
     allow_skew.is_some_and(|id| id.trim() == plan_id)
 }
 
 /// The refusal of a command whose update breaks `violations` (at `path`, e.g.
 /// `commands[1].k0supdate`), telling how to override it; `allow_skew` is the annotation's
 /// value when it names another plan.
-pub(super) fn refusal(
+pub(in crate::plan) fn refusal(
     path: &str,
     version: &str,
     violations: &[Violation],
@@ -419,7 +419,11 @@ pub(super) fn refusal(
 }
 
 /// The Warning Event of a command whose skew the annotation allowed.
-pub(super) fn allowed_event(path: &str, version: &str, violations: &[Violation]) -> Effect {
+pub(in crate::plan) fn allowed_event(
+    path: &str,
+    version: &str,
+    violations: &[Violation],
+) -> Effect {
     let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
     Effect::Event {
         kind: EventKind::Warning,

@@ -9,8 +9,8 @@
 //! on from there.
 //!
 //! Judging needs lookups the machine cannot make: it names them ([`GateQuery`] in
-//! [`super::Needs::gates`]) and the shell answers ([`GateAnswer`] in
-//! [`super::Observed::gate_answers`]). A `kubernetes` gate lists objects and its CEL
+//! [`crate::plan::Needs::gates`]) and the shell answers ([`GateAnswer`] in
+//! [`crate::plan::Observed::gate_answers`]). A `kubernetes` gate lists objects and its CEL
 //! `condition` judges `objects`; a `prometheus` gate runs an instant query and its condition
 //! judges `result`; a `settle` gate wants the node Ready and every DaemonSet Pod on it Ready
 //! (the Pods listed by `spec.nodeName`); a `check` gate asks each node's agent to run a
@@ -19,7 +19,7 @@
 //! again every [`CHECK_RETRY`] while it does not pass. A gate that does not pass within its
 //! timeout fails:
 //! `onFailure: Halt` stops the command like a failed node, `Rollback` rolls the run back
-//! (`super::rollback`).
+//! (`crate::plan::driver::rollback`).
 
 use std::time::Duration;
 
@@ -31,11 +31,12 @@ use autopilot_api::v1beta2::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::command::{Group, targets};
-use super::decision::{Effect, SignalTarget};
-use super::inputs::{Inputs, Policy};
-use super::progress::CommandPass;
-use super::selector::LabelSelector;
+use crate::plan::driver::progress::CommandPass;
+use crate::plan::model::command::{Group, targets};
+use crate::plan::model::decision::{Effect, SignalTarget};
+use crate::plan::model::inputs::{Inputs, Policy};
+use crate::plan::model::lookups::{GateAnswer, GateQuery};
+use crate::plan::model::selector::LabelSelector;
 use crate::preflight::{GateInput, compile_gate_check, compile_gate_condition, evaluate_gate};
 
 /// A gate's `timeout` when it sets none.
@@ -54,55 +55,17 @@ const MAX_WAITING_BYTES: usize = 1024;
 /// The placeholder a gate's selectors and query may use for the node's name.
 const NODE_PLACEHOLDERS: [&str; 2] = ["{{ .Node }}", "{{.Node}}"];
 
-/// A lookup a gate needs, with the node's name already in place.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum GateQuery {
-    /// List objects of a kind (`kubectl get`): at most
-    /// [`crate::preflight::MAX_GATE_OBJECTS`] are judged.
-    List {
-        /// `v1`, `apps/v1`.
-        api_version: String,
-        /// `Pod`, `DaemonSet`.
-        kind: String,
-        /// Unset: every namespace (or a cluster-scoped kind).
-        namespace: Option<String>,
-        /// A label selector.
-        label_selector: Option<String>,
-        /// A field selector.
-        field_selector: Option<String>,
-    },
-    /// An instant PromQL query against the Prometheus at `url`.
-    Prometheus {
-        /// The base URL (`http://127.0.0.1:9090`).
-        url: String,
-        /// The query.
-        query: String,
-    },
-}
-
-/// What the shell found for a [`GateQuery`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum GateAnswer {
-    /// The listed objects, or the query's samples (`{metric: {…}, value: number}`), as JSON.
-    Items(Vec<serde_json::Value>),
-    /// The lookup failed; the text says why. The gate waits (and fails at its timeout).
-    Unavailable(String),
-    /// Not looked up; the gate counts as passed (`k0s autopilot preview`, which does not
-    /// query the cluster's health).
-    Assumed,
-}
-
 /// Why a pass stops a command for a gate.
-pub(super) struct GateFailure {
+pub(in crate::plan) struct GateFailure {
     /// `gate <id> failed on <nodes>: <why>`.
-    pub(super) why: String,
+    pub(in crate::plan) why: String,
     /// The gate's `onFailure` is `Rollback`.
-    pub(super) rollback: bool,
+    pub(in crate::plan) rollback: bool,
 }
 
 /// What is wrong with a command's gates, one line per problem, each naming the field by its
 /// path (`spec.commands[0].k0supdate.gates[1].timeout`).
-pub(super) fn problems(path: &str, gates: &[Gate], policy: &Policy) -> Vec<String> {
+pub(in crate::plan) fn problems(path: &str, gates: &[Gate], policy: &Policy) -> Vec<String> {
     let mut problems = Vec::new();
     for (index, gate) in gates.iter().enumerate() {
         let at = format!("{path}.gates[{index}]");
@@ -254,12 +217,12 @@ impl CommandPass<'_, '_> {
     }
 
     /// Whether workers go in waves (the command has a gate that runs after each batch).
-    pub(super) fn in_waves(&self) -> bool {
+    pub(in crate::plan) fn in_waves(&self) -> bool {
         self.gates_after(GateAfter::Batch).next().is_some()
     }
 
     /// How many nodes of `group` wait for their gates (they keep their slots).
-    pub(super) fn gating(&self, group: Group) -> usize {
+    pub(in crate::plan) fn gating(&self, group: Group) -> usize {
         let group_targets = targets(self.status, self.command, group);
         group_targets
             .iter()
@@ -274,12 +237,12 @@ impl CommandPass<'_, '_> {
     }
 
     /// Whether any gate run is still open (not passed; a failed one counts too).
-    pub(super) fn gates_open(&self) -> bool {
+    pub(in crate::plan) fn gates_open(&self) -> bool {
         !self.status.gating.is_empty()
     }
 
     /// Open a batch run for the nodes just signalled together (gates `after: batch`).
-    pub(super) fn open_batch(&mut self, nodes: &[String]) {
+    pub(in crate::plan) fn open_batch(&mut self, nodes: &[String]) {
         if nodes.is_empty() || !self.in_waves() {
             return;
         }
@@ -296,7 +259,7 @@ impl CommandPass<'_, '_> {
     /// Open a run for each node that completed in this pass (gates `after: node`), then
     /// look at every open run: a run whose gates all passed closes; one whose gate ran out
     /// of time fails. Returns the first failure.
-    pub(super) fn run_gates(&mut self, completed_now: &[String]) -> Option<GateFailure> {
+    pub(in crate::plan) fn run_gates(&mut self, completed_now: &[String]) -> Option<GateFailure> {
         if self.command.gates().is_empty() {
             return None;
         }
@@ -692,9 +655,9 @@ impl CommandPass<'_, '_> {
 fn object_of<'a>(
     inputs: &Inputs<'a>,
     status: &autopilot_api::v1beta2::PlanCommandStatus,
-    command: super::command::Command<'_>,
+    command: crate::plan::model::command::Command<'_>,
     node: &str,
-) -> Option<(SignalTarget, &'a super::TargetObject)> {
+) -> Option<(SignalTarget, &'a crate::plan::TargetObject)> {
     command.groups().iter().find_map(|&group| {
         if !targets(status, command, group).iter().any(|t| t.name == node) {
             return None;

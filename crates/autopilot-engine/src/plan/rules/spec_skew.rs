@@ -1,4 +1,4 @@
-//! The version skew rules ([`super::skew`]) over a whole spec, its targets resolved as
+//! The version skew rules ([`crate::plan::rules::skew`]) over a whole spec, its targets resolved as
 //! NewPlan resolves them: what the updater checks before it writes a Plan.
 
 use std::collections::BTreeMap;
@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::PlanSpec;
 
-use super::command::{Command, Group};
-use super::inputs::{CheckPods, Inputs, NO_GATE_ANSWERS, Observed, PlanView, Policy, TargetObject};
-use super::skew::Fleet;
+use crate::plan::model::command::{Command, Group};
+use crate::plan::model::inputs::{
+    CheckPods, Inputs, NO_GATE_ANSWERS, Observed, PlanView, Policy, TargetObject,
+};
+use crate::plan::rules::skew::Fleet;
 
 /// The rules `spec` would break on a cluster of `control_nodes` and `nodes`, one sentence per
 /// command that breaks any (`commands[i].k0supdate.version: …`), as NewPlan would refuse it;
@@ -47,7 +49,7 @@ pub fn problems(
         generation: 0,
         spec,
         status: None,
-        steering: super::Steering::default(),
+        steering: crate::plan::Steering::default(),
         accepted_warnings: None,
         rollback: None,
         allow_skew: None,
@@ -58,7 +60,8 @@ pub fn problems(
     for (index, command) in spec.commands.iter().enumerate() {
         let Some(Command::K0s(k0s)) = Command::resolve(command) else { continue };
         let resolved = |group: Group| {
-            super::discovery::discover(&inputs, Command::K0s(k0s), group).unwrap_or_default()
+            crate::plan::rules::targets::discover(&inputs, Command::K0s(k0s), group)
+                .unwrap_or_default()
         };
         let violations =
             fleet.update(&k0s.version, &resolved(Group::Controllers), &resolved(Group::Workers));

@@ -19,13 +19,13 @@
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{PlanStateType, TargetState, TargetStatus};
 
-use super::command::{Group, targets};
-use super::phases::reasons;
-use super::progress::{CommandPass, Outcome, end};
+use crate::plan::driver::progress::{CommandPass, Outcome, end};
+use crate::plan::model::command::{Group, targets};
+use crate::plan::model::phases::reasons;
 
 /// How the status names a group: `<key>=<value>`, or `without <key>` for the workers that
 /// had no such label.
-pub(super) fn group_name(key: &str, group: Option<&str>) -> String {
+pub(in crate::plan) fn group_name(key: &str, group: Option<&str>) -> String {
     match group {
         Some(value) => format!("{key}={value}"),
         None => format!("without {key}"),
@@ -33,12 +33,12 @@ pub(super) fn group_name(key: &str, group: Option<&str>) -> String {
 }
 
 /// The order groups go in: labelled groups by ascending value, then the unlabelled one.
-pub(super) fn group_rank(group: Option<&str>) -> (bool, &str) {
+pub(in crate::plan) fn group_rank(group: Option<&str>) -> (bool, &str) {
     (group.is_none(), group.unwrap_or_default())
 }
 
 /// The distinct groups of `workers`, in the order they go.
-pub(super) fn group_order(workers: &[TargetStatus]) -> Vec<Option<&str>> {
+pub(in crate::plan) fn group_order(workers: &[TargetStatus]) -> Vec<Option<&str>> {
     let mut groups: Vec<Option<&str>> = workers.iter().map(|t| t.group.as_deref()).collect();
     groups.sort_by_key(|group| group_rank(*group));
     groups.dedup();
@@ -47,25 +47,25 @@ pub(super) fn group_order(workers: &[TargetStatus]) -> Vec<Option<&str>> {
 
 /// Where the waves of a command are: the group whose workers may be signalled now.
 #[derive(Clone, Debug)]
-pub(super) struct Wave {
+pub(in crate::plan) struct Wave {
     /// The `groupBy` label key.
-    pub(super) key: String,
+    pub(in crate::plan) key: String,
     /// The current group's value (`None`: the workers without the label).
-    pub(super) group: Option<String>,
+    pub(in crate::plan) group: Option<String>,
     /// Its place in the order (0-based) and how many groups there are.
-    pub(super) position: usize,
-    pub(super) count: usize,
+    pub(in crate::plan) position: usize,
+    pub(in crate::plan) count: usize,
     /// The names of its workers.
-    pub(super) members: Vec<String>,
+    pub(in crate::plan) members: Vec<String>,
     /// Whether one of its workers left `SignalPending`.
-    pub(super) started: bool,
+    pub(in crate::plan) started: bool,
     /// The group before it, with its workers' names (none for the first group).
-    pub(super) previous: Option<(Option<String>, Vec<String>)>,
+    pub(in crate::plan) previous: Option<(Option<String>, Vec<String>)>,
 }
 
 impl Wave {
     /// The current group as the status names it.
-    pub(super) fn name(&self) -> String {
+    pub(in crate::plan) fn name(&self) -> String {
         group_name(&self.key, self.group.as_deref())
     }
 }
@@ -73,7 +73,7 @@ impl Wave {
 impl CommandPass<'_, '_> {
     /// The current wave of a command with `groupBy`: the first group (in order) with a
     /// worker that is not done. `None` without `groupBy` or once every worker is done.
-    pub(super) fn wave(&self) -> Option<Wave> {
+    pub(in crate::plan) fn wave(&self) -> Option<Wave> {
         let key = self.command.group_by()?;
         let workers = targets(self.status, self.command, Group::Workers);
         let order = group_order(workers);
@@ -102,7 +102,7 @@ impl CommandPass<'_, '_> {
 
     /// The canary workers with `groupBy`: the first `limits.canary` workers by name of the
     /// first group (at most the whole group), so the canaries never span two groups.
-    pub(super) fn group_canaries(&self) -> Option<Vec<String>> {
+    pub(in crate::plan) fn group_canaries(&self) -> Option<Vec<String>> {
         self.command.group_by()?;
         let workers = targets(self.status, self.command, Group::Workers);
         let first = group_order(workers).first().copied();
@@ -121,7 +121,7 @@ impl CommandPass<'_, '_> {
     /// stayed Ready for `betweenGroups.soak` since its last completion. `None` when the
     /// current group may go (or there are no groups); otherwise where the pass leaves the
     /// command: held, or ended because a worker of the soaking group is not Ready.
-    pub(super) fn between_groups(&mut self) -> Option<Outcome> {
+    pub(in crate::plan) fn between_groups(&mut self) -> Option<Outcome> {
         let wave = self.wave()?;
         let (previous, previous_members) = wave.previous.clone()?;
         if wave.started {
@@ -139,7 +139,7 @@ impl CommandPass<'_, '_> {
         // waits for them like the next wave of `after: batch`). The gates' own reason names
         // what they wait for.
         if self.gates_open() {
-            super::progress::release_hold(self.status);
+            crate::plan::driver::progress::release_hold(self.status);
             self.status.state = PlanStateType::SchedulableWait;
             return Some(Outcome::Running);
         }
@@ -201,28 +201,33 @@ impl CommandPass<'_, '_> {
         let of_previous: Vec<&TargetStatus> =
             workers.iter().filter(|t| previous_members.contains(&t.name)).collect();
         let objects = inputs.objects(command.object_kind(Group::Workers));
-        let (until, remaining) =
-            match super::soak::clock(soak, &of_previous, objects, inputs.now, inputs.stamp) {
-                super::soak::Soak::Over => return None,
-                super::soak::Soak::NotReady(target) => {
-                    let kind = command.object_kind(Group::Workers);
-                    end(
-                        self.status,
-                        PlanStateType::ApplyFailed,
-                        format!(
-                            "{label}: {kind} {name} of group {previous_name} is not Ready during \
+        let (until, remaining) = match crate::plan::rules::soak::clock(
+            soak,
+            &of_previous,
+            objects,
+            inputs.now,
+            inputs.stamp,
+        ) {
+            crate::plan::rules::soak::Soak::Over => return None,
+            crate::plan::rules::soak::Soak::NotReady(target) => {
+                let kind = command.object_kind(Group::Workers);
+                end(
+                    self.status,
+                    PlanStateType::ApplyFailed,
+                    format!(
+                        "{label}: {kind} {name} of group {previous_name} is not Ready during \
                              the soak of {soak} between groups; no worker of group {next} or \
                              later was signalled",
-                            label = self.label,
-                            name = target.name,
-                            soak = duration::format(soak),
-                            next = wave.name(),
-                        ),
-                    );
-                    return Some(Outcome::Ended);
-                }
-                super::soak::Soak::Hold { until, remaining } => (until, remaining),
-            };
+                        label = self.label,
+                        name = target.name,
+                        soak = duration::format(soak),
+                        next = wave.name(),
+                    ),
+                );
+                return Some(Outcome::Ended);
+            }
+            crate::plan::rules::soak::Soak::Hold { until, remaining } => (until, remaining),
+        };
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
@@ -243,7 +248,7 @@ impl CommandPass<'_, '_> {
 
     /// Say which group the command works on (nothing without groups): `updating group
     /// <name> (<n> of <count>)`.
-    pub(super) fn name_wave(&mut self, wave: &Wave) {
+    pub(in crate::plan) fn name_wave(&mut self, wave: &Wave) {
         let status = &mut *self.status;
         status.reason = Some(format!(
             "updating group {} ({} of {}); the later groups wait for it",

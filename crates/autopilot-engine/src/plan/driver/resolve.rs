@@ -12,11 +12,11 @@ use std::future::Future;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::decision::{Needs, Transition};
-use super::gates::{GateAnswer, GateQuery};
-use super::inputs::{Observed, PlanView, Policy, Readiness};
-use super::machine::step;
-use super::removed_apis::RemovedApiUse;
+use crate::plan::driver::machine::step;
+use crate::plan::model::decision::{Needs, Transition};
+use crate::plan::model::inputs::{Observed, PlanView, Policy, Readiness};
+use crate::plan::model::lookups::RemovedApiUse;
+use crate::plan::model::lookups::{GateAnswer, GateQuery};
 
 /// How many rounds of controller probes (and of Pod lists) one resolve asks for at most.
 ///

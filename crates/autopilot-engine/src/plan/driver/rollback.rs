@@ -20,26 +20,26 @@ use autopilot_api::v1beta2::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::command::{Command, Group, RunIdentity, targets};
-use super::decision::Decision;
-use super::inputs::{Gaps, Inputs};
-use super::progress::{CommandPass, release_hold};
+use crate::plan::driver::progress::{CommandPass, release_hold};
+use crate::plan::model::command::{Command, Group, RunIdentity, targets};
+use crate::plan::model::decision::Decision;
+use crate::plan::model::inputs::{Gaps, Inputs};
 
 /// Whether the operator asked to roll back this run: the annotation names its plan id.
-pub(super) fn requested(inputs: &Inputs<'_>, plan_id: Option<&str>) -> bool {
+pub(in crate::plan) fn requested(inputs: &Inputs<'_>, plan_id: Option<&str>) -> bool {
     inputs.rollback.is_some_and(|asked| Some(asked.trim()) == plan_id)
 }
 
 /// Why an operator's rollback is done, for the status and the Events.
-pub(super) fn by_operator() -> String {
+pub(in crate::plan) fn by_operator() -> String {
     format!("requested by an operator (the {} annotation)", keys::ANNOTATION_ROLLBACK)
 }
 
 /// Whether the run of `status`, which ended, is to be rolled back now: it ended in one of
-/// [`super::phases::REOPENED_BY_ROLLBACK`], an operator asked, it has not been rolled back,
+/// [`crate::plan::model::phases::REOPENED_BY_ROLLBACK`], an operator asked, it has not been rolled back,
 /// and it changed a node whose earlier version is known.
-pub(super) fn wanted_after_end(inputs: &Inputs<'_>, status: &PlanStatus) -> bool {
-    super::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
+pub(in crate::plan) fn wanted_after_end(inputs: &Inputs<'_>, status: &PlanStatus) -> bool {
+    crate::plan::model::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
         && status.rollback.is_none()
         && status.run_id.is_some()
         && requested(inputs, status.plan_id.as_deref())
@@ -71,7 +71,7 @@ fn changed(status: &autopilot_api::v1beta2::PlanCommandStatus) -> Vec<(Group, Ta
 
 /// Start rolling back the run: record why, and list each update command's changed nodes
 /// to put back. A node without a known "from" version fails at once.
-pub(super) fn start(inputs: &Inputs<'_>, status: &mut PlanStatus, reason: String) {
+pub(in crate::plan) fn start(inputs: &Inputs<'_>, status: &mut PlanStatus, reason: String) {
     status.rollback = Some(RollbackStatus { reason, since: Time(inputs.stamp) });
     for command in &mut status.commands {
         let changed = changed(command);
@@ -103,7 +103,7 @@ pub(super) fn start(inputs: &Inputs<'_>, status: &mut PlanStatus, reason: String
 
 /// Drive the rollback one pass: the last command with nodes left to put back goes on; once
 /// none has, every command and the plan end `RolledBack`.
-pub(super) fn drive(
+pub(in crate::plan) fn drive(
     inputs: &Inputs<'_>,
     gaps: &mut Gaps<'_>,
     decision: &mut Decision,
@@ -134,7 +134,7 @@ pub(super) fn drive(
             status: command_status,
             label,
             // A rollback undoes a change that went wrong: no window holds it.
-            windows: &super::window::RunSchedule::NONE,
+            windows: &crate::plan::rules::window::RunSchedule::NONE,
         };
         pass.step_rollback();
         let still_open = command.groups().iter().any(|&group| {
@@ -196,7 +196,7 @@ impl CommandPass<'_, '_> {
     /// One pass over a command's rollback: read the nodes back, enforce the progress
     /// deadline, then signal the next nodes (the first group with nodes left, in reverse
     /// name order: workers up to the concurrency, controllers one at a time).
-    pub(super) fn step_rollback(&mut self) {
+    pub(in crate::plan) fn step_rollback(&mut self) {
         let first_signal = self.decision.signals.len();
         let mut resends = self.read_back_targets();
         self.enforce_progress_deadline();
@@ -248,12 +248,12 @@ impl CommandPass<'_, '_> {
         } else {
             format!(
                 "{back} of {total} node(s) put back; in flight: {}",
-                super::text::name_list(&in_flight)
+                crate::plan::model::text::name_list(&in_flight)
             )
         };
         self.decision.hold_steady(
             status,
-            super::phases::reasons::ROLLING_BACK,
+            crate::plan::model::phases::reasons::ROLLING_BACK,
             "rolling back the run".to_owned(),
             &detail,
         );

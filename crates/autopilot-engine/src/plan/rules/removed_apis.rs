@@ -10,6 +10,8 @@ use std::fmt;
 
 use autopilot_api::version::K0sVersion;
 
+use crate::plan::model::lookups::RemovedApiUse;
+
 /// One API version that Kubernetes stopped serving in a given release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemovedApi {
@@ -94,37 +96,7 @@ pub fn is_removed_in(target_version: &str, removed_in: &str) -> bool {
     }
 }
 
-/// One removed API that the shell found objects of, for the versions the machine asked
-/// about (see [`super::removed_api_check_versions`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RemovedApiUse {
-    /// Resource plural (`flowschemas`).
-    pub resource: String,
-    /// API group (`flowcontrol.apiserver.k8s.io`).
-    pub group: String,
-    /// The removed version (`v1beta2`).
-    pub version: String,
-    /// The release that removed it (`v1.29.0`), as in [`RemovedApi::removed_in`].
-    pub removed_in: String,
-    /// How many objects of the resource were listed in the cluster.
-    pub count: u64,
-    /// Whether the use blocks the update: the API has no still-served version, or some
-    /// object cannot be read through it (REF §9.1 step 4). The shell decides.
-    pub blocking: bool,
-}
-
 impl RemovedApiUse {
-    /// The failure message k0s writes into the command's `description` (REF §9.1 step 5):
-    /// `<resource>.<group> <version> has been removed in Kubernetes <removedIn>, but there
-    /// are <N> such resources in the cluster`.
-    pub fn message(&self) -> String {
-        let Self { resource, group, version, removed_in, count, blocking: _ } = self;
-        format!(
-            "{resource}.{group} {version} has been removed in Kubernetes {removed_in}, but there \
-             are {count} such resources in the cluster"
-        )
-    }
-
     /// Whether this use blocks an update to `target_version`.
     pub fn blocks(&self, target_version: &str) -> bool {
         self.blocking && is_removed_in(target_version, &self.removed_in)

@@ -9,11 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 /// about one object), and the API server refuses notes over 1 KiB, so the list is bounded
 /// by count and by [`NAMED_NODES_MAX_BYTES`]. Each node's own state, phase and reason stay
 /// in the Plan's status and in the leader's log.
-pub(super) const MAX_NAMED_NODES: usize = 20;
+pub(in crate::plan) const MAX_NAMED_NODES: usize = 20;
 
 /// The most bytes of node names (with their separators) in one batch Event's note; with
 /// the command's label and the count it stays well under the API server's 1 KiB.
-pub(super) const NAMED_NODES_MAX_BYTES: usize = 640;
+pub(in crate::plan) const NAMED_NODES_MAX_BYTES: usize = 640;
 
 /// `names` joined with `, `: at most [`MAX_NAMED_NODES`] of them within
 /// [`NAMED_NODES_MAX_BYTES`] (the first is always named: a node name has at most 253
@@ -43,12 +43,12 @@ pub(crate) fn name_list<S: AsRef<str>>(names: &[S]) -> String {
 /// status (and every Event and command description quoting it) must stay small enough to
 /// write and to read. 1 KiB holds any real error chain (a sha256 mismatch with both digests
 /// and the URL is about 250 bytes).
-pub(super) const MAX_NODE_REASON: usize = 1024;
+pub(in crate::plan) const MAX_NODE_REASON: usize = 1024;
 
 /// A node-written reason as the Plan status keeps it: unchanged if it fits in
 /// [`MAX_NODE_REASON`] bytes, else cut at a char boundary and ended with `…`, the whole
 /// still within [`MAX_NODE_REASON`] bytes.
-pub(super) fn cap_node_reason(reason: &str) -> String {
+pub(in crate::plan) fn cap_node_reason(reason: &str) -> String {
     if reason.len() <= MAX_NODE_REASON {
         return reason.to_owned();
     }
@@ -58,7 +58,7 @@ pub(super) fn cap_node_reason(reason: &str) -> String {
 
 /// Make a `True` condition of `type_` say `reason` and `message`. Returns whether it is new.
 /// An existing condition keeps its `lastTransitionTime` (its status does not change).
-pub(super) fn set_condition(
+pub(in crate::plan) fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
     reason: &str,

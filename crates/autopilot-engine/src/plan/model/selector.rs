@@ -1,5 +1,5 @@
 //! Kubernetes label and field selectors, parsed strictly and matched against
-//! [`super::TargetObject`]s.
+//! [`crate::plan::TargetObject`]s.
 //!
 //! Unlike k0s (REF §4.2), a selector that does not parse is an error the plan reports, never
 //! "select everything". Label selectors follow `kubectl get -l` (`k=v`, `k==v`, `k!=v`,
@@ -94,13 +94,13 @@ impl LabelSelector {
     }
 
     /// Whether an object with these labels is selected.
-    pub fn matches(&self, labels: &super::Labels) -> bool {
+    pub fn matches(&self, labels: &crate::plan::Labels) -> bool {
         self.requirements.iter().all(|requirement| requirement.matches(labels))
     }
 }
 
 impl Requirement {
-    fn matches(&self, labels: &super::Labels) -> bool {
+    fn matches(&self, labels: &crate::plan::Labels) -> bool {
         match self {
             Self::Equals(key, value) => labels.get(key) == Some(value.as_str()),
             Self::NotEquals(key, value) => labels.get(key) != Some(value.as_str()),
@@ -379,7 +379,7 @@ const MAX_PREFIX_LENGTH: usize = 253;
 
 /// Why `key` is not a label key Kubernetes accepts (a qualified name), if it is not; for
 /// fields that name a label, such as `limits.groupBy`.
-pub(super) fn label_key_problem(key: &str) -> Option<String> {
+pub(in crate::plan) fn label_key_problem(key: &str) -> Option<String> {
     check_key(key).err().map(|error| error.to_string())
 }
 
@@ -596,7 +596,7 @@ fn unescape(value: &str) -> Result<String, SelectorError> {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> super::super::Labels {
+    fn labels(pairs: &[(&str, &str)]) -> crate::plan::Labels {
         pairs.iter().copied().collect()
     }
 

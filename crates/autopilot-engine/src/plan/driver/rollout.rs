@@ -22,13 +22,13 @@ use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus,
 };
 
-use super::decision::{Effect, ObjectKind, Requeue, SignalTarget, Transition};
-use super::gates::{GateAnswer, GateQuery};
-use super::inputs::{
+use crate::plan::driver::machine::step;
+use crate::plan::model::decision::{Effect, ObjectKind, Requeue, SignalTarget, Transition};
+use crate::plan::model::inputs::{
     CheckPods, Observed, ObservedGateCheck, ObservedPrestage, ObservedSignal, PlanView, Policy,
     Readiness, Steering, TargetObject,
 };
-use super::machine::step;
+use crate::plan::model::lookups::{GateAnswer, GateQuery};
 
 /// The most passes a dry run makes before it reports that it stalled (a run of N targets
 /// needs about 2N passes).
@@ -72,7 +72,7 @@ pub fn rollout(spec: &PlanSpec, observed: &Observed<'_>, policy: &Policy) -> Rol
 
 /// [`rollout`] of a Plan whose [`keys::ANNOTATION_ALLOW_SKEW`] annotation has the value
 /// `allow_skew` (the engine runs a plan that breaks the version skew rules only when it names
-/// the plan's id, `super::skew`).
+/// the plan's id, `crate::plan::rules::skew`).
 pub fn rollout_allowing_skew(
     spec: &PlanSpec,
     allow_skew: Option<&str>,

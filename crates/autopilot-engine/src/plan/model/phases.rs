@@ -1,7 +1,7 @@
 //! The declared phase tables of the Plan engine: every plan/command phase and every target
 //! phase, which are initial and terminal, and which phase may follow which.
 //!
-//! A transition here is what one pass of [`super::step`] may do to a stored state: `from` is
+//! A transition here is what one pass of [`crate::plan::step`] may do to a stored state: `from` is
 //! the state in the status the pass read, `to` the state in the status it returns. One pass
 //! may do several things (NewPlan, then signal the first node), so `NewPlan → Schedulable`
 //! is a single transition. Staying in the same phase is always allowed. The property tests
@@ -443,11 +443,11 @@ pub mod reasons {
     pub const ROLLING_BACK: &str = "RollingBack";
 
     /// A run started although a command breaks the version skew rules: the Plan's
-    /// `allow-skew` annotation names its id (`super::super::skew`).
+    /// `allow-skew` annotation names its id (`crate::skew`).
     pub const VERSION_SKEW_ALLOWED: &str = "VersionSkewAllowed";
 
     /// A command holds the nodes it would signal next until their window opens
-    /// (`spec.window`, `spec.downloadWindow` or a named window; `super::super::window`).
+    /// (`spec.window`, `spec.downloadWindow` or a named window; `crate::window`).
     pub const WAITING_FOR_WINDOW: &str = "WaitingForWindow";
     /// A run started with nodes whose window label names no window of `spec.windows`; they
     /// go inside `spec.window`.

@@ -4,10 +4,10 @@
 //! Commands are processed in order. The first one that fails gives its state to itself and
 //! to the plan; the commands after it keep `NewPlan`, so the status shows how far it got.
 //! A command whose payload no node could verify is refused here, before any node is
-//! signalled ([`super::payload`]), and so is every field the schema lets through but no
+//! signalled ([`crate::plan::rules::payload`]), and so is every field the schema lets through but no
 //! node or scheduler could act on ([`field_problems`]): a plan never sends a signal that a
 //! node will refuse. Last, the versions each `k0supdate` leaves are judged against the
-//! upgrade-path and skew rules ([`super::skew`]), walking the commands in order.
+//! upgrade-path and skew rules ([`crate::plan::rules::skew`]), walking the commands in order.
 
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{
@@ -15,13 +15,14 @@ use autopilot_api::v1beta2::{
     TargetState, TargetStatus,
 };
 
-use super::command::{Command, Group, kind_problem, targets_mut};
-use super::decision::Effect;
-use super::inputs::Inputs;
-use super::payload;
-use super::removed_apis::{RemovedApiUse, blocking_use};
-use super::skew::{self, Fleet};
-use super::targets::{NewCommand, select};
+use crate::plan::model::command::{Command, Group, kind_problem, targets_mut};
+use crate::plan::model::decision::Effect;
+use crate::plan::model::inputs::Inputs;
+use crate::plan::model::lookups::RemovedApiUse;
+use crate::plan::rules::payload;
+use crate::plan::rules::removed_apis::blocking_use;
+use crate::plan::rules::skew::{self, Fleet};
+use crate::plan::rules::targets::{NewCommand, discover};
 
 /// NewPlan's refusal of a Plan whose `spec.id` is empty (or blank).
 pub(crate) const EMPTY_PLAN_ID: &str =
@@ -32,7 +33,7 @@ pub(crate) const EMPTY_PLAN_ID: &str =
 ///
 /// Returns the Warning Events about payloads downloaded without an integrity check, for
 /// every command, when NewPlan succeeds (empty when it fails: nothing is downloaded then).
-pub(super) fn new_plan(
+pub(in crate::plan) fn new_plan(
     inputs: &Inputs<'_>,
     status: &mut PlanStatus,
     findings: &[RemovedApiUse],
@@ -165,9 +166,9 @@ fn new_command(
 ) -> NewCommand {
     // Check 1: exactly one kind (the schema should already ensure it). A preflight command
     // is compiled (every problem named by its field path) and its checks' targets resolved
-    // by `super::checks`.
+    // by `crate::plan::rules::checks`.
     if let (None, None, Some(preflight)) = (&spec.k0supdate, &spec.airgapupdate, &spec.preflight) {
-        return super::checks::new_command(inputs, run_id, index, preflight);
+        return crate::plan::rules::checks::new_command(inputs, run_id, index, preflight);
     }
     check_update(inputs, index, spec, findings).unwrap_or_else(|failed| *failed)
 }
@@ -224,7 +225,7 @@ fn check_fields(index: u32, command: Command<'_>) -> Checked<()> {
 /// selectors and Prometheus URL valid, every condition compiles within the CEL bounds.
 fn check_gates(inputs: &Inputs<'_>, index: u32, command: Command<'_>) -> Checked<()> {
     let path = format!("commands[{index}].{}", command.name());
-    let problems = super::gates::problems(&path, command.gates(), inputs.policy);
+    let problems = crate::plan::rules::gates::problems(&path, command.gates(), inputs.policy);
     if !problems.is_empty() {
         return Err(Box::new(NewCommand::failed(PlanStateType::Warning, problems.join("; "))));
     }
@@ -496,7 +497,7 @@ fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
                 (Command::Airgap(_), Group::Controllers | Group::Workers) => {
                     format!("{path}.{}.limits", group.name())
                 }
-                // A preflight command's targets are per check (`super::checks`); a rollback
+                // A preflight command's targets are per check (`crate::plan::rules::checks`); a rollback
                 // is never a command of the spec.
                 (
                     Command::Preflight(_) | Command::K0sRollback(_) | Command::AirgapRollback(_),
@@ -578,7 +579,7 @@ fn limits_problems(path: &str, group: Group, limits: &PlanCommandTargetLimits) -
                 }
             }
             if let Some(key) = group_by
-                && let Some(problem) = super::selector::label_key_problem(key)
+                && let Some(problem) = crate::plan::model::selector::label_key_problem(key)
             {
                 problems.push(format!("{path}.groupBy: {problem}"));
             }
@@ -596,32 +597,4 @@ fn limits_problems(path: &str, group: Group, limits: &PlanCommandTargetLimits) -
         }
     }
     problems
-}
-
-/// The names a group targets, deduplicated and sorted by name.
-///
-/// `static` wins over `selector`; neither targets nothing. A selector's labels and fields
-/// must both match; `selector: {}` selects every object of the kind. For k0s workers, a Node
-/// that is also a ControlNode with a usable platform is a controller+worker and is updated
-/// as a controller only (REF §4.3 rule 3).
-pub(super) fn discover(
-    inputs: &Inputs<'_>,
-    command: Command<'_>,
-    group: Group,
-) -> Result<Vec<String>, String> {
-    let Some(target) = command.target(group) else {
-        return Ok(Vec::new());
-    };
-    let names = select(inputs, command.object_kind(group), group, target)?;
-    let is_controller_worker = |name: &String| {
-        matches!(command, Command::K0s(_))
-            && group == Group::Workers
-            && inputs.observed.nodes.contains_key(name)
-            && inputs
-                .observed
-                .control_nodes
-                .get(name)
-                .is_some_and(|control_node| command.platform_entry(control_node).is_ok())
-    };
-    Ok(names.into_iter().filter(|name| !is_controller_worker(name)).collect())
 }

@@ -3,8 +3,8 @@
 //!
 //! A pass (1) leaves Plans not named `autopilot` alone but says why in a condition,
 //! (2) starts a new run when there is none or when the last one ended and the spec moved on,
-//! running NewPlan over every command ([`super::discovery`]), (3) drives the active command
-//! ([`super::schedule`]), and (4) derives conditions and the Events of the state changes by
+//! running NewPlan over every command ([`crate::plan::driver::discovery`]), (3) drives the active command
+//! ([`crate::plan::driver::schedule`]), and (4) derives conditions and the Events of the state changes by
 //! comparing the status it started from with the one it returns (one per plan or command
 //! change, one per batch of nodes signalled or completed, one per node that failed).
 
@@ -16,13 +16,15 @@ use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
 
-use super::command::{Command, Group, targets};
-use super::decision::{Decision, Effect, EventKind, Hold, Needs, ObjectKind, Requeue, Transition};
-use super::inputs::{Gaps, Inputs, Observed, PlanView, Policy};
-use super::phases::reasons;
-use super::removed_apis::RemovedApiUse;
-use super::text::{name_list, set_condition};
-use super::{discovery, schedule};
+use crate::plan::driver::{discovery, schedule};
+use crate::plan::model::command::{Command, Group, targets};
+use crate::plan::model::decision::{
+    Decision, Effect, EventKind, Hold, Needs, ObjectKind, Requeue, Transition,
+};
+use crate::plan::model::inputs::{Gaps, Inputs, Observed, PlanView, Policy};
+use crate::plan::model::lookups::RemovedApiUse;
+use crate::plan::model::phases::reasons;
+use crate::plan::model::text::{name_list, set_condition};
 
 /// How soon to look again when a run waits for the removed-API findings the shell has not
 /// passed yet. Short: the shell is expected to answer on its next pass.
@@ -35,12 +37,12 @@ pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 /// repeat as identical signal resends for targets whose object does not yet carry them).
 ///
 /// What the pass could not decide without, it names in [`Transition::needs`]; the shell
-/// looks that up and steps again ([`super::resolve()`] does both). A controller with no
+/// looks that up and steps again ([`crate::plan::resolve()`] does both). A controller with no
 /// entry in `observed.readiness` counts as not ready and is named in
-/// [`Needs::probe`](super::Needs::probe) (only a pass that may signal a controller needs
+/// [`Needs::probe`](crate::plan::Needs::probe) (only a pass that may signal a controller needs
 /// any, so most passes run once). A new run that needs the removed-API findings and finds
 /// `observed.removed_apis` empty waits, its status unchanged, and names the versions in
-/// [`Needs::removed_api_versions`](super::Needs::removed_api_versions); a plan with no status
+/// [`Needs::removed_api_versions`](crate::plan::Needs::removed_api_versions); a plan with no status
 /// then gets `PlanStatus::default()` back, which the shell need not write.
 pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Transition {
     let mut gaps = Gaps::new(observed.readiness);
@@ -49,10 +51,12 @@ pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Tra
     // Check Pods belong to the `autopilot` plan's run: any that no running check waits for
     // goes (recorded, aborted, ended, or left by an earlier run).
     if plan.name == keys::PLAN_NAME {
-        transition.effects.extend(super::checks::stale_pods(&transition.status, observed));
+        transition
+            .effects
+            .extend(crate::plan::rules::checks::stale_pods(&transition.status, observed));
     }
     // Whatever the pass did, the status it writes must fit (a refused write fails for ever).
-    super::budget::fit(&mut transition.status, plan.generation, observed.now);
+    crate::plan::rules::budget::fit(&mut transition.status, plan.generation, observed.now);
     transition
 }
 
@@ -61,7 +65,7 @@ pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Tra
 /// `forceupdate`) when this pass may start a new run (no run yet, an ended run whose spec
 /// changed, or a running one whose spec changed and which may end in this pass); empty
 /// otherwise. Deduplicated and sorted. A pass that starts a new run without the findings
-/// names these in [`Needs::removed_api_versions`](super::Needs::removed_api_versions); what is
+/// names these in [`Needs::removed_api_versions`](crate::plan::Needs::removed_api_versions); what is
 /// found goes in `observed.removed_apis`.
 pub fn removed_api_check_versions(plan: PlanView<'_>) -> Vec<String> {
     if plan.name != keys::PLAN_NAME {
@@ -116,8 +120,8 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
     let Some(status) = plan.status else { return new };
     let Some(observed_generation) = status.observed_generation else { return new };
     if status.is_terminal() {
-        // An operator asked to roll back the run that ended (`super::rollback`): it goes on.
-        let roll_back = super::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
+        // An operator asked to roll back the run that ended (`crate::plan::driver::rollback`): it goes on.
+        let roll_back = crate::plan::model::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
             && status.rollback.is_none()
             && observed_generation == plan.generation
             && status.run_id.is_some()
@@ -246,7 +250,7 @@ impl Pass<'_> {
                 let mut status = fresh.clone();
                 payload_warnings = discovery::new_plan(&self.inputs, &mut status, findings);
                 if status.state == PlanStateType::SchedulableWait {
-                    match super::window::freeze(&self.inputs, plan.spec, &mut status) {
+                    match crate::plan::rules::window::freeze(&self.inputs, plan.spec, &mut status) {
                         Ok(warnings) => payload_warnings.extend(warnings),
                         Err(refusal) => refuse_windows(&mut status, refusal),
                     }
@@ -255,7 +259,8 @@ impl Pass<'_> {
             }
         };
         // Check 3: drive the active command.
-        if (!status.is_terminal() || super::rollback::wanted_after_end(&self.inputs, &status))
+        if (!status.is_terminal()
+            || crate::plan::driver::rollback::wanted_after_end(&self.inputs, &status))
             && let Some(state) = schedule::schedule(&self.inputs, gaps, &mut decision, &mut status)
         {
             status.state = state;
@@ -628,7 +633,7 @@ fn command_event(
 
 /// The one Event for the nodes of a group (`kind`) that reached the same state in a pass
 /// (`reason`: [`reasons::NODES_SIGNALLED`] or [`reasons::NODES_COMPLETED`]), naming them
-/// (at most [`super::text::MAX_NAMED_NODES`]); none when there are none.
+/// (at most [`crate::plan::model::text::MAX_NAMED_NODES`]); none when there are none.
 fn batch_event(
     label: &str,
     kind: ObjectKind,

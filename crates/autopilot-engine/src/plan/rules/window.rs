@@ -7,7 +7,7 @@
 //!
 //! A node's window is its named window if its label put it in one, else `spec.window`
 //! (none: any time). Without pre-staging a node downloads when it is signalled, so
-//! `downloadWindow` must be open too; with pre-staging (`super::prestage`) the leader asks a
+//! `downloadWindow` must be open too; with pre-staging (`crate::plan::rules::prestage`) the leader asks a
 //! node to stage only while `downloadWindow` is open, and a node that staged is signalled
 //! inside its window alone. Both are checked only before a node is signalled:
 //! nodes in flight finish when a window closes. A rollback ignores windows (it undoes a
@@ -27,10 +27,10 @@ use autopilot_api::v1beta2::{
 use jiff::Timestamp;
 use jiff::tz::{TimeZone, TimeZoneDatabase};
 
-use super::command::{Command, Group, targets};
-use super::decision::{Effect, EventKind};
-use super::inputs::Inputs;
-use super::phases::reasons;
+use crate::plan::model::command::{Command, Group, targets};
+use crate::plan::model::decision::{Effect, EventKind};
+use crate::plan::model::inputs::Inputs;
+use crate::plan::model::phases::reasons;
 use crate::updater::window::{Window as Weekly, WindowState};
 
 /// At most this many ranges (weekly plus absolute) per window: a window is for people to
@@ -260,7 +260,7 @@ impl<'w> RunSchedule<'w> {
     /// `Ok` when `name` (a target of `group`) may be signalled at `now`; else which window
     /// holds it and when that opens. `staged`: its payload is already on the node, so the
     /// download window does not matter.
-    pub(super) fn gate(
+    pub(in crate::plan) fn gate(
         &self,
         group: Group,
         name: &str,
@@ -298,7 +298,7 @@ impl RunSchedule<'_> {
 
     /// `Ok` when payloads may be downloaded at `now` (pre-staging asks a node only then);
     /// else the download window and when it opens.
-    pub(super) fn download_gate(&self, now: Timestamp) -> Result<(), Closed> {
+    pub(in crate::plan) fn download_gate(&self, now: Timestamp) -> Result<(), Closed> {
         if let Some(closed) = self.broken_hold() {
             return Err(closed);
         }
@@ -312,13 +312,13 @@ impl RunSchedule<'_> {
 }
 
 /// What [`freeze`] found wrong with the spec's windows (the run does not start).
-pub(super) type Refusal = String;
+pub(in crate::plan) type Refusal = String;
 
 /// Freeze the windows of a new run into `status` (whose targets NewPlan has chosen):
 /// validate every window of `spec`, and put each target whose window label names one of
 /// `spec.windows` into it. Returns the warning Events (labels naming no window), or the
 /// refusal when a window does not compile.
-pub(super) fn freeze(
+pub(in crate::plan) fn freeze(
     inputs: &Inputs<'_>,
     spec: &PlanSpec,
     status: &mut PlanStatus,

@@ -1,35 +1,35 @@
 //! Which objects a command targets: a group's selection among the snapshot's objects
-//! ([`select`]), and NewPlan's result for one command ([`NewCommand`]), shared by NewPlan
-//! ([`super::discovery`]) and the preflight checks ([`super::checks`]).
+//! ([`select`], and a group with the controller+worker rule: [`discover`]), and NewPlan's result for one command ([`NewCommand`]), shared by NewPlan
+//! ([`crate::plan::driver::discovery`]) and the preflight checks ([`crate::plan::rules::checks`]).
 
 use std::collections::BTreeSet;
 
 use autopilot_api::v1beta2::{FrozenTemplate, PlanStateType, PreflightPodStatus, TargetStatus};
 
-use super::command::Group;
-use super::decision::{Effect, ObjectKind};
-use super::inputs::Inputs;
-use super::selector::{FieldSelector, LabelSelector};
+use crate::plan::model::command::{Command, Group};
+use crate::plan::model::decision::{Effect, ObjectKind};
+use crate::plan::model::inputs::Inputs;
+use crate::plan::model::selector::{FieldSelector, LabelSelector};
 
 /// The NewPlan result of one command.
-pub(super) struct NewCommand {
+pub(in crate::plan) struct NewCommand {
     /// `SchedulableWait` or the failure.
-    pub(super) state: PlanStateType,
+    pub(in crate::plan) state: PlanStateType,
     /// Why it failed.
-    pub(super) description: Option<String>,
+    pub(in crate::plan) description: Option<String>,
     /// The resolved targets per group (recorded even when a target check fails, so the
     /// status shows which nodes were missing or had no platform).
-    pub(super) targets: Vec<(Group, Vec<TargetStatus>)>,
+    pub(in crate::plan) targets: Vec<(Group, Vec<TargetStatus>)>,
     /// A preflight command's `scheduler` Pods, one per check and node.
-    pub(super) pods: Vec<PreflightPodStatus>,
+    pub(in crate::plan) pods: Vec<PreflightPodStatus>,
     /// A preflight command's `scheduler` templates, frozen.
-    pub(super) templates: Vec<FrozenTemplate>,
+    pub(in crate::plan) templates: Vec<FrozenTemplate>,
     /// Warning Events about payloads accepted without an integrity check.
-    pub(super) warnings: Vec<Effect>,
+    pub(in crate::plan) warnings: Vec<Effect>,
 }
 
 impl NewCommand {
-    pub(super) fn failed(state: PlanStateType, description: String) -> Self {
+    pub(in crate::plan) fn failed(state: PlanStateType, description: String) -> Self {
         Self {
             state,
             description: Some(description),
@@ -42,7 +42,7 @@ impl NewCommand {
 
     /// A failure that still records the resolved `targets` (which nodes were missing, had no
     /// platform or are excluded).
-    pub(super) fn with_targets(
+    pub(in crate::plan) fn with_targets(
         state: PlanStateType,
         description: String,
         targets: Vec<(Group, Vec<TargetStatus>)>,
@@ -61,7 +61,7 @@ impl NewCommand {
 /// The names `target` selects among the objects of `kind`: its `static` list (objects need
 /// not exist), else its selector (labels and fields both match; `{}` is every object), else
 /// nothing. A selector that does not parse is an error naming the group, never "all".
-pub(super) fn select(
+pub(in crate::plan) fn select(
     inputs: &Inputs<'_>,
     kind: ObjectKind,
     group: Group,
@@ -88,4 +88,32 @@ pub(super) fn select(
         BTreeSet::new()
     };
     Ok(names)
+}
+
+/// The names a group targets, deduplicated and sorted by name.
+///
+/// `static` wins over `selector`; neither targets nothing. A selector's labels and fields
+/// must both match; `selector: {}` selects every object of the kind. For k0s workers, a Node
+/// that is also a ControlNode with a usable platform is a controller+worker and is updated
+/// as a controller only (REF §4.3 rule 3).
+pub(in crate::plan) fn discover(
+    inputs: &Inputs<'_>,
+    command: Command<'_>,
+    group: Group,
+) -> Result<Vec<String>, String> {
+    let Some(target) = command.target(group) else {
+        return Ok(Vec::new());
+    };
+    let names = select(inputs, command.object_kind(group), group, target)?;
+    let is_controller_worker = |name: &String| {
+        matches!(command, Command::K0s(_))
+            && group == Group::Workers
+            && inputs.observed.nodes.contains_key(name)
+            && inputs
+                .observed
+                .control_nodes
+                .get(name)
+                .is_some_and(|control_node| command.platform_entry(control_node).is_ok())
+    };
+    Ok(names.into_iter().filter(|name| !is_controller_worker(name)).collect())
 }

@@ -15,21 +15,21 @@ use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanCommandTarget, PlanResourceUrl, TargetStatus,
 };
 
-use super::decision::ObjectKind;
-use super::inputs::{ObservedSignal, TargetObject};
+use crate::plan::model::decision::ObjectKind;
+use crate::plan::model::inputs::{ObservedSignal, TargetObject};
 
 /// A command with exactly one kind.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Command<'a> {
+pub(in crate::plan) enum Command<'a> {
     /// `k0supdate`: controllers (ControlNodes), then workers (Nodes).
     K0s(&'a PlanCommandK0sUpdate),
     /// `airgapupdate`: workers (Nodes) only.
     Airgap(&'a PlanCommandAirgapUpdate),
     /// `preflight`: checks on controllers (ControlNodes) and workers (Nodes), all at once
-    /// (DESIGN §13, `super::checks`).
+    /// (DESIGN §13, `crate::plan::rules::checks`).
     Preflight(&'a PlanCommandPreflight),
     /// The rollback of a `k0supdate` (DESIGN §15): the nodes it changed put `k0s.prev`
-    /// back, workers first, each group in reverse name order (`super::rollback`). Its
+    /// back, workers first, each group in reverse name order (`crate::plan::driver::rollback`). Its
     /// targets are the command status's `rollback` lists.
     K0sRollback(&'a PlanCommandK0sUpdate),
     /// The rollback of an `airgapupdate`: the workers it changed restore their previous
@@ -42,7 +42,7 @@ static NO_PLATFORMS: BTreeMap<String, PlanResourceUrl> = BTreeMap::new();
 
 /// A target group of a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Group {
+pub(in crate::plan) enum Group {
     /// `k0supdate.targets.controllers`.
     Controllers,
     /// `k0supdate.targets.workers` or `airgapupdate.workers`.
@@ -51,7 +51,7 @@ pub(super) enum Group {
 
 impl Group {
     /// Plural name, as in the spec.
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::plan) fn name(self) -> &'static str {
         match self {
             Self::Controllers => "controllers",
             Self::Workers => "workers",
@@ -60,7 +60,7 @@ impl Group {
 }
 
 /// What is wrong with a command's kinds, for messages about malformed commands.
-pub(super) fn kind_problem(command: &PlanCommand) -> Option<&'static str> {
+pub(in crate::plan) fn kind_problem(command: &PlanCommand) -> Option<&'static str> {
     match (&command.k0supdate, &command.airgapupdate, &command.preflight) {
         (Some(_), Some(_), _) => {
             Some("sets both k0supdate and airgapupdate; exactly one is required")
@@ -77,7 +77,7 @@ pub(super) fn kind_problem(command: &PlanCommand) -> Option<&'static str> {
 
 impl<'a> Command<'a> {
     /// The command's kind, if exactly one is set (see [`kind_problem`]).
-    pub(super) fn resolve(command: &'a PlanCommand) -> Option<Self> {
+    pub(in crate::plan) fn resolve(command: &'a PlanCommand) -> Option<Self> {
         match (&command.k0supdate, &command.airgapupdate, &command.preflight) {
             (Some(k0s), None, None) => Some(Self::K0s(k0s)),
             (None, Some(airgap), None) => Some(Self::Airgap(airgap)),
@@ -90,7 +90,7 @@ impl<'a> Command<'a> {
     }
 
     /// `k0supdate` or `airgapupdate`.
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::plan) fn name(self) -> &'static str {
         match self {
             Self::K0s(_) => "k0supdate",
             Self::Airgap(_) => "airgapupdate",
@@ -101,7 +101,7 @@ impl<'a> Command<'a> {
     }
 
     /// The rollback of this command, if it is an update.
-    pub(super) fn rollback(self) -> Option<Self> {
+    pub(in crate::plan) fn rollback(self) -> Option<Self> {
         match self {
             Self::K0s(k0s) => Some(Self::K0sRollback(k0s)),
             Self::Airgap(airgap) => Some(Self::AirgapRollback(airgap)),
@@ -110,7 +110,7 @@ impl<'a> Command<'a> {
     }
 
     /// Whether this is the rollback of an update.
-    pub(super) fn is_rollback(self) -> bool {
+    pub(in crate::plan) fn is_rollback(self) -> bool {
         match self {
             Self::K0sRollback(_) | Self::AirgapRollback(_) => true,
             Self::K0s(_) | Self::Airgap(_) | Self::Preflight(_) => false,
@@ -118,7 +118,7 @@ impl<'a> Command<'a> {
     }
 
     /// The command's health gates (none for a preflight command or a rollback).
-    pub(super) fn gates(self) -> &'a [autopilot_api::v1beta2::Gate] {
+    pub(in crate::plan) fn gates(self) -> &'a [autopilot_api::v1beta2::Gate] {
         match self {
             Self::K0s(k0s) => &k0s.gates,
             Self::Airgap(airgap) => &airgap.gates,
@@ -127,7 +127,7 @@ impl<'a> Command<'a> {
     }
 
     /// The version the command updates to (empty for a preflight command).
-    pub(super) fn version(self) -> &'a str {
+    pub(in crate::plan) fn version(self) -> &'a str {
         match self {
             Self::K0s(k0s) => &k0s.version,
             Self::Airgap(airgap) | Self::AirgapRollback(airgap) => &airgap.version,
@@ -137,7 +137,7 @@ impl<'a> Command<'a> {
     }
 
     /// Download locations per `<os>-<arch>` (none for a preflight command).
-    pub(super) fn platforms(self) -> &'a BTreeMap<String, PlanResourceUrl> {
+    pub(in crate::plan) fn platforms(self) -> &'a BTreeMap<String, PlanResourceUrl> {
         match self {
             Self::K0s(k0s) => &k0s.platforms,
             Self::Airgap(airgap) => &airgap.platforms,
@@ -148,7 +148,7 @@ impl<'a> Command<'a> {
 
     /// Whether NewPlan runs the removed-API pre-check: always for airgap, for k0s unless
     /// `forceupdate` (REF §3.4), never for preflight (it changes nothing).
-    pub(super) fn needs_removed_api_check(self) -> bool {
+    pub(in crate::plan) fn needs_removed_api_check(self) -> bool {
         match self {
             Self::K0s(k0s) => !k0s.forceupdate,
             Self::Airgap(_) => true,
@@ -157,7 +157,7 @@ impl<'a> Command<'a> {
     }
 
     /// The target groups, in the order they are updated.
-    pub(super) fn groups(self) -> &'static [Group] {
+    pub(in crate::plan) fn groups(self) -> &'static [Group] {
         match self {
             Self::K0s(_) | Self::Preflight(_) => &[Group::Controllers, Group::Workers],
             Self::Airgap(_) | Self::AirgapRollback(_) => &[Group::Workers],
@@ -167,8 +167,8 @@ impl<'a> Command<'a> {
     }
 
     /// The spec of a group (`None`: the group targets nothing; a preflight command's
-    /// targets are per check, see `super::checks`).
-    pub(super) fn target(self, group: Group) -> Option<&'a PlanCommandTarget> {
+    /// targets are per check, see `crate::plan::rules::checks`).
+    pub(in crate::plan) fn target(self, group: Group) -> Option<&'a PlanCommandTarget> {
         match (self, group) {
             (Self::K0s(k0s) | Self::K0sRollback(k0s), Group::Controllers) => {
                 k0s.targets.controllers.as_ref()
@@ -187,7 +187,7 @@ impl<'a> Command<'a> {
     /// The command's `progressTimeout`, if set: `Err` says why it does not parse. For a
     /// preflight command, its report deadline ([`crate::preflight::deadline_of`]): a node
     /// without a report by then counts as timed out.
-    pub(super) fn progress_timeout_override(self) -> Option<Result<Duration, String>> {
+    pub(in crate::plan) fn progress_timeout_override(self) -> Option<Result<Duration, String>> {
         let text = match self {
             Self::K0s(k0s) | Self::K0sRollback(k0s) => k0s.progress_timeout.as_deref(),
             Self::Airgap(airgap) | Self::AirgapRollback(airgap) => {
@@ -209,7 +209,7 @@ impl<'a> Command<'a> {
     /// How long a signalled node of this command may show no progress: the command's
     /// `progressTimeout`, else `default` (a value NewPlan refused never gets here; it falls
     /// back to `default` all the same).
-    pub(super) fn progress_timeout(self, default: Duration) -> Duration {
+    pub(in crate::plan) fn progress_timeout(self, default: Duration) -> Duration {
         match self.progress_timeout_override() {
             Some(Ok(duration)) => duration,
             Some(Err(_)) | None => default,
@@ -219,14 +219,14 @@ impl<'a> Command<'a> {
     /// How many of the command's `workers` targets may be in flight at once: a count, or
     /// a percentage of `workers` rounded down. Always at least 1 (a 0 from an older schema
     /// counts as 1), so a plan never waits forever on its own limit (DESIGN §9.6).
-    pub(super) fn worker_concurrency(self, workers: usize) -> usize {
+    pub(in crate::plan) fn worker_concurrency(self, workers: usize) -> usize {
         self.target(Group::Workers).map_or(1, |target| target.limits.concurrent.of(workers))
     }
 
     /// With `prestage`: how many of `all` targets stage at once (`prestageConcurrent`,
     /// at least 1; unset: all of them). `None`: the command does not pre-stage (a rollback
     /// never does: it downloads nothing).
-    pub(super) fn prestage_limit(self, all: usize) -> Option<usize> {
+    pub(in crate::plan) fn prestage_limit(self, all: usize) -> Option<usize> {
         let (prestage, concurrent) = match self {
             Self::K0s(k0s) => (k0s.prestage, k0s.prestage_concurrent),
             Self::Airgap(airgap) => (airgap.prestage, airgap.prestage_concurrent),
@@ -238,7 +238,7 @@ impl<'a> Command<'a> {
 
     /// How many workers may fail before the command stops signalling new ones
     /// (`limits.maxFailures`; 0 when unset). Controllers have no budget.
-    pub(super) fn max_failures(self) -> usize {
+    pub(in crate::plan) fn max_failures(self) -> usize {
         if self.is_rollback() {
             // A rollback puts back every node it can: one that fails does not stop the others.
             return usize::MAX;
@@ -249,7 +249,7 @@ impl<'a> Command<'a> {
     }
 
     /// How many workers go first as canaries (`limits.canary`; 0 when unset).
-    pub(super) fn canary(self) -> usize {
+    pub(in crate::plan) fn canary(self) -> usize {
         if self.is_rollback() {
             return 0;
         }
@@ -260,7 +260,7 @@ impl<'a> Command<'a> {
 
     /// How long the canaries must stay Ready after they completed (`limits.soak`; zero when
     /// unset or unparseable, which NewPlan refuses before a run gets here).
-    pub(super) fn soak(self) -> Duration {
+    pub(in crate::plan) fn soak(self) -> Duration {
         if self.is_rollback() {
             return Duration::ZERO;
         }
@@ -273,7 +273,7 @@ impl<'a> Command<'a> {
     /// The Node label whose values split the workers into failure-domain groups that go
     /// one at a time (`limits.groupBy`; none when unset, and none for a rollback, which puts
     /// back every changed node in reverse name order whatever their groups).
-    pub(super) fn group_by(self) -> Option<&'a str> {
+    pub(in crate::plan) fn group_by(self) -> Option<&'a str> {
         if self.is_rollback() {
             return None;
         }
@@ -283,7 +283,7 @@ impl<'a> Command<'a> {
     /// How long the workers of a completed group must stay Ready before the next group is
     /// signalled (`limits.betweenGroups.soak`; zero when unset or unparseable, which NewPlan
     /// refuses before a run gets here).
-    pub(super) fn between_groups_soak(self) -> Duration {
+    pub(in crate::plan) fn between_groups_soak(self) -> Duration {
         if self.group_by().is_none() {
             return Duration::ZERO;
         }
@@ -296,7 +296,7 @@ impl<'a> Command<'a> {
 
     /// The kind of object a group's targets are signalled through: ControlNodes for k0s
     /// controllers, Nodes for everything else (airgap always on Nodes).
-    pub(super) fn object_kind(self, group: Group) -> ObjectKind {
+    pub(in crate::plan) fn object_kind(self, group: Group) -> ObjectKind {
         match (self, group) {
             (Self::K0s(_) | Self::Preflight(_) | Self::K0sRollback(_), Group::Controllers) => {
                 ObjectKind::ControlNode
@@ -309,7 +309,7 @@ impl<'a> Command<'a> {
     }
 
     /// Whether a worker must be Ready before it is signalled (k0s only, REF §4.5).
-    pub(super) fn gates_workers_on_ready(self) -> bool {
+    pub(in crate::plan) fn gates_workers_on_ready(self) -> bool {
         match self {
             Self::K0s(_) => true,
             // A node being rolled back may be NotReady because of the update it undoes.
@@ -321,7 +321,7 @@ impl<'a> Command<'a> {
     }
 
     /// Whether a signal's command is of this command's kind.
-    pub(super) fn same_kind(self, signal: &SignalCommand) -> bool {
+    pub(in crate::plan) fn same_kind(self, signal: &SignalCommand) -> bool {
         let kinds = [
             signal.k0supdate.is_some(),
             signal.airgapupdate.is_some(),
@@ -342,7 +342,7 @@ impl<'a> Command<'a> {
     /// The signal for `target` of this command at command index `index`, written to
     /// `object`: an update carries the payload of the object's platform (`Err` says why
     /// there is none), a preflight command the ids of the target's checks.
-    pub(super) fn signal_for(
+    pub(in crate::plan) fn signal_for(
         self,
         run: &RunIdentity,
         index: u32,
@@ -421,7 +421,7 @@ impl<'a> Command<'a> {
 
     /// The platform entry for an object: its `<os>-<arch>` labels must name a key of
     /// `platforms`. The error says why not, for the target's `reason`.
-    pub(super) fn platform_entry(
+    pub(in crate::plan) fn platform_entry(
         self,
         object: &TargetObject,
     ) -> Result<&'a PlanResourceUrl, String> {
@@ -429,7 +429,7 @@ impl<'a> Command<'a> {
     }
 
     /// [`Self::platform_entry`] with its `platforms` key (e.g. `linux-amd64`).
-    pub(super) fn platform_key_and_entry(
+    pub(in crate::plan) fn platform_key_and_entry(
         self,
         object: &TargetObject,
     ) -> Result<(&'a str, &'a PlanResourceUrl), String> {
@@ -456,17 +456,17 @@ impl<'a> Command<'a> {
 
 /// The identity of the current run, as carried by each of its signals.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct RunIdentity {
+pub(in crate::plan) struct RunIdentity {
     /// The frozen `spec.id` (`status.planId`).
-    pub(super) plan_id: String,
+    pub(in crate::plan) plan_id: String,
     /// `status.runId`.
-    pub(super) run_id: String,
+    pub(in crate::plan) run_id: String,
 }
 
 impl RunIdentity {
     /// Whether `run` is an earlier run of the Plan this run belongs to: the same object
     /// (`<uid>/<generation>`, the uid before the last `/`), another generation.
-    pub(super) fn earlier_of_this_plan(&self, run: &str) -> bool {
+    pub(in crate::plan) fn earlier_of_this_plan(&self, run: &str) -> bool {
         let plan = |run: &str| run.rsplit_once('/').map(|(uid, _)| uid.to_owned());
         run != self.run_id && plan(run).is_some() && plan(run) == plan(&self.run_id)
     }
@@ -474,7 +474,7 @@ impl RunIdentity {
     /// The signal on `object` if it is this run's signal for command `index` of `command`'s
     /// kind: plan id, run id, command index and kind all match. Anything else (another plan,
     /// an earlier run with the same `spec.id`, another command) is not this run's.
-    pub(super) fn signal_on<'o>(
+    pub(in crate::plan) fn signal_on<'o>(
         &self,
         object: &'o TargetObject,
         index: u32,
@@ -495,7 +495,7 @@ impl RunIdentity {
 }
 
 /// The targets of a group in a command status (empty when the status has none).
-pub(super) fn targets<'s>(
+pub(in crate::plan) fn targets<'s>(
     status: &'s PlanCommandStatus,
     command: Command<'_>,
     group: Group,
@@ -529,7 +529,7 @@ pub(super) fn targets<'s>(
 
 /// The targets of a group in a command status, for changing (creating the kind's status
 /// when missing).
-pub(super) fn targets_mut<'s>(
+pub(in crate::plan) fn targets_mut<'s>(
     status: &'s mut PlanCommandStatus,
     command: Command<'_>,
     group: Group,
@@ -562,7 +562,7 @@ pub(super) fn targets_mut<'s>(
 }
 
 /// A duration the way operators write them in flags (`10m`, `1h30m`, `45s`, `500ms`).
-pub(super) fn format_duration(duration: Duration) -> String {
+pub(in crate::plan) fn format_duration(duration: Duration) -> String {
     let total = duration.as_secs();
     if total == 0 {
         let millis = duration.subsec_millis();

@@ -9,11 +9,11 @@ use autopilot_api::signal::format_timestamp;
 use autopilot_api::v1beta2::TargetStatus;
 use jiff::Timestamp;
 
-use super::inputs::TargetObject;
+use crate::plan::model::inputs::TargetObject;
 
 /// What the soak says this pass.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Soak<'t> {
+pub(in crate::plan) enum Soak<'t> {
     /// Over (or none): go on.
     Over,
     /// This node is not Ready: the soak failed.
@@ -27,7 +27,7 @@ pub(super) enum Soak<'t> {
 /// of which must stay Ready (its object in `objects`): it started when the last of them
 /// changed state (the leader's own clock, kept in the status), and `now` is the pass's time
 /// (`stamp`, in whole seconds, stands in for a start not recorded yet).
-pub(super) fn clock<'t>(
+pub(in crate::plan) fn clock<'t>(
     soak: Duration,
     nodes: &[&'t TargetStatus],
     objects: &BTreeMap<String, TargetObject>,
@@ -85,7 +85,7 @@ mod tests {
                     name: (*name).to_owned(),
                     labels: Default::default(),
                     ready: *ready,
-                    signal: super::super::inputs::ObservedSignal::None,
+                    signal: crate::plan::model::inputs::ObservedSignal::None,
                     required_keys: Default::default(),
                     version: None,
                     gate_check: None,

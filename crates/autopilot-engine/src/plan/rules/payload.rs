@@ -10,13 +10,13 @@
 //! the run starts), and an entry no node uses today cannot become a path around the rule
 //! when a node of that platform is added and the plan is rerun.
 
-use super::command::Command;
-use super::decision::{Effect, EventKind};
-use super::phases::reasons;
+use crate::plan::model::command::Command;
+use crate::plan::model::decision::{Effect, EventKind};
+use crate::plan::model::phases::reasons;
 
 /// How an unverified payload reaches the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Transport {
+pub(in crate::plan) enum Transport {
     /// `https://`: the server is authenticated, the bytes are not checked.
     Https,
     /// `http://` (or any other scheme): nothing authenticates the bytes.
@@ -26,17 +26,17 @@ pub(super) enum Transport {
 /// A platform entry a node would download without an integrity check: no `sha256`, or an
 /// empty one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Unverified<'a> {
+pub(in crate::plan) struct Unverified<'a> {
     /// The `platforms` key, e.g. `linux-amd64`.
-    pub(super) platform: &'a str,
+    pub(in crate::plan) platform: &'a str,
     /// The entry's URL, as written.
-    pub(super) url: &'a str,
+    pub(in crate::plan) url: &'a str,
     /// How it is fetched.
-    pub(super) transport: Transport,
+    pub(in crate::plan) transport: Transport,
 }
 
 /// The platform entries of `command` without a usable `sha256`, in `platforms` key order.
-pub(super) fn unverified(command: Command<'_>) -> Vec<Unverified<'_>> {
+pub(in crate::plan) fn unverified(command: Command<'_>) -> Vec<Unverified<'_>> {
     command
         .platforms()
         .iter()
@@ -51,7 +51,7 @@ pub(super) fn unverified(command: Command<'_>) -> Vec<Unverified<'_>> {
 
 /// `Https` for an `https://` URL (scheme compared without regard to case), `Plain` for
 /// anything else.
-pub(super) fn transport(url: &str) -> Transport {
+pub(in crate::plan) fn transport(url: &str) -> Transport {
     let scheme = url.trim_start().split_once("://").map(|(scheme, _)| scheme);
     if scheme.is_some_and(|scheme| scheme.eq_ignore_ascii_case("https")) {
         Transport::Https
@@ -62,19 +62,19 @@ pub(super) fn transport(url: &str) -> Transport {
 
 /// What NewPlan makes of a command's unverified entries.
 #[derive(Debug, Default, PartialEq)]
-pub(super) struct Verdict {
+pub(in crate::plan) struct Verdict {
     /// Why the command is refused (`None`: accepted). Names every refused entry and how to
     /// fix it.
-    pub(super) refusal: Option<String>,
+    pub(in crate::plan) refusal: Option<String>,
     /// One Warning Event per entry that is accepted but downloaded without an integrity
     /// check; published once per run, when the run gets past NewPlan.
-    pub(super) warnings: Vec<Effect>,
+    pub(in crate::plan) warnings: Vec<Effect>,
 }
 
 /// Judge the unverified entries of command `label` (`command 0 (k0supdate)`):
 /// plain-transport entries are refused unless `allow_unverified` (the controller's
 /// `--allow-unverified-payloads`); every entry that is accepted gets a warning.
-pub(super) fn judge(label: &str, command: Command<'_>, allow_unverified: bool) -> Verdict {
+pub(in crate::plan) fn judge(label: &str, command: Command<'_>, allow_unverified: bool) -> Verdict {
     let entries = unverified(command);
     let refused: Vec<String> = entries
         .iter()

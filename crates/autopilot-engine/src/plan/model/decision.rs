@@ -21,12 +21,12 @@ pub struct Transition {
     /// When the shell should run the next pass without a triggering change.
     pub requeue: Requeue,
     /// What this pass could not decide without: the caller looks it up and steps again
-    /// ([`super::resolve()`] does both). Empty when the pass had everything it needed.
+    /// ([`crate::plan::resolve()`] does both). Empty when the pass had everything it needed.
     pub needs: Needs,
 }
 
 /// What a pass could not decide without, for the caller to look up before it steps again
-/// (see [`super::resolve`]). Each list is sorted and names only what the pass's inputs lack.
+/// (see [`crate::plan::driver::resolve`]). Each list is sorted and names only what the pass's inputs lack.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
     /// Controllers whose `/readyz` result the pass needed and did not have (it counted them
@@ -37,10 +37,10 @@ pub struct Needs {
     pub removed_api_versions: Vec<String>,
     /// Nodes whose Pods the pass needed and did not have. The Plan machine decides without
     /// Pods (draining a node is the drain controller's, which lists the node's Pods itself),
-    /// so [`super::step`] never names any; the preview's pass does, for its drain check.
+    /// so [`crate::plan::step`] never names any; the preview's pass does, for its drain check.
     pub pods_on: Vec<String>,
     /// Lookups of health gates the pass needed and did not have (DESIGN §15).
-    pub gates: Vec<super::gates::GateQuery>,
+    pub gates: Vec<crate::plan::model::lookups::GateQuery>,
 }
 
 impl Needs {
@@ -151,37 +151,37 @@ pub enum Requeue {
 
 /// The signals and the requeue a pass decided on (events are derived at the end).
 #[derive(Debug)]
-pub(super) struct Decision {
+pub(in crate::plan) struct Decision {
     /// Signals to write and check Pods to create, in order.
-    pub(super) signals: Vec<Effect>,
+    pub(in crate::plan) signals: Vec<Effect>,
     /// When to look again without a change.
-    pub(super) requeue: Requeue,
+    pub(in crate::plan) requeue: Requeue,
     /// Each command's hold, by command id, when it is not a not-ready worker (the default):
     /// a not-ready controller, a pause, a soak, a stop.
-    pub(super) holds: BTreeMap<u32, Hold>,
+    pub(in crate::plan) holds: BTreeMap<u32, Hold>,
 }
 
 /// What holds a command, for its Event: the Event reason and, for a hold whose text counts
 /// or lists nodes as they move, the steady part the text starts with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Hold {
+pub(in crate::plan) struct Hold {
     /// The Event reason (`phases::reasons`).
-    pub(super) reason: &'static str,
+    pub(in crate::plan) reason: &'static str,
     /// `Some(steady)`: the command's reason is `<steady>; <detail>`, where the detail
     /// changes as nodes report (counts, node lists). The Event is published when the hold
     /// starts or its steady part changes, not for every report. `None`: whenever the
     /// reason changes.
-    pub(super) steady: Option<String>,
+    pub(in crate::plan) steady: Option<String>,
 }
 
 impl Decision {
     /// Nothing decided yet.
-    pub(super) fn new() -> Self {
+    pub(in crate::plan) fn new() -> Self {
         Self { signals: Vec::new(), requeue: Requeue::OnChange, holds: BTreeMap::new() }
     }
 
     /// Record what kind of hold command `id`'s `reason` describes (for its Event).
-    pub(super) fn hold(&mut self, id: u32, reason: &'static str) {
+    pub(in crate::plan) fn hold(&mut self, id: u32, reason: &'static str) {
         self.holds.insert(id, Hold { reason, steady: None });
     }
 
@@ -189,7 +189,7 @@ impl Decision {
     /// detail counts or lists nodes and changes as they report, so the hold's Event is
     /// published only when `steady` changes (an Event per report would be an Event per
     /// node at scale).
-    pub(super) fn hold_steady(
+    pub(in crate::plan) fn hold_steady(
         &mut self,
         status: &mut PlanCommandStatus,
         reason: &'static str,
@@ -201,7 +201,7 @@ impl Decision {
     }
 
     /// Look again after `delay` at the latest.
-    pub(super) fn requeue_after(&mut self, delay: Duration) {
+    pub(in crate::plan) fn requeue_after(&mut self, delay: Duration) {
         self.requeue = match self.requeue {
             Requeue::OnChange => Requeue::After(delay),
             Requeue::After(current) => Requeue::After(current.min(delay)),
@@ -210,6 +210,6 @@ impl Decision {
 }
 
 /// The steady part of a paused command's reason.
-pub(super) fn paused_steady() -> String {
+pub(in crate::plan) fn paused_steady() -> String {
     format!("paused ({} annotation)", autopilot_api::keys::ANNOTATION_PAUSED)
 }

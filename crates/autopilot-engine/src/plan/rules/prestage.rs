@@ -28,22 +28,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use autopilot_api::duration;
 
-use super::command::{targets, targets_mut};
-use super::decision::{Effect, SignalTarget};
-use super::inputs::{Inputs, TargetObject};
-use super::phases::reasons;
-use super::progress::{CommandPass, Outcome, set_state};
-use super::text::cap_node_reason;
+use crate::plan::driver::progress::{CommandPass, Outcome, set_state};
+use crate::plan::model::command::{targets, targets_mut};
+use crate::plan::model::decision::{Effect, SignalTarget};
+use crate::plan::model::inputs::{Inputs, TargetObject};
+use crate::plan::model::phases::reasons;
+use crate::plan::model::text::cap_node_reason;
 
 /// Why the operator holds staging now (ask no further node), or `None`: a pause. The
-/// plan's `downloadWindow` is the other hold ([`super::window::RunSchedule::download_gate`],
+/// plan's `downloadWindow` is the other hold ([`crate::plan::rules::window::RunSchedule::download_gate`],
 /// checked next to it). A node that was asked already goes on staging either way.
-pub(super) fn may_stage(inputs: &Inputs<'_>) -> Option<String> {
+pub(in crate::plan) fn may_stage(inputs: &Inputs<'_>) -> Option<String> {
     inputs.steering.paused.then(|| format!("paused ({} annotation)", keys::ANNOTATION_PAUSED))
 }
 
 /// What [`CommandPass::prestage`] concluded when staging is not over.
-pub(super) enum Staging {
+pub(in crate::plan) enum Staging {
     /// The command waits for staging; the pass ends here.
     Held(Outcome),
     /// A target turned out to have no platform as it was about to be asked; it is now
@@ -54,7 +54,7 @@ pub(super) enum Staging {
 impl CommandPass<'_, '_> {
     /// Whether the command pre-stages and staging is not over: no target was signalled yet,
     /// and some target that has not failed is not `Staged`.
-    pub(super) fn staging_open(&self) -> bool {
+    pub(in crate::plan) fn staging_open(&self) -> bool {
         let command = self.command;
         if command.prestage_limit(0).is_none() {
             return false;
@@ -78,7 +78,7 @@ impl CommandPass<'_, '_> {
     }
 
     /// Keep the command's `staged` count (`<staged>/<targets>`) when it pre-stages.
-    pub(super) fn count_staged(&mut self) {
+    pub(in crate::plan) fn count_staged(&mut self) {
         let command = self.command;
         if command.prestage_limit(0).is_none() {
             return;
@@ -96,7 +96,7 @@ impl CommandPass<'_, '_> {
     /// Read back what the asked nodes report, and fail those past the deadline: a `Staged`
     /// report stages the target; a `Failed` one, a report that cannot be read, or no answer
     /// within the command's progress deadline (from when it was asked) fails it.
-    pub(super) fn read_back_staging(&mut self) {
+    pub(in crate::plan) fn read_back_staging(&mut self) {
         if !self.staging_open() {
             return;
         }
@@ -165,7 +165,7 @@ impl CommandPass<'_, '_> {
     /// to `prestageConcurrent` asked and unanswered at once; controllers, then workers, in
     /// name order) while [`may_stage`] allows, ask again any asked target whose object does
     /// not carry the request, and hold the command naming what it waits for.
-    pub(super) fn prestage(&mut self) -> Option<Staging> {
+    pub(in crate::plan) fn prestage(&mut self) -> Option<Staging> {
         if !self.staging_open() {
             return None;
         }

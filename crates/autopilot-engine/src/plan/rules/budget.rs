@@ -42,7 +42,7 @@ pub fn status_bytes(status: &PlanStatus) -> usize {
 /// Shrink `status` to [`STATUS_BUDGET_BYTES`] if it is over: per-node texts cut to
 /// [`SHORT_TEXT_BYTES`], then dropped, and the condition `StatusShrunk` set (as of `now`,
 /// for `generation`). Returns whether it shrank anything.
-pub(super) fn fit(status: &mut PlanStatus, generation: i64, now: Timestamp) -> bool {
+pub(in crate::plan) fn fit(status: &mut PlanStatus, generation: i64, now: Timestamp) -> bool {
     let before = status_bytes(status);
     if before <= STATUS_BUDGET_BYTES {
         return false;
@@ -58,7 +58,7 @@ pub(super) fn fit(status: &mut PlanStatus, generation: i64, now: Timestamp) -> b
          reasons and check messages were shortened (cut ones end with …) or dropped; the \
          nodes' own signals and the Events keep them"
     );
-    super::text::set_condition(
+    crate::plan::model::text::set_condition(
         &mut status.conditions,
         conditions::STATUS_SHRUNK,
         conditions::REASON_OVER_SIZE_BUDGET,

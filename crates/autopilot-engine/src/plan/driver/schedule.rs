@@ -15,18 +15,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use autopilot_api::prestage::PrestageState;
 use autopilot_api::{duration, keys};
 
-use super::command::{Command, Group, RunIdentity, format_duration, targets, targets_mut};
-use super::decision::{Decision, Effect, ObjectKind, SignalTarget, paused_steady};
-use super::gates::GateFailure;
-use super::inputs::{Gaps, Inputs, ObservedSignal, TargetObject};
-use super::phases::reasons;
-use super::progress::{CommandPass, Outcome, end, release_hold, set_state};
-use super::text::cap_node_reason;
-use super::window::Closed;
+use crate::plan::driver::progress::{CommandPass, Outcome, end, release_hold, set_state};
+use crate::plan::model::command::{
+    Command, Group, RunIdentity, format_duration, targets, targets_mut,
+};
+use crate::plan::model::decision::{Decision, Effect, ObjectKind, SignalTarget, paused_steady};
+use crate::plan::model::inputs::{Gaps, Inputs, ObservedSignal, TargetObject};
+use crate::plan::model::phases::reasons;
+use crate::plan::model::text::cap_node_reason;
+use crate::plan::rules::gates::GateFailure;
+use crate::plan::rules::window::Closed;
 
 /// Drive the run's commands in order. Returns the plan state the pass ends in, or `None`
 /// when the status is not one this machine can drive (left as it is).
-pub(super) fn schedule(
+pub(in crate::plan) fn schedule(
     inputs: &Inputs<'_>,
     gaps: &mut Gaps<'_>,
     decision: &mut Decision,
@@ -34,14 +36,18 @@ pub(super) fn schedule(
 ) -> Option<PlanStateType> {
     let run = RunIdentity { plan_id: status.plan_id.clone()?, run_id: status.run_id.clone()? };
     if status.rollback.is_some() {
-        return Some(super::rollback::drive(inputs, gaps, decision, status, &run));
+        return Some(crate::plan::driver::rollback::drive(inputs, gaps, decision, status, &run));
     }
-    if super::rollback::wanted_after_end(inputs, status) {
-        super::rollback::start(inputs, status, super::rollback::by_operator());
-        return Some(super::rollback::drive(inputs, gaps, decision, status, &run));
+    if crate::plan::driver::rollback::wanted_after_end(inputs, status) {
+        crate::plan::driver::rollback::start(
+            inputs,
+            status,
+            crate::plan::driver::rollback::by_operator(),
+        );
+        return Some(crate::plan::driver::rollback::drive(inputs, gaps, decision, status, &run));
     }
     let frozen_windows = status.windows.clone();
-    let windows = super::window::RunSchedule::compile_or_hold(frozen_windows.as_ref());
+    let windows = crate::plan::rules::window::RunSchedule::compile_or_hold(frozen_windows.as_ref());
     let mut roll_back = None;
     for command_status in &mut status.commands {
         let frozen = command_status.frozen.clone()?;
@@ -64,10 +70,10 @@ pub(super) fn schedule(
             | PlanStateType::RolledBack => return Some(command_status.state),
         }
         if let Command::Preflight(_) = command
-            && super::rollback::requested(inputs, Some(&run.plan_id))
+            && crate::plan::driver::rollback::requested(inputs, Some(&run.plan_id))
         {
             // A preflight command changes nothing: the rollback need not wait for it.
-            roll_back = Some(super::rollback::by_operator());
+            roll_back = Some(crate::plan::driver::rollback::by_operator());
             break;
         }
         let label = format!("command {} ({})", command_status.id, command.name());
@@ -91,8 +97,8 @@ pub(super) fn schedule(
         }
     }
     if let Some(why) = roll_back {
-        super::rollback::start(inputs, status, why);
-        return Some(super::rollback::drive(inputs, gaps, decision, status, &run));
+        crate::plan::driver::rollback::start(inputs, status, why);
+        return Some(crate::plan::driver::rollback::drive(inputs, gaps, decision, status, &run));
     }
     Some(PlanStateType::Completed)
 }
@@ -154,11 +160,11 @@ impl CommandPass<'_, '_> {
         let gate_failure = self.run_gates(&completed_now);
 
         // 3. Decide. A preflight command signals every target at once and judges the reports
-        //    (`super::checks`). An update command: a pass that finds a target without a
+        //    (`crate::plan::rules::checks`). An update command: a pass that finds a target without a
         //    platform when it is about to signal it marks the target failed and decides again
         //    (at most once per target).
         let outcome = if let Command::Preflight(preflight) = self.command {
-            super::checks::decide(self, preflight)
+            crate::plan::rules::checks::decide(self, preflight)
         } else {
             loop {
                 match self.decide(gate_failure.as_ref()) {
@@ -207,7 +213,7 @@ impl CommandPass<'_, '_> {
     /// Returns the signals to write: those of `SignalSent` targets whose object does not
     /// carry them, and the `ApplyingUpdate` of nodes whose drain the leader finished (the
     /// status records the drain first).
-    pub(super) fn read_back_targets(&mut self) -> Vec<Effect> {
+    pub(in crate::plan) fn read_back_targets(&mut self) -> Vec<Effect> {
         let (inputs, run, command) = (self.inputs, self.run, self.command);
         let index = self.status.id;
         let mut writes = Vec::new();
@@ -273,7 +279,7 @@ impl CommandPass<'_, '_> {
     }
 
     /// Whether a signal effect goes to a target that is still `SignalSent`.
-    pub(super) fn still_in_flight(&self, effect: &Effect) -> bool {
+    pub(in crate::plan) fn still_in_flight(&self, effect: &Effect) -> bool {
         let command = self.command;
         match effect {
             Effect::Signal { target, .. } => command.groups().iter().any(|&group| {
@@ -301,8 +307,9 @@ impl CommandPass<'_, '_> {
             .filter(|t| t.state == TargetState::SignalSent)
             .map(|t| t.name.clone())
             .collect();
-        let operator_rollback = super::rollback::requested(self.inputs, Some(&self.run.plan_id))
-            .then(super::rollback::by_operator);
+        let operator_rollback =
+            crate::plan::driver::rollback::requested(self.inputs, Some(&self.run.plan_id))
+                .then(crate::plan::driver::rollback::by_operator);
         let gate_rollback = gate_failure.filter(|f| f.rollback).map(|f| f.why.clone());
         let gate_halt = gate_failure.filter(|f| !f.rollback).map(|f| f.why.clone());
         let halt = operator_rollback
@@ -348,10 +355,12 @@ impl CommandPass<'_, '_> {
             return Decided::Done(self.stop_aborted(&in_flight));
         }
         // Check 4: pre-staging: no node is signalled before every target staged the payload
-        // (a pause holds it too, see `super::prestage::may_stage`).
+        // (a pause holds it too, see `crate::plan::rules::prestage::may_stage`).
         match self.prestage() {
-            Some(super::prestage::Staging::Held(outcome)) => return Decided::Done(outcome),
-            Some(super::prestage::Staging::Again) => return Decided::Again,
+            Some(crate::plan::rules::prestage::Staging::Held(outcome)) => {
+                return Decided::Done(outcome);
+            }
+            Some(crate::plan::rules::prestage::Staging::Again) => return Decided::Again,
             None => {}
         }
         // Check 4b: a paused plan signals no new node.
@@ -408,7 +417,7 @@ impl CommandPass<'_, '_> {
             format!(
                 "waiting for {} node(s) in flight: {}",
                 in_flight.len(),
-                super::text::name_list(in_flight)
+                crate::plan::model::text::name_list(in_flight)
             )
         };
         self.decision.hold_steady(status, reasons::PLAN_PAUSED, paused_steady(), &detail);
@@ -436,7 +445,7 @@ impl CommandPass<'_, '_> {
     }
 
     /// The workers: the canaries first, then their soak, then the others up to the
-    /// concurrency limit; with `groupBy`, one group at a time (`super::waves`).
+    /// concurrency limit; with `groupBy`, one group at a time (`crate::plan::rules::waves`).
     fn schedule_workers(&mut self) -> Decided {
         let canaries = self.canaries();
         let canaries_done = canaries.iter().all(|name| {
@@ -481,7 +490,7 @@ impl CommandPass<'_, '_> {
         let detail = format!(
             "no new node is signalled, waiting for {} node(s) in flight to finish: {}",
             in_flight.len(),
-            super::text::name_list(in_flight)
+            crate::plan::model::text::name_list(in_flight)
         );
         self.decision.hold_steady(
             status,
@@ -584,26 +593,31 @@ impl CommandPass<'_, '_> {
         let objects = inputs.objects(command.object_kind(Group::Workers));
         let soaking: Vec<&TargetStatus> =
             workers.iter().filter(|t| canaries.contains(&t.name)).collect();
-        let (until, remaining) =
-            match super::soak::clock(soak, &soaking, objects, inputs.now, inputs.stamp) {
-                super::soak::Soak::Over => return None,
-                super::soak::Soak::NotReady(canary) => {
-                    let kind = command.object_kind(Group::Workers);
-                    let name = &canary.name;
-                    end(
-                        self.status,
-                        PlanStateType::ApplyFailed,
-                        format!(
-                            "{label}: canary {kind} {name} is not Ready during its soak of {}; \
+        let (until, remaining) = match crate::plan::rules::soak::clock(
+            soak,
+            &soaking,
+            objects,
+            inputs.now,
+            inputs.stamp,
+        ) {
+            crate::plan::rules::soak::Soak::Over => return None,
+            crate::plan::rules::soak::Soak::NotReady(canary) => {
+                let kind = command.object_kind(Group::Workers);
+                let name = &canary.name;
+                end(
+                    self.status,
+                    PlanStateType::ApplyFailed,
+                    format!(
+                        "{label}: canary {kind} {name} is not Ready during its soak of {}; \
                              no other worker was signalled",
-                            duration::format(soak),
-                            label = self.label,
-                        ),
-                    );
-                    return Some(Outcome::Ended);
-                }
-                super::soak::Soak::Hold { until, remaining } => (until, remaining),
-            };
+                        duration::format(soak),
+                        label = self.label,
+                    ),
+                );
+                return Some(Outcome::Ended);
+            }
+            crate::plan::rules::soak::Soak::Hold { until, remaining } => (until, remaining),
+        };
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
@@ -737,7 +751,8 @@ impl CommandPass<'_, '_> {
         let status = &mut *self.status;
         status.state = PlanStateType::SchedulableWait;
         status.not_ready_since = None;
-        let detail = format!("{} node(s): {}", earlier.len(), super::text::name_list(&names));
+        let detail =
+            format!("{} node(s): {}", earlier.len(), crate::plan::model::text::name_list(&names));
         self.decision.hold_steady(
             status,
             reasons::EARLIER_RUN_IN_FLIGHT,
@@ -756,7 +771,7 @@ impl CommandPass<'_, '_> {
     /// the future cannot hold the plan, one in the past cannot fail the node early.
     /// A failed node's signal gets the status `Failed` with the same reason, so the node
     /// stops and an autopilot cordon is undone as for any other failure.
-    pub(super) fn enforce_progress_deadline(&mut self) {
+    pub(in crate::plan) fn enforce_progress_deadline(&mut self) {
         let (inputs, run, command) = (self.inputs, self.run, self.command);
         let index = self.status.id;
         let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
@@ -933,7 +948,7 @@ impl CommandPass<'_, '_> {
     fn pending_workers(
         &self,
         only: Option<&[String]>,
-        wave: Option<&super::waves::Wave>,
+        wave: Option<&crate::plan::rules::waves::Wave>,
         earlier: &[EarlierSignal],
     ) -> Vec<(String, bool)> {
         // Each pass looks at every pending worker of a fleet of thousands: sets, not lists.
@@ -1045,7 +1060,7 @@ impl CommandPass<'_, '_> {
 /// status `Failed` and the target's reason. This is how a node that missed its progress
 /// deadline stops and has an autopilot cordon undone. Emitted on every pass until the
 /// object shows it, also after the run ended, so a write lost to a conflict is repeated.
-pub(super) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec<Effect> {
+pub(in crate::plan) fn tell_failed_nodes(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec<Effect> {
     let (Some(plan_id), Some(run_id)) = (status.plan_id.clone(), status.run_id.clone()) else {
         return Vec::new();
     };

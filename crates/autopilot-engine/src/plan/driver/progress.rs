@@ -1,5 +1,5 @@
 //! What a pass does to one command's status, shared by the k0s/airgap scheduling
-//! ([`super::schedule`]) and the preflight checks ([`super::checks`]): the pass over the
+//! ([`crate::plan::driver::schedule`]) and the preflight checks ([`crate::plan::rules::checks`]): the pass over the
 //! command ([`CommandPass`]), move targets on, signal them, end the command or release its
 //! hold, and say where the pass left it.
 
@@ -7,12 +7,12 @@ use autopilot_api::signal::{MAX_SIGNAL_BYTES, SignalData, format_created};
 use autopilot_api::v1beta2::{PlanCommandStatus, PlanStateType, TargetState, TargetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::command::{Command, Group, RunIdentity, targets_mut};
-use super::decision::{Decision, Effect, SignalTarget};
-use super::inputs::{Gaps, Inputs};
+use crate::plan::model::command::{Command, Group, RunIdentity, targets_mut};
+use crate::plan::model::decision::{Decision, Effect, SignalTarget};
+use crate::plan::model::inputs::{Gaps, Inputs};
 
 /// Where one pass left a command.
-pub(super) enum Outcome {
+pub(in crate::plan) enum Outcome {
     /// Every target completed; the next command may start.
     Completed,
     /// Still running (`SchedulableWait`) or held (`Schedulable`).
@@ -25,31 +25,31 @@ pub(super) enum Outcome {
 
 /// One pass over one command of the run: what every step of it reads and writes. The
 /// scheduling's steps are its methods; a preflight command's pass goes to
-/// [`super::checks::decide`].
-pub(super) struct CommandPass<'p, 'g> {
+/// [`crate::plan::rules::checks::decide`].
+pub(in crate::plan) struct CommandPass<'p, 'g> {
     /// The snapshot, the policy and the time.
-    pub(super) inputs: &'p Inputs<'p>,
+    pub(in crate::plan) inputs: &'p Inputs<'p>,
     /// What the pass found missing (controllers asked about without a probe result).
-    pub(super) gaps: &'p mut Gaps<'g>,
+    pub(in crate::plan) gaps: &'p mut Gaps<'g>,
     /// What the pass decided so far: signals, holds, requeues.
-    pub(super) decision: &'p mut Decision,
+    pub(in crate::plan) decision: &'p mut Decision,
     /// The run the command belongs to.
-    pub(super) run: &'p RunIdentity,
+    pub(in crate::plan) run: &'p RunIdentity,
     /// The command, resolved from its frozen copy.
-    pub(super) command: Command<'p>,
+    pub(in crate::plan) command: Command<'p>,
     /// The command's status, changed in place.
-    pub(super) status: &'p mut PlanCommandStatus,
+    pub(in crate::plan) status: &'p mut PlanCommandStatus,
     /// How descriptions name the command: `command <index> (<kind>)`.
-    pub(super) label: String,
+    pub(in crate::plan) label: String,
     /// The run's windows, compiled for this pass (none for a rollback).
-    pub(super) windows: &'p super::window::RunSchedule<'p>,
+    pub(in crate::plan) windows: &'p crate::plan::rules::window::RunSchedule<'p>,
 }
 
 impl CommandPass<'_, '_> {
     /// Signal the named pending targets of a group. Every target's platform is checked
     /// first; if one has none, it becomes `MissingPlatform`, nothing is signalled, and
     /// `false` tells the caller to decide again (the failure policy now counts it).
-    pub(super) fn signal_target(&mut self, group: Group, names: &[String]) -> bool {
+    pub(in crate::plan) fn signal_target(&mut self, group: Group, names: &[String]) -> bool {
         let (inputs, run, command) = (self.inputs, self.run, self.command);
         let index = self.status.id;
         let kind = command.object_kind(group);
@@ -124,7 +124,11 @@ fn signal_bytes(data: &SignalData) -> usize {
 }
 
 /// Move a target to `state` as of this pass (a no-op when it is already there).
-pub(super) fn set_state(target: &mut TargetStatus, state: TargetState, inputs: &Inputs<'_>) {
+pub(in crate::plan) fn set_state(
+    target: &mut TargetStatus,
+    state: TargetState,
+    inputs: &Inputs<'_>,
+) {
     if target.state != state {
         target.state = state;
         target.last_updated_timestamp = Time(inputs.stamp);
@@ -133,7 +137,11 @@ pub(super) fn set_state(target: &mut TargetStatus, state: TargetState, inputs: &
 
 /// End a command in a failure state with a description. The hold reason goes (nothing is
 /// waited for any more); `notReadySince` stays only as the evidence of `InconsistentTargets`.
-pub(super) fn end(status: &mut PlanCommandStatus, state: PlanStateType, description: String) {
+pub(in crate::plan) fn end(
+    status: &mut PlanCommandStatus,
+    state: PlanStateType,
+    description: String,
+) {
     status.state = state;
     status.description = Some(description);
     status.reason = None;
@@ -143,7 +151,7 @@ pub(super) fn end(status: &mut PlanCommandStatus, state: PlanStateType, descript
 }
 
 /// Nothing holds the command any more.
-pub(super) fn release_hold(status: &mut PlanCommandStatus) {
+pub(in crate::plan) fn release_hold(status: &mut PlanCommandStatus) {
     status.reason = None;
     status.not_ready_since = None;
 }
