@@ -472,8 +472,6 @@ const PLAN_LEVELS: [&str; 3] = ["model", "rules", "driver"];
 const KNOWN_UPWARD: &[&str] = &[
     "plan::rules::checks -> plan::driver::progress",
     "plan::rules::gates -> plan::driver::progress",
-    "plan::rules::prestage -> plan::driver::progress",
-    "plan::rules::waves -> plan::driver::progress",
 ];
 
 /// The level of a module of the engine crate in [`PLAN_LEVELS`] (`None`: outside them).

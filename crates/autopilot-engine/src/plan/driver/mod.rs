@@ -8,3 +8,4 @@ pub mod resolve;
 pub mod rollback;
 pub mod rollout;
 pub mod schedule;
+pub mod staging;

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::plan::model::command::{Command, Group, RunIdentity, targets_mut};
 use crate::plan::model::decision::{Decision, Effect, SignalTarget};
 use crate::plan::model::inputs::{Gaps, Inputs};
+use crate::plan::model::verdict::{CommandView, Hold, Verdict};
 
 /// Where one pass left a command.
 pub(in crate::plan) enum Outcome {
@@ -46,6 +47,42 @@ pub(in crate::plan) struct CommandPass<'p, 'g> {
 }
 
 impl CommandPass<'_, '_> {
+    /// The pass as the rules read it.
+    pub(in crate::plan) fn view(&self) -> CommandView<'_> {
+        CommandView {
+            inputs: self.inputs,
+            run: self.run,
+            command: self.command,
+            status: self.status,
+            label: &self.label,
+        }
+    }
+
+    /// Apply a rule's verdict: `None` for [`Verdict::Go`] (the pass goes on), otherwise
+    /// where it leaves the command.
+    pub(in crate::plan) fn apply(&mut self, verdict: Verdict) -> Option<Outcome> {
+        match verdict {
+            Verdict::Go => None,
+            Verdict::Hold(Hold { state, why, kind, until }) => {
+                let status = &mut *self.status;
+                status.state = state;
+                status.not_ready_since = None;
+                status.reason = why;
+                if let Some(kind) = kind {
+                    self.decision.hold(status.id, kind);
+                }
+                if let Some(until) = until {
+                    self.decision.requeue_after(until);
+                }
+                Some(Outcome::Running)
+            }
+            Verdict::End { state, description } => {
+                end(self.status, state, description);
+                Some(Outcome::Ended)
+            }
+        }
+    }
+
     /// Signal the named pending targets of a group. Every target's platform is checked
     /// first; if one has none, it becomes `MissingPlatform`, nothing is signalled, and
     /// `false` tells the caller to decide again (the failure policy now counts it).

@@ -25,6 +25,7 @@ use crate::plan::model::phases::reasons;
 use crate::plan::model::text::cap_node_reason;
 use crate::plan::rules::gates::GateFailure;
 use crate::plan::rules::window::Closed;
+use crate::plan::rules::{soak, waves};
 
 /// Drive the run's commands in order. Returns the plan state the pass ends in, or `None`
 /// when the status is not one this machine can drive (left as it is).
@@ -357,10 +358,10 @@ impl CommandPass<'_, '_> {
         // Check 4: pre-staging: no node is signalled before every target staged the payload
         // (a pause holds it too, see `crate::plan::rules::prestage::may_stage`).
         match self.prestage() {
-            Some(crate::plan::rules::prestage::Staging::Held(outcome)) => {
+            Some(crate::plan::driver::staging::Staging::Held(outcome)) => {
                 return Decided::Done(outcome);
             }
-            Some(crate::plan::rules::prestage::Staging::Again) => return Decided::Again,
+            Some(crate::plan::driver::staging::Staging::Again) => return Decided::Again,
             None => {}
         }
         // Check 4b: a paused plan signals no new node.
@@ -456,10 +457,11 @@ impl CommandPass<'_, '_> {
         if !canaries_done {
             return self.signal_workers(Some(&canaries));
         }
-        if let Some(outcome) = self.soak(&canaries) {
+        if let Some(outcome) = self.apply(soak::canaries(&self.view(), &canaries)) {
             return Decided::Done(outcome);
         }
-        if let Some(outcome) = self.between_groups() {
+        let gates_open = self.gates_open();
+        if let Some(outcome) = self.apply(waves::between_groups(&self.view(), gates_open)) {
             return Decided::Done(outcome);
         }
         self.signal_workers(None)
@@ -557,7 +559,7 @@ impl CommandPass<'_, '_> {
     /// The canary workers: the first `limits.canary` worker targets by name (none when
     /// unset); with `groupBy`, those of the first group.
     fn canaries(&self) -> Vec<String> {
-        if let Some(names) = self.group_canaries() {
+        if let Some(names) = waves::group_canaries(&self.view()) {
             return names;
         }
         let mut names: Vec<String> = targets(self.status, self.command, Group::Workers)
@@ -567,71 +569,6 @@ impl CommandPass<'_, '_> {
         names.sort_unstable();
         names.truncate(self.command.canary());
         names
-    }
-
-    /// The canaries completed: hold the other workers until the canaries have stayed Ready
-    /// for the soak, counted from the last canary's completion. A canary that is not Ready
-    /// during the soak ends the command (no other worker was touched). `None` once the soak
-    /// passed (or there is none): the other workers go.
-    ///
-    /// The soak has passed once any other worker left `SignalPending`, so a leader change
-    /// after the soak never soaks again.
-    fn soak(&mut self, canaries: &[String]) -> Option<Outcome> {
-        let (inputs, command) = (self.inputs, self.command);
-        let soak = command.soak();
-        if canaries.is_empty() || soak.is_zero() {
-            return None;
-        }
-        let workers = targets(self.status, command, Group::Workers);
-        let others_started = workers
-            .iter()
-            .any(|t| !canaries.contains(&t.name) && t.state != TargetState::SignalPending);
-        let others_left = workers.iter().any(|t| !canaries.contains(&t.name));
-        if others_started || !others_left {
-            return None;
-        }
-        let objects = inputs.objects(command.object_kind(Group::Workers));
-        let soaking: Vec<&TargetStatus> =
-            workers.iter().filter(|t| canaries.contains(&t.name)).collect();
-        let (until, remaining) = match crate::plan::rules::soak::clock(
-            soak,
-            &soaking,
-            objects,
-            inputs.now,
-            inputs.stamp,
-        ) {
-            crate::plan::rules::soak::Soak::Over => return None,
-            crate::plan::rules::soak::Soak::NotReady(canary) => {
-                let kind = command.object_kind(Group::Workers);
-                let name = &canary.name;
-                end(
-                    self.status,
-                    PlanStateType::ApplyFailed,
-                    format!(
-                        "{label}: canary {kind} {name} is not Ready during its soak of {}; \
-                             no other worker was signalled",
-                        duration::format(soak),
-                        label = self.label,
-                    ),
-                );
-                return Some(Outcome::Ended);
-            }
-            crate::plan::rules::soak::Soak::Hold { until, remaining } => (until, remaining),
-        };
-        let status = &mut *self.status;
-        status.state = PlanStateType::SchedulableWait;
-        status.not_ready_since = None;
-        status.reason = Some(format!(
-            "soaking: canary worker(s) {} completed; the other workers follow if they stay \
-             Ready for {} (until {until})",
-            canaries.join(", "),
-            duration::format(soak)
-        ));
-        self.decision.hold(status.id, reasons::CANARY_SOAKING);
-        if let Some(remaining) = remaining {
-            self.decision.requeue_after(remaining);
-        }
-        Some(Outcome::Running)
     }
 
     /// Every object of `group`'s kind still working on another signal this Plan wrote (an
@@ -889,7 +826,7 @@ impl CommandPass<'_, '_> {
     /// signal take slots too, and are not signalled until they finished.
     fn signal_workers(&mut self, only: Option<&[String]>) -> Decided {
         let command = self.command;
-        let wave = self.wave();
+        let wave = waves::wave(&self.view());
         let group_size = wave.as_ref().map_or_else(
             || targets(self.status, command, Group::Workers).len(),
             |wave| wave.members.len(),
@@ -935,7 +872,8 @@ impl CommandPass<'_, '_> {
             {
                 // Which group goes (a gate run being judged names itself instead).
                 self.status.state = PlanStateType::SchedulableWait;
-                self.name_wave(wave);
+                self.status.reason = Some(wave.updating());
+                self.decision.hold(self.status.id, reasons::GROUP_UPDATING);
             }
             Some(_) | None => self.name_canaries(only),
         }

@@ -11,3 +11,4 @@ pub mod lookups;
 pub mod phases;
 pub mod selector;
 pub mod text;
+pub mod verdict;

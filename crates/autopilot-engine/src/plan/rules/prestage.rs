@@ -20,20 +20,18 @@
 //!
 //! [`keys::ANNOTATION_PRESTAGE`]: autopilot_api::keys::ANNOTATION_PRESTAGE
 
+use std::time::Duration;
+
 use autopilot_api::keys;
 use autopilot_api::prestage::{PrestageOutcome, PrestageRequest, PrestageState};
 use autopilot_api::signal::format_timestamp;
-use autopilot_api::v1beta2::{PlanStateType, TargetState, TargetStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use autopilot_api::v1beta2::{TargetState, TargetStatus};
 
 use autopilot_api::duration;
 
-use crate::plan::driver::progress::{CommandPass, Outcome, set_state};
-use crate::plan::model::command::{targets, targets_mut};
-use crate::plan::model::decision::{Effect, SignalTarget};
+use crate::plan::model::command::targets;
 use crate::plan::model::inputs::{Inputs, TargetObject};
-use crate::plan::model::phases::reasons;
-use crate::plan::model::text::cap_node_reason;
+use crate::plan::model::verdict::CommandView;
 
 /// Why the operator holds staging now (ask no further node), or `None`: a pause. The
 /// plan's `downloadWindow` is the other hold ([`crate::plan::rules::window::RunSchedule::download_gate`],
@@ -42,273 +40,137 @@ pub(in crate::plan) fn may_stage(inputs: &Inputs<'_>) -> Option<String> {
     inputs.steering.paused.then(|| format!("paused ({} annotation)", keys::ANNOTATION_PAUSED))
 }
 
-/// What [`CommandPass::prestage`] concluded when staging is not over.
-pub(in crate::plan) enum Staging {
-    /// The command waits for staging; the pass ends here.
-    Held(Outcome),
-    /// A target turned out to have no platform as it was about to be asked; it is now
-    /// failed and the failure policy must look again.
-    Again,
+/// Whether the command pre-stages and staging is not over: no target was signalled yet,
+/// and some target that has not failed is not `Staged`.
+pub(in crate::plan) fn staging_open(view: &CommandView<'_>) -> bool {
+    let command = view.command;
+    if command.prestage_limit(0).is_none() {
+        return false;
+    }
+    let all: Vec<&TargetStatus> =
+        command.groups().iter().flat_map(|&group| targets(view.status, command, group)).collect();
+    let signalled = all.iter().any(|t| match t.state {
+        TargetState::SignalSent | TargetState::SignalCompleted => true,
+        TargetState::SignalPending
+        | TargetState::SignalApplyFailed
+        | TargetState::MissingPlatform
+        | TargetState::MissingSignalNode => false,
+    });
+    !signalled
+        && all.iter().any(|t| !t.state.is_terminal() && t.prestage != Some(PrestageState::Staged))
 }
 
-impl CommandPass<'_, '_> {
-    /// Whether the command pre-stages and staging is not over: no target was signalled yet,
-    /// and some target that has not failed is not `Staged`.
-    pub(in crate::plan) fn staging_open(&self) -> bool {
-        let command = self.command;
-        if command.prestage_limit(0).is_none() {
-            return false;
-        }
-        let all: Vec<&TargetStatus> = command
-            .groups()
-            .iter()
-            .flat_map(|&group| targets(self.status, command, group))
-            .collect();
-        let signalled = all.iter().any(|t| match t.state {
-            TargetState::SignalSent | TargetState::SignalCompleted => true,
-            TargetState::SignalPending
-            | TargetState::SignalApplyFailed
-            | TargetState::MissingPlatform
-            | TargetState::MissingSignalNode => false,
+/// The command's `staged` count (`<staged>/<targets>`) when it pre-stages.
+pub(in crate::plan) fn staged_count(view: &CommandView<'_>) -> Option<String> {
+    let command = view.command;
+    command.prestage_limit(0)?;
+    let (staged, all) = command
+        .groups()
+        .iter()
+        .flat_map(|&group| targets(view.status, command, group))
+        .fold((0, 0), |(staged, all), t| {
+            (staged + usize::from(t.prestage == Some(PrestageState::Staged)), all + 1)
         });
-        !signalled
-            && all
-                .iter()
-                .any(|t| !t.state.is_terminal() && t.prestage != Some(PrestageState::Staged))
-    }
+    Some(format!("{staged}/{all}"))
+}
 
-    /// Keep the command's `staged` count (`<staged>/<targets>`) when it pre-stages.
-    pub(in crate::plan) fn count_staged(&mut self) {
-        let command = self.command;
-        if command.prestage_limit(0).is_none() {
-            return;
-        }
-        let (staged, all) = command
-            .groups()
-            .iter()
-            .flat_map(|&group| targets(self.status, command, group))
-            .fold((0, 0), |(staged, all), t| {
-                (staged + usize::from(t.prestage == Some(PrestageState::Staged)), all + 1)
-            });
-        self.status.staged = Some(format!("{staged}/{all}"));
-    }
+/// What an asked target's object says this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::plan) enum Answer {
+    /// It staged the payload.
+    Staged,
+    /// It could not stage (or said nothing in time): the target fails, and why.
+    Failed(String),
+    /// No answer yet; look again within this long (`None`: the deadline never runs out).
+    Waiting(Option<Duration>),
+}
 
-    /// Read back what the asked nodes report, and fail those past the deadline: a `Staged`
-    /// report stages the target; a `Failed` one, a report that cannot be read, or no answer
-    /// within the command's progress deadline (from when it was asked) fails it.
-    pub(in crate::plan) fn read_back_staging(&mut self) {
-        if !self.staging_open() {
-            return;
-        }
-        let (inputs, run, command) = (self.inputs, self.run, self.command);
-        let index = self.status.id;
-        let deadline = command.progress_timeout(inputs.policy.node_progress_timeout);
-        for &group in command.groups() {
-            let objects = inputs.objects(command.object_kind(group));
-            let Some(group_targets) = targets_mut(self.status, command, group) else { continue };
-            for target in group_targets.iter_mut().filter(|t| {
-                t.state == TargetState::SignalPending
-                    && t.prestage == Some(PrestageState::Requested)
-            }) {
-                let Some(object) = objects.get(&target.name) else { continue };
-                let seen = object.prestage();
-                if let Some(report) = seen.report.as_ref().filter(|r| r.is_for(&run.run_id, index))
-                {
-                    match report.outcome {
-                        PrestageOutcome::Staged => {
-                            target.prestage = Some(PrestageState::Staged);
-                            target.last_updated_timestamp = Time(inputs.stamp);
-                            target.reason = None;
-                            continue;
-                        }
-                        PrestageOutcome::Failed => {
-                            let why = report.reason.as_deref().unwrap_or("no reason given");
-                            fail(target, &format!("could not stage the payload: {why}"), inputs);
-                            continue;
-                        }
-                    }
-                }
-                if let Some(problem) = &seen.report_problem {
-                    fail(
-                        target,
-                        &format!("its pre-staging report cannot be read: {problem}"),
-                        inputs,
-                    );
-                    continue;
-                }
-                let elapsed = inputs.now.duration_since(target.last_updated_timestamp.0);
-                // A deadline too long to represent never runs out.
-                let remaining = jiff::SignedDuration::try_from(deadline)
-                    .ok()
-                    .and_then(|deadline| deadline.checked_sub(elapsed));
-                match remaining {
-                    Some(remaining) if !remaining.is_positive() => {
-                        let why = format!(
-                            "did not report the payload staged within {}",
-                            duration::format(deadline)
-                        );
-                        fail(target, &why, inputs);
-                    }
-                    Some(remaining) => {
-                        if let Ok(remaining) = std::time::Duration::try_from(remaining) {
-                            self.decision.requeue_after(remaining);
-                        }
-                    }
-                    None => {}
-                }
+/// Judge the answer of an asked target (`Requested`) from its object: a `Staged` report
+/// stages it; a `Failed` one, a report that cannot be read, or no answer within the
+/// command's progress `deadline` (from when it was asked) fails it.
+pub(in crate::plan) fn answer(
+    view: &CommandView<'_>,
+    target: &TargetStatus,
+    object: &TargetObject,
+    deadline: Duration,
+) -> Answer {
+    let seen = object.prestage();
+    if let Some(report) =
+        seen.report.as_ref().filter(|r| r.is_for(&view.run.run_id, view.status.id))
+    {
+        return match report.outcome {
+            PrestageOutcome::Staged => Answer::Staged,
+            PrestageOutcome::Failed => {
+                let why = report.reason.as_deref().unwrap_or("no reason given");
+                Answer::Failed(format!("could not stage the payload: {why}"))
             }
-        }
+        };
     }
-
-    /// Staging, once the failure policy, the abort and the pause had their say: `None` when
-    /// staging is over (the command signals nodes as usual). Otherwise ask more targets (up
-    /// to `prestageConcurrent` asked and unanswered at once; controllers, then workers, in
-    /// name order) while [`may_stage`] allows, ask again any asked target whose object does
-    /// not carry the request, and hold the command naming what it waits for.
-    pub(in crate::plan) fn prestage(&mut self) -> Option<Staging> {
-        if !self.staging_open() {
-            return None;
-        }
-        let holds = self.staging_hold();
-        let free = if holds.is_some() { 0 } else { self.free_asks() };
-        let asking = self.ask_to_stage(free);
-        if asking.missing_platform {
-            return Some(Staging::Again);
-        }
-        if asking.asked_now {
-            // Their deadline starts now (see `read_back_staging`).
-            let deadline = self.command.progress_timeout(self.inputs.policy.node_progress_timeout);
-            self.decision.requeue_after(deadline);
-        }
-        self.decision.signals.extend(asking.effects);
-        self.count_staged();
-        self.hold_for_staging(holds.as_deref());
-        Some(Staging::Held(Outcome::Running))
+    if let Some(problem) = &seen.report_problem {
+        return Answer::Failed(format!("its pre-staging report cannot be read: {problem}"));
     }
-
-    /// Why staging asks no further node now ([`may_stage`], then the closed
-    /// `downloadWindow`, whose opening is requeued for), or `None`.
-    fn staging_hold(&mut self) -> Option<String> {
-        let inputs = self.inputs;
-        may_stage(inputs).or_else(|| {
-            let closed = self.windows.download_gate(inputs.now).err()?;
-            if let Some(wait) = closed.wait_from(inputs.now) {
-                self.decision.requeue_after(wait);
-            }
-            Some(closed.reason())
-        })
-    }
-
-    /// How many more targets may be asked now: `prestageConcurrent` (default: all, at least
-    /// one) less the targets asked and unanswered.
-    fn free_asks(&self) -> usize {
-        let command = self.command;
-        let all = command.groups().iter().map(|&g| targets(self.status, command, g).len()).sum();
-        let limit = command.prestage_limit(all).unwrap_or(all).max(1);
-        let asked = command
-            .groups()
-            .iter()
-            .flat_map(|&group| targets(self.status, command, group))
-            .filter(|t| !t.state.is_terminal() && t.prestage == Some(PrestageState::Requested))
-            .count();
-        limit.saturating_sub(asked)
-    }
-
-    /// The request this command's targets are asked to stage with, stamped now.
-    fn prestage_request(&self) -> PrestageRequest {
-        PrestageRequest {
-            plan_id: self.run.plan_id.clone(),
-            run_id: self.run.run_id.clone(),
-            command: self.status.id,
-            asked: format_timestamp(self.inputs.stamp),
-        }
-    }
-
-    /// Ask up to `free` pending targets that were not asked yet (controllers, then workers,
-    /// in name order), and ask again every asked target whose object does not carry the
-    /// request. A target without a platform becomes `MissingPlatform` instead.
-    fn ask_to_stage(&mut self, mut free: usize) -> Asking {
-        let (inputs, command) = (self.inputs, self.command);
-        let request = self.prestage_request();
-        let mut asking = Asking::default();
-        for &group in command.groups() {
-            let kind = command.object_kind(group);
-            let objects = inputs.objects(kind);
-            let Some(group_targets) = targets_mut(self.status, command, group) else { continue };
-            let mut order: Vec<usize> = (0..group_targets.len()).collect();
-            order.sort_by(|&a, &b| group_targets[a].name.cmp(&group_targets[b].name));
-            for at in order {
-                let target = &mut group_targets[at];
-                if target.state != TargetState::SignalPending {
-                    continue;
-                }
-                // Read-back marks a target without an object; nothing to ask then.
-                let Some(object) = objects.get(&target.name) else { continue };
-                match target.prestage {
-                    None if free > 0 => {
-                        if let Err(why) = command.platform_entry(object) {
-                            set_state(target, TargetState::MissingPlatform, inputs);
-                            target.reason = Some(why);
-                            asking.missing_platform = true;
-                            continue;
-                        }
-                        free -= 1;
-                        asking.asked_now = true;
-                        target.prestage = Some(PrestageState::Requested);
-                        target.last_updated_timestamp = Time(inputs.stamp);
-                    }
-                    None | Some(PrestageState::Staged | PrestageState::Failed) => continue,
-                    Some(PrestageState::Requested) => {}
-                }
-                // Crash safety: the status says the node was asked; its object must carry
-                // the request (lost between the status write and the annotation write, or
-                // to a conflict): ask again, identically but for the time.
-                if !carries(object, &request) {
-                    let target = SignalTarget { kind, name: target.name.clone() };
-                    asking.effects.push(Effect::Prestage { target, request: request.clone() });
-                }
-            }
-        }
-        asking
-    }
-
-    /// Hold the command in `SchedulableWait`, naming the targets staging waits for and,
-    /// when staging asks no further node, why.
-    fn hold_for_staging(&mut self, holds: Option<&str>) {
-        let command = self.command;
-        let waiting: Vec<&str> = command
-            .groups()
-            .iter()
-            .flat_map(|&group| targets(self.status, command, group))
-            .filter(|t| !t.state.is_terminal() && t.prestage != Some(PrestageState::Staged))
-            .map(|t| t.name.as_str())
-            .collect();
-        let staged = self.status.staged.clone().unwrap_or_default();
-        let detail = staging_detail(&staged, &waiting, holds);
-        let status = &mut *self.status;
-        status.state = PlanStateType::SchedulableWait;
-        status.not_ready_since = None;
-        let steady = "pre-staging: no node is signalled before every target staged".to_owned();
-        self.decision.hold_steady(status, reasons::PRESTAGING, steady, &detail);
+    let elapsed = view.inputs.now.duration_since(target.last_updated_timestamp.0);
+    // A deadline too long to represent never runs out.
+    let remaining = jiff::SignedDuration::try_from(deadline)
+        .ok()
+        .and_then(|deadline| deadline.checked_sub(elapsed));
+    match remaining {
+        Some(remaining) if !remaining.is_positive() => Answer::Failed(format!(
+            "did not report the payload staged within {}",
+            duration::format(deadline)
+        )),
+        Some(remaining) => Answer::Waiting(Duration::try_from(remaining).ok()),
+        None => Answer::Waiting(None),
     }
 }
 
-/// What [`CommandPass::ask_to_stage`] did.
-#[derive(Default)]
-struct Asking {
-    /// A target about to be asked has no platform (it is now `MissingPlatform`).
-    missing_platform: bool,
-    /// Some target was asked for the first time in this pass.
-    asked_now: bool,
-    /// The annotations to write: the asked targets whose objects do not carry the request.
-    effects: Vec<Effect>,
+/// How many more targets may be asked now: `prestageConcurrent` (default: all, at least
+/// one) less the targets asked and unanswered.
+pub(in crate::plan) fn free_asks(view: &CommandView<'_>) -> usize {
+    let command = view.command;
+    let all = command.groups().iter().map(|&g| targets(view.status, command, g).len()).sum();
+    let limit = command.prestage_limit(all).unwrap_or(all).max(1);
+    let asked = command
+        .groups()
+        .iter()
+        .flat_map(|&group| targets(view.status, command, group))
+        .filter(|t| !t.state.is_terminal() && t.prestage == Some(PrestageState::Requested))
+        .count();
+    limit.saturating_sub(asked)
+}
+
+/// The request this command's targets are asked to stage with, stamped now.
+pub(in crate::plan) fn request(view: &CommandView<'_>) -> PrestageRequest {
+    PrestageRequest {
+        plan_id: view.run.plan_id.clone(),
+        run_id: view.run.run_id.clone(),
+        command: view.status.id,
+        asked: format_timestamp(view.inputs.stamp),
+    }
 }
 
 /// Whether a target's object carries `request` (the same plan, run and command).
-fn carries(object: &TargetObject, request: &PrestageRequest) -> bool {
+pub(in crate::plan) fn carries(object: &TargetObject, request: &PrestageRequest) -> bool {
     object.prestage().request.as_ref().is_some_and(|r| {
         r.plan_id == request.plan_id && r.run_id == request.run_id && r.command == request.command
     })
+}
+
+/// What the held command says: the steady part (its Event's) and the detail, `<staged>
+/// staged, waiting for <up to five names>[ and <n> more]`, and why no further node is
+/// asked (`holds`), if so.
+pub(in crate::plan) fn waiting(view: &CommandView<'_>, holds: Option<&str>) -> (String, String) {
+    let command = view.command;
+    let waiting: Vec<&str> = command
+        .groups()
+        .iter()
+        .flat_map(|&group| targets(view.status, command, group))
+        .filter(|t| !t.state.is_terminal() && t.prestage != Some(PrestageState::Staged))
+        .map(|t| t.name.as_str())
+        .collect();
+    let staged = view.status.staged.clone().unwrap_or_default();
+    let steady = "pre-staging: no node is signalled before every target staged".to_owned();
+    (steady, staging_detail(&staged, &waiting, holds))
 }
 
 /// The held command's detail: `<staged> staged, waiting for <up to five names>[ and <n>
@@ -324,12 +186,4 @@ fn staging_detail(staged: &str, waiting: &[&str], holds: Option<&str>) -> String
         detail.push_str(&format!("; asking no further node: {why}"));
     }
     detail
-}
-
-/// The target could not stage: it fails with `why` (capped, it may quote the node).
-fn fail(target: &mut TargetStatus, why: &str, inputs: &Inputs<'_>) {
-    set_state(target, TargetState::SignalApplyFailed, inputs);
-    target.prestage = Some(PrestageState::Failed);
-    target.phase = None;
-    target.reason = Some(cap_node_reason(why));
 }

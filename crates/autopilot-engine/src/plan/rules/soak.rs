@@ -1,15 +1,20 @@
 //! The one soak clock (canaries before the other workers, a group before the next): a pure
-//! verdict from the soaking nodes' targets, their objects and the pass's time. Callers word
-//! the hold and the failure; the clock itself writes nothing.
+//! verdict from the soaking nodes' targets, their objects and the pass's time ([`clock`]).
+//! The canaries' soak ([`canaries`]) and the soak between groups
+//! (`crate::plan::rules::waves`) word the hold and the failure; nothing here writes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autopilot_api::duration;
 use autopilot_api::signal::format_timestamp;
-use autopilot_api::v1beta2::TargetStatus;
+use autopilot_api::v1beta2::{PlanStateType, TargetState, TargetStatus};
 use jiff::Timestamp;
 
+use crate::plan::model::command::{Group, targets};
 use crate::plan::model::inputs::TargetObject;
+use crate::plan::model::phases::reasons;
+use crate::plan::model::verdict::{CommandView, Hold, Verdict};
 
 /// What the soak says this pass.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,6 +63,60 @@ pub(in crate::plan) fn clock<'t>(
             |at| format_timestamp(Timestamp::from_second(at.as_second()).unwrap_or(at)),
         );
     Soak::Hold { until, remaining }
+}
+
+/// The canaries completed: hold the other workers until the canaries have stayed Ready for
+/// the soak, counted from the last canary's completion. A canary that is not Ready during
+/// the soak ends the command (no other worker was touched). [`Verdict::Go`] once the soak
+/// passed (or there is none): the other workers go.
+///
+/// The soak has passed once any other worker left `SignalPending`, so a leader change after
+/// the soak never soaks again.
+pub(in crate::plan) fn canaries(view: &CommandView<'_>, canaries: &[String]) -> Verdict {
+    let (inputs, command) = (view.inputs, view.command);
+    let soak = command.soak();
+    if canaries.is_empty() || soak.is_zero() {
+        return Verdict::Go;
+    }
+    let workers = targets(view.status, command, Group::Workers);
+    let others_started = workers
+        .iter()
+        .any(|t| !canaries.contains(&t.name) && t.state != TargetState::SignalPending);
+    let others_left = workers.iter().any(|t| !canaries.contains(&t.name));
+    if others_started || !others_left {
+        return Verdict::Go;
+    }
+    let objects = inputs.objects(command.object_kind(Group::Workers));
+    let soaking: Vec<&TargetStatus> =
+        workers.iter().filter(|t| canaries.contains(&t.name)).collect();
+    let (until, remaining) = match clock(soak, &soaking, objects, inputs.now, inputs.stamp) {
+        Soak::Over => return Verdict::Go,
+        Soak::NotReady(canary) => {
+            let kind = command.object_kind(Group::Workers);
+            return Verdict::End {
+                state: PlanStateType::ApplyFailed,
+                description: format!(
+                    "{label}: canary {kind} {name} is not Ready during its soak of {}; no other \
+                     worker was signalled",
+                    duration::format(soak),
+                    label = view.label,
+                    name = canary.name,
+                ),
+            };
+        }
+        Soak::Hold { until, remaining } => (until, remaining),
+    };
+    Verdict::Hold(Hold {
+        state: PlanStateType::SchedulableWait,
+        why: Some(format!(
+            "soaking: canary worker(s) {} completed; the other workers follow if they stay Ready \
+             for {} (until {until})",
+            canaries.join(", "),
+            duration::format(soak)
+        )),
+        kind: Some(reasons::CANARY_SOAKING),
+        until: remaining,
+    })
 }
 
 #[cfg(test)]

@@ -19,9 +19,10 @@
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{PlanStateType, TargetState, TargetStatus};
 
-use crate::plan::driver::progress::{CommandPass, Outcome, end};
 use crate::plan::model::command::{Group, targets};
 use crate::plan::model::phases::reasons;
+use crate::plan::model::verdict::{CommandView, Hold, Verdict};
+use crate::plan::rules::soak::{Soak, clock};
 
 /// How the status names a group: `<key>=<value>`, or `without <key>` for the workers that
 /// had no such label.
@@ -70,192 +71,171 @@ impl Wave {
     }
 }
 
-impl CommandPass<'_, '_> {
-    /// The current wave of a command with `groupBy`: the first group (in order) with a
-    /// worker that is not done. `None` without `groupBy` or once every worker is done.
-    pub(in crate::plan) fn wave(&self) -> Option<Wave> {
-        let key = self.command.group_by()?;
-        let workers = targets(self.status, self.command, Group::Workers);
-        let order = group_order(workers);
-        let members = |group: Option<&str>| -> Vec<&TargetStatus> {
-            workers.iter().filter(|t| t.group.as_deref() == group).collect()
-        };
-        let position = order
-            .iter()
-            .position(|&group| members(group).iter().any(|t| !t.state.is_terminal()))?;
-        let group = order[position];
-        let current = members(group);
-        let names = |targets: &[&TargetStatus]| targets.iter().map(|t| t.name.clone()).collect();
-        Some(Wave {
-            key: key.to_owned(),
-            group: group.map(str::to_owned),
-            position,
-            count: order.len(),
-            members: names(&current),
-            started: current.iter().any(|t| t.state != TargetState::SignalPending),
-            previous: position.checked_sub(1).map(|before| {
-                let group = order[before];
-                (group.map(str::to_owned), names(&members(group)))
-            }),
+/// The current wave of a command with `groupBy`: the first group (in order) with a worker
+/// that is not done. `None` without `groupBy` or once every worker is done.
+pub(in crate::plan) fn wave(view: &CommandView<'_>) -> Option<Wave> {
+    let key = view.command.group_by()?;
+    let workers = targets(view.status, view.command, Group::Workers);
+    let order = group_order(workers);
+    let members = |group: Option<&str>| -> Vec<&TargetStatus> {
+        workers.iter().filter(|t| t.group.as_deref() == group).collect()
+    };
+    let position =
+        order.iter().position(|&group| members(group).iter().any(|t| !t.state.is_terminal()))?;
+    let group = order[position];
+    let current = members(group);
+    let names = |targets: &[&TargetStatus]| targets.iter().map(|t| t.name.clone()).collect();
+    Some(Wave {
+        key: key.to_owned(),
+        group: group.map(str::to_owned),
+        position,
+        count: order.len(),
+        members: names(&current),
+        started: current.iter().any(|t| t.state != TargetState::SignalPending),
+        previous: position.checked_sub(1).map(|before| {
+            let group = order[before];
+            (group.map(str::to_owned), names(&members(group)))
+        }),
+    })
+}
+
+/// The canary workers with `groupBy`: the first `limits.canary` workers by name of the
+/// first group (at most the whole group), so the canaries never span two groups.
+pub(in crate::plan) fn group_canaries(view: &CommandView<'_>) -> Option<Vec<String>> {
+    view.command.group_by()?;
+    let workers = targets(view.status, view.command, Group::Workers);
+    let first = group_order(workers).first().copied();
+    let mut names: Vec<String> = workers
+        .iter()
+        .filter(|t| first.is_some_and(|first| t.group.as_deref() == first))
+        .map(|t| t.name.clone())
+        .collect();
+    names.sort_unstable();
+    names.truncate(view.command.canary());
+    Some(names)
+}
+
+/// Between two groups: before the first worker of a group other than the first is
+/// signalled, the gates of the last one must have passed (`gates_open` is whether a gate
+/// run is still open) and its workers must have stayed Ready for `betweenGroups.soak` since
+/// its last completion. [`Verdict::Go`] when the current group may go (or there are no
+/// groups); otherwise held, or ended because a worker of the soaking group failed or is not
+/// Ready.
+pub(in crate::plan) fn between_groups(view: &CommandView<'_>, gates_open: bool) -> Verdict {
+    let Some(wave) = wave(view) else { return Verdict::Go };
+    let Some((previous, previous_members)) = wave.previous.clone() else { return Verdict::Go };
+    if wave.started {
+        return Verdict::Go;
+    }
+    let previous_name = group_name(&wave.key, previous.as_deref());
+    // Check 0: a group with a failed worker is where the rollout stops, even within
+    // `limits.maxFailures` (which lets the rest of that group go on): the next failure
+    // domain is not touched after one failed.
+    if let Some(ended) = stop_after_failed_group(view, &wave, &previous_name, &previous_members) {
+        return ended;
+    }
+    // Check 1: the last group's gates (a gate run holds its nodes' slots; the next group
+    // waits for them like the next wave of `after: batch`). The gates' own reason names
+    // what they wait for.
+    if gates_open {
+        return Verdict::Hold(Hold::quiet());
+    }
+    // Check 2: the soak between groups.
+    soak_between_groups(view, &wave, &previous_name, &previous_members)
+}
+
+/// Check 0 of [`between_groups`]: when a worker of the previous group failed, end the
+/// command `ApplyFailed` naming them; `None` otherwise.
+fn stop_after_failed_group(
+    view: &CommandView<'_>,
+    wave: &Wave,
+    previous_name: &str,
+    previous_members: &[String],
+) -> Option<Verdict> {
+    let (command, kind) = (view.command, view.command.object_kind(Group::Workers));
+    let failed: Vec<String> = targets(view.status, command, Group::Workers)
+        .iter()
+        .filter(|t| previous_members.contains(&t.name) && t.state.is_failure())
+        .map(|t| {
+            let why = t.reason.as_deref().unwrap_or("no reason given");
+            format!("{kind} {} ({}): {why}", t.name, t.state)
         })
-    }
+        .collect();
+    (!failed.is_empty()).then(|| Verdict::End {
+        state: PlanStateType::ApplyFailed,
+        description: format!(
+            "{label}: group {previous_name} had {n} failed worker(s), so no worker of group \
+             {next} or later was signalled (a failure within limits.maxFailures lets its own \
+             group finish, never the next one start): {failed}",
+            label = view.label,
+            n = failed.len(),
+            next = wave.name(),
+            failed = failed.join("; "),
+        ),
+    })
+}
 
-    /// The canary workers with `groupBy`: the first `limits.canary` workers by name of the
-    /// first group (at most the whole group), so the canaries never span two groups.
-    pub(in crate::plan) fn group_canaries(&self) -> Option<Vec<String>> {
-        self.command.group_by()?;
-        let workers = targets(self.status, self.command, Group::Workers);
-        let first = group_order(workers).first().copied();
-        let mut names: Vec<String> = workers
-            .iter()
-            .filter(|t| first.is_some_and(|first| t.group.as_deref() == first))
-            .map(|t| t.name.clone())
-            .collect();
-        names.sort_unstable();
-        names.truncate(self.command.canary());
-        Some(names)
+/// Check 2 of [`between_groups`]: the soak between groups. [`Verdict::Go`] once the
+/// previous group's workers stayed Ready for `betweenGroups.soak` (or there is no soak);
+/// the command ends if one of them is not Ready, and is held soaking otherwise.
+fn soak_between_groups(
+    view: &CommandView<'_>,
+    wave: &Wave,
+    previous_name: &str,
+    previous_members: &[String],
+) -> Verdict {
+    let (inputs, command) = (view.inputs, view.command);
+    let soak = command.between_groups_soak();
+    if soak.is_zero() {
+        return Verdict::Go;
     }
-
-    /// Between two groups: before the first worker of a group other than the first is
-    /// signalled, the gates of the last one must have passed and its workers must have
-    /// stayed Ready for `betweenGroups.soak` since its last completion. `None` when the
-    /// current group may go (or there are no groups); otherwise where the pass leaves the
-    /// command: held, or ended because a worker of the soaking group is not Ready.
-    pub(in crate::plan) fn between_groups(&mut self) -> Option<Outcome> {
-        let wave = self.wave()?;
-        let (previous, previous_members) = wave.previous.clone()?;
-        if wave.started {
-            return None;
-        }
-        let previous_name = group_name(&wave.key, previous.as_deref());
-        // Check 0: a group with a failed worker is where the rollout stops, even within
-        // `limits.maxFailures` (which lets the rest of that group go on): the next failure
-        // domain is not touched after one failed.
-        if let Some(ended) = self.stop_after_failed_group(&wave, &previous_name, &previous_members)
-        {
-            return Some(ended);
-        }
-        // Check 1: the last group's gates (a gate run holds its nodes' slots; the next group
-        // waits for them like the next wave of `after: batch`). The gates' own reason names
-        // what they wait for.
-        if self.gates_open() {
-            crate::plan::driver::progress::release_hold(self.status);
-            self.status.state = PlanStateType::SchedulableWait;
-            return Some(Outcome::Running);
-        }
-        // Check 2: the soak between groups.
-        self.soak_between_groups(&wave, &previous_name, &previous_members)
-    }
-
-    /// Check 0 of [`Self::between_groups`]: when a worker of the previous group failed, end
-    /// the command `ApplyFailed` naming them (`Some(Outcome::Ended)`); `None` otherwise.
-    fn stop_after_failed_group(
-        &mut self,
-        wave: &Wave,
-        previous_name: &str,
-        previous_members: &[String],
-    ) -> Option<Outcome> {
-        let (command, kind) = (self.command, self.command.object_kind(Group::Workers));
-        let failed: Vec<String> = targets(self.status, command, Group::Workers)
-            .iter()
-            .filter(|t| previous_members.contains(&t.name) && t.state.is_failure())
-            .map(|t| {
-                let why = t.reason.as_deref().unwrap_or("no reason given");
-                format!("{kind} {} ({}): {why}", t.name, t.state)
-            })
-            .collect();
-        if !failed.is_empty() {
-            end(
-                self.status,
-                PlanStateType::ApplyFailed,
-                format!(
-                    "{label}: group {previous_name} had {n} failed worker(s), so no worker of \
-                     group {next} or later was signalled (a failure within limits.maxFailures \
-                     lets its own group finish, never the next one start): {failed}",
-                    label = self.label,
-                    n = failed.len(),
+    let workers = targets(view.status, command, Group::Workers);
+    let of_previous: Vec<&TargetStatus> =
+        workers.iter().filter(|t| previous_members.contains(&t.name)).collect();
+    let objects = inputs.objects(command.object_kind(Group::Workers));
+    let (until, remaining) = match clock(soak, &of_previous, objects, inputs.now, inputs.stamp) {
+        Soak::Over => return Verdict::Go,
+        Soak::NotReady(target) => {
+            let kind = command.object_kind(Group::Workers);
+            return Verdict::End {
+                state: PlanStateType::ApplyFailed,
+                description: format!(
+                    "{label}: {kind} {name} of group {previous_name} is not Ready during the \
+                     soak of {soak} between groups; no worker of group {next} or later was \
+                     signalled",
+                    label = view.label,
+                    name = target.name,
+                    soak = duration::format(soak),
                     next = wave.name(),
-                    failed = failed.join("; "),
                 ),
-            );
-            return Some(Outcome::Ended);
+            };
         }
-        None
-    }
-
-    /// Check 2 of [`Self::between_groups`]: the soak between groups. `None` once the
-    /// previous group's workers stayed Ready for `betweenGroups.soak` (or there is no soak);
-    /// the command ends if one of them is not Ready, and is held soaking otherwise.
-    fn soak_between_groups(
-        &mut self,
-        wave: &Wave,
-        previous_name: &str,
-        previous_members: &[String],
-    ) -> Option<Outcome> {
-        let (inputs, command) = (self.inputs, self.command);
-        let soak = command.between_groups_soak();
-        if soak.is_zero() {
-            return None;
-        }
-        let workers = targets(self.status, command, Group::Workers);
-        let of_previous: Vec<&TargetStatus> =
-            workers.iter().filter(|t| previous_members.contains(&t.name)).collect();
-        let objects = inputs.objects(command.object_kind(Group::Workers));
-        let (until, remaining) = match crate::plan::rules::soak::clock(
-            soak,
-            &of_previous,
-            objects,
-            inputs.now,
-            inputs.stamp,
-        ) {
-            crate::plan::rules::soak::Soak::Over => return None,
-            crate::plan::rules::soak::Soak::NotReady(target) => {
-                let kind = command.object_kind(Group::Workers);
-                end(
-                    self.status,
-                    PlanStateType::ApplyFailed,
-                    format!(
-                        "{label}: {kind} {name} of group {previous_name} is not Ready during \
-                             the soak of {soak} between groups; no worker of group {next} or \
-                             later was signalled",
-                        label = self.label,
-                        name = target.name,
-                        soak = duration::format(soak),
-                        next = wave.name(),
-                    ),
-                );
-                return Some(Outcome::Ended);
-            }
-            crate::plan::rules::soak::Soak::Hold { until, remaining } => (until, remaining),
-        };
-        let status = &mut *self.status;
-        status.state = PlanStateType::SchedulableWait;
-        status.not_ready_since = None;
-        status.reason = Some(format!(
+        Soak::Hold { until, remaining } => (until, remaining),
+    };
+    Verdict::Hold(Hold {
+        state: PlanStateType::SchedulableWait,
+        why: Some(format!(
             "soaking: group {previous_name} completed; group {next} ({position} of {count}) \
              follows if the workers of {previous_name} stay Ready for {soak} (until {until})",
             next = wave.name(),
             position = wave.position + 1,
             count = wave.count,
             soak = duration::format(soak),
-        ));
-        self.decision.hold(status.id, reasons::GROUP_SOAKING);
-        if let Some(remaining) = remaining {
-            self.decision.requeue_after(remaining);
-        }
-        Some(Outcome::Running)
-    }
+        )),
+        kind: Some(reasons::GROUP_SOAKING),
+        until: remaining,
+    })
+}
 
-    /// Say which group the command works on (nothing without groups): `updating group
-    /// <name> (<n> of <count>)`.
-    pub(in crate::plan) fn name_wave(&mut self, wave: &Wave) {
-        let status = &mut *self.status;
-        status.reason = Some(format!(
+impl Wave {
+    /// What the command's `reason` says while this group goes: `updating group <name>
+    /// (<n> of <count>)`.
+    pub(in crate::plan) fn updating(&self) -> String {
+        format!(
             "updating group {} ({} of {}); the later groups wait for it",
-            wave.name(),
-            wave.position + 1,
-            wave.count
-        ));
-        self.decision.hold(status.id, reasons::GROUP_UPDATING);
+            self.name(),
+            self.position + 1,
+            self.count
+        )
     }
 }
