@@ -471,7 +471,6 @@ const PLAN_LEVELS: [&str; 3] = ["model", "rules", "driver"];
 /// driver's pass in place. Convert one to a verdict, and remove it here.
 const KNOWN_UPWARD: &[&str] = &[
     "plan::rules::checks -> plan::driver::progress",
-    "plan::rules::gates -> plan::driver::progress",
 ];
 
 /// The level of a module of the engine crate in [`PLAN_LEVELS`] (`None`: outside them).
