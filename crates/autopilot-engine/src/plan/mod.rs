@@ -10,31 +10,39 @@
 //! two writes is repaired by the next pass, which re-sends the identical signal to a
 //! `SignalSent` target whose object does not carry it.
 //!
-//! - [`phases`]: the declared phase tables (phases, initial, terminal, allowed transitions)
-//!   that tests and docs read.
-//! - [`selector`]: label and field selectors, parsed strictly.
-//! - [`removed_apis`]: the removed-API table and the pre-check decision.
-//! - `payload` (private): which platform entries no node could verify, refused or warned
-//!   about at NewPlan (`Policy::allow_unverified_payloads`).
-//! - [`skew`]: the upgrade-path and version skew rules NewPlan judges a plan by.
-//! - [`rollout`]: a dry run of [`step`] over a spec on a snapshot (`k0s autopilot preview`).
-//! - [`resolve`]: ask, then step again: the one loop that looks up what a pass needs, for
-//!   the reconcile ([`resolve()`]) and the preview ([`resolve::run`]).
-//! - `inputs` and `decision` (private, their types re-exported here): what a pass reads (the
-//!   shell's [`PlanView`], [`Observed`] and [`Policy`]; the machine's `Inputs` and `Gaps`)
-//!   and what it decides ([`Transition`] with its [`Effect`]s and [`Needs`]; the machine's
-//!   `Decision`). Every other module imports them from there, so `plan/` has no import cycle.
-//! - [`step`] and [`removed_api_check_versions`]: the machine, and which versions' removed
-//!   APIs a pass over a plan may need. What a pass needs (controllers to probe, removed
-//!   APIs to look for), the pass itself says ([`Transition::needs`]).
+//! `plan/` is three levels; a module imports from its own level or a lower one, never a
+//! higher one (`cargo test -p xtask structure` fails otherwise, and on any import cycle):
+//!
+//! 1. `model/`, the words every rule shares: the command, its groups and targets, the run
+//!    (`command`); what a pass reads (the shell's [`PlanView`], [`Observed`] and [`Policy`];
+//!    the machine's `Inputs` and `Gaps`) and decides ([`Transition`] with its [`Effect`]s
+//!    and [`Needs`]; the machine's `Decision`); the lookups a pass asks for
+//!    ([`GateQuery`], [`RemovedApiUse`]); a rule's read-only view of one command's pass and
+//!    its verdict (`verdict`: go; hold, with why and until when; end, with state and
+//!    reason); the declared phase tables ([`phases`]), selectors ([`selector`]) and the
+//!    text the status shows.
+//! 2. `rules/`, each a pure function of the model that returns a verdict and never writes
+//!    the status: [`window`], waves, the one soak clock, [`gates`], pre-staging, version
+//!    [`skew`] (and [`spec_skew`] over a whole spec), the preflight commands' targets,
+//!    payload authentication, [`removed_apis`], target selection.
+//! 3. `driver/`, the one writer of a command's status and the one emitter of effects:
+//!    [`step`] (`machine`: one pass in numbered steps), NewPlan (`discovery`), the
+//!    scheduling of an update command (`schedule`, with its steps numbered in one order;
+//!    gates applied in `gating`, pre-staging in `staging`), a preflight command
+//!    (`preflight`), a rollback (`rollback`: a mode chosen once per pass, with its own
+//!    pass over each command), the status [`budget`], and the loops around [`step`]:
+//!    [`resolve`](mod@resolve) (ask, then step again: [`resolve()`] for the reconcile, [`resolve::run`]
+//!    for the preview) and [`rollout`] (a dry run over a spec on a snapshot, `k0s
+//!    autopilot preview`). [`removed_api_check_versions`] says which versions' removed
+//!    APIs a pass over a plan may need.
 
 mod driver;
 mod model;
 mod rules;
 
-pub use driver::{resolve, rollout};
+pub use driver::{budget, resolve, rollout};
 pub use model::{phases, selector};
-pub use rules::{budget, gates, removed_apis, skew, spec_skew, window};
+pub use rules::{gates, removed_apis, skew, spec_skew, window};
 
 #[cfg(test)]
 mod tests;

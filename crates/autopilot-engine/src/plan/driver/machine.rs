@@ -56,7 +56,7 @@ pub fn step(plan: PlanView<'_>, observed: &Observed<'_>, policy: &Policy) -> Tra
             .extend(crate::plan::rules::checks::stale_pods(&transition.status, observed));
     }
     // Whatever the pass did, the status it writes must fit (a refused write fails for ever).
-    crate::plan::rules::budget::fit(&mut transition.status, plan.generation, observed.now);
+    crate::plan::driver::budget::fit(&mut transition.status, plan.generation, observed.now);
     transition
 }
 

@@ -165,7 +165,7 @@ impl CommandPass<'_, '_> {
         //    platform when it is about to signal it marks the target failed and decides again
         //    (at most once per target).
         let outcome = if let Command::Preflight(preflight) = self.command {
-            crate::plan::rules::checks::decide(self, preflight)
+            crate::plan::driver::preflight::decide(self, preflight)
         } else {
             loop {
                 match self.decide(gate_failure.as_ref()) {

@@ -1,7 +1,6 @@
 //! The rules of a rollout: each a pure function of the model ([`super::model`]) that
 //! returns a verdict and never writes the status. The driver applies the verdicts.
 
-pub mod budget;
 pub mod checks;
 pub mod gates;
 pub mod payload;
