@@ -6,15 +6,13 @@
 //! are additionally safe against a stale or split-brain leader because every write carries a
 //! resourceVersion precondition.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{ControlNode, Plan};
-use autopilot_shell::events::Reporter;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
@@ -25,118 +23,11 @@ use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::{effect, observe};
-use autopilot_engine::plan::{self, Policy};
+use autopilot_engine::plan::Policy;
 use autopilot_engine::preflight::scheduler;
 use autopilot_engine::snapshot::{self, SlimNode};
-use autopilot_shell::events::EventPublisher;
 use autopilot_shell::leadership::Leadership;
 use autopilot_shell::watch::cached as cached_watch;
-
-/// Retry delay after a conflict (stale snapshot): the watch event that makes the snapshot
-/// fresh usually arrives within milliseconds and triggers a pass by itself.
-const CONFLICT_RETRY: Duration = Duration::from_millis(200);
-
-/// How long a written signal suppresses resends while the cache has not caught up. Watch
-/// events arrive in milliseconds; a much older entry means the signal was removed again
-/// before the cache saw it, and must be resent.
-const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
-
-/// How long into a leader term unfilled caches are expected (the first lists); after that a
-/// pass that finds one not filled warns, and comes back after this long instead of shortly.
-const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Errors of one reconcile pass.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Executing the decision failed.
-    #[error(transparent)]
-    Effect(#[from] effect::Error),
-    /// The removed-API pre-check could not run.
-    #[error(transparent)]
-    Observe(#[from] autopilot_shell::removed_apis::Error),
-    /// The engine's pass did not finish (its thread ended abnormally).
-    #[error("{0}")]
-    Engine(String),
-}
-
-/// The Plan engine: what each pass needs.
-#[derive(Clone)]
-pub struct Engine {
-    client: kube::Client,
-    /// Like `client` but without kube's automatic retry of 429 answers, which are how a
-    /// PodDisruptionBudget refuses an eviction: the drain must see them to back off and
-    /// report the blocking budget instead of hanging in retries.
-    eviction_client: kube::Client,
-    prober: autopilot_shell::probe::Prober,
-    policy: Policy,
-    instance: String,
-    metrics: crate::metrics::Metrics,
-    /// For `prometheus` gates (the system's trust roots; `http://` allowed).
-    http: autopilot_shell::https::HttpsClient,
-}
-
-struct Context {
-    engine: Engine,
-    plans: Api<Plan>,
-    control_nodes: Store<ControlNode>,
-    nodes: Store<SlimNode>,
-    /// `scheduler` check Pods (labelled with their run) and the ConfigMaps holding their
-    /// templates, in [`keys::NAMESPACE`].
-    check_pods: Store<Pod>,
-    pod_templates: Store<ConfigMap>,
-    events: EventPublisher,
-    /// Signals this engine wrote whose target the cache does not show yet, by target. A
-    /// resend decided on a cache that lags behind our own write would only lose a conflict,
-    /// so it is skipped; once the cache shows the signal (or after [`WRITTEN_MEMORY`]) the
-    /// entry is dropped, and a signal that later disappears from the object is resent as usual.
-    written: std::sync::Mutex<
-        BTreeMap<plan::SignalTarget, (autopilot_api::signal::SignalData, Instant)>,
-    >,
-    /// The nodes the drain finished draining, for the engine to record and move on.
-    handoff: crate::handoff::Handoff,
-    /// The retry delays of failed passes (see [`error_policy`]); reset by a pass that
-    /// completes.
-    errors: std::sync::Mutex<autopilot_api::backoff::Capped>,
-    /// The planner's views of the ControlNodes and Nodes, kept between passes.
-    views: std::sync::Mutex<Views>,
-    /// When this leader term's controller started (see [`CACHE_READY_TIMEOUT`]).
-    started: Instant,
-    /// This term's status writes: the last one, and a status decided but not written yet
-    /// (see [`pace::Pace`]).
-    status: std::sync::Mutex<StatusMemory>,
-    /// How fast a big status's progress is written.
-    pace: pace::Pace,
-}
-
-/// See [`Context::status`].
-#[derive(Default)]
-struct StatusMemory {
-    /// The status the last pass decided, when its write was deferred: the next pass starts
-    /// from it.
-    pending: Option<autopilot_api::v1beta2::PlanStatus>,
-    /// This term's last status write.
-    written: Option<Written>,
-}
-
-/// A status write of this term.
-struct Written {
-    /// The Plan's resourceVersion the write produced.
-    resource_version: Option<String>,
-    /// A hash of the status written (as JSON).
-    hash: u64,
-    /// The status's size as JSON: what paces the next write.
-    bytes: usize,
-    /// When.
-    at: Instant,
-}
-
-/// See [`Context::views`].
-#[derive(Default)]
-struct Views {
-    control_nodes: observe::View,
-    nodes: observe::View,
-}
 
 impl Engine {
     /// An engine acting with `client` (admin credentials) and probing controllers with the
@@ -335,46 +226,6 @@ impl Engine {
     }
 }
 
-/// The caches a pass reads (see [`Context`]).
-struct Stores {
-    control_nodes: Store<ControlNode>,
-    nodes: Store<SlimNode>,
-    check_pods: Store<Pod>,
-    pod_templates: Store<ConfigMap>,
-}
-
-impl Context {
-    /// The context of a leader term's passes: `engine`, the Plans' API and the caches.
-    fn new(
-        engine: Engine,
-        plans: Api<Plan>,
-        stores: Stores,
-        handoff: crate::handoff::Handoff,
-    ) -> Self {
-        let Stores { control_nodes, nodes, check_pods, pod_templates } = stores;
-        let reporter = Reporter {
-            controller: keys::FIELD_MANAGER.to_string(),
-            instance: engine.instance.clone(),
-        };
-        Self {
-            events: EventPublisher::start(engine.client.clone(), reporter, "plan"),
-            engine,
-            plans,
-            control_nodes,
-            nodes,
-            check_pods,
-            pod_templates,
-            written: std::sync::Mutex::new(BTreeMap::new()),
-            handoff,
-            errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
-            views: std::sync::Mutex::new(Views::default()),
-            started: Instant::now(),
-            status: std::sync::Mutex::new(StatusMemory::default()),
-            pace: pace::Pace::DEFAULT,
-        }
-    }
-}
-
 /// The caches of `scheduler` check Pods and their templates (only in the autopilot
 /// namespace), with the trigger streams that fill them.
 #[allow(clippy::type_complexity, reason = "two caches, each with the stream that fills it")]
@@ -543,9 +394,12 @@ fn config_map_fingerprint(config_map: &ConfigMap) -> u64 {
     hasher.finish()
 }
 
+mod context;
 mod pace;
 mod pass;
 
+use context::{Context, Stores};
+pub use context::{Engine, Error};
 use pass::{error_policy, reconcile};
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::{CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, Views, WRITTEN_MEMORY, pace};
+use super::context::{CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, Views, WRITTEN_MEMORY};
+use super::pace;
 use crate::{effect, observe};
 
 /// The caches a pass needs that the first list has not filled yet: the ControlNodes and
@@ -340,7 +341,7 @@ async fn record_status(
         match effect::write_status(&ctx.plans, plan, next).await {
             Ok(written) => {
                 ctx.status.lock().unwrap_or_else(PoisonError::into_inner).written =
-                    Some(super::Written {
+                    Some(super::context::Written {
                         resource_version: written.metadata.resource_version,
                         hash,
                         bytes,

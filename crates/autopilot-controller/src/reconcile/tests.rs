@@ -19,7 +19,9 @@ use kube::runtime::reflector;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use super::context::{CACHE_READY_TIMEOUT, CONFLICT_RETRY, StatusMemory, Views};
 use super::*;
+use autopilot_shell::events::{EventPublisher, Reporter};
 
 /// The fake API server: records every request; a Plan status write is answered with a new
 /// resourceVersion (or `409 Conflict` when `conflict` is set), a Node patch with the Node
