@@ -23,7 +23,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, bail, ensure};
 use autopilot_api::v1beta2::{
-    Concurrency, Plan, PlanCommand, PlanCommandK0sUpdate, PlanCommandTarget,
+    Concurrency, Plan, PlanCommand, PlanCommandK0sUpdate, PlanCommandRollout, PlanCommandTarget,
     PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector, PlanCommandTargetLimits,
     PlanCommandTargets, PlanResourceUrl, PlanSpec,
 };
@@ -288,15 +288,12 @@ fn plan(
         signature_url,
     };
     let update = PlanCommandK0sUpdate {
-        prestage: false,
-        prestage_concurrent: None,
-        gates: Vec::new(),
         drain: None,
         version: version.to_owned(),
         forceupdate: false,
         platforms: BTreeMap::from([(platform.to_owned(), entry)]),
         targets: PlanCommandTargets { controllers: Some(every(1)), workers: Some(every(1)) },
-        progress_timeout: None,
+        rollout: PlanCommandRollout::default(),
     };
     let command = PlanCommand { k0supdate: Some(update), airgapupdate: None, preflight: None };
     let spec = PlanSpec {

@@ -24,7 +24,7 @@ use crate::keys;
 use crate::signal::{CommandAirgapUpdate, CommandK0sUpdate, SignalCommand, SignalData};
 use crate::v1beta2::{
     Concurrency, ControlNode, ControlNodeStatus, Plan, PlanCommand, PlanCommandAirgapUpdate,
-    PlanCommandK0sUpdate, PlanCommandTarget, PlanCommandTargetDiscovery,
+    PlanCommandK0sUpdate, PlanCommandRollout, PlanCommandTarget, PlanCommandTargetDiscovery,
     PlanCommandTargetDiscoverySelector, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits,
     PlanCommandTargets, PlanResourceUrl, PlanSpec,
 };
@@ -105,15 +105,12 @@ pub trait PlanBuilder: Sized {
     fn then_k0s_update(mut self, version: &str) -> Self {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
-                prestage: false,
-                prestage_concurrent: None,
-                gates: Vec::new(),
                 drain: None,
                 version: version.to_owned(),
                 forceupdate: false,
                 platforms: platforms("k0s"),
                 targets: PlanCommandTargets::default(),
-                progress_timeout: None,
+                rollout: PlanCommandRollout::default(),
             }),
             airgapupdate: None,
             preflight: None,
@@ -127,13 +124,10 @@ pub trait PlanBuilder: Sized {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: None,
             airgapupdate: Some(PlanCommandAirgapUpdate {
-                prestage: false,
-                prestage_concurrent: None,
-                gates: Vec::new(),
                 version: version.to_owned(),
                 platforms: platforms("bundle"),
                 workers: PlanCommandTarget::default(),
-                progress_timeout: None,
+                rollout: PlanCommandRollout::default(),
             }),
             preflight: None,
         });

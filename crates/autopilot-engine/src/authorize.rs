@@ -252,14 +252,14 @@ pub fn gate_checks(
     let in_command = |problem: String| refused(&format!("command {index} of run {run}: {problem}"));
     let (gates, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
         (Some(update), _) => (
-            &update.gates,
+            &update.rollout.gates,
             command.k0supdate.as_ref().map(|status| match node.role {
                 Role::Controller => status.controllers.as_slice(),
                 Role::Worker => status.workers.as_slice(),
             }),
         ),
         (None, Some(update)) => (
-            &update.gates,
+            &update.rollout.gates,
             match node.role {
                 Role::Controller => None,
                 Role::Worker => command.airgapupdate.as_ref().map(|s| s.workers.as_slice()),
@@ -339,7 +339,7 @@ pub fn prestage<'p>(
     // Check 1: an update command that pre-stages.
     let (staging, platforms, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
         (Some(update), _) => (
-            update.prestage.then_some((
+            update.rollout.prestage.then_some((
                 StagingKind::K0s,
                 update.version.as_str(),
                 update.forceupdate,
@@ -351,7 +351,11 @@ pub fn prestage<'p>(
             }),
         ),
         (None, Some(update)) => (
-            update.prestage.then_some((StagingKind::Airgap, update.version.as_str(), false)),
+            update.rollout.prestage.then_some((
+                StagingKind::Airgap,
+                update.version.as_str(),
+                false,
+            )),
             &update.platforms,
             match node.role {
                 Role::Controller => None,

@@ -162,7 +162,7 @@ async fn forged_future_signal(client: &kube::Client, plans: &Api<Plan>, done: &P
     // worker-0 already runs this version: signalled, it answers Completed at once.
     update.version = PLAIN_VERSION.to_owned();
     update.forceupdate = false;
-    update.progress_timeout = Some("30s".to_owned());
+    update.rollout.progress_timeout = Some("30s".to_owned());
     let started = Instant::now();
     replace_spec(client, "aged", vec![k0s_command(update)]).await;
     let held = wait_for(PLAN_TIMEOUT, "the hold for worker-6", || async {

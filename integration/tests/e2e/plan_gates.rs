@@ -98,7 +98,7 @@ impl Builds {
         };
         let targets = static_nodes(workers, concurrent);
         let mut update = update_to(version, server.base_url(), sha, None, Some(targets));
-        update.gates = gates;
+        update.rollout.gates = gates;
         update
     }
 }

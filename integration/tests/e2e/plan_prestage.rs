@@ -29,7 +29,7 @@ async fn every_worker_stages_before_the_first_is_cordoned_and_the_update_downloa
             .unwrap();
     let recorder = SignalRecorder::start(&client).await.unwrap();
     let mut update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 1)));
-    update.prestage = true;
+    update.rollout.prestage = true;
     create_plan(&client, &plan("autopilot", "prestage", vec![k0s_command(update)])).await.unwrap();
 
     // Both workers stage at once (prestageConcurrent unset: all), and while they do no node
@@ -91,7 +91,7 @@ async fn a_worker_that_cannot_stage_fails_the_plan_with_nothing_signalled_or_cor
     let wrong = sha256_hex(b"not the v2 build");
     let mut update =
         update_to(V2, server.base_url(), &wrong, None, Some(static_nodes(&WORKERS, 1)));
-    update.prestage = true;
+    update.rollout.prestage = true;
     create_plan(&client, &plan("autopilot", "prestage-fails", vec![k0s_command(update)]))
         .await
         .unwrap();
@@ -214,8 +214,8 @@ async fn every_target_of_a_plan_over_64_kib_stages_one_at_a_time() {
     let names_ref: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut update =
         update_to(V2, "https://127.0.0.1:9", &sha, None, Some(static_nodes(&names_ref, 1)));
-    update.prestage = true;
-    update.prestage_concurrent = Some(1);
+    update.rollout.prestage = true;
+    update.rollout.prestage_concurrent = Some(1);
     create_plan(&client, &plan("autopilot", "big-prestage", vec![k0s_command(update)]))
         .await
         .unwrap();

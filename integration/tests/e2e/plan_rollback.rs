@@ -359,7 +359,7 @@ impl Scenario<'_> {
         let node = |name: &str| ObjectRef::node(name);
         failed_pod_on_worker_2(self.client).await;
         let mut update = update_to(V2, self.base, self.sha, None, Some(static_nodes(&WORKERS, 1)));
-        update.gates = vec![pods_running_gate()];
+        update.rollout.gates = vec![pods_running_gate()];
         let started = Instant::now();
         create_plan(self.client, &plan("autopilot", "gate", vec![k0s_command(update)]))
             .await

@@ -122,7 +122,7 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
     // example grant is applied), before the next node is signalled.
     integration::rbac::apply_file(&client, "gates-example.yaml", GATES_EXAMPLE).await.unwrap();
     let mut update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&names, 1)));
-    update.gates = gates_after_each_node();
+    update.rollout.gates = gates_after_each_node();
     create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     sampler.abort();

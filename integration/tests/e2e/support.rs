@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use autopilot_api::signal::{self, SignalData, SignalPhase};
 use autopilot_api::v1beta2::{
     Concurrency, ControlNode, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
-    PlanCommandStatus, PlanCommandTarget, PlanCommandTargets, PlanResourceUrl, PlanSpec,
-    PlanStateType, TargetState, TargetStatus,
+    PlanCommandRollout, PlanCommandStatus, PlanCommandTarget, PlanCommandTargets, PlanResourceUrl,
+    PlanSpec, PlanStateType, TargetState, TargetStatus,
 };
 use autopilot_api::{fixtures, keys};
 use futures::StreamExt as _;
@@ -91,15 +91,12 @@ pub fn k0s_update(
     workers: Option<PlanCommandTarget>,
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
-        prestage: false,
-        prestage_concurrent: None,
-        gates: Vec::new(),
         drain: None,
         version: FORCED_VERSION.to_owned(),
         forceupdate: true,
         platforms: current_platforms(),
         targets: PlanCommandTargets { controllers, workers },
-        progress_timeout: None,
+        rollout: PlanCommandRollout::default(),
     }
 }
 
@@ -114,9 +111,6 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
     PlanCommand {
         k0supdate: None,
         airgapupdate: Some(PlanCommandAirgapUpdate {
-            prestage: false,
-            prestage_concurrent: None,
-            gates: Vec::new(),
             version: PLAIN_VERSION.to_owned(),
             platforms: BTreeMap::from([(
                 platform.clone(),
@@ -127,7 +121,7 @@ pub fn airgap_command(workers: PlanCommandTarget) -> PlanCommand {
                 },
             )]),
             workers,
-            progress_timeout: None,
+            rollout: PlanCommandRollout::default(),
         }),
         preflight: None,
     }
@@ -790,9 +784,6 @@ pub fn update_to(
     workers: Option<PlanCommandTarget>,
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
-        prestage: false,
-        prestage_concurrent: None,
-        gates: Vec::new(),
         drain: None,
         version: version.to_owned(),
         forceupdate: false,
@@ -805,7 +796,7 @@ pub fn update_to(
             },
         )]),
         targets: PlanCommandTargets { controllers, workers },
-        progress_timeout: None,
+        rollout: PlanCommandRollout::default(),
     }
 }
 

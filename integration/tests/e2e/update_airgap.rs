@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{
-    ControlNode, PlanCommand, PlanCommandAirgapUpdate, PlanResourceUrl, PlanStateType, TargetState,
+    ControlNode, PlanCommand, PlanCommandAirgapUpdate, PlanCommandRollout, PlanResourceUrl,
+    PlanStateType, TargetState,
 };
 use autopilot_signal::status::Report;
 use integration::{K0sProcess, run_k0s, wait_for};
@@ -118,9 +119,6 @@ async fn airgap_bundle_then_binary_on_a_controller_worker_and_a_worker() {
 fn airgap_then_k0s(binary: (&str, &str), bundle: (&str, &str)) -> Vec<PlanCommand> {
     let platform = autopilot_api::platform::current();
     let airgap = PlanCommandAirgapUpdate {
-        prestage: false,
-        prestage_concurrent: None,
-        gates: Vec::new(),
         version: V2.to_owned(),
         platforms: BTreeMap::from([(
             platform,
@@ -131,7 +129,7 @@ fn airgap_then_k0s(binary: (&str, &str), bundle: (&str, &str)) -> Vec<PlanComman
             },
         )]),
         workers: static_nodes(&["controller-0", "worker-0"], 2),
-        progress_timeout: None,
+        rollout: PlanCommandRollout::default(),
     };
     let k0s = update_to(
         V2,

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{
-    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
+    PlanCommandK0sUpdate, PlanCommandRollout, PlanCommandTargets, PlanResourceUrl, PlanStateType,
+    TargetState,
 };
 use integration::disk::SmallFilesystem;
 use integration::http::{FileServer, Serve};
@@ -44,9 +45,6 @@ async fn plan_fails(
 ) -> String {
     let platform = autopilot_api::platform::current();
     let update = PlanCommandK0sUpdate {
-        prestage: false,
-        prestage_concurrent: None,
-        gates: Vec::new(),
         drain: None,
         version: V2.to_owned(),
         forceupdate: false,
@@ -59,7 +57,7 @@ async fn plan_fails(
             controllers: None,
             workers: Some(static_nodes(&["worker-0"], 1)),
         },
-        progress_timeout: None,
+        rollout: PlanCommandRollout::default(),
     };
     create_plan(client, &plan("autopilot", id, vec![k0s_command(update)]))
         .await

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{
-    PlanCommandK0sUpdate, PlanCommandTargets, PlanResourceUrl, PlanStateType, TargetState,
+    PlanCommandK0sUpdate, PlanCommandRollout, PlanCommandTargets, PlanResourceUrl, PlanStateType,
+    TargetState,
 };
 use integration::http::{FileServer, Serve};
 use integration::{ClusterBuilder, K0sProcess, wait_for};
@@ -29,9 +30,6 @@ use crate::support::*;
 /// A `k0supdate` of `worker` to [`V2`] from `url`, with no sha256.
 fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
-        prestage: false,
-        prestage_concurrent: None,
-        gates: Vec::new(),
         drain: None,
         version: V2.to_owned(),
         forceupdate: false,
@@ -44,7 +42,7 @@ fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
             controllers: None,
             workers: Some(static_nodes(&[worker], 1)),
         },
-        progress_timeout: None,
+        rollout: PlanCommandRollout::default(),
     }
 }
 

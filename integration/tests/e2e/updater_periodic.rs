@@ -51,7 +51,7 @@ async fn window_open_creates_the_plan_which_completes() {
         status_yaml(&done)
     );
     let update = done.spec.commands[0].k0supdate.as_ref().expect("a k0supdate command");
-    assert_eq!(update.progress_timeout.as_deref(), Some("10m"));
+    assert_eq!(update.rollout.progress_timeout.as_deref(), Some("10m"));
     assert_eq!(update.drain, Some(autopilot_api::v1beta2::DrainPolicy::Never));
     assert_eq!(update.version, OFFERED, "{}", status_yaml(&done));
     assert!(

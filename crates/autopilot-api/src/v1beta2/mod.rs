@@ -20,8 +20,8 @@ pub use plan::{
     CommandState, DrainPolicy, EarlierRunSignal, Gate, GateAfter, GateCheck, GateOnFailure,
     GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
-    PlanCommandStatus, PlanResourceUrl, PlanSpec, PlanState, PlanStateType, PlanStatus,
-    PrometheusGate, RollbackStatus,
+    PlanCommandRollout, PlanCommandStatus, PlanResourceUrl, PlanSpec, PlanState, PlanStateType,
+    PlanStatus, PrometheusGate, RollbackStatus,
 };
 pub use preflight::{
     CheckStatus, DEFAULT_TIMEOUT_SECONDS, FrozenTemplate, LocalizedMessage, NO_TIMEOUT, OnWarn,
@@ -82,4 +82,4 @@ pub fn crds_jsonl() -> String {
 /// CRD (the `crds_stay_readable` test says so), and keep each generation readable by the one
 /// before: new fields optional, no field removed or retyped, so a binary rolled back after an
 /// update keeps working on the newer CRDs it leaves in place.
-pub const CRD_SCHEMA_GENERATION: u32 = 5;
+pub const CRD_SCHEMA_GENERATION: u32 = 6;

@@ -126,39 +126,16 @@ pub struct PlanCommandK0sUpdate {
     /// Which controllers and workers to update.
     pub targets: PlanCommandTargets,
 
-    /// How long a node may show no progress (its signal phase unchanged) before it fails
-    /// with `no progress in <phase> for <duration>`; a duration such as `5m` or `1h30m`.
-    /// Unset: the controller's `--node-progress-timeout`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress_timeout: Option<String>,
-
-    /// Health gates: checks that must pass after each node (`after: node`) or each batch
-    /// (`after: batch`) of this command completes, before the next node is signalled
-    /// (DESIGN §15). Evaluated by the leader; each bounded by its `timeout`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gates: Vec<Gate>,
-
     /// How the leader drains a kubelet-bearing node before its update: `Always` (the
     /// default: every evictable pod is evicted), `IfPossible` (pods that no other node could
     /// take stay; the node is cordoned all the same) or `Never` (cordoned, not drained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainPolicy>,
 
-    /// Pre-stage the payload: before the first node of this command is signalled (so
-    /// before any node is cordoned), every target downloads, verifies and self-tests it into
-    /// its staged file and reports back; the update that follows only swaps and restarts.
-    /// A node that cannot stage (unreachable URL, wrong sha256 or signature, a binary that
-    /// fails its self-test, no answer within the progress deadline) fails the command before
-    /// any node was disrupted. With a `sha256` the update finds the staged file by digest;
-    /// without one it downloads again.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub prestage: bool,
-
-    /// With `prestage`: how many nodes stage at the same time (at least 1). Unset: all
-    /// targets at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub prestage_concurrent: Option<u32>,
+    /// How the command goes over its targets: its `progressTimeout`, `gates`, `prestage`
+    /// and `prestageConcurrent`, fields of this object on the wire.
+    #[serde(flatten)]
+    pub rollout: PlanCommandRollout,
 }
 
 /// How the leader drains a kubelet-bearing node before its update.
@@ -224,6 +201,25 @@ pub struct PlanCommandAirgapUpdate {
     /// Which workers receive the bundle.
     pub workers: PlanCommandTarget,
 
+    /// How the command goes over its targets: its `progressTimeout`, `gates`, `prestage`
+    /// and `prestageConcurrent`, fields of this object on the wire.
+    #[serde(flatten)]
+    pub rollout: PlanCommandRollout,
+}
+
+/// How a command that updates nodes goes over its targets: the fields `k0supdate` and
+/// `airgapupdate` share, in a Plan and in an UpdateConfig's `planSpec` template alike.
+///
+/// Embedded with `#[serde(flatten)]`: on the wire (and in the CRD schemas) these are fields
+/// of the command itself, so `{"progressTimeout": "10m", "prestage": true}` sits beside
+/// `version` and `targets`, as it always has. Flattening has a cost: serde gathers these
+/// fields into an untyped buffer first. So when YAML is read, a bad value here is reported
+/// at the end of the command and not at the field. A plain scalar also keeps its YAML type:
+/// a gate `id: 1` is refused as a number, the way the API server refuses it after
+/// `kubectl apply`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCommandRollout {
     /// How long a node may show no progress (its signal phase unchanged) before it fails
     /// with `no progress in <phase> for <duration>`; a duration such as `5m` or `1h30m`.
     /// Unset: the controller's `--node-progress-timeout`.

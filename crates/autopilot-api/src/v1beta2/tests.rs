@@ -253,9 +253,6 @@ fn limits_default_to_one_concurrent_node() {
 fn false_forceupdate_and_missing_options_are_left_out() {
     let command = PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
-            prestage: false,
-            prestage_concurrent: None,
-            gates: Vec::new(),
             drain: None,
             version: "v1".into(),
             forceupdate: false,
@@ -264,7 +261,12 @@ fn false_forceupdate_and_missing_options_are_left_out() {
                 PlanResourceUrl { url: "https://x/k0s".into(), sha256: None, ..Default::default() },
             )]),
             targets: PlanCommandTargets::default(),
-            progress_timeout: None,
+            rollout: PlanCommandRollout {
+                progress_timeout: None,
+                gates: Vec::new(),
+                prestage: false,
+                prestage_concurrent: None,
+            },
         }),
         airgapupdate: None,
         preflight: None,
@@ -273,6 +275,67 @@ fn false_forceupdate_and_missing_options_are_left_out() {
         serde_json::to_value(&command).expect("serialise"),
         json!({"k0supdate": {"version": "v1", "platforms": {"linux-amd64": {"url": "https://x/k0s"}}, "targets": {}}})
     );
+}
+
+/// A command's (or template command's) own fields plus every rollout field, as on the wire.
+fn with_rollout(command: Value) -> Value {
+    let mut command = command.as_object().expect("an object").clone();
+    command.extend(
+        json!({
+            "progressTimeout": "10m",
+            "gates": [{"id": "settled", "after": "batch", "onFailure": "Halt", "settle": "2m"}],
+            "prestage": true,
+            "prestageConcurrent": 2,
+        })
+        .as_object()
+        .expect("an object")
+        .clone(),
+    );
+    Value::Object(command)
+}
+
+#[test]
+fn the_rollout_fields_are_fields_of_the_command_itself_on_the_wire() {
+    let expected = PlanCommandRollout {
+        progress_timeout: Some("10m".into()),
+        gates: vec![Gate {
+            id: "settled".into(),
+            after: GateAfter::Batch,
+            settle: Some("2m".into()),
+            ..Gate::default()
+        }],
+        prestage: true,
+        prestage_concurrent: Some(2),
+    };
+    let workers = json!({"discovery": {"selector": {}}, "limits": {"concurrent": 1}});
+
+    let wire =
+        with_rollout(json!({"version": "v1", "platforms": {}, "targets": {}, "drain": "Never"}));
+    let k0s: PlanCommandK0sUpdate = serde_json::from_value(wire.clone()).expect("parse");
+    assert_eq!(k0s.rollout, expected);
+    assert_eq!(serde_json::to_value(&k0s).expect("serialise"), wire);
+
+    let wire = with_rollout(json!({"version": "v1", "platforms": {}, "workers": workers}));
+    let airgap: PlanCommandAirgapUpdate = serde_json::from_value(wire.clone()).expect("parse");
+    assert_eq!(airgap.rollout, expected);
+    assert_eq!(serde_json::to_value(&airgap).expect("serialise"), wire);
+
+    let wire = with_rollout(json!({"targets": {}, "drain": "Never"}));
+    let k0s: AutopilotPlanCommandK0sUpdate = serde_json::from_value(wire.clone()).expect("parse");
+    assert_eq!(k0s.rollout, expected);
+    assert_eq!(serde_json::to_value(&k0s).expect("serialise"), wire);
+
+    let wire = with_rollout(json!({"workers": workers}));
+    let airgap: AutopilotPlanCommandAirgapUpdate =
+        serde_json::from_value(wire.clone()).expect("parse");
+    assert_eq!(airgap.rollout, expected);
+    assert_eq!(serde_json::to_value(&airgap).expect("serialise"), wire);
+
+    let yaml = "version: v1\nplatforms: {}\nworkers: {discovery: {}}\nprogressTimeout: 10m\n\
+                gates: [{id: settled, after: batch, settle: 2m}]\nprestage: true\n\
+                prestageConcurrent: 2\n";
+    let airgap: PlanCommandAirgapUpdate = serde_saphyr::from_str(yaml).expect("parse");
+    assert_eq!(airgap.rollout, expected);
 }
 
 #[test]
@@ -553,6 +616,29 @@ fn an_update_config_template_has_no_version_or_url_the_updater_must_fill_in() {
         assert!(update["properties"].get("platforms").is_none(), "{kind}: {update}");
         let required = update["required"].as_array().cloned().unwrap_or_default();
         assert!(!required.contains(&json!("version")), "{kind}: {update}");
+    }
+}
+
+#[test]
+fn plan_and_template_commands_share_the_rollout_fields_with_one_schema() {
+    let plan = root_schema(&Plan::crd());
+    let plan = at(&plan, &["properties", "spec", "properties", "commands", "items"]);
+    let update_config = root_schema(&UpdateConfig::crd());
+    let template = at(
+        &update_config,
+        &["properties", "spec", "properties", "planSpec", "properties", "commands", "items"],
+    );
+    let shared = &plan["properties"]["k0supdate"]["properties"];
+    for commands in [plan, template] {
+        for kind in ["k0supdate", "airgapupdate"] {
+            let update = &commands["properties"][kind];
+            assert!(update.get("allOf").is_none(), "{kind}: {update}");
+            let properties = &update["properties"];
+            assert_eq!(properties["prestageConcurrent"]["minimum"], json!(1.0), "{kind}");
+            for field in ["progressTimeout", "gates", "prestage", "prestageConcurrent"] {
+                assert_eq!(properties[field], shared[field], "{kind}.{field}");
+            }
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::PlanWindow;
-use super::plan::{DrainPolicy, Gate};
+use super::plan::{DrainPolicy, PlanCommandRollout};
 use super::target::{PlanCommandTarget, PlanCommandTargets, is_false};
 use crate::keys;
 
@@ -178,26 +178,14 @@ pub struct AutopilotPlanCommandK0sUpdate {
     /// Which controllers and workers to update.
     pub targets: PlanCommandTargets,
 
-    /// The generated command's `progressTimeout`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress_timeout: Option<String>,
-
-    /// The generated command's health `gates`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gates: Vec<Gate>,
-
     /// The generated command's `drain` policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainPolicy>,
 
-    /// The generated command's `prestage`.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub prestage: bool,
-
-    /// The generated command's `prestageConcurrent`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub prestage_concurrent: Option<u32>,
+    /// The generated command's `progressTimeout`, `gates`, `prestage` and
+    /// `prestageConcurrent`, fields of this object on the wire, copied as they are.
+    #[serde(flatten)]
+    pub rollout: PlanCommandRollout,
 }
 
 /// Targets of a generated `airgapupdate` command.
@@ -207,20 +195,8 @@ pub struct AutopilotPlanCommandAirgapUpdate {
     /// Which workers receive the bundle.
     pub workers: PlanCommandTarget,
 
-    /// The generated command's `progressTimeout`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress_timeout: Option<String>,
-
-    /// The generated command's health `gates`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gates: Vec<Gate>,
-
-    /// The generated command's `prestage`.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub prestage: bool,
-
-    /// The generated command's `prestageConcurrent`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub prestage_concurrent: Option<u32>,
+    /// The generated command's `progressTimeout`, `gates`, `prestage` and
+    /// `prestageConcurrent`, fields of this object on the wire, copied as they are.
+    #[serde(flatten)]
+    pub rollout: PlanCommandRollout,
 }

@@ -461,7 +461,7 @@ fn gating() -> Plan {
         },
     ];
     if let Some(update) = status.commands[0].frozen.as_mut().and_then(|f| f.k0supdate.as_mut()) {
-        update.gates = gates;
+        update.rollout.gates = gates;
     }
     let run = |node: &str, failed: Option<&str>| autopilot_api::v1beta2::GateRun {
         nodes: vec![node.into()],
@@ -531,7 +531,8 @@ fn prestaging() -> Plan {
     let mut plan = plan();
     let status = plan.status.as_mut().expect("status");
     let command = &mut status.commands[0];
-    command.frozen.as_mut().and_then(|f| f.k0supdate.as_mut()).expect("k0s").prestage = true;
+    command.frozen.as_mut().and_then(|f| f.k0supdate.as_mut()).expect("k0s").rollout.prestage =
+        true;
     let k0s = command.k0supdate.as_mut().expect("k0s status");
     for target in &mut k0s.workers {
         target.state = TargetState::SignalPending;

@@ -605,28 +605,17 @@ pub fn plan_spec(
 }
 
 /// The plan command of a template's `k0supdate` item: the answer's version and k0s
-/// platforms, the rest the template's.
+/// platforms, the rest the template's (its rollout fields as one value).
 fn k0s_update(template: AutopilotPlanCommandK0sUpdate, answer: &ChannelAnswer) -> PlanCommand {
-    let AutopilotPlanCommandK0sUpdate {
-        forceupdate,
-        targets,
-        progress_timeout,
-        gates,
-        drain,
-        prestage,
-        prestage_concurrent,
-    } = template;
+    let AutopilotPlanCommandK0sUpdate { forceupdate, targets, drain, rollout } = template;
     PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
-            prestage,
-            prestage_concurrent,
-            gates,
             drain,
             version: answer.version.clone(),
             forceupdate,
             platforms: answer.k0s.clone(),
             targets,
-            progress_timeout,
+            rollout,
         }),
         airgapupdate: None,
         preflight: None,
@@ -634,28 +623,19 @@ fn k0s_update(template: AutopilotPlanCommandK0sUpdate, answer: &ChannelAnswer) -
 }
 
 /// The plan command of a template's `airgapupdate` item: the answer's version and airgap
-/// bundles, the rest the template's.
+/// bundles, the rest the template's (its rollout fields as one value).
 fn airgap_update(
     template: AutopilotPlanCommandAirgapUpdate,
     answer: &ChannelAnswer,
 ) -> PlanCommand {
-    let AutopilotPlanCommandAirgapUpdate {
-        workers,
-        progress_timeout,
-        gates,
-        prestage,
-        prestage_concurrent,
-    } = template;
+    let AutopilotPlanCommandAirgapUpdate { workers, rollout } = template;
     PlanCommand {
         k0supdate: None,
         airgapupdate: Some(PlanCommandAirgapUpdate {
-            prestage,
-            prestage_concurrent,
-            gates,
             version: answer.version.clone(),
             platforms: answer.airgap.clone(),
             workers,
-            progress_timeout,
+            rollout,
         }),
         preflight: None,
     }

@@ -120,8 +120,8 @@ impl<'a> Command<'a> {
     /// The command's health gates (none for a preflight command or a rollback).
     pub(in crate::plan) fn gates(self) -> &'a [autopilot_api::v1beta2::Gate] {
         match self {
-            Self::K0s(k0s) => &k0s.gates,
-            Self::Airgap(airgap) => &airgap.gates,
+            Self::K0s(k0s) => &k0s.rollout.gates,
+            Self::Airgap(airgap) => &airgap.rollout.gates,
             Self::Preflight(_) | Self::K0sRollback(_) | Self::AirgapRollback(_) => &[],
         }
     }
@@ -189,9 +189,9 @@ impl<'a> Command<'a> {
     /// without a report by then counts as timed out.
     pub(in crate::plan) fn progress_timeout_override(self) -> Option<Result<Duration, String>> {
         let text = match self {
-            Self::K0s(k0s) | Self::K0sRollback(k0s) => k0s.progress_timeout.as_deref(),
+            Self::K0s(k0s) | Self::K0sRollback(k0s) => k0s.rollout.progress_timeout.as_deref(),
             Self::Airgap(airgap) | Self::AirgapRollback(airgap) => {
-                airgap.progress_timeout.as_deref()
+                airgap.rollout.progress_timeout.as_deref()
             }
             Self::Preflight(preflight) => {
                 return Some(Ok(crate::preflight::deadline_of(preflight)));
@@ -228,8 +228,8 @@ impl<'a> Command<'a> {
     /// never does: it downloads nothing).
     pub(in crate::plan) fn prestage_limit(self, all: usize) -> Option<usize> {
         let (prestage, concurrent) = match self {
-            Self::K0s(k0s) => (k0s.prestage, k0s.prestage_concurrent),
-            Self::Airgap(airgap) => (airgap.prestage, airgap.prestage_concurrent),
+            Self::K0s(k0s) => (k0s.rollout.prestage, k0s.rollout.prestage_concurrent),
+            Self::Airgap(airgap) => (airgap.rollout.prestage, airgap.rollout.prestage_concurrent),
             Self::Preflight(_) | Self::K0sRollback(_) | Self::AirgapRollback(_) => return None,
         };
         prestage

@@ -161,7 +161,7 @@ fn a_command_progress_timeout_overrides_the_flag() {
     let mut sim = one_airgap_worker();
     sim.plan(|p| {
         p.edited(|spec| {
-            spec.commands[0].airgapupdate.as_mut().expect("airgap").progress_timeout =
+            spec.commands[0].airgapupdate.as_mut().expect("airgap").rollout.progress_timeout =
                 Some("2m".to_owned());
         })
     });
@@ -185,7 +185,7 @@ fn a_progress_timeout_that_does_not_parse_is_refused_before_any_node_moves() {
         );
         sim.plan(|p| {
             p.edited(|spec| {
-                spec.commands[0].k0supdate.as_mut().expect("k0s").progress_timeout =
+                spec.commands[0].k0supdate.as_mut().expect("k0s").rollout.progress_timeout =
                     Some(bad.to_owned());
             })
         });

@@ -105,8 +105,8 @@ impl PlanFixture {
     pub fn gated(mut self, index: usize, gate: autopilot_api::v1beta2::Gate) -> Self {
         let command = &mut self.spec.commands[index];
         match (&mut command.k0supdate, &mut command.airgapupdate) {
-            (Some(k0s), _) => k0s.gates.push(gate),
-            (None, Some(airgap)) => airgap.gates.push(gate),
+            (Some(k0s), _) => k0s.rollout.gates.push(gate),
+            (None, Some(airgap)) => airgap.rollout.gates.push(gate),
             (None, None) => panic!("command {index} is not an update"),
         }
         self

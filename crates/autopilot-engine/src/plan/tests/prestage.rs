@@ -41,8 +41,8 @@ fn staged_plan(concurrent: Option<u32>) -> Sim {
         .concurrent(2)
         .edited(|spec| {
             let update = spec.commands[0].k0supdate.as_mut().expect("k0supdate");
-            update.prestage = true;
-            update.prestage_concurrent = concurrent;
+            update.rollout.prestage = true;
+            update.rollout.prestage_concurrent = concurrent;
         });
     Sim::new(plan, ClusterFixture::new().controllers(["c1"]).workers(["w1", "w2", "w3"]))
 }
@@ -232,7 +232,7 @@ fn without_prestage_nothing_is_asked_and_no_count_is_kept() {
 #[test]
 fn an_airgap_command_pre_stages_its_workers_too() {
     let plan = PlanFixture::airgap_update(V).workers(["w1", "w2"]).edited(|spec| {
-        spec.commands[0].airgapupdate.as_mut().expect("airgap").prestage = true;
+        spec.commands[0].airgapupdate.as_mut().expect("airgap").rollout.prestage = true;
     });
     let mut sim = Sim::new(plan, ClusterFixture::new().workers(["w1", "w2"]));
     assert_eq!(asked(&sim.pass()), ["w1", "w2"]);

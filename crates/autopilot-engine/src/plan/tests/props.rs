@@ -294,7 +294,9 @@ fn build(scenario: &Scenario) -> Sim {
             k0s.targets.controllers = target(&shape.controllers, &controller_candidates, 1);
             k0s.targets.workers = target(&shape.workers, &worker_candidates, shape.concurrent)
                 .map(|target| shaped(target, shape));
-            k0s.gates.extend(shape.gate.map(|(batch, rollback)| health_gate(batch, rollback)));
+            k0s.rollout
+                .gates
+                .extend(shape.gate.map(|(batch, rollback)| health_gate(batch, rollback)));
         } else {
             plan = plan.then_airgap_update("v1.31.1+k0s.0");
             let airgap = plan
@@ -307,7 +309,10 @@ fn build(scenario: &Scenario) -> Sim {
                 target(&shape.workers, &worker_candidates, shape.concurrent).unwrap_or_default(),
                 shape,
             );
-            airgap.gates.extend(shape.gate.map(|(batch, rollback)| health_gate(batch, rollback)));
+            airgap
+                .rollout
+                .gates
+                .extend(shape.gate.map(|(batch, rollback)| health_gate(batch, rollback)));
         }
     }
     Sim::new(plan, cluster).with_policy(|policy| {

@@ -196,7 +196,7 @@ fn every_field_problem_of_a_command_is_named_in_one_pass() {
     sim.plan(|p| {
         p.edited(|spec| {
             let airgap = spec.commands[0].airgapupdate.as_mut().expect("airgap");
-            airgap.progress_timeout = Some("soon".into());
+            airgap.rollout.progress_timeout = Some("soon".into());
             airgap.workers.limits.soak = Some("forever".into());
         })
     });

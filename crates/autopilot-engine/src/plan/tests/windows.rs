@@ -236,7 +236,7 @@ fn pre_staging_waits_for_the_download_window_and_staged_nodes_need_only_their_wi
     use autopilot_api::prestage::PrestageOutcome;
     let mut plan = PlanFixture::k0s_update(V).workers(["w1", "w2"]).concurrent(2);
     let update = plan.spec.commands[0].k0supdate.as_mut().expect("k0supdate");
-    update.prestage = true;
+    update.rollout.prestage = true;
     // Downloads from 12:05 to 12:10; updates any time from 12:00 to 13:00.
     plan.spec.download_window = Some(range(5, 10));
     plan.spec.window = Some(range(0, 60));

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use autopilot_api::v1beta2::{
     AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate, PeriodicUpgradeStrategy,
-    PlanCommandStatus, PlanCommandTargetDiscoveryStatic, PlanCommandTargetLimits, PlanResourceUrl,
-    PlanStatus,
+    PlanCommandRollout, PlanCommandStatus, PlanCommandTargetDiscoveryStatic,
+    PlanCommandTargetLimits, PlanResourceUrl, PlanStatus,
 };
 use jiff::civil::date;
 
@@ -151,9 +151,6 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
         timestamp: now.as_second().to_string(),
         commands: vec![PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
-                prestage: false,
-                prestage_concurrent: None,
-                gates: Vec::new(),
                 drain: None,
                 version: "v1.35.2+k0s.0".to_owned(),
                 forceupdate: false,
@@ -162,7 +159,7 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
                     controllers: Some(selector_all()),
                     workers: Some(selector_all()),
                 },
-                progress_timeout: None,
+                rollout: PlanCommandRollout::default(),
             }),
             airgapupdate: None,
             preflight: None,
@@ -410,9 +407,6 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
         vec![
             PlanCommand {
                 k0supdate: Some(PlanCommandK0sUpdate {
-                    prestage: false,
-                    prestage_concurrent: None,
-                    gates: Vec::new(),
                     drain: None,
                     version: "v1.35.2+k0s.0".to_owned(),
                     forceupdate: true,
@@ -421,7 +415,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
                         controllers: Some(static_nodes(&["c1", "c2"], 1)),
                         workers: Some(static_nodes(&["w1"], 5)),
                     },
-                    progress_timeout: None,
+                    rollout: PlanCommandRollout::default(),
                 }),
                 airgapupdate: None,
                 preflight: None,
@@ -429,13 +423,10 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
             PlanCommand {
                 k0supdate: None,
                 airgapupdate: Some(PlanCommandAirgapUpdate {
-                    prestage: false,
-                    prestage_concurrent: None,
-                    gates: Vec::new(),
                     version: "v1.35.2+k0s.0".to_owned(),
                     platforms: offered.airgap.clone(),
                     workers: static_nodes(&["w1"], 2),
-                    progress_timeout: None,
+                    rollout: PlanCommandRollout::default(),
                 }),
                 preflight: None,
             },
@@ -837,19 +828,19 @@ fn plan_spec_passes_windows_gates_drain_prestage_and_progress_timeout_through() 
 
     let airgap = spec.commands[0].airgapupdate.as_ref().expect("the bundle first");
     let from = template.commands[0].airgapupdate.as_ref().unwrap();
-    assert_eq!(airgap.progress_timeout.as_deref(), Some("20m"));
-    assert!(airgap.prestage);
-    assert_eq!(airgap.prestage_concurrent, None);
-    assert_eq!(airgap.gates, from.gates);
+    assert_eq!(airgap.rollout.progress_timeout.as_deref(), Some("20m"));
+    assert!(airgap.rollout.prestage);
+    assert_eq!(airgap.rollout.prestage_concurrent, None);
+    assert_eq!(airgap.rollout.gates, from.rollout.gates);
 
     let k0s = spec.commands[1].k0supdate.as_ref().expect("then k0s");
     let from = template.commands[0].k0supdate.as_ref().unwrap();
-    assert_eq!(k0s.progress_timeout.as_deref(), Some("30m"));
+    assert_eq!(k0s.rollout.progress_timeout.as_deref(), Some("30m"));
     assert_eq!(k0s.drain, Some(autopilot_api::v1beta2::DrainPolicy::IfPossible));
-    assert!(k0s.prestage);
-    assert_eq!(k0s.prestage_concurrent, Some(5));
-    assert_eq!(k0s.gates, from.gates);
-    assert_eq!(k0s.gates.len(), 1);
+    assert!(k0s.rollout.prestage);
+    assert_eq!(k0s.rollout.prestage_concurrent, Some(5));
+    assert_eq!(k0s.rollout.gates, from.rollout.gates);
+    assert_eq!(k0s.rollout.gates.len(), 1);
     assert_eq!(k0s.version, "v1.35.2+k0s.0");
 }
 
@@ -865,5 +856,5 @@ fn a_template_with_windows_and_no_commands_updates_everyone_inside_its_window() 
     assert_eq!(spec.commands.len(), 1);
     let k0s = spec.commands[0].k0supdate.as_ref().unwrap();
     assert!(k0s.targets.controllers.is_some() && k0s.targets.workers.is_some());
-    assert!(!k0s.prestage && k0s.gates.is_empty() && k0s.drain.is_none());
+    assert!(!k0s.rollout.prestage && k0s.rollout.gates.is_empty() && k0s.drain.is_none());
 }
