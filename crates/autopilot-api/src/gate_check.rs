@@ -1,8 +1,8 @@
 //! A health gate's node-side check (DESIGN §15): what the leader asks a node's agent to run
 //! and what the agent reports.
 //!
-//! The request ([`GateCheckRequest`], annotation [`keys::ANNOTATION_GATE_CHECK`]) is a
-//! reference, like a preflight signal: the run, the update command's index, the ids of the
+//! It goes through the one request/report channel ([`crate::ask`]). The request
+//! ([`GateCheckRequest`], annotation [`keys::ANNOTATION_GATE_CHECK`]) is a reference, like a preflight signal: the run, the update command's index, the ids of the
 //! gates whose checks to run and an attempt number. The agent runs a request only when the
 //! Plan's status lists the node in an open gate run of that command, reads the checks from
 //! the command's frozen copy, and answers in its own annotation
@@ -17,9 +17,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+use crate::ask::{Kind, Report, Request};
 use crate::keys;
 use crate::preflight::{MAX_REPORT_BYTES, RawRecord};
 
@@ -33,33 +33,31 @@ pub const MAX_GATE_REPORT_BYTES: usize = MAX_REPORT_BYTES + 4 * 1024;
 /// The most bytes of a refusal's text.
 pub const MAX_REFUSAL_BYTES: usize = 1024;
 
+/// Gate checks, as a kind of request ([`crate::ask::Kind`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GateChecks {}
+
 /// The leader's request to run gate checks on a node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GateCheckRequest {
-    /// The plan id (`spec.id`).
-    pub plan_id: String,
-    /// The plan run (`status.runId`).
-    pub run_id: String,
-    /// The index of the update command whose gates these are.
-    pub command: u32,
-    /// The ids of the gates whose checks run, in the command's order.
-    pub gates: Vec<String>,
-    /// Which attempt this is (from 1): the agent runs each attempt once.
-    pub attempt: u32,
-    /// When the leader asked (its own clock, RFC 3339): it asks again no sooner than the
-    /// retry interval after this.
-    pub asked: String,
-}
+pub type GateCheckRequest = Request<GateChecks>;
 
 /// A node's answer to a [`GateCheckRequest`].
+pub type GateCheckReport = Report<GateChecks>;
+
+/// What a gate-check request asks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GateCheckReport {
-    /// The run of the request answered.
-    pub run_id: String,
-    /// The command of the request answered.
-    pub command: u32,
+pub struct GateCheckAsks {
+    /// The ids of the gates whose checks run, in the command's order.
+    pub gates: Vec<String>,
+    /// Which attempt this is (from 1): the agent runs each attempt once. The leader asks
+    /// again no sooner than its retry interval after the request's `asked`.
+    pub attempt: u32,
+}
+
+/// What a gate-check report says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateCheckSays {
     /// The attempt answered.
     pub attempt: u32,
     /// What the node observed running each gate's check, by gate id (bounded as a
@@ -72,54 +70,36 @@ pub struct GateCheckReport {
     pub refused: Option<String>,
 }
 
-impl GateCheckReport {
-    /// Whether this answers `request` (same run, command and attempt).
-    pub fn answers(&self, request: &GateCheckRequest) -> bool {
-        self.run_id == request.run_id
-            && self.command == request.command
-            && self.attempt == request.attempt
+impl Kind for GateChecks {
+    type Asks = GateCheckAsks;
+    type Says = GateCheckSays;
+    const REQUEST_ANNOTATION: &'static str = keys::ANNOTATION_GATE_CHECK;
+    const REPORT_ANNOTATION: &'static str = keys::ANNOTATION_GATE_REPORT;
+    const MAX_REQUEST_BYTES: usize = MAX_REQUEST_BYTES;
+    const MAX_REPORT_BYTES: usize = MAX_GATE_REPORT_BYTES;
+    const NAME: &'static str = "gate-check";
+
+    /// The same attempt.
+    fn answers(says: &GateCheckSays, asks: &GateCheckAsks) -> bool {
+        says.attempt == asks.attempt
     }
 
-    /// The report bounded for its annotation: records fitted
-    /// ([`crate::preflight::fit_report`]), a refusal cut.
-    pub fn bounded(self) -> Self {
-        Self {
-            records: crate::preflight::fit_report(self.records),
-            refused: self.refused.map(|text| crate::text::truncate(&text, MAX_REFUSAL_BYTES)),
-            ..self
+    /// Records fitted ([`crate::preflight::fit_report`]), a refusal cut.
+    fn bounded(says: GateCheckSays) -> GateCheckSays {
+        GateCheckSays {
+            records: crate::preflight::fit_report(says.records),
+            refused: says.refused.map(|text| crate::text::truncate(&text, MAX_REFUSAL_BYTES)),
+            ..says
         }
     }
 }
 
-/// The request in an object's annotations: `Ok(None)` without one, `Err` when it is over
-/// [`MAX_REQUEST_BYTES`] or not a request.
-pub fn request_of(meta: &ObjectMeta) -> Result<Option<GateCheckRequest>, String> {
-    read(meta, keys::ANNOTATION_GATE_CHECK, MAX_REQUEST_BYTES)
-}
-
-/// The report in an object's annotations: `Ok(None)` without one, `Err` when it is over
-/// [`MAX_GATE_REPORT_BYTES`] or not a report.
-pub fn report_of(meta: &ObjectMeta) -> Result<Option<GateCheckReport>, String> {
-    read(meta, keys::ANNOTATION_GATE_REPORT, MAX_GATE_REPORT_BYTES)
-}
-
-fn read<T: serde::de::DeserializeOwned>(
-    meta: &ObjectMeta,
-    key: &str,
-    limit: usize,
-) -> Result<Option<T>, String> {
-    let Some(text) = meta.annotations.as_ref().and_then(|a| a.get(key)) else {
-        return Ok(None);
-    };
-    if text.len() > limit {
-        return Err(format!("annotation {key} is {} bytes, over the limit of {limit}", text.len()));
-    }
-    serde_json::from_str(text).map(Some).map_err(|error| format!("annotation {key}: {error}"))
-}
-
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
     use super::*;
+    use crate::ask::{report_of, request_of};
 
     fn meta(key: &str, value: String) -> ObjectMeta {
         ObjectMeta { annotations: Some([(key.to_owned(), value)].into()), ..ObjectMeta::default() }
@@ -130,19 +110,20 @@ mod tests {
             plan_id: "id".into(),
             run_id: "run".into(),
             command: 1,
-            gates: vec!["port".into()],
-            attempt: 2,
             asked: "2026-11-26T10:00:00Z".into(),
+            asks: GateCheckAsks { gates: vec!["port".into()], attempt: 2 },
         }
     }
 
     #[test]
-    fn a_request_round_trips_in_camel_case() {
+    fn a_request_round_trips_in_camel_case_with_its_fields_on_the_envelope() {
         let text = serde_json::to_string(&request()).expect("serialise");
         assert!(text.contains("\"planId\":\"id\"") && text.contains("\"runId\":\"run\""), "{text}");
-        let read = request_of(&meta(keys::ANNOTATION_GATE_CHECK, text)).expect("reads");
+        assert!(text.contains("\"gates\":[\"port\"]") && text.contains("\"attempt\":2"), "{text}");
+        let read =
+            request_of::<GateChecks>(&meta(keys::ANNOTATION_GATE_CHECK, text)).expect("reads");
         assert_eq!(read, Some(request()));
-        assert_eq!(request_of(&ObjectMeta::default()), Ok(None));
+        assert_eq!(request_of::<GateChecks>(&ObjectMeta::default()), Ok(None));
     }
 
     #[test]
@@ -150,12 +131,14 @@ mod tests {
         let report = GateCheckReport {
             run_id: "run".into(),
             command: 1,
-            attempt: 2,
-            ..GateCheckReport::default()
+            says: GateCheckSays { attempt: 2, ..GateCheckSays::default() },
         };
         assert!(report.answers(&request()));
         for other in [
-            GateCheckReport { attempt: 1, ..report.clone() },
+            GateCheckReport {
+                says: GateCheckSays { attempt: 1, ..report.says.clone() },
+                ..report.clone()
+            },
             GateCheckReport { command: 0, ..report.clone() },
             GateCheckReport { run_id: "old".into(), ..report.clone() },
         ] {
@@ -166,9 +149,11 @@ mod tests {
     #[test]
     fn oversized_or_malformed_annotations_are_refused_naming_the_annotation() {
         let huge = format!("{{\"runId\":\"{}\"}}", "x".repeat(MAX_GATE_REPORT_BYTES));
-        let error = report_of(&meta(keys::ANNOTATION_GATE_REPORT, huge)).expect_err("too big");
+        let error = report_of::<GateChecks>(&meta(keys::ANNOTATION_GATE_REPORT, huge))
+            .expect_err("too big");
         assert!(error.contains("over the limit"), "{error}");
-        let error = request_of(&meta(keys::ANNOTATION_GATE_CHECK, "{}".into())).expect_err("bad");
+        let error = request_of::<GateChecks>(&meta(keys::ANNOTATION_GATE_CHECK, "{}".into()))
+            .expect_err("bad");
         assert!(
             error.starts_with(&format!("annotation {}", keys::ANNOTATION_GATE_CHECK)),
             "{error}"
@@ -178,14 +163,13 @@ mod tests {
     #[test]
     fn a_bounded_report_fits_its_annotation() {
         let big = RawRecord { stdout: "o".repeat(100_000), ..RawRecord::default() };
-        let report = GateCheckReport {
+        let report = request().answer(GateCheckSays {
+            attempt: 2,
             records: (0..40).map(|i| (format!("g{i}"), big.clone())).collect(),
             refused: Some("r".repeat(5000)),
-            ..GateCheckReport::default()
-        }
-        .bounded();
+        });
         let text = serde_json::to_string(&report).expect("serialise");
         assert!(text.len() <= MAX_GATE_REPORT_BYTES, "{}", text.len());
-        assert_eq!(report.records.len(), 40);
+        assert_eq!(report.says.records.len(), 40);
     }
 }

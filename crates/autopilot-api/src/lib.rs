@@ -23,6 +23,7 @@
 //! defaults and serialised strings follow k0s, so k0s nodes and tools understand what we
 //! write and vice versa.
 
+pub mod ask;
 pub mod backoff;
 pub mod duration;
 #[cfg(feature = "fixtures")]

@@ -1,7 +1,8 @@
 //! Pre-staging an update's payload (`prestage: true`): what the leader asks a node's agent
 //! and what the agent reports.
 //!
-//! The request ([`PrestageRequest`], annotation [`keys::ANNOTATION_PRESTAGE`]) is a reference,
+//! It goes through the one request/report channel ([`crate::ask`]). The request
+//! ([`PrestageRequest`], annotation [`keys::ANNOTATION_PRESTAGE`]) is a reference,
 //! like a gate-check request: the run and the update command's index. The agent stages only
 //! when the Plan's status lists the node as asked to stage for that command
 //! (`autopilot_engine::authorize::prestage`), takes the payload (URL, sha256, signature) from
@@ -15,10 +16,10 @@
 //! check what they read: a report counts only for the run and command the leader asked
 //! about, and only speaks for its own node; its reason is capped.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::ask::{Kind, Report, Request};
 use crate::keys;
 
 /// The most bytes of a request annotation that is read.
@@ -31,19 +32,20 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// The most bytes of a report annotation that is read: the reason and the envelope.
 pub const MAX_REPORT_BYTES: usize = MAX_REASON_BYTES + 1024;
 
+/// Pre-staging, as a kind of request ([`crate::ask::Kind`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prestage {}
+
 /// The leader's request to pre-stage the payload of an update command on a node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PrestageRequest {
-    /// The plan id (`spec.id`).
-    pub plan_id: String,
-    /// The plan run (`status.runId`).
-    pub run_id: String,
-    /// The index of the update command whose payload to stage.
-    pub command: u32,
-    /// When the leader asked (its own clock, RFC 3339); informational.
-    pub asked: String,
-}
+pub type PrestageRequest = Request<Prestage>;
+
+/// A node's answer to a [`PrestageRequest`].
+pub type PrestageReport = Report<Prestage>;
+
+/// What a pre-staging request asks besides its envelope: nothing (the payload is the
+/// Plan's, never the request's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrestageAsks {}
 
 /// How a node's pre-staging ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,14 +58,10 @@ pub enum PrestageOutcome {
     Failed,
 }
 
-/// A node's answer to a [`PrestageRequest`].
+/// What a pre-staging report says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PrestageReport {
-    /// The run of the request answered.
-    pub run_id: String,
-    /// The command of the request answered.
-    pub command: u32,
+pub struct PrestageSays {
     /// How it went.
     pub outcome: PrestageOutcome,
     /// Why it failed, or a note on success (at most [`MAX_REASON_BYTES`]).
@@ -71,22 +69,25 @@ pub struct PrestageReport {
     pub reason: Option<String>,
 }
 
-impl PrestageReport {
-    /// Whether this answers `request` (same run and command).
-    pub fn answers(&self, request: &PrestageRequest) -> bool {
-        self.run_id == request.run_id && self.command == request.command
+impl Kind for Prestage {
+    type Asks = PrestageAsks;
+    type Says = PrestageSays;
+    const REQUEST_ANNOTATION: &'static str = keys::ANNOTATION_PRESTAGE;
+    const REPORT_ANNOTATION: &'static str = keys::ANNOTATION_PRESTAGE_REPORT;
+    const MAX_REQUEST_BYTES: usize = MAX_REQUEST_BYTES;
+    const MAX_REPORT_BYTES: usize = MAX_REPORT_BYTES;
+    const NAME: &'static str = "pre-staging";
+
+    /// Any report of the run and command.
+    fn answers(_: &PrestageSays, _: &PrestageAsks) -> bool {
+        true
     }
 
-    /// Whether this answers the request of `run_id` for `command`.
-    pub fn is_for(&self, run_id: &str, command: u32) -> bool {
-        self.run_id == run_id && self.command == command
-    }
-
-    /// The report bounded for its annotation: the reason cut to [`MAX_REASON_BYTES`].
-    pub fn bounded(self) -> Self {
-        Self {
-            reason: self.reason.map(|text| crate::text::truncate(&text, MAX_REASON_BYTES)),
-            ..self
+    /// The reason cut to [`MAX_REASON_BYTES`].
+    fn bounded(says: PrestageSays) -> PrestageSays {
+        PrestageSays {
+            reason: says.reason.map(|text| crate::text::truncate(&text, MAX_REASON_BYTES)),
+            ..says
         }
     }
 }
@@ -136,35 +137,12 @@ impl JsonSchema for PrestageState {
     }
 }
 
-/// The request in an object's annotations: `Ok(None)` without one, `Err` when it is over
-/// [`MAX_REQUEST_BYTES`] or not a request.
-pub fn request_of(meta: &ObjectMeta) -> Result<Option<PrestageRequest>, String> {
-    read(meta, keys::ANNOTATION_PRESTAGE, MAX_REQUEST_BYTES)
-}
-
-/// The report in an object's annotations: `Ok(None)` without one, `Err` when it is over
-/// [`MAX_REPORT_BYTES`] or not a report.
-pub fn report_of(meta: &ObjectMeta) -> Result<Option<PrestageReport>, String> {
-    read(meta, keys::ANNOTATION_PRESTAGE_REPORT, MAX_REPORT_BYTES)
-}
-
-fn read<T: serde::de::DeserializeOwned>(
-    meta: &ObjectMeta,
-    key: &str,
-    limit: usize,
-) -> Result<Option<T>, String> {
-    let Some(text) = meta.annotations.as_ref().and_then(|a| a.get(key)) else {
-        return Ok(None);
-    };
-    if text.len() > limit {
-        return Err(format!("annotation {key} is {} bytes, over the limit of {limit}", text.len()));
-    }
-    serde_json::from_str(text).map(Some).map_err(|error| format!("annotation {key}: {error}"))
-}
-
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
     use super::*;
+    use crate::ask::{report_of, request_of};
 
     fn meta(key: &str, value: String) -> ObjectMeta {
         ObjectMeta { annotations: Some([(key.to_owned(), value)].into()), ..ObjectMeta::default() }
@@ -176,16 +154,20 @@ mod tests {
             run_id: "run".into(),
             command: 1,
             asked: "2026-11-26T10:00:00Z".into(),
+            asks: PrestageAsks {},
         }
     }
 
     #[test]
     fn a_request_round_trips_in_camel_case() {
         let text = serde_json::to_string(&request()).expect("serialise");
-        assert!(text.contains("\"planId\":\"id\"") && text.contains("\"runId\":\"run\""), "{text}");
-        let read = request_of(&meta(keys::ANNOTATION_PRESTAGE, text)).expect("reads");
+        assert_eq!(
+            text,
+            r#"{"planId":"id","runId":"run","command":1,"asked":"2026-11-26T10:00:00Z"}"#
+        );
+        let read = request_of::<Prestage>(&meta(keys::ANNOTATION_PRESTAGE, text)).expect("reads");
         assert_eq!(read, Some(request()));
-        assert_eq!(request_of(&ObjectMeta::default()), Ok(None));
+        assert_eq!(request_of::<Prestage>(&ObjectMeta::default()), Ok(None));
     }
 
     #[test]
@@ -193,8 +175,7 @@ mod tests {
         let report = PrestageReport {
             run_id: "run".into(),
             command: 1,
-            outcome: PrestageOutcome::Staged,
-            reason: None,
+            says: PrestageSays { outcome: PrestageOutcome::Staged, reason: None },
         };
         assert!(report.answers(&request()));
         for other in [
@@ -213,10 +194,11 @@ mod tests {
             r#"{{"runId":"run","command":1,"outcome":"Failed","reason":"{}"}}"#,
             "x".repeat(MAX_REPORT_BYTES)
         );
-        let error = report_of(&meta(keys::ANNOTATION_PRESTAGE_REPORT, huge)).expect_err("big");
-        assert!(error.contains("over the limit"), "{error}");
         let error =
-            report_of(&meta(keys::ANNOTATION_PRESTAGE_REPORT, "{}".into())).expect_err("bad");
+            report_of::<Prestage>(&meta(keys::ANNOTATION_PRESTAGE_REPORT, huge)).expect_err("big");
+        assert!(error.contains("over the limit"), "{error}");
+        let error = report_of::<Prestage>(&meta(keys::ANNOTATION_PRESTAGE_REPORT, "{}".into()))
+            .expect_err("bad");
         assert!(error.starts_with(&format!("annotation {}", keys::ANNOTATION_PRESTAGE_REPORT)));
     }
 
@@ -225,12 +207,14 @@ mod tests {
         let report = PrestageReport {
             run_id: "r".repeat(100),
             command: 3,
-            outcome: PrestageOutcome::Failed,
-            reason: Some("é".repeat(10_000)),
+            says: PrestageSays {
+                outcome: PrestageOutcome::Failed,
+                reason: Some("é".repeat(10_000)),
+            },
         }
         .bounded();
         let text = serde_json::to_string(&report).expect("serialise");
         assert!(text.len() <= MAX_REPORT_BYTES, "{}", text.len());
-        assert!(report_of(&meta(keys::ANNOTATION_PRESTAGE_REPORT, text)).is_ok());
+        assert!(report_of::<Prestage>(&meta(keys::ANNOTATION_PRESTAGE_REPORT, text)).is_ok());
     }
 }

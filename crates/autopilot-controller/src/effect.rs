@@ -31,6 +31,14 @@ pub enum Error {
         /// Which object.
         what: String,
     },
+    /// What was to be written cannot be encoded as JSON.
+    #[error("encoding {what}: {problem}")]
+    Encode {
+        /// What was being written.
+        what: String,
+        /// Why.
+        problem: String,
+    },
     /// The API server refused or could not be reached.
     #[error("writing {what}")]
     Api {
@@ -104,39 +112,23 @@ pub async fn write_signal(
     result.map_err(|source| api_error(what, source))
 }
 
-/// Ask a node to run gate checks (DESIGN §15): the request annotation on its object.
-pub async fn write_gate_check(
+/// Write a leader's request of the one request/report channel ([`autopilot_api::ask`]:
+/// pre-staging, gate checks) onto its target object: a merge patch of the kind's request
+/// annotation only, with the resourceVersion of the snapshot the decision was made on as
+/// precondition (`None`: the object was not in the snapshot). A conflict means the object
+/// changed since: the next pass decides again on what it then shows.
+pub async fn write_request<K: autopilot_api::ask::Kind>(
     client: &kube::Client,
     target: &SignalTarget,
-    request: &autopilot_api::gate_check::GateCheckRequest,
+    resource_version: Option<&str>,
+    request: &autopilot_api::ask::Request<K>,
 ) -> Result<(), Error> {
-    let what = format!("the gate-check request on {:?} {}", target.kind, target.name);
-    write_request(client, target, keys::ANNOTATION_GATE_CHECK, request, what).await
-}
-
-/// Ask a node to pre-stage an update's payload (`prestage: true`): the request annotation
-/// on its object.
-pub async fn write_prestage(
-    client: &kube::Client,
-    target: &SignalTarget,
-    request: &autopilot_api::prestage::PrestageRequest,
-) -> Result<(), Error> {
-    let what = format!("the pre-staging request on {:?} {}", target.kind, target.name);
-    write_request(client, target, keys::ANNOTATION_PRESTAGE, request, what).await
-}
-
-/// A leader's request to a node: a merge patch of the one annotation `key` on its object,
-/// holding `request` as JSON. No precondition: the patch touches only that annotation, and
-/// the same request again is harmless.
-async fn write_request(
-    client: &kube::Client,
-    target: &SignalTarget,
-    key: &str,
-    request: &impl serde::Serialize,
-    what: String,
-) -> Result<(), Error> {
-    let text = serde_json::to_string(request).unwrap_or_default();
-    let patch = serde_json::json!({ "metadata": { "annotations": { key: text } } });
+    let what = format!("the {} request on {:?} {}", K::NAME, target.kind, target.name);
+    let Some(resource_version) = resource_version else {
+        return Err(Error::Gone { what });
+    };
+    let patch = autopilot_api::ask::patch(K::REQUEST_ANNOTATION, request, resource_version)
+        .map_err(|problem| Error::Encode { what: what.clone(), problem })?;
     let params = kube::api::PatchParams::default();
     let patch = kube::api::Patch::Merge(&patch);
     let result = match target.kind {

@@ -31,16 +31,18 @@
 //! Every refusal starts with `refused: ` and names what did not match, for the signal's
 //! reason and the logs.
 
+use std::collections::BTreeMap;
+
 use autopilot_api::gate_check::GateCheckRequest;
-use autopilot_api::keys;
 use autopilot_api::prestage::{PrestageRequest, PrestageState};
 use autopilot_api::signal::{
     CommandAirgapUpdate, CommandK0sUpdate, CommandRollback, RollbackOf, SignalData, SignalPhase,
 };
 use autopilot_api::v1beta2::{
-    GateCheck, Plan, PlanCommand, PlanCommandStatus, PlanResourceUrl, PlanStatus, TargetState,
-    TargetStatus,
+    GateCheck, Plan, PlanCommand, PlanCommandRollout, PlanCommandStatus, PlanResourceUrl,
+    PlanStatus, TargetState, TargetStatus,
 };
+use autopilot_api::{ask, keys};
 
 /// Which list of a command's targets the signalled object belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,54 +238,115 @@ fn signal_target<'s>(
     list.iter().find(|target| target.name == node.name)
 }
 
+/// What a request of the one request/report channel ([`ask`]) names, as the Plan records
+/// it: an update command of the Plan's current run, its frozen copy, and the target list
+/// of the node's role. Every kind of request is authorized from here
+/// ([`gate_checks`], [`prestage`]), each adding what its kind requires.
+pub struct Asked<'p> {
+    /// The command's status.
+    pub command: &'p PlanCommandStatus,
+    /// What the frozen update command is.
+    pub kind: StagingKind,
+    /// Its rollout settings (gates, pre-staging).
+    pub rollout: &'p PlanCommandRollout,
+    /// Its payloads by platform.
+    pub platforms: &'p BTreeMap<String, PlanResourceUrl>,
+    /// The version it updates to.
+    pub version: &'p str,
+    /// Whether any version will do (a forced k0s update).
+    pub any_version: bool,
+    /// The targets of the node's role (`None`: the command has none, as an airgap update
+    /// has no controllers).
+    targets: Option<&'p [TargetStatus]>,
+    /// `command <index> of run <run>`, for refusals.
+    label: String,
+}
+
+impl<'p> Asked<'p> {
+    /// A refusal naming the command.
+    pub fn refuse(&self, problem: &str) -> String {
+        refused(&format!("{}: {problem}", self.label))
+    }
+
+    /// The node's target, or the refusal.
+    pub fn target(&self, node: Node<'_>) -> Result<&'p TargetStatus, String> {
+        target(self.targets, node).map_err(|problem| self.refuse(&problem))
+    }
+}
+
+/// The update command a request of kind `K` names, when `request` names the Plan's current
+/// run (`runId` and `planId`) and an update command of it (`what_for` says what else a
+/// command must be, in the refusal). Otherwise the refusal (starting with `refused: `).
+pub fn asked<'p, K: ask::Kind>(
+    plan: Option<&'p Plan>,
+    request: &ask::Request<K>,
+    node: Node<'_>,
+    what_for: &str,
+) -> Result<Asked<'p>, String> {
+    let run = &request.run_id;
+    let index = request.command;
+    let (_, command, frozen) = current_command(plan, "request", run, &request.plan_id, index)?;
+    let label = format!("command {index} of run {run}");
+    let by_role = |controllers: &'p [TargetStatus], workers: &'p [TargetStatus]| match node.role {
+        Role::Controller => controllers,
+        Role::Worker => workers,
+    };
+    let asked = match (&frozen.k0supdate, &frozen.airgapupdate) {
+        (Some(update), _) => Asked {
+            command,
+            kind: StagingKind::K0s,
+            rollout: &update.rollout,
+            platforms: &update.platforms,
+            version: &update.version,
+            any_version: update.forceupdate,
+            targets: command.k0supdate.as_ref().map(|s| by_role(&s.controllers, &s.workers)),
+            label,
+        },
+        (None, Some(update)) => Asked {
+            command,
+            kind: StagingKind::Airgap,
+            rollout: &update.rollout,
+            platforms: &update.platforms,
+            version: &update.version,
+            any_version: false,
+            targets: match node.role {
+                Role::Controller => None,
+                Role::Worker => command.airgapupdate.as_ref().map(|s| s.workers.as_slice()),
+            },
+            label,
+        },
+        (None, None) => {
+            return Err(refused(&format!("{label}: it is {}, not {what_for}", kind(frozen))));
+        }
+    };
+    Ok(asked)
+}
+
 /// The checks a gate-check request (DESIGN §15) asks `node` to run, by gate id, when the
-/// Plan authorizes it: the request names the Plan's current run (`runId` and `planId`), an
-/// update command of the run whose frozen gates have a `check` for every id it names, and
-/// the command's status lists the node (in the target list of its role) in a gate run that
-/// is open and not failed. Otherwise the refusal (starting with `refused: `).
+/// Plan authorizes it ([`asked`]): the request names an update command of the Plan's
+/// current run whose frozen gates have a `check` for every id it names, and the command's
+/// status lists the node (in the target list of its role) in a gate run that is open and
+/// not failed. Otherwise the refusal (starting with `refused: `).
 pub fn gate_checks(
     plan: Option<&Plan>,
     request: &GateCheckRequest,
     node: Node<'_>,
 ) -> Result<Vec<(String, GateCheck)>, String> {
-    let run = &request.run_id;
-    let index = request.command;
-    let (_, command, frozen) = current_command(plan, "request", run, &request.plan_id, index)?;
-    let in_command = |problem: String| refused(&format!("command {index} of run {run}: {problem}"));
-    let (gates, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
-        (Some(update), _) => (
-            &update.rollout.gates,
-            command.k0supdate.as_ref().map(|status| match node.role {
-                Role::Controller => status.controllers.as_slice(),
-                Role::Worker => status.workers.as_slice(),
-            }),
-        ),
-        (None, Some(update)) => (
-            &update.rollout.gates,
-            match node.role {
-                Role::Controller => None,
-                Role::Worker => command.airgapupdate.as_ref().map(|s| s.workers.as_slice()),
-            },
-        ),
-        (None, None) => {
-            return Err(in_command(format!(
-                "it is {}, not an update command with gates",
-                kind(frozen)
-            )));
-        }
-    };
-    target(targets, node).map_err(&in_command)?;
-    let gating = command
-        .gating
-        .iter()
-        .any(|gate_run| gate_run.failed.is_none() && gate_run.nodes.iter().any(|n| n == node.name));
+    let asked = asked(plan, request, node, "an update command with gates")?;
+    asked.target(node)?;
+    let gating =
+        asked.command.gating.iter().any(|gate_run| {
+            gate_run.failed.is_none() && gate_run.nodes.iter().any(|n| n == node.name)
+        });
     if !gating {
-        return Err(in_command(format!("{} is in no open gate run", node.name)));
+        return Err(asked.refuse(&format!("{} is in no open gate run", node.name)));
     }
-    if request.gates.is_empty() {
-        return Err(in_command("the request names no gate".to_owned()));
+    if request.asks.gates.is_empty() {
+        return Err(asked.refuse("the request names no gate"));
     }
+    let gates = &asked.rollout.gates;
     request
+        .asks
         .gates
         .iter()
         .map(|id| {
@@ -292,7 +355,7 @@ pub fn gate_checks(
                 .find(|gate| &gate.id == id)
                 .and_then(|gate| gate.check.clone())
                 .map(|check| (id.clone(), check))
-                .ok_or_else(|| in_command(format!("it has no check gate {id:?}")))
+                .ok_or_else(|| asked.refuse(&format!("it has no check gate {id:?}")))
         })
         .collect()
 }
@@ -319,65 +382,32 @@ pub enum StagingKind {
     Airgap,
 }
 
-/// What a pre-staging request asks `node` to stage, when the Plan authorizes it: the
-/// request names the Plan's current run (`runId` and `planId`) and an update command of it
-/// whose frozen copy has `prestage: true`; the command has not ended; its status lists the
-/// node (in the target list of its role; airgap: workers only) as not signalled yet
-/// (`SignalPending`) and asked to stage (`prestage: Requested`); and the frozen command has
-/// a payload for the node's platform (the agent's own; required). The payload is the
-/// Plan's, never the request's: a request names no URL. Otherwise the refusal (starting
-/// with `refused: `).
+/// What a pre-staging request asks `node` to stage, when the Plan authorizes it
+/// ([`asked`]): the request names an update command of the Plan's current run whose frozen
+/// copy has `prestage: true`; the command has not ended; its status lists the node (in the
+/// target list of its role; airgap: workers only) as not signalled yet (`SignalPending`)
+/// and asked to stage (`prestage: Requested`); and the frozen command has a payload for the
+/// node's platform (the agent's own; required). The payload is the Plan's, never the
+/// request's: a request names no URL. Otherwise the refusal (starting with `refused: `).
 pub fn prestage<'p>(
     plan: Option<&'p Plan>,
     request: &PrestageRequest,
     node: Node<'_>,
 ) -> Result<Staging<'p>, String> {
-    let run = &request.run_id;
-    let index = request.command;
-    let (_, command, frozen) = current_command(plan, "request", run, &request.plan_id, index)?;
-    let in_command = |problem: String| refused(&format!("command {index} of run {run}: {problem}"));
     // Check 1: an update command that pre-stages.
-    let (staging, platforms, targets) = match (&frozen.k0supdate, &frozen.airgapupdate) {
-        (Some(update), _) => (
-            update.rollout.prestage.then_some((
-                StagingKind::K0s,
-                update.version.as_str(),
-                update.forceupdate,
-            )),
-            &update.platforms,
-            command.k0supdate.as_ref().map(|status| match node.role {
-                Role::Controller => status.controllers.as_slice(),
-                Role::Worker => status.workers.as_slice(),
-            }),
-        ),
-        (None, Some(update)) => (
-            update.rollout.prestage.then_some((
-                StagingKind::Airgap,
-                update.version.as_str(),
-                false,
-            )),
-            &update.platforms,
-            match node.role {
-                Role::Controller => None,
-                Role::Worker => command.airgapupdate.as_ref().map(|s| s.workers.as_slice()),
-            },
-        ),
-        (None, None) => {
-            return Err(in_command(format!("it is {}, not an update command", kind(frozen))));
-        }
-    };
-    let Some((kind, version, any_version)) = staging else {
-        return Err(in_command("it does not pre-stage (prestage is not set)".to_owned()));
-    };
-    // Check 2: the command is running, and the leader asked this node, not yet signalled.
-    if command.state.is_terminal() {
-        return Err(in_command(format!("it has ended ({})", command.state)));
+    let asked = asked(plan, request, node, "an update command")?;
+    if !asked.rollout.prestage {
+        return Err(asked.refuse("it does not pre-stage (prestage is not set)"));
     }
-    let target = target(targets, node).map_err(&in_command)?;
+    // Check 2: the command is running, and the leader asked this node, not yet signalled.
+    if asked.command.state.is_terminal() {
+        return Err(asked.refuse(&format!("it has ended ({})", asked.command.state)));
+    }
+    let target = asked.target(node)?;
     if target.state != TargetState::SignalPending
         || target.prestage != Some(PrestageState::Requested)
     {
-        return Err(in_command(format!(
+        return Err(asked.refuse(&format!(
             "{} is not asked to stage (it is {}, pre-staging {})",
             node.name,
             target.state,
@@ -386,13 +416,14 @@ pub fn prestage<'p>(
     }
     // Check 3: the payload of the node's own platform.
     let Some(platform) = node.platform else {
-        return Err(in_command("the node's platform is not known".to_owned()));
+        return Err(asked.refuse("the node's platform is not known"));
     };
-    let Some(entry) = platforms.get(platform) else {
-        return Err(in_command(format!(
-            "the Plan has no payload for this node's platform {platform}"
-        )));
+    let Some(entry) = asked.platforms.get(platform) else {
+        return Err(
+            asked.refuse(&format!("the Plan has no payload for this node's platform {platform}"))
+        );
     };
+    let (kind, version, any_version) = (asked.kind, asked.version, asked.any_version);
     Ok(Staging { entry, kind, version, any_version })
 }
 

@@ -20,9 +20,9 @@ use std::collections::BTreeMap;
 
 use anyhow::Context as _;
 use autopilot_api::backoff::Capped;
-use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::Plan;
+use autopilot_api::{ask, keys};
 use autopilot_shell::retry::WatchBackoff;
 
 use crate::host::{self, Host, SignalKey, SignatureSource};
@@ -753,26 +753,39 @@ where
     write_signal_status(api, object, data, status).await.map(Some)
 }
 
-/// Answer the gate-check request on `object` (DESIGN §15) if this node has not answered it
-/// yet: when the Plan authorizes it ([`authorize::gate_checks`]), run the checks of the
-/// gates it names (all at once, each within its timeout) and report a record per gate;
-/// otherwise report the refusal. The report goes into this node's own annotation. A request
-/// that cannot be read has no attempt to answer: it is logged. API errors are returned (the
-/// caller retries).
-async fn answer_gate_check<K>(api: &Api<K>, agent: &Agent, object: &K) -> anyhow::Result<()>
+/// Answer the request of kind `K` on `object` (the one request/report channel,
+/// [`autopilot_api::ask`]) if this node has not answered it yet: `work` authorizes it
+/// against the Plan and does it, and says what the report says (`None`: it is not this
+/// agent's to answer). The report goes into this node's own annotation, guarded by the
+/// resourceVersion the object was read at. A request that cannot be read has nothing to
+/// answer: it is logged. API errors (a conflict included) are returned: the caller
+/// retries on the object as it then is.
+///
+/// Crash safety: a crash before the report leaves the request unanswered, so the next
+/// look does the work again.
+async fn answer<A, K>(
+    api: &Api<K>,
+    agent: &Agent,
+    object: &K,
+    work: impl AsyncFnOnce(
+        Result<Option<Plan>, String>,
+        &ask::Request<A>,
+        authorize::Role,
+    ) -> Option<A::Says>,
+) -> anyhow::Result<()>
 where
+    A: ask::Kind,
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    use autopilot_api::gate_check::{self, GateCheckReport};
-    let request = match gate_check::request_of(object.meta()) {
+    let request = match ask::request_of::<A>(object.meta()) {
         Ok(Some(request)) => request,
         Ok(None) => return Ok(()),
         Err(problem) => {
-            debug!(node = %agent.name, %problem, "ignoring a gate-check request that cannot be read");
+            debug!(node = %agent.name, %problem, kind = A::NAME, "ignoring a request that cannot be read");
             return Ok(());
         }
     };
-    let reported = gate_check::report_of(object.meta()).ok().flatten();
+    let reported = ask::report_of::<A>(object.meta()).ok().flatten();
     if reported.is_some_and(|report| report.answers(&request)) {
         return Ok(());
     }
@@ -781,57 +794,64 @@ where
     } else {
         authorize::Role::Worker
     };
-    let node = authorize::Node { name: &agent.name, role, platform: None };
-    let authorized = match read_plan(api).await? {
-        Ok(plan) => authorize::gate_checks(plan.as_ref(), &request, node),
-        Err(reason) => Err(format!("refused: {reason}")),
-    };
-    let mut report = GateCheckReport {
-        run_id: request.run_id.clone(),
-        command: request.command,
-        attempt: request.attempt,
-        ..GateCheckReport::default()
-    };
-    match authorized {
-        Err(reason) => {
-            warn!(node = %agent.name, %reason, "refusing a gate-check request the Plan does not authorize");
-            report.refused = Some(reason);
-        }
-        Ok(checks) => {
-            let facts = preflight::Facts {
-                k0s_version: &agent.version,
-                exec_allow_list: &agent.exec_allow_list,
-            };
-            let records = futures::future::join_all(
-                checks.iter().map(|(_, check)| preflight::run(&check.command, facts)),
-            )
-            .await;
-            for ((gate, _), record) in checks.iter().zip(&records) {
-                info!(node = %agent.name, %gate, attempt = request.attempt, status_code = record.status_code, "gate check ran");
-            }
-            report.records = checks.into_iter().map(|(gate, _)| gate).zip(records).collect();
-        }
-    }
-    let text = serde_json::to_string(&report.bounded()).context("encoding the gate report")?;
-    let patch = serde_json::json!({
-        "metadata": { "annotations": { keys::ANNOTATION_GATE_REPORT: text } }
-    });
+    let plan = read_plan(api).await?;
+    let Some(says) = work(plan, &request, role).await else { return Ok(()) };
+    let report = request.answer(says);
+    let version = object.meta().resource_version.as_deref().unwrap_or_default();
+    let patch = ask::patch(A::REPORT_ANNOTATION, &report, version)
+        .map_err(|problem| anyhow::anyhow!("encoding the {} report: {problem}", A::NAME))?;
     api.patch(&agent.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
         .await
-        .context("writing the gate report")?;
+        .with_context(|| format!("writing the {} report", A::NAME))?;
     Ok(())
 }
 
-/// Answer the pre-staging request on `object` (`prestage: true`) if this node has not
-/// answered it yet: when the Plan authorizes it ([`authorize::prestage`]), download and
-/// verify the Plan's payload for this node's platform into the staged file and self-test it
-/// (a k0s binary), then report `Staged`; otherwise report `Failed` with why. The update
-/// signal that follows finds the staged file by its sha256. The report goes into this
-/// node's own annotation. A request that cannot be read has nothing to answer: it is
-/// logged. API errors are returned (the caller retries).
-///
-/// Crash safety: a crash before the report leaves the request unanswered, so the next pass
-/// stages again (the download replaces any partial or earlier staged file).
+/// Answer the gate-check request on `object` (DESIGN §15): when the Plan authorizes it
+/// ([`authorize::gate_checks`]), run the checks of the gates it names (all at once, each
+/// within its timeout) and report a record per gate; otherwise report the refusal.
+async fn answer_gate_check<K>(api: &Api<K>, agent: &Agent, object: &K) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    use autopilot_api::gate_check::{GateCheckSays, GateChecks};
+    answer::<GateChecks, K>(api, agent, object, async |plan, request, role| {
+        let node = authorize::Node { name: &agent.name, role, platform: None };
+        let authorized = match plan {
+            Ok(plan) => authorize::gate_checks(plan.as_ref(), request, node),
+            Err(reason) => Err(format!("refused: {reason}")),
+        };
+        let mut says = GateCheckSays { attempt: request.asks.attempt, ..GateCheckSays::default() };
+        match authorized {
+            Err(reason) => {
+                warn!(node = %agent.name, %reason, "refusing a gate-check request the Plan does not authorize");
+                says.refused = Some(reason);
+            }
+            Ok(checks) => {
+                let facts = preflight::Facts {
+                    k0s_version: &agent.version,
+                    exec_allow_list: &agent.exec_allow_list,
+                };
+                let records = futures::future::join_all(
+                    checks.iter().map(|(_, check)| preflight::run(&check.command, facts)),
+                )
+                .await;
+                for ((gate, _), record) in checks.iter().zip(&records) {
+                    info!(node = %agent.name, %gate, attempt = request.asks.attempt, status_code = record.status_code, "gate check ran");
+                }
+                says.records = checks.into_iter().map(|(gate, _)| gate).zip(records).collect();
+            }
+        }
+        Some(says)
+    })
+    .await
+}
+
+/// Answer the pre-staging request on `object` (`prestage: true`): when the Plan authorizes
+/// it ([`authorize::prestage`]), download and verify the Plan's payload for this node's
+/// platform into the staged file and self-test it (a k0s binary), then report `Staged`;
+/// otherwise report `Failed` with why. The update signal that follows finds the staged file
+/// by its sha256. A crash before the report stages again (the download replaces any partial
+/// or earlier staged file).
 async fn answer_prestage<K, H>(
     api: &Api<K>,
     agent: &Agent,
@@ -842,68 +862,34 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
-    use autopilot_api::prestage::{self, PrestageOutcome, PrestageReport};
-    let request = match prestage::request_of(object.meta()) {
-        Ok(Some(request)) => request,
-        Ok(None) => return Ok(()),
-        Err(problem) => {
-            debug!(node = %agent.name, %problem, "ignoring a pre-staging request that cannot be read");
-            return Ok(());
-        }
-    };
-    let reported = prestage::report_of(object.meta()).ok().flatten();
-    if reported.is_some_and(|report| report.answers(&request)) {
-        return Ok(());
-    }
-    let role = if K::kind(&()) == "ControlNode" {
-        authorize::Role::Controller
-    } else {
-        authorize::Role::Worker
-    };
-    let platform = autopilot_api::platform::current();
-    let node = authorize::Node { name: &agent.name, role, platform: Some(&platform) };
-    let plan = read_plan(api).await?;
-    let staged = match &plan {
-        Err(reason) => Err(format!("refused: {reason}")),
-        Ok(plan) => match authorize::prestage(plan.as_ref(), &request, node) {
-            Err(reason) => Err(reason),
-            Ok(staging) if agent.airgap_only && staging.kind == authorize::StagingKind::K0s => {
-                // As for its signals: the ControlNode's agent updates this machine's k0s.
-                debug!(node = %agent.name, "not an airgap payload; the ControlNode's agent stages it");
-                return Ok(());
+    use autopilot_api::prestage::{Prestage, PrestageOutcome, PrestageSays};
+    answer::<Prestage, K>(api, agent, object, async |plan, request, role| {
+        let platform = autopilot_api::platform::current();
+        let node = authorize::Node { name: &agent.name, role, platform: Some(&platform) };
+        let staged = match &plan {
+            Err(reason) => Err(format!("refused: {reason}")),
+            Ok(plan) => match authorize::prestage(plan.as_ref(), request, node) {
+                Err(reason) => Err(reason),
+                Ok(staging) if agent.airgap_only && staging.kind == authorize::StagingKind::K0s => {
+                    // As for its signals: the ControlNode's agent updates this machine's k0s.
+                    debug!(node = %agent.name, "not an airgap payload; the ControlNode's agent stages it");
+                    return None;
+                }
+                Ok(staging) => stage_payload(agent, host, request, staging).await,
+            },
+        };
+        Some(match staged {
+            Ok(note) => {
+                info!(node = %agent.name, command = request.command, "payload pre-staged");
+                PrestageSays { outcome: PrestageOutcome::Staged, reason: note }
             }
-            Ok(staging) => stage_payload(agent, host, &request, staging).await,
-        },
-    };
-    let report = match staged {
-        Ok(note) => {
-            info!(node = %agent.name, command = request.command, "payload pre-staged");
-            PrestageReport {
-                run_id: request.run_id.clone(),
-                command: request.command,
-                outcome: PrestageOutcome::Staged,
-                reason: note,
+            Err(reason) => {
+                warn!(node = %agent.name, command = request.command, %reason, "could not pre-stage the payload");
+                PrestageSays { outcome: PrestageOutcome::Failed, reason: Some(reason) }
             }
-        }
-        Err(reason) => {
-            warn!(node = %agent.name, command = request.command, %reason, "could not pre-stage the payload");
-            PrestageReport {
-                run_id: request.run_id.clone(),
-                command: request.command,
-                outcome: PrestageOutcome::Failed,
-                reason: Some(reason),
-            }
-        }
-    };
-    let text =
-        serde_json::to_string(&report.bounded()).context("encoding the pre-staging report")?;
-    let patch = serde_json::json!({
-        "metadata": { "annotations": { keys::ANNOTATION_PRESTAGE_REPORT: text } }
-    });
-    api.patch(&agent.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
-        .await
-        .context("writing the pre-staging report")?;
-    Ok(())
+        })
+    })
+    .await
 }
 
 /// Stage what `staging` names: `Ok` with an optional note, or why it could not be staged.

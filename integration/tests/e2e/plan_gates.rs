@@ -709,7 +709,7 @@ async fn a_check_gate_runs_on_the_node_just_updated_until_it_passes(
     client: &kube::Client,
     builds: &Builds,
 ) -> anyhow::Result<()> {
-    use autopilot_api::gate_check::{GateCheckReport, GateCheckRequest, report_of};
+    use autopilot_api::gate_check::{GateCheckAsks, GateCheckReport, GateCheckRequest, GateChecks};
     use autopilot_api::keys;
     use k8s_openapi::api::core::v1::Node;
     const RUN: &str = "check-gate";
@@ -731,11 +731,12 @@ async fn a_check_gate_runs_on_the_node_just_updated_until_it_passes(
     hold_on(client, RUN, "worker-0", Some("worker-1"), "check on worker-0: worker-0:").await?;
     eprintln!("worker-0 updated and held by its check after {:?}", since.elapsed());
     let nodes: Api<Node> = Api::all(client.clone());
-    let report = |node: Node| report_of(&node.metadata).map_err(anyhow::Error::msg);
+    let report_of = |node: &Node| autopilot_api::ask::report_of::<GateChecks>(&node.metadata);
+    let report = |node: Node| report_of(&node).map_err(anyhow::Error::msg);
     let first: GateCheckReport = report(nodes.get("worker-0").await?)?.context("a report")?;
     eprintln!("worker-0 reported: {first:?}");
-    let record = first.records.get("file-ready").context("a record for the gate")?;
-    anyhow::ensure!(record.status_code == 1 && first.refused.is_none(), "{first:?}");
+    let record = first.says.records.get("file-ready").context("a record for the gate")?;
+    anyhow::ensure!(record.status_code == 1 && first.says.refused.is_none(), "{first:?}");
 
     // Nobody asked worker-2 (not a target of this run): a request written there is refused,
     // visibly.
@@ -743,9 +744,8 @@ async fn a_check_gate_runs_on_the_node_just_updated_until_it_passes(
         plan_id: RUN.to_owned(),
         run_id: first.run_id.clone(),
         command: 0,
-        gates: vec!["file-ready".to_owned()],
-        attempt: 1,
         asked: jiff::Timestamp::now().to_string(),
+        asks: GateCheckAsks { gates: vec!["file-ready".to_owned()], attempt: 1 },
     };
     let patch = json!({"metadata": {"annotations": {
         keys::ANNOTATION_GATE_CHECK: serde_json::to_string(&forged)?
@@ -753,13 +753,13 @@ async fn a_check_gate_runs_on_the_node_just_updated_until_it_passes(
     nodes.patch("worker-2", &PatchParams::default(), &Patch::Merge(&patch)).await?;
     let refusal = integration::wait_for(CASE_TIMEOUT, "worker-2 to refuse the request", || {
         let nodes = nodes.clone();
-        async move { Ok(report_of(&nodes.get("worker-2").await?.metadata).ok().flatten()) }
+        async move { Ok(report_of(&nodes.get("worker-2").await?).ok().flatten()) }
     })
     .await?;
     eprintln!("worker-2 answered: {refusal:?}");
-    let why = refusal.refused.clone().unwrap_or_default();
+    let why = refusal.says.refused.clone().unwrap_or_default();
     anyhow::ensure!(
-        why.contains("worker-2 is not one of its workers") && refusal.records.is_empty(),
+        why.contains("worker-2 is not one of its workers") && refusal.says.records.is_empty(),
         "{refusal:?}"
     );
 
@@ -775,8 +775,8 @@ async fn a_check_gate_runs_on_the_node_just_updated_until_it_passes(
     anyhow::ensure!(command(&done, 0).gates_passed == 2, "two gate runs passed:\n{status}");
     let last: GateCheckReport = report(nodes.get("worker-0").await?)?.context("a report")?;
     anyhow::ensure!(
-        last.attempt > first.attempt
-            && last.records.get("file-ready").is_some_and(|r| r.status_code == 0),
+        last.says.attempt > first.says.attempt
+            && last.says.records.get("file-ready").is_some_and(|r| r.status_code == 0),
         "a later attempt passed: {last:?}"
     );
     let signal = node_signal(client, "worker-0").await?.context("worker-0's signal")?;

@@ -108,9 +108,11 @@ async fn a_worker_that_cannot_stage_fails_the_plan_with_nothing_signalled_or_cor
     for name in WORKERS {
         integration::wait_for(PLAN_TIMEOUT, &format!("{name}'s pre-staging report"), || async {
             let node = nodes.get(name).await?;
-            let report = autopilot_api::prestage::report_of(&node.metadata)
-                .map_err(|problem| anyhow::anyhow!(problem))?;
-            Ok(report.filter(|r| r.outcome == autopilot_api::prestage::PrestageOutcome::Failed))
+            let report =
+                autopilot_api::ask::report_of::<autopilot_api::prestage::Prestage>(&node.metadata)
+                    .map_err(|problem| anyhow::anyhow!(problem))?;
+            Ok(report
+                .filter(|r| r.says.outcome == autopilot_api::prestage::PrestageOutcome::Failed))
         })
         .await
         .unwrap();
@@ -153,15 +155,16 @@ async fn stage_as_agents(
     client: kube::Client,
     refusals: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
-    use autopilot_api::prestage::{PrestageOutcome, PrestageReport, report_of, request_of};
+    use autopilot_api::ask::{report_of, request_of};
+    use autopilot_api::prestage::{Prestage, PrestageOutcome, PrestageSays};
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, watcher};
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
     let plans: kube::Api<autopilot_api::v1beta2::Plan> = kube::Api::all(client);
     let mut events = watcher(nodes.clone(), watcher::Config::default()).applied_objects().boxed();
     while let Some(Ok(node)) = events.next().await {
-        let Ok(Some(request)) = request_of(&node.metadata) else { continue };
-        let answered = report_of(&node.metadata).ok().flatten();
+        let Ok(Some(request)) = request_of::<Prestage>(&node.metadata) else { continue };
+        let answered = report_of::<Prestage>(&node.metadata).ok().flatten();
         if answered.is_some_and(|r| r.run_id == request.run_id && r.command == request.command) {
             continue;
         }
@@ -181,8 +184,7 @@ async fn stage_as_agents(
                     (PrestageOutcome::Failed, Some(refusal))
                 }
             };
-        let report =
-            PrestageReport { run_id: request.run_id, command: request.command, outcome, reason };
+        let report = request.answer(PrestageSays { outcome, reason });
         let patch = serde_json::json!({ "metadata": { "annotations": {
             autopilot_api::keys::ANNOTATION_PRESTAGE_REPORT: serde_json::to_string(&report).expect("JSON"),
         } } });

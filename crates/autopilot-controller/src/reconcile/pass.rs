@@ -423,8 +423,17 @@ async fn perform_all(
     Ok(())
 }
 
-/// Perform one effect of the pass over `plan`; a signal is written under the resourceVersion
-/// of the object in `views`, the snapshot the decision was made on.
+/// The resourceVersion of `target` in `views`, the snapshot the decision was made on.
+fn version_of<'v>(views: &'v Views, target: &plan::SignalTarget) -> Option<&'v str> {
+    let versions = match target.kind {
+        plan::ObjectKind::ControlNode => &views.control_nodes.versions,
+        plan::ObjectKind::Node => &views.nodes.versions,
+    };
+    versions.get(&target.name).map(String::as_str)
+}
+
+/// Perform one effect of the pass over `plan`; a signal or a request is written under the
+/// resourceVersion of the object in `views`, the snapshot the decision was made on.
 async fn perform(
     ctx: &Context,
     plan: &Plan,
@@ -437,11 +446,7 @@ async fn perform(
             debug!(plan = %name, node = %target.name, "signal written, cache not caught up yet");
         }
         Effect::Signal { target, data } => {
-            let versions = match target.kind {
-                plan::ObjectKind::ControlNode => &views.control_nodes.versions,
-                plan::ObjectKind::Node => &views.nodes.versions,
-            };
-            let version = versions.get(&target.name).map(String::as_str);
+            let version = version_of(views, target);
             effect::write_signal(&ctx.engine.client, target, version, data).await?;
             if data.phase() == Some(autopilot_api::signal::SignalPhase::ApplyingUpdate) {
                 ctx.handoff.delivered(target);
@@ -459,11 +464,13 @@ async fn perform(
             debug!(plan = %name, %pod, "deleted check Pod");
         }
         Effect::GateCheck { target, request } => {
-            effect::write_gate_check(&ctx.engine.client, target, request).await?;
-            info!(plan = %name, node = %target.name, kind = ?target.kind, command = request.command, attempt = request.attempt, gates = ?request.gates, "asked node to run gate checks");
+            let version = version_of(views, target);
+            effect::write_request(&ctx.engine.client, target, version, request).await?;
+            info!(plan = %name, node = %target.name, kind = ?target.kind, command = request.command, attempt = request.asks.attempt, gates = ?request.asks.gates, "asked node to run gate checks");
         }
         Effect::Prestage { target, request } => {
-            effect::write_prestage(&ctx.engine.client, target, request).await?;
+            let version = version_of(views, target);
+            effect::write_request(&ctx.engine.client, target, version, request).await?;
             info!(plan = %name, node = %target.name, kind = ?target.kind, command = request.command, "asked node to pre-stage the payload");
         }
         Effect::Event { kind, reason, note } => {

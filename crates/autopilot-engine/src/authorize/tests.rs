@@ -480,9 +480,11 @@ fn gate_request(gates: &[&str]) -> autopilot_api::gate_check::GateCheckRequest {
         plan_id: "id123".into(),
         run_id: RUN.into(),
         command: 0,
-        gates: gates.iter().map(|&g| g.to_owned()).collect(),
-        attempt: 1,
         asked: "2026-11-26T10:00:00Z".into(),
+        asks: autopilot_api::gate_check::GateCheckAsks {
+            gates: gates.iter().map(|&g| g.to_owned()).collect(),
+            attempt: 1,
+        },
     }
 }
 
@@ -547,6 +549,7 @@ fn prestage_request(run: &str, command: u32) -> autopilot_api::prestage::Prestag
         run_id: run.into(),
         command,
         asked: "2026-11-26T10:00:00Z".into(),
+        asks: autopilot_api::prestage::PrestageAsks {},
     }
 }
 

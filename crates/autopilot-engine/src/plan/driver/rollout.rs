@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use autopilot_api::gate_check::{GateCheckReport, GateCheckRequest};
+use autopilot_api::gate_check::{GateCheckRequest, GateCheckSays};
 use autopilot_api::keys;
 use autopilot_api::preflight::RawRecord;
-use autopilot_api::prestage::{PrestageOutcome, PrestageReport, PrestageRequest};
+use autopilot_api::prestage::{PrestageOutcome, PrestageRequest, PrestageSays};
 use autopilot_api::signal::{SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{PlanSpec, PlanStateType, PlanStatus};
 use jiff::Timestamp;
@@ -322,17 +322,18 @@ impl DryCluster {
         if let Some(object) = objects.get_mut(&target.name) {
             *object.gate_check_mut() = ObservedGateCheck {
                 request: Some(request.clone()),
-                report: Some(GateCheckReport {
-                    run_id: request.run_id.clone(),
-                    command: request.command,
-                    attempt: request.attempt,
-                    records: request
-                        .gates
-                        .iter()
-                        .map(|gate| (gate.clone(), RawRecord::success(Vec::new())))
-                        .collect(),
-                    refused: None,
-                }),
+                report: Some(
+                    request.answer(GateCheckSays {
+                        attempt: request.asks.attempt,
+                        records: request
+                            .asks
+                            .gates
+                            .iter()
+                            .map(|gate| (gate.clone(), RawRecord::success(Vec::new())))
+                            .collect(),
+                        refused: None,
+                    }),
+                ),
                 report_problem: None,
             };
         }
@@ -347,12 +348,9 @@ impl DryCluster {
         if let Some(object) = objects.get_mut(&target.name) {
             *object.prestage_mut() = ObservedPrestage {
                 request: Some(request.clone()),
-                report: Some(PrestageReport {
-                    run_id: request.run_id.clone(),
-                    command: request.command,
-                    outcome: PrestageOutcome::Staged,
-                    reason: None,
-                }),
+                report: Some(
+                    request.answer(PrestageSays { outcome: PrestageOutcome::Staged, reason: None }),
+                ),
                 report_problem: None,
             };
         }

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use autopilot_api::keys;
 use autopilot_api::signal::SignalData;
 use autopilot_api::v1beta2::{PlanSpec, PlanStatus};
+use autopilot_api::{ask, keys};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
@@ -117,20 +117,34 @@ impl TargetObject {
     }
 }
 
-/// The pre-staging annotations of an object ([`keys::ANNOTATION_PRESTAGE`],
-/// [`keys::ANNOTATION_PRESTAGE_REPORT`]), decoded. Either may be stale or written by someone
-/// else: the machine counts a report only for the run and command it asked about.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ObservedPrestage {
+/// The request and report of one kind ([`ask::Kind`]) found on an object, decoded.
+/// Either may be stale or written by someone else: the machine counts a report only for
+/// the request it answers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedRequest<K: ask::Kind> {
     /// The last request (`None`: none, or one that does not decode: the leader asks anew).
-    pub request: Option<autopilot_api::prestage::PrestageRequest>,
+    pub request: Option<ask::Request<K>>,
     /// The node's last report.
-    pub report: Option<autopilot_api::prestage::PrestageReport>,
+    pub report: Option<ask::Report<K>>,
     /// Why the report annotation does not decode (too big, not a report).
     pub report_problem: Option<String>,
 }
 
-impl ObservedPrestage {
+/// The pre-staging request and report of an object ([`keys::ANNOTATION_PRESTAGE`],
+/// [`keys::ANNOTATION_PRESTAGE_REPORT`]).
+pub type ObservedPrestage = ObservedRequest<autopilot_api::prestage::Prestage>;
+
+/// The gate-check request and report of an object ([`keys::ANNOTATION_GATE_CHECK`],
+/// [`keys::ANNOTATION_GATE_REPORT`]).
+pub type ObservedGateCheck = ObservedRequest<autopilot_api::gate_check::GateChecks>;
+
+impl<K: ask::Kind> Default for ObservedRequest<K> {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl<K: ask::Kind> ObservedRequest<K> {
     /// No request and no report.
     pub const NONE: Self = Self { request: None, report: None, report_problem: None };
 
@@ -143,47 +157,11 @@ impl ObservedPrestage {
 
     /// Decode the annotations of `meta`.
     pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
-        use autopilot_api::prestage::{report_of, request_of};
-        let (report, report_problem) = match report_of(meta) {
+        let (report, report_problem) = match ask::report_of(meta) {
             Ok(report) => (report, None),
             Err(problem) => (None, Some(problem)),
         };
-        Self { request: request_of(meta).ok().flatten(), report, report_problem }
-    }
-}
-
-/// The gate-check annotations of an object ([`keys::ANNOTATION_GATE_CHECK`],
-/// [`keys::ANNOTATION_GATE_REPORT`]), decoded. Either may be stale or written by someone
-/// else: the machine counts a report only for the request it answers.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ObservedGateCheck {
-    /// The last request (`None`: none, or one that does not decode: the leader asks anew).
-    pub request: Option<autopilot_api::gate_check::GateCheckRequest>,
-    /// The node's last report.
-    pub report: Option<autopilot_api::gate_check::GateCheckReport>,
-    /// Why the report annotation does not decode (too big, not a report).
-    pub report_problem: Option<String>,
-}
-
-impl ObservedGateCheck {
-    /// No request and no report.
-    pub const NONE: Self = Self { request: None, report: None, report_problem: None };
-
-    /// Decode the annotations of `meta`; `None` when it carries neither.
-    pub fn boxed(
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> Option<Box<Self>> {
-        Some(Self::of(meta)).filter(|seen| *seen != Self::NONE).map(Box::new)
-    }
-
-    /// Decode the annotations of `meta`.
-    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
-        use autopilot_api::gate_check::{report_of, request_of};
-        let (report, report_problem) = match report_of(meta) {
-            Ok(report) => (report, None),
-            Err(problem) => (None, Some(problem)),
-        };
-        Self { request: request_of(meta).ok().flatten(), report, report_problem }
+        Self { request: ask::request_of(meta).ok().flatten(), report, report_problem }
     }
 }
 

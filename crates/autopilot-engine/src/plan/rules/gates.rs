@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use autopilot_api::duration;
-use autopilot_api::gate_check::GateCheckRequest;
+use autopilot_api::gate_check::{GateCheckAsks, GateCheckRequest};
 use autopilot_api::v1beta2::{
     CheckStatus, Gate, GateAfter, GateCheck, GateOnFailure, GateRun, KubernetesGate,
     PrometheusGate, TargetState,
@@ -517,9 +517,9 @@ fn look_check(
         let last =
             observed.request.as_ref().filter(|r| r.run_id == run.run_id && r.command == index);
         let asked = last.and_then(|r| r.asked.parse::<jiff::Timestamp>().ok());
-        let next_attempt = last.map_or(1, |r| r.attempt.saturating_add(1));
+        let next_attempt = last.map_or(1, |r| r.asks.attempt.saturating_add(1));
         let Some(request) = last
-            .filter(|r| r.gates.contains(&gate.id))
+            .filter(|r| r.asks.gates.contains(&gate.id))
             .filter(|_| asked.is_some_and(|asked| asked >= since))
         else {
             asks.checks.push((target, next_attempt));
@@ -529,11 +529,11 @@ fn look_check(
         let Some(report) = observed.report.as_ref().filter(|r| r.answers(request)) else {
             waits.get_or_insert(match &observed.report_problem {
                 Some(problem) => format!("{node}'s report cannot be read: {problem}"),
-                None => format!("waiting for {node}'s report (attempt {})", request.attempt),
+                None => format!("waiting for {node}'s report (attempt {})", request.asks.attempt),
             });
             continue;
         };
-        let failing = match (&report.refused, report.records.get(&gate.id)) {
+        let failing = match (&report.says.refused, report.says.records.get(&gate.id)) {
             (Some(refused), _) => Some(format!("{node} refused the check: {refused}")),
             (None, None) => Some(format!("{node}'s report has no record for the gate")),
             (None, Some(record)) => {
@@ -553,7 +553,7 @@ fn look_check(
         if waited.is_some_and(|waited| waited >= retry) {
             asks.checks.push((target, next_attempt));
         }
-        waits.get_or_insert(format!("{why} (attempt {})", request.attempt));
+        waits.get_or_insert(format!("{why} (attempt {})", request.asks.attempt));
     }
     waits.map_or(Look::Passes, Look::Waits)
 }
@@ -637,9 +637,8 @@ pub(in crate::plan) fn check_request(view: &CommandView<'_>, attempt: u32) -> Ga
         plan_id: view.run.plan_id.clone(),
         run_id: view.run.run_id.clone(),
         command: view.status.id,
-        gates,
-        attempt,
         asked: view.inputs.now.to_string(),
+        asks: GateCheckAsks { gates, attempt },
     }
 }
 

@@ -23,7 +23,7 @@
 use std::time::Duration;
 
 use autopilot_api::keys;
-use autopilot_api::prestage::{PrestageOutcome, PrestageRequest, PrestageState};
+use autopilot_api::prestage::{PrestageAsks, PrestageOutcome, PrestageRequest, PrestageState};
 use autopilot_api::signal::format_timestamp;
 use autopilot_api::v1beta2::{TargetState, TargetStatus};
 
@@ -98,10 +98,10 @@ pub(in crate::plan) fn answer(
     if let Some(report) =
         seen.report.as_ref().filter(|r| r.is_for(&view.run.run_id, view.status.id))
     {
-        return match report.outcome {
+        return match report.says.outcome {
             PrestageOutcome::Staged => Answer::Staged,
             PrestageOutcome::Failed => {
-                let why = report.reason.as_deref().unwrap_or("no reason given");
+                let why = report.says.reason.as_deref().unwrap_or("no reason given");
                 Answer::Failed(format!("could not stage the payload: {why}"))
             }
         };
@@ -146,6 +146,7 @@ pub(in crate::plan) fn request(view: &CommandView<'_>) -> PrestageRequest {
         run_id: view.run.run_id.clone(),
         command: view.status.id,
         asked: format_timestamp(view.inputs.stamp),
+        asks: PrestageAsks {},
     }
 }
 

@@ -506,8 +506,10 @@ impl ClusterFixture {
         object.prestage_mut().report = Some(autopilot_api::prestage::PrestageReport {
             run_id: request.run_id,
             command: request.command,
-            outcome,
-            reason: reason.map(str::to_owned),
+            says: autopilot_api::prestage::PrestageSays {
+                outcome,
+                reason: reason.map(str::to_owned),
+            },
         });
         self
     }
@@ -524,9 +526,11 @@ impl ClusterFixture {
         object.gate_check_mut().report = Some(autopilot_api::gate_check::GateCheckReport {
             run_id: request.run_id,
             command: request.command,
-            attempt: request.attempt,
-            records: records.iter().map(|(id, r)| ((*id).to_owned(), r.clone())).collect(),
-            refused: None,
+            says: autopilot_api::gate_check::GateCheckSays {
+                attempt: request.asks.attempt,
+                records: records.iter().map(|(id, r)| ((*id).to_owned(), r.clone())).collect(),
+                refused: None,
+            },
         });
         self
     }

@@ -331,7 +331,7 @@ fn asked(transition: &crate::plan::Transition) -> Vec<(String, u32, Vec<String>)
         .iter()
         .filter_map(|effect| match effect {
             crate::plan::Effect::GateCheck { target, request } => {
-                Some((target.name.clone(), request.attempt, request.gates.clone()))
+                Some((target.name.clone(), request.asks.attempt, request.asks.gates.clone()))
             }
             crate::plan::Effect::Signal { .. }
             | crate::plan::Effect::CreatePod(_)
@@ -410,9 +410,11 @@ fn a_refused_or_unreadable_report_keeps_a_check_gate_waiting_with_the_nodes_reas
         object.gate_check_mut().report = Some(autopilot_api::gate_check::GateCheckReport {
             run_id: request.run_id,
             command: request.command,
-            attempt: request.attempt,
-            records: Default::default(),
-            refused: Some("refused: w1 is in no open gate run".to_owned()),
+            says: autopilot_api::gate_check::GateCheckSays {
+                attempt: request.asks.attempt,
+                records: Default::default(),
+                refused: Some("refused: w1 is in no open gate run".to_owned()),
+            },
         });
         c
     });

@@ -176,8 +176,10 @@ fn a_report_of_another_run_or_command_stages_nothing() {
         object.prestage_mut().report = Some(autopilot_api::prestage::PrestageReport {
             run_id: "someone-else/1".to_owned(),
             command: 0,
-            outcome: PrestageOutcome::Staged,
-            reason: None,
+            says: autopilot_api::prestage::PrestageSays {
+                outcome: PrestageOutcome::Staged,
+                reason: None,
+            },
         });
         c
     });
