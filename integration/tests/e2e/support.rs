@@ -516,12 +516,14 @@ pub struct FleetBuilder {
     controller: Role,
     /// How the workers start.
     worker: Role,
+    /// Extra flags of single nodes, by node name.
+    node_args: BTreeMap<String, Vec<String>>,
 }
 
 /// How the nodes of one role (the controllers or the workers) start.
 #[derive(Debug, Clone, Default)]
 struct Role {
-    /// Extra flags for each.
+    /// Extra flags for each, before its own ([`FleetBuilder::node_args`]).
     args: Vec<String>,
     /// The test starts them, not [`FleetBuilder::start`].
     unstarted: bool,
@@ -538,6 +540,7 @@ impl FleetBuilder {
             agents: Agents::None,
             controller: Role::default(),
             worker: Role::default(),
+            node_args: BTreeMap::new(),
         }
     }
 
@@ -559,15 +562,26 @@ impl FleetBuilder {
         self
     }
 
-    /// Extra flags for every controller (e.g. [`FAST_ELECTION`]), before [`NO_AGENT`].
+    /// Extra flags for every controller (e.g. [`FAST_ELECTION`]), before its own
+    /// ([`FleetBuilder::node_args`]) and [`NO_AGENT`].
     pub fn controller_args(mut self, args: &[&str]) -> Self {
         self.controller.args.extend(args.iter().map(|arg| (*arg).to_owned()));
         self
     }
 
-    /// Extra flags for every worker, before [`NO_AGENT`].
+    /// Extra flags for every worker, before its own ([`FleetBuilder::node_args`]) and
+    /// [`NO_AGENT`].
     pub fn worker_args(mut self, args: &[&str]) -> Self {
         self.worker.args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self
+    }
+
+    /// Extra flags for the node `name` alone (`controller-<i>` or a worker), after its
+    /// role's flags and before [`NO_AGENT`]; e.g. [`NO_AGENT`] itself for one worker whose
+    /// agent stays off among real ones. `start` fails if the fleet has no node `name`.
+    pub fn node_args(mut self, name: &str, args: &[&str]) -> Self {
+        let own = self.node_args.entry(name.to_owned()).or_default();
+        own.extend(args.iter().map(|arg| (*arg).to_owned()));
         self
     }
 
@@ -592,14 +606,27 @@ impl FleetBuilder {
     /// ([`wait_controllers_ready`]), then the workers and waits for them
     /// ([`wait_nodes_ready`]); unstarted roles are skipped.
     pub async fn start(self) -> anyhow::Result<Fleet> {
-        let Self { name, controllers: count, workers: names, agents, controller, worker } = self;
+        let Self {
+            name,
+            controllers: count,
+            workers: names,
+            agents,
+            controller,
+            worker,
+            node_args,
+        } = self;
+        let controller_names: Vec<String> = (0..count).map(|i| format!("controller-{i}")).collect();
+        let unknown =
+            node_args.keys().find(|n| !controller_names.contains(n) && !names.contains(n));
+        anyhow::ensure!(unknown.is_none(), "node_args for {unknown:?}, not a node of the fleet");
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let cluster = ClusterBuilder::new(name).controllers(count).workers(&names).build().await?;
         let client = cluster.admin_client().await?;
+        let own = |name: &str| node_args.get(name).map(Vec::as_slice).unwrap_or_default();
         let mut controllers = Vec::new();
         if !controller.unstarted {
-            for i in 0..count {
-                let command = controller.command(cluster.k0s_controller(i), agents);
+            for (i, name) in controller_names.iter().enumerate() {
+                let command = controller.command(cluster.k0s_controller(i), own(name), agents);
                 controllers.push(command.spawn().await?);
             }
             wait_controllers_ready(&client, count).await?;
@@ -607,7 +634,7 @@ impl FleetBuilder {
         let mut workers = Vec::new();
         if !worker.unstarted {
             for name in &names {
-                let command = worker.command(cluster.k0s_worker(name), agents);
+                let command = worker.command(cluster.k0s_worker(name), own(name), agents);
                 workers.push(command.spawn().await?);
             }
             wait_nodes_ready(&client, &names).await?;
@@ -618,10 +645,10 @@ impl FleetBuilder {
 
 impl Role {
     /// The harness's command for a node of this role (`base`) with, in this order, the
-    /// role's flags and [`NO_AGENT`] (without agents).
-    fn command(&self, base: K0sCommand, agents: Agents) -> K0sCommand {
+    /// role's flags, the node's own (`own`) and [`NO_AGENT`] (without agents).
+    fn command(&self, base: K0sCommand, own: &[String], agents: Agents) -> K0sCommand {
         let Self { args, unstarted: _ } = self;
-        let command = base.args(args);
+        let command = base.args(args).args(own);
         if agents == Agents::None { command.arg(NO_AGENT) } else { command }
     }
 }
