@@ -3,6 +3,7 @@
 //! wait fails).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -525,6 +526,10 @@ pub struct FleetBuilder {
 struct Role {
     /// Extra flags for each, before its own ([`FleetBuilder::node_args`]).
     args: Vec<String>,
+    /// Environment variables for each.
+    env: Vec<(String, OsString)>,
+    /// Each serves its metrics on a loopback port of its own.
+    metrics: bool,
     /// The test starts them, not [`FleetBuilder::start`].
     unstarted: bool,
 }
@@ -585,6 +590,26 @@ impl FleetBuilder {
         self
     }
 
+    /// An environment variable for every controller (also on every restart).
+    pub fn controller_env(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.controller.env.push((key.to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Every controller serves its metrics on a loopback port of its own
+    /// ([`K0sCommand::with_metrics`]; [`K0sProcess::metrics_address`] says where).
+    pub fn controller_metrics(mut self) -> Self {
+        self.controller.metrics = true;
+        self
+    }
+
+    /// Every worker serves its metrics on a loopback port of its own
+    /// ([`K0sCommand::with_metrics`]; [`K0sProcess::metrics_address`] says where).
+    pub fn worker_metrics(mut self) -> Self {
+        self.worker.metrics = true;
+        self
+    }
+
     /// `start` builds the controllers' API servers and identities but starts no `k0s
     /// controller` (and waits for none): the test starts them itself (through
     /// [`Cluster::k0s_controller`], [`Cluster::k0s_node`] or [`Cluster::spawn_controller`]), or
@@ -627,14 +652,14 @@ impl FleetBuilder {
         if !controller.unstarted {
             for (i, name) in controller_names.iter().enumerate() {
                 let command = controller.command(cluster.k0s_controller(i), own(name), agents);
-                controllers.push(command.spawn().await?);
+                controllers.push(command?.spawn().await?);
             }
             wait_controllers_ready(&client, count).await?;
         }
         let mut workers = Vec::new();
         if !worker.unstarted {
             for name in &names {
-                let command = worker.command(cluster.k0s_worker(name), own(name), agents);
+                let command = worker.command(cluster.k0s_worker(name), own(name), agents)?;
                 workers.push(command.spawn().await?);
             }
             wait_nodes_ready(&client, &names).await?;
@@ -645,11 +670,26 @@ impl FleetBuilder {
 
 impl Role {
     /// The harness's command for a node of this role (`base`) with, in this order, the
-    /// role's flags, the node's own (`own`) and [`NO_AGENT`] (without agents).
-    fn command(&self, base: K0sCommand, own: &[String], agents: Agents) -> K0sCommand {
-        let Self { args, unstarted: _ } = self;
-        let command = base.args(args).args(own);
-        if agents == Agents::None { command.arg(NO_AGENT) } else { command }
+    /// role's flags, the node's own (`own`), [`NO_AGENT`] (without agents), the role's
+    /// environment and a metrics address.
+    fn command(
+        &self,
+        base: K0sCommand,
+        own: &[String],
+        agents: Agents,
+    ) -> anyhow::Result<K0sCommand> {
+        let Self { args, env, metrics, unstarted: _ } = self;
+        let mut command = base.args(args).args(own);
+        if agents == Agents::None {
+            command = command.arg(NO_AGENT);
+        }
+        for (key, value) in env {
+            command = command.env(key, value);
+        }
+        if *metrics {
+            command = command.with_metrics()?;
+        }
+        Ok(command)
     }
 }
 
