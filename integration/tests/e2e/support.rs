@@ -391,81 +391,13 @@ pub fn target<'a>(plan: &'a Plan, i: usize, name: &str) -> &'a TargetStatus {
         .unwrap_or_else(|| panic!("command {i} has no target {name}:\n{}", status_yaml(plan)))
 }
 
-/// Starts `count` controllers with `extra` flags and waits until every ControlNode is
-/// registered and a leader holds the lease.
-pub async fn start_controllers(
-    cluster: &Cluster,
-    count: usize,
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    // The test responder plays the node agents in these scenarios; the real agents stay off
-    // so that only one peer answers each signal.
-    let mut args = extra.to_vec();
-    args.push(NO_AGENT);
-    start_controllers_with_agents(cluster, count, &args).await
-}
-
-/// Like [`start_controllers`], with the real update agents on (real updates).
-pub async fn start_controllers_with_agents(
-    cluster: &Cluster,
-    count: usize,
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    let mut controllers = Vec::new();
-    for i in 0..count {
-        controllers.push(cluster.spawn_controller(i, extra).await?);
-    }
-    let client = cluster.admin_client().await?;
-    let control_nodes: Api<ControlNode> = Api::all(client.clone());
-    wait_for(STARTUP, &format!("{count} registered ControlNodes"), || async {
-        let list = control_nodes.list(&ListParams::default()).await?;
-        let registered = list
-            .items
-            .iter()
-            .filter(|n| n.status.as_ref().is_some_and(|s| s.k0s_version.is_some()))
-            .count();
-        Ok((registered >= count).then_some(()))
-    })
-    .await?;
-    wait_for(STARTUP, "a leader", || leader(&client)).await?;
-    Ok(controllers)
-}
-
-/// Starts the workers `names` with their real update agents on (real updates) and waits
-/// until each Node is Ready.
-pub async fn start_workers_with_agents(
-    cluster: &Cluster,
-    names: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    start_workers_with(cluster, names, &[]).await
-}
-
-/// Starts the workers `names` with `extra` flags and waits until each Node is Ready.
-pub async fn start_workers_with(
-    cluster: &Cluster,
-    names: &[&str],
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    let mut workers = Vec::new();
-    for name in names {
-        workers.push(cluster.spawn_worker(name, extra).await?);
-    }
-    wait_nodes_ready(&cluster.admin_client().await?, names).await?;
-    Ok(workers)
-}
-
-/// Like [`start_workers_with_agents`], with `extra` flags for every worker (e.g. a short
-/// `--download-stall-timeout`).
-pub async fn start_workers_with_agents_and(
-    cluster: &Cluster,
-    names: &[&str],
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    start_workers_with(cluster, names, extra).await
-}
-
 /// The flag that keeps a node's real update agent off (the responder answers instead).
 pub const NO_AGENT: &str = "--disable-update-agent";
+
+/// The flags of a controller that is also a real worker ([`FleetBuilder::real_controllers`]):
+/// a kubelet owns its Node, so the controller runs the worker's agent without registering
+/// the Node itself.
+const REAL_CONTROLLER_FLAGS: [&str; 2] = ["--enable-worker", "--register-node=false"];
 
 /// Whether the nodes of a [`Fleet`] run their real update agents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -478,8 +410,9 @@ pub enum Agents {
     None,
 }
 
-/// The prologue every scenario shares, started: a cluster, an admin client, its controllers
-/// (each ControlNode registered, a leader elected), then its workers (each Node Ready).
+/// The prologue every scenario shares, started: a cluster (with its real nodes, if any), an
+/// admin client, its controllers (each ControlNode registered, a leader elected), then its
+/// workers (each Node Ready).
 ///
 /// `FleetBuilder::new(name).controllers(3).workers(&W).agents(Agents::Real)
 /// .controller_args(FAST_ELECTION).start()` does, in this order,
@@ -495,7 +428,9 @@ pub enum Agents {
 /// field left in the temporary is dropped at the end of the `let`, and dropping a
 /// [`K0sProcess`] or the [`Cluster`] kills the processes.
 pub struct Fleet {
-    /// The cluster (etcd and the API servers).
+    /// The cluster (etcd and the API servers), and its real nodes
+    /// ([`FleetBuilder::real_workers`], [`FleetBuilder::real_controllers`];
+    /// [`Cluster::real_nodes`]).
     pub cluster: Cluster,
     /// An admin client of API server 0.
     pub client: kube::Client,
@@ -530,13 +465,15 @@ struct Role {
     env: Vec<(String, OsString)>,
     /// Each serves its metrics on a loopback port of its own.
     metrics: bool,
+    /// Each is a real node ([`Cluster::start_real_nodes`]).
+    real: bool,
     /// The test starts them, not [`FleetBuilder::start`].
     unstarted: bool,
 }
 
 impl FleetBuilder {
     /// A fleet for the test `name`: one controller, no workers, agents off ([`Agents::None`]),
-    /// no extra flags, every node started.
+    /// no extra flags, no real nodes, every node started.
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
@@ -610,6 +547,25 @@ impl FleetBuilder {
         self
     }
 
+    /// Every worker is a real node: `start` starts a containerd and a kubelet for each (and
+    /// the cluster's controller-manager and scheduler, [`Cluster::start_real_nodes`]) before
+    /// any k0s process, and runs each `k0s worker` beside its kubelet
+    /// ([`Cluster::k0s_worker_on_kubelet`]: the kubelet registers the Node).
+    pub fn real_workers(mut self) -> Self {
+        self.worker.real = true;
+        self
+    }
+
+    /// Every controller is also a real worker: the controllers get node identities
+    /// ([`ClusterBuilder::controller_node_identities`]), `start` starts a containerd and a
+    /// kubelet for each `controller-<i>` ([`Cluster::start_real_nodes`]) before any k0s
+    /// process, and each controller runs `--enable-worker --register-node=false` after its
+    /// other flags.
+    pub fn real_controllers(mut self) -> Self {
+        self.controller.real = true;
+        self
+    }
+
     /// `start` builds the controllers' API servers and identities but starts no `k0s
     /// controller` (and waits for none): the test starts them itself (through
     /// [`Cluster::k0s_controller`], [`Cluster::k0s_node`] or [`Cluster::spawn_controller`]), or
@@ -627,9 +583,9 @@ impl FleetBuilder {
         self
     }
 
-    /// Builds the cluster and an admin client, then starts the controllers and waits for them
-    /// ([`wait_controllers_ready`]), then the workers and waits for them
-    /// ([`wait_nodes_ready`]); unstarted roles are skipped.
+    /// Builds the cluster and an admin client, then starts its real nodes (if any), then the
+    /// controllers and waits for them ([`wait_controllers_ready`]), then the workers and waits
+    /// for them ([`wait_nodes_ready`]); unstarted roles are skipped.
     pub async fn start(self) -> anyhow::Result<Fleet> {
         let Self {
             name,
@@ -645,13 +601,29 @@ impl FleetBuilder {
             node_args.keys().find(|n| !controller_names.contains(n) && !names.contains(n));
         anyhow::ensure!(unknown.is_none(), "node_args for {unknown:?}, not a node of the fleet");
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let cluster = ClusterBuilder::new(name).controllers(count).workers(&names).build().await?;
+        let mut builder = ClusterBuilder::new(name).controllers(count).workers(&names);
+        if controller.real {
+            builder = builder.controller_node_identities();
+        }
+        let mut cluster = builder.build().await?;
         let client = cluster.admin_client().await?;
+        let mut real: Vec<&str> = Vec::new();
+        if controller.real {
+            real.extend(controller_names.iter().map(String::as_str));
+        }
+        if worker.real {
+            real.extend(&names);
+        }
+        if !real.is_empty() {
+            cluster.start_real_nodes(&real).await?;
+        }
         let own = |name: &str| node_args.get(name).map(Vec::as_slice).unwrap_or_default();
         let mut controllers = Vec::new();
         if !controller.unstarted {
+            let extra: &[&str] = if controller.real { &REAL_CONTROLLER_FLAGS } else { &[] };
             for (i, name) in controller_names.iter().enumerate() {
-                let command = controller.command(cluster.k0s_controller(i), own(name), agents);
+                let command =
+                    controller.command(cluster.k0s_controller(i), own(name), extra, agents);
                 controllers.push(command?.spawn().await?);
             }
             wait_controllers_ready(&client, count).await?;
@@ -659,8 +631,12 @@ impl FleetBuilder {
         let mut workers = Vec::new();
         if !worker.unstarted {
             for name in &names {
-                let command = worker.command(cluster.k0s_worker(name), own(name), agents)?;
-                workers.push(command.spawn().await?);
+                let command = if worker.real {
+                    cluster.k0s_worker_on_kubelet(name)
+                } else {
+                    cluster.k0s_worker(name)
+                };
+                workers.push(worker.command(command, own(name), &[], agents)?.spawn().await?);
             }
             wait_nodes_ready(&client, &names).await?;
         }
@@ -670,16 +646,17 @@ impl FleetBuilder {
 
 impl Role {
     /// The harness's command for a node of this role (`base`) with, in this order, the
-    /// role's flags, the node's own (`own`), [`NO_AGENT`] (without agents), the role's
-    /// environment and a metrics address.
+    /// role's flags, the node's own (`own`), `extra` (a real controller's flags), [`NO_AGENT`]
+    /// (without agents), the role's environment and a metrics address.
     fn command(
         &self,
         base: K0sCommand,
         own: &[String],
+        extra: &[&str],
         agents: Agents,
     ) -> anyhow::Result<K0sCommand> {
-        let Self { args, env, metrics, unstarted: _ } = self;
-        let mut command = base.args(args).args(own);
+        let Self { args, env, metrics, real: _, unstarted: _ } = self;
+        let mut command = base.args(args).args(own).args(extra);
         if agents == Agents::None {
             command = command.arg(NO_AGENT);
         }
