@@ -25,6 +25,7 @@ use crate::{
     net, pki,
     process::{GroupRegistry, ProcessSlot, tail},
     rbac,
+    real_node::RealNodes,
     wait::wait_for,
 };
 
@@ -182,6 +183,7 @@ impl ClusterBuilder {
             apiservers: Vec::new(),
             k0s_registry: GroupRegistry::default(),
             k0s_binary,
+            real_nodes: None,
         };
         cluster.start_etcd().await?;
         for i in 0..controllers {
@@ -203,8 +205,8 @@ impl ClusterBuilder {
 }
 
 /// A running test control plane. Dropping it kills every process it started (etcd, the
-/// apiservers and all k0s nodes, also leaked ones) and deletes its directory unless
-/// `K0S_KEEP_TEST_DIRS=1`.
+/// apiservers, all k0s nodes, also leaked ones, and its real nodes) and deletes its directory
+/// unless `K0S_KEEP_TEST_DIRS=1`.
 ///
 /// Directory layout: `pki/` (CA, service-account keys, `tokens.csv`), `etcd/`,
 /// `apiserver-<i>/` (serving cert, `kube-apiserver.log`), `kubeconfigs/`, `nodes/<node>/`.
@@ -231,6 +233,8 @@ pub struct Cluster {
     k0s_registry: GroupRegistry,
     /// The binary new nodes start with; `None`: [`crate::k0s_binary`].
     k0s_binary: Option<PathBuf>,
+    /// The real nodes of [`Cluster::start_real_nodes`], torn down with the cluster.
+    real_nodes: Option<RealNodes>,
 }
 
 /// Refuses worker names that are not node names, look like a controller's, or repeat.
@@ -578,6 +582,23 @@ impl Cluster {
         self.check_index(i)?;
         let apiserver = &self.apiservers[i];
         self.await_ready(apiserver, apiserver.port).await
+    }
+
+    // --- real nodes ---
+
+    /// Starts real nodes for `names` ([`RealNodes::start`]: a containerd and a kubelet each,
+    /// and the cluster's controller-manager and scheduler) and keeps them with the cluster:
+    /// dropping the cluster tears them down after its k0s nodes and before its API servers.
+    /// Fails if the cluster has real nodes already.
+    pub async fn start_real_nodes(&mut self, names: &[&str]) -> anyhow::Result<&RealNodes> {
+        ensure!(self.real_nodes.is_none(), "cluster {} has real nodes already", self.name);
+        let nodes = RealNodes::start(self, names).await?;
+        Ok(self.real_nodes.insert(nodes))
+    }
+
+    /// The real nodes of [`Cluster::start_real_nodes`], if started.
+    pub fn real_nodes(&self) -> Option<&RealNodes> {
+        self.real_nodes.as_ref()
     }
 
     // --- k0s nodes ---
@@ -948,8 +969,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        // Nodes first (they talk to the apiservers), then the apiservers, then etcd.
+        // Nodes first (they talk to the apiservers): the k0s nodes, then the real nodes
+        // (kubelets, containerds, controller-manager, scheduler); then the apiservers, then etcd.
         self.k0s_registry.kill_all();
+        drop(self.real_nodes.take());
         for apiserver in &self.apiservers {
             apiserver.slot.kill_and_reap();
         }

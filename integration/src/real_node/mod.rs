@@ -170,7 +170,8 @@ impl RealNodes {
     /// worker on a controller, whose `k0s controller --enable-worker` then runs with
     /// `--register-node=false`),
     /// and returns once every Node is Ready. On failure everything started is removed again
-    /// and the error carries the relevant log tail.
+    /// and the error carries the relevant log tail. [`Cluster::start_real_nodes`] does the
+    /// same and keeps them with the cluster.
     pub async fn start(cluster: &Cluster, names: &[&str]) -> anyhow::Result<Self> {
         prerequisites().map_err(|missing| anyhow::anyhow!("real nodes cannot run: {missing}"))?;
         ensure!(names.len() <= 200, "at most 200 real nodes per set");

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType};
 use integration::signals::{ObjectKind, Seen, SignalRecorder};
-use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
+use integration::{Cluster, K0sProcess, wait_for};
 use rand::{RngExt as _, SeedableRng as _};
 
 use crate::support::*;
@@ -154,8 +154,7 @@ async fn campaign(name: &str, victim: Victim, points: &[Point]) {
     let rng = rand::rngs::StdRng::seed_from_u64(seed);
 
     let (v1, v2) = payload_servers().await;
-    let (cluster, fleet) = start_fleet(name, victim).await;
-    let client = cluster.admin_client().await.expect("an admin client");
+    let (cluster, client, fleet) = start_fleet(name, victim).await;
     let recorder = SignalRecorder::start(&client).await.expect("the signal recorder");
     let mut campaign = Campaign {
         recorder,
@@ -195,20 +194,21 @@ async fn payload_servers() -> (Payload, Payload) {
     (v1, v2)
 }
 
-/// The campaign's cluster with 3 controllers and 6 workers, each running its agent.
-async fn start_fleet(name: &str, victim: Victim) -> (Cluster, Fleet) {
-    let cluster: Cluster = ClusterBuilder::new(name)
-        .controllers(3)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .expect("the cluster");
+/// The campaign's cluster with 3 controllers and 6 workers, each running its agent, and an
+/// admin client.
+async fn start_fleet(name: &str, victim: Victim) -> (Cluster, kube::Client, Fleet) {
     // The leader campaign runs the default election timings (DESIGN §7), so the take-over
     // times it reports are the ones an operator gets; the others fail over fast.
     let election: &[&str] = if victim == Victim::Leader { &[] } else { FAST_ELECTION };
-    let controllers =
-        start_controllers_with_agents(&cluster, 3, election).await.expect("the controllers");
-    let workers = start_workers_with_agents(&cluster, &WORKERS).await.expect("the workers");
+    // `support::Fleet`, the started fleet; this module's `Fleet` holds its processes by name.
+    let crate::support::Fleet { cluster, client, controllers, workers } = FleetBuilder::new(name)
+        .controllers(3)
+        .workers(&WORKERS)
+        .agents(Agents::Real)
+        .controller_args(election)
+        .start()
+        .await
+        .expect("the fleet");
     let fleet = Fleet {
         processes: controllers
             .into_iter()
@@ -216,7 +216,7 @@ async fn start_fleet(name: &str, victim: Victim) -> (Cluster, Fleet) {
             .map(|p| (p.node_name().to_owned(), p))
             .collect(),
     };
-    (cluster, fleet)
+    (cluster, client, fleet)
 }
 
 /// What the rounds of a campaign measured.

@@ -17,7 +17,7 @@ use autopilot_api::v1beta2::{
     Plan, PlanCommandK0sUpdateStatus, PlanCommandStatus, PlanStateType, PlanStatus, TargetState,
     TargetStatus,
 };
-use integration::{Cluster, ClusterBuilder, run_k0s};
+use integration::{Cluster, run_k0s};
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -110,8 +110,13 @@ fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn pause_resume_and_abort_annotate_the_plan_and_say_what_happens_next() {
-    let cluster = ClusterBuilder::new("cli-steer").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("cli-steer")
+            .controllers(1)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
     install_crd(&client, keys::CRD_PLANS).await;
 
     // No Plan yet: every verb says so and fails.

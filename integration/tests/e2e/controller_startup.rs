@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::ControlNode;
-use integration::{ClusterBuilder, run_k0s, wait_for};
+use integration::{run_k0s, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+
+use crate::support::{Agents, Fleet, FleetBuilder};
 
 /// Fast election timings so failover is observable in seconds.
 const LEASE_SECS: u64 = 6;
@@ -38,9 +40,14 @@ async fn lease_holder(leases: &Api<Lease>) -> anyhow::Result<Option<String>> {
 
 #[tokio::test]
 async fn first_controller_installs_crds_and_registers_its_control_node() {
-    let cluster = ClusterBuilder::new("startup-single").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut controller = cluster.spawn_controller(0, &[]).await.unwrap();
+    let Fleet { cluster, client, mut controllers, workers: _workers } =
+        FleetBuilder::new("startup-single")
+            .controllers(1)
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let controller = &mut controllers[0];
 
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
     let registered = wait_for(STARTUP, "ControlNode controller-0 with a status", || async {
@@ -126,17 +133,15 @@ async fn first_controller_installs_crds_and_registers_its_control_node() {
 
 #[tokio::test]
 async fn three_controllers_elect_one_leader_and_fail_over_when_it_is_killed() {
-    let cluster = ClusterBuilder::new("startup-ha").controllers(3).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut controllers = Vec::new();
-    for i in 0..3 {
-        let extra: Vec<&str> = if i == 2 {
-            FAST_ELECTION.iter().copied().chain(["--enable-worker"]).collect()
-        } else {
-            FAST_ELECTION.to_vec()
-        };
-        controllers.push(cluster.spawn_controller(i, &extra).await.unwrap());
-    }
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("startup-ha")
+            .controllers(3)
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .node_args("controller-2", &["--enable-worker"])
+            .start()
+            .await
+            .unwrap();
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
     wait_for(STARTUP, "three registered ControlNodes", || async {
         let list = control_nodes.list(&Default::default()).await?;
@@ -191,9 +196,14 @@ async fn three_controllers_elect_one_leader_and_fail_over_when_it_is_killed() {
 
 #[tokio::test]
 async fn sigterm_releases_the_leader_lease() {
-    let cluster = ClusterBuilder::new("startup-release").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut controller = cluster.spawn_controller(0, &[]).await.unwrap();
+    let Fleet { cluster: _cluster, client, mut controllers, workers: _workers } =
+        FleetBuilder::new("startup-release")
+            .controllers(1)
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let controller = &mut controllers[0];
     let leases: Api<Lease> = Api::namespaced(client.clone(), keys::NAMESPACE);
     let holder =
         wait_for(STARTUP, "a leader lease holder", || lease_holder(&leases)).await.unwrap();

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use autopilot_api::v1beta2::ControlNode;
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -238,8 +238,13 @@ async fn check(client: &kube::Client, block: &Block) -> Result<String, String> {
 
 #[tokio::test]
 async fn every_yaml_example_in_the_docs_applies_where_it_is_used() {
-    let cluster = ClusterBuilder::new("docs-examples").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("docs-examples")
+            .controllers(1)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
     for crd in [
         "plans.autopilot.k0sproject.io",
         "controlnodes.autopilot.k0sproject.io",
@@ -322,8 +327,13 @@ pub(crate) fn make_credentials(dir: &Path, name: &str, controller: bool, server:
 
 #[tokio::test]
 async fn the_credential_recipe_makes_identities_that_run_a_controller_and_a_worker() {
-    let cluster = ClusterBuilder::new("docs-credentials").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("docs-credentials")
+            .controllers(1)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
     let work = tempfile::tempdir().unwrap();
     std::fs::copy(cluster.ca_cert_path(), work.path().join("ca.crt")).unwrap();
     std::fs::copy(cluster.ca_key_path(), work.path().join("ca.key")).unwrap();

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, os::unix::fs::PermissionsExt as _, path::Path, time::Duration};
 
-use integration::{ClusterBuilder, conditions, wait_for, wait_for_condition};
+use integration::{conditions, wait_for, wait_for_condition};
 use k8s_openapi::api::{
     authentication::v1::SelfSubjectReview,
     core::v1::{ConfigMap, Node},
@@ -13,6 +13,8 @@ use kube::{
     Api,
     api::{ObjectMeta, PostParams},
 };
+
+use crate::support::{Fleet, FleetBuilder};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -31,12 +33,15 @@ fn node(name: &str) -> Node {
 #[tokio::test]
 async fn two_apiservers_share_state_enforce_node_identities_and_restart() {
     let started = std::time::Instant::now();
-    let cluster = ClusterBuilder::new("smoke-apiservers")
-        .controllers(2)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
+    let Fleet { cluster, client: _client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("smoke-apiservers")
+            .controllers(2)
+            .workers(&["worker-0"])
+            .unstarted_controllers()
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
     eprintln!("cluster with 2 apiservers ready after {:?}", started.elapsed());
     assert_eq!(cluster.api_address(0).split_once(':').unwrap().0, "127.0.0.2");
     assert_eq!(cluster.api_address(1).split_once(':').unwrap().0, "127.0.0.3");
@@ -118,8 +123,14 @@ fn pid_exists(pid: u32) -> bool {
 
 #[tokio::test]
 async fn node_processes_are_logged_stopped_killed_and_restarted_with_the_current_binary() {
-    let cluster =
-        ClusterBuilder::new("smoke-processes").workers(&["worker-0"]).build().await.unwrap();
+    let Fleet { cluster, client: _client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("smoke-processes")
+            .workers(&["worker-0"])
+            .unstarted_controllers()
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let fake_v1 = scratch.path().join("k0s-v1");
     write_fake_k0s(&fake_v1, "v1");

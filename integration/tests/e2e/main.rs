@@ -7,8 +7,9 @@
 //! starts its own cluster (its own directory, ports and processes), so scenarios share this
 //! process safely; `RUST_TEST_THREADS` (2 under `cargo xtask test`) bounds how many run at once.
 //!
-//! `support` holds the helpers of the plan and update scenarios, `updater_support` those of
-//! the `updater_*` scenarios.
+//! `support` holds `FleetBuilder`, through which every scenario starts its cluster and nodes,
+//! and the helpers of the plan and update scenarios; `updater_support` those of the
+//! `updater_*` scenarios.
 
 mod support;
 mod updater_support;

@@ -20,8 +20,7 @@
 use autopilot_api::v1beta2::PlanStateType;
 use integration::http::FileServer;
 use integration::metrics::{Scrape, scrape};
-use integration::real_node::RealNodes;
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams};
 
@@ -35,25 +34,25 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
     let (v2_bytes, sha) = v2_build();
     let payload_size = v2_bytes.len() as f64;
     let server = FileServer::start(v2_bytes).await.unwrap();
-    let cluster =
-        ClusterBuilder::new("metrics").controllers(2).workers(&[WORKER]).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _nodes = RealNodes::start(&cluster, &[WORKER]).await.unwrap();
-
     // Two controllers (their own update agents off: only the worker updates) and the worker,
     // each serving metrics on a loopback port of its own.
-    let controllers = start_controllers(&cluster).await;
+    let Fleet { cluster: _cluster, client, controllers, mut workers } =
+        FleetBuilder::new("metrics")
+            .controllers(2)
+            .workers(&[WORKER])
+            .real_workers()
+            .agents(Agents::Real)
+            .controller_args(&[NO_AGENT, "--log-format", "json"])
+            .controller_metrics()
+            .worker_args(&["--log-format", "json"])
+            .worker_metrics()
+            .start()
+            .await
+            .unwrap();
     let leader_index = wait_for(STARTUP, "a leader", || leader(&client)).await.unwrap();
     let leader = &controllers[leader_index];
     let follower = &controllers[1 - leader_index];
-    let worker = cluster
-        .k0s_worker_on_kubelet(WORKER)
-        .args(["--log-format", "json"])
-        .with_metrics()
-        .unwrap()
-        .spawn()
-        .await
-        .unwrap();
+    let worker = workers.remove(0);
     let v1 = binary_version(worker.binary_path());
     wait_node_version(&client, WORKER, &v1).await.unwrap();
 
@@ -77,21 +76,6 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
     .await;
 
     check_json_logs(leader, &worker);
-}
-
-/// Two controllers (their own update agents off: only the worker updates), each serving
-/// metrics on a loopback port of its own.
-async fn start_controllers(cluster: &integration::Cluster) -> Vec<K0sProcess> {
-    let mut controllers = Vec::new();
-    for i in 0..2 {
-        let controller = cluster
-            .k0s_controller(i)
-            .args([NO_AGENT, "--log-format", "json"])
-            .with_metrics()
-            .expect("a metrics port");
-        controllers.push(controller.spawn().await.expect("the controller starts"));
-    }
-    controllers
 }
 
 /// Before: the leader says so, nothing is counted yet.

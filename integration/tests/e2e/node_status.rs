@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use autopilot_signal::status::{Report, Role};
-use integration::{ClusterBuilder, K0sProcess, run_k0s, wait_for};
+use integration::{K0sProcess, run_k0s, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
@@ -34,15 +34,15 @@ fn text_status_of(process: &K0sProcess) -> String {
 
 #[tokio::test]
 async fn workers_and_controllers_report_version_pid_and_role() {
-    let cluster = ClusterBuilder::new("node-status")
+    let Fleet { cluster, client: _client, controllers, workers } = FleetBuilder::new("node-status")
         .controllers(1)
         .workers(&["worker-0"])
-        .build()
+        .agents(Agents::Real)
+        .controller_args(&["--enable-worker"])
+        .worker_args(&[NO_AGENT])
+        .start()
         .await
         .unwrap();
-    let controllers =
-        start_controllers_with_agents(&cluster, 1, &["--enable-worker"]).await.unwrap();
-    let workers = start_workers_with(&cluster, &["worker-0"], &[NO_AGENT]).await.unwrap();
     let version = String::from_utf8(run_k0s(&["version"]).unwrap().stdout).unwrap();
     let version = version.trim();
 

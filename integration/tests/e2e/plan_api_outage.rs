@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use futures::StreamExt as _;
-use integration::ClusterBuilder;
 use integration::http::FileServer;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -104,15 +103,16 @@ async fn a_plan_interrupted_by_an_outage_of_every_api_server_moves_on_when_it_is
     const OUTAGE: Duration = Duration::from_secs(15);
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
-    let cluster = ClusterBuilder::new("plan-api-outage-all")
-        .controllers(1)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _workers = start_workers_with_agents(&cluster, &WORKERS).await.unwrap();
+    // The controller's own agent stays off; the workers update for real.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-api-outage-all")
+            .controllers(1)
+            .workers(&WORKERS)
+            .agents(Agents::Real)
+            .controller_args(&[NO_AGENT])
+            .start()
+            .await
+            .unwrap();
 
     let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 1)));
     create_plan(&client, &plan("autopilot", "outage-all", vec![k0s_command(update)]))

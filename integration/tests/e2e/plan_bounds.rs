@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{CheckStatus, Plan, PlanCommand, PlanCommandPreflight, PlanStateType};
-use integration::{ClusterBuilder, K0sProcess, run_k0s, wait_for};
+use integration::{K0sProcess, run_k0s, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -75,16 +75,18 @@ async fn ended(client: &kube::Client, id: &str, within: Duration) -> Plan {
 
 #[tokio::test]
 async fn node_output_node_clocks_and_plan_expressions_are_bounded() {
-    let cluster = ClusterBuilder::new("plan-bounds")
-        .controllers(1)
-        .workers(&[&WORKERS[..], &[SILENT]].concat())
-        .build()
-        .await
-        .unwrap();
-    let client = &cluster.admin_client().await.unwrap();
-    let controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &WORKERS).await.unwrap();
-    let _silent = start_workers_with_agents_and(&cluster, &[SILENT], &[NO_AGENT]).await.unwrap();
+    // Real agents, but the silent worker's stays off.
+    let Fleet { cluster: _cluster, client, controllers, mut workers } =
+        FleetBuilder::new("plan-bounds")
+            .controllers(1)
+            .workers(&[&WORKERS[..], &[SILENT]].concat())
+            .agents(Agents::Real)
+            .node_args(SILENT, &[NO_AGENT])
+            .start()
+            .await
+            .unwrap();
+    let client = &client;
+    let _silent = workers.pop().expect("the silent worker");
     let plans: Api<Plan> = Api::all(client.clone());
 
     // 1. Large check output on six nodes.

@@ -20,7 +20,6 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::signal::{CommandK0sUpdate, SignalCommand, SignalData, SignalStatus};
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use futures::StreamExt as _;
-use integration::real_node::RealNodes;
 use integration::responder::{Behaviour, Config, Responder};
 use integration::wait_for;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -63,15 +62,8 @@ use kube::ResourceExt as _;
 #[tokio::test]
 async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone_on_real_nodes() {
     let workers = ["worker-0", "worker-1"];
-    let cluster =
-        integration::ClusterBuilder::new("plan-drain").workers(&workers).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _nodes = RealNodes::start(&cluster, &workers).await.unwrap();
-    let _controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let mut agents = Vec::new();
-    for name in workers {
-        agents.push(cluster.k0s_worker_on_kubelet(name).args([NO_AGENT]).spawn().await.unwrap());
-    }
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _agents } =
+        FleetBuilder::new("plan-drain").workers(&workers).real_workers().start().await.unwrap();
     let config = Config::new().default_behaviour(Behaviour::CompleteWithLeader);
     let _responder = Responder::start(client.clone(), config).await.unwrap();
 

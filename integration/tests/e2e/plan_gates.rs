@@ -113,22 +113,23 @@ async fn gates_hold_the_next_worker_until_they_pass_and_halt_the_plan_when_they_
 
     // Workers first (they register their Nodes themselves), with metrics for Prometheus;
     // then Prometheus; then the controller, told where Prometheus is.
-    let cluster = integration::ClusterBuilder::new("plan-gates")
-        .controllers(1)
-        .workers(&ALL_WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let workers = start_workers_with_metrics(&cluster).await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("plan-gates")
+            .controllers(1)
+            .workers(&ALL_WORKERS)
+            .agents(Agents::Real)
+            .worker_metrics()
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
     let targets: Vec<ScrapeTarget> =
         workers.iter().map(|w| ScrapeTarget::node(w).unwrap()).collect();
     let prom = Prometheus::start(targets).await.unwrap();
     let prometheus_url = prom.base_url();
-    let _controllers =
-        start_controllers_with_agents(&cluster, 1, &["--prometheus-url", &prometheus_url])
-            .await
-            .unwrap();
+    let _controller =
+        cluster.spawn_controller(0, &["--prometheus-url", &prometheus_url]).await.unwrap();
+    wait_controllers_ready(&client, 1).await.unwrap();
     create_default_service_account(&client).await.unwrap();
 
     let v1 = version_on_disk(&workers[0]);
@@ -202,18 +203,6 @@ async fn gates_hold_the_next_worker_until_they_pass_and_halt_the_plan_when_they_
         assert!(worker.is_running(), "{} exited:\n{}", worker.node_name(), worker.log_tail(40));
     }
     eprintln!("plan_gates took {:?} in all", started.elapsed());
-}
-
-/// Starts every worker (real agents) serving its metrics, and waits until each is Ready.
-async fn start_workers_with_metrics(
-    cluster: &Cluster,
-) -> anyhow::Result<Vec<integration::K0sProcess>> {
-    let mut workers = Vec::new();
-    for name in ALL_WORKERS {
-        workers.push(cluster.k0s_worker(name).with_metrics()?.spawn().await?);
-    }
-    wait_nodes_ready(&cluster.admin_client().await?, &ALL_WORKERS).await?;
-    Ok(workers)
 }
 
 /// The ServiceAccount `default` of [`NAMESPACE`] (kube-controller-manager's job in a real

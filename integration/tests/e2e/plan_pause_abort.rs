@@ -17,7 +17,6 @@ use anyhow::Context as _;
 use autopilot_api::keys::{self, conditions};
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
-use integration::real_node::RealNodes;
 use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
 use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::events::v1::Event;
@@ -39,19 +38,15 @@ const FAILOVER: Duration = Duration::from_secs(20);
 #[tokio::test]
 async fn a_pause_holds_across_a_leader_kill_until_resumed_and_an_abort_leaves_nothing_cordoned_on_real_nodes()
  {
-    let cluster = integration::ClusterBuilder::new("plan-pause-abort")
-        .controllers(3)
-        .workers(&WORKERS)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _nodes = RealNodes::start(&cluster, &WORKERS).await.unwrap();
-    let controllers = start_controllers(&cluster, 3, FAST_ELECTION).await.unwrap();
-    let mut agents = Vec::new();
-    for name in WORKERS {
-        agents.push(cluster.k0s_worker_on_kubelet(name).args([NO_AGENT]).spawn().await.unwrap());
-    }
+    let Fleet { cluster: _cluster, client, controllers, workers: _agents } =
+        FleetBuilder::new("plan-pause-abort")
+            .controllers(3)
+            .workers(&WORKERS)
+            .real_workers()
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
 
     a_paused_plan_signals_nobody_new_across_a_leader_kill_and_completes_once_resumed(
         &client,

@@ -538,18 +538,14 @@ async fn scheduler_checks_run_a_pod_on_each_node_on_real_nodes() {
     let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
     let base = server.base_url().to_owned();
     let names = ["worker-0", "worker-1"];
-    let cluster = integration::ClusterBuilder::new("plan-preflight-pods")
-        .workers(&names)
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _nodes = integration::real_node::RealNodes::start(&cluster, &names).await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut workers_running = Vec::new();
-    for name in names {
-        workers_running.push(cluster.k0s_worker_on_kubelet(name).spawn().await.unwrap());
-    }
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: workers_running } =
+        FleetBuilder::new("plan-preflight-pods")
+            .workers(&names)
+            .real_workers()
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let (w0, w1) = (&workers_running[0], &workers_running[1]);
     let v1 = binary_version(w0.binary_path());
     for name in names {

@@ -9,7 +9,6 @@
 
 use autopilot_api::v1beta2::DrainPolicy;
 use integration::http::FileServer;
-use integration::real_node::RealNodes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::Api;
@@ -25,16 +24,17 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
  {
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
-    let cluster = integration::ClusterBuilder::new("plan-single-node")
-        .controller_node_identities()
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let nodes = RealNodes::start(&cluster, &[NODE]).await.unwrap();
-    let flags: Vec<&str> =
-        FAST_ELECTION.iter().copied().chain(["--enable-worker", "--register-node=false"]).collect();
-    let controllers = start_controllers_with_agents(&cluster, 1, &flags).await.unwrap();
+    // A real node: its kubelet owns the Node, the controller runs `--enable-worker
+    // --register-node=false` (`real_controllers`).
+    let Fleet { cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("plan-single-node")
+            .real_controllers()
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
+    let nodes = cluster.real_nodes().expect("the real node");
     // One Running pod on the node, with no budget (`Always` must be able to evict it).
     crate::real_nodes::wait_default_service_account(&client).await.unwrap();
     let pod: Pod = serde_json::from_value(serde_json::json!({

@@ -18,7 +18,7 @@ use autopilot_controller::prometheus::{QueryError, instant_query};
 use autopilot_shell::https::HttpsClientBuilder;
 use http::StatusCode;
 use integration::prometheus::{self, JOB, Prometheus, ScrapeTarget};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 
 use crate::support::*;
 
@@ -33,14 +33,16 @@ async fn a_real_prometheus_scrapes_the_nodes_and_the_leaders_client_reads_them()
     let binary = prometheus::binary().unwrap();
     eprintln!("prometheus binary: {}", binary.display());
 
-    let cluster =
-        ClusterBuilder::new("prometheus-harness").workers(&WORKERS).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut workers = Vec::new();
-    for name in WORKERS {
-        workers.push(cluster.k0s_worker(name).with_metrics().unwrap().spawn().await.unwrap());
-    }
-    wait_nodes_ready(&client, &WORKERS).await.unwrap();
+    // The workers (their agents on) serve metrics; the controller comes later, as a new target.
+    let Fleet { cluster, client: _client, controllers: _controllers, workers } =
+        FleetBuilder::new("prometheus-harness")
+            .workers(&WORKERS)
+            .agents(Agents::Real)
+            .worker_metrics()
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
 
     let targets: Vec<ScrapeTarget> =
         workers.iter().map(|w| ScrapeTarget::node(w).unwrap()).collect();

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::Plan;
-use integration::{Cluster, ClusterBuilder, run_k0s, wait_for};
+use integration::{Cluster, run_k0s, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{
     Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
@@ -147,8 +147,13 @@ fn other_url(plan: &Plan) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_read() {
-    let cluster = ClusterBuilder::new("rbac-steering").controllers(1).build().await.unwrap();
-    let admin = cluster.admin_client().await.unwrap();
+    let Fleet { cluster, client: admin, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("rbac-steering")
+            .controllers(1)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
     for crd in [keys::CRD_PLANS, keys::CRD_CONTROL_NODES, keys::CRD_UPDATE_CONFIGS] {
         install_crd(&admin, crd).await;
     }

@@ -16,7 +16,7 @@ use autopilot_api::v1beta2::{
 };
 use integration::http::FileServer;
 use integration::real_node::RealNodes;
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
@@ -34,11 +34,23 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 pub(crate) use integration::real_node::workload::{self, SERVE, container, pod_ready};
 
+/// A fleet of one controller and the real workers `names`, every node's agent on: what the
+/// update scenarios below start with (to configure further, then start).
+fn real_fleet(name: &str, names: &[&str]) -> FleetBuilder {
+    FleetBuilder::new(name).workers(names).real_workers().agents(Agents::Real)
+}
+
 #[tokio::test]
 async fn a_dropped_set_of_real_nodes_leaves_nothing_behind_even_after_a_failure() {
-    let cluster =
-        ClusterBuilder::new("real-nodes-teardown").workers(&["worker-0"]).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    // The set of real nodes is what this test drops, so it starts them itself.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("real-nodes-teardown")
+            .workers(&["worker-0"])
+            .unstarted_controllers()
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
     let nodes = RealNodes::start(&cluster, &["worker-0"]).await.unwrap();
 
     // A real container runs on the node: a Pod the kubelet started through containerd.
@@ -81,14 +93,9 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
     let (v2_bytes, sha) = v2_build();
     let server = FileServer::start(v2_bytes).await.unwrap();
     let names = ["worker-0", "worker-1"];
-    let cluster = ClusterBuilder::new("real-nodes-update").workers(&names).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let nodes = RealNodes::start(&cluster, &names).await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut workers: Vec<K0sProcess> = Vec::new();
-    for name in names {
-        workers.push(cluster.k0s_worker_on_kubelet(name).spawn().await.unwrap());
-    }
+    let Fleet { cluster, client, controllers: _controllers, workers } =
+        real_fleet("real-nodes-update", &names).start().await.unwrap();
+    let nodes = cluster.real_nodes().expect("the real nodes");
     for name in names {
         wait_node_version(&client, name, &binary_version(workers[0].binary_path())).await.unwrap();
     }
@@ -168,7 +175,6 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
             "{name}'s containerd kept running"
         );
     }
-    drop(nodes);
 }
 
 /// After each node: its DaemonSet Pod Ready again (settle), and the Deployment back to both
@@ -321,12 +327,14 @@ async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
     let (v2_bytes, sha) = v2_build();
     let server = FileServer::start(v2_bytes).await.unwrap();
     const NODE: &str = "worker-0";
-    let cluster = ClusterBuilder::new("real-nodes-drain").workers(&[NODE]).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let nodes = RealNodes::start(&cluster, &[NODE]).await.unwrap();
-    let _controllers =
-        start_controllers_with_agents(&cluster, 1, &["--drain-timeout", "10s"]).await.unwrap();
-    let worker = cluster.k0s_worker_on_kubelet(NODE).spawn().await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, mut workers } =
+        real_fleet("real-nodes-drain", &[NODE])
+            .controller_args(&["--drain-timeout", "10s"])
+            .start()
+            .await
+            .unwrap();
+    let nodes = cluster.real_nodes().expect("the real node");
+    let worker = workers.remove(0);
     let v1 = binary_version(worker.binary_path());
     wait_node_version(&client, NODE, &v1).await.unwrap();
 
@@ -349,7 +357,7 @@ async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
     assert!(reason.contains("web-budget"), "the budget is named: {reason}");
     wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
     assert_eq!(binary_version(worker.binary_path()), v1, "no swap without a drain");
-    assert_still_running(&nodes, &pods, &web).await;
+    assert_still_running(nodes, &pods, &web).await;
     delete_plan(&client).await;
 
     // IfPossible: nowhere to go, so cordoned, not drained, updated.
@@ -364,7 +372,7 @@ async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
         "{note}"
     );
     assert_eq!(binary_version(worker.binary_path()), V2);
-    assert_still_running(&nodes, &pods, &web).await;
+    assert_still_running(nodes, &pods, &web).await;
 
     // Never: cordoned, nothing evicted.
     let update = autopilot_api::v1beta2::PlanCommandK0sUpdate {
@@ -374,7 +382,7 @@ async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
     };
     let note = run_to_completion(&client, "never", update).await;
     assert_eq!(note.as_deref(), Some("cordoned, not drained: the command's drain is Never"));
-    assert_still_running(&nodes, &pods, &web).await;
+    assert_still_running(nodes, &pods, &web).await;
 
     // Always without the budget: the Pod is evicted and its container stops; the
     // replacement runs on the node once it is uncordoned.
@@ -390,7 +398,6 @@ async fn drain_policies_on_a_real_worker_with_nowhere_to_move_its_pods() {
     assert!(!running.contains(&web.1), "the evicted container stopped: {running:?}");
     let replacement = wait_web_running(&pods).await.unwrap();
     assert_ne!(replacement.0, web.0, "a new Pod replaced the evicted one");
-    drop(nodes);
 }
 
 /// Runs one plan of `update` to `Completed` (no autopilot cordon left), deletes it, and
@@ -444,13 +451,14 @@ async fn assert_still_running(nodes: &RealNodes, pods: &Api<Pod>, web: &(String,
 async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_left_running() {
     use std::os::unix::fs::PermissionsExt as _;
     const NODE: &str = "worker-0";
-    let cluster =
-        ClusterBuilder::new("real-nodes-post-watch").workers(&[NODE]).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let nodes = RealNodes::start(&cluster, &[NODE]).await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let worker =
-        cluster.k0s_worker_on_kubelet(NODE).args(["--restart", "exit"]).spawn().await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, mut workers } =
+        real_fleet("real-nodes-post-watch", &[NODE])
+            .worker_args(&["--restart", "exit"])
+            .start()
+            .await
+            .unwrap();
+    let nodes = cluster.real_nodes().expect("the real node");
+    let worker = workers.remove(0);
     let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
     let v1 = binary_version(worker.binary_path());
     wait_node_version(&client, NODE, &v1).await.unwrap();

@@ -8,12 +8,14 @@ use std::time::Duration;
 use autopilot_api::signal::{self, SignalData, SignalPhase};
 use autopilot_api::v1beta2::{self, ControlNode};
 use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use serde_json::json;
+
+use crate::support::{Fleet, FleetBuilder};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -46,8 +48,13 @@ async fn phase_of(nodes: &Api<Node>, name: &str) -> Option<SignalPhase> {
 
 #[tokio::test]
 async fn the_responder_answers_holds_fails_and_detects_resent_signals() {
-    let cluster = ClusterBuilder::new("responder").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("responder")
+            .controllers(1)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
 
     // The autopilot CRDs and a few bare objects; no k0s process is involved.
     let (nodes, control_nodes) = create_objects(&client).await;

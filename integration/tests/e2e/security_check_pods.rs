@@ -34,15 +34,13 @@ fn privileged_pod() -> serde_json::Value {
 
 #[tokio::test]
 async fn check_pods_cannot_be_privileged_on_real_nodes() {
-    let cluster = integration::ClusterBuilder::new("security-check-pods")
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _nodes = integration::real_node::RealNodes::start(&cluster, &["worker-0"]).await.unwrap();
-    let controllers = start_controllers(&cluster, 1, &[]).await.unwrap();
-    let _worker = cluster.k0s_worker_on_kubelet("worker-0").args([NO_AGENT]).spawn().await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("security-check-pods")
+            .workers(&["worker-0"])
+            .real_workers()
+            .start()
+            .await
+            .unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let pods: Api<Pod> = Api::namespaced(client.clone(), keys::NAMESPACE);
 

@@ -39,7 +39,7 @@ use autopilot_api::signal::{
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use futures::StreamExt as _;
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
@@ -198,16 +198,17 @@ async fn forged_signals_are_refused_and_nothing_is_fetched_or_cordoned() {
     let evil_url = format!("{}/k0s", evil.base_url());
     let payloads = FileServer::start(v2_bytes).await.unwrap();
 
-    let cluster = ClusterBuilder::new("security-signal-forgery")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1", "worker-2"])
-        .build()
-        .await
-        .unwrap();
-    let admin = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let workers = start_workers_with_agents(&cluster, &["worker-0", "worker-1"]).await.unwrap();
-    let _held = start_workers_with_agents_and(&cluster, &["worker-2"], &[NO_AGENT]).await.unwrap();
+    // Real agents, but worker-2's stays off: its signal stays in progress.
+    let Fleet { cluster, client: admin, controllers: _controllers, mut workers } =
+        FleetBuilder::new("security-signal-forgery")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1", "worker-2"])
+            .agents(Agents::Real)
+            .node_args("worker-2", &[NO_AGENT])
+            .start()
+            .await
+            .unwrap();
+    let _held = workers.pop().expect("worker-2");
     let before: Vec<Before> = workers.iter().map(Before::of).collect();
 
     // Every change of every Node is looked at: none may ever be unschedulable.
@@ -410,12 +411,16 @@ async fn a_forged_applying_update_restarts_nothing_before_the_drain_ends_on_real
     const NODE: &str = "worker-0";
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
-    let cluster = ClusterBuilder::new("forged-phase").workers(&[NODE]).build().await.unwrap();
-    let admin = cluster.admin_client().await.unwrap();
-    let _nodes = integration::real_node::RealNodes::start(&cluster, &[NODE]).await.unwrap();
-    let _controllers =
-        start_controllers_with_agents(&cluster, 1, &["--drain-timeout", "5m"]).await.unwrap();
-    let worker = cluster.k0s_worker_on_kubelet(NODE).spawn().await.unwrap();
+    let Fleet { cluster, client: admin, controllers: _controllers, mut workers } =
+        FleetBuilder::new("forged-phase")
+            .workers(&[NODE])
+            .real_workers()
+            .agents(Agents::Real)
+            .controller_args(&["--drain-timeout", "5m"])
+            .start()
+            .await
+            .unwrap();
+    let worker = workers.remove(0);
     wait_node_version(&admin, NODE, &binary_version(worker.binary_path())).await.unwrap();
     let forger = forger_of(&cluster, &admin).await;
 

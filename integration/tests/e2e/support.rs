@@ -1,7 +1,9 @@
-//! Helpers shared by the `plan_*` scenarios: building plans, starting nodes and waiting on
-//! plan states with deadlines (printing the plan status when a wait fails).
+//! Helpers shared by the scenarios: every scenario's cluster and nodes ([`FleetBuilder`]),
+//! building plans, and waiting on plan states with deadlines (printing the plan status when a
+//! wait fails).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -14,7 +16,9 @@ use autopilot_api::v1beta2::{
 use autopilot_api::{fixtures, keys};
 use futures::StreamExt as _;
 use integration::responder::{Event, Log, ObjectKind, ObjectRef};
-use integration::{Cluster, ClusterBuilder, K0sProcess, conditions, wait_for, wait_for_condition};
+use integration::{
+    Cluster, ClusterBuilder, K0sCommand, K0sProcess, conditions, wait_for, wait_for_condition,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -381,103 +385,52 @@ pub fn target<'a>(plan: &'a Plan, i: usize, name: &str) -> &'a TargetStatus {
         .unwrap_or_else(|| panic!("command {i} has no target {name}:\n{}", status_yaml(plan)))
 }
 
-/// Starts `count` controllers with `extra` flags and waits until every ControlNode is
-/// registered and a leader holds the lease.
-pub async fn start_controllers(
-    cluster: &Cluster,
-    count: usize,
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    // The test responder plays the node agents in these scenarios; the real agents stay off
-    // so that only one peer answers each signal.
-    let mut args = extra.to_vec();
-    args.push(NO_AGENT);
-    start_controllers_with_agents(cluster, count, &args).await
-}
-
 /// The flag that keeps a node's real update agent off (the responder answers instead).
 pub const NO_AGENT: &str = "--disable-update-agent";
 
-/// Like [`start_controllers`], with the real update agents on (real updates).
-pub async fn start_controllers_with_agents(
-    cluster: &Cluster,
-    count: usize,
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    let mut controllers = Vec::new();
-    for i in 0..count {
-        controllers.push(cluster.spawn_controller(i, extra).await?);
-    }
-    let client = cluster.admin_client().await?;
-    let control_nodes: Api<ControlNode> = Api::all(client.clone());
-    wait_for(STARTUP, &format!("{count} registered ControlNodes"), || async {
-        let list = control_nodes.list(&ListParams::default()).await?;
-        let registered = list
-            .items
-            .iter()
-            .filter(|n| n.status.as_ref().is_some_and(|s| s.k0s_version.is_some()))
-            .count();
-        Ok((registered >= count).then_some(()))
-    })
-    .await?;
-    wait_for(STARTUP, "a leader", || leader(&client)).await?;
-    Ok(controllers)
-}
-
-/// Starts the workers `names` with their real update agents on (real updates) and waits
-/// until each Node is Ready.
-pub async fn start_workers_with_agents(
-    cluster: &Cluster,
-    names: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    start_workers_with(cluster, names, &[]).await
-}
-
-/// Starts the workers `names` with `extra` flags and waits until each Node is Ready.
-pub async fn start_workers_with(
-    cluster: &Cluster,
-    names: &[&str],
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    let mut workers = Vec::new();
-    for name in names {
-        workers.push(cluster.spawn_worker(name, extra).await?);
-    }
-    wait_nodes_ready(&cluster.admin_client().await?, names).await?;
-    Ok(workers)
-}
+/// The flags of a controller that is also a real worker ([`FleetBuilder::real_controllers`]):
+/// a kubelet owns its Node, so the controller runs the worker's agent without registering
+/// the Node itself.
+const REAL_CONTROLLER_FLAGS: [&str; 2] = ["--enable-worker", "--register-node=false"];
 
 /// Whether the nodes of a [`Fleet`] run their real update agents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Agents {
-    /// Real updates: every node's update agent is on ([`start_controllers_with_agents`],
-    /// [`start_workers_with_agents`]).
+    /// Real updates: every node's update agent is on (a node whose flags include
+    /// [`NO_AGENT`] keeps its own off).
     Real,
-    /// Every node runs with [`NO_AGENT`] and the test's responder plays the agents
-    /// ([`start_controllers`]; the workers get the same flag).
+    /// Every node runs with [`NO_AGENT`] (after its other flags) and the test's responder
+    /// plays the agents, so that only one peer answers each signal.
     None,
 }
 
-/// The prologue most scenarios share, started: a cluster, an admin client, its controllers
-/// (each ControlNode registered, a leader elected), then its workers (each Node Ready).
+/// The prologue every scenario shares, started: a cluster (with its real nodes, if any), an
+/// admin client, its controllers (each ControlNode registered, a leader elected), then its
+/// workers (each Node Ready).
 ///
 /// `FleetBuilder::new(name).controllers(3).workers(&W).agents(Agents::Real)
 /// .controller_args(FAST_ELECTION).start()` does, in this order,
 /// `ClusterBuilder::new(name).controllers(3).workers(&W).build()`, `cluster.admin_client()`,
-/// `start_controllers_with_agents(&cluster, 3, FAST_ELECTION)` and
-/// `start_workers_with_agents(&cluster, &W)`.
+/// `cluster.spawn_controller(i, FAST_ELECTION)` for each `i`, [`wait_controllers_ready`]`(3)`,
+/// `cluster.spawn_worker(w, &[])` for each `w` and [`wait_nodes_ready`]`(&W)`. A scenario that
+/// starts some nodes itself (with arguments that depend on the cluster, through unit files, or
+/// because their start is what it tests) leaves them unstarted
+/// ([`FleetBuilder::unstarted_controllers`], [`FleetBuilder::unstarted_workers`]) and starts
+/// them in the test.
 ///
 /// Bind every field when destructuring (`controllers: _controllers`, not `..` or `_`): a
 /// field left in the temporary is dropped at the end of the `let`, and dropping a
 /// [`K0sProcess`] or the [`Cluster`] kills the processes.
 pub struct Fleet {
-    /// The cluster (etcd and the API servers).
+    /// The cluster (etcd and the API servers), and its real nodes
+    /// ([`FleetBuilder::real_workers`], [`FleetBuilder::real_controllers`];
+    /// [`Cluster::real_nodes`]).
     pub cluster: Cluster,
     /// An admin client of API server 0.
     pub client: kube::Client,
-    /// The controllers, `controller-<i>` at index `i`.
+    /// The controllers started, `controller-<i>` at index `i` (empty when unstarted).
     pub controllers: Vec<K0sProcess>,
-    /// The workers, in the order named (empty without workers).
+    /// The workers started, in the order named (empty without workers or when unstarted).
     pub workers: Vec<K0sProcess>,
 }
 
@@ -489,25 +442,45 @@ pub struct FleetBuilder {
     controllers: usize,
     workers: Vec<String>,
     agents: Agents,
-    controller_args: Vec<String>,
-    worker_args: Vec<String>,
+    /// How the controllers start.
+    controller: Role,
+    /// How the workers start.
+    worker: Role,
+    /// Extra flags of single nodes, by node name.
+    node_args: BTreeMap<String, Vec<String>>,
+}
+
+/// How the nodes of one role (the controllers or the workers) start.
+#[derive(Debug, Clone, Default)]
+struct Role {
+    /// Extra flags for each, before its own ([`FleetBuilder::node_args`]).
+    args: Vec<String>,
+    /// Environment variables for each.
+    env: Vec<(String, OsString)>,
+    /// Each serves its metrics on a loopback port of its own.
+    metrics: bool,
+    /// Each is a real node ([`Cluster::start_real_nodes`]).
+    real: bool,
+    /// The test starts them, not [`FleetBuilder::start`].
+    unstarted: bool,
 }
 
 impl FleetBuilder {
     /// A fleet for the test `name`: one controller, no workers, agents off ([`Agents::None`]),
-    /// no extra flags.
+    /// no extra flags, no real nodes, every node started.
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
             controllers: 1,
             workers: Vec::new(),
             agents: Agents::None,
-            controller_args: Vec::new(),
-            worker_args: Vec::new(),
+            controller: Role::default(),
+            worker: Role::default(),
+            node_args: BTreeMap::new(),
         }
     }
 
-    /// How many controllers the cluster has and the fleet starts (default 1).
+    /// How many controllers (API servers) the cluster has and the fleet starts (default 1).
     pub fn controllers(mut self, count: usize) -> Self {
         self.controllers = count;
         self
@@ -525,44 +498,188 @@ impl FleetBuilder {
         self
     }
 
-    /// Extra flags for every controller (e.g. [`FAST_ELECTION`]), before [`NO_AGENT`].
+    /// Extra flags for every controller (e.g. [`FAST_ELECTION`]), before its own
+    /// ([`FleetBuilder::node_args`]) and [`NO_AGENT`].
     pub fn controller_args(mut self, args: &[&str]) -> Self {
-        self.controller_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self.controller.args.extend(args.iter().map(|arg| (*arg).to_owned()));
         self
     }
 
-    /// Extra flags for every worker, before [`NO_AGENT`].
+    /// Extra flags for every worker, before its own ([`FleetBuilder::node_args`]) and
+    /// [`NO_AGENT`].
     pub fn worker_args(mut self, args: &[&str]) -> Self {
-        self.worker_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self.worker.args.extend(args.iter().map(|arg| (*arg).to_owned()));
         self
     }
 
-    /// Builds the cluster, then starts the controllers and waits for them, then the workers
-    /// and waits for them.
+    /// Extra flags for the node `name` alone (`controller-<i>` or a worker), after its
+    /// role's flags and before [`NO_AGENT`]; e.g. [`NO_AGENT`] itself for one worker whose
+    /// agent stays off among real ones. `start` fails if the fleet has no node `name`.
+    pub fn node_args(mut self, name: &str, args: &[&str]) -> Self {
+        let own = self.node_args.entry(name.to_owned()).or_default();
+        own.extend(args.iter().map(|arg| (*arg).to_owned()));
+        self
+    }
+
+    /// An environment variable for every controller (also on every restart).
+    pub fn controller_env(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.controller.env.push((key.to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Every controller serves its metrics on a loopback port of its own
+    /// ([`K0sCommand::with_metrics`]; [`K0sProcess::metrics_address`] says where).
+    pub fn controller_metrics(mut self) -> Self {
+        self.controller.metrics = true;
+        self
+    }
+
+    /// Every worker serves its metrics on a loopback port of its own
+    /// ([`K0sCommand::with_metrics`]; [`K0sProcess::metrics_address`] says where).
+    pub fn worker_metrics(mut self) -> Self {
+        self.worker.metrics = true;
+        self
+    }
+
+    /// Every worker is a real node: `start` starts a containerd and a kubelet for each (and
+    /// the cluster's controller-manager and scheduler, [`Cluster::start_real_nodes`]) before
+    /// any k0s process, and runs each `k0s worker` beside its kubelet
+    /// ([`Cluster::k0s_worker_on_kubelet`]: the kubelet registers the Node).
+    pub fn real_workers(mut self) -> Self {
+        self.worker.real = true;
+        self
+    }
+
+    /// Every controller is also a real worker: the controllers get node identities
+    /// ([`ClusterBuilder::controller_node_identities`]), `start` starts a containerd and a
+    /// kubelet for each `controller-<i>` ([`Cluster::start_real_nodes`]) before any k0s
+    /// process, and each controller runs `--enable-worker --register-node=false` after its
+    /// other flags.
+    pub fn real_controllers(mut self) -> Self {
+        self.controller.real = true;
+        self
+    }
+
+    /// `start` builds the controllers' API servers and identities but starts no `k0s
+    /// controller` (and waits for none): the test starts them itself (through
+    /// [`Cluster::k0s_controller`], [`Cluster::k0s_node`] or [`Cluster::spawn_controller`]), or
+    /// uses the cluster without them.
+    pub fn unstarted_controllers(mut self) -> Self {
+        self.controller.unstarted = true;
+        self
+    }
+
+    /// `start` declares the workers (their identities and kubeconfigs) but starts no `k0s
+    /// worker` (and waits for none): the test starts them itself, or uses the cluster without
+    /// them.
+    pub fn unstarted_workers(mut self) -> Self {
+        self.worker.unstarted = true;
+        self
+    }
+
+    /// Builds the cluster and an admin client, then starts its real nodes (if any), then the
+    /// controllers and waits for them ([`wait_controllers_ready`]), then the workers and waits
+    /// for them ([`wait_nodes_ready`]); unstarted roles are skipped.
     pub async fn start(self) -> anyhow::Result<Fleet> {
-        let Self { name, controllers: count, workers: names, agents, controller_args, worker_args } =
-            self;
+        let Self {
+            name,
+            controllers: count,
+            workers: names,
+            agents,
+            controller,
+            worker,
+            node_args,
+        } = self;
+        let controller_names: Vec<String> = (0..count).map(|i| format!("controller-{i}")).collect();
+        let unknown =
+            node_args.keys().find(|n| !controller_names.contains(n) && !names.contains(n));
+        anyhow::ensure!(unknown.is_none(), "node_args for {unknown:?}, not a node of the fleet");
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let cluster = ClusterBuilder::new(name).controllers(count).workers(&names).build().await?;
+        let mut builder = ClusterBuilder::new(name).controllers(count).workers(&names);
+        if controller.real {
+            builder = builder.controller_node_identities();
+        }
+        let mut cluster = builder.build().await?;
         let client = cluster.admin_client().await?;
-        let controller_args: Vec<&str> = controller_args.iter().map(String::as_str).collect();
-        let controllers = match agents {
-            Agents::Real => {
-                start_controllers_with_agents(&cluster, count, &controller_args).await?
+        let mut real: Vec<&str> = Vec::new();
+        if controller.real {
+            real.extend(controller_names.iter().map(String::as_str));
+        }
+        if worker.real {
+            real.extend(&names);
+        }
+        if !real.is_empty() {
+            cluster.start_real_nodes(&real).await?;
+        }
+        let own = |name: &str| node_args.get(name).map(Vec::as_slice).unwrap_or_default();
+        let mut controllers = Vec::new();
+        if !controller.unstarted {
+            let extra: &[&str] = if controller.real { &REAL_CONTROLLER_FLAGS } else { &[] };
+            for (i, name) in controller_names.iter().enumerate() {
+                let command =
+                    controller.command(cluster.k0s_controller(i), own(name), extra, agents);
+                controllers.push(command?.spawn().await?);
             }
-            Agents::None => start_controllers(&cluster, count, &controller_args).await?,
-        };
-        let workers = if names.is_empty() {
-            Vec::new()
-        } else {
-            let mut args: Vec<&str> = worker_args.iter().map(String::as_str).collect();
-            if agents == Agents::None {
-                args.push(NO_AGENT);
+            wait_controllers_ready(&client, count).await?;
+        }
+        let mut workers = Vec::new();
+        if !worker.unstarted {
+            for name in &names {
+                let command = if worker.real {
+                    cluster.k0s_worker_on_kubelet(name)
+                } else {
+                    cluster.k0s_worker(name)
+                };
+                workers.push(worker.command(command, own(name), &[], agents)?.spawn().await?);
             }
-            start_workers_with(&cluster, &names, &args).await?
-        };
+            wait_nodes_ready(&client, &names).await?;
+        }
         Ok(Fleet { cluster, client, controllers, workers })
     }
+}
+
+impl Role {
+    /// The harness's command for a node of this role (`base`) with, in this order, the
+    /// role's flags, the node's own (`own`), `extra` (a real controller's flags), [`NO_AGENT`]
+    /// (without agents), the role's environment and a metrics address.
+    fn command(
+        &self,
+        base: K0sCommand,
+        own: &[String],
+        extra: &[&str],
+        agents: Agents,
+    ) -> anyhow::Result<K0sCommand> {
+        let Self { args, env, metrics, real: _, unstarted: _ } = self;
+        let mut command = base.args(args).args(own).args(extra);
+        if agents == Agents::None {
+            command = command.arg(NO_AGENT);
+        }
+        for (key, value) in env {
+            command = command.env(key, value);
+        }
+        if *metrics {
+            command = command.with_metrics()?;
+        }
+        Ok(command)
+    }
+}
+
+/// Waits until `count` ControlNodes are registered (each with a status naming its version)
+/// and a leader holds the lease.
+pub async fn wait_controllers_ready(client: &kube::Client, count: usize) -> anyhow::Result<()> {
+    let control_nodes: Api<ControlNode> = Api::all(client.clone());
+    wait_for(STARTUP, &format!("{count} registered ControlNodes"), || async {
+        let list = control_nodes.list(&ListParams::default()).await?;
+        let registered = list
+            .items
+            .iter()
+            .filter(|n| n.status.as_ref().is_some_and(|s| s.k0s_version.is_some()))
+            .count();
+        Ok((registered >= count).then_some(()))
+    })
+    .await?;
+    wait_for(STARTUP, "a leader", || leader(client)).await?;
+    Ok(())
 }
 
 /// Waits until each named Node exists and is Ready.
@@ -665,16 +782,6 @@ pub fn admission_order(log: &Log, kind: Option<ObjectKind>) -> Vec<ObjectRef> {
 }
 
 // --- Real updates by the real node agents (`update_*` scenarios) ---
-
-/// Like [`start_workers_with_agents`], with `extra` flags for every worker (e.g. a short
-/// `--download-stall-timeout`).
-pub async fn start_workers_with_agents_and(
-    cluster: &Cluster,
-    names: &[&str],
-    extra: &[&str],
-) -> anyhow::Result<Vec<K0sProcess>> {
-    start_workers_with(cluster, names, extra).await
-}
 
 /// What `k0s version` prints for the binary at `path` (trimmed).
 pub fn binary_version(path: &std::path::Path) -> String {

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use autopilot_api::v1beta2::PlanStateType;
 use integration::http::FileServer;
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -77,13 +77,16 @@ async fn supervise(processes: &mut [K0sProcess]) -> anyhow::Result<()> {
 #[tokio::test]
 async fn the_shipped_units_start_nodes_that_take_part_in_an_update() {
     let (v2_bytes, v2_sha) = v2_build();
-    let cluster = ClusterBuilder::new("systemd-units")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    // The nodes start as the shipped units say, flag for flag: the test starts them.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("systemd-units")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .unstarted_controllers()
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
 
     // Step 1: credentials, by the guide's recipe, from the cluster CA.
     let work = tempfile::tempdir().unwrap();

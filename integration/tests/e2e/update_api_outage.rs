@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use futures::StreamExt as _;
-use integration::ClusterBuilder;
 use integration::http::FileServer;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -25,17 +24,16 @@ const OUTAGE: Duration = Duration::from_secs(90);
 async fn a_worker_whose_api_server_is_down_while_it_restarts_completes_at_v2_when_it_returns() {
     let (v2_bytes, sha) = v2_build();
     let server = FileServer::start(v2_bytes.clone()).await.unwrap();
-    let cluster = ClusterBuilder::new("update-api-outage")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
     // A trial deadline shorter than the outage: only time while the API server answers counts.
-    let workers =
-        start_workers_with(&cluster, &["worker-0"], &["--trial-timeout", "30s"]).await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-api-outage")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .worker_args(&["--trial-timeout", "30s"])
+            .start()
+            .await
+            .unwrap();
     let worker = &workers[0];
     let pid = worker.pid();
 

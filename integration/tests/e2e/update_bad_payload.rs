@@ -22,9 +22,9 @@ use autopilot_api::v1beta2::{
     PlanCommandK0sUpdate, PlanCommandRollout, PlanCommandTargets, PlanResourceUrl, PlanStateType,
     TargetState,
 };
+use integration::K0sProcess;
 use integration::disk::SmallFilesystem;
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess};
 
 use crate::support::*;
 
@@ -97,26 +97,19 @@ async fn plan_fails(
 async fn a_bad_payload_fails_the_plan_and_leaves_the_worker_untouched() {
     let (v2_bytes, v2_sha) = v2_build();
 
-    let cluster = ClusterBuilder::new("update-bad-payload")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
     // A size cap just above v2: v2 fits, anything much larger does not.
     let cap = (v2_bytes.len() + (1 << 20)).to_string();
-    let worker = cluster
-        .k0s_worker("worker-0")
-        .args(["--download-stall-timeout", STALL_TIMEOUT, "--download-max-size", &cap])
-        .with_metrics()
-        .unwrap()
-        .spawn()
-        .await
-        .unwrap();
-    wait_nodes_ready(&client, &["worker-0"]).await.unwrap();
-    let worker = &worker;
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-bad-payload")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .worker_args(&["--download-stall-timeout", STALL_TIMEOUT, "--download-max-size", &cap])
+            .worker_metrics()
+            .start()
+            .await
+            .unwrap();
+    let worker = &workers[0];
     let before = Before::of(worker);
     assert_ne!(before.version, V2);
 
@@ -194,14 +187,17 @@ async fn a_full_disk_fails_the_plan_with_the_reason_and_leaves_the_worker_untouc
         return;
     }
     let (v2_bytes, v2_sha) = v2_build();
-    let cluster = ClusterBuilder::new("update-disk-full")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
+    // The worker's binary lives on a small filesystem in the cluster's directory: the test
+    // mounts it, then starts the worker on it.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("update-disk-full")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
 
     let v1_len = std::fs::metadata(integration::k0s_binary().unwrap()).unwrap().len();
     let bin_dir = cluster.dir().join("small-disk").join("bin");

@@ -16,7 +16,6 @@ use std::time::Duration;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{ControlNode, PlanCommandK0sUpdate, PlanStateType, TargetState};
 use integration::http::FileServer;
-use integration::real_node::RealNodes;
 use integration::signals::{ObjectKind, SignalRecorder};
 use integration::wait_for;
 use k8s_openapi::api::core::v1::Node;
@@ -51,17 +50,15 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
 
     // Real workers on the controllers: a kubelet owns each controller's Node, so the
     // controllers run `--enable-worker` without registering it themselves.
-    let cluster = integration::ClusterBuilder::new("update-controller-workers")
-        .controllers(3)
-        .controller_node_identities()
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _nodes = RealNodes::start(&cluster, &CONTROLLERS).await.unwrap();
-    let flags: Vec<&str> =
-        FAST_ELECTION.iter().copied().chain(["--enable-worker", "--register-node=false"]).collect();
-    let controllers = start_controllers_with_agents(&cluster, 3, &flags).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("update-controller-workers")
+            .controllers(3)
+            .real_controllers()
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
 
     // One web Pod per Node (a Deployment's, one per node by anti-affinity), Ready, and a

@@ -14,8 +14,7 @@ use std::time::Duration;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::FileServer;
-use integration::real_node::RealNodes;
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
@@ -34,14 +33,14 @@ async fn a_budget_holds_a_real_update_in_cordoning_until_it_is_removed_on_real_n
     let server = FileServer::start(v2_bytes).await.unwrap();
 
     let names = ["worker-0", "worker-1"];
-    let cluster = ClusterBuilder::new("update-drain-pdb").workers(&names).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _nodes = RealNodes::start(&cluster, &names).await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut workers: Vec<K0sProcess> = Vec::new();
-    for name in names {
-        workers.push(cluster.k0s_worker_on_kubelet(name).spawn().await.unwrap());
-    }
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-drain-pdb")
+            .workers(&names)
+            .real_workers()
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
     let v1 = binary_version(workers[0].binary_path());
     assert_ne!(v1, V2);
     for name in names {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
@@ -53,23 +53,17 @@ async fn last_heartbeat(nodes: &Api<Node>, name: &str) -> anyhow::Result<Option<
 
 #[tokio::test]
 async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_guard() {
-    let cluster = ClusterBuilder::new("update-post-watch")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let worker = cluster
-        .k0s_worker("worker-0")
-        .with_metrics()
-        .unwrap()
-        .args(["--restart", "exit"])
-        .spawn()
-        .await
-        .unwrap();
-    wait_nodes_ready(&client, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-post-watch")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .worker_args(&["--restart", "exit"])
+            .worker_metrics()
+            .start()
+            .await
+            .unwrap();
+    let worker = workers.remove(0);
     let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
     let v1 = binary_version(worker.binary_path());
     assert_ne!(v1, V2);

@@ -6,7 +6,6 @@
 //! fetches directly. Both complete at v2; the password appears in no log and no status.
 
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
-use integration::ClusterBuilder;
 use integration::http::{FileServer, Serve};
 use integration::proxy::Tinyproxy;
 
@@ -22,13 +21,17 @@ async fn a_worker_fetches_through_the_proxy_and_a_no_proxy_worker_bypasses_it() 
     let server_port: u16 =
         server.base_url().rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
 
-    let cluster = ClusterBuilder::new("update-proxy")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    // The workers' proxy settings name the proxy and the CA file the test puts in the
+    // cluster's directory: the test starts them.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("update-proxy")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1"])
+            .agents(Agents::Real)
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
     let proxy =
         Tinyproxy::start(&cluster.dir().join("proxy"), &[server_port], Some(("k0s", PASSWORD)))
             .await
@@ -38,7 +41,6 @@ async fn a_worker_fetches_through_the_proxy_and_a_no_proxy_worker_bypasses_it() 
     let ca = ca.to_str().unwrap().to_owned();
     let api_host = cluster.api_address(0).rsplit_once(':').map(|(h, _)| h.to_owned()).unwrap();
 
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
     let proxied = cluster
         .k0s_worker("worker-0")
         .args(["--download-ca-file", &ca])

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, TargetState};
 use integration::http::FileServer;
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 
 use crate::support::*;
 
@@ -96,25 +96,18 @@ async fn rolled_back(
 
 #[tokio::test]
 async fn a_v2_that_cannot_start_or_never_gets_healthy_is_rolled_back_in_both_restart_modes() {
-    let cluster = ClusterBuilder::new("update-rollback")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
     let trial = format!("{}s", TRIAL_TIMEOUT.as_secs());
-    let mut exec_worker =
-        start_workers_with(&cluster, &["worker-0"], &["--trial-timeout", &trial]).await.unwrap();
-    let mut exit_worker = start_workers_with(
-        &cluster,
-        &["worker-1"],
-        &["--trial-timeout", &trial, "--restart", "exit"],
-    )
-    .await
-    .unwrap();
-    let (exec_worker, exit_worker) = (&mut exec_worker[0], &mut exit_worker[0]);
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-rollback")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1"])
+            .agents(Agents::Real)
+            .worker_args(&["--trial-timeout", &trial])
+            .node_args("worker-1", &["--restart", "exit"])
+            .start()
+            .await
+            .unwrap();
+    let [exec_worker, exit_worker] = &mut workers[..] else { panic!("two workers") };
     let v1_bytes = std::fs::read(exec_worker.binary_path()).unwrap();
     let v1 = binary_version(exec_worker.binary_path());
     assert_ne!(v1, V2);

@@ -18,7 +18,7 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanCommandK0sUpdate, PlanStateType, TargetState};
 use base64::Engine as _;
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use std::path::{Path, PathBuf};
@@ -140,24 +140,18 @@ async fn a_worker_with_trusted_keys_runs_only_payloads_signed_by_one_of_them() {
     let v2_file = work.join("k0s-v2");
     std::fs::write(&v2_file, &v2_bytes).expect("v2 file");
 
-    let cluster = ClusterBuilder::new("update-signed-payload")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
     let keys_arg = keys_dir.display().to_string();
-    let worker = cluster
-        .k0s_worker("worker-0")
-        .args(["--payload-keys", keys_arg.as_str()])
-        .with_metrics()
-        .unwrap()
-        .spawn()
-        .await
-        .unwrap();
-    wait_nodes_ready(&client, &["worker-0"]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-signed-payload")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .worker_args(&["--payload-keys", keys_arg.as_str()])
+            .worker_metrics()
+            .start()
+            .await
+            .unwrap();
+    let worker = workers.remove(0);
     let before = Before::of(&worker);
     let v1_file = work.join("k0s-v1");
     std::fs::write(&v1_file, &before.bytes).expect("v1 file");

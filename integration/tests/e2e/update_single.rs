@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use autopilot_api::v1beta2::{ControlNode, PlanStateType, TargetState};
 use autopilot_signal::status::Report;
-use integration::{ClusterBuilder, run_k0s, wait_for};
+use integration::{run_k0s, wait_for};
 use kube::Api;
 
 use crate::support::*;
@@ -27,8 +27,14 @@ async fn a_single_controller_installed_under_an_unusual_path_updates_itself() {
     let (v2, sha) = v2_build();
     let server = integration::http::FileServer::start(v2).await.unwrap();
 
-    let cluster = ClusterBuilder::new("update-single").controllers(1).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    // The controller is installed under a path in the cluster's directory: the test starts it.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("update-single")
+            .controllers(1)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
     let install_dir = cluster.dir().join("opt").join("My Apps").join("k0s ünï").join("bin");
     let real = install_dir.join("k0s");
     let link_dir = cluster.dir().join("usr").join("local").join("bin");

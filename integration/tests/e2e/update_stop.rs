@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use autopilot_api::v1beta2::PlanStateType;
-use integration::ClusterBuilder;
 use integration::http::{FileServer, Serve};
 
 use crate::support::*;
@@ -20,15 +19,15 @@ async fn sigterm_during_a_download_stops_the_worker_within_ten_seconds() {
     let server = FileServer::start_with(Serve::HoldUntilReleased { body: v2_bytes, after: 4096 })
         .await
         .unwrap();
-    let cluster = ClusterBuilder::new("update-stop")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let _controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
-    let mut worker = start_workers_with_agents(&cluster, &["worker-0"]).await.unwrap().remove(0);
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-stop")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let mut worker = workers.remove(0);
     let before = Before::of(&worker);
 
     let update =

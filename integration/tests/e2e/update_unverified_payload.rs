@@ -21,7 +21,7 @@ use autopilot_api::v1beta2::{
     TargetState,
 };
 use integration::http::{FileServer, Serve};
-use integration::{ClusterBuilder, K0sProcess, wait_for};
+use integration::{K0sProcess, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
@@ -68,33 +68,29 @@ async fn plan_events(client: &kube::Client) -> anyhow::Result<Vec<(String, Strin
 async fn payloads_no_node_can_verify_are_refused_and_https_ones_are_warned_about() {
     let (v2_bytes, _v2_sha) = v2_build();
     let p = Payloads::start(v2_bytes).await;
-    let cluster = ClusterBuilder::new("update-unverified-payload")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let client = cluster.admin_client().await.unwrap();
+    // The workers trust a CA file the test puts in the cluster's directory: the test starts
+    // them.
+    let Fleet { cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("update-unverified-payload")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1"])
+            .agents(Agents::Real)
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
     // The workers trust both TLS servers' certificates.
     let ca = cluster.dir().join("download-ca.pem");
     let pems = [&p.tls, &p.redirecting].map(|server| server.ca_pem().expect("a tls server"));
     std::fs::write(&ca, pems.join("")).unwrap();
     let ca_arg = ca.display().to_string();
-    let controllers = start_controllers_with_agents(&cluster, 1, &[]).await.unwrap();
     // worker-1 alone accepts unverified payloads, as (b) needs.
-    let worker =
-        start_workers_with_agents_and(&cluster, &["worker-0"], &["--download-ca-file", &ca_arg])
-            .await
-            .unwrap()
-            .remove(0);
-    let spare = start_workers_with_agents_and(
-        &cluster,
-        &["worker-1"],
-        &["--download-ca-file", &ca_arg, "--allow-unverified-payloads"],
-    )
-    .await
-    .unwrap()
-    .remove(0);
+    let worker = cluster.spawn_worker("worker-0", &["--download-ca-file", &ca_arg]).await.unwrap();
+    let spare = cluster
+        .spawn_worker("worker-1", &["--download-ca-file", &ca_arg, "--allow-unverified-payloads"])
+        .await
+        .unwrap();
+    wait_nodes_ready(&client, &["worker-0", "worker-1"]).await.unwrap();
     let (worker, spare) = (&worker, &spare);
     let before = Before::of(worker);
     assert_ne!(before.version, V2);

@@ -32,8 +32,12 @@ async fn a_cron_schedule_asks_the_legacy_endpoint_and_creates_the_plan() {
     let ca = dir.path().join("downloads-ca.pem");
     std::fs::write(&ca, downloads.ca_pem().expect("a tls server")).unwrap();
     let ca_arg = ca.display().to_string();
-    let (_cluster, client, _controller) =
-        start_with_args("updater-cron", &[], &["--download-ca-file", &ca_arg]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        updater_fleet("updater-cron")
+            .controller_args(&["--download-ca-file", &ca_arg])
+            .start()
+            .await
+            .unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     let config = UpdateConfig::new(
         "nightly",

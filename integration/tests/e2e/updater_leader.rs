@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use autopilot_api::v1beta2::UpdateConfig;
-use integration::{ClusterBuilder, wait_for};
+use integration::wait_for;
 use kube::api::{Api, PostParams};
 
 use crate::support::*;
@@ -17,21 +17,16 @@ const CHECK_LOG: &str = "the update window opens at";
 async fn only_the_leader_checks_and_a_new_leader_takes_over() {
     let server = UpdateServer::start().await;
     server.offer(OFFERED);
-    let cluster = ClusterBuilder::new("updater-leader").controllers(2).build().await.unwrap();
-    let client = cluster.admin_client().await.unwrap();
-    let mut controllers = Vec::new();
-    for i in 0..2 {
-        let controller = cluster
-            .k0s_controller(i)
-            .args(FAST_ELECTION)
-            .arg("--disable-update-agent")
-            .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
-            .env("SSL_CERT_FILE", update_server_ca_file())
-            .spawn()
+    // Their own agents off (`Agents::None`): only the updater is under test.
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("updater-leader")
+            .controllers(2)
+            .controller_args(FAST_ELECTION)
+            .controller_env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
+            .controller_env("SSL_CERT_FILE", update_server_ca_file())
+            .start()
             .await
             .unwrap();
-        controllers.push(controller);
-    }
     let first = wait_for(STARTUP, "a leader", || leader(&client)).await.unwrap();
     let other = 1 - first;
 

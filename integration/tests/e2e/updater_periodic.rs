@@ -22,7 +22,9 @@ async fn window_open_creates_the_plan_which_completes() {
     let server = UpdateServer::start().await;
     server.add_version(OFFERED).await.unwrap();
     server.offer(OFFERED);
-    let (_cluster, client, controller) = start("updater-open").await.unwrap();
+    let Fleet { cluster: _cluster, client, mut controllers, workers: _workers } =
+        updater_fleet("updater-open").start().await.unwrap();
+    let controller = controllers.remove(0);
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     // The template's window (open now) and command policies reach the generated Plan.
     let now = jiff::Timestamp::now();
@@ -101,7 +103,9 @@ async fn window_closed_creates_no_plan_until_the_updateconfig_opens_it() {
     let server = UpdateServer::start().await;
     server.add_version(OFFERED).await.unwrap();
     server.offer(OFFERED);
-    let (_cluster, client, controller) = start("updater-closed").await.unwrap();
+    let Fleet { cluster: _cluster, client, mut controllers, workers: _workers } =
+        updater_fleet("updater-closed").start().await.unwrap();
+    let controller = controllers.remove(0);
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     let start_time = local_time_in(jiff::SignedDuration::from_hours(1));
     configs

@@ -26,7 +26,8 @@ async fn requests(server: &UpdateServer, count: usize) -> Vec<hyper::HeaderMap> 
 async fn the_token_is_sent_when_the_secret_exists_and_cluster_info_is_not_sent_by_default() {
     let server = UpdateServer::start().await;
     server.offer(PLAIN_VERSION);
-    let (_cluster, client, _controller) = start("updater-token").await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        updater_fleet("updater-token").start().await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &update_config("token", &server, "00:00", "24h"))
@@ -58,8 +59,12 @@ async fn the_token_is_sent_when_the_secret_exists_and_cluster_info_is_not_sent_b
 async fn cluster_info_is_sent_when_the_operator_opts_in() {
     let server = UpdateServer::start().await;
     server.offer(PLAIN_VERSION);
-    let (_cluster, client, _controller) =
-        start_with("updater-info", &[("K0S_SEND_CLUSTER_INFO", "true")]).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        updater_fleet("updater-info")
+            .controller_env("K0S_SEND_CLUSTER_INFO", "true")
+            .start()
+            .await
+            .unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &update_config("info", &server, "00:00", "24h"))

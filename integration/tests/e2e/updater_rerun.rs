@@ -36,7 +36,8 @@ async fn a_running_plan_is_never_replaced_and_a_newer_offer_after_it_completes_s
     server.add_version(SECOND).await.unwrap();
     server.hold_downloads();
     server.offer(OFFERED);
-    let (_cluster, client, _controller) = start("updater-rerun").await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        updater_fleet("updater-rerun").start().await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &update_config("rerun", &server, "00:00", "24h"))

@@ -19,7 +19,9 @@ async fn server_errors_create_no_plan_and_the_next_period_recovers() {
     let server = UpdateServer::start().await;
     server.add_version(OFFERED).await.unwrap();
     server.set(500, "internal error\n".to_owned());
-    let (_cluster, client, controller) = start("updater-errors").await.unwrap();
+    let Fleet { cluster: _cluster, client, mut controllers, workers: _workers } =
+        updater_fleet("updater-errors").start().await.unwrap();
+    let controller = controllers.remove(0);
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &update_config("flaky", &server, "00:00", "24h"))
@@ -60,7 +62,8 @@ async fn an_invalid_update_config_is_an_event_until_it_is_fixed() {
     let server = UpdateServer::start().await;
     server.add_version(OFFERED).await.unwrap();
     server.offer(OFFERED);
-    let (_cluster, client, _controller) = start("updater-invalid").await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        updater_fleet("updater-invalid").start().await.unwrap();
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     let mut config = update_config("typo", &server, "00:00", "24h");
     if let Some(periodic) = config.spec.upgrade_strategy.as_mut().and_then(|s| s.periodic.as_mut())
@@ -88,7 +91,9 @@ const GONE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 async fn deleting_an_update_config_does_not_wait_for_a_silent_update_server() {
     let server = UpdateServer::start().await;
     server.hold_index();
-    let (_cluster, client, controller) = start("updater-silent").await.unwrap();
+    let Fleet { cluster: _cluster, client, mut controllers, workers: _workers } =
+        updater_fleet("updater-silent").start().await.unwrap();
+    let controller = controllers.remove(0);
     let configs: Api<UpdateConfig> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &update_config("silent", &server, "00:00", "24h"))

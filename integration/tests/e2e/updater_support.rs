@@ -1,5 +1,5 @@
 //! Helpers shared by the `updater_*` scenarios: a local update server on 127.0.0.1, the
-//! UpdateConfig builder, a one-controller cluster with a fast update period, and waits on the
+//! UpdateConfig builder, a one-controller fleet with a fast update period, and waits on the
 //! updater's Events.
 
 use std::collections::HashMap;
@@ -13,13 +13,13 @@ use autopilot_api::v1beta2::{
 use futures::StreamExt as _;
 use http_body_util::Full;
 use hyper::body::Bytes;
-use integration::{Cluster, ClusterBuilder, K0sProcess, k0s_binary_with_version, wait_for};
+use integration::{K0sProcess, k0s_binary_with_version, wait_for};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
 use sha2::Digest as _;
 
-use crate::support::{PLAN_TIMEOUT, STARTUP, leader, status_yaml};
+use crate::support::{Agents, FleetBuilder, PLAN_TIMEOUT, STARTUP, status_yaml};
 
 /// The version the server offers; the controller runs [`PLAIN_VERSION`].
 pub const OFFERED: &str = "v1.35.9+k0s.0";
@@ -262,43 +262,19 @@ pub fn update_config(
     )
 }
 
-/// A one-controller cluster whose controller checks every [`PERIOD`] and serves its metrics
-/// ([`integration::K0sProcess::metrics_address`]); the controller's own agent applies the
-/// updates for real.
-pub async fn start(name: &str) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
-    start_with(name, &[]).await
-}
-
-/// [`start`] with extra environment variables for the controller.
-pub async fn start_with(
-    name: &str,
-    env: &[(&str, &str)],
-) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
-    start_with_args(name, env, &[]).await
-}
-
-/// [`start`] with extra environment variables and flags for the controller.
-pub async fn start_with_args(
-    name: &str,
-    env: &[(&str, &str)],
-    args: &[&str],
-) -> anyhow::Result<(Cluster, kube::Client, K0sProcess)> {
-    let cluster = ClusterBuilder::new(name).controllers(1).build().await?;
-    let client = cluster.admin_client().await?;
-    // The controller's own update agent stays on: these scenarios update it for real (no
-    // responder plays the nodes), so never pass `--disable-update-agent` here.
-    let mut command = cluster
-        .k0s_controller(0)
-        .args(args)
-        .env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
-        .env("SSL_CERT_FILE", update_server_ca_file())
-        .with_metrics()?;
-    for (key, value) in env {
-        command = command.env(key, value);
-    }
-    let controller = command.spawn().await?;
-    wait_for(STARTUP, "a leader", || leader(&client)).await?;
-    Ok((cluster, client, controller))
+/// A one-controller fleet, to configure further (more environment variables or flags for the
+/// controller) and start, whose controller checks every [`PERIOD`], trusts the update server
+/// ([`update_server_ca_file`]) and serves its metrics ([`K0sProcess::metrics_address`]); the
+/// controller's own agent applies the updates for real.
+pub fn updater_fleet(name: &str) -> FleetBuilder {
+    FleetBuilder::new(name)
+        .controllers(1)
+        // The controller's own update agent stays on: these scenarios update it for real (no
+        // responder plays the nodes), so never `Agents::None` here.
+        .agents(Agents::Real)
+        .controller_env("K0S_UPDATE_PERIOD", format!("{}s", PERIOD.as_secs()))
+        .controller_env("SSL_CERT_FILE", update_server_ca_file())
+        .controller_metrics()
 }
 
 /// The k0s version controller `i` reports on its ControlNode.

@@ -5,11 +5,13 @@
 use std::time::Duration;
 
 use autopilot_api::keys;
-use integration::{ClusterBuilder, run_k0s, wait_for};
+use integration::{run_k0s, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
+
+use crate::support::{Agents, Fleet, FleetBuilder};
 
 const STARTUP: Duration = Duration::from_secs(60);
 
@@ -22,14 +24,16 @@ fn is_ready(node: &Node) -> bool {
 
 #[tokio::test]
 async fn worker_registers_a_ready_node_with_platform_labels() {
-    let cluster = ClusterBuilder::new("worker-register")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let _worker = cluster.spawn_worker("worker-0", &[]).await.unwrap();
-    let nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("worker-register")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
+    let nodes: Api<Node> = Api::all(client);
     let node = wait_for(STARTUP, "Node worker-0 Ready", || async {
         Ok(nodes.get_opt("worker-0").await?.filter(is_ready))
     })
@@ -55,13 +59,17 @@ async fn worker_registers_a_ready_node_with_platform_labels() {
 /// taint of a Node no kubelet runs.
 #[tokio::test]
 async fn a_worker_registers_no_node_by_default_and_a_registered_one_is_tainted() {
-    let cluster = ClusterBuilder::new("worker-register-default")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    // How a worker registers (or not) is what this test is about: it starts them itself.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("worker-register-default")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1"])
+            .unstarted_controllers()
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
+    let nodes: Api<Node> = Api::all(client);
     let args = |name: &str, extra: &[&str]| {
         let mut args: Vec<std::ffi::OsString> = vec![
             "worker".into(),
@@ -112,14 +120,17 @@ async fn a_worker_registers_no_node_by_default_and_a_registered_one_is_tainted()
 
 #[tokio::test]
 async fn worker_heartbeat_keeps_the_ready_condition_fresh() {
-    let cluster = ClusterBuilder::new("worker-heartbeat")
-        .controllers(1)
-        .workers(&["worker-0"])
-        .build()
-        .await
-        .unwrap();
-    let _worker = cluster.spawn_worker("worker-0", &["--heartbeat-interval", "1s"]).await.unwrap();
-    let nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("worker-heartbeat")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .worker_args(&["--heartbeat-interval", "1s"])
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
+    let nodes: Api<Node> = Api::all(client);
     let heartbeat = |node: &Node| {
         node.status
             .as_ref()?
@@ -145,15 +156,16 @@ async fn worker_heartbeat_keeps_the_ready_condition_fresh() {
 
 #[tokio::test]
 async fn worker_credentials_cannot_modify_another_workers_node() {
-    let cluster = ClusterBuilder::new("worker-restrict")
-        .controllers(1)
-        .workers(&["worker-0", "worker-1"])
-        .build()
-        .await
-        .unwrap();
-    let _w0 = cluster.spawn_worker("worker-0", &[]).await.unwrap();
-    let _w1 = cluster.spawn_worker("worker-1", &[]).await.unwrap();
-    let admin_nodes: Api<Node> = Api::all(cluster.admin_client().await.unwrap());
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("worker-restrict")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1"])
+            .agents(Agents::Real)
+            .unstarted_controllers()
+            .start()
+            .await
+            .unwrap();
+    let admin_nodes: Api<Node> = Api::all(client);
     for name in ["worker-0", "worker-1"] {
         wait_for(STARTUP, "both Nodes Ready", || async {
             Ok(admin_nodes.get_opt(name).await?.filter(is_ready))
