@@ -25,7 +25,7 @@ use crate::{
     net, pki,
     process::{GroupRegistry, ProcessSlot, tail},
     rbac,
-    real_node::RealNodes,
+    real_node::{ControlPlane, RealNodes},
     wait::wait_for,
 };
 
@@ -1044,4 +1044,38 @@ fn is_dns_label(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
+}
+
+impl ControlPlane for Cluster {
+    fn dir(&self) -> &Path {
+        Cluster::dir(self)
+    }
+
+    fn controllers(&self) -> usize {
+        Cluster::controllers(self)
+    }
+
+    fn has_node_identity(&self, name: &str) -> bool {
+        Cluster::has_node_identity(self, name)
+    }
+
+    fn api_address(&self, i: usize) -> String {
+        Cluster::api_address(self, i)
+    }
+
+    fn ca_cert_path(&self) -> &Path {
+        Cluster::ca_cert_path(self)
+    }
+
+    fn admin_kubeconfig(&self, i: usize) -> PathBuf {
+        Cluster::admin_kubeconfig(self, i)
+    }
+
+    fn node_kubeconfig(&self, name: &str) -> PathBuf {
+        Cluster::node_kubeconfig(self, name)
+    }
+
+    fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send {
+        Cluster::admin_client(self)
+    }
 }

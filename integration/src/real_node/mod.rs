@@ -75,12 +75,33 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
 use crate::{
-    Cluster,
     node_binaries::{self, CNI_BIN_DIR, NodeBinaries},
     process::{GroupRegistry, ProcessSlot, tail},
     wait_for,
 };
 use config::{NodeLayout, NodeParams};
+
+/// What real nodes need of the control plane they join (the harness's [`crate::Cluster`]
+/// implements it): where its files go, its API servers, its CA, and the kubeconfigs of its
+/// admin and of each node.
+pub trait ControlPlane {
+    /// The cluster's directory.
+    fn dir(&self) -> &Path;
+    /// How many controllers (and API servers) it has.
+    fn controllers(&self) -> usize;
+    /// Whether `name` has a node identity (a worker, or a controller with one).
+    fn has_node_identity(&self, name: &str) -> bool;
+    /// API server `i`'s `host:port`.
+    fn api_address(&self, i: usize) -> String;
+    /// The cluster CA's certificate.
+    fn ca_cert_path(&self) -> &Path;
+    /// An admin kubeconfig for API server `i`.
+    fn admin_kubeconfig(&self, i: usize) -> PathBuf;
+    /// Node `name`'s kubeconfig.
+    fn node_kubeconfig(&self, name: &str) -> PathBuf;
+    /// An admin client.
+    fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send;
+}
 use netns::{Forwarder, NetNs};
 
 /// How long [`RealNodes::start`] waits for each node's containerd and for the Nodes to be
@@ -172,7 +193,7 @@ impl RealNodes {
     /// and returns once every Node is Ready. On failure everything started is removed again
     /// and the error carries the relevant log tail. [`Cluster::start_real_nodes`] does the
     /// same and keeps them with the cluster.
-    pub async fn start(cluster: &Cluster, names: &[&str]) -> anyhow::Result<Self> {
+    pub async fn start(cluster: &impl ControlPlane, names: &[&str]) -> anyhow::Result<Self> {
         prerequisites().map_err(|missing| anyhow::anyhow!("real nodes cannot run: {missing}"))?;
         ensure!(names.len() <= 200, "at most 200 real nodes per set");
         for name in names {
@@ -205,7 +226,11 @@ impl RealNodes {
         Ok(nodes)
     }
 
-    async fn start_all(&mut self, cluster: &Cluster, names: &[&str]) -> anyhow::Result<()> {
+    async fn start_all(
+        &mut self,
+        cluster: &impl ControlPlane,
+        names: &[&str],
+    ) -> anyhow::Result<()> {
         let [busybox, pause] = image::write_images(&self.dir)?;
         for (index, name) in names.iter().enumerate() {
             let index = u8::try_from(index)?;
@@ -261,7 +286,7 @@ impl RealNodes {
         self.wait_ready(cluster).await
     }
 
-    fn start_controller_manager(&self, cluster: &Cluster) -> anyhow::Result<()> {
+    fn start_controller_manager(&self, cluster: &impl ControlPlane) -> anyhow::Result<()> {
         let pki = cluster.dir().join("pki");
         let mut command = Command::new(&self.binaries.kube_controller_manager);
         command
@@ -279,7 +304,7 @@ impl RealNodes {
         Ok(())
     }
 
-    fn start_scheduler(&self, cluster: &Cluster) -> anyhow::Result<()> {
+    fn start_scheduler(&self, cluster: &impl ControlPlane) -> anyhow::Result<()> {
         let mut command = Command::new(&self.binaries.kube_scheduler);
         command
             .arg(format!("--kubeconfig={}", cluster.admin_kubeconfig(0).display()))
@@ -346,7 +371,7 @@ impl RealNodes {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    fn start_kubelet(&self, cluster: &Cluster, node: &RealNode) -> anyhow::Result<()> {
+    fn start_kubelet(&self, cluster: &impl ControlPlane, node: &RealNode) -> anyhow::Result<()> {
         let root = node.layout.kubelet_dir();
         fs::create_dir_all(&root)?;
         let mut command = self.netns()?.command(&self.binaries.kubelet);
@@ -361,7 +386,7 @@ impl RealNodes {
         Ok(())
     }
 
-    async fn wait_ready(&self, cluster: &Cluster) -> anyhow::Result<()> {
+    async fn wait_ready(&self, cluster: &impl ControlPlane) -> anyhow::Result<()> {
         let client = cluster.admin_client().await?;
         let api: Api<Node> = Api::all(client);
         for node in &self.nodes {

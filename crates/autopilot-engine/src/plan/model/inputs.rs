@@ -70,7 +70,7 @@ pub struct TargetObject {
     /// Object name.
     pub name: String,
     /// Object labels (platform: `kubernetes.io/os` + `kubernetes.io/arch`; selectors).
-    pub labels: crate::plan::Labels,
+    pub labels: crate::plan::model::labels::Labels,
     /// For a `Node`: its `Ready` condition is `True`. For a `ControlNode`: always `true`
     /// (controller readiness comes from the `/readyz` probe, see [`Observed::readiness`]).
     pub ready: bool,

@@ -94,13 +94,13 @@ impl LabelSelector {
     }
 
     /// Whether an object with these labels is selected.
-    pub fn matches(&self, labels: &crate::plan::Labels) -> bool {
+    pub fn matches(&self, labels: &crate::plan::model::labels::Labels) -> bool {
         self.requirements.iter().all(|requirement| requirement.matches(labels))
     }
 }
 
 impl Requirement {
-    fn matches(&self, labels: &crate::plan::Labels) -> bool {
+    fn matches(&self, labels: &crate::plan::model::labels::Labels) -> bool {
         match self {
             Self::Equals(key, value) => labels.get(key) == Some(value.as_str()),
             Self::NotEquals(key, value) => labels.get(key) != Some(value.as_str()),
@@ -596,7 +596,7 @@ fn unescape(value: &str) -> Result<String, SelectorError> {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> crate::plan::Labels {
+    fn labels(pairs: &[(&str, &str)]) -> crate::plan::model::labels::Labels {
         pairs.iter().copied().collect()
     }
 

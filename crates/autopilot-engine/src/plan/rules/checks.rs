@@ -329,7 +329,7 @@ pub(in crate::plan) fn unjudged_pods(
 /// ended, or it belongs to an earlier run) and that is not already being deleted.
 pub(in crate::plan) fn stale_pods(
     status: &PlanStatus,
-    observed: &crate::plan::Observed<'_>,
+    observed: &crate::plan::model::inputs::Observed<'_>,
 ) -> Vec<Effect> {
     let wanted: BTreeSet<&str> = if status.is_terminal() {
         BTreeSet::new()

@@ -648,7 +648,7 @@ fn object_of<'a>(
     status: &autopilot_api::v1beta2::PlanCommandStatus,
     command: crate::plan::model::command::Command<'_>,
     node: &str,
-) -> Option<(SignalTarget, &'a crate::plan::TargetObject)> {
+) -> Option<(SignalTarget, &'a crate::plan::model::inputs::TargetObject)> {
     command.groups().iter().find_map(|&group| {
         if !targets(status, command, group).iter().any(|t| t.name == node) {
             return None;

@@ -49,7 +49,7 @@ pub fn problems(
         generation: 0,
         spec,
         status: None,
-        steering: crate::plan::Steering::default(),
+        steering: crate::plan::model::inputs::Steering::default(),
         accepted_warnings: None,
         rollback: None,
         allow_skew: None,
