@@ -290,29 +290,37 @@ fn roll_back(
 /// the recorded one), links it aside as `k0s.refused.new` and renames a link of `k0s.prev`
 /// over it; then makes `k0s.refused.new` not executable and renames it to `k0s.refused`.
 /// Every step can be repeated after a crash; the live path always holds a whole binary.
+///
+/// A `k0s.prev` with the new binary's very bytes (a `forceupdate` that reinstalled them)
+/// leaves nothing to roll back: the files stay as they are and the rollback is only
+/// reported. And no file that shares its inode with the live binary or `k0s.prev` is ever
+/// made non-executable: such a link is removed instead.
 pub fn finish(files: &Files, watch: &WatchRecord) -> anyhow::Result<()> {
     if !matches!(watch.state, WatchState::RolledBack { .. }) {
         return Ok(());
     }
     let live = &files.live;
     let dir = parent_dir(live);
+    let previous = files.previous_path();
     let refused_new = files.sibling(".refused.new");
     let live_sha = sha256_file(live).context("hashing the live binary")?;
     if live_sha.as_deref() == Some(watch.to_sha256.as_str()) {
-        let previous = files.previous_path();
-        anyhow::ensure!(previous.is_file(), "no {} to put back", previous.display());
-        remove_if_present(&refused_new)?;
-        link_or_copy(live, &refused_new)?;
-        let putting_back = files.sibling(".rollback.tmp");
-        remove_if_present(&putting_back)?;
-        link_or_copy(&previous, &putting_back)?;
-        std::fs::rename(&putting_back, live).with_context(|| {
-            format!("renaming {} to {}", putting_back.display(), live.display())
-        })?;
-        sync_dir(&dir)?;
-        info!(live = %live.display(), "the previous binary is live again");
+        let previous_sha = sha256_file(&previous).context("hashing the previous binary")?;
+        anyhow::ensure!(previous_sha.is_some(), "no {} to put back", previous.display());
+        if previous_sha == live_sha {
+            warn!(live = %live.display(), previous = %previous.display(), "the previous binary has the new binary's bytes: nothing to put back, the rollback is only reported");
+        } else {
+            put_back(live, &previous, &refused_new, files)?;
+            sync_dir(&dir)?;
+            info!(live = %live.display(), "the previous binary is live again");
+        }
     }
     if refused_new.exists() {
+        if shares_inode(&refused_new, live) || shares_inode(&refused_new, &previous) {
+            // A link to a binary that runs, or runs after a rollback: it stays executable.
+            remove_if_present(&refused_new)?;
+            return Ok(());
+        }
         // Kept to be looked at, never to be run by mistake (as a trial refusal).
         std::fs::set_permissions(&refused_new, std::fs::Permissions::from_mode(0o600))
             .with_context(|| format!("making {} not executable", refused_new.display()))?;
@@ -322,6 +330,27 @@ pub fn finish(files: &Files, watch: &WatchRecord) -> anyhow::Result<()> {
         sync_dir(&dir)?;
     }
     Ok(())
+}
+
+/// Links the live binary aside as `refused_new`, then renames a link of `previous` over the
+/// live path.
+fn put_back(live: &Path, previous: &Path, refused_new: &Path, files: &Files) -> anyhow::Result<()> {
+    remove_if_present(refused_new)?;
+    link_or_copy(live, refused_new)?;
+    let putting_back = files.sibling(".rollback.tmp");
+    remove_if_present(&putting_back)?;
+    link_or_copy(previous, &putting_back)?;
+    std::fs::rename(&putting_back, live)
+        .with_context(|| format!("renaming {} to {}", putting_back.display(), live.display()))
+}
+
+/// Whether `a` and `b` are the same file (device and inode).
+fn shares_inode(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
 }
 
 fn link_or_copy(from: &Path, to: &Path) -> anyhow::Result<()> {

@@ -103,6 +103,16 @@ pub async fn run(
     let proof_path = host.data_dir().join(PROOF_FILE);
     let token = format!("{}-{}", host.instance(), std::process::id());
     let staged = host.staged_path();
+    // A staged binary is executable only while it is tried (as in its self-test); the swap
+    // or the rollback that follows sets its mode for good.
+    use std::os::unix::fs::PermissionsExt as _;
+    match std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e)
+                .with_context(|| format!("making {} executable for its trial", staged.display()));
+        }
+        Ok(()) | Err(_) => {}
+    }
     info!(binary = %staged.display(), deadline = ?config.deadline, "trial boot of the new binary");
     let started = tokio::time::Instant::now();
     let verdict = watch(&staged, config, &proof_path, &token, client).await?;

@@ -394,6 +394,26 @@ async fn a_staged_binary_that_runs_and_reports_the_version_passes_its_self_test(
     assert!(proven.staged && proven.proven, "{proven:?}");
 }
 
+#[tokio::test]
+async fn a_staged_binary_is_executable_only_during_its_self_test_and_after_the_swap() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let addr = serve().await;
+    let f = Fixture::new();
+    let url = format!("http://{addr}/k0s");
+    f.host
+        .download(&key(), &url, Some(&sha(NEW)), &SignatureSource::default())
+        .await
+        .expect("download");
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&f.host.staged_path()), 0o600, "downloaded");
+    f.host.self_test(&key(), "v2", false).await.expect("self-test");
+    assert_eq!(mode(&f.host.staged_path()), 0o600, "self-tested, waiting for the swap");
+    f.host.swap_binary().expect("swap");
+    assert_eq!(mode(f.host.live_path()), 0o755, "swapped in");
+}
+
 /// Stages `bytes` as if downloaded for [`key`] and self-tests it for version `v2`.
 async fn self_test_of(f: &Fixture, bytes: &[u8]) -> HostError {
     std::fs::write(f.host.staged_path(), bytes).expect("stage");

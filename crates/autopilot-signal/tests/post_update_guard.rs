@@ -164,6 +164,54 @@ fn a_rollback_interrupted_after_the_swap_is_finished_by_the_next_guard() {
     );
 }
 
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("test fixture").permissions().mode() & 0o777
+}
+
+#[test]
+fn a_rollback_to_a_previous_binary_with_the_same_bytes_changes_no_file_and_keeps_both_executable() {
+    // A forceupdate reinstalled v2's own bytes: k0s.prev and k0s are v2, two files.
+    let n = node(true);
+    std::fs::write(n.files.previous_path(), V2).expect("test fixture");
+    write_marker(&n.data, Some(watch(2, true)));
+
+    let guarded = guard(&n.files, NOW).expect("test fixture");
+    assert!(matches!(guarded, Guarded::RolledBack { .. }), "{guarded:?}");
+    for _ in 0..3 {
+        // Every later start (the guard, then the binary's own start) changes nothing more.
+        assert_eq!(guard(&n.files, NOW + 5).expect("test fixture"), Guarded::Nothing);
+        let _ = at_start(&n.files, "v2", NOW + 6).expect("test fixture");
+    }
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2);
+    assert_eq!(mode_of(&n.live), 0o755, "the live binary stays executable");
+    assert_eq!(mode_of(&n.files.previous_path()), 0o755, "k0s.prev stays executable");
+    assert!(!n.files.refused_path().exists(), "nothing was taken out");
+    assert!(matches!(marker(&n.data).watch.expect("a watch").state, WatchState::RolledBack { .. }));
+}
+
+#[test]
+fn a_refused_link_that_is_the_live_binary_or_k0s_prev_is_removed_never_made_private() {
+    let n = node(true);
+    let mut rolled = watch(3, false);
+    rolled.state = WatchState::RolledBack {
+        reason: "crashed".into(),
+        why: "x".into(),
+        at: NOW,
+        reported: false,
+    };
+    write_marker(&n.data, Some(rolled));
+    // v1 live again (a link of k0s.prev), and a leftover k0s.refused.new linked to it.
+    std::fs::remove_file(&n.live).expect("test fixture");
+    std::fs::hard_link(n.files.previous_path(), &n.live).expect("test fixture");
+    let refused_new = n.live.with_file_name("k0s.refused.new");
+    std::fs::hard_link(&n.live, &refused_new).expect("test fixture");
+
+    assert_eq!(guard(&n.files, NOW + 1).expect("test fixture"), Guarded::Nothing);
+    assert!(!refused_new.exists());
+    assert_eq!(mode_of(&n.live), 0o755, "the live binary stays executable");
+    assert_eq!(mode_of(&n.files.previous_path()), 0o755, "k0s.prev stays executable");
+}
+
 #[test]
 fn the_guard_does_nothing_without_a_marker_a_watch_a_previous_binary_or_a_due_rollback() {
     // No marker.

@@ -911,11 +911,28 @@ impl Host for LinuxHost {
 /// Runs `binary version` with a clean environment and no shell, bounded by
 /// [`SELF_TEST_TIMEOUT`]; returns its exit code and output (stdout, then stderr, each cut at
 /// [`SELF_TEST_OUTPUT_LIMIT`]), or why it could not be run.
+///
+/// The binary is executable only while it runs: before and after, it stays 0600, so nothing
+/// but this self-test runs a staged binary before the swap makes it the live one.
 async fn run_version(binary: &Path) -> std::result::Result<(Option<i32>, String), String> {
-    use tokio::io::AsyncReadExt as _;
     if let Err(e) = std::fs::set_permissions(binary, std::fs::Permissions::from_mode(0o755)) {
         return Err(format!("cannot make it executable: {e}"));
     }
+    let result = match tokio::time::timeout(SELF_TEST_TIMEOUT, run_once(binary)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("`version` did not finish within {}s", SELF_TEST_TIMEOUT.as_secs())),
+    };
+    match std::fs::set_permissions(binary, std::fs::Permissions::from_mode(0o600)) {
+        Ok(()) => result,
+        // A self-test that failed removes the file anyway.
+        Err(_) if result.is_err() => result,
+        Err(e) => Err(format!("cannot make it private again after its self-test: {e}")),
+    }
+}
+
+/// Runs `binary version` once (see [`run_version`]).
+async fn run_once(binary: &Path) -> std::result::Result<(Option<i32>, String), String> {
+    use tokio::io::AsyncReadExt as _;
     let run = async {
         // A file just written can be briefly "busy" (ETXTBSY) while another thread's fork
         // still holds its write descriptor; that passes in milliseconds.
@@ -959,10 +976,7 @@ async fn run_version(binary: &Path) -> std::result::Result<(Option<i32>, String)
         output.push_str(&String::from_utf8_lossy(&stderr));
         Ok((status.code(), output))
     };
-    match tokio::time::timeout(SELF_TEST_TIMEOUT, run).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("`version` did not finish within {}s", SELF_TEST_TIMEOUT.as_secs())),
-    }
+    run.await
 }
 
 #[cfg(test)]
