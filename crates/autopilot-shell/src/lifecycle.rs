@@ -16,6 +16,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -176,7 +177,8 @@ impl Supervisor {
     }
 
     /// Start the components (for `purpose`) in declared order, each up to healthy. A start
-    /// that fails ends it: the components started so far are dropped (none has run). Returns
+    /// that fails ends it (`<name> cannot start: <why>`): the components started so far are
+    /// dropped (none has run). Returns
     /// `Ok(None)` when `terminated` is cancelled first.
     pub async fn start(
         self,
@@ -195,7 +197,9 @@ impl Supervisor {
             }
             let name = component.name();
             tokio::select! {
-                started = component.start(env) => running.push((name, started?)),
+                started = component.start(env) => {
+                    running.push((name, started.with_context(|| format!("{name} cannot start"))?));
+                }
                 () = terminated.cancelled() => {
                     info!(component = name, "stopping during startup");
                     return Ok(None);
@@ -320,7 +324,7 @@ mod tests {
             Box::pin(async move {
                 self.log.lock().unwrap().push(format!("start {}", self.name));
                 if self.fails_to_start {
-                    anyhow::bail!("{} cannot start", self.name);
+                    anyhow::bail!("refused");
                 }
                 Ok(self as Box<dyn Running>)
             })
@@ -436,7 +440,7 @@ mod tests {
             .with(probe("agent", &log));
         let ended = supervisor.run(&env(), CancellationToken::new()).await;
         let Ended::Failed(err) = ended else { panic!("{ended:?}") };
-        assert_eq!(err.to_string(), "controller cannot start");
+        assert_eq!(format!("{err:#}"), "controller cannot start: refused");
         assert_eq!(entries(&log), ["start status", "start controller"]);
     }
 

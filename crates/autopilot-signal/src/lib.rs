@@ -13,6 +13,7 @@ pub mod download;
 pub mod host;
 pub mod metrics;
 pub mod node;
+mod ownership;
 pub mod post_update;
 pub mod preflight;
 pub mod signature;
@@ -105,14 +106,20 @@ pub struct RegistrationArgs {
     pub register_node_schedulable: bool,
 }
 
+/// The default keys directory (`--payload-keys`) in a node's data directory.
+pub const DEFAULT_KEYS_DIR: &str = "trusted-keys";
+
 /// The flags of a node's payload signature checks (DESIGN §14).
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct SigningArgs {
     /// Directory of the public keys payloads must be signed by: cosign ECDSA P-256 keys in
-    /// PEM (k0s's `cosign.pub`) and minisign public keys, one per file. With any key, a
-    /// k0s binary is accepted only with a valid signature by one of them (the Plan's
-    /// `signature` or `signatureURL`). A file that is no key stops the node. Default:
-    /// `<data-dir>/trusted-keys/` (none there: no signature required).
+    /// PEM (k0s's `cosign.pub`) and minisign public keys, one per file (or a symlink to
+    /// one). With any key, a k0s binary is accepted only with a valid signature by one of
+    /// them (the Plan's `signature` or `signatureURL`). The node does not start when the
+    /// directory is missing, unreadable or empty, holds anything but key files (a
+    /// subdirectory, a dangling symlink, a file that is no key), or when it or a key is not
+    /// owned by root (or the user the node runs as) or is writable by its group or others.
+    /// Default: `<data-dir>/trusted-keys/`; nothing there: no signature required.
     #[arg(long, value_name = "DIR")]
     pub payload_keys: Option<PathBuf>,
 
@@ -125,11 +132,21 @@ pub struct SigningArgs {
 
 impl SigningArgs {
     /// The keys and rules these flags give for a node with data directory `data_dir`.
-    /// `Err` names the file that is no key, or a bundle rule without keys.
+    /// A directory given with --payload-keys must hold keys; the default one may be absent
+    /// (no keys: logged). `Err` names the keys directory and what is wrong with it
+    /// ([`signature::LoadError`]), or a bundle rule without keys.
     pub fn load(&self, data_dir: &std::path::Path) -> anyhow::Result<host::Signing> {
-        let dir = self.payload_keys.clone().unwrap_or_else(|| data_dir.join("trusted-keys"));
-        let keys = signature::TrustedKeys::load(&dir)
-            .map_err(|why| anyhow::anyhow!("--payload-keys: {why}"))?;
+        let (dir, keys) = match &self.payload_keys {
+            Some(dir) => (dir.clone(), signature::TrustedKeys::load(dir)?),
+            None => {
+                let dir = data_dir.join(DEFAULT_KEYS_DIR);
+                let keys = signature::TrustedKeys::load_default(&dir)?.unwrap_or_else(|| {
+                    info!(dir = %dir.display(), "no trusted keys directory: payloads need no signature (--payload-keys)");
+                    signature::TrustedKeys::default()
+                });
+                (dir, keys)
+            }
+        };
         anyhow::ensure!(
             !self.require_signed_bundles || !keys.is_empty(),
             "--require-signed-bundles needs at least one key in {} (--payload-keys)",
@@ -536,5 +553,50 @@ async fn serve_status(data_dir: PathBuf, facts: StatusFacts, shutdown: impl Futu
     };
     if let Err(err) = status::serve(&data_dir, report, shutdown).await {
         tracing::warn!(error = %format!("{:#}", anyhow::Error::new(err)), "status socket not served; `k0s status` will not work");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(err: &anyhow::Error) -> String {
+        format!("{err:#}")
+    }
+
+    #[test]
+    fn a_payload_keys_directory_given_but_missing_stops_the_node_naming_it() {
+        let data_dir = tempfile::tempdir().expect("tempdir");
+        let keys = data_dir.path().join("keys");
+        let args = SigningArgs { payload_keys: Some(keys.clone()), require_signed_bundles: false };
+        let err = args.load(data_dir.path()).expect_err("refused");
+        assert_eq!(said(&err), format!("--payload-keys {}: no such directory", keys.display()));
+    }
+
+    #[test]
+    fn without_the_flag_a_missing_default_directory_means_no_keys() {
+        let data_dir = tempfile::tempdir().expect("tempdir");
+        let signing = SigningArgs::default().load(data_dir.path()).expect("no keys");
+        assert!(signing.keys.is_empty());
+        let bundles = SigningArgs { payload_keys: None, require_signed_bundles: true };
+        let err = bundles.load(data_dir.path()).expect_err("bundles need a key");
+        assert!(said(&err).starts_with("--require-signed-bundles needs at least one key"));
+    }
+
+    #[test]
+    fn without_the_flag_a_default_directory_that_exists_is_checked_like_a_given_one() {
+        let data_dir = tempfile::tempdir().expect("tempdir");
+        let keys = data_dir.path().join(DEFAULT_KEYS_DIR);
+        std::fs::create_dir(&keys).expect("mkdir");
+        std::fs::create_dir(keys.join("old")).expect("mkdir");
+        let err = SigningArgs::default().load(data_dir.path()).expect_err("refused");
+        assert_eq!(
+            said(&err),
+            format!(
+                "--payload-keys {}: {} is a directory, not a key file",
+                keys.display(),
+                keys.join("old").display()
+            )
+        );
     }
 }

@@ -6,11 +6,15 @@
 //!   `PUBLIC KEY` (cosign's `cosign.pub`, ECDSA P-256) or a minisign public key file. A key's
 //!   id is the SHA-256 (hex) of its canonical encoding: the DER SubjectPublicKeyInfo of a
 //!   P-256 key, the 42-byte key blob of a minisign key. Nodes publish the ids they require.
+//!   A directory given that is missing, empty, unreadable, holds anything but key files or
+//!   that others could write stops the node (fail-closed, `keys_dir`).
 //! - **Signatures**: cosign `sign-blob`'s `.sig` (base64 of a DER ECDSA-P256-SHA256
 //!   signature over the blob), the `messageSignature` of a cosign bundle (its digest must be
 //!   the payload's), or a minisign `.minisig` (prehashed only). A cosign signature is checked
 //!   against the SHA-256 the download already computed (a prehash, never a second read); a
 //!   minisign one needs its own BLAKE2b pass over the same stream ([`Minisign::stream`]).
+
+mod keys_dir;
 
 use std::path::Path;
 
@@ -18,6 +22,8 @@ use base64::Engine as _;
 use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
 use p256::pkcs8::{DecodePublicKey as _, EncodePublicKey as _};
 use sha2::Digest as _;
+
+pub use keys_dir::{LoadError, Problem, Refusal};
 
 /// One trusted key.
 #[derive(Clone, Debug)]
@@ -42,25 +48,26 @@ pub struct TrustedKeys {
 }
 
 impl TrustedKeys {
-    /// Every key in `dir` (a missing directory is no keys). `Err` names the file that is not
-    /// a key: a node must not run with fewer keys than its administrator gave it.
-    pub fn load(dir: &Path) -> Result<Self, String> {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Self::default());
-            }
-            Err(error) => return Err(format!("reading {}: {error}", dir.display())),
-        };
-        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        paths.sort();
-        let mut keys = Vec::new();
-        for path in paths.into_iter().filter(|p| p.is_file()) {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|error| format!("reading {}: {error}", path.display()))?;
-            keys.push(parse_key(&path.display().to_string(), &text)?);
+    /// Every key in `dir`, a directory an administrator named (`--payload-keys`). `Err`
+    /// when the directory is missing, unreadable or empty, holds anything but key files (a
+    /// directory, a dangling symlink, a file that is no key), or it or a key is owned by
+    /// another user than root or this process's or is writable by its group or others: a
+    /// node must not run with fewer keys than its administrator gave it.
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        keys_dir::read(dir)
+            .map(|keys| Self { keys })
+            .map_err(|problem| LoadError { dir: dir.to_owned(), problem })
+    }
+
+    /// The keys in `dir`, the default directory (`<data-dir>/trusted-keys`): `None` when
+    /// nothing is there (no keys: no signature required); once something is, as [`load`].
+    ///
+    /// [`load`]: Self::load
+    pub fn load_default(dir: &Path) -> Result<Option<Self>, LoadError> {
+        match std::fs::symlink_metadata(dir) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            _ => Self::load(dir).map(Some),
         }
-        Ok(Self { keys })
     }
 
     /// The keys' ids, in the order they were read.

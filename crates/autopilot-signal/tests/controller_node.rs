@@ -93,3 +93,42 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
     let chain = format!("{err:#}");
     assert!(chain.contains("preparing the update host"), "unexpected error: {chain}");
 }
+
+#[tokio::test]
+async fn a_node_whose_payload_keys_directory_is_missing_does_not_start_and_says_which() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let keys = dir.path().join("keys-not-mounted");
+    let api = FakeApiServer::default();
+    let env = Env {
+        client: api.client(answer),
+        config: kube::Config::new("https://fake".parse().expect("a URL")),
+        server_url: "https://fake".to_string(),
+        node_name: "w1".to_string(),
+        data_dir: dir.path().join("data"),
+        version: "v1.35.0+k0s.0",
+        binary: dir.path().join("k0s"),
+        purpose: autopilot_shell::lifecycle::Purpose::Run,
+    };
+    let supervisor = Supervisor::new(Duration::from_secs(5)).with(UpdateAgent {
+        on: AgentOn::Worker,
+        enabled: true,
+        download: DownloadConfig::default(),
+        board: status::Board::default(),
+        metrics: metrics::Metrics::default(),
+        allow_unverified_payloads: false,
+        signing: autopilot_signal::SigningArgs {
+            payload_keys: Some(keys.clone()),
+            require_signed_bundles: false,
+        },
+        post_update: autopilot_signal::post_update::AtStart::Nothing,
+    });
+
+    let ended = tokio::time::timeout(BOUND, supervisor.run(&env, CancellationToken::new()))
+        .await
+        .unwrap_or_else(|_| panic!("the node still starts after {BOUND:?}"));
+    let Ended::Failed(err) = ended else { panic!("started without its keys: {ended:?}") };
+    assert_eq!(
+        format!("{err:#}"),
+        format!("update agent cannot start: --payload-keys {}: no such directory", keys.display())
+    );
+}

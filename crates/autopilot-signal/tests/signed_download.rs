@@ -91,13 +91,14 @@ struct Node {
 }
 
 impl Node {
-    /// A node trusting the keys in `keys_dir`.
+    /// A node trusting the keys in `keys_dir`, as its default keys directory (nothing
+    /// there: no keys).
     fn trusting(dir: tempfile::TempDir, keys_dir: &Path, require_signed_bundles: bool) -> Self {
         std::fs::create_dir_all(dir.path().join("bin")).expect("bin");
         let live = dir.path().join("bin/k0s");
         std::fs::write(&live, OLD).expect("live");
         std::fs::set_permissions(&live, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let keys = TrustedKeys::load(keys_dir).expect("keys");
+        let keys = TrustedKeys::load_default(keys_dir).expect("keys").unwrap_or_default();
         let signing = Signing { keys: keys.clone(), require_signed_bundles };
         let host = LinuxHost::new(live, dir.path().join("data"), DownloadConfig::default())
             .expect("host")

@@ -80,6 +80,7 @@ async fn the_signed_payload_and_plan_dist_writes_update_a_controller_and_a_worke
     entry.url = format!("{}/{}", binary_server.base_url(), file_name(&entry.url));
     entry.signature_url = Some(format!("{}/{}", sig_server.base_url(), file_name(&sig_url)));
 
+    seal_keys_dir(&keys_dir);
     let keys_arg = path_str(&keys_dir).to_owned();
     let Fleet { cluster: _cluster, client, controllers, workers } = FleetBuilder::new("dist")
         .controllers(1)

@@ -61,6 +61,7 @@ mod real_nodes;
 mod responder;
 mod rollback_signal_node;
 mod security_check_pods;
+mod security_payload_keys;
 mod security_signal_forgery;
 mod systemd_units;
 mod update_agent_crash;

@@ -875,6 +875,20 @@ pub fn v2_build() -> (Vec<u8>, String) {
     (bytes, sha)
 }
 
+/// Makes `dir` a keys directory (`--payload-keys`) as an administrator would, whatever this
+/// process's umask: the directory and its subdirectories mode 755, every file in it 644 (a
+/// node refuses keys that its group or others could write).
+pub fn seal_keys_dir(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |path: &std::path::Path| if path.is_dir() { 0o755 } else { 0o644 };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    for entry in std::fs::read_dir(dir).expect("the keys directory") {
+        let path = entry.expect("an entry").path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode(&path)))
+            .expect("chmod");
+    }
+}
+
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;

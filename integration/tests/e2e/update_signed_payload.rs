@@ -140,6 +140,7 @@ async fn a_worker_with_trusted_keys_runs_only_payloads_signed_by_one_of_them() {
     let v2_file = work.join("k0s-v2");
     std::fs::write(&v2_file, &v2_bytes).expect("v2 file");
 
+    seal_keys_dir(&keys_dir);
     let keys_arg = keys_dir.display().to_string();
     let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
         FleetBuilder::new("update-signed-payload")

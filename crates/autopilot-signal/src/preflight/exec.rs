@@ -104,7 +104,7 @@ impl AllowList {
     /// than root or this process's user could write is refused.
     pub fn read(path: &Path) -> Result<Self, String> {
         match std::fs::metadata(path) {
-            Ok(meta) => trusted(path, &meta)?,
+            Ok(meta) => crate::ownership::check(path, &meta)?,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
             Err(err) => return Err(format!("reading {}: {err}", path.display())),
         }
@@ -144,30 +144,10 @@ pub async fn run(allow_list: &Path, name: &str, timeout: Duration) -> RawRecord 
     run_entry(entry, timeout.min(cap)).await
 }
 
-/// Whether a file with `meta` at `path` may decide what runs: owned by root or by this
-/// process's user, not writable by its group or others. `Err` names the file and why.
-fn trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt as _;
-    ownership_problem(meta.uid(), meta.mode(), nix::unistd::geteuid().as_raw())
-        .map_or(Ok(()), |why| Err(format!("{} {why}", path.display())))
-}
-
-/// Why a file owned by `uid` with permission bits `mode` may not decide what a process
-/// running as `euid` runs, if it may not.
-fn ownership_problem(uid: u32, mode: u32, euid: u32) -> Option<String> {
-    if uid != 0 && uid != euid {
-        return Some(format!("is owned by uid {uid}, not by root or this process's user ({euid})"));
-    }
-    if mode & 0o022 != 0 {
-        return Some(format!("is writable by its group or others (mode {:o})", mode & 0o7777));
-    }
-    None
-}
-
 async fn run_entry(entry: &Entry, timeout: Duration) -> RawRecord {
     match std::fs::metadata(&entry.path) {
         Ok(meta) => {
-            if let Err(why) = trusted(&entry.path, &meta) {
+            if let Err(why) = crate::ownership::check(&entry.path, &meta) {
                 return RawRecord::failure(
                     status_code::INVALID_ARGUMENT,
                     format!("entry {:?} cannot run: {why}", entry.name),
@@ -318,18 +298,6 @@ mod tests {
         let record = run(&list, "env", Duration::from_secs(10)).await;
         assert_eq!(record.status_code, 0, "{record:?}");
         assert_eq!(record.stdout, "ONLY=");
-    }
-
-    #[test]
-    fn only_root_or_this_user_may_own_what_decides_what_runs_and_only_they_may_write_it() {
-        let me = 1000;
-        assert_eq!(ownership_problem(0, 0o100_755, me), None);
-        assert_eq!(ownership_problem(me, 0o100_644, me), None);
-        let other = ownership_problem(1001, 0o100_644, me).expect("another user's file");
-        assert!(other.contains("owned by uid 1001"), "{other}");
-        let group = ownership_problem(0, 0o100_775, me).expect("group-writable");
-        assert!(group.contains("writable by its group or others (mode 775)"), "{group}");
-        assert!(ownership_problem(me, 0o100_646, me).is_some(), "world-writable");
     }
 
     #[tokio::test]
