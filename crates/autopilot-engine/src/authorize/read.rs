@@ -207,7 +207,10 @@ mod tests {
         assert!(matches!(verdict, Verdict::Retry(_)), "{verdict:?}");
         let (verdict, _) = read_all([(0, unserved()), (30, unserved()), (60, unserved())]);
         let Verdict::Refuse(reason) = verdict else { panic!("refused: {verdict:?}") };
-        assert!(reason.starts_with("reading Plan autopilot: the Plan resource type is not served: 404"), "{reason}");
+        assert!(
+            reason.starts_with("reading Plan autopilot: the Plan resource type is not served: 404"),
+            "{reason}"
+        );
         assert!(reason.contains("stayed unserved for 60s"), "{reason}");
     }
 
