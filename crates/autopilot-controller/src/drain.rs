@@ -26,7 +26,9 @@
 //! decided on a GET: the engine writes a run's `status.runId` (and a rollback's targets)
 //! before any signal of that run, so a read made after seeing the signal can never show an
 //! older run than the signal's own, while the cache may lag behind and would fail a signal of
-//! the current run.
+//! the current run. A read that gets no definitive answer (a `403` from an API server still
+//! starting, a `404` of the Plan resource type, no answer at all) is retried, never taken
+//! for "no Plan" ([`observe_run`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -52,7 +54,7 @@ use autopilot_engine::authorize::{self, Role};
 use autopilot_engine::cordon::{self, Blocked, DrainPolicy, Facts, PlanRun, Run, Step};
 use autopilot_engine::plan::{ObjectKind, SignalTarget};
 use autopilot_engine::snapshot::{self, SlimNode};
-use autopilot_shell::retry::WatchBackoff;
+use autopilot_shell::retry::{self, WatchBackoff};
 
 use crate::handoff::Handoff;
 
@@ -467,8 +469,7 @@ async fn cordoning_seen<K: SignalObject>(
         return Ok(None);
     }
     let plans: Api<Plan> = Api::all(client.clone());
-    let plan = plans
-        .get_opt(keys::PLAN_NAME)
+    let plan = retry::get_definitive(&plans, keys::PLAN_NAME)
         .await
         .map_err(api(format!("reading Plan {}", keys::PLAN_NAME)))?;
     let Some(status) = plan.and_then(|plan| plan.status) else { return Ok(None) };
@@ -546,7 +547,12 @@ impl Context {
 /// only when the decision depends on it ([`cordon::needs_run`]) and the signal names a run:
 /// first in the leader's Plan cache, which settles it when it shows the signal's run as
 /// current and the signal as authorized by it; otherwise (the cache may lag behind the
-/// signal, see the module docs) read from the API server, which decides.
+/// signal, see the module docs) read from the API server, which decides. Only a definitive
+/// answer decides ([`retry::get_definitive`]: the Plan, or a `404` naming it); a `403` (an
+/// API server whose authorizer has not synced after a restart), a `404` of the Plan
+/// resource type and every transport error fail the pass, which [`error_policy`] retries on
+/// the short capped backoff, for as long as it takes: the drain never fails a signal for
+/// want of an answer.
 ///
 /// With the run comes the `drain` of the signal's command in that run (its frozen copy in the
 /// Plan status; `Always` when the run is not the current one, or the command has none).
@@ -569,8 +575,7 @@ async fn observe_run<K: SignalObject>(
         }
     }
     let plans: Api<Plan> = Api::all(client.clone());
-    let plan = plans
-        .get_opt(keys::PLAN_NAME)
+    let plan = retry::get_definitive(&plans, keys::PLAN_NAME)
         .await
         .map_err(api(format!("reading Plan {}", keys::PLAN_NAME)))?;
     Ok(run_of::<K>(plan.as_ref(), name, data, signal_run))
@@ -988,6 +993,31 @@ mod tests {
                 format!("/apis/autopilot.k0sproject.io/v1beta2/plans/{}", keys::PLAN_NAME)
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_plan_read_without_a_definitive_answer_is_retried_not_taken_for_no_plan() {
+        let observe = |code: u16, body: serde_json::Value| async move {
+            let server = autopilot_shell::fake_api::FakeApiServer::default();
+            let client = server.client(move |_, _| (code, body.clone()));
+            let (store, _writer) = reflector::store::<Plan>();
+            observe_run::<SlimNode>(&client, &store, "w1", &cordoning_in("r2")).await
+        };
+        let status = autopilot_shell::fake_api::status;
+        // An API server whose authorizer has not synced yet, one that does not serve the
+        // Plan type (yet), one that does not answer: the pass fails and is retried.
+        for (code, reason) in [(403, "Forbidden"), (404, "NotFound"), (503, "ServiceUnavailable")] {
+            let seen = observe(code, status(code, reason)).await;
+            assert!(seen.is_err(), "{code}: retried, not decided: {seen:?}");
+        }
+        // A 404 naming the Plan: there is none, a definitive answer.
+        let missing = serde_json::json!({"apiVersion": "v1", "kind": "Status",
+            "status": "Failure", "code": 404, "reason": "NotFound",
+            "message": "plans.autopilot.k0sproject.io \"autopilot\" not found",
+            "details": {"name": keys::PLAN_NAME, "group": "autopilot.k0sproject.io",
+                        "kind": "plans"}});
+        let (run, _) = observe(404, missing).await.expect("decided");
+        assert_eq!(run, Run::Other { signal: "r2".into(), plan: PlanRun::Missing });
     }
 
     #[tokio::test]

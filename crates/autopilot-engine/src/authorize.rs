@@ -30,6 +30,9 @@
 //!
 //! Every refusal starts with `refused: ` and names what did not match, for the signal's
 //! reason and the logs.
+//!
+//! Whether a read of the Plan settles the question at all (a `403` from an API server still
+//! starting does not) is [`read`]'s decision.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +46,8 @@ use autopilot_api::v1beta2::{
     PlanStatus, TargetState, TargetStatus,
 };
 use autopilot_api::{ask, keys};
+
+pub mod read;
 
 /// Which list of a command's targets the signalled object belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

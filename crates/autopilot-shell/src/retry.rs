@@ -1,9 +1,11 @@
 //! Retrying against the API server through outages: which errors are worth retrying, the one
-//! retry-until-deadline loop ([`until`]), and the capped backoff of watches.
+//! retry-until-deadline loop ([`until`]), the capped backoff of watches, and which answers to a
+//! read are definitive ([`get_definitive`], [`plan_answer`]).
 
 use std::future::Future;
 
 use autopilot_api::backoff::Capped;
+use autopilot_engine::authorize::read;
 use tracing::warn;
 
 /// Whether an API error means the server cannot answer now (connection failures, 5xx,
@@ -27,6 +29,48 @@ fn is_tls_problem(err: &(dyn std::error::Error + 'static)) -> bool {
         cause = e.source();
     }
     false
+}
+
+/// Whether `status` says the object `name` does not exist: a `404` whose details name it, as
+/// the API server's resource handlers answer (`plans.autopilot.k0sproject.io "autopilot" not
+/// found`). A `404` that names no object is not: a path the server does not serve (a CRD not
+/// installed, or not synced yet by a server still starting) gets a plain-text `404 page not
+/// found`, which kube turns into a `Status` without details (reason `Failed to parse error
+/// data`); a proxy or an aggregated server may answer a `NotFound` that names nothing.
+/// `Api::get_opt` goes by the reason alone, so the second could pass for a missing Plan.
+pub fn is_object_not_found(status: &kube::core::Status, name: &str) -> bool {
+    status.code == 404
+        && status.reason == "NotFound"
+        && status.details.as_ref().is_some_and(|details| details.name == name)
+}
+
+/// `Api::get_opt`, but `None` only on a definitive "no such object"
+/// ([`is_object_not_found`]); a `404` of the resource type is returned as the error it is.
+pub async fn get_definitive<K>(api: &kube::Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.get(name).await {
+        Ok(object) => Ok(Some(object)),
+        Err(kube::Error::Api(status)) if is_object_not_found(&status, name) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// The answer to a read of the Plan ([`get_definitive`]), as
+/// [`autopilot_engine::authorize::read::judge`] weighs it: `403` is forbidden, any other
+/// `404` (not naming the Plan) an unserved resource type, every other error no answer.
+pub fn plan_answer<K>(read: Result<Option<K>, kube::Error>) -> read::Answer<K> {
+    match read {
+        Ok(plan) => read::Answer::Read(plan),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            read::Answer::Forbidden(status.message.clone())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            read::Answer::Unserved(status.message.clone())
+        }
+        Err(err) => read::Answer::Unanswered(err.to_string()),
+    }
 }
 
 /// An error [`until`] can judge: whether it means the API server cannot answer now.
@@ -183,6 +227,54 @@ mod tests {
         assert!(is_transient(&status(429)));
         assert!(!is_transient(&status(403)));
         assert!(!is_transient(&status(404)));
+    }
+
+    /// The `Status` an API server's resource handler answers for a missing object `name`.
+    fn object_not_found(name: &str) -> kube::core::Status {
+        let details = kube::core::response::StatusDetails {
+            name: name.to_owned(),
+            group: "autopilot.k0sproject.io".to_owned(),
+            kind: "plans".to_owned(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 0,
+        };
+        kube::core::Status::failure(&format!("plans \"{name}\" not found"), "NotFound")
+            .with_code(404)
+            .with_details(details)
+    }
+
+    #[test]
+    fn only_a_404_naming_the_object_says_it_does_not_exist() {
+        assert!(is_object_not_found(&object_not_found("autopilot"), "autopilot"));
+        assert!(!is_object_not_found(&object_not_found("other"), "autopilot"));
+        // What kube makes of the plain-text 404 of a path not served (a CRD not synced yet).
+        let unserved =
+            kube::core::Status::failure("404 page not found", "Failed to parse error data")
+                .with_code(404);
+        assert!(!is_object_not_found(&unserved, "autopilot"));
+        let bare = kube::core::Status::failure("not found", "NotFound").with_code(404);
+        assert!(bare.is_not_found(), "what Api::get_opt takes for a missing object");
+        assert!(!is_object_not_found(&bare, "autopilot"), "no details: no object named");
+    }
+
+    #[test]
+    fn a_plan_read_is_forbidden_unserved_unanswered_or_definitive() {
+        let api =
+            |status: kube::core::Status| Err::<Option<()>, _>(kube::Error::Api(status.boxed()));
+        assert_eq!(plan_answer(Ok(Some(()))), read::Answer::Read(Some(())));
+        assert_eq!(plan_answer::<()>(Ok(None)), read::Answer::Read(None));
+        let forbidden = kube::core::Status::failure("is forbidden", "Forbidden").with_code(403);
+        assert_eq!(plan_answer(api(forbidden)), read::Answer::Forbidden("is forbidden".into()));
+        let unserved =
+            kube::core::Status::failure("404 page not found", "Failed to parse error data")
+                .with_code(404);
+        assert_eq!(plan_answer(api(unserved)), read::Answer::Unserved("404 page not found".into()));
+        assert!(matches!(plan_answer(api(object_not_found("other"))), read::Answer::Unserved(_)));
+        assert!(matches!(
+            plan_answer(Err::<Option<()>, _>(status(503))),
+            read::Answer::Unanswered(_)
+        ));
     }
 
     #[test]

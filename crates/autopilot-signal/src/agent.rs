@@ -23,13 +23,13 @@ use autopilot_api::backoff::Capped;
 use autopilot_api::preflight::RawRecord;
 use autopilot_api::v1beta2::Plan;
 use autopilot_api::{ask, keys};
-use autopilot_shell::retry::WatchBackoff;
+use autopilot_shell::retry::{self, WatchBackoff};
 
 use crate::host::{self, Host, SignalKey, SignatureSource};
 use crate::preflight;
 use crate::status;
 use autopilot_engine::agent::{self as phase, Step};
-use autopilot_engine::authorize;
+use autopilot_engine::authorize::{self, read};
 
 /// First wait before retrying a failed idempotent action; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -317,6 +317,9 @@ struct Memory {
     authorized: Option<(SignalData, SignatureSource)>,
     /// The last signal (without its status) whose drain the Plan status was found to record.
     drained: Option<SignalData>,
+    /// Since when reading the Plan has been forbidden (or its type unserved), across the
+    /// retries of every read that authorizes something ([`read_plan`]).
+    plan_read: read::Unsettled,
 }
 
 /// What [`authorized`] found.
@@ -335,13 +338,15 @@ enum Authorized {
 /// Whether the Plan authorizes `data` on this node (DESIGN §14): the signal must match the
 /// frozen command of the run it names ([`autopilot_engine::authorize`]), and an update's
 /// payload must be verifiable unless the node allows otherwise. The Plan is read with the
-/// node's own identity; a refusal to read it is a refusal of the signal. Other API errors
-/// are returned (the caller retries).
+/// node's own identity ([`read_plan`]); a read that stayed forbidden for
+/// [`read::FORBIDDEN_GRACE`] is a refusal of the signal. A read that did not settle yet is
+/// returned as an error (the caller retries).
 async fn authorized<K>(
     api: &Api<K>,
     agent: &Agent,
     data: &SignalData,
     memory: &mut Option<(SignalData, SignatureSource)>,
+    unsettled: &mut read::Unsettled,
 ) -> anyhow::Result<Authorized>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
@@ -355,7 +360,7 @@ where
     {
         return Ok(Authorized::Before(signature.clone()));
     }
-    let plan = match read_plan(api).await? {
+    let plan = match read_plan(api, unsettled).await? {
         Ok(plan) => plan,
         Err(reason) => return Ok(Authorized::Refused(format!("refused: {reason}"))),
     };
@@ -385,13 +390,14 @@ where
 
 /// Whether the Plan status records that the leader finished this node's drain for `data`
 /// ([`authorize::drained`]): only then does the node go on from `ApplyingUpdate` to its
-/// restart. A Plan the node may not read records nothing; other API errors are returned (the
-/// caller retries).
+/// restart. A Plan the node may not read (for [`read::FORBIDDEN_GRACE`]) records nothing; a
+/// read that did not settle yet is returned as an error (the caller retries).
 async fn drain_on_record<K>(
     api: &Api<K>,
     agent: &Agent,
     data: &SignalData,
     memory: &mut Option<SignalData>,
+    unsettled: &mut read::Unsettled,
 ) -> anyhow::Result<bool>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
@@ -400,7 +406,7 @@ where
     if memory.as_ref() == Some(&unmarked) {
         return Ok(true);
     }
-    let Ok(plan) = read_plan(api).await? else { return Ok(false) };
+    let Ok(plan) = read_plan(api, unsettled).await? else { return Ok(false) };
     let node = authorize::Node { name: &agent.name, role: role::<K>(), platform: None };
     match authorize::drained(plan.as_ref(), data, node) {
         Ok(()) => {
@@ -423,19 +429,41 @@ fn role<K: Resource<DynamicType = ()>>() -> authorize::Role {
     }
 }
 
-/// The Plan, read with this node's identity: `Ok(Err(reason))` when the node may not read
-/// it; other API errors are returned.
-async fn read_plan<K>(api: &Api<K>) -> anyhow::Result<Result<Option<Plan>, String>>
+/// The Plan, read with this node's identity, to authorize something: `Ok(Ok(plan))` on a
+/// definitive answer (`None`: a `404` naming the Plan, [`retry::get_definitive`]);
+/// `Ok(Err(reason))` once the read stayed forbidden (`403`), or the Plan resource type
+/// unserved, for [`read::FORBIDDEN_GRACE`] ([`read::judge`]). Until then, and on any error
+/// without an answer, an error is returned: every caller's caller is [`run`]'s loop, which
+/// retries on the short capped backoff. `unsettled` remembers since when the reads have
+/// been refused, across those retries and across the kinds of read.
+async fn read_plan<K>(
+    api: &Api<K>,
+    unsettled: &mut read::Unsettled,
+) -> anyhow::Result<Result<Option<Plan>, String>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    read_plan_at(api, unsettled, jiff::Timestamp::now()).await
+}
+
+/// [`read_plan`] with its clock: the read answered at `now`.
+async fn read_plan_at<K>(
+    api: &Api<K>,
+    unsettled: &mut read::Unsettled,
+    now: jiff::Timestamp,
+) -> anyhow::Result<Result<Option<Plan>, String>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let plans: Api<Plan> = Api::all(api.clone().into_client());
-    match plans.get_opt(keys::PLAN_NAME).await {
-        Ok(plan) => Ok(Ok(plan)),
-        Err(kube::Error::Api(response)) if response.code == 403 => {
-            Ok(Err(format!("reading Plan {}: forbidden: {}", keys::PLAN_NAME, response.message)))
-        }
-        Err(err) => Err(err).context(format!("reading Plan {}", keys::PLAN_NAME)),
+    let answer = retry::plan_answer(retry::get_definitive(&plans, keys::PLAN_NAME).await);
+    let (verdict, next) = read::judge(*unsettled, now, answer);
+    *unsettled = next;
+    match verdict {
+        read::Verdict::Plan(plan) => Ok(Ok(plan)),
+        read::Verdict::Refuse(reason) => Ok(Err(reason)),
+        // The loop logs it with its retry delay.
+        read::Verdict::Retry(why) => Err(anyhow::anyhow!(why)),
     }
 }
 
@@ -488,8 +516,8 @@ where
     H: Host,
 {
     publish_annotations(api, agent, object).await;
-    answer_gate_check(api, agent, object).await?;
-    answer_prestage(api, agent, host, object).await?;
+    answer_gate_check(api, agent, object, &mut memory.plan_read).await?;
+    answer_prestage(api, agent, host, object, &mut memory.plan_read).await?;
     let kind = K::kind(&());
     let object_ref = format!("{kind}/{}", object.name_any());
     let data = match signal::from_meta(object.meta()) {
@@ -521,18 +549,23 @@ where
         }
     };
     publish(&data);
-    let (plan, signature) = match authorized(api, agent, &data, &mut memory.authorized).await? {
-        Authorized::Refused(reason) => {
-            warn!(node = %agent.name, %reason, "refusing a signal the Plan does not authorize");
-            publish(&write_status(api, object, &data, SignalPhase::Failed, Some(reason)).await?);
-            return Ok(Acted::Idle);
-        }
-        Authorized::Read(plan, signature) => (Some(plan.map(|plan| *plan)), signature),
-        Authorized::Before(signature) => (None, signature),
-        Authorized::Ended => (None, SignatureSource::default()),
-    };
+    let (plan, signature) =
+        match authorized(api, agent, &data, &mut memory.authorized, &mut memory.plan_read).await? {
+            Authorized::Refused(reason) => {
+                warn!(node = %agent.name, %reason, "refusing a signal the Plan does not authorize");
+                publish(
+                    &write_status(api, object, &data, SignalPhase::Failed, Some(reason)).await?,
+                );
+                return Ok(Acted::Idle);
+            }
+            Authorized::Read(plan, signature) => (Some(plan.map(|plan| *plan)), signature),
+            Authorized::Before(signature) => (None, signature),
+            Authorized::Ended => (None, SignatureSource::default()),
+        };
     if let Some(preflight) = &data.command.preflight {
-        if let Some(answered) = run_checks(api, agent, object, &data, preflight, plan).await? {
+        if let Some(answered) =
+            run_checks(api, agent, object, &data, preflight, plan, &mut memory.plan_read).await?
+        {
             publish(&answered);
         }
         return Ok(Acted::Idle);
@@ -588,7 +621,7 @@ where
     // Only on the way to the restart does the leader's record of the drain matter.
     let drained = match current {
         Some(SignalPhase::ApplyingUpdate | SignalPhase::Restarting) => {
-            drain_on_record(api, agent, data, &mut memory.drained).await?
+            drain_on_record(api, agent, data, &mut memory.drained, &mut memory.plan_read).await?
         }
         None
         | Some(
@@ -699,8 +732,8 @@ where
 /// Answer a preflight signal (DESIGN §13): read the checks it names from the Plan, run them
 /// (all at once, each within its timeout) and write `Completed` with a record per check;
 /// `Failed` when the checks cannot be read. Returns the signal as written, `None` when it
-/// was answered already. An API error reading the Plan other than "forbidden" is returned
-/// (the caller retries on its backoff).
+/// was answered already. A read of the Plan that did not settle yet ([`read_plan`]) is
+/// returned as an error (the caller retries on its backoff).
 async fn run_checks<K>(
     api: &Api<K>,
     agent: &Agent,
@@ -708,6 +741,7 @@ async fn run_checks<K>(
     data: &SignalData,
     wanted: &signal::CommandPreflight,
     read: Option<Option<Plan>>,
+    unsettled: &mut read::Unsettled,
 ) -> anyhow::Result<Option<SignalData>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
@@ -718,7 +752,7 @@ where
     }
     let plan = match read {
         Some(plan) => plan,
-        None => match read_plan(api).await? {
+        None => match read_plan(api, unsettled).await? {
             Ok(plan) => plan,
             Err(reason) => {
                 warn!(node = %agent.name, %reason, "cannot read the preflight checks");
@@ -758,8 +792,9 @@ where
 /// against the Plan and does it, and says what the report says (`None`: it is not this
 /// agent's to answer). The report goes into this node's own annotation, guarded by the
 /// resourceVersion the object was read at. A request that cannot be read has nothing to
-/// answer: it is logged. API errors (a conflict included) are returned: the caller
-/// retries on the object as it then is.
+/// answer: it is logged. API errors (a conflict included) and a read of the Plan that did
+/// not settle yet ([`read_plan`]) are returned: the caller retries on the object as it then
+/// is.
 ///
 /// Crash safety: a crash before the report leaves the request unanswered, so the next
 /// look does the work again.
@@ -767,6 +802,7 @@ async fn answer<A, K>(
     api: &Api<K>,
     agent: &Agent,
     object: &K,
+    unsettled: &mut read::Unsettled,
     work: impl AsyncFnOnce(
         Result<Option<Plan>, String>,
         &ask::Request<A>,
@@ -794,7 +830,7 @@ where
     } else {
         authorize::Role::Worker
     };
-    let plan = read_plan(api).await?;
+    let plan = read_plan(api, unsettled).await?;
     let Some(says) = work(plan, &request, role).await else { return Ok(()) };
     let report = request.answer(says);
     let version = object.meta().resource_version.as_deref().unwrap_or_default();
@@ -809,12 +845,17 @@ where
 /// Answer the gate-check request on `object` (DESIGN §15): when the Plan authorizes it
 /// ([`authorize::gate_checks`]), run the checks of the gates it names (all at once, each
 /// within its timeout) and report a record per gate; otherwise report the refusal.
-async fn answer_gate_check<K>(api: &Api<K>, agent: &Agent, object: &K) -> anyhow::Result<()>
+async fn answer_gate_check<K>(
+    api: &Api<K>,
+    agent: &Agent,
+    object: &K,
+    unsettled: &mut read::Unsettled,
+) -> anyhow::Result<()>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     use autopilot_api::gate_check::{GateCheckSays, GateChecks};
-    answer::<GateChecks, K>(api, agent, object, async |plan, request, role| {
+    answer::<GateChecks, K>(api, agent, object, unsettled, async |plan, request, role| {
         let node = authorize::Node { name: &agent.name, role, platform: None };
         let authorized = match plan {
             Ok(plan) => authorize::gate_checks(plan.as_ref(), request, node),
@@ -857,13 +898,14 @@ async fn answer_prestage<K, H>(
     agent: &Agent,
     host: &H,
     object: &K,
+    unsettled: &mut read::Unsettled,
 ) -> anyhow::Result<()>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     H: Host,
 {
     use autopilot_api::prestage::{Prestage, PrestageOutcome, PrestageSays};
-    answer::<Prestage, K>(api, agent, object, async |plan, request, role| {
+    answer::<Prestage, K>(api, agent, object, unsettled, async |plan, request, role| {
         let platform = autopilot_api::platform::current();
         let node = authorize::Node { name: &agent.name, role, platform: Some(&platform) };
         let staged = match &plan {
@@ -1034,4 +1076,90 @@ where
     autopilot_shell::signal::write(api, &object.name_any(), version.as_deref(), &next).await?;
     info!(node = %object.name_any(), to = %phase, "signal status written");
     Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autopilot_shell::fake_api::{self, FakeApiServer};
+    use k8s_openapi::api::core::v1::Node;
+    use serde_json::{Value, json};
+
+    fn at(second: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_700_000_000 + second).expect("a valid timestamp")
+    }
+
+    /// The API server's answer to a GET of a missing Plan `autopilot` (the resource handler
+    /// names the object).
+    fn plan_not_found() -> Value {
+        json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 404,
+               "reason": "NotFound",
+               "message": "plans.autopilot.k0sproject.io \"autopilot\" not found",
+               "details": {"name": "autopilot", "group": "autopilot.k0sproject.io",
+                           "kind": "plans"}})
+    }
+
+    /// A worker's view of an API server answering every request with `answers`, in turn.
+    fn worker_api(answers: Vec<(u16, Value)>) -> (Api<Node>, FakeApiServer) {
+        let server = FakeApiServer::default();
+        let client = server.client(move |_, before| {
+            answers.get(before.len()).cloned().unwrap_or((500, fake_api::status(500, "Gone")))
+        });
+        (Api::all(client), server)
+    }
+
+    fn forbidden() -> (u16, Value) {
+        (403, fake_api::status(403, "Forbidden"))
+    }
+
+    #[tokio::test]
+    async fn a_forbidden_plan_read_right_after_a_restart_is_retried_not_refused() {
+        let (api, server) = worker_api(vec![forbidden(), forbidden()]);
+        let mut unsettled = read::Unsettled::default();
+        let first = read_plan_at(&api, &mut unsettled, at(0)).await;
+        let err = first.expect_err("retried, not answered");
+        assert!(format!("{err}").contains("forbidden for 0s, retrying"), "{err}");
+        let again = read_plan_at(&api, &mut unsettled, at(30)).await;
+        assert!(again.is_err(), "still retried after 30 s: {again:?}");
+        assert_eq!(
+            server.requests()[0].path,
+            format!("/apis/autopilot.k0sproject.io/v1beta2/plans/{}", keys::PLAN_NAME)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_plan_read_forbidden_for_longer_than_the_grace_is_refused_saying_so() {
+        let (api, _) = worker_api(vec![forbidden(), forbidden(), forbidden()]);
+        let mut unsettled = read::Unsettled::default();
+        for second in [0, 30] {
+            assert!(read_plan_at(&api, &mut unsettled, at(second)).await.is_err());
+        }
+        let refused = read_plan_at(&api, &mut unsettled, at(61)).await.expect("an answer");
+        let reason = refused.expect_err("a refusal");
+        assert!(reason.starts_with("reading Plan autopilot: forbidden: Forbidden"), "{reason}");
+        assert!(reason.contains("stayed forbidden for 61s"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_plan_read_is_retried() {
+        let (api, _) = worker_api(vec![(503, fake_api::status(503, "ServiceUnavailable"))]);
+        let mut unsettled = read::Unsettled::default();
+        let read = read_plan_at(&api, &mut unsettled, at(0)).await;
+        assert!(read.is_err(), "retried: {read:?}");
+        assert_eq!(unsettled.since(), None, "an outage starts no clock");
+    }
+
+    #[tokio::test]
+    async fn a_missing_plan_is_a_definitive_answer_and_an_unserved_type_is_not() {
+        let (api, _) = worker_api(vec![forbidden(), (404, plan_not_found())]);
+        let mut unsettled = read::Unsettled::default();
+        assert!(read_plan_at(&api, &mut unsettled, at(0)).await.is_err());
+        let read = read_plan_at(&api, &mut unsettled, at(2)).await.expect("an answer");
+        assert!(matches!(read, Ok(None)), "no Plan, as before: {read:?}");
+        assert_eq!(unsettled, read::Unsettled::default(), "the forbidden stretch is forgotten");
+        // A 404 that names no Plan: the resource type is not served (yet).
+        let (api, _) = worker_api(vec![(404, fake_api::status(404, "NotFound"))]);
+        let read = read_plan_at(&api, &mut unsettled, at(4)).await;
+        assert!(read.is_err(), "retried: {read:?}");
+    }
 }

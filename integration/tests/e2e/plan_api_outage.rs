@@ -9,6 +9,11 @@
 //!    only one) is stopped for 15 s the moment the first worker reports `Downloading`, so its
 //!    next reports fail during the outage; the plan must move again (that worker completed)
 //!    within [`RESUME`] of the server being ready, and then complete.
+//! 3. The same fleet under the shipped worker RBAC (issue 46, item 6): the API server is
+//!    restarted as each worker starts downloading, four times, so agents read the Plan to
+//!    authorize (their signal, its drain record) from a server that may not have synced its
+//!    RBAC authorizer yet (`403`). The plan must complete and no node may refuse: a `403`
+//!    is retried, refused only when it stays so for `authorize::read::FORBIDDEN_GRACE`.
 
 use std::time::{Duration, Instant};
 
@@ -173,4 +178,70 @@ async fn a_plan_interrupted_by_an_outage_of_every_api_server_moves_on_when_it_is
         resumed <= RESUME,
         "the plan moved {resumed:?} after the API server was ready; at most {RESUME:?} allowed"
     );
+}
+
+#[tokio::test]
+async fn every_api_server_restarted_while_workers_update_refuses_no_node() {
+    const WORKERS: [&str; 4] = ["worker-0", "worker-1", "worker-2", "worker-3"];
+    let (v2, sha) = v2_build();
+    let server = FileServer::start(v2).await.unwrap();
+    // The controller's own agent stays off; the workers update for real, each with its own
+    // identity (`system:node:<name>`) and the shipped `manifests/rbac/worker.yaml`.
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("plan-api-restarts")
+            .controllers(1)
+            .workers(&WORKERS)
+            .agents(Agents::Real)
+            .controller_args(&[NO_AGENT])
+            .start()
+            .await
+            .unwrap();
+
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 1)));
+    create_plan(&client, &plan("autopilot", "api-restarts", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    // `concurrent: 1`: the workers download one after the other. Restart the (only) API
+    // server the moment each starts: its next Plan reads, and the next worker's, meet a
+    // server that has just come back.
+    let mut client = client;
+    for worker in WORKERS {
+        wait_downloading(&client, worker).await;
+        cluster.stop_apiserver(0).await.unwrap();
+        cluster.start_apiserver(0).await.unwrap();
+        client = cluster.admin_client().await.unwrap();
+        eprintln!("API server restarted as {worker} started downloading");
+    }
+
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    for worker in WORKERS {
+        let target = target(&done, 0, worker);
+        assert_eq!(target.state, TargetState::SignalCompleted, "{worker}:\n{}", status_yaml(&done));
+    }
+    // No node answered a refusal on the way (a refusal fails the node, but say it plainly).
+    let nodes: Api<Node> = Api::all(client.clone());
+    for worker in WORKERS {
+        let node = nodes.get(worker).await.unwrap();
+        let signal = autopilot_api::signal::from_meta(&node.metadata).ok().flatten();
+        let reason = signal.and_then(|s| s.status).and_then(|s| s.reason).unwrap_or_default();
+        assert!(!reason.contains("refused"), "{worker} refused: {reason}");
+    }
+}
+
+/// Waits (up to [`PLAN_TIMEOUT`]) until `worker`'s signal shows `Downloading`; a worker
+/// already past it (a watch that missed the phase) counts too.
+async fn wait_downloading(client: &kube::Client, worker: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut stream = std::pin::pin!(watcher::watch_object(nodes, worker));
+    let deadline = tokio::time::Instant::now() + PLAN_TIMEOUT;
+    loop {
+        let next = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("{worker} starts downloading in time"));
+        let Some(Ok(Some(node))) = next else { continue };
+        let signal = autopilot_api::signal::from_meta(&node.metadata).ok().flatten();
+        if signal.and_then(|s| s.phase()).is_some() {
+            return;
+        }
+    }
 }
