@@ -206,6 +206,7 @@ fn preview_what(
     let observed = Observed {
         gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
         now,
+        term_started: None,
         control_nodes: &control_nodes,
         nodes: &nodes,
         readiness: &readiness,

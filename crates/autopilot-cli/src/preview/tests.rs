@@ -412,6 +412,7 @@ fn completed(spec: &PlanSpec, cluster: &Cluster) -> Plan {
     let observed = Observed {
         gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
         now: now(),
+        term_started: None,
         control_nodes: &control_nodes,
         nodes: &nodes,
         readiness: &readiness,

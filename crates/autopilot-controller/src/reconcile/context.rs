@@ -87,6 +87,10 @@ pub(super) struct Context {
     pub(super) views: std::sync::Mutex<Views>,
     /// When this leader term's controller started (see [`CACHE_READY_TIMEOUT`]).
     pub(super) started: Instant,
+    /// The same, on the wall clock: every deadline the engine measures counts at most
+    /// from then (`plan::Observed::term_started`), never from a time an earlier leader's
+    /// clock wrote.
+    pub(super) term_started: jiff::Timestamp,
     /// This term's status writes: the last one, and a status decided but not written yet
     /// (see [`pace::Pace`]).
     pub(super) status: std::sync::Mutex<StatusMemory>,
@@ -157,6 +161,7 @@ impl Context {
             errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
             views: std::sync::Mutex::new(Views::default()),
             started: Instant::now(),
+            term_started: jiff::Timestamp::now(),
             status: std::sync::Mutex::new(StatusMemory::default()),
             pace: pace::Pace::DEFAULT,
         }

@@ -135,6 +135,7 @@ async fn decide(
         let observed = Observed {
             gate_answers: &crate::plan::NO_GATE_ANSWERS,
             now: jiff::Timestamp::now(),
+            term_started: Some(ctx.term_started),
             control_nodes: &views.control_nodes.objects,
             nodes: &views.nodes.objects,
             readiness: &no_readiness,

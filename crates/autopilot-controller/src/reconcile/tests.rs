@@ -190,6 +190,7 @@ fn new_context(client: kube::Client, nodes: Store<SlimNode>) -> Context {
         errors: Mutex::new(autopilot_api::backoff::Capped::default()),
         views: Mutex::new(Views::default()),
         started: Instant::now(),
+        term_started: jiff::Timestamp::now(),
         status: std::sync::Mutex::new(StatusMemory::default()),
         pace: pace::Pace::DEFAULT,
     }

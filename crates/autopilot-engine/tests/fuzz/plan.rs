@@ -129,6 +129,7 @@ fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
     let observed = Observed {
         gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
         now: jiff::Timestamp::from_second(1_800_000_000).expect("in range"),
+        term_started: None,
         control_nodes: &control_nodes,
         nodes: &nodes,
         readiness: &readiness,

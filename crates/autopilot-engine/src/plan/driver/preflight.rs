@@ -292,7 +292,7 @@ fn judge_pods(
             (Some(record), _) => record,
             (None, None) => continue,
             (None, Some(created)) => {
-                let elapsed = inputs.now.duration_since(created.0);
+                let elapsed = inputs.elapsed_since(created.0);
                 // A deadline too long to represent never runs out.
                 let remaining = jiff::SignedDuration::try_from(deadline)
                     .ok()

@@ -155,6 +155,7 @@ fn dry_run(
         let snapshot = Observed {
             gate_answers: &gate_answers,
             now,
+            term_started: None,
             control_nodes: &cluster.control_nodes,
             nodes: &cluster.nodes,
             readiness: &readiness,

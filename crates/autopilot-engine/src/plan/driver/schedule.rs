@@ -607,9 +607,9 @@ impl CommandPass<'_, '_> {
         candidates.truncate(room.max(1));
         let mut found = Vec::new();
         for entry in &candidates {
-            let remaining = jiff::SignedDuration::try_from(deadline).ok().and_then(|deadline| {
-                deadline.checked_sub(inputs.now.duration_since(entry.since.0))
-            });
+            let remaining = jiff::SignedDuration::try_from(deadline)
+                .ok()
+                .and_then(|deadline| deadline.checked_sub(inputs.elapsed_since(entry.since.0)));
             match remaining {
                 // Aged out: kept in the status (so its age does not start again), not counted.
                 Some(remaining) if !remaining.is_positive() => continue,
@@ -720,7 +720,7 @@ impl CommandPass<'_, '_> {
                 let signal =
                     objects.get(&target.name).and_then(|o| run.signal_on(o, index, command));
                 let node_status = signal.and_then(|signal| signal.status.as_ref());
-                let elapsed = inputs.now.duration_since(target.last_updated_timestamp.0);
+                let elapsed = inputs.elapsed_since(target.last_updated_timestamp.0);
                 // A deadline too long to represent never runs out.
                 let remaining = jiff::SignedDuration::try_from(deadline)
                     .ok()
@@ -788,7 +788,7 @@ impl CommandPass<'_, '_> {
         let inputs = self.inputs;
         let since = self.status.not_ready_since.as_ref().map_or(inputs.stamp, |time| time.0);
         let grace = inputs.policy.readiness_grace;
-        let elapsed = inputs.now.duration_since(since);
+        let elapsed = inputs.elapsed_since(since);
         // A grace too long to represent never runs out.
         let remaining =
             jiff::SignedDuration::try_from(grace).ok().and_then(|grace| grace.checked_sub(elapsed));

@@ -202,6 +202,11 @@ pub enum Readiness {
 pub struct Observed<'a> {
     /// The current time (the only clock the machine sees).
     pub now: jiff::Timestamp,
+    /// When this leader's term began, on its own clock (`None`: not known, as in a dry
+    /// run). Every deadline counts at most from then ([`Inputs::elapsed_since`]): a time an
+    /// earlier leader wrote is never compared with this leader's clock, whose offset from
+    /// the earlier one's is unknown.
+    pub term_started: Option<jiff::Timestamp>,
     /// Every `ControlNode`, by name.
     pub control_nodes: &'a BTreeMap<String, TargetObject>,
     /// Every `Node`, by name.
@@ -316,6 +321,19 @@ impl<'a> Inputs<'a> {
             plan_name: plan.name,
             plan_uid: plan.uid,
         }
+    }
+
+    /// How long since `time` on this leader's clock, counted at most from when its term
+    /// began ([`Observed::term_started`]): after a leader change, every deadline, soak and
+    /// retry runs afresh from the takeover, so a clock ahead of the earlier leader's ends
+    /// none of them early.
+    pub(in crate::plan) fn elapsed_since(&self, time: Timestamp) -> jiff::SignedDuration {
+        self.now.duration_since(self.counted_from(time))
+    }
+
+    /// `time`, or when this leader's term began if that is later.
+    pub(in crate::plan) fn counted_from(&self, time: Timestamp) -> Timestamp {
+        self.observed.term_started.map_or(time, |started| time.max(started))
     }
 
     /// Every object of a kind, by name.

@@ -323,7 +323,7 @@ pub(in crate::plan) fn judge_run(
         // Every node of the run failed: the failure policy speaks for them.
         return RunVerdict::NoneLeft;
     }
-    let elapsed = inputs.now.duration_since(since);
+    let elapsed = inputs.elapsed_since(since);
     let mut passed = Vec::new();
     let mut waiting = Vec::new();
     for gate in gates_after(view, run.after).filter(|gate| !run.passed.contains(&gate.id)) {
@@ -548,7 +548,7 @@ fn look_check(
             }
         };
         let Some(why) = failing else { continue };
-        let waited = asked.map(|asked| inputs.now.duration_since(asked));
+        let waited = asked.map(|asked| inputs.elapsed_since(asked));
         let retry = jiff::SignedDuration::try_from(CHECK_RETRY).unwrap_or_default();
         if waited.is_some_and(|waited| waited >= retry) {
             asks.checks.push((target, next_attempt));

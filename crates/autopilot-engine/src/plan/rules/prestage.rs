@@ -109,7 +109,7 @@ pub(in crate::plan) fn answer(
     if let Some(problem) = &seen.report_problem {
         return Answer::Failed(format!("its pre-staging report cannot be read: {problem}"));
     }
-    let elapsed = view.inputs.now.duration_since(target.last_updated_timestamp.0);
+    let elapsed = view.inputs.elapsed_since(target.last_updated_timestamp.0);
     // A deadline too long to represent never runs out.
     let remaining = jiff::SignedDuration::try_from(deadline)
         .ok()

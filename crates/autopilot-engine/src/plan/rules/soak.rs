@@ -30,14 +30,15 @@ pub(in crate::plan) enum Soak<'t> {
 
 /// The soak of `soak` over `nodes` (the targets that soak, as the status lists them), each
 /// of which must stay Ready (its object in `objects`): it started when the last of them
-/// changed state (the leader's own clock, kept in the status), and `now` is the pass's time
-/// (`stamp`, in whole seconds, stands in for a start not recorded yet).
+/// changed state (the leader's own clock, kept in the status), or when this leader's term
+/// began (`term_started`) if that is later, and `now` is the pass's time (`stamp`, in whole
+/// seconds, stands in for a start not recorded yet).
 pub(in crate::plan) fn clock<'t>(
     soak: Duration,
     nodes: &[&'t TargetStatus],
     objects: &BTreeMap<String, TargetObject>,
-    now: Timestamp,
-    stamp: Timestamp,
+    (now, stamp): (Timestamp, Timestamp),
+    term_started: Option<Timestamp>,
 ) -> Soak<'t> {
     if soak.is_zero() {
         return Soak::Over;
@@ -46,6 +47,7 @@ pub(in crate::plan) fn clock<'t>(
         return Soak::NotReady(target);
     }
     let since = nodes.iter().map(|t| t.last_updated_timestamp.0).max().unwrap_or(stamp);
+    let since = term_started.map_or(since, |started| since.max(started));
     let remaining = jiff::SignedDuration::try_from(soak)
         .ok()
         .and_then(|soak| soak.checked_sub(now.duration_since(since)));
@@ -89,7 +91,9 @@ pub(in crate::plan) fn canaries(view: &CommandView<'_>, canaries: &[String]) -> 
     let objects = inputs.objects(command.object_kind(Group::Workers));
     let soaking: Vec<&TargetStatus> =
         workers.iter().filter(|t| canaries.contains(&t.name)).collect();
-    let (until, remaining) = match clock(soak, &soaking, objects, inputs.now, inputs.stamp) {
+    let term = inputs.observed.term_started;
+    let (until, remaining) = match clock(soak, &soaking, objects, (inputs.now, inputs.stamp), term)
+    {
         Soak::Over => return Verdict::Go,
         Soak::NotReady(canary) => {
             let kind = command.object_kind(Group::Workers);
@@ -161,7 +165,7 @@ mod tests {
         let soak = Duration::from_secs(60);
         let (a, b) = (done("a", at(0)), done("b", at(10)));
         let ready = objects(&[("a", true), ("b", true)]);
-        let held = clock(soak, &[&a, &b], &ready, at(40), at(40));
+        let held = clock(soak, &[&a, &b], &ready, (at(40), at(40)), None);
         assert_eq!(
             held,
             Soak::Hold {
@@ -169,9 +173,9 @@ mod tests {
                 remaining: Some(Duration::from_secs(30))
             }
         );
-        assert_eq!(clock(soak, &[&a, &b], &ready, at(70), at(70)), Soak::Over);
+        assert_eq!(clock(soak, &[&a, &b], &ready, (at(70), at(70)), None), Soak::Over);
         let b_down = objects(&[("a", true), ("b", false)]);
-        assert_eq!(clock(soak, &[&a, &b], &b_down, at(40), at(40)), Soak::NotReady(&b));
-        assert_eq!(clock(Duration::ZERO, &[&a, &b], &b_down, at(40), at(40)), Soak::Over);
+        assert_eq!(clock(soak, &[&a, &b], &b_down, (at(40), at(40)), None), Soak::NotReady(&b));
+        assert_eq!(clock(Duration::ZERO, &[&a, &b], &b_down, (at(40), at(40)), None), Soak::Over);
     }
 }

@@ -25,6 +25,7 @@ pub fn problems(
     let readiness = BTreeMap::new();
     let observed = Observed {
         now: jiff::Timestamp::UNIX_EPOCH,
+        term_started: None,
         control_nodes,
         nodes,
         readiness: &readiness,

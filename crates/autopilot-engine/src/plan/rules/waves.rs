@@ -193,25 +193,27 @@ fn soak_between_groups(
     let of_previous: Vec<&TargetStatus> =
         workers.iter().filter(|t| previous_members.contains(&t.name)).collect();
     let objects = inputs.objects(command.object_kind(Group::Workers));
-    let (until, remaining) = match clock(soak, &of_previous, objects, inputs.now, inputs.stamp) {
-        Soak::Over => return Verdict::Go,
-        Soak::NotReady(target) => {
-            let kind = command.object_kind(Group::Workers);
-            return Verdict::End {
-                state: PlanStateType::ApplyFailed,
-                description: format!(
-                    "{label}: {kind} {name} of group {previous_name} is not Ready during the \
+    let term = inputs.observed.term_started;
+    let (until, remaining) =
+        match clock(soak, &of_previous, objects, (inputs.now, inputs.stamp), term) {
+            Soak::Over => return Verdict::Go,
+            Soak::NotReady(target) => {
+                let kind = command.object_kind(Group::Workers);
+                return Verdict::End {
+                    state: PlanStateType::ApplyFailed,
+                    description: format!(
+                        "{label}: {kind} {name} of group {previous_name} is not Ready during the \
                      soak of {soak} between groups; no worker of group {next} or later was \
                      signalled",
-                    label = view.label,
-                    name = target.name,
-                    soak = duration::format(soak),
-                    next = wave.name(),
-                ),
-            };
-        }
-        Soak::Hold { until, remaining } => (until, remaining),
-    };
+                        label = view.label,
+                        name = target.name,
+                        soak = duration::format(soak),
+                        next = wave.name(),
+                    ),
+                };
+            }
+            Soak::Hold { until, remaining } => (until, remaining),
+        };
     Verdict::Hold(Hold {
         state: PlanStateType::SchedulableWait,
         why: Some(format!(

@@ -30,6 +30,26 @@ fn failure_written(t: &Transition, name: &str) -> Option<(SignalPhase, Option<St
 }
 
 #[test]
+fn a_new_leader_with_a_clock_hours_ahead_counts_deadlines_from_its_takeover() {
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Downloading));
+    sim.pass();
+    // A new leader takes over whose clock runs three hours ahead of the one that recorded
+    // the node's last progress: the deadline counts from its takeover.
+    sim.cluster(|c| c.later(minutes(180)).new_leader());
+    let t = sim.pass();
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalSent);
+    assert_eq!(t.requeue, Requeue::After(minutes(15)));
+    // Its own deadline still runs out.
+    sim.cluster(|c| c.later(minutes(15)));
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalApplyFailed);
+    assert_eq!(target.reason.as_deref(), Some("no progress in Downloading for 15m"));
+}
+
+#[test]
 fn a_worker_without_progress_fails_when_its_deadline_runs_out() {
     let mut sim = one_airgap_worker();
     sim.pass();

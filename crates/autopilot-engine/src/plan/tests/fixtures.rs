@@ -208,6 +208,8 @@ pub fn all_targets(command: &PlanCommandStatus) -> Vec<&TargetStatus> {
 #[derive(Clone, Debug)]
 pub struct ClusterFixture {
     pub now: Timestamp,
+    /// When the leader that runs the passes took over (`None`: not known).
+    pub term_started: Option<Timestamp>,
     pub control_nodes: BTreeMap<String, TargetObject>,
     pub nodes: BTreeMap<String, TargetObject>,
     /// `/readyz` of every controller (absent: not reachable at all).
@@ -252,6 +254,7 @@ impl ClusterFixture {
     pub fn new() -> Self {
         Self {
             now: start(),
+            term_started: None,
             control_nodes: BTreeMap::new(),
             nodes: BTreeMap::new(),
             readyz: BTreeMap::new(),
@@ -360,6 +363,12 @@ impl ClusterFixture {
     }
 
     /// The clock moved on.
+    /// A new leader runs the passes from now on, its term started now.
+    pub fn new_leader(mut self) -> Self {
+        self.term_started = Some(self.now);
+        self
+    }
+
     pub fn later(mut self, by: Duration) -> Self {
         self.now += jiff::SignedDuration::try_from(by).expect("small duration");
         self
@@ -656,6 +665,7 @@ impl ClusterFixture {
         Observed {
             gate_answers: &crate::plan::NO_GATE_ANSWERS,
             now: self.now,
+            term_started: None,
             control_nodes: &self.control_nodes,
             nodes: &self.nodes,
             readiness: &self.readyz,
@@ -670,6 +680,7 @@ pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) 
     let observed = Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
+        term_started: cluster.term_started,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &empty,

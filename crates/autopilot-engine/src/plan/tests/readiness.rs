@@ -91,6 +91,7 @@ fn a_controller_that_was_not_probed_counts_as_not_ready() {
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
+        term_started: None,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &Default::default(),
@@ -114,6 +115,7 @@ fn a_pass_names_exactly_the_controllers_it_needs_probed() {
         let observed = super::Observed {
             gate_answers: &crate::plan::NO_GATE_ANSWERS,
             now: sim.cluster.now,
+            term_started: None,
             control_nodes: &sim.cluster.control_nodes,
             nodes: &sim.cluster.nodes,
             readiness: &empty,
@@ -190,6 +192,7 @@ fn readiness_results_for_other_controllers_do_not_matter() {
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
+        term_started: None,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &readiness,

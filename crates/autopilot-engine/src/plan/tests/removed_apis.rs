@@ -69,6 +69,7 @@ fn a_non_blocking_or_older_removed_api_does_not_stop_the_plan() {
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
+        term_started: None,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &Default::default(),
@@ -85,6 +86,7 @@ fn a_run_that_needs_the_removed_api_check_waits_for_its_findings() {
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: cluster.now,
+        term_started: None,
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &Default::default(),

@@ -91,6 +91,7 @@ fn resolve_on(sim: &Sim, answerer: &mut Counting) -> Result<Transition, &'static
     let observed = Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
         now: sim.cluster.now,
+        term_started: None,
         control_nodes: &sim.cluster.control_nodes,
         nodes: &sim.cluster.nodes,
         readiness: &empty,
