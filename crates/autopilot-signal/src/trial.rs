@@ -103,22 +103,41 @@ pub async fn run(
     let proof_path = host.data_dir().join(PROOF_FILE);
     let token = format!("{}-{}", host.instance(), std::process::id());
     let staged = host.staged_path();
-    // A staged binary is executable only while it is tried (as in its self-test); the swap
-    // or the rollback that follows sets its mode for good.
-    use std::os::unix::fs::PermissionsExt as _;
-    match std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e)
-                .with_context(|| format!("making {} executable for its trial", staged.display()));
-        }
-        Ok(()) | Err(_) => {}
-    }
+    executable_for_trial(&staged)?;
     info!(binary = %staged.display(), deadline = ?config.deadline, "trial boot of the new binary");
     let started = tokio::time::Instant::now();
     let verdict = watch(&staged, config, &proof_path, &token, client).await?;
     let _ = std::fs::remove_file(&proof_path);
     info!(took = ?started.elapsed(), ?verdict, "trial boot over");
-    conclude(host, &signal, verdict, &config.version, Some(&post_update))
+    let watched = watched(host).then_some(&post_update);
+    conclude(host, &signal, verdict, &config.version, watched)
+}
+
+/// A staged binary is executable only while it is tried (as in its self-test); the swap or
+/// the rollback that follows sets its mode for good.
+fn executable_for_trial(staged: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    match std::fs::set_permissions(staged, std::fs::Permissions::from_mode(0o755)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("making {} executable for its trial", staged.display()))
+        }
+        Ok(()) | Err(_) => Ok(()),
+    }
+}
+
+/// Whether the staged binary gets a post-update watch once it passed: not when it has
+/// `k0s.prev`'s very bytes (a fleet rollback, which stages a copy of `k0s.prev`, or a run
+/// back to the version this node ran before). That binary ran here before the one it
+/// replaces; a watch would only have the replaced binary to put back, which would undo the
+/// rollback the operator asked for.
+fn watched(host: &LinuxHost) -> bool {
+    let digest = |path: &Path| crate::host::linux::sha256_file(path).ok().flatten();
+    let back_to_previous = digest(&host.previous_path())
+        .is_some_and(|previous| digest(&host.staged_path()) == Some(previous));
+    if back_to_previous {
+        info!("the new binary is k0s.prev's: it ran here before, no post-update watch");
+    }
+    !back_to_previous
 }
 
 /// Acts on a trial's verdict: a pass swaps the staged binary in (keeping the running one as
@@ -339,5 +358,31 @@ impl TrialChild {
         if tokio::time::timeout(grace, child.wait()).await.is_err() {
             let _ = child.kill().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::download::DownloadConfig;
+
+    #[test]
+    fn a_binary_with_k0s_prevs_bytes_gets_no_post_update_watch_any_other_does() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let live = dir.path().join("k0s");
+        std::fs::write(&live, b"v2").expect("live");
+        let host = LinuxHost::new(live, dir.path().join("data"), DownloadConfig::default())
+            .expect("a host");
+        std::fs::write(host.previous_path(), b"v1").expect("k0s.prev");
+        // A new binary: watched.
+        std::fs::write(host.staged_path(), b"v3").expect("staged");
+        assert!(watched(&host));
+        // A fleet rollback stages a copy of k0s.prev: not watched, so nothing could put
+        // back the binary the operator rolled back.
+        std::fs::write(host.staged_path(), b"v1").expect("staged");
+        assert!(!watched(&host));
+        // Without k0s.prev there is nothing to compare: watched.
+        std::fs::remove_file(host.previous_path()).expect("remove k0s.prev");
+        assert!(watched(&host));
     }
 }
