@@ -53,6 +53,18 @@ fn watch(abnormal_exits: u32, running: bool) -> WatchRecord {
     }
 }
 
+/// A watch that rolled back after three crashes, not reported yet.
+fn rolled_back() -> WatchRecord {
+    let mut rolled = watch(3, false);
+    rolled.state = WatchState::RolledBack {
+        reason: "crashed".into(),
+        why: "x".into(),
+        at: NOW,
+        reported: false,
+    };
+    rolled
+}
+
 fn write_marker(data: &Path, watch: Option<WatchRecord>) {
     let marker = RestartMarker {
         signal: SignalKey {
@@ -140,14 +152,7 @@ fn the_guard_puts_k0s_prev_back_after_the_third_abnormal_exit_and_keeps_v2_aside
 #[test]
 fn a_rollback_interrupted_after_the_swap_is_finished_by_the_next_guard() {
     let n = node(true);
-    let mut rolled = watch(3, false);
-    rolled.state = WatchState::RolledBack {
-        reason: "crashed".into(),
-        why: "x".into(),
-        at: NOW,
-        reported: false,
-    };
-    write_marker(&n.data, Some(rolled));
+    write_marker(&n.data, Some(rolled_back()));
     // Killed after the swap, before the refused file was moved: v1 live, v2 as .refused.new.
     let refused_new = n.live.with_file_name("k0s.refused.new");
     std::fs::rename(&n.live, &refused_new).expect("test fixture");
@@ -192,14 +197,7 @@ fn a_rollback_to_a_previous_binary_with_the_same_bytes_changes_no_file_and_keeps
 #[test]
 fn a_refused_link_that_is_the_live_binary_or_k0s_prev_is_removed_never_made_private() {
     let n = node(true);
-    let mut rolled = watch(3, false);
-    rolled.state = WatchState::RolledBack {
-        reason: "crashed".into(),
-        why: "x".into(),
-        at: NOW,
-        reported: false,
-    };
-    write_marker(&n.data, Some(rolled));
+    write_marker(&n.data, Some(rolled_back()));
     // v1 live again (a link of k0s.prev), and a leftover k0s.refused.new linked to it.
     std::fs::remove_file(&n.live).expect("test fixture");
     std::fs::hard_link(n.files.previous_path(), &n.live).expect("test fixture");

@@ -106,23 +106,8 @@ async fn a_plan_created_while_the_leaders_api_server_is_down_starts_when_it_is_b
 async fn a_plan_interrupted_by_an_outage_of_every_api_server_moves_on_when_it_is_back() {
     const WORKERS: [&str; 4] = ["worker-0", "worker-1", "worker-2", "worker-3"];
     const OUTAGE: Duration = Duration::from_secs(15);
-    let (v2, sha) = v2_build();
-    let server = FileServer::start(v2).await.unwrap();
-    // The controller's own agent stays off; the workers update for real.
-    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
-        FleetBuilder::new("plan-api-outage-all")
-            .controllers(1)
-            .workers(&WORKERS)
-            .agents(Agents::Real)
-            .controller_args(&[NO_AGENT])
-            .start()
-            .await
-            .unwrap();
-
-    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 1)));
-    create_plan(&client, &plan("autopilot", "outage-all", vec![k0s_command(update)]))
-        .await
-        .unwrap();
+    let (Fleet { cluster, client, controllers: _controllers, workers: _workers }, _server) =
+        updating(&WORKERS, "plan-api-outage-all", "outage-all").await;
     // Stop the API server the moment the first worker (by name) starts downloading: its next
     // reports fall into the outage and must go out once the server is back.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -183,24 +168,8 @@ async fn a_plan_interrupted_by_an_outage_of_every_api_server_moves_on_when_it_is
 #[tokio::test]
 async fn every_api_server_restarted_while_workers_update_refuses_no_node() {
     const WORKERS: [&str; 4] = ["worker-0", "worker-1", "worker-2", "worker-3"];
-    let (v2, sha) = v2_build();
-    let server = FileServer::start(v2).await.unwrap();
-    // The controller's own agent stays off; the workers update for real, each with its own
-    // identity (`system:node:<name>`) and the shipped `manifests/rbac/worker.yaml`.
-    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
-        FleetBuilder::new("plan-api-restarts")
-            .controllers(1)
-            .workers(&WORKERS)
-            .agents(Agents::Real)
-            .controller_args(&[NO_AGENT])
-            .start()
-            .await
-            .unwrap();
-
-    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&WORKERS, 1)));
-    create_plan(&client, &plan("autopilot", "api-restarts", vec![k0s_command(update)]))
-        .await
-        .unwrap();
+    let (Fleet { cluster, client, controllers: _controllers, workers: _workers }, _server) =
+        updating(&WORKERS, "plan-api-restarts", "api-restarts").await;
     // `concurrent: 1`: the workers download one after the other. Restart the (only) API
     // server the moment each starts: its next Plan reads, and the next worker's, meet a
     // server that has just come back.
@@ -226,6 +195,28 @@ async fn every_api_server_restarted_while_workers_update_refuses_no_node() {
         let reason = signal.and_then(|s| s.status).and_then(|s| s.reason).unwrap_or_default();
         assert!(!reason.contains("refused"), "{worker} refused: {reason}");
     }
+}
+
+/// One controller (its own agent off) and `workers` updating for real to v2, one at a time
+/// (`concurrent: 1`), each with its own identity (`system:node:<name>`) and the shipped
+/// `manifests/rbac/worker.yaml`: the fleet for test `name`, started, with the Plan of run
+/// `run` created, and the file server of v2 (kept for as long as the plan runs).
+async fn updating(workers: &[&str], name: &str, run: &str) -> (Fleet, FileServer) {
+    let (v2, sha) = v2_build();
+    let server = FileServer::start(v2).await.expect("the v2 file server");
+    let fleet = FleetBuilder::new(name)
+        .controllers(1)
+        .workers(workers)
+        .agents(Agents::Real)
+        .controller_args(&[NO_AGENT])
+        .start()
+        .await
+        .expect("the fleet starts");
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(workers, 1)));
+    create_plan(&fleet.client, &plan("autopilot", run, vec![k0s_command(update)]))
+        .await
+        .expect("the Plan");
+    (fleet, server)
 }
 
 /// Waits (up to [`PLAN_TIMEOUT`]) until `worker`'s signal shows `Downloading`; a worker
