@@ -1,7 +1,11 @@
 //! The post-update watch of a node (DESIGN §15): pure, no clock, no file.
 //!
 //! After a new binary passed its trial boot and was swapped in, the restart marker carries a
-//! [`Watch`] for `--post-update-watch`. Three callers look at it and act on the [`Verdict`]
+//! [`Watch`] for `--post-update-watch`. The window counts only time while the API server
+//! answered (as the trial's deadline does): an outage proves nothing either way, so a new
+//! binary whose watch could not be established because the API server was away is "not
+//! proven yet", never "unhealthy", and an outage as long as the window never undoes a good
+//! update. Three callers look at it and act on the [`Verdict`]
 //! of [`decide`]: the guard the units run from the proven binary (`k0s.prev
 //! post-update-guard`) before every start, the new binary first thing at its start, and the
 //! new binary while it runs (with how long it has been healthy in a row). The proven binary,
@@ -20,10 +24,11 @@ pub const HEALTHY_FOR: Duration = Duration::from_secs(60);
 /// The watch as the restart marker records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Watch {
-    /// When the watch began (the swap), wall clock, unix seconds.
-    pub since: i64,
-    /// How long it lasts.
+    /// How long it lasts, counting only time while the API server answered.
     pub window: Duration,
+    /// How long the new binary has run while the API server answered, over all its starts
+    /// (what the running binary counted and recorded).
+    pub answered_for: Duration,
     /// How many times the new binary started.
     pub starts: u32,
     /// How many of its runs ended without a clean stop.
@@ -58,7 +63,8 @@ pub enum State {
 pub enum Reason {
     /// It exited abnormally [`MAX_ABNORMAL_EXITS`] times.
     Crashed,
-    /// It was never healthy for [`HEALTHY_FOR`] in a row within the window.
+    /// It was never healthy for [`HEALTHY_FOR`] in a row within the window (while the API
+    /// server answered).
     Unhealthy,
 }
 
@@ -116,17 +122,19 @@ pub enum Verdict {
     Report,
 }
 
-/// The verdict for `caller` on `watch` at `now` (wall clock, unix seconds).
-pub fn decide(watch: &Watch, now: i64, caller: Caller) -> Verdict {
+/// The verdict for `caller` on `watch`. No clock: the window is what the running binary
+/// counted while the API server answered.
+pub fn decide(watch: &Watch, caller: Caller) -> Verdict {
     match (watch.state, caller) {
-        (State::Watching, Caller::Guard) => rollback_due(watch, now).unwrap_or(Verdict::Nothing),
-        (State::Watching, Caller::Starting) => rollback_due(watch, now)
-            .unwrap_or(Verdict::RecordStart { abnormal_exit: watch.running }),
+        (State::Watching, Caller::Guard) => rollback_due(watch).unwrap_or(Verdict::Nothing),
+        (State::Watching, Caller::Starting) => {
+            rollback_due(watch).unwrap_or(Verdict::RecordStart { abnormal_exit: watch.running })
+        }
         (State::Watching, Caller::Running { healthy_for }) if healthy_for >= HEALTHY_FOR => {
             Verdict::Proven
         }
         (State::Watching, Caller::Running { .. }) => {
-            if window_over(watch, now) {
+            if window_over(watch) {
                 Verdict::RollBack { reason: Reason::Unhealthy, why: unhealthy(watch) }
             } else {
                 Verdict::KeepWatching
@@ -144,7 +152,7 @@ pub fn decide(watch: &Watch, now: i64, caller: Caller) -> Verdict {
 
 /// A rollback, if one is due before a start: counting the exit of a start that never
 /// stopped cleanly, or the window being over without a proof.
-fn rollback_due(watch: &Watch, now: i64) -> Option<Verdict> {
+fn rollback_due(watch: &Watch) -> Option<Verdict> {
     // Check 1: the crash count, with the exit of the last start if it never stopped cleanly.
     let exits = watch.abnormal_exits + u32::from(watch.running);
     if exits >= MAX_ABNORMAL_EXITS {
@@ -156,19 +164,18 @@ fn rollback_due(watch: &Watch, now: i64) -> Option<Verdict> {
             ),
         });
     }
-    // Check 2: the window is over and it was never proven.
-    window_over(watch, now)
+    // Check 2: the window is over (while the API server answered) and it was never proven.
+    window_over(watch)
         .then(|| Verdict::RollBack { reason: Reason::Unhealthy, why: unhealthy(watch) })
 }
 
-fn window_over(watch: &Watch, now: i64) -> bool {
-    let elapsed = u64::try_from(now.saturating_sub(watch.since)).unwrap_or(0);
-    Duration::from_secs(elapsed) >= watch.window
+fn window_over(watch: &Watch) -> bool {
+    watch.answered_for >= watch.window
 }
 
 fn unhealthy(watch: &Watch) -> String {
     format!(
-        "the new binary was not healthy for {} in a row within {} of the update",
+        "the new binary was not healthy for {} in a row within {} of the update while the API server answered",
         autopilot_api::duration::format(HEALTHY_FOR),
         autopilot_api::duration::format(watch.window)
     )
@@ -178,13 +185,17 @@ fn unhealthy(watch: &Watch) -> String {
 mod tests {
     use super::*;
 
-    const SINCE: i64 = 1_000_000;
     const WINDOW: Duration = Duration::from_secs(600);
 
     fn watching(starts: u32, abnormal_exits: u32, running: bool) -> Watch {
+        answered(starts, abnormal_exits, running, 0)
+    }
+
+    /// A watch whose binary ran `secs` while the API server answered.
+    fn answered(starts: u32, abnormal_exits: u32, running: bool, secs: u64) -> Watch {
         Watch {
-            since: SINCE,
             window: WINDOW,
+            answered_for: Duration::from_secs(secs),
             starts,
             abnormal_exits,
             running,
@@ -199,24 +210,18 @@ mod tests {
     #[test]
     fn the_first_start_after_the_swap_is_recorded_and_the_guard_does_nothing() {
         let watch = watching(0, 0, false);
-        assert_eq!(decide(&watch, SINCE + 1, Caller::Guard), Verdict::Nothing);
-        assert_eq!(
-            decide(&watch, SINCE + 1, Caller::Starting),
-            Verdict::RecordStart { abnormal_exit: false }
-        );
+        assert_eq!(decide(&watch, Caller::Guard), Verdict::Nothing);
+        assert_eq!(decide(&watch, Caller::Starting), Verdict::RecordStart { abnormal_exit: false });
     }
 
     #[test]
     fn a_start_after_one_that_never_stopped_cleanly_counts_an_abnormal_exit() {
         let watch = watching(1, 0, true);
-        assert_eq!(decide(&watch, SINCE + 10, Caller::Guard), Verdict::Nothing);
-        assert_eq!(
-            decide(&watch, SINCE + 10, Caller::Starting),
-            Verdict::RecordStart { abnormal_exit: true }
-        );
+        assert_eq!(decide(&watch, Caller::Guard), Verdict::Nothing);
+        assert_eq!(decide(&watch, Caller::Starting), Verdict::RecordStart { abnormal_exit: true });
         let stopped_cleanly = watching(1, 0, false);
         assert_eq!(
-            decide(&stopped_cleanly, SINCE + 10, Caller::Starting),
+            decide(&stopped_cleanly, Caller::Starting),
             Verdict::RecordStart { abnormal_exit: false }
         );
     }
@@ -228,81 +233,84 @@ mod tests {
             reason: Reason::Crashed,
             why: "the new binary exited abnormally 3 times within 10m of the update".into(),
         };
-        assert_eq!(decide(&watch, SINCE + 30, Caller::Guard), expected);
-        assert_eq!(decide(&watch, SINCE + 30, Caller::Starting), expected);
+        assert_eq!(decide(&watch, Caller::Guard), expected);
+        assert_eq!(decide(&watch, Caller::Starting), expected);
         // Two abnormal exits and a clean stop: not yet.
         let clean = watching(3, 2, false);
-        assert_eq!(decide(&clean, SINCE + 30, Caller::Guard), Verdict::Nothing);
+        assert_eq!(decide(&clean, Caller::Guard), Verdict::Nothing);
     }
+
+    const UNHEALTHY: &str = "the new binary was not healthy for 1m in a row within 10m of the update while the API server answered";
 
     #[test]
     fn a_start_after_the_window_without_a_proof_rolls_back_as_unhealthy() {
-        let watch = watching(1, 0, false);
-        let expected = Verdict::RollBack {
-            reason: Reason::Unhealthy,
-            why: "the new binary was not healthy for 1m in a row within 10m of the update".into(),
-        };
-        assert_eq!(decide(&watch, SINCE + 600, Caller::Guard), expected);
-        assert_eq!(decide(&watch, SINCE + 600, Caller::Starting), expected);
-        assert_eq!(decide(&watch, SINCE + 599, Caller::Guard), Verdict::Nothing);
+        let expected = Verdict::RollBack { reason: Reason::Unhealthy, why: UNHEALTHY.into() };
+        let over = answered(1, 0, false, 600);
+        assert_eq!(decide(&over, Caller::Guard), expected);
+        assert_eq!(decide(&over, Caller::Starting), expected);
+        let not_yet = answered(1, 0, false, 599);
+        assert_eq!(decide(&not_yet, Caller::Guard), Verdict::Nothing);
     }
 
     #[test]
-    fn a_clock_set_back_never_ends_the_window() {
-        let watch = watching(1, 0, false);
-        assert_eq!(
-            decide(&watch, SINCE - 10_000, Caller::Starting),
-            Verdict::RecordStart { abnormal_exit: false }
-        );
+    fn time_without_the_api_server_never_ends_the_window() {
+        // Hours since the swap, but the API server never answered: not proven yet, and
+        // neither the guard nor a start nor the running binary rolls back.
+        let watch = answered(1, 0, true, 0);
+        assert_eq!(decide(&watch, Caller::Guard), Verdict::Nothing);
+        assert_eq!(decide(&watch, Caller::Starting), Verdict::RecordStart { abnormal_exit: true });
+        assert_eq!(decide(&watch, running(0)), Verdict::KeepWatching);
+        // Once it answered for the whole window, the window is over.
+        let watch = answered(1, 0, true, 600);
+        assert!(matches!(decide(&watch, running(0)), Verdict::RollBack { .. }));
     }
 
     #[test]
     fn the_running_binary_is_proven_after_a_minute_healthy_in_a_row() {
-        let watch = watching(1, 0, true);
-        assert_eq!(decide(&watch, SINCE + 30, running(59)), Verdict::KeepWatching);
-        assert_eq!(decide(&watch, SINCE + 61, running(60)), Verdict::Proven);
+        let watch = answered(1, 0, true, 30);
+        assert_eq!(decide(&watch, running(59)), Verdict::KeepWatching);
+        assert_eq!(decide(&watch, running(60)), Verdict::Proven);
         // Proof wins over a window that ends at the same moment.
-        assert_eq!(decide(&watch, SINCE + 600, running(60)), Verdict::Proven);
+        let over = answered(1, 0, true, 600);
+        assert_eq!(decide(&over, running(60)), Verdict::Proven);
     }
 
     #[test]
     fn the_running_binary_rolls_itself_back_when_the_window_ends_unproven() {
-        let watch = watching(1, 0, true);
+        let watch = answered(1, 0, true, 600);
         assert_eq!(
-            decide(&watch, SINCE + 600, running(20)),
-            Verdict::RollBack {
-                reason: Reason::Unhealthy,
-                why: "the new binary was not healthy for 1m in a row within 10m of the update"
-                    .into()
-            }
+            decide(&watch, running(20)),
+            Verdict::RollBack { reason: Reason::Unhealthy, why: UNHEALTHY.into() }
         );
+        let almost = answered(1, 0, true, 599);
+        assert_eq!(decide(&almost, running(20)), Verdict::KeepWatching);
     }
 
     #[test]
     fn the_previous_binary_reports_a_rollback_once() {
         let mut watch = watching(3, 3, false);
         watch.state = State::RolledBack { reported: false };
-        assert_eq!(decide(&watch, SINCE, Caller::Previous), Verdict::Report);
+        assert_eq!(decide(&watch, Caller::Previous), Verdict::Report);
         for caller in [Caller::Guard, Caller::Starting, running(100)] {
-            assert_eq!(decide(&watch, SINCE, caller), Verdict::Nothing, "{caller:?}");
+            assert_eq!(decide(&watch, caller), Verdict::Nothing, "{caller:?}");
         }
         watch.state = State::RolledBack { reported: true };
-        assert_eq!(decide(&watch, SINCE, Caller::Previous), Verdict::Nothing);
+        assert_eq!(decide(&watch, Caller::Previous), Verdict::Nothing);
     }
 
     #[test]
     fn a_proven_watch_is_over_for_everyone() {
-        let mut watch = watching(5, 2, true);
+        let mut watch = answered(5, 2, true, 10_000);
         watch.state = State::Proven;
         for caller in [Caller::Guard, Caller::Starting, running(0), Caller::Previous] {
-            assert_eq!(decide(&watch, SINCE + 10_000, caller), Verdict::Nothing, "{caller:?}");
+            assert_eq!(decide(&watch, caller), Verdict::Nothing, "{caller:?}");
         }
     }
 
     #[test]
     fn the_previous_binary_leaves_a_watch_in_progress_alone() {
         let watch = watching(1, 0, true);
-        assert_eq!(decide(&watch, SINCE + 10_000, Caller::Previous), Verdict::Nothing);
+        assert_eq!(decide(&watch, Caller::Previous), Verdict::Nothing);
     }
 
     #[test]

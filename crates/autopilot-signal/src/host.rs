@@ -184,16 +184,29 @@ pub struct RestartMarker {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WatchRecord {
-    /// When the watch began (the swap), wall clock, unix seconds.
+    /// When the watch began (the swap), wall clock, unix seconds: which watch this is (a
+    /// running binary's watch ends when the marker holds another one), never a deadline.
     pub since: i64,
-    /// How long it lasts, in seconds (`--post-update-watch`).
+    /// How long it lasts, in seconds (`--post-update-watch`), counting only time while the
+    /// API server answered.
     pub window_secs: u64,
+    /// How long, in seconds, the new binary has run while the API server answered, over all
+    /// its starts: counted by the running binary and recorded every few seconds. Absent in
+    /// a marker of a version that counted the wall clock (then nothing was counted yet).
+    #[serde(default)]
+    pub answered_secs: u64,
     /// The version of the proven binary (kept as `k0s.prev`), which a rollback puts back.
     pub from: String,
     /// The version of the new binary, if its self-test told it (empty: unknown).
     pub to: String,
     /// SHA-256 of the new binary as swapped in: a rollback takes only this file out.
     pub to_sha256: String,
+    /// Which file the new binary is (device and inode, as swapped in): a rollback takes out
+    /// only this very file with that digest, never another copy of the same bytes (one an
+    /// operator installed by hand). Absent in a marker of a version that did not record it
+    /// (then the digest alone decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_file: Option<FileId>,
     /// How many times the new binary started.
     pub starts: u32,
     /// How many of its runs ended without a clean stop.
@@ -228,13 +241,30 @@ pub enum WatchState {
     },
 }
 
+/// A file's identity on this host: its device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileId {
+    /// The device.
+    pub dev: u64,
+    /// The inode.
+    pub ino: u64,
+}
+
+impl FileId {
+    /// The identity of the file at `path` (following links), if it can be read.
+    pub fn of(path: &std::path::Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(path).ok().map(|m| Self { dev: m.dev(), ino: m.ino() })
+    }
+}
+
 impl WatchRecord {
     /// The watch as the pure decision sees it.
     pub fn view(&self) -> autopilot_engine::post_update::Watch {
         use autopilot_engine::post_update::{State, Watch};
         Watch {
-            since: self.since,
             window: std::time::Duration::from_secs(self.window_secs),
+            answered_for: std::time::Duration::from_secs(self.answered_secs),
             starts: self.starts,
             abnormal_exits: self.abnormal_exits,
             running: self.running,

@@ -402,11 +402,12 @@ impl Running for Acting {
             }
             let Self { on, agent, host, client, watching, report: _ } = *self;
             let healthy = agent.established.clone().unwrap_or_default();
+            let watch_client = client.clone();
             // The watch of this new binary, if it is under one: it ends the run only with a
             // rollback (then the process restarts into the binary put back).
             let rolled_back = async move {
                 if let Some(watching) = watching {
-                    match watching.run(healthy).await {
+                    match watching.run(healthy, watch_client).await {
                         post_update::Watched::RolledBack { why } => return why,
                         post_update::Watched::Over => {}
                     }

@@ -6,21 +6,25 @@
 //! - [`guard`] (`k0s.prev post-update-guard`, the units' `ExecStartPre`, run from the proven
 //!   binary) puts `k0s.prev` back before the new binary starts once it has exited abnormally
 //!   three times, or once the window is over without a proof;
+//! - the window counts only time while the API server answered, as the running new binary
+//!   counted it (it asks every few seconds and records the count in the marker): an outage
+//!   proves nothing, so it never ends a window and never rolls a node back;
 //! - [`at_start`] (first thing in `k0s worker` / `k0s controller`) counts the new binary's
 //!   starts, and the abnormal exit of a start that never stopped cleanly (so a node without
 //!   the guard is covered too), or finds that the proven binary runs again after a rollback
 //!   and must report it;
 //! - [`Watching::run`] (in the running new binary) proves it after 60 s healthy in a row
-//!   (its update agent holds an established watch of its own object, see [`Established`]),
-//!   or rolls back itself when the window ends first;
+//!   (its update agent holds an established watch of its own object, see [`Established`],
+//!   and the API server answers), or rolls back itself when the window ends first;
 //! - [`stopped_cleanly`] records a clean stop (SIGTERM, or an exit for a restart).
 //!
 //! A rollback is crash-safe like a swap: the marker records it first, then [`finish`] links
 //! the new binary aside as `k0s.refused.new`, renames a link of `k0s.prev` over the live
 //! path (the live path always holds a complete binary) and moves the refused file to
 //! `k0s.refused`, mode 0600. `k0s.prev` keeps the proven binary (then the same file as the
-//! live one). Only a live binary with the digest the watch recorded is ever taken out: a
-//! binary an operator put in place by hand is left alone.
+//! live one). Only the very file the swap put in place (its device and inode, and the digest
+//! the watch recorded) is ever taken out: a binary an operator put in place by hand, even
+//! with the same bytes, is left alone.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt as _;
@@ -34,13 +38,22 @@ use tracing::{info, warn};
 
 use crate::download::{parent_dir, sync_dir};
 use crate::host::linux::{read_marker, sha256_file, write_json};
-use crate::host::{RestartMarker, WatchRecord, WatchState};
+use crate::host::{FileId, RestartMarker, WatchRecord, WatchState};
 
 /// The restart marker's file name in the data directory (see `LinuxHost::marker_path`).
 pub const MARKER_FILE: &str = "autopilot-restart.json";
 
 /// How often the running new binary looks at its health and the window.
 const TICK: Duration = Duration::from_secs(1);
+
+/// How often the running new binary asks the API server whether it answers: time counts
+/// against the window only after an answer.
+const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How often the running new binary records in the marker the time it counted while the API
+/// server answered (a crash loses at most this much of the count: the window only gets
+/// longer).
+const RECORD_EVERY: Duration = Duration::from_secs(10);
 
 /// Where the watch's files are: the live binary (its `k0s.prev` and `k0s.refused` next to
 /// it) and the data directory (the restart marker).
@@ -118,7 +131,7 @@ pub enum Guarded {
 /// marker, a watch or a `k0s.prev` (then it does nothing). Idempotent.
 pub fn guard(files: &Files, now: i64) -> anyhow::Result<Guarded> {
     let Some((marker, watch)) = files.read()? else { return Ok(Guarded::Nothing) };
-    match decide(&watch.view(), now, Caller::Guard) {
+    match decide(&watch.view(), Caller::Guard) {
         Verdict::RollBack { reason, why } => {
             if roll_back(files, marker, reason, &why, now)? {
                 Ok(Guarded::RolledBack { why })
@@ -173,7 +186,7 @@ pub struct Report {
 pub fn at_start(files: &Files, version: &str, now: i64) -> anyhow::Result<AtStart> {
     let Some((marker, watch)) = files.read()? else { return Ok(AtStart::Nothing) };
     let caller = if watch.is_about(version) { Caller::Starting } else { Caller::Previous };
-    match decide(&watch.view(), now, caller) {
+    match decide(&watch.view(), caller) {
         Verdict::RecordStart { abnormal_exit } => {
             let since = watch.since;
             let mut counted = watch.clone();
@@ -286,8 +299,8 @@ fn roll_back(
     Ok(true)
 }
 
-/// Finishes a recorded rollback: while the live binary is still the new one (its digest is
-/// the recorded one), links it aside as `k0s.refused.new` and renames a link of `k0s.prev`
+/// Finishes a recorded rollback: while the live binary is still the new one (the file the
+/// swap put in place, with the recorded digest), links it aside as `k0s.refused.new` and renames a link of `k0s.prev`
 /// over it; then makes `k0s.refused.new` not executable and renames it to `k0s.refused`.
 /// Every step can be repeated after a crash; the live path always holds a whole binary.
 ///
@@ -304,7 +317,11 @@ pub fn finish(files: &Files, watch: &WatchRecord) -> anyhow::Result<()> {
     let previous = files.previous_path();
     let refused_new = files.sibling(".refused.new");
     let live_sha = sha256_file(live).context("hashing the live binary")?;
-    if live_sha.as_deref() == Some(watch.to_sha256.as_str()) {
+    let same_file = watch.to_file.is_none_or(|file| FileId::of(live) == Some(file));
+    if !same_file && live_sha.as_deref() == Some(watch.to_sha256.as_str()) {
+        info!(live = %live.display(), "the live binary has the new binary's bytes but is another file (put in place since the swap): left alone");
+    }
+    if same_file && live_sha.as_deref() == Some(watch.to_sha256.as_str()) {
         let previous_sha = sha256_file(&previous).context("hashing the previous binary")?;
         anyhow::ensure!(previous_sha.is_some(), "no {} to put back", previous.display());
         if previous_sha == live_sha {
@@ -424,52 +441,117 @@ pub enum Watched {
 
 impl Watching {
     /// Looks every second until the new binary is proven (healthy, per `healthy`, for a
-    /// minute in a row) or the window ends first (then rolls back).
-    pub async fn run(self, healthy: Established) -> Watched {
+    /// minute in a row while the API server at `client` answers) or the window, counted
+    /// while the API server answers, ends first (then rolls back).
+    pub async fn run(self, healthy: Established, client: kube::Client) -> Watched {
+        self.run_with(healthy, move || {
+            let client = client.clone();
+            async move { crate::trial::answers(&client).await }
+        })
+        .await
+    }
+
+    /// [`Watching::run`] with `answers` telling whether the API server answers now.
+    pub async fn run_with<F, A>(self, healthy: Established, mut answers: F) -> Watched
+    where
+        F: FnMut() -> A,
+        A: std::future::Future<Output = bool>,
+    {
+        use tokio::time::Instant;
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut healthy_since: Option<tokio::time::Instant> = None;
+        let mut healthy_since: Option<Instant> = None;
+        let mut answered = false;
+        // Time counted while the API server answered, not recorded in the marker yet.
+        let mut unrecorded = Duration::ZERO;
+        let (mut last_tick, mut next_probe) = (Instant::now(), Instant::now());
+        let mut next_record = Instant::now() + RECORD_EVERY;
         loop {
             ticker.tick().await;
-            healthy_since = match (healthy.get(), healthy_since) {
+            let now = Instant::now();
+            if answered {
+                unrecorded += now - last_tick;
+            }
+            last_tick = now;
+            if now >= next_probe {
+                answered = answers().await;
+                next_probe = Instant::now() + PROBE_EVERY;
+            }
+            healthy_since = match (healthy.get() && answered, healthy_since) {
                 (true, Some(since)) => Some(since),
-                (true, None) => Some(tokio::time::Instant::now()),
+                (true, None) => Some(Instant::now()),
                 (false, _) => None,
             };
             let healthy_for = healthy_since.map(|s| s.elapsed()).unwrap_or_default();
-            match self.look(healthy_for) {
-                Ok(Some(watched)) => return watched,
-                Ok(None) => {}
+            let record = now >= next_record;
+            match self.look(healthy_for, unrecorded, record) {
+                Ok(Looked::Over(watched)) => return watched,
+                Ok(Looked::Watching { recorded }) => {
+                    unrecorded = unrecorded.saturating_sub(recorded);
+                    if record {
+                        next_record = now + RECORD_EVERY;
+                    }
+                }
                 Err(err) => warn!(error = %format!("{err:#}"), "post-update watch: cannot look"),
             }
         }
     }
 
-    fn look(&self, healthy_for: Duration) -> anyhow::Result<Option<Watched>> {
-        let Some((marker, watch)) = self.files.read()? else { return Ok(Some(Watched::Over)) };
+    /// One look: the marker's watch with `unrecorded` answered time added, judged; the count
+    /// is recorded when `record` (or with any verdict that writes the marker).
+    fn look(
+        &self,
+        healthy_for: Duration,
+        unrecorded: Duration,
+        record: bool,
+    ) -> anyhow::Result<Looked> {
+        let Some((mut marker, watch)) = self.files.read()? else {
+            return Ok(Looked::Over(Watched::Over));
+        };
         if watch.since != self.since {
-            return Ok(Some(Watched::Over));
+            return Ok(Looked::Over(Watched::Over));
+        }
+        let counted = Duration::from_secs(unrecorded.as_secs());
+        let answered_secs = watch.answered_secs.saturating_add(counted.as_secs());
+        if let Some(w) = marker.watch.as_mut() {
+            w.answered_secs = answered_secs;
         }
         let now = now();
-        match decide(&watch.view(), now, Caller::Running { healthy_for }) {
-            Verdict::KeepWatching => Ok(None),
+        let judged = WatchRecord { answered_secs, ..watch };
+        match decide(&judged.view(), Caller::Running { healthy_for }) {
+            Verdict::KeepWatching if record && !counted.is_zero() => {
+                self.files.write(marker, |_| {})?;
+                Ok(Looked::Watching { recorded: counted })
+            }
+            Verdict::KeepWatching => Ok(Looked::Watching { recorded: Duration::ZERO }),
             Verdict::Proven => {
                 self.files.write(marker, |w| w.state = WatchState::Proven { at: now })?;
-                info!(healthy_for = ?healthy_for, "the new binary is proven after the update; the watch is over");
-                Ok(Some(Watched::Over))
+                info!(healthy_for = ?healthy_for, answered_secs, "the new binary is proven after the update; the watch is over");
+                Ok(Looked::Over(Watched::Over))
             }
             Verdict::RollBack { reason, why } => {
                 if roll_back(&self.files, marker, reason, &why, now)? {
-                    Ok(Some(Watched::RolledBack { why }))
+                    Ok(Looked::Over(Watched::RolledBack { why }))
                 } else {
-                    Ok(Some(Watched::Over))
+                    Ok(Looked::Over(Watched::Over))
                 }
             }
             Verdict::Nothing | Verdict::RecordStart { .. } | Verdict::Report => {
-                Ok(Some(Watched::Over))
+                Ok(Looked::Over(Watched::Over))
             }
         }
     }
+}
+
+/// What one look of the running new binary found.
+enum Looked {
+    /// Still watching; `recorded` of the counted time is now in the marker.
+    Watching {
+        /// How much of the counted time the marker holds now.
+        recorded: Duration,
+    },
+    /// The watch is over for this process.
+    Over(Watched),
 }
 
 /// The reason of the Event a node writes on its own object after a post-update rollback.

@@ -219,7 +219,7 @@ async fn watch(
         }
         last_tick = now;
         if now >= next_probe {
-            answered = probe(client).await;
+            answered = answers(client).await;
             next_probe = tokio::time::Instant::now() + PROBE_EVERY;
         }
         let state = child.state().await;
@@ -246,7 +246,7 @@ async fn watch(
 }
 
 /// Whether the API server answers at all (any HTTP answer but 5xx/429 counts).
-async fn probe(client: &kube::Client) -> bool {
+pub(crate) async fn answers(client: &kube::Client) -> bool {
     match tokio::time::timeout(Duration::from_secs(2), client.apiserver_version()).await {
         Ok(Ok(_)) => true,
         Ok(Err(err)) => {

@@ -5,8 +5,12 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-use autopilot_signal::host::{RestartMarker, SignalKey, TrialState, WatchRecord, WatchState};
-use autopilot_signal::post_update::{AtStart, Files, Guarded, at_start, guard};
+use autopilot_signal::host::{
+    FileId, RestartMarker, SignalKey, TrialState, WatchRecord, WatchState,
+};
+use autopilot_signal::post_update::{
+    AtStart, Established, Files, Guarded, Watched, at_start, guard,
+};
 use sha2::{Digest as _, Sha256};
 
 const V1: &[u8] = b"#!/bin/sh\necho v1\n";
@@ -43,9 +47,11 @@ fn watch(abnormal_exits: u32, running: bool) -> WatchRecord {
     WatchRecord {
         since: NOW - 60,
         window_secs: 600,
+        answered_secs: 0,
         from: "v1".into(),
         to: "v2".into(),
         to_sha256: hex::encode(Sha256::digest(V2)),
+        to_file: None,
         starts: abnormal_exits + u32::from(running),
         abnormal_exits,
         running,
@@ -258,4 +264,192 @@ fn the_new_binary_counts_its_starts_and_rolls_itself_back_without_the_guard() {
     at_start(&n.files, "v2", NOW).expect("test fixture");
     let w = marker(&n.data).watch.expect("test fixture");
     assert_eq!((w.starts, w.abnormal_exits, w.running), (2, 0, true));
+}
+
+/// `watch` with the identity of `node`'s live binary recorded, as the swap records it.
+fn identified(node: &Node, mut watch: WatchRecord) -> WatchRecord {
+    watch.to_file = FileId::of(&node.live);
+    watch
+}
+
+#[test]
+fn a_live_binary_with_the_new_bytes_but_another_file_is_never_taken_out() {
+    // The swap recorded v2's file; an operator then installed the same bytes by hand.
+    let n = node(true);
+    write_marker(&n.data, Some(identified(&n, watch(2, true))));
+    let by_hand = n.live.with_file_name("k0s.by-hand");
+    std::fs::copy(&n.live, &by_hand).expect("test fixture");
+    std::fs::rename(&by_hand, &n.live).expect("test fixture");
+
+    let guarded = guard(&n.files, NOW).expect("test fixture");
+    assert!(matches!(guarded, Guarded::RolledBack { .. }), "the rollback is due: {guarded:?}");
+    for _ in 0..2 {
+        assert_eq!(guard(&n.files, NOW + 5).expect("test fixture"), Guarded::Nothing);
+    }
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2, "the operator's file stays");
+    assert_eq!(mode_of(&n.live), 0o755);
+    assert_eq!(std::fs::read(n.files.previous_path()).expect("test fixture"), V1);
+    assert!(!n.files.refused_path().exists(), "nothing was taken out");
+}
+
+#[test]
+fn hours_without_the_api_server_never_end_the_window() {
+    // Swapped in a day ago, but the API server never answered while it ran: the guard and
+    // every start leave it alone (not proven yet).
+    let n = node(true);
+    let mut long_ago = identified(&n, watch(1, false));
+    long_ago.since = NOW - 86_400;
+    write_marker(&n.data, Some(long_ago.clone()));
+    assert_eq!(guard(&n.files, NOW).expect("test fixture"), Guarded::Nothing);
+    let found = at_start(&n.files, "v2", NOW).expect("test fixture");
+    assert!(matches!(found, AtStart::Watched(_)), "{found:?}");
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2);
+
+    // Once it ran the whole window while the API server answered, the next start rolls back.
+    let mut answered = long_ago;
+    answered.answered_secs = 600;
+    write_marker(&n.data, Some(answered));
+    let guarded = guard(&n.files, NOW).expect("test fixture");
+    let Guarded::RolledBack { why } = guarded else { panic!("expected a rollback: {guarded:?}") };
+    assert!(why.ends_with("while the API server answered"), "{why}");
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V1);
+}
+
+/// The files a rollback leaves after each of its steps (the marker records the rollback
+/// first): a process killed right after step `step` leaves exactly this.
+fn crashed_after(n: &Node, step: usize) {
+    let refused_new = n.live.with_file_name("k0s.refused.new");
+    let rollback_tmp = n.live.with_file_name("k0s.rollback.tmp");
+    let steps: [&dyn Fn(); 5] = [
+        // 1: the new binary linked aside.
+        &|| std::fs::hard_link(&n.live, &refused_new).expect("test fixture"),
+        // 2: a link of k0s.prev made to rename over the live path.
+        &|| std::fs::hard_link(n.files.previous_path(), &rollback_tmp).expect("test fixture"),
+        // 3: renamed over the live path: v1 is live.
+        &|| std::fs::rename(&rollback_tmp, &n.live).expect("test fixture"),
+        // 4: the refused file made not executable.
+        &|| {
+            std::fs::set_permissions(&refused_new, std::fs::Permissions::from_mode(0o600))
+                .expect("test fixture");
+        },
+        // 5: moved to k0s.refused.
+        &|| std::fs::rename(&refused_new, n.files.refused_path()).expect("test fixture"),
+    ];
+    for done in &steps[..step] {
+        done();
+    }
+}
+
+#[test]
+fn a_rollback_killed_after_any_step_is_finished_by_the_next_start_and_leaves_both_binaries_runnable()
+ {
+    for step in 0..=5 {
+        for same_bytes in [false, true] {
+            let n = node(true);
+            if same_bytes {
+                // A forceupdate that reinstalled v2's own bytes: k0s.prev is v2 too.
+                std::fs::write(n.files.previous_path(), V2).expect("test fixture");
+            }
+            write_marker(&n.data, Some(identified(&n, rolled_back())));
+            if !same_bytes {
+                crashed_after(&n, step);
+            }
+            // The next start: the guard, then the binary put back reports.
+            assert_eq!(guard(&n.files, NOW + 1).expect("test fixture"), Guarded::Nothing);
+            let found = at_start(&n.files, "v1", NOW + 2).expect("test fixture");
+            assert!(matches!(found, AtStart::Report(_)), "step {step}: {found:?}");
+            // And any number of starts after it.
+            assert_eq!(guard(&n.files, NOW + 3).expect("test fixture"), Guarded::Nothing);
+
+            let at = format!("killed after step {step} (same bytes: {same_bytes})");
+            let expected_live = if same_bytes { V2 } else { V1 };
+            assert_eq!(std::fs::read(&n.live).expect("test fixture"), expected_live, "{at}");
+            assert_eq!(mode_of(&n.live), 0o755, "{at}: the live binary runs");
+            assert_eq!(mode_of(&n.files.previous_path()), 0o755, "{at}: k0s.prev runs");
+            for leftover in ["k0s.refused.new", "k0s.rollback.tmp"] {
+                assert!(!n.live.with_file_name(leftover).exists(), "{at}: {leftover} is left");
+            }
+            if same_bytes {
+                assert!(!n.files.refused_path().exists(), "{at}: nothing taken out");
+            } else {
+                let refused = n.files.refused_path();
+                assert_eq!(std::fs::read(&refused).expect("test fixture"), V2, "{at}");
+                assert_eq!(mode_of(&refused), 0o600, "{at}: k0s.refused never runs");
+            }
+        }
+    }
+}
+
+/// The running new binary (started under `watch`) with virtual time: what its watch ends
+/// with within `within`, given whether the API server answers and its agent's watch holds
+/// (both as functions of the virtual seconds since it started). `None`: still watching.
+async fn run_watch(
+    n: &Node,
+    within: std::time::Duration,
+    answers: impl Fn(u64) -> bool + 'static,
+    established: impl Fn(u64) -> bool + 'static,
+) -> Option<Watched> {
+    let AtStart::Watched(watching) = at_start(&n.files, "v2", NOW).expect("test fixture") else {
+        panic!("the new binary is watched")
+    };
+    let healthy = Established::default();
+    let started = tokio::time::Instant::now();
+    let seconds = move || started.elapsed().as_secs();
+    let flag = healthy.clone();
+    let ticking = async move {
+        loop {
+            flag.set(established(seconds()));
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    };
+    let run = watching.run_with(healthy, move || {
+        let answered = answers(started.elapsed().as_secs());
+        async move { answered }
+    });
+    tokio::select! {
+        watched = tokio::time::timeout(within, run) => watched.ok(),
+        () = ticking => unreachable!("the flag task never ends"),
+    }
+}
+
+const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_longer_than_the_window_rolls_nothing_back_and_the_node_is_proven_after_it() {
+    let n = node(true);
+    write_marker(&n.data, Some(identified(&n, watch(0, false))));
+    // Two hours without an API server (the window is 10 minutes): still watching.
+    let outage = run_watch(&n, 2 * HOUR, |_| false, |_| false).await;
+    assert_eq!(outage, None, "not proven yet, never unhealthy");
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2);
+    let w = marker(&n.data).watch.expect("test fixture");
+    assert_eq!((w.answered_secs, &w.state), (0, &WatchState::Watching), "no time counted");
+
+    // The API server comes back 10 s into the next run and the agent's watch holds: proven.
+    let n2 = n;
+    let proven = run_watch(&n2, HOUR, |s| s >= 10, |s| s >= 12).await;
+    assert_eq!(proven, Some(Watched::Over));
+    let w = marker(&n2.data).watch.expect("test fixture");
+    assert!(matches!(w.state, WatchState::Proven { .. }), "{:?}", w.state);
+    assert_eq!(std::fs::read(&n2.live).expect("test fixture"), V2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_time_while_the_api_server_answers_counts_and_it_is_recorded_across_starts() {
+    let n = node(true);
+    write_marker(&n.data, Some(identified(&n, watch(0, false))));
+    // The API server answers every other 5 minutes; the agent's watch never holds.
+    let on_and_off = |s: u64| (s / 300).is_multiple_of(2);
+    // In 14 minutes it answered for 9 (0-5 and 10-14): the 10-minute window is not over.
+    let first = run_watch(&n, std::time::Duration::from_secs(14 * 60), on_and_off, |_| false).await;
+    assert_eq!(first, None);
+    let counted = marker(&n.data).watch.expect("test fixture").answered_secs;
+    assert!((500..=540).contains(&counted), "about 9 minutes recorded: {counted} s");
+    // The next start goes on from what was recorded: one more answered minute ends it.
+    let second = run_watch(&n, HOUR, |_| true, |_| false).await;
+    let Some(Watched::RolledBack { why }) = second else { panic!("rolled back: {second:?}") };
+    assert!(why.ends_with("while the API server answered"), "{why}");
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V1);
+    let w = marker(&n.data).watch.expect("test fixture");
+    assert!(w.answered_secs >= 600, "{}", w.answered_secs);
 }

@@ -12,7 +12,7 @@ use autopilot_api::signal::{CommandRollback, RollbackOf, UpdateRef};
 use sha2::{Digest as _, Sha256};
 
 use super::{
-    BundleRecord, HostError, Observed, RestartMarker, RestartState, Result, SignalKey,
+    BundleRecord, FileId, HostError, Observed, RestartMarker, RestartState, Result, SignalKey,
     SignatureSource, StagedBundle, StagedRecord, TrialState, WatchRecord, WatchStart, WatchState,
     expected_sha256, judge_previous, judge_self_test,
 };
@@ -813,9 +813,11 @@ impl Host for LinuxHost {
             Some(start) => sha256_file(&self.live)?.map(|to_sha256| WatchRecord {
                 since: jiff::Timestamp::now().as_second(),
                 window_secs: start.window.as_secs(),
+                answered_secs: 0,
                 from: start.from.clone(),
                 to: start.to.clone().unwrap_or_default(),
                 to_sha256,
+                to_file: FileId::of(&self.live),
                 starts: 0,
                 abnormal_exits: 0,
                 running: false,
