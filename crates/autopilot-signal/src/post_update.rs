@@ -185,7 +185,14 @@ pub struct Report {
 /// back after the third abnormal exit or after the window, or finds a rollback to report.
 pub fn at_start(files: &Files, version: &str, now: i64) -> anyhow::Result<AtStart> {
     let Some((marker, watch)) = files.read()? else { return Ok(AtStart::Nothing) };
-    let caller = if watch.is_about(version) { Caller::Starting } else { Caller::Previous };
+    let caller = match &watch.state {
+        // A run back to the same version (a forceupdate that reinstalled it): whichever
+        // binary starts after its rollback is the one to report it.
+        WatchState::RolledBack { .. } if watch.from == watch.to => Caller::Previous,
+        WatchState::Watching | WatchState::Proven { .. } | WatchState::RolledBack { .. } => {
+            if watch.is_about(version) { Caller::Starting } else { Caller::Previous }
+        }
+    };
     match decide(&watch.view(), caller) {
         Verdict::RecordStart { abnormal_exit } => {
             let since = watch.since;
@@ -574,12 +581,20 @@ pub async fn report_event(
     use autopilot_shell::events::{Event, EventType, publish};
     let Report { reason: _, why, from, to } = report;
     let to = if to.is_empty() { "the new binary".to_string() } else { to };
+    let note = if to == from {
+        // A reinstall of the same version: k0s.prev held the same bytes, nothing was put back.
+        format!(
+            "the reinstalled {to} failed after the update, and k0s.prev holds the same bytes: it stays: {why}"
+        )
+    } else {
+        format!("rolled back from {to} to {from} after the update: {why}")
+    };
     let event = Event {
         regarding,
         action: "PostUpdateWatch",
         type_: EventType::Warning,
         reason: EVENT_REASON,
-        note: format!("rolled back from {to} to {from} after the update: {why}"),
+        note,
     };
     let mut delay = Duration::from_secs(1);
     for attempt in 1..=EVENT_ATTEMPTS {

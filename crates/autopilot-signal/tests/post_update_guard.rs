@@ -453,3 +453,23 @@ async fn only_time_while_the_api_server_answers_counts_and_it_is_recorded_across
     let w = marker(&n.data).watch.expect("test fixture");
     assert!(w.answered_secs >= 600, "{}", w.answered_secs);
 }
+
+#[test]
+fn after_the_rollback_of_a_reinstalled_version_the_binary_that_starts_reports_it() {
+    // A forceupdate reinstalled v1's own bytes (from v1 to v1), then it crashed three times.
+    let n = node(true);
+    std::fs::write(&n.live, V1).expect("test fixture");
+    let mut reinstalled = identified(&n, watch(2, true));
+    reinstalled.to = "v1".into();
+    reinstalled.to_sha256 = hex::encode(Sha256::digest(V1));
+    write_marker(&n.data, Some(reinstalled));
+
+    let guarded = guard(&n.files, NOW).expect("test fixture");
+    assert!(matches!(guarded, Guarded::RolledBack { .. }), "{guarded:?}");
+    let found = at_start(&n.files, "v1", NOW + 1).expect("test fixture");
+    let AtStart::Report(report) = found else { panic!("the start reports it: {found:?}") };
+    assert_eq!((report.from.as_str(), report.to.as_str()), ("v1", "v1"));
+    assert_eq!(mode_of(&n.live), 0o755);
+    assert_eq!(mode_of(&n.files.previous_path()), 0o755);
+    assert!(!n.files.refused_path().exists(), "nothing was taken out");
+}

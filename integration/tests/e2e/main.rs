@@ -73,6 +73,7 @@ mod update_controllers;
 mod update_drain_pdb;
 mod update_ha3x3;
 mod update_post_watch;
+mod update_post_watch_outage;
 mod update_proxy;
 mod update_resume;
 mod update_rollback;

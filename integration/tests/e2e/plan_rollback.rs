@@ -228,7 +228,7 @@ async fn assert_on(client: &kube::Client, processes: &[&K0sProcess], version: &s
 
 /// Runs `k0s autopilot <args> --kubeconfig <admin>` off the async runtime; asserts success
 /// and returns stdout.
-async fn k0s_autopilot(cluster: &Cluster, args: &[&str]) -> String {
+pub(crate) async fn k0s_autopilot(cluster: &Cluster, args: &[&str]) -> String {
     let kubeconfig = cluster.admin_kubeconfig(0);
     let mut all: Vec<String> = vec!["autopilot".into()];
     all.extend(args.iter().map(|a| (*a).to_owned()));
