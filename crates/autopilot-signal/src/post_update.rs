@@ -178,6 +178,9 @@ pub struct Report {
     pub from: String,
     /// The version rolled back.
     pub to: String,
+    /// Nothing was put back: `k0s.prev` had the new binary's very bytes, so the live binary
+    /// stays.
+    pub kept: bool,
 }
 
 /// The check first thing at the start of a node process running `version`: counts the
@@ -221,11 +224,13 @@ pub fn at_start(files: &Files, version: &str, now: i64) -> anyhow::Result<AtStar
         Verdict::Report => match &watch.state {
             WatchState::RolledBack { reason, why, .. } => {
                 finish(files, &watch)?;
+                let live_sha = sha256_file(&files.live).context("hashing the live binary")?;
                 Ok(AtStart::Report(Report {
                     reason: reason.clone(),
                     why: why.clone(),
                     from: watch.from.clone(),
                     to: watch.to.clone(),
+                    kept: live_sha.as_deref() == Some(watch.to_sha256.as_str()),
                 }))
             }
             WatchState::Watching | WatchState::Proven { .. } => Ok(AtStart::Nothing),
@@ -579,13 +584,11 @@ pub async fn report_event(
     report: Report,
 ) {
     use autopilot_shell::events::{Event, EventType, publish};
-    let Report { reason: _, why, from, to } = report;
+    let Report { reason: _, why, from, to, kept } = report;
     let to = if to.is_empty() { "the new binary".to_string() } else { to };
-    let note = if to == from {
-        // A reinstall of the same version: k0s.prev held the same bytes, nothing was put back.
-        format!(
-            "the reinstalled {to} failed after the update, and k0s.prev holds the same bytes: it stays: {why}"
-        )
+    let note = if kept {
+        // k0s.prev held the new binary's very bytes (a reinstall): nothing was put back.
+        format!("{to} failed after the update ({why}); k0s.prev holds the same bytes, so it stays")
     } else {
         format!("rolled back from {to} to {from} after the update: {why}")
     };

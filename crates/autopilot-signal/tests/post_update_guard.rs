@@ -147,6 +147,7 @@ fn the_guard_puts_k0s_prev_back_after_the_third_abnormal_exit_and_keeps_v2_aside
         (report.reason.as_str(), report.from.as_str(), report.to.as_str()),
         ("crashed", "v1", "v2")
     );
+    assert!(!report.kept, "v1 was put back");
     autopilot_signal::post_update::reported(&n.files).expect("test fixture");
     assert_eq!(
         at_start(&n.files, "v1", NOW + 7).expect("test fixture"),
@@ -469,6 +470,7 @@ fn after_the_rollback_of_a_reinstalled_version_the_binary_that_starts_reports_it
     let found = at_start(&n.files, "v1", NOW + 1).expect("test fixture");
     let AtStart::Report(report) = found else { panic!("the start reports it: {found:?}") };
     assert_eq!((report.from.as_str(), report.to.as_str()), ("v1", "v1"));
+    assert!(report.kept, "nothing was put back: the report says the binary stays");
     assert_eq!(mode_of(&n.live), 0o755);
     assert_eq!(mode_of(&n.files.previous_path()), 0o755);
     assert!(!n.files.refused_path().exists(), "nothing was taken out");

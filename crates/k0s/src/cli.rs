@@ -184,10 +184,10 @@ pub struct ControllerAgentFlags {
     #[arg(long, default_value = "2m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub trial_timeout: std::time::Duration,
 
-    /// How long a new binary is watched after it passed its trial boot and was swapped in:
-    /// three abnormal exits within it, or never 60 s healthy in a row (up, its agent's
-    /// watch of its own ControlNode established), put the previous binary back. `0s`: no
-    /// watch.
+    /// How long a new binary is watched after it passed its trial boot and was swapped in
+    /// (counted only while the API server answers: an outage proves nothing): three
+    /// abnormal exits within it, or never 60 s healthy in a row (up, its agent's watch of
+    /// its own ControlNode established), put the previous binary back. `0s`: no watch.
     #[arg(long, default_value = "10m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub post_update_watch: std::time::Duration,
 
