@@ -124,6 +124,13 @@ pub enum Guarded {
         /// Why.
         why: String,
     },
+    /// A rollback was due and is recorded, but the live binary stays: `k0s.prev` holds its
+    /// very bytes (a reinstall of the same version), or it is not the file the update put in
+    /// place (installed by hand since). Only reported.
+    Kept {
+        /// Why the rollback was due.
+        why: String,
+    },
 }
 
 /// The guard before a start (`k0s.prev post-update-guard`): puts `k0s.prev` back when the
@@ -133,10 +140,12 @@ pub fn guard(files: &Files, now: i64) -> anyhow::Result<Guarded> {
     let Some((marker, watch)) = files.read()? else { return Ok(Guarded::Nothing) };
     match decide(&watch.view(), Caller::Guard) {
         Verdict::RollBack { reason, why } => {
-            if roll_back(files, marker, reason, &why, now)? {
-                Ok(Guarded::RolledBack { why })
-            } else {
+            if !roll_back(files, marker, reason, &why, now)? {
                 Ok(Guarded::Nothing)
+            } else if still_the_new_bytes(files, &watch)? {
+                Ok(Guarded::Kept { why })
+            } else {
+                Ok(Guarded::RolledBack { why })
             }
         }
         Verdict::Nothing
@@ -178,8 +187,8 @@ pub struct Report {
     pub from: String,
     /// The version rolled back.
     pub to: String,
-    /// Nothing was put back: `k0s.prev` had the new binary's very bytes, so the live binary
-    /// stays.
+    /// Nothing was put back: the live binary stays (`k0s.prev` had its very bytes, or it is
+    /// not the file the update put in place).
     pub kept: bool,
 }
 
@@ -224,13 +233,12 @@ pub fn at_start(files: &Files, version: &str, now: i64) -> anyhow::Result<AtStar
         Verdict::Report => match &watch.state {
             WatchState::RolledBack { reason, why, .. } => {
                 finish(files, &watch)?;
-                let live_sha = sha256_file(&files.live).context("hashing the live binary")?;
                 Ok(AtStart::Report(Report {
                     reason: reason.clone(),
                     why: why.clone(),
                     from: watch.from.clone(),
                     to: watch.to.clone(),
-                    kept: live_sha.as_deref() == Some(watch.to_sha256.as_str()),
+                    kept: still_the_new_bytes(files, &watch)?,
                 }))
             }
             WatchState::Watching | WatchState::Proven { .. } => Ok(AtStart::Nothing),
@@ -359,6 +367,13 @@ pub fn finish(files: &Files, watch: &WatchRecord) -> anyhow::Result<()> {
         sync_dir(&dir)?;
     }
     Ok(())
+}
+
+/// Whether the live binary still has the bytes the watch was about (after a finished
+/// rollback: nothing was put back).
+fn still_the_new_bytes(files: &Files, watch: &WatchRecord) -> anyhow::Result<bool> {
+    let live_sha = sha256_file(&files.live).context("hashing the live binary")?;
+    Ok(live_sha.as_deref() == Some(watch.to_sha256.as_str()))
 }
 
 /// Links the live binary aside as `refused_new`, then renames a link of `previous` over the
@@ -587,8 +602,11 @@ pub async fn report_event(
     let Report { reason: _, why, from, to, kept } = report;
     let to = if to.is_empty() { "the new binary".to_string() } else { to };
     let note = if kept {
-        // k0s.prev held the new binary's very bytes (a reinstall): nothing was put back.
-        format!("{to} failed after the update ({why}); k0s.prev holds the same bytes, so it stays")
+        // Nothing was put back (a reinstall of the same bytes, or a binary put in by hand).
+        format!(
+            "{to} failed after the update ({why}); the live binary stays: k0s.prev holds the same \
+             bytes, or it is not the file the update put in place"
+        )
     } else {
         format!("rolled back from {to} to {from} after the update: {why}")
     };

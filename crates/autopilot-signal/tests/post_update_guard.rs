@@ -188,7 +188,7 @@ fn a_rollback_to_a_previous_binary_with_the_same_bytes_changes_no_file_and_keeps
     write_marker(&n.data, Some(watch(2, true)));
 
     let guarded = guard(&n.files, NOW).expect("test fixture");
-    assert!(matches!(guarded, Guarded::RolledBack { .. }), "{guarded:?}");
+    assert!(matches!(guarded, Guarded::Kept { .. }), "{guarded:?}");
     for _ in 0..3 {
         // Every later start (the guard, then the binary's own start) changes nothing more.
         assert_eq!(guard(&n.files, NOW + 5).expect("test fixture"), Guarded::Nothing);
@@ -283,7 +283,7 @@ fn a_live_binary_with_the_new_bytes_but_another_file_is_never_taken_out() {
     std::fs::rename(&by_hand, &n.live).expect("test fixture");
 
     let guarded = guard(&n.files, NOW).expect("test fixture");
-    assert!(matches!(guarded, Guarded::RolledBack { .. }), "the rollback is due: {guarded:?}");
+    assert!(matches!(guarded, Guarded::Kept { .. }), "the rollback is due: {guarded:?}");
     for _ in 0..2 {
         assert_eq!(guard(&n.files, NOW + 5).expect("test fixture"), Guarded::Nothing);
     }
@@ -466,7 +466,7 @@ fn after_the_rollback_of_a_reinstalled_version_the_binary_that_starts_reports_it
     write_marker(&n.data, Some(reinstalled));
 
     let guarded = guard(&n.files, NOW).expect("test fixture");
-    assert!(matches!(guarded, Guarded::RolledBack { .. }), "{guarded:?}");
+    assert!(matches!(guarded, Guarded::Kept { .. }), "{guarded:?}");
     let found = at_start(&n.files, "v1", NOW + 1).expect("test fixture");
     let AtStart::Report(report) = found else { panic!("the start reports it: {found:?}") };
     assert_eq!((report.from.as_str(), report.to.as_str()), ("v1", "v1"));

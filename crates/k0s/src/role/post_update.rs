@@ -26,6 +26,9 @@ pub fn guard(data_dir: &Path, binary: Option<&Path>) -> anyhow::Result<()> {
         Guarded::RolledBack { why } => {
             tracing::warn!(binary = %live.display(), %why, "post-update guard: the previous binary is live again");
         }
+        Guarded::Kept { why } => {
+            tracing::warn!(binary = %live.display(), %why, "post-update guard: a rollback was due, but the live binary stays (k0s.prev holds the same bytes, or it is not the file the update put in place); only reported");
+        }
     }
     Ok(())
 }
