@@ -161,7 +161,7 @@ async fn reinstall_then_three_sigkills(
     .await
     .expect("in time");
     let note = event.message.unwrap_or_default();
-    assert!(note.contains("k0s.prev holds the same bytes, so it stays"), "{note}");
+    assert!(note.contains("the live binary stays: k0s.prev holds the same bytes"), "{note}");
 
     // It keeps starting and running: a Ready heartbeat after all this, and no exit since.
     let exits = worker.exits().len();
