@@ -155,7 +155,9 @@ pub const ANNOTATION_ACCEPT_WARNINGS: &str = "autopilot.k0sproject.io/accept-war
 /// Plan annotation: its value is a plan id (`spec.id`) whose run an operator asked to roll
 /// back (DESIGN §15): every node the run changed is signalled to put back what it ran
 /// before, and the plan ends `RolledBack`. `k0s autopilot rollback` sets it; naming the id
-/// keeps an old annotation from rolling back a later plan.
+/// keeps an old annotation from rolling back a later plan. Steerers may set it only while the
+/// run is going on; a finished run is rolled back by a Plan author
+/// (`manifests/rbac/operators.yaml`, docs/security.md).
 pub const ANNOTATION_ROLLBACK: &str = "autopilot.k0sproject.io/rollback";
 
 /// Plan annotation: its value is a plan id (`spec.id`) whose version-skew refusals an

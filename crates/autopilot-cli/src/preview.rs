@@ -23,7 +23,7 @@ use anyhow::Context as _;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{
     ControlNode, Plan, PlanCommand, PlanCommandStatus, PlanSpec, PlanStateType, PlanStatus,
-    TargetStatus,
+    TargetState, TargetStatus,
 };
 use autopilot_engine::cordon::PodFacts;
 use autopilot_engine::plan::resolve::{self, Answer, Answers, Outcome};
@@ -77,6 +77,11 @@ pub struct Report {
     pub batches: Vec<BatchReport>,
     /// Everything that would stop or hold the plan, one sentence each.
     pub problems: Vec<String>,
+    /// The targets NewPlan would fail before signalling them (a worker whose own report,
+    /// its keys or its version, refuses it), as `<Kind> <name>: <reason>`. Each counts
+    /// against its command's `maxFailures`; within it, the plan still runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<String>,
 }
 
 /// One command and its resolved targets.
@@ -294,7 +299,43 @@ fn finish(
             })
             .collect(),
         problems,
+        failing: failing(&rollout.resolved),
     }
+}
+
+/// The targets NewPlan would fail ([`Report::failing`]), if any, under their heading.
+fn render_failing(out: &mut String, failing: &[String]) {
+    if failing.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Nodes that would fail, each counted by its command's maxFailures ({}):",
+        failing.len()
+    );
+    for line in failing {
+        let _ = writeln!(out, "  - {line}");
+    }
+}
+
+/// The targets the first pass failed before signalling any node, as `<Kind> <name>:
+/// <reason>` in command order.
+fn failing(resolved: &PlanStatus) -> Vec<String> {
+    let mut lines = Vec::new();
+    for command in &resolved.commands {
+        let groups = command
+            .k0supdate
+            .iter()
+            .flat_map(|k| [("ControlNode", &k.controllers), ("Node", &k.workers)])
+            .chain(command.airgapupdate.iter().map(|a| ("Node", &a.workers)));
+        for (kind, targets) in groups {
+            for target in targets.iter().filter(|t| t.state == TargetState::SignalApplyFailed) {
+                let reason = target.reason.as_deref().unwrap_or("no reason given");
+                lines.push(format!("{kind} {}: {reason}", target.name));
+            }
+        }
+    }
+    lines
 }
 
 /// The failure-domain group of a batch of workers, if its command has `groupBy`.
@@ -614,6 +655,9 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
     }
     if report.problems.is_empty() {
         let _ = writeln!(out, "Problems: none");
+    }
+    render_failing(&mut out, &report.failing);
+    if report.problems.is_empty() {
         let _ = writeln!(out, "{}", verdict.0);
     } else {
         let _ = writeln!(out, "Problems ({}):", report.problems.len());

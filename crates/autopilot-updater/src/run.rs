@@ -515,7 +515,7 @@ impl Check {
             _ => None,
         };
         let written = match &decision {
-            Decision::CreatePlan(spec) => self.create_plan(&plans, spec).await,
+            Decision::CreatePlan { spec, .. } => self.create_plan(&plans, spec).await,
             Decision::ReplacePlan { spec, .. } => match &plan {
                 Some(existing) => self.replace_plan(&plans, existing, spec).await,
                 None => self.create_plan(&plans, spec).await,

@@ -8,7 +8,11 @@
 //! rights the file grants those groups.
 //!
 //! alice sets and removes each steering annotation, and `k0s autopilot pause|resume|abort`
-//! work with her kubeconfig. The policy refuses with 403 and its message (what is allowed,
+//! work with her kubeconfig. The rollback policy (docs/security.md, "Rollback of a finished
+//! run"): alice may set `rollback` (and `k0s autopilot rollback` works) only while the run
+//! is running; on a Plan not yet started or whose run ended `Completed` the policy refuses
+//! her with its message, and the annotation stays as it was; she may still remove a rollback
+//! a Plan author (here the admin, who may) asked for on a finished run. The policy refuses with 403 and its message (what is allowed,
 //! then what was not) each of her changes of the spec (a payload URL by patch, alone and
 //! next to a resume; the version by PUT), of `allow-skew`, of another annotation, of the
 //! labels and of the owner references, and the Plan stays as it was. RBAC refuses her the
@@ -175,6 +179,7 @@ async fn a_steerer_may_change_only_the_steering_annotations_and_a_viewer_only_re
     take_effect(&alice_plans, &bob_plans, &spec_change).await;
 
     // --- alice, the steerer ---
+    alice_rolls_back_only_a_running_run(&cluster, &admin, &alice_plans).await;
     alice_steers(&cluster, &admin, &alice_plans).await;
     alice_refused_by_policy(&admin, &alice_plans, &spec_change).await;
     alice_forbidden_by_rbac(&alice_plans).await;
@@ -209,8 +214,103 @@ async fn take_effect(
     .expect("bob reads Plans");
 }
 
-/// alice, the steerer, sets and removes every steering annotation, and steers with the
-/// verbs.
+/// The status the admin writes for the Plan's run `steer` being in `state` (no controller
+/// runs here: the status is what the policy reads).
+async fn set_run_state(admin: &kube::Client, state: &str) {
+    let status = json!({ "status": { "state": state, "planId": "steer" } });
+    Api::<Plan>::all(admin.clone())
+        .patch_status(keys::PLAN_NAME, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap_or_else(|e| panic!("the admin sets the Plan's state {state}: {e}"));
+}
+
+/// Asserts that `result` is the rollback rule's 403: only while the run runs, not `not`.
+#[track_caller]
+fn assert_rollback_refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, not: &str) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            let message = &status.message;
+            assert!(message.contains(POLICY), "refused by the policy {POLICY}: {message}");
+            assert!(message.ends_with(&rollback_refusal(not)), "the rule's message: {message}");
+        }
+        other => panic!("expected the policy's 403 for a rollback {not}, got {other:?}"),
+    }
+}
+
+/// What the policy says when it refuses a steerer's rollback `not` while the run runs.
+fn rollback_refusal(not: &str) -> String {
+    format!(
+        "a member of k0s-autopilot-steerers may roll back a run only while it runs (Plan state \
+         SchedulableWait or Schedulable), not {not}: a finished run is rolled back by a Plan \
+         author (whoever may write Plans outside k0s-autopilot-steerers)"
+    )
+}
+
+/// The rollback policy: alice may ask for a rollback only while the run runs (by annotation
+/// and with `k0s autopilot rollback`), never before it started or after it ended; she may
+/// remove a rollback annotation any time. The admin (a Plan author) may roll back a finished
+/// run. Leaves the run `SchedulableWait` and no rollback annotation.
+async fn alice_rolls_back_only_a_running_run(
+    cluster: &Cluster,
+    admin: &kube::Client,
+    alice_plans: &Api<Plan>,
+) {
+    let name = keys::PLAN_NAME;
+    let merge = PatchParams::default();
+    let rollback = keys::ANNOTATION_ROLLBACK;
+    let rollback_of = |plan: &Plan| plan.annotations().get(rollback).cloned();
+    let alice_kubeconfig = kubeconfig_as(cluster, "alice", "k0s-autopilot-steerers");
+
+    // Not started (no status yet): refused.
+    let asked = alice_plans.patch(name, &merge, &annotate(rollback, Some("steer"))).await;
+    assert_rollback_refused(asked, "before it started");
+
+    // Running: allowed, by annotation and by the verb; removing it too.
+    set_run_state(admin, "SchedulableWait").await;
+    let asked = alice_plans.patch(name, &merge, &annotate(rollback, Some("steer"))).await;
+    let asked = asked.unwrap_or_else(|e| panic!("alice rolls back a running run: {e}"));
+    assert_eq!(rollback_of(&asked).as_deref(), Some("steer"), "the rollback is asked");
+    let removed = alice_plans.patch(name, &merge, &annotate(rollback, None)).await;
+    assert_eq!(rollback_of(&removed.expect("alice removes the rollback")), None);
+    let verb = k0s_autopilot(&alice_kubeconfig, "rollback").await;
+    assert_success(&verb, "alice: rollback of a running run");
+    assert_eq!(rollback_of(&admin_plan(admin, name).await).as_deref(), Some("steer"));
+    alice_plans.patch(name, &merge, &annotate(rollback, None)).await.expect("alice removes it");
+
+    // Ended Completed: refused, by annotation, by PUT and by the verb; the Plan keeps no
+    // rollback annotation.
+    set_run_state(admin, "Completed").await;
+    let asked = alice_plans.patch(name, &merge, &annotate(rollback, Some("steer"))).await;
+    assert_rollback_refused(asked, "after it ended Completed");
+    let mut replaced = admin_plan(admin, name).await;
+    replaced.annotations_mut().insert(rollback.to_owned(), "steer".to_owned());
+    let put = alice_plans.replace(name, &PostParams::default(), &replaced).await;
+    assert_rollback_refused(put, "after it ended Completed");
+    let verb = k0s_autopilot(&alice_kubeconfig, "rollback").await;
+    assert_eq!(verb.status.code(), Some(1), "alice: rollback of a Completed run fails");
+    let stderr = String::from_utf8_lossy(&verb.stderr);
+    assert!(
+        stderr.contains(&rollback_refusal("after it ended Completed")),
+        "alice: the verb says the policy's reason: {stderr}"
+    );
+    assert_eq!(rollback_of(&admin_plan(admin, name).await), None, "nothing asked");
+
+    // A Plan author may roll back the finished run; alice may change her mind for them only
+    // by removing it (another value is a new rollback, refused).
+    let admin_plans = Api::<Plan>::all(admin.clone());
+    let asked = admin_plans.patch(name, &merge, &annotate(rollback, Some("steer"))).await;
+    let asked = asked.expect("the admin rolls back a finished run");
+    assert_eq!(rollback_of(&asked).as_deref(), Some("steer"));
+    let other = alice_plans.patch(name, &merge, &annotate(rollback, Some("other"))).await;
+    assert_rollback_refused(other, "after it ended Completed");
+    let removed = alice_plans.patch(name, &merge, &annotate(rollback, None)).await;
+    assert_eq!(rollback_of(&removed.expect("alice removes a rollback")), None);
+
+    set_run_state(admin, "SchedulableWait").await;
+}
+
+/// alice, the steerer, sets and removes every steering annotation (the run is running, as
+/// `rollback` needs), and steers with the verbs.
 async fn alice_steers(cluster: &Cluster, admin: &kube::Client, alice_plans: &Api<Plan>) {
     let name = keys::PLAN_NAME;
     let merge = PatchParams::default();
@@ -218,7 +318,7 @@ async fn alice_steers(cluster: &Cluster, admin: &kube::Client, alice_plans: &Api
         keys::ANNOTATION_PAUSED,
         keys::ANNOTATION_ABORT,
         keys::ANNOTATION_ACCEPT_WARNINGS,
-        "autopilot.k0sproject.io/rollback",
+        keys::ANNOTATION_ROLLBACK,
     ] {
         let set = alice_plans.patch(name, &merge, &annotate(key, Some("true"))).await;
         let set = set.unwrap_or_else(|e| panic!("alice sets {key}: {e}"));

@@ -4,8 +4,9 @@
 //! (each deleted before the next):
 //!
 //! - the worker publishes the ids of the keys it requires on its Node, and a plan without a
-//!   signature for it is refused at NewPlan (`Warning`), naming the node and the key; nothing
-//!   is signalled or downloaded;
+//!   signature for it fails that node at NewPlan, naming the node and the key (its one failure
+//!   is past `maxFailures: 0`, so the plan ends `ApplyFailed`); nothing is signalled or
+//!   downloaded;
 //! - a signature by a key the worker does not trust, one over other bytes, a truncated one
 //!   and a `signatureURL` that answers 404 each end the plan `ApplyFailed` with the node's
 //!   `FailedDownload` reason, the worker untouched (same process, same binary, nothing
@@ -251,10 +252,13 @@ async fn unsigned_refused(
         .await
         .expect("creating the plan");
     let refused =
-        wait_plan_state(client, "autopilot", PlanStateType::Warning).await.expect("refused");
+        wait_plan_state(client, "autopilot", PlanStateType::ApplyFailed).await.expect("refused");
     let description = refused.status.as_ref().and_then(|s| s.commands[0].description.clone());
     let description = description.unwrap_or_default();
-    assert!(description.contains("Node worker-0 requires a signature by key"), "{description}");
+    assert!(
+        description.contains("Node worker-0: not signalled: Node worker-0 requires a signature"),
+        "{description}"
+    );
     assert!(description.contains(cosign_id), "the key is named: {description}");
     assert!(
         node_signal(client, "worker-0").await.expect("reading the signal").is_none(),
@@ -263,4 +267,73 @@ async fn unsigned_refused(
     assert_eq!(v2_server.requests(), 0, "nothing was downloaded");
     before.assert_untouched(worker, "unsigned");
     delete_plan(client).await;
+}
+
+/// One worker publishing a key no signature of the Plan matches, `maxFailures: 1`: that
+/// worker fails at NewPlan (never signalled, nothing fetched by it), naming the node and the
+/// key; the other workers update and the plan completes (issue 46 item 4).
+#[tokio::test]
+async fn one_worker_publishing_a_key_no_signature_matches_fails_alone() {
+    let (v2_bytes, v2_sha) = v2_build();
+    let keys_work = tempfile::tempdir().expect("tempdir");
+    let keys_dir = keys_work.path().join("trusted-keys");
+    std::fs::create_dir(&keys_dir).expect("keys dir");
+    let cosign_pub = keys_dir.join("cosign.pub");
+    p256_key(keys_work.path(), "release", Some(&cosign_pub));
+    let cosign_id = p256_key_id(&cosign_pub);
+    seal_keys_dir(&keys_dir);
+    let keys_arg = keys_dir.display().to_string();
+    let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-one-keyed-worker")
+            .controllers(1)
+            .workers(&["worker-0", "worker-1", "worker-2"])
+            .agents(Agents::Real)
+            .node_args("worker-1", &["--payload-keys", keys_arg.as_str()])
+            .start()
+            .await
+            .unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(STARTUP, "worker-1 to publish the key it requires", || async {
+        let node = nodes.get("worker-1").await?;
+        Ok(node.metadata.annotations.and_then(|a| a.get(keys::ANNOTATION_PAYLOAD_KEYS).cloned()))
+    })
+    .await
+    .expect("worker-1's keys");
+
+    let v2_server = FileServer::start(v2_bytes).await.unwrap();
+    let mut workers_target = static_nodes(&["worker-0", "worker-1", "worker-2"], 1);
+    workers_target.limits.max_failures = Some(1);
+    let update = update_to(V2, v2_server.base_url(), &v2_sha, None, Some(workers_target));
+    create_plan(&client, &plan("autopilot", "one-keyed", vec![k0s_command(update)]))
+        .await
+        .expect("creating the plan");
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed)
+        .await
+        .expect("the plan completes without worker-1");
+    for name in ["worker-0", "worker-2"] {
+        assert_eq!(target(&done, 0, name).state, TargetState::SignalCompleted, "{name}");
+        wait_node_version(&client, name, V2).await.unwrap();
+    }
+    let keyed = target(&done, 0, "worker-1");
+    assert_eq!(keyed.state, TargetState::SignalApplyFailed, "{}", status_yaml(&done));
+    let reason = keyed.reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with(&format!(
+            "not signalled: Node worker-1 requires a signature by key {cosign_id} and \
+             platforms.linux-amd64 has none; only this node fails"
+        )),
+        "{reason}"
+    );
+    assert!(
+        node_signal(&client, "worker-1").await.expect("reading the signal").is_none(),
+        "worker-1 is never signalled"
+    );
+    let description = done.status.as_ref().and_then(|s| s.commands[0].description.clone());
+    assert!(
+        description.unwrap_or_default().contains("within limits.maxFailures 1"),
+        "{}",
+        status_yaml(&done)
+    );
+    // The workers come in the order they were named.
+    assert_ne!(version_on_disk(&workers[1]), V2, "worker-1 keeps its binary");
 }

@@ -259,19 +259,44 @@ fn failure_domain_groups_go_one_batch_after_the_other_each_named_with_the_soak_b
 }
 
 #[test]
-fn a_plan_without_a_signature_for_a_worker_that_requires_keys_is_a_problem_naming_both() {
+fn a_worker_requiring_a_key_the_plan_has_no_signature_for_fails_counted_by_max_failures() {
     let mut cluster = cluster();
     let requiring =
         worker("worker-1").annotated(autopilot_api::keys::ANNOTATION_PAYLOAD_KEYS, "k-one");
     cluster.nodes[1] = requiring;
+    // maxFailures 0: the one failure is past the budget, the plan would end ApplyFailed.
     let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
     let report = preview(&spec, &cluster, &policy(), now());
-    assert_eq!(report.end_state, "Warning");
+    assert_eq!(report.end_state, "ApplyFailed");
     assert!(
-        report.problems[0].contains("Node worker-1 requires a signature by key k-one"),
+        report.problems[0].contains(
+            "Node worker-1: not signalled: Node worker-1 requires a signature by key k-one"
+        ),
         "{:?}",
         report.problems
     );
+    // maxFailures 1: the others update; the preview names the node that would fail, and why.
+    let mut spec = spec;
+    let workers = &mut spec.commands[0].k0supdate.as_mut().expect("k0supdate").targets.workers;
+    workers.as_mut().expect("workers").limits.max_failures = Some(1);
+    let report = preview(&spec, &cluster, &policy(), now());
+    assert_eq!(report.end_state, "Completed");
+    assert!(report.would_run, "{:?}", report.problems);
+    assert_eq!(report.failing.len(), 1, "{:?}", report.failing);
+    assert!(
+        report.failing[0].starts_with(
+            "Node worker-1: not signalled: Node worker-1 requires a signature by key k-one"
+        ),
+        "{:?}",
+        report.failing
+    );
+    let text = render("autopilot", &spec, &report);
+    assert!(
+        text.contains("Nodes that would fail, each counted by its command's maxFailures (1):\n  - Node worker-1: not signalled"),
+        "{text}"
+    );
+    let batches: Vec<String> = report.batches.iter().flat_map(|b| b.targets.clone()).collect();
+    assert!(!batches.iter().any(|t| t == "Node/worker-1"), "never signalled: {batches:?}");
 }
 
 #[test]

@@ -28,7 +28,12 @@
 //!    does not skip a minor version, no worker ends newer than a controller or more than one
 //!    minor behind, controllers stay within one minor. Else no Plan is written
 //!    ([`Decision::VersionSkew`]): the server's index names one version, and the updater
-//!    does not invent an upgrade path through others.
+//!    does not invent an upgrade path through others. A rule broken only by the version a
+//!    worker reports about itself holds nothing: the Plan is written, NewPlan fails that
+//!    worker's part (or leaves it behind when it is no target), and the decision names the
+//!    worker (`left_out`, a Warning Event). The keys nodes publish never hold an update
+//!    either: they only give every payload its `signatureURL`, which a node without keys
+//!    ignores.
 //! 6. A Plan that was rolled back (DESIGN §15) to move off the offered version holds that
 //!    version back ([`Decision::RolledBackVersion`]): it is not proposed again until the
 //!    server offers another one, or an operator deletes the Plan (which clears the mark).
@@ -255,13 +260,21 @@ pub enum Decision {
         offered: String,
     },
     /// No `autopilot` Plan exists: create it with this spec.
-    CreatePlan(PlanSpec),
+    CreatePlan {
+        /// The new spec.
+        spec: PlanSpec,
+        /// The workers whose own reported version breaks a skew rule: the run fails their
+        /// part (or leaves them behind), one sentence each; empty for most plans.
+        left_out: Vec<String>,
+    },
     /// The `autopilot` Plan is terminal: apply this spec over it to start a fresh run.
     ReplacePlan {
         /// The terminal state of the previous run.
         previous: PlanStateType,
         /// The new spec.
         spec: PlanSpec,
+        /// As for [`Decision::CreatePlan`].
+        left_out: Vec<String>,
     },
     /// The server offers downloads without a sha256 over plain `http://`: no node could
     /// check what it gets, so no Plan is created (rule 5 of the module docs).
@@ -325,7 +338,7 @@ impl Decision {
     /// The Plan spec to server-side apply, if any.
     pub fn plan_spec(&self) -> Option<&PlanSpec> {
         match self {
-            Self::CreatePlan(spec) | Self::ReplacePlan { spec, .. } => Some(spec),
+            Self::CreatePlan { spec, .. } | Self::ReplacePlan { spec, .. } => Some(spec),
             Self::UpToDate { .. }
             | Self::OutsideWindow { .. }
             | Self::PlanRunning { .. }
@@ -338,17 +351,19 @@ impl Decision {
     }
 
     /// Whether the decision is a problem an operator must fix (a Warning Event and a
-    /// `warn` log line) rather than progress.
+    /// `warn` log line) rather than progress: also a Plan written while some worker's own
+    /// report fails its part.
     pub fn is_problem(&self) -> bool {
         match self {
             Self::UnverifiedPayload { .. } | Self::VersionSkew { .. } | Self::Invalid(_) => true,
+            Self::CreatePlan { left_out, .. } | Self::ReplacePlan { left_out, .. } => {
+                !left_out.is_empty()
+            }
             Self::UpToDate { .. }
             | Self::OutsideWindow { .. }
             | Self::PlanRunning { .. }
             | Self::AlreadyPlanned { .. }
-            | Self::RolledBackVersion { .. }
-            | Self::CreatePlan(_)
-            | Self::ReplacePlan { .. } => false,
+            | Self::RolledBackVersion { .. } => false,
         }
     }
 
@@ -360,7 +375,7 @@ impl Decision {
             Self::PlanRunning { .. } => reasons::PLAN_RUNNING,
             Self::AlreadyPlanned { .. } => reasons::ALREADY_PLANNED,
             Self::RolledBackVersion { .. } => reasons::ROLLED_BACK_VERSION,
-            Self::CreatePlan(_) | Self::ReplacePlan { .. } => reasons::PLAN_CREATED,
+            Self::CreatePlan { .. } | Self::ReplacePlan { .. } => reasons::PLAN_CREATED,
             Self::UnverifiedPayload { .. } => reasons::UNVERIFIED_PAYLOAD,
             Self::VersionSkew { .. } => reasons::VERSION_SKEW,
             Self::Invalid(_) => reasons::INVALID,
@@ -389,10 +404,14 @@ impl Decision {
                 "{offered} was rolled back by plan {plan_id}; it is not proposed again until the \
                  update server offers another version, or the Plan is deleted to clear the mark"
             ),
-            Self::CreatePlan(spec) => format!("created the autopilot plan {}", spec.id),
-            Self::ReplacePlan { previous, spec } => {
-                format!("replaced the ended autopilot plan ({previous}) with a new run {}", spec.id)
+            Self::CreatePlan { spec, left_out } => {
+                format!("created the autopilot plan {}{}", spec.id, left_out_text(left_out))
             }
+            Self::ReplacePlan { previous, spec, left_out } => format!(
+                "replaced the ended autopilot plan ({previous}) with a new run {}{}",
+                spec.id,
+                left_out_text(left_out)
+            ),
             Self::UnverifiedPayload { offered, entries } => format!(
                 "not planning {offered}: the update server gives no sha256 for {}, and \
                  {} not https, so no node could check what it downloads; the server must \
@@ -410,6 +429,17 @@ impl Decision {
             Self::Invalid(reason) => reason.clone(),
         }
     }
+}
+
+/// What a written Plan's message adds about the workers whose own report fails their part.
+fn left_out_text(left_out: &[String]) -> String {
+    if left_out.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; a node's own report holds no update, so the run fails only these nodes' part: {}",
+        left_out.join("; ")
+    )
 }
 
 /// Decide what to do now. Pure; see the module docs for the rules.
@@ -461,7 +491,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     }
 
     // Check 5b: the Plan keeps to the version skew rules, or the engine would refuse it.
-    let problems = crate::plan::spec_skew::problems(&new_spec, control_nodes, nodes);
+    let crate::plan::spec_skew::SpecSkew { problems, nodes: left_out } =
+        crate::plan::spec_skew::judge(&new_spec, control_nodes, nodes);
     if !problems.is_empty() {
         return Decision::VersionSkew { offered: answer.version.clone(), problems };
     }
@@ -481,8 +512,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         (Some(plan), Some(state)) if plan.spec.commands == new_spec.commands => {
             Decision::AlreadyPlanned { state, offered: answer.version.clone() }
         }
-        (Some(_), Some(previous)) => Decision::ReplacePlan { previous, spec: new_spec },
-        (None, _) | (Some(_), None) => Decision::CreatePlan(new_spec),
+        (Some(_), Some(previous)) => Decision::ReplacePlan { previous, spec: new_spec, left_out },
+        (None, _) | (Some(_), None) => Decision::CreatePlan { spec: new_spec, left_out },
     }
 }
 

@@ -8,6 +8,15 @@
 //! node or scheduler could act on ([`field_problems`]): a plan never sends a signal that a
 //! node will refuse. Last, the versions each `k0supdate` leaves are judged against the
 //! upgrade-path and skew rules ([`crate::plan::rules::skew`]), walking the commands in order.
+//!
+//! A node's self-report fails at most that node: a worker target whose own published keys
+//! ask for a signature the payload lacks, or whose own published version alone breaks a
+//! skew rule, is recorded `SignalApplyFailed` with the reason (naming the node, the key or
+//! the rule), and the command's `limits.maxFailures` counts it like any failed target; a
+//! worker that is no target is named in a Warning Event. What a controller reports about
+//! itself (its keys, its version) still refuses the command: see `docs/security.md`.
+
+use std::collections::BTreeMap;
 
 use autopilot_api::duration;
 use autopilot_api::v1beta2::{
@@ -15,7 +24,9 @@ use autopilot_api::v1beta2::{
     TargetState, TargetStatus,
 };
 
-use crate::plan::model::command::{Command, Group, kind_problem, targets_mut};
+use crate::plan::model::command::{
+    Command, Group, REFUSED_BY_OWN_REPORT, kind_problem, targets_mut,
+};
 use crate::plan::model::decision::Effect;
 use crate::plan::model::inputs::Inputs;
 use crate::plan::model::lookups::RemovedApiUse;
@@ -48,7 +59,10 @@ pub(in crate::plan) fn new_plan(
         return Vec::new();
     }
     let mut fleet = Fleet::observe(inputs);
-    for command_status in &mut status.commands {
+    let mut outcomes = Vec::with_capacity(status.commands.len());
+    // Workers whose own reported version breaks a skew rule, and what it breaks.
+    let mut own_skew: BTreeMap<String, Vec<skew::Violation>> = BTreeMap::new();
+    for command_status in &status.commands {
         let index = command_status.id;
         let mut outcome = match &command_status.frozen {
             Some(frozen) => new_command(inputs, &run_id, index, frozen, findings),
@@ -65,17 +79,57 @@ pub(in crate::plan) fn new_plan(
                 command_status.frozen.as_ref().and_then(Command::resolve)
         {
             let skew = SkewCheck { inputs, plan_id: &plan_id, index, version: &k0s.version };
-            skew.check(&mut fleet, &mut outcome);
+            for (worker, violations) in skew.check(&mut fleet, &mut outcome) {
+                own_skew.entry(worker).or_default().extend(violations);
+            }
         }
         let state = outcome.state;
-        warnings.extend(record_command(command_status, outcome));
+        outcomes.push(outcome);
         if state != PlanStateType::SchedulableWait {
+            for (command_status, outcome) in status.commands.iter_mut().zip(outcomes) {
+                record_command(command_status, outcome);
+            }
             status.state = state;
             return Vec::new();
         }
     }
+    warnings.extend(fail_own_skew(&mut outcomes, own_skew, &plan_id));
+    for (command_status, outcome) in status.commands.iter_mut().zip(outcomes) {
+        warnings.extend(record_command(command_status, outcome));
+    }
     status.state = PlanStateType::SchedulableWait;
     warnings
+}
+
+/// Check 8 (continued): every worker whose own reported version breaks a skew rule
+/// (`own_skew`) fails as a target of every update command of the run, with the reason; one
+/// that is no target gets a Warning Event and the run goes on. Returns those Events.
+fn fail_own_skew(
+    outcomes: &mut [NewCommand],
+    own_skew: BTreeMap<String, Vec<skew::Violation>>,
+    plan_id: &str,
+) -> Vec<Effect> {
+    let mut events = Vec::new();
+    for (worker, violations) in own_skew {
+        let mut targeted = false;
+        let targets = outcomes
+            .iter_mut()
+            .flat_map(|outcome| outcome.targets.iter_mut())
+            .filter(|(group, _)| *group == Group::Workers)
+            .flat_map(|(_, statuses)| statuses.iter_mut())
+            .filter(|target| target.name == worker);
+        for target in targets {
+            targeted = true;
+            if target.state == TargetState::SignalPending {
+                target.state = TargetState::SignalApplyFailed;
+                target.reason = Some(skew::worker_refusal(&worker, &violations, plan_id));
+            }
+        }
+        if !targeted {
+            events.push(skew::left_behind_event(&worker, &violations));
+        }
+    }
+    events
 }
 
 /// Check 0's refusal: the plan and its first command turn `Warning`, the command saying
@@ -103,8 +157,14 @@ struct SkewCheck<'a> {
 
 impl SkewCheck<'_> {
     /// Walk the fleet over the command's targets; a skew the rules refuse fails the
-    /// command (`Warning`), one the operator allowed adds a Warning Event.
-    fn check(&self, fleet: &mut Fleet, outcome: &mut NewCommand) {
+    /// command (`Warning`), one the operator allowed adds a Warning Event. Returns the
+    /// rules broken only by what a worker reports about itself (not allowed), by worker:
+    /// they fail that worker, never the command.
+    fn check(
+        &self,
+        fleet: &mut Fleet,
+        outcome: &mut NewCommand,
+    ) -> BTreeMap<String, Vec<skew::Violation>> {
         let names = |group: Group| -> Vec<String> {
             outcome
                 .targets
@@ -113,22 +173,28 @@ impl SkewCheck<'_> {
                 .flat_map(|(_, statuses)| statuses.iter().map(|t| t.name.clone()))
                 .collect()
         };
-        let violations =
-            fleet.update(self.version, &names(Group::Controllers), &names(Group::Workers));
+        let walk = fleet.update(self.version, &names(Group::Controllers), &names(Group::Workers));
         let path = format!("commands[{}].k0supdate", self.index);
-        if violations.is_empty() {
+        if walk.is_empty() {
             // Nothing to refuse or allow.
+            BTreeMap::new()
         } else if skew::allowed(self.inputs.allow_skew, self.plan_id) {
+            let mut violations = walk.plan;
+            violations.extend(walk.workers.into_values().flatten());
             outcome.warnings.push(skew::allowed_event(&path, self.version, &violations));
+            BTreeMap::new()
         } else {
-            outcome.state = PlanStateType::Warning;
-            outcome.description = Some(skew::refusal(
-                &path,
-                self.version,
-                &violations,
-                self.plan_id,
-                self.inputs.allow_skew,
-            ));
+            if !walk.plan.is_empty() {
+                outcome.state = PlanStateType::Warning;
+                outcome.description = Some(skew::refusal(
+                    &path,
+                    self.version,
+                    &walk.plan,
+                    self.plan_id,
+                    self.inputs.allow_skew,
+                ));
+            }
+            walk.workers
         }
     }
 }
@@ -379,22 +445,30 @@ fn target_status(
 /// Check 7: every target that publishes the keys it requires (DESIGN §14: a node's
 /// `autopilot.k0sproject.io/payload-keys`, or `bundle-keys` for an airgap bundle) gets a
 /// payload with a signature or a signatureURL. The node would refuse an unsigned payload
-/// anyway; this refuses the plan before any node is touched, naming the nodes and keys. The
-/// leader does not download anything to check a signature: the nodes do.
+/// anyway. The keys are the node's own report, so a worker's fail only that worker
+/// (`SignalApplyFailed` with the reason, counted by `limits.maxFailures`); a controller's
+/// refuse the command before any node is touched, naming the nodes and keys (controllers go
+/// first, one at a time, and any failed controller stops the plan: the same end, before
+/// anything changed). The leader does not download anything to check a signature: the
+/// nodes do.
 fn check_signatures(
     inputs: &Inputs<'_>,
     label: &str,
     command: Command<'_>,
-    targets: Vec<(Group, Vec<TargetStatus>)>,
+    mut targets: Vec<(Group, Vec<TargetStatus>)>,
 ) -> Checked<Vec<(Group, Vec<TargetStatus>)>> {
     let mut unsigned = Vec::new();
-    for (group, statuses) in &targets {
+    for (group, statuses) in &mut targets {
         let kind = command.object_kind(*group);
-        for target in statuses {
+        for target in statuses.iter_mut() {
             let Some(object) = inputs.objects(kind).get(&target.name) else { continue };
-            let keys = match command {
-                Command::K0s(_) => &object.required_keys.payloads,
-                Command::Airgap(_) => &object.required_keys.bundles,
+            let (keys, annotation) = match command {
+                Command::K0s(_) => {
+                    (&object.required_keys.payloads, autopilot_api::keys::ANNOTATION_PAYLOAD_KEYS)
+                }
+                Command::Airgap(_) => {
+                    (&object.required_keys.bundles, autopilot_api::keys::ANNOTATION_BUNDLE_KEYS)
+                }
                 Command::Preflight(_) | Command::K0sRollback(_) | Command::AirgapRollback(_) => {
                     continue;
                 }
@@ -403,11 +477,22 @@ fn check_signatures(
             if keys.is_empty() || entry.signature.is_some() || entry.signature_url.is_some() {
                 continue;
             }
-            unsigned.push(format!(
+            let why = format!(
                 "{kind} {} requires a signature by key {} and platforms.{platform} has none",
                 target.name,
                 keys.join(" or ")
-            ));
+            );
+            match group {
+                Group::Controllers => unsigned.push(why),
+                Group::Workers => {
+                    target.state = TargetState::SignalApplyFailed;
+                    target.reason = Some(format!(
+                        "{REFUSED_BY_OWN_REPORT}{why}; only this node fails, as the keys are its own \
+                         report ({annotation}): give platforms.{platform} a signature or \
+                         signatureURL, or remove the keys from the node's --payload-keys"
+                    ));
+                }
+            }
         }
     }
     if unsigned.is_empty() {

@@ -562,8 +562,10 @@ impl CommandPass<'_, '_> {
         if let Some(names) = waves::group_canaries(&self.view()) {
             return names;
         }
+        // A worker NewPlan failed for its own report is no canary: it proves nothing.
         let mut names: Vec<String> = targets(self.status, self.command, Group::Workers)
             .iter()
+            .filter(|t| !crate::plan::model::command::refused_by_own_report(t))
             .map(|t| t.name.clone())
             .collect();
         names.sort_unstable();
@@ -969,6 +971,11 @@ impl CommandPass<'_, '_> {
                 for target in failed.iter().filter(|t| t.state == target_state) {
                     let reason = target.reason.as_deref().unwrap_or("no reason given");
                     lines.push(match target_state {
+                        TargetState::SignalApplyFailed
+                            if crate::plan::model::command::refused_by_own_report(target) =>
+                        {
+                            format!("{kind} {}: {reason}", target.name)
+                        }
                         TargetState::SignalApplyFailed => {
                             let phase = target.phase.map_or("a failure", SignalPhase::as_str);
                             format!("{kind} {} reported {phase}: {reason}", target.name)

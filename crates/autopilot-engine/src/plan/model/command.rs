@@ -12,7 +12,7 @@ use autopilot_api::signal::{
 };
 use autopilot_api::v1beta2::{
     PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate, PlanCommandPreflight,
-    PlanCommandStatus, PlanCommandTarget, PlanResourceUrl, TargetStatus,
+    PlanCommandStatus, PlanCommandTarget, PlanResourceUrl, TargetState, TargetStatus,
 };
 
 use crate::plan::model::decision::ObjectKind;
@@ -492,6 +492,20 @@ impl RunIdentity {
             ObservedSignal::Valid(_) | ObservedSignal::Invalid(_) | ObservedSignal::None => None,
         }
     }
+}
+
+/// How the reason of a target NewPlan failed for its own report begins (its published keys
+/// or version: `crate::plan::driver::discovery`).
+pub(in crate::plan) const REFUSED_BY_OWN_REPORT: &str = "not signalled: ";
+
+/// Whether `target` failed at NewPlan for what its node reports about itself, never
+/// signalled. Such a target counts against `limits.maxFailures` like any failure, but
+/// proved nothing about the payload: it is no canary, and it does not stop the waves at
+/// its group.
+pub(in crate::plan) fn refused_by_own_report(target: &TargetStatus) -> bool {
+    target.state == TargetState::SignalApplyFailed
+        && target.signalled.is_none()
+        && target.reason.as_deref().is_some_and(|r| r.starts_with(REFUSED_BY_OWN_REPORT))
 }
 
 /// The targets of a group in a command status (empty when the status has none).

@@ -445,6 +445,10 @@ pub mod reasons {
     /// A run started although a command breaks the version skew rules: the Plan's
     /// `allow-skew` annotation names its id (`crate::skew`).
     pub const VERSION_SKEW_ALLOWED: &str = "VersionSkewAllowed";
+    /// A run started that leaves a worker outside the version skew rules by the version
+    /// that worker reports about itself, and the worker is no target (a target fails
+    /// instead): a node's self-report holds no run (`crate::skew`).
+    pub const VERSION_SKEW_LEFT_BEHIND: &str = "VersionSkewLeftBehind";
 
     /// A command holds the nodes it would signal next until their window opens
     /// (`spec.window`, `spec.downloadWindow` or a named window; `crate::window`).
@@ -458,7 +462,7 @@ pub mod reasons {
     pub const PRESTAGING: &str = "Prestaging";
 
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 27] = [
+    pub const ALL: [&str; 28] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -483,6 +487,7 @@ pub mod reasons {
         PREFLIGHT_WARNINGS,
         ROLLING_BACK,
         VERSION_SKEW_ALLOWED,
+        VERSION_SKEW_LEFT_BEHIND,
         WAITING_FOR_WINDOW,
         UNKNOWN_WINDOW,
         PRESTAGING,

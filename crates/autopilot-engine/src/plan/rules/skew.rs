@@ -20,6 +20,16 @@
 //! plan changes one of its nodes and makes its gap wider than it was: a plan is never
 //! refused for a skew it found and does not deepen (it may be the plan that repairs it).
 //!
+//! Whose report a broken rule rests on decides what it stops (issue: a node's self-report
+//! fails at most that node). A worker publishes its own version (the kubelet's identity may
+//! annotate its own Node), so a pair rule broken only because of what a worker reports about
+//! itself (the worker keeps its reported version, the plan moved the controller) is
+//! [`Walk::workers`]'s: that worker's targets fail, and a worker that is no target is only
+//! named in a Warning Event. Everything else is [`Walk::plan`]'s and refuses the command: the
+//! plan's own versions, and the controllers' reports (a ControlNode's status is written by
+//! the controller itself, which holds the control plane anyway; the control plane's skew is
+//! what these rules protect).
+//!
 //! Minor versions are compared (`v1.35.1+k0s.0` is `v1.35`); a node whose version is not
 //! published or does not parse is not judged, and neither is a command whose version does
 //! not parse. Each refusal names the rule, the nodes, their versions and the minor version
@@ -136,8 +146,27 @@ impl fmt::Display for Violation {
     }
 }
 
-/// A pair violation's grouping: the rule, the controller it is about and its version.
-type PairKey = (&'static str, String, String);
+/// A pair violation's grouping: the rule, the controller it is about and its version, and
+/// the worker whose own report alone makes it (`None`: the plan's or the controllers').
+type PairKey = (&'static str, String, String, Option<String>);
+
+/// The rules one command's walk breaks, by whose report they rest on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Walk {
+    /// Broken by the plan's versions or the controllers' reports: the command is refused
+    /// (unless the `allow-skew` annotation names the plan).
+    pub plan: Vec<Violation>,
+    /// Broken only because of the version a worker reports about itself (the worker keeps
+    /// it, the plan moved a controller), by worker name: that worker's targets fail.
+    pub workers: BTreeMap<String, Vec<Violation>>,
+}
+
+impl Walk {
+    /// Whether nothing is broken.
+    pub fn is_empty(&self) -> bool {
+        self.plan.is_empty() && self.workers.is_empty()
+    }
+}
 
 /// The versions of the cluster as a plan's run moves them, command by command.
 #[derive(Clone, Debug)]
@@ -175,14 +204,15 @@ impl Fleet {
     }
 
     /// Walk one update command to `version` over its resolved `controllers` and `workers`
-    /// (a k0s update; an airgap bundle changes no version) and return the rules it breaks.
+    /// (a k0s update; an airgap bundle changes no version) and return the rules it breaks,
+    /// by whose report they rest on.
     pub(in crate::plan) fn update(
         &mut self,
         version: &str,
         controllers: &[String],
         workers: &[String],
-    ) -> Vec<Violation> {
-        let Some(to) = Running::of(version) else { return Vec::new() };
+    ) -> Walk {
+        let Some(to) = Running::of(version) else { return Walk::default() };
         let mut violations = Vec::new();
         // Check 1: no controller skips a minor version.
         let mut skipping: BTreeMap<(String, Minor), Vec<String>> = BTreeMap::new();
@@ -209,11 +239,12 @@ impl Fleet {
             });
         }
         // Checks 2 to 4, once the command's controllers are done and once its workers are.
+        let mut walk = Walk { plan: violations, workers: BTreeMap::new() };
         self.move_to(Role::Controller, controllers, &to);
-        violations.extend(self.pairs());
+        self.pairs(&mut walk);
         self.move_to(Role::Worker, workers, &to);
-        violations.extend(self.pairs());
-        violations
+        self.pairs(&mut walk);
+        walk
     }
 
     /// The nodes `names` of `role` now run `to`. A worker target that is a ControlNode (a
@@ -232,8 +263,9 @@ impl Fleet {
     }
 
     /// The pair rules on the current versions: only pairs the plan changed a node of and
-    /// made wider than they were, each pair once.
-    fn pairs(&mut self) -> Vec<Violation> {
+    /// made wider than they were, each pair once; added to `walk` by whose report they rest
+    /// on.
+    fn pairs(&mut self, walk: &mut Walk) {
         // (rule, the node the message is about, its version) -> the nodes on the other side.
         let mut found: BTreeMap<PairKey, Vec<(String, String)>> = BTreeMap::new();
         let controllers = self.role(Role::Controller);
@@ -253,8 +285,17 @@ impl Fleet {
                 {
                     continue;
                 }
+                // The worker's own report alone: it keeps the version it published, and the
+                // plan moved the controller.
+                let own_report = !self.changed.contains(&(Role::Worker, worker.clone()))
+                    && self.changed.contains(&(Role::Controller, controller.clone()));
                 found
-                    .entry((rule, controller.clone(), c.version.clone()))
+                    .entry((
+                        rule,
+                        controller.clone(),
+                        c.version.clone(),
+                        own_report.then(|| worker.clone()),
+                    ))
                     .or_default()
                     .push((worker.clone(), w.version.clone()));
             }
@@ -272,17 +313,18 @@ impl Fleet {
                     continue;
                 }
                 found
-                    .entry((rules::CONTROLLER_SKEW, controller.clone(), c.version.clone()))
+                    .entry((rules::CONTROLLER_SKEW, controller.clone(), c.version.clone(), None))
                     .or_default()
                     .push((other.clone(), o.version.clone()));
             }
         }
-        found
-            .into_iter()
-            .map(|((rule, controller, version), others)| {
-                pair_violation(rule, &controller, &version, &others)
-            })
-            .collect()
+        for ((rule, controller, version, worker), others) in found {
+            let violation = pair_violation(rule, &controller, &version, &others);
+            match worker {
+                Some(worker) => walk.workers.entry(worker).or_default().push(violation),
+                None => walk.plan.push(violation),
+            }
+        }
     }
 
     /// The current versions of one role's nodes, by name.
@@ -432,6 +474,44 @@ pub(in crate::plan) fn allowed_event(
             "{path}.version: {version} breaks the version skew rules, allowed by the {} \
              annotation: {}",
             keys::ANNOTATION_ALLOW_SKEW,
+            listed.join("; ")
+        ),
+    }
+}
+
+/// The reason the target of worker `name` fails when the rules broken only by the version
+/// it reports about itself (`violations`, from [`Walk::workers`]) are not allowed: names
+/// the node, its version and each rule, and how to update it anyway.
+pub(in crate::plan) fn worker_refusal(
+    name: &str,
+    violations: &[Violation],
+    plan_id: &str,
+) -> String {
+    let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    format!(
+        "{}the version Node {name} publishes about itself ({}) breaks the \
+         version skew rules: {}. Only this node fails, as the rule rests on its own report; \
+         to update it anyway, annotate the plan {}={plan_id}",
+        crate::plan::model::command::REFUSED_BY_OWN_REPORT,
+        keys::ANNOTATION_K0S_VERSION,
+        listed.join("; "),
+        keys::ANNOTATION_ALLOW_SKEW,
+    )
+}
+
+/// The Warning Event about worker `name`, no target of the run, whose own reported version
+/// breaks `violations` once the run moved the controllers: the run goes on.
+pub(in crate::plan) fn left_behind_event(name: &str, violations: &[Violation]) -> Effect {
+    let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    Effect::Event {
+        kind: EventKind::Warning,
+        reason: reasons::VERSION_SKEW_LEFT_BEHIND,
+        note: format!(
+            "Node {name} is no target of this run, and the version it publishes about itself \
+             ({}) breaks the version skew rules once the run has moved the controllers: {}; \
+             the run goes on, as the rule rests on the node's own report (update the node \
+             next)",
+            keys::ANNOTATION_K0S_VERSION,
             listed.join("; ")
         ),
     }

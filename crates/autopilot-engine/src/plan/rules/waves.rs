@@ -108,6 +108,7 @@ pub(in crate::plan) fn group_canaries(view: &CommandView<'_>) -> Option<Vec<Stri
     let mut names: Vec<String> = workers
         .iter()
         .filter(|t| first.is_some_and(|first| t.group.as_deref() == first))
+        .filter(|t| !crate::plan::model::command::refused_by_own_report(t))
         .map(|t| t.name.clone())
         .collect();
     names.sort_unstable();
@@ -156,6 +157,8 @@ fn stop_after_failed_group(
     let failed: Vec<String> = targets(view.status, command, Group::Workers)
         .iter()
         .filter(|t| previous_members.contains(&t.name) && t.state.is_failure())
+        // A worker NewPlan failed for its own report proved nothing about the payload.
+        .filter(|t| !crate::plan::model::command::refused_by_own_report(t))
         .map(|t| {
             let why = t.reason.as_deref().unwrap_or("no reason given");
             format!("{kind} {} ({}): {why}", t.name, t.state)

@@ -7,7 +7,13 @@ use autopilot_api::v1beta2::PlanStateType as P;
 use super::fixtures::*;
 use super::support::*;
 use crate::plan::phases::reasons;
-use crate::plan::{EventKind, ObjectKind::Node, Transition};
+use crate::plan::{
+    EventKind,
+    ObjectKind::{ControlNode, Node},
+    Transition,
+};
+use autopilot_api::keys;
+use autopilot_api::v1beta2::TargetState;
 
 fn unverified_payload_warnings(t: &Transition) -> Vec<String> {
     events(t)
@@ -203,15 +209,100 @@ fn amd64(
     platforms.get_mut("linux-amd64").expect("an amd64 entry")
 }
 
+/// The reason NewPlan gives a worker `name` requiring `keys` the payload lacks a signature for.
+fn own_keys_reason(name: &str, keys: &str, annotation: &str) -> String {
+    format!(
+        "not signalled: Node {name} requires a signature by key {keys} and \
+         platforms.linux-amd64 has none; only this node fails, as the keys are its own report \
+         ({annotation}): give platforms.linux-amd64 a signature or signatureURL, or remove the \
+         keys from the node's --payload-keys"
+    )
+}
+
 #[test]
-fn a_plan_without_a_signature_for_a_node_requiring_keys_is_refused_naming_node_and_key() {
+fn a_worker_requiring_a_key_the_plan_has_no_signature_for_fails_alone_and_the_others_update() {
     let mut sim = Sim::new(
-        PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1", "w2"]),
+        PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1", "w2", "w3"]).max_failures(1),
         ClusterFixture::new()
             .controllers(["c1"])
-            .workers(["w1", "w2"])
+            .workers(["w1", "w2", "w3"])
             .requiring_keys("w2", &["k-one", "k-two"], &[])
             .requiring_keys("c1", &[], &["k-bundle"]),
+    );
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::SchedulableWait, "the plan runs");
+    assert_eq!(names(signalled(&t)), ["c1"], "c1 requires keys on bundles only");
+    let w2 = sim.plan.target(0, "w2");
+    assert_eq!(w2.state, TargetState::SignalApplyFailed);
+    assert_eq!(
+        w2.reason.as_deref(),
+        Some(own_keys_reason("w2", "k-one or k-two", keys::ANNOTATION_PAYLOAD_KEYS).as_str())
+    );
+    assert!(
+        events(&t).iter().any(|(kind, reason, note)| *kind == EventKind::Warning
+            && *reason == reasons::NODE_FAILED
+            && note.contains("Node w2 failed: not signalled: Node w2 requires")),
+        "an Event names the node: {:#?}",
+        events(&t)
+    );
+    sim.cluster(|c| c.reports(ControlNode, "c1", SignalPhase::Completed));
+    assert_eq!(names(signalled(&sim.pass())), ["w1"], "w2 is never signalled");
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    assert_eq!(names(signalled(&sim.pass())), ["w3"]);
+    sim.cluster(|c| c.reports(Node, "w3", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Completed);
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(
+        description.contains("completed with 1 failed worker(s), within limits.maxFailures 1"),
+        "{description}"
+    );
+    assert!(description.contains("Node w2 (SignalApplyFailed): not signalled"), "{description}");
+}
+
+#[test]
+fn a_worker_requiring_a_key_counts_against_max_failures_like_any_failure() {
+    // maxFailures 0 (the default): the one failure ends the command before any node is
+    // signalled, naming the node and the key.
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2"]),
+        ClusterFixture::new().workers(["w1", "w2"]).requiring_keys("w2", &["k-one"], &[]),
+    );
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "no node is signalled: {t:#?}");
+    assert_eq!(sim.plan.state(), P::ApplyFailed);
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalPending, "w1 untouched");
+    let description = sim.plan.command(0).description.clone().unwrap_or_default();
+    assert!(
+        description.ends_with(&format!(
+            "Node w2: {}",
+            own_keys_reason("w2", "k-one", keys::ANNOTATION_PAYLOAD_KEYS)
+        )),
+        "{description}"
+    );
+}
+
+#[test]
+fn a_worker_refused_for_its_own_keys_is_no_canary() {
+    let mut sim = Sim::new(
+        PlanFixture::airgap_update(V).workers(["w1", "w2", "w3"]).max_failures(1).canary(1, None),
+        ClusterFixture::new().workers(["w1", "w2", "w3"]).requiring_keys("w1", &[], &["k-b"]),
+    );
+    let t = sim.pass();
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalApplyFailed);
+    assert_eq!(names(signalled(&t)), ["w2"], "the first worker that can go is the canary");
+    assert_eq!(sim.plan.state(), P::SchedulableWait, "a failed w1 does not stop the canary");
+}
+
+#[test]
+fn a_controller_requiring_a_key_the_plan_has_no_signature_for_still_refuses_the_plan() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1"]).max_failures(1),
+        ClusterFixture::new().controllers(["c1"]).workers(["w1"]).requiring_keys(
+            "c1",
+            &["k-one"],
+            &[],
+        ),
     );
     let t = sim.pass();
     assert!(signalled(&t).is_empty(), "no node is signalled: {t:#?}");
@@ -219,11 +310,10 @@ fn a_plan_without_a_signature_for_a_node_requiring_keys_is_refused_naming_node_a
     assert_eq!(
         sim.plan.command(0).description.as_deref(),
         Some(
-            "command 0 (k0supdate): Node w2 requires a signature by key k-one or k-two and \
+            "command 0 (k0supdate): ControlNode c1 requires a signature by key k-one and \
              platforms.linux-amd64 has none; give each such platform a signature or \
              signatureURL (or remove the keys from the nodes' --payload-keys)"
         ),
-        "only w2 requires keys on k0s payloads (c1 only on bundles)"
     );
 }
 
@@ -258,9 +348,11 @@ fn an_airgap_bundle_needs_a_signature_only_for_nodes_requiring_bundle_keys() {
         ClusterFixture::new().workers(["w1"]).requiring_keys("w1", &[], &["k-bundle"]),
     );
     sim.pass();
-    assert_eq!(sim.plan.state(), P::Warning);
-    let description = sim.plan.command(0).description.clone().unwrap_or_default();
-    assert!(description.contains("Node w1 requires a signature by key k-bundle"), "{description}");
+    assert_eq!(sim.plan.state(), P::ApplyFailed, "w1 fails, past maxFailures 0");
+    assert_eq!(
+        sim.plan.target(0, "w1").reason.as_deref(),
+        Some(own_keys_reason("w1", "k-bundle", keys::ANNOTATION_BUNDLE_KEYS).as_str())
+    );
 }
 
 #[test]
@@ -280,4 +372,8 @@ fn a_platform_with_both_a_signature_and_a_signature_url_is_refused() {
         description.contains("platforms.linux-amd64: give signature or signatureURL, not both"),
         "{description}"
     );
+}
+
+fn names(signals: Vec<(crate::plan::ObjectKind, String)>) -> Vec<String> {
+    signals.into_iter().map(|(_, name)| name).collect()
 }

@@ -2,7 +2,7 @@
 //! boundary, pre-existing skew, the walk over several commands, and the allow-skew
 //! annotation (which counts only when it names the plan's id).
 
-use autopilot_api::v1beta2::PlanStateType as P;
+use autopilot_api::v1beta2::{PlanStateType as P, TargetState};
 
 use super::fixtures::*;
 use crate::plan::EventKind;
@@ -106,19 +106,84 @@ fn a_controller_left_behind_counts_even_when_the_others_go_first() {
 }
 
 #[test]
-fn workers_more_than_one_minor_behind_are_refused_naming_the_version_for_the_workers() {
+fn workers_left_behind_by_their_own_version_hold_no_controller_update_and_are_named() {
+    // w1 and w2 publish v1.30.4 (the truth, or a lie): the controllers go on to v1.32, and a
+    // Warning Event names each worker, its version and the rule.
     let old = cluster().running("w1", "v1.30.4+k0s.0").running("w2", "v1.30.4+k0s.0");
-    let plan = PlanFixture::k0s_update("v1.32.1+k0s.0").controllers(["c1", "c2"]);
-    let description = refused(plan, old);
+    let mut sim = Sim::new(PlanFixture::k0s_update("v1.32.1+k0s.0").controllers(["c1", "c2"]), old);
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::SchedulableWait, "the controllers' update runs");
+    assert_eq!(signalled(&t).len(), 1, "c1 is signalled: {t:#?}");
+    let left: Vec<String> = events(&t)
+        .into_iter()
+        .filter(|(kind, reason, _)| {
+            *kind == EventKind::Warning && *reason == reasons::VERSION_SKEW_LEFT_BEHIND
+        })
+        .map(|(_, _, note)| note)
+        .collect();
+    assert_eq!(left.len(), 2, "one per worker: {left:?}");
     assert!(
-        description.contains(
-            "[worker-too-old] workers w1, w2 (v1.30.4+k0s.0) would be 2 minor versions behind \
-             controller c1 (v1.32.1+k0s.0); update the workers to v1.31 first"
+        left[0].starts_with(
+            "Node w1 is no target of this run, and the version it publishes about itself \
+             (autopilot.k0sproject.io/k0s-version) breaks the version skew rules once the run \
+             has moved the controllers: [worker-too-old] worker w1 (v1.30.4+k0s.0) would be 2 \
+             minor versions behind controller c1 (v1.32.1+k0s.0); update the workers to v1.31 \
+             first"
         ),
-        "{description}"
+        "{left:?}"
     );
-    // Boundary: one minor behind is fine.
-    runs(PlanFixture::k0s_update("v1.32.1+k0s.0").controllers(["c1", "c2"]), cluster());
+    // Boundary: one minor behind is fine, and says nothing.
+    let (_, _, sim) =
+        new_plan(PlanFixture::k0s_update("v1.32.1+k0s.0").controllers(["c1", "c2"]), cluster());
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+}
+
+#[test]
+fn a_worker_target_whose_own_version_breaks_a_rule_fails_alone_within_max_failures() {
+    // w2 claims v1.20: once the controllers are on v1.32 it would be far behind them before
+    // its own turn. Only w2 fails; w1 and the controllers update.
+    let lying = cluster().running("w2", "v1.20.0+k0s.0");
+    let plan = PlanFixture::k0s_update("v1.32.0+k0s.0")
+        .controllers(["c1", "c2"])
+        .workers(["w1", "w2"])
+        .max_failures(1);
+    let (state, _, sim) = new_plan(plan.clone(), lying.clone());
+    assert_eq!(state, P::SchedulableWait);
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalPending);
+    let w2 = sim.plan.target(0, "w2");
+    assert_eq!(w2.state, TargetState::SignalApplyFailed);
+    let reason = w2.reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with(
+            "not signalled: the version Node w2 publishes about itself \
+             (autopilot.k0sproject.io/k0s-version) breaks the version skew rules: \
+             [worker-too-old] worker w2 (v1.20.0+k0s.0) would be 12 minor versions behind \
+             controller c1 (v1.32.0+k0s.0)"
+        ),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with(
+            "Only this node fails, as the rule rests on its own report; to update it anyway, \
+             annotate the plan autopilot.k0sproject.io/allow-skew=id123"
+        ),
+        "{reason}"
+    );
+    // The operator's override updates it like the others.
+    let (state, _, sim) = new_plan(plan.allowing_skew("id123"), lying);
+    assert_eq!(state, P::SchedulableWait);
+    assert_eq!(sim.plan.target_state(0, "w2"), TargetState::SignalPending);
+}
+
+#[test]
+fn a_controllers_own_version_still_refuses_the_plan() {
+    // c2 claims v1.30: the workers' update would leave them newer than it; the control
+    // plane's skew is what the rules are for, so the plan is refused, not c2 alone failed.
+    let plan = PlanFixture::k0s_update("v1.32.0+k0s.0").workers(["w1", "w2"]).max_failures(2);
+    let claims = cluster().running("c1", "v1.32.0+k0s.0").running("c2", "v1.30.0+k0s.0");
+    let description = refused(plan, claims);
+    assert!(description.contains("[worker-newer-than-controller]"), "{description}");
+    assert!(description.contains("controller c2 (v1.30.0+k0s.0)"), "{description}");
 }
 
 #[test]

@@ -165,7 +165,7 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
             preflight: None,
         }],
     };
-    assert_eq!(decision, Decision::CreatePlan(expected));
+    assert_eq!(decision, Decision::CreatePlan { spec: expected, left_out: Vec::new() });
     assert_eq!(decision.reason(), reasons::PLAN_CREATED);
 }
 
@@ -197,7 +197,7 @@ fn older_version_is_up_to_date() {
 #[test]
 fn newer_k0s_build_of_the_same_kubernetes_version_is_an_update() {
     let decision = run(&monday_window(), monday(13, 30), &answer("v1.35.1+k0s.1"), None);
-    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
+    assert!(matches!(decision, Decision::CreatePlan { .. }), "{decision:?}");
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn window_end_is_exclusive_in_the_decision_too() {
     let decision = run(&monday_window(), monday(15, 0), &answer("v1.35.2+k0s.0"), None);
     assert!(matches!(decision, Decision::OutsideWindow { .. }), "{decision:?}");
     let decision = run(&monday_window(), monday(13, 0), &answer("v1.35.2+k0s.0"), None);
-    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
+    assert!(matches!(decision, Decision::CreatePlan { .. }), "{decision:?}");
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn terminal_plan_is_replaced_by_a_fresh_run() {
         let plan = plan_in(state, old.clone());
         let now = monday(13, 30);
         let decision = run(&monday_window(), now, &answer("v1.35.3+k0s.0"), Some(&plan));
-        let Decision::ReplacePlan { previous, spec } = &decision else {
+        let Decision::ReplacePlan { previous, spec, .. } = &decision else {
             panic!("{decision:?}");
         };
         assert_eq!(*previous, state);
@@ -341,7 +341,7 @@ fn forced_update_takes_a_different_version_but_never_the_same_one() {
         ..Default::default()
     });
     let decision = run(&spec, monday(13, 30), &answer("v1.35.0+k0s.0"), None);
-    let Decision::CreatePlan(plan) = &decision else { panic!("{decision:?}") };
+    let Decision::CreatePlan { spec: plan, .. } = &decision else { panic!("{decision:?}") };
     assert!(plan.commands[0].k0supdate.as_ref().unwrap().forceupdate);
     let decision = run(&spec, monday(13, 30), &answer(RUNNING), None);
     assert!(matches!(decision, Decision::UpToDate { .. }), "{decision:?}");
@@ -490,7 +490,7 @@ fn item_with_neither_part_is_invalid() {
 fn cron_strategy_lets_the_server_decide_the_version() {
     // No local comparison: even the running version creates a plan when none exists.
     let decision = run(&cron("@hourly"), monday(3, 0), &answer(RUNNING), None);
-    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
+    assert!(matches!(decision, Decision::CreatePlan { .. }), "{decision:?}");
 }
 
 #[test]
@@ -529,7 +529,7 @@ fn legacy_answer(version: &str, urls: &[(&str, &str)]) -> ChannelAnswer {
 fn a_legacy_answer_over_https_creates_the_plan_without_digests() {
     let offered = legacy_answer("v1.35.3+k0s.0", &[("linux-amd64", "https://x/k0s-amd64")]);
     let decision = run(&cron("@hourly"), monday(3, 0), &offered, None);
-    let Decision::CreatePlan(spec) = &decision else { panic!("{decision:?}") };
+    let Decision::CreatePlan { spec, .. } = &decision else { panic!("{decision:?}") };
     let update = spec.commands[0].k0supdate.as_ref().unwrap();
     assert_eq!(update.platforms["linux-amd64"].sha256, None);
     assert!(!decision.is_problem());
@@ -550,7 +550,7 @@ fn a_controller_allowing_unverified_payloads_plans_plain_http_downloads_too() {
         control_nodes: &NO_OBJECTS,
         nodes: &NO_OBJECTS,
     });
-    assert!(matches!(decision, Decision::CreatePlan(_)), "{decision:?}");
+    assert!(matches!(decision, Decision::CreatePlan { .. }), "{decision:?}");
 }
 
 #[test]
@@ -593,7 +593,10 @@ fn index_entries_over_plain_http_need_their_digests() {
     let mut offered = answer("v1.35.2+k0s.0");
     offered.k0s.get_mut("linux-amd64").unwrap().url = "http://x/k0s-amd64".to_owned();
     let decision = run(&monday_window(), monday(13, 30), &offered, None);
-    assert!(matches!(decision, Decision::CreatePlan(_)), "verified by its digest: {decision:?}");
+    assert!(
+        matches!(decision, Decision::CreatePlan { .. }),
+        "verified by its digest: {decision:?}"
+    );
 
     let mut spec = monday_window();
     spec.plan_spec = Some(AutopilotPlanSpec {
@@ -720,14 +723,14 @@ fn payloads_the_nodes_require_signed_get_the_sig_beside_them() {
             nodes: &NO_OBJECTS,
         })
     };
-    let Decision::CreatePlan(unsigned) = decide_with(Signatures::default()) else {
+    let Decision::CreatePlan { spec: unsigned, .. } = decide_with(Signatures::default()) else {
         panic!("a plan")
     };
     let k0s = &unsigned.commands[0].k0supdate.as_ref().expect("k0supdate").platforms;
     assert!(k0s.values().all(|e| e.signature_url.is_none()), "no node requires keys: {k0s:?}");
 
     let signed = decide_with(Signatures { payloads: true, bundles: false });
-    let Decision::CreatePlan(spec) = signed else { panic!("a plan") };
+    let Decision::CreatePlan { spec, .. } = signed else { panic!("a plan") };
     let k0s = &spec.commands[0].k0supdate.as_ref().expect("k0supdate").platforms;
     for entry in k0s.values() {
         assert_eq!(entry.signature_url, Some(format!("{}.sig", entry.url)));
@@ -792,7 +795,46 @@ fn a_version_that_would_break_the_skew_rules_is_not_planned_and_the_event_names_
     assert!(decision.plan_spec().is_none());
     // One minor version up, controllers and workers together: planned.
     let next = answer("v1.34.1+k0s.0");
-    assert!(matches!(decide_on(&next), Decision::CreatePlan(_)), "{:?}", decide_on(&next));
+    assert!(matches!(decide_on(&next), Decision::CreatePlan { .. }), "{:?}", decide_on(&next));
+}
+
+#[test]
+fn a_workers_own_version_holds_no_update_the_plan_is_written_and_names_the_worker() {
+    let controllers = BTreeMap::from([at_version("c1", "v1.33.4+k0s.0")]);
+    // w2 reports a version far behind (a lie, or a node left out for long): the rule rests on
+    // its own report.
+    let nodes =
+        BTreeMap::from([at_version("w1", "v1.33.4+k0s.0"), at_version("w2", "v1.20.0+k0s.0")]);
+    let decision = decide(&Inputs {
+        spec: &monday_window(),
+        now: monday(13, 30),
+        tz: &TimeZone::UTC,
+        running_version: "v1.33.4+k0s.0",
+        answer: &answer("v1.34.1+k0s.0"),
+        plan: None,
+        allow_unverified_payloads: false,
+        signatures: Signatures::default(),
+        control_nodes: &controllers,
+        nodes: &nodes,
+    });
+    let Decision::CreatePlan { spec, left_out } = &decision else { panic!("{decision:?}") };
+    assert_eq!(spec.commands.len(), 1, "the whole cluster's update is written");
+    assert_eq!(
+        left_out,
+        &vec![
+            "Node w2, by the version it reports about itself: [worker-too-old] worker w2 \
+             (v1.20.0+k0s.0) would be 14 minor versions behind controller c1 (v1.34.1+k0s.0); \
+             update the workers to v1.33 first (it fails in the run)"
+                .to_owned()
+        ]
+    );
+    assert!(decision.is_problem(), "a Warning Event says so");
+    assert_eq!(decision.reason(), reasons::PLAN_CREATED);
+    assert!(
+        decision.message().contains("the run fails only these nodes' part: Node w2"),
+        "{}",
+        decision.message()
+    );
 }
 
 #[test]
