@@ -268,21 +268,13 @@ impl Cosign {
             .collect()
     }
 
-    /// `cosign sign-blob --key <key> … <blob>` writing `output`; returns the file's bytes.
-    pub fn sign_blob(
-        &self,
-        key: &Path,
-        blob: &Path,
-        output: Output,
-        out: &Path,
-    ) -> anyhow::Result<Vec<u8>> {
-        let dir = out.parent().context("the output file has no directory")?;
-        let mut args = vec!["sign-blob".to_owned(), "--key".to_owned(), key.display().to_string()];
-        args.extend(self.sign_blob_args(output, out));
-        args.push(blob.display().to_string());
+    /// Runs one command `docs/security.md` gives ([`documented_commands`]) in `dir`: its
+    /// first word, `cosign`, is this release's binary.
+    pub fn run_documented(&self, dir: &Path, command: &[String]) -> anyhow::Result<()> {
+        let Some((first, args)) = command.split_first() else { bail!("an empty command") };
+        ensure!(first == "cosign", "not a cosign command: {}", command.join(" "));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run(dir, &args)?;
-        fs::read(out).with_context(|| format!("reading {}", out.display()))
+        self.run(dir, &args)
     }
 
     /// `cosign attest-blob --key <key> --predicate <predicate> --type custom … --bundle <out>
@@ -331,6 +323,38 @@ impl Cosign {
     }
 }
 
+/// The commands `docs/security.md` (given as `markdown`) tells users of `release` to run:
+/// the `cosign …` lines of its fenced `sh` block that runs `cosign generate-key-pair`, in the
+/// part after the comment `# cosign <major>:`, each split into words (lines ending in `\\`
+/// joined, comments left out). `Err` when the docs give none.
+pub fn documented_commands(markdown: &str, release: Release) -> anyhow::Result<Vec<Vec<String>>> {
+    let major = release.version.trim_start_matches('v').split('.').next().unwrap_or_default();
+    let marker = format!("# cosign {major}:");
+    let block = markdown
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(block, _)| block))
+        .find(|block| block.contains("cosign generate-key-pair"))
+        .context("docs/security.md has no sh block running `cosign generate-key-pair`")?;
+    let mut commands = Vec::new();
+    let mut in_section = false;
+    for line in block.replace("\\\n", " ").lines() {
+        let line = line.trim();
+        if line.starts_with('#') {
+            if line.starts_with("# cosign ") {
+                in_section = line.starts_with(&marker);
+            }
+            continue;
+        }
+        let command = line.split(" #").next().unwrap_or_default();
+        if in_section && command.starts_with("cosign ") {
+            commands.push(command.split_whitespace().map(str::to_owned).collect());
+        }
+    }
+    ensure!(!commands.is_empty(), "docs/security.md gives no commands after `{marker}`");
+    Ok(commands)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,20 +378,49 @@ mod tests {
     }
 
     #[test]
-    fn each_release_signs_offline_with_the_flags_the_docs_give() {
-        let with = |release| Cosign { release, binary: PathBuf::from("cosign") };
-        let out = Path::new("k0s.out");
-        let args = |release, output| with(release).sign_blob_args(output, out).join(" ");
-        assert_eq!(args(COSIGN_2, Output::Sig), "--tlog-upload=false --output-signature k0s.out");
-        assert_eq!(args(COSIGN_2, Output::Bundle), "--tlog-upload=false --bundle k0s.out");
+    fn the_docs_give_each_release_a_key_pair_a_sig_and_a_bundle_signed_offline() {
+        let docs = include_str!("../../docs/security.md");
+        for release in RELEASES {
+            let commands: Vec<String> =
+                documented_commands(docs, release).unwrap().iter().map(|c| c.join(" ")).collect();
+            assert_eq!(commands[0], "cosign generate-key-pair", "{release:?}");
+            let sign: Vec<&String> =
+                commands.iter().filter(|c| c.starts_with("cosign sign-blob")).collect();
+            assert_eq!(sign.len(), 2, "a .sig and a bundle: {commands:?}");
+            assert!(sign.iter().any(|c| c.contains("--output-signature k0s.sig k0s")));
+            assert!(sign.iter().any(|c| c.contains("--bundle ")));
+            for command in sign {
+                // The flags the attestation of the scenario is made offline with, too.
+                for flag in with(release).sign_blob_args(Output::Bundle, Path::new("x")) {
+                    if flag.starts_with("--") && flag != "--bundle" {
+                        assert!(command.contains(&flag), "{command} lacks {flag}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn documented_commands_join_continued_lines_and_leave_out_comments() {
+        let docs = "text\n```sh\nminisign -G\n```\n\n```sh\n# cosign 2: offline\n\
+                    cosign generate-key-pair   # once\ncosign sign-blob --key k \\\n  \
+                    --bundle b k0s\n# cosign 3: offline\ncosign sign-blob x\n```\n";
+        let v2 = documented_commands(docs, COSIGN_2).unwrap();
         assert_eq!(
-            args(COSIGN_3, Output::Bundle),
-            "--use-signing-config=false --tlog-upload=false --bundle k0s.out"
+            v2,
+            [
+                vec!["cosign", "generate-key-pair"],
+                vec!["cosign", "sign-blob", "--key", "k", "--bundle", "b", "k0s"]
+            ]
         );
         assert_eq!(
-            args(COSIGN_3, Output::Sig),
-            "--new-bundle-format=false --use-signing-config=false --tlog-upload=false \
-             --output-signature k0s.out"
+            documented_commands(docs, COSIGN_3).unwrap(),
+            [vec!["cosign", "sign-blob", "x"]]
         );
+        assert!(documented_commands("```sh\nls\n```\n", COSIGN_2).is_err());
+    }
+
+    fn with(release: Release) -> Cosign {
+        Cosign { release, binary: PathBuf::from("cosign") }
     }
 }
