@@ -92,6 +92,7 @@
 
 pub mod cluster;
 pub mod control_plane;
+pub mod cosign;
 pub mod disk;
 pub mod dist;
 pub mod http;

@@ -1,18 +1,20 @@
 //! `cargo xtask control-plane`: build (once) and cache the pinned Go binaries of the test
-//! topology: kube-apiserver and etcd, the Prometheus that scrapes the nodes, and what real
-//! nodes run (kubelet, kube-controller-manager, kube-scheduler, containerd).
+//! topology: kube-apiserver and etcd, the Prometheus that scrapes the nodes, what real
+//! nodes run (kubelet, kube-controller-manager, kube-scheduler, containerd), and the cosign
+//! releases the signing scenario signs with.
 //!
-//! The logic lives in `integration::control_plane` and `integration::prometheus`, next to
-//! the harness that uses it; this module only reports what is in the cache.
+//! The logic lives in `integration::control_plane`, `integration::prometheus`,
+//! `integration::node_binaries` and `integration::cosign`, next to the harness that uses it;
+//! this module only reports what is in the cache.
 
-use integration::{control_plane, node_binaries, prometheus};
+use integration::{control_plane, cosign, node_binaries, prometheus};
 
 /// Arguments of this subcommand (none yet: the versions are pinned in the code).
 #[derive(clap::Args)]
 pub struct Args {}
 
-/// Build the control-plane binaries and Prometheus unless cached, then print their paths and
-/// versions.
+/// Build the control-plane binaries, Prometheus, the nodes' binaries and cosign unless
+/// cached, then print their paths and versions.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args {} = args;
     let binaries = control_plane::ensure_built()?;
@@ -40,6 +42,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ("containerd:     ", &node.containerd),
     ] {
         println!("{name} {} ({})", binary.display(), control_plane::version_of(binary)?);
+    }
+    for binary in cosign::ensure_built()? {
+        println!("cosign:         {} ({})", binary.display(), cosign::git_version(&binary)?);
     }
     Ok(())
 }

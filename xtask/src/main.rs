@@ -31,8 +31,9 @@ enum Command {
     /// Generate the CRD manifests in manifests/crds from the Rust types.
     Crdgen(crdgen::Args),
     /// Build (once) and cache the pinned kube-apiserver and etcd used by tests and the demo,
-    /// the Prometheus used by tests, and the real nodes' kubelet, kube-controller-manager,
-    /// kube-scheduler and containerd.
+    /// the Prometheus used by tests, the real nodes' kubelet, kube-controller-manager,
+    /// kube-scheduler and containerd, and cosign 2 and 3 (the signing scenario signs with
+    /// them).
     ControlPlane(control_plane::Args),
     /// Run the demo on a local real control plane.
     Demo(demo::Args),

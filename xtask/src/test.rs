@@ -1,8 +1,8 @@
 //! `cargo xtask test`: every test, at every level, against the real control plane.
 //!
-//! Builds (once) the pinned kube-apiserver, etcd, Prometheus and the real nodes' binaries, builds
-//! the `k0s` binary the end-to-end scenarios run, then runs `cargo test` over the whole
-//! workspace. Nothing is opt-in; only the real-node scenarios are left out where the machine
+//! Builds (once) the pinned kube-apiserver, etcd, Prometheus, cosign 2 and 3 and the real
+//! nodes' binaries, builds the `k0s` binary the end-to-end scenarios run, then runs `cargo
+//! test` over the whole workspace. Nothing is opt-in; only the real-node scenarios are left out where the machine
 //! cannot run real nodes (not root, packages missing), and then they are named as not run.
 
 use std::process::Command;
@@ -29,6 +29,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { test_threads, cargo_args } = args;
     integration::control_plane::ensure_built()?;
     integration::prometheus::ensure_built()?;
+    integration::cosign::ensure_built()?;
     integration::node_binaries::ensure_built()?;
     let k0s = build_k0s()?;
     let not_run = integration::real_node::prerequisites().err();

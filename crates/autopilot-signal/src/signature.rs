@@ -9,8 +9,10 @@
 //!   A directory given that is missing, empty, unreadable, holds anything but key files or
 //!   that others could write stops the node (fail-closed, `keys_dir`).
 //! - **Signatures**: cosign `sign-blob`'s `.sig` (base64 of a DER ECDSA-P256-SHA256
-//!   signature over the blob), the `messageSignature` of a cosign bundle (its digest must be
-//!   the payload's), or a minisign `.minisig` (prehashed only). A cosign signature is checked
+//!   signature over the blob), the `messageSignature` of a cosign 3 bundle (its digest must
+//!   be the payload's), the `base64Signature` of a cosign 2 bundle (the `.sig`'s text), or a
+//!   minisign `.minisig` (prehashed only). Any other bundle is refused with the cosign
+//!   commands that make one the node reads ([`ACCEPTED_COSIGN_FILES`]). A cosign signature is checked
 //!   against the SHA-256 the download already computed (a prehash, never a second read); a
 //!   minisign one needs its own BLAKE2b pass over the same stream ([`Minisign::stream`]).
 
@@ -238,32 +240,70 @@ pub fn parse_signature(bytes: &[u8]) -> Result<Signature, String> {
             .map_err(|e| format!("not a minisign signature: {e}"))?;
         return Ok(Signature::Minisign(Minisign(signature)));
     }
-    let b64 = base64::engine::general_purpose::STANDARD;
     if trimmed.starts_with('{') {
-        let bundle: serde_json::Value =
-            serde_json::from_str(trimmed).map_err(|e| format!("not a cosign bundle: {e}"))?;
-        let message = &bundle["messageSignature"];
-        let signature =
-            message["signature"].as_str().ok_or("the bundle has no messageSignature.signature")?;
-        let der = b64.decode(signature).map_err(|e| format!("messageSignature.signature: {e}"))?;
-        let signature = p256::ecdsa::Signature::from_der(&der)
-            .map_err(|e| format!("messageSignature.signature is not a DER ECDSA signature: {e}"))?;
-        let bundle_digest = match message["messageDigest"]["digest"].as_str() {
-            None => None,
-            Some(digest) => {
-                if message["messageDigest"]["algorithm"].as_str() != Some("SHA2_256") {
-                    return Err("the bundle's messageDigest is not SHA2_256".to_owned());
-                }
-                let bytes = b64.decode(digest).map_err(|e| format!("messageDigest.digest: {e}"))?;
-                Some(bytes.try_into().map_err(|_| "messageDigest.digest is not 32 bytes")?)
-            }
-        };
-        return Ok(Signature::Cosign(Cosign { signature, bundle_digest }));
+        return parse_bundle(trimmed).map(Signature::Cosign);
     }
-    let der = b64.decode(trimmed).map_err(|e| format!("not base64: {e}"))?;
-    let signature = p256::ecdsa::Signature::from_der(&der)
-        .map_err(|e| format!("not a DER ECDSA signature: {e}"))?;
+    let signature = parse_der(trimmed)?;
     Ok(Signature::Cosign(Cosign { signature, bundle_digest: None }))
+}
+
+/// What a bundle the node cannot read is told: which cosign commands make files it reads
+/// (the offline flags are those `docs/security.md` gives, tried with cosign 2.6 and 3.1).
+pub const ACCEPTED_COSIGN_FILES: &str = "the node reads the bundle of `cosign sign-blob --key \
+     cosign.key --bundle k0s.bundle k0s` (cosign 2 or 3) and the `.sig` of `--output-signature \
+     k0s.sig`; offline, add `--tlog-upload=false` (cosign 2) or `--use-signing-config=false \
+     --tlog-upload=false` (cosign 3), see docs/security.md";
+
+/// A cosign bundle: cosign 3's protobuf-JSON bundle (`messageSignature`: the signature and
+/// the digest it was made over) or cosign 2's `sign-blob --bundle` file (`base64Signature`,
+/// the `.sig`'s text, beside an optional certificate and transparency-log entry that a node
+/// with keys does not need). Either signature is checked exactly like a `.sig`.
+fn parse_bundle(text: &str) -> Result<Cosign, String> {
+    let bundle: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not a cosign bundle: {e}"))?;
+    let message = &bundle["messageSignature"];
+    if !message.is_null() {
+        return parse_message_signature(message);
+    }
+    if let Some(signature) = bundle.get("base64Signature") {
+        let signature = signature.as_str().ok_or("the bundle's base64Signature is not a string")?;
+        let signature = parse_der(signature).map_err(|e| format!("base64Signature: {e}"))?;
+        return Ok(Cosign { signature, bundle_digest: None });
+    }
+    let what = if bundle.get("dsseEnvelope").is_some() {
+        "the bundle holds an attestation (dsseEnvelope), not a signature of the payload"
+    } else {
+        "the bundle has neither messageSignature (cosign 3) nor base64Signature (cosign 2)"
+    };
+    Err(format!("{what}: {ACCEPTED_COSIGN_FILES}"))
+}
+
+/// A cosign 3 bundle's `messageSignature`: the signature, and the SHA-256 it says it signed.
+fn parse_message_signature(message: &serde_json::Value) -> Result<Cosign, String> {
+    let signature = message["signature"].as_str().ok_or_else(|| {
+        format!("the bundle has no messageSignature.signature: {ACCEPTED_COSIGN_FILES}")
+    })?;
+    let signature = parse_der(signature).map_err(|e| format!("messageSignature.signature: {e}"))?;
+    let bundle_digest = match message["messageDigest"]["digest"].as_str() {
+        None => None,
+        Some(digest) => {
+            if message["messageDigest"]["algorithm"].as_str() != Some("SHA2_256") {
+                return Err("the bundle's messageDigest is not SHA2_256".to_owned());
+            }
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let bytes = b64.decode(digest).map_err(|e| format!("messageDigest.digest: {e}"))?;
+            Some(bytes.try_into().map_err(|_| "messageDigest.digest is not 32 bytes")?)
+        }
+    };
+    Ok(Cosign { signature, bundle_digest })
+}
+
+/// Base64 of a DER ECDSA signature (a `.sig`'s text).
+fn parse_der(text: &str) -> Result<p256::ecdsa::Signature, String> {
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    p256::ecdsa::Signature::from_der(&der).map_err(|e| format!("not a DER ECDSA signature: {e}"))
 }
 
 #[cfg(test)]

@@ -70,6 +70,7 @@ mod update_api_outage;
 mod update_bad_payload;
 mod update_controller_workers;
 mod update_controllers;
+mod update_cosign_formats;
 mod update_drain_pdb;
 mod update_ha3x3;
 mod update_post_watch;

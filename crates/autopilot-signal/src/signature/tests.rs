@@ -111,6 +111,112 @@ fn a_cosign_bundles_message_signature_verifies_and_its_digest_must_be_the_payloa
     assert!(refused.contains("messageDigest"), "{refused}");
 }
 
+/// A node trusting one P-256 key made by `openssl` in `dir`: `(keys, private key path)`.
+fn one_cosign_key(dir: &Path) -> (TrustedKeys, std::path::PathBuf) {
+    let (key, public) = openssl_key(dir, "release");
+    let keys_dir = dir.join("keys");
+    std::fs::create_dir(&keys_dir).expect("keys dir");
+    std::fs::write(keys_dir.join("cosign.pub"), &public).expect("the key");
+    (TrustedKeys::load(&keys_dir).expect("the keys"), key)
+}
+
+/// The file cosign 2's `sign-blob --bundle` writes: the `.sig`'s text as `base64Signature`,
+/// beside the certificate (empty with a key) and the transparency-log entry (absent
+/// offline).
+fn cosign2_bundle(signature: &str) -> String {
+    serde_json::json!({"base64Signature": signature, "cert": ""}).to_string()
+}
+
+#[test]
+fn a_cosign_2_bundles_base64_signature_verifies_like_a_sig() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (keys, key) = one_cosign_key(dir.path());
+    let payload = b"the k0s binary";
+    let signature = openssl_sign(dir.path(), &key, payload);
+    let bundle = cosign(&cosign2_bundle(&signature));
+    assert_eq!(keys.verify_prehashed(&bundle, &sha256(payload)), Ok(keys.ids()[0]));
+    // With a transparency-log entry beside it (cosign 2 online), the same.
+    let logged = serde_json::json!({
+        "base64Signature": signature,
+        "cert": "",
+        "rekorBundle": {"SignedEntryTimestamp": "MEUC", "Payload": {"logIndex": 1}},
+    });
+    let logged = cosign(&logged.to_string());
+    assert_eq!(keys.verify_prehashed(&logged, &sha256(payload)), Ok(keys.ids()[0]));
+    // Over other bytes, or by another key: refused, as a `.sig` would be.
+    let refused = keys.verify_prehashed(&bundle, &sha256(b"another payload"));
+    assert_eq!(refused, Err("no trusted key made this signature".to_owned()));
+    let (other_key, _) = openssl_key(dir.path(), "other");
+    let by_other = cosign(&cosign2_bundle(&openssl_sign(dir.path(), &other_key, payload)));
+    assert!(keys.verify_prehashed(&by_other, &sha256(payload)).is_err());
+}
+
+#[test]
+fn a_cosign_2_bundle_with_a_garbled_base64_signature_says_which_field() {
+    let garbled = parse_signature(cosign2_bundle("not base64!").as_bytes()).expect_err("garbled");
+    assert!(garbled.starts_with("base64Signature: not base64"), "{garbled}");
+    let not_der = parse_signature(cosign2_bundle("AAAA").as_bytes()).expect_err("not DER");
+    assert!(not_der.starts_with("base64Signature: not a DER ECDSA signature"), "{not_der}");
+    let number = parse_signature(br#"{"base64Signature": 42}"#).expect_err("not a string");
+    assert_eq!(number, "the bundle's base64Signature is not a string");
+}
+
+#[test]
+fn a_bundle_of_another_shape_is_refused_naming_the_cosign_commands_that_make_accepted_files() {
+    let attestation = br#"{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "dsseEnvelope": {"payload": "e30=", "payloadType": "application/vnd.in-toto+json"}}"#;
+    let refused = parse_signature(attestation).expect_err("an attestation");
+    assert!(refused.starts_with("the bundle holds an attestation (dsseEnvelope)"), "{refused}");
+    assert!(refused.ends_with(ACCEPTED_COSIGN_FILES), "{refused}");
+    for other in [&br#"{"signature": "MEUC"}"#[..], b"{}", br#"{"messageSignature": {}}"#] {
+        let refused = parse_signature(other).expect_err("not a bundle the node reads");
+        assert!(refused.ends_with(ACCEPTED_COSIGN_FILES), "{refused}");
+    }
+    for command in ["cosign sign-blob --key cosign.key --bundle", "--output-signature"] {
+        assert!(ACCEPTED_COSIGN_FILES.contains(command), "names `{command}`");
+    }
+}
+
+#[test]
+fn a_bundle_over_the_size_bound_is_refused_before_it_is_parsed() {
+    let padding = "x".repeat(MAX_SIGNATURE_BYTES);
+    let big = serde_json::json!({"base64Signature": "MEUC", "cert": padding}).to_string();
+    let refused = parse_signature(big.as_bytes()).expect_err("too big");
+    assert!(refused.ends_with(&format!("bytes, over {MAX_SIGNATURE_BYTES}")), "{refused}");
+}
+
+/// Files the real cosign made over the four bytes `test`, offline with a key pair of its own
+/// `generate-key-pair`, with the commands of `docs/security.md`: cosign v2.6.5's `.sig`,
+/// its bundle and its `--new-bundle-format` bundle, and cosign v3.1.3's `.sig`
+/// (`--new-bundle-format=false`), its `--new-bundle-format=false` bundle and its default
+/// bundle.
+const COSIGN_FILES: [(&str, &str, &str); 6] = [
+    ("cosign2.pub", "cosign2.sig", include_str!("cosign-fixtures/cosign2.sig")),
+    ("cosign2.pub", "cosign2.bundle", include_str!("cosign-fixtures/cosign2.bundle")),
+    ("cosign2.pub", "cosign2.sigstore.json", include_str!("cosign-fixtures/cosign2.sigstore.json")),
+    ("cosign3.pub", "cosign3.sig", include_str!("cosign-fixtures/cosign3.sig")),
+    ("cosign3.pub", "cosign3.bundle", include_str!("cosign-fixtures/cosign3.bundle")),
+    ("cosign3.pub", "cosign3.sigstore.json", include_str!("cosign-fixtures/cosign3.sigstore.json")),
+];
+
+#[test]
+fn every_file_cosign_2_and_3_sign_blob_writes_verifies_with_its_key_and_only_over_its_payload() {
+    let key = |name: &str| match name {
+        "cosign2.pub" => include_str!("cosign-fixtures/cosign2.pub"),
+        _ => include_str!("cosign-fixtures/cosign3.pub"),
+    };
+    for (public, file, text) in COSIGN_FILES {
+        let keys = TrustedKeys { keys: vec![parse_key(public, key(public)).expect("a key")] };
+        let signature = cosign(text);
+        let id = keys.ids()[0];
+        assert_eq!(keys.verify_prehashed(&signature, &sha256(b"test")), Ok(id), "{file}");
+        assert!(keys.verify_prehashed(&signature, &sha256(b"tesT")).is_err(), "{file}");
+        let other = if public == "cosign2.pub" { "cosign3.pub" } else { "cosign2.pub" };
+        let others = TrustedKeys { keys: vec![parse_key(other, key(other)).expect("a key")] };
+        assert!(others.verify_prehashed(&signature, &sha256(b"test")).is_err(), "{file}");
+    }
+}
+
 /// minisign-verify's own test vector: `test`, signed prehashed.
 const MINISIGN_KEY: &str = "untrusted comment: minisign public key\nRWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3\n";
 const MINISIGN_SIG: &str = "untrusted comment: signature from minisign secret key\nRUQf6LRCGA9i559r3g7V1qNyJDApGip8MfqcadIgT9CuhV3EMhHoN1mGTkUidF/z7SrlQgXdy8ofjb7bNJJylDOocrCo8KLzZwo=\ntrusted comment: timestamp:1633700835\tfile:test\tprehashed\nwLMDjy9FLAuxZ3q4NlEvkgtyhrr0gtTu6KC4KBJdITbbOeAi1zBIYo0v4iTgt8jJpIidRJnp94ABQkJAgAooBQ==\n";

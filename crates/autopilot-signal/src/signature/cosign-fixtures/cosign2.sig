@@ -1,0 +1,1 @@
+MEYCIQDkzip6hU1xUaIeul7RrGd3sKdw6CdyhYUsnV5MHmWkRAIhAN+dYI+yrtCQbP1Izxjf7AIYf2aBEiKnGf7CqsDuLhGN
