@@ -3,7 +3,7 @@
 //! plays the update agents). A plan of the workers alone to `v1.36` (workers newer than the
 //! controller) and one of the controller to `v1.37` (skipping `v1.36`) end `Warning` before
 //! anything is signalled, naming the rule, the nodes, their versions and the version to go
-//! through first; `k0s autopilot preview -f` says the same and exits 1. The annotation
+//! through first (a worker's own report of its version alone refuses no plan); `k0s autopilot preview -f` says the same and exits 1. The annotation
 //! `autopilot.k0sproject.io/allow-skew` naming another plan id does not count (the refusal
 //! says so); naming the plan's id lets the same plan run to `Completed`, and the preview of
 //! the annotated file says it would run.
@@ -89,13 +89,9 @@ async fn skew_is_refused_naming_the_rule_and_the_version_and_allow_skew_lets_the
         ),
         "{description}"
     );
-    assert!(
-        description.contains(
-            "[worker-too-old] worker worker-0 (v1.35.0+k0s.0) would be 2 minor versions behind \
-             controller controller-0 (v1.37.0+k0s.0); update the workers to v1.36 first"
-        ),
-        "{description}"
-    );
+    // The worker left two minors behind rests on that worker's own report: it fails no
+    // plan (it would be named in a VersionSkewLeftBehind Event of a run that goes on).
+    assert!(!description.contains("[worker-too-old]"), "{description}");
     let output = preview(&cluster, "skip.yaml", &skip).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");

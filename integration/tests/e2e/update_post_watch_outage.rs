@@ -209,8 +209,11 @@ async fn update_then_fleet_rollback(
     assert_eq!(watch_state(node), Some(WatchState::Watching), "v2 is watched");
     let said = k0s_autopilot(cluster, &["rollback"]).await;
     eprintln!("update_post_watch_outage: k0s autopilot rollback said: {said}");
-    wait_plan(client, "autopilot", PLAN_TIMEOUT, "RolledBack", |p| {
-        state(p) == PlanStateType::RolledBack
+    // The plan is still Completed until the leader takes up the rollback: wait for the end.
+    let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(client.clone());
+    wait_for(PLAN_TIMEOUT, "the plan to end RolledBack", || async {
+        let plan = plans.get(keys::PLAN_NAME).await?;
+        Ok((state(&plan) == PlanStateType::RolledBack).then_some(()))
     })
     .await
     .expect("the plan rolled back");
