@@ -62,6 +62,13 @@ async fn a_new_leader_with_a_clock_hours_ahead_fails_no_node_in_flight() {
     create_plan(&client, &plan("autopilot", "clock-ahead", vec![k0s_command(update)]))
         .await
         .unwrap();
+    let in_flight = responder
+        .wait_until(PLAN_TIMEOUT, "two workers in flight", |log| {
+            let in_flight = log.in_flight();
+            (in_flight.len() >= CONCURRENT).then_some(in_flight)
+        })
+        .await
+        .unwrap();
     wait_plan(&client, "autopilot", PLAN_TIMEOUT, "two targets SignalSent", |p| {
         count_targets(p, TargetState::SignalSent) == CONCURRENT
     })
@@ -70,31 +77,36 @@ async fn a_new_leader_with_a_clock_hours_ahead_fails_no_node_in_flight() {
 
     // The leader dies; controller-1 starts with its clock three hours ahead and takes over.
     controllers[0].kill().unwrap();
-    let ahead = cluster
-        .k0s_controller(1)
-        .args(FAST_ELECTION)
-        .arg(NO_AGENT)
-        .env("LD_PRELOAD", libfaketime())
-        .env("FAKETIME", AHEAD)
-        .spawn()
-        .await
-        .unwrap();
-    wait_for(FAILOVER, "controller-1 leading", || async {
-        Ok((leader(&client).await? == Some(1)).then_some(()))
-    })
-    .await
-    .unwrap();
+    let ahead = take_over_ahead(&cluster, &client).await;
 
-    // Its clock is really ahead: what it writes into the status is dated hours from now.
+    // One worker in flight completes: the new leader records it and signals a third one,
+    // dated hours ahead on its clock, while the other worker it took over in flight stays
+    // in flight (compared with the earlier leader's times, it would be hours past its
+    // progress deadline).
+    let mut in_flight = in_flight.into_iter();
+    let (first, held) =
+        (in_flight.next().expect("in flight"), in_flight.next().expect("in flight"));
+    releases[first.name.as_str()].release();
     let ahead_of_now = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(2);
-    let stamped =
-        wait_plan(&client, "autopilot", FAILOVER, "a status written by controller-1", |p| {
-            targets(command(p, 0)).iter().any(|t| t.last_updated_timestamp.0 > ahead_of_now)
+    let third =
+        wait_plan(&client, "autopilot", PLAN_TIMEOUT, "a worker signalled by controller-1", |p| {
+            targets(command(p, 0)).iter().any(|t| {
+                t.state == TargetState::SignalSent
+                    && t.name != held.name
+                    && t.last_updated_timestamp.0 > ahead_of_now
+            })
         })
         .await;
-    assert!(stamped.is_ok(), "controller-1's clock is not ahead:\n{}", ahead.log_tail(40));
+    let third = match third {
+        Ok(plan) => plan,
+        Err(err) => panic!("{err}: controller-1's clock ahead?\n{}", ahead.log_tail(40)),
+    };
+    let status = status_yaml(&third);
+    eprintln!("controller-1 (FAKETIME={AHEAD}) leads; the status it wrote:\n{status}");
+    let still = targets(command(&third, 0)).into_iter().find(|t| t.name == held.name);
+    assert_eq!(still.map(|t| t.state), Some(TargetState::SignalSent), "{status}");
 
-    // The workers in flight complete, the rest go: nothing failed by a deadline.
+    // The rest complete: nothing failed by a deadline.
     for release in releases.values() {
         release.release();
     }
@@ -105,4 +117,28 @@ async fn a_new_leader_with_a_clock_hours_ahead_fails_no_node_in_flight() {
     }
     let log = responder.log();
     assert!(log.objects_with(SignalPhase::Failed).is_empty(), "no node failed:\n{log}");
+}
+
+/// Start controller-1 again with its clock [`AHEAD`] (libfaketime) and wait until it leads.
+async fn take_over_ahead(
+    cluster: &integration::cluster::Cluster,
+    client: &kube::Client,
+) -> integration::k0s::K0sProcess {
+    let ahead = cluster
+        .k0s_controller(1)
+        .args(FAST_ELECTION)
+        .arg(NO_AGENT)
+        .env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME", AHEAD)
+        .spawn()
+        .await
+        .expect("controller-1 starts");
+    let leading = wait_for(FAILOVER, "controller-1 leading", || async {
+        Ok((leader(client).await? == Some(1)).then_some(()))
+    })
+    .await;
+    if let Err(err) = leading {
+        panic!("{err}:\n{}", ahead.log_tail(40));
+    }
+    ahead
 }
