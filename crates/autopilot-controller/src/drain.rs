@@ -172,6 +172,9 @@ struct Context {
     refusals: Mutex<HashMap<String, Capped>>,
     /// `--drain-timeout`: how long a drain may stay blocked before the node fails.
     drain_timeout: Duration,
+    /// When this leader's term began, on its own clock: a drain's timeout counts at most
+    /// from then (`cordon::DrainClock`), never from a time an earlier leader's clock wrote.
+    term_started: jiff::Timestamp,
     /// Consecutive failed passes (API errors) per object, for their backoff.
     failures: Mutex<HashMap<String, Capped>>,
     /// The `drain_blocked` metric: how many objects have a refusal recorded in `refusals`.
@@ -213,11 +216,13 @@ impl Superseded {
 
 /// Run the cordon/drain controllers for Nodes and ControlNodes until `stop` is cancelled.
 /// `eviction_client` must not retry 429 answers (a PodDisruptionBudget's refusal); a drain
-/// blocked for `drain_timeout` fails its node.
+/// blocked for `drain_timeout` fails its node, counted at most from `term_started`, when
+/// this leader's term began (on its clock).
 pub async fn run(
     client: kube::Client,
     eviction_client: kube::Client,
     drain_timeout: Duration,
+    term_started: jiff::Timestamp,
     drain_blocked: Gauge,
     watched: Watched,
     stop: CancellationToken,
@@ -240,6 +245,7 @@ pub async fn run(
         eviction_client,
         refusals: Mutex::new(HashMap::new()),
         drain_timeout,
+        term_started,
         failures: Mutex::new(HashMap::new()),
         drain_blocked: drain_blocked.clone(),
         superseded: Mutex::new(Superseded::default()),
@@ -438,9 +444,12 @@ async fn on_blocked<K: SignalObject>(
     if fresh_data.plan_id != data.plan_id || fresh_data.created != data.created {
         return Ok(Action::await_change());
     }
-    let cordoning_since = cordoning_seen::<K>(&ctx.client, name, &fresh_data).await?;
-    let now = jiff::Timestamp::now();
-    match cordon::blocked(node, blocked, cordoning_since, now, ctx.drain_timeout, delay) {
+    let clock = cordon::DrainClock {
+        cordoning_since: cordoning_seen::<K>(&ctx.client, name, &fresh_data).await?,
+        term_started: Some(ctx.term_started),
+        now: jiff::Timestamp::now(),
+    };
+    match cordon::blocked(node, blocked, clock, ctx.drain_timeout, delay) {
         Blocked::Fail(reason) => {
             ctx.reset(name);
             write_failed(objects, &fresh, &fresh_data, &reason).await?;

@@ -144,28 +144,35 @@ pub async fn write_request<K: autopilot_api::ask::Kind>(
     result.map_err(|source| api_error(what, source))
 }
 
-/// Create a `scheduler` check's Pod in [`keys::NAMESPACE`]; one that exists already (its name
-/// is stable per check and node) is success.
-pub async fn create_pod(client: &kube::Client, pod: &Pod) -> Result<(), Error> {
+/// Create a `scheduler` check's Pod in [`keys::NAMESPACE`]; returns the UID the API server
+/// gave it. One that exists already (its name is stable per check and node) is success
+/// without a UID: whose it is, the engine decides from the UIDs it recorded.
+pub async fn create_pod(client: &kube::Client, pod: &Pod) -> Result<Option<String>, Error> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let params =
         PostParams { field_manager: Some(keys::FIELD_MANAGER.to_owned()), ..PostParams::default() };
     match Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE).create(&params, pod).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Ok(made) => Ok(made.metadata.uid),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
         Err(source) => Err(Error::Api { what: format!("Pod {}/{name}", keys::NAMESPACE), source }),
     }
 }
 
-/// Delete a check Pod (one already gone is success). Default grace: a running Pod's
-/// kubelet stops its container before the Pod goes.
-pub async fn delete_pod(client: &kube::Client, name: &str) -> Result<(), Error> {
-    match Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE)
-        .delete(name, &DeleteParams::default())
-        .await
-    {
+/// Delete a check Pod, only the one with the UID `uid` when given (a precondition of the
+/// delete). One already gone is success, and so is one whose UID is not `uid`: the Pod the
+/// engine decided on is gone, and the next pass looks at the one there now. Default grace:
+/// a running Pod's kubelet stops its container before the Pod goes.
+pub async fn delete_pod(client: &kube::Client, name: &str, uid: Option<&str>) -> Result<(), Error> {
+    let params = DeleteParams {
+        preconditions: uid.map(|uid| kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match Api::<Pod>::namespaced(client.clone(), keys::NAMESPACE).delete(name, &params).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(source) => Err(Error::Api { what: format!("Pod {}/{name}", keys::NAMESPACE), source }),
     }
 }

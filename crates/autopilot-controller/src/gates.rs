@@ -60,7 +60,14 @@ pub async fn answer(
     }
 }
 
-/// List the objects of a kind, at most [`MAX_GATE_OBJECTS`] and [`MAX_LIST_BYTES`].
+/// The most objects one page of a `kubernetes` gate's list asks for: a list is read in pages
+/// of at most this many, and reading stops at the first page that takes it over a cap, so at
+/// most the caps plus one page are ever read (a whole list of a big kind was read before the
+/// byte cap applied).
+pub const PAGE_OBJECTS: usize = 100;
+
+/// List the objects of a kind, at most [`MAX_GATE_OBJECTS`] and [`MAX_LIST_BYTES`], in pages
+/// (see [`PAGE_OBJECTS`]).
 async fn list(
     client: &kube::Client,
     api_version: &str,
@@ -85,50 +92,84 @@ async fn list(
             Api::all_with(client.clone(), &resource)
         }
     };
-    let mut params =
-        ListParams::default().limit(u32::try_from(MAX_GATE_OBJECTS + 1).unwrap_or(u32::MAX));
-    if let Some(selector) = label_selector {
-        params = params.labels(selector);
-    }
-    if let Some(selector) = field_selector {
-        params = params.fields(selector);
-    }
-    let listed = api.list(&params).await.map_err(|err| match err {
-        kube::Error::Api(status) if status.code == 403 => format!(
-            "the controller may not list {}: {} (grant it list on this kind, see \
-             docs/updating-a-cluster.md \"Gates\")",
-            resource.plural, status.message
-        ),
-        other => format!("listing {}: {other}", resource.plural),
-    })?;
-    if listed.items.len() > MAX_GATE_OBJECTS || listed.metadata.continue_.is_some() {
-        return Err(format!(
-            "more than {MAX_GATE_OBJECTS} {} match; a gate reads at most {MAX_GATE_OBJECTS} \
-             (narrow the namespace or the selectors)",
-            resource.plural
-        ));
-    }
-    let mut bytes = 0;
-    let mut items = Vec::with_capacity(listed.items.len());
-    for mut object in listed.items {
-        object.metadata.managed_fields = None;
-        let mut value = serde_json::to_value(&object).map_err(|err| err.to_string())?;
-        if let Some(map) = value.as_object_mut() {
-            map.insert("apiVersion".to_owned(), api_version.into());
-            map.insert("kind".to_owned(), kind.into());
+    let plural = resource.plural.as_str();
+    read_pages(plural, |token, limit| {
+        let mut params = ListParams::default().limit(u32::try_from(limit).unwrap_or(u32::MAX));
+        if let Some(selector) = label_selector {
+            params = params.labels(selector);
         }
-        bytes += value.to_string().len();
-        if bytes > MAX_LIST_BYTES {
+        if let Some(selector) = field_selector {
+            params = params.fields(selector);
+        }
+        if let Some(token) = token {
+            params = params.continue_token(&token);
+        }
+        let api = api.clone();
+        async move {
+            let listed = api.list(&params).await.map_err(|err| match err {
+                kube::Error::Api(status) if status.code == 403 => format!(
+                    "the controller may not list {plural}: {} (grant it list on this kind, see \
+                     docs/updating-a-cluster.md \"Gates\")",
+                    status.message
+                ),
+                other => format!("listing {plural}: {other}"),
+            })?;
+            let next = listed.metadata.continue_.filter(|token| !token.is_empty());
+            let mut items = Vec::with_capacity(listed.items.len());
+            for mut object in listed.items {
+                object.metadata.managed_fields = None;
+                let mut value = serde_json::to_value(&object).map_err(|err| err.to_string())?;
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("apiVersion".to_owned(), api_version.into());
+                    map.insert("kind".to_owned(), kind.into());
+                }
+                items.push(value);
+            }
+            Ok((items, next))
+        }
+    })
+    .await
+}
+
+/// Read a list of `plural` page by page: `page(continue, limit)` answers the next page (at
+/// most `limit` objects) and the token of the one after it. Stops with why at the first page
+/// that takes the list over [`MAX_GATE_OBJECTS`] or [`MAX_LIST_BYTES`] (as JSON), so it
+/// never asks for more than one page past a cap.
+async fn read_pages<F, Fut>(plural: &str, mut page: F) -> Result<Vec<serde_json::Value>, String>
+where
+    F: FnMut(Option<String>, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<serde_json::Value>, Option<String>), String>>,
+{
+    let mut items: Vec<serde_json::Value> = Vec::new();
+    let mut bytes = 0;
+    let mut token = None;
+    loop {
+        // Never more than the cap in all: a list that fills it and goes on is over it.
+        let limit = PAGE_OBJECTS.min(MAX_GATE_OBJECTS - items.len());
+        let (page, next) = page(token.take(), limit).await?;
+        for value in page {
+            bytes += value.to_string().len();
+            if bytes > MAX_LIST_BYTES {
+                return Err(format!(
+                    "the matching {plural} are over {} MiB as JSON; a kubernetes gate reads at \
+                     most that (narrow the namespace or the selectors)",
+                    MAX_LIST_BYTES >> 20
+                ));
+            }
+            items.push(value);
+        }
+        // (A server that ignored the limit may have sent more.)
+        if items.len() > MAX_GATE_OBJECTS || (items.len() == MAX_GATE_OBJECTS && next.is_some()) {
             return Err(format!(
-                "the matching {} are over {} MiB as JSON; a gate reads at most that (narrow \
-                 the selectors)",
-                resource.plural,
-                MAX_LIST_BYTES >> 20
+                "more than {MAX_GATE_OBJECTS} {plural} match; a kubernetes gate reads at most \
+                 {MAX_GATE_OBJECTS} (narrow the namespace or the selectors)"
             ));
         }
-        items.push(value);
+        match next {
+            Some(next) => token = Some(next),
+            None => return Ok(items),
+        }
     }
-    Ok(items)
 }
 
 /// An error with its sources, `: `-joined.
@@ -140,4 +181,77 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    /// A list of `count` objects of `size` bytes each (as JSON), served in pages; records the
+    /// limit of each page asked for.
+    struct Pages {
+        count: usize,
+        size: usize,
+        asked: RefCell<Vec<usize>>,
+    }
+
+    impl Pages {
+        fn new(count: usize, size: usize) -> Self {
+            Self { count, size, asked: RefCell::new(Vec::new()) }
+        }
+
+        async fn page(
+            &self,
+            token: Option<String>,
+            limit: usize,
+        ) -> Result<(Vec<serde_json::Value>, Option<String>), String> {
+            self.asked.borrow_mut().push(limit);
+            let from: usize = token.map_or(0, |t| t.parse().expect("a token of ours"));
+            let to = (from + limit).min(self.count);
+            // A JSON string of `size` bytes: its text plus the two quotes.
+            let object = serde_json::Value::String("x".repeat(self.size - 2));
+            let next = (to < self.count).then(|| to.to_string());
+            Ok((vec![object; to - from], next))
+        }
+
+        async fn read(&self) -> Result<Vec<serde_json::Value>, String> {
+            read_pages("pods", |token, limit| self.page(token, limit)).await
+        }
+
+        fn pages_read(&self) -> usize {
+            self.asked.borrow().len()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_list_within_the_caps_is_read_whole_in_pages() {
+        let pages = Pages::new(250, 100);
+        assert_eq!(pages.read().await.expect("within the caps").len(), 250);
+        assert_eq!(*pages.asked.borrow(), [100, 100, 100]);
+        let exactly = Pages::new(MAX_GATE_OBJECTS, 100);
+        assert_eq!(exactly.read().await.expect("at the cap").len(), MAX_GATE_OBJECTS);
+    }
+
+    #[tokio::test]
+    async fn a_list_over_the_byte_cap_stops_at_the_page_that_crosses_it() {
+        // 400 objects of 16 KiB: 6.25 MiB in all, over the cap within the third page.
+        let pages = Pages::new(400, 16 << 10);
+        let why = pages.read().await.expect_err("over the byte cap");
+        assert_eq!(
+            why,
+            "the matching pods are over 4 MiB as JSON; a kubernetes gate reads at most that \
+             (narrow the namespace or the selectors)"
+        );
+        assert_eq!(pages.pages_read(), 3, "no page read after the one that crossed the cap");
+    }
+
+    #[tokio::test]
+    async fn a_list_over_the_object_cap_reads_no_page_past_it() {
+        let pages = Pages::new(10_000, 10);
+        let why = pages.read().await.expect_err("over the object cap");
+        assert!(why.starts_with("more than 500 pods match; a kubernetes gate reads at most 500"));
+        assert_eq!(*pages.asked.borrow(), [100, 100, 100, 100, 100]);
+    }
 }

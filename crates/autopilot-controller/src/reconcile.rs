@@ -113,6 +113,8 @@ impl Engine {
             self.client.clone(),
             self.eviction_client.clone(),
             self.policy.drain_timeout,
+            // The term begins now: the drain's timeout counts at most from here.
+            jiff::Timestamp::now(),
             self.metrics.drain_blocked.clone(),
             crate::drain::Watched {
                 nodes: nodes.clone(),

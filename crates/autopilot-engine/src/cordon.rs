@@ -384,19 +384,40 @@ pub enum Blocked {
     },
 }
 
-/// Decide about a drain of `node` whose evictions were refused (`blocked` says by what).
-/// `cordoning_since` is when the leader first saw the node in `Cordoning` (its own clock, as
-/// the Plan status keeps it; `None` until the status shows it),
-/// `backoff` the shell's next retry delay for this object.
+/// When a drain's clock runs: what this leader observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainClock {
+    /// When a leader first saw the node in `Cordoning`, as the Plan status keeps it (on that
+    /// leader's clock; `None` until the status shows it).
+    pub cordoning_since: Option<jiff::Timestamp>,
+    /// When this leader's term began, on its own clock: the drain's timeout counts at most
+    /// from then, so a time an earlier leader wrote is never compared with this leader's
+    /// clock, whose offset from the earlier one's is unknown (as every deadline of the plan
+    /// engine, `plan::Observed::term_started`).
+    pub term_started: Option<jiff::Timestamp>,
+    /// This leader's clock now.
+    pub now: jiff::Timestamp,
+}
+
+impl DrainClock {
+    /// When the drain's timeout counts from: `cordoning_since`, or this leader's takeover
+    /// if that is later.
+    fn counted_from(&self) -> Option<jiff::Timestamp> {
+        let since = self.cordoning_since?;
+        Some(self.term_started.map_or(since, |started| since.max(started)))
+    }
+}
+
+/// Decide about a drain of `node` whose evictions were refused (`blocked` says by what),
+/// on the leader's `clock`; `backoff` is the shell's next retry delay for this object.
 pub fn blocked(
     node: &str,
     blocked: &str,
-    cordoning_since: Option<jiff::Timestamp>,
-    now: jiff::Timestamp,
+    clock: DrainClock,
     timeout: Duration,
     backoff: Duration,
 ) -> Blocked {
-    let delay = match drain_deadline(cordoning_since, now, timeout) {
+    let delay = match drain_deadline(clock.counted_from(), clock.now, timeout) {
         DrainDeadline::Over => {
             let timeout = autopilot_api::duration::format(timeout);
             return Blocked::Fail(format!("drain of {node} blocked for {timeout}: {blocked}"));
@@ -728,6 +749,12 @@ mod tests {
         assert_eq!(drain_deadline(None, at(3600), timeout), DrainDeadline::Unknown);
     }
 
+    /// A drain clock that saw the node in `Cordoning` at `since`, of a leader whose term
+    /// began no later than that, at `now`.
+    fn clock(since: Option<jiff::Timestamp>, now: jiff::Timestamp) -> DrainClock {
+        DrainClock { cordoning_since: since, term_started: None, now }
+    }
+
     #[test]
     fn a_blocked_drain_retries_until_its_timeout_then_fails_the_node() {
         let since: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
@@ -736,7 +763,7 @@ mod tests {
         let backoff = Duration::from_secs(30);
         let pdb = "pod default/web: budget web";
         assert_eq!(
-            blocked("w1", pdb, Some(since), at(10), timeout, backoff),
+            blocked("w1", pdb, clock(Some(since), at(10)), timeout, backoff),
             Blocked::Retry {
                 reason: "draining w1: pod default/web: budget web; retrying".into(),
                 delay: backoff
@@ -744,21 +771,69 @@ mod tests {
         );
         // The retry never sleeps past the timeout.
         let Blocked::Retry { delay, .. } =
-            blocked("w1", pdb, Some(since), at(590), timeout, backoff)
+            blocked("w1", pdb, clock(Some(since), at(590)), timeout, backoff)
         else {
             panic!("a retry before the timeout")
         };
         assert_eq!(delay, Duration::from_secs(10));
         assert_eq!(
-            blocked("w1", pdb, Some(since), at(600), timeout, backoff),
+            blocked("w1", pdb, clock(Some(since), at(600)), timeout, backoff),
             Blocked::Fail("drain of w1 blocked for 10m: pod default/web: budget web".into())
         );
         // No readable start: never times out.
-        let Blocked::Retry { delay, .. } = blocked("w1", pdb, None, at(9999), timeout, backoff)
+        let Blocked::Retry { delay, .. } =
+            blocked("w1", pdb, clock(None, at(9999)), timeout, backoff)
         else {
             panic!("no timeout without a start")
         };
         assert_eq!(delay, backoff);
+    }
+
+    #[test]
+    fn a_new_leader_with_a_clock_hours_ahead_counts_the_drain_timeout_from_its_takeover() {
+        // An earlier leader saw the node in `Cordoning` at 00:00 on its clock; the new
+        // leader's clock runs three hours ahead and it took over at 03:00 on it.
+        let since: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
+        let takeover = since + jiff::SignedDuration::from_hours(3);
+        let timeout = Duration::from_secs(600);
+        let after = |secs: i64| takeover + jiff::SignedDuration::from_secs(secs);
+        let pdb = "pod default/web: budget web";
+        let backoff = Duration::from_secs(30);
+        let new_leader =
+            |now| DrainClock { cordoning_since: Some(since), term_started: Some(takeover), now };
+        // Compared with the earlier leader's time the drain would be three hours over.
+        assert!(matches!(
+            blocked("w1", pdb, clock(Some(since), after(10)), timeout, backoff),
+            Blocked::Fail(_)
+        ));
+        // Counted from the takeover it has the whole timeout.
+        assert_eq!(
+            blocked("w1", pdb, new_leader(after(10)), timeout, backoff),
+            Blocked::Retry {
+                reason: "draining w1: pod default/web: budget web; retrying".into(),
+                delay: backoff
+            }
+        );
+        let Blocked::Retry { delay, .. } =
+            blocked("w1", pdb, new_leader(after(590)), timeout, backoff)
+        else {
+            panic!("a retry before the timeout")
+        };
+        assert_eq!(delay, Duration::from_secs(10));
+        assert!(matches!(
+            blocked("w1", pdb, new_leader(after(600)), timeout, backoff),
+            Blocked::Fail(_)
+        ));
+        // A time this leader wrote after its takeover counts as it is.
+        let later = DrainClock {
+            cordoning_since: Some(after(100)),
+            term_started: Some(takeover),
+            now: after(650),
+        };
+        let Blocked::Retry { delay, .. } = blocked("w1", pdb, later, timeout, backoff) else {
+            panic!("counted from its own time")
+        };
+        assert_eq!(delay, Duration::from_secs(30));
     }
 
     fn other(name: &str) -> OtherNode {

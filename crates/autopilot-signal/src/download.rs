@@ -450,6 +450,9 @@ pub struct Downloaded {
     pub sha256: String,
     /// The URL finally fetched (after redirects).
     pub url: String,
+    /// The id of the trusted key whose signature verified the payload, when one was
+    /// expected.
+    pub signed_by: Option<String>,
 }
 
 /// An HTTP(S) client with the system's trust roots; cheap to reuse for many downloads.
@@ -767,13 +770,18 @@ impl Downloader {
         let Written { size, sha256, signature } = written;
         let url = final_uri.to_string();
         verify_digest(&url, want.map(str::to_owned), &sha256).map_err(|e| (e, resumed))?;
-        if let Some(verdict) = signature {
-            let key = verdict
-                .map_err(|reason| (DownloadError::Signature { url: url.clone(), reason }, false))?;
-            tracing::info!(%url, %key, "payload signature verified");
-        }
+        let signed_by = match signature {
+            Some(verdict) => {
+                let key = verdict.map_err(|reason| {
+                    (DownloadError::Signature { url: url.clone(), reason }, false)
+                })?;
+                tracing::info!(%url, %key, "payload signature verified");
+                Some(key)
+            }
+            None => None,
+        };
         let path = partial.persist(&dir, &name).map_err(|e| (e, false))?;
-        Ok(Downloaded { path, size, sha256, url })
+        Ok(Downloaded { path, size, sha256, url, signed_by })
     }
 
     /// GETs `uri` (ranged as `start` says), following redirects (each checked by

@@ -321,8 +321,9 @@ impl TrialState {
 }
 
 /// What the staging record (`<data-dir>/autopilot-staged.json`) says about the staged
-/// binary: which signal it was downloaded for, its digest, and whether it passed the
-/// self-test. It describes the staged file only while the digest matches the file.
+/// binary: which signal it was downloaded for, its digest, which trusted key's signature
+/// verified it, and whether it passed the self-test. It describes the staged file only while
+/// the digest matches the file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StagedRecord {
@@ -330,6 +331,10 @@ pub struct StagedRecord {
     pub signal: SignalKey,
     /// SHA-256 of the staged file when it was recorded.
     pub sha256: String,
+    /// The id of the trusted key whose signature verified the file when it was downloaded
+    /// (none when the node required no signature then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
     /// The version the file reported in its self-test, once it passed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_tested: Option<String>,
@@ -339,19 +344,32 @@ impl StagedRecord {
     /// Whether the staged file with digest `actual` is the one for `signal` (expecting
     /// `want`, if the signal names a digest), and whether it passed its self-test:
     /// `(staged, proven)`.
+    ///
+    /// `trusted` are the ids of the keys the node trusts now, when its payloads must be
+    /// signed (empty: no signature required). The file is then taken only if its record says
+    /// one of them verified it: a file staged before the node's keys changed (a key
+    /// withdrawn, keys given where there were none) is not, and is downloaded and verified
+    /// again. A signature's verdict depends only on the bytes and the key, so a key still
+    /// trusted needs no second check.
     pub fn judge(
         record: Option<&Self>,
         actual: Option<&str>,
         want: Option<&str>,
         signal: &SignalKey,
+        trusted: &[&str],
     ) -> (bool, bool) {
         let Some(actual) = actual else { return (false, false) };
         let recorded = record.filter(|r| r.sha256 == actual);
-        let staged = match want {
+        let digest_ok = match want {
             Some(want) => want == actual,
             // Without a digest only the record ties the file to this signal.
             None => recorded.is_some_and(|r| &r.signal == signal),
         };
+        let signature_ok = trusted.is_empty()
+            || recorded
+                .and_then(|r| r.signed_by.as_deref())
+                .is_some_and(|key| trusted.contains(&key));
+        let staged = digest_ok && signature_ok;
         (staged, staged && recorded.is_some_and(|r| r.self_tested.is_some()))
     }
 
@@ -375,6 +393,10 @@ pub struct StagedBundle {
     pub sha256: String,
     /// Its file name.
     pub name: String,
+    /// The id of the trusted key whose signature verified it, if one was checked: a bundle
+    /// whose update expects a signature is taken only while that key is still trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
 }
 
 /// What the node kept when it stored an airgap bundle (`<data-dir>/autopilot-bundle.json`),
@@ -672,6 +694,31 @@ mod tests {
     use super::*;
 
     const V2: &str = "v1.35.1+k0s.0";
+
+    #[test]
+    fn a_staged_file_is_taken_only_if_a_key_trusted_now_verified_it() {
+        let signal = SignalKey {
+            plan_id: "id".into(),
+            created: "prestage 2026-11-26T00:00:00Z".into(),
+            command_id: 0,
+            run_id: Some("r".into()),
+        };
+        let record = |signed_by: Option<&str>| StagedRecord {
+            signal: signal.clone(),
+            sha256: "ab".into(),
+            signed_by: signed_by.map(str::to_owned),
+            self_tested: Some(V2.into()),
+        };
+        let judge = |record: &StagedRecord, trusted: &[&str]| {
+            StagedRecord::judge(Some(record), Some("ab"), Some("ab"), &signal, trusted)
+        };
+        assert_eq!(judge(&record(Some("k1")), &["k0", "k1"]), (true, true), "still trusted");
+        assert_eq!(judge(&record(Some("k1")), &["k2"]), (false, false), "its key withdrawn");
+        assert_eq!(judge(&record(None), &["k1"]), (false, false), "staged without keys");
+        assert_eq!(judge(&record(None), &[]), (true, true), "no signature required");
+        let unrecorded = StagedRecord::judge(None, Some("ab"), Some("ab"), &signal, &["k1"]);
+        assert_eq!(unrecorded, (false, false), "no record, no proof of a signature");
+    }
 
     #[test]
     fn a_self_test_passes_only_on_exit_zero_and_the_requested_version() {

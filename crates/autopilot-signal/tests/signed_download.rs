@@ -1,6 +1,8 @@
 //! Signed payloads on a real host (DESIGN §14): a node with trusted keys stages a binary only
 //! with a valid signature by one of them, checked over the download stream; every other case
-//! ends with the reason and nothing staged, the live binary untouched. Keys and cosign-format
+//! ends with the reason and nothing staged, the live binary untouched. A staged binary or
+//! pre-staged bundle is used only while a key that verified it is still trusted (issue 46):
+//! after the node's keys changed it is downloaded and verified again. Keys and cosign-format
 //! signatures are made at test time with `openssl`.
 
 use std::collections::HashMap;
@@ -11,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use autopilot_api::signal::{CommandK0sUpdate, UpdateRef};
 use autopilot_signal::download::{DownloadConfig, DownloadError};
 use autopilot_signal::host::{
     Host as _, HostError, LinuxHost, SignalKey, SignatureSource, Signing,
@@ -125,6 +128,29 @@ impl Node {
         names.sort();
         assert_eq!(names, vec!["k0s"], "nothing staged and no temp file left");
         assert_eq!(std::fs::read(self.dir.path().join("bin/k0s")).expect("live"), OLD);
+    }
+
+    /// The same node started again (same live binary, data directory and staged files),
+    /// now trusting the keys in `keys_dir`.
+    fn restarted(self, keys_dir: &Path, require_signed_bundles: bool) -> Self {
+        let keys = TrustedKeys::load_default(keys_dir).expect("keys").unwrap_or_default();
+        let signing = Signing { keys: keys.clone(), require_signed_bundles };
+        let live = self.dir.path().join("bin/k0s");
+        let host = LinuxHost::new(live, self.dir.path().join("data"), DownloadConfig::default())
+            .expect("host")
+            .with_signing(signing);
+        Self { dir: self.dir, host, keys }
+    }
+
+    /// Whether the node takes its staged binary for an update to [`NEW`].
+    async fn takes_staged(&self, addr: SocketAddr) -> bool {
+        let update = CommandK0sUpdate {
+            url: format!("http://{addr}/k0s"),
+            version: "v2".into(),
+            sha256: hex::encode(Sha256::digest(NEW)),
+            forceupdate: false,
+        };
+        self.host.observe(&key(), UpdateRef::K0s(&update)).await.expect("observing").staged
     }
 
     fn staged(&self) -> Vec<u8> {
@@ -290,6 +316,95 @@ async fn a_bundle_needs_a_signature_only_when_required_and_a_given_one_is_checke
     let images = n.dir.path().join("data/images");
     let left: Vec<_> = std::fs::read_dir(&images).expect("images").collect();
     assert!(left.is_empty(), "nothing kept in {}: {left:?}", images.display());
+}
+
+#[tokio::test]
+async fn a_staged_binary_is_used_only_while_a_key_that_verified_it_is_still_trusted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [release_only, both, rotated_only] =
+        ["release-only", "both", "rotated-only"].map(|name| dir.path().join(name));
+    for keys in [&release_only, &both, &rotated_only] {
+        std::fs::create_dir(keys).expect("keys dir");
+    }
+    let release = p256_key(dir.path(), "release", Some(&release_only));
+    std::fs::copy(release_only.join("release.pub"), both.join("release.pub")).expect("copy");
+    let rotated = p256_key(dir.path(), "rotated", Some(&rotated_only));
+    std::fs::copy(rotated_only.join("rotated.pub"), both.join("rotated.pub")).expect("copy");
+    let by_release = cosign_sig(dir.path(), &release, NEW);
+    let by_rotated = cosign_sig(dir.path(), &rotated, NEW);
+    let addr = serve(HashMap::from([("/k0s", NEW.to_vec())])).await;
+
+    // Staged under the release key: taken, also after a key was added.
+    let n = Node::trusting(tempfile::tempdir_in(dir.path()).expect("node"), &release_only, false);
+    n.download(addr, inline(&by_release)).await.expect("staged");
+    assert!(n.takes_staged(addr).await);
+    let n = n.restarted(&both, false);
+    assert!(n.takes_staged(addr).await, "the key that verified it is still trusted");
+
+    // The release key withdrawn: the staged file is not taken; downloaded again, the Plan's
+    // signature by the withdrawn key is refused and nothing stays staged.
+    let n = n.restarted(&rotated_only, false);
+    assert!(!n.takes_staged(addr).await, "verified by a key no longer trusted");
+    let err = n.download(addr, inline(&by_release)).await.expect_err("refused");
+    assert!(err.reason().contains("no trusted key made this signature"), "{}", err.reason());
+    n.untouched();
+    // Signed by the key trusted now: staged and taken again.
+    n.download(addr, inline(&by_rotated)).await.expect("staged again");
+    assert!(n.takes_staged(addr).await);
+
+    // Staged while the node required no signature, then given keys: not taken.
+    let none = dir.path().join("no-keys");
+    let n = Node::trusting(tempfile::tempdir_in(dir.path()).expect("node"), &none, false);
+    n.download(addr, SignatureSource::default()).await.expect("staged without keys");
+    assert!(n.takes_staged(addr).await);
+    let n = n.restarted(&release_only, false);
+    assert!(!n.takes_staged(addr).await, "never verified by a key trusted now");
+}
+
+#[tokio::test]
+async fn a_pre_staged_bundle_is_used_only_while_a_key_that_verified_it_is_still_trusted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let minisign_keys = dir.path().join("minisign");
+    std::fs::create_dir(&minisign_keys).expect("keys dir");
+    std::fs::write(minisign_keys.join("minisign.pub"), MINISIGN_KEY).expect("key");
+    let other_keys = dir.path().join("other");
+    std::fs::create_dir(&other_keys).expect("keys dir");
+    p256_key(dir.path(), "other", Some(&other_keys));
+    let addr = serve(HashMap::from([("/b/bundle.tar", b"test".to_vec())])).await;
+    let url = format!("http://{addr}/b/bundle.tar");
+    let sha = hex::encode(Sha256::digest(b"test"));
+    let nowhere = format!("http://{addr}/b/gone/bundle.tar");
+    let stage = |n: &Node| {
+        let (url, sha) = (url.clone(), sha.clone());
+        let host = n.host.clone();
+        async move { host.stage_bundle(&url, Some(&sha), &inline(MINISIGN_SIG)).await }
+    };
+
+    // Still trusted: the staged bundle is taken (the URL is not fetched again: it would
+    // answer 404 now).
+    let n = Node::trusting(tempfile::tempdir_in(dir.path()).expect("node"), &minisign_keys, true);
+    stage(&n).await.expect("pre-staged");
+    let n = n.restarted(&minisign_keys, true);
+    let record = n.dir.path().join("data/autopilot-staged-bundle.json");
+    let text = std::fs::read_to_string(&record).expect("the staging record");
+    let text = text.replace(&url, &nowhere);
+    std::fs::write(&record, text).expect("record");
+    n.host
+        .download_bundle(&key(), &nowhere, Some(&sha), &inline(MINISIGN_SIG))
+        .await
+        .expect("the pre-staged bundle is taken");
+
+    // Its key withdrawn: not taken; the download verifies the Plan's signature against the
+    // keys trusted now, and refuses it.
+    let n = Node::trusting(tempfile::tempdir_in(dir.path()).expect("node"), &minisign_keys, true);
+    stage(&n).await.expect("pre-staged");
+    let n = n.restarted(&other_keys, true);
+    let err = n
+        .host
+        .download_bundle(&key(), &url, Some(&sha), &inline(MINISIGN_SIG))
+        .await
+        .expect_err("a bundle no trusted key signed");
+    assert!(err.reason().contains("no trusted key made this signature"), "{}", err.reason());
 }
 
 /// The signal the downloads are for.

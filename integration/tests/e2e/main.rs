@@ -29,6 +29,7 @@ mod node_status;
 mod plan_api_outage;
 mod plan_bounds;
 mod plan_central_drain;
+mod plan_clock_ahead;
 mod plan_commands;
 mod plan_concurrency;
 mod plan_events;

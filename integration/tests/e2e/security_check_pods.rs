@@ -5,6 +5,9 @@
 //!   leader with status code 22 naming the field, and no Pod is created;
 //! - a template swapped in its ConfigMap mid-run changes nothing: a check Pod made again
 //!   runs the template frozen at NewPlan;
+//! - a Pod someone else made under a check Pod's name (after deleting the leader's) gives no
+//!   result: the leader refuses it (a `CheckPodRefused` Warning), deletes it and takes the
+//!   result of its own Pod made again;
 //! - the namespace `k0s-autopilot` enforces Pod Security `baseline`: the API server itself
 //!   refuses a privileged Pod there, even from the admin (so even a leader whose filter
 //!   were bypassed could not create one);
@@ -19,6 +22,7 @@ use std::time::Duration;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{CheckStatus, PlanCommand, PlanCommandPreflight, PlanStateType};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -61,6 +65,9 @@ async fn check_pods_cannot_be_privileged_on_real_nodes() {
     // A template swapped mid-run changes nothing: the Pod made again after a deletion by
     // hand runs the template as NewPlan froze it.
     swapped_template_changes_nothing(&client, &pods).await;
+
+    // A Pod made by someone else under the check Pod's name is refused, not judged.
+    impostor_refused(&client, &pods).await;
 
     // The API server refuses a privileged Pod in the namespace, whoever asks.
     let mut pod: Pod = serde_json::from_value(privileged_pod()).unwrap();
@@ -203,6 +210,105 @@ async fn swapped_template_changes_nothing(client: &kube::Client, pods: &Api<Pod>
         status_yaml(&done)
     );
     delete_plan(client).await;
+}
+
+/// A Pod made by someone else under the check Pod's name gives no result: the test deletes
+/// the leader's Pod and creates one of the name (same labels and node) that answers
+/// "impostor" at once, until its create wins over the leader's own; the leader refuses it
+/// with a `CheckPodRefused` Warning naming it, deletes it, and the result is its own Pod's.
+async fn impostor_refused(client: &kube::Client, pods: &Api<Pod>) {
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), keys::NAMESPACE);
+    config_maps
+        .create(
+            &PostParams::default(),
+            &pod_template("genuine", "sleep 5; echo genuine > /dev/termination-log"),
+        )
+        .await
+        .expect("creating the template");
+    let preflight: PlanCommandPreflight = serde_json::from_value(json!({"checks": [{
+        "id": "bound",
+        "targets": {"workers": serde_json::to_value(static_nodes(&["worker-0"], 1)).expect("targets as JSON")},
+        "command": {"id": "scheduler", "timeout": 120,
+                    "data": {"kubernetes": {"podName": "genuine"}}},
+        "results": [
+            {"status": "success", "condition": {"statusCode": 0}, "message": "{{ .Result }}"},
+            {"status": "error", "message": "{{ .StatusCode }}: {{ .Result }}"}
+        ]
+    }]}))
+    .expect("a valid object");
+    let command = PlanCommand { k0supdate: None, airgapupdate: None, preflight: Some(preflight) };
+    create_plan(client, &plan("autopilot", "bound", vec![command]))
+        .await
+        .expect("creating the plan");
+    let genuine = integration::wait_for(PLAN_TIMEOUT, "the check Pod", || async {
+        Ok(pods.list(&ListParams::default()).await?.items.into_iter().next())
+    })
+    .await
+    .expect("the check Pod");
+    let name = genuine.metadata.name.clone().expect("the Pod's name");
+    let made = replace_with_impostor(pods, &genuine).await;
+    let impostor_uid = made.metadata.uid.clone().expect("a UID");
+    let refused = integration::wait_for(PLAN_TIMEOUT, "the CheckPodRefused Warning", || async {
+        let events = Api::<Event>::namespaced(client.clone(), "default");
+        let list = events.list(&ListParams::default()).await?;
+        Ok(list.items.into_iter().find(|event| {
+            event.reason.as_deref() == Some("CheckPodRefused")
+                && event.note.as_deref().is_some_and(|note| note.contains(&impostor_uid))
+        }))
+    })
+    .await
+    .expect("the refusal");
+    assert_eq!(refused.type_.as_deref(), Some("Warning"));
+    assert!(refused.note.as_deref().unwrap_or_default().contains(&name), "{refused:?}");
+    let done = wait_plan_state(client, "autopilot", PlanStateType::Completed)
+        .await
+        .expect("the plan ends");
+    assert_eq!(
+        command_status(&done).checks[0].nodes[0].message,
+        "genuine",
+        "the leader's own Pod's result, never the impostor's: {}",
+        status_yaml(&done)
+    );
+    let recorded = command_status(&done).pods[0].uid.clone();
+    assert!(
+        recorded.is_some() && recorded.as_deref() != Some(impostor_uid.as_str()),
+        "{recorded:?}"
+    );
+    delete_plan(client).await;
+}
+
+/// Delete the leader's check Pod `genuine` and create one of its name, labels and node that
+/// answers "impostor" at once, again until that create wins over the leader's own; returns
+/// the impostor as created.
+async fn replace_with_impostor(pods: &Api<Pod>, genuine: &Pod) -> Pod {
+    let name = genuine.metadata.name.clone().expect("the Pod's name");
+    let mut impostor = Pod { spec: genuine.spec.clone(), ..Pod::default() };
+    impostor.metadata = kube::api::ObjectMeta {
+        name: Some(name.clone()),
+        namespace: genuine.metadata.namespace.clone(),
+        labels: genuine.metadata.labels.clone(),
+        annotations: genuine.metadata.annotations.clone(),
+        ..kube::api::ObjectMeta::default()
+    };
+    let spec = impostor.spec.as_mut().expect("a spec");
+    spec.containers[0].command =
+        Some(["/bin/sh", "-c", "echo impostor > /dev/termination-log"].map(String::from).to_vec());
+    let now = kube::api::DeleteParams::default().grace_period(0);
+    integration::wait_for(PLAN_TIMEOUT, "the impostor in place", || async {
+        match pods.delete(&name, &now).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(other) => return Err(other.into()),
+        }
+        match pods.create(&PostParams::default(), &impostor).await {
+            Ok(made) => Ok(Some(made)),
+            // The leader made its own again first: delete that one too.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+            Err(other) => Err(other.into()),
+        }
+    })
+    .await
+    .expect("the impostor in place")
 }
 
 fn command_status(

@@ -493,6 +493,13 @@ pub struct PreflightPodStatus {
     /// Absent until then (for example while the plan is paused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+
+    /// The UID the API server gave the Pod when the leader created it (from the answer to
+    /// its create request). A result is taken only from a Pod with this UID: a Pod of the
+    /// same name made by anyone else is refused (a `CheckPodRefused` Warning) and deleted,
+    /// and the leader creates its own again. Absent until the leader saw its create answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 /// What one check found over its nodes. Stored grouped when the list is long (see

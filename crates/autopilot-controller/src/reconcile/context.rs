@@ -27,6 +27,13 @@ pub(super) const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 /// before the cache saw it, and must be resent.
 pub(super) const WRITTEN_MEMORY: Duration = Duration::from_secs(10);
 
+/// How long the UID of a check Pod this term created is kept (see [`Context::created_pods`]).
+/// The next pass records it in the Plan's status, which keeps it from then on; the memory
+/// only has to outlast a status write the pace deferred or that failed for a while. A UID
+/// forgotten before it was recorded costs a check run again, never a wrong result: the
+/// Pod is then refused as unknown and made again.
+pub(super) const CREATED_MEMORY: Duration = Duration::from_secs(3600);
+
 /// How long into a leader term unfilled caches are expected (the first lists); after that a
 /// pass that finds one not filled warns, and comes back after this long instead of shortly.
 pub(super) const CACHE_READY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -78,6 +85,10 @@ pub(super) struct Context {
     pub(super) written: std::sync::Mutex<
         BTreeMap<plan::SignalTarget, (autopilot_api::signal::SignalData, Instant)>,
     >,
+    /// The UID of each check Pod this term created, by name, from the API server's answers
+    /// to the create requests (with when), for the engine to record (`plan::CheckPods::
+    /// created`): a result is taken only from the Pod the leader made.
+    pub(super) created_pods: std::sync::Mutex<BTreeMap<String, (String, Instant)>>,
     /// The nodes the drain finished draining, for the engine to record and move on.
     pub(super) handoff: crate::handoff::Handoff,
     /// The retry delays of failed passes (see [`error_policy`]); reset by a pass that
@@ -157,6 +168,7 @@ impl Context {
             check_pods,
             pod_templates,
             written: std::sync::Mutex::new(BTreeMap::new()),
+            created_pods: std::sync::Mutex::new(BTreeMap::new()),
             handoff,
             errors: std::sync::Mutex::new(autopilot_api::backoff::Capped::default()),
             views: std::sync::Mutex::new(Views::default()),

@@ -20,7 +20,9 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::context::{CACHE_READY_TIMEOUT, CONFLICT_RETRY, Context, Error, Views, WRITTEN_MEMORY};
+use super::context::{
+    CACHE_READY_TIMEOUT, CONFLICT_RETRY, CREATED_MEMORY, Context, Error, Views, WRITTEN_MEMORY,
+};
 use super::pace;
 use crate::{effect, observe};
 
@@ -131,6 +133,7 @@ async fn decide(
         let view = plan_view(&plan, &name, &uid, pending.as_ref().or(plan.status.as_ref()));
         let (check_pods, pod_templates) =
             observe::collect_check_pods(&ctx.check_pods, &ctx.pod_templates);
+        let created_pods = created_pods(&ctx);
         let no_readiness = BTreeMap::new();
         let observed = Observed {
             gate_answers: &crate::plan::NO_GATE_ANSWERS,
@@ -140,7 +143,11 @@ async fn decide(
             nodes: &views.nodes.objects,
             readiness: &no_readiness,
             removed_apis: None,
-            check_pods: plan::CheckPods { pods: &check_pods, templates: &pod_templates },
+            check_pods: plan::CheckPods {
+                pods: &check_pods,
+                templates: &pod_templates,
+                created: &created_pods,
+            },
         };
         let mut lookups = Lookups { ctx: &ctx, plan: &name };
         let transition =
@@ -457,11 +464,16 @@ async fn perform(
             info!(plan = %name, node = %target.name, kind = ?target.kind, command = data.command.id, "signalled node");
         }
         Effect::CreatePod(pod) => {
-            effect::create_pod(&ctx.engine.client, pod).await?;
+            let made = effect::create_pod(&ctx.engine.client, pod).await?;
+            if let (Some(uid), Some(pod)) = (made, pod.metadata.name.clone()) {
+                let mut created =
+                    ctx.created_pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                created.insert(pod, (uid, Instant::now()));
+            }
             info!(plan = %name, pod = pod.metadata.name.as_deref().unwrap_or_default(), node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default(), "created check Pod");
         }
-        Effect::DeletePod { name: pod } => {
-            effect::delete_pod(&ctx.engine.client, pod).await?;
+        Effect::DeletePod { name: pod, uid } => {
+            effect::delete_pod(&ctx.engine.client, pod, uid.as_deref()).await?;
             debug!(plan = %name, %pod, "deleted check Pod");
         }
         Effect::GateCheck { target, request } => {
@@ -484,6 +496,14 @@ async fn perform(
         }
     }
     Ok(())
+}
+
+/// The UIDs of the check Pods this term created (see `Context::created_pods`), by name;
+/// forgets those older than [`CREATED_MEMORY`].
+fn created_pods(ctx: &Context) -> BTreeMap<String, String> {
+    let mut created = ctx.created_pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    created.retain(|_, (_, at)| at.elapsed() < CREATED_MEMORY);
+    created.iter().map(|(name, (uid, _))| (name.clone(), uid.clone())).collect()
 }
 
 fn already_written(

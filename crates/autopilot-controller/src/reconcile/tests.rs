@@ -186,6 +186,7 @@ fn new_context(client: kube::Client, nodes: Store<SlimNode>) -> Context {
         check_pods: store(Vec::new()),
         pod_templates: store(Vec::new()),
         written: Mutex::new(BTreeMap::new()),
+        created_pods: Mutex::new(BTreeMap::new()),
         handoff: crate::handoff::Handoff::new().0,
         errors: Mutex::new(autopilot_api::backoff::Capped::default()),
         views: Mutex::new(Views::default()),

@@ -237,7 +237,7 @@ proptest! {
                     );
                 }
                 // Nothing observed: nothing to delete.
-                Effect::DeletePod { name } => prop_assert!(false, "deleted {name}, never seen"),
+                Effect::DeletePod { name, .. } => prop_assert!(false, "deleted {name}, never seen"),
                 Effect::Event { kind: EventKind::Normal, .. } => {}
             }
         }

@@ -85,6 +85,7 @@ impl State {
         let record = StagedRecord {
             signal: signal.clone(),
             sha256: sha256_hex(bytes),
+            signed_by: None,
             self_tested: Some(reported),
         };
         self.mutate(format!("write {STAGED_RECORD} (self-tested)"))?;
@@ -248,11 +249,13 @@ impl Host for FakeHost {
                     UpdateRef::Rollback(_) => state.files.get(PREVIOUS).map(|b| sha256_hex(b)),
                     UpdateRef::K0s(_) | UpdateRef::Airgap(_) => expected_sha256(update),
                 };
+                // The fake host checks no signatures.
                 let (staged, proven) = StagedRecord::judge(
                     record.as_ref(),
                     actual.as_deref(),
                     want.as_deref(),
                     signal,
+                    &[],
                 );
                 let proven = proven
                     && match update {
@@ -292,8 +295,12 @@ impl Host for FakeHost {
             state.files.remove(STAGED_RECORD);
         }
         let body = state.fetch(url, sha256)?;
-        let record =
-            StagedRecord { signal: signal.clone(), sha256: sha256_hex(&body), self_tested: None };
+        let record = StagedRecord {
+            signal: signal.clone(),
+            sha256: sha256_hex(&body),
+            signed_by: None,
+            self_tested: None,
+        };
         state.mutate(format!("stage {url}"))?;
         state.files.insert(STAGED.to_string(), body);
         state.mutate(format!("write {STAGED_RECORD}"))?;

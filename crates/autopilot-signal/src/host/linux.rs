@@ -292,11 +292,26 @@ impl LinuxHost {
     }
 
     /// The pre-staged bundle for `url` with digest `sha256`, if one waits whole: its path.
-    async fn staged_bundle(&self, url: &str, sha256: Option<&str>) -> Option<PathBuf> {
+    /// When the update expects a signature (`signed`), only a bundle a key the node trusts
+    /// now verified (see [`StagedRecord::judge`]).
+    async fn staged_bundle(
+        &self,
+        url: &str,
+        sha256: Option<&str>,
+        signed: bool,
+    ) -> Option<PathBuf> {
         let want = sha256?.trim().to_ascii_lowercase();
         let bytes = std::fs::read(self.staged_bundle_record_path()).ok()?;
         let record: StagedBundle = serde_json::from_slice(&bytes).ok()?;
         if record.url != url || record.sha256 != want || record.name.contains('/') {
+            return None;
+        }
+        let trusted = self.signing.keys.ids();
+        if signed && !record.signed_by.as_deref().is_some_and(|key| trusted.contains(&key)) {
+            tracing::info!(
+                url,
+                "the pre-staged bundle was not verified by a key this node trusts now; downloading it again"
+            );
             return None;
         }
         let path = self.staged_bundles_dir().join(&record.name);
@@ -610,8 +625,19 @@ impl Host for LinuxHost {
                 UpdateRef::Rollback(_) => self.digests.sha256(&self.previous_path()).await?,
                 UpdateRef::K0s(_) | UpdateRef::Airgap(_) => expected_sha256(update),
             };
-            let (staged, proven) =
-                StagedRecord::judge(record.as_ref(), actual.as_deref(), want.as_deref(), signal);
+            // A rollback puts back the node's own proven binary: no signature to check.
+            let keys = self.signing.keys.ids();
+            let trusted: &[&str] = match update {
+                UpdateRef::Rollback(_) => &[],
+                UpdateRef::K0s(_) | UpdateRef::Airgap(_) => &keys,
+            };
+            let (staged, proven) = StagedRecord::judge(
+                record.as_ref(),
+                actual.as_deref(),
+                want.as_deref(),
+                signal,
+                trusted,
+            );
             let proven = proven
                 && match update {
                     UpdateRef::Rollback(rollback) => {
@@ -654,15 +680,22 @@ impl Host for LinuxHost {
     ) -> Result<()> {
         let staged = self.staged_path();
         self.remove_leftovers();
-        // The record must never describe a file it was not written for.
+        // The record must never describe a file it was not written for; and a staged file
+        // not taken (another payload, or one not verified by a key trusted now) goes, so a
+        // failed download leaves nothing staged.
         remove_if_present(&self.staged_record_path())?;
+        remove_if_present(&staged)?;
         let signature = self.expected_signature(Payload::Binary, signature).await?;
         let expected =
             signature.as_ref().map(|signature| Expected { keys: &self.signing.keys, signature });
         let done =
             self.downloader.download_signed(url, sha256, Target::File(&staged), expected).await?;
-        let record =
-            StagedRecord { signal: signal.clone(), sha256: done.sha256, self_tested: None };
+        let record = StagedRecord {
+            signal: signal.clone(),
+            sha256: done.sha256,
+            signed_by: done.signed_by,
+            self_tested: None,
+        };
         self.write_json(&self.staged_record_path(), &record)
     }
 
@@ -677,8 +710,18 @@ impl Host for LinuxHost {
                 let sha256 = self.digests.sha256(&staged).await?.ok_or_else(|| {
                     HostError::SelfTest { reason: "the staged binary is gone".into() }
                 })?;
-                let record =
-                    StagedRecord { signal: signal.clone(), sha256, self_tested: Some(reported) };
+                // Who verified these bytes stays on record (a record of other bytes says
+                // nothing about them).
+                let signed_by = self
+                    .read_staged_record()
+                    .filter(|r| r.sha256 == sha256)
+                    .and_then(|r| r.signed_by);
+                let record = StagedRecord {
+                    signal: signal.clone(),
+                    sha256,
+                    signed_by,
+                    self_tested: Some(reported),
+                };
                 self.write_json(&self.staged_record_path(), &record)
             }
             Err(reason) => {
@@ -703,8 +746,10 @@ impl Host for LinuxHost {
         }
         self.remove_leftovers();
         // A bundle pre-staged for the same URL and digest is taken as it is: it was
-        // downloaded and verified (signature included) when it was staged.
-        let downloaded = match self.staged_bundle(url, sha256).await {
+        // downloaded and verified (signature included) when it was staged, by a key the
+        // node still trusts.
+        let signature = self.expected_signature(Payload::Bundle, signature).await?;
+        let downloaded = match self.staged_bundle(url, sha256, signature.is_some()).await {
             Some(staged) => {
                 let path = incoming.join(display_name(&staged));
                 std::fs::rename(&staged, &path)
@@ -713,7 +758,6 @@ impl Host for LinuxHost {
                 path
             }
             None => {
-                let signature = self.expected_signature(Payload::Bundle, signature).await?;
                 let expected = signature
                     .as_ref()
                     .map(|signature| Expected { keys: &self.signing.keys, signature });
@@ -751,6 +795,7 @@ impl Host for LinuxHost {
             url: url.to_owned(),
             sha256: done.sha256,
             name: display_name(&done.path),
+            signed_by: done.signed_by,
         };
         self.write_json(&self.staged_bundle_record_path(), &record)
     }
@@ -862,8 +907,12 @@ impl Host for LinuxHost {
                 let sha256 = self.digests.sha256(&staged).await?.ok_or_else(|| {
                     HostError::Rollback { reason: format!("the staged copy of {name} is gone") }
                 })?;
-                let record =
-                    StagedRecord { signal: signal.clone(), sha256, self_tested: Some(reported) };
+                let record = StagedRecord {
+                    signal: signal.clone(),
+                    sha256,
+                    signed_by: None,
+                    self_tested: Some(reported),
+                };
                 self.write_json(&self.staged_record_path(), &record)
             }
             Err(reason) => {

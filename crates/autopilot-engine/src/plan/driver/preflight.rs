@@ -22,7 +22,7 @@ use crate::plan::model::decision::{Decision, Effect, paused_steady};
 use crate::plan::model::inputs::Inputs;
 use crate::plan::model::phases::reasons;
 use crate::plan::rules::checks::{
-    judged, named, nodes_with, object_kind, record_for, unjudged_pods,
+    created_pod, judged, named, nodes_with, object_kind, record_for, unjudged_pods,
 };
 use crate::preflight::scheduler::{self, PodKey};
 use crate::preflight::{CompiledCommand, NodeVerdict};
@@ -50,6 +50,7 @@ pub(in crate::plan) fn decide(
     };
     let deadline = crate::preflight::deadline_of(preflight);
     judge_reports(inputs, run, command, &compiled, deadline, pass.status);
+    record_created(inputs, pass.status);
     judge_pods(inputs, pass.decision, &compiled, deadline, pass.status);
 
     let pending = targets_in_state(pass.status, command, TargetState::SignalPending);
@@ -274,6 +275,21 @@ fn record_verdict(status: &mut PlanCommandStatus, check_id: &str, verdict: NodeV
     check.nodes.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
+/// Record in the status the UID of each check Pod this leader created, from the answers to
+/// its create requests (`CheckPods::created`): a result is taken only from that Pod, also by
+/// a later leader.
+fn record_created(inputs: &Inputs<'_>, status: &mut PlanCommandStatus) {
+    let created = inputs.observed.check_pods.created;
+    let Some(preflight) = status.preflight.as_mut() else { return };
+    for pod in preflight.pods.iter_mut().filter(|pod| pod.created.is_some()) {
+        if let Some(uid) = created.get(&pod.pod)
+            && pod.uid.as_ref() != Some(uid)
+        {
+            pod.uid = Some(uid.clone());
+        }
+    }
+}
+
 /// Judge every check Pod that ended since the last pass, and every one still without a
 /// result at the command's deadline (counted from its creation: status code 62); look again
 /// at the earliest deadline still ahead.
@@ -287,7 +303,9 @@ fn judge_pods(
     let mut verdicts = Vec::new();
     for pod in unjudged_pods(status) {
         let Some(check) = compiled.checks.iter().find(|c| c.id == pod.check) else { continue };
-        let ended = inputs.observed.check_pods.pods.get(&pod.pod).and_then(scheduler::record_of);
+        // Only the Pod the leader created speaks for the node: one of the name with another
+        // UID is refused (`stale_pods`) and counts as no result.
+        let ended = created_pod(inputs.observed, pod).and_then(scheduler::record_of);
         let record = match (ended, &pod.created) {
             (Some(record), _) => record,
             (None, None) => continue,

@@ -160,7 +160,11 @@ fn dry_run(
             nodes: &cluster.nodes,
             readiness: &readiness,
             removed_apis: observed.removed_apis,
-            check_pods: CheckPods { pods: &cluster.pods, templates: observed.check_pods.templates },
+            check_pods: CheckPods {
+                pods: &cluster.pods,
+                templates: observed.check_pods.templates,
+                created: &cluster.created,
+            },
         };
         let transition = step(plan, &snapshot, policy);
         // A gate's lookups count as passed (a dry run shows the order, not the cluster's
@@ -229,6 +233,8 @@ struct DryCluster {
     nodes: BTreeMap<String, TargetObject>,
     /// The check Pods, by name.
     pods: BTreeMap<String, Pod>,
+    /// The UID each check Pod was created with, by name (as the API server answers).
+    created: BTreeMap<String, String>,
 }
 
 impl DryCluster {
@@ -239,6 +245,7 @@ impl DryCluster {
             control_nodes: ready(observed.control_nodes),
             nodes: ready(observed.nodes),
             pods: BTreeMap::new(),
+            created: BTreeMap::new(),
         };
         if let Some(run) = start.status.as_ref().and_then(|s| s.run_id.as_deref()) {
             cluster.finish_in_flight(run, observed.now);
@@ -266,7 +273,7 @@ impl DryCluster {
                         batch.push(signalled);
                     }
                 }
-                Effect::DeletePod { name } => {
+                Effect::DeletePod { name, uid: _ } => {
                     self.pods.remove(name);
                 }
                 // A gate's check answers as a probe that succeeded with no output.
@@ -362,6 +369,9 @@ impl DryCluster {
     fn end_pod(&mut self, pod: &Pod, status: &PlanStatus) -> Option<(u32, ObjectKind, String)> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let mut ended = pod.clone();
+        let uid = format!("dry-run-{name}");
+        ended.metadata.uid = Some(uid.clone());
+        self.created.insert(name.clone(), uid);
         ended.status = Some(PodStatus {
             phase: Some("Succeeded".to_owned()),
             container_statuses: Some(vec![ContainerStatus {

@@ -96,11 +96,15 @@ pub enum Effect {
     /// is stable per run, command, check and node). Emitted when the Pod is first due, and
     /// again while the snapshot does not show it and its result is not recorded.
     CreatePod(Box<Pod>),
-    /// Delete a check Pod whose result is recorded, or that belongs to no running check (a
-    /// `NotFound` answer is success).
+    /// Delete a check Pod whose result is recorded, that belongs to no running check, or
+    /// that is not the Pod the leader created (a `NotFound` answer is success).
     DeletePod {
         /// The Pod's name in [`keys::NAMESPACE`].
         name: String,
+        /// The UID of the Pod the snapshot showed, a precondition of the delete: a Pod made
+        /// again under the name since is not deleted (a `Conflict` answer is success: the
+        /// Pod seen is gone, and the next pass looks at the new one).
+        uid: Option<String>,
     },
     /// Emit a Kubernetes Event on the Plan.
     Event {

@@ -238,15 +238,21 @@ pub struct CheckPods<'a> {
     pub pods: &'a BTreeMap<String, Pod>,
     /// Every ConfigMap (the Pod templates), by name.
     pub templates: &'a BTreeMap<String, ConfigMap>,
+    /// The UID of each check Pod this leader created, by name, from the API server's
+    /// answers to its create requests (a Pod's cached copy proves nothing about who made
+    /// it: anyone who may create Pods in the namespace can make one of the name). The pass
+    /// records it in the Pod's `uid` in the status and takes a result only from that Pod.
+    pub created: &'a BTreeMap<String, String>,
 }
 
 static NO_PODS: BTreeMap<String, Pod> = BTreeMap::new();
 static NO_TEMPLATES: BTreeMap<String, ConfigMap> = BTreeMap::new();
+static NO_UIDS: BTreeMap<String, String> = BTreeMap::new();
 
 impl CheckPods<'static> {
     /// No Pods and no templates: a `scheduler` check then finds no template (status code
     /// 22) and no Pod is deleted.
-    pub const NONE: Self = Self { pods: &NO_PODS, templates: &NO_TEMPLATES };
+    pub const NONE: Self = Self { pods: &NO_PODS, templates: &NO_TEMPLATES, created: &NO_UIDS };
 }
 
 /// Controller policy: flags of this controller, not part of the Plan.

@@ -461,6 +461,11 @@ pub mod reasons {
     /// signals any node.
     pub const PRESTAGING: &str = "Prestaging";
 
+    /// A Pod with the name of a check Pod is not the Pod the leader created (its UID is not
+    /// the one the leader's create request was answered with): its result is not taken, it
+    /// is deleted, and the leader creates its own again.
+    pub const CHECK_POD_REFUSED: &str = "CheckPodRefused";
+
     /// Every reason, for tests and docs.
     pub const ALL: [&str; 28] = [
         PLAN_STARTED,
@@ -491,6 +496,7 @@ pub mod reasons {
         WAITING_FOR_WINDOW,
         UNKNOWN_WINDOW,
         PRESTAGING,
+        CHECK_POD_REFUSED,
     ];
 }
 

@@ -129,7 +129,13 @@ impl Placement {
         }
         self.pods.extend(nodes.into_iter().map(|node| {
             let key = PodKey { run_id, command: index, check: &check.id, node: &node };
-            PreflightPodStatus { check: check.id.clone(), pod: key.pod_name(), node, created: None }
+            PreflightPodStatus {
+                check: check.id.clone(),
+                pod: key.pod_name(),
+                node,
+                created: None,
+                uid: None,
+            }
         }));
         Ok(())
     }
@@ -324,32 +330,84 @@ pub(in crate::plan) fn unjudged_pods(
         .filter(move |pod| !judged(preflight, &pod.check, &pod.node))
 }
 
+/// The UID of the Pod the leader created for `pod`: the answer to this leader's own create
+/// request ([`crate::plan::CheckPods::created`]), else the one the status recorded.
+pub(in crate::plan) fn created_uid<'a>(
+    observed: &crate::plan::model::inputs::Observed<'a>,
+    pod: &'a PreflightPodStatus,
+) -> Option<&'a str> {
+    observed.check_pods.created.get(&pod.pod).or(pod.uid.as_ref()).map(String::as_str)
+}
+
+/// The Pod the snapshot shows for `pod` when it is the one the leader created (its UID is
+/// [`created_uid`]); a Pod of the name with another UID, or with none known, is nobody's
+/// result.
+pub(in crate::plan) fn created_pod<'a>(
+    observed: &crate::plan::model::inputs::Observed<'a>,
+    pod: &'a PreflightPodStatus,
+) -> Option<&'a k8s_openapi::api::core::v1::Pod> {
+    let uid = created_uid(observed, pod)?;
+    observed.check_pods.pods.get(&pod.pod).filter(|seen| seen.metadata.uid.as_deref() == Some(uid))
+}
+
 /// The check Pods to delete after a pass whose next status is `status`: every one in the
 /// snapshot that no running check waits for (its result is recorded, its command or run
-/// ended, or it belongs to an earlier run) and that is not already being deleted.
+/// ended, or it belongs to an earlier run), or that has the name of one a check waits for
+/// but is not the Pod the leader created (with a `CheckPodRefused` Warning: its result is
+/// never taken, and once it is gone the leader creates its own again), and that is not
+/// already being deleted. Each delete is bound to the UID the snapshot showed.
 pub(in crate::plan) fn stale_pods(
     status: &PlanStatus,
     observed: &crate::plan::model::inputs::Observed<'_>,
 ) -> Vec<Effect> {
-    let wanted: BTreeSet<&str> = if status.is_terminal() {
-        BTreeSet::new()
+    let wanted: BTreeMap<&str, &PreflightPodStatus> = if status.is_terminal() {
+        BTreeMap::new()
     } else {
         status
             .commands
             .iter()
             .filter(|command| !command.state.is_terminal())
-            .flat_map(|command| unjudged_pods(command).map(|pod| pod.pod.as_str()))
+            .flat_map(|command| unjudged_pods(command).map(|pod| (pod.pod.as_str(), pod)))
             .collect()
     };
-    observed
-        .check_pods
-        .pods
-        .iter()
-        .filter(|(name, pod)| {
-            !wanted.contains(name.as_str()) && pod.metadata.deletion_timestamp.is_none()
-        })
-        .map(|(name, _)| Effect::DeletePod { name: name.clone() })
-        .collect()
+    let mut effects = Vec::new();
+    for (name, pod) in observed.check_pods.pods {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let uid = pod.metadata.uid.clone();
+        if let Some(wanted) = wanted.get(name.as_str()) {
+            let created = created_uid(observed, wanted);
+            if created.is_some() && created == uid.as_deref() {
+                continue;
+            }
+            effects.push(Effect::Event {
+                kind: crate::plan::EventKind::Warning,
+                reason: crate::plan::model::phases::reasons::CHECK_POD_REFUSED,
+                note: refused_note(name, uid.as_deref(), created),
+            });
+        }
+        effects.push(Effect::DeletePod { name: name.clone(), uid });
+    }
+    effects
+}
+
+/// Why the Pod `name` (with the UID `seen`) is refused, when the leader created the one with
+/// the UID `created` (or none it knows of).
+fn refused_note(name: &str, seen: Option<&str>, created: Option<&str>) -> String {
+    let seen = seen.unwrap_or("none");
+    let whose = match created {
+        Some(created) => format!("is not the one the leader created (uid {created})"),
+        None => "is not known to be the leader's: no answer to a create request of the \
+                 leader's carried its uid (someone else made it, or a leader stopped right \
+                 after creating it)"
+            .to_owned(),
+    };
+    format!(
+        "check Pod {}/{name} (uid {seen}) {whose}; its result is not taken: the Pod is \
+         deleted and the leader creates its own again",
+        autopilot_api::keys::NAMESPACE
+    )
 }
 
 /// What a done target reported for `check`: its record when it answered `Completed`; when it

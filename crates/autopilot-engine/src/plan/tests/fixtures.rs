@@ -218,6 +218,10 @@ pub struct ClusterFixture {
     pub removed_api_uses: Vec<RemovedApiUse>,
     /// Check Pods (as created; a test ends them) and Pod templates, by name.
     pub pods: BTreeMap<String, Pod>,
+    /// The UID each check Pod the leader created got, by name (from its create answers).
+    pub created: BTreeMap<String, String>,
+    /// How many Pods were created (numbers their UIDs).
+    pub creates: u32,
     pub templates: BTreeMap<String, ConfigMap>,
     /// What each health-gate lookup returns (a query not here: unavailable).
     pub gate_answers: BTreeMap<crate::plan::GateQuery, crate::plan::GateAnswer>,
@@ -260,6 +264,8 @@ impl ClusterFixture {
             readyz: BTreeMap::new(),
             removed_api_uses: Vec::new(),
             pods: BTreeMap::new(),
+            created: BTreeMap::new(),
+            creates: 0,
             templates: BTreeMap::new(),
             gate_answers: BTreeMap::new(),
         }
@@ -479,12 +485,25 @@ impl ClusterFixture {
         for effect in &transition.effects {
             match effect {
                 Effect::Signal { target, data } => self.write_signal(target, data),
+                // The API server gives each new Pod a UID and answers the leader with it; a
+                // Pod of the name already there is `AlreadyExists`, without one.
                 Effect::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
-                    self.pods.entry(name).or_insert_with(|| (**pod).clone());
+                    if !self.pods.contains_key(&name) {
+                        self.creates += 1;
+                        let uid = format!("uid-{}", self.creates);
+                        let mut made = (**pod).clone();
+                        made.metadata.uid = Some(uid.clone());
+                        self.pods.insert(name.clone(), made);
+                        self.created.insert(name, uid);
+                    }
                 }
-                Effect::DeletePod { name } => {
-                    self.pods.remove(name);
+                Effect::DeletePod { name, uid } => {
+                    if uid.is_none()
+                        || self.pods.get(name).and_then(|p| p.metadata.uid.as_ref()) == uid.as_ref()
+                    {
+                        self.pods.remove(name);
+                    }
                 }
                 Effect::GateCheck { target, request } => {
                     if let Some(object) = self.objects_mut(target.kind).get_mut(&target.name) {
@@ -685,7 +704,11 @@ pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) 
         nodes: &cluster.nodes,
         readiness: &empty,
         removed_apis: None,
-        check_pods: CheckPods { pods: &cluster.pods, templates: &cluster.templates },
+        check_pods: CheckPods {
+            pods: &cluster.pods,
+            templates: &cluster.templates,
+            created: &cluster.created,
+        },
     };
     let mut answers = FixtureAnswers { cluster };
     match block_on(resolve(plan.view(), &observed, policy, &mut answers)) {

@@ -520,7 +520,7 @@ fn deleted(transition: &crate::plan::Transition) -> Vec<String> {
         .effects
         .iter()
         .filter_map(|effect| match effect {
-            Effect::DeletePod { name } => Some(name.clone()),
+            Effect::DeletePod { name, .. } => Some(name.clone()),
             Effect::Signal { .. }
             | Effect::CreatePod(_)
             | Effect::Event { .. }
@@ -762,4 +762,104 @@ fn the_template_is_frozen_at_new_plan_and_a_changed_config_map_changes_nothing()
     let spec = pod.spec.as_ref().expect("spec");
     assert_eq!(spec.containers[0].image.as_deref(), Some("lic:1"));
     assert_eq!(spec.host_pid, None);
+}
+
+// === check Pods are bound to the UID their create was answered with ===
+
+/// The UID the status recorded for the check Pod on `node`.
+fn recorded_uid(sim: &Sim, node: &str) -> Option<String> {
+    let preflight = sim.plan.command(0).preflight.clone().expect("a preflight status");
+    preflight.pods.iter().find(|p| p.node == node).expect("a Pod on the node").uid.clone()
+}
+
+/// The deletes of a transition, as `(name, uid)`.
+fn deleted_with_uid(transition: &crate::plan::Transition) -> Vec<(String, Option<String>)> {
+    transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::DeletePod { name, uid } => Some((name.clone(), uid.clone())),
+            Effect::Signal { .. }
+            | Effect::CreatePod(_)
+            | Effect::Event { .. }
+            | Effect::GateCheck { .. }
+            | Effect::Prestage { .. } => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_check_pod_made_again_by_someone_else_under_its_name_is_refused_not_judged() {
+    let mut sim = with_pods(workers_check());
+    sim.pass();
+    sim.pass();
+    let (w1, ours) = (pod_on(&sim, "w1"), sim.cluster.created[&pod_on(&sim, "w1")].clone());
+    assert_eq!(recorded_uid(&sim, "w1"), Some(ours.clone()), "the create answer's UID is kept");
+
+    // Someone deletes the leader's Pod and makes one of the name that says all is well.
+    let mut impostor = sim.cluster.pods[&w1].clone();
+    impostor.metadata.uid = Some("impostor".to_owned());
+    sim.cluster.pods.insert(w1.clone(), impostor);
+    pod_ends(&mut sim, "w1", 0, "all is well");
+    let refused = sim.pass();
+    let check = sim.plan.command(0).preflight.clone().expect("status").checks;
+    assert!(check.iter().all(|c| c.nodes.is_empty()), "no result taken: {check:?}");
+    let warnings: Vec<_> =
+        events(&refused).into_iter().filter(|e| e.1 == reasons::CHECK_POD_REFUSED).collect();
+    assert_eq!(warnings.len(), 1, "{:?}", events(&refused));
+    assert_eq!(warnings[0].0, crate::plan::EventKind::Warning);
+    assert!(
+        warnings[0].2.contains(&format!(
+            "{w1} (uid impostor) is not the one the leader created (uid {ours})"
+        )),
+        "{}",
+        warnings[0].2
+    );
+    assert_eq!(
+        deleted_with_uid(&refused),
+        [(w1.clone(), Some("impostor".to_owned()))],
+        "only the impostor goes, by its UID"
+    );
+    assert_eq!(recorded_uid(&sim, "w1"), Some(ours.clone()), "the leader's UID stays recorded");
+
+    // Once it is gone the leader makes its own again, and takes its result.
+    let again = sim.pass();
+    let remade: Vec<String> = created(&again).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(remade, std::slice::from_ref(&w1));
+    let remade = sim.cluster.created[&w1].clone();
+    assert_ne!(remade, ours);
+    sim.pass();
+    assert_eq!(recorded_uid(&sim, "w1"), Some(remade));
+    pod_ends(&mut sim, "w1", 3, "expired");
+    pod_ends(&mut sim, "w2", 0, "ok");
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::PreflightFailed);
+    let check = &sim.plan.command(0).preflight.clone().expect("status").checks[0];
+    assert_eq!(check.nodes[0].message, "w1 exited 3: expired", "the leader's own Pod's result");
+}
+
+#[test]
+fn a_check_pod_whose_create_answer_no_leader_saw_is_refused_and_made_again() {
+    let mut sim = with_pods(workers_check());
+    sim.pass();
+    // The leader stops right after its creates, before a pass recorded their UIDs: the next
+    // leader has no answer that names them, so a result from them proves nothing.
+    sim.cluster.created.clear();
+    for node in ["w1", "w2"] {
+        pod_ends(&mut sim, node, 0, "all is well");
+    }
+    let refused = sim.pass();
+    let check = sim.plan.command(0).preflight.clone().expect("status").checks;
+    assert!(check.iter().all(|c| c.nodes.is_empty()), "no result taken: {check:?}");
+    let warnings: Vec<_> =
+        events(&refused).into_iter().filter(|e| e.1 == reasons::CHECK_POD_REFUSED).collect();
+    assert_eq!(warnings.len(), 2, "{:?}", events(&refused));
+    assert!(warnings[0].2.contains("is not known to be the leader's"), "{}", warnings[0].2);
+    assert_eq!(deleted_with_uid(&refused).len(), 2);
+    assert_eq!(created(&sim.pass()).len(), 2, "the leader makes its own again");
+    for node in ["w1", "w2"] {
+        pod_ends(&mut sim, node, 0, "ok");
+    }
+    sim.pass();
+    assert_eq!(sim.plan.command(0).state, P::Completed);
 }

@@ -1147,7 +1147,7 @@ fn check_effects(cluster: &ClusterFixture, transition: &Transition) -> Result<()
             // The generated plans have no scheduler check: no Pod is created, and the
             // snapshot has none to delete.
             Effect::CreatePod(pod) => prop_assert!(false, "created Pod {:?}", pod.metadata.name),
-            Effect::DeletePod { name } => prop_assert!(false, "deleted Pod {name}"),
+            Effect::DeletePod { name, .. } => prop_assert!(false, "deleted Pod {name}"),
             // Gate checks are asked only of nodes of this run's gate runs.
             Effect::GateCheck { target, request } => {
                 prop_assert_eq!(Some(&request.run_id), after.run_id.as_ref());

@@ -96,7 +96,11 @@ fn resolve_on(sim: &Sim, answerer: &mut Counting) -> Result<Transition, &'static
         nodes: &sim.cluster.nodes,
         readiness: &empty,
         removed_apis: None,
-        check_pods: CheckPods { pods: &sim.cluster.pods, templates: &sim.cluster.templates },
+        check_pods: CheckPods {
+            pods: &sim.cluster.pods,
+            templates: &sim.cluster.templates,
+            created: &sim.cluster.created,
+        },
     };
     block_on(crate::plan::resolve(sim.plan.view(), &observed, &sim.policy, answerer))
 }
