@@ -467,7 +467,7 @@ pub mod reasons {
     pub const CHECK_POD_REFUSED: &str = "CheckPodRefused";
 
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 28] = [
+    pub const ALL: [&str; 29] = [
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
