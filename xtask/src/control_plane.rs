@@ -9,14 +9,67 @@
 
 use integration::{control_plane, cosign, node_binaries, prometheus};
 
-/// Arguments of this subcommand (none yet: the versions are pinned in the code).
+/// Arguments of this subcommand (the versions are pinned in the code).
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Build only these parts (repeat the flag for several); every part by default.
+    #[arg(long = "only", value_enum)]
+    only: Vec<Part>,
+}
 
-/// Build the control-plane binaries, Prometheus, the nodes' binaries and cosign unless
-/// cached, then print their paths and versions.
+/// A part of the test topology this subcommand builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    /// kube-apiserver and etcd.
+    ControlPlane,
+    /// The Prometheus the tests scrape nodes with.
+    Prometheus,
+    /// What real nodes run: kubelet, kube-controller-manager, kube-scheduler, containerd.
+    Node,
+    /// cosign 2 and 3, which the signing scenario signs with.
+    Cosign,
+}
+
+impl Part {
+    /// Its `--only` value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::ControlPlane => "control-plane",
+            Self::Prometheus => "prometheus",
+            Self::Node => "node",
+            Self::Cosign => "cosign",
+        }
+    }
+}
+
+/// Build the control-plane binaries, Prometheus, the nodes' binaries and cosign (or only the
+/// parts asked for) unless cached, then print their paths and versions.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let Args {} = args;
+    let Args { only } = args;
+    let wanted = |part: Part| only.is_empty() || only.contains(&part);
+    if wanted(Part::ControlPlane) {
+        control_plane_part()?;
+    }
+    if wanted(Part::Prometheus) {
+        let prometheus = prometheus::ensure_built()?;
+        println!(
+            "prometheus:     {} ({})",
+            prometheus.display(),
+            control_plane::version_of(&prometheus)?
+        );
+    }
+    if wanted(Part::Node) {
+        node_part()?;
+    }
+    if wanted(Part::Cosign) {
+        for binary in cosign::ensure_built()? {
+            println!("cosign:         {} ({})", binary.display(), cosign::git_version(&binary)?);
+        }
+    }
+    Ok(())
+}
+
+fn control_plane_part() -> anyhow::Result<()> {
     let binaries = control_plane::ensure_built()?;
     println!(
         "kube-apiserver: {} ({})",
@@ -28,12 +81,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         binaries.etcd.display(),
         control_plane::version_of(&binaries.etcd)?
     );
-    let prometheus = prometheus::ensure_built()?;
-    println!(
-        "prometheus:     {} ({})",
-        prometheus.display(),
-        control_plane::version_of(&prometheus)?
-    );
+    Ok(())
+}
+
+fn node_part() -> anyhow::Result<()> {
     let node = node_binaries::ensure_built()?;
     for (name, binary) in [
         ("kubelet:        ", &node.kubelet),
@@ -42,9 +93,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ("containerd:     ", &node.containerd),
     ] {
         println!("{name} {} ({})", binary.display(), control_plane::version_of(binary)?);
-    }
-    for binary in cosign::ensure_built()? {
-        println!("cosign:         {} ({})", binary.display(), cosign::git_version(&binary)?);
     }
     Ok(())
 }

@@ -26,6 +26,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
+use crate::control_plane::Part;
+
 /// Arguments of `cargo xtask demo`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -100,13 +102,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let log = BuildLog::create()?;
     println!("==> build output goes to {}", log.path.display());
     let xtask = std::env::current_exe().context("finding the xtask binary")?;
+    // Only what the demo runs: the control plane, and the real nodes' binaries when its
+    // workers will be real nodes (no Prometheus, no cosign: the tests' parts).
+    let real_nodes =
+        !process_only && workers > 0 && integration::real_node::prerequisites().is_ok();
     let mut control_plane = Command::new(&xtask);
-    control_plane.arg("control-plane");
-    log.step(
-        "building the control plane (kube-apiserver, etcd, Prometheus, kubelet, \
-         kube-controller-manager, kube-scheduler, containerd; cached after the first run)",
-        control_plane,
-    )?;
+    control_plane.args(["control-plane", "--only", Part::ControlPlane.flag()]);
+    let mut what = "building the control plane (kube-apiserver, etcd".to_owned();
+    if real_nodes {
+        control_plane.args(["--only", Part::Node.flag()]);
+        what.push_str(
+            ", and for the real nodes kubelet, kube-controller-manager, kube-scheduler, containerd",
+        );
+    }
+    what.push_str("; cached after the first run)");
+    log.step(&what, control_plane)?;
     log.step("building k0s", crate::test::build_k0s_command("dev"))?;
     let k0s = crate::test::k0s_path("debug");
     let mut copy = Command::new(&xtask);

@@ -12,6 +12,7 @@ mod demo;
 mod dist;
 mod fuzz;
 mod hot;
+mod prerequisites;
 #[cfg(test)]
 mod structure;
 mod test;

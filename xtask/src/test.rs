@@ -27,6 +27,8 @@ pub struct Args {
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { test_threads, cargo_args } = args;
+    // Before anything is built: a missing tool stops the run now, named, not deep in it.
+    crate::prerequisites::check()?;
     integration::control_plane::ensure_built()?;
     integration::prometheus::ensure_built()?;
     integration::cosign::ensure_built()?;
