@@ -10,6 +10,7 @@
 //! | `k0s-<version>-<arch>.sig` | with a PKCS#8 P-256 key: cosign `sign-blob`'s format |
 //! | `k0s-<version>-<arch>.minisig` | with a minisign secret key: minisign's signature |
 //! | `plan.yaml` | a Plan updating every controller, then every worker, to that version |
+//! | `sha256sums.txt` | the SHA-256 of every file above (of every platform packaged in the directory), for `sha256sum -c` and release tooling |
 //!
 //! It lives here, next to the harness, so that the end-to-end test of the Plan it writes
 //! can call it with the binary the harness already built (no second release build); the
@@ -90,6 +91,11 @@ pub struct Dist {
     pub signature: Option<PathBuf>,
     /// The Plan.
     pub plan: PathBuf,
+    /// `sha256sums.txt`: every release file of the version in the output directory (the
+    /// binaries of each platform packaged there, their signatures, the Plan), as
+    /// `sha256sum -c` reads it and as release tooling (Renovate's release-attachment
+    /// digests) looks for it.
+    pub sha256sums: PathBuf,
     /// The Plan as written (to edit and apply).
     pub plan_object: Plan,
 }
@@ -168,6 +174,7 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
     );
     fs::write(&plan_path, format!("{header}{yaml}"))
         .with_context(|| format!("writing {}", plan_path.display()))?;
+    let sha256sums = write_sha256sums(&out, version)?;
 
     Ok(Dist {
         platform,
@@ -176,8 +183,39 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
         sha256_file,
         signature,
         plan: plan_path,
+        sha256sums,
         plan_object,
     })
+}
+
+/// The name of the checksum list [`dist`] writes beside the files.
+pub const SHA256SUMS: &str = "sha256sums.txt";
+
+/// Writes [`SHA256SUMS`] in `out`: a `<sha256>  <name>` line for every release file of
+/// `version` there (`k0s-<version>-*` but the per-file `.sha256`, and `plan.yaml`), sorted by
+/// name, through a temp file and a rename.
+fn write_sha256sums(out: &Path, version: &str) -> anyhow::Result<PathBuf> {
+    let prefix = format!("k0s-{version}-");
+    let mut names = Vec::new();
+    for entry in fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", out.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let release_file = (name.starts_with(&prefix) && !name.ends_with(".sha256"))
+            || name == "plan.yaml";
+        if release_file && entry.file_type().is_ok_and(|t| t.is_file()) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    let mut text = String::new();
+    for name in &names {
+        text.push_str(&format!("{}  {name}\n", hex::encode(sha256_of(&out.join(name))?)));
+    }
+    let path = out.join(SHA256SUMS);
+    let temp = out.join(format!(".{SHA256SUMS}.tmp"));
+    fs::write(&temp, text).with_context(|| format!("writing {}", temp.display()))?;
+    fs::rename(&temp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(path)
 }
 
 /// `version` must be a k0s version a node can run and order: `vX.Y.Z[-PRE]+k0s.N`, as
@@ -451,6 +489,27 @@ mod tests {
         check.finish(&sha).expect("the signature verifies")
     }
 
+    /// `sha256sums.txt` lists exactly `names`, each with its file's digest, and
+    /// `sha256sum -c` accepts it.
+    fn sha256sums_hold(dist: &Dist, names: &[&str]) {
+        let out = dist.sha256sums.parent().expect("the output directory");
+        let text = fs::read_to_string(&dist.sha256sums).expect("sha256sums.txt");
+        let expected: String = names
+            .iter()
+            .map(|name| {
+                let bytes = fs::read(out.join(name)).expect("a listed file");
+                format!("{}  {name}\n", hex::encode(sha2::Sha256::digest(&bytes)))
+            })
+            .collect();
+        assert_eq!(text, expected);
+        let checked = std::process::Command::new("sha256sum")
+            .args(["-c", SHA256SUMS])
+            .current_dir(out)
+            .output()
+            .expect("sha256sum runs");
+        assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stdout));
+    }
+
     #[test]
     fn an_unsigned_payload_gets_its_sha256_and_a_plan_for_this_platform() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -462,6 +521,7 @@ mod tests {
         let line = fs::read_to_string(&dist.sha256_file).expect("the .sha256");
         assert_eq!(line, format!("{}  k0s-{VERSION}-{arch}\n", dist.sha256));
         assert!(dist.signature.is_none());
+        sha256sums_hold(&dist, &[&format!("k0s-{VERSION}-{arch}"), "plan.yaml"]);
 
         let text = fs::read_to_string(&dist.plan).expect("plan.yaml");
         assert!(text.starts_with("# Updates every controller"), "{text}");
@@ -522,6 +582,7 @@ mod tests {
         let name = dist.binary.file_name().expect("name").to_string_lossy();
         assert_eq!(entry.url, format!("https://example.com/k0s/{name}"));
         assert_eq!(entry.signature_url, Some(format!("https://example.com/k0s/{name}.sig")));
+        sha256sums_hold(&dist, &[&name, &format!("{name}.sig"), "plan.yaml"]);
     }
 
     #[test]
