@@ -200,8 +200,8 @@ fn write_sha256sums(out: &Path, version: &str) -> anyhow::Result<PathBuf> {
     for entry in fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
         let entry = entry.with_context(|| format!("reading {}", out.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let release_file = (name.starts_with(&prefix) && !name.ends_with(".sha256"))
-            || name == "plan.yaml";
+        let release_file =
+            (name.starts_with(&prefix) && !name.ends_with(".sha256")) || name == "plan.yaml";
         if release_file && entry.file_type().is_ok_and(|t| t.is_file()) {
             names.push(name);
         }

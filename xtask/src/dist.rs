@@ -62,7 +62,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("  {}", signature.display());
     }
     println!("  {}", written.plan.display());
-    println!("  {}  (the digest of every release file in the directory)", written.sha256sums.display());
+    println!(
+        "  {}  (the digest of every release file in the directory)",
+        written.sha256sums.display()
+    );
     println!(
         "Publish the files, set the Plan's URLs to where they are (`url`{}), then \
          `kubectl apply -f {}`.",
