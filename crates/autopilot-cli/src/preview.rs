@@ -611,7 +611,27 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
         );
     }
 
-    for command in &report.commands {
+    render_commands(&mut out, &report.commands);
+    render_order(&mut out, &report.batches);
+    if report.problems.is_empty() {
+        let _ = writeln!(out, "Problems: none");
+    }
+    render_failing(&mut out, &report.failing);
+    if report.problems.is_empty() {
+        let _ = writeln!(out, "{}", verdict.0);
+    } else {
+        let _ = writeln!(out, "Problems ({}):", report.problems.len());
+        for problem in &report.problems {
+            let _ = writeln!(out, "  - {problem}");
+        }
+        let _ = writeln!(out, "{}", verdict.1);
+    }
+    out
+}
+
+/// The commands and their targets, one block each.
+fn render_commands(out: &mut String, commands: &[CommandReport]) {
+    for command in commands {
         let _ = writeln!(out, "Command {}: {} to {}", command.id, command.kind, command.version);
         if !command.controllers.is_empty() {
             let _ =
@@ -629,10 +649,14 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
             let _ = writeln!(out, "  no targets resolved");
         }
     }
-    if !report.batches.is_empty() {
+}
+
+/// The order nodes would be signalled in.
+fn render_order(out: &mut String, batches: &[BatchReport]) {
+    if !batches.is_empty() {
         let _ =
             writeln!(out, "Order (each line signalled together, once the one before completed):");
-        for (i, batch) in report.batches.iter().enumerate() {
+        for (i, batch) in batches.iter().enumerate() {
             let after = batch
                 .after_seconds
                 .map(|s| {
@@ -653,20 +677,6 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
             );
         }
     }
-    if report.problems.is_empty() {
-        let _ = writeln!(out, "Problems: none");
-    }
-    render_failing(&mut out, &report.failing);
-    if report.problems.is_empty() {
-        let _ = writeln!(out, "{}", verdict.0);
-    } else {
-        let _ = writeln!(out, "Problems ({}):", report.problems.len());
-        for problem in &report.problems {
-            let _ = writeln!(out, "  - {problem}");
-        }
-        let _ = writeln!(out, "{}", verdict.1);
-    }
-    out
 }
 
 // === Shell ===

@@ -195,20 +195,34 @@ fn dry_run(
         if ended {
             break;
         }
-        match (changed, requeue) {
-            (true, _) => now += PASS,
-            // Time itself matters (a soak, a re-check): let it pass.
-            (false, Requeue::After(delay)) => {
-                let delay = delay.max(PASS);
-                now += delay;
-                waited += delay;
-            }
-            // Nothing changes and nothing is due: the run would wait for the cluster.
-            (false, Requeue::OnChange) => break,
+        let Some(Wait { by, waiting }) = next_pass(changed, requeue) else { break };
+        now += by;
+        if waiting {
+            waited += by;
         }
     }
     let end = status.clone().unwrap_or_default();
     Rollout { resolved: resolved.unwrap_or_else(|| end.clone()), batches, end }
+}
+
+/// How far the dry run's clock moves before its next pass.
+struct Wait {
+    /// By how much.
+    by: Duration,
+    /// Only time passes (the run waits): shown before the next batch.
+    waiting: bool,
+}
+
+/// When the dry run's next pass is, after one that `changed` something and asked for
+/// `requeue`; `None`: the run would wait for the cluster, the dry run ends.
+fn next_pass(changed: bool, requeue: Requeue) -> Option<Wait> {
+    match (changed, requeue) {
+        (true, _) => Some(Wait { by: PASS, waiting: false }),
+        // Time itself matters (a soak, a re-check): let it pass.
+        (false, Requeue::After(delay)) => Some(Wait { by: delay.max(PASS), waiting: true }),
+        // Nothing changes and nothing is due: the run would wait for the cluster.
+        (false, Requeue::OnChange) => None,
+    }
 }
 
 /// The gate lookups a pass needs that the dry run has not answered yet.
