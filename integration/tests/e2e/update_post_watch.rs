@@ -39,7 +39,10 @@ pub(crate) fn dying_v2(real: &std::path::Path) -> Vec<u8> {
 }
 
 /// The time of the Node's last Ready heartbeat.
-async fn last_heartbeat(nodes: &Api<Node>, name: &str) -> anyhow::Result<Option<jiff::Timestamp>> {
+pub(crate) async fn last_heartbeat(
+    nodes: &Api<Node>,
+    name: &str,
+) -> anyhow::Result<Option<jiff::Timestamp>> {
     let node = nodes.get(name).await?;
     Ok(node
         .status

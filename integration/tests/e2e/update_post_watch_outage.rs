@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use autopilot_api::keys;
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::PlanStateType;
-use autopilot_signal::host::{RestartMarker, WatchState};
+use autopilot_signal::host::{RestartMarker, WatchRecord, WatchState};
 use integration::http::FileServer;
 use integration::{Supervised, wait_for};
 use k8s_openapi::api::core::v1::{Event, Node};
@@ -28,6 +28,7 @@ use nix::sys::signal::Signal;
 
 use crate::plan_rollback::k0s_autopilot;
 use crate::support::*;
+use crate::update_post_watch::last_heartbeat;
 
 /// The window of the post-update watch, counted while the API server answers.
 const WINDOW: &str = "90s";
@@ -76,18 +77,21 @@ async fn outages_reinstalls_and_fleet_rollbacks_never_end_worse_than_the_failure
     }
 }
 
-/// The restart marker's watch state on `node`, if it has one.
-fn watch_state(node: &integration::K0sProcess) -> Option<WatchState> {
+/// The restart marker's watch on `node`, if it has one.
+fn watch_of(node: &integration::K0sProcess) -> Option<WatchRecord> {
     let marker = std::fs::read(node.data_dir().join(autopilot_signal::post_update::MARKER_FILE));
     let marker: RestartMarker = serde_json::from_slice(&marker.ok()?).ok()?;
-    marker.watch.map(|w| w.state)
+    marker.watch
+}
+
+/// The restart marker's watch state on `node`, if it has one.
+fn watch_state(node: &integration::K0sProcess) -> Option<WatchState> {
+    watch_of(node).map(|w| w.state)
 }
 
 /// How many starts the restart marker's watch on `node` counted.
 fn watched_starts(node: &integration::K0sProcess) -> Option<u32> {
-    let marker = std::fs::read(node.data_dir().join(autopilot_signal::post_update::MARKER_FILE));
-    let marker: RestartMarker = serde_json::from_slice(&marker.ok()?).ok()?;
-    marker.watch.map(|w| w.starts)
+    watch_of(node).map(|w| w.starts)
 }
 
 fn mode_of(path: &std::path::Path) -> u32 {
@@ -171,16 +175,7 @@ async fn reinstall_then_three_sigkills(
     let nodes: Api<Node> = Api::all(client.clone());
     let now = jiff::Timestamp::now();
     wait_for(Duration::from_secs(45), "a heartbeat of worker-0 after the rollback", || async {
-        let node = nodes.get("worker-0").await?;
-        let beat = node
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "Ready" && c.status == "True")
-            .and_then(|c| c.last_heartbeat_time)
-            .map(|t| t.0);
-        Ok(beat.filter(|t| *t > now))
+        Ok(last_heartbeat(&nodes, "worker-0").await?.filter(|t| *t > now))
     })
     .await
     .expect("in time");
