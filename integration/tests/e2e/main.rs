@@ -14,6 +14,7 @@
 mod support;
 mod updater_support;
 
+mod capi_k0smotron;
 mod chaos;
 mod cli;
 mod cli_preview;
