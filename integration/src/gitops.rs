@@ -7,8 +7,7 @@
 //! [`ensure_built`] (run by `cargo xtask control-plane`, so by `.ci/run` and `cargo xtask
 //! test` too; `--only gitops` for this part alone) builds two Go programs whose source is
 //! kept in `integration/tools/`, each in a throw-away wrapper module outside the repository
-//! pinned to the versions below (two modules, as cli-utils pins Kubernetes libraries older
-//! than kubectl's):
+//! pinned to the versions below (one module each, as each pins other Kubernetes libraries):
 //!
 //! - `gitops-health` ([`HEALTH_MAIN`]): `kstatus` runs `sigs.k8s.io/cli-utils`
 //!   [`CLI_UTILS_VERSION`]'s `pkg/kstatus/status.Compute` (what Flux's health checks and
@@ -16,6 +15,9 @@
 //!   script with gopher-lua [`GOPHER_LUA_VERSION`] as Argo CD's `util/lua` does for a script
 //!   from `argocd-cm` (the base, table and package libraries and a safe `os`, the object as
 //!   the global `obj`, the returned table's `status` and `message`).
+//! - `flux-health` ([`FLUX_MAIN`]): a Flux Kustomization's `healthCheckExprs` entry
+//!   evaluated over one object by `github.com/fluxcd/pkg/runtime` [`FLUX_RUNTIME_VERSION`]'s
+//!   `cel.StatusEvaluator`, the code Flux's kustomize-controller evaluates them with.
 //! - `kubectl` ([`KUBECTL_MAIN`]): `k8s.io/kubectl` at the control plane's
 //!   [`STAGING_VERSION`], with the `main` of `k8s.io/kubernetes/cmd/kubectl`, reporting
 //!   [`KUBERNETES_VERSION`].
@@ -24,7 +26,7 @@
 //! `Current`, `kubectl version --client` reports the release) and moved into
 //! `<cache>/<versions>/bin/` with a stamp that also holds a digest of the Go sources, so an
 //! edited source is rebuilt. Tests only call [`binaries`] (through [`kstatus`],
-//! [`argo_health`], [`kubectl`]), which never builds and fails with the hint to run `cargo
+//! [`argo_health`], [`flux_health`], [`kubectl`]), which never builds and fails with the hint to run `cargo
 //! xtask control-plane`.
 
 use std::{
@@ -50,6 +52,10 @@ pub const CLI_UTILS_VERSION: &str = "v0.37.2";
 /// The pinned `github.com/yuin/gopher-lua`, the Lua Argo CD runs health scripts with.
 pub const GOPHER_LUA_VERSION: &str = "v1.1.2";
 
+/// The pinned `github.com/fluxcd/pkg/runtime`, whose `cel.StatusEvaluator` judges
+/// `healthCheckExprs`.
+pub const FLUX_RUNTIME_VERSION: &str = "v0.117.0";
+
 /// Environment variable that overrides the cache directory: the binaries live in its
 /// `<versions>/bin/`.
 pub const CACHE_DIR_ENV: &str = "K0S_GITOPS_CACHE";
@@ -57,37 +63,63 @@ pub const CACHE_DIR_ENV: &str = "K0S_GITOPS_CACHE";
 /// The Go source of `gitops-health` (`integration/tools/gitops-health/main.go`).
 pub const HEALTH_MAIN: &str = include_str!("../tools/gitops-health/main.go");
 
+/// The Go source of `flux-health` (`integration/tools/flux-health/main.go`).
+pub const FLUX_MAIN: &str = include_str!("../tools/flux-health/main.go");
+
 /// The Go source of `kubectl` (`integration/tools/kubectl/main.go`).
 pub const KUBECTL_MAIN: &str = include_str!("../tools/kubectl/main.go");
 
 /// Name of the file in the cache directory that marks a complete build.
 const STAMP_FILE: &str = "stamp";
 
+/// Which of the programs a [`Tool`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Health,
+    Flux,
+    Kubectl,
+}
+
 /// One Go program the harness builds.
 #[derive(Clone, Copy, Debug)]
 struct Tool {
+    kind: Kind,
     /// The binary's name in `bin/`, and the wrapper module's last path element.
     name: &'static str,
     /// Its `main.go`.
     main: &'static str,
     /// The modules (with their versions) its `go.mod` requires; `go version -m` must show them.
     requires: &'static [(&'static str, &'static str)],
+    /// The `go` line of its `go.mod`: what the modules it requires ask for.
+    go_version: &'static str,
     /// Whether it reports [`KUBERNETES_VERSION`] (set with `-ldflags -X`, as the release
     /// build of kubectl does).
     reports_kubernetes_version: bool,
 }
 
 const HEALTH: Tool = Tool {
+    kind: Kind::Health,
     name: "gitops-health",
     main: HEALTH_MAIN,
     requires: &[
         ("sigs.k8s.io/cli-utils", CLI_UTILS_VERSION),
         ("github.com/yuin/gopher-lua", GOPHER_LUA_VERSION),
     ],
+    go_version: "1.25.0",
+    reports_kubernetes_version: false,
+};
+
+const FLUX: Tool = Tool {
+    kind: Kind::Flux,
+    name: "flux-health",
+    main: FLUX_MAIN,
+    requires: &[("github.com/fluxcd/pkg/runtime", FLUX_RUNTIME_VERSION)],
+    go_version: "1.26.0",
     reports_kubernetes_version: false,
 };
 
 const KUBECTL: Tool = Tool {
+    kind: Kind::Kubectl,
     name: "kubectl",
     main: KUBECTL_MAIN,
     requires: &[
@@ -95,16 +127,19 @@ const KUBECTL: Tool = Tool {
         ("k8s.io/component-base", STAGING_VERSION),
         ("k8s.io/client-go", STAGING_VERSION),
     ],
+    go_version: "1.25.0",
     reports_kubernetes_version: true,
 };
 
-const TOOLS: [Tool; 2] = [HEALTH, KUBECTL];
+const TOOLS: [Tool; 3] = [HEALTH, FLUX, KUBECTL];
 
 /// Paths of the cached binaries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binaries {
     /// `gitops-health` (`kstatus`, `argo-health <script>`).
     pub health: PathBuf,
+    /// `flux-health`.
+    pub flux: PathBuf,
     /// `kubectl`.
     pub kubectl: PathBuf,
 }
@@ -112,18 +147,27 @@ pub struct Binaries {
 impl Binaries {
     fn in_dir(dir: &Path) -> Self {
         let bin = dir.join("bin");
-        Self { health: bin.join(HEALTH.name), kubectl: bin.join(KUBECTL.name) }
+        Self {
+            health: bin.join(HEALTH.name),
+            flux: bin.join(FLUX.name),
+            kubectl: bin.join(KUBECTL.name),
+        }
     }
 
     fn of(&self, tool: Tool) -> &Path {
-        if tool.name == KUBECTL.name { &self.kubectl } else { &self.health }
+        match tool.kind {
+            Kind::Health => &self.health,
+            Kind::Flux => &self.flux,
+            Kind::Kubectl => &self.kubectl,
+        }
     }
 }
 
 /// The versions the cache directory is named after.
 fn versions() -> String {
     format!(
-        "cli-utils-{CLI_UTILS_VERSION}-gopher-lua-{GOPHER_LUA_VERSION}-kubectl-{STAGING_VERSION}"
+        "cli-utils-{CLI_UTILS_VERSION}-gopher-lua-{GOPHER_LUA_VERSION}-flux-runtime-\
+         {FLUX_RUNTIME_VERSION}-kubectl-{STAGING_VERSION}"
     )
 }
 
@@ -145,7 +189,7 @@ fn stamp_contents() -> String {
 
 /// The cache directory: `$K0S_GITOPS_CACHE/<versions>/` if set, otherwise
 /// `~/.cache/k0s-autopilot/gitops/<versions>/` (`$XDG_CACHE_HOME` is honoured), `<versions>`
-/// naming cli-utils, gopher-lua and kubectl. The binaries live in its `bin/`.
+/// naming cli-utils, gopher-lua, Flux's runtime and kubectl. The binaries live in its `bin/`.
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
     let base = match env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
         Some(dir) => PathBuf::from(dir),
@@ -163,15 +207,15 @@ pub fn binaries() -> anyhow::Result<Binaries> {
     let binaries = Binaries::in_dir(&dir);
     let stamp = fs::read_to_string(dir.join(STAMP_FILE)).ok();
     if stamp.as_deref() == Some(stamp_contents().as_str())
-        && binaries.health.is_file()
-        && binaries.kubectl.is_file()
+        && TOOLS.iter().all(|tool| binaries.of(*tool).is_file())
     {
         return Ok(binaries);
     }
     bail!(
         "the GitOps tools (kstatus of cli-utils {CLI_UTILS_VERSION}, gopher-lua \
-         {GOPHER_LUA_VERSION}, kubectl {STAGING_VERSION}) are not built in {}: run `cargo xtask \
-         control-plane --only gitops` first (tests never build them)",
+         {GOPHER_LUA_VERSION}, Flux's runtime {FLUX_RUNTIME_VERSION}, kubectl \
+         {STAGING_VERSION}) are not built in {}: run `cargo xtask control-plane --only gitops` \
+         first (tests never build them)",
         dir.display()
     )
 }
@@ -204,7 +248,10 @@ pub fn ensure_built() -> anyhow::Result<Binaries> {
 fn go_mod(tool: Tool) -> String {
     let requires: String =
         tool.requires.iter().map(|(module, version)| format!("\t{module} {version}\n")).collect();
-    format!("module k0sautopilot/testing/{}\n\ngo 1.25.0\n\nrequire (\n{requires})\n", tool.name)
+    format!(
+        "module k0sautopilot/testing/{}\n\ngo {}\n\nrequire (\n{requires})\n",
+        tool.name, tool.go_version
+    )
 }
 
 /// The `-ldflags` of `tool`: stripped, and for kubectl the version it reports.
@@ -272,10 +319,29 @@ fn check_build_info(tool: Tool, info: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the freshly built `binary` once: `kstatus` must judge a ConfigMap `Current`, and
-/// `kubectl version --client` must report [`KUBERNETES_VERSION`].
+/// Runs the freshly built `binary` once: `kstatus` must judge a ConfigMap `Current`,
+/// `flux-health` too with `current: true`, and `kubectl version --client` must report
+/// [`KUBERNETES_VERSION`].
 fn check_runs(tool: Tool, binary: &Path) -> anyhow::Result<()> {
-    if tool.name == KUBECTL.name {
+    let config_map = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "check"}
+    });
+    let verdict: Verdict<Kstatus> = match tool.kind {
+        Kind::Kubectl => return check_kubectl(binary),
+        Kind::Health => run_health(binary, &["kstatus"], &config_map)?,
+        Kind::Flux => run_health(binary, &["-current", "true"], &config_map)?,
+    };
+    ensure!(
+        verdict.status == Kstatus::Current,
+        "the built {} judges a ConfigMap {verdict}, expected Current",
+        tool.name
+    );
+    Ok(())
+}
+
+/// `kubectl version --client` must report [`KUBERNETES_VERSION`].
+fn check_kubectl(binary: &Path) -> anyhow::Result<()> {
+    {
         let output = Command::new(binary)
             .args(["version", "--client", "-o", "json"])
             .stdin(Stdio::null())
@@ -289,16 +355,7 @@ fn check_runs(tool: Tool, binary: &Path) -> anyhow::Result<()> {
             reported == Some(KUBERNETES_VERSION),
             "the built kubectl reports {reported:?}, expected {KUBERNETES_VERSION}"
         );
-        return Ok(());
     }
-    let config_map = serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "check"}
-    });
-    let verdict: Verdict<Kstatus> = run_health(binary, &["kstatus"], &config_map)?;
-    ensure!(
-        verdict.status == Kstatus::Current,
-        "the built kstatus judges a ConfigMap {verdict}, expected Current"
-    );
     Ok(())
 }
 
@@ -367,6 +424,40 @@ pub fn argo_health(script: &Path, object: &serde_json::Value) -> anyhow::Result<
     run_health(&binaries()?.health, &["argo-health", script], object)
 }
 
+/// One entry of a Flux Kustomization's `healthCheckExprs` (its CEL expressions).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxExprs {
+    /// True when the object is reconciled.
+    pub current: String,
+    /// True while it is being reconciled (evaluated first).
+    #[serde(default)]
+    pub in_progress: Option<String>,
+    /// True when it failed (evaluated second).
+    #[serde(default)]
+    pub failed: Option<String>,
+}
+
+/// What Flux's kustomize-controller makes of `object` with the health check expressions
+/// `exprs`, with the cached `flux-health` (Flux first reads a `status.observedGeneration`
+/// other than `metadata.generation` as `InProgress`, then evaluates `inProgress`, `failed`,
+/// `current`, and `InProgress` when none holds). An expression that cannot be evaluated on
+/// the object (a field it names is missing) is an `Err`: Flux keeps waiting then.
+pub fn flux_health(
+    exprs: &FluxExprs,
+    object: &serde_json::Value,
+) -> anyhow::Result<Verdict<Kstatus>> {
+    let FluxExprs { current, in_progress, failed } = exprs;
+    let mut args = vec!["-current", current.as_str()];
+    if let Some(in_progress) = in_progress {
+        args.extend(["-in-progress", in_progress.as_str()]);
+    }
+    if let Some(failed) = failed {
+        args.extend(["-failed", failed.as_str()]);
+    }
+    run_health(&binaries()?.flux, &args, object)
+}
+
 /// The Plan health check this repository ships, `manifests/gitops/plan-health.lua`.
 pub fn plan_health_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/gitops/plan-health.lua")
@@ -428,21 +519,28 @@ mod tests {
     fn the_cache_is_named_after_every_pinned_version() {
         let dir = cache_dir().expect("a cache directory");
         let name = dir.file_name().expect("a name").to_string_lossy().into_owned();
-        assert_eq!(name, "cli-utils-v0.37.2-gopher-lua-v1.1.2-kubectl-v0.35.4");
+        assert_eq!(
+            name,
+            "cli-utils-v0.37.2-gopher-lua-v1.1.2-flux-runtime-v0.117.0-kubectl-v0.35.4"
+        );
     }
 
     #[test]
     fn the_stamp_names_each_module_and_the_digest_of_each_source() {
         let stamp = stamp_contents();
         let lines: Vec<&str> = stamp.lines().collect();
-        assert_eq!(lines.len(), 2, "{stamp}");
+        assert_eq!(lines.len(), 3, "{stamp}");
         assert!(lines[0].starts_with(
             "gitops-health sigs.k8s.io/cli-utils=v0.37.2 github.com/yuin/gopher-lua=v1.1.2 \
              main.go sha256="
         ));
-        assert!(lines[1].starts_with("kubectl k8s.io/kubectl=v0.35.4 "), "{stamp}");
+        assert!(
+            lines[1].starts_with("flux-health github.com/fluxcd/pkg/runtime=v0.117.0 "),
+            "{stamp}"
+        );
+        assert!(lines[2].starts_with("kubectl k8s.io/kubectl=v0.35.4 "), "{stamp}");
         let digest = hex::encode(Sha256::digest(KUBECTL_MAIN.as_bytes()));
-        assert!(lines[1].ends_with(&format!("sha256={digest}")), "{stamp}");
+        assert!(lines[2].ends_with(&format!("sha256={digest}")), "{stamp}");
     }
 
     #[test]
@@ -466,6 +564,7 @@ mod tests {
              \tsigs.k8s.io/cli-utils v0.37.2\n\tgithub.com/yuin/gopher-lua v1.1.2\n)\n"
         );
         assert!(go_mod(KUBECTL).contains("\tk8s.io/kubectl v0.35.4\n"));
+        assert!(go_mod(FLUX).contains("\ngo 1.26.0\n"), "fluxcd/pkg/runtime asks for Go 1.26");
     }
 
     #[test]

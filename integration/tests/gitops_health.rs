@@ -1,12 +1,14 @@
 //! The GitOps health checks of `manifests/gitops/` judged by the engines' own code, over
 //! Plans shaped like the leader writes them (the kstatus-shaped conditions of issue 47):
-//! the real kstatus (cli-utils, what Flux reads) and `plan-health.lua` run as Argo CD runs it.
+//! the real kstatus (cli-utils, what Flux reads), the `healthCheckExprs` of
+//! `flux-kustomization.yaml` evaluated by Flux's own evaluator, and `plan-health.lua` run as
+//! Argo CD runs it.
 //! The live Plans of an e2e run are judged the same way by e2e `gitops_health`.
 //!
 //! Needs the cached tools (`cargo xtask control-plane --only gitops`; `cargo xtask test`
 //! builds them first).
 
-use integration::gitops::{self, Health, Kstatus, Verdict};
+use integration::gitops::{self, FluxExprs, Health, Kstatus, Verdict};
 use serde_json::{Value, json};
 
 /// The plan states a run ends in other than `Completed` (each sets Stalled=True).
@@ -106,6 +108,24 @@ fn kstatus(object: &Value) -> Verdict<Kstatus> {
     gitops::kstatus(object).expect("kstatus judges the object")
 }
 
+/// The `healthCheckExprs` entry of `manifests/gitops/flux-kustomization.yaml` for Plans.
+fn plan_exprs() -> FluxExprs {
+    let kustomization: Value =
+        serde_saphyr::from_str(&manifest("flux-kustomization.yaml")).expect("YAML");
+    let exprs = kustomization["spec"]["healthCheckExprs"]
+        .as_array()
+        .expect("healthCheckExprs")
+        .iter()
+        .find(|e| e["kind"] == "Plan")
+        .expect("an entry for Plans");
+    serde_json::from_value(exprs.clone()).expect("current, inProgress, failed")
+}
+
+/// What Flux makes of `object` with the shipped `healthCheckExprs`.
+fn flux(object: &Value) -> Kstatus {
+    gitops::flux_health(&plan_exprs(), object).expect("Flux evaluates the expressions").status
+}
+
 fn argo(object: &Value) -> Verdict<Health> {
     gitops::argo_health(&gitops::plan_health_script(), object).expect("the Lua script runs")
 }
@@ -117,6 +137,7 @@ fn a_running_plan_is_in_progress_for_kstatus_and_progressing_for_argo() {
         let verdict = kstatus(&plan);
         assert_eq!(verdict.status, Kstatus::InProgress, "{state:?}: {verdict}");
         assert_eq!(verdict.message, "The plan is running", "Reconciling's message");
+        assert_eq!(flux(&plan), Kstatus::InProgress, "{state:?}");
         let health = argo(&plan);
         assert_eq!(health.status, Health::Progressing, "{state:?}: {health}");
         assert_eq!(health.message, "The plan is running");
@@ -127,6 +148,7 @@ fn a_running_plan_is_in_progress_for_kstatus_and_progressing_for_argo() {
 fn a_completed_plan_is_current_for_kstatus_and_healthy_for_argo() {
     let plan = completed();
     assert_eq!(kstatus(&plan).status, Kstatus::Current, "{}", kstatus(&plan));
+    assert_eq!(flux(&plan), Kstatus::Current);
     let health = argo(&plan);
     assert_eq!(health.status, Health::Healthy, "{health}");
     assert_eq!(health.message, "All nodes run the new version");
@@ -140,6 +162,7 @@ fn every_unsuccessful_end_is_failed_for_kstatus_and_degraded_with_the_descriptio
         let verdict = kstatus(&plan);
         assert_eq!(verdict.status, Kstatus::Failed, "{state}: {verdict}");
         assert_eq!(verdict.message, description, "{state}: Stalled's message");
+        assert_eq!(flux(&plan), Kstatus::Failed, "{state}");
         let health = argo(&plan);
         assert_eq!(health.status, Health::Degraded, "{state}: {health}");
         assert_eq!(health.message, description, "{state}: Stalled's message");
@@ -155,6 +178,7 @@ fn a_paused_running_plan_is_suspended_for_argo_and_still_in_progress_for_kstatus
         "observedGeneration": 2, "lastTransitionTime": "2026-11-28T10:00:00Z",
     }));
     assert_eq!(kstatus(&plan).status, Kstatus::InProgress, "{}", kstatus(&plan));
+    assert_eq!(flux(&plan), Kstatus::InProgress);
     let health = argo(&plan);
     assert_eq!(health.status, Health::Suspended, "{health}");
     assert_eq!(health.message, "Paused by the autopilot.k0sproject.io/paused annotation");
@@ -173,6 +197,7 @@ fn a_plan_held_by_a_controller_not_ready_is_in_progress_for_kstatus_and_degraded
     );
     // kstatus reads Reconciling before Stalled (the order the leader writes them in).
     assert_eq!(kstatus(&plan).status, Kstatus::InProgress, "{}", kstatus(&plan));
+    assert_eq!(flux(&plan), Kstatus::InProgress, "inProgress is evaluated first");
     let health = argo(&plan);
     assert_eq!(health.status, Health::Degraded, "{health}");
     assert_eq!(health.message, held);
@@ -194,6 +219,7 @@ fn a_plan_not_named_autopilot_is_failed_for_kstatus_and_degraded_for_argo() {
     let verdict = kstatus(&plan);
     assert_eq!(verdict.status, Kstatus::Failed, "{verdict}");
     assert_eq!(verdict.message, message);
+    assert_eq!(flux(&plan), Kstatus::Failed);
     let health = argo(&plan);
     assert_eq!(health.status, Health::Degraded, "{health}");
     assert_eq!(health.message, message);
@@ -208,6 +234,7 @@ fn a_generation_the_leader_has_not_taken_up_is_in_progress_and_progressing_whate
         let verdict = kstatus(&plan);
         assert_eq!(verdict.status, Kstatus::InProgress, "{verdict}");
         assert_eq!(verdict.message, "Plan generation is 3, but latest observed generation is 2");
+        assert_eq!(flux(&plan), Kstatus::InProgress);
         let health = argo(&plan);
         assert_eq!(health.status, Health::Progressing, "{health}");
         assert!(health.message.contains("generation 3"), "{health}");
@@ -215,19 +242,23 @@ fn a_generation_the_leader_has_not_taken_up_is_in_progress_and_progressing_whate
 }
 
 #[test]
-fn a_ready_condition_of_an_older_generation_is_not_healthy_for_argo() {
+fn a_ready_condition_of_an_older_generation_is_not_healthy_for_argo_nor_current_for_flux() {
     let mut plan = completed();
     plan["status"]["conditions"][0]["observedGeneration"] = json!(1);
     assert_eq!(argo(&plan).status, Health::Progressing, "{}", argo(&plan));
+    assert_eq!(flux(&plan), Kstatus::InProgress, "`current` compares Ready's observedGeneration");
 }
 
 #[test]
 fn a_just_created_plan_without_status_is_progressing_for_argo_but_current_for_kstatus() {
     // The caveat docs/gitops.md states: until the leader's first pass a Plan has no status,
-    // and kstatus judges an object without conditions or observedGeneration Current.
+    // and kstatus judges an object without conditions or observedGeneration Current. Flux's
+    // expressions cannot be evaluated on it (no `status`): Flux keeps waiting.
     let mut plan = completed();
     plan.as_object_mut().expect("an object").remove("status");
     assert_eq!(kstatus(&plan).status, Kstatus::Current, "{}", kstatus(&plan));
+    let error = gitops::flux_health(&plan_exprs(), &plan).expect_err("no status to evaluate");
+    assert!(error.to_string().contains("no such attribute"), "{error:#}");
     let health = argo(&plan);
     assert_eq!(health.status, Health::Progressing, "{health}");
     assert_eq!(health.message, "Waiting for the autopilot leader to take the plan up");

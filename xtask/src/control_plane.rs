@@ -29,8 +29,8 @@ pub enum Part {
     Node,
     /// cosign 2 and 3, which the signing scenario signs with.
     Cosign,
-    /// The GitOps tools: kstatus and Argo CD's health script runner (`gitops-health`), and
-    /// kubectl.
+    /// The GitOps tools: kstatus and Argo CD's health script runner (`gitops-health`), Flux's
+    /// `healthCheckExprs` evaluator (`flux-health`) and kubectl.
     Gitops,
 }
 
@@ -78,8 +78,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn gitops_part() -> anyhow::Result<()> {
-    let gitops::Binaries { health, kubectl } = gitops::ensure_built()?;
+    let gitops::Binaries { health, flux, kubectl } = gitops::ensure_built()?;
     println!("gitops-health:  {} (kstatus, argo-health)", health.display());
+    println!("flux-health:    {}", flux.display());
     println!("kubectl:        {}", kubectl.display());
     Ok(())
 }
