@@ -458,6 +458,22 @@ pub fn flux_health(
     run_health(&binaries()?.flux, &args, object)
 }
 
+/// The `healthCheckExprs` entry for Plans of the Flux Kustomization this repository ships,
+/// `manifests/gitops/flux-kustomization.yaml`.
+pub fn plan_flux_exprs() -> anyhow::Result<FluxExprs> {
+    let path = plan_health_script().with_file_name("flux-kustomization.yaml");
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let kustomization: serde_json::Value =
+        serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let entry = kustomization
+        .pointer("/spec/healthCheckExprs")
+        .and_then(|exprs| exprs.as_array())
+        .and_then(|exprs| exprs.iter().find(|e| e["kind"] == "Plan"))
+        .with_context(|| format!("{}: no spec.healthCheckExprs entry for Plan", path.display()))?;
+    serde_json::from_value(entry.clone())
+        .with_context(|| format!("{}: the healthCheckExprs entry for Plan", path.display()))
+}
+
 /// The Plan health check this repository ships, `manifests/gitops/plan-health.lua`.
 pub fn plan_health_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/gitops/plan-health.lua")

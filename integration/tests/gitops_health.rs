@@ -110,15 +110,7 @@ fn kstatus(object: &Value) -> Verdict<Kstatus> {
 
 /// The `healthCheckExprs` entry of `manifests/gitops/flux-kustomization.yaml` for Plans.
 fn plan_exprs() -> FluxExprs {
-    let kustomization: Value =
-        serde_saphyr::from_str(&manifest("flux-kustomization.yaml")).expect("YAML");
-    let exprs = kustomization["spec"]["healthCheckExprs"]
-        .as_array()
-        .expect("healthCheckExprs")
-        .iter()
-        .find(|e| e["kind"] == "Plan")
-        .expect("an entry for Plans");
-    serde_json::from_value(exprs.clone()).expect("current, inProgress, failed")
+    gitops::plan_flux_exprs().expect("the shipped healthCheckExprs for Plans")
 }
 
 /// What Flux makes of `object` with the shipped `healthCheckExprs`.
