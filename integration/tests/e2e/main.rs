@@ -23,6 +23,7 @@ mod cli_steer;
 mod controller_startup;
 mod dist;
 mod docs;
+mod gitops_health;
 mod harness_smoke;
 mod leader_election;
 mod metrics;
