@@ -125,7 +125,7 @@ async fn update_machine(
                 if nodes.contains(machine) && command["version"] == version {
                     return Outcome { result: Ok(()), seen, plan };
                 }
-                delete_plan(client).await;
+                delete_as_k0smotron(client).await;
                 create(client, machine, version, url, target).await;
                 tokio::time::sleep(RETRY).await;
             }
@@ -153,7 +153,7 @@ async fn create(client: &kube::Client, machine: &str, version: &str, url: &str, 
     client.request_text(request).await.expect("creating the Plan as k0smotron does");
 }
 
-async fn delete_plan(client: &kube::Client) {
+async fn delete_as_k0smotron(client: &kube::Client) {
     let request =
         http::Request::delete(format!("{PLANS}/autopilot")).body(Vec::new()).expect("DELETE");
     client.request_text(request).await.expect("deleting the Plan as k0smotron does");

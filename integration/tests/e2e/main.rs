@@ -58,6 +58,7 @@ mod plan_validation;
 mod plan_waves;
 mod plan_window;
 mod prometheus_harness;
+mod promotion;
 mod rbac_least_privilege;
 mod rbac_steering;
 mod real_nodes;
