@@ -117,6 +117,7 @@ async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_g
 
     // The rollback is reported: the metric, an Event on the Node, the signal.
     rollback_reported(&client, node, &v1).await;
+    plan_no_longer_ready(&client).await;
 
     // What is on disk: v1 live and as k0s.prev, the payload refused and not executable.
     check_disk(node, &payload, &v1_bytes);
@@ -145,6 +146,29 @@ fn payload_running_v2_from(real: &std::path::Path) -> Vec<u8> {
     std::fs::set_permissions(real, std::fs::Permissions::from_mode(0o755))
         .expect("the real v2 executable");
     dying_v2(real)
+}
+
+/// The Plan is no longer Ready after the rollback: it ended `ApplyFailed` if the signal said
+/// `Failed` while it ran, or it stays `Completed` and says the update was rolled back since
+/// (`Stalled`, reason `RolledBackAfterUpdate`).
+async fn plan_no_longer_ready(client: &kube::Client) {
+    let stalled = wait_plan(client, "autopilot", PLAN_TIMEOUT, "the plan Stalled", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True")
+        })
+    })
+    .await
+    .expect("the plan Stalled");
+    let found = stalled.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let stalled_reason =
+        found.iter().find(|c| c.type_ == "Stalled").map(|c| c.reason.clone()).unwrap_or_default();
+    let expected = match state(&stalled) {
+        autopilot_api::v1beta2::PlanStateType::Completed => "RolledBackAfterUpdate",
+        other => other.as_str(),
+    };
+    eprintln!("post-update watch: the plan is {} and Stalled: {stalled_reason}", state(&stalled));
+    assert_eq!(stalled_reason, expected, "{}", status_yaml(&stalled));
+    assert!(found.iter().any(|c| c.type_ == "Ready" && c.status == "False"), "{found:#?}");
 }
 
 /// The rollback is reported: the metric, an Event on the Node, the signal.

@@ -11,6 +11,7 @@
 //! | `""`, `SchedulableWait`, `Schedulable` | False | True | False |
 //! | held for a controller past the readiness grace | False | True | True (`ControllerNotReady`) |
 //! | `Completed` | True | False | False |
+//! | `Completed`, then a node's post-update watch rolled it back | False | False | True (`RolledBackAfterUpdate`) |
 //! | any other terminal state | False | False | True (the state; the description as message) |
 //!
 //! Their `observedGeneration` is the generation the run started from (`status.observedGeneration`):
@@ -18,9 +19,10 @@
 //! moved on shows as a generation mismatch, which kstatus reads as in progress.
 
 use autopilot_api::keys::conditions;
-use autopilot_api::v1beta2::{PlanStateType, PlanStatus};
+use autopilot_api::signal::SignalPhase;
+use autopilot_api::v1beta2::{PlanStateType, PlanStatus, TargetState};
 
-use crate::plan::model::command::format_duration;
+use crate::plan::model::command::{Command, RunIdentity, format_duration, targets};
 use crate::plan::model::decision::{Effect, EventKind};
 use crate::plan::model::inputs::Inputs;
 use crate::plan::model::phases::{plan_phase, reasons};
@@ -76,7 +78,22 @@ pub(in crate::plan) fn verdict(status: &PlanStatus, inputs: &Inputs<'_>) -> Verd
             }
         }
         PlanStateType::Completed => {
-            Verdict::Ready { message: format!("run {}: every command completed", run_of(status)) }
+            let undone = rolled_back_after_completion(inputs, status);
+            if undone.is_empty() {
+                Verdict::Ready {
+                    message: format!("run {}: every command completed", run_of(status)),
+                }
+            } else {
+                Verdict::Failed {
+                    reason: ROLLED_BACK_AFTER_UPDATE.to_owned(),
+                    message: format!(
+                        "run {} completed, then its post-update watch put the previous binary \
+                         back on {}",
+                        run_of(status),
+                        undone.join("; ")
+                    ),
+                }
+            }
         }
         PlanStateType::IncompleteTargets
         | PlanStateType::MissingSignalNode
@@ -184,6 +201,46 @@ pub(in crate::plan) fn never_runs(
     ] {
         set_condition_to(&mut status.conditions, type_, value, reason, message, generation, stamp);
     }
+}
+
+/// The reason of `Ready` and `Stalled` when a node of a completed run rolled its update back
+/// afterwards (its post-update watch): the plan stays `Completed`, as k0s' state vocabulary
+/// has no way back, but it is not `Ready` any more.
+pub const ROLLED_BACK_AFTER_UPDATE: &str = "RolledBackAfterUpdate";
+
+/// The nodes of a completed run whose signal of this run says `Failed` since: the post-update
+/// watch put their previous binary back after they reported `Completed`. `<kind> <name>:
+/// <reason>` each, in command and target order.
+fn rolled_back_after_completion(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec<String> {
+    let (Some(plan_id), Some(run_id)) = (status.plan_id.clone(), status.run_id.clone()) else {
+        return Vec::new();
+    };
+    let run = RunIdentity { plan_id, run_id };
+    let mut undone = Vec::new();
+    for command_status in &status.commands {
+        let Some(command) = command_status.frozen.as_ref().and_then(Command::resolve) else {
+            continue;
+        };
+        for &group in command.groups() {
+            let kind = command.object_kind(group);
+            let objects = inputs.objects(kind);
+            let completed = targets(command_status, command, group);
+            for target in completed.iter().filter(|t| t.state == TargetState::SignalCompleted) {
+                let Some(signal) = objects
+                    .get(&target.name)
+                    .and_then(|object| run.signal_on(object, command_status.id, command))
+                else {
+                    continue;
+                };
+                let Some(report) = signal.status.as_ref() else { continue };
+                if report.status == SignalPhase::Failed {
+                    let why = report.reason.as_deref().unwrap_or("failed");
+                    undone.push(format!("{kind} {}: {why}", target.name));
+                }
+            }
+        }
+    }
+    undone
 }
 
 /// The reason a state gives its conditions: its wire name, `NewPlan` for the empty state.

@@ -173,3 +173,32 @@ fn a_long_description_is_cut_in_the_condition_and_kept_whole_in_the_command() {
     let description = sim.plan.command(0).description.clone().unwrap_or_default();
     assert!(description.len() > MAX_MESSAGE, "the command keeps its own text");
 }
+
+#[test]
+fn a_completed_run_a_node_rolled_back_afterwards_is_no_longer_ready() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2"]),
+        ClusterFixture::new().workers(["w1", "w2"]),
+    );
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w2", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Completed);
+    assert_eq!(condition(&sim, conditions::READY).status, "True");
+
+    // w1's post-update watch puts v1 back: its signal says Failed after Completed.
+    let why = "rolled back after the update: the new binary exited abnormally 3 times";
+    sim.cluster(|c| c.later(minutes(2)).fails(Node, "w1", SignalPhase::Failed, why));
+    let t = sim.pass();
+    assert_eq!(sim.plan.state(), P::Completed, "k0s' states have no way back");
+    let reason = "RolledBackAfterUpdate";
+    assert_eq!(verdict(&sim), [pair("False", reason), pair("False", reason), pair("True", reason)]);
+    let stalled = condition(&sim, conditions::STALLED);
+    assert!(stalled.message.ends_with(&format!("back on Node w1: {why}")), "{}", stalled.message);
+    assert!(t.effects.iter().all(|e| !matches!(e, crate::plan::Effect::Signal { .. })));
+    // It stays so.
+    let again = sim.pass();
+    assert_eq!(&again.status, sim.plan.status());
+}
