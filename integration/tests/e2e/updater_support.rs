@@ -256,6 +256,7 @@ pub fn update_config(
                     start_time: Some(start_time.to_owned()),
                     length: Some(length.to_owned()),
                 }),
+                min_interval: None,
             }),
             plan_spec: None,
         },

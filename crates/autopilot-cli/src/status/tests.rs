@@ -376,6 +376,7 @@ fn update_config(name: &str, start: &str, length: &str) -> UpdateConfig {
                     start_time: Some(start.to_owned()),
                     length: Some(length.to_owned()),
                 }),
+                min_interval: None,
             }),
             ..UpdateConfigSpec::default()
         },
