@@ -148,6 +148,15 @@ impl UpdateServer {
         state.index = (200, index_yaml(&self.url, version, sha.as_deref()));
     }
 
+    /// Offer `version` in `index.yaml` from now on, as [`UpdateServer::offer`] does, with
+    /// `eolDate: <eol>`.
+    pub fn offer_with_eol(&self, version: &str, eol: &str) {
+        let mut state = self.state.lock().expect("server lock");
+        let sha = state.binaries.get(version).map(|(_, sha)| sha.clone());
+        let body = index_yaml(&self.url, version, sha.as_deref());
+        state.index = (200, format!("eolDate: {eol:?}\n{body}"));
+    }
+
     /// Offer `version` on the legacy (cron) endpoint from now on, downloadable from
     /// `<base>/k0s/<version>/k0s` (e.g. an https [`integration::http::FileServer`]).
     pub fn offer_legacy_from(&self, version: &str, base: &str) {
