@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use autopilot_api::v1beta2::{MinInterval, Plan, PlanStateType, UpdateConfig, UpdateConfigStatus};
+use autopilot_api::v1beta2::{MinInterval, Plan, PlanStateType, UpdateConfig};
 use integration::wait_for;
 use kube::api::{Api, PostParams};
 
@@ -30,41 +30,10 @@ fn version(plan: &Plan) -> Option<&str> {
     plan.spec.commands.first()?.k0supdate.as_ref().map(|u| u.version.as_str())
 }
 
-/// `(status, reason)` of the condition `type_`, if written.
-fn condition<'a>(status: &'a UpdateConfigStatus, type_: &str) -> Option<(&'a str, &'a str)> {
-    let found = status.conditions.iter().find(|c| c.type_ == type_)?;
-    Some((found.status.as_str(), found.reason.as_str()))
-}
-
-/// `(Ready, Reconciling, Stalled)` condition statuses.
-fn verdict(status: &UpdateConfigStatus) -> (Option<&str>, Option<&str>, Option<&str>) {
-    let get = |t| condition(status, t).map(|(s, _)| s);
-    (get("Ready"), get("Reconciling"), get("Stalled"))
-}
-
-/// Waits until the UpdateConfig `name`'s status satisfies `done`; the error shows the last.
-async fn wait_status(
-    configs: &Api<UpdateConfig>,
-    name: &str,
-    what: &str,
-    done: impl Fn(&UpdateConfigStatus) -> bool,
-) -> UpdateConfigStatus {
-    wait_for(PLAN_TIMEOUT, what, || async {
-        let status = configs.get(name).await?.status.unwrap_or_default();
-        if done(&status) {
-            Ok(Some(status))
-        } else {
-            Err(anyhow::anyhow!("the last status:\n{}", serde_json::to_string_pretty(&status)?))
-        }
-    })
-    .await
-    .expect("the UpdateConfig status")
-}
-
-/// Waits until the plan `autopilot` asks for `wanted` and is `Completed`.
-async fn wait_completed(client: &kube::Client, wanted: &str) -> Plan {
+/// Waits up to `timeout` until the plan `autopilot` asks for `wanted` and is `Completed`.
+async fn wait_completed(client: &kube::Client, wanted: &str, timeout: Duration) -> Plan {
     let plans: Api<Plan> = Api::all(client.clone());
-    wait_for(PLAN_TIMEOUT, &format!("the plan run for {wanted} to complete"), || async {
+    wait_for(timeout, &format!("the plan run for {wanted} to complete"), || async {
         let plan = plans.get_opt("autopilot").await?;
         Ok(plan.filter(|p| version(p) == Some(wanted) && state(p) == PlanStateType::Completed))
     })
@@ -94,10 +63,12 @@ async fn a_second_patch_inside_the_min_interval_waits_and_is_planned_after_it() 
 
     // Run 1 is written and held (its download waits): Reconciling, not Ready, not Stalled;
     // the patch update's time and the past end of life are recorded.
-    let running = wait_status(&configs, "spaced", "Reconciling while run 1 runs", |s| {
-        verdict(s) == (Some("False"), Some("True"), Some("False")) && s.last_patch_update.is_some()
-    })
-    .await;
+    let running =
+        wait_update_config_status(&configs, "spaced", "Reconciling while run 1 runs", |s| {
+            verdict(s) == (Some("False"), Some("True"), Some("False"))
+                && s.last_patch_update.is_some()
+        })
+        .await;
     let first_planned = running.last_patch_update.clone().expect("the patch update time").0;
     assert_eq!(running.last_minor_update, None, "{running:?}");
     assert_eq!(running.observed_generation, Some(1), "{running:?}");
@@ -113,12 +84,15 @@ async fn a_second_patch_inside_the_min_interval_waits_and_is_planned_after_it() 
     // Run 1 completes; the second version, offered meanwhile, waits for the interval.
     server.offer_with_eol(SECOND, PAST_EOL);
     server.release_downloads();
-    let first = wait_completed(&client, OFFERED).await;
+    let first = wait_completed(&client, OFFERED, PLAN_TIMEOUT).await;
     let allowed_at =
         first_planned.checked_add(jiff::SignedDuration::try_from(PATCH_INTERVAL).unwrap()).unwrap();
-    let waiting = wait_status(&configs, "spaced", "MinIntervalWait for the second version", |s| {
-        s.last_check.as_ref().is_some_and(|c| c.reason == "MinIntervalWait")
-    })
+    let waiting = wait_update_config_status(
+        &configs,
+        "spaced",
+        "MinIntervalWait for the second version",
+        |s| s.last_check.as_ref().is_some_and(|c| c.reason == "MinIntervalWait"),
+    )
     .await;
     assert!(
         jiff::Timestamp::now() < allowed_at,
@@ -138,18 +112,21 @@ async fn a_second_patch_inside_the_min_interval_waits_and_is_planned_after_it() 
     assert_eq!(held.spec.id, first.spec.id, "no new plan inside the interval");
 
     // After the interval the second version is planned (not before) and completes.
-    let second = wait_completed(&client, SECOND).await;
+    let left = Duration::try_from(jiff::Timestamp::now().duration_until(allowed_at))
+        .unwrap_or(Duration::ZERO);
+    let second = wait_completed(&client, SECOND, left + PLAN_TIMEOUT).await;
     let planned_at: i64 = second.spec.timestamp.parse().expect("Unix seconds");
     assert!(
         planned_at >= allowed_at.as_second(),
         "planned at {planned_at}, allowed at {allowed_at}: {}",
         status_yaml(&second)
     );
-    let done = wait_status(&configs, "spaced", "Ready after the second update", |s| {
-        s.running_version.as_deref() == Some(SECOND)
-            && verdict(s) == (Some("True"), Some("False"), Some("False"))
-    })
-    .await;
+    let done =
+        wait_update_config_status(&configs, "spaced", "Ready after the second update", |s| {
+            s.running_version.as_deref() == Some(SECOND)
+                && verdict(s) == (Some("True"), Some("False"), Some("False"))
+        })
+        .await;
     let second_planned = done.last_patch_update.as_ref().expect("the second update time").0;
     assert!(second_planned >= allowed_at, "{done:?}");
     assert_eq!(done.next_update_allowed, None, "{done:?}");

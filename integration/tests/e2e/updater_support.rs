@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use autopilot_api::v1beta2::{
-    ControlNode, PeriodicUpgradeStrategy, Plan, UpdateConfig, UpdateConfigSpec, UpgradeStrategy,
-    UpgradeStrategyType,
+    ControlNode, PeriodicUpgradeStrategy, Plan, UpdateConfig, UpdateConfigSpec, UpdateConfigStatus,
+    UpgradeStrategy, UpgradeStrategyType,
 };
 use futures::StreamExt as _;
 use http_body_util::Full;
@@ -369,4 +369,35 @@ pub async fn wait_metrics(
         }
     })
     .await
+}
+
+/// `(status, reason)` of the condition `type_`, if written.
+pub fn condition<'a>(status: &'a UpdateConfigStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+    let found = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((found.status.as_str(), found.reason.as_str()))
+}
+
+/// `(Ready, Reconciling, Stalled)` condition statuses.
+pub fn verdict(status: &UpdateConfigStatus) -> (Option<&str>, Option<&str>, Option<&str>) {
+    let get = |t| condition(status, t).map(|(s, _)| s);
+    (get("Ready"), get("Reconciling"), get("Stalled"))
+}
+
+/// Waits until the UpdateConfig `name`'s status satisfies `done`; the error shows the last.
+pub async fn wait_update_config_status(
+    configs: &Api<UpdateConfig>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&UpdateConfigStatus) -> bool,
+) -> UpdateConfigStatus {
+    wait_for(PLAN_TIMEOUT, what, || async {
+        let status = configs.get(name).await?.status.unwrap_or_default();
+        if done(&status) {
+            Ok(Some(status))
+        } else {
+            Err(anyhow::anyhow!("the last status:\n{}", serde_json::to_string_pretty(&status)?))
+        }
+    })
+    .await
+    .expect("the UpdateConfig status")
 }
