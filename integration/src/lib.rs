@@ -36,6 +36,8 @@
 //!   [`control_plane`]); tests only look it up and fail with that hint when it is missing.
 //! - For the tests that scrape nodes with a real Prometheus ([`prometheus::Prometheus`]): the
 //!   pinned Prometheus, built and cached by the same command (see [`prometheus`]).
+//! - For the GitOps health tests: the real kstatus, Argo CD's way of running a health
+//!   script and the real kubectl, built and cached by the same command ([`gitops`]).
 //! - For real nodes: the pinned kubelet, kube-controller-manager, kube-scheduler and
 //!   containerd, built and cached by the same command ([`node_binaries`]), root and a few
 //!   Debian packages ([`real_node::prerequisites`]).
@@ -95,6 +97,7 @@ pub mod control_plane;
 pub mod cosign;
 pub mod disk;
 pub mod dist;
+pub mod gitops;
 pub mod http;
 pub mod k0s;
 mod kubeconfig;

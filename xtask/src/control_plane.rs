@@ -1,13 +1,14 @@
 //! `cargo xtask control-plane`: build (once) and cache the pinned Go binaries of the test
 //! topology: kube-apiserver and etcd, the Prometheus that scrapes the nodes, what real
-//! nodes run (kubelet, kube-controller-manager, kube-scheduler, containerd), and the cosign
-//! releases the signing scenario signs with.
+//! nodes run (kubelet, kube-controller-manager, kube-scheduler, containerd), the cosign
+//! releases the signing scenario signs with, and the GitOps tools (kstatus, Argo CD's health
+//! script runner, kubectl) the health checks are tested with.
 //!
 //! The logic lives in `integration::control_plane`, `integration::prometheus`,
-//! `integration::node_binaries` and `integration::cosign`, next to the harness that uses it;
+//! `integration::node_binaries`, `integration::cosign` and `integration::gitops`, next to the harness that uses it;
 //! this module only reports what is in the cache.
 
-use integration::{control_plane, cosign, node_binaries, prometheus};
+use integration::{control_plane, cosign, gitops, node_binaries, prometheus};
 
 /// Arguments of this subcommand (the versions are pinned in the code).
 #[derive(clap::Args)]
@@ -28,6 +29,9 @@ pub enum Part {
     Node,
     /// cosign 2 and 3, which the signing scenario signs with.
     Cosign,
+    /// The GitOps tools: kstatus and Argo CD's health script runner (`gitops-health`), Flux's
+    /// `healthCheckExprs` evaluator (`flux-health`) and kubectl.
+    Gitops,
 }
 
 impl Part {
@@ -38,12 +42,13 @@ impl Part {
             Self::Prometheus => "prometheus",
             Self::Node => "node",
             Self::Cosign => "cosign",
+            Self::Gitops => "gitops",
         }
     }
 }
 
-/// Build the control-plane binaries, Prometheus, the nodes' binaries and cosign (or only the
-/// parts asked for) unless cached, then print their paths and versions.
+/// Build the control-plane binaries, Prometheus, the nodes' binaries, cosign and the GitOps
+/// tools (or only the parts asked for) unless cached, then print their paths and versions.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { only } = args;
     let wanted = |part: Part| only.is_empty() || only.contains(&part);
@@ -66,6 +71,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("cosign:         {} ({})", binary.display(), cosign::git_version(&binary)?);
         }
     }
+    if wanted(Part::Gitops) {
+        gitops_part()?;
+    }
+    Ok(())
+}
+
+fn gitops_part() -> anyhow::Result<()> {
+    let gitops::Binaries { health, flux, kubectl } = gitops::ensure_built()?;
+    println!("gitops-health:  {} (kstatus, argo-health)", health.display());
+    println!("flux-health:    {}", flux.display());
+    println!("kubectl:        {}", kubectl.display());
     Ok(())
 }
 

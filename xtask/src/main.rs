@@ -33,8 +33,8 @@ enum Command {
     Crdgen(crdgen::Args),
     /// Build (once) and cache the pinned kube-apiserver and etcd used by tests and the demo,
     /// the Prometheus used by tests, the real nodes' kubelet, kube-controller-manager,
-    /// kube-scheduler and containerd, and cosign 2 and 3 (the signing scenario signs with
-    /// them).
+    /// kube-scheduler and containerd, cosign 2 and 3 (the signing scenario signs with them),
+    /// and the GitOps tools (kstatus, Argo CD's health script runner, kubectl).
     ControlPlane(control_plane::Args),
     /// Run the demo on a local real control plane.
     Demo(demo::Args),

@@ -236,6 +236,8 @@ pub const CLUSTER_ID_NAMESPACE: &str = "kube-system";
 pub const CONTROLLER_LEASE_PREFIX: &str = "k0s-ctrl-";
 
 /// Plan status condition types and reasons (ours; k0s writes no conditions).
+///
+/// [`READY`], [`RECONCILING`] and [`STALLED`] follow kstatus' conventions.
 pub mod conditions {
     /// Condition type set on a Plan that autopilot does not execute; the message says why
     /// (for example: its name is not `autopilot`).
@@ -264,6 +266,18 @@ pub mod conditions {
 
     /// Reason of [`STATUS_SHRUNK`].
     pub const REASON_OVER_SIZE_BUDGET: &str = "OverSizeBudget";
+
+    /// kstatus' condition type: True only when the run of the current spec `Completed`.
+    pub const READY: &str = "Ready";
+
+    /// kstatus' condition type: True while the run goes on (the plan state is `""`,
+    /// `SchedulableWait` or `Schedulable`).
+    pub const RECONCILING: &str = "Reconciling";
+
+    /// kstatus' condition type: True when the run ended any other way than `Completed` (the
+    /// state is the reason, the description the message), when the Plan is not executed, and
+    /// while a running plan is held by a controller not ready past the readiness grace.
+    pub const STALLED: &str = "Stalled";
 }
 
 #[cfg(test)]

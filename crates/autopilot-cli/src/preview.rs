@@ -500,8 +500,8 @@ fn not_ready(commands: &[CommandReport], cluster: &Cluster) -> Vec<String> {
             match cluster.readiness.get(name) {
                 Some(Readiness::Ready) => {}
                 Some(Readiness::NotReady(why)) => problems.push(format!(
-                    "controller {name} is not ready ({why}): the plan would wait for it, then \
-                     end InconsistentTargets"
+                    "controller {name} is not ready ({why}): the plan would wait for it, and \
+                     say it is stalled past the readiness grace"
                 )),
                 None => {}
             }

@@ -84,8 +84,9 @@ pub struct Args {
     #[arg(long, default_value = "0s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub startup_timeout: Duration,
 
-    /// How long a plan may wait for a not-ready controller (`/readyz` failing) before the
-    /// command ends in `InconsistentTargets`.
+    /// How long a plan may wait for a not-ready controller (`/readyz` failing) before it
+    /// says it is stalled: it stays held (as k0s since 1.35), its `Stalled` condition turns
+    /// True with reason `ControllerNotReady`, and a `PlanStalled` Warning Event goes out.
     #[arg(long, default_value = "10m", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub readiness_grace: Duration,
 

@@ -14,6 +14,7 @@
 mod support;
 mod updater_support;
 
+mod capi_k0smotron;
 mod chaos;
 mod cli;
 mod cli_preview;
@@ -22,6 +23,7 @@ mod cli_steer;
 mod controller_startup;
 mod dist;
 mod docs;
+mod gitops_health;
 mod harness_smoke;
 mod leader_election;
 mod metrics;
@@ -56,6 +58,7 @@ mod plan_validation;
 mod plan_waves;
 mod plan_window;
 mod prometheus_harness;
+mod promotion;
 mod rbac_least_privilege;
 mod rbac_steering;
 mod real_nodes;

@@ -19,7 +19,6 @@ use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
 use integration::responder::{Behaviour, Config, ObjectRef, Release, Responder};
 use integration::{K0sProcess, wait_for};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -81,21 +80,6 @@ fn paused(plan: &Plan) -> Option<&str> {
         .as_ref()
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::PAUSED))
         .map(|c| c.message.as_str())
-}
-
-/// Waits until an Event with `reason` about the Plan `autopilot` exists, and returns its note.
-async fn wait_plan_event(client: &kube::Client, reason: &str) -> anyhow::Result<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    wait_for(Duration::from_secs(30), &format!("a {reason} Event on the plan"), || async {
-        let list = events.list(&Default::default()).await?;
-        Ok(list.items.into_iter().find_map(|e| {
-            let about_plan = e.regarding.as_ref().is_some_and(|r| {
-                r.kind.as_deref() == Some("Plan") && r.name.as_deref() == Some(keys::PLAN_NAME)
-            });
-            (about_plan && e.reason.as_deref() == Some(reason)).then(|| e.note.unwrap_or_default())
-        }))
-    })
-    .await
 }
 
 /// One worker at a time. Paused with worker-0 in flight: the `Paused` condition and a

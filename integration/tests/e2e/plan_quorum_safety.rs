@@ -1,12 +1,13 @@
 //! Quorum safety (REF §6.2, §14 `ap-quorumsafety`): while one plan controller's API server is
 //! down, no controller is signalled and the plan holds in `Schedulable` with a reason; once
-//! it is back the plan completes. Past `--readiness-grace` the plan ends in
-//! `InconsistentTargets` instead.
+//! it is back the plan completes. Past `--readiness-grace` the plan still holds (k0s since
+//! 1.35 has no `InconsistentTargets`) but says it is stalled, in its `Stalled` condition, and
+//! completes when the controller is back.
 
 use std::time::{Duration, Instant};
 
 use autopilot_api::signal::SignalPhase;
-use autopilot_api::v1beta2::{PlanStateType, TargetState};
+use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
 use integration::responder::{Config, ObjectKind, Responder};
 
 use crate::support::*;
@@ -93,12 +94,19 @@ async fn a_plan_holds_while_a_controller_is_down_and_completes_when_it_returns()
     }
 }
 
+/// The condition of `type_` of `plan`, as `(status, reason)`.
+fn condition_of(plan: &Plan, type_: &str) -> Option<(String, String)> {
+    let conditions = plan.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let found = conditions.iter().find(|c| c.type_ == type_)?;
+    Some((found.status.clone(), found.reason.clone()))
+}
+
 #[tokio::test]
-async fn a_controller_down_past_the_readiness_grace_ends_the_plan_in_inconsistent_targets() {
+async fn a_controller_down_past_the_readiness_grace_stalls_the_plan_until_it_is_back() {
     let grace = format!("{GRACE_SECS}s");
     let flags: Vec<&str> =
         FAST_ELECTION.iter().copied().chain(["--readiness-grace", grace.as_str()]).collect();
-    let Fleet { cluster, client, controllers, workers: _workers } =
+    let Fleet { cluster, client, mut controllers, workers: _workers } =
         FleetBuilder::new("plan-quorum-grace")
             .controllers(3)
             .controller_args(&flags)
@@ -115,18 +123,43 @@ async fn a_controller_down_past_the_readiness_grace_ends_the_plan_in_inconsisten
     create_plan(&client, &plan("autopilot", "quorum-grace", vec![k0s_command(update)]))
         .await
         .unwrap();
-    let ended =
-        wait_plan_state(&client, "autopilot", PlanStateType::InconsistentTargets).await.unwrap();
+    let stalled =
+        wait_plan(&client, "autopilot", PLAN_TIMEOUT, "the plan to say it stalled", |p| {
+            condition_of(p, "Stalled").is_some_and(|(status, _)| status == "True")
+        })
+        .await
+        .unwrap();
     let took = created.elapsed();
-    let status = status_yaml(&ended);
-
-    assert_eq!(command(&ended, 0).state, PlanStateType::InconsistentTargets, "{status}");
+    let status = status_yaml(&stalled);
+    // Still held: no terminal state, the run goes on.
+    assert_eq!(state(&stalled), PlanStateType::Schedulable, "{status}");
+    assert_eq!(
+        condition_of(&stalled, "Stalled"),
+        Some(("True".to_owned(), "ControllerNotReady".to_owned())),
+        "{status}"
+    );
+    assert_eq!(condition_of(&stalled, "Reconciling").map(|c| c.0).as_deref(), Some("True"));
+    assert_eq!(condition_of(&stalled, "Ready").map(|c| c.0).as_deref(), Some("False"));
     // Not before the grace (status times have whole seconds, so allow one second of rounding).
     assert!(
         took >= Duration::from_secs(GRACE_SECS - 1),
-        "InconsistentTargets after {took:?}, before the {GRACE_SECS}s grace:\n{status}"
+        "stalled after {took:?}, before the {GRACE_SECS}s grace:\n{status}"
     );
     let log = responder.log();
     assert!(log.is_empty(), "nothing is signalled:\n{log}");
     assert!(objects_with_signals(&client).await.unwrap().is_empty());
+    let note = wait_plan_event(&client, "PlanStalled").await.unwrap();
+    assert!(note.contains("controller-1"), "{note}");
+
+    // Controller 1 comes back: the run goes on and completes; the plan is Ready.
+    cluster.start_apiserver(1).await.unwrap();
+    controllers[1].restart().await.unwrap();
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    let status = status_yaml(&done);
+    assert_eq!(
+        condition_of(&done, "Ready"),
+        Some(("True".to_owned(), "Completed".to_owned())),
+        "{status}"
+    );
+    assert_eq!(condition_of(&done, "Stalled").map(|c| c.0).as_deref(), Some("False"), "{status}");
 }

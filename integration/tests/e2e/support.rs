@@ -971,3 +971,24 @@ pub fn pod_template(name: &str, script: &str) -> k8s_openapi::api::core::v1::Con
     }))
     .expect("a ConfigMap")
 }
+
+/// Waits until an Event with `reason` about the Plan `autopilot` exists, and returns its note.
+pub async fn wait_plan_event(client: &kube::Client, reason: &str) -> anyhow::Result<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    integration::wait_for(
+        Duration::from_secs(30),
+        &format!("a {reason} Event on the plan"),
+        || async {
+            let list = events.list(&Default::default()).await?;
+            Ok(list.items.into_iter().find_map(|e| {
+                let about_plan = e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("Plan") && r.name.as_deref() == Some(keys::PLAN_NAME)
+                });
+                (about_plan && e.reason.as_deref() == Some(reason))
+                    .then(|| e.note.unwrap_or_default())
+            }))
+        },
+    )
+    .await
+}

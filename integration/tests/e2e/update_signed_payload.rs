@@ -39,7 +39,7 @@ fn run(program: &str, args: &[&str], paths: &[&Path]) -> Vec<u8> {
 
 /// A P-256 key made by `openssl` in `dir`; its public half written to `public` (if given).
 /// Returns the private key's path.
-fn p256_key(dir: &Path, name: &str, public: Option<&Path>) -> PathBuf {
+pub(crate) fn p256_key(dir: &Path, name: &str, public: Option<&Path>) -> PathBuf {
     let key = dir.join(format!("{name}.pem"));
     run("openssl", &["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out"], &[&key]);
     if let Some(public) = public {
@@ -49,7 +49,7 @@ fn p256_key(dir: &Path, name: &str, public: Option<&Path>) -> PathBuf {
 }
 
 /// The id of the P-256 public key in `public`: hex SHA-256 of its DER encoding.
-fn p256_key_id(public: &Path) -> String {
+pub(crate) fn p256_key_id(public: &Path) -> String {
     let der = run("openssl", &["ec", "-pubin", "-outform", "DER", "-in"], &[public]);
     sha256_hex(&der)
 }

@@ -130,7 +130,8 @@ fn a_worker_that_is_not_ready_and_a_controller_without_readyz_are_problems() {
         report.problems,
         [
             "controller controller-0 is not ready (https://10.0.0.1:6443/readyz: connection \
-             refused): the plan would wait for it, then end InconsistentTargets",
+             refused): the plan would wait for it, and say it is stalled past the readiness \
+             grace",
             "worker worker-1 is not Ready: the plan would wait for it before signalling it",
         ]
     );

@@ -47,6 +47,7 @@ pub use rules::{gates, removed_apis, skew, spec_skew, window};
 #[cfg(test)]
 mod tests;
 
+pub use driver::discovery::UNSIGNED_PLAN_HINT;
 pub use driver::machine::{REMOVED_API_RECHECK, removed_api_check_versions, step};
 pub use driver::resolve::resolve;
 pub use model::decision::{

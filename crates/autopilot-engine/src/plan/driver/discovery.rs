@@ -442,6 +442,13 @@ fn target_status(
     }
 }
 
+/// What the refusal of a payload without signature adds when no platform of the command has
+/// one: the shape of the Plans Cluster API's k0smotron writes for its in-place updates (they
+/// never carry a signature), and where the ways out are documented. The docs quote it.
+pub const UNSIGNED_PLAN_HINT: &str = ". No platform of this command has a signature: Plans \
+     written by Cluster API's k0smotron never have one; for the nodes such Plans update, see \
+     \"Driven by Cluster API (k0smotron)\" in docs/updating-a-cluster.md";
+
 /// Check 7: every target that publishes the keys it requires (DESIGN §14: a node's
 /// `autopilot.k0sproject.io/payload-keys`, or `bundle-keys` for an airgap bundle) gets a
 /// payload with a signature or a signatureURL. The node would refuse an unsigned payload
@@ -458,6 +465,11 @@ fn check_signatures(
     mut targets: Vec<(Group, Vec<TargetStatus>)>,
 ) -> Checked<Vec<(Group, Vec<TargetStatus>)>> {
     let mut unsigned = Vec::new();
+    let unsigned_plan = command
+        .platforms()
+        .values()
+        .all(|entry| entry.signature.is_none() && entry.signature_url.is_none());
+    let hint = if unsigned_plan { UNSIGNED_PLAN_HINT } else { "" };
     for (group, statuses) in &mut targets {
         let kind = command.object_kind(*group);
         for target in statuses.iter_mut() {
@@ -489,7 +501,7 @@ fn check_signatures(
                     target.reason = Some(format!(
                         "{REFUSED_BY_OWN_REPORT}{why}; only this node fails, as the keys are its own \
                          report ({annotation}): give platforms.{platform} a signature or \
-                         signatureURL, or remove the keys from the node's --payload-keys"
+                         signatureURL, or remove the keys from the node's --payload-keys{hint}"
                     ));
                 }
             }
@@ -500,7 +512,7 @@ fn check_signatures(
     }
     let description = format!(
         "{label}: {}; give each such platform a signature or signatureURL (or remove the \
-         keys from the nodes' --payload-keys)",
+         keys from the nodes' --payload-keys){hint}",
         unsigned.join("; ")
     );
     Err(Box::new(NewCommand::with_targets(PlanStateType::Warning, description, targets)))

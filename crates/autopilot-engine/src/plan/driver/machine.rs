@@ -223,16 +223,32 @@ impl Pass<'_> {
         let (base, mut status) = match run_state(plan) {
             RunState::Ended(status) => {
                 // A failed node still in flight is told so until its object shows it.
-                let effects = schedule::tell_failed_nodes(&self.inputs, status);
+                let mut effects = schedule::tell_failed_nodes(&self.inputs, status);
+                let mut status = status.clone();
+                // A run that ended under an older version gets its conditions too.
+                crate::plan::driver::conditions::derive(&mut status, &self.inputs, &mut effects);
                 return Transition {
-                    status: status.clone(),
+                    status,
                     effects,
                     requeue: Requeue::OnChange,
                     needs: Needs::default(),
                 };
             }
             RunState::Held => {
-                let status = plan.status.cloned().unwrap_or_default();
+                let mut status = plan.status.cloned().unwrap_or_default();
+                if plan.steering.aborted && status.observed_generation.is_none() {
+                    let message = format!(
+                        "aborted before its run started: remove the {} annotation to start it",
+                        keys::ANNOTATION_ABORT
+                    );
+                    crate::plan::driver::conditions::never_runs(
+                        &mut status,
+                        PlanStateType::Aborted.as_str(),
+                        &message,
+                        &self.inputs,
+                        plan.generation,
+                    );
+                }
                 return unchanged(status, Requeue::OnChange);
             }
             // The status the pass starts from is compared with, not changed: borrowed.
@@ -268,8 +284,8 @@ impl Pass<'_> {
         let mut condition_events = Vec::new();
         self.spec_change_condition(&mut status, &mut condition_events);
         self.paused_condition(&mut status, &mut condition_events);
-
         status.progress = status.computed_progress();
+        crate::plan::driver::conditions::derive(&mut status, &self.inputs, &mut condition_events);
 
         let mut effects = decision.signals;
         effects.extend(schedule::tell_failed_nodes(&self.inputs, &status));
@@ -455,6 +471,13 @@ impl Pass<'_> {
             &message,
             plan.generation,
             self.inputs.stamp,
+        );
+        crate::plan::driver::conditions::never_runs(
+            &mut status,
+            conditions::REASON_NOT_AUTOPILOT_PLAN,
+            &message,
+            &self.inputs,
+            plan.generation,
         );
         let effects = if added {
             vec![Effect::Event {

@@ -2,6 +2,7 @@
 //! verdicts in one documented order. It alone writes a command's status and emits effects.
 
 pub mod budget;
+pub mod conditions;
 pub mod discovery;
 pub mod gating;
 pub mod machine;

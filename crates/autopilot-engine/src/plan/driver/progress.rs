@@ -173,7 +173,7 @@ pub(in crate::plan) fn set_state(
 }
 
 /// End a command in a failure state with a description. The hold reason goes (nothing is
-/// waited for any more); `notReadySince` stays only as the evidence of `InconsistentTargets`.
+/// waited for any more).
 pub(in crate::plan) fn end(
     status: &mut PlanCommandStatus,
     state: PlanStateType,
@@ -182,9 +182,7 @@ pub(in crate::plan) fn end(
     status.state = state;
     status.description = Some(description);
     status.reason = None;
-    if state != PlanStateType::InconsistentTargets {
-        status.not_ready_since = None;
-    }
+    status.not_ready_since = None;
 }
 
 /// Nothing holds the command any more.

@@ -16,9 +16,7 @@ use autopilot_api::prestage::PrestageState;
 use autopilot_api::{duration, keys};
 
 use crate::plan::driver::progress::{CommandPass, Outcome, end, release_hold, set_state};
-use crate::plan::model::command::{
-    Command, Group, RunIdentity, format_duration, targets, targets_mut,
-};
+use crate::plan::model::command::{Command, Group, RunIdentity, targets, targets_mut};
 use crate::plan::model::decision::{Decision, Effect, ObjectKind, SignalTarget, paused_steady};
 use crate::plan::model::inputs::{Gaps, Inputs, ObservedSignal, TargetObject};
 use crate::plan::model::phases::reasons;
@@ -784,8 +782,14 @@ impl CommandPass<'_, '_> {
         Decided::Done(Outcome::Running)
     }
 
-    /// Hold the command for a not-ready controller, or end it in `InconsistentTargets` once
-    /// the controllers have been not ready for the readiness grace.
+    /// Hold the command for a not-ready controller, for as long as it stays not ready.
+    ///
+    /// As k0s does since 1.35, a controller that is not ready never ends the plan: nothing
+    /// has been done to it, and a control plane that recovers goes on updating. Past the
+    /// readiness grace the plan says so: its `Stalled` condition turns True with reason
+    /// `ControllerNotReady` (see [`crate::plan::driver::conditions`]) and a Warning Event
+    /// goes out, so a GitOps engine or an operator sees a plan that no longer moves; aborting
+    /// it ends it.
     fn hold_for_controller(&mut self, name: &str, why: &str) -> Outcome {
         let inputs = self.inputs;
         let since = self.status.not_ready_since.as_ref().map_or(inputs.stamp, |time| time.0);
@@ -794,31 +798,18 @@ impl CommandPass<'_, '_> {
         // A grace too long to represent never runs out.
         let remaining =
             jiff::SignedDuration::try_from(grace).ok().and_then(|grace| grace.checked_sub(elapsed));
-        if remaining.is_some_and(|remaining| !remaining.is_positive()) {
-            self.status.not_ready_since = Some(Time(since));
-            end(
-                self.status,
-                PlanStateType::InconsistentTargets,
-                format!(
-                    "{label}: controller {name} is not ready ({why}); plan controllers have not \
-                     all been ready since {} and the readiness grace of {} is over",
-                    format_timestamp(since),
-                    format_duration(grace),
-                    label = self.label,
-                ),
-            );
-            return Outcome::Ended;
-        }
         let status = &mut *self.status;
         status.state = PlanStateType::Schedulable;
         status.reason = Some(format!("waiting for controller {name} to become ready: {why}"));
         status.not_ready_since = Some(Time(since));
         self.decision.hold(status.id, reasons::CONTROLLER_NOT_READY);
-        // Look again after the recheck interval, but not later than the deadline.
+        // Look again after the recheck interval, and at the end of the grace, when the plan
+        // starts to say it is stalled.
         let recheck = inputs.policy.readiness_recheck;
-        let until_deadline =
-            remaining.and_then(|remaining| std::time::Duration::try_from(remaining).ok());
-        self.decision.requeue_after(until_deadline.map_or(recheck, |until| recheck.min(until)));
+        let until_grace = remaining
+            .filter(|remaining| remaining.is_positive())
+            .and_then(|remaining| std::time::Duration::try_from(remaining).ok());
+        self.decision.requeue_after(until_grace.map_or(recheck, |until| recheck.min(until)));
         Outcome::Running
     }
 
@@ -954,13 +945,13 @@ impl CommandPass<'_, '_> {
     }
 
     /// End the command if a target failed: a node reported a failure (`ApplyFailed`), an
-    /// object disappeared (`MissingSignalNode`) or a platform went away (`MissingPlatform`),
+    /// object disappeared (`IncompleteTargets`, as k0s since 1.35) or a platform went away (`MissingPlatform`),
     /// in that order of precedence. The description names every such node and why.
     fn end_on_target_failure(&mut self) -> Option<Outcome> {
         let command = self.command;
         let failures = [
             (TargetState::SignalApplyFailed, PlanStateType::ApplyFailed),
-            (TargetState::MissingSignalNode, PlanStateType::MissingSignalNode),
+            (TargetState::MissingSignalNode, PlanStateType::IncompleteTargets),
             (TargetState::MissingPlatform, PlanStateType::MissingPlatform),
         ];
         for (target_state, command_state) in failures {

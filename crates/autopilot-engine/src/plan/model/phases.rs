@@ -39,7 +39,6 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
             P::Completed,
             P::IncompleteTargets,
             P::MissingPlatform,
-            P::InconsistentTargets,
             P::Restricted,
             P::ApplyFailed,
             P::Warning,
@@ -53,9 +52,8 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
         next: &[
             P::Schedulable,
             P::Completed,
-            P::MissingSignalNode,
+            P::IncompleteTargets,
             P::MissingPlatform,
-            P::InconsistentTargets,
             P::ApplyFailed,
             P::Aborted,
             P::PreflightFailed,
@@ -71,15 +69,15 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
         terminal: false,
         next: &[
             P::SchedulableWait,
-            P::MissingSignalNode,
+            P::IncompleteTargets,
             P::MissingPlatform,
-            P::InconsistentTargets,
             P::ApplyFailed,
             P::Aborted,
             P::RolledBack,
         ],
         description: "held: a node may be signalled as soon as it is ready (the command's \
-                      reason names it)",
+                      reason names it); a controller not ready past the readiness grace \
+                      holds it too, with the Stalled condition True",
     },
     PhaseInfo {
         state: P::Completed,
@@ -91,13 +89,15 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
         state: P::IncompleteTargets,
         terminal: true,
         next: &[],
-        description: "NewPlan: a static target has no object, or a selector does not parse",
+        description: "a static target has no object at NewPlan, or a selector does not \
+                      parse, or a target's Node or ControlNode disappeared after NewPlan",
     },
     PhaseInfo {
         state: P::MissingSignalNode,
         terminal: true,
         next: &[],
-        description: "a target's Node or ControlNode disappeared after NewPlan",
+        description: "no longer written (k0s folded it into IncompleteTargets): read in \
+                      statuses older versions wrote",
     },
     PhaseInfo {
         state: P::MissingPlatform,
@@ -109,7 +109,9 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
         state: P::InconsistentTargets,
         terminal: true,
         next: &[],
-        description: "a plan controller stayed not ready past the readiness grace",
+        description: "no longer written (k0s has no such state; a controller not ready past \
+                      the readiness grace holds the plan Stalled): read in statuses older \
+                      versions wrote",
     },
     PhaseInfo {
         state: P::Restricted,
@@ -407,6 +409,9 @@ pub mod reasons {
     pub const NODE_MISSING_PLATFORM: &str = "NodeMissingPlatform";
     /// A command is held because a plan controller's `/readyz` fails.
     pub const CONTROLLER_NOT_READY: &str = "ControllerNotReady";
+    /// A running plan stopped moving: a plan controller stayed not ready past the readiness
+    /// grace (its `Stalled` condition turned True). The plan goes on once it is ready.
+    pub const PLAN_STALLED: &str = "PlanStalled";
     /// A command is held because the next worker's Node is not Ready.
     pub const WORKER_NOT_READY: &str = "WorkerNotReady";
     /// The Plan is not executed (its name is not `autopilot`).
@@ -467,7 +472,8 @@ pub mod reasons {
     pub const CHECK_POD_REFUSED: &str = "CheckPodRefused";
 
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 29] = [
+    pub const ALL: [&str; 30] = [
+        PLAN_STALLED,
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
         COMMAND_STATE_CHANGED,
@@ -552,15 +558,22 @@ mod tests {
         // (`Schedulable`) waits for a node it has not signalled, so it never completes next.
         assert!(plan_transition_allowed(PlanStateType::SchedulableWait, PlanStateType::Completed));
         let running_next = [
-            PlanStateType::MissingSignalNode,
+            PlanStateType::IncompleteTargets,
             PlanStateType::MissingPlatform,
-            PlanStateType::InconsistentTargets,
             PlanStateType::ApplyFailed,
         ];
         for state in [PlanStateType::SchedulableWait, PlanStateType::Schedulable] {
             for to in running_next {
                 assert!(plan_transition_allowed(state, to), "{state} -> {to}");
             }
+        }
+    }
+
+    #[test]
+    fn the_states_k0s_no_longer_writes_are_never_entered() {
+        for (_, to) in plan_transitions() {
+            assert_ne!(to, PlanStateType::MissingSignalNode);
+            assert_ne!(to, PlanStateType::InconsistentTargets);
         }
     }
 
@@ -580,7 +593,7 @@ mod tests {
         for state in TargetState::ALL {
             assert!(doc.contains(&format!("| `{}` |", state.as_str())), "{state}");
         }
-        assert!(doc.contains("| `Schedulable` | no | `SchedulableWait`, `MissingSignalNode`"));
+        assert!(doc.contains("| `Schedulable` | no | `SchedulableWait`, `IncompleteTargets`"));
     }
 
     #[test]

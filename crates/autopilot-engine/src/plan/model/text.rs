@@ -66,19 +66,38 @@ pub(in crate::plan) fn set_condition(
     generation: i64,
     now: Timestamp,
 ) -> bool {
+    let existed = conditions.iter().any(|c| c.type_ == type_);
+    set_condition_to(conditions, type_, true, reason, message, generation, now);
+    !existed
+}
+
+/// Make the condition of `type_` `True` or `False` with `reason` and `message`, adding it if
+/// missing. Its `lastTransitionTime` moves only when its status changes. Returns whether it
+/// turned to `value` (was missing or had the other status).
+pub(in crate::plan) fn set_condition_to(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: Timestamp,
+) -> bool {
+    let status = if value { "True" } else { "False" };
     if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
-        if existing.status != "True" {
-            existing.status = "True".to_owned();
+        let turned = existing.status != status;
+        if turned {
+            status.clone_into(&mut existing.status);
             existing.last_transition_time = Time(now);
         }
         reason.clone_into(&mut existing.reason);
         message.clone_into(&mut existing.message);
         existing.observed_generation = Some(generation);
-        return false;
+        return turned;
     }
     conditions.push(Condition {
         type_: type_.to_owned(),
-        status: "True".to_owned(),
+        status: status.to_owned(),
         reason: reason.to_owned(),
         message: message.to_owned(),
         observed_generation: Some(generation),

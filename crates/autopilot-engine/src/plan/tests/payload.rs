@@ -6,6 +6,7 @@ use autopilot_api::v1beta2::PlanStateType as P;
 
 use super::fixtures::*;
 use super::support::*;
+use crate::plan::UNSIGNED_PLAN_HINT;
 use crate::plan::phases::reasons;
 use crate::plan::{
     EventKind,
@@ -215,7 +216,7 @@ fn own_keys_reason(name: &str, keys: &str, annotation: &str) -> String {
         "not signalled: Node {name} requires a signature by key {keys} and \
          platforms.linux-amd64 has none; only this node fails, as the keys are its own report \
          ({annotation}): give platforms.linux-amd64 a signature or signatureURL, or remove the \
-         keys from the node's --payload-keys"
+         keys from the node's --payload-keys{UNSIGNED_PLAN_HINT}"
     )
 }
 
@@ -310,9 +311,13 @@ fn a_controller_requiring_a_key_the_plan_has_no_signature_for_still_refuses_the_
     assert_eq!(
         sim.plan.command(0).description.as_deref(),
         Some(
-            "command 0 (k0supdate): ControlNode c1 requires a signature by key k-one and \
-             platforms.linux-amd64 has none; give each such platform a signature or \
-             signatureURL (or remove the keys from the nodes' --payload-keys)"
+            format!(
+                "command 0 (k0supdate): ControlNode c1 requires a signature by key k-one and \
+                 platforms.linux-amd64 has none; give each such platform a signature or \
+                 signatureURL (or remove the keys from the nodes' --payload-keys)\
+                 {UNSIGNED_PLAN_HINT}"
+            )
+            .as_str()
         ),
     );
 }
@@ -376,4 +381,25 @@ fn a_platform_with_both_a_signature_and_a_signature_url_is_refused() {
 
 fn names(signals: Vec<(crate::plan::ObjectKind, String)>) -> Vec<String> {
     signals.into_iter().map(|(_, name)| name).collect()
+}
+
+#[test]
+fn the_pointer_to_the_cluster_api_docs_comes_only_when_no_platform_is_signed() {
+    // w1 runs on arm64, whose entry has no signature, while the amd64 entry has one: the
+    // Plan is not of the unsigned shape, so only the usual fixes are named.
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V)
+            .workers(["w1"])
+            .payload("linux-arm64", "https://files.internal/k0s-arm64", None)
+            .edited(|spec| amd64(spec).signature = Some("c2ln".into())),
+        ClusterFixture::new().workers(["w1"]).platform("w1", "linux", "arm64").requiring_keys(
+            "w1",
+            &["k-one"],
+            &[],
+        ),
+    );
+    sim.pass();
+    let reason = sim.plan.target(0, "w1").reason.clone().unwrap_or_default();
+    assert!(reason.ends_with("remove the keys from the node's --payload-keys"), "{reason}");
+    assert!(!reason.contains("k0smotron"), "{reason}");
 }

@@ -56,32 +56,52 @@ fn a_controller_is_signalled_only_while_every_plan_controller_is_ready() {
 }
 
 #[test]
-fn a_controller_down_past_the_readiness_grace_ends_in_inconsistent_targets() {
+fn a_controller_down_past_the_readiness_grace_holds_the_plan_stalled_until_it_is_back() {
+    let condition = |sim: &Sim, type_: &str| {
+        let status = sim.plan.status();
+        let found = status.conditions.iter().find(|c| c.type_ == type_).cloned();
+        found.unwrap_or_else(|| panic!("no {type_} condition in {:#?}", status.conditions))
+    };
     let mut sim = held_on_controller();
     sim.cluster(|c| c.later(minutes(9)));
-    sim.pass();
+    let t = sim.pass();
     assert_eq!(sim.plan.state(), P::Schedulable);
+    assert_eq!(condition(&sim, "Stalled").status, "False");
+    assert_eq!(condition(&sim, "Reconciling").status, "True");
+    assert!(!event_reasons(&t).contains(&reasons::PLAN_STALLED));
+    // The grace is over: still held (as k0s since 1.35, no InconsistentTargets), but the
+    // plan says it is stalled, once.
     sim.cluster(|c| c.later(minutes(1)));
     let t = sim.pass();
     assert!(signalled(&t).is_empty());
-    assert_eq!(sim.plan.state(), P::InconsistentTargets);
+    assert_eq!(sim.plan.state(), P::Schedulable);
     let command = sim.plan.command(0);
-    assert_eq!(command.state, P::InconsistentTargets);
-    assert_eq!(command.reason, None);
+    assert_eq!(command.state, P::Schedulable);
     assert_eq!(command.not_ready_since.as_ref().map(|t| t.0), Some(start()));
-    assert_eq!(
-        command.description.as_deref(),
-        Some(
-            "command 0 (k0supdate): controller c2 is not ready (connection refused); plan \
-             controllers have not all been ready since 2024-05-01T12:00:00Z and the readiness \
-             grace of 10m is over"
-        )
+    let stalled = condition(&sim, "Stalled");
+    assert_eq!(stalled.status, "True");
+    assert_eq!(stalled.reason, reasons::CONTROLLER_NOT_READY);
+    assert!(
+        stalled.message.starts_with(
+            "waiting for controller c2 to become ready: connection refused; the plan \
+             controllers have not all been ready for the readiness grace of 10m"
+        ),
+        "{}",
+        stalled.message
     );
-    // Terminal: even with c2 back, nothing moves.
+    assert_eq!(condition(&sim, "Reconciling").status, "True");
+    assert_eq!(condition(&sim, "Ready").status, "False");
+    assert_eq!(event_reasons(&t).iter().filter(|r| **r == reasons::PLAN_STALLED).count(), 1);
+    sim.cluster(|c| c.later(minutes(1)));
+    let t = sim.pass();
+    assert!(!event_reasons(&t).contains(&reasons::PLAN_STALLED), "said once");
+    // c2 is back: the run goes on (c1 first) and is no longer stalled.
     sim.cluster(|c| c.controller_up("c2"));
     let t = sim.pass();
-    assert!(t.effects.is_empty());
-    assert_eq!(sim.plan.state(), P::InconsistentTargets);
+    assert_eq!(signalled(&t), [(ControlNode, "c1".to_owned())]);
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    assert_eq!(condition(&sim, "Stalled").status, "False");
+    assert_eq!(sim.plan.command(0).not_ready_since, None);
 }
 
 #[test]

@@ -128,6 +128,11 @@ fn a_plan_not_named_autopilot_is_ignored_with_a_condition() {
         "{}",
         condition.message
     );
+    // A GitOps engine reads it as failed, not as in progress for ever.
+    let stalled = status.conditions.iter().find(|c| c.type_ == conditions::STALLED);
+    let stalled = stalled.expect("a Stalled condition");
+    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "NotAutopilotPlan"));
+    assert_eq!(stalled.message, condition.message);
 
     sim.cluster(|c| c.later(minutes(1)));
     let again = sim.pass();
@@ -186,7 +191,9 @@ fn a_spec_edit_during_a_run_is_ignored_with_a_condition_until_the_run_ends() {
     );
     assert_eq!(sim.plan.status().observed_generation, Some(2));
     assert_eq!(sim.plan.status().run_id, Some(format!("{UID}/2")));
-    assert!(sim.plan.status().conditions.is_empty());
+    let types: Vec<&str> = sim.plan.status().conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["Ready", "Reconciling", "Stalled"], "SpecChangeIgnored went");
+    assert!(sim.plan.status().conditions.iter().all(|c| c.observed_generation == Some(2)));
     assert_eq!(
         signal_to(&t, "w1").command.airgapupdate.as_ref().map(|u| u.version.as_str()),
         Some("v9.9.9")
