@@ -125,6 +125,8 @@ pub struct View {
     pub events: Vec<EventView>,
     /// The update window of each UpdateConfig with the `periodic` strategy.
     pub windows: Vec<WindowView>,
+    /// What the updater last found for each UpdateConfig it checked (its status).
+    pub updaters: Vec<UpdaterView>,
 }
 
 /// A run's rollback: why, and how far putting the nodes back got.
@@ -184,6 +186,69 @@ pub struct WindowView {
     /// When it closes (open) or next opens (closed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<String>,
+}
+
+/// The updater's last word on one UpdateConfig (its status).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdaterView {
+    /// The UpdateConfig's name.
+    pub update_config: String,
+    /// The last check's outcome (`UpToDate`, `MinIntervalWait`, ...).
+    pub last_check: String,
+    /// When it ended.
+    pub checked_at: String,
+    /// The version the server offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered: Option<String>,
+    /// While a newer version waits for the minimum interval: when it may be planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_update_allowed: Option<String>,
+    /// The server's `eolDate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_of_life: Option<String>,
+    /// Whether the running version is past it (absent: cannot be judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub past_end_of_life: Option<bool>,
+    /// What the status says about the end of life (a malformed date, ...).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub end_of_life_message: String,
+}
+
+/// The updater's view of each UpdateConfig that has a status with a check, by name.
+fn updaters(update_configs: &[UpdateConfig]) -> Vec<UpdaterView> {
+    let mut out: Vec<UpdaterView> = update_configs
+        .iter()
+        .filter_map(|config| {
+            let status = config.status.as_ref()?;
+            let check = status.last_check.as_ref()?;
+            let eol = status.end_of_life.as_ref();
+            Some(UpdaterView {
+                update_config: config.name_any(),
+                last_check: check.reason.clone(),
+                checked_at: check.time.0.to_string(),
+                offered: status.offered_version.clone(),
+                next_update_allowed: status.next_update_allowed.as_ref().map(|t| t.0.to_string()),
+                end_of_life: eol.map(|eol| eol.date.clone()),
+                past_end_of_life: eol.and_then(|eol| eol.past),
+                end_of_life_message: eol.map(|eol| eol.message.clone()).unwrap_or_default(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.update_config.cmp(&b.update_config));
+    out
+}
+
+/// One blocking line for each UpdateConfig whose running version is past its end of life.
+fn past_end_of_life(updaters: &[UpdaterView]) -> impl Iterator<Item = String> + '_ {
+    updaters.iter().filter(|u| u.past_end_of_life == Some(true)).map(|u| {
+        format!(
+            "UpdateConfig {}: the running version is past its end of life ({}, as the update \
+             server says)",
+            u.update_config,
+            autopilot_api::text::printable(u.end_of_life.as_deref().unwrap_or("-"))
+        )
+    })
 }
 
 /// One command of the plan.
@@ -352,8 +417,9 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
     let Snapshot { plan_name, plan, nodes, control_nodes, events, update_configs, time_zone } =
         snapshot;
     let windows = windows(update_configs, now, time_zone);
+    let updaters = updaters(update_configs);
     let Some(plan) = plan else {
-        return not_found(plan_name, windows);
+        return not_found(plan_name, windows, updaters);
     };
     let status = plan.status.clone().unwrap_or_default();
     let steering = Steering::of(plan.annotations());
@@ -374,6 +440,7 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
     if status.state.is_terminal() {
         blocking.extend(closed_windows(&windows));
     }
+    blocking.extend(past_end_of_life(&updaters));
     let events = plan_events(plan, events, now);
     View {
         plan: plan_name.clone(),
@@ -393,13 +460,16 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         nodes: targets.nodes,
         events,
         windows,
+        updaters,
     }
 }
 
-/// The view of a Plan that does not exist: what blocks is its absence and the closed windows.
-fn not_found(plan_name: &str, windows: Vec<WindowView>) -> View {
+/// The view of a Plan that does not exist: what blocks is its absence, the closed windows
+/// and the running version past its end of life.
+fn not_found(plan_name: &str, windows: Vec<WindowView>, updaters: Vec<UpdaterView>) -> View {
     let mut blocking = vec![format!("there is no Plan named {plan_name}")];
     blocking.extend(closed_windows(&windows));
+    blocking.extend(past_end_of_life(&updaters));
     View {
         rollback: None,
         plan: plan_name.to_owned(),
@@ -418,6 +488,7 @@ fn not_found(plan_name: &str, windows: Vec<WindowView>) -> View {
         nodes: Vec::new(),
         events: Vec::new(),
         windows,
+        updaters,
     }
 }
 
@@ -875,11 +946,13 @@ pub fn render_view(view: &View) -> String {
     if !view.found {
         let _ = writeln!(out, "Plan {}: not found", view.plan);
         render_windows(&mut out, &view.windows);
+        render_updaters(&mut out, &view.updaters);
         return out;
     }
     render_plan(&mut out, view);
     render_progress(&mut out, view);
     render_windows(&mut out, &view.windows);
+    render_updaters(&mut out, &view.updaters);
     out.push('\n');
     render_blocking(&mut out, &view.blocking);
     out.push('\n');
@@ -1047,6 +1120,36 @@ fn render_windows(out: &mut String, windows: &[WindowView]) {
             "Update window of UpdateConfig {}: {} ({state})",
             window.update_config, window.window
         );
+    }
+}
+
+/// One line per UpdateConfig the updater checked: the last outcome, the offered version,
+/// the minimum interval's wait and the end of life.
+fn render_updaters(out: &mut String, updaters: &[UpdaterView]) {
+    use autopilot_api::text::printable;
+    for u in updaters {
+        let mut line = format!(
+            "Updater of UpdateConfig {}: {} at {}",
+            u.update_config, u.last_check, u.checked_at
+        );
+        if let Some(offered) = &u.offered {
+            let _ = write!(line, ", offered {}", printable(offered));
+        }
+        if let Some(at) = &u.next_update_allowed {
+            let _ = write!(line, ", next update allowed at {at}");
+        }
+        if let Some(eol) = &u.end_of_life {
+            let verdict = match u.past_end_of_life {
+                Some(true) => "running version PAST its end of life",
+                Some(false) => "running version within its end of life",
+                None => "end of life not judged",
+            };
+            let _ = write!(line, "; eolDate {} ({verdict})", printable(eol));
+        }
+        if !u.end_of_life_message.is_empty() && u.past_end_of_life != Some(true) {
+            let _ = write!(line, ": {}", printable(&u.end_of_life_message));
+        }
+        let _ = writeln!(out, "{line}");
     }
 }
 

@@ -18,6 +18,9 @@
 //!   field first).
 //! - [`autopilot_api::version`]: k0s version ordering (`v1.35.1+k0s.0 < v1.35.1+k0s.1 <
 //!   v1.35.2+k0s.0`).
+//! - [`interval`]: the minimum interval between automatic updates (patch and minor apart).
+//! - [`status`]: the UpdateConfig status a check's outcome makes (kstatus conditions, the
+//!   end of life), and the merge patch that writes it.
 //! - [`channel`]: the update server's two YAML answers, parsed into
 //!   [`channel::ChannelAnswer`].
 //! - [`source`]: the HTTP client for both endpoints ([`source::Client`]).
@@ -47,8 +50,15 @@
 //!    regarding the UpdateConfig) and an `info` log line. `CreatePlan` creates the Plan
 //!    `autopilot`; `ReplacePlan` replaces its spec, guarded by the resourceVersion read
 //!    (a terminal Plan with a changed spec starts a new run). For
-//!    `OutsideWindow { opens_at }` the next check is at `opens_at` if that comes before the
-//!    next period.
+//!    `OutsideWindow { opens_at }` and `MinIntervalWait { allowed_at }` the next check is at
+//!    that time if it comes before the next period.
+//! 5. Write the UpdateConfig's status: [`status::status`] computes it purely from the status
+//!    read before the check (a GET of the status subresource, so a write the watch has not
+//!    delivered yet counts) and the outcome; [`status::merge_patch`] turns the difference
+//!    into a merge patch of the status subresource, sent only when something changed. A new
+//!    generation gets `Reconciling` (`CheckPending`) until its first check ends; a new
+//!    leader does not rewrite a generation already checked. The end of life is recorded in
+//!    the metrics too ([`metrics::Metrics::record_end_of_life`]).
 //!
 //! [`channel`]: autopilot_engine::updater::channel
 //! [`channel::ChannelAnswer`]: autopilot_engine::updater::channel::ChannelAnswer
@@ -64,6 +74,10 @@
 //! [`decide::plan_spec`]: autopilot_engine::updater::decide::plan_spec
 //! [`decide::reasons::SERVER_ERROR`]: autopilot_engine::updater::decide::reasons::SERVER_ERROR
 //! [`window`]: autopilot_engine::updater::window
+//! [`interval`]: autopilot_engine::updater::interval
+//! [`status`]: autopilot_engine::updater::status
+//! [`status::status`]: autopilot_engine::updater::status::status
+//! [`status::merge_patch`]: autopilot_engine::updater::status::merge_patch
 
 pub mod metrics;
 pub mod run;

@@ -38,13 +38,22 @@ pub struct Metrics {
     /// `updater_last_check_result{update_config,result}`: 1 for what the last check ended
     /// with; other results of the same UpdateConfig are removed.
     pub last_check_result: Family<ResultLabels, Gauge>,
+    /// `updater_running_version_past_eol{update_config}`: 1 while the running version is
+    /// past the end of life the update server gave (`eolDate`), 0 while it is not; absent
+    /// when the server gave none or it cannot be judged (the UpdateConfig's
+    /// `status.endOfLife.message` says why).
+    pub past_eol: Family<ConfigLabels, Gauge>,
+    /// `updater_end_of_life_timestamp_seconds{update_config}`: the server's `eolDate` (Unix
+    /// time); absent when it gave none or a malformed one.
+    pub end_of_life: Family<ConfigLabels, Gauge>,
 }
 
 impl Metrics {
     /// New metrics, registered in `registry` (which carries the `k0s_autopilot` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
-        let Self { next_check, last_check, window_open, last_check_result } = &metrics;
+        let Self { next_check, last_check, window_open, last_check_result, past_eol, end_of_life } =
+            &metrics;
         registry.register_with_unit(
             "updater_next_check_timestamp",
             "When the updater checks the update server next (Unix time), by UpdateConfig",
@@ -67,7 +76,45 @@ impl Metrics {
             "1 for the result of the UpdateConfig's last check",
             last_check_result.clone(),
         );
+        registry.register(
+            "updater_running_version_past_eol",
+            "1 while the running version is past the end of life the update server gave, else 0",
+            past_eol.clone(),
+        );
+        registry.register_with_unit(
+            "updater_end_of_life_timestamp",
+            "The end of life the update server gave (eolDate, Unix time), by UpdateConfig",
+            prometheus_client::registry::Unit::Seconds,
+            end_of_life.clone(),
+        );
         metrics
+    }
+
+    /// Record the end of life the last answer gave for `update_config` (`None`: none).
+    pub fn record_end_of_life(
+        &self,
+        update_config: &str,
+        eol: Option<&autopilot_api::v1beta2::EndOfLifeStatus>,
+    ) {
+        let config = ConfigLabels { update_config: update_config.to_string() };
+        match eol.and_then(|eol| eol.past) {
+            Some(past) => {
+                self.past_eol.get_or_create(&config).set(i64::from(past));
+            }
+            None => {
+                self.past_eol.remove(&config);
+            }
+        }
+        let at =
+            eol.and_then(|eol| autopilot_engine::updater::status::parse_eol_date(&eol.date).ok());
+        match at {
+            Some(at) => {
+                self.end_of_life.get_or_create(&config).set(at.as_second());
+            }
+            None => {
+                self.end_of_life.remove(&config);
+            }
+        }
     }
 
     /// Record a check of `update_config` that ended at `now` with `result`.
@@ -103,6 +150,8 @@ impl Metrics {
         self.next_check.remove(&config);
         self.last_check.remove(&config);
         self.window_open.remove(&config);
+        self.past_eol.remove(&config);
+        self.end_of_life.remove(&config);
         for result in autopilot_engine::updater::decide::reasons::ALL {
             let labels = ResultLabels { update_config: update_config.to_string(), result };
             self.last_check_result.remove(&labels);
@@ -129,5 +178,36 @@ mod tests {
         assert!(metrics.last_check_result.get(&labels(reasons::SERVER_ERROR)).is_none());
         metrics.forget("daily");
         assert!(metrics.last_check_result.get(&labels(reasons::UP_TO_DATE)).is_none());
+    }
+}
+
+#[cfg(test)]
+mod eol_tests {
+    use super::*;
+    use autopilot_api::v1beta2::EndOfLifeStatus;
+
+    fn eol(date: &str, past: Option<bool>) -> EndOfLifeStatus {
+        EndOfLifeStatus { date: date.to_owned(), past, message: String::new() }
+    }
+
+    #[test]
+    fn past_eol_is_one_future_zero_unknown_absent() {
+        let metrics = Metrics::default();
+        let config = ConfigLabels { update_config: "daily".into() };
+        let gauge = |m: &Metrics| m.past_eol.get(&config).map(|g| g.get());
+        metrics.record_end_of_life("daily", Some(&eol("2026-01-15", Some(true))));
+        assert_eq!(gauge(&metrics), Some(1));
+        assert_eq!(
+            metrics.end_of_life.get(&config).map(|g| g.get()),
+            Some(jiff::Timestamp::from_second(1_768_435_200).unwrap().as_second())
+        );
+        metrics.record_end_of_life("daily", Some(&eol("2099-01-15", Some(false))));
+        assert_eq!(gauge(&metrics), Some(0));
+        metrics.record_end_of_life("daily", Some(&eol("next spring", None)));
+        assert_eq!(gauge(&metrics), None);
+        assert!(metrics.end_of_life.get(&config).is_none());
+        metrics.record_end_of_life("daily", Some(&eol("2026-01-15", Some(true))));
+        metrics.forget("daily");
+        assert_eq!(gauge(&metrics), None);
     }
 }

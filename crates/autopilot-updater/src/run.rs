@@ -18,7 +18,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use autopilot_api::v1beta2::{Plan, PlanSpec, UpdateConfig};
+use autopilot_api::v1beta2::{Plan, PlanSpec, UpdateConfig, UpdateConfigStatus};
 use autopilot_api::{keys, text};
 use autopilot_shell::events::{self, Event, EventType, Reporter};
 use autopilot_shell::leadership::Leadership;
@@ -30,7 +30,7 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -43,6 +43,7 @@ use tracing::{debug, info, warn};
 use crate::source::{self, ClusterInfo, LegacyQuery, RequestOptions, WorkerData};
 use autopilot_engine::updater::channel::ChannelAnswer;
 use autopilot_engine::updater::decide::{self, Decision, Inputs, NextCheck, Strategy, reasons};
+use autopilot_engine::updater::status::{self, Checked, StatusInputs};
 
 /// How soon after an UpdateConfig is seen (or changed, or this controller starts leading)
 /// its first check runs. Short, so an UpdateConfig (or a new leader) acts at once, not a full
@@ -296,16 +297,26 @@ impl Context {
                 next.map(|at| until(now, at))
             }
             Err(err) => {
-                let outcome = Outcome {
-                    reason: reasons::INVALID,
-                    message: format!("invalid upgradeStrategy: {err}"),
-                    warning: true,
-                    opens_at: None,
-                };
-                self.updater(config).record(&outcome).await;
+                let updater = self.updater(config);
+                let previous = updater.current_status().await;
+                let message = format!("invalid upgradeStrategy: {err}");
+                let outcome = updater.failed(previous, reasons::INVALID, message, None);
+                updater.record(&outcome).await;
                 None
             }
         };
+        if first.is_some() {
+            // Reconciling until the first check of this generation (not again for a new
+            // leader: the generation it checked stays checked).
+            let updater = self.updater(config);
+            let previous = updater.current_status().await;
+            let checked = previous.as_ref().and_then(|s| s.observed_generation) == generation;
+            if !checked {
+                let pending =
+                    updater.status_after(previous.as_ref(), Timestamp::now(), Checked::Pending);
+                updater.write_status(previous.as_ref(), &pending).await;
+            }
+        }
         if first.is_some() {
             let server = &config.spec.update_server;
             let default = server == autopilot_api::keys::DEFAULT_UPDATE_SERVER;
@@ -337,14 +348,15 @@ impl Context {
         let updater = self.updater(config);
         let checked = interrupt
             .run_until_cancelled(async {
+                let previous = updater.current_status().await;
                 let outcome = match &self.source {
-                    Ok(source) => updater.check(&strategy, source).await,
-                    Err(err) => Outcome {
-                        reason: reasons::SERVER_ERROR,
-                        message: format!("cannot create the update-server client: {err}"),
-                        warning: true,
-                        opens_at: None,
-                    },
+                    Ok(source) => updater.check(&strategy, source, previous).await,
+                    Err(err) => updater.failed(
+                        previous,
+                        reasons::SERVER_ERROR,
+                        format!("cannot create the update-server client: {err}"),
+                        None,
+                    ),
                 };
                 updater.record(&outcome).await;
                 outcome
@@ -458,70 +470,93 @@ struct Fleet {
     nodes: BTreeMap<String, autopilot_engine::plan::TargetObject>,
 }
 
-/// What one check ended with, for the Event and the log.
+/// What one check ended with, for the Event, the log and the status.
 struct Outcome {
     reason: &'static str,
     message: String,
     warning: bool,
-    /// When the window opens, if the check found it closed.
+    /// When to check again sooner than the next period: the window opens, or the minimum
+    /// interval of the offered version's kind ends.
     opens_at: Option<Timestamp>,
-}
-
-impl Outcome {
-    /// A check that could not reach or write what it needed.
-    fn server_error(message: String) -> Self {
-        Self { reason: reasons::SERVER_ERROR, message, warning: true, opens_at: None }
-    }
+    /// The status before the check (as read then) and after it.
+    status: (Option<UpdateConfigStatus>, UpdateConfigStatus),
 }
 
 impl Check {
-    /// One check: token, server answer, current Plan, decision, Plan write.
-    async fn check(&self, strategy: &Strategy, source: &source::Client) -> Outcome {
+    /// One check: token, server answer, current Plan, decision, Plan write. `previous` is
+    /// the status as read before the check.
+    async fn check(
+        &self,
+        strategy: &Strategy,
+        source: &source::Client,
+        previous: Option<UpdateConfigStatus>,
+    ) -> Outcome {
         let token = self.read_token().await;
         let plans = Api::<Plan>::all(self.client.clone());
         let plan = match plans.get_opt(keys::PLAN_NAME).await {
             Ok(plan) => plan,
             Err(err) => {
-                return Outcome::server_error(format!("cannot read the autopilot plan: {err}"));
+                let message = format!("cannot read the autopilot plan: {err}");
+                return self.failed(previous, reasons::SERVER_ERROR, message, None);
             }
         };
         let answer = match self.fetch(strategy, source, token.as_deref(), plan.as_ref()).await {
             Ok(answer) => answer,
-            Err(err) => return Outcome::server_error(text::error_chain(&err)),
+            Err(err) => {
+                let message = text::error_chain(&err);
+                return self.failed(previous, reasons::SERVER_ERROR, message, None);
+            }
         };
         let fleet = match self.fleet().await {
             Ok(fleet) => fleet,
             Err(err) => {
-                return Outcome::server_error(format!(
+                let message = format!(
                     "cannot read the Nodes and ControlNodes (the keys they require, the \
                      versions they run): {err}"
-                ));
+                );
+                return self.failed(previous, reasons::SERVER_ERROR, message, Some(&answer));
             }
         };
+        self.decide_and_write(&plans, plan.as_ref(), &answer, &fleet, previous).await
+    }
+
+    /// Decide on what the check read, write the Plan it decided on, and say what came of it.
+    async fn decide_and_write(
+        &self,
+        plans: &Api<Plan>,
+        plan: Option<&Plan>,
+        answer: &ChannelAnswer,
+        fleet: &Fleet,
+        previous: Option<UpdateConfigStatus>,
+    ) -> Outcome {
+        let now = Timestamp::now();
         let decision = decide::decide(&Inputs {
             spec: &self.config.spec,
-            now: Timestamp::now(),
+            now,
             tz: &self.process.tz,
             running_version: &self.process.running_version,
-            answer: &answer,
-            plan: plan.as_ref(),
+            answer,
+            plan,
             allow_unverified_payloads: self.process.allow_unverified_payloads,
             signatures: fleet.signatures,
             control_nodes: &fleet.control_nodes,
             nodes: &fleet.nodes,
+            status: previous.as_ref(),
         });
         let opens_at = match &decision {
             Decision::OutsideWindow { opens_at, .. } => *opens_at,
+            Decision::MinIntervalWait { allowed_at, .. } => Some(*allowed_at),
             _ => None,
         };
         let written = match &decision {
-            Decision::CreatePlan { spec, .. } => self.create_plan(&plans, spec).await,
-            Decision::ReplacePlan { spec, .. } => match &plan {
-                Some(existing) => self.replace_plan(&plans, existing, spec).await,
-                None => self.create_plan(&plans, spec).await,
+            Decision::CreatePlan { spec, .. } => self.create_plan(plans, spec).await,
+            Decision::ReplacePlan { spec, .. } => match plan {
+                Some(existing) => self.replace_plan(plans, existing, spec).await,
+                None => self.create_plan(plans, spec).await,
             },
             Decision::UpToDate { .. }
             | Decision::OutsideWindow { .. }
+            | Decision::MinIntervalWait { .. }
             | Decision::PlanRunning { .. }
             | Decision::AlreadyPlanned { .. }
             | Decision::RolledBackVersion { .. }
@@ -530,13 +565,79 @@ impl Check {
             | Decision::Invalid(_) => Ok(()),
         };
         if let Err(err) = written {
-            return Outcome::server_error(format!("cannot write the autopilot plan: {err}"));
+            let message = format!("cannot write the autopilot plan: {err}");
+            return self.failed(previous, reasons::SERVER_ERROR, message, Some(answer));
         }
+        let status = self.status_after(
+            previous.as_ref(),
+            now,
+            Checked::Decided { decision: &decision, answer },
+        );
         Outcome {
             reason: decision.reason(),
             message: decision.message(),
             warning: decision.is_problem(),
             opens_at,
+            status: (previous, status),
+        }
+    }
+
+    /// A check that could not finish (`reason`, `message`), after the server gave `answer`
+    /// if it did.
+    fn failed(
+        &self,
+        previous: Option<UpdateConfigStatus>,
+        reason: &'static str,
+        message: String,
+        answer: Option<&ChannelAnswer>,
+    ) -> Outcome {
+        let checked = Checked::Failed { reason, message: &message, answer };
+        let status = self.status_after(previous.as_ref(), Timestamp::now(), checked);
+        Outcome { reason, message, warning: true, opens_at: None, status: (previous, status) }
+    }
+
+    /// The status after `checked` (the pure [`status::status`]).
+    fn status_after(
+        &self,
+        previous: Option<&UpdateConfigStatus>,
+        now: Timestamp,
+        checked: Checked<'_>,
+    ) -> UpdateConfigStatus {
+        status::status(&StatusInputs {
+            previous,
+            generation: self.config.meta().generation,
+            now,
+            running_version: &self.process.running_version,
+            checked,
+        })
+    }
+
+    /// The UpdateConfig's status as the API server has it now (the watched copy may be a
+    /// write behind); the watched copy's when it cannot be read.
+    async fn current_status(&self) -> Option<UpdateConfigStatus> {
+        let api = Api::<UpdateConfig>::all(self.client.clone());
+        match api.get_status(&self.config.name_any()).await {
+            Ok(config) => config.status,
+            Err(err) => {
+                debug!(update_config = %self.config.name_any(), error = %err, "cannot read the updateconfig status; using the watched one");
+                self.config.status.clone()
+            }
+        }
+    }
+
+    /// Merge-patch the status subresource from `previous` (as read) to `new`; nothing when
+    /// they are equal. Idempotent: the same patch again changes nothing. A failed write is
+    /// logged; the next check writes the status it computes then.
+    async fn write_status(&self, previous: Option<&UpdateConfigStatus>, new: &UpdateConfigStatus) {
+        let Some(patch) = status::merge_patch(previous, new) else { return };
+        let name = self.config.name_any();
+        let api = Api::<UpdateConfig>::all(self.client.clone());
+        let params = PatchParams {
+            field_manager: Some(keys::FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        if let Err(err) = api.patch_status(&name, &params, &Patch::Merge(&patch)).await {
+            warn!(update_config = %name, error = %err, "cannot write the updateconfig status");
         }
     }
 
@@ -715,10 +816,14 @@ impl Check {
         })
     }
 
-    /// Log the outcome and record it as an Event on the UpdateConfig.
+    /// Log the outcome and record it as an Event on the UpdateConfig, in its status and in
+    /// the metrics.
     async fn record(&self, outcome: &Outcome) {
         let name = self.config.name_any();
         self.process.metrics.record_check(&name, Timestamp::now(), outcome.reason);
+        let (previous, status) = &outcome.status;
+        self.process.metrics.record_end_of_life(&name, status.end_of_life.as_ref());
+        self.write_status(previous.as_ref(), status).await;
         if outcome.warning {
             warn!(update_config = %name, reason = outcome.reason, "{}", outcome.message);
         } else {

@@ -90,6 +90,7 @@ mod update_unverified_payload;
 mod update_worker;
 mod updater_cron;
 mod updater_leader;
+mod updater_min_interval;
 mod updater_periodic;
 mod updater_requests;
 mod updater_rerun;

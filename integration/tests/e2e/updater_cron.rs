@@ -49,6 +49,7 @@ async fn a_cron_schedule_asks_the_legacy_endpoint_and_creates_the_plan() {
                 // robfig v1: seconds first, so this fires every two seconds.
                 cron: Some("*/2 * * * * *".to_owned()),
                 periodic: None,
+                min_interval: None,
             }),
             plan_spec: None,
         },

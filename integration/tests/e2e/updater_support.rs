@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use autopilot_api::v1beta2::{
-    ControlNode, PeriodicUpgradeStrategy, Plan, UpdateConfig, UpdateConfigSpec, UpgradeStrategy,
-    UpgradeStrategyType,
+    ControlNode, PeriodicUpgradeStrategy, Plan, UpdateConfig, UpdateConfigSpec, UpdateConfigStatus,
+    UpgradeStrategy, UpgradeStrategyType,
 };
 use futures::StreamExt as _;
 use http_body_util::Full;
@@ -148,6 +148,15 @@ impl UpdateServer {
         state.index = (200, index_yaml(&self.url, version, sha.as_deref()));
     }
 
+    /// Offer `version` in `index.yaml` from now on, as [`UpdateServer::offer`] does, with
+    /// `eolDate: <eol>`.
+    pub fn offer_with_eol(&self, version: &str, eol: &str) {
+        let mut state = self.state.lock().expect("server lock");
+        let sha = state.binaries.get(version).map(|(_, sha)| sha.clone());
+        let body = index_yaml(&self.url, version, sha.as_deref());
+        state.index = (200, format!("eolDate: {eol:?}\n{body}"));
+    }
+
     /// Offer `version` on the legacy (cron) endpoint from now on, downloadable from
     /// `<base>/k0s/<version>/k0s` (e.g. an https [`integration::http::FileServer`]).
     pub fn offer_legacy_from(&self, version: &str, base: &str) {
@@ -256,6 +265,7 @@ pub fn update_config(
                     start_time: Some(start_time.to_owned()),
                     length: Some(length.to_owned()),
                 }),
+                min_interval: None,
             }),
             plan_spec: None,
         },
@@ -359,4 +369,35 @@ pub async fn wait_metrics(
         }
     })
     .await
+}
+
+/// `(status, reason)` of the condition `type_`, if written.
+pub fn condition<'a>(status: &'a UpdateConfigStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+    let found = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((found.status.as_str(), found.reason.as_str()))
+}
+
+/// `(Ready, Reconciling, Stalled)` condition statuses.
+pub fn verdict(status: &UpdateConfigStatus) -> (Option<&str>, Option<&str>, Option<&str>) {
+    let get = |t| condition(status, t).map(|(s, _)| s);
+    (get("Ready"), get("Reconciling"), get("Stalled"))
+}
+
+/// Waits until the UpdateConfig `name`'s status satisfies `done`; the error shows the last.
+pub async fn wait_update_config_status(
+    configs: &Api<UpdateConfig>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&UpdateConfigStatus) -> bool,
+) -> UpdateConfigStatus {
+    wait_for(PLAN_TIMEOUT, what, || async {
+        let status = configs.get(name).await?.status.unwrap_or_default();
+        if done(&status) {
+            Ok(Some(status))
+        } else {
+            Err(anyhow::anyhow!("the last status:\n{}", serde_json::to_string_pretty(&status)?))
+        }
+    })
+    .await
+    .expect("the UpdateConfig status")
 }

@@ -37,8 +37,8 @@ pub use target::{
 };
 pub use update_config::{
     AutopilotPlanCommand, AutopilotPlanCommandAirgapUpdate, AutopilotPlanCommandK0sUpdate,
-    AutopilotPlanSpec, PeriodicUpgradeStrategy, UpdateConfig, UpdateConfigSpec, UpgradeStrategy,
-    UpgradeStrategyType,
+    AutopilotPlanSpec, EndOfLifeStatus, MinInterval, PeriodicUpgradeStrategy, UpdateCheckStatus,
+    UpdateConfig, UpdateConfigSpec, UpdateConfigStatus, UpgradeStrategy, UpgradeStrategyType,
 };
 pub use window::{PlanWindow, RunWindows, TimeRange, WeeklyRange, WindowMembers};
 
@@ -82,4 +82,4 @@ pub fn crds_jsonl() -> String {
 /// CRD (the `crds_stay_readable` test says so), and keep each generation readable by the one
 /// before: new fields optional, no field removed or retyped, so a binary rolled back after an
 /// update keeps working on the newer CRDs it leaves in place.
-pub const CRD_SCHEMA_GENERATION: u32 = 7;
+pub const CRD_SCHEMA_GENERATION: u32 = 8;

@@ -513,13 +513,70 @@ fn crds_are_the_three_autopilot_crds_in_name_order() {
 }
 
 #[test]
-fn plans_and_control_nodes_have_a_status_subresource_and_update_configs_do_not() {
+fn every_crd_has_a_status_subresource() {
     let has_status = |crd: &CustomResourceDefinition| {
         crd.spec.versions[0].subresources.as_ref().is_some_and(|s| s.status.is_some())
     };
     assert!(has_status(&ControlNode::crd()));
     assert!(has_status(&Plan::crd()));
-    assert!(!has_status(&UpdateConfig::crd()));
+    assert!(has_status(&UpdateConfig::crd()));
+}
+
+#[test]
+fn update_config_status_and_min_interval_keep_their_wire_names() {
+    let at = |s: i64| Time(jiff::Timestamp::from_second(s).expect("a time"));
+    let status = UpdateConfigStatus {
+        observed_generation: Some(2),
+        conditions: Vec::new(),
+        last_check: Some(UpdateCheckStatus {
+            time: at(0),
+            reason: "UpToDate".to_owned(),
+            message: String::new(),
+        }),
+        running_version: Some("v1.35.1+k0s.0".to_owned()),
+        offered_version: Some("v1.35.1+k0s.0".to_owned()),
+        end_of_life: Some(EndOfLifeStatus {
+            date: "2026-01-15".to_owned(),
+            past: Some(true),
+            message: String::new(),
+        }),
+        last_patch_update: Some(at(60)),
+        last_minor_update: None,
+        next_update_allowed: Some(at(120)),
+        last_plan_id: Some("60".to_owned()),
+    };
+    assert_eq!(
+        serde_json::to_value(&status).expect("serialisable"),
+        serde_json::json!({
+            "observedGeneration": 2,
+            "lastCheck": { "time": "1970-01-01T00:00:00Z", "reason": "UpToDate" },
+            "runningVersion": "v1.35.1+k0s.0",
+            "offeredVersion": "v1.35.1+k0s.0",
+            "endOfLife": { "date": "2026-01-15", "past": true },
+            "lastPatchUpdate": "1970-01-01T00:01:00Z",
+            "nextUpdateAllowed": "1970-01-01T00:02:00Z",
+            "lastPlanId": "60",
+        })
+    );
+    let strategy: UpgradeStrategy = serde_json::from_value(serde_json::json!({
+        "type": "periodic",
+        "minInterval": { "patch": "24h", "minor": "720h" },
+    }))
+    .expect("a strategy");
+    assert_eq!(
+        strategy.min_interval,
+        Some(MinInterval { patch: Some("24h".to_owned()), minor: Some("720h".to_owned()) })
+    );
+}
+
+#[test]
+fn update_config_printer_columns_show_ready_last_check_offered_and_eol() {
+    let crd = UpdateConfig::crd();
+    let columns = crd.spec.versions[0].additional_printer_columns.as_ref().expect("columns");
+    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["Ready", "Last Check", "Offered", "Past EOL", "Age"]);
+    assert_eq!(columns[0].json_path, ".status.conditions[?(@.type==\"Ready\")].status");
+    assert_eq!(columns[3].json_path, ".status.endOfLife.past");
 }
 
 #[test]

@@ -338,7 +338,8 @@ fn the_json_document_has_stable_field_names() {
         keys,
         [
             "aborting", "blocking", "command", "commands", "ended", "eta", "events", "found",
-            "nodes", "paused", "plan", "planId", "progress", "runId", "state", "windows"
+            "nodes", "paused", "plan", "planId", "progress", "runId", "state", "updaters",
+            "windows"
         ]
     );
     assert_eq!(
@@ -376,6 +377,7 @@ fn update_config(name: &str, start: &str, length: &str) -> UpdateConfig {
                     start_time: Some(start.to_owned()),
                     length: Some(length.to_owned()),
                 }),
+                min_interval: None,
             }),
             ..UpdateConfigSpec::default()
         },
@@ -412,6 +414,74 @@ fn a_closed_update_window_is_what_blocks_once_no_plan_runs() {
     let view = self::view(&running, now());
     assert!(view.blocking.iter().all(|b| !b.contains("update window")), "{:?}", view.blocking);
     assert_eq!(view.windows.len(), 2);
+}
+
+fn checked(
+    mut config: UpdateConfig,
+    reason: &str,
+    eol: Option<(&str, Option<bool>, &str)>,
+) -> UpdateConfig {
+    use autopilot_api::v1beta2::{EndOfLifeStatus, UpdateCheckStatus, UpdateConfigStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    config.status = Some(UpdateConfigStatus {
+        last_check: Some(UpdateCheckStatus {
+            time: Time(at("2026-01-01T12:09:00Z")),
+            reason: reason.to_owned(),
+            message: String::new(),
+        }),
+        offered_version: Some("v1.35.2+k0s.0".to_owned()),
+        next_update_allowed: (reason == "MinIntervalWait")
+            .then(|| Time(at("2026-01-02T12:00:00Z"))),
+        end_of_life: eol.map(|(date, past, message)| EndOfLifeStatus {
+            date: date.to_owned(),
+            past,
+            message: message.to_owned(),
+        }),
+        ..UpdateConfigStatus::default()
+    });
+    config
+}
+
+#[test]
+fn the_updater_line_shows_the_interval_wait_and_a_past_end_of_life_blocks() {
+    let mut snapshot = Snapshot::empty("autopilot");
+    snapshot.update_configs = vec![
+        checked(
+            update_config("daily", "00:00", "24h"),
+            "MinIntervalWait",
+            Some(("2025-12-01", Some(true), "")),
+        ),
+        checked(
+            update_config("weekly", "00:00", "24h"),
+            "UpToDate",
+            Some((
+                "next spring",
+                None,
+                "the update server's eolDate \"next spring\" is not a date",
+            )),
+        ),
+        update_config("unchecked", "00:00", "24h"),
+    ];
+    let view = view(&snapshot, now());
+    assert_eq!(view.updaters.len(), 2, "an UpdateConfig without a check has no line");
+    assert!(
+        view.blocking.iter().any(|b| b
+            == "UpdateConfig daily: the running version is past its end of life (2025-12-01, as \
+                the update server says)"),
+        "{:?}",
+        view.blocking
+    );
+    assert!(view.blocking.iter().all(|b| !b.contains("weekly")), "{:?}", view.blocking);
+    let screen = render_view(&view);
+    assert!(
+        screen.contains(
+            "Updater of UpdateConfig daily: MinIntervalWait at 2026-01-01T12:09:00Z, offered \
+             v1.35.2+k0s.0, next update allowed at 2026-01-02T12:00:00Z; eolDate 2025-12-01 \
+             (running version PAST its end of life)"
+        ),
+        "{screen}"
+    );
+    assert!(screen.contains("(end of life not judged): the update server's eolDate"), "{screen}");
 }
 
 #[test]

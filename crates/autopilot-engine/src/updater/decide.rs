@@ -6,8 +6,8 @@
 //!
 //! Rules, in order (REF §11.2, §11.7, DESIGN §6):
 //!
-//! 1. The strategy must be valid (type set, window or cron expression parses), else
-//!    [`Decision::Invalid`].
+//! 1. The strategy must be valid (type set, window or cron expression parses, the minimum
+//!    intervals are durations), else [`Decision::Invalid`].
 //! 2. `periodic`: the offered version must be strictly newer than the running one under
 //!    k0s ordering ([`autopilot_api::version`]), else [`Decision::UpToDate`]. Exception: when a
 //!    `k0supdate` item of `planSpec` has `forceupdate: true`, any *different* version the
@@ -18,6 +18,12 @@
 //!    which the shell times with [`crate::updater::cron::Schedule::next_after`].
 //! 4. A Plan that has not reached a terminal state is never touched
 //!    ([`Decision::PlanRunning`]), for either strategy.
+//!
+//!    Then the minimum interval (`upgradeStrategy.minInterval`, [`crate::updater::interval`]):
+//!    an offered version of another version than the running one, of kind patch or minor,
+//!    is not planned until the interval of its kind has passed since the last automatic
+//!    update of that kind ([`Decision::MinIntervalWait`], with the time it is allowed; the
+//!    shell checks again then). Both strategies; under `cron` only when both versions parse.
 //! 5. Every download of the generated Plan must be verifiable: an entry the server gives
 //!    no digest for (always so on the legacy endpoint of the cron strategy) must be an
 //!    `https://` URL, else the Plan is not created ([`Decision::UnverifiedPayload`]); the
@@ -49,7 +55,7 @@ use autopilot_api::v1beta2::{
     AutopilotPlanSpec, Plan, PlanCommand, PlanCommandAirgapUpdate, PlanCommandK0sUpdate,
     PlanCommandTarget, PlanCommandTargetDiscovery, PlanCommandTargetDiscoverySelector,
     PlanCommandTargets, PlanResourceUrl, PlanSpec, PlanStateType, UpdateConfigSpec,
-    UpgradeStrategy, UpgradeStrategyType,
+    UpdateConfigStatus, UpgradeStrategy, UpgradeStrategyType,
 };
 use std::collections::BTreeMap;
 
@@ -61,6 +67,7 @@ use crate::plan::TargetObject;
 
 use crate::updater::channel::ChannelAnswer;
 use crate::updater::cron::Schedule;
+use crate::updater::interval::{self, MinIntervals, UpdateKind};
 use crate::updater::window::{Window, WindowState};
 use autopilot_api::version::K0sVersion;
 
@@ -188,6 +195,9 @@ pub struct Inputs<'a> {
     pub control_nodes: &'a BTreeMap<String, TargetObject>,
     /// Every Node, as the Plan engine sees it.
     pub nodes: &'a BTreeMap<String, TargetObject>,
+    /// The UpdateConfig's status as last written (when the last automatic updates were
+    /// planned, for the minimum interval); `None` when it has none.
+    pub status: Option<&'a UpdateConfigStatus>,
 }
 
 /// Which payloads some node requires signed (DESIGN §14).
@@ -239,6 +249,18 @@ pub enum Decision {
         offered: String,
         /// When the window opens next.
         opens_at: Option<Timestamp>,
+    },
+    /// A newer version is offered, but the minimum interval since the last automatic update
+    /// of its kind has not passed; check again at `allowed_at`.
+    MinIntervalWait {
+        /// The offered version.
+        offered: String,
+        /// Patch or minor, compared with the running version.
+        kind: UpdateKind,
+        /// When the last automatic update of that kind was planned.
+        last: Timestamp,
+        /// When the offered version may be planned.
+        allowed_at: Timestamp,
     },
     /// The `autopilot` Plan is still running; it is never replaced mid-run.
     PlanRunning {
@@ -302,6 +324,8 @@ pub mod reasons {
     pub const UP_TO_DATE: &str = "UpToDate";
     /// [`super::Decision::OutsideWindow`].
     pub const OUTSIDE_WINDOW: &str = "OutsideWindow";
+    /// [`super::Decision::MinIntervalWait`].
+    pub const MIN_INTERVAL_WAIT: &str = "MinIntervalWait";
     /// [`super::Decision::PlanRunning`].
     pub const PLAN_RUNNING: &str = "PlanRunning";
     /// [`super::Decision::AlreadyPlanned`].
@@ -320,9 +344,10 @@ pub mod reasons {
     pub const SERVER_ERROR: &str = "UpdateServerError";
 
     /// Every reason.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 11] = [
         UP_TO_DATE,
         OUTSIDE_WINDOW,
+        MIN_INTERVAL_WAIT,
         PLAN_RUNNING,
         ALREADY_PLANNED,
         ROLLED_BACK_VERSION,
@@ -341,6 +366,7 @@ impl Decision {
             Self::CreatePlan { spec, .. } | Self::ReplacePlan { spec, .. } => Some(spec),
             Self::UpToDate { .. }
             | Self::OutsideWindow { .. }
+            | Self::MinIntervalWait { .. }
             | Self::PlanRunning { .. }
             | Self::AlreadyPlanned { .. }
             | Self::RolledBackVersion { .. }
@@ -361,6 +387,7 @@ impl Decision {
             }
             Self::UpToDate { .. }
             | Self::OutsideWindow { .. }
+            | Self::MinIntervalWait { .. }
             | Self::PlanRunning { .. }
             | Self::AlreadyPlanned { .. }
             | Self::RolledBackVersion { .. } => false,
@@ -372,6 +399,7 @@ impl Decision {
         match self {
             Self::UpToDate { .. } => reasons::UP_TO_DATE,
             Self::OutsideWindow { .. } => reasons::OUTSIDE_WINDOW,
+            Self::MinIntervalWait { .. } => reasons::MIN_INTERVAL_WAIT,
             Self::PlanRunning { .. } => reasons::PLAN_RUNNING,
             Self::AlreadyPlanned { .. } => reasons::ALREADY_PLANNED,
             Self::RolledBackVersion { .. } => reasons::ROLLED_BACK_VERSION,
@@ -393,6 +421,14 @@ impl Decision {
             }
             Self::OutsideWindow { offered, opens_at: None } => {
                 format!("{offered} is available; the update window is closed")
+            }
+            Self::MinIntervalWait { offered, kind, last, allowed_at } => {
+                let kind = kind.as_str();
+                format!(
+                    "{offered} is available; the last automatic {kind} update was planned at \
+                     {last}, and upgradeStrategy.minInterval.{kind} allows the next one at \
+                     {allowed_at}"
+                )
             }
             Self::PlanRunning { state } => {
                 format!("the autopilot plan is still running ({state}); left alone")
@@ -461,6 +497,11 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         Ok(strategy) => strategy,
         Err(err) => return Decision::Invalid(err.to_string()),
     };
+    let min_interval = spec.upgrade_strategy.as_ref().and_then(|s| s.min_interval.as_ref());
+    let intervals = match MinIntervals::from_spec(min_interval) {
+        Ok(intervals) => intervals,
+        Err(reason) => return Decision::Invalid(reason),
+    };
 
     // Checks 2 and 3 (a periodic strategy): a wanted version, inside the window.
     let held = match &strategy {
@@ -476,6 +517,11 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     let previous = plan.map(|p| p.status.as_ref().map(|s| s.state).unwrap_or_default());
     if let Some(state) = previous.filter(|s| !s.is_terminal()) {
         return Decision::PlanRunning { state };
+    }
+
+    // Check 4b: the minimum interval since the last automatic update of this kind.
+    if let Some(wait) = interval_hold(inputs, intervals) {
+        return wait;
     }
 
     let mut new_spec = match plan_spec(spec.plan_spec.as_ref(), answer, now) {
@@ -542,6 +588,25 @@ fn periodic_hold(inputs: &Inputs<'_>, window: &Window) -> Option<Decision> {
         return Some(Decision::OutsideWindow { offered: answer.version.clone(), opens_at });
     }
     None
+}
+
+/// Check 4b: the decision that holds an offered version (other than the running one) for
+/// the minimum interval of its kind, if one does. Versions that do not parse hold nothing
+/// here (the `periodic` strategy refused them already; `cron` leaves them to the server).
+fn interval_hold(inputs: &Inputs<'_>, intervals: MinIntervals) -> Option<Decision> {
+    let Inputs { now, running_version, answer, plan, status, .. } = *inputs;
+    if intervals == MinIntervals::default() {
+        return None;
+    }
+    let offered = K0sVersion::parse(&answer.version).ok()?;
+    let running = K0sVersion::parse(running_version).ok()?;
+    if offered == running {
+        return None;
+    }
+    let kind = UpdateKind::between(&running, &offered);
+    let last = interval::last_update(kind, status, plan)?;
+    let allowed_at = interval::held_until(intervals, kind, Some(last), now)?;
+    Some(Decision::MinIntervalWait { offered: answer.version.clone(), kind, last, allowed_at })
 }
 
 /// The versions the rolled-back run of `plan` updated to (its frozen commands).

@@ -32,6 +32,7 @@ fn periodic(days: &[&str], start: &str, length: &str) -> UpdateConfigSpec {
                 start_time: Some(start.to_owned()),
                 length: Some(length.to_owned()),
             }),
+            min_interval: None,
         }),
         ..UpdateConfigSpec::default()
     }
@@ -48,6 +49,7 @@ fn cron(expr: &str) -> UpdateConfigSpec {
             r#type: Some(UpgradeStrategyType::Cron),
             cron: Some(expr.to_owned()),
             periodic: None,
+            min_interval: None,
         }),
         ..UpdateConfigSpec::default()
     }
@@ -109,6 +111,7 @@ fn run(
         signatures: Signatures::default(),
         control_nodes: &NO_OBJECTS,
         nodes: &NO_OBJECTS,
+        status: None,
     })
 }
 
@@ -319,6 +322,7 @@ fn a_rolled_back_version_is_not_proposed_again_even_with_other_commands() {
         signatures: Signatures { payloads: true, bundles: false },
         control_nodes: &NO_OBJECTS,
         nodes: &NO_OBJECTS,
+        status: None,
     });
     assert!(matches!(signed, Decision::RolledBackVersion { .. }), "{signed:?}");
     // A newer version is proposed over it.
@@ -549,6 +553,7 @@ fn a_controller_allowing_unverified_payloads_plans_plain_http_downloads_too() {
         signatures: Signatures::default(),
         control_nodes: &NO_OBJECTS,
         nodes: &NO_OBJECTS,
+        status: None,
     });
     assert!(matches!(decision, Decision::CreatePlan { .. }), "{decision:?}");
 }
@@ -721,6 +726,7 @@ fn payloads_the_nodes_require_signed_get_the_sig_beside_them() {
             signatures,
             control_nodes: &NO_OBJECTS,
             nodes: &NO_OBJECTS,
+            status: None,
         })
     };
     let Decision::CreatePlan { spec: unsigned, .. } = decide_with(Signatures::default()) else {
@@ -774,6 +780,7 @@ fn a_version_that_would_break_the_skew_rules_is_not_planned_and_the_event_names_
             signatures: Signatures::default(),
             control_nodes: &controllers,
             nodes: &nodes,
+            status: None,
         })
     };
     let decision = decide_on(&offered);
@@ -816,6 +823,7 @@ fn a_workers_own_version_holds_no_update_the_plan_is_written_and_names_the_worke
         signatures: Signatures::default(),
         control_nodes: &controllers,
         nodes: &nodes,
+        status: None,
     });
     let Decision::CreatePlan { spec, left_out } = &decision else { panic!("{decision:?}") };
     assert_eq!(spec.commands.len(), 1, "the whole cluster's update is written");
@@ -899,4 +907,147 @@ fn a_template_with_windows_and_no_commands_updates_everyone_inside_its_window() 
     let k0s = spec.commands[0].k0supdate.as_ref().unwrap();
     assert!(k0s.targets.controllers.is_some() && k0s.targets.workers.is_some());
     assert!(!k0s.rollout.prestage && k0s.rollout.gates.is_empty() && k0s.drain.is_none());
+}
+
+// === minimum interval ===
+
+const HOUR: i64 = 3600;
+
+fn with_min_interval(patch: Option<&str>, minor: Option<&str>) -> UpdateConfigSpec {
+    let mut spec = monday_window();
+    if let Some(strategy) = spec.upgrade_strategy.as_mut() {
+        strategy.min_interval = Some(autopilot_api::v1beta2::MinInterval {
+            patch: patch.map(str::to_owned),
+            minor: minor.map(str::to_owned),
+        });
+    }
+    spec
+}
+
+fn decide_with(
+    spec: &UpdateConfigSpec,
+    now: Timestamp,
+    offered: &ChannelAnswer,
+    plan: Option<&Plan>,
+    status: Option<&UpdateConfigStatus>,
+) -> Decision {
+    decide(&Inputs {
+        spec,
+        now,
+        tz: &TimeZone::UTC,
+        running_version: RUNNING,
+        answer: offered,
+        plan,
+        allow_unverified_payloads: false,
+        signatures: Signatures::default(),
+        control_nodes: &NO_OBJECTS,
+        nodes: &NO_OBJECTS,
+        status,
+    })
+}
+
+fn last_updates(patch: Option<Timestamp>, minor: Option<Timestamp>) -> UpdateConfigStatus {
+    UpdateConfigStatus {
+        last_patch_update: patch.map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+        last_minor_update: minor.map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+        ..UpdateConfigStatus::default()
+    }
+}
+
+#[test]
+fn a_patch_inside_the_patch_interval_waits_and_says_until_when() {
+    let now = monday(13, 30);
+    let last = now.checked_sub(jiff::SignedDuration::from_hours(2)).unwrap();
+    let spec = with_min_interval(Some("24h"), Some("720h"));
+    let status = last_updates(Some(last), None);
+    let decision = decide_with(&spec, now, &answer("v1.35.2+k0s.0"), None, Some(&status));
+    let allowed_at = last.checked_add(jiff::SignedDuration::from_hours(24)).unwrap();
+    assert_eq!(
+        decision,
+        Decision::MinIntervalWait {
+            offered: "v1.35.2+k0s.0".to_owned(),
+            kind: UpdateKind::Patch,
+            last,
+            allowed_at,
+        }
+    );
+    assert_eq!(decision.reason(), reasons::MIN_INTERVAL_WAIT);
+    assert!(!decision.is_problem());
+    assert!(decision.message().contains(&allowed_at.to_string()), "{}", decision.message());
+    assert!(decision.message().contains("minInterval.patch"), "{}", decision.message());
+}
+
+#[test]
+fn a_patch_after_the_patch_interval_is_planned() {
+    let now = monday(13, 30);
+    let last = Timestamp::from_second(now.as_second() - 24 * HOUR).unwrap();
+    let spec = with_min_interval(Some("24h"), Some("720h"));
+    let status = last_updates(Some(last), Some(now));
+    let decision = decide_with(&spec, now, &answer("v1.35.2+k0s.0"), None, Some(&status));
+    assert!(matches!(decision, Decision::CreatePlan { .. }), "{decision:?}");
+}
+
+#[test]
+fn a_minor_inside_the_minor_interval_waits_even_when_the_patch_interval_passed() {
+    let now = monday(13, 30);
+    let last = Timestamp::from_second(now.as_second() - 10 * 24 * HOUR).unwrap();
+    let spec = with_min_interval(Some("24h"), Some("720h"));
+    let status = last_updates(Some(last), Some(last));
+    let decision = decide_with(&spec, now, &answer("v1.36.0+k0s.0"), None, Some(&status));
+    let Decision::MinIntervalWait { kind, allowed_at, .. } = decision else {
+        panic!("the minor update waits: {decision:?}");
+    };
+    assert_eq!(kind, UpdateKind::Minor);
+    assert_eq!(allowed_at, Timestamp::from_second(last.as_second() + 30 * 24 * HOUR).unwrap());
+    // The same status lets a patch through: the kinds are kept apart.
+    let patch = decide_with(&spec, now, &answer("v1.35.2+k0s.0"), None, Some(&status));
+    assert!(matches!(patch, Decision::CreatePlan { .. }), "{patch:?}");
+}
+
+#[test]
+fn a_minor_after_the_minor_interval_is_planned() {
+    let now = monday(13, 30);
+    let last = Timestamp::from_second(now.as_second() - 30 * 24 * HOUR).unwrap();
+    let spec = with_min_interval(None, Some("720h"));
+    let status = last_updates(None, Some(last));
+    let decision = decide_with(&spec, now, &answer("v1.36.0+k0s.0"), None, Some(&status));
+    assert!(matches!(decision, Decision::CreatePlan { .. }), "{decision:?}");
+}
+
+#[test]
+fn a_lost_status_waits_from_the_updaters_last_plan() {
+    let now = monday(13, 30);
+    let written = Timestamp::from_second(now.as_second() - HOUR).unwrap();
+    let spec = with_min_interval(Some("24h"), None);
+    let plan = plan_in(
+        PlanStateType::Completed,
+        plan_spec(None, &answer("v1.35.1+k0s.0"), written).unwrap(),
+    );
+    let decision = decide_with(&spec, now, &answer("v1.35.2+k0s.0"), Some(&plan), None);
+    assert!(
+        matches!(decision, Decision::MinIntervalWait { last, .. } if last == written),
+        "{decision:?}"
+    );
+}
+
+#[test]
+fn the_window_and_a_running_plan_come_before_the_interval() {
+    let now = monday(13, 30);
+    let spec = with_min_interval(Some("24h"), None);
+    let status = last_updates(Some(now), None);
+    let closed = decide_with(&spec, monday(9, 0), &answer("v1.35.2+k0s.0"), None, Some(&status));
+    assert!(matches!(closed, Decision::OutsideWindow { .. }), "{closed:?}");
+    let running = plan_in(PlanStateType::SchedulableWait, PlanSpec::default());
+    let decision = decide_with(&spec, now, &answer("v1.35.2+k0s.0"), Some(&running), Some(&status));
+    assert!(matches!(decision, Decision::PlanRunning { .. }), "{decision:?}");
+    let same = decide_with(&spec, now, &answer(RUNNING), None, Some(&status));
+    assert!(matches!(same, Decision::UpToDate { .. }), "{same:?}");
+}
+
+#[test]
+fn a_malformed_min_interval_is_invalid_and_names_the_field() {
+    let spec = with_min_interval(Some("daily"), None);
+    let decision = decide_with(&spec, monday(13, 30), &answer("v1.35.2+k0s.0"), None, None);
+    let Decision::Invalid(message) = decision else { panic!("invalid: {decision:?}") };
+    assert!(message.contains("upgradeStrategy.minInterval.patch"), "{message}");
 }
