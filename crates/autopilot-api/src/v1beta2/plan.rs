@@ -557,8 +557,9 @@ pub struct PlanCommandStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 
-    /// Since when a plan controller has been seen not ready; the command ends in
-    /// `InconsistentTargets` once this is older than the controller's readiness grace.
+    /// Since when a plan controller has been seen not ready; once this is older than the
+    /// controller's readiness grace, the Plan's `Stalled` condition says so (the command
+    /// stays held until the controller is ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_ready_since: Option<Time>,
 
@@ -698,13 +699,17 @@ pub enum PlanStateType {
     Schedulable,
     /// Terminal: everything done.
     Completed,
-    /// Terminal: a static target has no `Node`/`ControlNode` object at NewPlan.
+    /// Terminal: a static target has no `Node`/`ControlNode` object at NewPlan, or a
+    /// target's object disappeared after it.
     IncompleteTargets,
-    /// Terminal: a target's object disappeared after NewPlan.
+    /// Terminal, no longer written (k0s folded it into `IncompleteTargets`, as this version
+    /// does): read in statuses earlier versions wrote, where a target's object disappeared
+    /// after NewPlan.
     MissingSignalNode,
     /// Terminal: a target's `<os>-<arch>` has no entry in `platforms`.
     MissingPlatform,
-    /// Terminal: a plan controller stayed not ready past the readiness grace period.
+    /// Terminal, no longer written (k0s has no such state; a controller not ready past the
+    /// readiness grace holds the plan, `Stalled`): read in statuses earlier versions wrote.
     InconsistentTargets,
     /// Terminal: the plan targets a node kind excluded by `--exclude-from-plans`.
     Restricted,
