@@ -16,7 +16,7 @@ use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
 
-use crate::plan::driver::{discovery, schedule};
+use crate::plan::driver::{access, discovery, schedule};
 use crate::plan::model::command::{Command, Group, targets};
 use crate::plan::model::decision::{
     Decision, Effect, EventKind, Hold, Needs, ObjectKind, Requeue, Transition,
@@ -265,6 +265,13 @@ impl Pass<'_> {
                 started = Some(self.started_event(&fresh));
                 let mut status = fresh.clone();
                 payload_warnings = discovery::new_plan(&self.inputs, &mut status, findings);
+                // May the workers it signals read the Plan? Waits for the API server's answer.
+                if access::new_plan(&self.inputs, gaps, &mut status, &mut payload_warnings)
+                    == access::Checked::Waits
+                {
+                    let status = plan.status.cloned().unwrap_or_default();
+                    return unchanged(status, Requeue::After(REMOVED_API_RECHECK));
+                }
                 if status.state == PlanStateType::SchedulableWait {
                     match crate::plan::rules::window::freeze(&self.inputs, plan.spec, &mut status) {
                         Ok(warnings) => payload_warnings.extend(warnings),
