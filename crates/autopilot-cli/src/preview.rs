@@ -657,6 +657,9 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
 
     render_commands(&mut out, &report.commands);
     render_order(&mut out, &report.batches);
+    for line in &report.not_checked {
+        let _ = writeln!(out, "Could not check {line}");
+    }
     if report.problems.is_empty() {
         let _ = writeln!(out, "Problems: none");
     }
@@ -669,9 +672,6 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
             let _ = writeln!(out, "  - {problem}");
         }
         let _ = writeln!(out, "{}", verdict.1);
-    }
-    for line in &report.not_checked {
-        let _ = writeln!(out, "Could not check {line}");
     }
     out
 }

@@ -546,3 +546,17 @@ async fn a_preview_by_someone_who_may_not_review_access_says_it_could_not_check(
     let report = resolved(&spec, &cluster(), &mut answerer).await;
     assert!(report.not_checked.is_empty() && report.would_run, "{report:?}");
 }
+
+#[tokio::test]
+async fn a_preview_asks_about_the_worker_newplan_asks_about_even_when_the_first_pass_signals_it() {
+    // Workers alone, two at a time: the dry run's first pass signals worker-0 and worker-1,
+    // and the review is still of worker-0, the identity the leader's NewPlan asks about.
+    let mut answerer =
+        Recorded { access: Some(PlanAccess::Denied(String::new())), ..Recorded::default() };
+    let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
+    let report = resolved(&spec, &cluster(), &mut answerer).await;
+    assert_eq!(answerer.reviewed, [PlanReader::worker("worker-0")]);
+    assert_eq!(report.end_state, "Warning", "{:?}", report.problems);
+    assert!(report.problems[0].contains("system:node:worker-0"), "{:?}", report.problems);
+    assert!(report.batches.is_empty());
+}

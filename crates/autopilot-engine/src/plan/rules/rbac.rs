@@ -66,9 +66,9 @@ impl PlanReader {
 }
 
 /// The workers' representative of a new run whose targets `status` records (NewPlan
-/// resolved them): the command index and the identity of its first worker target still to
-/// signal that is not also a ControlNode in `control_nodes` (a controller+worker reads
-/// with the controller credentials). `None` when the run signals no worker.
+/// resolved them): the command index and the identity of its first worker target to signal
+/// that is not also a ControlNode in `control_nodes` (a controller+worker reads with the
+/// controller credentials). `None` when the run signals no worker.
 pub fn representative(
     control_nodes: &BTreeMap<String, TargetObject>,
     status: &PlanStatus,
@@ -81,7 +81,9 @@ pub fn representative(
             .filter(|group| command.object_kind(**group) == ObjectKind::Node)
             .flat_map(|group| targets(command_status, command, *group))
             .find(|target| {
-                target.state == TargetState::SignalPending
+                // Pending, or signalled in the pass that started the run (a dry run's first
+                // status); not one NewPlan failed for its own report, which is never signalled.
+                matches!(target.state, TargetState::SignalPending | TargetState::SignalSent)
                     && !control_nodes.contains_key(&target.name)
             })
             .map(|target| (command_status.id, PlanReader::worker(&target.name)))
