@@ -26,8 +26,9 @@ use crate::plan::model::lookups::RemovedApiUse;
 use crate::plan::model::phases::reasons;
 use crate::plan::model::text::{name_list, set_condition};
 
-/// How soon to look again when a run waits for the removed-API findings the shell has not
-/// passed yet. Short: the shell is expected to answer on its next pass.
+/// How soon to look again when a new run waits for what the shell has not passed yet (the
+/// removed-API findings, the workers' access review). Short: the shell is expected to
+/// answer on its next pass.
 pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 
 /// Decide one pass over `plan`: the complete next status, the effects, and when to requeue.
