@@ -29,7 +29,8 @@ use autopilot_engine::cordon::PodFacts;
 use autopilot_engine::plan::resolve::{self, Answer, Answers, Outcome};
 use autopilot_engine::plan::rollout::{self, Rollout};
 use autopilot_engine::plan::{
-    CheckPods, Needs, ObjectKind, Observed, Policy, Readiness, RemovedApiUse,
+    CheckPods, Needs, ObjectKind, Observed, PlanAccess, PlanReader, Policy, Readiness,
+    RemovedApiUse, rbac,
 };
 use autopilot_engine::snapshot;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -56,6 +57,10 @@ pub struct Cluster {
     /// The ConfigMaps of the autopilot namespace, by name (the templates of `scheduler`
     /// checks; read only when the plan has one).
     pub pod_templates: BTreeMap<String, ConfigMap>,
+    /// Whether the workers' representative may read the Plan (NewPlan's access review,
+    /// `autopilot_engine::plan::rbac`), as the API server answered the person running the
+    /// preview; empty: not reviewed.
+    pub plan_access: BTreeMap<PlanReader, PlanAccess>,
 }
 
 /// What the preview found: the document `-o json` prints.
@@ -82,6 +87,15 @@ pub struct Report {
     /// against its command's `maxFailures`; within it, the plan still runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<String>,
+    /// What the preview could not check, one sentence each (the workers' right to read the
+    /// Plan when the person running it may not create SubjectAccessReviews). Not a problem:
+    /// the leader checks again when the run starts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_checked: Vec<String>,
+    /// The workers' representative whose right to read the Plan NewPlan asks the API server
+    /// about (`None`: the run signals no worker, or this is a rollback).
+    #[serde(skip)]
+    pub plan_reader: Option<PlanReader>,
 }
 
 /// One command and its resolved targets.
@@ -217,6 +231,7 @@ fn preview_what(
         readiness: &readiness,
         removed_apis: Some(cluster.removed_apis.as_deref().unwrap_or_default()),
         check_pods: CheckPods { templates: &cluster.pod_templates, ..CheckPods::NONE },
+        plan_access: &cluster.plan_access,
     };
     let (rollout, commands, mut problems) = match what {
         What::Plan { spec, allow_skew } => {
@@ -258,7 +273,34 @@ fn preview_what(
     } else if !rollout::completes(&rollout) {
         problems.push(format!("the plan would not finish: it would wait in {}", rollout.end.state));
     }
-    finish(what, cluster, rollout, commands, problems)
+    let reader = plan_reader(&control_nodes, &rollout.resolved);
+    let mut report = finish(what, cluster, rollout, commands, problems);
+    report.not_checked.extend(reader.as_ref().and_then(|reader| unchecked_access(cluster, reader)));
+    report.plan_reader = reader;
+    report
+}
+
+/// The workers' representative NewPlan asks the API server about for the run `resolved`
+/// records (`None`: the run signals no worker).
+fn plan_reader(
+    control_nodes: &BTreeMap<String, autopilot_engine::plan::TargetObject>,
+    resolved: &PlanStatus,
+) -> Option<PlanReader> {
+    rbac::representative(control_nodes, resolved).map(|(_, reader)| reader)
+}
+
+/// The access review that could not be made for the previewed run, as a sentence (a denial
+/// is the engine's refusal, among the problems).
+fn unchecked_access(cluster: &Cluster, reader: &PlanReader) -> Option<String> {
+    match cluster.plan_access.get(reader)? {
+        PlanAccess::Unknown(why) => Some(format!(
+            "whether the workers may read Plan {} ({} in {}): {why}",
+            keys::PLAN_NAME,
+            reader.user,
+            reader.groups.join(", ")
+        )),
+        PlanAccess::Allowed | PlanAccess::Denied(_) => None,
+    }
 }
 
 /// The report: the engine's verdict (`problems`), then what would hold or endanger the run
@@ -300,6 +342,8 @@ fn finish(
             .collect(),
         problems,
         failing: failing(&rollout.resolved),
+        not_checked: Vec::new(),
+        plan_reader: None,
     }
 }
 
@@ -613,6 +657,9 @@ pub fn render(plan_name: &str, spec: &PlanSpec, report: &Report) -> String {
 
     render_commands(&mut out, &report.commands);
     render_order(&mut out, &report.batches);
+    for line in &report.not_checked {
+        let _ = writeln!(out, "Could not check {line}");
+    }
     if report.problems.is_empty() {
         let _ = writeln!(out, "Problems: none");
     }
@@ -786,9 +833,10 @@ impl Outcome for Previewed {
 }
 
 /// One pass of the preview: [`preview`] on `cluster`'s objects with what is `known` (it
-/// replaces `cluster`'s pods, readiness and removed APIs), and what the report needs that is
-/// not known yet: the pods of the Nodes it would drain, the `/readyz` answer of the
-/// controllers it targets, and the removed APIs the engine checks at NewPlan.
+/// replaces `cluster`'s pods, readiness, removed APIs and access reviews), and what the
+/// report needs that is not known yet: the pods of the Nodes it would drain, the `/readyz`
+/// answer of the controllers it targets, the removed APIs the engine checks at NewPlan, and
+/// whether the workers' representative may read the Plan.
 fn pass(
     what: What<'_>,
     cluster: &Cluster,
@@ -800,6 +848,7 @@ fn pass(
         pods: known.pods.values().flatten().cloned().collect(),
         readiness: known.readiness.clone(),
         removed_apis: known.removed_apis.clone(),
+        plan_access: known.plan_access.clone(),
         ..cluster.clone()
     };
     let report = preview_what(what, &cluster, policy, now);
@@ -822,7 +871,15 @@ fn pass(
         What::Plan { spec, .. } if known.removed_apis.is_none() => check_versions(spec),
         What::Plan { .. } | What::Rollback(_) => Vec::new(),
     };
-    Previewed { report, needs: Needs { gates: Vec::new(), probe, removed_api_versions, pods_on } }
+    // NewPlan's access review of the workers' representative, as the person previewing.
+    let plan_readers = report
+        .plan_reader
+        .iter()
+        .filter(|r| !known.plan_access.contains_key(*r))
+        .cloned()
+        .collect();
+    let needs = Needs { gates: Vec::new(), probe, removed_api_versions, pods_on, plan_readers };
+    Previewed { report, needs }
 }
 
 /// The preview's lookups: pods and removed APIs through the API server, `/readyz` probes of
@@ -861,6 +918,12 @@ impl Answer for Lookups<'_> {
         autopilot_shell::removed_apis::observe_removed_apis(self.client, versions)
             .await
             .context("looking for uses of removed APIs")
+    }
+
+    /// As the person running the preview: one who may not create SubjectAccessReviews gets
+    /// [`PlanAccess::Unknown`], which the preview reports as not checked.
+    async fn plan_access(&mut self, reader: &PlanReader) -> PlanAccess {
+        autopilot_shell::access::plan_access(self.client, reader).await
     }
 
     async fn pods_on(&mut self, node: &str) -> anyhow::Result<Vec<Pod>> {

@@ -2,6 +2,7 @@
 //! agent, the updater and the operator commands each depend on this crate rather than on
 //! one another.
 //!
+//! - [`access`]: asking the API server whether the workers may read the Plan.
 //! - [`https`]: the HTTP(S) client for requests that do not go to the API server (the node
 //!   agent's downloads and preflight probes, the updater's update-server checks).
 //! - [`events`]: publishing `events.k8s.io/v1` Events, awaited or through a background queue.
@@ -19,6 +20,7 @@
 //! It is not a place for decisions: those are `autopilot-engine`'s, whose types this crate
 //! fills and carries. This crate only talks to the network and the API server.
 
+pub mod access;
 pub mod events;
 #[cfg(feature = "fake-api")]
 pub mod fake_api;

@@ -112,6 +112,16 @@ async fn preview_run_read_only_says_what_a_plan_would_do_and_exits_1_naming_each
     assert!(stdout.contains("   2. command 0: Node/worker-0\n"), "{stdout}");
     assert!(stdout.contains("   3. command 0: Node/worker-1\n"), "{stdout}");
     assert!(stdout.ends_with("Problems: none\nThe plan would run.\n"), "{stdout}");
+    // The viewer may not create SubjectAccessReviews: the workers' access is not checked,
+    // and said so (no problem: the leader checks when the run starts).
+    assert!(
+        stdout.contains(
+            "Could not check whether the workers may read Plan autopilot (system:node:worker-0 \
+             in system:nodes, system:authenticated): this identity may not create \
+             subjectaccessreviews.authorization.k8s.io"
+        ),
+        "{stdout}"
+    );
 
     // A target that does not exist: exit 1, named.
     let output = preview(&cluster, "missing.yaml", &good_plan(&["worker-0", "worker-9"])).await;

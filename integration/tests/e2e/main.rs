@@ -57,6 +57,7 @@ mod plan_targets;
 mod plan_validation;
 mod plan_waves;
 mod plan_window;
+mod plan_worker_rbac;
 mod prometheus_harness;
 mod promotion;
 mod rbac_least_privilege;

@@ -448,6 +448,8 @@ pub struct FleetBuilder {
     worker: Role,
     /// Extra flags of single nodes, by node name.
     node_args: BTreeMap<String, Vec<String>>,
+    /// `manifests/rbac/worker.yaml` is not applied ([`FleetBuilder::without_worker_rbac`]).
+    without_worker_rbac: bool,
 }
 
 /// How the nodes of one role (the controllers or the workers) start.
@@ -477,7 +479,15 @@ impl FleetBuilder {
             controller: Role::default(),
             worker: Role::default(),
             node_args: BTreeMap::new(),
+            without_worker_rbac: false,
         }
+    }
+
+    /// The cluster is built without `manifests/rbac/worker.yaml` (an installation that
+    /// forgot it): the workers may not read the Plan ([`ClusterBuilder::without_rbac`]).
+    pub fn without_worker_rbac(mut self) -> Self {
+        self.without_worker_rbac = true;
+        self
     }
 
     /// How many controllers (API servers) the cluster has and the fleet starts (default 1).
@@ -589,6 +599,7 @@ impl FleetBuilder {
             controller,
             worker,
             node_args,
+            without_worker_rbac,
         } = self;
         let controller_names: Vec<String> = (0..count).map(|i| format!("controller-{i}")).collect();
         let unknown =
@@ -598,6 +609,9 @@ impl FleetBuilder {
         let mut builder = ClusterBuilder::new(name).controllers(count).workers(&names);
         if controller.real {
             builder = builder.controller_node_identities();
+        }
+        if without_worker_rbac {
+            builder = builder.without_rbac("worker.yaml");
         }
         let mut cluster = builder.build().await?;
         let client = cluster.admin_client().await?;

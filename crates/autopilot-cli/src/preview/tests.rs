@@ -336,6 +336,10 @@ struct Recorded {
     pods: Vec<Pod>,
     readiness: BTreeMap<String, Readiness>,
     uses: Vec<RemovedApiUse>,
+    /// Each identity whose access to the Plan was reviewed, in order.
+    reviewed: Vec<PlanReader>,
+    /// The answer to every review (`None`: allowed).
+    access: Option<PlanAccess>,
 }
 
 impl Answer for Recorded {
@@ -359,6 +363,11 @@ impl Answer for Recorded {
     async fn removed_apis(&mut self, versions: &[String]) -> anyhow::Result<Vec<RemovedApiUse>> {
         self.removed.push(versions.to_vec());
         Ok(self.uses.clone())
+    }
+
+    async fn plan_access(&mut self, reader: &PlanReader) -> PlanAccess {
+        self.reviewed.push(reader.clone());
+        self.access.clone().unwrap_or(PlanAccess::Allowed)
     }
 
     async fn pods_on(&mut self, node: &str) -> anyhow::Result<Vec<Pod>> {
@@ -401,6 +410,7 @@ async fn a_preview_looks_up_each_drained_nodes_pods_the_controllers_and_removed_
     assert_eq!(answerer.pods_asked, WORKERS);
     assert_eq!(answerer.probed, [["controller-0"]]);
     assert_eq!(answerer.removed, [["v1.35.0+k0s.0"]]);
+    assert_eq!(answerer.reviewed, [PlanReader::worker("worker-0")], "one review for the workers");
     // The report is the one on the cluster with every answer in it.
     let read = Cluster {
         pods: vec![web],
@@ -437,6 +447,7 @@ fn completed(spec: &PlanSpec, cluster: &Cluster) -> Plan {
     let readiness = BTreeMap::new();
     let observed = Observed {
         gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
+        plan_access: &autopilot_engine::plan::NO_PLAN_ACCESS,
         now: now(),
         term_started: None,
         control_nodes: &control_nodes,
@@ -489,5 +500,63 @@ fn a_rollback_preview_of_a_plan_without_a_run_says_there_is_nothing_to_roll_back
     let report = preview_rollback(&live, &cluster(), &policy(), now());
     assert!(!report.would_run);
     assert_eq!(report.problems, ["the plan has no run to roll back"]);
+    assert!(report.batches.is_empty());
+}
+
+#[test]
+fn workers_that_may_not_read_the_plan_are_a_problem_naming_the_identity_and_the_manifest() {
+    let mut cluster = cluster();
+    let reader = PlanReader::worker("worker-0");
+    cluster.plan_access = BTreeMap::from([(reader.clone(), PlanAccess::Denied(String::new()))]);
+    let spec = plan("v1.35.0+k0s.0", &["controller-0"], &WORKERS);
+    let report = preview(&spec, &cluster, &policy(), now());
+    assert_eq!(report.plan_reader, Some(reader));
+    assert!(!report.would_run);
+    assert_eq!(report.end_state, "Warning");
+    assert!(report.batches.is_empty(), "nothing signalled: {:?}", report.batches);
+    let [problem] = report.problems.as_slice() else { panic!("{:?}", report.problems) };
+    assert!(
+        problem.starts_with("the plan would end Warning: the workers may not read"),
+        "{problem}"
+    );
+    assert!(problem.contains("system:node:worker-0 (groups system:nodes"), "{problem}");
+    assert!(problem.contains("get plans.autopilot.k0sproject.io \"autopilot\""), "{problem}");
+    assert!(problem.contains("kubectl apply -f manifests/rbac/worker.yaml"), "{problem}");
+    assert!(render(keys::PLAN_NAME, &spec, &report).contains(problem.as_str()));
+}
+
+#[tokio::test]
+async fn a_preview_by_someone_who_may_not_review_access_says_it_could_not_check() {
+    let why = "this identity may not create subjectaccessreviews.authorization.k8s.io: no";
+    let mut answerer =
+        Recorded { access: Some(PlanAccess::Unknown(why.to_owned())), ..Recorded::default() };
+    let spec = plan("v1.35.0+k0s.0", &["controller-0"], &WORKERS);
+    let report = resolved(&spec, &cluster(), &mut answerer).await;
+    assert_eq!(answerer.reviewed, [PlanReader::worker("worker-0")]);
+    assert!(report.would_run, "not checked is no problem: {:?}", report.problems);
+    assert_eq!(report.end_state, "Completed");
+    let [line] = report.not_checked.as_slice() else { panic!("{:?}", report.not_checked) };
+    assert!(line.starts_with("whether the workers may read Plan autopilot"), "{line}");
+    assert!(line.ends_with(why), "{line}");
+    let text = render(keys::PLAN_NAME, &spec, &report);
+    assert!(text.contains(&format!("Could not check {line}")), "{text}");
+
+    // Allowed: nothing to say.
+    let mut answerer = Recorded::default();
+    let report = resolved(&spec, &cluster(), &mut answerer).await;
+    assert!(report.not_checked.is_empty() && report.would_run, "{report:?}");
+}
+
+#[tokio::test]
+async fn a_preview_asks_about_the_worker_newplan_asks_about_even_when_the_first_pass_signals_it() {
+    // Workers alone, two at a time: the dry run's first pass signals worker-0 and worker-1,
+    // and the review is still of worker-0, the identity the leader's NewPlan asks about.
+    let mut answerer =
+        Recorded { access: Some(PlanAccess::Denied(String::new())), ..Recorded::default() };
+    let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
+    let report = resolved(&spec, &cluster(), &mut answerer).await;
+    assert_eq!(answerer.reviewed, [PlanReader::worker("worker-0")]);
+    assert_eq!(report.end_state, "Warning", "{:?}", report.problems);
+    assert!(report.problems[0].contains("system:node:worker-0"), "{:?}", report.problems);
     assert!(report.batches.is_empty());
 }

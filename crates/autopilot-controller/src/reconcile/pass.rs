@@ -137,6 +137,7 @@ async fn decide(
         let no_readiness = BTreeMap::new();
         let observed = Observed {
             gate_answers: &crate::plan::NO_GATE_ANSWERS,
+            plan_access: &crate::plan::NO_PLAN_ACCESS,
             now: jiff::Timestamp::now(),
             term_started: Some(ctx.term_started),
             control_nodes: &views.control_nodes.objects,
@@ -218,7 +219,7 @@ fn plan_view<'a>(
 
 /// What a pass over the Plan `plan` asks for, looked up for the engine's resolve loop
 /// ([`plan::resolve`]): the removed-API check through discovery, controller readiness through
-/// `/readyz` probes. The loop bounds the questions: the removed APIs are looked up once, and
+/// `/readyz` probes, the workers' right to read the Plan through a `SubjectAccessReview`. The loop bounds the questions: the removed APIs are looked up once, and
 /// a controller still unprobed after the last probe round counts as not ready, which only
 /// holds.
 struct Lookups<'a> {
@@ -250,6 +251,19 @@ impl Answer for Lookups<'_> {
     /// controller's, which lists the node's Pods itself), so there is nothing to list.
     async fn pods_on(&mut self, _node: &str) -> Result<Vec<Pod>, Error> {
         Ok(Vec::new())
+    }
+
+    async fn plan_access(&mut self, reader: &plan::PlanReader) -> plan::PlanAccess {
+        let started = Instant::now();
+        let answer = autopilot_shell::access::plan_access(&self.ctx.engine.client, reader).await;
+        debug!(
+            plan = %self.plan,
+            user = %reader.user,
+            ?answer,
+            took = ?started.elapsed(),
+            "reviewed whether the workers may read the Plan"
+        );
+        answer
     }
 
     async fn gate(&mut self, query: &plan::GateQuery) -> plan::GateAnswer {

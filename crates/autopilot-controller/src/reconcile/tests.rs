@@ -25,8 +25,9 @@ use autopilot_shell::events::{EventPublisher, Reporter};
 
 /// The fake API server: records every request; a Plan status write is answered with a new
 /// resourceVersion (or `409 Conflict` when `conflict` is set), a Node patch with the Node
-/// (or `409 Conflict` for the Node named `refused`), an Event with itself, every read with
-/// `404` (no removed API is served).
+/// (or `409 Conflict` for the Node named `refused`), an Event with itself, an access review
+/// with "allowed" (the workers may read the Plan), every read with `404` (no removed API is
+/// served).
 #[derive(Clone, Default)]
 struct FakeApi {
     server: FakeApiServer,
@@ -44,11 +45,14 @@ impl FakeApi {
         self.server.requests_with(method)
     }
 
-    /// The writes (everything but reads and Events, which are published in the background),
-    /// in order.
+    /// The writes (everything but reads, access reviews, which store nothing, and Events,
+    /// which are published in the background), in order.
     fn writes(&self) -> Vec<Seen> {
         let seen = self.server.requests();
-        seen.into_iter().filter(|s| s.method != "GET" && !s.path.ends_with("/events")).collect()
+        seen.into_iter()
+            .filter(|s| s.method != "GET" && !s.path.ends_with("/events"))
+            .filter(|s| !s.path.ends_with("/subjectaccessreviews"))
+            .collect()
     }
 }
 
@@ -72,6 +76,11 @@ fn answer(seen: &Seen, before: &[Seen], conflict: bool, refused: Option<&str>) -
             (200, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
         }
         "POST" if seen.path.ends_with("/events") => (201, seen.body.clone()),
+        "POST" if seen.path.ends_with("/subjectaccessreviews") => {
+            let mut review = seen.body.clone();
+            review["status"] = json!({"allowed": true});
+            (201, review)
+        }
         _ => (404, fake_api::status(404, "NotFound")),
     }
 }

@@ -24,9 +24,11 @@
 //! 2. `rules/`, each a pure function of the model that returns a verdict and never writes
 //!    the status: [`window`], waves, the one soak clock, [`gates`], pre-staging, version
 //!    [`skew`] (and [`spec_skew`] over a whole spec), the preflight commands' targets,
-//!    payload authentication, [`removed_apis`], target selection.
+//!    payload authentication, [`removed_apis`], the workers' right to read the Plan
+//!    ([`rbac`]), target selection.
 //! 3. `driver/`, the one writer of a command's status and the one emitter of effects:
-//!    [`step`] (`machine`: one pass in numbered steps), NewPlan (`discovery`), the
+//!    [`step`] (`machine`: one pass in numbered steps), NewPlan (`discovery`, and
+//!    `access`, which applies [`rbac`]), the
 //!    scheduling of an update command (`schedule`, with its steps numbered in one order;
 //!    gates applied in `gating`, pre-staging in `staging`), a preflight command
 //!    (`preflight`), a rollback (`rollback`: a mode chosen once per pass, with its own
@@ -42,7 +44,7 @@ mod rules;
 
 pub use driver::{budget, resolve, rollout};
 pub use model::{phases, selector};
-pub use rules::{gates, removed_apis, skew, spec_skew, window};
+pub use rules::{gates, rbac, removed_apis, skew, spec_skew, window};
 
 #[cfg(test)]
 mod tests;
@@ -54,8 +56,8 @@ pub use model::decision::{
     Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition,
 };
 pub use model::inputs::{
-    CheckPods, NO_GATE_ANSWERS, Observed, ObservedGateCheck, ObservedPrestage, ObservedSignal,
-    PlanView, Policy, Readiness, RequiredKeys, Steering, TargetObject,
+    CheckPods, NO_GATE_ANSWERS, NO_PLAN_ACCESS, Observed, ObservedGateCheck, ObservedPrestage,
+    ObservedSignal, PlanView, Policy, Readiness, RequiredKeys, Steering, TargetObject,
 };
 pub use model::labels::Labels;
-pub use model::lookups::{GateAnswer, GateQuery, RemovedApiUse};
+pub use model::lookups::{GateAnswer, GateQuery, PlanAccess, PlanReader, RemovedApiUse};

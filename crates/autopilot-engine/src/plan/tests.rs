@@ -11,6 +11,7 @@ mod payload;
 mod preflight;
 mod prestage;
 mod props;
+mod rbac;
 mod readiness;
 mod removed_apis;
 mod resolve;

@@ -10,8 +10,8 @@ use autopilot_api::Plan;
 use autopilot_api::fuzz::{config, json, mutated, word};
 use autopilot_engine::plan::selector::{FieldSelector, LabelSelector};
 use autopilot_engine::plan::{
-    CheckPods, Effect, EventKind, Observed, ObservedSignal, PlanView, Policy, Readiness, Steering,
-    TargetObject, Transition, step,
+    CheckPods, Effect, EventKind, Observed, ObservedSignal, PlanAccess, PlanReader, PlanView,
+    Policy, Readiness, Steering, TargetObject, Transition, step,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -126,8 +126,12 @@ fn cluster() -> (BTreeMap<String, TargetObject>, BTreeMap<String, TargetObject>)
 fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
     let (control_nodes, nodes) = cluster();
     let readiness: BTreeMap<_, _> = ["c0", "c1"].map(|c| (c.to_owned(), Readiness::Ready)).into();
+    // Both workers may read the Plan (the API server's answer to NewPlan's access review).
+    let reviewed: BTreeMap<_, _> =
+        ["w0", "w1"].map(|w| (PlanReader::worker(w), PlanAccess::Allowed)).into();
     let observed = Observed {
         gate_answers: &autopilot_engine::plan::NO_GATE_ANSWERS,
+        plan_access: &reviewed,
         now: jiff::Timestamp::from_second(1_800_000_000).expect("in range"),
         term_started: None,
         control_nodes: &control_nodes,

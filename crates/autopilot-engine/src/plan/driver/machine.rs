@@ -16,7 +16,7 @@ use autopilot_api::v1beta2::{
     PlanCommandStatus, PlanStateType, PlanStatus, TargetState, TargetStatus,
 };
 
-use crate::plan::driver::{discovery, schedule};
+use crate::plan::driver::{access, discovery, schedule};
 use crate::plan::model::command::{Command, Group, targets};
 use crate::plan::model::decision::{
     Decision, Effect, EventKind, Hold, Needs, ObjectKind, Requeue, Transition,
@@ -26,8 +26,9 @@ use crate::plan::model::lookups::RemovedApiUse;
 use crate::plan::model::phases::reasons;
 use crate::plan::model::text::{name_list, set_condition};
 
-/// How soon to look again when a run waits for the removed-API findings the shell has not
-/// passed yet. Short: the shell is expected to answer on its next pass.
+/// How soon to look again when a new run waits for what the shell has not passed yet (the
+/// removed-API findings, the workers' access review). Short: the shell is expected to
+/// answer on its next pass.
 pub const REMOVED_API_RECHECK: Duration = Duration::from_secs(1);
 
 /// Decide one pass over `plan`: the complete next status, the effects, and when to requeue.
@@ -265,6 +266,13 @@ impl Pass<'_> {
                 started = Some(self.started_event(&fresh));
                 let mut status = fresh.clone();
                 payload_warnings = discovery::new_plan(&self.inputs, &mut status, findings);
+                // May the workers it signals read the Plan? Waits for the API server's answer.
+                if access::new_plan(&self.inputs, gaps, &mut status, &mut payload_warnings)
+                    == access::Checked::Waits
+                {
+                    let status = plan.status.cloned().unwrap_or_default();
+                    return unchanged(status, Requeue::After(REMOVED_API_RECHECK));
+                }
                 if status.state == PlanStateType::SchedulableWait {
                     match crate::plan::rules::window::freeze(&self.inputs, plan.spec, &mut status) {
                         Ok(warnings) => payload_warnings.extend(warnings),

@@ -1,6 +1,7 @@
 //! The driver: one pass over a Plan in numbered steps ([`machine`]), applying the rules'
 //! verdicts in one documented order. It alone writes a command's status and emits effects.
 
+pub mod access;
 pub mod budget;
 pub mod conditions;
 pub mod discovery;

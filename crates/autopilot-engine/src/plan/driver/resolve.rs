@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::plan::driver::machine::step;
 use crate::plan::model::decision::{Needs, Transition};
 use crate::plan::model::inputs::{Observed, PlanView, Policy, Readiness};
-use crate::plan::model::lookups::RemovedApiUse;
 use crate::plan::model::lookups::{GateAnswer, GateQuery};
+use crate::plan::model::lookups::{PlanAccess, PlanReader, RemovedApiUse};
 
 /// How many rounds of controller probes (and of Pod lists) one resolve asks for at most.
 ///
@@ -38,6 +38,8 @@ pub struct Answers {
     pub pods: BTreeMap<String, Vec<Pod>>,
     /// What the gate lookups a pass named returned.
     pub gates: BTreeMap<GateQuery, GateAnswer>,
+    /// What the access reviews a pass named answered, by identity.
+    pub plan_access: BTreeMap<PlanReader, PlanAccess>,
 }
 
 impl Answers {
@@ -48,6 +50,7 @@ impl Answers {
             removed_apis: observed.removed_apis.map(<[RemovedApiUse]>::to_vec),
             pods: BTreeMap::new(),
             gates: observed.gate_answers.clone(),
+            plan_access: observed.plan_access.clone(),
         }
     }
 }
@@ -91,13 +94,18 @@ pub trait Answer {
     /// What a health gate's lookup returns (asked at most once per query and resolve; a
     /// failed lookup is an answer: [`GateAnswer::Unavailable`]).
     fn gate(&mut self, query: &GateQuery) -> impl Future<Output = GateAnswer>;
+
+    /// Whether `reader` may read the Plan, as the API server answers a `SubjectAccessReview`
+    /// (asked at most once per identity and resolve; a review that could not be made is an
+    /// answer: [`PlanAccess::Unknown`]).
+    fn plan_access(&mut self, reader: &PlanReader) -> impl Future<Output = PlanAccess>;
 }
 
 /// Run `pass` on what is `known`, and while it needs something, ask `answerer`, add the
 /// answers and run it again. Returns the last pass's outcome.
 ///
 /// Bounds: the removed APIs are looked up once (not at all when `known` has them); Pods
-/// once per Node; controllers are probed in at most [`PROBE_ROUNDS`] rounds. When nothing
+/// once per Node; each identity's access once; controllers are probed in at most [`PROBE_ROUNDS`] rounds. When nothing
 /// the pass names may be asked any more, its outcome stands: a controller still unprobed
 /// counted as not ready, and a run still missing removed-API findings waited. Each round
 /// asks for Pods first, then removed APIs, then probes.
@@ -124,8 +132,19 @@ where
         let gates: Vec<GateQuery> =
             needs.gates.iter().filter(|query| !known.gates.contains_key(*query)).cloned().collect();
         let gates_due = !gates.is_empty() && gate_rounds < PROBE_ROUNDS;
-        if !(pods_due || removed_due || probe_due || gates_due) {
+        let readers: Vec<PlanReader> = needs
+            .plan_readers
+            .iter()
+            .filter(|reader| !known.plan_access.contains_key(*reader))
+            .cloned()
+            .collect();
+        let access_due = !readers.is_empty();
+        if !(pods_due || removed_due || probe_due || gates_due || access_due) {
             return Ok(outcome);
+        }
+        for reader in readers {
+            let answer = answerer.plan_access(&reader).await;
+            known.plan_access.insert(reader, answer);
         }
         if gates_due {
             gate_rounds += 1;
@@ -167,6 +186,7 @@ pub async fn resolve<A: Answer>(
             readiness: &known.readiness,
             removed_apis: known.removed_apis.as_deref(),
             gate_answers: &known.gates,
+            plan_access: &known.plan_access,
             ..*observed
         };
         step(plan, &observed, policy)

@@ -28,11 +28,15 @@ use crate::plan::model::inputs::{
     CheckPods, Observed, ObservedGateCheck, ObservedPrestage, ObservedSignal, PlanView, Policy,
     Readiness, Steering, TargetObject,
 };
-use crate::plan::model::lookups::{GateAnswer, GateQuery};
+use crate::plan::model::lookups::{GateAnswer, GateQuery, PlanAccess, PlanReader};
 
 /// The most passes a dry run makes before it reports that it stalled (a run of N targets
 /// needs about 2N passes).
 const MAX_PASSES: usize = 10_000;
+
+/// Why a dry run counts an identity's access to the Plan as unknown: its caller did not
+/// review it.
+pub const NOT_REVIEWED: &str = "not reviewed by the dry run";
 
 /// How far the clock of a dry run moves between two passes that changed something.
 const PASS: Duration = Duration::from_secs(1);
@@ -140,6 +144,7 @@ fn dry_run(
     let mut batches = Vec::new();
     let mut waited = Duration::ZERO;
     let mut gate_answers: BTreeMap<GateQuery, GateAnswer> = BTreeMap::new();
+    let mut plan_access = observed.plan_access.clone();
     for _ in 0..MAX_PASSES {
         let plan = PlanView {
             rollback: start.rollback,
@@ -154,6 +159,7 @@ fn dry_run(
         };
         let snapshot = Observed {
             gate_answers: &gate_answers,
+            plan_access: &plan_access,
             now,
             term_started: None,
             control_nodes: &cluster.control_nodes,
@@ -167,11 +173,9 @@ fn dry_run(
             },
         };
         let transition = step(plan, &snapshot, policy);
-        // A gate's lookups count as passed (a dry run shows the order, not the cluster's
-        // health): answer them and make the same pass again.
-        let unanswered = unanswered_gates(&transition, &gate_answers);
-        if !unanswered.is_empty() {
-            gate_answers.extend(unanswered.into_iter().map(|query| (query, GateAnswer::Assumed)));
+        // What the dry run cannot look up is assumed (see [`assume_unanswered`]): answered,
+        // the same pass is made again.
+        if assume_unanswered(&transition, &mut gate_answers, &mut plan_access) {
             continue;
         }
         let batch = cluster.answer(&transition, now);
@@ -223,6 +227,30 @@ fn next_pass(changed: bool, requeue: Requeue) -> Option<Wait> {
         // Nothing changes and nothing is due: the run would wait for the cluster.
         (false, Requeue::OnChange) => None,
     }
+}
+
+/// Answer what `transition` needs that the dry run cannot look up; whether it needed any.
+/// A gate's lookups count as passed (a dry run shows the order, not the cluster's health).
+/// An identity the caller did not review (`observed.plan_access`) counts as not checked
+/// ([`NOT_REVIEWED`]): the run goes on, as the engine's does when a review cannot be made.
+fn assume_unanswered(
+    transition: &Transition,
+    gate_answers: &mut BTreeMap<GateQuery, GateAnswer>,
+    plan_access: &mut BTreeMap<PlanReader, PlanAccess>,
+) -> bool {
+    let unanswered = unanswered_gates(transition, gate_answers);
+    let unreviewed: Vec<PlanReader> = transition
+        .needs
+        .plan_readers
+        .iter()
+        .filter(|reader| !plan_access.contains_key(*reader))
+        .cloned()
+        .collect();
+    let needed = !unanswered.is_empty() || !unreviewed.is_empty();
+    gate_answers.extend(unanswered.into_iter().map(|query| (query, GateAnswer::Assumed)));
+    let not_checked = || PlanAccess::Unknown(NOT_REVIEWED.to_owned());
+    plan_access.extend(unreviewed.into_iter().map(|reader| (reader, not_checked())));
+    needed
 }
 
 /// The gate lookups a pass needs that the dry run has not answered yet.

@@ -41,16 +41,21 @@ pub struct Needs {
     pub pods_on: Vec<String>,
     /// Lookups of health gates the pass needed and did not have (DESIGN §15).
     pub gates: Vec<crate::plan::model::lookups::GateQuery>,
+    /// Identities whose right to read the Plan a new run needs the API server's answer
+    /// about before it signals anyone (`crate::plan::rbac`); the pass waited, its status
+    /// unchanged.
+    pub plan_readers: Vec<crate::plan::model::lookups::PlanReader>,
 }
 
 impl Needs {
     /// Whether the pass needed nothing it did not have.
     pub fn is_empty(&self) -> bool {
-        let Self { probe, removed_api_versions, pods_on, gates } = self;
+        let Self { probe, removed_api_versions, pods_on, gates, plan_readers } = self;
         probe.is_empty()
             && removed_api_versions.is_empty()
             && pods_on.is_empty()
             && gates.is_empty()
+            && plan_readers.is_empty()
     }
 }
 

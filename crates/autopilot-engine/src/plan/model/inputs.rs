@@ -13,8 +13,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 use crate::plan::model::decision::{Needs, ObjectKind};
-use crate::plan::model::lookups::RemovedApiUse;
 use crate::plan::model::lookups::{GateAnswer, GateQuery};
+use crate::plan::model::lookups::{PlanAccess, PlanReader, RemovedApiUse};
 
 /// The Plan being decided on, as the shell read it.
 #[derive(Clone, Copy, Debug)]
@@ -225,10 +225,18 @@ pub struct Observed<'a> {
     /// What the lookups of health gates returned, for the queries a pass named in
     /// [`Needs::gates`] ([`NO_GATE_ANSWERS`] when none were looked up).
     pub gate_answers: &'a BTreeMap<GateQuery, GateAnswer>,
+    /// What the API server answered about the identities a new run asked about
+    /// ([`Needs::plan_readers`], `crate::plan::rbac`): whether each may read the Plan. A
+    /// new run that signals workers and finds no answer for its representative here waits
+    /// (status unchanged) and names it ([`NO_PLAN_ACCESS`] when none was looked up).
+    pub plan_access: &'a BTreeMap<PlanReader, PlanAccess>,
 }
 
 /// No gate lookups.
 pub static NO_GATE_ANSWERS: BTreeMap<GateQuery, GateAnswer> = BTreeMap::new();
+
+/// No access reviews.
+pub static NO_PLAN_ACCESS: BTreeMap<PlanReader, PlanAccess> = BTreeMap::new();
 
 /// What the shell found for `scheduler` checks (`crate::preflight::scheduler`), in the
 /// namespace [`keys::NAMESPACE`].
@@ -363,6 +371,8 @@ pub(in crate::plan) struct Gaps<'a> {
     removed_api_versions: BTreeSet<String>,
     /// Gate lookups a pass needed and did not have.
     gates: BTreeSet<GateQuery>,
+    /// Identities whose right to read the Plan a new run waited for.
+    plan_readers: BTreeSet<PlanReader>,
 }
 
 impl<'a> Gaps<'a> {
@@ -373,6 +383,7 @@ impl<'a> Gaps<'a> {
             unprobed: BTreeSet::new(),
             removed_api_versions: BTreeSet::new(),
             gates: BTreeSet::new(),
+            plan_readers: BTreeSet::new(),
         }
     }
 
@@ -383,7 +394,13 @@ impl<'a> Gaps<'a> {
             removed_api_versions: self.removed_api_versions.into_iter().collect(),
             pods_on: Vec::new(),
             gates: self.gates.into_iter().collect(),
+            plan_readers: self.plan_readers.into_iter().collect(),
         }
+    }
+
+    /// A new run waited for the API server's answer about `reader`.
+    pub(in crate::plan) fn lacks_plan_access(&mut self, reader: PlanReader) {
+        self.plan_readers.insert(reader);
     }
 
     /// A gate needed the answer to `query`.

@@ -71,3 +71,26 @@ impl RemovedApiUse {
         )
     }
 }
+
+/// An identity whose right to read the Plan `autopilot` a new run asks the API server about
+/// (a `SubjectAccessReview` of `get` on `plans.autopilot.k0sproject.io` named `autopilot`,
+/// `crate::plan::rbac`): one representative of each kind of node identity the run signals.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PlanReader {
+    /// The user name (`system:node:<name>`).
+    pub user: String,
+    /// The groups the identity is in (`system:nodes`, `system:authenticated`).
+    pub groups: Vec<String>,
+}
+
+/// What the API server answered about a [`PlanReader`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanAccess {
+    /// The identity may read the Plan.
+    Allowed,
+    /// It may not; the authorizer's reason (often empty: RBAC found no rule).
+    Denied(String),
+    /// The review could not be made (the asker may not create SubjectAccessReviews, the
+    /// API server did not answer in time, an error); the text says why. A run goes on.
+    Unknown(String),
+}

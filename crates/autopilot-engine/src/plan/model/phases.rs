@@ -136,7 +136,9 @@ pub const PLAN_PHASES: [PhaseInfo; 14] = [
                       the removed-API pre-check failed, a payload \
                       has neither a sha256 nor an https URL, the command is malformed (a \
                       preflight check that does not compile included), or a field no node or \
-                      scheduler could act on (the description names it)",
+                      scheduler could act on (the description names it), or the workers it \
+                      would signal may not read the Plan (`manifests/rbac/worker.yaml` not \
+                      applied)",
     },
     PhaseInfo {
         state: P::Aborted,
@@ -471,8 +473,12 @@ pub mod reasons {
     /// is deleted, and the leader creates its own again.
     pub const CHECK_POD_REFUSED: &str = "CheckPodRefused";
 
+    /// A new run could not check whether its workers may read the Plan (the review of
+    /// `crate::plan::rbac` could not be made); the run goes on. Once per run.
+    pub const PLAN_ACCESS_UNCHECKED: &str = "PlanAccessUnchecked";
+
     /// Every reason, for tests and docs.
-    pub const ALL: [&str; 30] = [
+    pub const ALL: [&str; 31] = [
         PLAN_STALLED,
         PLAN_STARTED,
         PLAN_STATE_CHANGED,
@@ -503,6 +509,7 @@ pub mod reasons {
         UNKNOWN_WINDOW,
         PRESTAGING,
         CHECK_POD_REFUSED,
+        PLAN_ACCESS_UNCHECKED,
     ];
 }
 

@@ -5,6 +5,7 @@ pub mod checks;
 pub mod gates;
 pub mod payload;
 pub mod prestage;
+pub mod rbac;
 pub mod removed_apis;
 pub mod skew;
 pub mod soak;

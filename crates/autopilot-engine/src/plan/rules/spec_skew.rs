@@ -45,6 +45,8 @@ pub fn judge(
         removed_apis: Some(&[]),
         check_pods: CheckPods::NONE,
         gate_answers: &NO_GATE_ANSWERS,
+        // Discovery alone: no pass, so no access review.
+        plan_access: &crate::plan::model::inputs::NO_PLAN_ACCESS,
     };
     // Discovery reads neither the flags nor the time.
     let policy = Policy {

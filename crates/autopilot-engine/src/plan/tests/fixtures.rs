@@ -225,6 +225,8 @@ pub struct ClusterFixture {
     pub templates: BTreeMap<String, ConfigMap>,
     /// What each health-gate lookup returns (a query not here: unavailable).
     pub gate_answers: BTreeMap<crate::plan::GateQuery, crate::plan::GateAnswer>,
+    /// What the API server answers to every access review (default: allowed).
+    pub plan_access: crate::plan::PlanAccess,
 }
 
 /// The version every fixture node runs until it updates.
@@ -268,6 +270,7 @@ impl ClusterFixture {
             creates: 0,
             templates: BTreeMap::new(),
             gate_answers: BTreeMap::new(),
+            plan_access: crate::plan::PlanAccess::Allowed,
         }
     }
 
@@ -662,6 +665,21 @@ impl Answer for FixtureAnswers<'_> {
     async fn pods_on(&mut self, _node: &str) -> Result<Vec<Pod>, Infallible> {
         Ok(Vec::new())
     }
+
+    async fn plan_access(&mut self, _reader: &crate::plan::PlanReader) -> crate::plan::PlanAccess {
+        self.cluster.plan_access.clone()
+    }
+}
+
+impl ClusterFixture {
+    /// [`ClusterFixture::plan_access`] as the answer about every Node's worker identity: for
+    /// a pass that is not resolved (`step` alone) and must not wait for a review.
+    pub fn reviewed(&self) -> BTreeMap<crate::plan::PlanReader, crate::plan::PlanAccess> {
+        self.nodes
+            .keys()
+            .map(|name| (crate::plan::PlanReader::worker(name), self.plan_access.clone()))
+            .collect()
+    }
 }
 
 /// Drive a future whose every await is ready at once (the fixtures' lookups) to its end.
@@ -683,6 +701,7 @@ impl ClusterFixture {
     pub fn dry_run_view(&self) -> Observed<'_> {
         Observed {
             gate_answers: &crate::plan::NO_GATE_ANSWERS,
+            plan_access: &crate::plan::NO_PLAN_ACCESS,
             now: self.now,
             term_started: None,
             control_nodes: &self.control_nodes,
@@ -698,6 +717,7 @@ pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) 
     let empty = BTreeMap::new();
     let observed = Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
+        plan_access: &crate::plan::NO_PLAN_ACCESS,
         now: cluster.now,
         term_started: cluster.term_started,
         control_nodes: &cluster.control_nodes,

@@ -108,8 +108,10 @@ fn a_controller_down_past_the_readiness_grace_holds_the_plan_stalled_until_it_is
 fn a_controller_that_was_not_probed_counts_as_not_ready() {
     let plan = PlanFixture::k0s_update(V).controllers(["c1"]);
     let cluster = ClusterFixture::new().controllers(["c1"]);
+    let reviewed = cluster.reviewed();
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
+        plan_access: &reviewed,
         now: cluster.now,
         term_started: None,
         control_nodes: &cluster.control_nodes,
@@ -132,8 +134,10 @@ fn a_pass_names_exactly_the_controllers_it_needs_probed() {
     // A pass with no probe results (the removed-API check found nothing).
     let probe = |sim: &Sim| {
         let empty = Default::default();
+        let reviewed = sim.cluster.reviewed();
         let observed = super::Observed {
             gate_answers: &crate::plan::NO_GATE_ANSWERS,
+            plan_access: &reviewed,
             now: sim.cluster.now,
             term_started: None,
             control_nodes: &sim.cluster.control_nodes,
@@ -209,8 +213,10 @@ fn readiness_results_for_other_controllers_do_not_matter() {
         ("c1".to_owned(), Readiness::Ready),
         ("c2".to_owned(), Readiness::NotReady("down".to_owned())),
     ]);
+    let reviewed = cluster.reviewed();
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
+        plan_access: &reviewed,
         now: cluster.now,
         term_started: None,
         control_nodes: &cluster.control_nodes,

@@ -66,8 +66,10 @@ fn a_non_blocking_or_older_removed_api_does_not_stop_the_plan() {
     let findings =
         [removed_api("flowschemas", "flowcontrol.apiserver.k8s.io", "v1beta3", "v1.32.0", 3)];
     let cluster = ClusterFixture::new().workers(["w1"]);
+    let reviewed = cluster.reviewed();
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
+        plan_access: &reviewed,
         now: cluster.now,
         term_started: None,
         control_nodes: &cluster.control_nodes,
@@ -83,8 +85,10 @@ fn a_non_blocking_or_older_removed_api_does_not_stop_the_plan() {
 fn a_run_that_needs_the_removed_api_check_waits_for_its_findings() {
     let plan = PlanFixture::airgap_update(V).workers(["w1"]);
     let cluster = ClusterFixture::new().workers(["w1"]);
+    let reviewed = cluster.reviewed();
     let observed = super::Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
+        plan_access: &reviewed,
         now: cluster.now,
         term_started: None,
         control_nodes: &cluster.control_nodes,

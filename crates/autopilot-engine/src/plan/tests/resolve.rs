@@ -10,7 +10,9 @@ use super::fixtures::*;
 use super::support::*;
 use crate::plan::ObjectKind::ControlNode;
 use crate::plan::resolve::{self, Answer, Answers, Outcome, PROBE_ROUNDS};
-use crate::plan::{CheckPods, Needs, Observed, Readiness, RemovedApiUse, Transition};
+use crate::plan::{
+    CheckPods, Needs, Observed, PlanAccess, PlanReader, Readiness, RemovedApiUse, Transition,
+};
 
 /// An answerer that records every question and answers from fixed tables.
 #[derive(Default)]
@@ -27,6 +29,8 @@ struct Counting {
     uses: Vec<RemovedApiUse>,
     /// Answer removed-API questions with this error.
     fail_removed: Option<&'static str>,
+    /// Each identity whose access to the Plan was asked about, in order.
+    reviewed: Vec<crate::plan::PlanReader>,
 }
 
 impl Counting {
@@ -61,6 +65,11 @@ impl Answer for Counting {
         }
     }
 
+    async fn plan_access(&mut self, reader: &crate::plan::PlanReader) -> crate::plan::PlanAccess {
+        self.reviewed.push(reader.clone());
+        crate::plan::PlanAccess::Allowed
+    }
+
     async fn pods_on(&mut self, node: &str) -> Result<Vec<Pod>, Self::Error> {
         self.pods_asked.push(node.to_owned());
         let mut pod = Pod::default();
@@ -90,6 +99,7 @@ fn resolve_on(sim: &Sim, answerer: &mut Counting) -> Result<Transition, &'static
     let empty = BTreeMap::new();
     let observed = Observed {
         gate_answers: &crate::plan::NO_GATE_ANSWERS,
+        plan_access: &crate::plan::NO_PLAN_ACCESS,
         now: sim.cluster.now,
         term_started: None,
         control_nodes: &sim.cluster.control_nodes,
@@ -233,8 +243,13 @@ fn pods_are_listed_once_per_node_and_every_answer_reaches_the_next_pass() {
                     probe: names(&["c1"]),
                     removed_api_versions: names(&[V]),
                     pods_on: names(&["w1", "w2"]),
+                    plan_readers: vec![PlanReader::worker("w1")],
                 },
-                2 => Needs { pods_on: names(&["w1", "w2", "w3"]), ..Needs::default() },
+                2 => Needs {
+                    pods_on: names(&["w1", "w2", "w3"]),
+                    plan_readers: vec![PlanReader::worker("w1")],
+                    ..Needs::default()
+                },
                 _ => Needs::default(),
             };
             Seen { known: known.clone(), needs }
@@ -246,7 +261,9 @@ fn pods_are_listed_once_per_node_and_every_answer_reaches_the_next_pass() {
     assert_eq!(answerer.pods_asked, names(&["w1", "w2", "w3"]));
     assert_eq!(answerer.removed, [names(&[V])]);
     assert_eq!(answerer.probed, [names(&["c1"])]);
+    assert_eq!(answerer.reviewed, [PlanReader::worker("w1")], "each identity reviewed once");
     let known = outcome.known;
+    assert_eq!(known.plan_access, [(PlanReader::worker("w1"), PlanAccess::Allowed)].into());
     assert_eq!(known.readiness, all_ready(&["c1"]));
     assert_eq!(known.removed_apis, Some(Vec::new()));
     assert_eq!(known.pods.keys().collect::<Vec<_>>(), ["w1", "w2", "w3"]);
