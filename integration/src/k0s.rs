@@ -96,7 +96,21 @@ pub fn run_k0s_binary(binary: &Path, args: &[&str], timeout: Duration) -> anyhow
         .stderr(Stdio::piped())
         .env("NO_COLOR", "1")
         .process_group(0);
-    let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+    // A binary written a moment ago may be busy (ETXTBSY) for an instant: another thread of
+    // a test process that forked meanwhile holds a copy of its write descriptor until that
+    // child execs (close-on-exec). Spawning again soon succeeds.
+    let busy_until = std::time::Instant::now() + Duration::from_secs(2);
+    let child = loop {
+        match cmd.spawn() {
+            Err(err)
+                if err.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                    && std::time::Instant::now() < busy_until =>
+            {
+                std::thread::yield_now();
+            }
+            spawned => break spawned.with_context(|| format!("starting {cmd:?}"))?,
+        }
+    };
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

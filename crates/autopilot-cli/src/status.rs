@@ -775,7 +775,16 @@ fn blocking(
         );
     }
     for condition in &status.conditions {
-        if condition.status == "True" && condition.type_ != keys::conditions::PAUSED {
+        // `Ready` and `Reconciling` say what the state says; `Stalled` blocks only a plan
+        // still running (a controller not ready past the grace): an ended plan's reason is
+        // its description, shown below.
+        let informational = [keys::conditions::READY, keys::conditions::RECONCILING]
+            .contains(&condition.type_.as_str())
+            || (condition.type_ == keys::conditions::STALLED && ended);
+        if condition.status == "True"
+            && condition.type_ != keys::conditions::PAUSED
+            && !informational
+        {
             out.push(format!("{}: {}", condition.type_, condition.message));
         }
     }

@@ -538,3 +538,47 @@ fn a_rollback_in_progress_says_why_how_far_and_who_is_in_flight() {
          worker-1: \"objects.all(p, p.ready)\" is false); in flight: worker-0 (Restart)"
     );
 }
+
+/// A condition of `type_` with `status` and `message`, as the leader writes them.
+fn kstatus_condition(type_: &str, status: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        message: message.to_owned(),
+        reason: "SchedulableWait".to_owned(),
+        last_transition_time: Time(now()),
+        observed_generation: Some(1),
+    }
+}
+
+#[test]
+fn the_kstatus_conditions_block_only_a_running_plan_that_stalled() {
+    let mut snapshot = mid_update();
+    let status = snapshot.plan.as_mut().and_then(|p| p.status.as_mut()).expect("a status");
+    status.conditions = vec![
+        kstatus_condition(keys::conditions::READY, "False", "run r is in progress"),
+        kstatus_condition(keys::conditions::RECONCILING, "True", "run r is in progress"),
+        kstatus_condition(keys::conditions::STALLED, "False", "nothing stops the run"),
+    ];
+    let running = view(&snapshot, now());
+    assert!(running.blocking.iter().all(|b| !b.starts_with("Reconciling")), "{running:?}");
+
+    // Held past the readiness grace: Stalled is what blocks.
+    let status = snapshot.plan.as_mut().and_then(|p| p.status.as_mut()).expect("a status");
+    status.conditions[2] =
+        kstatus_condition(keys::conditions::STALLED, "True", "controller c2 is not ready");
+    let held = view(&snapshot, now());
+    assert!(held.blocking.contains(&"Stalled: controller c2 is not ready".to_owned()));
+
+    // Completed: Ready says so, and nothing blocks.
+    let status = snapshot.plan.as_mut().and_then(|p| p.status.as_mut()).expect("a status");
+    status.state = PlanStateType::Completed;
+    status.commands[0].state = PlanStateType::Completed;
+    status.conditions = vec![
+        kstatus_condition(keys::conditions::READY, "True", "every command completed"),
+        kstatus_condition(keys::conditions::RECONCILING, "False", "the run completed"),
+        kstatus_condition(keys::conditions::STALLED, "False", "the run completed"),
+    ];
+    let done = view(&snapshot, now());
+    assert!(done.blocking.iter().all(|b| !b.starts_with("Ready")), "{:?}", done.blocking);
+}
