@@ -105,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Only what the demo runs: the control plane, and the real nodes' binaries when its
     // workers will be real nodes (no Prometheus, no cosign: the tests' parts).
     let real_nodes =
-        !process_only && workers > 0 && integration::real_node::prerequisites().is_ok();
+        !process_only && workers > 0 && integration::real_node::host_prerequisites().is_ok();
     let mut control_plane = Command::new(&xtask);
     control_plane.args(["control-plane", "--only", Part::ControlPlane.flag()]);
     let mut what = "building the control plane (kube-apiserver, etcd".to_owned();

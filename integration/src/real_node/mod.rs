@@ -121,8 +121,19 @@ static ONE_AT_A_TIME: LazyLock<Arc<tokio::sync::Mutex<()>>> =
 /// Numbers the sets of this process (their namespace and cgroup names).
 static SETS: AtomicUsize = AtomicUsize::new(0);
 
-/// What this machine or process lacks for real nodes, if anything (`Err` names it).
+/// What this machine or process lacks for real nodes, if anything (`Err` names it): what
+/// [`host_prerequisites`] checks, and the pinned node binaries built.
 pub fn prerequisites() -> Result<(), String> {
+    let mut missing: Vec<String> = host_prerequisites().err().into_iter().collect();
+    if let Err(err) = node_binaries::binaries() {
+        missing.push(format!("{err:#}"));
+    }
+    if missing.is_empty() { Ok(()) } else { Err(missing.join("; ")) }
+}
+
+/// What this machine or process lacks for real nodes apart from the node binaries, which
+/// `cargo xtask control-plane` builds (the demo builds them when nothing else is missing).
+pub fn host_prerequisites() -> Result<(), String> {
     let mut missing = Vec::new();
     if !nix::unistd::geteuid().is_root() {
         missing.push("root (real nodes mount, make cgroups and network namespaces)".to_owned());
@@ -145,9 +156,6 @@ pub fn prerequisites() -> Result<(), String> {
         if !on_path(tool) {
             missing.push(format!("{tool} on PATH"));
         }
-    }
-    if let Err(err) = node_binaries::binaries() {
-        missing.push(format!("{err:#}"));
     }
     if missing.is_empty() { Ok(()) } else { Err(missing.join("; ")) }
 }
