@@ -105,6 +105,12 @@ async fn a_controller_that_never_answers_does_not_hold_the_plan() {
         "{}",
         status_yaml(&failed)
     );
-    let status = control_node_signal(&client, "controller-0").await.unwrap().and_then(|s| s.status);
-    assert_eq!(status.map(|s| s.status), Some(SignalPhase::Failed));
+    // The leader tells the node after it wrote the status that ended the plan.
+    wait_for(std::time::Duration::from_secs(30), "controller-0's signal Failed", || async {
+        let signal = control_node_signal(&client, "controller-0").await?;
+        let phase = signal.and_then(|s| s.status).map(|s| s.status);
+        Ok((phase == Some(SignalPhase::Failed)).then_some(()))
+    })
+    .await
+    .expect("the leader tells controller-0 it failed");
 }
