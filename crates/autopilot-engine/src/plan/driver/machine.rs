@@ -211,6 +211,37 @@ impl Pass<'_> {
         }
     }
 
+    /// A run that ended: a failed node still in flight is told so until its object shows
+    /// it, and the conditions follow what the nodes said since (a run that ended under an
+    /// older version gets them too).
+    fn ended(&self, status: &PlanStatus) -> Transition {
+        let mut effects = schedule::tell_failed_nodes(&self.inputs, status);
+        let mut status = status.clone();
+        crate::plan::driver::conditions::derive(&mut status, &self.inputs, &mut effects);
+        Transition { status, effects, requeue: Requeue::OnChange, needs: Needs::default() }
+    }
+
+    /// No run starts (aborted, or a rollback annotation naming its id): unchanged, but a
+    /// plan aborted before its first run says it never runs.
+    fn held(&self) -> Transition {
+        let plan = self.plan;
+        let mut status = plan.status.cloned().unwrap_or_default();
+        if plan.steering.aborted && status.observed_generation.is_none() {
+            let message = format!(
+                "aborted before its run started: remove the {} annotation to start it",
+                keys::ANNOTATION_ABORT
+            );
+            crate::plan::driver::conditions::never_runs(
+                &mut status,
+                PlanStateType::Aborted.as_str(),
+                &message,
+                &self.inputs,
+                plan.generation,
+            );
+        }
+        unchanged(status, Requeue::OnChange)
+    }
+
     fn run_once(&self, gaps: &mut Gaps<'_>) -> Transition {
         let plan = self.plan;
         // Check 1: only the Plan named `autopilot` runs.
@@ -222,36 +253,8 @@ impl Pass<'_> {
         let mut started = None;
         let mut payload_warnings = Vec::new();
         let (base, mut status) = match run_state(plan) {
-            RunState::Ended(status) => {
-                // A failed node still in flight is told so until its object shows it.
-                let mut effects = schedule::tell_failed_nodes(&self.inputs, status);
-                let mut status = status.clone();
-                // A run that ended under an older version gets its conditions too.
-                crate::plan::driver::conditions::derive(&mut status, &self.inputs, &mut effects);
-                return Transition {
-                    status,
-                    effects,
-                    requeue: Requeue::OnChange,
-                    needs: Needs::default(),
-                };
-            }
-            RunState::Held => {
-                let mut status = plan.status.cloned().unwrap_or_default();
-                if plan.steering.aborted && status.observed_generation.is_none() {
-                    let message = format!(
-                        "aborted before its run started: remove the {} annotation to start it",
-                        keys::ANNOTATION_ABORT
-                    );
-                    crate::plan::driver::conditions::never_runs(
-                        &mut status,
-                        PlanStateType::Aborted.as_str(),
-                        &message,
-                        &self.inputs,
-                        plan.generation,
-                    );
-                }
-                return unchanged(status, Requeue::OnChange);
-            }
+            RunState::Ended(status) => return self.ended(status),
+            RunState::Held => return self.held(),
             // The status the pass starts from is compared with, not changed: borrowed.
             RunState::Running(status) => (std::borrow::Cow::Borrowed(status), status.clone()),
             RunState::New => {
