@@ -493,13 +493,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
     } = *inputs;
 
     // Check 1: the strategy is usable.
-    let strategy = match Strategy::from_spec(spec.upgrade_strategy.as_ref()) {
-        Ok(strategy) => strategy,
-        Err(err) => return Decision::Invalid(err.to_string()),
-    };
-    let min_interval = spec.upgrade_strategy.as_ref().and_then(|s| s.min_interval.as_ref());
-    let intervals = match MinIntervals::from_spec(min_interval) {
-        Ok(intervals) => intervals,
+    let (strategy, intervals) = match usable_strategy(spec) {
+        Ok(usable) => usable,
         Err(reason) => return Decision::Invalid(reason),
     };
 
@@ -561,6 +556,15 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         (Some(_), Some(previous)) => Decision::ReplacePlan { previous, spec: new_spec, left_out },
         (None, _) | (Some(_), None) => Decision::CreatePlan { spec: new_spec, left_out },
     }
+}
+
+/// Check 1: the strategy and the minimum intervals of `spec`, or why they are invalid.
+fn usable_strategy(spec: &UpdateConfigSpec) -> Result<(Strategy, MinIntervals), String> {
+    let strategy =
+        Strategy::from_spec(spec.upgrade_strategy.as_ref()).map_err(|err| err.to_string())?;
+    let min_interval = spec.upgrade_strategy.as_ref().and_then(|s| s.min_interval.as_ref());
+    let intervals = MinIntervals::from_spec(min_interval)?;
+    Ok((strategy, intervals))
 }
 
 /// Checks 2 and 3 of a periodic strategy with `window`: the offered version is strictly
