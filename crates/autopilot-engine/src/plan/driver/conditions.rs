@@ -245,22 +245,8 @@ fn rolled_back_after_completion(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
 
 /// The reason a state gives its conditions: its wire name, `NewPlan` for the empty state.
 fn reason_of(state: PlanStateType) -> String {
-    match state {
-        PlanStateType::NewPlan => "NewPlan".to_owned(),
-        PlanStateType::SchedulableWait
-        | PlanStateType::Schedulable
-        | PlanStateType::Completed
-        | PlanStateType::IncompleteTargets
-        | PlanStateType::MissingSignalNode
-        | PlanStateType::MissingPlatform
-        | PlanStateType::InconsistentTargets
-        | PlanStateType::Restricted
-        | PlanStateType::ApplyFailed
-        | PlanStateType::Warning
-        | PlanStateType::Aborted
-        | PlanStateType::PreflightFailed
-        | PlanStateType::RolledBack => state.as_str().to_owned(),
-    }
+    // Every wire name but the empty one (NewPlan's) is already a condition reason.
+    if state == PlanStateType::NewPlan { "NewPlan" } else { state.as_str() }.to_owned()
 }
 
 fn run_of(status: &PlanStatus) -> &str {

@@ -25,6 +25,20 @@ pub struct SpecSkew {
     pub nodes: Vec<String>,
 }
 
+/// The policy discovery runs under here: discovery reads neither the flags nor the time.
+fn discovery_policy() -> Policy {
+    Policy {
+        exclude_controllers: false,
+        exclude_workers: false,
+        readiness_grace: std::time::Duration::ZERO,
+        readiness_recheck: std::time::Duration::ZERO,
+        node_progress_timeout: std::time::Duration::ZERO,
+        drain_timeout: std::time::Duration::ZERO,
+        allow_unverified_payloads: false,
+        prometheus_url: None,
+    }
+}
+
 /// The rules `spec` would break on a cluster of `control_nodes` and `nodes`, as NewPlan
 /// judges them. The targets are resolved as NewPlan resolves them; a command whose targets
 /// do not resolve is not judged (NewPlan refuses it for that). The updater uses this so that
@@ -48,17 +62,7 @@ pub fn judge(
         // Discovery alone: no pass, so no access review.
         plan_access: &crate::plan::model::inputs::NO_PLAN_ACCESS,
     };
-    // Discovery reads neither the flags nor the time.
-    let policy = Policy {
-        exclude_controllers: false,
-        exclude_workers: false,
-        readiness_grace: std::time::Duration::ZERO,
-        readiness_recheck: std::time::Duration::ZERO,
-        node_progress_timeout: std::time::Duration::ZERO,
-        drain_timeout: std::time::Duration::ZERO,
-        allow_unverified_payloads: false,
-        prometheus_url: None,
-    };
+    let policy = discovery_policy();
     let plan = PlanView {
         name: keys::PLAN_NAME,
         uid: "",
