@@ -165,10 +165,10 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
     });
     let plan_object = plan(version, &platform, &url, &sha256, signature_url);
     let plan_path = out.join("plan.yaml");
-    let yaml = serde_saphyr::to_string(&plan_object).context("serializing the Plan")?;
+    let yaml = plan_yaml(&plan_object)?;
     let header = format!(
-        "# Updates every controller, then every worker (one at a time), to {version}.\n\
-         # Before applying: set `url`{} to where {file_name} is published,\n\
+        "# Updates every controller, then every worker (one at a time), to `version`.\n\
+         # Before applying: set `url`{} to where the file is published,\n\
          # add the entries of other platforms, and narrow the targets if needed.\n",
         if signature.is_some() { " and `signatureURL`" } else { "" }
     );
@@ -186,6 +186,14 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
         sha256sums,
         plan_object,
     })
+}
+
+/// `plan` as YAML, every string on one line (a long URL is not folded into a block scalar,
+/// so that it reads, greps and diffs as one line, and a tool bumping versions in it, such as
+/// the Renovate configuration of `manifests/gitops/`, finds it beside its key).
+pub fn plan_yaml(plan: &Plan) -> anyhow::Result<String> {
+    let options = serde_saphyr::ser_options! { prefer_block_scalars: false };
+    serde_saphyr::to_string_with_options(plan, options).context("serializing the Plan")
 }
 
 /// The name of the checksum list [`dist`] writes beside the files.
@@ -583,6 +591,21 @@ mod tests {
         assert_eq!(entry.url, format!("https://example.com/k0s/{name}"));
         assert_eq!(entry.signature_url, Some(format!("https://example.com/k0s/{name}.sig")));
         sha256sums_hold(&dist, &[&name, &format!("{name}.sig"), "plan.yaml"]);
+    }
+
+    #[test]
+    fn a_long_url_stays_on_the_line_of_its_key() {
+        let version = "v1.35.2+k0s.0";
+        let url = format!(
+            "https://github.com/k0sproject/k0s/releases/download/{version}/k0s-{version}-amd64"
+        );
+        assert!(url.len() > 80, "long enough to be folded by default");
+        let plan = plan(version, "linux-amd64", &url, &"ab".repeat(32), Some(format!("{url}.sig")));
+        let text = plan_yaml(&plan).expect("yaml");
+        assert!(text.contains(&format!("\n          url: {url}\n")), "{text}");
+        assert!(text.contains(&format!("\n          signatureURL: {url}.sig\n")), "{text}");
+        let read: Plan = serde_saphyr::from_str(&text).expect("a Plan");
+        assert_eq!(read, plan);
     }
 
     #[test]

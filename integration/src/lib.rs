@@ -110,6 +110,7 @@ pub mod prometheus;
 pub mod proxy;
 pub mod rbac;
 pub mod real_node;
+pub mod renovate;
 pub mod responder;
 pub mod signals;
 pub mod wait;

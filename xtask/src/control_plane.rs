@@ -1,14 +1,15 @@
 //! `cargo xtask control-plane`: build (once) and cache the pinned Go binaries of the test
 //! topology: kube-apiserver and etcd, the Prometheus that scrapes the nodes, what real
 //! nodes run (kubelet, kube-controller-manager, kube-scheduler, containerd), the cosign
-//! releases the signing scenario signs with, and the GitOps tools (kstatus, Argo CD's health
-//! script runner, kubectl) the health checks are tested with.
+//! releases the signing scenario signs with, the GitOps tools (kstatus, Argo CD's health
+//! script runner, kubectl) the health checks are tested with, and Renovate with the Gitea it
+//! runs against (installed from the npm registry and built from the Go module proxy).
 //!
 //! The logic lives in `integration::control_plane`, `integration::prometheus`,
-//! `integration::node_binaries`, `integration::cosign` and `integration::gitops`, next to the harness that uses it;
+//! `integration::node_binaries`, `integration::cosign`, `integration::gitops` and `integration::renovate`, next to the harness that uses it;
 //! this module only reports what is in the cache.
 
-use integration::{control_plane, cosign, gitops, node_binaries, prometheus};
+use integration::{control_plane, cosign, gitops, node_binaries, prometheus, renovate};
 
 /// Arguments of this subcommand (the versions are pinned in the code).
 #[derive(clap::Args)]
@@ -32,6 +33,9 @@ pub enum Part {
     /// The GitOps tools: kstatus and Argo CD's health script runner (`gitops-health`), Flux's
     /// `healthCheckExprs` evaluator (`flux-health`) and kubectl.
     Gitops,
+    /// Node.js, Renovate and the Gitea it opens pull requests on, with which the shipped
+    /// Renovate configuration is tested.
+    Renovate,
 }
 
 impl Part {
@@ -43,12 +47,13 @@ impl Part {
             Self::Node => "node",
             Self::Cosign => "cosign",
             Self::Gitops => "gitops",
+            Self::Renovate => "renovate",
         }
     }
 }
 
-/// Build the control-plane binaries, Prometheus, the nodes' binaries, cosign and the GitOps
-/// tools (or only the parts asked for) unless cached, then print their paths and versions.
+/// Build the control-plane binaries, Prometheus, the nodes' binaries, cosign, the GitOps
+/// tools and Renovate with Gitea (or only the parts asked for) unless cached, then print their paths and versions.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args { only } = args;
     let wanted = |part: Part| only.is_empty() || only.contains(&part);
@@ -73,6 +78,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if wanted(Part::Gitops) {
         gitops_part()?;
+    }
+    if wanted(Part::Renovate) {
+        let renovate::Tools { node, renovate, gitea, .. } = renovate::ensure_built()?;
+        println!("node:           {} (for Renovate)", node.display());
+        println!("renovate:       {}", renovate.display());
+        println!("gitea:          {}", gitea.display());
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ pub enum FoundAs {
 }
 
 /// Everything `cargo xtask test` needs (README, "Prerequisites").
-pub const REQUIRED: [Requirement; 6] = [
+pub const REQUIRED: [Requirement; 8] = [
     Requirement {
         name: "go",
         why: "builds the test control plane, Prometheus, cosign and the real nodes' binaries",
@@ -58,6 +58,18 @@ pub const REQUIRED: [Requirement; 6] = [
         why: "the proxy test downloads through it",
         found_as: FoundAs::Command("tinyproxy"),
         package: Some("tinyproxy"),
+    },
+    Requirement {
+        name: "npm",
+        why: "installs the Node.js and Renovate the Renovate configuration is tested with",
+        found_as: FoundAs::Command("npm"),
+        package: Some("npm"),
+    },
+    Requirement {
+        name: "git",
+        why: "Renovate and the Gitea it runs against clone and push with it",
+        found_as: FoundAs::Command("git"),
+        package: Some("git"),
     },
     Requirement {
         name: "libfaketime",

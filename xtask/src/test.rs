@@ -1,9 +1,11 @@
 //! `cargo xtask test`: every test, at every level, against the real control plane.
 //!
 //! Builds (once) the pinned kube-apiserver, etcd, Prometheus, cosign 2 and 3, the GitOps
-//! tools (kstatus, Argo CD's health script runner, kubectl) and the real nodes' binaries, builds the `k0s` binary the end-to-end scenarios run, then runs `cargo
-//! test` over the whole workspace. Nothing is opt-in; only the real-node scenarios are left out where the machine
-//! cannot run real nodes (not root, packages missing), and then they are named as not run.
+//! tools (kstatus, Argo CD's health script runner, kubectl), Node.js with Renovate and Gitea,
+//! and the real nodes' binaries, builds the `k0s` binary the end-to-end scenarios run, then
+//! runs `cargo test` over the whole workspace. Nothing is opt-in; only the real-node scenarios
+//! are left out where the machine cannot run real nodes (not root, packages missing), and
+//! then they are named as not run.
 
 use std::process::Command;
 
@@ -33,6 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     integration::prometheus::ensure_built()?;
     integration::cosign::ensure_built()?;
     integration::gitops::ensure_built()?;
+    integration::renovate::ensure_built()?;
     integration::node_binaries::ensure_built()?;
     let k0s = build_k0s()?;
     let not_run = integration::real_node::prerequisites().err();
