@@ -310,6 +310,8 @@ pub struct Forge {
 /// A pull request as Gitea's API returns it (the fields the tests read).
 #[derive(Clone, Debug, Deserialize)]
 pub struct Pull {
+    /// Its number in the repository.
+    pub number: u64,
     /// Its title.
     pub title: String,
     /// Its description.
@@ -319,6 +321,9 @@ pub struct Pull {
     pub head: PullHead,
     /// `open` or `closed`.
     pub state: String,
+    /// Whether it was merged.
+    #[serde(default)]
+    pub merged: bool,
 }
 
 /// The branch of a [`Pull`].
@@ -494,6 +499,18 @@ impl Forge {
         let pulls =
             self.api("GET", &format!("repos/{FORGE_USER}/{repo}/pulls?state=all"), None).await?;
         serde_json::from_value(pulls).context("reading Gitea's pull requests")
+    }
+
+    /// Merges the pull request `number` of `FORGE_USER/<repo>` (a merge commit), as a
+    /// reviewer would.
+    pub async fn merge(&self, repo: &str, number: u64) -> anyhow::Result<()> {
+        self.api(
+            "POST",
+            &format!("repos/{FORGE_USER}/{repo}/pulls/{number}/merge"),
+            Some(serde_json::json!({"Do": "merge"})),
+        )
+        .await?;
+        Ok(())
     }
 
     /// The names of the branches of `FORGE_USER/<repo>`.

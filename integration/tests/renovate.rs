@@ -336,3 +336,43 @@ async fn a_platform_missing_from_the_index_keeps_its_entry_and_the_pull_request_
     ensure!(k0s.platforms[other] == scenario.new.k0s[other], "{other} is updated: {k0s:#?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_the_pull_request_is_merged_renovate_has_nothing_more_to_do() -> anyhow::Result<()> {
+    let (scenario, run) = Scenario::run(|new| index_yaml(V2, new, None)).await?;
+    let pull = scenario.the_pull_request(&run).await?;
+    let bumped = scenario.forge.file(REPO, "renovate/k0s", PLAN_PATH).await?.context("no Plan")?;
+    scenario.forge.merge(REPO, pull.number).await?;
+    let main = scenario.forge.file(REPO, "main", PLAN_PATH).await?;
+    ensure!(main.as_deref() == Some(bumped.as_str()), "main after the merge: {main:?}");
+
+    // The next run reads the merged Plan at the version the index offers: no new pull
+    // request, no new branch, nothing written.
+    let again =
+        scenario.forge.run_renovate(REPO, &[("RENOVATE_INTERNAL_HOST_ACCESS", "allow")]).await?;
+    // (Renovate says once that it uses JavaScript's regular expressions: its optional native
+    // RE2 module is not installed.)
+    let warnings: Vec<String> = again
+        .messages_at_least(40)
+        .into_iter()
+        .filter(|m| !m.starts_with("RE2 not usable"))
+        .collect();
+    ensure!(warnings.is_empty(), "the second run warns: {warnings:?}");
+    ensure!(
+        again.log.contains("\"depName\":\"k0s\"") && again.log.contains(V2),
+        "the second run did not read the merged Plan's dependencies"
+    );
+    let pulls = scenario.forge.pulls(REPO).await?;
+    ensure!(
+        pulls.len() == 1 && pulls[0].merged && pulls[0].number == pull.number,
+        "after the merge Renovate opened {pulls:#?}\n{}",
+        again.log
+    );
+    let main_after = scenario.forge.file(REPO, "main", PLAN_PATH).await?;
+    ensure!(main_after == main, "main changed again: {main_after:?}");
+    ensure!(
+        !scenario.forge.branches(REPO).await?.iter().any(|b| b != "main" && b != "renovate/k0s"),
+        "no other branch"
+    );
+    Ok(())
+}
