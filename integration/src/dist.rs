@@ -11,6 +11,7 @@
 //! | `k0s-<version>-<arch>.minisig` | with a minisign secret key: minisign's signature |
 //! | `plan.yaml` | a Plan updating every controller, then every worker, to that version |
 //! | `sha256sums.txt` | the SHA-256 of every file above (of every platform packaged in the directory), for `sha256sum -c` and release tooling |
+//! | `index.yaml` | the update server's index for the version: every platform packaged in the directory with its URL and sha256 (and an airgap bundle found beside it), what UpdateConfigs and the Renovate configuration of `manifests/gitops/` read |
 //!
 //! It lives here, next to the harness, so that the end-to-end test of the Plan it writes
 //! can call it with the binary the harness already built (no second release build); the
@@ -98,6 +99,9 @@ pub struct Dist {
     pub sha256sums: PathBuf,
     /// The Plan as written (to edit and apply).
     pub plan_object: Plan,
+    /// `index.yaml`: the update server's index for the version, with every platform packaged
+    /// in the output directory ([`write_index`]).
+    pub index: PathBuf,
 }
 
 /// The URL base the Plan gets without `--url-base`: clearly not a real server.
@@ -175,6 +179,7 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
     fs::write(&plan_path, format!("{header}{yaml}"))
         .with_context(|| format!("writing {}", plan_path.display()))?;
     let sha256sums = write_sha256sums(&out, version)?;
+    let index = write_index(&out, version, &platform, &url, &sha256)?;
 
     Ok(Dist {
         platform,
@@ -185,6 +190,7 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
         plan: plan_path,
         sha256sums,
         plan_object,
+        index,
     })
 }
 
@@ -221,6 +227,86 @@ fn write_sha256sums(out: &Path, version: &str) -> anyhow::Result<PathBuf> {
     }
     let path = out.join(SHA256SUMS);
     let temp = out.join(format!(".{SHA256SUMS}.tmp"));
+    fs::write(&temp, text).with_context(|| format!("writing {}", temp.display()))?;
+    fs::rename(&temp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(path)
+}
+
+/// The name of the update server's index [`dist`] writes beside the files.
+pub const INDEX: &str = "index.yaml";
+
+/// The update server's index (`docs/automatic-updates.md`, "The update server's index").
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Index {
+    /// The version offered.
+    pub version: String,
+    /// Its downloads, one per platform, ordered by platform.
+    #[serde(rename = "downloadURLs", default)]
+    pub download_urls: Vec<IndexEntry>,
+}
+
+/// One platform's downloads in an [`Index`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexEntry {
+    /// `linux`, …
+    pub os: String,
+    /// `amd64`, …
+    pub arch: String,
+    /// The binary's URL.
+    pub k0s: String,
+    /// Its SHA-256.
+    pub k0s_sha256: String,
+    /// The airgap bundle's URL, when one is packaged beside the binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub airgap_bundle: Option<String>,
+    /// Its SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub airgap_sha256: Option<String>,
+}
+
+/// Writes [`INDEX`] in `out`: the index already there for `version` (the other platforms
+/// packaged into the same directory) with this run's platform set to `url` and `sha256`,
+/// and an airgap bundle `k0s-airgap-bundle-<version>-<arch>` beside it when there is one
+/// (its URL next to the binary's). An index of another version, or one that does not parse,
+/// is replaced. Through a temp file and a rename.
+fn write_index(
+    out: &Path,
+    version: &str,
+    platform: &str,
+    url: &str,
+    sha256: &str,
+) -> anyhow::Result<PathBuf> {
+    let path = out.join(INDEX);
+    let mut index = fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_saphyr::from_str::<Index>(&text).ok())
+        .filter(|index| index.version == version)
+        .unwrap_or_else(|| Index { version: version.to_owned(), download_urls: Vec::new() });
+    let (os, arch) = platform.split_once('-').unwrap_or(("linux", platform));
+    let bundle_name = format!("k0s-airgap-bundle-{version}-{arch}");
+    let bundle = out.join(&bundle_name);
+    let (airgap_bundle, airgap_sha256) = if bundle.is_file() {
+        let base = url.rsplit_once('/').map_or("", |(base, _)| base);
+        (Some(format!("{base}/{bundle_name}")), Some(hex::encode(sha256_of(&bundle)?)))
+    } else {
+        (None, None)
+    };
+    index.download_urls.retain(|entry| entry.os != os || entry.arch != arch);
+    index.download_urls.push(IndexEntry {
+        os: os.to_owned(),
+        arch: arch.to_owned(),
+        k0s: url.to_owned(),
+        k0s_sha256: sha256.to_owned(),
+        airgap_bundle,
+        airgap_sha256,
+    });
+    index.download_urls.sort_by(|a, b| (&a.os, &a.arch).cmp(&(&b.os, &b.arch)));
+    let options = serde_saphyr::ser_options! { prefer_block_scalars: false };
+    let text =
+        serde_saphyr::to_string_with_options(&index, options).context("serializing the index")?;
+    let temp = out.join(format!(".{INDEX}.tmp"));
     fs::write(&temp, text).with_context(|| format!("writing {}", temp.display()))?;
     fs::rename(&temp, &path).with_context(|| format!("renaming to {}", path.display()))?;
     Ok(path)
@@ -591,6 +677,62 @@ mod tests {
         assert_eq!(entry.url, format!("https://example.com/k0s/{name}"));
         assert_eq!(entry.signature_url, Some(format!("https://example.com/k0s/{name}.sig")));
         sha256sums_hold(&dist, &[&name, &format!("{name}.sig"), "plan.yaml"]);
+    }
+
+    #[test]
+    fn the_index_lists_every_platform_packaged_in_the_directory_as_the_updater_reads_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("out");
+        fs::create_dir_all(&out).expect("mkdir");
+        let package = |version: &str, triple: &str| {
+            let binary = dir.path().join(format!("built-{version}-{triple}"));
+            fs::write(&binary, format!("{version} for {triple}")).expect("a binary");
+            dist(&Options {
+                binary: Some(binary),
+                target: Some(triple.to_owned()),
+                out: Some(out.clone()),
+                url_base: Some(format!("https://example.com/k0s/{version}")),
+                ..Options::new(version)
+            })
+            .expect("dist")
+        };
+        let version = "v1.35.2+k0s.0";
+        // A bundle beside the arm64 binary is listed with it.
+        fs::write(out.join(format!("k0s-airgap-bundle-{version}-arm64")), "images")
+            .expect("bundle");
+        let arm64 = package(version, "aarch64-unknown-linux-gnu");
+        let arm = package(version, "armv7-unknown-linux-gnueabihf");
+        assert_eq!(arm.index, out.join(INDEX));
+        let text = fs::read_to_string(&arm.index).expect("index.yaml");
+        let answer = autopilot_engine::updater::channel::ChannelAnswer::from_index_yaml(&text)
+            .expect("the updater reads it");
+        assert_eq!(answer.version, version);
+        assert_eq!(answer.k0s.keys().collect::<Vec<_>>(), ["linux-arm", "linux-arm64"], "{text}");
+        assert_eq!(
+            answer.k0s["linux-arm64"].url,
+            format!("https://example.com/k0s/{version}/k0s-{version}-arm64")
+        );
+        assert_eq!(answer.k0s["linux-arm64"].sha256.as_deref(), Some(arm64.sha256.as_str()));
+        assert_eq!(answer.k0s["linux-arm"].sha256.as_deref(), Some(arm.sha256.as_str()));
+        let bundle = &answer.airgap["linux-arm64"];
+        assert_eq!(
+            bundle.url,
+            format!("https://example.com/k0s/{version}/k0s-airgap-bundle-{version}-arm64")
+        );
+        assert_eq!(
+            bundle.sha256.as_deref(),
+            Some(hex::encode(sha2::Sha256::digest(b"images")).as_str())
+        );
+        assert!(!answer.airgap.contains_key("linux-arm"), "{text}");
+
+        // Packaging the same platform again replaces its entry; another version starts over.
+        let again = package(version, "aarch64-unknown-linux-gnu");
+        let text = fs::read_to_string(&again.index).expect("index.yaml");
+        assert_eq!(text.matches("arch: arm64").count(), 1, "{text}");
+        let next = package("v1.35.3+k0s.0", "aarch64-unknown-linux-gnu");
+        let text = fs::read_to_string(&next.index).expect("index.yaml");
+        assert!(text.starts_with("version: v1.35.3+k0s.0\n"), "{text}");
+        assert!(!text.contains("arch: arm\n"), "only the new version's platform: {text}");
     }
 
     #[test]

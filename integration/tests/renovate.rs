@@ -43,6 +43,8 @@ struct Release {
     k0s: BTreeMap<String, PlanResourceUrl>,
     /// The airgap bundle's entry of the first platform.
     airgap: (String, PlanResourceUrl),
+    /// The update server's `index.yaml` dist wrote for all of them.
+    index: String,
     /// The Plan as YAML: dist's file (its comments too), with the platforms merged and an
     /// `airgapupdate` first.
     plan_yaml: String,
@@ -83,6 +85,14 @@ fn release(work: &Path, version: &str, key: &Path, server: &str) -> anyhow::Resu
     let mut k0s = BTreeMap::new();
     let mut plan: Option<Plan> = None;
     let mut header = String::new();
+    let mut index_text = String::new();
+    // An airgap bundle for the first platform, beside its binary: dist lists it in the index.
+    let first = platforms()[0].1;
+    let arch = first.split_once('-').map_or(first, |(_, arch)| arch);
+    let bundle_name = format!("k0s-airgap-bundle-{version}-{arch}");
+    let bundle = format!("images of {version} for {first}\n");
+    fs::create_dir_all(&out)?;
+    fs::write(out.join(&bundle_name), &bundle)?;
     for (index, (triple, platform)) in platforms().into_iter().enumerate() {
         let binary = work.join(format!("built-{version}-{platform}"));
         fs::write(&binary, format!("k0s {version} built for {triple}\n"))?;
@@ -102,13 +112,9 @@ fn release(work: &Path, version: &str, key: &Path, server: &str) -> anyhow::Resu
         let update = written.plan_object.spec.commands[0].k0supdate.clone().context("k0supdate")?;
         k0s.extend(update.platforms);
         plan = Some(written.plan_object);
+        index_text = fs::read_to_string(&written.index)?;
     }
     let mut plan = plan.context("no platform")?;
-    let first = platforms()[0].1;
-    let arch = first.split_once('-').map_or(first, |(_, arch)| arch);
-    let bundle_name = format!("k0s-airgap-bundle-{version}-{arch}");
-    let bundle = format!("images of {version} for {first}\n");
-    fs::write(out.join(&bundle_name), &bundle)?;
     let airgap = PlanResourceUrl {
         url: format!("{url_base}/{bundle_name}"),
         sha256: Some(sha256_hex(bundle.as_bytes())),
@@ -138,7 +144,7 @@ fn release(work: &Path, version: &str, key: &Path, server: &str) -> anyhow::Resu
     plan.spec.timestamp = "2026-11-28T12:00:00Z".to_owned();
     // dist's file: its comment lines, then the Plan as dist writes it.
     let plan_yaml = format!("{header}{}", dist::plan_yaml(&plan)?);
-    Ok(Release { k0s, airgap: (first.to_owned(), airgap), plan_yaml })
+    Ok(Release { k0s, airgap: (first.to_owned(), airgap), plan_yaml, index: index_text })
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -182,29 +188,13 @@ fn release_version(release: &Release) -> anyhow::Result<String> {
         .context("k0supdate")
 }
 
-/// The update server's `index.yaml` offering `release` as `version`, without the platform
+/// The `index.yaml` dist wrote for `release`, served as it is, or without the platform
 /// `leave_out`.
-fn index_yaml(version: &str, release: &Release, leave_out: Option<&str>) -> String {
-    let mut text = format!("version: {version}\nchannel: stable\ndownloadURLs:\n");
-    for (platform, entry) in &release.k0s {
-        if Some(platform.as_str()) == leave_out {
-            continue;
-        }
-        let (os, arch) = platform.split_once('-').unwrap_or((platform, ""));
-        text.push_str(&format!(
-            "  - os: {os}\n    arch: {arch}\n    k0s: {}\n    k0sSha256: {}\n",
-            entry.url,
-            entry.sha256.as_deref().unwrap_or_default()
-        ));
-        if *platform == release.airgap.0 {
-            text.push_str(&format!(
-                "    airgapBundle: {}\n    airgapSha256: {}\n",
-                release.airgap.1.url,
-                release.airgap.1.sha256.as_deref().unwrap_or_default()
-            ));
-        }
-    }
-    text
+fn served_index(release: &Release, leave_out: Option<&str>) -> anyhow::Result<String> {
+    let Some(leave_out) = leave_out else { return Ok(release.index.clone()) };
+    let mut index: dist::Index = serde_saphyr::from_str(&release.index)?;
+    index.download_urls.retain(|entry| format!("{}-{}", entry.os, entry.arch) != leave_out);
+    Ok(serde_saphyr::to_string(&index)?)
 }
 
 /// The shipped configuration, pointed at `server`.
@@ -227,7 +217,9 @@ struct Scenario {
 }
 
 impl Scenario {
-    async fn run(index: impl Fn(&Release) -> String) -> anyhow::Result<(Self, RenovateRun)> {
+    async fn run(
+        index: impl Fn(&Release) -> anyhow::Result<String>,
+    ) -> anyhow::Result<(Self, RenovateRun)> {
         let work = tempfile::tempdir()?;
         let key = release_key(work.path())?;
         // Where the binaries would be published; Renovate reads only the index.
@@ -235,7 +227,7 @@ impl Scenario {
         let mut old = release(work.path(), V1, &key, downloads)?;
         old.plan_yaml = as_edited_by_hand(&old)?;
         let new = release(work.path(), V2, &key, downloads)?;
-        let server = FileServer::start(index(&new).into_bytes()).await?;
+        let server = FileServer::start(index(&new)?.into_bytes()).await?;
         let forge = Forge::start().await?;
         let config = renovate_config(server.base_url())?;
         forge
@@ -262,7 +254,7 @@ impl Scenario {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renovate_moves_a_plans_version_urls_and_digests_together() -> anyhow::Result<()> {
-    let (scenario, run) = Scenario::run(|new| index_yaml(V2, new, None)).await?;
+    let (scenario, run) = Scenario::run(|new| served_index(new, None)).await?;
     let pull = scenario.the_pull_request(&run).await?;
     let Scenario { old, new, forge, .. } = &scenario;
     // Nothing for a reviewer to wave through: the body lists the two updates and no warning.
@@ -310,7 +302,7 @@ async fn renovate_moves_a_plans_version_urls_and_digests_together() -> anyhow::R
 async fn a_platform_missing_from_the_index_keeps_its_entry_and_the_pull_request_warns()
 -> anyhow::Result<()> {
     let left_out = platforms()[1].1;
-    let (scenario, run) = Scenario::run(|new| index_yaml(V2, new, Some(left_out))).await?;
+    let (scenario, run) = Scenario::run(|new| served_index(new, Some(left_out))).await?;
     let pull = scenario.the_pull_request(&run).await?;
     // The reviewer is warned, and Renovate's log names the platform …
     ensure!(
@@ -339,7 +331,7 @@ async fn a_platform_missing_from_the_index_keeps_its_entry_and_the_pull_request_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_the_pull_request_is_merged_renovate_has_nothing_more_to_do() -> anyhow::Result<()> {
-    let (scenario, run) = Scenario::run(|new| index_yaml(V2, new, None)).await?;
+    let (scenario, run) = Scenario::run(|new| served_index(new, None)).await?;
     let pull = scenario.the_pull_request(&run).await?;
     let bumped = scenario.forge.file(REPO, "renovate/k0s", PLAN_PATH).await?.context("no Plan")?;
     scenario.forge.merge(REPO, pull.number).await?;

@@ -67,6 +67,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         written.sha256sums.display()
     );
     println!(
+        "  {}  (the update server's index: every platform packaged in the directory)",
+        written.index.display()
+    );
+    println!(
         "Publish the files, set the Plan's URLs to where they are (`url`{}), then \
          `kubectl apply -f {}`.",
         if written.signature.is_some() { ", `signatureURL`" } else { "" },
