@@ -774,7 +774,37 @@ fn blocking(
                 .to_owned(),
         );
     }
-    for condition in &status.conditions {
+    out.extend(condition_blockers(&status.conditions, ended));
+    if let Some(reason) = current.and_then(|c| c.reason.as_deref()).filter(|_| !ended) {
+        out.push(format!("command {}: {reason}", current.map_or(0, |c| c.id)));
+    }
+    if !ended {
+        out.extend(node_blockers(current, nodes, states));
+    }
+    if status.state.is_failure() {
+        let why = status
+            .commands
+            .iter()
+            .find(|c| c.state.is_failure())
+            .map(|c| match &c.description {
+                Some(description) => format!("command {} ended {}: {description}", c.id, c.state),
+                None => format!("command {} ended {}", c.id, c.state),
+            })
+            .unwrap_or_else(|| format!("the plan ended {}", status.state));
+        out.push(why);
+    }
+    out
+}
+
+/// The plan's conditions that hold it: every `True` one but `Paused` (the steering says
+/// it), `Ready` and `Reconciling` (they say what the state says) and, once the plan ended,
+/// `Stalled` (an ended plan's reason is its description).
+fn condition_blockers(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    ended: bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for condition in conditions {
         // `Ready` and `Reconciling` say what the state says; `Stalled` blocks only a plan
         // still running (a controller not ready past the grace): an ended plan's reason is
         // its description, shown below.
@@ -788,13 +818,21 @@ fn blocking(
             out.push(format!("{}: {}", condition.type_, condition.message));
         }
     }
-    if let Some(reason) = current.and_then(|c| c.reason.as_deref()).filter(|_| !ended) {
-        out.push(format!("command {}: {reason}", current.map_or(0, |c| c.id)));
-    }
+    out
+}
+
+/// The nodes of the current command that hold it: one in flight with a reason (a blocked
+/// drain), one waiting whose Node is not Ready (unless the command's hold names it already).
+fn node_blockers(
+    current: Option<&PlanCommandStatus>,
+    nodes: &[NodeView],
+    states: &[TargetState],
+) -> Vec<String> {
+    let mut out = Vec::new();
     let held_by = current.and_then(|c| c.reason.as_deref()).unwrap_or_default();
     for (node, state) in nodes.iter().zip(states) {
         let in_current = current.is_some_and(|c| c.id == node.command);
-        if !in_current || ended {
+        if !in_current {
             continue;
         }
         match state {
@@ -816,18 +854,6 @@ fn blocking(
             | TargetState::MissingPlatform
             | TargetState::MissingSignalNode => {}
         }
-    }
-    if status.state.is_failure() {
-        let why = status
-            .commands
-            .iter()
-            .find(|c| c.state.is_failure())
-            .map(|c| match &c.description {
-                Some(description) => format!("command {} ended {}: {description}", c.id, c.state),
-                None => format!("command {} ended {}", c.id, c.state),
-            })
-            .unwrap_or_else(|| format!("the plan ended {}", status.state));
-        out.push(why);
     }
     out
 }
