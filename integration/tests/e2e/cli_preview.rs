@@ -8,7 +8,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use autopilot_api::v1beta2::Plan;
-use integration::{Cluster, VIEWER_GROUP, client_from_kubeconfig, run_k0s, wait_for};
+use integration::{Cluster, VIEWER_GROUP, client_from_kubeconfig, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -71,17 +71,7 @@ async fn bind_read_only(cluster: &Cluster, admin: &kube::Client) {
 /// Writes `plan` as YAML into the cluster directory and runs `k0s autopilot preview -f` on
 /// it as the viewer.
 async fn preview(cluster: &Cluster, file: &str, plan: &Plan) -> Output {
-    let path = cluster.dir().join(file);
-    std::fs::write(&path, serde_saphyr::to_string(plan).expect("YAML")).expect("writing the plan");
-    let kubeconfig = cluster.viewer_kubeconfig(0);
-    tokio::task::spawn_blocking(move || {
-        let path = path.to_string_lossy().into_owned();
-        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-        run_k0s(&["autopilot", "preview", "-f", &path, "--kubeconfig", &kubeconfig])
-            .expect("k0s runs")
-    })
-    .await
-    .expect("the k0s run")
+    preview_plan(cluster, file, plan, cluster.viewer_kubeconfig(0)).await
 }
 
 /// An unforced update of controller-0 and both workers (one at a time) to the version they

@@ -12,8 +12,8 @@ use std::process::Output;
 
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{Plan, PlanStateType};
+use integration::Cluster;
 use integration::responder::{Config, Responder};
-use integration::{Cluster, run_k0s};
 
 use crate::support::*;
 
@@ -35,17 +35,7 @@ fn annotated(mut plan: Plan, allow_skew: &str) -> Plan {
 
 /// `k0s autopilot preview -f` of `plan` as the admin.
 async fn preview(cluster: &Cluster, file: &str, plan: &Plan) -> Output {
-    let path = cluster.dir().join(file);
-    std::fs::write(&path, serde_saphyr::to_string(plan).expect("YAML")).expect("writing the plan");
-    let kubeconfig = cluster.admin_kubeconfig(0);
-    tokio::task::spawn_blocking(move || {
-        let path = path.to_string_lossy().into_owned();
-        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-        run_k0s(&["autopilot", "preview", "-f", &path, "--kubeconfig", &kubeconfig])
-            .expect("k0s runs")
-    })
-    .await
-    .expect("the k0s run")
+    preview_plan(cluster, file, plan, cluster.admin_kubeconfig(0)).await
 }
 
 /// Create `plan`, wait for it to end, and return command 0's description (the plan deleted

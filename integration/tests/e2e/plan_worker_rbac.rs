@@ -11,8 +11,8 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
+use integration::Cluster;
 use integration::http::FileServer;
-use integration::{Cluster, run_k0s};
 
 use crate::support::*;
 
@@ -25,17 +25,7 @@ const SAID_WITHIN: Duration = Duration::from_secs(15);
 /// Writes `plan` as YAML into the cluster directory and runs `k0s autopilot preview -f` on
 /// it as the admin (who may create SubjectAccessReviews).
 async fn preview_as_admin(cluster: &Cluster, plan: &Plan) -> Output {
-    let path = cluster.dir().join("plan.yaml");
-    std::fs::write(&path, serde_saphyr::to_string(plan).expect("YAML")).expect("writing the plan");
-    let kubeconfig = cluster.admin_kubeconfig(0);
-    tokio::task::spawn_blocking(move || {
-        let path = path.to_string_lossy().into_owned();
-        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-        run_k0s(&["autopilot", "preview", "-f", &path, "--kubeconfig", &kubeconfig])
-            .expect("k0s runs")
-    })
-    .await
-    .expect("the k0s run")
+    preview_plan(cluster, "plan.yaml", plan, cluster.admin_kubeconfig(0)).await
 }
 
 #[tokio::test]

@@ -190,6 +190,26 @@ pub async fn install_crd(client: &kube::Client, name: &str) {
     .unwrap_or_else(|e| panic!("the CRD {name} is established: {e}"));
 }
 
+/// Writes `plan` as YAML to `file` in the cluster directory and runs `k0s autopilot preview
+/// -f` on it with `kubeconfig` (the identity the preview's access checks are made as).
+pub async fn preview_plan(
+    cluster: &Cluster,
+    file: &str,
+    plan: &Plan,
+    kubeconfig: std::path::PathBuf,
+) -> std::process::Output {
+    let path = cluster.dir().join(file);
+    std::fs::write(&path, serde_saphyr::to_string(plan).expect("YAML")).expect("writing the plan");
+    tokio::task::spawn_blocking(move || {
+        let path = path.to_string_lossy().into_owned();
+        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+        integration::run_k0s(&["autopilot", "preview", "-f", &path, "--kubeconfig", &kubeconfig])
+            .expect("k0s runs")
+    })
+    .await
+    .expect("the k0s run")
+}
+
 /// The plan's status as YAML, for failure messages.
 pub fn status_yaml(plan: &Plan) -> String {
     match &plan.status {

@@ -100,19 +100,7 @@ fn run(
     offered: &ChannelAnswer,
     plan: Option<&Plan>,
 ) -> Decision {
-    decide(&Inputs {
-        spec,
-        now,
-        tz: &TimeZone::UTC,
-        running_version: RUNNING,
-        answer: offered,
-        plan,
-        allow_unverified_payloads: false,
-        signatures: Signatures::default(),
-        control_nodes: &NO_OBJECTS,
-        nodes: &NO_OBJECTS,
-        status: None,
-    })
+    decide_with(spec, now, offered, plan, None)
 }
 
 fn selector_all() -> PlanCommandTarget {
