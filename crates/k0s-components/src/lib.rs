@@ -1,0 +1,15 @@
+//! The Kubernetes components a `k0s` binary carries and runs (DESIGN §16).
+//!
+//! - [`carried`]: the component set appended to the executable (name, version, sha256 of
+//!   each), read back and packed.
+//! - [`stage`]: the components a role runs, put in `<data-dir>/bin/` by digest.
+//! - [`restart`]: when a component that exited is started again (pure).
+//! - [`supervise`]: one component process: started, restarted, its output kept, stopped.
+//! - [`worker`]: what `k0s worker --run-components` runs: containerd and the kubelet, their
+//!   generated configuration, as one component of the node process.
+
+pub mod carried;
+pub mod restart;
+pub mod stage;
+pub mod supervise;
+pub mod worker;

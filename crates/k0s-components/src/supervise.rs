@@ -1,0 +1,467 @@
+//! Supervision of one component process (containerd, the kubelet, …): start it, restart it
+//! with the [`Backoff`] when it exits, keep its output, and stop it when asked.
+//!
+//! - **Output:** its stdout and stderr go line by line to `<log-dir>/<name>.log` (moved to
+//!   `<name>.log.1` at [`MAX_LOG_BYTES`], so the two files stay bounded) and to this process's
+//!   log (the journal, under the unit) with the field `component`; the last lines are kept
+//!   for errors.
+//! - **Its own process group**, so a Ctrl-C in a terminal reaches `k0s` only, which stops its
+//!   components in order.
+//! - **A pid file** `<run-dir>/<name>.pid`: a `k0s` that was killed (SIGKILL, a crash) left
+//!   its components running; the next start finds them there, stops them (SIGTERM, then
+//!   SIGKILL after the grace period) and starts its own. Only a process whose executable is
+//!   the component's path is stopped. Containers outlive this: containerd's shims hold them.
+//! - **Stop:** SIGTERM, SIGKILL after the grace period.
+
+use std::{
+    collections::VecDeque,
+    ffi::OsString,
+    fs,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::restart::{Backoff, Streak};
+
+/// A log file is moved aside once it is this long.
+pub const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Lines of output kept for errors.
+const KEPT_LINES: usize = 20;
+
+/// The longest line kept whole (a longer one is cut).
+const MAX_LINE: usize = 16 * 1024;
+
+/// One component process to supervise.
+#[derive(Clone, Debug)]
+pub struct Child {
+    /// Its name (log file, pid file, the `component` log field).
+    pub name: &'static str,
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Environment variables set on top of this process's.
+    pub env: Vec<(OsString, OsString)>,
+    /// Where its log file goes.
+    pub log_dir: PathBuf,
+    /// Where its pid file goes.
+    pub run_dir: PathBuf,
+    /// How long it gets to stop after SIGTERM.
+    pub stop_grace: Duration,
+}
+
+/// What is known of a supervised process, as it runs.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// Its pid while it runs.
+    pub pid: Option<u32>,
+    /// How many times it was started again after an exit.
+    pub restarts: u32,
+    /// How its last run ended, if it did.
+    pub last_exit: Option<String>,
+}
+
+/// A supervised component process; [`Supervised::stop`] stops it.
+pub struct Supervised {
+    name: &'static str,
+    observed: tokio::sync::watch::Receiver<Observed>,
+    lines: Arc<Mutex<VecDeque<String>>>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    log_path: PathBuf,
+}
+
+impl Supervised {
+    /// Starts `child` (after stopping what a previous `k0s` left running under its pid file)
+    /// and keeps it running until [`Supervised::stop`]. Fails only when the first start
+    /// fails (the executable cannot be run).
+    pub fn start(child: Child, policy: Backoff) -> anyhow::Result<Self> {
+        fs::create_dir_all(&child.log_dir)
+            .with_context(|| format!("creating {}", child.log_dir.display()))?;
+        fs::create_dir_all(&child.run_dir)
+            .with_context(|| format!("creating {}", child.run_dir.display()))?;
+        let log_path = child.log_dir.join(format!("{}.log", child.name));
+        let lines = Arc::new(Mutex::new(VecDeque::new()));
+        let log = Arc::new(Mutex::new(LogFile::open(&log_path)?));
+        stop_leftover(&child);
+        let first = spawn(&child, &log, &lines)?;
+        let (tx, observed) =
+            tokio::sync::watch::channel(Observed { pid: first.id(), ..Observed::default() });
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(supervise(
+            child.clone(),
+            policy,
+            first,
+            tx,
+            log,
+            lines.clone(),
+            stop.clone(),
+        ));
+        Ok(Self { name: child.name, observed, lines, stop, task, log_path })
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// What is known of it now.
+    pub fn observed(&self) -> Observed {
+        self.observed.borrow().clone()
+    }
+
+    /// A receiver that sees each change of [`Supervised::observed`].
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<Observed> {
+        self.observed.clone()
+    }
+
+    /// Its log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Its last lines of output, oldest first.
+    pub fn last_lines(&self) -> Vec<String> {
+        self.lines.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Stops it (SIGTERM, SIGKILL after its grace period) and waits until it has.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Its log file, moved aside when it grows past [`MAX_LOG_BYTES`].
+struct LogFile {
+    path: PathBuf,
+    file: fs::File,
+    len: u64,
+}
+
+impl LogFile {
+    fn open(path: &Path) -> anyhow::Result<Self> {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let len = file.metadata()?.len();
+        Ok(Self { path: path.to_path_buf(), file, len })
+    }
+
+    fn write_line(&mut self, line: &str) {
+        if self.len + line.len() as u64 + 1 > MAX_LOG_BYTES {
+            let mut aside = self.path.clone().into_os_string();
+            aside.push(".1");
+            let _ = fs::rename(&self.path, aside);
+            if let Ok(reopened) = Self::open(&self.path) {
+                *self = reopened;
+            }
+        }
+        if writeln!(self.file, "{line}").is_ok() {
+            self.len += line.len() as u64 + 1;
+        }
+    }
+}
+
+/// Starts one run of `child`, its output forwarded.
+fn spawn(
+    child: &Child,
+    log: &Arc<Mutex<LogFile>>,
+    lines: &Arc<Mutex<VecDeque<String>>>,
+) -> anyhow::Result<tokio::process::Child> {
+    let mut command = tokio::process::Command::new(&child.program);
+    command
+        .args(&child.args)
+        .envs(child.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    let mut process = command
+        .spawn()
+        .with_context(|| format!("starting {} ({})", child.name, child.program.display()))?;
+    if let Some(pid) = process.id() {
+        let pid_file = pid_file(child);
+        if let Err(err) = fs::write(&pid_file, format!("{pid}\n")) {
+            warn!(component = child.name, path = %pid_file.display(), %err, "cannot write the pid file");
+        }
+        info!(component = child.name, pid, program = %child.program.display(), "started");
+    }
+    if let Some(out) = process.stdout.take() {
+        tokio::spawn(forward(child.name, out, log.clone(), lines.clone()));
+    }
+    if let Some(err) = process.stderr.take() {
+        tokio::spawn(forward(child.name, err, log.clone(), lines.clone()));
+    }
+    Ok(process)
+}
+
+/// Forwards one output stream line by line until it closes.
+async fn forward(
+    name: &'static str,
+    stream: impl AsyncRead + Unpin,
+    log: Arc<Mutex<LogFile>>,
+    lines: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut reader = BufReader::new(stream);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
+        if let Ok(mut log) = log.lock() {
+            log.write_line(line);
+        }
+        if let Ok(mut kept) = lines.lock() {
+            if kept.len() == KEPT_LINES {
+                kept.pop_front();
+            }
+            kept.push_back(line.to_owned());
+        }
+        info!(target: "k0s::component", component = name, "{line}");
+    }
+}
+
+/// Runs `child` until `stop`: restarts it after each exit, as `policy` says.
+async fn supervise(
+    child: Child,
+    policy: Backoff,
+    mut process: tokio::process::Child,
+    observed: tokio::sync::watch::Sender<Observed>,
+    log: Arc<Mutex<LogFile>>,
+    lines: Arc<Mutex<VecDeque<String>>>,
+    stop: CancellationToken,
+) {
+    let mut streak = Streak::default();
+    loop {
+        let started = tokio::time::Instant::now();
+        let status = tokio::select! {
+            status = process.wait() => status,
+            () = stop.cancelled() => {
+                terminate(&child, &mut process).await;
+                observed.send_modify(|o| o.pid = None);
+                return;
+            }
+        };
+        let exit = match status {
+            Ok(status) => status.to_string(),
+            Err(err) => format!("cannot wait for it: {err}"),
+        };
+        let (next, wait) = policy.after_exit(streak, started.elapsed());
+        streak = next;
+        warn!(component = child.name, %exit, restart_in = ?wait, "exited; restarting");
+        observed.send_modify(|o| {
+            o.pid = None;
+            o.last_exit = Some(exit.clone());
+        });
+        let _ = fs::remove_file(pid_file(&child));
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = stop.cancelled() => return,
+        }
+        loop {
+            match spawn(&child, &log, &lines) {
+                Ok(started) => {
+                    process = started;
+                    observed.send_modify(|o| {
+                        o.pid = process.id();
+                        o.restarts += 1;
+                    });
+                    break;
+                }
+                Err(err) => {
+                    let (next, wait) = policy.after_exit(streak, Duration::ZERO);
+                    streak = next;
+                    warn!(component = child.name, error = %format!("{err:#}"), restart_in = ?wait, "cannot start");
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stop.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after the grace period; reaps it and removes its pid file.
+async fn terminate(child: &Child, process: &mut tokio::process::Child) {
+    if let Some(pid) = process.id() {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        if tokio::time::timeout(child.stop_grace, process.wait()).await.is_err() {
+            warn!(component = child.name, grace = ?child.stop_grace, "did not stop in time; killing it");
+            let _ = process.start_kill();
+            let _ = process.wait().await;
+        }
+        info!(component = child.name, pid, "stopped");
+    }
+    let _ = fs::remove_file(pid_file(child));
+}
+
+fn pid_file(child: &Child) -> PathBuf {
+    child.run_dir.join(format!("{}.pid", child.name))
+}
+
+/// Stops the process a previous run left under `child`'s pid file, if it still runs that
+/// component's executable (a pid reused by anything else is left alone).
+fn stop_leftover(child: &Child) {
+    let path = pid_file(child);
+    let Some(pid) = fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let _ = fs::remove_file(&path);
+    if pid <= 1 || !runs(pid, &child.program) {
+        return;
+    }
+    info!(component = child.name, pid, "stopping the one a previous run left running");
+    let pid = Pid::from_raw(pid);
+    let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+    let deadline = std::time::Instant::now() + child.stop_grace;
+    while std::time::Instant::now() < deadline {
+        if nix::sys::signal::kill(pid, None).is_err() || is_zombie(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    warn!(component = child.name, %pid, "did not stop in time; killing it");
+    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+}
+
+/// Whether process `pid` runs `program` (its executable, also when it was replaced since).
+fn runs(pid: i32, program: &Path) -> bool {
+    let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) else { return false };
+    let program = fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let exe = exe.to_string_lossy();
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+    Path::new(exe) == program
+}
+
+fn is_zombie(pid: Pid) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shell(dir: &Path, name: &'static str, script: &str) -> Child {
+        Child {
+            name,
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: Vec::new(),
+            log_dir: dir.join("log"),
+            run_dir: dir.join("run"),
+            stop_grace: Duration::from_secs(2),
+        }
+    }
+
+    async fn until(deadline: Duration, mut check: impl FnMut() -> bool) -> bool {
+        let end = tokio::time::Instant::now() + deadline;
+        while tokio::time::Instant::now() < end {
+            if check() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        check()
+    }
+
+    #[tokio::test]
+    async fn a_component_that_exits_is_started_again_and_its_output_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = shell(dir.path(), "flaky", "echo started $$; exit 3");
+        let policy = Backoff { first: Duration::from_millis(10), ..Backoff::default() };
+        let supervised = Supervised::start(child, policy).unwrap();
+        assert!(until(Duration::from_secs(10), || supervised.observed().restarts >= 2).await);
+        let observed = supervised.observed();
+        assert_eq!(observed.last_exit.as_deref(), Some("exit status: 3"));
+        let log = fs::read_to_string(supervised.log_path()).unwrap();
+        assert!(log.lines().filter(|l| l.starts_with("started ")).count() >= 3, "{log}");
+        assert!(supervised.last_lines().iter().all(|l| l.starts_with("started ")));
+        supervised.stop().await;
+    }
+
+    #[tokio::test]
+    async fn stop_terminates_it_and_removes_its_pid_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = shell(dir.path(), "sleeper", "exec sleep 600");
+        let supervised = Supervised::start(child, Backoff::default()).unwrap();
+        let pid = supervised.observed().pid.unwrap();
+        let pid_file = dir.path().join("run/sleeper.pid");
+        assert_eq!(fs::read_to_string(&pid_file).unwrap().trim(), pid.to_string());
+        supervised.stop().await;
+        assert!(nix::sys::signal::kill(Pid::from_raw(pid as i32), None).is_err(), "still runs");
+        assert!(!pid_file.exists());
+    }
+
+    #[tokio::test]
+    async fn a_component_left_running_by_a_killed_run_is_stopped_before_a_new_one_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        // What a killed k0s leaves: a component still running, its pid in the pid file.
+        let mut leftover = std::process::Command::new("/bin/sleep").arg("600").spawn().unwrap();
+        fs::create_dir_all(dir.path().join("run")).unwrap();
+        fs::write(dir.path().join("run/sleep.pid"), format!("{}\n", leftover.id())).unwrap();
+        let child = Child {
+            name: "sleep",
+            program: "/bin/sleep".into(),
+            args: vec!["600".into()],
+            env: Vec::new(),
+            log_dir: dir.path().join("log"),
+            run_dir: dir.path().join("run"),
+            stop_grace: Duration::from_secs(2),
+        };
+        let supervised = Supervised::start(child, Backoff::default()).unwrap();
+        let status = leftover.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15));
+        assert_ne!(supervised.observed().pid, Some(leftover.id()));
+        supervised.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_pid_file_naming_another_program_stops_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other = std::process::Command::new("/bin/sleep").arg("600").spawn().unwrap();
+        fs::create_dir_all(dir.path().join("run")).unwrap();
+        fs::write(dir.path().join("run/sh.pid"), format!("{}\n", other.id())).unwrap();
+        let supervised =
+            Supervised::start(shell(dir.path(), "sh", "exec sleep 600"), Backoff::default())
+                .unwrap();
+        assert!(other.try_wait().unwrap().is_none(), "the unrelated process was stopped");
+        supervised.stop().await;
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+
+    #[test]
+    fn a_log_file_is_moved_aside_when_it_is_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.log");
+        fs::write(&path, vec![b'x'; (MAX_LOG_BYTES - 3) as usize]).unwrap();
+        let mut log = LogFile::open(&path).unwrap();
+        log.write_line("next");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "next\n");
+        assert_eq!(fs::metadata(dir.path().join("c.log.1")).unwrap().len(), MAX_LOG_BYTES - 3);
+    }
+}
