@@ -59,6 +59,9 @@ pub struct Options {
     pub key: Option<PathBuf>,
     /// Where the files will be published; `None`: [`placeholder_url_base`].
     pub url_base: Option<String>,
+    /// The pinned component set to pack onto the binary (`crate::components`); `None`: a
+    /// bare binary that runs the components it finds on the node.
+    pub components: Option<crate::components::Set>,
 }
 
 impl Options {
@@ -73,6 +76,7 @@ impl Options {
             out: None,
             key: None,
             url_base: None,
+            components: None,
         }
     }
 }
@@ -112,13 +116,20 @@ pub fn placeholder_url_base(version: &str) -> String {
 /// Validate the version, build or take the binary, copy it into the output directory with
 /// its SHA-256, sign it if asked, and write the Plan.
 pub fn dist(options: &Options) -> anyhow::Result<Dist> {
-    let Options { version, binary, profile, target, out, key, url_base } = options;
+    let Options { version, binary, profile, target, out, key, url_base, components } = options;
     check_version(version)?;
     let platform = match target {
         Some(triple) => platform_of_target(triple)?,
         None => autopilot_api::platform::current(),
     };
     let runnable = platform == autopilot_api::platform::current();
+    if components.is_some() && !runnable {
+        bail!(
+            "the pinned components are built for {}, not {platform}: package without them \
+             (--no-components)",
+            autopilot_api::platform::current()
+        );
+    }
     let arch = platform.split_once('-').map_or(platform.as_str(), |(_, arch)| arch);
     let file_name = format!("k0s-{version}-{arch}");
     let url_base = url_base.clone().unwrap_or_else(|| placeholder_url_base(version));
@@ -143,6 +154,10 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
             }
         }
         None => build(version, profile, target.as_deref(), runnable, &dest)?,
+    }
+    if let Some(set) = components {
+        // In place: the binary is written to a temporary file and renamed over `dest`.
+        crate::components::pack(&dest, *set, &dest)?;
     }
 
     let sha256 = hex::encode(sha256_of(&dest)?);

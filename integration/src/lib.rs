@@ -93,6 +93,7 @@
 //! `K0S_KEEP_TEST_DIRS=1` to keep the directories for inspection.
 
 pub mod cluster;
+pub mod components;
 pub mod control_plane;
 pub mod cosign;
 pub mod disk;

@@ -104,6 +104,7 @@ fn release(work: &Path, version: &str, key: &Path, server: &str) -> anyhow::Resu
             out: Some(out.clone()),
             key: (index == 0).then(|| key.to_owned()),
             url_base: Some(url_base.clone()),
+            components: None,
         })?;
         ensure!(written.platform == platform, "dist packaged {}", written.platform);
         let text = fs::read_to_string(&written.plan)?;

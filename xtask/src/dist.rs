@@ -44,19 +44,43 @@ pub struct Args {
     /// when it runs on this machine).
     #[arg(long, conflicts_with = "profile")]
     binary: Option<PathBuf>,
+
+    /// Package a bare binary, without the pinned Kubernetes components (kube-apiserver,
+    /// kube-controller-manager, kube-scheduler, kubelet, containerd and its shim, built and
+    /// cached by `cargo xtask control-plane`, which this runs first). Nodes then run the
+    /// components they find in `<data-dir>/bin/` or on `PATH`.
+    #[arg(long)]
+    no_components: bool,
 }
 
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let Args { version, out, key, url_base, profile, target, binary } = args;
+    let Args { version, out, key, url_base, profile, target, binary, no_components } = args;
     match &binary {
         Some(binary) => println!("==> packaging {} as k0s {version}", binary.display()),
         None => println!("==> building k0s {version} ({profile} profile)"),
     }
-    let options = dist::Options { version, binary, profile, target, out, key, url_base };
+    let components = (!no_components).then_some(integration::components::Set::All);
+    if components.is_some() {
+        integration::control_plane::ensure_built()?;
+        integration::node_binaries::ensure_built()?;
+    }
+    let options =
+        dist::Options { version, binary, profile, target, out, key, url_base, components };
     let written = dist::dist(&options)?;
     println!("==> wrote (platform {}):", written.platform);
     println!("  {}", written.binary.display());
+    if components.is_some() {
+        let binary = std::fs::File::open(&written.binary)
+            .map_err(anyhow::Error::from)
+            .and_then(|mut file| k0s_components::carried::read(&mut file))?;
+        for component in binary.map(|set| set.components).unwrap_or_default() {
+            println!(
+                "    carries {} {} (sha256 {})",
+                component.name, component.version, component.sha256
+            );
+        }
+    }
     println!("  {}  (sha256 {})", written.sha256_file.display(), written.sha256);
     if let Some(signature) = &written.signature {
         println!("  {}", signature.display());

@@ -65,6 +65,16 @@ pub enum Command {
         /// The worker's flags.
         #[command(flatten)]
         args: autopilot_signal::WorkerArgs,
+        /// Whether it runs containerd and the kubelet, and what they need of the host.
+        #[command(flatten)]
+        components: k0s_components::worker::WorkerComponentArgs,
+    },
+    /// List the Kubernetes components this binary carries (name, version, sha256), which
+    /// `k0s controller` and `k0s worker` stage into `<data-dir>/bin/` and run.
+    Components {
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = StatusFormat::Text)]
+        output: StatusFormat,
     },
     /// Show the status of the k0s process running on this machine (read from its status
     /// socket in the data directory): version, pid, role and update progress.

@@ -11,6 +11,7 @@
 
 pub mod cli;
 mod client;
+pub mod components;
 mod metrics;
 mod node;
 pub mod ops;

@@ -31,7 +31,9 @@ fn main() -> ExitCode {
         }
     };
     let default_filter = match cli.command {
-        Command::Autopilot { .. } | Command::Completion { .. } => "off",
+        Command::Autopilot { .. } | Command::Completion { .. } | Command::Components { .. } => {
+            "off"
+        }
         Command::Version
         | Command::Controller { .. }
         | Command::Worker { .. }
@@ -70,7 +72,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Controller { node, args, updater, agent } => {
             role::controller::run(node, args, updater, agent)
         }
-        Command::Worker { node, args } => role::worker::run(node, args),
+        Command::Worker { node, args, components } => role::worker::run(node, args, components),
+        Command::Components { output } => k0s::components::print(output),
         Command::Status { data_dir, output } => k0s::status::run(&data_dir, output),
         Command::PostUpdateGuard { data_dir, binary } => {
             role::post_update::guard(&data_dir, binary.as_deref())

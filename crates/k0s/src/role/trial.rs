@@ -81,12 +81,15 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
                 )?;
                 (supervisor, node.into_env(binary).0)
             }
-            Command::Worker { node, args } => {
+            Command::Worker { node, args, components } => {
                 args.validate()?;
+                let node_kubeconfig = node.kubeconfig.clone();
                 let mut node = node.without_metrics().resolve().await?;
                 let supervisor = super::worker::components(
                     &mut node,
                     &args,
+                    &components,
+                    &node_kubeconfig,
                     autopilot_signal::post_update::AtStart::Nothing,
                 );
                 (supervisor, node.into_env(binary).0)
@@ -95,6 +98,7 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
             | Command::Status { .. }
             | Command::Autopilot { .. }
             | Command::Completion { .. }
+            | Command::Components { .. }
             | Command::PostUpdateGuard { .. } => {
                 anyhow::bail!("only `k0s controller` and `k0s worker` boot on trial")
             }

@@ -1,5 +1,6 @@
 //! `k0s worker`: the worker process. Its components, in start order: the status socket,
-//! the Node registration and heartbeat (or, without `--register-node`, a first answer from
+//! with `--run-components` containerd and the kubelet (`k0s_components::worker`), the Node
+//! registration and heartbeat (or, without `--register-node`, a first answer from
 //! the API server), the update agent, and the metrics endpoint. They run until
 //! SIGTERM/SIGINT, or until the agent has put a new binary in place; then the process runs
 //! the trial boot of that binary and restarts into it.
@@ -7,6 +8,7 @@
 use anyhow::Context as _;
 use autopilot_shell::lifecycle::{ApiServer, Supervisor};
 use autopilot_signal::{AgentOn, NodeRegistration, StatusSocket, UpdateAgent, status};
+use k0s_components::worker::{WorkerComponentArgs, WorkerComponents};
 
 use super::STOP_GRACE;
 use crate::VERSION;
@@ -15,7 +17,11 @@ use crate::node::{Metrics, ResolvedNode};
 
 /// Run the worker process until SIGTERM/SIGINT, or until an update asks for a restart (then
 /// run the trial boot of the new binary and restart).
-pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Result<()> {
+pub fn run(
+    node: NodeFlags,
+    args: autopilot_signal::WorkerArgs,
+    kubernetes: WorkerComponentArgs,
+) -> anyhow::Result<()> {
     // Resolved before anything can replace the file: an update swaps a new binary in
     // at this path, and the restart executes whatever is there then.
     let binary = std::env::current_exe().context("finding the running binary")?;
@@ -27,12 +33,14 @@ pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Resul
     let runtime = crate::runtime()?;
     let ended = runtime.block_on(async {
         args.validate()?;
+        validate(&args, &kubernetes)?;
         let terminated = super::on_termination();
+        let kubeconfig = node.kubeconfig.clone();
         let mut node = node.resolve().await?;
         let trial = node.trial(&args.download, args.trial_timeout, args.post_update_watch);
-        let supervisor = components(&mut node, &args, post_update);
+        let supervisor = components(&mut node, &args, &kubernetes, &kubeconfig, post_update);
         let (env, metrics_endpoint) = node.into_env(binary.clone());
-        tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.registration.register_node, binary = %binary.display(), "starting worker");
+        tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.registration.register_node, run_components = kubernetes.run_components, binary = %binary.display(), "starting worker");
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
         anyhow::Ok((ended, trial))
     });
@@ -41,11 +49,26 @@ pub fn run(node: NodeFlags, args: autopilot_signal::WorkerArgs) -> anyhow::Resul
     super::conclude(ended, trial, &binary, args.restart)
 }
 
+/// `--run-components` runs a kubelet, which registers the Node: this process must not too.
+fn validate(
+    args: &autopilot_signal::WorkerArgs,
+    kubernetes: &WorkerComponentArgs,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !(kubernetes.run_components && args.registration.register_node),
+        "--run-components runs the kubelet, which registers the Node: leave --register-node off"
+    );
+    Ok(())
+}
+
 /// The worker's components in start order (the metrics endpoint, declared last by the
-/// caller, excepted); the trial boot starts the same list.
+/// caller, excepted); the trial boot starts the same list. With `--run-components`,
+/// containerd and the kubelet come right after the status socket, so they stop last.
 pub(crate) fn components(
     node: &mut ResolvedNode,
     args: &autopilot_signal::WorkerArgs,
+    kubernetes: &WorkerComponentArgs,
+    kubeconfig: &std::path::Path,
     post_update: autopilot_signal::post_update::AtStart,
 ) -> Supervisor {
     let Metrics { before_agent: (), agent: metrics, after_agent: () } =
@@ -57,6 +80,15 @@ pub(crate) fn components(
         board: board.clone(),
         leadership: None,
     });
+    let supervisor = if kubernetes.run_components {
+        supervisor.with(WorkerComponents {
+            args: kubernetes.clone(),
+            kubeconfig: kubeconfig.to_path_buf(),
+            backoff: k0s_components::restart::Backoff::default(),
+        })
+    } else {
+        supervisor
+    };
     let supervisor = if args.registration.register_node {
         supervisor.with(NodeRegistration {
             heartbeat_interval: args.heartbeat_interval,
