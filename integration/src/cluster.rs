@@ -758,6 +758,7 @@ impl Cluster {
             default_binary: self.k0s_binary.clone(),
             registry: self.k0s_registry.clone(),
             metrics_address: None,
+            netns: None,
         }
     }
 
@@ -1088,6 +1089,10 @@ impl ControlPlane for Cluster {
 
     fn node_kubeconfig(&self, name: &str) -> PathBuf {
         Cluster::node_kubeconfig(self, name)
+    }
+
+    fn node_data_dir(&self, name: &str) -> PathBuf {
+        Cluster::node_data_dir(self, name)
     }
 
     fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send {

@@ -116,7 +116,8 @@ pub fn placeholder_url_base(version: &str) -> String {
 /// Validate the version, build or take the binary, copy it into the output directory with
 /// its SHA-256, sign it if asked, and write the Plan.
 pub fn dist(options: &Options) -> anyhow::Result<Dist> {
-    let Options { version, binary, profile, target, out, key, url_base, components } = options;
+    let Options { version, binary: _, profile: _, target, out, key, url_base, components } =
+        options;
     check_version(version)?;
     let platform = match target {
         Some(triple) => platform_of_target(triple)?,
@@ -145,20 +146,7 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
     };
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let dest = out.join(&file_name);
-    match binary {
-        Some(binary) => {
-            crate::k0s::copy_atomically(binary, &dest)?;
-            if runnable && let Err(err) = check_reports(&dest, version) {
-                let _ = fs::remove_file(&dest);
-                return Err(err);
-            }
-        }
-        None => build(version, profile, target.as_deref(), runnable, &dest)?,
-    }
-    if let Some(set) = components {
-        // In place: the binary is written to a temporary file and renamed over `dest`.
-        crate::components::pack(&dest, *set, &dest)?;
-    }
+    place_binary(options, runnable, &dest)?;
 
     let sha256 = hex::encode(sha256_of(&dest)?);
     let sha256_file = with_suffix(&dest, ".sha256");
@@ -207,6 +195,27 @@ pub fn dist(options: &Options) -> anyhow::Result<Dist> {
         plan_object,
         index,
     })
+}
+
+/// Builds the binary (or copies the one given) to `dest`, checks the version it reports
+/// when it runs here, and packs the component set onto it.
+fn place_binary(options: &Options, runnable: bool, dest: &Path) -> anyhow::Result<()> {
+    let Options { version, binary, profile, target, components, .. } = options;
+    match binary {
+        Some(binary) => {
+            crate::k0s::copy_atomically(binary, dest)?;
+            if runnable && let Err(err) = check_reports(dest, version) {
+                let _ = fs::remove_file(dest);
+                return Err(err);
+            }
+        }
+        None => build(version, profile, target.as_deref(), runnable, dest)?,
+    }
+    if let Some(set) = components {
+        // In place: the binary is written to a temporary file and renamed over `dest`.
+        crate::components::pack(dest, *set, dest)?;
+    }
+    Ok(())
 }
 
 /// `plan` as YAML, every string on one line (a long URL is not folded into a block scalar,

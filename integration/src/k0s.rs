@@ -233,9 +233,28 @@ pub struct K0sCommand {
     pub(crate) registry: GroupRegistry,
     /// The `--metrics-address` passed ([`K0sCommand::with_metrics`]).
     pub(crate) metrics_address: Option<std::net::SocketAddr>,
+    /// The network namespace the process runs in ([`K0sCommand::in_network_namespace`]).
+    pub(crate) netns: Option<PathBuf>,
 }
 
 impl K0sCommand {
+    /// Runs the process (and every restart of it) inside the network namespace at `path`
+    /// (`/run/netns/<name>`), through `nsenter`, which executes k0s in its place (same pid).
+    pub fn in_network_namespace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.netns = Some(path.into());
+        self
+    }
+
+    /// The data directory the process gets (`<node dir>/data`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The node's name.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
     /// Serves the node's metrics on a free loopback port: passes `--metrics-address
     /// 127.0.0.1:<port>` (kept across restarts, so a re-executed node serves on the same
     /// address); [`K0sProcess::metrics_address`] tells where, [`crate::metrics::scrape`]
@@ -306,6 +325,7 @@ impl K0sCommand {
             default_binary,
             registry,
             metrics_address,
+            netns,
         } = self;
         let data_dir = dir.join("data");
         fs::create_dir_all(&data_dir)
@@ -354,6 +374,7 @@ impl K0sCommand {
             env,
             slot: ProcessSlot::new(registry),
             metrics_address,
+            netns,
         };
         process.start()?;
         Ok(process)
@@ -384,11 +405,19 @@ pub struct K0sProcess {
     env: Vec<(OsString, OsString)>,
     slot: ProcessSlot,
     metrics_address: Option<std::net::SocketAddr>,
+    netns: Option<PathBuf>,
 }
 
 impl K0sProcess {
     fn start(&self) -> anyhow::Result<()> {
-        let mut cmd = Command::new(&self.launch);
+        let mut cmd = match &self.netns {
+            Some(netns) => {
+                let mut cmd = Command::new("nsenter");
+                cmd.arg(format!("--net={}", netns.display())).arg("--").arg(&self.launch);
+                cmd
+            }
+            None => Command::new(&self.launch),
+        };
         cmd.args(&self.args).current_dir(&self.dir).env_remove("KUBECONFIG").env("NO_COLOR", "1");
         let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
         let k0s_log = std::env::var("K0S_LOG").unwrap_or_else(|_| rust_log.clone());

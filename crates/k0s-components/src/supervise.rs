@@ -86,7 +86,7 @@ impl Supervised {
     /// Starts `child` (after stopping what a previous `k0s` left running under its pid file)
     /// and keeps it running until [`Supervised::stop`]. Fails only when the first start
     /// fails (the executable cannot be run).
-    pub fn start(child: Child, policy: Backoff) -> anyhow::Result<Self> {
+    pub async fn start(child: Child, policy: Backoff) -> anyhow::Result<Self> {
         fs::create_dir_all(&child.log_dir)
             .with_context(|| format!("creating {}", child.log_dir.display()))?;
         fs::create_dir_all(&child.run_dir)
@@ -94,7 +94,7 @@ impl Supervised {
         let log_path = child.log_dir.join(format!("{}.log", child.name));
         let lines = Arc::new(Mutex::new(VecDeque::new()));
         let log = Arc::new(Mutex::new(LogFile::open(&log_path)?));
-        stop_leftover(&child);
+        stop_leftover(&child).await;
         let first = spawn(&child, &log, &lines)?;
         let (tx, observed) =
             tokio::sync::watch::channel(Observed { pid: first.id(), ..Observed::default() });
@@ -321,7 +321,7 @@ fn pid_file(child: &Child) -> PathBuf {
 
 /// Stops the process a previous run left under `child`'s pid file, if it still runs that
 /// component's executable (a pid reused by anything else is left alone).
-fn stop_leftover(child: &Child) {
+async fn stop_leftover(child: &Child) {
     let path = pid_file(child);
     let Some(pid) = fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<i32>().ok())
     else {
@@ -334,12 +334,12 @@ fn stop_leftover(child: &Child) {
     info!(component = child.name, pid, "stopping the one a previous run left running");
     let pid = Pid::from_raw(pid);
     let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
-    let deadline = std::time::Instant::now() + child.stop_grace;
-    while std::time::Instant::now() < deadline {
+    let deadline = tokio::time::Instant::now() + child.stop_grace;
+    while tokio::time::Instant::now() < deadline {
         if nix::sys::signal::kill(pid, None).is_err() || is_zombie(pid) {
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     warn!(component = child.name, %pid, "did not stop in time; killing it");
     let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
@@ -393,7 +393,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let child = shell(dir.path(), "flaky", "echo started $$; exit 3");
         let policy = Backoff { first: Duration::from_millis(10), ..Backoff::default() };
-        let supervised = Supervised::start(child, policy).unwrap();
+        let supervised = Supervised::start(child, policy).await.unwrap();
         assert!(until(Duration::from_secs(10), || supervised.observed().restarts >= 2).await);
         let observed = supervised.observed();
         assert_eq!(observed.last_exit.as_deref(), Some("exit status: 3"));
@@ -407,7 +407,7 @@ mod tests {
     async fn stop_terminates_it_and_removes_its_pid_file() {
         let dir = tempfile::tempdir().unwrap();
         let child = shell(dir.path(), "sleeper", "exec sleep 600");
-        let supervised = Supervised::start(child, Backoff::default()).unwrap();
+        let supervised = Supervised::start(child, Backoff::default()).await.unwrap();
         let pid = supervised.observed().pid.unwrap();
         let pid_file = dir.path().join("run/sleeper.pid");
         assert_eq!(fs::read_to_string(&pid_file).unwrap().trim(), pid.to_string());
@@ -432,7 +432,7 @@ mod tests {
             run_dir: dir.path().join("run"),
             stop_grace: Duration::from_secs(2),
         };
-        let supervised = Supervised::start(child, Backoff::default()).unwrap();
+        let supervised = Supervised::start(child, Backoff::default()).await.unwrap();
         let status = leftover.wait().unwrap();
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15));
         assert_ne!(supervised.observed().pid, Some(leftover.id()));
@@ -447,6 +447,7 @@ mod tests {
         fs::write(dir.path().join("run/sh.pid"), format!("{}\n", other.id())).unwrap();
         let supervised =
             Supervised::start(shell(dir.path(), "sh", "exec sleep 600"), Backoff::default())
+                .await
                 .unwrap();
         assert!(other.try_wait().unwrap().is_none(), "the unrelated process was stopped");
         supervised.stop().await;

@@ -369,7 +369,8 @@ impl Component for WorkerComponents {
                     vec!["--config".into(), layout.containerd_config().into()],
                 ),
                 self.backoff,
-            )?;
+            )
+            .await?;
             if let Err(err) = wait_socket(&layout.containerd_socket(), &containerd).await {
                 let lines = containerd.last_lines().join("\n");
                 containerd.stop().await;
@@ -383,7 +384,8 @@ impl Component for WorkerComponents {
                     kubelet_args(&layout, &self.args, &kubeconfig, &env.node_name),
                 ),
                 self.backoff,
-            );
+            )
+            .await;
             let kubelet = match kubelet {
                 Ok(kubelet) => kubelet,
                 Err(err) => {

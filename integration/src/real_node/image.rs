@@ -24,14 +24,20 @@ const PAUSE_COMMAND: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wa
 
 /// Writes the two images as docker-archive tarballs into `dir` and returns their paths
 /// (busybox, pause).
+/// The file name of the busybox image's archive in the nodes' directory.
+pub(crate) const BUSYBOX_ARCHIVE: &str = "busybox.tar";
+
+/// The file name of the pause image's archive in the nodes' directory.
+pub(crate) const PAUSE_ARCHIVE: &str = "pause.tar";
+
 pub(crate) fn write_images(dir: &Path) -> anyhow::Result<[std::path::PathBuf; 2]> {
     let busybox = fs::read(BUSYBOX).with_context(|| {
         format!("reading {BUSYBOX} (the Debian package busybox-static installs it)")
     })?;
     let applets = applets()?;
     let layer = layer(&busybox, &applets)?;
-    let busybox_path = dir.join("busybox.tar");
-    let pause_path = dir.join("pause.tar");
+    let busybox_path = dir.join(BUSYBOX_ARCHIVE);
+    let pause_path = dir.join(PAUSE_ARCHIVE);
     fs::write(&busybox_path, archive(&layer, BUSYBOX_IMAGE, &[], &["/bin/sh"])?)?;
     fs::write(&pause_path, archive(&layer, PAUSE_IMAGE, &["/bin/sh", "-c", PAUSE_COMMAND], &[])?)?;
     Ok([busybox_path, pause_path])

@@ -99,6 +99,8 @@ pub trait ControlPlane {
     fn admin_kubeconfig(&self, i: usize) -> PathBuf;
     /// Node `name`'s kubeconfig.
     fn node_kubeconfig(&self, name: &str) -> PathBuf;
+    /// The data directory a `k0s` process of node `name` gets.
+    fn node_data_dir(&self, name: &str) -> PathBuf;
     /// An admin client.
     fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send;
 }
@@ -190,6 +192,65 @@ struct RealNode {
     cgroup_root: String,
     containerd: ProcessSlot,
     kubelet: ProcessSlot,
+    /// When `k0s worker --run-components` runs this node's containerd and kubelet
+    /// ([`RealNodes::start_for_k0s`]): its data directory.
+    k0s_data_dir: Option<PathBuf>,
+}
+
+impl RealNode {
+    /// containerd's socket.
+    fn containerd_socket(&self) -> PathBuf {
+        match &self.k0s_data_dir {
+            Some(data) => data.join("run").join("containerd.sock"),
+            None => self.layout.containerd_socket(),
+        }
+    }
+
+    /// The log of component `name` (`kubelet`, `containerd`).
+    fn log(&self, name: &str) -> PathBuf {
+        match &self.k0s_data_dir {
+            Some(data) => data.join("log").join(format!("{name}.log")),
+            None => self.layout.dir.join(format!("{name}.log")),
+        }
+    }
+
+    /// The pid of component `name` (`kubelet`, `containerd`) while it runs.
+    fn pid_of(&self, name: &str, slot: &ProcessSlot) -> Option<u32> {
+        match &self.k0s_data_dir {
+            Some(data) => {
+                let pid = fs::read_to_string(data.join("run").join(format!("{name}.pid"))).ok()?;
+                let pid: u32 = pid.trim().parse().ok()?;
+                Path::new("/proc").join(pid.to_string()).exists().then_some(pid)
+            }
+            None => slot.is_running().then(|| slot.pid()).flatten(),
+        }
+    }
+}
+
+/// Who runs the nodes' containerd and kubelet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runner {
+    /// The harness starts them.
+    Harness,
+    /// `k0s worker --run-components` does.
+    K0s,
+}
+
+/// The kubelet flags the harness's nodes need on this machine kind (see
+/// `config::kubelet_yaml`): their own cgroup root, no resolv.conf, fast status updates, image
+/// garbage collection and node-pressure eviction effectively off.
+fn k0s_kubelet_extra_args(cgroup_root: &str) -> String {
+    [
+        &format!("--cgroup-root=/{cgroup_root}"),
+        "--resolv-conf=",
+        "--node-status-update-frequency=2s",
+        "--sync-frequency=10s",
+        "--file-check-frequency=10s",
+        "--image-gc-high-threshold=100",
+        "--image-gc-low-threshold=99",
+        "--eviction-hard=memory.available<1Mi,nodefs.available<1Mi,nodefs.inodesFree<1,imagefs.available<1Mi",
+    ]
+    .join(" ")
 }
 
 impl RealNodes {
@@ -202,6 +263,27 @@ impl RealNodes {
     /// and the error carries the relevant log tail. [`Cluster::start_real_nodes`] does the
     /// same and keeps them with the cluster.
     pub async fn start(cluster: &impl ControlPlane, names: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(cluster, names, Runner::Harness).await
+    }
+
+    /// Like [`RealNodes::start`], but the nodes' containerd and kubelet are left to `k0s
+    /// worker --run-components`: makes the namespace, the cgroup roots, each node's CNI
+    /// network and images, and starts the controller-manager and scheduler; then
+    /// [`RealNodes::k0s_worker`] turns a worker's command into one that runs them, and
+    /// [`RealNodes::wait_k0s_node`] waits for its containerd (importing the images) and its
+    /// Node Ready. Teardown also removes what those wrote under the nodes' data directories.
+    pub async fn start_for_k0s(
+        cluster: &impl ControlPlane,
+        names: &[&str],
+    ) -> anyhow::Result<Self> {
+        Self::start_with(cluster, names, Runner::K0s).await
+    }
+
+    async fn start_with(
+        cluster: &impl ControlPlane,
+        names: &[&str],
+        runner: Runner,
+    ) -> anyhow::Result<Self> {
         prerequisites().map_err(|missing| anyhow::anyhow!("real nodes cannot run: {missing}"))?;
         ensure!(names.len() <= 200, "at most 200 real nodes per set");
         for name in names {
@@ -230,7 +312,7 @@ impl RealNodes {
             torn_down: false,
             _turn: turn,
         };
-        nodes.start_all(cluster, names).await?;
+        nodes.start_all(cluster, names, runner).await?;
         Ok(nodes)
     }
 
@@ -238,6 +320,7 @@ impl RealNodes {
         &mut self,
         cluster: &impl ControlPlane,
         names: &[&str],
+        runner: Runner,
     ) -> anyhow::Result<()> {
         let [busybox, pause] = image::write_images(&self.dir)?;
         for (index, name) in names.iter().enumerate() {
@@ -251,6 +334,7 @@ impl RealNodes {
                 cgroup_root: format!("{}-{name}", self.id),
                 containerd: ProcessSlot::new(GroupRegistry::default()),
                 kubelet: ProcessSlot::new(GroupRegistry::default()),
+                k0s_data_dir: (runner == Runner::K0s).then(|| cluster.node_data_dir(name)),
             });
         }
         let ips: Vec<Ipv4Addr> = self.nodes.iter().map(|n| n.ip).collect();
@@ -277,8 +361,19 @@ impl RealNodes {
                 runc: Path::new(RUNC),
                 cni_bin_dir: Path::new(CNI_BIN_DIR),
             };
+            if runner == Runner::K0s {
+                fs::create_dir_all(params.layout.cni_conf_dir())?;
+                fs::write(
+                    params.layout.cni_conf_dir().join("10-k0s-it.conflist"),
+                    config::cni_conflist(&params),
+                )?;
+                continue;
+            }
             write_node_files(&params)?;
             self.start_containerd(node)?;
+        }
+        if runner == Runner::K0s {
+            return Ok(());
         }
         for node in &self.nodes {
             self.wait_containerd(node).await?;
@@ -363,7 +458,7 @@ impl RealNodes {
     fn ctr(&self, node: &RealNode, args: &[&str]) -> anyhow::Result<String> {
         let output = Command::new(&self.binaries.ctr)
             .arg("--address")
-            .arg(node.layout.containerd_socket())
+            .arg(node.containerd_socket())
             .args(["--namespace", "k8s.io"])
             .args(args)
             .stdin(Stdio::null())
@@ -434,6 +529,93 @@ impl RealNodes {
         Ok(())
     }
 
+    // --- nodes run by k0s ---
+
+    /// `command` (a `k0s worker` of one of these nodes, from
+    /// [`crate::Cluster::k0s_worker_on_kubelet`]) made to run the node's containerd and
+    /// kubelet: `--run-components` with the node's address, CNI network, runc, sandbox image
+    /// and kubelet flags, inside the nodes' network namespace. Only for nodes started with
+    /// [`RealNodes::start_for_k0s`].
+    pub fn k0s_worker(&self, command: crate::K0sCommand) -> anyhow::Result<crate::K0sCommand> {
+        let node = self.node(command.node_name())?;
+        let data_dir = node.k0s_data_dir.as_ref().with_context(|| {
+            format!("{} was started by the harness (RealNodes::start), not for k0s", node.name)
+        })?;
+        ensure!(
+            *data_dir == command.data_dir(),
+            "{}: the command's data directory {} is not the one the nodes clean up ({})",
+            node.name,
+            command.data_dir().display(),
+            data_dir.display()
+        );
+        Ok(command
+            .in_network_namespace(self.netns()?.path())
+            .arg("--run-components")
+            .arg(format!("--node-ip={}", node.ip))
+            .arg(format!("--cni-conf-dir={}", node.layout.cni_conf_dir().display()))
+            .arg(format!("--cni-bin-dir={CNI_BIN_DIR}"))
+            .arg(format!("--runc={RUNC}"))
+            .arg(format!("--pause-image={}", image::PAUSE_IMAGE))
+            .arg(format!("--kubelet-extra-args={}", k0s_kubelet_extra_args(&node.cgroup_root))))
+    }
+
+    /// Waits until `worker` (made with [`RealNodes::k0s_worker`]) has containerd answering,
+    /// imports the nodes' images into it, and waits for its Node Ready. On failure the error
+    /// carries the tails of k0s's, containerd's and the kubelet's logs.
+    pub async fn wait_k0s_node(
+        &self,
+        cluster: &impl ControlPlane,
+        worker: &crate::K0sProcess,
+    ) -> anyhow::Result<()> {
+        let node = self.node(worker.node_name())?;
+        let images = [self.dir.join(image::BUSYBOX_ARCHIVE), self.dir.join(image::PAUSE_ARCHIVE)];
+        let api: Api<Node> = Api::all(cluster.admin_client().await?);
+        let result = async {
+            wait_for(
+                STARTUP_TIMEOUT,
+                &format!("containerd of {} (run by k0s)", node.name),
+                || async {
+                    if let Some(status) = worker.exit_status() {
+                        return Ok(Some(Err(anyhow::anyhow!("k0s exited ({status})"))));
+                    }
+                    Ok(self.ctr(node, &["version"]).is_ok().then_some(Ok(())))
+                },
+            )
+            .await
+            .and_then(|r| r)?;
+            for archive in &images {
+                self.ctr(node, &["images", "import", &archive.to_string_lossy()]).with_context(
+                    || format!("importing {} into {}", archive.display(), node.name),
+                )?;
+            }
+            wait_for(
+                STARTUP_TIMEOUT,
+                &format!("Node {} Ready (its kubelet, run by k0s)", node.name),
+                || async {
+                    if let Some(status) = worker.exit_status() {
+                        return Ok(Some(Err(anyhow::anyhow!("k0s exited ({status})"))));
+                    }
+                    Ok(api.get_opt(&node.name).await?.filter(workload::node_ready).map(|_| Ok(())))
+                },
+            )
+            .await
+            .and_then(|r| r)
+        }
+        .await;
+        result.map_err(|err| {
+            let mut message =
+                format!("{err:#}\nlast lines of k0s:\n{}", worker.log_tail(ERROR_LOG_LINES));
+            for log in [node.log("containerd"), node.log("kubelet")] {
+                message.push_str(&format!(
+                    "\nlast lines of {}:\n{}",
+                    log.display(),
+                    tail(&log, ERROR_LOG_LINES)
+                ));
+            }
+            anyhow::anyhow!(message)
+        })
+    }
+
     // --- what tests read ---
 
     /// The nodes, in the order given.
@@ -446,16 +628,18 @@ impl RealNodes {
         Ok(self.node(name)?.ip)
     }
 
-    /// The pid of node `name`'s kubelet, while it runs.
+    /// The pid of node `name`'s kubelet, while it runs (for a node run by k0s: from its pid
+    /// file).
     pub fn kubelet_pid(&self, name: &str) -> anyhow::Result<Option<u32>> {
         let node = self.node(name)?;
-        Ok(node.kubelet.is_running().then(|| node.kubelet.pid()).flatten())
+        Ok(node.pid_of("kubelet", &node.kubelet))
     }
 
-    /// The pid of node `name`'s containerd, while it runs.
+    /// The pid of node `name`'s containerd, while it runs (for a node run by k0s: from its
+    /// pid file).
     pub fn containerd_pid(&self, name: &str) -> anyhow::Result<Option<u32>> {
         let node = self.node(name)?;
-        Ok(node.containerd.is_running().then(|| node.containerd.pid()).flatten())
+        Ok(node.pid_of("containerd", &node.containerd))
     }
 
     /// The ids of the containers (sandboxes included) whose task is running in node `name`'s
@@ -475,15 +659,28 @@ impl RealNodes {
             .collect())
     }
 
+    /// The pids of node `name`'s containerd shims (each holds a Pod's containers; they
+    /// outlive containerd, the kubelet and k0s).
+    pub fn shim_pids(&self, name: &str) -> anyhow::Result<BTreeSet<u32>> {
+        let node = self.node(name)?;
+        let socket = node.containerd_socket();
+        Ok(host::processes_mentioning(&socket.to_string_lossy())
+            .into_iter()
+            .filter(|(_, cmdline)| cmdline.contains("containerd-shim"))
+            .filter_map(|(pid, _)| u32::try_from(pid).ok())
+            .collect())
+    }
+
     /// The log of node `name`'s kubelet.
     pub fn kubelet_log(&self, name: &str) -> anyhow::Result<PathBuf> {
-        Ok(self.node(name)?.layout.dir.join("kubelet.log"))
+        Ok(self.node(name)?.log("kubelet"))
     }
 
     /// What would tell that these nodes left something behind, to check after they are gone.
     pub fn leftovers(&self) -> Leftovers {
         Leftovers {
             dir: self.dir.clone(),
+            data_dirs: self.nodes.iter().filter_map(|n| n.k0s_data_dir.clone()).collect(),
             netns: self.id.clone(),
             cgroup_roots: self.nodes.iter().map(|n| n.cgroup_root.clone()).collect(),
             shared_before: self.shared_before.clone(),
@@ -519,6 +716,11 @@ impl RealNodes {
             node.containerd.kill_and_reap();
         }
         note(host::kill_processes_mentioning(&self.dir.to_string_lossy()));
+        // Nodes run by k0s: k0s itself, its containerd, kubelet and shims all name the data
+        // directory (killed together, so k0s restarts nothing).
+        for data in self.nodes.iter().filter_map(|n| n.k0s_data_dir.as_ref()) {
+            note(host::kill_processes_mentioning(&data.to_string_lossy()));
+        }
         for node in &self.nodes {
             note(host::remove_cgroup_root(&node.cgroup_root));
         }
@@ -526,6 +728,9 @@ impl RealNodes {
         self.controller_manager.kill_and_reap();
         self.scheduler.kill_and_reap();
         note(host::unmount_all_under(&self.dir));
+        for data in self.nodes.iter().filter_map(|n| n.k0s_data_dir.as_ref()) {
+            note(host::unmount_all_under(data));
+        }
         if let Some(mut netns) = self.netns.take() {
             note(netns.delete());
         }
@@ -533,7 +738,14 @@ impl RealNodes {
         for node in &self.nodes {
             // The containers' files and the kubelet's state; the logs and configuration stay
             // with the cluster's directory.
-            for dir in [node.layout.containerd_dir(), node.layout.kubelet_dir()] {
+            let k0s_dirs = node
+                .k0s_data_dir
+                .iter()
+                .flat_map(|data| ["containerd", "kubelet", "run"].map(|dir| data.join(dir)));
+            for dir in [node.layout.containerd_dir(), node.layout.kubelet_dir()]
+                .into_iter()
+                .chain(k0s_dirs)
+            {
                 if let Err(err) = fs::remove_dir_all(&dir)
                     && err.kind() != std::io::ErrorKind::NotFound
                 {
@@ -552,7 +764,7 @@ impl Drop for RealNodes {
     fn drop(&mut self) {
         if std::thread::panicking() {
             for node in &self.nodes {
-                let log = node.layout.dir.join("kubelet.log");
+                let log = node.log("kubelet");
                 eprintln!(
                     "---- last lines of the kubelet of {} ({}) ----\n{}",
                     node.name,
@@ -581,6 +793,7 @@ fn write_node_files(p: &NodeParams<'_>) -> anyhow::Result<()> {
 #[derive(Debug, Clone)]
 pub struct Leftovers {
     dir: PathBuf,
+    data_dirs: Vec<PathBuf>,
     netns: String,
     cgroup_roots: Vec<String>,
     shared_before: BTreeSet<PathBuf>,
@@ -594,11 +807,13 @@ impl Leftovers {
     pub async fn find(&self) -> Vec<String> {
         let _turn = ONE_AT_A_TIME.lock().await;
         let mut found = Vec::new();
-        for (pid, cmdline) in host::processes_mentioning(&self.dir.to_string_lossy()) {
-            found.push(format!("process {pid}: {cmdline}"));
-        }
-        for mount in host::mounts_under(&self.dir) {
-            found.push(format!("mount {}", mount.display()));
+        for dir in std::iter::once(&self.dir).chain(&self.data_dirs) {
+            for (pid, cmdline) in host::processes_mentioning(&dir.to_string_lossy()) {
+                found.push(format!("process {pid}: {cmdline}"));
+            }
+            for mount in host::mounts_under(dir) {
+                found.push(format!("mount {}", mount.display()));
+            }
         }
         for root in &self.cgroup_roots {
             for dir in host::cgroup_dirs(root) {

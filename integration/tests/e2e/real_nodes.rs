@@ -258,7 +258,7 @@ async fn sample_web(pods: Api<Pod>, samples: Arc<Mutex<Vec<Sample>>>) {
 }
 
 /// The Pods of DaemonSet `app` by node: their UID and their containers' ids.
-async fn daemon_pods(
+pub(crate) async fn daemon_pods(
     pods: &Api<Pod>,
     app: &str,
 ) -> anyhow::Result<BTreeMap<String, (String, BTreeSet<String>)>> {

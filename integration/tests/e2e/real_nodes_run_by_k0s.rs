@@ -1,0 +1,216 @@
+//! A real node whose containerd and kubelet `k0s worker --run-components` runs, from the
+//! components its binary carries ([`integration::components`]): staged by digest, supervised
+//! (a killed kubelet is started again), taken back by a restarted `k0s` (a SIGKILLed one
+//! leaves them running), stopped with `k0s`, and the containers outlive all of it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use integration::components::{self, Set};
+use integration::real_node::{RealNodes, workload};
+use integration::{K0sProcess, wait_for};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::real_nodes::{WORKLOAD_TIMEOUT, daemon_pods, wait_default_service_account};
+use crate::support::*;
+
+const NODE: &str = "worker-0";
+
+/// How long `k0s` may take to have a SIGKILLed kubelet running and the Node Ready again.
+const KUBELET_BACK: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn k0s_runs_the_real_nodes_kubelet_restarts_it_and_takes_it_back_after_its_own_kill() {
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("real-nodes-k0s")
+            .workers(&[NODE])
+            .unstarted_controllers()
+            .unstarted_workers()
+            .start()
+            .await
+            .unwrap();
+    let nodes = RealNodes::start_for_k0s(&cluster, &[NODE]).await.unwrap();
+    let bare = tokio::task::spawn_blocking(integration::k0s_binary).await.unwrap().unwrap();
+    let carrying = components::carrying(&bare, Set::Worker).unwrap();
+    let command = nodes.k0s_worker(cluster.k0s_worker_on_kubelet(NODE).binary(&carrying)).unwrap();
+    let mut worker = command.spawn().await.unwrap();
+    nodes.wait_k0s_node(&cluster, &worker).await.unwrap();
+
+    // The kubelet that owns the Node is the carried one, staged by digest.
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    assert_staged_as_listed(&worker, &nodes_api).await;
+
+    // A DaemonSet's Pod runs on the node.
+    wait_default_service_account(&client).await.unwrap();
+    workload::daemon_set(&client, "agent").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let before = wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready", || async {
+        let agents = daemon_pods(&pods, "agent").await?;
+        let ready = pods.list(&Default::default()).await?.items.iter().any(workload::pod_ready);
+        Ok(agents.get(NODE).filter(|(_, ids)| ready && !ids.is_empty()).map(|_| agents.clone()))
+    })
+    .await
+    .unwrap();
+    let (_, ids) = &before[NODE];
+    let shims = nodes.shim_pids(NODE).unwrap();
+    assert!(!shims.is_empty(), "the Pod's shim runs");
+
+    // The kubelet is SIGKILLed: k0s starts it again and the Node reports Ready from it
+    // within 30 s; the containers never noticed.
+    let kubelet = nodes.kubelet_pid(NODE).unwrap().expect("the kubelet runs");
+    let killed = jiff::Timestamp::now();
+    let started = Instant::now();
+    kill(Pid::from_raw(kubelet as i32), Signal::SIGKILL).unwrap();
+    wait_kubelet_back(&nodes, &nodes_api, kubelet, killed, KUBELET_BACK).await;
+    println!("kubelet SIGKILLed: running again and the Node Ready after {:?}", started.elapsed());
+    assert!(worker.log().contains("exited; restarting"), "k0s logged the kubelet's exit");
+    assert_same_containers(&nodes, &pods, &before).await;
+
+    // k0s itself is SIGKILLed (its kubelet and containerd stay behind) and started again as a
+    // unit would: it stops the ones it left and runs its own, and the containers stay.
+    let kubelet = nodes.kubelet_pid(NODE).unwrap().expect("the kubelet runs");
+    let containerd = nodes.containerd_pid(NODE).unwrap().expect("containerd runs");
+    worker.kill().unwrap();
+    worker.wait_exit(Duration::from_secs(10)).await.unwrap();
+    assert!(alive(kubelet) && alive(containerd), "a SIGKILLed k0s leaves its components running");
+    let killed = jiff::Timestamp::now();
+    worker.restart().await.unwrap();
+    wait_kubelet_back(&nodes, &nodes_api, kubelet, killed, WORKLOAD_TIMEOUT).await;
+    wait_for(Duration::from_secs(10), "the components the killed k0s left to be gone", || async {
+        Ok((!alive(kubelet) && !alive(containerd)).then_some(()))
+    })
+    .await
+    .unwrap();
+    let new_containerd = nodes.containerd_pid(NODE).unwrap().expect("containerd runs");
+    assert_ne!(new_containerd, containerd, "the restarted k0s runs its own containerd");
+    assert!(
+        worker.log().contains("stopping the one a previous run left running"),
+        "{}",
+        worker.log_tail(40)
+    );
+    assert_same_containers(&nodes, &pods, &before).await;
+    for shim in &shims {
+        assert!(alive(*shim), "shim {shim} kept running");
+    }
+
+    // k0s stopped (SIGTERM): it stops the kubelet and containerd, not the containers.
+    let kubelet = nodes.kubelet_pid(NODE).unwrap().expect("the kubelet runs");
+    let status = worker.stop(Duration::from_secs(20)).await.unwrap();
+    assert!(status.success(), "k0s stopped cleanly: {status}");
+    assert!(!alive(kubelet) && !alive(new_containerd), "k0s stopped its components");
+    assert_eq!(nodes.kubelet_pid(NODE).unwrap(), None);
+    for shim in &shims {
+        assert!(alive(*shim), "shim {shim} (the Pod's containers) outlives k0s");
+    }
+    assert!(!ids.is_empty());
+
+    // Dropping the nodes removes what the k0s-run containerd and kubelet made too.
+    let leftovers = nodes.leftovers();
+    drop(nodes);
+    let left = leftovers.find().await;
+    assert!(left.is_empty(), "the nodes run by k0s left behind: {left:#?}");
+}
+
+/// `k0s components` lists what `sha256sum` finds on the staged files and what the pinned
+/// builds are, and the Node's kubelet reports the listed version.
+async fn assert_staged_as_listed(worker: &K0sProcess, nodes_api: &Api<Node>) {
+    let listed = listed_components(worker);
+    let pinned = components::pinned(Set::Worker).expect("the pinned set");
+    assert_eq!(listed.len(), pinned.len(), "{listed:?}");
+    for component in &pinned {
+        let staged = worker.data_dir().join("bin").join(component.name);
+        let (listed_version, listed_sha) = &listed[component.name];
+        assert_eq!(listed_version, component.version);
+        assert_eq!(*listed_sha, sha256sum(&staged), "{} as staged", component.name);
+        assert_eq!(*listed_sha, sha256sum(&component.path), "{} as built", component.name);
+    }
+    let node = nodes_api.get(NODE).await.expect("the Node");
+    let info = node.status.and_then(|s| s.node_info).expect("the Node's info");
+    assert_eq!(info.kubelet_version, listed["kubelet"].0, "the Node's kubelet is the carried one");
+}
+
+/// `k0s components -o json` of the worker's binary: version and sha256 by name.
+fn listed_components(worker: &K0sProcess) -> BTreeMap<String, (String, String)> {
+    let output = integration::run_k0s_binary(
+        worker.binary_path(),
+        &["components", "-o", "json"],
+        integration::k0s::RUN_K0S_TIMEOUT,
+    )
+    .expect("k0s components");
+    assert!(output.status.success(), "{output:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    doc["components"]
+        .as_array()
+        .expect("a list of components")
+        .iter()
+        .map(|c| {
+            let text = |key: &str| c[key].as_str().expect(key).to_owned();
+            (text("name"), (text("version"), text("sha256")))
+        })
+        .collect()
+}
+
+/// What `sha256sum` says of `path`.
+fn sha256sum(path: &std::path::Path) -> String {
+    let output = std::process::Command::new("sha256sum").arg(path).output().expect("sha256sum");
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split_whitespace().next().expect("a digest").to_owned()
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+/// Waits until a kubelet other than `old` runs on the node and the Node's Ready condition
+/// was reported True at or after `since` (by that kubelet; the API keeps whole seconds).
+async fn wait_kubelet_back(
+    nodes: &RealNodes,
+    api: &Api<Node>,
+    old: u32,
+    since: jiff::Timestamp,
+    within: Duration,
+) {
+    let since = since
+        .round(
+            jiff::TimestampRound::new().smallest(jiff::Unit::Second).mode(jiff::RoundMode::Trunc),
+        )
+        .expect("a whole second");
+    wait_for(within, "a new kubelet, and the Node Ready from it", || async {
+        let Some(pid) = nodes.kubelet_pid(NODE)? else { return Ok(None) };
+        if pid == old {
+            return Ok(None);
+        }
+        let node = api.get(NODE).await?;
+        let fresh = node.status.and_then(|s| s.conditions).is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.last_heartbeat_time.as_ref().is_some_and(|t| t.0 >= since)
+            })
+        });
+        Ok(fresh.then_some(()))
+    })
+    .await
+    .expect("the kubelet back");
+}
+
+/// The DaemonSet's Pod is the one of `before`: same UID, same containers, no restart, and
+/// containerd still runs them.
+async fn assert_same_containers(
+    nodes: &RealNodes,
+    pods: &Api<Pod>,
+    before: &BTreeMap<String, (String, std::collections::BTreeSet<String>)>,
+) {
+    let after = daemon_pods(pods, "agent").await.expect("the agent Pods");
+    assert_eq!(&after, before, "same Pod, same containers, no restarts");
+    let running = nodes.running_containers(NODE).expect("containerd's containers");
+    for id in &before[NODE].1 {
+        assert!(running.contains(id), "container {id} still runs: {running:?}");
+    }
+}
