@@ -20,7 +20,7 @@ use nix::sys::signal::Signal;
 
 use crate::{
     control_plane::{self, Binaries},
-    k0s::K0sCommand,
+    k0s::{K0sCommand, K0sProcess},
     kubeconfig::{self, client_from_kubeconfig},
     net, pki,
     process::{GroupRegistry, ProcessSlot, tail},
@@ -76,9 +76,22 @@ pub struct ClusterBuilder {
     controller_node_identities: bool,
     /// Files of `manifests/rbac/` not applied ([`ClusterBuilder::without_rbac`]).
     without_rbac: Vec<String>,
+    /// The API servers, controller-managers and schedulers are `k0s controller
+    /// --run-components`'s ([`ClusterBuilder::control_plane_run_by_k0s`]).
+    k0s_control_plane: bool,
 }
 
 impl ClusterBuilder {
+    /// The controllers' kube-apiserver, kube-controller-manager and kube-scheduler are run by
+    /// `k0s controller --run-components` (DESIGN §16), not by the harness: `build` starts only
+    /// etcd and prepares each controller's certificates and address;
+    /// [`Cluster::start_k0s_control_plane`] starts the controllers, waits for every API
+    /// server and applies `manifests/rbac/`.
+    pub fn control_plane_run_by_k0s(mut self) -> Self {
+        self.k0s_control_plane = true;
+        self
+    }
+
     /// A cluster for the test `test_name` (used in directory names and certificate subjects)
     /// with one controller and no workers.
     pub fn new(test_name: impl Into<String>) -> Self {
@@ -91,6 +104,7 @@ impl ClusterBuilder {
             k0s_binary: None,
             controller_node_identities: false,
             without_rbac: Vec::new(),
+            k0s_control_plane: false,
         }
     }
 
@@ -157,6 +171,7 @@ impl ClusterBuilder {
             k0s_binary,
             controller_node_identities,
             without_rbac,
+            k0s_control_plane,
         } = self;
         ensure!(controllers >= 1, "a cluster needs at least one controller");
         check_worker_names(&workers)?;
@@ -196,10 +211,18 @@ impl ClusterBuilder {
             k0s_registry: GroupRegistry::default(),
             k0s_binary,
             real_nodes: None,
+            k0s_control_plane: k0s_control_plane.then(|| without_rbac.clone()),
         };
         cluster.start_etcd().await?;
         for i in 0..controllers {
             cluster.add_apiserver(&ca, i, &apiserver_args)?;
+        }
+        if k0s_control_plane {
+            for apiserver in &mut cluster.apiservers {
+                apiserver.port = net::free_port(apiserver.ip)?;
+            }
+            cluster.write_kubeconfigs()?;
+            return Ok(cluster);
         }
         // Start them all at once: startup is mostly waiting on etcd and on bootstrap hooks,
         // so overlapping it saves most of the wall time of a multi-controller cluster.
@@ -247,6 +270,9 @@ pub struct Cluster {
     k0s_binary: Option<PathBuf>,
     /// The real nodes of [`Cluster::start_real_nodes`], torn down with the cluster.
     real_nodes: Option<RealNodes>,
+    /// With [`ClusterBuilder::control_plane_run_by_k0s`]: the files of `manifests/rbac/`
+    /// [`Cluster::start_k0s_control_plane`] leaves out.
+    k0s_control_plane: Option<Vec<String>>,
 }
 
 /// Refuses worker names that are not node names, look like a controller's, or repeat.
@@ -594,6 +620,100 @@ impl Cluster {
         self.check_index(i)?;
         let apiserver = &self.apiservers[i];
         self.await_ready(apiserver, apiserver.port).await
+    }
+
+    // --- a control plane run by k0s ---
+
+    /// Whether `k0s controller --run-components` runs this cluster's API servers,
+    /// controller-managers and schedulers ([`ClusterBuilder::control_plane_run_by_k0s`]).
+    pub fn control_plane_run_by_k0s(&self) -> bool {
+        self.k0s_control_plane.is_some()
+    }
+
+    /// [`Cluster::k0s_controller`] for controller `i` of a cluster whose control plane k0s
+    /// runs: `--run-components` against the harness's etcd, with the certificates the
+    /// harness made (copied into `<data-dir>/pki` under k0s's names), the admin identity for
+    /// the controller-manager and the scheduler, and the harness's API server flags (token
+    /// identities, no endpoint reconciler, no priority and fairness).
+    pub fn k0s_controller_running_components(&self, i: usize) -> anyhow::Result<K0sCommand> {
+        ensure!(self.control_plane_run_by_k0s(), "cluster {} runs its own API servers", self.name);
+        self.check_index(i)?;
+        let apiserver = &self.apiservers[i];
+        let pki = self.root.join("pki");
+        let node_pki = self.node_data_dir(&format!("controller-{i}")).join("pki");
+        fs::create_dir_all(&node_pki)?;
+        for (from, to) in [
+            (pki.join("ca.crt"), "ca.crt"),
+            (pki.join("ca.key"), "ca.key"),
+            (pki.join("sa.key"), "sa.key"),
+            (pki.join("sa.pub"), "sa.pub"),
+            (apiserver.dir.join("serving.crt"), "server.crt"),
+            (apiserver.dir.join("serving.key"), "server.key"),
+        ] {
+            fs::copy(&from, node_pki.join(to)).with_context(|| {
+                format!("copying {} into {}", from.display(), node_pki.display())
+            })?;
+        }
+        let mut apiserver_args = vec![
+            format!("--token-auth-file={}", pki.join("tokens.csv").display()),
+            "--endpoint-reconciler-type=none".to_owned(),
+            "--enable-priority-and-fairness=false".to_owned(),
+            "--profiling=false".to_owned(),
+        ];
+        apiserver_args.extend(apiserver.extra_args.iter().cloned());
+        let admin = self.admin_kubeconfig(i);
+        Ok(self
+            .k0s_controller(i)
+            .arg("--run-components")
+            .arg(format!("--etcd-servers={}", self.etcd_url()))
+            .arg(format!("--pki-dir={}", node_pki.display()))
+            .arg(format!("--service-cidr={SERVICE_CLUSTER_IP_RANGE}"))
+            .arg(format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"))
+            .arg(format!("--controller-manager-kubeconfig={}", admin.display()))
+            .arg(format!("--scheduler-kubeconfig={}", admin.display()))
+            .arg(format!("--apiserver-extra-args={}", apiserver_args.join(" ")))
+            // Several run on this one machine: no fixed ports; node health judged fast.
+            .arg("--controller-manager-extra-args=--secure-port=0 --node-monitor-period=2s")
+            .arg("--scheduler-extra-args=--secure-port=0"))
+    }
+
+    /// Starts every controller of a cluster whose control plane k0s runs
+    /// ([`Cluster::k0s_controller_running_components`], each with `extra_args`), waits for
+    /// each API server's `/readyz`, then applies `manifests/rbac/` (which the controllers'
+    /// autopilot waits for). On failure the error carries the controllers' log tails.
+    pub async fn start_k0s_control_plane(
+        &self,
+        extra_args: &[&str],
+    ) -> anyhow::Result<Vec<K0sProcess>> {
+        let without_rbac = self
+            .k0s_control_plane
+            .clone()
+            .with_context(|| format!("cluster {} runs its own API servers", self.name))?;
+        let mut controllers = Vec::new();
+        for i in 0..self.apiservers.len() {
+            controllers
+                .push(self.k0s_controller_running_components(i)?.args(extra_args).spawn().await?);
+        }
+        let ready = futures::future::try_join_all(
+            self.apiservers.iter().map(|apiserver| self.await_ready(apiserver, apiserver.port)),
+        )
+        .await;
+        if let Err(err) = ready {
+            let mut message = format!("{err:#}");
+            for controller in &controllers {
+                let log = controller.data_dir().join("log").join("kube-apiserver.log");
+                message.push_str(&format!(
+                    "\n---- {} ----\n{}\n---- {} ----\n{}",
+                    controller.log_path().display(),
+                    controller.log_tail(ERROR_LOG_LINES),
+                    log.display(),
+                    tail(&log, ERROR_LOG_LINES)
+                ));
+            }
+            bail!(message);
+        }
+        self.apply_rbac(&without_rbac).await?;
+        Ok(controllers)
     }
 
     // --- real nodes ---
@@ -1093,6 +1213,10 @@ impl ControlPlane for Cluster {
 
     fn node_data_dir(&self, name: &str) -> PathBuf {
         Cluster::node_data_dir(self, name)
+    }
+
+    fn workload_controllers_run_by_k0s(&self) -> bool {
+        self.control_plane_run_by_k0s()
     }
 
     fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send {

@@ -7,8 +7,11 @@
 //! - [`supervise`]: one component process: started, restarted, its output kept, stopped.
 //! - [`worker`]: what `k0s worker --run-components` runs: containerd and the kubelet, their
 //!   generated configuration, as one component of the node process.
+//! - [`controller`]: what `k0s controller --run-components` runs: kube-apiserver against an
+//!   external etcd, kube-controller-manager and kube-scheduler.
 
 pub mod carried;
+pub mod controller;
 pub mod restart;
 pub mod stage;
 pub mod supervise;

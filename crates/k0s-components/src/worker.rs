@@ -96,7 +96,7 @@ fn parse_ipv4_cidr(text: &str) -> Result<String, String> {
     }
 }
 
-/// Where a worker's components keep their files, all under the data directory.
+/// Where a node's components keep their files, all under the data directory.
 #[derive(Clone, Debug)]
 pub struct Layout {
     /// The data directory.
@@ -332,7 +332,7 @@ impl Component for WorkerComponents {
     fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
         Box::pin(async move {
             let layout = Layout { data_dir: absolute(&env.data_dir)? };
-            let staged = stage_worker(&layout).await?;
+            let staged = stage_components(&layout, &WORKER_COMPONENTS).await?;
             write_config(&layout, &self.args, &env.config)?;
             let path_of = |name: &str| {
                 staged
@@ -398,13 +398,16 @@ impl Component for WorkerComponents {
     }
 }
 
-/// Stages the worker's components in the blocking pool, logging what staging did.
-async fn stage_worker(layout: &Layout) -> anyhow::Result<Vec<Staged>> {
+/// Stages `names` into `<data-dir>/bin/` in the blocking pool, logging what staging did.
+pub(crate) async fn stage_components(
+    layout: &Layout,
+    names: &'static [&'static str],
+) -> anyhow::Result<Vec<Staged>> {
     let bin_dir = layout.bin_dir();
     let staged = tokio::task::spawn_blocking(move || {
         let (set, mut file) = carried::of_this_process()?;
         let path = std::env::var_os("PATH");
-        stage::stage(set.as_ref(), &mut file, &WORKER_COMPONENTS, &bin_dir, path.as_deref())
+        stage::stage(set.as_ref(), &mut file, names, &bin_dir, path.as_deref())
     })
     .await
     .context("staging panicked")??;

@@ -56,6 +56,9 @@ pub enum Command {
         /// The flags of the signal agent for the controller's own ControlNode.
         #[command(flatten)]
         agent: ControllerAgentFlags,
+        /// Whether it runs the control plane, and what that needs.
+        #[command(flatten)]
+        components: k0s_components::controller::ControllerComponentArgs,
     },
     /// Run a worker node: register its Node and act on update signals.
     Worker {

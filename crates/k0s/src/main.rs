@@ -69,8 +69,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("{}", k0s::VERSION);
             Ok(())
         }
-        Command::Controller { node, args, updater, agent } => {
-            role::controller::run(node, args, updater, agent)
+        Command::Controller { node, args, updater, agent, components } => {
+            role::controller::run(node, args, updater, agent, components)
         }
         Command::Worker { node, args, components } => role::worker::run(node, args, components),
         Command::Components { output } => k0s::components::print(output),

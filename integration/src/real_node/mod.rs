@@ -101,6 +101,9 @@ pub trait ControlPlane {
     fn node_kubeconfig(&self, name: &str) -> PathBuf;
     /// The data directory a `k0s` process of node `name` gets.
     fn node_data_dir(&self, name: &str) -> PathBuf;
+    /// Whether `k0s controller --run-components` runs the cluster's controller-manager and
+    /// scheduler (then the real nodes do not start theirs).
+    fn workload_controllers_run_by_k0s(&self) -> bool;
     /// An admin client.
     fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send;
 }
@@ -345,8 +348,10 @@ impl RealNodes {
             .context("parsing the API server addresses")?;
         self.forwarder = Some(Forwarder::start(&netns.path(), &api_addresses)?);
 
-        self.start_controller_manager(cluster)?;
-        self.start_scheduler(cluster)?;
+        if !cluster.workload_controllers_run_by_k0s() {
+            self.start_controller_manager(cluster)?;
+            self.start_scheduler(cluster)?;
+        }
 
         for (index, node) in self.nodes.iter().enumerate() {
             let index = u8::try_from(index)?;

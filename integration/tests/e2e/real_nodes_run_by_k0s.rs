@@ -214,3 +214,86 @@ async fn assert_same_containers(
         assert!(running.contains(id), "container {id} still runs: {running:?}");
     }
 }
+
+/// Three controllers whose kube-apiserver, kube-controller-manager and kube-scheduler `k0s
+/// controller --run-components` runs against the harness's etcd, from the carried set: each
+/// API server reports the carried version, the controller-managers and schedulers elect a
+/// leader, a killed API server is started again and answers `/readyz`, and a real worker run
+/// by `k0s worker` gets its DaemonSet Pod (made by the k0s-run controller-manager, placed by
+/// the k0s-run scheduler).
+#[tokio::test]
+async fn k0s_controllers_run_the_control_plane_and_restart_a_killed_api_server() {
+    let bare = tokio::task::spawn_blocking(integration::k0s_binary).await.unwrap().unwrap();
+    let carrying = components::carrying(&bare, Set::All).unwrap();
+    let cluster = integration::ClusterBuilder::new("real-nodes-k0s-control-plane")
+        .controllers(3)
+        .workers(&[NODE])
+        .k0s_binary(&carrying)
+        .control_plane_run_by_k0s()
+        .build()
+        .await
+        .unwrap();
+    let controllers = cluster.start_k0s_control_plane(&[]).await.unwrap();
+    let client = cluster.admin_client().await.unwrap();
+
+    // Each API server is the carried one.
+    let listed = listed_components(&controllers[0]);
+    for (i, controller) in controllers.iter().enumerate() {
+        let version = cluster.admin_client_at(i).await.unwrap().apiserver_version().await.unwrap();
+        assert_eq!(version.git_version, listed["kube-apiserver"].0, "API server {i}");
+        let staged = controller.data_dir().join("bin/kube-apiserver");
+        assert_eq!(sha256sum(&staged), listed["kube-apiserver"].1, "controller-{i}'s staged file");
+    }
+
+    // The controller-managers and the schedulers elect one leader each; the autopilot of
+    // every controller registered its ControlNode once its access was applied.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "kube-system");
+    for name in ["kube-controller-manager", "kube-scheduler"] {
+        wait_for(WORKLOAD_TIMEOUT, &format!("a {name} leader"), || async {
+            let lease = leases.get_opt(name).await?;
+            Ok(lease.and_then(|l| l.spec?.holder_identity).filter(|h| !h.is_empty()))
+        })
+        .await
+        .unwrap();
+    }
+    let control_nodes: Api<autopilot_api::v1beta2::ControlNode> = Api::all(client.clone());
+    wait_for(WORKLOAD_TIMEOUT, "the three ControlNodes", || async {
+        Ok((control_nodes.list(&Default::default()).await?.items.len() == 3).then_some(()))
+    })
+    .await
+    .unwrap();
+
+    // Controller 1's API server is SIGKILLed: k0s starts it again and it answers /readyz.
+    let pid_file = controllers[1].data_dir().join("run/kube-apiserver.pid");
+    let pid: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let started = Instant::now();
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    wait_for(Duration::from_secs(60), "a new kube-apiserver on controller-1", || async {
+        let now =
+            std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok());
+        Ok(now.filter(|now| *now != pid && alive(*now)).map(|_| ()))
+    })
+    .await
+    .unwrap();
+    cluster.wait_apiserver_ready(1).await.unwrap();
+    println!("kube-apiserver SIGKILLed: answering /readyz again after {:?}", started.elapsed());
+
+    // A real worker run by k0s gets its DaemonSet Pod from the k0s-run control plane.
+    let nodes = RealNodes::start_for_k0s(&cluster, &[NODE]).await.unwrap();
+    let worker =
+        nodes.k0s_worker(cluster.k0s_worker_on_kubelet(NODE)).unwrap().spawn().await.unwrap();
+    nodes.wait_k0s_node(&cluster, &worker).await.unwrap();
+    wait_default_service_account(&client).await.unwrap();
+    workload::daemon_set(&client, "agent").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready on the real worker", || async {
+        let all = pods.list(&Default::default()).await?.items;
+        Ok(all.iter().any(workload::pod_ready).then_some(()))
+    })
+    .await
+    .unwrap();
+    drop(worker);
+    drop(nodes);
+    drop(controllers);
+}

@@ -1,7 +1,8 @@
 //! `k0s controller`: the controller process.
 //!
 //! Its components, in the order they start (and the reverse of the order they stop): the
-//! status socket, the Node registration and heartbeat of a controller+worker, the controller
+//! status socket, with `--run-components` kube-apiserver, kube-controller-manager and
+//! kube-scheduler (`k0s_components::controller`), the Node registration and heartbeat of a controller+worker, the controller
 //! (`autopilot_controller::Controller`: CRDs, its ControlNode, leader election and the Plan
 //! engine), the updater (acting only while this controller leads), the update agent (on this
 //! controller's own ControlNode, and airgap signals on its Node), and the metrics endpoint.
@@ -12,6 +13,7 @@
 use anyhow::Context as _;
 use autopilot_shell::lifecycle::Supervisor;
 use autopilot_signal::{AgentOn, NodeRegistration, StatusSocket, UpdateAgent, status};
+use k0s_components::controller::{ControllerComponentArgs, ControllerComponents};
 
 use super::STOP_GRACE;
 use crate::VERSION;
@@ -25,6 +27,7 @@ pub fn run(
     args: autopilot_controller::Args,
     updater: UpdaterFlags,
     agent: ControllerAgentFlags,
+    kubernetes: ControllerComponentArgs,
 ) -> anyhow::Result<()> {
     // Resolved before anything can replace the file (see the worker).
     let binary = std::env::current_exe().context("finding the running binary")?;
@@ -40,7 +43,7 @@ pub fn run(
         let terminated = super::on_termination();
         let mut node = node.resolve().await?;
         let trial = node.trial(&agent.download, agent.trial_timeout, agent.post_update_watch);
-        let supervisor = components(&mut node, args, updater, &agent, post_update)?;
+        let supervisor = components(&mut node, args, updater, &agent, &kubernetes, post_update)?;
         let (env, metrics_endpoint) = node.into_env(binary.clone());
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
         anyhow::Ok((ended, trial))
@@ -52,12 +55,14 @@ pub fn run(
 }
 
 /// The controller's components in start order (the metrics endpoint, declared last by the
-/// caller, excepted); the trial boot starts the same list.
+/// caller, excepted); the trial boot starts the same list. With `--run-components`, the
+/// control plane comes right after the status socket, so it stops last.
 pub(crate) fn components(
     node: &mut ResolvedNode,
     args: autopilot_controller::Args,
     updater: UpdaterFlags,
     agent: &ControllerAgentFlags,
+    kubernetes: &ControllerComponentArgs,
     post_update: autopilot_signal::post_update::AtStart,
 ) -> anyhow::Result<Supervisor> {
     let Metrics {
@@ -71,6 +76,7 @@ pub(crate) fn components(
     let worker = args.enable_worker;
     let startup_timeout = args.startup_timeout;
     let allow_unverified_payloads = args.allow_unverified_payloads;
+    let api_address = args.api_address;
     let controller =
         autopilot_controller::Controller::new(args, &node.node_name, controller_metrics)?;
     let leadership = controller.leadership();
@@ -81,6 +87,14 @@ pub(crate) fn components(
         board: board.clone(),
         leadership: Some(leadership.clone()),
     });
+    if kubernetes.run_components {
+        supervisor = supervisor.with(ControllerComponents {
+            args: kubernetes.clone(),
+            api_address,
+            backoff: k0s_components::restart::Backoff::default(),
+            startup_timeout,
+        });
+    }
     if worker && agent.registration.register_node {
         supervisor = supervisor.with(NodeRegistration {
             heartbeat_interval: agent.heartbeat_interval,

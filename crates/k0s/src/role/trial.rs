@@ -69,7 +69,7 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
     let runtime = crate::runtime()?;
     let result = runtime.block_on(async {
         let (supervisor, env) = match command {
-            Command::Controller { node, args, updater, agent } => {
+            Command::Controller { node, args, updater, agent, components } => {
                 args.validate()?;
                 let mut node = node.without_metrics().resolve().await?;
                 let supervisor = super::controller::components(
@@ -77,6 +77,7 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
                     args,
                     updater,
                     &agent,
+                    &components,
                     autopilot_signal::post_update::AtStart::Nothing,
                 )?;
                 (supervisor, node.into_env(binary).0)
