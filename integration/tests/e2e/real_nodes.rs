@@ -88,9 +88,13 @@ async fn a_dropped_set_of_real_nodes_leaves_nothing_behind_even_after_a_failure(
     assert!(left.is_empty(), "the real nodes left behind: {left:#?}");
 }
 
+/// The update to a v2 that carries the worker's components (as a release does) also shows
+/// that an update never flips a node's mode: these agents run beside kubelets the harness
+/// runs (today's units, without `--run-components`), and after the update they still run the
+/// agent alone: nothing staged, no second kubelet or containerd.
 #[tokio::test]
 async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_containers_alone() {
-    let (v2_bytes, sha) = v2_build();
+    let (v2_bytes, sha) = v2_carrying_build();
     let server = FileServer::start(v2_bytes).await.unwrap();
     let names = ["worker-0", "worker-1"];
     let Fleet { cluster, client, controllers: _controllers, workers } =
@@ -166,6 +170,21 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
         for id in ids {
             assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
         }
+    }
+    for worker in &workers {
+        let data = worker.data_dir();
+        for left in ["bin/kubelet", "bin/containerd", "run/kubelet.pid", "run/containerd.pid"] {
+            assert!(
+                !data.join(left).exists(),
+                "{}: the agent-only node has {left}",
+                worker.node_name()
+            );
+        }
+        assert!(
+            !worker.log().contains("component=\"kubelet\""),
+            "{} ran a kubelet",
+            worker.node_name()
+        );
     }
     for (i, name) in names.iter().enumerate() {
         assert_eq!(nodes.kubelet_pid(name).unwrap(), kubelets[i], "{name}'s kubelet kept running");

@@ -909,6 +909,18 @@ pub fn v2_build() -> (Vec<u8>, String) {
     (bytes, sha)
 }
 
+/// The [`V2`] build carrying the pinned worker components (containerd, its shim, the
+/// kubelet: `integration::components`), as a release carries them: its bytes and their
+/// sha256 (built and packed on first use).
+pub fn v2_carrying_build() -> (Vec<u8>, String) {
+    let bare = integration::k0s_binary_with_version(V2).expect("the v2 build");
+    let path = integration::components::carrying(&bare, integration::components::Set::Worker)
+        .expect("the v2 build with the worker's components");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let sha = sha256_hex(&bytes);
+    (bytes, sha)
+}
+
 /// Makes `dir` a keys directory (`--payload-keys`) as an administrator would, whatever this
 /// process's umask: the directory and its subdirectories mode 755, every file in it 644 (a
 /// node refuses keys that its group or others could write).
