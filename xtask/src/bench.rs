@@ -1069,19 +1069,8 @@ async fn bench_footprint(k0s: &Path, settle: Duration) -> anyhow::Result<()> {
         Some(kib) => println!("    read-ahead of the disk holding {}: {kib} KiB", exe.display()),
         None => println!("    read-ahead of the disk holding {}: unknown", exe.display()),
     }
-    let size = std::fs::metadata(k0s).with_context(|| format!("reading {}", k0s.display()))?.len();
-    println!("    binary: {size} bytes ({:.2} MB)", size as f64 / 1e6);
-    let carrying_dir = tempfile::tempdir()?;
+    let (size, carrying_dir) = binary_sizes(k0s)?;
     let carrying = carrying_dir.path().join("k0s");
-    let set = integration::components::pack(k0s, integration::components::Set::All, &carrying)?;
-    let carrying_size = std::fs::metadata(&carrying)?.len();
-    let names: Vec<String> =
-        set.components.iter().map(|c| format!("{} {}", c.name, c.version)).collect();
-    println!(
-        "    binary carrying the pinned components: {carrying_size} bytes ({:.2} MB: {})",
-        carrying_size as f64 / 1e6,
-        names.join(", ")
-    );
     // Issue 28's targets, reported like `bench scale`'s (a build without the hot-function
     // order, or with a list far older than the code, misses the first).
     let mut missed = Vec::new();
@@ -1113,6 +1102,25 @@ async fn bench_footprint(k0s: &Path, settle: Duration) -> anyhow::Result<()> {
     drop(worker);
     drop(controllers);
     Ok(())
+}
+
+/// Prints the size of `k0s` and of a copy carrying the pinned components (written into the
+/// returned directory as `k0s`); returns the bare size.
+fn binary_sizes(k0s: &Path) -> anyhow::Result<(u64, tempfile::TempDir)> {
+    let size = std::fs::metadata(k0s).with_context(|| format!("reading {}", k0s.display()))?.len();
+    println!("    binary: {size} bytes ({:.2} MB)", size as f64 / 1e6);
+    let carrying_dir = tempfile::tempdir()?;
+    let carrying = carrying_dir.path().join("k0s");
+    let set = integration::components::pack(k0s, integration::components::Set::All, &carrying)?;
+    let carrying_size = std::fs::metadata(&carrying)?.len();
+    let names: Vec<String> =
+        set.components.iter().map(|c| format!("{} {}", c.name, c.version)).collect();
+    println!(
+        "    binary carrying the pinned components: {carrying_size} bytes ({:.2} MB: {})",
+        carrying_size as f64 / 1e6,
+        names.join(", ")
+    );
+    Ok((size, carrying_dir))
 }
 
 /// Where this machine can run a real node: a worker running containerd and the kubelet
