@@ -171,21 +171,7 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
             assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
         }
     }
-    for worker in &workers {
-        let data = worker.data_dir();
-        for left in ["bin/kubelet", "bin/containerd", "run/kubelet.pid", "run/containerd.pid"] {
-            assert!(
-                !data.join(left).exists(),
-                "{}: the agent-only node has {left}",
-                worker.node_name()
-            );
-        }
-        assert!(
-            !worker.log().contains("component=\"kubelet\""),
-            "{} ran a kubelet",
-            worker.node_name()
-        );
-    }
+    assert_agent_only(&workers);
     for (i, name) in names.iter().enumerate() {
         assert_eq!(nodes.kubelet_pid(name).unwrap(), kubelets[i], "{name}'s kubelet kept running");
         assert_eq!(
@@ -193,6 +179,18 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
             containerds[i],
             "{name}'s containerd kept running"
         );
+    }
+}
+
+/// Each agent still runs alone after its update to a build that carries components: nothing
+/// staged, no component started.
+fn assert_agent_only(workers: &[K0sProcess]) {
+    for worker in workers {
+        let (name, data) = (worker.node_name(), worker.data_dir());
+        for left in ["bin/kubelet", "bin/containerd", "run/kubelet.pid", "run/containerd.pid"] {
+            assert!(!data.join(left).exists(), "{name}: the agent-only node has {left}");
+        }
+        assert!(!worker.log().contains("component=\"kubelet\""), "{name} ran a kubelet");
     }
 }
 
