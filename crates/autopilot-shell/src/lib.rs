@@ -24,6 +24,7 @@ pub mod access;
 pub mod events;
 #[cfg(feature = "fake-api")]
 pub mod fake_api;
+pub mod health;
 pub mod https;
 pub mod leadership;
 pub mod lifecycle;

@@ -86,6 +86,12 @@ pub trait Running: Send {
     /// ends on its own. A component whose failure should not stop the process (a socket that
     /// cannot be served) logs it and waits for `stop`.
     fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit>;
+
+    /// Stop it without running it (the trial boot, once proven): a component that started
+    /// processes of its own stops them here; by default there is nothing to stop.
+    fn stop_unrun(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// A running component that only waits to be stopped (what a component that is turned off
@@ -221,6 +227,14 @@ impl Supervisor {
 }
 
 impl Started {
+    /// Stops the started components without running them, in reverse declared order (the
+    /// trial boot of a new binary, once it proved itself).
+    pub async fn stop_unrun(self) {
+        for (_, component) in self.running.into_iter().rev() {
+            component.stop_unrun().await;
+        }
+    }
+
     /// Run the started components until `terminated` is cancelled or one of them ends, then
     /// stop the rest in reverse declared order. The grace period counts from the first stop;
     /// a component still running at its end is left behind (and logged).

@@ -277,6 +277,13 @@ pub struct UpdateAgent {
     /// What the post-update watch found at the start of this process
     /// ([`post_update::at_start`]): watch this new binary, or report a rollback.
     pub post_update: post_update::AtStart,
+    /// The health of the Kubernetes components this process runs (`k0s_components`), if it
+    /// runs them: the post-update watch counts the new binary healthy only while they are.
+    pub components: Option<autopilot_shell::health::Health>,
+    /// This process runs the API server its client talks to: its post-update watch counts
+    /// its window whether or not that API server answers (an API server that never comes
+    /// back is what the watch is for).
+    pub own_api_server: bool,
 }
 
 impl Component for UpdateAgent {
@@ -299,6 +306,8 @@ impl Component for UpdateAgent {
                 allow_unverified_payloads,
                 signing,
                 post_update,
+                components,
+                own_api_server,
             } = *self;
             if !enabled {
                 info!("update agent disabled: not acting on update signals");
@@ -341,6 +350,8 @@ impl Component for UpdateAgent {
                 client: env.client.clone(),
                 watching,
                 report: report.map(|report| (files, report)),
+                components,
+                own_api_server,
             }) as Box<dyn Running>)
         })
     }
@@ -356,6 +367,10 @@ struct Acting {
     watching: Option<post_update::Watching>,
     /// This process is the proven binary back after a rollback it reports.
     report: Option<(post_update::Files, post_update::Report)>,
+    /// The health of the components this process runs, if it runs them.
+    components: Option<autopilot_shell::health::Health>,
+    /// This process runs its client's API server (see [`UpdateAgent::own_api_server`]).
+    own_api_server: bool,
 }
 
 impl Acting {
@@ -401,14 +416,26 @@ impl Running for Acting {
             if let Some((files, report)) = self.report.take() {
                 self.report(files, report);
             }
-            let Self { on, agent, host, client, watching, report: _ } = *self;
-            let healthy = agent.established.clone().unwrap_or_default();
+            let Self { on, agent, host, client, watching, report: _, components, own_api_server } =
+                *self;
+            let watch_health = agent.established.clone().unwrap_or_default();
+            let healthy = match components {
+                Some(components) => {
+                    autopilot_shell::health::Health::all(&[watch_health, components])
+                }
+                None => watch_health,
+            };
             let watch_client = client.clone();
             // The watch of this new binary, if it is under one: it ends the run only with a
             // rollback (then the process restarts into the binary put back).
             let rolled_back = async move {
                 if let Some(watching) = watching {
-                    match watching.run(healthy, watch_client).await {
+                    let watched = if own_api_server {
+                        watching.run_with(healthy, || async { true }).await
+                    } else {
+                        watching.run(healthy, watch_client).await
+                    };
+                    match watched {
                         post_update::Watched::RolledBack { why } => return why,
                         post_update::Watched::Over => {}
                     }

@@ -29,7 +29,6 @@
 use std::io;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -415,28 +414,10 @@ fn remove_if_present(path: &Path) -> anyhow::Result<()> {
 }
 
 /// Whether this node's update agent holds an established watch of its own object (its Node
-/// or ControlNode): what "healthy" means for the post-update watch. The agent sets it when
-/// its watch delivered its object and clears it when the watch fails; cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Established(Arc<tokio::sync::watch::Sender<bool>>);
-
-impl Default for Established {
-    fn default() -> Self {
-        Self(Arc::new(tokio::sync::watch::Sender::new(false)))
-    }
-}
-
-impl Established {
-    /// Records whether the watch is established now.
-    pub fn set(&self, established: bool) {
-        self.0.send_if_modified(|now| std::mem::replace(now, established) != established);
-    }
-
-    /// Whether the watch is established now.
-    pub fn get(&self) -> bool {
-        *self.0.borrow()
-    }
-}
+/// or ControlNode): what "healthy" means for the post-update watch, with the health of the
+/// Kubernetes components where `k0s` runs them. The agent sets it when its watch delivered
+/// its object and clears it when the watch fails; cheap to clone.
+pub type Established = autopilot_shell::health::Health;
 
 /// The watch of the running new binary (from [`at_start`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

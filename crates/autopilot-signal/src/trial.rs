@@ -68,6 +68,10 @@ pub struct TrialConfig {
     pub version: String,
     /// How long the new binary is watched after a pass (`--post-update-watch`; zero: not).
     pub post_update_watch: Duration,
+    /// This process runs the API server its client talks to (`k0s controller
+    /// --run-components`): that API server is stopped with the process and comes back with
+    /// the new binary, so the deadline counts whether or not it answers.
+    pub own_api_server: bool,
 }
 
 /// Runs the trial boot of the staged binary for the restart this process prepared, then
@@ -219,7 +223,7 @@ async fn watch(
         }
         last_tick = now;
         if now >= next_probe {
-            answered = answers(client).await;
+            answered = config.own_api_server || answers(client).await;
             next_probe = tokio::time::Instant::now() + PROBE_EVERY;
         }
         let state = child.state().await;
@@ -237,9 +241,15 @@ async fn watch(
                 child.finish(CHILD_EXIT_GRACE).await;
                 return Ok(verdict);
             }
-            verdict @ Verdict::RollBack(_) => {
+            Verdict::RollBack(reason) => {
                 child.finish(Duration::from_secs(2)).await;
-                return Ok(verdict);
+                // What the child last said of its components (`k0s` runs them), if anything.
+                let data_dir = proof_path.parent().unwrap_or(Path::new("."));
+                let reason = match autopilot_shell::health::take_trial_reason(data_dir) {
+                    Some(components) => format!("{reason}: {components}"),
+                    None => reason,
+                };
+                return Ok(Verdict::RollBack(reason));
             }
         }
     }

@@ -77,6 +77,8 @@ async fn controller_worker_fails_when_its_update_host_cannot_be_prepared() {
             allow_unverified_payloads: false,
             signing: Default::default(),
             post_update: autopilot_signal::post_update::AtStart::Nothing,
+            components: None,
+            own_api_server: false,
         });
     // Never cancelled: the node side must end on its own.
     let shutdown = CancellationToken::new();
@@ -121,6 +123,8 @@ async fn a_node_whose_payload_keys_directory_is_missing_does_not_start_and_says_
             require_signed_bundles: false,
         },
         post_update: autopilot_signal::post_update::AtStart::Nothing,
+        components: None,
+        own_api_server: false,
     });
 
     let ended = tokio::time::timeout(BOUND, supervisor.run(&env, CancellationToken::new()))

@@ -17,14 +17,16 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use autopilot_shell::lifecycle::{Component, Env, Exit, Running};
+use autopilot_shell::health::Health;
+use autopilot_shell::lifecycle::{Component, Env, Exit, Purpose, Running};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    health::{self, Seen},
     restart::Backoff,
     supervise::{Child, Supervised},
-    worker::{Layout, stage_components},
+    worker::{HEALTH_EVERY, Layout, seen, stage_components},
 };
 
 /// The components a controller runs, in the order they start.
@@ -203,6 +205,8 @@ pub struct ControllerComponents {
     pub backoff: Backoff,
     /// How long to wait for this controller's access at start (zero: for ever).
     pub startup_timeout: Duration,
+    /// Where it says whether they are healthy (the post-update watch reads it).
+    pub health: Health,
 }
 
 impl Component for ControllerComponents {
@@ -210,8 +214,10 @@ impl Component for ControllerComponents {
         "kube-apiserver, kube-controller-manager and kube-scheduler"
     }
 
+    /// A new binary's trial starts them too, and passes only once its own API server
+    /// answers `/readyz` at the carried version.
     fn in_trial(&self) -> bool {
-        false
+        true
     }
 
     fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
@@ -267,7 +273,23 @@ impl Component for ControllerComponents {
                     }
                 }
             }
-            let running = RunningControlPlane { running };
+            let carried =
+                staged.iter().find(|s| s.name == "kube-apiserver").and_then(|s| s.version.clone());
+            let mut own = env.config.clone();
+            own.cluster_url = format!("https://{}", self.api_address)
+                .parse()
+                .context("the API address as a URL")?;
+            let running = RunningControlPlane {
+                running,
+                own_api_server: kube::Client::try_from(own)
+                    .context("a client of its own API server")?,
+                api_address: self.api_address,
+                carried,
+                health: self.health.clone(),
+            };
+            if env.purpose == Purpose::Trial {
+                running.until_healthy(&env.data_dir).await;
+            }
             if let Err(err) = wait_for_access(&env.client, self.startup_timeout).await {
                 running.stop().await;
                 return Err(err);
@@ -280,21 +302,106 @@ impl Component for ControllerComponents {
 /// The control plane's components, running, in start order.
 struct RunningControlPlane {
     running: Vec<Supervised>,
+    /// A client of this controller's own API server (the health check's).
+    own_api_server: kube::Client,
+    api_address: SocketAddr,
+    /// The kube-apiserver version the binary carries.
+    carried: Option<String>,
+    health: Health,
 }
 
 impl RunningControlPlane {
     /// Stops them, the last started first.
     async fn stop(self) {
+        self.health.set(false);
         for component in self.running.into_iter().rev() {
             component.stop().await;
+        }
+    }
+
+    /// What the health check sees now: the components, `/readyz` and `/version` of its own
+    /// API server (each asked for at most 5 s).
+    async fn seen(&self) -> Seen {
+        const ASK: Duration = Duration::from_secs(5);
+        let client = &self.own_api_server;
+        let address = self.api_address;
+        let readyz = async {
+            let request = http::Request::get("/readyz").body(Vec::new())?;
+            anyhow::Ok(client.request_text(request).await?)
+        };
+        let ready = match tokio::time::timeout(ASK, readyz).await {
+            Ok(Ok(body)) if body.trim() == "ok" => Ok(()),
+            Ok(Ok(body)) => {
+                Err(format!("its API server at {address} is not ready: {}", body.trim()))
+            }
+            Ok(Err(err)) => {
+                Err(format!("its API server at {address} does not answer /readyz: {err:#}"))
+            }
+            Err(_) => Err(format!("its API server at {address} did not answer /readyz in {ASK:?}")),
+        };
+        let version = match tokio::time::timeout(ASK, client.apiserver_version()).await {
+            Ok(Ok(info)) => Some(info.git_version),
+            Ok(Err(_)) | Err(_) => None,
+        };
+        Seen {
+            components: self.running.iter().map(seen).collect(),
+            ready,
+            versioned: "kube-apiserver",
+            version,
+            carried: self.carried.clone(),
+        }
+    }
+
+    /// Waits (as long as it takes: the trial's deadline is the parent's) until they are
+    /// healthy, saying why not in the log and in the trial's reason file.
+    async fn until_healthy(&self, data_dir: &Path) {
+        let mut said = None::<String>;
+        loop {
+            match health::judge(&self.seen().await) {
+                Ok(()) => {
+                    autopilot_shell::health::write_trial_reason(data_dir, None);
+                    tracing::info!("the control plane's components are healthy");
+                    self.health.set(true);
+                    return;
+                }
+                Err(why) => {
+                    if said.as_ref() != Some(&why) {
+                        tracing::info!(reason = %why, "waiting for the control plane's components to be healthy");
+                        autopilot_shell::health::write_trial_reason(data_dir, Some(&why));
+                        said = Some(why);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 }
 
 impl Running for RunningControlPlane {
+    fn stop_unrun(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move { self.stop().await })
+    }
+
     fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
         Box::pin(async move {
-            stop.cancelled().await;
+            let mut said = None::<Result<(), String>>;
+            loop {
+                let verdict = health::judge(&self.seen().await);
+                self.health.set(verdict.is_ok());
+                if said.as_ref() != Some(&verdict) {
+                    match &verdict {
+                        Ok(()) => tracing::info!("the control plane's components are healthy"),
+                        Err(why) => {
+                            tracing::warn!(reason = %why, "the control plane's components are not healthy")
+                        }
+                    }
+                    said = Some(verdict);
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(HEALTH_EVERY) => {}
+                }
+            }
             self.stop().await;
             Exit::Stopped
         })

@@ -14,13 +14,15 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use autopilot_shell::lifecycle::{Component, Env, Exit, Running};
+use autopilot_shell::health::Health;
+use autopilot_shell::lifecycle::{Component, Env, Exit, Purpose, Running};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::{
     carried,
+    health::{self, ComponentSeen, Seen},
     restart::Backoff,
     stage::{self, Staged},
     supervise::{Child, Supervised},
@@ -318,6 +320,8 @@ pub struct WorkerComponents {
     pub kubeconfig: PathBuf,
     /// The restart policy of each component.
     pub backoff: Backoff,
+    /// Where it says whether they are healthy (the post-update watch reads it).
+    pub health: Health,
 }
 
 impl Component for WorkerComponents {
@@ -325,8 +329,10 @@ impl Component for WorkerComponents {
         "containerd and kubelet"
     }
 
+    /// A new binary's trial starts them too, and passes only once its kubelet runs the
+    /// carried version and the Node is Ready.
     fn in_trial(&self) -> bool {
-        false
+        true
     }
 
     fn start(self: Box<Self>, env: &Env) -> BoxFuture<'_, anyhow::Result<Box<dyn Running>>> {
@@ -393,7 +399,22 @@ impl Component for WorkerComponents {
                     return Err(err);
                 }
             };
-            Ok(Box::new(RunningWorker { kubelet, containerd }) as Box<dyn Running>)
+            let carried =
+                staged.iter().find(|s| s.name == "kubelet").and_then(|s| s.version.clone());
+            let running = RunningWorker {
+                kubelet,
+                containerd,
+                check: NodeCheck {
+                    client: env.client.clone(),
+                    node_name: env.node_name.clone(),
+                    carried,
+                    health: self.health.clone(),
+                },
+            };
+            if env.purpose == Purpose::Trial {
+                running.until_healthy(&env.data_dir).await;
+            }
+            Ok(Box::new(running) as Box<dyn Running>)
         })
     }
 }
@@ -495,17 +516,127 @@ async fn wait_socket(socket: &Path, containerd: &Supervised) -> anyhow::Result<(
     }
 }
 
+/// How often the health of running components is judged.
+pub(crate) const HEALTH_EVERY: Duration = Duration::from_secs(2);
+
+/// How the worker's health is checked: its own Node, with its own credentials.
+struct NodeCheck {
+    client: kube::Client,
+    node_name: String,
+    /// The kubelet version the binary carries.
+    carried: Option<String>,
+    health: Health,
+}
+
 /// containerd and the kubelet, running.
 struct RunningWorker {
     kubelet: Supervised,
     containerd: Supervised,
+    check: NodeCheck,
+}
+
+impl RunningWorker {
+    /// What the health check sees now.
+    async fn seen(&self) -> Seen {
+        let check = &self.check;
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(check.client.clone());
+        let (ready, version) = match nodes.get_opt(&check.node_name).await {
+            Ok(Some(node)) => {
+                let status = node.status.unwrap_or_default();
+                let ready = status
+                    .conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                let version = status.node_info.map(|info| info.kubelet_version);
+                let ready = if ready {
+                    Ok(())
+                } else {
+                    Err(format!("the Node {} is not Ready", check.node_name))
+                };
+                (ready, version)
+            }
+            Ok(None) => (Err(format!("the Node {} is not registered yet", check.node_name)), None),
+            Err(err) => (Err(format!("cannot read the Node {}: {err}", check.node_name)), None),
+        };
+        Seen {
+            components: vec![seen(&self.containerd), seen(&self.kubelet)],
+            ready,
+            versioned: "kubelet",
+            version,
+            carried: check.carried.clone(),
+        }
+    }
+
+    /// Waits (as long as it takes: the trial's deadline is the parent's) until they are
+    /// healthy, saying why not in the log and in the trial's reason file.
+    async fn until_healthy(&self, data_dir: &Path) {
+        let mut said = None::<String>;
+        loop {
+            match health::judge(&self.seen().await) {
+                Ok(()) => {
+                    autopilot_shell::health::write_trial_reason(data_dir, None);
+                    info!("containerd and the kubelet are healthy");
+                    self.check.health.set(true);
+                    return;
+                }
+                Err(why) => {
+                    if said.as_ref() != Some(&why) {
+                        info!(reason = %why, "waiting for containerd and the kubelet to be healthy");
+                        autopilot_shell::health::write_trial_reason(data_dir, Some(&why));
+                        said = Some(why);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// A supervised component as the health check sees it.
+pub(crate) fn seen(component: &Supervised) -> ComponentSeen {
+    let observed = component.observed();
+    ComponentSeen {
+        name: component.name(),
+        running: observed.pid.is_some(),
+        last_exit: observed.last_exit,
+        last_lines: component.last_lines(),
+    }
 }
 
 impl Running for RunningWorker {
+    fn stop_unrun(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let Self { kubelet, containerd, check } = *self;
+            check.health.set(false);
+            kubelet.stop().await;
+            containerd.stop().await;
+        })
+    }
+
     fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
         Box::pin(async move {
-            stop.cancelled().await;
-            let Self { kubelet, containerd } = *self;
+            let mut said = None::<Result<(), String>>;
+            loop {
+                let verdict = health::judge(&self.seen().await);
+                self.check.health.set(verdict.is_ok());
+                if said.as_ref() != Some(&verdict) {
+                    match &verdict {
+                        Ok(()) => info!("containerd and the kubelet are healthy"),
+                        Err(why) => {
+                            tracing::warn!(reason = %why, "containerd and the kubelet are not healthy")
+                        }
+                    }
+                    said = Some(verdict);
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(HEALTH_EVERY) => {}
+                }
+            }
+            self.check.health.set(false);
+            let Self { kubelet, containerd, check: _ } = *self;
             kubelet.stop().await;
             containerd.stop().await;
             Exit::Stopped

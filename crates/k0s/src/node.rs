@@ -54,6 +54,7 @@ impl ResolvedNode {
             download: download.config(VERSION),
             timeout: trial_timeout,
             post_update_watch,
+            own_api_server: false,
         }
     }
 
@@ -178,6 +179,9 @@ pub(crate) struct Trial {
     pub(crate) timeout: std::time::Duration,
     /// `--post-update-watch`: how long the new binary is watched after it passed.
     pub(crate) post_update_watch: std::time::Duration,
+    /// The process runs the API server its client talks to (`k0s controller
+    /// --run-components`; see `autopilot_signal::trial::TrialConfig::own_api_server`).
+    pub(crate) own_api_server: bool,
 }
 
 #[cfg(test)]
@@ -227,8 +231,14 @@ mod tests {
         };
         assert!(at("k0s_autopilot_before_total") < at("k0s_autopilot_agent_download_bytes_total"));
         assert!(at("k0s_autopilot_agent_verify_failures_total") < at("k0s_autopilot_after_total"));
-        let Trial { config, data_dir, download: trial_download, timeout, post_update_watch } =
-            &trial;
+        let Trial {
+            config,
+            data_dir,
+            download: trial_download,
+            timeout,
+            post_update_watch,
+            own_api_server: _,
+        } = &trial;
         assert_eq!(config.cluster_url.to_string(), "https://127.0.0.1:6443/");
         assert_eq!(data_dir, &PathBuf::from("/var/lib/k0s"));
         assert_eq!(trial_download, &download.config(VERSION));

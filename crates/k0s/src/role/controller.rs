@@ -42,7 +42,8 @@ pub fn run(
         // First: the one SIGTERM/SIGINT listener, shared by everything that must stop.
         let terminated = super::on_termination();
         let mut node = node.resolve().await?;
-        let trial = node.trial(&agent.download, agent.trial_timeout, agent.post_update_watch);
+        let mut trial = node.trial(&agent.download, agent.trial_timeout, agent.post_update_watch);
+        trial.own_api_server = kubernetes.run_components;
         let supervisor = components(&mut node, args, updater, &agent, &kubernetes, post_update)?;
         let (env, metrics_endpoint) = node.into_env(binary.clone());
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
@@ -87,12 +88,15 @@ pub(crate) fn components(
         board: board.clone(),
         leadership: Some(leadership.clone()),
     });
-    if kubernetes.run_components {
+    let own_api_server = kubernetes.run_components;
+    let components_health = own_api_server.then(autopilot_shell::health::Health::default);
+    if let Some(health) = &components_health {
         supervisor = supervisor.with(ControllerComponents {
             args: kubernetes.clone(),
             api_address,
             backoff: k0s_components::restart::Backoff::default(),
             startup_timeout,
+            health: health.clone(),
         });
     }
     if worker && agent.registration.register_node {
@@ -124,5 +128,7 @@ pub(crate) fn components(
             allow_unverified_payloads,
             signing: agent.signing.clone(),
             post_update,
+            components: components_health,
+            own_api_server,
         }))
 }

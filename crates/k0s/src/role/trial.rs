@@ -18,7 +18,7 @@ impl crate::node::Trial {
         binary: &std::path::Path,
         mode: autopilot_signal::RestartMode,
     ) -> anyhow::Result<()> {
-        let Self { config, data_dir, download, timeout, post_update_watch } = self;
+        let Self { config, data_dir, download, timeout, post_update_watch, own_api_server } = self;
         let runtime = crate::runtime()?;
         let outcome = runtime.block_on(async {
             // SIGTERM ends the trial at once (the child goes with it): a stop must not wait
@@ -33,6 +33,7 @@ impl crate::node::Trial {
                 deadline: timeout,
                 version: VERSION.to_string(),
                 post_update_watch,
+                own_api_server,
             };
             tokio::select! {
                 outcome = autopilot_signal::trial::run(&host, &trial, &client) => outcome.map(Some),
@@ -108,7 +109,11 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
         let started = supervisor.start(&env, Purpose::Trial, &never).await?;
         autopilot_signal::trial::prove(&env.data_dir, token)?;
         tracing::info!(node.name = %env.node_name, version = VERSION, "trial boot healthy");
-        drop(started);
+        // The Kubernetes components it started (`--run-components`) stop in order; the
+        // process that runs the trial swaps this binary in and restarts into it.
+        if let Some(started) = started {
+            started.stop_unrun().await;
+        }
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(STOP_GRACE);

@@ -80,14 +80,16 @@ pub(crate) fn components(
         board: board.clone(),
         leadership: None,
     });
-    let supervisor = if kubernetes.run_components {
-        supervisor.with(WorkerComponents {
+    let components_health =
+        kubernetes.run_components.then(autopilot_shell::health::Health::default);
+    let supervisor = match &components_health {
+        Some(health) => supervisor.with(WorkerComponents {
             args: kubernetes.clone(),
             kubeconfig: kubeconfig.to_path_buf(),
             backoff: k0s_components::restart::Backoff::default(),
-        })
-    } else {
-        supervisor
+            health: health.clone(),
+        }),
+        None => supervisor,
     };
     let supervisor = if args.registration.register_node {
         supervisor.with(NodeRegistration {
@@ -107,5 +109,7 @@ pub(crate) fn components(
         allow_unverified_payloads: args.allow_unverified_payloads,
         signing: args.signing.clone(),
         post_update,
+        components: components_health,
+        own_api_server: false,
     })
 }
