@@ -179,6 +179,9 @@ pub struct RealNodes {
     binaries: NodeBinaries,
     netns: Option<NetNs>,
     forwarder: Option<Forwarder>,
+    /// Forwarders of the machine's loopback services the nodes reach
+    /// ([`RealNodes::forward_into_namespace`]).
+    extra_forwarders: std::sync::Mutex<Vec<Forwarder>>,
     nodes: Vec<RealNode>,
     controller_manager: ProcessSlot,
     scheduler: ProcessSlot,
@@ -308,6 +311,7 @@ impl RealNodes {
             binaries,
             netns: None,
             forwarder: None,
+            extra_forwarders: std::sync::Mutex::new(Vec::new()),
             nodes: Vec::new(),
             controller_manager: ProcessSlot::new(GroupRegistry::default()),
             scheduler: ProcessSlot::new(GroupRegistry::default()),
@@ -536,6 +540,18 @@ impl RealNodes {
 
     // --- nodes run by k0s ---
 
+    /// Makes `address`, a service on the machine's loopback (a download server), reachable
+    /// from inside the nodes' namespace on the same address and port, as the API servers
+    /// are: for a `k0s` that runs there ([`RealNodes::k0s_worker`]) and downloads from it.
+    pub fn forward_into_namespace(&self, address: SocketAddr) -> anyhow::Result<()> {
+        let forwarder = Forwarder::start(&self.netns()?.path(), &[address])?;
+        self.extra_forwarders
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?
+            .push(forwarder);
+        Ok(())
+    }
+
     /// `command` (a `k0s worker` of one of these nodes, from
     /// [`crate::Cluster::k0s_worker_on_kubelet`]) made to run the node's containerd and
     /// kubelet: `--run-components` with the node's address, CNI network, runc, sandbox image
@@ -730,6 +746,9 @@ impl RealNodes {
             note(host::remove_cgroup_root(&node.cgroup_root));
         }
         self.forwarder = None;
+        if let Ok(mut extra) = self.extra_forwarders.lock() {
+            extra.clear();
+        }
         self.controller_manager.kill_and_reap();
         self.scheduler.kill_and_reap();
         note(host::unmount_all_under(&self.dir));

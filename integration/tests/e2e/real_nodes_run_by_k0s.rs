@@ -297,3 +297,119 @@ async fn k0s_controllers_run_the_control_plane_and_restart_a_killed_api_server()
     drop(nodes);
     drop(controllers);
 }
+
+/// A real worker whose containerd and kubelet `k0s` runs, updated by Plans: a v2 whose
+/// carried kubelet cannot start fails its trial boot (the kubelet's own last lines in the
+/// reason) and the node goes back to v1 with its kubelet running again; a v2 with a working
+/// set passes its trial only once its kubelet runs the carried version and the Node is Ready,
+/// and the DaemonSet's containers run on through both.
+#[tokio::test]
+async fn a_k0s_run_worker_takes_a_good_update_and_refuses_a_broken_kubelet() {
+    let Fleet { cluster, client, controllers: _controllers, workers: _workers } =
+        FleetBuilder::new("real-nodes-k0s-update")
+            .workers(&[NODE])
+            .unstarted_workers()
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let nodes = RealNodes::start_for_k0s(&cluster, &[NODE]).await.unwrap();
+    let bare = tokio::task::spawn_blocking(integration::k0s_binary).await.unwrap().unwrap();
+    let v1_binary = components::carrying(&bare, Set::Worker).unwrap();
+    let command =
+        cluster.k0s_worker_on_kubelet(NODE).binary(&v1_binary).args(["--trial-timeout", "30s"]);
+    let worker = nodes.k0s_worker(command).unwrap().spawn().await.unwrap();
+    nodes.wait_k0s_node(&cluster, &worker).await.unwrap();
+    let v1 = binary_version(worker.binary_path());
+    wait_node_version(&client, NODE, &v1).await.unwrap();
+    wait_default_service_account(&client).await.unwrap();
+    workload::daemon_set(&client, "agent").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let before = wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready", || async {
+        let agents = daemon_pods(&pods, "agent").await?;
+        let ready = pods.list(&Default::default()).await?.items.iter().any(workload::pod_ready);
+        Ok(agents.get(NODE).filter(|(_, ids)| ready && !ids.is_empty()).map(|_| agents.clone()))
+    })
+    .await
+    .unwrap();
+
+    // v2 with a kubelet that cannot start: refused at its trial, v1 back, its kubelet too.
+    let broken = broken_kubelet_build();
+    let reason = update_fails(&client, &nodes, &broken).await;
+    assert!(reason.starts_with(&format!("rolled back to {v1}: ")), "{reason}");
+    assert!(reason.contains("kubelet is not running"), "{reason}");
+    assert!(reason.contains("this kubelet cannot start"), "the kubelet's own words: {reason}");
+    assert_eq!(binary_version(worker.binary_path()), v1);
+    wait_for(WORKLOAD_TIMEOUT, "the v1 kubelet back and the Node Ready", || async {
+        let node = Api::<Node>::all(client.clone()).get(NODE).await?;
+        Ok((workload::node_ready(&node) && nodes.kubelet_pid(NODE)?.is_some()).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_same_containers(&nodes, &pods, &before).await;
+
+    // v2 with the working set: its trial sees its kubelet healthy, and it runs.
+    let (v2_bytes, sha) = v2_carrying_build();
+    let server = integration::http::FileServer::start(v2_bytes).await.unwrap();
+    nodes.forward_into_namespace(address_of(&server)).unwrap();
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&[NODE], 1)));
+    create_plan(&client, &plan("autopilot", "good", vec![k0s_command(update)])).await.unwrap();
+    wait_plan_state(&client, "autopilot", autopilot_api::v1beta2::PlanStateType::Completed)
+        .await
+        .unwrap();
+    assert_eq!(binary_version(worker.binary_path()), V2);
+    wait_node_version(&client, NODE, V2).await.unwrap();
+    assert!(worker.log().contains("trial boot healthy"), "the trial passed");
+    assert!(
+        worker.log().contains("containerd and the kubelet are healthy"),
+        "the trial judged the components"
+    );
+    assert_same_containers(&nodes, &pods, &before).await;
+    drop(worker);
+    drop(nodes);
+}
+
+/// The address of a loopback file server (`http://127.0.0.1:<port>`).
+fn address_of(server: &integration::http::FileServer) -> std::net::SocketAddr {
+    let base = server.base_url();
+    base.trim_start_matches("http://").parse().unwrap_or_else(|_| panic!("{base}"))
+}
+
+/// The V2 build carrying the real containerd and shim but a kubelet that cannot start.
+fn broken_kubelet_build() -> Vec<u8> {
+    let bare = integration::k0s_binary_with_version(V2).expect("the v2 build");
+    let dir = tempfile::tempdir().expect("a directory");
+    let kubelet = dir.path().join("kubelet");
+    std::fs::write(&kubelet, "#!/bin/sh\necho 'this kubelet cannot start' >&2\nexit 1\n")
+        .expect("the broken kubelet");
+    let pinned = components::pinned(Set::Worker).expect("the pinned set");
+    let sources: Vec<k0s_components::carried::Source<'_>> = pinned
+        .iter()
+        .map(|p| k0s_components::carried::Source {
+            name: p.name,
+            version: p.version,
+            path: if p.name == "kubelet" { &kubelet } else { &p.path },
+        })
+        .collect();
+    let out = dir.path().join("k0s");
+    k0s_components::carried::pack(&bare, &sources, &out).expect("packing");
+    std::fs::read(&out).expect("the packed build")
+}
+
+/// Runs a Plan to V2 with `payload` on the node and waits for it to fail; the node's reason.
+async fn update_fails(client: &kube::Client, nodes: &RealNodes, payload: &[u8]) -> String {
+    let sha = sha256_hex(payload);
+    let server = integration::http::FileServer::start(payload.to_vec()).await.expect("server");
+    nodes.forward_into_namespace(address_of(&server)).expect("forwarding");
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&[NODE], 1)));
+    create_plan(client, &plan("autopilot", "broken", vec![k0s_command(update)]))
+        .await
+        .expect("plan");
+    let failed =
+        wait_plan_state(client, "autopilot", autopilot_api::v1beta2::PlanStateType::ApplyFailed)
+            .await
+            .expect("the plan fails");
+    let reason = target(&failed, 0, NODE).reason.clone().unwrap_or_default();
+    delete_plan(client).await;
+    reason
+}
