@@ -728,6 +728,19 @@ impl Cluster {
         Ok(self.real_nodes.insert(nodes))
     }
 
+    /// [`RealNodes::start_mixed`] with this cluster, kept with it like
+    /// [`Cluster::start_real_nodes`]: `harness` beside an agent alone, `k0s` run by `k0s
+    /// worker --run-components` ([`RealNodes::k0s_worker`]).
+    pub async fn start_real_nodes_mixed(
+        &mut self,
+        harness: &[&str],
+        k0s: &[&str],
+    ) -> anyhow::Result<&RealNodes> {
+        ensure!(self.real_nodes.is_none(), "cluster {} has real nodes already", self.name);
+        let nodes = RealNodes::start_mixed(self, harness, k0s).await?;
+        Ok(self.real_nodes.insert(nodes))
+    }
+
     /// The real nodes of [`Cluster::start_real_nodes`], if started.
     pub fn real_nodes(&self) -> Option<&RealNodes> {
         self.real_nodes.as_ref()

@@ -110,6 +110,8 @@ impl FileServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let base = format!("{scheme}://{}", listener.local_addr()?);
+        // Nodes in a network namespace reach it there on the same address.
+        crate::net::announce_loopback_service(listener.local_addr()?);
         let ca_pem = tls.as_ref().map(|tls| tls.ca_pem.clone());
         let acceptor = tls.map(|tls| tls.acceptor);
         let shared = Arc::new(Shared {

@@ -41,6 +41,56 @@ pub(crate) fn lost_port_race(log_tail: &str) -> bool {
     log_tail.contains("address already in use")
 }
 
+/// What is done with each service announced on the machine's loopback: one hook per set of
+/// real nodes whose namespace must reach it ([`on_loopback_services`]).
+type Hook = std::sync::Arc<dyn Fn(std::net::SocketAddr) + Send + Sync>;
+
+/// The services on the machine's loopback that nodes living in a network namespace reach
+/// (every [`crate::http::FileServer`], the tests' download servers), and the hooks that make
+/// them reachable there.
+static LOOPBACK: Mutex<Loopback> = Mutex::new((Vec::new(), Vec::new(), 0));
+
+/// The services announced so far, the hooks by id, and the last id given out.
+type Loopback = (Vec<std::net::SocketAddr>, Vec<(u64, Hook)>, u64);
+
+/// Announces a service on the machine's loopback: every hook sees it before this returns.
+pub(crate) fn announce_loopback_service(address: std::net::SocketAddr) {
+    let hooks: Vec<Hook> = {
+        let mut loopback = LOOPBACK.lock().unwrap_or_else(|p| p.into_inner());
+        loopback.0.push(address);
+        loopback.1.iter().map(|(_, hook)| hook.clone()).collect()
+    };
+    for hook in hooks {
+        hook(address);
+    }
+}
+
+/// Calls `hook` for each service announced from now on, and now for each one announced
+/// before that still accepts connections; returns the id [`stop_loopback_hook`] takes.
+pub(crate) fn on_loopback_services(hook: Hook) -> u64 {
+    let (earlier, id) = {
+        let mut loopback = LOOPBACK.lock().unwrap_or_else(|p| p.into_inner());
+        loopback.2 += 1;
+        let id = loopback.2;
+        loopback.1.push((id, hook.clone()));
+        (loopback.0.clone(), id)
+    };
+    for address in earlier {
+        if std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_millis(200))
+            .is_ok()
+        {
+            hook(address);
+        }
+    }
+    id
+}
+
+/// Stops the hook `id` of [`on_loopback_services`].
+pub(crate) fn stop_loopback_hook(id: u64) {
+    let mut loopback = LOOPBACK.lock().unwrap_or_else(|p| p.into_inner());
+    loopback.1.retain(|(hook, _)| *hook != id);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,11 +8,14 @@
 //! v2, and tears everything down.
 //!
 //! Where the machine can run real nodes (root, the Debian packages `.ci/run` installs; see
-//! `integration::real_node::prerequisites`), each worker is one: a containerd and a kubelet
-//! that owns its Node, beside the `k0s worker` agent, with the cluster's controller-manager
-//! and scheduler. The workers then carry a small Deployment (under a budget) and a DaemonSet,
-//! and the progress shows their Pods leaving the node being drained and coming back.
-//! Otherwise it says in one line why, and the workers are `k0s worker` processes alone.
+//! `integration::real_node::prerequisites`), it runs the distribution: v1 and v2 carry the
+//! pinned Kubernetes components, each `k0s controller --run-components` runs its
+//! kube-apiserver (on the demo's etcd), kube-controller-manager and kube-scheduler, and each
+//! worker is a real node whose containerd and kubelet `k0s worker --run-components` runs.
+//! The workers carry a small Deployment (under a budget) and a DaemonSet, and the progress
+//! shows their Pods leaving the node being drained and coming back while the update moves
+//! every component to v2's. Otherwise it says in one line why, and the workers are `k0s
+//! worker` processes alone beside API servers the demo runs.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -139,35 +142,12 @@ async fn demo(
 ) -> anyhow::Result<()> {
     let worker_names: Vec<String> = (0..workers).map(|i| format!("worker-{i}")).collect();
     let worker_refs: Vec<&str> = worker_names.iter().map(String::as_str).collect();
-    println!("==> starting etcd and {controllers} kube-apiservers");
-    let cluster = ClusterBuilder::new("demo")
-        .k0s_binary(&k0s)
-        .controllers(controllers)
-        .workers(&worker_refs)
-        .build()
-        .await?;
-    for i in 0..controllers {
-        println!("    kube-apiserver {i} at https://{}", cluster.api_address(i));
-    }
-    let mut processes = Vec::new();
-    println!(
-        "    manifests/rbac/ applied; controllers run in group {}, not as cluster admin",
-        integration::rbac::CONTROLLER_GROUP
-    );
-    let real_nodes = start_real_nodes(&cluster, &worker_refs, process_only).await?;
-    for i in 0..controllers {
-        println!("==> starting k0s controller controller-{i}");
-        processes.push(cluster.spawn_controller(i, &[]).await?);
-    }
-    for name in &worker_names {
-        println!("==> starting k0s worker {name}");
-        let worker = if real_nodes.is_some() {
-            cluster.k0s_worker_on_kubelet(name).spawn().await?
-        } else {
-            cluster.spawn_worker(name, &[]).await?
-        };
-        processes.push(worker);
-    }
+    let real = real_nodes_here(workers, process_only);
+    let Started { cluster, processes, real_nodes, v2 } = if real {
+        start_distribution(&k0s, &v2, controllers, &worker_refs).await?
+    } else {
+        start_process_only(&k0s, v2, controllers, &worker_refs).await?
+    };
 
     let client = cluster.admin_client().await?;
     let holder = await_leader(&client).await?;
@@ -183,7 +163,7 @@ async fn demo(
     println!("autopilot leader (Lease {}/{}): {holder}", keys::NAMESPACE, keys::LEASE_NAME);
     print_control_nodes(&registered);
     print_nodes(&ready_nodes);
-    if real_nodes.is_some() {
+    if real {
         workloads::create(&client, workers).await?;
         println!();
         println!(
@@ -193,8 +173,8 @@ async fn demo(
         );
         print!("{}", workloads::render(&workloads::summary(&client).await?));
     }
-    update(&cluster, &processes, &v2, to_version, controllers, &worker_names, real_nodes.is_some())
-        .await?;
+    let target = Target { v2: &v2, to_version, controllers, workers: &worker_names };
+    update(&cluster, &processes, &target, real_nodes.as_ref()).await?;
 
     println!();
     println!("==> tearing down");
@@ -205,33 +185,112 @@ async fn demo(
     Ok(())
 }
 
-/// Starts the real worker nodes (containerd and a kubelet each) when they can run here and
-/// there are workers; `None` (saying why) otherwise.
-async fn start_real_nodes(
-    cluster: &integration::Cluster,
-    worker_refs: &[&str],
-    process_only: bool,
-) -> anyhow::Result<Option<integration::real_node::RealNodes>> {
-    let workers = worker_refs.len();
+/// What the demo started.
+struct Started {
+    cluster: integration::Cluster,
+    /// The controllers, then the workers.
+    processes: Vec<integration::K0sProcess>,
+    real_nodes: Option<integration::real_node::RealNodes>,
+    /// The binary the Plan updates to.
+    v2: std::path::PathBuf,
+}
+
+/// Whether the workers will be real nodes; says why not when they will not.
+fn real_nodes_here(workers: usize, process_only: bool) -> bool {
     let can_run = if process_only {
         Err("--process-only".to_owned())
     } else {
         integration::real_node::prerequisites()
     };
-    Ok(match can_run {
-        Ok(()) if workers > 0 => {
-            println!(
-                "==> starting kube-controller-manager, kube-scheduler and {workers} real worker \
-                 nodes (containerd + kubelet each, in a network namespace of their own)"
-            );
-            Some(integration::real_node::RealNodes::start(cluster, worker_refs).await?)
-        }
-        Ok(()) => None,
+    match can_run {
+        Ok(()) => workers > 0,
         Err(why) => {
             println!("==> workers are k0s processes alone (no kubelet, no Pods): {why}");
-            None
+            false
         }
-    })
+    }
+}
+
+/// The distribution: `k0s` carrying the pinned components runs each controller's
+/// kube-apiserver (on the demo's etcd), kube-controller-manager and kube-scheduler, and each
+/// worker's containerd and kubelet (real nodes, in a network namespace of their own); the
+/// update to v2 moves all of them.
+async fn start_distribution(
+    k0s: &std::path::Path,
+    v2: &std::path::Path,
+    controllers: usize,
+    worker_refs: &[&str],
+) -> anyhow::Result<Started> {
+    use integration::components::{Set, carrying, pinned};
+    let (v1_carrying, v2_carrying) = (carrying(k0s, Set::All)?, carrying(v2, Set::All)?);
+    let names: Vec<String> =
+        pinned(Set::All)?.iter().map(|c| format!("{} {}", c.name, c.version)).collect();
+    println!("==> k0s v1 and v2 carry {}", names.join(", "));
+    println!("==> starting etcd; k0s runs the {controllers} controllers' control planes");
+    let cluster = ClusterBuilder::new("demo")
+        .k0s_binary(&v1_carrying)
+        .controllers(controllers)
+        .workers(worker_refs)
+        .control_plane_run_by_k0s()
+        .build()
+        .await?;
+    let mut processes = cluster.start_k0s_control_plane(&[]).await?;
+    for i in 0..controllers {
+        println!(
+            "    controller-{i}: k0s runs kube-apiserver at https://{}, kube-controller-manager, \
+             kube-scheduler",
+            cluster.api_address(i)
+        );
+    }
+    println!(
+        "    manifests/rbac/ applied; controllers run in group {}, not as cluster admin",
+        integration::rbac::CONTROLLER_GROUP
+    );
+    let workers = worker_refs.len();
+    println!(
+        "==> starting {workers} real workers: k0s runs containerd and the kubelet of each, in a \
+         network namespace of their own"
+    );
+    let nodes = integration::real_node::RealNodes::start_for_k0s(&cluster, worker_refs).await?;
+    for name in worker_refs {
+        let worker = nodes.k0s_worker(cluster.k0s_worker_on_kubelet(name))?.spawn().await?;
+        nodes.wait_k0s_node(&cluster, &worker).await?;
+        processes.push(worker);
+    }
+    Ok(Started { cluster, processes, real_nodes: Some(nodes), v2: v2_carrying })
+}
+
+/// Workers as `k0s worker` processes alone, beside a control plane the demo runs.
+async fn start_process_only(
+    k0s: &std::path::Path,
+    v2: std::path::PathBuf,
+    controllers: usize,
+    worker_refs: &[&str],
+) -> anyhow::Result<Started> {
+    println!("==> starting etcd and {controllers} kube-apiservers");
+    let cluster = ClusterBuilder::new("demo")
+        .k0s_binary(k0s)
+        .controllers(controllers)
+        .workers(worker_refs)
+        .build()
+        .await?;
+    for i in 0..controllers {
+        println!("    kube-apiserver {i} at https://{}", cluster.api_address(i));
+    }
+    println!(
+        "    manifests/rbac/ applied; controllers run in group {}, not as cluster admin",
+        integration::rbac::CONTROLLER_GROUP
+    );
+    let mut processes = Vec::new();
+    for i in 0..controllers {
+        println!("==> starting k0s controller controller-{i}");
+        processes.push(cluster.spawn_controller(i, &[]).await?);
+    }
+    for name in worker_refs {
+        println!("==> starting k0s worker {name}");
+        processes.push(cluster.spawn_worker(name, &[]).await?);
+    }
+    Ok(Started { cluster, processes, real_nodes: None, v2 })
 }
 
 /// Waits for an autopilot leader; returns the Lease's holder.
@@ -311,22 +370,33 @@ fn print_nodes(ready_nodes: &[Node]) {
     }
 }
 
+/// Where the demo updates to.
+struct Target<'a> {
+    v2: &'a std::path::Path,
+    to_version: &'a str,
+    controllers: usize,
+    workers: &'a [String],
+}
+
 /// Serve v2, apply the Plan, show progress live, verify every node runs v2.
 async fn update(
     cluster: &integration::Cluster,
     processes: &[integration::K0sProcess],
-    v2: &std::path::Path,
-    to_version: &str,
-    controllers: usize,
-    workers: &[String],
-    real: bool,
+    target: &Target<'_>,
+    real_nodes: Option<&integration::real_node::RealNodes>,
 ) -> anyhow::Result<()> {
     use autopilot_api::v1beta2::{Plan, PlanStateType};
     use sha2::Digest as _;
 
+    let Target { v2, to_version, controllers, workers } = *target;
+    let real = real_nodes.is_some();
     let bytes = std::fs::read(v2).with_context(|| format!("reading {}", v2.display()))?;
     let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
     let server = integration::http::FileServer::start(bytes).await?;
+    if let Some(nodes) = real_nodes {
+        let base = server.base_url().trim_start_matches("http://");
+        nodes.forward_into_namespace(base.parse().context("the file server's address")?)?;
+    }
     let url = format!("{}/k0s-{to_version}", server.base_url());
     println!();
     println!("==> serving {to_version} at {url} (sha256 {sha256})");
@@ -419,12 +489,17 @@ async fn follow(
             Err(_) => {}
         }
         let Some(status) = status.clone() else { continue };
-        let snapshot = autopilot_cli::status::read(client, keys::PLAN_NAME).await?;
+        // With real nodes k0s restarts each controller's API server during its update: a
+        // look that finds this one restarting is skipped, the next tick looks again.
+        let Ok(snapshot) = autopilot_cli::status::read(client, keys::PLAN_NAME).await else {
+            continue;
+        };
         let view = autopilot_cli::status::view(&snapshot, jiff::Timestamp::now());
         let nodes: Vec<_> =
             view.nodes.iter().map(|n| (n.name.clone(), n.state.clone(), n.phase.clone())).collect();
         let pods = if real {
-            workloads::render(&workloads::summary(client).await?)
+            let Ok(summary) = workloads::summary(client).await else { continue };
+            workloads::render(&summary)
         } else {
             String::new()
         };

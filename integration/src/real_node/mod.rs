@@ -179,9 +179,11 @@ pub struct RealNodes {
     binaries: NodeBinaries,
     netns: Option<NetNs>,
     forwarder: Option<Forwarder>,
-    /// Forwarders of the machine's loopback services the nodes reach
-    /// ([`RealNodes::forward_into_namespace`]).
-    extra_forwarders: std::sync::Mutex<Vec<Forwarder>>,
+    /// Forwarders of the machine's loopback services the nodes reach, by address
+    /// ([`RealNodes::forward_into_namespace`], and every file server with nodes run by k0s).
+    extra_forwarders: Arc<std::sync::Mutex<Vec<(SocketAddr, Forwarder)>>>,
+    /// The hook that forwards each new file server into the namespace, while it runs.
+    forwarding_hook: Option<u64>,
     nodes: Vec<RealNode>,
     controller_manager: ProcessSlot,
     scheduler: ProcessSlot,
@@ -269,7 +271,23 @@ impl RealNodes {
     /// and the error carries the relevant log tail. [`Cluster::start_real_nodes`] does the
     /// same and keeps them with the cluster.
     pub async fn start(cluster: &impl ControlPlane, names: &[&str]) -> anyhow::Result<Self> {
-        Self::start_with(cluster, names, Runner::Harness).await
+        Self::start_with(cluster, &names.iter().map(|n| (*n, Runner::Harness)).collect::<Vec<_>>())
+            .await
+    }
+
+    /// [`RealNodes::start`] for `harness` and [`RealNodes::start_for_k0s`] for `k0s`, in one
+    /// set (one namespace): some nodes beside an agent alone, some run by `k0s`.
+    pub async fn start_mixed(
+        cluster: &impl ControlPlane,
+        harness: &[&str],
+        k0s: &[&str],
+    ) -> anyhow::Result<Self> {
+        let nodes: Vec<(&str, Runner)> = harness
+            .iter()
+            .map(|n| (*n, Runner::Harness))
+            .chain(k0s.iter().map(|n| (*n, Runner::K0s)))
+            .collect();
+        Self::start_with(cluster, &nodes).await
     }
 
     /// Like [`RealNodes::start`], but the nodes' containerd and kubelet are left to `k0s
@@ -282,14 +300,16 @@ impl RealNodes {
         cluster: &impl ControlPlane,
         names: &[&str],
     ) -> anyhow::Result<Self> {
-        Self::start_with(cluster, names, Runner::K0s).await
+        Self::start_with(cluster, &names.iter().map(|n| (*n, Runner::K0s)).collect::<Vec<_>>())
+            .await
     }
 
     async fn start_with(
         cluster: &impl ControlPlane,
-        names: &[&str],
-        runner: Runner,
+        nodes: &[(&str, Runner)],
     ) -> anyhow::Result<Self> {
+        let names: Vec<&str> = nodes.iter().map(|(name, _)| *name).collect();
+        let names = names.as_slice();
         prerequisites().map_err(|missing| anyhow::anyhow!("real nodes cannot run: {missing}"))?;
         ensure!(names.len() <= 200, "at most 200 real nodes per set");
         for name in names {
@@ -305,13 +325,14 @@ impl RealNodes {
         let id = format!("k0s-it-{}-{set}", std::process::id());
         let dir = cluster.dir().join("real");
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut nodes = Self {
+        let mut set = Self {
             id,
             dir,
             binaries,
             netns: None,
             forwarder: None,
-            extra_forwarders: std::sync::Mutex::new(Vec::new()),
+            extra_forwarders: Arc::default(),
+            forwarding_hook: None,
             nodes: Vec::new(),
             controller_manager: ProcessSlot::new(GroupRegistry::default()),
             scheduler: ProcessSlot::new(GroupRegistry::default()),
@@ -319,18 +340,17 @@ impl RealNodes {
             torn_down: false,
             _turn: turn,
         };
-        nodes.start_all(cluster, names, runner).await?;
-        Ok(nodes)
+        set.start_all(cluster, nodes).await?;
+        Ok(set)
     }
 
     async fn start_all(
         &mut self,
         cluster: &impl ControlPlane,
-        names: &[&str],
-        runner: Runner,
+        nodes: &[(&str, Runner)],
     ) -> anyhow::Result<()> {
         let [busybox, pause] = image::write_images(&self.dir)?;
-        for (index, name) in names.iter().enumerate() {
+        for (index, (name, runner)) in nodes.iter().enumerate() {
             let index = u8::try_from(index)?;
             let node_dir = self.dir.join(name);
             fs::create_dir_all(&node_dir)?;
@@ -341,7 +361,7 @@ impl RealNodes {
                 cgroup_root: format!("{}-{name}", self.id),
                 containerd: ProcessSlot::new(GroupRegistry::default()),
                 kubelet: ProcessSlot::new(GroupRegistry::default()),
-                k0s_data_dir: (runner == Runner::K0s).then(|| cluster.node_data_dir(name)),
+                k0s_data_dir: (*runner == Runner::K0s).then(|| cluster.node_data_dir(name)),
             });
         }
         let ips: Vec<Ipv4Addr> = self.nodes.iter().map(|n| n.ip).collect();
@@ -370,7 +390,7 @@ impl RealNodes {
                 runc: Path::new(RUNC),
                 cni_bin_dir: Path::new(CNI_BIN_DIR),
             };
-            if runner == Runner::K0s {
+            if node.k0s_data_dir.is_some() {
                 fs::create_dir_all(params.layout.cni_conf_dir())?;
                 fs::write(
                     params.layout.cni_conf_dir().join("10-k0s-it.conflist"),
@@ -381,10 +401,10 @@ impl RealNodes {
             write_node_files(&params)?;
             self.start_containerd(node)?;
         }
-        if runner == Runner::K0s {
-            return Ok(());
+        if self.nodes.iter().any(|n| n.k0s_data_dir.is_some()) {
+            self.forward_file_servers()?;
         }
-        for node in &self.nodes {
+        for node in self.nodes.iter().filter(|n| n.k0s_data_dir.is_none()) {
             self.wait_containerd(node).await?;
             for archive in [&busybox, &pause] {
                 self.ctr(node, &["images", "import", &archive.to_string_lossy()]).with_context(
@@ -392,7 +412,7 @@ impl RealNodes {
                 )?;
             }
         }
-        for node in &self.nodes {
+        for node in self.nodes.iter().filter(|n| n.k0s_data_dir.is_none()) {
             self.start_kubelet(cluster, node)?;
         }
         self.wait_ready(cluster).await
@@ -501,7 +521,7 @@ impl RealNodes {
     async fn wait_ready(&self, cluster: &impl ControlPlane) -> anyhow::Result<()> {
         let client = cluster.admin_client().await?;
         let api: Api<Node> = Api::all(client);
-        for node in &self.nodes {
+        for node in self.nodes.iter().filter(|n| n.k0s_data_dir.is_none()) {
             let what = format!("Node {} Ready (its kubelet)", node.name);
             let result = wait_for(STARTUP_TIMEOUT, &what, || async {
                 for (slot, what) in [
@@ -540,15 +560,39 @@ impl RealNodes {
 
     // --- nodes run by k0s ---
 
+    /// Makes every test file server reachable inside the namespace, on its own address, for the
+    /// `k0s` processes that run there: the ones that serve now, and each one started later
+    /// (before its `start` returns), until the nodes are torn down.
+    fn forward_file_servers(&mut self) -> anyhow::Result<()> {
+        let netns = self.netns()?.path();
+        let forwarders = self.extra_forwarders.clone();
+        let hook = std::sync::Arc::new(move |address: SocketAddr| {
+            let Ok(mut all) = forwarders.lock() else { return };
+            if all.iter().any(|(forwarded, _)| *forwarded == address) {
+                return;
+            }
+            match Forwarder::start(&netns, &[address]) {
+                Ok(forwarder) => all.push((address, forwarder)),
+                Err(err) => eprintln!("integration: forwarding {address}: {err:#}"),
+            }
+        });
+        self.forwarding_hook = Some(crate::net::on_loopback_services(hook));
+        Ok(())
+    }
+
     /// Makes `address`, a service on the machine's loopback (a download server), reachable
     /// from inside the nodes' namespace on the same address and port, as the API servers
     /// are: for a `k0s` that runs there ([`RealNodes::k0s_worker`]) and downloads from it.
+    /// (Every [`crate::http::FileServer`] already is where `k0s` runs the nodes; forwarding
+    /// an address twice does nothing.)
     pub fn forward_into_namespace(&self, address: SocketAddr) -> anyhow::Result<()> {
-        let forwarder = Forwarder::start(&self.netns()?.path(), &[address])?;
-        self.extra_forwarders
+        let mut all = self
+            .extra_forwarders
             .lock()
-            .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?
-            .push(forwarder);
+            .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?;
+        if !all.iter().any(|(forwarded, _)| *forwarded == address) {
+            all.push((address, Forwarder::start(&self.netns()?.path(), &[address])?));
+        }
         Ok(())
     }
 
@@ -746,6 +790,9 @@ impl RealNodes {
             note(host::remove_cgroup_root(&node.cgroup_root));
         }
         self.forwarder = None;
+        if let Some(hook) = self.forwarding_hook.take() {
+            crate::net::stop_loopback_hook(hook);
+        }
         if let Ok(mut extra) = self.extra_forwarders.lock() {
             extra.clear();
         }

@@ -40,7 +40,8 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
         FleetBuilder::new("metrics")
             .controllers(2)
             .workers(&[WORKER])
-            .real_workers()
+            // Beside the agent: the test scrapes the worker's metrics on the machine's loopback.
+            .real_workers_beside_agents()
             .agents(Agents::Real)
             .controller_args(&[NO_AGENT, "--log-format", "json"])
             .controller_metrics()

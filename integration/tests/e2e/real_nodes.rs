@@ -34,10 +34,12 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 pub(crate) use integration::real_node::workload::{self, SERVE, container, pod_ready};
 
-/// A fleet of one controller and the real workers `names`, every node's agent on: what the
-/// update scenarios below start with (to configure further, then start).
+/// A fleet of one controller and the real workers `names`, every node's agent on beside a
+/// kubelet the harness runs (the autopilot alone: these scenarios show what an update does
+/// and does not restart on such a node): what the update scenarios below start with (to
+/// configure further, then start).
 fn real_fleet(name: &str, names: &[&str]) -> FleetBuilder {
-    FleetBuilder::new(name).workers(names).real_workers().agents(Agents::Real)
+    FleetBuilder::new(name).workers(names).real_workers_beside_agents().agents(Agents::Real)
 }
 
 #[tokio::test]

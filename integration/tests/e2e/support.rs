@@ -483,6 +483,9 @@ struct Role {
     metrics: bool,
     /// Each is a real node ([`Cluster::start_real_nodes`]).
     real: bool,
+    /// With `real`: `k0s worker --run-components` runs each one's containerd and kubelet
+    /// ([`integration::real_node::RealNodes::k0s_worker`]), not the harness.
+    run_by_k0s: bool,
     /// The test starts them, not [`FleetBuilder::start`].
     unstarted: bool,
 }
@@ -571,12 +574,25 @@ impl FleetBuilder {
         self
     }
 
-    /// Every worker is a real node: `start` starts a containerd and a kubelet for each (and
-    /// the cluster's controller-manager and scheduler, [`Cluster::start_real_nodes`]) before
-    /// any k0s process, and runs each `k0s worker` beside its kubelet
-    /// ([`Cluster::k0s_worker_on_kubelet`]: the kubelet registers the Node).
+    /// Every worker is a real node whose containerd and kubelet `k0s worker --run-components`
+    /// runs (DESIGN §16): `start` prepares the nodes (and starts the cluster's
+    /// controller-manager and scheduler, [`Cluster::start_real_nodes_mixed`]), then starts each
+    /// worker with the pinned worker components packed onto its binary
+    /// ([`integration::components`]), inside the nodes' network namespace, and waits for its
+    /// Node Ready (the kubelet registers it). The test file servers are reachable there.
     pub fn real_workers(mut self) -> Self {
         self.worker.real = true;
+        self.worker.run_by_k0s = true;
+        self
+    }
+
+    /// Every worker is a real node whose containerd and kubelet the harness runs, with `k0s
+    /// worker` beside them running the autopilot alone (an installation without
+    /// `--run-components`, where something else runs the kubelet;
+    /// [`Cluster::k0s_worker_on_kubelet`]: the kubelet registers the Node).
+    pub fn real_workers_beside_agents(mut self) -> Self {
+        self.worker.real = true;
+        self.worker.run_by_k0s = false;
         self
     }
 
@@ -635,16 +651,24 @@ impl FleetBuilder {
         }
         let mut cluster = builder.build().await?;
         let client = cluster.admin_client().await?;
-        let mut real: Vec<&str> = Vec::new();
+        let mut harness: Vec<&str> = Vec::new();
+        let mut by_k0s: Vec<&str> = Vec::new();
         if controller.real {
-            real.extend(controller_names.iter().map(String::as_str));
+            harness.extend(controller_names.iter().map(String::as_str));
         }
         if worker.real {
-            real.extend(&names);
+            if worker.run_by_k0s { &mut by_k0s } else { &mut harness }.extend(&names);
         }
-        if !real.is_empty() {
-            cluster.start_real_nodes(&real).await?;
+        if !harness.is_empty() || !by_k0s.is_empty() {
+            cluster.start_real_nodes_mixed(&harness, &by_k0s).await?;
         }
+        // What a worker that runs its components starts from: the build carrying them.
+        let carrying = if by_k0s.is_empty() {
+            None
+        } else {
+            let bare = tokio::task::spawn_blocking(integration::k0s_binary).await??;
+            Some(integration::components::carrying(&bare, integration::components::Set::Worker)?)
+        };
         let own = |name: &str| node_args.get(name).map(Vec::as_slice).unwrap_or_default();
         let mut controllers = Vec::new();
         if !controller.unstarted {
@@ -659,12 +683,18 @@ impl FleetBuilder {
         let mut workers = Vec::new();
         if !worker.unstarted {
             for name in &names {
-                let command = if worker.real {
-                    cluster.k0s_worker_on_kubelet(name)
-                } else {
-                    cluster.k0s_worker(name)
+                let command = match (&carrying, cluster.real_nodes()) {
+                    (Some(carrying), Some(nodes)) if worker.real => {
+                        nodes.k0s_worker(cluster.k0s_worker_on_kubelet(name).binary(carrying))?
+                    }
+                    _ if worker.real => cluster.k0s_worker_on_kubelet(name),
+                    _ => cluster.k0s_worker(name),
                 };
-                workers.push(worker.command(command, own(name), &[], agents)?.spawn().await?);
+                let spawned = worker.command(command, own(name), &[], agents)?.spawn().await?;
+                if let (Some(_), Some(nodes)) = (&carrying, cluster.real_nodes()) {
+                    nodes.wait_k0s_node(&cluster, &spawned).await?;
+                }
+                workers.push(spawned);
             }
             wait_nodes_ready(&client, &names).await?;
         }
@@ -683,7 +713,7 @@ impl Role {
         extra: &[&str],
         agents: Agents,
     ) -> anyhow::Result<K0sCommand> {
-        let Self { args, env, metrics, real: _, unstarted: _ } = self;
+        let Self { args, env, metrics, real: _, run_by_k0s: _, unstarted: _ } = self;
         let mut command = base.args(args).args(own).args(extra);
         if agents == Agents::None {
             command = command.arg(NO_AGENT);
