@@ -685,14 +685,26 @@ impl Cluster {
         &self,
         extra_args: &[&str],
     ) -> anyhow::Result<Vec<K0sProcess>> {
+        let commands = (0..self.apiservers.len())
+            .map(|i| Ok(self.k0s_controller_running_components(i)?.args(extra_args)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.start_k0s_control_plane_with(commands).await
+    }
+
+    /// [`Cluster::start_k0s_control_plane`] with the controllers' commands as given (one per
+    /// controller, in order, each from [`Cluster::k0s_controller_running_components`]).
+    pub async fn start_k0s_control_plane_with(
+        &self,
+        commands: Vec<K0sCommand>,
+    ) -> anyhow::Result<Vec<K0sProcess>> {
         let without_rbac = self
             .k0s_control_plane
             .clone()
             .with_context(|| format!("cluster {} runs its own API servers", self.name))?;
+        ensure!(commands.len() == self.apiservers.len(), "one command per controller");
         let mut controllers = Vec::new();
-        for i in 0..self.apiservers.len() {
-            controllers
-                .push(self.k0s_controller_running_components(i)?.args(extra_args).spawn().await?);
+        for command in commands {
+            controllers.push(command.spawn().await?);
         }
         let ready = futures::future::try_join_all(
             self.apiservers.iter().map(|apiserver| self.await_ready(apiserver, apiserver.port)),

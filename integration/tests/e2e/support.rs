@@ -642,6 +642,11 @@ impl FleetBuilder {
             node_args.keys().find(|n| !controller_names.contains(n) && !names.contains(n));
         anyhow::ensure!(unknown.is_none(), "node_args for {unknown:?}, not a node of the fleet");
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        // Workers that run their components get controllers that run theirs too: `k0s
+        // controller --run-components` runs each API server, controller-manager and scheduler
+        // (a controller that is a real worker, or that the test starts, keeps the harness's).
+        let k0s_control_plane =
+            worker.real && worker.run_by_k0s && !controller.real && !controller.unstarted;
         let mut builder = ClusterBuilder::new(name).controllers(count).workers(&names);
         if controller.real {
             builder = builder.controller_node_identities();
@@ -649,8 +654,31 @@ impl FleetBuilder {
         if without_worker_rbac {
             builder = builder.without_rbac("worker.yaml");
         }
+        // What nodes that run their components start from: the build carrying them.
+        let carrying = if worker.real && worker.run_by_k0s {
+            let bare = tokio::task::spawn_blocking(integration::k0s_binary).await??;
+            Some(integration::components::carrying(&bare, integration::components::Set::All)?)
+        } else {
+            None
+        };
+        if k0s_control_plane && let Some(carrying) = &carrying {
+            builder = builder.control_plane_run_by_k0s().k0s_binary(carrying);
+        }
         let mut cluster = builder.build().await?;
         let client = cluster.admin_client().await?;
+        let own = |name: &str| node_args.get(name).map(Vec::as_slice).unwrap_or_default();
+        let mut controllers = Vec::new();
+        if k0s_control_plane {
+            let commands = controller_names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let base = cluster.k0s_controller_running_components(i)?;
+                    controller.command(base, own(name), &[], agents)
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            controllers = cluster.start_k0s_control_plane_with(commands).await?;
+        }
         let mut harness: Vec<&str> = Vec::new();
         let mut by_k0s: Vec<&str> = Vec::new();
         if controller.real {
@@ -662,16 +690,9 @@ impl FleetBuilder {
         if !harness.is_empty() || !by_k0s.is_empty() {
             cluster.start_real_nodes_mixed(&harness, &by_k0s).await?;
         }
-        // What a worker that runs its components starts from: the build carrying them.
-        let carrying = if by_k0s.is_empty() {
-            None
-        } else {
-            let bare = tokio::task::spawn_blocking(integration::k0s_binary).await??;
-            Some(integration::components::carrying(&bare, integration::components::Set::Worker)?)
-        };
-        let own = |name: &str| node_args.get(name).map(Vec::as_slice).unwrap_or_default();
-        let mut controllers = Vec::new();
-        if !controller.unstarted {
+        if k0s_control_plane {
+            wait_controllers_ready(&client, count).await?;
+        } else if !controller.unstarted {
             let extra: &[&str] = if controller.real { &REAL_CONTROLLER_FLAGS } else { &[] };
             for (i, name) in controller_names.iter().enumerate() {
                 let command =
