@@ -679,14 +679,7 @@ impl FleetBuilder {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             controllers = cluster.start_k0s_control_plane_with(commands).await?;
         }
-        let mut harness: Vec<&str> = Vec::new();
-        let mut by_k0s: Vec<&str> = Vec::new();
-        if controller.real {
-            harness.extend(controller_names.iter().map(String::as_str));
-        }
-        if worker.real {
-            if worker.run_by_k0s { &mut by_k0s } else { &mut harness }.extend(&names);
-        }
+        let (harness, by_k0s) = real_nodes_of(&controller, &worker, &controller_names, &names);
         if !harness.is_empty() || !by_k0s.is_empty() {
             cluster.start_real_nodes_mixed(&harness, &by_k0s).await?;
         }
@@ -704,22 +697,59 @@ impl FleetBuilder {
         let mut workers = Vec::new();
         if !worker.unstarted {
             for name in &names {
-                let command = match (&carrying, cluster.real_nodes()) {
-                    (Some(carrying), Some(nodes)) if worker.real => {
-                        nodes.k0s_worker(cluster.k0s_worker_on_kubelet(name).binary(carrying))?
-                    }
-                    _ if worker.real => cluster.k0s_worker_on_kubelet(name),
-                    _ => cluster.k0s_worker(name),
-                };
-                let spawned = worker.command(command, own(name), &[], agents)?.spawn().await?;
-                if let (Some(_), Some(nodes)) = (&carrying, cluster.real_nodes()) {
-                    nodes.wait_k0s_node(&cluster, &spawned).await?;
-                }
+                let spawned = worker
+                    .start_worker(&cluster, name, own(name), agents, carrying.as_deref())
+                    .await?;
                 workers.push(spawned);
             }
             wait_nodes_ready(&client, &names).await?;
         }
         Ok(Fleet { cluster, client, controllers, workers })
+    }
+}
+
+/// A fleet's real nodes: those whose containerd and kubelet the harness runs (beside an
+/// agent alone, or a controller+worker's), and those `k0s` runs.
+fn real_nodes_of<'a>(
+    controller: &Role,
+    worker: &Role,
+    controllers: &'a [String],
+    workers: &[&'a str],
+) -> (Vec<&'a str>, Vec<&'a str>) {
+    let mut harness: Vec<&str> = Vec::new();
+    let mut by_k0s: Vec<&str> = Vec::new();
+    if controller.real {
+        harness.extend(controllers.iter().map(String::as_str));
+    }
+    if worker.real {
+        if worker.run_by_k0s { &mut by_k0s } else { &mut harness }.extend(workers);
+    }
+    (harness, by_k0s)
+}
+
+impl Role {
+    /// Starts worker `name` of this role: a real node run by k0s (from `carrying`), one
+    /// beside a kubelet the harness runs, or a process registering its Node.
+    async fn start_worker(
+        &self,
+        cluster: &Cluster,
+        name: &str,
+        own: &[String],
+        agents: Agents,
+        carrying: Option<&std::path::Path>,
+    ) -> anyhow::Result<K0sProcess> {
+        let command = match (carrying, cluster.real_nodes()) {
+            (Some(carrying), Some(nodes)) if self.real => {
+                nodes.k0s_worker(cluster.k0s_worker_on_kubelet(name).binary(carrying))?
+            }
+            _ if self.real => cluster.k0s_worker_on_kubelet(name),
+            _ => cluster.k0s_worker(name),
+        };
+        let spawned = self.command(command, own, &[], agents)?.spawn().await?;
+        if let (Some(_), Some(nodes)) = (carrying, cluster.real_nodes()) {
+            nodes.wait_k0s_node(cluster, &spawned).await?;
+        }
+        Ok(spawned)
     }
 }
 
