@@ -20,6 +20,7 @@ mod cli;
 mod cli_preview;
 mod cli_status;
 mod cli_steer;
+mod components_staging;
 mod controller_startup;
 mod dist;
 mod docs;
