@@ -301,7 +301,7 @@ pub fn pack(binary: &Path, sources: &[Source<'_>], out: &Path) -> anyhow::Result
             "{} is larger than {MAX_COMPONENT_SIZE} bytes",
             source.path.display()
         );
-        let sha256 = crate::stage::sha256_of(source.path)?;
+        let sha256 = sha256_of(source.path)?;
         let mut counting = CountingWriter { inner: tmp.as_file_mut(), written: 0 };
         zstd::stream::copy_encode(&mut file, &mut counting, LEVEL)
             .with_context(|| format!("compressing {}", source.path.display()))?;
@@ -328,6 +328,21 @@ pub fn pack(binary: &Path, sources: &[Source<'_>], out: &Path) -> anyhow::Result
     tmp.persist(out).with_context(|| format!("writing {}", out.display()))?;
     let set = read(&mut File::open(out)?)?.context("the packed file carries no set")?;
     Ok(set)
+}
+
+/// The sha256 of a file, lower-case hex.
+pub fn sha256_of(path: &Path) -> anyhow::Result<String> {
+    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// A writer that counts what passes through it.

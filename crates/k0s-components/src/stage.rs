@@ -11,13 +11,13 @@
 
 use std::{
     fs::{self, File},
-    io::{self, Read as _},
+    io,
     path::{Path, PathBuf},
 };
 
 use anyhow::{Context as _, bail};
-use sha2::{Digest as _, Sha256};
 
+pub use crate::carried::sha256_of;
 use crate::carried::{CarriedSet, Component};
 
 /// What staging did with one component.
@@ -138,21 +138,6 @@ fn stage_one(
     tmp.persist(dest).map_err(|err| err.error).context("renaming into place")?;
     File::open(dir).and_then(|d| d.sync_all()).context("syncing the directory")?;
     Ok(if existing.is_some() { Outcome::Replaced } else { Outcome::Written })
-}
-
-/// The sha256 of a file, lower-case hex.
-pub fn sha256_of(path: &Path) -> anyhow::Result<String> {
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! Supervision of one component process (containerd, the kubelet, …): start it, restart it
 //! with the [`Backoff`] when it exits, keep its output, and stop it when asked.
 //!
-//! - **Output:** its stdout and stderr go line by line to `<log-dir>/<name>.log` (moved to
-//!   `<name>.log.1` at [`MAX_LOG_BYTES`], so the two files stay bounded) and to this process's
-//!   log (the journal, under the unit) with the field `component`; the last lines are kept
-//!   for errors.
+//! - **Output:** its stdout and stderr are `<log-dir>/<name>.log` itself (appended), so it
+//!   never writes into a pipe that a killed `k0s` closed (a Go program dies of SIGPIPE on
+//!   its next log line then). A follower copies each new line into this process's log (the
+//!   journal, under the unit) with the field `component`, and moves the file to
+//!   `<name>.log.1` at [`MAX_LOG_BYTES`] (copy, then truncate: the component keeps its file
+//!   open), so the two files stay bounded. Errors quote the file's last lines.
 //! - **Its own process group**, so a Ctrl-C in a terminal reaches `k0s` only, which stops its
 //!   components in order.
 //! - **A pid file** `<run-dir>/<name>.pid`: a `k0s` that was killed (SIGKILL, a crash) left
@@ -14,20 +16,16 @@
 //! - **Stop:** SIGTERM, SIGKILL after the grace period.
 
 use std::{
-    collections::VecDeque,
     ffi::OsString,
     fs,
-    io::Write as _,
     path::{Path, PathBuf},
     process::Stdio,
-    sync::{Arc, Mutex},
     time::Duration,
 };
 
 use anyhow::Context as _;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -36,11 +34,17 @@ use crate::restart::{Backoff, Streak};
 /// A log file is moved aside once it is this long.
 pub const MAX_LOG_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Lines of output kept for errors.
+/// Lines of output quoted in errors.
 const KEPT_LINES: usize = 20;
 
-/// The longest line kept whole (a longer one is cut).
+/// The longest line copied whole into this process's log (a longer one is cut).
 const MAX_LINE: usize = 16 * 1024;
+
+/// How often the follower looks for new output.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// The most the follower reads at one look.
+const FOLLOW_CHUNK: u64 = 1024 * 1024;
 
 /// One component process to supervise.
 #[derive(Clone, Debug)]
@@ -76,9 +80,9 @@ pub struct Observed {
 pub struct Supervised {
     name: &'static str,
     observed: tokio::sync::watch::Receiver<Observed>,
-    lines: Arc<Mutex<VecDeque<String>>>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    follower: tokio::task::JoinHandle<()>,
     log_path: PathBuf,
 }
 
@@ -92,23 +96,21 @@ impl Supervised {
         fs::create_dir_all(&child.run_dir)
             .with_context(|| format!("creating {}", child.run_dir.display()))?;
         let log_path = child.log_dir.join(format!("{}.log", child.name));
-        let lines = Arc::new(Mutex::new(VecDeque::new()));
-        let log = Arc::new(Mutex::new(LogFile::open(&log_path)?));
         stop_leftover(&child).await;
-        let first = spawn(&child, &log, &lines)?;
+        let first = spawn(&child, &log_path)?;
         let (tx, observed) =
             tokio::sync::watch::channel(Observed { pid: first.id(), ..Observed::default() });
         let stop = CancellationToken::new();
+        let follower = tokio::spawn(follow(child.name, log_path.clone(), stop.clone()));
         let task = tokio::spawn(supervise(
             child.clone(),
             policy,
             first,
             tx,
-            log,
-            lines.clone(),
+            log_path.clone(),
             stop.clone(),
         ));
-        Ok(Self { name: child.name, observed, lines, stop, task, log_path })
+        Ok(Self { name: child.name, observed, stop, task, follower, log_path })
     }
 
     /// Its name.
@@ -131,67 +133,56 @@ impl Supervised {
         &self.log_path
     }
 
-    /// Its last lines of output, oldest first.
+    /// The last lines of its log file, oldest first.
     pub fn last_lines(&self) -> Vec<String> {
-        self.lines.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default()
+        last_lines(&self.log_path)
     }
 
     /// Stops it (SIGTERM, SIGKILL after its grace period) and waits until it has.
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
+        let _ = self.follower.await;
     }
 }
 
-/// Its log file, moved aside when it grows past [`MAX_LOG_BYTES`].
-struct LogFile {
-    path: PathBuf,
-    file: fs::File,
-    len: u64,
+/// The last [`KEPT_LINES`] lines of the file at `path` (from its last 16 KiB).
+fn last_lines(path: &Path) -> Vec<String> {
+    use std::io::{Read as _, Seek as _};
+    let Ok(mut file) = fs::File::open(path) else { return Vec::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = len.saturating_sub(16 * 1024);
+    let mut tail = Vec::new();
+    if file.seek(std::io::SeekFrom::Start(from)).is_err() || file.read_to_end(&mut tail).is_err() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    if from > 0 && !lines.is_empty() {
+        lines.remove(0); // cut in the middle
+    }
+    let start = lines.len().saturating_sub(KEPT_LINES);
+    lines.split_off(start)
 }
 
-impl LogFile {
-    fn open(path: &Path) -> anyhow::Result<Self> {
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        let len = file.metadata()?.len();
-        Ok(Self { path: path.to_path_buf(), file, len })
-    }
-
-    fn write_line(&mut self, line: &str) {
-        if self.len + line.len() as u64 + 1 > MAX_LOG_BYTES {
-            let mut aside = self.path.clone().into_os_string();
-            aside.push(".1");
-            let _ = fs::rename(&self.path, aside);
-            if let Ok(reopened) = Self::open(&self.path) {
-                *self = reopened;
-            }
-        }
-        if writeln!(self.file, "{line}").is_ok() {
-            self.len += line.len() as u64 + 1;
-        }
-    }
-}
-
-/// Starts one run of `child`, its output forwarded.
-fn spawn(
-    child: &Child,
-    log: &Arc<Mutex<LogFile>>,
-    lines: &Arc<Mutex<VecDeque<String>>>,
-) -> anyhow::Result<tokio::process::Child> {
+/// Starts one run of `child`, its output appended to `log_path`.
+fn spawn(child: &Child, log_path: &Path) -> anyhow::Result<tokio::process::Child> {
+    let out = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let err = out.try_clone().with_context(|| format!("opening {}", log_path.display()))?;
     let mut command = tokio::process::Command::new(&child.program);
     command
         .args(&child.args)
         .envs(child.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(out)
+        .stderr(err)
         .process_group(0)
         .kill_on_drop(false);
-    let mut process = command
+    let process = command
         .spawn()
         .with_context(|| format!("starting {} ({})", child.name, child.program.display()))?;
     if let Some(pid) = process.id() {
@@ -201,42 +192,80 @@ fn spawn(
         }
         info!(component = child.name, pid, program = %child.program.display(), "started");
     }
-    if let Some(out) = process.stdout.take() {
-        tokio::spawn(forward(child.name, out, log.clone(), lines.clone()));
-    }
-    if let Some(err) = process.stderr.take() {
-        tokio::spawn(forward(child.name, err, log.clone(), lines.clone()));
-    }
     Ok(process)
 }
 
-/// Forwards one output stream line by line until it closes.
-async fn forward(
-    name: &'static str,
-    stream: impl AsyncRead + Unpin,
-    log: Arc<Mutex<LogFile>>,
-    lines: Arc<Mutex<VecDeque<String>>>,
-) {
-    let mut reader = BufReader::new(stream);
-    let mut buf = Vec::new();
+/// Copies each new line of `path` into this process's log until `stop` (then once more),
+/// and moves the file aside when it is full.
+async fn follow(name: &'static str, path: PathBuf, stop: CancellationToken) {
+    let mut follower =
+        Follower { offset: fs::metadata(&path).map(|m| m.len()).unwrap_or(0), partial: Vec::new() };
     loop {
-        buf.clear();
-        match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+        let stopping = tokio::select! {
+            () = stop.cancelled() => true,
+            () = tokio::time::sleep(FOLLOW_EVERY) => false,
+        };
+        for line in follower.read_new(&path) {
+            info!(target: "k0s::component", component = name, "{line}");
         }
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim_end_matches(['\n', '\r']);
-        if let Ok(mut log) = log.lock() {
-            log.write_line(line);
+        if stopping {
+            return;
         }
-        if let Ok(mut kept) = lines.lock() {
-            if kept.len() == KEPT_LINES {
-                kept.pop_front();
+        if fs::metadata(&path).is_ok_and(|m| m.len() > MAX_LOG_BYTES) {
+            rotate(&path);
+            follower.offset = 0;
+            follower.partial.clear();
+        }
+    }
+}
+
+/// Where the follower is in a log file.
+struct Follower {
+    offset: u64,
+    /// The start of a line not ended yet (at most [`MAX_LINE`] bytes).
+    partial: Vec<u8>,
+}
+
+impl Follower {
+    /// The whole lines written since the last look (a file that shrank is read from its
+    /// start).
+    fn read_new(&mut self, path: &Path) -> Vec<String> {
+        use std::io::{Read as _, Seek as _};
+        let Ok(mut file) = fs::File::open(path) else { return Vec::new() };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < self.offset {
+            self.offset = 0;
+            self.partial.clear();
+        }
+        let mut chunk = Vec::new();
+        if file.seek(std::io::SeekFrom::Start(self.offset)).is_err()
+            || file.take(FOLLOW_CHUNK).read_to_end(&mut chunk).is_err()
+        {
+            return Vec::new();
+        }
+        self.offset += chunk.len() as u64;
+        let mut lines = Vec::new();
+        for byte in chunk {
+            if byte == b'\n' {
+                lines.push(String::from_utf8_lossy(&self.partial).into_owned());
+                self.partial.clear();
+            } else if self.partial.len() < MAX_LINE {
+                self.partial.push(byte);
             }
-            kept.push_back(line.to_owned());
         }
-        info!(target: "k0s::component", component = name, "{line}");
+        lines
+    }
+}
+
+/// Moves a full log file to `<file>.1`: a copy, then the file truncated in place (the
+/// component appends to the same open file).
+fn rotate(path: &Path) {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".1");
+    if fs::copy(path, &aside).is_ok()
+        && let Ok(file) = fs::OpenOptions::new().write(true).open(path)
+    {
+        let _ = file.set_len(0);
     }
 }
 
@@ -246,8 +275,7 @@ async fn supervise(
     policy: Backoff,
     mut process: tokio::process::Child,
     observed: tokio::sync::watch::Sender<Observed>,
-    log: Arc<Mutex<LogFile>>,
-    lines: Arc<Mutex<VecDeque<String>>>,
+    log_path: PathBuf,
     stop: CancellationToken,
 ) {
     let mut streak = Streak::default();
@@ -278,7 +306,7 @@ async fn supervise(
             () = stop.cancelled() => return,
         }
         loop {
-            match spawn(&child, &log, &lines) {
+            match spawn(&child, &log_path) {
                 Ok(started) => {
                     process = started;
                     observed.send_modify(|o| {
@@ -456,13 +484,38 @@ mod tests {
     }
 
     #[test]
-    fn a_log_file_is_moved_aside_when_it_is_full() {
+    fn a_log_file_is_moved_aside_when_it_is_full_and_the_follower_starts_over() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.log");
-        fs::write(&path, vec![b'x'; (MAX_LOG_BYTES - 3) as usize]).unwrap();
-        let mut log = LogFile::open(&path).unwrap();
-        log.write_line("next");
-        assert_eq!(fs::read_to_string(&path).unwrap(), "next\n");
-        assert_eq!(fs::metadata(dir.path().join("c.log.1")).unwrap().len(), MAX_LOG_BYTES - 3);
+        fs::write(&path, "one\ntwo\nthr").unwrap();
+        let mut follower = Follower { offset: 0, partial: Vec::new() };
+        assert_eq!(follower.read_new(&path), ["one", "two"]);
+        fs::write(&path, "one\ntwo\nthree\n").unwrap();
+        assert_eq!(follower.read_new(&path), ["three"], "the partial line completed");
+        rotate(&path);
+        assert_eq!(fs::read_to_string(dir.path().join("c.log.1")).unwrap(), "one\ntwo\nthree\n");
+        assert_eq!(fs::metadata(&path).unwrap().len(), 0);
+        fs::write(&path, "four\n").unwrap();
+        assert_eq!(follower.read_new(&path), ["four"], "read from the start after the truncation");
+        assert_eq!(last_lines(&path), ["four"]);
+    }
+
+    #[tokio::test]
+    async fn a_component_outlives_the_end_of_its_supervisor_process() {
+        // Its output is its log file, not a pipe: nothing breaks when the supervisor is gone
+        // (here: its follower stops reading, as when k0s is killed).
+        let dir = tempfile::tempdir().unwrap();
+        let child = shell(dir.path(), "talker", "while :; do echo tick; sleep 0.05; done");
+        let supervised = Supervised::start(child, Backoff::default()).await.unwrap();
+        let pid = supervised.observed().pid.unwrap();
+        supervised.follower.abort();
+        let log = supervised.log_path().to_path_buf();
+        let grew = until(Duration::from_secs(5), || {
+            fs::read_to_string(&log).is_ok_and(|t| t.lines().count() >= 20)
+        })
+        .await;
+        assert!(grew, "it goes on writing");
+        assert!(nix::sys::signal::kill(Pid::from_raw(pid as i32), None).is_ok(), "it still runs");
+        supervised.stop().await;
     }
 }
