@@ -26,7 +26,7 @@ use crate::{
     health::{self, Seen},
     restart::Backoff,
     supervise::{Child, Supervised},
-    worker::{HEALTH_EVERY, Layout, seen, stage_components},
+    worker::{Layout, seen, stage_components},
 };
 
 /// The components a controller runs, in the order they start.
@@ -288,7 +288,7 @@ impl Component for ControllerComponents {
                 health: self.health.clone(),
             };
             if env.purpose == Purpose::Trial {
-                running.until_healthy(&env.data_dir).await;
+                health::until_healthy(&running, &env.data_dir).await;
             }
             if let Err(err) = wait_for_access(&env.client, self.startup_timeout).await {
                 running.stop().await;
@@ -317,6 +317,16 @@ impl RunningControlPlane {
         for component in self.running.into_iter().rev() {
             component.stop().await;
         }
+    }
+}
+
+impl health::Judged for RunningControlPlane {
+    fn what(&self) -> &'static str {
+        "the control plane's components"
+    }
+
+    fn health(&self) -> &Health {
+        &self.health
     }
 
     /// What the health check sees now: the components, `/readyz` and `/version` of its own
@@ -351,30 +361,6 @@ impl RunningControlPlane {
             carried: self.carried.clone(),
         }
     }
-
-    /// Waits (as long as it takes: the trial's deadline is the parent's) until they are
-    /// healthy, saying why not in the log and in the trial's reason file.
-    async fn until_healthy(&self, data_dir: &Path) {
-        let mut said = None::<String>;
-        loop {
-            match health::judge(&self.seen().await) {
-                Ok(()) => {
-                    autopilot_shell::health::write_trial_reason(data_dir, None);
-                    tracing::info!("the control plane's components are healthy");
-                    self.health.set(true);
-                    return;
-                }
-                Err(why) => {
-                    if said.as_ref() != Some(&why) {
-                        tracing::info!(reason = %why, "waiting for the control plane's components to be healthy");
-                        autopilot_shell::health::write_trial_reason(data_dir, Some(&why));
-                        said = Some(why);
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    }
 }
 
 impl Running for RunningControlPlane {
@@ -384,24 +370,7 @@ impl Running for RunningControlPlane {
 
     fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
         Box::pin(async move {
-            let mut said = None::<Result<(), String>>;
-            loop {
-                let verdict = health::judge(&self.seen().await);
-                self.health.set(verdict.is_ok());
-                if said.as_ref() != Some(&verdict) {
-                    match &verdict {
-                        Ok(()) => tracing::info!("the control plane's components are healthy"),
-                        Err(why) => {
-                            tracing::warn!(reason = %why, "the control plane's components are not healthy")
-                        }
-                    }
-                    said = Some(verdict);
-                }
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(HEALTH_EVERY) => {}
-                }
-            }
+            health::judge_until(self.as_ref(), &stop).await;
             self.stop().await;
             Exit::Stopped
         })

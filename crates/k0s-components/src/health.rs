@@ -4,7 +4,13 @@
 //! carried version. [`judge`] decides from what the shell saw (pure); the reason of an
 //! unhealthy verdict names the component and, for one that is not running, its last lines.
 
+use std::path::Path;
+use std::time::Duration;
+
 use autopilot_api::text::truncate;
+use autopilot_shell::health::Health;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 /// Lines of a component's output an unhealthy verdict quotes.
 const QUOTED_LINES: usize = 5;
@@ -74,6 +80,68 @@ pub fn judge(seen: &Seen) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How often the health of running components is judged.
+pub(crate) const HEALTH_EVERY: Duration = Duration::from_secs(2);
+
+/// Running components whose health is judged (a worker's, a controller's): the shell around
+/// [`judge`].
+pub(crate) trait Judged: Sync {
+    /// What they are, in log lines ("containerd and the kubelet").
+    fn what(&self) -> &'static str;
+    /// What the check sees now.
+    fn seen(&self) -> impl std::future::Future<Output = Seen> + Send;
+    /// Where the verdict goes (the post-update watch reads it).
+    fn health(&self) -> &Health;
+}
+
+/// Waits (as long as it takes: a trial's deadline is the parent's) until `judged` is
+/// healthy, saying why not in the log and in the trial's reason file in `data_dir`.
+pub(crate) async fn until_healthy(judged: &impl Judged, data_dir: &Path) {
+    let what = judged.what();
+    let mut said = None::<String>;
+    loop {
+        match judge(&judged.seen().await) {
+            Ok(()) => {
+                autopilot_shell::health::write_trial_reason(data_dir, None);
+                info!("{what} are healthy");
+                judged.health().set(true);
+                return;
+            }
+            Err(why) => {
+                if said.as_ref() != Some(&why) {
+                    info!(reason = %why, "waiting for {what} to be healthy");
+                    autopilot_shell::health::write_trial_reason(data_dir, Some(&why));
+                    said = Some(why);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Judges `judged` every [`HEALTH_EVERY`] into its [`Health`] (logging each change) until
+/// `stop`; then it is not healthy any more.
+pub(crate) async fn judge_until(judged: &impl Judged, stop: &CancellationToken) {
+    let what = judged.what();
+    let mut said = None::<Result<(), String>>;
+    loop {
+        let verdict = judge(&judged.seen().await);
+        judged.health().set(verdict.is_ok());
+        if said.as_ref() != Some(&verdict) {
+            match &verdict {
+                Ok(()) => info!("{what} are healthy"),
+                Err(why) => warn!(reason = %why, "{what} are not healthy"),
+            }
+            said = Some(verdict);
+        }
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(HEALTH_EVERY) => {}
+        }
+    }
+    judged.health().set(false);
 }
 
 #[cfg(test)]

@@ -412,7 +412,7 @@ impl Component for WorkerComponents {
                 },
             };
             if env.purpose == Purpose::Trial {
-                running.until_healthy(&env.data_dir).await;
+                health::until_healthy(&running, &env.data_dir).await;
             }
             Ok(Box::new(running) as Box<dyn Running>)
         })
@@ -516,9 +516,6 @@ async fn wait_socket(socket: &Path, containerd: &Supervised) -> anyhow::Result<(
     }
 }
 
-/// How often the health of running components is judged.
-pub(crate) const HEALTH_EVERY: Duration = Duration::from_secs(2);
-
 /// How the worker's health is checked: its own Node, with its own credentials.
 struct NodeCheck {
     client: kube::Client,
@@ -535,7 +532,15 @@ struct RunningWorker {
     check: NodeCheck,
 }
 
-impl RunningWorker {
+impl health::Judged for RunningWorker {
+    fn what(&self) -> &'static str {
+        "containerd and the kubelet"
+    }
+
+    fn health(&self) -> &Health {
+        &self.check.health
+    }
+
     /// What the health check sees now.
     async fn seen(&self) -> Seen {
         let check = &self.check;
@@ -568,30 +573,6 @@ impl RunningWorker {
             carried: check.carried.clone(),
         }
     }
-
-    /// Waits (as long as it takes: the trial's deadline is the parent's) until they are
-    /// healthy, saying why not in the log and in the trial's reason file.
-    async fn until_healthy(&self, data_dir: &Path) {
-        let mut said = None::<String>;
-        loop {
-            match health::judge(&self.seen().await) {
-                Ok(()) => {
-                    autopilot_shell::health::write_trial_reason(data_dir, None);
-                    info!("containerd and the kubelet are healthy");
-                    self.check.health.set(true);
-                    return;
-                }
-                Err(why) => {
-                    if said.as_ref() != Some(&why) {
-                        info!(reason = %why, "waiting for containerd and the kubelet to be healthy");
-                        autopilot_shell::health::write_trial_reason(data_dir, Some(&why));
-                        said = Some(why);
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    }
 }
 
 /// A supervised component as the health check sees it.
@@ -617,25 +598,7 @@ impl Running for RunningWorker {
 
     fn run(self: Box<Self>, stop: CancellationToken) -> BoxFuture<'static, Exit> {
         Box::pin(async move {
-            let mut said = None::<Result<(), String>>;
-            loop {
-                let verdict = health::judge(&self.seen().await);
-                self.check.health.set(verdict.is_ok());
-                if said.as_ref() != Some(&verdict) {
-                    match &verdict {
-                        Ok(()) => info!("containerd and the kubelet are healthy"),
-                        Err(why) => {
-                            tracing::warn!(reason = %why, "containerd and the kubelet are not healthy")
-                        }
-                    }
-                    said = Some(verdict);
-                }
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(HEALTH_EVERY) => {}
-                }
-            }
-            self.check.health.set(false);
+            health::judge_until(self.as_ref(), &stop).await;
             let Self { kubelet, containerd, check: _ } = *self;
             kubelet.stop().await;
             containerd.stop().await;
