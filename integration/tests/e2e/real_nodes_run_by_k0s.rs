@@ -44,16 +44,8 @@ async fn k0s_runs_the_real_nodes_kubelet_restarts_it_and_takes_it_back_after_its
     assert_staged_as_listed(&worker, &nodes_api).await;
 
     // A DaemonSet's Pod runs on the node.
-    wait_default_service_account(&client).await.unwrap();
-    workload::daemon_set(&client, "agent").await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let before = wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready", || async {
-        let agents = daemon_pods(&pods, "agent").await?;
-        let ready = pods.list(&Default::default()).await?.items.iter().any(workload::pod_ready);
-        Ok(agents.get(NODE).filter(|(_, ids)| ready && !ids.is_empty()).map(|_| agents.clone()))
-    })
-    .await
-    .unwrap();
+    let before = agent_daemon_set(&client, &pods).await;
     let (_, ids) = &before[NODE];
     let shims = nodes.shim_pids(NODE).unwrap();
     assert!(!shims.is_empty(), "the Pod's shim runs");
@@ -322,16 +314,8 @@ async fn a_k0s_run_worker_takes_a_good_update_and_refuses_a_broken_kubelet() {
     nodes.wait_k0s_node(&cluster, &worker).await.unwrap();
     let v1 = binary_version(worker.binary_path());
     wait_node_version(&client, NODE, &v1).await.unwrap();
-    wait_default_service_account(&client).await.unwrap();
-    workload::daemon_set(&client, "agent").await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let before = wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready", || async {
-        let agents = daemon_pods(&pods, "agent").await?;
-        let ready = pods.list(&Default::default()).await?.items.iter().any(workload::pod_ready);
-        Ok(agents.get(NODE).filter(|(_, ids)| ready && !ids.is_empty()).map(|_| agents.clone()))
-    })
-    .await
-    .unwrap();
+    let before = agent_daemon_set(&client, &pods).await;
 
     // v2 with a kubelet that cannot start: refused at its trial, v1 back, its kubelet too.
     let broken = broken_kubelet_build();
@@ -367,6 +351,22 @@ async fn a_k0s_run_worker_takes_a_good_update_and_refuses_a_broken_kubelet() {
     assert_same_containers(&nodes, &pods, &before).await;
     drop(worker);
     drop(nodes);
+}
+
+/// Creates the DaemonSet `agent` and waits for its Pod Ready on [`NODE`]; its Pods by node.
+async fn agent_daemon_set(
+    client: &kube::Client,
+    pods: &Api<Pod>,
+) -> BTreeMap<String, (String, std::collections::BTreeSet<String>)> {
+    wait_default_service_account(client).await.expect("the default ServiceAccount");
+    workload::daemon_set(client, "agent").await.expect("the DaemonSet");
+    wait_for(WORKLOAD_TIMEOUT, "the agent Pod Ready", || async {
+        let agents = daemon_pods(pods, "agent").await?;
+        let ready = pods.list(&Default::default()).await?.items.iter().any(workload::pod_ready);
+        Ok(agents.get(NODE).filter(|(_, ids)| ready && !ids.is_empty()).map(|_| agents.clone()))
+    })
+    .await
+    .expect("the agent Pod Ready")
 }
 
 /// The address of a loopback file server (`http://127.0.0.1:<port>`).
