@@ -22,17 +22,15 @@
 //! holds the flags each release needs, and the docs' commands are these.
 
 use std::{
-    env, fs,
+    fs,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::Instant,
 };
 
 use anyhow::{Context as _, bail, ensure};
 
-use crate::control_plane::{
-    cache_root, check_go, go, remove_if_exists, run, tools_go, work_dir, write_atomically,
-};
+use crate::cache::{self, CachedSet, Override};
+use crate::go::{self, run};
 
 /// One pinned cosign release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,22 +70,26 @@ pub const RELEASES: [Release; 2] = [COSIGN_2, COSIGN_3];
 /// its `<version>/` subdirectory.
 pub const CACHE_DIR_ENV: &str = "K0S_COSIGN_CACHE";
 
-/// Name of the file in a release's directory that marks a complete build.
-const STAMP_FILE: &str = "stamp";
-
 /// The cache directory of `release`: `$K0S_COSIGN_CACHE/<version>/` if set, otherwise
 /// `~/.cache/k0s-autopilot/cosign/<version>/` (`$XDG_CACHE_HOME` is honoured). The binary
 /// lives in its `bin/`.
 pub fn cache_dir(release: Release) -> anyhow::Result<PathBuf> {
-    let base = match env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => cache_root(CACHE_DIR_ENV)?.join("cosign"),
-    };
-    Ok(base.join(release.version))
+    cache::dir(CACHE_DIR_ENV, Override::Parent, "cosign", release.version)
 }
 
-fn binary_in(dir: &Path) -> PathBuf {
-    dir.join("bin").join("cosign")
+/// The cached set of `release`'s one binary, and its path.
+fn cached_set(release: Release) -> anyhow::Result<(CachedSet, PathBuf)> {
+    let dir = cache_dir(release)?;
+    let binary = dir.join("bin").join("cosign");
+    let set = CachedSet {
+        name: format!("cosign {}", release.version),
+        pinned: format!("{} {}", release.module, release.version),
+        part: "cosign",
+        dir,
+        stamp: release.stamp_contents(),
+        entries: vec![binary.clone()],
+    };
+    Ok((set, binary))
 }
 
 /// The cached binary of `release`, without building anything.
@@ -95,19 +97,9 @@ fn binary_in(dir: &Path) -> PathBuf {
 /// Fails with a message telling the reader to run `cargo xtask control-plane` when it is
 /// missing or was built from another version.
 pub fn binary(release: Release) -> anyhow::Result<PathBuf> {
-    let dir = cache_dir(release)?;
-    let binary = binary_in(&dir);
-    let stamp = fs::read_to_string(dir.join(STAMP_FILE)).ok();
-    if stamp.as_deref() == Some(release.stamp_contents().as_str()) && binary.is_file() {
-        return Ok(binary);
-    }
-    bail!(
-        "the pinned cosign ({} {}) is not built in {}: run `cargo xtask control-plane` first \
-         (tests never build it)",
-        release.module,
-        release.version,
-        dir.display()
-    )
+    let (set, binary) = cached_set(release)?;
+    set.cached()?;
+    Ok(binary)
 }
 
 /// Builds every [`RELEASES`] binary that is not cached yet, and returns them in that order.
@@ -121,21 +113,15 @@ pub fn ensure_built() -> anyhow::Result<Vec<PathBuf>> {
 /// temporary name, checked, and renamed into place; the stamp is written last, so an
 /// interrupted run leaves nothing half-written behind.
 pub fn ensure_release_built(release: Release) -> anyhow::Result<PathBuf> {
-    let dir = cache_dir(release)?;
-    if let Ok(binary) = binary(release) {
-        println!("cosign {} cached at {}", release.version, dir.display());
-        return Ok(binary);
-    }
-    let binary = binary_in(&dir);
-    let stamp = dir.join(STAMP_FILE);
-    remove_if_exists(&stamp)?;
-    remove_if_exists(&binary)?;
-    let bin_dir = dir.join("bin");
-    fs::create_dir_all(&bin_dir).with_context(|| format!("creating {}", bin_dir.display()))?;
-    check_go()?;
+    let (set, binary) = cached_set(release)?;
+    set.ensure(|_| build(release, &binary))?;
+    Ok(binary)
+}
 
-    let started = Instant::now();
-    let work = work_dir(&format!("cosign-{}", release.version))?;
+/// Builds `release` into `dest`, checked with `go version -m` and `cosign version`.
+fn build(release: Release, dest: &Path) -> anyhow::Result<()> {
+    go::check_installed()?;
+    let work = go::work_dir(&format!("cosign-{}", release.version))?;
     let work = work.path();
     let Release { module, version, go_version } = release;
     println!(
@@ -147,50 +133,23 @@ pub fn ensure_release_built(release: Release) -> anyhow::Result<PathBuf> {
     );
     fs::write(work.join("go.mod"), go_mod)?;
     let package = release.package();
-    fs::write(work.join("tools.go"), tools_go(&package))?;
-    run(go(work).args(["mod", "tidy"]), &format!("go mod tidy (cosign {version})"))?;
-
-    let tmp = binary.with_file_name(format!(".cosign.{}.tmp", std::process::id()));
-    let result = (|| {
-        run(
-            go(work)
-                .args(["build", "-trimpath", "-ldflags", "-s -w", "-o"])
-                .arg(&tmp)
-                .arg(&package),
-            &format!("go build {package}"),
-        )?;
-        check_build_info(release, &go_version_m(work, &tmp)?)?;
-        let reported = git_version(&tmp)?;
+    fs::write(work.join("tools.go"), go::tools_file(&[&package]))?;
+    run(go::command(work).args(["mod", "tidy"]), &format!("go mod tidy (cosign {version})"))?;
+    go::build(work, &package, &["-trimpath", "-ldflags", "-s -w"], dest, |binary| {
+        check_build_info(release, &go::build_info(work, binary)?)?;
+        let reported = git_version(binary)?;
         ensure!(reported == version, "the built cosign reports {reported:?}, expected {version}");
-        fs::rename(&tmp, &binary)
-            .with_context(|| format!("moving {} to {}", tmp.display(), binary.display()))?;
-        println!("==> cosign {version} -> {} ({:.0?})", binary.display(), started.elapsed());
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    write_atomically(&stamp, release.stamp_contents().as_bytes())?;
-    Ok(binary)
-}
-
-/// `go version -m <binary>`: the module versions recorded in it.
-fn go_version_m(work: &Path, binary: &Path) -> anyhow::Result<String> {
-    let output =
-        go(work).args(["version", "-m"]).arg(binary).output().context("running go version -m")?;
-    ensure!(output.status.success(), "go version -m failed: {}", output.status);
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        Ok(format!("cosign {version}"))
+    })
 }
 
 /// Checks that `go version -m` says the binary is `release`'s module at its version.
 fn check_build_info(release: Release, info: &str) -> anyhow::Result<()> {
-    let found = info.lines().any(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        matches!(fields.as_slice(), ["mod" | "dep", module, version, ..]
-            if *module == release.module && *version == release.version)
-    });
-    ensure!(found, "go version -m does not show {} {}:\n{info}", release.module, release.version);
+    let Release { module, version, .. } = release;
+    ensure!(
+        go::shows_module(info, module, version),
+        "go version -m does not show {module} {version}:\n{info}"
+    );
     Ok(())
 }
 

@@ -30,21 +30,19 @@
 //! xtask control-plane`.
 
 use std::{
-    env, fmt, fs,
+    fmt, fs,
     io::Write as _,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
-    time::Instant,
 };
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
-use crate::control_plane::{
-    KUBERNETES_VERSION, STAGING_VERSION, cache_root, check_go, go, remove_if_exists, run, work_dir,
-    write_atomically,
-};
+use crate::cache::{self, CachedSet, Override};
+use crate::control_plane::{KUBERNETES_VERSION, STAGING_VERSION, kubernetes_ldflags};
+use crate::go::{self, run};
 
 /// The pinned `sigs.k8s.io/cli-utils`, whose kstatus the `kstatus` subcommand runs.
 pub const CLI_UTILS_VERSION: &str = "v0.37.2";
@@ -68,9 +66,6 @@ pub const FLUX_MAIN: &str = include_str!("../tools/flux-health/main.go");
 
 /// The Go source of `kubectl` (`integration/tools/kubectl/main.go`).
 pub const KUBECTL_MAIN: &str = include_str!("../tools/kubectl/main.go");
-
-/// Name of the file in the cache directory that marks a complete build.
-const STAMP_FILE: &str = "stamp";
 
 /// Which of the programs a [`Tool`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,11 +186,25 @@ fn stamp_contents() -> String {
 /// `~/.cache/k0s-autopilot/gitops/<versions>/` (`$XDG_CACHE_HOME` is honoured), `<versions>`
 /// naming cli-utils, gopher-lua, Flux's runtime and kubectl. The binaries live in its `bin/`.
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
-    let base = match env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => cache_root(CACHE_DIR_ENV)?.join("gitops"),
+    cache::dir(CACHE_DIR_ENV, Override::Parent, "gitops", &versions())
+}
+
+/// The cached set of the tools, and their paths.
+fn cached_set() -> anyhow::Result<(CachedSet, Binaries)> {
+    let dir = cache_dir()?;
+    let binaries = Binaries::in_dir(&dir);
+    let set = CachedSet {
+        name: "GitOps tools".to_owned(),
+        pinned: format!(
+            "kstatus of cli-utils {CLI_UTILS_VERSION}, gopher-lua {GOPHER_LUA_VERSION}, Flux's \
+             runtime {FLUX_RUNTIME_VERSION}, kubectl {STAGING_VERSION}"
+        ),
+        part: "gitops",
+        dir,
+        stamp: stamp_contents(),
+        entries: TOOLS.iter().map(|tool| binaries.of(*tool).to_path_buf()).collect(),
     };
-    Ok(base.join(versions()))
+    Ok((set, binaries))
 }
 
 /// The cached binaries, without building anything.
@@ -203,21 +212,9 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
 /// Fails with a message telling the reader to run `cargo xtask control-plane` when they are
 /// missing or were built from other versions or sources.
 pub fn binaries() -> anyhow::Result<Binaries> {
-    let dir = cache_dir()?;
-    let binaries = Binaries::in_dir(&dir);
-    let stamp = fs::read_to_string(dir.join(STAMP_FILE)).ok();
-    if stamp.as_deref() == Some(stamp_contents().as_str())
-        && TOOLS.iter().all(|tool| binaries.of(*tool).is_file())
-    {
-        return Ok(binaries);
-    }
-    bail!(
-        "the GitOps tools (kstatus of cli-utils {CLI_UTILS_VERSION}, gopher-lua \
-         {GOPHER_LUA_VERSION}, Flux's runtime {FLUX_RUNTIME_VERSION}, kubectl \
-         {STAGING_VERSION}) are not built in {}: run `cargo xtask control-plane --only gitops` \
-         first (tests never build them)",
-        dir.display()
-    )
+    let (set, binaries) = cached_set()?;
+    set.cached()?;
+    Ok(binaries)
 }
 
 /// Builds the binaries into [`cache_dir`] unless they are already there, and returns them.
@@ -226,21 +223,17 @@ pub fn binaries() -> anyhow::Result<Binaries> {
 /// temporary name, checked and renamed into place, and the stamp is written last, so an
 /// interrupted run leaves nothing half-written behind.
 pub fn ensure_built() -> anyhow::Result<Binaries> {
-    let dir = cache_dir()?;
-    if let Ok(binaries) = binaries() {
-        println!("GitOps tools cached at {}", dir.display());
-        return Ok(binaries);
-    }
-    let binaries = Binaries::in_dir(&dir);
-    let stamp = dir.join(STAMP_FILE);
-    remove_if_exists(&stamp)?;
-    let bin_dir = dir.join("bin");
-    fs::create_dir_all(&bin_dir).with_context(|| format!("creating {}", bin_dir.display()))?;
-    check_go()?;
-    for tool in TOOLS {
-        build(tool, binaries.of(tool))?;
-    }
-    write_atomically(&stamp, stamp_contents().as_bytes())?;
+    let (set, binaries) = cached_set()?;
+    set.ensure(|missing| {
+        go::check_installed()?;
+        for tool in TOOLS {
+            let dest = binaries.of(tool);
+            if missing.iter().any(|m| m == dest) {
+                build(tool, dest)?;
+            }
+        }
+        Ok(())
+    })?;
     Ok(binaries)
 }
 
@@ -256,65 +249,33 @@ fn go_mod(tool: Tool) -> String {
 
 /// The `-ldflags` of `tool`: stripped, and for kubectl the version it reports.
 fn ldflags(tool: Tool) -> anyhow::Result<String> {
-    if !tool.reports_kubernetes_version {
-        return Ok("-s -w".to_owned());
-    }
-    let mut parts = KUBERNETES_VERSION.trim_start_matches('v').split('.');
-    let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
-        bail!("cannot read major.minor from {KUBERNETES_VERSION:?}");
-    };
-    let version = "k8s.io/component-base/version";
-    Ok(format!(
-        "-s -w -X {version}.gitVersion={KUBERNETES_VERSION} -X {version}.gitMajor={major} \
-         -X {version}.gitMinor={minor} -X {version}.gitTreeState=clean"
-    ))
+    if tool.reports_kubernetes_version { kubernetes_ldflags() } else { Ok("-s -w".to_owned()) }
 }
 
 /// Builds `tool` into `dest` (through a temporary name), checked.
 fn build(tool: Tool, dest: &Path) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let work = work_dir(&format!("gitops-{}", tool.name))?;
+    let work = go::work_dir(&format!("gitops-{}", tool.name))?;
     let work = work.path();
     println!("==> building {} in {}", tool.name, work.display());
     fs::write(work.join("go.mod"), go_mod(tool))?;
     fs::write(work.join("main.go"), tool.main)?;
-    run(go(work).args(["mod", "tidy"]), &format!("go mod tidy ({})", tool.name))?;
-    let tmp = dest.with_file_name(format!(".{}.{}.tmp", tool.name, std::process::id()));
-    let result = (|| {
-        let ldflags = ldflags(tool)?;
-        run(
-            go(work).args(["build", "-trimpath", "-ldflags", &ldflags, "-o"]).arg(&tmp).arg("."),
-            &format!("go build ({})", tool.name),
-        )?;
-        check_build_info(tool, &go_version_m(work, &tmp)?)?;
-        check_runs(tool, &tmp)?;
-        fs::rename(&tmp, dest)
-            .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))?;
-        println!("==> {} -> {} ({:.0?})", tool.name, dest.display(), started.elapsed());
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// `go version -m <binary>`: the module versions recorded in it.
-fn go_version_m(work: &Path, binary: &Path) -> anyhow::Result<String> {
-    let output =
-        go(work).args(["version", "-m"]).arg(binary).output().context("running go version -m")?;
-    ensure!(output.status.success(), "go version -m failed: {}", output.status);
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    run(go::command(work).args(["mod", "tidy"]), &format!("go mod tidy ({})", tool.name))?;
+    let ldflags = ldflags(tool)?;
+    go::build(work, ".", &["-trimpath", "-ldflags", &ldflags], dest, |binary| {
+        check_build_info(tool, &go::build_info(work, binary)?)?;
+        check_runs(tool, binary)?;
+        Ok(tool.name.to_owned())
+    })
 }
 
 /// Checks that `go version -m` shows every module `tool` pins, at its version.
 fn check_build_info(tool: Tool, info: &str) -> anyhow::Result<()> {
     for (module, version) in tool.requires {
-        let found = info.lines().any(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            matches!(fields.as_slice(), ["dep", m, v, ..] if m == module && v == version)
-        });
-        ensure!(found, "go version -m of {} does not show {module} {version}:\n{info}", tool.name);
+        ensure!(
+            go::shows_module(info, module, version),
+            "go version -m of {} does not show {module} {version}:\n{info}",
+            tool.name
+        );
     }
     Ok(())
 }

@@ -92,6 +92,7 @@
 //! its k0s nodes too, even leaked ones); during a panic the log tails are printed. Set
 //! `K0S_KEEP_TEST_DIRS=1` to keep the directories for inspection.
 
+mod cache;
 pub mod cluster;
 pub mod components;
 pub mod control_plane;
@@ -99,6 +100,7 @@ pub mod cosign;
 pub mod disk;
 pub mod dist;
 pub mod gitops;
+mod go;
 pub mod http;
 pub mod k0s;
 mod kubeconfig;

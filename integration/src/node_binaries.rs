@@ -14,17 +14,13 @@
 //! (`busybox-static`) that the harness packs into the nodes' images.
 
 use std::{
-    env, fs,
+    fs,
     path::{Path, PathBuf},
-    time::Instant,
 };
 
-use anyhow::{Context as _, bail, ensure};
-
-use crate::control_plane::{
-    KUBERNETES_VERSION, STAGING_VERSION, build_kubernetes, cache_root, check_go, go,
-    remove_if_exists, run, tools_go_all, work_dir, write_atomically,
-};
+use crate::cache::{self, CachedSet, Override};
+use crate::control_plane::{KUBERNETES_VERSION, STAGING_VERSION, build_kubernetes};
+use crate::go::{self, run};
 
 /// The containerd release the nodes run (the 2.2 line still supports cgroup v1, which the
 /// machines the tests run on have).
@@ -42,9 +38,6 @@ pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
 
 /// Environment variable that overrides [`cache_dir`] (the whole directory, versions included).
 pub const CACHE_DIR_ENV: &str = "K0S_NODE_BINARIES_CACHE";
-
-/// Name of the file in [`cache_dir`] that marks a complete build.
-const STAMP_FILE: &str = "stamp";
 
 /// Paths of the cached binaries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,14 +100,11 @@ impl NodeBinaries {
 /// The cache directory: `$K0S_NODE_BINARIES_CACHE` if set, otherwise
 /// `~/.cache/k0s-autopilot/node/k8s-<version>-containerd-<version>/`.
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
-    if let Some(dir) = env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    Ok(cache_root(CACHE_DIR_ENV)?
-        .join("node")
-        .join(format!("k8s-{KUBERNETES_VERSION}-containerd-{CONTAINERD_VERSION}")))
+    let versions = format!("k8s-{KUBERNETES_VERSION}-containerd-{CONTAINERD_VERSION}");
+    cache::dir(CACHE_DIR_ENV, Override::Dir, "node", &versions)
 }
 
+/// What the stamp file says: the versions and containerd's build tags.
 fn stamp_contents() -> String {
     format!(
         "kubernetes={KUBERNETES_VERSION}\nstaging={STAGING_VERSION}\n\
@@ -122,69 +112,58 @@ fn stamp_contents() -> String {
     )
 }
 
+/// The cached set of the node binaries, and their paths.
+fn cached_set() -> anyhow::Result<(CachedSet, NodeBinaries)> {
+    let dir = cache_dir()?;
+    let binaries = NodeBinaries::in_dir(&dir);
+    let set = CachedSet {
+        name: "node binaries".to_owned(),
+        pinned: format!(
+            "kubelet, kube-controller-manager, kube-scheduler {KUBERNETES_VERSION}, containerd \
+             {CONTAINERD_VERSION}"
+        ),
+        part: "node",
+        dir,
+        stamp: stamp_contents(),
+        entries: binaries.all().map(Path::to_path_buf).to_vec(),
+    };
+    Ok((set, binaries))
+}
+
 /// The cached binaries, without building anything; fails with the hint to run `cargo xtask
 /// control-plane` when they are missing.
 pub fn binaries() -> anyhow::Result<NodeBinaries> {
-    let dir = cache_dir()?;
-    let binaries = NodeBinaries::in_dir(&dir);
-    let stamp = fs::read_to_string(dir.join(STAMP_FILE)).ok();
-    if stamp.as_deref() == Some(stamp_contents().as_str())
-        && binaries.all().iter().all(|b| b.is_file())
-    {
-        return Ok(binaries);
-    }
-    bail!(
-        "the pinned node binaries (kubelet, kube-controller-manager, kube-scheduler \
-         {KUBERNETES_VERSION}, containerd {CONTAINERD_VERSION}) are not built in {}: run `cargo \
-         xtask control-plane` first (tests never build them)",
-        dir.display()
-    )
+    let (set, binaries) = cached_set()?;
+    set.cached()?;
+    Ok(binaries)
 }
 
 /// Builds the binaries into [`cache_dir`] unless they are there, and returns them. A binary
 /// already in place is kept (an interrupted run resumes with the missing ones).
 pub fn ensure_built() -> anyhow::Result<NodeBinaries> {
-    let dir = cache_dir()?;
-    if let Ok(binaries) = binaries() {
-        println!("node binaries cached at {}", dir.display());
-        return Ok(binaries);
-    }
-    let binaries = NodeBinaries::in_dir(&dir);
-    let stamp = dir.join(STAMP_FILE);
-    if let Ok(old) = fs::read_to_string(&stamp)
-        && old != stamp_contents()
-    {
-        println!("==> {} holds other versions; rebuilding", dir.display());
-        remove_if_exists(&stamp)?;
-        for binary in binaries.all() {
-            remove_if_exists(binary)?;
+    let (set, binaries) = cached_set()?;
+    set.ensure(|missing| {
+        go::check_installed()?;
+        let is_missing = |dest: &Path| missing.iter().any(|m| m == dest);
+        let kubernetes: Vec<(&str, &Path)> =
+            binaries.kubernetes().into_iter().filter(|(_, dest)| is_missing(dest)).collect();
+        if !kubernetes.is_empty() {
+            build_kubernetes("node", &kubernetes)?;
         }
-    }
-    let bin_dir = dir.join("bin");
-    fs::create_dir_all(&bin_dir).with_context(|| format!("creating {}", bin_dir.display()))?;
-    check_go()?;
-
-    let started = Instant::now();
-    let missing: Vec<(&str, &Path)> =
-        binaries.kubernetes().into_iter().filter(|(_, dest)| !dest.is_file()).collect();
-    if !missing.is_empty() {
-        build_kubernetes("node", &missing)?;
-    }
-    if binaries.containerd().iter().any(|(_, dest, _)| !dest.is_file()) {
-        build_containerd(&binaries)?;
-    }
-    ensure!(
-        binaries.all().iter().all(|b| b.is_file()),
-        "the build finished but some node binaries are missing"
-    );
-    write_atomically(&stamp, stamp_contents().as_bytes())?;
-    println!("node binaries built at {} ({:.0?})", dir.display(), started.elapsed());
+        let containerd: Vec<_> =
+            binaries.containerd().into_iter().filter(|(_, dest, _)| is_missing(dest)).collect();
+        if !containerd.is_empty() {
+            build_containerd(&containerd)?;
+        }
+        Ok(())
+    })?;
     Ok(binaries)
 }
 
-/// Builds containerd, its runc shim and `ctr` at [`CONTAINERD_VERSION`] in one wrapper module.
-fn build_containerd(binaries: &NodeBinaries) -> anyhow::Result<()> {
-    let work = work_dir("containerd")?;
+/// Builds each `(cmd, dest, version flag)` of containerd at [`CONTAINERD_VERSION`] in one
+/// wrapper module (one `go mod tidy`, then one `go build` per command).
+fn build_containerd(commands: &[(&str, &Path, &str)]) -> anyhow::Result<()> {
+    let work = go::work_dir("containerd")?;
     let work = work.path();
     println!("==> building containerd {CONTAINERD_VERSION} in {}", work.display());
     let go_mod = format!(
@@ -192,50 +171,17 @@ fn build_containerd(binaries: &NodeBinaries) -> anyhow::Result<()> {
          require {CONTAINERD_MODULE} {CONTAINERD_VERSION}\n"
     );
     fs::write(work.join("go.mod"), go_mod)?;
-    let packages: Vec<String> = binaries
-        .containerd()
-        .iter()
-        .map(|(cmd, _, _)| format!("{CONTAINERD_MODULE}/{cmd}"))
-        .collect();
+    let packages: Vec<String> =
+        commands.iter().map(|(cmd, _, _)| format!("{CONTAINERD_MODULE}/{cmd}")).collect();
     let package_refs: Vec<&str> = packages.iter().map(String::as_str).collect();
-    fs::write(work.join("tools.go"), tools_go_all(&package_refs))?;
-    run(go(work).args(["mod", "tidy"]), "go mod tidy (containerd)")?;
+    fs::write(work.join("tools.go"), go::tools_file(&package_refs))?;
+    run(go::command(work).args(["mod", "tidy"]), "go mod tidy (containerd)")?;
     let ldflags = format!("-s -w -X {CONTAINERD_MODULE}/version.Version={CONTAINERD_VERSION}");
-    for ((_, dest, version_flag), package) in binaries.containerd().into_iter().zip(&packages) {
-        if dest.is_file() {
-            continue;
-        }
-        let name = dest.file_name().context("binary path has no file name")?.to_string_lossy();
-        let tmp = dest.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        let result = (|| {
-            run(
-                go(work)
-                    .args(["build", "-trimpath", "-tags", CONTAINERD_TAGS, "-ldflags", &ldflags])
-                    .arg("-o")
-                    .arg(&tmp)
-                    .arg(package),
-                &format!("go build {package}"),
-            )?;
-            let output = std::process::Command::new(&tmp)
-                .arg(version_flag)
-                .stdin(std::process::Stdio::null())
-                .output()
-                .with_context(|| format!("running {} {version_flag}", tmp.display()))?;
-            let version = String::from_utf8_lossy(&output.stdout);
-            ensure!(
-                version.contains(CONTAINERD_VERSION),
-                "built {package} reports {:?}, expected {CONTAINERD_VERSION}",
-                version.trim()
-            );
-            fs::rename(&tmp, dest)
-                .with_context(|| format!("moving {} to {}", tmp.display(), dest.display()))?;
-            println!("==> {} -> {}", version.trim(), dest.display());
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result?;
+    let flags = ["-trimpath", "-tags", CONTAINERD_TAGS, "-ldflags", &ldflags];
+    for ((_, dest, version_flag), package) in commands.iter().zip(&packages) {
+        go::build(work, package, &flags, dest, |binary| {
+            go::reports(binary, &[version_flag], CONTAINERD_VERSION)
+        })?;
     }
     Ok(())
 }

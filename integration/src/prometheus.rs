@@ -49,10 +49,8 @@ use autopilot_controller::prometheus::{InstantVector, instant_query};
 use autopilot_shell::https::{HttpsClient, HttpsClientBuilder};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::control_plane::{
-    cache_root, check_go, go, remove_if_exists, run, tools_go, version_of, work_dir,
-    write_atomically,
-};
+use crate::cache::{self, CachedSet, Override};
+use crate::go::{self, run};
 use crate::process::{GroupRegistry, ProcessSlot, tail};
 use crate::{K0sProcess, wait_for};
 
@@ -81,9 +79,6 @@ pub const BUILD_TAGS: &str = "remove_all_sd";
 /// Environment variable that overrides [`cache_dir`] (the whole directory, version included).
 pub const CACHE_DIR_ENV: &str = "K0S_PROMETHEUS_CACHE";
 
-/// Name of the file in [`cache_dir`] that marks a complete build; see [`stamp_contents`].
-const STAMP_FILE: &str = "stamp";
-
 /// How often the harness Prometheus scrapes, and how often it evaluates.
 pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -108,14 +103,7 @@ const LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// `~/.cache/k0s-autopilot/prometheus/<module version>/` (`$XDG_CACHE_HOME` is honoured).
 /// The binary lives in its `bin/`.
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
-    if let Some(dir) = env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    Ok(cache_root(CACHE_DIR_ENV)?.join("prometheus").join(PROMETHEUS_MODULE_VERSION))
-}
-
-fn binary_in(dir: &Path) -> PathBuf {
-    dir.join("bin").join("prometheus")
+    cache::dir(CACHE_DIR_ENV, Override::Dir, "prometheus", PROMETHEUS_MODULE_VERSION)
 }
 
 /// What the stamp file says: the module version and the tags the cached binary was built with.
@@ -123,22 +111,29 @@ fn stamp_contents() -> String {
     format!("{PROMETHEUS_MODULE}={PROMETHEUS_MODULE_VERSION}\ntags={BUILD_TAGS}\n")
 }
 
+/// The cached set of the one binary, and its path.
+fn cached_set() -> anyhow::Result<(CachedSet, PathBuf)> {
+    let dir = cache_dir()?;
+    let binary = dir.join("bin").join("prometheus");
+    let set = CachedSet {
+        name: "prometheus".to_owned(),
+        pinned: format!("{PROMETHEUS_MODULE} {PROMETHEUS_MODULE_VERSION}"),
+        part: "prometheus",
+        dir,
+        stamp: stamp_contents(),
+        entries: vec![binary.clone()],
+    };
+    Ok((set, binary))
+}
+
 /// The cached binary, without building anything.
 ///
 /// Fails with a message telling the reader to run `cargo xtask control-plane` when it is
 /// missing or was built from another version.
 pub fn binary() -> anyhow::Result<PathBuf> {
-    let dir = cache_dir()?;
-    let binary = binary_in(&dir);
-    let stamp = fs::read_to_string(dir.join(STAMP_FILE)).ok();
-    if stamp.as_deref() == Some(stamp_contents().as_str()) && binary.is_file() {
-        return Ok(binary);
-    }
-    bail!(
-        "the pinned Prometheus ({PROMETHEUS_MODULE} {PROMETHEUS_MODULE_VERSION}) is not built in \
-         {}: run `cargo xtask control-plane` first (tests never build it)",
-        dir.display()
-    )
+    let (set, binary) = cached_set()?;
+    set.cached()?;
+    Ok(binary)
 }
 
 /// Builds the pinned binary into [`cache_dir`] unless it is already there, and returns it.
@@ -148,22 +143,15 @@ pub fn binary() -> anyhow::Result<PathBuf> {
 /// renamed into place; the stamp is written last, so an interrupted run leaves nothing
 /// half-written behind.
 pub fn ensure_built() -> anyhow::Result<PathBuf> {
-    let dir = cache_dir()?;
-    if let Ok(binary) = binary() {
-        println!("prometheus cached at {}", dir.display());
-        return Ok(binary);
-    }
-    let binary = binary_in(&dir);
-    let stamp = dir.join(STAMP_FILE);
-    // Whatever is there is of another version or incomplete: start over.
-    remove_if_exists(&stamp)?;
-    remove_if_exists(&binary)?;
-    let bin_dir = dir.join("bin");
-    fs::create_dir_all(&bin_dir).with_context(|| format!("creating {}", bin_dir.display()))?;
-    check_go()?;
+    let (set, binary) = cached_set()?;
+    set.ensure(|_| build(&binary))?;
+    Ok(binary)
+}
 
-    let started = Instant::now();
-    let work = work_dir("prometheus")?;
+/// Builds the pinned binary into `dest`, checked with `--version` and `go version -m`.
+fn build(dest: &Path) -> anyhow::Result<()> {
+    go::check_installed()?;
+    let work = go::work_dir("prometheus")?;
     let work = work.path();
     println!(
         "==> building prometheus {PROMETHEUS_RELEASE} ({PROMETHEUS_MODULE} \
@@ -175,36 +163,15 @@ pub fn ensure_built() -> anyhow::Result<PathBuf> {
          require {PROMETHEUS_MODULE} {PROMETHEUS_MODULE_VERSION}\n"
     );
     fs::write(work.join("go.mod"), go_mod)?;
-    fs::write(work.join("tools.go"), tools_go(PACKAGE))?;
-    run(go(work).args(["mod", "tidy"]), "go mod tidy (prometheus)")?;
-
-    let tmp = binary.with_file_name(format!(".prometheus.{}.tmp", std::process::id()));
-    let result = (|| {
-        run(
-            go(work)
-                .args(["build", "-trimpath", "-tags", BUILD_TAGS, "-ldflags", &ldflags(), "-o"])
-                .arg(&tmp)
-                .arg(PACKAGE),
-            &format!("go build -tags {BUILD_TAGS} {PACKAGE}"),
-        )?;
-        let version = version_of(&tmp)?;
-        ensure!(
-            version.contains(&format!("version {PROMETHEUS_RELEASE} ")),
-            "the built prometheus reports {version:?}, expected version {PROMETHEUS_RELEASE}"
-        );
-        let build_info = go_version_m(work, &tmp)?;
-        check_build_info(&build_info)?;
-        fs::rename(&tmp, &binary)
-            .with_context(|| format!("moving {} to {}", tmp.display(), binary.display()))?;
-        println!("==> {version} -> {} ({:.0?})", binary.display(), started.elapsed());
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    write_atomically(&stamp, stamp_contents().as_bytes())?;
-    Ok(binary)
+    fs::write(work.join("tools.go"), go::tools_file(&[PACKAGE]))?;
+    run(go::command(work).args(["mod", "tidy"]), "go mod tidy (prometheus)")?;
+    let flags = ["-trimpath", "-tags", BUILD_TAGS, "-ldflags", &ldflags()];
+    go::build(work, PACKAGE, &flags, dest, |binary| {
+        let version =
+            go::reports(binary, &["--version"], &format!("version {PROMETHEUS_RELEASE} "))?;
+        check_build_info(&go::build_info(work, binary)?)?;
+        Ok(version)
+    })
 }
 
 /// `-s -w` plus the version variables `prometheus --version` prints.
@@ -216,32 +183,19 @@ fn ldflags() -> String {
     )
 }
 
-/// `go version -m <binary>`: the module versions and build settings recorded in it.
-fn go_version_m(work: &Path, binary: &Path) -> anyhow::Result<String> {
-    let output =
-        go(work).args(["version", "-m"]).arg(binary).output().context("running go version -m")?;
-    ensure!(output.status.success(), "go version -m failed: {}", output.status);
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
 /// Checks that `go version -m` says the binary is [`PROMETHEUS_MODULE`] at the pinned version,
 /// built with [`BUILD_TAGS`].
 fn check_build_info(info: &str) -> anyhow::Result<()> {
-    let fields = |line: &str| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
-    let has_module = info.lines().map(fields).any(|f| {
-        matches!(f.first().map(String::as_str), Some("mod" | "dep"))
-            && f.get(1).map(String::as_str) == Some(PROMETHEUS_MODULE)
-            && f.get(2).map(String::as_str) == Some(PROMETHEUS_MODULE_VERSION)
-    });
     ensure!(
-        has_module,
+        go::shows_module(info, PROMETHEUS_MODULE, PROMETHEUS_MODULE_VERSION),
         "go version -m does not show {PROMETHEUS_MODULE} {PROMETHEUS_MODULE_VERSION}:\n{info}"
     );
     let tags = format!("-tags={BUILD_TAGS}");
     ensure!(
-        info.lines()
-            .map(fields)
-            .any(|f| f.first().map(String::as_str) == Some("build") && f.get(1) == Some(&tags)),
+        info.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.first() == Some(&"build") && fields.get(1) == Some(&tags.as_str())
+        }),
         "go version -m does not show the build setting {tags}:\n{info}"
     );
     Ok(())

