@@ -1133,6 +1133,19 @@ impl Drop for Cluster {
         // Nodes first (they talk to the apiservers): the k0s nodes, then the real nodes
         // (kubelets, containerds, controller-manager, scheduler); then the apiservers, then etcd.
         self.k0s_registry.kill_all();
+        // What a SIGKILLed `k0s controller --run-components` leaves running (its API server,
+        // controller-manager and scheduler run in process groups of their own, and from its
+        // data directory).
+        if self.control_plane_run_by_k0s() {
+            for i in 0..self.apiservers.len() {
+                let data = self.node_data_dir(&format!("controller-{i}"));
+                let killed =
+                    crate::real_node::host::kill_processes_mentioning(&data.to_string_lossy());
+                if let Err(err) = killed {
+                    eprintln!("integration: stopping what controller-{i} ran: {err:#}");
+                }
+            }
+        }
         drop(self.real_nodes.take());
         for apiserver in &self.apiservers {
             apiserver.slot.kill_and_reap();
@@ -1242,6 +1255,11 @@ impl ControlPlane for Cluster {
 
     fn workload_controllers_run_by_k0s(&self) -> bool {
         self.control_plane_run_by_k0s()
+    }
+
+    fn etcd_address(&self) -> Option<std::net::SocketAddr> {
+        self.control_plane_run_by_k0s()
+            .then(|| std::net::SocketAddr::from(([127, 0, 0, 1], self.etcd.client_port)))
     }
 
     fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send {

@@ -53,28 +53,39 @@ impl SignalRecorder {
     /// have listed what exists (so nothing written afterwards is missed), or fails after
     /// `STARTUP`.
     pub async fn start(client: &kube::Client) -> anyhow::Result<Self> {
+        Self::start_through(std::slice::from_ref(client)).await
+    }
+
+    /// [`SignalRecorder::start`] through each of `clients` (one per API server) at once,
+    /// the history merged by revision: what one API server's watch missed while it restarted
+    /// (a new API server's watch cache cannot resume an older revision, so its watchers list
+    /// again and see only the state then) the others saw, as long as they do not all restart
+    /// at the same time.
+    pub async fn start_through(clients: &[kube::Client]) -> anyhow::Result<Self> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let vanished = Arc::new(Mutex::new(Vec::new()));
         let (listed, mut listed_rx) = tokio::sync::watch::channel(0usize);
         let listed = Arc::new(listed);
-        let tasks = vec![
-            tokio::spawn(record::<Node>(
+        let mut tasks = Vec::new();
+        for client in clients {
+            tasks.push(tokio::spawn(record::<Node>(
                 client.clone(),
                 ObjectKind::Node,
                 seen.clone(),
                 vanished.clone(),
                 listed.clone(),
-            )),
-            tokio::spawn(record::<ControlNode>(
+            )));
+            tasks.push(tokio::spawn(record::<ControlNode>(
                 client.clone(),
                 ObjectKind::ControlNode,
                 seen.clone(),
                 vanished.clone(),
-                listed,
-            )),
-        ];
+                listed.clone(),
+            )));
+        }
+        let watches = tasks.len();
         let recorder = Self { seen, vanished, tasks };
-        tokio::time::timeout(STARTUP, listed_rx.wait_for(|n| *n >= 2))
+        tokio::time::timeout(STARTUP, listed_rx.wait_for(|n| *n >= watches))
             .await
             .map_err(|_| {
                 anyhow::anyhow!("the signal recorder's watches did not list in {STARTUP:?}")
@@ -89,11 +100,12 @@ impl SignalRecorder {
         self.vanished.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Everything seen so far, in revision order.
+    /// Everything seen so far, in revision order: each change of an object's signal once
+    /// (what several watches saw is merged).
     pub fn history(&self) -> Vec<Seen> {
         let mut all = self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
         all.sort_by_key(|s| s.revision);
-        all
+        merge(all)
     }
 
     /// The states each object went through, in revision order.
@@ -104,6 +116,18 @@ impl SignalRecorder {
         }
         by_object
     }
+}
+
+/// `seen` (in revision order, from one or several watches) with each object's repeats
+/// dropped: an entry whose state is the one its object was last seen in.
+fn merge(seen: Vec<Seen>) -> Vec<Seen> {
+    let mut last: BTreeMap<ObjectRef, (String, u32, Option<SignalPhase>)> = BTreeMap::new();
+    seen.into_iter()
+        .filter(|s| {
+            let state = (s.created.clone(), s.command_id, s.phase);
+            last.insert(s.object.clone(), state.clone()).as_ref() != Some(&state)
+        })
+        .collect()
 }
 
 impl Drop for SignalRecorder {
@@ -172,5 +196,51 @@ async fn record<K>(
                 timestamp: data.status.as_ref().map(|s| s.timestamp.clone()),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(revision: u64, name: &str, phase: Option<SignalPhase>) -> Seen {
+        Seen {
+            revision,
+            object: ObjectRef { kind: ObjectKind::ControlNode, name: name.to_owned() },
+            plan_id: "p".to_owned(),
+            command_id: 0,
+            created: "t0".to_owned(),
+            phase,
+            timestamp: None,
+        }
+    }
+
+    #[test]
+    fn watches_merged_keep_each_change_once_and_what_only_one_saw() {
+        use SignalPhase::{Completed, Restarting, Uncordoning};
+        // One watch saw every change; another listed again after its API server restarted
+        // (missing Uncordoning, then seeing the later Completed at its own revision).
+        let mut all = vec![
+            seen(100, "c0", Some(Restarting)),
+            seen(105, "c0", Some(Uncordoning)),
+            seen(110, "c0", Some(Completed)),
+            seen(100, "c0", Some(Restarting)),
+            seen(107, "c0", Some(Uncordoning)),
+            seen(110, "c0", Some(Completed)),
+            seen(101, "c1", None),
+        ];
+        all.sort_by_key(|s| s.revision);
+        let merged = merge(all);
+        let merged: Vec<(u64, &str, Option<SignalPhase>)> =
+            merged.iter().map(|s| (s.revision, s.object.name.as_str(), s.phase)).collect();
+        assert_eq!(
+            merged,
+            vec![
+                (100, "c0", Some(Restarting)),
+                (101, "c1", None),
+                (105, "c0", Some(Uncordoning)),
+                (110, "c0", Some(Completed)),
+            ]
+        );
     }
 }

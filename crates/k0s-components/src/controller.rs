@@ -43,8 +43,9 @@ pub struct ControllerComponentArgs {
     /// Run kube-apiserver (serving on `--api-address`), kube-controller-manager and
     /// kube-scheduler from the components this binary carries (`k0s components`), staged into
     /// `<data-dir>/bin/`; a component it does not carry is taken from there or from `PATH`.
-    /// Without it, `k0s controller` runs the autopilot alone, beside a control plane
-    /// something else runs. The installation chooses (the unit's command line); an update
+    /// With `--enable-worker`, containerd and the kubelet too (as `k0s worker
+    /// --run-components`; the kubelet registers the Node). Without it, `k0s controller` runs
+    /// the autopilot alone, beside a control plane something else runs. The installation chooses (the unit's command line); an update
     /// never changes it.
     #[arg(long = "run-components")]
     pub run_components: bool,

@@ -40,18 +40,11 @@ const CONTAINERD_STARTUP: Duration = Duration::from_secs(60);
 /// How long each component gets to stop after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(4);
 
-/// The flags of `k0s worker` (and `k0s controller --enable-worker`) that choose to run the
-/// Kubernetes components and set what the host needs.
+/// The flags of `k0s worker` (and `k0s controller --enable-worker`) that set what
+/// containerd and the kubelet need of the host, when `--run-components` runs them (each
+/// requires it: the flag of the command they are part of).
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct WorkerComponentArgs {
-    /// Run containerd and the kubelet (the kubelet registers the Node) from the components
-    /// this binary carries (`k0s components`), staged into `<data-dir>/bin/`; a component it
-    /// does not carry is taken from there or from `PATH`. Without it, `k0s worker` runs the
-    /// autopilot alone, beside a kubelet something else runs. The installation chooses (the
-    /// unit's command line); an update never changes it.
-    #[arg(long)]
-    pub run_components: bool,
-
     /// The node's address, which the kubelet reports and serves on (its API and health
     /// port). Default: the kubelet's own choice, serving on every address.
     #[arg(long, value_name = "IP", requires = "run_components")]
@@ -82,6 +75,10 @@ pub struct WorkerComponentArgs {
     /// The image every Pod sandbox runs.
     #[arg(long, default_value = "registry.k8s.io/pause:3.10.1", value_name = "IMAGE")]
     pub pause_image: String,
+
+    /// The kubeconfig the kubelet uses: the Node's identity. Default: `--kubeconfig`.
+    #[arg(long, value_name = "PATH", requires = "run_components")]
+    pub kubelet_kubeconfig: Option<PathBuf>,
 
     /// Extra arguments for the kubelet, separated by spaces (they come after the ones `k0s`
     /// sets and win over them), e.g. `--kubelet-extra-args='--cgroup-root=/k0s --v=2'`.
@@ -316,7 +313,7 @@ fn toml_string(s: &str) -> String {
 pub struct WorkerComponents {
     /// The flags.
     pub args: WorkerComponentArgs,
-    /// The node's kubeconfig (the kubelet's identity too).
+    /// The node's kubeconfig (the kubelet's identity too, unless `--kubelet-kubeconfig`).
     pub kubeconfig: PathBuf,
     /// The restart policy of each component.
     pub backoff: Backoff,
@@ -351,14 +348,7 @@ impl Component for WorkerComponents {
                 .parent()
                 .map(Path::to_path_buf)
                 .context("the shim has no directory")?;
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            let mut search = OsString::from(shim_dir.as_os_str());
-            search.push(":");
-            search.push(if path.is_empty() {
-                OsString::from("/usr/sbin:/usr/bin:/sbin:/bin")
-            } else {
-                path
-            });
+            let search = search_path(&shim_dir);
             let child = |name: &'static str, program: PathBuf, args: Vec<OsString>| Child {
                 name,
                 program,
@@ -382,7 +372,8 @@ impl Component for WorkerComponents {
                 containerd.stop().await;
                 bail!("{err:#}; last lines of containerd:\n{lines}");
             }
-            let kubeconfig = absolute(&self.kubeconfig)?;
+            let kubeconfig =
+                absolute(self.args.kubelet_kubeconfig.as_deref().unwrap_or(&self.kubeconfig))?;
             let kubelet = Supervised::start(
                 child(
                     "kubelet",
@@ -417,6 +408,20 @@ impl Component for WorkerComponents {
             Ok(Box::new(running) as Box<dyn Running>)
         })
     }
+}
+
+/// The `PATH` containerd and the kubelet run with: the staged shim's directory first
+/// (containerd finds its shim there), then this process's `PATH` or the usual one.
+fn search_path(shim_dir: &Path) -> OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut search = OsString::from(shim_dir.as_os_str());
+    search.push(":");
+    search.push(if path.is_empty() {
+        OsString::from("/usr/sbin:/usr/bin:/sbin:/bin")
+    } else {
+        path
+    });
+    search
 }
 
 /// Stages `names` into `<data-dir>/bin/` in the blocking pool, logging what staging did.
@@ -613,7 +618,6 @@ mod tests {
 
     fn args() -> WorkerComponentArgs {
         WorkerComponentArgs {
-            run_components: true,
             node_ip: Some("10.213.0.11".parse().unwrap()),
             pod_cidr: None,
             cni_bridge: "k0s-br0".into(),
@@ -621,6 +625,7 @@ mod tests {
             cni_bin_dir: "/usr/lib/cni".into(),
             runc: "/usr/sbin/runc".into(),
             pause_image: "localhost/pause:1".into(),
+            kubelet_kubeconfig: None,
             kubelet_extra_args: Some("--cgroup-root=/k0s-it  --v=2".into()),
         }
     }

@@ -59,6 +59,10 @@ pub enum Command {
         /// Whether it runs the control plane, and what that needs.
         #[command(flatten)]
         components: k0s_components::controller::ControllerComponentArgs,
+        /// What containerd and the kubelet need of the host, when it runs them too
+        /// (`--enable-worker --run-components`).
+        #[command(flatten)]
+        worker_components: k0s_components::worker::WorkerComponentArgs,
     },
     /// Run a worker node: register its Node and act on update signals.
     Worker {
@@ -68,7 +72,15 @@ pub enum Command {
         /// The worker's flags.
         #[command(flatten)]
         args: autopilot_signal::WorkerArgs,
-        /// Whether it runs containerd and the kubelet, and what they need of the host.
+        /// Run containerd and the kubelet (the kubelet registers the Node) from the
+        /// components this binary carries (`k0s components`), staged into
+        /// `<data-dir>/bin/`; a component it does not carry is taken from there or from
+        /// `PATH`. Without it, `k0s worker` runs the autopilot alone, beside a kubelet
+        /// something else runs. The installation chooses (the unit's command line); an update
+        /// never changes it.
+        #[arg(long)]
+        run_components: bool,
+        /// What containerd and the kubelet need of the host.
         #[command(flatten)]
         components: k0s_components::worker::WorkerComponentArgs,
     },

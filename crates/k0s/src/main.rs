@@ -69,10 +69,12 @@ fn run(command: Command) -> anyhow::Result<()> {
             println!("{}", k0s::VERSION);
             Ok(())
         }
-        Command::Controller { node, args, updater, agent, components } => {
-            role::controller::run(node, args, updater, agent, components)
+        Command::Controller { node, args, updater, agent, components, worker_components } => {
+            role::controller::run(node, args, updater, agent, (components, worker_components))
         }
-        Command::Worker { node, args, components } => role::worker::run(node, args, components),
+        Command::Worker { node, args, run_components, components } => {
+            role::worker::run(node, args, run_components.then_some(components))
+        }
         Command::Components { output } => k0s::components::print(output),
         Command::Status { data_dir, output } => k0s::status::run(&data_dir, output),
         Command::PostUpdateGuard { data_dir, binary } => {

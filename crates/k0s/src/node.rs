@@ -20,6 +20,8 @@ pub(crate) struct ResolvedNode {
     pub(crate) client: kube::Client,
     pub(crate) config: kube::Config,
     pub(crate) server_url: String,
+    /// The `--kubeconfig` it connected with (a kubelet `k0s` runs uses it too by default).
+    pub(crate) kubeconfig: PathBuf,
     pub(crate) node_name: String,
     pub(crate) data_dir: PathBuf,
     /// The registry the components register their metrics in (API errors already are).
@@ -75,8 +77,16 @@ impl ResolvedNode {
     /// What the components share (`binary`: the running binary, resolved before anything
     /// can replace it), and the metrics endpoint serving everything registered so far.
     pub(crate) fn into_env(self, binary: PathBuf) -> (Env, MetricsEndpoint) {
-        let Self { client, config, server_url, node_name, data_dir, registry, metrics_listener } =
-            self;
+        let Self {
+            client,
+            config,
+            server_url,
+            node_name,
+            data_dir,
+            registry,
+            metrics_listener,
+            ..
+        } = self;
         let env = Env {
             client,
             config,
@@ -147,6 +157,7 @@ impl NodeFlags {
             client,
             config,
             server_url,
+            kubeconfig,
             node_name,
             data_dir,
             registry,
@@ -208,6 +219,7 @@ mod tests {
             client: kube::Client::try_from(config.clone()).expect("a client"),
             config,
             server_url: "https://127.0.0.1:6443".to_string(),
+            kubeconfig: PathBuf::from("/var/lib/k0s/kubelet.conf"),
             node_name: "w1".to_string(),
             data_dir: PathBuf::from("/var/lib/k0s"),
             registry: metrics::registry(),

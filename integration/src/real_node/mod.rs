@@ -52,7 +52,7 @@
 //! removes only theirs. [`Leftovers`] checks that nothing is left.
 
 mod config;
-mod host;
+pub(crate) mod host;
 pub mod image;
 mod netns;
 pub mod workload;
@@ -104,6 +104,9 @@ pub trait ControlPlane {
     /// Whether `k0s controller --run-components` runs the cluster's controller-manager and
     /// scheduler (then the real nodes do not start theirs).
     fn workload_controllers_run_by_k0s(&self) -> bool;
+    /// The etcd the API servers store the cluster in, when `k0s controller` runs them (a
+    /// controller run in the nodes' namespace reaches it there).
+    fn etcd_address(&self) -> Option<SocketAddr>;
     /// An admin client.
     fn admin_client(&self) -> impl Future<Output = anyhow::Result<kube::Client>> + Send;
 }
@@ -182,6 +185,9 @@ pub struct RealNodes {
     /// Forwarders of the machine's loopback services the nodes reach, by address
     /// ([`RealNodes::forward_into_namespace`], and every file server with nodes run by k0s).
     extra_forwarders: Arc<std::sync::Mutex<Vec<(SocketAddr, Forwarder)>>>,
+    /// Forwarders of services inside the namespace the tests reach, by address
+    /// ([`RealNodes::forward_out_of_namespace`]).
+    outward_forwarders: std::sync::Mutex<Vec<(SocketAddr, Forwarder)>>,
     /// The hook that forwards each new file server into the namespace, while it runs.
     forwarding_hook: Option<u64>,
     nodes: Vec<RealNode>,
@@ -332,6 +338,7 @@ impl RealNodes {
             netns: None,
             forwarder: None,
             extra_forwarders: Arc::default(),
+            outward_forwarders: std::sync::Mutex::default(),
             forwarding_hook: None,
             nodes: Vec::new(),
             controller_manager: ProcessSlot::new(GroupRegistry::default()),
@@ -365,12 +372,8 @@ impl RealNodes {
             });
         }
         let ips: Vec<Ipv4Addr> = self.nodes.iter().map(|n| n.ip).collect();
-        let netns = self.netns.insert(NetNs::create(&self.id, &ips)?);
-        let api_addresses = (0..cluster.controllers())
-            .map(|i| cluster.api_address(i).parse::<SocketAddr>())
-            .collect::<Result<Vec<_>, _>>()
-            .context("parsing the API server addresses")?;
-        self.forwarder = Some(Forwarder::start(&netns.path(), &api_addresses)?);
+        self.netns = Some(NetNs::create(&self.id, &ips)?);
+        self.forward_api_servers(cluster)?;
 
         if !cluster.workload_controllers_run_by_k0s() {
             self.start_controller_manager(cluster)?;
@@ -596,12 +599,63 @@ impl RealNodes {
         Ok(())
     }
 
+    /// Forwards each API server the nodes reach into the namespace; the API server of a
+    /// controller that `k0s` runs as one of these nodes (in the namespace) is forwarded out
+    /// of it instead, and then the cluster's etcd in.
+    fn forward_api_servers(&mut self, cluster: &impl ControlPlane) -> anyhow::Result<()> {
+        let netns = self.netns()?.path();
+        let (mut inward, mut outward) = (Vec::new(), Vec::new());
+        for i in 0..cluster.controllers() {
+            let address = cluster.api_address(i);
+            let address: SocketAddr =
+                address.parse().with_context(|| format!("parsing API server address {address}"))?;
+            let name = format!("controller-{i}");
+            let here = self.nodes.iter().any(|n| n.name == name && n.k0s_data_dir.is_some());
+            if here { &mut outward } else { &mut inward }.push(address);
+        }
+        if !outward.is_empty() {
+            inward.extend(cluster.etcd_address());
+            let mut all = self
+                .outward_forwarders
+                .lock()
+                .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?;
+            for address in outward {
+                all.push((address, Forwarder::start_outward(&netns, &[address])?));
+            }
+        }
+        self.forwarder = Some(Forwarder::start(&netns, &inward)?);
+        Ok(())
+    }
+
+    /// Makes `address`, a service a process inside the nodes' namespace serves (a `k0s`
+    /// node's metrics), reachable on the machine's loopback on the same address and port.
+    /// Forwarding an address twice does nothing.
+    pub fn forward_out_of_namespace(&self, address: SocketAddr) -> anyhow::Result<()> {
+        let mut all = self
+            .outward_forwarders
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?;
+        if !all.iter().any(|(forwarded, _)| *forwarded == address) {
+            all.push((address, Forwarder::start_outward(&self.netns()?.path(), &[address])?));
+        }
+        Ok(())
+    }
+
     /// `command` (a `k0s worker` of one of these nodes, from
     /// [`crate::Cluster::k0s_worker_on_kubelet`]) made to run the node's containerd and
     /// kubelet: `--run-components` with the node's address, CNI network, runc, sandbox image
     /// and kubelet flags, inside the nodes' network namespace. Only for nodes started with
     /// [`RealNodes::start_for_k0s`].
     pub fn k0s_worker(&self, command: crate::K0sCommand) -> anyhow::Result<crate::K0sCommand> {
+        Ok(self.in_namespace_with_host_flags(command)?.arg("--run-components"))
+    }
+
+    /// `command` run in the nodes' namespace with the flags of its node's containerd and
+    /// kubelet (address, CNI network, runc, sandbox image, kubelet flags).
+    fn in_namespace_with_host_flags(
+        &self,
+        command: crate::K0sCommand,
+    ) -> anyhow::Result<crate::K0sCommand> {
         let node = self.node(command.node_name())?;
         let data_dir = node.k0s_data_dir.as_ref().with_context(|| {
             format!("{} was started by the harness (RealNodes::start), not for k0s", node.name)
@@ -615,13 +669,31 @@ impl RealNodes {
         );
         Ok(command
             .in_network_namespace(self.netns()?.path())
-            .arg("--run-components")
             .arg(format!("--node-ip={}", node.ip))
             .arg(format!("--cni-conf-dir={}", node.layout.cni_conf_dir().display()))
             .arg(format!("--cni-bin-dir={CNI_BIN_DIR}"))
             .arg(format!("--runc={RUNC}"))
             .arg(format!("--pause-image={}", image::PAUSE_IMAGE))
             .arg(format!("--kubelet-extra-args={}", k0s_kubelet_extra_args(&node.cgroup_root))))
+    }
+
+    /// `command` (a `k0s controller` of controller `controller-<i>`, one of these nodes,
+    /// from [`crate::Cluster::k0s_controller_running_components`]) made a controller+worker
+    /// that runs its control plane and its node's containerd and kubelet in the nodes'
+    /// namespace: [`RealNodes::k0s_worker`]'s flags, `--enable-worker --register-node=false`
+    /// and the node's identity for the kubelet. Its API server is reachable from the machine
+    /// on its address, as the others are.
+    pub fn k0s_controller_worker(
+        &self,
+        cluster: &impl ControlPlane,
+        command: crate::K0sCommand,
+    ) -> anyhow::Result<crate::K0sCommand> {
+        let kubeconfig = cluster.node_kubeconfig(command.node_name());
+        Ok(self
+            .in_namespace_with_host_flags(command)?
+            .arg("--enable-worker")
+            .arg("--register-node=false")
+            .arg(format!("--kubelet-kubeconfig={}", kubeconfig.display())))
     }
 
     /// Waits until `worker` (made with [`RealNodes::k0s_worker`]) has containerd answering,
@@ -795,6 +867,9 @@ impl RealNodes {
         }
         if let Ok(mut extra) = self.extra_forwarders.lock() {
             extra.clear();
+        }
+        if let Ok(mut outward) = self.outward_forwarders.lock() {
+            outward.clear();
         }
         self.controller_manager.kill_and_reap();
         self.scheduler.kill_and_reap();

@@ -104,6 +104,13 @@ pub(crate) struct Forwarder {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Where a forwarder connects to: the machine's loopback, or inside a namespace.
+#[derive(Debug, Clone)]
+enum Dial {
+    Machine,
+    Namespace(PathBuf),
+}
+
 impl Forwarder {
     /// Listens on each of `addresses` inside the namespace at `netns` and forwards to the
     /// same address outside.
@@ -112,6 +119,32 @@ impl Forwarder {
             .iter()
             .map(|address| listen_in(netns, *address))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        Self::run(listeners, Dial::Machine)
+    }
+
+    /// The other way: listens on each of `addresses` on the machine's loopback and forwards
+    /// to the same address inside the namespace at `netns` (a service a node serves there,
+    /// such as its metrics, for the tests to reach).
+    pub(crate) fn start_outward(
+        netns: &std::path::Path,
+        addresses: &[SocketAddr],
+    ) -> anyhow::Result<Self> {
+        let listeners = addresses
+            .iter()
+            .map(|address| {
+                let listener = std::net::TcpListener::bind(address)
+                    .with_context(|| format!("binding {address} on the machine"))?;
+                listener.set_nonblocking(true)?;
+                Ok((listener, *address))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Self::run(listeners, Dial::Namespace(netns.to_path_buf()))
+    }
+
+    fn run(
+        listeners: Vec<(std::net::TcpListener, SocketAddr)>,
+        dial: Dial,
+    ) -> anyhow::Result<Self> {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("netns-forwarder".to_owned())
@@ -127,7 +160,7 @@ impl Forwarder {
                 runtime.block_on(async move {
                     let mut tasks = tokio::task::JoinSet::new();
                     for (listener, target) in listeners {
-                        tasks.spawn(forward(listener, target));
+                        tasks.spawn(forward(listener, target, dial.clone()));
                     }
                     let _ = stopped.await;
                     tasks.abort_all();
@@ -171,7 +204,7 @@ fn listen_in(
     Ok((listener, address))
 }
 
-async fn forward(listener: std::net::TcpListener, target: SocketAddr) {
+async fn forward(listener: std::net::TcpListener, target: SocketAddr, dial: Dial) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(err) => {
@@ -182,15 +215,37 @@ async fn forward(listener: std::net::TcpListener, target: SocketAddr) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let Ok((mut inbound, _)) = listener.accept().await else { continue };
+        let dial = dial.clone();
         connections.spawn(async move {
             // An API server that is down (a test stopped it) refuses: so does the forwarder,
             // by closing the connection.
-            if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+            if let Ok(mut outbound) = connect(&dial, target).await {
                 let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
             }
         });
         while connections.try_join_next().is_some() {}
     }
+}
+
+/// A connection to `target` on the side `dial` names. Inside a namespace, a short-lived
+/// thread joins it (only that thread changes namespace) and connects: the socket stays in
+/// the namespace it was made in.
+async fn connect(dial: &Dial, target: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let netns = match dial {
+        Dial::Machine => return tokio::net::TcpStream::connect(target).await,
+        Dial::Namespace(netns) => netns.clone(),
+    };
+    let (sent, received) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("netns-dial".to_owned()).spawn(move || {
+        let connected = File::open(&netns).and_then(|file| {
+            setns(&file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+            std::net::TcpStream::connect_timeout(&target, std::time::Duration::from_secs(5))
+        });
+        let _ = sent.send(connected);
+    })?;
+    let stream = received.await.map_err(std::io::Error::other)??;
+    stream.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(stream)
 }
 
 /// The address of real node `index` inside its set's namespace: `10.213.0.<11+index>` (each

@@ -14,8 +14,9 @@
 //! carry the plan, command, node and phase as fields, from the span of the reconcile pass,
 //! drain pass or agent step they were logged in.
 //!
-//! The worker is a real node ([`integration::real_node`]): its kubelet owns the Node and runs
-//! the budget's Pod (a Deployment's), and the controller-manager computes the budget.
+//! The worker is a real node ([`integration::real_node`]) that `k0s worker --run-components`
+//! runs: its kubelet owns the Node and runs the budget's Pod (a Deployment's), and the
+//! controller-manager the controllers run computes the budget.
 
 use autopilot_api::v1beta2::PlanStateType;
 use integration::http::FileServer;
@@ -40,8 +41,8 @@ async fn scrapes_of_the_leader_a_follower_and_the_worker_follow_a_real_update_on
         FleetBuilder::new("metrics")
             .controllers(2)
             .workers(&[WORKER])
-            // Beside the agent: the test scrapes the worker's metrics on the machine's loopback.
-            .real_workers_beside_agents()
+            // Run by k0s in the nodes' namespace: its metrics are forwarded to the machine.
+            .real_workers()
             .agents(Agents::Real)
             .controller_args(&[NO_AGENT, "--log-format", "json"])
             .controller_metrics()

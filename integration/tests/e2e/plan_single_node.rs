@@ -4,8 +4,11 @@
 //! target's `drain` note naming it; `drain: Never` cordons and evicts nothing; the default,
 //! `Always`, still evicts the pod. After each plan the node is uncordoned.
 //!
-//! The controller is a real node ([`integration::real_node`]): a kubelet owns its Node (the
-//! controller runs `--register-node=false`) and runs the pod in a real container.
+//! The controller is a real node ([`integration::real_node`]) that `k0s` runs whole: `k0s
+//! controller --run-components --enable-worker` runs its API server, controller-manager and
+//! scheduler, and its containerd and kubelet, which owns the Node and runs the pod in a real
+//! container. Each update restarts all of them from the new binary; the pod's container runs
+//! on.
 
 use autopilot_api::v1beta2::DrainPolicy;
 use integration::http::FileServer;
@@ -24,8 +27,8 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
  {
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
-    // A real node: its kubelet owns the Node, the controller runs `--enable-worker
-    // --register-node=false` (`real_controllers`).
+    // A real node run by `k0s controller --run-components --enable-worker`
+    // (`real_controllers`): its kubelet owns the Node.
     let Fleet { cluster, client, controllers, workers: _workers } =
         FleetBuilder::new("plan-single-node")
             .real_controllers()

@@ -1,7 +1,8 @@
-//! Scenarios on real nodes ([`integration::real_node`]): each worker is a containerd and a
-//! kubelet that owns its Node and runs real containers, beside the `k0s worker` agent; the
-//! cluster runs the real kube-controller-manager and kube-scheduler, so Deployments,
-//! DaemonSets and PodDisruptionBudgets behave as in production.
+//! Scenarios on real nodes ([`integration::real_node`]): each worker is a `k0s worker
+//! --run-components` whose containerd and kubelet own its Node and run real containers, and
+//! the controllers run the real API servers, kube-controller-manager and kube-scheduler, so
+//! Deployments, DaemonSets and PodDisruptionBudgets behave as in production. One scenario
+//! keeps an agent beside a kubelet the harness runs: what an update does to that mode.
 //!
 //! They need root and a few Debian packages ([`integration::real_node::prerequisites`]);
 //! `cargo xtask test` leaves them out, naming them and the reason, where those are missing.
@@ -34,12 +35,12 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 pub(crate) use integration::real_node::workload::{self, SERVE, container, pod_ready};
 
-/// A fleet of one controller and the real workers `names`, every node's agent on beside a
-/// kubelet the harness runs (the autopilot alone: these scenarios show what an update does
-/// and does not restart on such a node): what the update scenarios below start with (to
-/// configure further, then start).
+/// A fleet of one controller and the real workers `names`, each a `k0s worker
+/// --run-components` that runs its node's containerd and kubelet, the controller running its
+/// API server, controller-manager and scheduler: what the update scenarios below start with
+/// (to configure further, then start).
 fn real_fleet(name: &str, names: &[&str]) -> FleetBuilder {
-    FleetBuilder::new(name).workers(names).real_workers_beside_agents().agents(Agents::Real)
+    FleetBuilder::new(name).workers(names).real_workers().agents(Agents::Real)
 }
 
 #[tokio::test]
@@ -90,10 +91,9 @@ async fn a_dropped_set_of_real_nodes_leaves_nothing_behind_even_after_a_failure(
     assert!(left.is_empty(), "the real nodes left behind: {left:#?}");
 }
 
-/// The update to a v2 that carries the worker's components (as a release does) also shows
-/// that an update never flips a node's mode: these agents run beside kubelets the harness
-/// runs (today's units, without `--run-components`), and after the update they still run the
-/// agent alone: nothing staged, no second kubelet or containerd.
+/// Nodes that `k0s` runs, updated to a v2 that carries the worker's components (as a
+/// release does): each is drained under the budget, restarts its kubelet and containerd from
+/// v2, and the DaemonSet's containers run on through it.
 #[tokio::test]
 async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_containers_alone() {
     let (v2_bytes, sha) = v2_carrying_build();
@@ -173,15 +173,54 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
             assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
         }
     }
-    assert_agent_only(&workers);
+    // The kubelets and containerds are the updated k0s's: stopped with v1, started again by
+    // v2 from what it staged, and the Nodes Ready from them.
     for (i, name) in names.iter().enumerate() {
-        assert_eq!(nodes.kubelet_pid(name).unwrap(), kubelets[i], "{name}'s kubelet kept running");
-        assert_eq!(
-            nodes.containerd_pid(name).unwrap(),
-            containerds[i],
-            "{name}'s containerd kept running"
+        let kubelet = nodes.kubelet_pid(name).unwrap();
+        assert!(kubelet.is_some() && kubelet != kubelets[i], "{name}'s kubelet: {kubelet:?}");
+        let containerd = nodes.containerd_pid(name).unwrap();
+        assert!(
+            containerd.is_some() && containerd != containerds[i],
+            "{name}'s containerd is v2's: {containerd:?}"
         );
+        assert!(workers[i].data_dir().join("bin/kubelet").is_file(), "{name} staged its kubelet");
+        wait_nodes_ready(&client, &[name]).await.unwrap();
     }
+}
+
+/// An update never flips a node's mode: an agent that runs beside a kubelet someone else runs
+/// (today's units, without `--run-components`), updated to a v2 that carries the worker's
+/// components, still runs the agent alone: nothing staged, no second kubelet or containerd,
+/// the node's own kubelet and containerd untouched.
+#[tokio::test]
+async fn an_agent_only_node_stays_agent_only_through_an_update_to_a_carrying_build() {
+    const NODE: &str = "worker-0";
+    let (v2_bytes, sha) = v2_carrying_build();
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    let Fleet { cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("real-nodes-agent-only")
+            .workers(&[NODE])
+            .real_workers_beside_agents()
+            .agents(Agents::Real)
+            .start()
+            .await
+            .unwrap();
+    let nodes = cluster.real_nodes().expect("the real node");
+    wait_node_version(&client, NODE, &binary_version(workers[0].binary_path())).await.unwrap();
+    let kubelet = nodes.kubelet_pid(NODE).unwrap();
+    let containerd = nodes.containerd_pid(NODE).unwrap();
+    assert!(kubelet.is_some() && containerd.is_some(), "the harness runs the node");
+
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&[NODE], 1)));
+    create_plan(&client, &plan("autopilot", "v2", vec![k0s_command(update)])).await.unwrap();
+    wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    wait_node_version(&client, NODE, V2).await.unwrap();
+    assert_eq!(binary_version(workers[0].binary_path()), V2, "updated on disk");
+
+    assert_agent_only(&workers);
+    assert_eq!(nodes.kubelet_pid(NODE).unwrap(), kubelet, "the node's kubelet kept running");
+    assert_eq!(nodes.containerd_pid(NODE).unwrap(), containerd, "its containerd kept running");
+    wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
 }
 
 /// Each agent still runs alone after its update to a build that carries components: nothing
@@ -463,12 +502,12 @@ async fn assert_still_running(nodes: &RealNodes, pods: &Api<Pod>, web: &(String,
     assert!(running.contains(&web.1), "containerd runs {}: {running:?}", web.1);
 }
 
-/// The post-update watch on a real node: a "v2" that passes its trial boot but dies 8 s into
-/// every run is put back to v1 after its third crash, while the node's DaemonSet container,
-/// its kubelet and its containerd run on untouched.
+/// The post-update watch on a real node that `k0s` runs: a "v2" that passes its trial boot
+/// but dies (SIGKILL) 8 s into every run is put back to v1 after its third crash, while the
+/// node's DaemonSet container runs on untouched; v1 runs the node's kubelet and containerd
+/// again, and the Node is Ready from them.
 #[tokio::test]
 async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_left_running() {
-    use std::os::unix::fs::PermissionsExt as _;
     const NODE: &str = "worker-0";
     let Fleet { cluster, client, controllers: _controllers, mut workers } =
         real_fleet("real-nodes-post-watch", &[NODE])
@@ -495,14 +534,7 @@ async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_
     let kubelet = nodes.kubelet_pid(NODE).unwrap();
     let containerd = nodes.containerd_pid(NODE).unwrap();
 
-    // The payload: answers `version` as v2, is the real v2 on trial, and in a normal run
-    // starts the real v2 and kills it 8 s later, exiting 1.
-    let (v2_bytes, _) = v2_build();
-    let real = worker.dir().join("v2-real").join("k0s");
-    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
-    std::fs::write(&real, &v2_bytes).unwrap();
-    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let payload = crate::update_post_watch::dying_v2(&real);
+    let payload = dying_payload(&worker).unwrap();
     let server = FileServer::start(payload.clone()).await.unwrap();
     let worker = worker.supervise(Duration::from_secs(1));
     let update = update_to(
@@ -541,7 +573,8 @@ async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_
     assert_eq!(binary_version(worker.process().binary_path()), v1);
 
     // Through three crashes and the rollback, the node's workload ran on: the same Pod and
-    // container, no restart, still running in containerd; kubelet and containerd untouched.
+    // container, no restart, still running in containerd; the kubelet and containerd that
+    // run now are v1's (each start takes them back from the run before).
     assert_eq!(
         daemon_pods(&pods, "agent").await.unwrap(),
         agents_before,
@@ -553,9 +586,25 @@ async fn the_post_update_watch_rolls_a_crashing_binary_back_with_the_containers_
             assert!(running.contains(id), "container {id} still runs: {running:?}");
         }
     }
-    assert_eq!(nodes.kubelet_pid(NODE).unwrap(), kubelet, "the kubelet kept running");
-    assert_eq!(nodes.containerd_pid(NODE).unwrap(), containerd, "containerd kept running");
+    let now = (nodes.kubelet_pid(NODE).unwrap(), nodes.containerd_pid(NODE).unwrap());
+    assert!(now.0.is_some() && now.0 != kubelet, "v1 runs the kubelet again: {now:?}");
+    assert!(now.1.is_some() && now.1 != containerd, "v1 runs containerd again: {now:?}");
+    wait_nodes_ready(&client, &[NODE]).await.unwrap();
     wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
+}
+
+/// The payload for `worker`: answers `version` as v2, is the real v2 (carrying the worker's
+/// components) on trial, and in a normal run starts the real v2 and kills it 8 s later,
+/// exiting 1.
+fn dying_payload(worker: &K0sProcess) -> anyhow::Result<Vec<u8>> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (v2_bytes, _) = v2_carrying_build();
+    let dir = worker.dir().join("v2-real");
+    let real = dir.join("k0s");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(&real, &v2_bytes)?;
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755))?;
+    Ok(crate::update_post_watch::dying_v2(&real))
 }
 
 /// Deployment `name` (`app: name`) with `replicas` busybox Pods kept on `node` (a node

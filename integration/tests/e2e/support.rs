@@ -411,8 +411,6 @@ pub const NO_AGENT: &str = "--disable-update-agent";
 /// The flags of a controller that is also a real worker ([`FleetBuilder::real_controllers`]):
 /// a kubelet owns its Node, so the controller runs the worker's agent without registering
 /// the Node itself.
-const REAL_CONTROLLER_FLAGS: [&str; 2] = ["--enable-worker", "--register-node=false"];
-
 /// Whether the nodes of a [`Fleet`] run their real update agents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Agents {
@@ -596,11 +594,12 @@ impl FleetBuilder {
         self
     }
 
-    /// Every controller is also a real worker: the controllers get node identities
-    /// ([`ClusterBuilder::controller_node_identities`]), `start` starts a containerd and a
-    /// kubelet for each `controller-<i>` ([`Cluster::start_real_nodes`]) before any k0s
-    /// process, and each controller runs `--enable-worker --register-node=false` after its
-    /// other flags.
+    /// Every controller is also a real worker, as a k0s controller+worker: the controllers
+    /// get node identities ([`ClusterBuilder::controller_node_identities`]), `start` prepares
+    /// the real nodes first, then runs each `k0s controller --run-components --enable-worker`
+    /// in the nodes' namespace ([`integration::real_node::RealNodes::k0s_controller_worker`]):
+    /// it runs its API server, controller-manager and scheduler, and its node's containerd
+    /// and kubelet (which registers the Node), from the build carrying them all.
     pub fn real_controllers(mut self) -> Self {
         self.controller.real = true;
         self
@@ -644,9 +643,10 @@ impl FleetBuilder {
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         // Workers that run their components get controllers that run theirs too: `k0s
         // controller --run-components` runs each API server, controller-manager and scheduler
-        // (a controller that is a real worker, or that the test starts, keeps the harness's).
+        // (a controller the test starts keeps the harness's). Real controllers run theirs,
+        // and their node's, in the nodes' namespace.
         let k0s_control_plane =
-            worker.real && worker.run_by_k0s && !controller.real && !controller.unstarted;
+            !controller.unstarted && (controller.real || (worker.real && worker.run_by_k0s));
         let mut builder = ClusterBuilder::new(name).controllers(count).workers(&names);
         if controller.real {
             builder = builder.controller_node_identities();
@@ -655,7 +655,7 @@ impl FleetBuilder {
             builder = builder.without_rbac("worker.yaml");
         }
         // What nodes that run their components start from: the build carrying them.
-        let carrying = if worker.real && worker.run_by_k0s {
+        let carrying = if k0s_control_plane || (worker.real && worker.run_by_k0s) {
             let bare = tokio::task::spawn_blocking(integration::k0s_binary).await??;
             Some(integration::components::carrying(&bare, integration::components::Set::All)?)
         } else {
@@ -667,29 +667,26 @@ impl FleetBuilder {
         let mut cluster = builder.build().await?;
         let client = cluster.admin_client().await?;
         let own = |name: &str| node_args.get(name).map(Vec::as_slice).unwrap_or_default();
+        let (harness, by_k0s) = real_nodes_of(&controller, &worker, &controller_names, &names);
+        // Real controllers live in the nodes' namespace: it comes first.
+        let start_nodes = !harness.is_empty() || !by_k0s.is_empty();
+        if start_nodes && controller.real {
+            cluster.start_real_nodes_mixed(&harness, &by_k0s).await?;
+        }
         let mut controllers = Vec::new();
         if k0s_control_plane {
-            let commands = controller_names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| {
-                    let base = cluster.k0s_controller_running_components(i)?;
-                    controller.command(base, own(name), &[], agents)
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            controllers = cluster.start_k0s_control_plane_with(commands).await?;
+            controllers = controller
+                .start_k0s_controllers(&cluster, &controller_names, &node_args, agents)
+                .await?;
         }
-        let (harness, by_k0s) = real_nodes_of(&controller, &worker, &controller_names, &names);
-        if !harness.is_empty() || !by_k0s.is_empty() {
+        if start_nodes && !controller.real {
             cluster.start_real_nodes_mixed(&harness, &by_k0s).await?;
         }
         if k0s_control_plane {
             wait_controllers_ready(&client, count).await?;
         } else if !controller.unstarted {
-            let extra: &[&str] = if controller.real { &REAL_CONTROLLER_FLAGS } else { &[] };
             for (i, name) in controller_names.iter().enumerate() {
-                let command =
-                    controller.command(cluster.k0s_controller(i), own(name), extra, agents);
+                let command = controller.command(cluster.k0s_controller(i), own(name), &[], agents);
                 controllers.push(command?.spawn().await?);
             }
             wait_controllers_ready(&client, count).await?;
@@ -719,7 +716,7 @@ fn real_nodes_of<'a>(
     let mut harness: Vec<&str> = Vec::new();
     let mut by_k0s: Vec<&str> = Vec::new();
     if controller.real {
-        harness.extend(controllers.iter().map(String::as_str));
+        by_k0s.extend(controllers.iter().map(String::as_str));
     }
     if worker.real {
         if worker.run_by_k0s { &mut by_k0s } else { &mut harness }.extend(workers);
@@ -728,6 +725,38 @@ fn real_nodes_of<'a>(
 }
 
 impl Role {
+    /// Starts the controllers `names` of a cluster whose control plane `k0s` runs, each with
+    /// its own flags from `node_args`; real ones as controller+workers in the nodes'
+    /// namespace, waiting for their Nodes too.
+    async fn start_k0s_controllers(
+        &self,
+        cluster: &Cluster,
+        names: &[String],
+        node_args: &BTreeMap<String, Vec<String>>,
+        agents: Agents,
+    ) -> anyhow::Result<Vec<K0sProcess>> {
+        let nodes = cluster.real_nodes().filter(|_| self.real);
+        let commands = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let mut base = cluster.k0s_controller_running_components(i)?;
+                if let Some(nodes) = nodes {
+                    base = nodes.k0s_controller_worker(cluster, base)?;
+                }
+                let own = node_args.get(name).map(Vec::as_slice).unwrap_or_default();
+                self.command(base, own, &[], agents)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let controllers = cluster.start_k0s_control_plane_with(commands).await?;
+        if let Some(nodes) = nodes {
+            for started in &controllers {
+                nodes.wait_k0s_node(cluster, started).await?;
+            }
+        }
+        Ok(controllers)
+    }
+
     /// Starts worker `name` of this role: a real node run by k0s (from `carrying`), one
     /// beside a kubelet the harness runs, or a process registering its Node.
     async fn start_worker(
@@ -747,6 +776,10 @@ impl Role {
         };
         let spawned = self.command(command, own, &[], agents)?.spawn().await?;
         if let (Some(_), Some(nodes)) = (carrying, cluster.real_nodes()) {
+            // Its metrics, served inside the nodes' namespace, scraped from here.
+            if let Some(metrics) = spawned.metrics_address() {
+                nodes.forward_out_of_namespace(metrics)?;
+            }
             nodes.wait_k0s_node(cluster, &spawned).await?;
         }
         Ok(spawned)

@@ -8,8 +8,11 @@
 //! ControlNode's signal goes through every phase in order with non-decreasing timestamps and
 //! never vanishes; afterwards every Node is Ready and uncordoned.
 //!
-//! Each controller is a real node too ([`integration::real_node`]): a kubelet owns its Node
-//! (the controllers run `--register-node=false`) and runs its web Pod in a real container.
+//! Each controller is a real node too ([`integration::real_node`]), all of it run by `k0s
+//! controller --run-components --enable-worker`: its API server, controller-manager and
+//! scheduler, and the containerd and kubelet that own its Node and run its web Pod in a real
+//! container. So each controller's update restarts one of the three API servers, and the
+//! next controller's turn waits for it (the `/readyz` quorum).
 
 use std::time::Duration;
 
@@ -48,9 +51,9 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     let (v2, sha) = v2_build();
     let server = FileServer::start(v2).await.unwrap();
 
-    // Real workers on the controllers: a kubelet owns each controller's Node, so the
-    // controllers run `--enable-worker` without registering it themselves.
-    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+    // Real workers on the controllers: `k0s` runs each controller's API server and kubelet,
+    // and the kubelet owns the controller's Node.
+    let Fleet { cluster, client, controllers, workers: _workers } =
         FleetBuilder::new("update-controller-workers")
             .controllers(3)
             .real_controllers()
@@ -72,7 +75,12 @@ async fn controller_workers_update_once_the_budget_allows_under_write_contention
     // Write contention: someone else touches every ControlNode's annotations every second.
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
     let toucher = touch_control_nodes(control_nodes.clone());
-    let recorder = SignalRecorder::start(&client).await.unwrap();
+    // Through every API server: each restarts once during the plan.
+    let mut clients = Vec::new();
+    for i in 0..CONTROLLERS.len() {
+        clients.push(cluster.admin_client_at(i).await.unwrap());
+    }
+    let recorder = SignalRecorder::start_through(&clients).await.unwrap();
 
     // Forced, as in k0s' scenario.
     let update = PlanCommandK0sUpdate {

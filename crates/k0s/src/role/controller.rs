@@ -11,9 +11,11 @@
 //! it.
 
 use anyhow::Context as _;
+use autopilot_shell::health::Health;
 use autopilot_shell::lifecycle::Supervisor;
 use autopilot_signal::{AgentOn, NodeRegistration, StatusSocket, UpdateAgent, status};
 use k0s_components::controller::{ControllerComponentArgs, ControllerComponents};
+use k0s_components::worker::{WorkerComponentArgs, WorkerComponents};
 
 use super::STOP_GRACE;
 use crate::VERSION;
@@ -27,7 +29,7 @@ pub fn run(
     args: autopilot_controller::Args,
     updater: UpdaterFlags,
     agent: ControllerAgentFlags,
-    kubernetes: ControllerComponentArgs,
+    kubernetes: (ControllerComponentArgs, WorkerComponentArgs),
 ) -> anyhow::Result<()> {
     // Resolved before anything can replace the file (see the worker).
     let binary = std::env::current_exe().context("finding the running binary")?;
@@ -43,8 +45,9 @@ pub fn run(
         let terminated = super::on_termination();
         let mut node = node.resolve().await?;
         let mut trial = node.trial(&agent.download, agent.trial_timeout, agent.post_update_watch);
-        trial.own_api_server = kubernetes.run_components;
-        let supervisor = components(&mut node, args, updater, &agent, &kubernetes, post_update)?;
+        trial.own_api_server = kubernetes.0.run_components;
+        let kubernetes = (&kubernetes.0, &kubernetes.1);
+        let supervisor = components(&mut node, args, updater, &agent, kubernetes, post_update)?;
         let (env, metrics_endpoint) = node.into_env(binary.clone());
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
         anyhow::Ok((ended, trial))
@@ -57,13 +60,14 @@ pub fn run(
 
 /// The controller's components in start order (the metrics endpoint, declared last by the
 /// caller, excepted); the trial boot starts the same list. With `--run-components`, the
-/// control plane comes right after the status socket, so it stops last.
+/// control plane comes right after the status socket (then, with `--enable-worker`,
+/// containerd and the kubelet), so it stops last.
 pub(crate) fn components(
     node: &mut ResolvedNode,
     args: autopilot_controller::Args,
     updater: UpdaterFlags,
     agent: &ControllerAgentFlags,
-    kubernetes: &ControllerComponentArgs,
+    (kubernetes, worker_components): (&ControllerComponentArgs, &WorkerComponentArgs),
     post_update: autopilot_signal::post_update::AtStart,
 ) -> anyhow::Result<Supervisor> {
     let Metrics {
@@ -82,23 +86,19 @@ pub(crate) fn components(
         autopilot_controller::Controller::new(args, &node.node_name, controller_metrics)?;
     let leadership = controller.leadership();
     let board = status::Board::default();
-    let mut supervisor = Supervisor::new(STOP_GRACE).with(StatusSocket {
+    let supervisor = Supervisor::new(STOP_GRACE).with(StatusSocket {
         role: if worker { status::Role::ControllerWorker } else { status::Role::Controller },
         update_agent: !agent.disable_update_agent,
         board: board.clone(),
         leadership: Some(leadership.clone()),
     });
     let own_api_server = kubernetes.run_components;
-    let components_health = own_api_server.then(autopilot_shell::health::Health::default);
-    if let Some(health) = &components_health {
-        supervisor = supervisor.with(ControllerComponents {
-            args: kubernetes.clone(),
-            api_address,
-            backoff: k0s_components::restart::Backoff::default(),
-            startup_timeout,
-            health: health.clone(),
-        });
-    }
+    let (mut supervisor, components_health) = with_kubernetes(
+        supervisor,
+        KubernetesOf { kubernetes, worker_components, worker, api_address, startup_timeout },
+        &node.kubeconfig,
+        agent.registration.register_node,
+    )?;
     if worker && agent.registration.register_node {
         supervisor = supervisor.with(NodeRegistration {
             heartbeat_interval: agent.heartbeat_interval,
@@ -131,4 +131,53 @@ pub(crate) fn components(
             components: components_health,
             own_api_server,
         }))
+}
+
+/// What the controller's Kubernetes components are made of.
+struct KubernetesOf<'a> {
+    kubernetes: &'a ControllerComponentArgs,
+    worker_components: &'a WorkerComponentArgs,
+    /// `--enable-worker`.
+    worker: bool,
+    api_address: std::net::SocketAddr,
+    startup_timeout: std::time::Duration,
+}
+
+/// With `--run-components`, `supervisor` with the control plane, and with `--enable-worker`
+/// containerd and the kubelet after it (using `kubeconfig` unless `--kubelet-kubeconfig`),
+/// and the health of all of them; `supervisor` as it is without.
+fn with_kubernetes(
+    mut supervisor: Supervisor,
+    of: KubernetesOf<'_>,
+    kubeconfig: &std::path::Path,
+    register_node: bool,
+) -> anyhow::Result<(Supervisor, Option<Health>)> {
+    let KubernetesOf { kubernetes, worker_components, worker, api_address, startup_timeout } = of;
+    if !kubernetes.run_components {
+        return Ok((supervisor, None));
+    }
+    anyhow::ensure!(
+        !(worker && register_node),
+        "--enable-worker --run-components runs the kubelet, which registers the Node: leave \
+         --register-node off"
+    );
+    let control_plane = Health::default();
+    supervisor = supervisor.with(ControllerComponents {
+        args: kubernetes.clone(),
+        api_address,
+        backoff: k0s_components::restart::Backoff::default(),
+        startup_timeout,
+        health: control_plane.clone(),
+    });
+    if !worker {
+        return Ok((supervisor, Some(control_plane)));
+    }
+    let node = Health::default();
+    supervisor = supervisor.with(WorkerComponents {
+        args: worker_components.clone(),
+        kubeconfig: kubeconfig.to_path_buf(),
+        backoff: k0s_components::restart::Backoff::default(),
+        health: node.clone(),
+    });
+    Ok((supervisor, Some(Health::all(&[control_plane, node]))))
 }

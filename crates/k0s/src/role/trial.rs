@@ -70,7 +70,7 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
     let runtime = crate::runtime()?;
     let result = runtime.block_on(async {
         let (supervisor, env) = match command {
-            Command::Controller { node, args, updater, agent, components } => {
+            Command::Controller { node, args, updater, agent, components, worker_components } => {
                 args.validate()?;
                 let mut node = node.without_metrics().resolve().await?;
                 let supervisor = super::controller::components(
@@ -78,19 +78,19 @@ pub fn boot(command: Command, token: &str) -> anyhow::Result<()> {
                     args,
                     updater,
                     &agent,
-                    &components,
+                    (&components, &worker_components),
                     autopilot_signal::post_update::AtStart::Nothing,
                 )?;
                 (supervisor, node.into_env(binary).0)
             }
-            Command::Worker { node, args, components } => {
+            Command::Worker { node, args, run_components, components } => {
                 args.validate()?;
                 let node_kubeconfig = node.kubeconfig.clone();
                 let mut node = node.without_metrics().resolve().await?;
                 let supervisor = super::worker::components(
                     &mut node,
                     &args,
-                    &components,
+                    run_components.then_some(&components),
                     &node_kubeconfig,
                     autopilot_signal::post_update::AtStart::Nothing,
                 );

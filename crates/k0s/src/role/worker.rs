@@ -20,7 +20,7 @@ use crate::node::{Metrics, ResolvedNode};
 pub fn run(
     node: NodeFlags,
     args: autopilot_signal::WorkerArgs,
-    kubernetes: WorkerComponentArgs,
+    kubernetes: Option<WorkerComponentArgs>,
 ) -> anyhow::Result<()> {
     // Resolved before anything can replace the file: an update swaps a new binary in
     // at this path, and the restart executes whatever is there then.
@@ -33,14 +33,15 @@ pub fn run(
     let runtime = crate::runtime()?;
     let ended = runtime.block_on(async {
         args.validate()?;
-        validate(&args, &kubernetes)?;
+        validate(&args, kubernetes.as_ref())?;
         let terminated = super::on_termination();
         let kubeconfig = node.kubeconfig.clone();
         let mut node = node.resolve().await?;
         let trial = node.trial(&args.download, args.trial_timeout, args.post_update_watch);
-        let supervisor = components(&mut node, &args, &kubernetes, &kubeconfig, post_update);
+        let supervisor =
+            components(&mut node, &args, kubernetes.as_ref(), &kubeconfig, post_update);
         let (env, metrics_endpoint) = node.into_env(binary.clone());
-        tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.registration.register_node, run_components = kubernetes.run_components, binary = %binary.display(), "starting worker");
+        tracing::info!(node.name = %env.node_name, version = VERSION, register_node = args.registration.register_node, run_components = kubernetes.is_some(), binary = %binary.display(), "starting worker");
         let ended = supervisor.with(metrics_endpoint).run(&env, terminated).await;
         anyhow::Ok((ended, trial))
     });
@@ -52,10 +53,10 @@ pub fn run(
 /// `--run-components` runs a kubelet, which registers the Node: this process must not too.
 fn validate(
     args: &autopilot_signal::WorkerArgs,
-    kubernetes: &WorkerComponentArgs,
+    kubernetes: Option<&WorkerComponentArgs>,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
-        !(kubernetes.run_components && args.registration.register_node),
+        !(kubernetes.is_some() && args.registration.register_node),
         "--run-components runs the kubelet, which registers the Node: leave --register-node off"
     );
     Ok(())
@@ -67,7 +68,7 @@ fn validate(
 pub(crate) fn components(
     node: &mut ResolvedNode,
     args: &autopilot_signal::WorkerArgs,
-    kubernetes: &WorkerComponentArgs,
+    kubernetes: Option<&WorkerComponentArgs>,
     kubeconfig: &std::path::Path,
     post_update: autopilot_signal::post_update::AtStart,
 ) -> Supervisor {
@@ -80,16 +81,15 @@ pub(crate) fn components(
         board: board.clone(),
         leadership: None,
     });
-    let components_health =
-        kubernetes.run_components.then(autopilot_shell::health::Health::default);
-    let supervisor = match &components_health {
-        Some(health) => supervisor.with(WorkerComponents {
+    let components_health = kubernetes.map(|_| autopilot_shell::health::Health::default());
+    let supervisor = match (kubernetes, &components_health) {
+        (Some(kubernetes), Some(health)) => supervisor.with(WorkerComponents {
             args: kubernetes.clone(),
             kubeconfig: kubeconfig.to_path_buf(),
             backoff: k0s_components::restart::Backoff::default(),
             health: health.clone(),
         }),
-        None => supervisor,
+        _ => supervisor,
     };
     let supervisor = if args.registration.register_node {
         supervisor.with(NodeRegistration {
