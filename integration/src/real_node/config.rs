@@ -13,11 +13,16 @@ impl NodeLayout {
     pub(crate) fn containerd_dir(&self) -> std::path::PathBuf {
         self.dir.join("containerd")
     }
+    /// The layout `k0s` gives a data directory, for the node's directory: where containerd's
+    /// configuration, state and socket are.
+    pub(crate) fn components(&self) -> k0s_components::worker::Layout {
+        k0s_components::worker::Layout { data_dir: self.dir.clone() }
+    }
     pub(crate) fn containerd_config(&self) -> std::path::PathBuf {
-        self.containerd_dir().join("config.toml")
+        self.components().containerd_config()
     }
     pub(crate) fn containerd_socket(&self) -> std::path::PathBuf {
-        self.containerd_dir().join("c.sock")
+        self.components().containerd_socket()
     }
     pub(crate) fn cni_conf_dir(&self) -> std::path::PathBuf {
         self.containerd_dir().join("net.d")
@@ -61,76 +66,19 @@ pub(crate) fn pod_subnet(index: u8) -> String {
     format!("10.244.{index}.0/24")
 }
 
-/// containerd's configuration (version 3): its own socket, root, state, runc root and CNI
-/// configuration; the pinned sandbox image; NRI off (it would listen on a machine-wide
-/// socket); `restrict_oom_score_adj` (the machine's containers lack `CAP_SYS_RESOURCE`, so
-/// runc cannot lower a sandbox's OOM score); network namespaces mounted under its own state.
+/// containerd's configuration: the one `k0s worker --run-components` writes
+/// ([`k0s_components::worker::containerd_toml`]), for the node's directory as the data
+/// directory, its CNI networks, runc and sandbox image.
 pub(crate) fn containerd_toml(p: &NodeParams<'_>) -> String {
-    let dir = p.layout.containerd_dir();
-    let root = dir.join("root");
-    let state = dir.join("state");
-    let runc_root = dir.join("runc");
-    let socket = p.layout.containerd_socket();
-    let conf_dir = p.layout.cni_conf_dir();
-    let q = |path: &Path| toml_string(&path.to_string_lossy());
-    format!(
-        r#"version = 3
-root = {root}
-state = {state}
-imports = []
-disabled_plugins = ["io.containerd.nri.v1.nri"]
-
-[grpc]
-  address = {socket}
-
-[ttrpc]
-  address = {ttrpc}
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {opt}
-
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = {pause}
-
-[plugins."io.containerd.cri.v1.runtime"]
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  enable_selinux = false
-
-[plugins."io.containerd.cri.v1.runtime".containerd]
-  default_runtime_name = "runc"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-  BinaryName = {runc}
-  Root = {runc_root}
-  SystemdCgroup = false
-
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = [{cni_bin}]
-  conf_dir = {conf_dir}
-  max_conf_num = 1
-
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-"#,
-        root = q(&root),
-        opt = q(&dir.join("opt")),
-        state = q(&state),
-        socket = q(&socket),
-        ttrpc = q(&socket.with_extension("ttrpc")),
-        pause = toml_string(p.pause_image),
-        runc = q(p.runc),
-        runc_root = q(&runc_root),
-        cni_bin = q(p.cni_bin_dir),
-        conf_dir = q(&conf_dir),
-    )
+    let args = k0s_components::worker::WorkerComponentArgs {
+        node_ip: Some(p.ip.into()),
+        cni_conf_dir: p.layout.cni_conf_dir(),
+        cni_bin_dir: p.cni_bin_dir.to_path_buf(),
+        runc: p.runc.to_path_buf(),
+        pause_image: p.pause_image.to_owned(),
+        ..Default::default()
+    };
+    k0s_components::worker::containerd_toml(&p.layout.components(), &args)
 }
 
 /// The node's CNI network: one bridge with host-local addresses from its own subnet.
@@ -201,11 +149,6 @@ pub(crate) fn kubelet_yaml(p: &NodeParams<'_>) -> String {
     .to_string()
 }
 
-/// A TOML basic string.
-fn toml_string(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,8 +175,9 @@ mod tests {
                 .lines()
                 .find(|l| l.trim_start().starts_with(&format!("{key} =")))
                 .unwrap_or_else(|| panic!("no {key} in\n{toml}"));
-            assert!(line.contains("\"/tmp/c/real/worker-0/containerd/"), "{line}");
+            assert!(line.contains("\"/tmp/c/real/worker-0/"), "{line}");
         }
+        assert!(toml.contains(r#"conf_dir = "/tmp/c/real/worker-0/containerd/net.d""#), "{toml}");
         assert!(toml.contains("restrict_oom_score_adj = true"));
         assert!(toml.contains(r#"sandbox = "localhost/k0s-it/pause:1""#));
         assert!(toml.contains("io.containerd.nri.v1.nri"));
@@ -249,7 +193,7 @@ mod tests {
         assert_eq!(config["cgroupRoot"], "/k0s-it-1-worker-0");
         assert_eq!(
             config["containerRuntimeEndpoint"],
-            "unix:///tmp/c/real/worker-0/containerd/c.sock"
+            "unix:///tmp/c/real/worker-0/run/containerd.sock"
         );
     }
 

@@ -888,10 +888,8 @@ impl RealNodes {
                 .k0s_data_dir
                 .iter()
                 .flat_map(|data| ["containerd", "kubelet", "run"].map(|dir| data.join(dir)));
-            for dir in [node.layout.containerd_dir(), node.layout.kubelet_dir()]
-                .into_iter()
-                .chain(k0s_dirs)
-            {
+            let own = [node.layout.containerd_dir(), node.layout.kubelet_dir()];
+            for dir in own.into_iter().chain([node.layout.components().run_dir()]).chain(k0s_dirs) {
                 if let Err(err) = fs::remove_dir_all(&dir)
                     && err.kind() != std::io::ErrorKind::NotFound
                 {
@@ -929,6 +927,8 @@ impl Drop for RealNodes {
 fn write_node_files(p: &NodeParams<'_>) -> anyhow::Result<()> {
     let layout = p.layout;
     fs::create_dir_all(layout.cni_conf_dir())?;
+    fs::create_dir_all(layout.components().etc_dir())?;
+    fs::create_dir_all(layout.components().run_dir())?;
     fs::write(layout.containerd_config(), config::containerd_toml(p))?;
     fs::write(layout.cni_conf_dir().join("10-k0s-it.conflist"), config::cni_conflist(p))?;
     fs::write(layout.kubelet_config(), config::kubelet_yaml(p))?;
