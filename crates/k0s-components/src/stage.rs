@@ -18,7 +18,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 pub use crate::carried::sha256_of;
-use crate::carried::{CarriedSet, Component};
+use crate::carried::{CarriedSet, Component, Decompressor};
 
 /// What staging did with one component.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,12 +58,14 @@ pub fn stage(
     path: Option<&std::ffi::OsStr>,
 ) -> anyhow::Result<Vec<Staged>> {
     fs::create_dir_all(bin_dir).with_context(|| format!("creating {}", bin_dir.display()))?;
+    // One context for every component (see `Decompressor`), made at the first one written.
+    let mut decompressor = None;
     let mut staged = Vec::new();
     for name in names {
         let dest = bin_dir.join(name);
         let entry = match set.and_then(|set| set.get(name).map(|c| (set, c))) {
             Some((set, component)) => {
-                let outcome = stage_one(set, file, component, &dest)
+                let outcome = stage_one(set, file, component, &dest, &mut decompressor)
                     .with_context(|| format!("staging component {name} at {}", dest.display()))?;
                 Staged {
                     name: (*name).to_owned(),
@@ -111,6 +113,7 @@ fn stage_one(
     file: &mut File,
     component: &Component,
     dest: &Path,
+    decompressor: &mut Option<Decompressor>,
 ) -> anyhow::Result<Outcome> {
     let existing = match fs::metadata(dest) {
         Ok(meta) => Some(meta),
@@ -130,7 +133,11 @@ fn stage_one(
         .suffix(".staging")
         .tempfile_in(dir)
         .context("creating a temporary file")?;
-    set.extract(file, component, tmp.as_file_mut())?;
+    let decompressor = match decompressor {
+        Some(decompressor) => decompressor,
+        None => decompressor.insert(Decompressor::new()?),
+    };
+    set.extract(file, component, tmp.as_file_mut(), decompressor)?;
     let out = tmp.as_file_mut();
     out.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     out.sync_all().context("syncing")?;
