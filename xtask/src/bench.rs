@@ -1131,20 +1131,9 @@ async fn run_components_worker(
     cluster: &integration::Cluster,
     carrying: &Path,
 ) -> anyhow::Result<Option<u64>> {
-    use integration::real_node::{RealNodes, prerequisites};
-    if let Err(missing) = prerequisites() {
-        println!(
-            "    k0s worker --run-components: not measured (real nodes cannot run: {missing})"
-        );
+    let Some((nodes, worker)) = start_run_components_worker(cluster, carrying).await? else {
         return Ok(None);
-    }
-    println!(
-        "==> starting a worker that runs containerd and the kubelet ({RUN_COMPONENTS_WORKER})"
-    );
-    let nodes = RealNodes::start_for_k0s(cluster, &[RUN_COMPONENTS_WORKER]).await?;
-    let command = cluster.k0s_worker_on_kubelet(RUN_COMPONENTS_WORKER).binary(carrying);
-    let worker = nodes.k0s_worker(command)?.spawn().await?;
-    nodes.wait_k0s_node(cluster, &worker).await?;
+    };
     // The figure is defined as the memory after this long idle with the Node Ready.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let own = Memory::of(worker.pid())?;
@@ -1167,6 +1156,28 @@ async fn run_components_worker(
     drop(worker);
     drop(nodes);
     Ok(Some(own.rss_kib))
+}
+
+/// [`RUN_COMPONENTS_WORKER`] (declared by [`start_idle`]) as a real node running `k0s worker
+/// --run-components` from `binary` (one carrying the worker's components, or a wrapper that
+/// runs one), its Node Ready; `None` (saying why) where this machine cannot run real nodes.
+pub(crate) async fn start_run_components_worker(
+    cluster: &integration::Cluster,
+    binary: &Path,
+) -> anyhow::Result<Option<(integration::real_node::RealNodes, integration::K0sProcess)>> {
+    use integration::real_node::{RealNodes, prerequisites};
+    if let Err(missing) = prerequisites() {
+        println!("    k0s worker --run-components: not run (real nodes cannot run: {missing})");
+        return Ok(None);
+    }
+    println!(
+        "==> starting a worker that runs containerd and the kubelet ({RUN_COMPONENTS_WORKER})"
+    );
+    let nodes = RealNodes::start_for_k0s(cluster, &[RUN_COMPONENTS_WORKER]).await?;
+    let command = cluster.k0s_worker_on_kubelet(RUN_COMPONENTS_WORKER).binary(binary);
+    let worker = nodes.k0s_worker(command)?.spawn().await?;
+    nodes.wait_k0s_node(cluster, &worker).await?;
+    Ok(Some((nodes, worker)))
 }
 
 /// A process's resident memory by mapping, from `/proc/<pid>/smaps`: its executable's

@@ -10,10 +10,13 @@
 //! How: the release build relinked without stripping (`-C strip=none` on the final crate
 //! only, so every symbol keeps the name the stripped release link sees), run as the
 //! `bench footprint` deployment with the worker and both controllers under valgrind's
-//! callgrind, stopped with SIGTERM after the settle time; every function of the `k0s` object
-//! in their profiles, the worker's first. Run it after a dependency update or a large change;
-//! a stale list costs only memory (names the link does not find are skipped), never
-//! correctness.
+//! callgrind, and, where this machine can run real nodes, the worker that runs containerd and
+//! the kubelet (`k0s worker --run-components`, a copy carrying the worker's components: its
+//! staging, supervision, log following and health checks); each stopped with SIGTERM after
+//! the settle time. Every function of the `k0s` object in their profiles, the worker's first,
+//! then the one running its components, then the controllers'. Run it after a dependency
+//! update or a large change; a stale list costs only memory (names the link does not find are
+//! skipped), never correctness.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -44,27 +47,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let work = tempfile::Builder::new().prefix("k0s-hot-functions-").tempdir()?;
     let k0s = work.path().join("k0s");
     build_unstripped(&root, &k0s)?;
+    let carrying = work.path().join("k0s-carrying");
+    integration::components::pack(&k0s, integration::components::Set::Worker, &carrying)?;
 
-    // Each process the cluster starts from the wrapper runs `k0s` under callgrind.
-    let wrapper = work.path().join("k0s-under-callgrind");
+    // Each process the cluster starts from a wrapper runs `k0s` under callgrind.
     let out = work.path().join("callgrind");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\ncase \"$1\" in\n  worker|controller) exec valgrind --tool=callgrind \
-             --demangle=no --callgrind-out-file={out}.$1.%p {k0s} \"$@\" ;;\nesac\nexec {k0s} \
-             \"$@\"\n",
-            out = out.display(),
-            k0s = k0s.display()
-        ),
+    let wrapper = work.path().join("k0s-under-callgrind");
+    write_wrapper(&wrapper, "worker|controller", &format!("{}.$1", out.display()), &k0s)?;
+    let components_wrapper = work.path().join("k0s-carrying-under-callgrind");
+    write_wrapper(
+        &components_wrapper,
+        "worker",
+        &format!("{}.components", out.display()),
+        &carrying,
     )?;
-    make_executable(&wrapper)?;
 
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
         let idle = crate::bench::start_idle(&wrapper, args.settle).await?;
         // SIGTERM: a graceful stop, after which callgrind writes its profile.
         let grace = Duration::from_secs(120);
+        let components =
+            crate::bench::start_run_components_worker(&idle.cluster, &components_wrapper).await?;
+        if let Some((nodes, worker)) = components {
+            println!("    its Node is Ready; idling for {} s", args.settle.as_secs());
+            tokio::time::sleep(args.settle).await;
+            worker.stop(grace).await?;
+            drop(nodes);
+        }
         idle.worker.stop(grace).await?;
         for controller in &idle.controllers {
             controller.stop(grace).await?;
@@ -72,26 +82,57 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
 
-    let mut profiles: Vec<PathBuf> = std::fs::read_dir(work.path())?
+    let list = functions_of_profiles(work.path(), &k0s, &carrying)?;
+    let path = root.join(LIST);
+    std::fs::write(&path, list.join("\n") + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("==> {} functions written to {LIST}", list.len());
+    Ok(())
+}
+
+/// Writes the script at `path` that runs `binary` with its arguments, under callgrind when
+/// its subcommand is one of `subcommands` (a `case` pattern), the profile going to
+/// `<out>.<pid>`.
+fn write_wrapper(path: &Path, subcommands: &str, out: &str, binary: &Path) -> anyhow::Result<()> {
+    let binary = binary.display();
+    std::fs::write(
+        path,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n  {subcommands}) exec valgrind --tool=callgrind \
+             --demangle=no --callgrind-out-file={out}.%p {binary} \"$@\" ;;\nesac\nexec \
+             {binary} \"$@\"\n"
+        ),
+    )?;
+    make_executable(path)
+}
+
+/// Every function of `k0s` (of `carrying` in the profile of the worker running its
+/// components) in the callgrind profiles in `dir`, once: the worker's first, then the one
+/// running its components, then the controllers'.
+fn functions_of_profiles(dir: &Path, k0s: &Path, carrying: &Path) -> anyhow::Result<Vec<String>> {
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| {
             path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("callgrind."))
         })
         .collect();
     let is_worker = |path: &PathBuf| path.to_string_lossy().contains("callgrind.worker.");
-    // The worker's functions first: the worker is the process on every node.
-    profiles.sort_by_key(|path| (!is_worker(path), path.clone()));
+    let runs_components = |path: &PathBuf| path.to_string_lossy().contains("callgrind.components.");
+    // The worker's functions first: the worker is the process on every node; then what a
+    // worker that runs its components adds, as it is the worker of a node k0s runs.
+    profiles.sort_by_key(|path| (!is_worker(path), !runs_components(path), path.clone()));
     anyhow::ensure!(
         profiles.iter().any(is_worker),
         "no callgrind profile of the worker in {}",
-        work.path().display()
+        dir.display()
     );
     let mut seen = BTreeSet::new();
     let mut list = Vec::new();
     for profile in &profiles {
         let text = std::fs::read_to_string(profile)
             .with_context(|| format!("reading {}", profile.display()))?;
-        let functions = functions_of(&text, &k0s.to_string_lossy());
+        let object = if runs_components(profile) { carrying } else { k0s };
+        let functions = functions_of(&text, &object.to_string_lossy());
         println!("    {}: {} functions of k0s", profile.display(), functions.len());
         for name in functions {
             if seen.insert(name.clone()) {
@@ -100,11 +141,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     anyhow::ensure!(!list.is_empty(), "the profiles name no function of {}", k0s.display());
-    let path = root.join(LIST);
-    std::fs::write(&path, list.join("\n") + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
-    println!("==> {} functions written to {LIST}", list.len());
-    Ok(())
+    Ok(list)
 }
 
 /// The release `k0s` with its symbols kept, copied to `to`. Only the final crate is built
@@ -119,7 +156,7 @@ fn build_unstripped(root: &Path, to: &Path) -> anyhow::Result<()> {
         .status()
         .context("running cargo rustc")?;
     anyhow::ensure!(status.success(), "building the unstripped k0s failed: {status}");
-    let built = root.join("target/release/k0s");
+    let built = crate::test::target_dir().join("release/k0s");
     std::fs::copy(&built, to).with_context(|| format!("copying {}", built.display()))?;
     Ok(())
 }
