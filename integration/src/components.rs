@@ -19,7 +19,8 @@ use std::{
 use anyhow::Context as _;
 use k0s_components::carried::{self, Source};
 
-use crate::{control_plane, node_binaries};
+use crate::control_plane::{CURRENT, Release};
+use crate::{control_plane, node_binaries, release_binaries};
 
 /// Which components a carrying build gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,27 +52,43 @@ pub struct Pinned {
     pub path: PathBuf,
 }
 
-/// The pinned components of `set`, from the caches (never builds: `cargo xtask
-/// control-plane` does).
+/// The pinned components of `set` at [`CURRENT`], from the caches (never builds: `cargo
+/// xtask control-plane` does).
 pub fn pinned(set: Set) -> anyhow::Result<Vec<Pinned>> {
+    pinned_at(set, CURRENT)
+}
+
+/// The pinned components of `set` with the Kubernetes components of `release` (containerd
+/// is the same for every release), from the caches.
+pub fn pinned_at(set: Set, release: Release) -> anyhow::Result<Vec<Pinned>> {
     let node = node_binaries::binaries()?;
-    let k8s = control_plane::KUBERNETES_VERSION;
+    let k8s = release.kubernetes;
+    let kubernetes = if release == CURRENT {
+        let control = control_plane::binaries()?;
+        release_binaries::ReleaseBinaries {
+            kube_apiserver: control.kube_apiserver,
+            kube_controller_manager: node.kube_controller_manager.clone(),
+            kube_scheduler: node.kube_scheduler.clone(),
+            kubelet: node.kubelet.clone(),
+        }
+    } else {
+        release_binaries::binaries(release)?
+    };
     let containerd = node_binaries::CONTAINERD_VERSION;
     let mut out = vec![
         Pinned { name: "containerd", version: containerd, path: node.containerd },
         Pinned { name: "containerd-shim-runc-v2", version: containerd, path: node.containerd_shim },
-        Pinned { name: "kubelet", version: k8s, path: node.kubelet },
+        Pinned { name: "kubelet", version: k8s, path: kubernetes.kubelet },
     ];
     if set == Set::All {
-        let control = control_plane::binaries()?;
         out.extend([
-            Pinned { name: "kube-apiserver", version: k8s, path: control.kube_apiserver },
+            Pinned { name: "kube-apiserver", version: k8s, path: kubernetes.kube_apiserver },
             Pinned {
                 name: "kube-controller-manager",
                 version: k8s,
-                path: node.kube_controller_manager,
+                path: kubernetes.kube_controller_manager,
             },
-            Pinned { name: "kube-scheduler", version: k8s, path: node.kube_scheduler },
+            Pinned { name: "kube-scheduler", version: k8s, path: kubernetes.kube_scheduler },
         ]);
     }
     Ok(out)
@@ -79,7 +96,17 @@ pub fn pinned(set: Set) -> anyhow::Result<Vec<Pinned>> {
 
 /// Packs `set` onto a copy of `binary` (any set it carries replaced) at `out`.
 pub fn pack(binary: &Path, set: Set, out: &Path) -> anyhow::Result<carried::CarriedSet> {
-    let pinned = pinned(set)?;
+    pack_at(binary, set, CURRENT, out)
+}
+
+/// [`pack`] with the Kubernetes components of `release`.
+pub fn pack_at(
+    binary: &Path,
+    set: Set,
+    release: Release,
+    out: &Path,
+) -> anyhow::Result<carried::CarriedSet> {
+    let pinned = pinned_at(set, release)?;
     let sources: Vec<Source<'_>> =
         pinned.iter().map(|p| Source { name: p.name, version: p.version, path: &p.path }).collect();
     carried::pack(binary, &sources, out)
@@ -89,18 +116,31 @@ pub fn pack(binary: &Path, set: Set, out: &Path) -> anyhow::Result<carried::Carr
 /// A copy of `binary` carrying `set`: `<target>/k0s-carrying/<set>/<name>-<n>/k0s`, packed once
 /// per binary and set in this test process.
 pub fn carrying(binary: &Path, set: Set) -> anyhow::Result<PathBuf> {
-    static PACKED: Mutex<BTreeMap<(PathBuf, Set), PathBuf>> = Mutex::new(BTreeMap::new());
+    carrying_at(binary, set, CURRENT)
+}
+
+/// [`carrying`] with the Kubernetes components of `release` (in
+/// `<target>/k0s-carrying/<set>-<version>/` for another release than [`CURRENT`]).
+pub fn carrying_at(binary: &Path, set: Set, release: Release) -> anyhow::Result<PathBuf> {
+    type Packed = BTreeMap<(PathBuf, Set, Release), PathBuf>;
+    static PACKED: Mutex<Packed> = Mutex::new(BTreeMap::new());
     let mut packed = PACKED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(path) = packed.get(&(binary.to_path_buf(), set)) {
+    let key = (binary.to_path_buf(), set, release);
+    if let Some(path) = packed.get(&key) {
         return Ok(path.clone());
     }
-    let parent = crate::k0s::target_dir()?.join("k0s-carrying").join(set.key());
+    let kind = if release == CURRENT {
+        set.key().to_owned()
+    } else {
+        format!("{}-{}", set.key(), release.kubernetes)
+    };
+    let parent = crate::k0s::target_dir()?.join("k0s-carrying").join(kind);
     remove_stale(&parent);
     let dir = parent.join(format!("{}-{}", std::process::id(), packed.len()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let out = dir.join("k0s");
-    pack(binary, set, &out)?;
-    packed.insert((binary.to_path_buf(), set), out.clone());
+    pack_at(binary, set, release, &out)?;
+    packed.insert(key, out.clone());
     Ok(out)
 }
 

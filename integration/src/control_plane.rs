@@ -27,6 +27,23 @@ pub const KUBERNETES_VERSION: &str = "v1.35.4";
 /// them with this published tag instead.
 pub const STAGING_VERSION: &str = "v0.35.4";
 
+/// A Kubernetes release the tests build components of: its version and the tag of its
+/// staging modules (see [`STAGING_VERSION`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Release {
+    /// `k8s.io/kubernetes`'s version, e.g. `v1.35.4`.
+    pub kubernetes: &'static str,
+    /// The staging modules' tag, e.g. `v0.35.4`.
+    pub staging: &'static str,
+}
+
+/// The release the test control plane and the real nodes run, and test builds carry.
+pub const CURRENT: Release = Release { kubernetes: KUBERNETES_VERSION, staging: STAGING_VERSION };
+
+/// The minor before [`CURRENT`]: what the builds an upgrade scenario starts from carry
+/// ([`crate::release_binaries`]).
+pub const PREVIOUS: Release = Release { kubernetes: "v1.34.4", staging: "v0.34.4" };
+
 /// The etcd release we build (`go.etcd.io/etcd/server/v3`).
 pub const ETCD_VERSION: &str = "v3.6.16";
 
@@ -112,23 +129,28 @@ pub fn ensure_built() -> anyhow::Result<Binaries> {
 
 /// Builds `k8s.io/kubernetes/cmd/kube-apiserver` at [`KUBERNETES_VERSION`] into `dest`.
 fn build_kube_apiserver(dest: &Path) -> anyhow::Result<()> {
-    build_kubernetes("apiserver", &[("k8s.io/kubernetes/cmd/kube-apiserver", dest)])
+    build_kubernetes(CURRENT, "apiserver", &[("k8s.io/kubernetes/cmd/kube-apiserver", dest)])
 }
 
-/// Builds each `(package, dest)` of `k8s.io/kubernetes` at [`KUBERNETES_VERSION`] in one
-/// wrapper module named after `what` (one `go mod tidy`, then one `go build` per package;
-/// the Go build cache shares what they have in common).
-pub(crate) fn build_kubernetes(what: &str, packages: &[(&str, &Path)]) -> anyhow::Result<()> {
+/// Builds each `(package, dest)` of `k8s.io/kubernetes` at `release` in one wrapper module
+/// named after `what` (one `go mod tidy`, then one `go build` per package; the Go build
+/// cache shares what they have in common).
+pub(crate) fn build_kubernetes(
+    release: Release,
+    what: &str,
+    packages: &[(&str, &Path)],
+) -> anyhow::Result<()> {
+    let Release { kubernetes, staging: staging_version } = release;
     let work = go::work_dir(what)?;
     let work = work.path();
     let names: Vec<&str> = packages.iter().map(|(package, _)| *package).collect();
     println!(
-        "==> building {} {KUBERNETES_VERSION} in {} (this takes several minutes)",
+        "==> building {} {kubernetes} in {} (this takes several minutes)",
         names.join(", "),
         work.display()
     );
 
-    let upstream = format!("k8s.io/kubernetes@{KUBERNETES_VERSION}");
+    let upstream = format!("k8s.io/kubernetes@{kubernetes}");
     let upstream_go_mod = go::download(work, &upstream)?.go_mod;
     let upstream_go_mod = fs::read_to_string(&upstream_go_mod)
         .with_context(|| format!("reading {}", upstream_go_mod.display()))?;
@@ -137,29 +159,29 @@ pub(crate) fn build_kubernetes(what: &str, packages: &[(&str, &Path)]) -> anyhow
         !staging.is_empty(),
         "found no `=> ./staging/...` replace lines in the go.mod of {upstream}"
     );
-    println!("==> replacing {} staging modules with {STAGING_VERSION}", staging.len());
+    println!("==> replacing {} staging modules with {staging_version}", staging.len());
 
-    fs::write(work.join("go.mod"), kubernetes_go_mod(what, &staging))?;
+    fs::write(work.join("go.mod"), kubernetes_go_mod(release, what, &staging))?;
     fs::write(work.join("tools.go"), go::tools_file(&names))?;
     run(go::command(work).args(["mod", "tidy"]), &format!("go mod tidy ({what})"))?;
 
-    let ldflags = kubernetes_ldflags()?;
+    let ldflags = kubernetes_ldflags(release)?;
     for (package, dest) in packages {
         go::build(work, package, &["-v", "-trimpath", "-ldflags", &ldflags], dest, |binary| {
-            go::reports(binary, &["--version"], KUBERNETES_VERSION)
+            go::reports(binary, &["--version"], kubernetes)
         })?;
     }
     Ok(())
 }
 
 /// `-s -w` and the version variables of `k8s.io/component-base` that a release build of
-/// Kubernetes sets, for [`KUBERNETES_VERSION`] (a module build has no VCS stamp to read them
-/// from).
-pub(crate) fn kubernetes_ldflags() -> anyhow::Result<String> {
-    let (major, minor) = major_minor(KUBERNETES_VERSION)?;
+/// Kubernetes sets, for `release` (a module build has no VCS stamp to read them from).
+pub(crate) fn kubernetes_ldflags(release: Release) -> anyhow::Result<String> {
+    let kubernetes = release.kubernetes;
+    let (major, minor) = major_minor(kubernetes)?;
     let version = "k8s.io/component-base/version";
     Ok(format!(
-        "-s -w -X {version}.gitVersion={KUBERNETES_VERSION} -X {version}.gitMajor={major} \
+        "-s -w -X {version}.gitVersion={kubernetes} -X {version}.gitMajor={major} \
          -X {version}.gitMinor={minor} -X {version}.gitTreeState=clean"
     ))
 }
@@ -205,14 +227,15 @@ fn staging_modules(go_mod: &str) -> Vec<String> {
         .collect()
 }
 
-/// The go.mod of the wrapper module `what` over `k8s.io/kubernetes`.
-fn kubernetes_go_mod(what: &str, staging: &[String]) -> String {
+/// The go.mod of the wrapper module `what` over `k8s.io/kubernetes` at `release`.
+fn kubernetes_go_mod(release: Release, what: &str, staging: &[String]) -> String {
+    let Release { kubernetes, staging: tag } = release;
     let mut go_mod = format!(
         "module k0sautopilot/controlplane/{what}\n\ngo 1.25\n\n\
-         require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n"
+         require k8s.io/kubernetes {kubernetes}\n\n"
     );
     for module in staging {
-        go_mod.push_str(&format!("replace {module} => {module} {STAGING_VERSION}\n"));
+        go_mod.push_str(&format!("replace {module} => {module} {tag}\n"));
     }
     go_mod
 }
@@ -242,7 +265,7 @@ mod tests {
 
     #[test]
     fn apiserver_go_mod_pins_every_staging_module_to_the_staging_version() {
-        let go_mod = kubernetes_go_mod("apiserver", &["k8s.io/api".to_owned()]);
+        let go_mod = kubernetes_go_mod(CURRENT, "apiserver", &["k8s.io/api".to_owned()]);
         assert!(go_mod.contains(&format!("require k8s.io/kubernetes {KUBERNETES_VERSION}\n")));
         assert!(go_mod.contains(&format!("replace k8s.io/api => k8s.io/api {STAGING_VERSION}\n")));
     }

@@ -249,7 +249,11 @@ fn go_mod(tool: Tool) -> String {
 
 /// The `-ldflags` of `tool`: stripped, and for kubectl the version it reports.
 fn ldflags(tool: Tool) -> anyhow::Result<String> {
-    if tool.reports_kubernetes_version { kubernetes_ldflags() } else { Ok("-s -w".to_owned()) }
+    if tool.reports_kubernetes_version {
+        kubernetes_ldflags(crate::control_plane::CURRENT)
+    } else {
+        Ok("-s -w".to_owned())
+    }
 }
 
 /// Builds `tool` into `dest` (through a temporary name), checked.

@@ -113,6 +113,7 @@ pub mod prometheus;
 pub mod proxy;
 pub mod rbac;
 pub mod real_node;
+pub mod release_binaries;
 pub mod renovate;
 pub mod responder;
 pub mod signals;

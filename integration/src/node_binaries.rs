@@ -148,7 +148,7 @@ pub fn ensure_built() -> anyhow::Result<NodeBinaries> {
         let kubernetes: Vec<(&str, &Path)> =
             binaries.kubernetes().into_iter().filter(|(_, dest)| is_missing(dest)).collect();
         if !kubernetes.is_empty() {
-            build_kubernetes("node", &kubernetes)?;
+            build_kubernetes(crate::control_plane::CURRENT, "node", &kubernetes)?;
         }
         let containerd: Vec<_> =
             binaries.containerd().into_iter().filter(|(_, dest, _)| is_missing(dest)).collect();

@@ -3,13 +3,16 @@
 //! nodes run (kubelet, kube-controller-manager, kube-scheduler, containerd), the cosign
 //! releases the signing scenario signs with, the GitOps tools (kstatus, Argo CD's health
 //! script runner, kubectl) the health checks are tested with, and Renovate with the Gitea it
-//! runs against (installed from the npm registry and built from the Go module proxy).
+//! runs against (installed from the npm registry and built from the Go module proxy), and the
+//! Kubernetes components of the minor before (`integration::release_binaries`).
 //!
 //! The logic lives in `integration::control_plane`, `integration::prometheus`,
 //! `integration::node_binaries`, `integration::cosign`, `integration::gitops` and `integration::renovate`, next to the harness that uses it;
 //! this module only reports what is in the cache.
 
-use integration::{control_plane, cosign, gitops, node_binaries, prometheus, renovate};
+use integration::{
+    control_plane, cosign, gitops, node_binaries, prometheus, release_binaries, renovate,
+};
 
 /// Arguments of this subcommand (the versions are pinned in the code).
 #[derive(clap::Args)]
@@ -36,6 +39,10 @@ pub enum Part {
     /// Node.js, Renovate and the Gitea it opens pull requests on, with which the shipped
     /// Renovate configuration is tested.
     Renovate,
+    /// The Kubernetes components (kube-apiserver, kube-controller-manager, kube-scheduler,
+    /// kubelet) of the minor before the test topology's, which the builds an upgrade
+    /// scenario starts from carry.
+    PreviousKubernetes,
 }
 
 impl Part {
@@ -48,6 +55,7 @@ impl Part {
             Self::Cosign => "cosign",
             Self::Gitops => "gitops",
             Self::Renovate => "renovate",
+            Self::PreviousKubernetes => release_binaries::PART,
         }
     }
 }
@@ -79,6 +87,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if wanted(Part::Gitops) {
         gitops_part()?;
     }
+    if wanted(Part::PreviousKubernetes) {
+        previous_kubernetes_part()?;
+    }
     if wanted(Part::Renovate) {
         let renovate::Tools { node, renovate, gitea, .. } = renovate::ensure_built()?;
         println!("node:           {} (for Renovate)", node.display());
@@ -108,6 +119,19 @@ fn control_plane_part() -> anyhow::Result<()> {
         binaries.etcd.display(),
         control_plane::version_of(&binaries.etcd)?
     );
+    Ok(())
+}
+
+fn previous_kubernetes_part() -> anyhow::Result<()> {
+    let release = release_binaries::ensure_built(control_plane::PREVIOUS)?;
+    for (name, binary) in [
+        ("kube-apiserver: ", &release.kube_apiserver),
+        ("kube-controller-manager:", &release.kube_controller_manager),
+        ("kube-scheduler: ", &release.kube_scheduler),
+        ("kubelet:        ", &release.kubelet),
+    ] {
+        println!("{name} {} ({})", binary.display(), control_plane::version_of(binary)?);
+    }
     Ok(())
 }
 

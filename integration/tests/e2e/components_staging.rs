@@ -39,3 +39,45 @@ fn a_full_disk_fails_staging_naming_the_component_and_keeps_the_previous_file() 
         std::fs::read_dir(disk.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["kubelet"], "nothing half-written is left");
 }
+
+/// A test build carrying the previous Kubernetes release (what an upgrade scenario starts
+/// from) lists that release's components, and staging them gives binaries that report it.
+#[test]
+fn a_build_carrying_the_previous_release_lists_and_stages_its_components() {
+    use integration::components::{self, Set};
+    use integration::control_plane::PREVIOUS;
+    let bare = integration::k0s_binary().unwrap();
+    let carrying = components::carrying_at(&bare, Set::All, PREVIOUS).unwrap();
+
+    let output = integration::run_k0s_binary(
+        &carrying,
+        &["components", "-o", "json"],
+        integration::k0s::RUN_K0S_TIMEOUT,
+    )
+    .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let listed: std::collections::BTreeMap<String, String> = doc["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (c["name"].as_str().unwrap().to_owned(), c["version"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    for name in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"] {
+        assert_eq!(listed.get(name).map(String::as_str), Some(PREVIOUS.kubernetes), "{listed:?}");
+    }
+    let containerd = integration::node_binaries::CONTAINERD_VERSION;
+    assert_eq!(listed.get("containerd").map(String::as_str), Some(containerd), "{listed:?}");
+
+    let work = tempfile::tempdir().unwrap();
+    let mut file = std::fs::File::open(&carrying).unwrap();
+    let set = carried::read(&mut file).unwrap().expect("a carried set");
+    let bin = work.path().join("bin");
+    stage::stage(Some(&set), &mut file, &["kubelet", "kube-apiserver"], &bin, None).unwrap();
+    for name in ["kubelet", "kube-apiserver"] {
+        let version = integration::control_plane::version_of(&bin.join(name)).unwrap();
+        assert!(version.ends_with(PREVIOUS.kubernetes), "{name} reports {version:?}");
+    }
+}
