@@ -124,12 +124,17 @@ fn control_plane_part() -> anyhow::Result<()> {
 
 fn previous_kubernetes_part() -> anyhow::Result<()> {
     let release = release_binaries::ensure_built(control_plane::PREVIOUS)?;
-    for (name, binary) in [
+    print_versions(&[
         ("kube-apiserver: ", &release.kube_apiserver),
         ("kube-controller-manager:", &release.kube_controller_manager),
         ("kube-scheduler: ", &release.kube_scheduler),
         ("kubelet:        ", &release.kubelet),
-    ] {
+    ])
+}
+
+/// One line per binary: its label, path and what `--version` says.
+fn print_versions(binaries: &[(&str, &std::path::Path)]) -> anyhow::Result<()> {
+    for (name, binary) in binaries {
         println!("{name} {} ({})", binary.display(), control_plane::version_of(binary)?);
     }
     Ok(())
@@ -137,13 +142,10 @@ fn previous_kubernetes_part() -> anyhow::Result<()> {
 
 fn node_part() -> anyhow::Result<()> {
     let node = node_binaries::ensure_built()?;
-    for (name, binary) in [
+    print_versions(&[
         ("kubelet:        ", &node.kubelet),
         ("kube-controller-manager:", &node.kube_controller_manager),
         ("kube-scheduler: ", &node.kube_scheduler),
         ("containerd:     ", &node.containerd),
-    ] {
-        println!("{name} {} ({})", binary.display(), control_plane::version_of(binary)?);
-    }
-    Ok(())
+    ])
 }

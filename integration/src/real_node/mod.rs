@@ -211,6 +211,20 @@ struct RealNode {
     k0s_data_dir: Option<PathBuf>,
 }
 
+/// Adds to `forwarders` the one `start` makes for `address`, unless it has one already.
+fn forward_once(
+    forwarders: &std::sync::Mutex<Vec<(SocketAddr, Forwarder)>>,
+    address: SocketAddr,
+    start: impl FnOnce() -> anyhow::Result<Forwarder>,
+) -> anyhow::Result<()> {
+    let mut all =
+        forwarders.lock().map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?;
+    if !all.iter().any(|(forwarded, _)| *forwarded == address) {
+        all.push((address, start()?));
+    }
+    Ok(())
+}
+
 impl RealNode {
     /// containerd's socket.
     fn containerd_socket(&self) -> PathBuf {
@@ -589,14 +603,9 @@ impl RealNodes {
     /// (Every [`crate::http::FileServer`] already is where `k0s` runs the nodes; forwarding
     /// an address twice does nothing.)
     pub fn forward_into_namespace(&self, address: SocketAddr) -> anyhow::Result<()> {
-        let mut all = self
-            .extra_forwarders
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?;
-        if !all.iter().any(|(forwarded, _)| *forwarded == address) {
-            all.push((address, Forwarder::start(&self.netns()?.path(), &[address])?));
-        }
-        Ok(())
+        forward_once(&self.extra_forwarders, address, || {
+            Forwarder::start(&self.netns()?.path(), &[address])
+        })
     }
 
     /// Forwards each API server the nodes reach into the namespace; the API server of a
@@ -615,13 +624,9 @@ impl RealNodes {
         }
         if !outward.is_empty() {
             inward.extend(cluster.etcd_address());
-            let mut all = self
-                .outward_forwarders
-                .lock()
-                .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?;
-            for address in outward {
-                all.push((address, Forwarder::start_outward(&netns, &[address])?));
-            }
+        }
+        for address in outward {
+            self.forward_out_of_namespace(address)?;
         }
         self.forwarder = Some(Forwarder::start(&netns, &inward)?);
         Ok(())
@@ -631,14 +636,9 @@ impl RealNodes {
     /// node's metrics), reachable on the machine's loopback on the same address and port.
     /// Forwarding an address twice does nothing.
     pub fn forward_out_of_namespace(&self, address: SocketAddr) -> anyhow::Result<()> {
-        let mut all = self
-            .outward_forwarders
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the forwarders' lock is poisoned"))?;
-        if !all.iter().any(|(forwarded, _)| *forwarded == address) {
-            all.push((address, Forwarder::start_outward(&self.netns()?.path(), &[address])?));
-        }
-        Ok(())
+        forward_once(&self.outward_forwarders, address, || {
+            Forwarder::start_outward(&self.netns()?.path(), &[address])
+        })
     }
 
     /// `command` (a `k0s worker` of one of these nodes, from
