@@ -362,6 +362,9 @@ impl Forge {
                 .arg("--work-path")
                 .arg(dir.path())
                 .current_dir(dir.path())
+                // Never the user's own `~/.ssh` or `~/.gitconfig`: forges started in
+                // parallel raced on rewriting `~/.ssh/authorized_keys`.
+                .env("HOME", dir.path())
                 .stdin(Stdio::null());
             command
         };
@@ -613,7 +616,8 @@ impl Forge {
     }
 }
 
-/// Gitea's configuration: loopback only, SQLite in `dir`, no registration, mail, SSH,
+/// Gitea's configuration: loopback only, SQLite in `dir`, no registration, mail, SSH
+/// (not even an `authorized_keys` file, which Gitea rewrites at start under `SSH_ROOT_PATH`),
 /// LFS or cron jobs. Gitea refuses to run as root unless told (the tests run as root in CI).
 fn app_ini(dir: &Path, static_root: &Path, port: u16) -> String {
     let dir = dir.display();
@@ -624,6 +628,7 @@ fn app_ini(dir: &Path, static_root: &Path, port: u16) -> String {
          I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true\n\n\
          [server]\nPROTOCOL = http\nHTTP_ADDR = 127.0.0.1\nHTTP_PORT = {port}\n\
          ROOT_URL = http://127.0.0.1:{port}/\nDISABLE_SSH = true\nSTART_SSH_SERVER = false\n\
+         SSH_CREATE_AUTHORIZED_KEYS_FILE = false\nSSH_ROOT_PATH = {dir}/ssh\n\
          OFFLINE_MODE = true\nLFS_START_SERVER = false\nSTATIC_ROOT_PATH = {static_root}\n\
          APP_DATA_PATH = {dir}/data\n\n\
          [database]\nDB_TYPE = sqlite3\nPATH = {dir}/data/gitea.db\n\n\
