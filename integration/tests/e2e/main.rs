@@ -64,6 +64,7 @@ mod promotion;
 mod rbac_least_privilege;
 mod rbac_steering;
 mod real_nodes;
+mod real_nodes_kubernetes_upgrade;
 mod real_nodes_run_by_k0s;
 mod responder;
 mod rollback_signal_node;

@@ -112,14 +112,7 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
     wait_default_service_account(&client).await.unwrap();
     create_workloads(&client).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    wait_for(WORKLOAD_TIMEOUT, "2 web and 2 agent Pods Ready", || async {
-        let all = pods.list(&ListParams::default()).await?.items;
-        let ready =
-            |app: &str| all.iter().filter(|p| label(p, "app") == Some(app) && pod_ready(p)).count();
-        Ok((ready("web") == 2 && ready("agent") == 2).then_some(()))
-    })
-    .await
-    .unwrap();
+    wait_workloads_ready(&pods).await.unwrap();
     let agents_before = daemon_pods(&pods, "agent").await.unwrap();
     assert_eq!(agents_before.len(), 2, "one agent Pod per worker: {agents_before:?}");
     let kubelets: Vec<Option<u32>> = names.iter().map(|n| nodes.kubelet_pid(n).unwrap()).collect();
@@ -258,7 +251,7 @@ fn gates_after_each_node() -> Vec<Gate> {
 
 /// Every web Pod that ran before the plan was evicted (its containers stopped), and at no
 /// sample were no web Pods Ready.
-fn check_drained(samples: &[Sample]) {
+pub(crate) fn check_drained(samples: &[Sample]) {
     assert!(samples.len() > 10, "the probe sampled the update: {} samples", samples.len());
     let first = &samples[0];
     let evicted: BTreeSet<&String> = samples.iter().flat_map(|s| s.terminating.iter()).collect();
@@ -290,14 +283,14 @@ fn gate(id: &str) -> Gate {
 
 /// One look at the web Pods.
 #[derive(Debug, Clone)]
-struct Sample {
+pub(crate) struct Sample {
     /// Ready and not terminating.
     ready: BTreeSet<String>,
     /// Terminating (evicted).
     terminating: BTreeSet<String>,
 }
 
-async fn sample_web(pods: Api<Pod>, samples: Arc<Mutex<Vec<Sample>>>) {
+pub(crate) async fn sample_web(pods: Api<Pod>, samples: Arc<Mutex<Vec<Sample>>>) {
     let params = ListParams::default().labels("app=web");
     loop {
         if let Ok(list) = pods.list(&params).await {
@@ -369,10 +362,21 @@ pub(crate) async fn wait_default_service_account(client: &kube::Client) -> anyho
 
 /// Deployment `web` (2 replicas), its budget `web-budget` (`minAvailable: 1`) and DaemonSet
 /// `agent`, all in `default`.
-async fn create_workloads(client: &kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn create_workloads(client: &kube::Client) -> anyhow::Result<()> {
     workload::deployment(client, "web", 2, workload::pod_template("web")).await?;
     workload::budget(client, "web-budget", "web", 1).await?;
     workload::daemon_set(client, "agent").await
+}
+
+/// Both web Pods and both agent Pods of [`create_workloads`] Ready.
+pub(crate) async fn wait_workloads_ready(pods: &Api<Pod>) -> anyhow::Result<()> {
+    wait_for(WORKLOAD_TIMEOUT, "2 web and 2 agent Pods Ready", || async {
+        let all = pods.list(&ListParams::default()).await?.items;
+        let ready =
+            |app: &str| all.iter().filter(|p| label(p, "app") == Some(app) && pod_ready(p)).count();
+        Ok((ready("web") == 2 && ready("agent") == 2).then_some(()))
+    })
+    .await
 }
 
 /// One real worker with one web Pod and nowhere else to move it: a budget that needs the Pod

@@ -15,6 +15,7 @@ use autopilot_api::v1beta2::{
 };
 use autopilot_api::{fixtures, keys};
 use futures::StreamExt as _;
+use integration::control_plane::Release;
 use integration::responder::{Event, Log, ObjectKind, ObjectRef};
 use integration::{
     Cluster, ClusterBuilder, K0sCommand, K0sProcess, conditions, wait_for, wait_for_condition,
@@ -23,7 +24,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 
 /// How long nodes get to start and register (apiservers are already up).
 pub const STARTUP: Duration = Duration::from_secs(60);
@@ -234,7 +235,9 @@ pub async fn wait_plan(
     done: impl Fn(&Plan) -> bool,
 ) -> anyhow::Result<Plan> {
     let plans: Api<Plan> = Api::all(client.clone());
-    let mut stream = std::pin::pin!(watcher::watch_object(plans.clone(), name));
+    // With a backoff: a restarting API server refuses connections for seconds.
+    let watch = watcher::watch_object(plans.clone(), name).default_backoff();
+    let mut stream = std::pin::pin!(watch);
     let mut last: Option<Plan> = None;
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
@@ -468,6 +471,9 @@ pub struct FleetBuilder {
     node_args: BTreeMap<String, Vec<String>>,
     /// `manifests/rbac/worker.yaml` is not applied ([`FleetBuilder::without_worker_rbac`]).
     without_worker_rbac: bool,
+    /// The Kubernetes release the nodes that run their components start on
+    /// ([`FleetBuilder::kubernetes`]).
+    kubernetes: Release,
 }
 
 /// How the nodes of one role (the controllers or the workers) start.
@@ -501,7 +507,18 @@ impl FleetBuilder {
             worker: Role::default(),
             node_args: BTreeMap::new(),
             without_worker_rbac: false,
+            kubernetes: integration::control_plane::CURRENT,
         }
+    }
+
+    /// The Kubernetes release that the nodes running their components (real workers and
+    /// controllers, a control plane `k0s` runs) start on (default
+    /// [`integration::control_plane::CURRENT`]). Another release starts them from a build
+    /// named as k0s names releases, `<kubernetes>+k0s.0` ([`k0s_version_carrying`]),
+    /// carrying that release's components.
+    pub fn kubernetes(mut self, release: Release) -> Self {
+        self.kubernetes = release;
+        self
     }
 
     /// The cluster is built without `manifests/rbac/worker.yaml` (an installation that
@@ -635,6 +652,7 @@ impl FleetBuilder {
             worker,
             node_args,
             without_worker_rbac,
+            kubernetes,
         } = self;
         let controller_names: Vec<String> = (0..count).map(|i| format!("controller-{i}")).collect();
         let unknown =
@@ -656,8 +674,7 @@ impl FleetBuilder {
         }
         // What nodes that run their components start from: the build carrying them.
         let carrying = if k0s_control_plane || (worker.real && worker.run_by_k0s) {
-            let bare = tokio::task::spawn_blocking(integration::k0s_binary).await??;
-            Some(integration::components::carrying(&bare, integration::components::Set::All)?)
+            Some(tokio::task::spawn_blocking(move || carrying_build(kubernetes)).await??)
         } else {
             None
         };
@@ -1018,6 +1035,35 @@ pub const UPDATE_PHASES: [Option<SignalPhase>; 7] = [
 /// The [`V2`] build: its bytes and their sha256 (built on first use).
 pub fn v2_build() -> (Vec<u8>, String) {
     let path = integration::k0s_binary_with_version(V2).expect("the v2 build");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let sha = sha256_hex(&bytes);
+    (bytes, sha)
+}
+
+/// The k0s version of a build carrying Kubernetes `release`, as k0s names its releases
+/// (`v1.34.4+k0s.0` carries Kubernetes v1.34.4).
+pub fn k0s_version_carrying(release: Release) -> String {
+    format!("{}+k0s.0", release.kubernetes)
+}
+
+/// The build a fleet's nodes that run their components start from: this workspace's build
+/// carrying every component of `release` (for another release than the current one, a build
+/// named [`k0s_version_carrying`] it).
+fn carrying_build(release: Release) -> anyhow::Result<std::path::PathBuf> {
+    let bare = if release == integration::control_plane::CURRENT {
+        integration::k0s_binary()?
+    } else {
+        integration::k0s_binary_with_version(&k0s_version_carrying(release))?
+    };
+    integration::components::carrying_at(&bare, integration::components::Set::All, release)
+}
+
+/// The [`V2`] build carrying every pinned component (the control plane's and the worker's):
+/// its bytes and their sha256 (built and packed on first use).
+pub fn v2_carrying_all_build() -> (Vec<u8>, String) {
+    let bare = integration::k0s_binary_with_version(V2).expect("the v2 build");
+    let path = integration::components::carrying(&bare, integration::components::Set::All)
+        .expect("the v2 build with every component");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let sha = sha256_hex(&bytes);
     (bytes, sha)

@@ -1,0 +1,294 @@
+//! A Plan upgrades the cluster's Kubernetes (DESIGN §16): three controllers whose `k0s
+//! controller --run-components` runs their API server, controller-manager and scheduler, and
+//! two real workers whose `k0s worker --run-components` runs containerd and the kubelet, all
+//! on a build carrying Kubernetes v1.34.4, updated by one Plan to a build carrying v1.35.4.
+//!
+//! Asserted, with a 2-replica Deployment under a `minAvailable: 1` budget and a DaemonSet
+//! running throughout:
+//! - each controller's API server answers `/version` with v1.35.4 after its turn, one
+//!   controller at a time: every API server is asked every half second for the whole run, and
+//!   at no round did two of them fail to answer; a version never goes back;
+//! - no worker is signalled (in the Plan's status, which records a signal before it is sent)
+//!   while an API server still answers v1.34.4;
+//! - each controller's controller-manager and scheduler, and each Node's kubelet
+//!   (`status.nodeInfo.kubeletVersion`), end at v1.35.4;
+//! - the budget held (a web Pod Ready at every sample), the DaemonSet's containers kept their
+//!   ids through the kubelets' restarts, nothing is left cordoned, and the Plan ends
+//!   `Completed` and `Ready`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use autopilot_api::v1beta2::{Plan, PlanStateType, TargetState};
+use integration::control_plane::{CURRENT, PREVIOUS};
+use integration::http::FileServer;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+
+use crate::real_nodes::{
+    Sample, check_drained, create_workloads, daemon_pods, sample_web, wait_default_service_account,
+    wait_workloads_ready,
+};
+use crate::support::*;
+
+const CONTROLLERS: [&str; 3] = ["controller-0", "controller-1", "controller-2"];
+const WORKERS: [&str; 2] = ["worker-0", "worker-1"];
+
+/// How often every API server is asked for its version during the run.
+const VERSIONS_EVERY: Duration = Duration::from_millis(500);
+
+/// How long one API server may take to answer `/version` before it counts as not serving.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the whole upgrade may take: three controllers one at a time (each restarts its
+/// control plane), then two workers one at a time (each drained under the budget).
+const UPGRADE_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[tokio::test]
+async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_time() {
+    let (v2_bytes, sha) = v2_carrying_all_build();
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    let Fleet { cluster, client, controllers, workers } =
+        FleetBuilder::new("real-nodes-kubernetes-upgrade")
+            .controllers(CONTROLLERS.len())
+            .workers(&WORKERS)
+            .real_workers()
+            .kubernetes(PREVIOUS)
+            .agents(Agents::Real)
+            .controller_args(FAST_ELECTION)
+            .start()
+            .await
+            .unwrap();
+    let nodes = cluster.real_nodes().expect("the real nodes");
+    let mut clients = Vec::new();
+    for i in 0..CONTROLLERS.len() {
+        clients.push(cluster.admin_client_at(i).await.unwrap());
+    }
+
+    // Everything runs v1.34.4: each API server, controller-manager and scheduler, each kubelet.
+    for (i, client) in clients.iter().enumerate() {
+        let version = client.apiserver_version().await.unwrap().git_version;
+        assert_eq!(version, PREVIOUS.kubernetes, "{}'s API server", CONTROLLERS[i]);
+    }
+    assert_control_planes_at(&controllers, PREVIOUS.kubernetes);
+    wait_kubelets_at(&client, PREVIOUS.kubernetes).await.unwrap();
+
+    // A 2-replica Deployment with a readiness probe under a budget that keeps one Ready, and
+    // a DaemonSet on every worker.
+    wait_default_service_account(&client).await.unwrap();
+    create_workloads(&client).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_workloads_ready(&pods).await.unwrap();
+    let agents_before = daemon_pods(&pods, "agent").await.unwrap();
+    assert_eq!(agents_before.len(), WORKERS.len(), "one agent Pod per worker: {agents_before:?}");
+
+    // The web Pods every 200 ms, and every API server's version every 500 ms, for the whole run.
+    let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+    let sampler = tokio::spawn(sample_web(pods.clone(), samples.clone()));
+    let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
+    let versions = tokio::spawn(sample_versions(clients, rounds.clone()));
+
+    let update = update_to(
+        V2,
+        server.base_url(),
+        &sha,
+        Some(static_nodes(&CONTROLLERS, 1)),
+        Some(static_nodes(&WORKERS, 1)),
+    );
+    create_plan(&client, &plan("autopilot", "kubernetes-v1-35", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    let done = wait_plan(&client, "autopilot", UPGRADE_TIMEOUT, "Completed", |p| {
+        matches!(state(p), PlanStateType::Completed | PlanStateType::Warning)
+    })
+    .await
+    .unwrap();
+    sampler.abort();
+    versions.abort();
+    assert_eq!(state(&done), PlanStateType::Completed, "{}", status_yaml(&done));
+    for target in targets(command(&done, 0)) {
+        assert_eq!(target.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
+    }
+    assert_plan_ready(&done);
+
+    // The control plane moved one controller at a time, before any worker.
+    check_rounds(&rounds.lock().unwrap_or_else(|p| p.into_inner()));
+    assert_control_planes_at(&controllers, CURRENT.kubernetes);
+
+    // Every kubelet runs v1.35.4 (the Node says so), every Node Ready and uncordoned.
+    wait_kubelets_at(&client, CURRENT.kubernetes).await.unwrap();
+    for worker in &workers {
+        let name = worker.node_name();
+        assert_eq!(binary_version(worker.binary_path()), V2, "{name} on disk");
+        assert_eq!(node_cordon(&client, name).await.unwrap(), (false, false), "{name} uncordoned");
+    }
+    wait_nodes_ready(&client, &WORKERS).await.unwrap();
+
+    // The budget held, and the DaemonSet's containers ran on through the kubelets' restarts.
+    check_drained(&samples.lock().unwrap_or_else(|p| p.into_inner()).clone());
+    let agents_after = daemon_pods(&pods, "agent").await.unwrap();
+    assert_eq!(agents_after, agents_before, "the agent Pods and containers are the same");
+    for (node, (_, ids)) in &agents_after {
+        let running = nodes.running_containers(node).unwrap();
+        for id in ids {
+            assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
+        }
+    }
+}
+
+/// One look at the cluster during the run.
+#[derive(Debug, Clone)]
+struct Round {
+    /// The workers the Plan's status shows signalled (read first).
+    signalled: Vec<String>,
+    /// What each API server answered on `/version`, in controller order (read after).
+    versions: Vec<Result<String, String>>,
+}
+
+/// Every [`VERSIONS_EVERY`]: the workers the Plan shows signalled, then every API server's
+/// `/version` (concurrently, each within [`VERSION_TIMEOUT`]), until aborted.
+async fn sample_versions(servers: Vec<kube::Client>, rounds: Arc<Mutex<Vec<Round>>>) {
+    loop {
+        // The Plan through the first API server that serves it (each restarts once); a round
+        // where none does is left out.
+        if let Some(plan) = read_plan(&servers).await {
+            let signalled = signalled_workers(&plan);
+            let asked = servers.iter().map(|server| async move {
+                match tokio::time::timeout(VERSION_TIMEOUT, server.apiserver_version()).await {
+                    Ok(Ok(info)) => Ok(info.git_version),
+                    Ok(Err(err)) => Err(err.to_string()),
+                    Err(_) => Err(format!("no answer within {VERSION_TIMEOUT:?}")),
+                }
+            });
+            let versions = futures::future::join_all(asked).await;
+            rounds.lock().unwrap_or_else(|p| p.into_inner()).push(Round { signalled, versions });
+        }
+        tokio::time::sleep(VERSIONS_EVERY).await;
+    }
+}
+
+/// The Plan as the first of `servers` that answers within [`VERSION_TIMEOUT`] serves it.
+async fn read_plan(servers: &[kube::Client]) -> Option<Plan> {
+    for server in servers {
+        let plans: Api<Plan> = Api::all(server.clone());
+        if let Ok(Ok(Some(plan))) =
+            tokio::time::timeout(VERSION_TIMEOUT, plans.get_opt("autopilot")).await
+        {
+            return Some(plan);
+        }
+    }
+    None
+}
+
+/// The workers of command 0 that the leader has signalled (or recorded as about to be).
+fn signalled_workers(plan: &Plan) -> Vec<String> {
+    let Some(update) =
+        plan.status.as_ref().and_then(|s| s.commands.first()).and_then(|c| c.k0supdate.as_ref())
+    else {
+        return Vec::new();
+    };
+    update
+        .workers
+        .iter()
+        .filter(|t| t.state != TargetState::SignalPending)
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+/// The control plane moved one controller at a time and before any worker: at no round did
+/// two API servers fail to answer; no API server's version went back; no worker was signalled
+/// while an API server answered v1.34.4; each API server answered v1.35.4 by the end, and
+/// v1.34.4 at the start.
+fn check_rounds(rounds: &[Round]) {
+    assert!(rounds.len() > 20, "the versions were sampled through the run: {}", rounds.len());
+    for round in rounds {
+        let down = round.versions.iter().filter(|v| v.is_err()).count();
+        assert!(down <= 1, "two API servers not serving at once: {round:?}");
+        let old = round.versions.iter().any(|v| v.as_deref() == Ok(PREVIOUS.kubernetes));
+        assert!(
+            round.signalled.is_empty() || !old,
+            "workers {:?} signalled while an API server runs {}: {round:?}",
+            round.signalled,
+            PREVIOUS.kubernetes
+        );
+    }
+    for (i, name) in CONTROLLERS.iter().enumerate() {
+        let down = rounds.iter().filter(|r| r.versions[i].is_err()).count();
+        let moved = rounds.iter().position(|r| r.versions[i].as_deref() == Ok(CURRENT.kubernetes));
+        println!(
+            "{name}: not serving at {down} of {} rounds, first at v1.35 at round {moved:?}",
+            rounds.len()
+        );
+        let answered: Vec<&str> =
+            rounds.iter().filter_map(|r| r.versions[i].as_deref().ok()).collect();
+        let moved = answered.iter().position(|v| *v == CURRENT.kubernetes);
+        assert_eq!(answered.first(), Some(&PREVIOUS.kubernetes), "{name} at first");
+        let moved = moved.unwrap_or_else(|| panic!("{name} never answered {}", CURRENT.kubernetes));
+        assert!(
+            answered[moved..].iter().all(|v| *v == CURRENT.kubernetes),
+            "{name}'s version went back: {answered:?}"
+        );
+        assert!(
+            answered[..moved].iter().all(|v| *v == PREVIOUS.kubernetes),
+            "{name} answered another version: {answered:?}"
+        );
+    }
+}
+
+/// The Plan's `Ready` condition is `True`.
+fn assert_plan_ready(plan: &Plan) {
+    let conditions = plan.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let ready = conditions.iter().find(|c| c.type_ == "Ready");
+    assert!(ready.is_some_and(|c| c.status == "True"), "Ready: {}", status_yaml(plan));
+}
+
+/// Every worker Node's kubelet reports `version` (within a minute: a restarted kubelet
+/// updates its Node's status).
+async fn wait_kubelets_at(client: &kube::Client, version: &str) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    integration::wait_for(Duration::from_secs(60), &format!("every kubelet at {version}"), || {
+        let nodes = nodes.clone();
+        async move {
+            let mut reported = BTreeMap::new();
+            for name in WORKERS {
+                let node = nodes.get(name).await?;
+                let kubelet = node.status.and_then(|s| s.node_info).map(|i| i.kubelet_version);
+                reported.insert(name, kubelet);
+            }
+            Ok(reported.values().all(|v| v.as_deref() == Some(version)).then_some(()))
+        }
+    })
+    .await
+}
+
+/// Each controller's controller-manager and scheduler run from its staged components and
+/// report `version`.
+fn assert_control_planes_at(controllers: &[integration::K0sProcess], version: &str) {
+    for controller in controllers {
+        for component in ["kube-controller-manager", "kube-scheduler"] {
+            let reported = running_component_version(controller.data_dir(), component);
+            assert_eq!(
+                reported.as_deref(),
+                Some(format!("Kubernetes {version}").as_str()),
+                "{}'s {component}",
+                controller.node_name()
+            );
+        }
+    }
+}
+
+/// What `<component> --version` prints for the process running `<data_dir>/bin/<component>`
+/// (through `/proc/<pid>/exe`: the file it was started from, even once replaced), if one runs.
+fn running_component_version(data_dir: &Path, component: &str) -> Option<String> {
+    let staged = data_dir.join("bin").join(component);
+    let pid = std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let exe = std::fs::read_link(entry.path().join("exe")).ok()?;
+        let exe = exe.to_str()?.trim_end_matches(" (deleted)");
+        (Path::new(exe) == staged).then_some(pid)
+    })?;
+    let output = std::process::Command::new(format!("/proc/{pid}/exe")).arg("--version").output();
+    Some(String::from_utf8_lossy(&output.ok()?.stdout).trim().to_owned())
+}
