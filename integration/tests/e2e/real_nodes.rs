@@ -285,7 +285,7 @@ fn gate(id: &str) -> Gate {
 #[derive(Debug, Clone)]
 pub(crate) struct Sample {
     /// Ready and not terminating.
-    ready: BTreeSet<String>,
+    pub(crate) ready: BTreeSet<String>,
     /// Terminating (evicted).
     terminating: BTreeSet<String>,
 }

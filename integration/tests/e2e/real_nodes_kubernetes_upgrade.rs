@@ -1,22 +1,30 @@
-//! A Plan upgrades the cluster's Kubernetes (DESIGN §16): three controllers whose `k0s
-//! controller --run-components` runs their API server, controller-manager and scheduler, and
-//! two real workers whose `k0s worker --run-components` runs containerd and the kubelet, all
-//! on a build carrying Kubernetes v1.34.4, updated by one Plan to a build carrying v1.35.4.
+//! Plans upgrade the cluster's Kubernetes (DESIGN §16): controllers whose `k0s controller
+//! --run-components` runs their API server, controller-manager and scheduler, and real workers
+//! whose `k0s worker --run-components` runs containerd and the kubelet, all on a build carrying
+//! Kubernetes v1.34.4 (named `v1.34.4+k0s.0`, as k0s names releases), updated to a build
+//! carrying v1.35.4.
 //!
-//! Asserted, with a 2-replica Deployment under a `minAvailable: 1` budget and a DaemonSet
-//! running throughout:
-//! - each controller's API server answers `/version` with v1.35.4 after its turn, one
-//!   controller at a time: every API server is asked every half second for the whole run, and
-//!   at no round did two of them fail to answer; a version never goes back;
-//! - no worker is signalled (in the Plan's status, which records a signal before it is sent)
-//!   while an API server still answers v1.34.4;
-//! - each controller's controller-manager and scheduler, and each Node's kubelet
-//!   (`status.nodeInfo.kubeletVersion`), end at v1.35.4;
-//! - the budget held (a web Pod Ready at every sample), the DaemonSet's containers kept their
-//!   ids through the kubelets' restarts, nothing is left cordoned, and the Plan ends
-//!   `Completed` and `Ready`.
+//! The upgrade (three controllers, two workers), with a 2-replica Deployment under a
+//! `minAvailable: 1` budget and a DaemonSet running throughout, every API server asked for its
+//! version every half second:
+//! - a Plan of the workers alone ends `Warning` with nothing signalled (kubelets would be newer
+//!   than the API servers), naming the rule, the nodes and both versions;
+//! - a v2 whose kube-apiserver cannot start: controller-0's trial fails naming it, controller-0
+//!   runs v1.34.4 again, the Plan stops with no other node signalled, and the other two API
+//!   servers answered throughout;
+//! - the Plan to v2: each API server answers v1.35.4 after its turn, one controller at a time
+//!   (at no round did two fail to answer; a version never goes back); no worker is signalled
+//!   (in the Plan's status, which records a signal before it is sent) while an API server
+//!   still answers v1.34.4; each controller-manager, scheduler and kubelet
+//!   (`status.nodeInfo.kubeletVersion`) ends at v1.35.4; the budget held, the DaemonSet's
+//!   containers kept their ids through the kubelets' restarts, nothing is left cordoned, and
+//!   the Plan ends `Completed` and `Ready`.
+//!
+//! A v2 whose kubelet cannot start, on a worker whose controller already runs v1.35.4: the
+//! trial fails naming the kubelet and its last lines, and the worker runs v1 and its v1.34.4
+//! kubelet again, Ready, with the budget held and the DaemonSet's containers untouched.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +39,9 @@ use crate::real_nodes::{
     Sample, check_drained, create_workloads, daemon_pods, sample_web, wait_default_service_account,
     wait_workloads_ready,
 };
+use crate::real_nodes_run_by_k0s::broken_component_build;
 use crate::support::*;
+use integration::components::Set;
 
 const CONTROLLERS: [&str; 3] = ["controller-0", "controller-1", "controller-2"];
 const WORKERS: [&str; 2] = ["worker-0", "worker-1"];
@@ -46,6 +56,16 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// control plane), then two workers one at a time (each drained under the budget).
 const UPGRADE_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The upgrade Plan's id.
+const UPGRADE: &str = "kubernetes-v1-35";
+
+/// How long a new binary's components get to be healthy in its trial boot.
+const TRIAL_TIMEOUT: &str = "45s";
+
+/// How long a refused v2 may take to end its Plan: its download, its trial's deadline and the
+/// rollback.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(240);
+
 #[tokio::test]
 async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_time() {
     let (v2_bytes, sha) = v2_carrying_all_build();
@@ -58,6 +78,8 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
             .kubernetes(PREVIOUS)
             .agents(Agents::Real)
             .controller_args(FAST_ELECTION)
+            .controller_args(&["--trial-timeout", TRIAL_TIMEOUT])
+            .worker_args(&["--trial-timeout", TRIAL_TIMEOUT])
             .start()
             .await
             .unwrap();
@@ -84,12 +106,20 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
     let agents_before = daemon_pods(&pods, "agent").await.unwrap();
     assert_eq!(agents_before.len(), WORKERS.len(), "one agent Pod per worker: {agents_before:?}");
 
-    // The web Pods every 200 ms, and every API server's version every 500 ms, for the whole run.
+    // Every API server's version every 500 ms, for the whole run: the refused Plans first,
+    // then the upgrade.
+    let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
+    let server0 = clients[0].clone();
+    let versions = tokio::spawn(sample_versions(clients, rounds.clone()));
+    workers_first_is_refused(&client).await;
+    a_broken_api_server_is_rolled_back(&client, &server0, &controllers, &rounds).await;
+
+    // The web Pods every 200 ms through the upgrade. (While controller-0's API server was
+    // down for its refused trial, the Nodes, whose kubelets talk to it alone, may have gone
+    // NotReady: the upgrade starts once the workloads are Ready again.)
+    wait_workloads_ready(&pods).await.unwrap();
     let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
     let sampler = tokio::spawn(sample_web(pods.clone(), samples.clone()));
-    let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
-    let versions = tokio::spawn(sample_versions(clients, rounds.clone()));
-
     let update = update_to(
         V2,
         server.base_url(),
@@ -97,9 +127,7 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
         Some(static_nodes(&CONTROLLERS, 1)),
         Some(static_nodes(&WORKERS, 1)),
     );
-    create_plan(&client, &plan("autopilot", "kubernetes-v1-35", vec![k0s_command(update)]))
-        .await
-        .unwrap();
+    create_plan(&client, &plan("autopilot", UPGRADE, vec![k0s_command(update)])).await.unwrap();
     let done = wait_plan(&client, "autopilot", UPGRADE_TIMEOUT, "Completed", |p| {
         matches!(state(p), PlanStateType::Completed | PlanStateType::Warning)
     })
@@ -136,6 +164,162 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
             assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
         }
     }
+}
+
+/// A Plan of the workers alone to v2 while every API server runs v1.34.4 (kubelets would be
+/// newer than the API servers) ends `Warning` before anything is signalled, naming the rule,
+/// the nodes and both versions.
+async fn workers_first_is_refused(client: &kube::Client) {
+    let (_, sha) = v2_carrying_all_build();
+    let update = update_to(V2, "http://127.0.0.1:9", &sha, None, Some(static_nodes(&WORKERS, 1)));
+    create_plan(client, &plan("autopilot", "workers-first", vec![k0s_command(update)]))
+        .await
+        .expect("the plan");
+    let ended = wait_plan_state(client, "autopilot", PlanStateType::Warning)
+        .await
+        .expect("the plan refused");
+    let refusal = command(&ended, 0).description.clone().unwrap_or_default();
+    for part in ["worker-newer-than-controller", WORKERS[0], V2, "controller-0", "v1.34"] {
+        assert!(refusal.contains(part), "the refusal names {part}: {refusal}");
+    }
+    for name in WORKERS {
+        assert_eq!(target(&ended, 0, name).state, TargetState::SignalPending, "{name} signalled");
+        let signal = node_signal(client, name).await.expect("the Node");
+        assert!(signal.is_none(), "{name} carries a signal: {signal:?}");
+    }
+    delete_plan(client).await;
+}
+
+/// A v2 whose kubelet cannot start, for worker-0 alone: its trial fails naming the kubelet
+/// and its last words, the node goes back to v1 and its kubelet v1.34.4, Ready; the
+/// DaemonSet's containers run on.
+async fn a_broken_kubelet_is_rolled_back(
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    agents_before: &BTreeMap<String, (String, BTreeSet<String>)>,
+) {
+    let payload = broken_component_build(Set::Worker, "kubelet", "this kubelet cannot start");
+    let ended = refused(client, &payload, None, Some(static_nodes(&WORKERS[..1], 1))).await;
+    let reason = target(&ended, 0, WORKERS[0]).reason.clone().unwrap_or_default();
+    let v1 = k0s_version_carrying(PREVIOUS);
+    assert!(reason.starts_with(&format!("rolled back to {v1}: ")), "{reason}");
+    assert!(reason.contains("kubelet is not running"), "{reason}");
+    assert!(reason.contains("this kubelet cannot start"), "the kubelet's own words: {reason}");
+    wait_kubelets_at(client, PREVIOUS.kubernetes).await.expect("the v1.34.4 kubelet back");
+    wait_nodes_ready(client, &WORKERS).await.expect("the workers Ready");
+    let agents = daemon_pods(pods, "agent").await.expect("the agent Pods");
+    assert_eq!(&agents, agents_before, "the agent Pods and containers are the same");
+}
+
+/// A v2 whose kube-apiserver cannot start, for every node: controller-0's trial fails naming
+/// the API server, it goes back to v1 (its API server answers v1.34.4 again), the Plan stops
+/// with no other node signalled, and the other two API servers answered throughout.
+async fn a_broken_api_server_is_rolled_back(
+    client: &kube::Client,
+    server0: &kube::Client,
+    controllers: &[integration::K0sProcess],
+    rounds: &Mutex<Vec<Round>>,
+) {
+    let payload =
+        broken_component_build(Set::All, "kube-apiserver", "this kube-apiserver cannot start");
+    let from = rounds.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let ended = refused(
+        client,
+        &payload,
+        Some(static_nodes(&CONTROLLERS, 1)),
+        Some(static_nodes(&WORKERS, 1)),
+    )
+    .await;
+    let reason = target(&ended, 0, CONTROLLERS[0]).reason.clone().unwrap_or_default();
+    assert!(reason.contains("kube-apiserver"), "{reason}");
+    assert!(reason.contains("this kube-apiserver cannot start"), "its own words: {reason}");
+    for name in CONTROLLERS[1..].iter().chain(&WORKERS) {
+        assert_eq!(target(&ended, 0, name).state, TargetState::SignalPending, "{name} signalled");
+    }
+    let back = version_once_serving(server0).await.expect("controller-0 serving");
+    assert_eq!(back, PREVIOUS.kubernetes, "controller-0's API server after its rollback");
+    assert_control_planes_at(controllers, PREVIOUS.kubernetes);
+    let rounds = rounds.lock().unwrap_or_else(|p| p.into_inner());
+    assert!(rounds.len() > from + 10, "the API servers were sampled through the refusal");
+    for round in &rounds[from..] {
+        assert!(round.versions[1..].iter().all(Result::is_ok), "controllers 1, 2 serve: {round:?}");
+    }
+}
+
+/// A v2 whose kubelet cannot start, on a real worker whose controller already runs v1.35.4: the
+/// worker's trial fails naming the kubelet and its last lines, the worker goes back to v1 and
+/// its kubelet v1.34.4 (the Node Ready on it), the budget holds and the DaemonSet's containers
+/// run on.
+#[tokio::test]
+async fn a_v2_whose_kubelet_cannot_start_leaves_the_real_worker_on_its_v1_34_kubelet() {
+    let (v2_bytes, sha) = v2_carrying_all_build();
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    let Fleet { cluster: _cluster, client, controllers, workers: _workers } =
+        FleetBuilder::new("real-nodes-kubelet-rollback")
+            .workers(&WORKERS)
+            .real_workers()
+            .kubernetes(PREVIOUS)
+            .agents(Agents::Real)
+            .controller_args(&["--trial-timeout", TRIAL_TIMEOUT])
+            .worker_args(&["--trial-timeout", TRIAL_TIMEOUT])
+            .start()
+            .await
+            .unwrap();
+    wait_default_service_account(&client).await.unwrap();
+    create_workloads(&client).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_workloads_ready(&pods).await.unwrap();
+    let agents_before = daemon_pods(&pods, "agent").await.unwrap();
+
+    // The controller first (a kubelet is never newer than its API server).
+    let update =
+        update_to(V2, server.base_url(), &sha, Some(static_nodes(&["controller-0"], 1)), None);
+    create_plan(&client, &plan("autopilot", "controller", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    delete_plan(&client).await;
+    assert_control_planes_at(&controllers, CURRENT.kubernetes);
+
+    let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+    let sampler = tokio::spawn(sample_web(pods.clone(), samples.clone()));
+    a_broken_kubelet_is_rolled_back(&client, &pods, &agents_before).await;
+    sampler.abort();
+    let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(samples.len() > 10, "the web Pods were sampled: {}", samples.len());
+    let empty = samples.iter().filter(|s| s.ready.is_empty()).count();
+    assert_eq!(empty, 0, "no web Pod Ready at {empty} of {} samples", samples.len());
+}
+
+/// Runs a Plan to V2 with `payload` on `controllers` and `workers`, waits for it to fail, and
+/// deletes it again; the Plan as it ended.
+async fn refused(
+    client: &kube::Client,
+    payload: &[u8],
+    controllers: Option<autopilot_api::v1beta2::PlanCommandTarget>,
+    workers: Option<autopilot_api::v1beta2::PlanCommandTarget>,
+) -> Plan {
+    let server = FileServer::start(payload.to_vec()).await.expect("the file server");
+    let update = update_to(V2, server.base_url(), &sha256_hex(payload), controllers, workers);
+    create_plan(client, &plan("autopilot", "refused", vec![k0s_command(update)]))
+        .await
+        .expect("the plan");
+    let ended = wait_plan(client, "autopilot", REFUSAL_TIMEOUT, "ApplyFailed", |p| {
+        state(p) == PlanStateType::ApplyFailed
+    })
+    .await
+    .expect("the plan failed");
+    delete_plan(client).await;
+    ended
+}
+
+/// What the API server of `server` answers on `/version` once it answers (within two
+/// minutes: a controller rolled back starts its control plane again).
+async fn version_once_serving(server: &kube::Client) -> anyhow::Result<String> {
+    integration::wait_for(Duration::from_secs(120), "the API server answering", || async {
+        Ok(server.apiserver_version().await.ok().map(|info| info.git_version))
+    })
+    .await
 }
 
 /// One look at the cluster during the run.

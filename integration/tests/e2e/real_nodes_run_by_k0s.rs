@@ -377,18 +377,28 @@ fn address_of(server: &integration::http::FileServer) -> std::net::SocketAddr {
 
 /// The V2 build carrying the real containerd and shim but a kubelet that cannot start.
 fn broken_kubelet_build() -> Vec<u8> {
+    broken_component_build(Set::Worker, "kubelet", "this kubelet cannot start")
+}
+
+/// The V2 build carrying `set` (at the current release) with `component` replaced by one that
+/// answers `--version` as the real one does and otherwise says `words` on stderr and exits 1.
+pub(crate) fn broken_component_build(set: Set, component: &str, words: &str) -> Vec<u8> {
     let bare = integration::k0s_binary_with_version(V2).expect("the v2 build");
     let dir = tempfile::tempdir().expect("a directory");
-    let kubelet = dir.path().join("kubelet");
-    std::fs::write(&kubelet, "#!/bin/sh\necho 'this kubelet cannot start' >&2\nexit 1\n")
-        .expect("the broken kubelet");
-    let pinned = components::pinned(Set::Worker).expect("the pinned set");
+    let broken = dir.path().join(component);
+    let version = integration::control_plane::CURRENT.kubernetes;
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Kubernetes {version}'; exit 0; fi\n\
+         echo '{words}' >&2\nexit 1\n"
+    );
+    std::fs::write(&broken, script).expect("the broken component");
+    let pinned = components::pinned(set).expect("the pinned set");
     let sources: Vec<k0s_components::carried::Source<'_>> = pinned
         .iter()
         .map(|p| k0s_components::carried::Source {
             name: p.name,
             version: p.version,
-            path: if p.name == "kubelet" { &kubelet } else { &p.path },
+            path: if p.name == component { &broken } else { &p.path },
         })
         .collect();
     let out = dir.path().join("k0s");
