@@ -8,13 +8,15 @@
 //! v2, and tears everything down.
 //!
 //! Where the machine can run real nodes (root, the Debian packages `.ci/run` installs; see
-//! `integration::real_node::prerequisites`), it runs the distribution: v1 and v2 carry the
-//! pinned Kubernetes components, each `k0s controller --run-components` runs its
-//! kube-apiserver (on the demo's etcd), kube-controller-manager and kube-scheduler, and each
-//! worker is a real node whose containerd and kubelet `k0s worker --run-components` runs.
-//! The workers carry a small Deployment (under a budget) and a DaemonSet, and the progress
-//! shows their Pods leaving the node being drained and coming back while the update moves
-//! every component to v2's. Otherwise it says in one line why, and the workers are `k0s
+//! `integration::real_node::prerequisites`), it runs the distribution and upgrades its
+//! Kubernetes: v1 (`v1.34.4+k0s.0`) carries the Kubernetes v1.34.4 components and v2 the
+//! pinned v1.35.4 ones; each `k0s controller --run-components` runs its kube-apiserver (on the
+//! demo's etcd), kube-controller-manager and kube-scheduler, and each worker is a real node
+//! whose containerd and kubelet `k0s worker --run-components` runs. The workers carry a small
+//! Deployment (under a budget) and a DaemonSet, and the progress shows their Pods leaving the
+//! node being drained and coming back while the update moves every component to v2's. Before
+//! and after, it prints the Kubernetes each node runs as the cluster reports it (the API
+//! server's `/version`, the kubelet's Node), and checks every node ends on v1.35.4. Otherwise it says in one line why, and the workers are `k0s
 //! worker` processes alone beside API servers the demo runs.
 
 use std::process::{Command, Stdio};
@@ -114,14 +116,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut what = "building the control plane (kube-apiserver, etcd".to_owned();
     if real_nodes {
         control_plane.args(["--only", Part::Node.flag()]);
+        control_plane.args(["--only", Part::PreviousKubernetes.flag()]);
         what.push_str(
-            ", and for the real nodes kubelet, kube-controller-manager, kube-scheduler, containerd",
+            ", and for the real nodes kubelet, kube-controller-manager, kube-scheduler, \
+             containerd, and the Kubernetes v1.34 components v1 carries",
         );
     }
     what.push_str("; cached after the first run)");
     log.step(&what, control_plane)?;
     log.step("building k0s", crate::test::build_k0s_command("dev"))?;
-    let k0s = crate::test::k0s_path("debug");
+    let mut k0s = crate::test::k0s_path("debug");
+    if real_nodes {
+        // v1 carries the Kubernetes release before the one v2 carries, and is named after it
+        // as k0s names its releases.
+        let v1_version = v1_version();
+        let mut copy = Command::new(&xtask);
+        copy.args(["build-k0s-version", &v1_version]);
+        let built =
+            log.step(&format!("building the {v1_version} copy of k0s to start from"), copy)?;
+        k0s = built.lines().last().map(std::path::PathBuf::from).with_context(|| {
+            format!("the {v1_version} build printed no path (see {})", log.path.display())
+        })?;
+    }
     let mut copy = Command::new(&xtask);
     copy.args(["build-k0s-version", &to_version]);
     let built = log.step(&format!("building the {to_version} copy of k0s to update to"), copy)?;
@@ -172,6 +188,7 @@ async fn demo(
             workers.saturating_sub(1).max(1)
         );
         print!("{}", workloads::render(&workloads::summary(&client).await?));
+        print_kubernetes(&cluster, &processes).await;
     }
     let target = Target { v2: &v2, to_version, controllers, workers: &worker_names };
     update(&cluster, &processes, &target, real_nodes.as_ref()).await?;
@@ -193,6 +210,12 @@ struct Started {
     real_nodes: Option<integration::real_node::RealNodes>,
     /// The binary the Plan updates to.
     v2: std::path::PathBuf,
+}
+
+/// The version of the build real nodes start from: named after the Kubernetes release it
+/// carries, as k0s names its releases (`v1.34.4+k0s.0`).
+fn v1_version() -> String {
+    format!("{}+k0s.0", integration::control_plane::PREVIOUS.kubernetes)
 }
 
 /// Whether the workers will be real nodes; says why not when they will not.
@@ -221,11 +244,17 @@ async fn start_distribution(
     controllers: usize,
     worker_refs: &[&str],
 ) -> anyhow::Result<Started> {
-    use integration::components::{Set, carrying, pinned};
-    let (v1_carrying, v2_carrying) = (carrying(k0s, Set::All)?, carrying(v2, Set::All)?);
-    let names: Vec<String> =
-        pinned(Set::All)?.iter().map(|c| format!("{} {}", c.name, c.version)).collect();
-    println!("==> k0s v1 and v2 carry {}", names.join(", "));
+    use integration::components::{Set, carrying, carrying_at, pinned_at};
+    use integration::control_plane::{CURRENT, PREVIOUS};
+    let v1_carrying = carrying_at(k0s, Set::All, PREVIOUS)?;
+    let v2_carrying = carrying(v2, Set::All)?;
+    for (which, release) in [("v1", PREVIOUS), ("v2", CURRENT)] {
+        let names: Vec<String> = pinned_at(Set::All, release)?
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.version))
+            .collect();
+        println!("==> k0s {which} carries {}", names.join(", "));
+    }
     println!("==> starting etcd; k0s runs the {controllers} controllers' control planes");
     let cluster = ClusterBuilder::new("demo")
         .k0s_binary(&v1_carrying)
@@ -418,7 +447,7 @@ async fn update(
     );
     anyhow::ensure!(final_state == PlanStateType::Completed, "the update did not complete");
 
-    verify_versions(&client, processes, to_version).await
+    verify_versions(cluster, processes, to_version, real).await
 }
 
 /// The demo's Plan: one `k0supdate` to `to_version` from `url`, of the controllers one at a
@@ -522,28 +551,72 @@ async fn follow(
     Ok(final_state)
 }
 
-/// Prints every node's binary on disk, the previous one and the version it publishes, and
-/// checks each runs `to_version` from disk.
+/// Prints every node's binary on disk, the previous one, the version it publishes and the
+/// Kubernetes it runs, and checks each runs `to_version` from disk (and, on real nodes, the
+/// Kubernetes release v2 carries).
 async fn verify_versions(
-    client: &kube::Client,
+    cluster: &integration::Cluster,
     processes: &[integration::K0sProcess],
     to_version: &str,
+    real: bool,
 ) -> anyhow::Result<()> {
+    let client = cluster.admin_client().await?;
     println!();
-    println!("{:<16} {:<18} {:<18} RUNNING (published)", "NODE", "BINARY ON DISK", "PREVIOUS");
+    println!(
+        "{:<16} {:<18} {:<18} {:<22} KUBERNETES",
+        "NODE", "BINARY ON DISK", "PREVIOUS", "RUNNING (published)"
+    );
     for process in processes {
+        let name = process.node_name();
         let on_disk = version_of(process.binary_path())?;
         let previous = version_of(&process.binary_path().with_file_name("k0s.prev"))?;
-        println!(
-            "{:<16} {:<18} {:<18} {}",
-            process.node_name(),
-            on_disk,
-            previous,
-            published_version(client, process.node_name()).await?
+        let published = published_version(&client, name).await?;
+        let kubernetes = kubernetes_version(cluster, name).await;
+        println!("{name:<16} {on_disk:<18} {previous:<18} {published:<22} {kubernetes}");
+        anyhow::ensure!(on_disk == to_version, "{name} runs {on_disk} from disk");
+        let carried = integration::control_plane::CURRENT.kubernetes;
+        anyhow::ensure!(
+            !real || kubernetes.starts_with(&format!("{carried} ")),
+            "{name} runs Kubernetes {kubernetes}"
         );
-        anyhow::ensure!(on_disk == to_version, "{} runs {on_disk} from disk", process.node_name());
     }
     Ok(())
+}
+
+/// Prints the Kubernetes each node runs (real nodes).
+async fn print_kubernetes(cluster: &integration::Cluster, processes: &[integration::K0sProcess]) {
+    println!();
+    println!("{:<16} KUBERNETES", "NODE");
+    for process in processes {
+        let name = process.node_name();
+        println!("{name:<16} {}", kubernetes_version(cluster, name).await);
+    }
+}
+
+/// The Kubernetes node `name` runs, as the cluster reports it: a controller's API server
+/// `/version`, a worker's kubelet (its Node's `nodeInfo`); `-` when it does not say.
+async fn kubernetes_version(cluster: &integration::Cluster, name: &str) -> String {
+    let controller = name.strip_prefix("controller-").and_then(|i| i.parse::<usize>().ok());
+    let reported = match controller {
+        Some(i) => match cluster.admin_client_at(i).await {
+            Ok(client) => client
+                .apiserver_version()
+                .await
+                .ok()
+                .map(|v| format!("{} (API server)", v.git_version)),
+            Err(_) => None,
+        },
+        None => match cluster.admin_client().await {
+            Ok(client) => Api::<Node>::all(client)
+                .get(name)
+                .await
+                .ok()
+                .and_then(|n| n.status?.node_info)
+                .map(|info| format!("{} (kubelet)", info.kubelet_version)),
+            Err(_) => None,
+        },
+    };
+    reported.unwrap_or_else(|| "-".to_owned())
 }
 
 fn version_of(binary: &std::path::Path) -> anyhow::Result<String> {
