@@ -94,7 +94,7 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
         let version = client.apiserver_version().await.unwrap().git_version;
         assert_eq!(version, PREVIOUS.kubernetes, "{}'s API server", CONTROLLERS[i]);
     }
-    assert_control_planes_at(&controllers, PREVIOUS.kubernetes);
+    wait_control_planes_at(&controllers, PREVIOUS.kubernetes).await.unwrap();
     wait_kubelets_at(&client, PREVIOUS.kubernetes).await.unwrap();
 
     // A 2-replica Deployment with a readiness probe under a budget that keeps one Ready, and
@@ -143,7 +143,7 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
 
     // The control plane moved one controller at a time, before any worker.
     check_rounds(&rounds.lock().unwrap_or_else(|p| p.into_inner()));
-    assert_control_planes_at(&controllers, CURRENT.kubernetes);
+    wait_control_planes_at(&controllers, CURRENT.kubernetes).await.unwrap();
 
     // Every kubelet runs v1.35.4 (the Node says so), every Node Ready and uncordoned.
     wait_kubelets_at(&client, CURRENT.kubernetes).await.unwrap();
@@ -238,7 +238,7 @@ async fn a_broken_api_server_is_rolled_back(
     }
     let back = version_once_serving(server0).await.expect("controller-0 serving");
     assert_eq!(back, PREVIOUS.kubernetes, "controller-0's API server after its rollback");
-    assert_control_planes_at(controllers, PREVIOUS.kubernetes);
+    wait_control_planes_at(controllers, PREVIOUS.kubernetes).await.expect("v1.34.4 back");
     let rounds = rounds.lock().unwrap_or_else(|p| p.into_inner());
     assert!(rounds.len() > from + 10, "the API servers were sampled through the refusal");
     for round in &rounds[from..] {
@@ -279,7 +279,7 @@ async fn a_v2_whose_kubelet_cannot_start_leaves_the_real_worker_on_its_v1_34_kub
         .unwrap();
     wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     delete_plan(&client).await;
-    assert_control_planes_at(&controllers, CURRENT.kubernetes);
+    wait_control_planes_at(&controllers, CURRENT.kubernetes).await.unwrap();
 
     let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
     let sampler = tokio::spawn(sample_web(pods.clone(), samples.clone()));
@@ -448,19 +448,26 @@ async fn wait_kubelets_at(client: &kube::Client, version: &str) -> anyhow::Resul
 }
 
 /// Each controller's controller-manager and scheduler run from its staged components and
-/// report `version`.
-fn assert_control_planes_at(controllers: &[integration::K0sProcess], version: &str) {
-    for controller in controllers {
-        for component in ["kube-controller-manager", "kube-scheduler"] {
-            let reported = running_component_version(controller.data_dir(), component);
-            assert_eq!(
-                reported.as_deref(),
-                Some(format!("Kubernetes {version}").as_str()),
-                "{}'s {component}",
-                controller.node_name()
-            );
+/// report `version` (within a minute: either may be restarting, e.g. after losing its leader
+/// election while an API server restarted).
+async fn wait_control_planes_at(
+    controllers: &[integration::K0sProcess],
+    version: &str,
+) -> anyhow::Result<()> {
+    let expected = format!("Kubernetes {version}");
+    let what = format!("every controller-manager and scheduler at {version}");
+    integration::wait_for(Duration::from_secs(60), &what, || async {
+        for controller in controllers {
+            for component in ["kube-controller-manager", "kube-scheduler"] {
+                let reported = running_component_version(controller.data_dir(), component);
+                if reported.as_deref() != Some(expected.as_str()) {
+                    return Ok(None);
+                }
+            }
         }
-    }
+        Ok(Some(()))
+    })
+    .await
 }
 
 /// What `<component> --version` prints for the process running `<data_dir>/bin/<component>`
