@@ -29,7 +29,7 @@ use autopilot_engine::cordon::PodFacts;
 use autopilot_engine::plan::resolve::{self, Answer, Answers, Outcome};
 use autopilot_engine::plan::rollout::{self, Rollout};
 use autopilot_engine::plan::{
-    CheckPods, Needs, ObjectKind, Observed, PlanAccess, PlanReader, Policy, Readiness,
+    CheckPods, Needs, ObjectKind, Observed, PlanAccess, PlanReader, Policy, Probe, Readiness,
     RemovedApiUse, rbac,
 };
 use autopilot_engine::snapshot;
@@ -52,6 +52,9 @@ pub struct Cluster {
     pub budgets: Vec<PodDisruptionBudget>,
     /// The `/readyz` answer of each controller the plan targets.
     pub readiness: BTreeMap<String, Readiness>,
+    /// The version each probed controller's API server answered on `/version` (what the
+    /// version skew rules judge a controller by).
+    pub api_versions: BTreeMap<String, String>,
     /// Uses of removed APIs for the versions the plan checks (`None`: not looked up).
     pub removed_apis: Option<Vec<RemovedApiUse>>,
     /// The ConfigMaps of the autopilot namespace, by name (the templates of `scheduler`
@@ -229,6 +232,7 @@ fn preview_what(
         control_nodes: &control_nodes,
         nodes: &nodes,
         readiness: &readiness,
+        api_versions: &cluster.api_versions,
         removed_apis: Some(cluster.removed_apis.as_deref().unwrap_or_default()),
         check_pods: CheckPods { templates: &cluster.pod_templates, ..CheckPods::NONE },
         plan_access: &cluster.plan_access,
@@ -847,6 +851,7 @@ fn pass(
     let cluster = Cluster {
         pods: known.pods.values().flatten().cloned().collect(),
         readiness: known.readiness.clone(),
+        api_versions: known.api_versions.clone(),
         removed_apis: known.removed_apis.clone(),
         plan_access: known.plan_access.clone(),
         ..cluster.clone()
@@ -856,10 +861,19 @@ fn pass(
         .into_iter()
         .filter(|node| !known.pods.contains_key(node))
         .collect();
+    // The controllers it targets, and every controller when NewPlan judges the version skew
+    // (by what each API server answers on `/version`, probed alongside `/readyz`).
+    let judged: Vec<String> = match what {
+        What::Plan { spec, .. } if spec.commands.iter().any(|c| c.k0supdate.is_some()) => {
+            cluster.control_nodes.iter().map(kube::ResourceExt::name_any).collect()
+        }
+        What::Plan { .. } | What::Rollback(_) => Vec::new(),
+    };
     let probe = report
         .commands
         .iter()
         .flat_map(|c| c.controllers.iter())
+        .chain(&judged)
         .filter(|name| !known.readiness.contains_key(*name))
         .filter(|name| cluster.control_nodes.iter().any(|c| c.name_any() == **name))
         .cloned()
@@ -902,16 +916,16 @@ impl Answer for Lookups<'_> {
 
     type Error = anyhow::Error;
 
-    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
-        let mut readiness = BTreeMap::new();
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Probe> {
+        let mut probes = BTreeMap::new();
         for name in controllers {
             let Some(control_node) = self.control_nodes.iter().find(|c| c.name_any() == *name)
             else {
                 continue;
             };
-            readiness.insert(name.clone(), self.prober.probe(control_node).await);
+            probes.insert(name.clone(), self.prober.probe(control_node).await);
         }
-        readiness
+        probes
     }
 
     async fn removed_apis(&mut self, versions: &[String]) -> anyhow::Result<Vec<RemovedApiUse>> {

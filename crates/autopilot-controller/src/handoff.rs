@@ -105,6 +105,7 @@ mod tests {
             signal: ObservedSignal::Valid(signal),
             required_keys: Default::default(),
             version: None,
+            kubelet_version: None,
             gate_check: None,
             prestage: None,
             drained: None,

@@ -26,6 +26,8 @@ pub fn control_node_object(control_node: &ControlNode) -> TargetObject {
         signal: observe_signal(control_node.meta()),
         required_keys: required_keys(control_node.meta()),
         version: control_node_version(control_node),
+        // A controller's Kubernetes version is its API server's `/version`, probed.
+        kubelet_version: None,
         gate_check: ObservedGateCheck::boxed(control_node.meta()),
         prestage: ObservedPrestage::boxed(control_node.meta()),
         drained: None,
@@ -52,6 +54,7 @@ pub fn node_object(node: &SlimNode) -> TargetObject {
         signal: observe_signal(node.meta()),
         required_keys: required_keys(node.meta()),
         version: published_version(node.meta()),
+        kubelet_version: node.kubelet_version.clone(),
         gate_check: ObservedGateCheck::boxed(node.meta()),
         prestage: ObservedPrestage::boxed(node.meta()),
         drained: None,
@@ -117,6 +120,8 @@ pub struct SlimNode {
     pub unschedulable: bool,
     /// Whether the Node's `Ready` condition is `True`.
     pub ready: bool,
+    /// `status.nodeInfo.kubeletVersion`: the version its kubelet reports (`None`: none).
+    pub kubelet_version: Option<String>,
 }
 
 /// The parts of a Node's JSON a [`SlimNode`] is made from; serde skips the rest.
@@ -140,6 +145,14 @@ struct WireSpec {
 struct WireStatus {
     #[serde(default)]
     conditions: Option<Vec<WireCondition>>,
+    #[serde(default, rename = "nodeInfo")]
+    node_info: Option<WireNodeInfo>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireNodeInfo {
+    #[serde(default, rename = "kubeletVersion")]
+    kubelet_version: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -153,23 +166,35 @@ impl From<WireNode> for SlimNode {
     fn from(wire: WireNode) -> Self {
         let WireNode { mut metadata, spec, status } = wire;
         metadata.managed_fields = None;
-        let conditions = status.and_then(|status| status.conditions).unwrap_or_default();
+        let (conditions, node_info) =
+            status.map_or((None, None), |status| (status.conditions, status.node_info));
+        let conditions = conditions.unwrap_or_default();
         Self {
             metadata,
             unschedulable: spec.and_then(|spec| spec.unschedulable).unwrap_or(false),
             ready: conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
+            kubelet_version: reported_version(node_info.and_then(|info| info.kubelet_version)),
         }
     }
 }
 
 impl From<&Node> for SlimNode {
     fn from(node: &Node) -> Self {
+        let node_info = node.status.as_ref().and_then(|status| status.node_info.as_ref());
         Self {
             metadata: ObjectMeta { managed_fields: None, ..node.metadata.clone() },
             unschedulable: node.spec.as_ref().and_then(|spec| spec.unschedulable).unwrap_or(false),
             ready: is_node_ready(node),
+            kubelet_version: reported_version(node_info.map(|info| info.kubelet_version.clone())),
         }
     }
+}
+
+/// A version as reported (trimmed), if it is one: an empty or oversized one counts as none.
+fn reported_version(version: Option<String>) -> Option<String> {
+    let version = version?;
+    let version = version.trim();
+    (!version.is_empty() && version.len() <= 128).then(|| version.to_owned())
 }
 
 impl kube_core::Resource for SlimNode {
@@ -312,6 +337,19 @@ mod tests {
         .expect("a Node");
         assert_eq!(bare, SlimNode { metadata: bare.metadata.clone(), ..SlimNode::default() });
         assert!(!bare.ready && !bare.unschedulable);
+    }
+
+    #[test]
+    fn a_slim_node_keeps_the_version_its_kubelet_reports_and_none_for_an_empty_one() {
+        let mut json = kubelet_node(false, "True");
+        let node: SlimNode = serde_json::from_value(json.clone()).expect("a Node");
+        assert_eq!(node.kubelet_version, None, "an empty kubeletVersion is no report");
+        json["status"]["nodeInfo"]["kubeletVersion"] = " v1.35.4 ".into();
+        let node: SlimNode = serde_json::from_value(json.clone()).expect("a Node");
+        assert_eq!(node.kubelet_version.as_deref(), Some("v1.35.4"));
+        let full: Node = serde_json::from_value(json).expect("a Node");
+        assert_eq!(SlimNode::from(&full), node, "decoded and converted alike");
+        assert_eq!(node_object(&node).kubelet_version.as_deref(), Some("v1.35.4"));
     }
 
     #[test]

@@ -191,10 +191,21 @@ fn version_skew_is_the_engines_refusal_and_the_allow_skew_annotation_lets_it_run
     assert_eq!(
         report.problems,
         ["the plan would end Warning: commands[0].k0supdate.version: v1.36.0+k0s.0 breaks \
-             the version skew rules: [worker-newer-than-controller] worker worker-0 would run \
-             v1.36.0+k0s.0, newer than controller controller-0 (v1.34.2+k0s.0); update the \
-             controllers to v1.36 first (controllers go first). To run the plan anyway, \
-             annotate it autopilot.k0sproject.io/allow-skew=preview"]
+             the version skew rules: [worker-newer-than-controller] worker worker-0 (planned \
+             k0s v1.36.0+k0s.0) would be newer than controller controller-0 (published k0s \
+             v1.34.2+k0s.0); update the controllers to v1.36 first (controllers go first). To \
+             run the plan anyway, annotate it autopilot.k0sproject.io/allow-skew=preview"]
+    );
+    // What the controller's API server answers on `/version` counts over what it publishes.
+    let reported = Cluster {
+        api_versions: BTreeMap::from([("controller-0".to_owned(), "v1.35.4".to_owned())]),
+        ..cluster()
+    };
+    let report = preview(&spec, &reported, &policy(), now());
+    assert!(
+        report.problems[0].contains("newer than controller controller-0 (API server v1.35.4)"),
+        "{:?}",
+        report.problems
     );
     let allowed = preview_allowing_skew(&spec, Some("preview"), &cluster(), &policy(), now());
     assert!(allowed.would_run, "{:?}", allowed.problems);
@@ -352,11 +363,14 @@ impl Answer for Recorded {
 
     type Error = anyhow::Error;
 
-    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Probe> {
         self.probed.push(controllers.to_vec());
         controllers
             .iter()
-            .filter_map(|name| Some((name.clone(), self.readiness.get(name)?.clone())))
+            .filter_map(|name| {
+                let readiness = self.readiness.get(name)?.clone();
+                Some((name.clone(), Probe::without_version(readiness)))
+            })
             .collect()
     }
 
@@ -430,6 +444,7 @@ async fn a_preview_looks_up_each_drained_nodes_pods_the_controllers_and_removed_
             count: 2,
             blocking: true,
         }],
+        readiness: BTreeMap::from([("controller-0".to_owned(), Readiness::Ready)]),
         ..Recorded::default()
     };
     let spec = plan("v1.34.3+k0s.0", &[], &WORKERS);
@@ -437,7 +452,7 @@ async fn a_preview_looks_up_each_drained_nodes_pods_the_controllers_and_removed_
     assert_eq!(report.end_state, "Warning");
     assert_eq!(answerer.removed.len(), 1);
     assert_eq!(answerer.pods_asked, WORKERS);
-    assert!(answerer.probed.is_empty());
+    assert_eq!(answerer.probed, [["controller-0"]], "its API server's version, for the skew");
 }
 
 /// The Plan `autopilot` with `spec` after its run completed on `cluster` (the engine's dry
@@ -453,6 +468,7 @@ fn completed(spec: &PlanSpec, cluster: &Cluster) -> Plan {
         control_nodes: &control_nodes,
         nodes: &nodes,
         readiness: &readiness,
+        api_versions: &autopilot_engine::plan::NO_API_VERSIONS,
         removed_apis: Some(&[]),
         check_pods: CheckPods::NONE,
     };

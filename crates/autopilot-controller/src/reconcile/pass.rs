@@ -11,7 +11,7 @@ use std::time::Instant;
 use autopilot_api::keys;
 use autopilot_api::v1beta2::{Plan, PlanStatus};
 use autopilot_engine::plan::resolve::Answer;
-use autopilot_engine::plan::{self, Effect, Observed, PlanView, Readiness, RemovedApiUse, Requeue};
+use autopilot_engine::plan::{self, Effect, Observed, PlanView, RemovedApiUse, Requeue};
 use autopilot_engine::preflight::scheduler;
 use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Pod;
@@ -143,6 +143,7 @@ async fn decide(
             control_nodes: &views.control_nodes.objects,
             nodes: &views.nodes.objects,
             readiness: &no_readiness,
+            api_versions: &plan::NO_API_VERSIONS,
             removed_apis: None,
             check_pods: plan::CheckPods {
                 pods: &check_pods,
@@ -230,12 +231,11 @@ struct Lookups<'a> {
 impl Answer for Lookups<'_> {
     type Error = Error;
 
-    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, plan::Probe> {
         let started = Instant::now();
-        let readiness =
-            self.ctx.engine.prober.probe_all(controllers, &self.ctx.control_nodes).await;
+        let probes = self.ctx.engine.prober.probe_all(controllers, &self.ctx.control_nodes).await;
         debug!(plan = %self.plan, ?controllers, took = ?started.elapsed(), "probed controllers");
-        readiness
+        probes
     }
 
     async fn removed_apis(&mut self, versions: &[String]) -> Result<Vec<RemovedApiUse>, Error> {

@@ -56,8 +56,9 @@ pub use model::decision::{
     Effect, EventKind, Needs, ObjectKind, Requeue, SignalTarget, Transition,
 };
 pub use model::inputs::{
-    CheckPods, NO_GATE_ANSWERS, NO_PLAN_ACCESS, Observed, ObservedGateCheck, ObservedPrestage,
-    ObservedSignal, PlanView, Policy, Readiness, RequiredKeys, Steering, TargetObject,
+    CheckPods, NO_API_VERSIONS, NO_GATE_ANSWERS, NO_PLAN_ACCESS, Observed, ObservedGateCheck,
+    ObservedPrestage, ObservedSignal, PlanView, Policy, Probe, Readiness, RequiredKeys, Steering,
+    TargetObject,
 };
 pub use model::labels::Labels;
 pub use model::lookups::{GateAnswer, GateQuery, PlanAccess, PlanReader, RemovedApiUse};

@@ -92,6 +92,7 @@ fn target(name: &str, labels: &[(&str, &str)]) -> (String, TargetObject) {
         drained: None,
         gate_check: Default::default(),
         version: None,
+        kubelet_version: None,
         name: name.to_owned(),
         labels: all.into(),
         ready: true,
@@ -137,6 +138,7 @@ fn first_pass(plan: &Plan, exclude_workers: bool, paused: bool) -> Transition {
         control_nodes: &control_nodes,
         nodes: &nodes,
         readiness: &readiness,
+        api_versions: &autopilot_engine::plan::NO_API_VERSIONS,
         removed_apis: Some(&[]),
         check_pods: CheckPods::NONE,
     };

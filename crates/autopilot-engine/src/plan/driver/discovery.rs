@@ -28,7 +28,7 @@ use crate::plan::model::command::{
     Command, Group, REFUSED_BY_OWN_REPORT, kind_problem, targets_mut,
 };
 use crate::plan::model::decision::Effect;
-use crate::plan::model::inputs::Inputs;
+use crate::plan::model::inputs::{Gaps, Inputs};
 use crate::plan::model::lookups::RemovedApiUse;
 use crate::plan::rules::payload;
 use crate::plan::rules::removed_apis::blocking_use;
@@ -46,6 +46,7 @@ pub(crate) const EMPTY_PLAN_ID: &str =
 /// every command, when NewPlan succeeds (empty when it fails: nothing is downloaded then).
 pub(in crate::plan) fn new_plan(
     inputs: &Inputs<'_>,
+    gaps: &mut Gaps<'_>,
     status: &mut PlanStatus,
     findings: &[RemovedApiUse],
 ) -> Vec<Effect> {
@@ -78,6 +79,10 @@ pub(in crate::plan) fn new_plan(
             && let Some(Command::K0s(k0s)) =
                 command_status.frozen.as_ref().and_then(Command::resolve)
         {
+            // The rules judge each controller by the version its API server answers on
+            // `/version`, probed with `/readyz`: name those not probed yet (this pass goes
+            // on; the resolve loop passes again with the answers).
+            gaps.lacks_probes(inputs.observed.control_nodes.keys());
             let skew = SkewCheck { inputs, plan_id: &plan_id, index, version: &k0s.version };
             for (worker, violations) in skew.check(&mut fleet, &mut outcome) {
                 own_skew.entry(worker).or_default().extend(violations);

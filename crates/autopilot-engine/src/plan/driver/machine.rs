@@ -268,7 +268,7 @@ impl Pass<'_> {
                 let fresh = self.fresh_status();
                 started = Some(self.started_event(&fresh));
                 let mut status = fresh.clone();
-                payload_warnings = discovery::new_plan(&self.inputs, &mut status, findings);
+                payload_warnings = discovery::new_plan(&self.inputs, gaps, &mut status, findings);
                 // May the workers it signals read the Plan? Waits for the API server's answer.
                 if access::new_plan(&self.inputs, gaps, &mut status, &mut payload_warnings)
                     == access::Checked::Waits

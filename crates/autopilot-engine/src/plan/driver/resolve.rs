@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::plan::driver::machine::step;
 use crate::plan::model::decision::{Needs, Transition};
-use crate::plan::model::inputs::{Observed, PlanView, Policy, Readiness};
+use crate::plan::model::inputs::{Observed, PlanView, Policy, Probe, Readiness};
 use crate::plan::model::lookups::{GateAnswer, GateQuery};
 use crate::plan::model::lookups::{PlanAccess, PlanReader, RemovedApiUse};
 
@@ -31,6 +31,8 @@ pub const PROBE_ROUNDS: usize = 2;
 pub struct Answers {
     /// `/readyz` results, by controller name.
     pub readiness: BTreeMap<String, Readiness>,
+    /// The versions the probed API servers answered on `/version`, by controller name.
+    pub api_versions: BTreeMap<String, String>,
     /// Uses of removed APIs for the versions a pass named (`None`: not looked up).
     pub removed_apis: Option<Vec<RemovedApiUse>>,
     /// The Pods bound to each Node a pass named, by Node name (a Node listed with no Pods
@@ -47,6 +49,7 @@ impl Answers {
     pub fn of(observed: &Observed<'_>) -> Self {
         Self {
             readiness: observed.readiness.clone(),
+            api_versions: observed.api_versions.clone(),
             removed_apis: observed.removed_apis.map(<[RemovedApiUse]>::to_vec),
             pods: BTreeMap::new(),
             gates: observed.gate_answers.clone(),
@@ -75,12 +78,10 @@ pub trait Answer {
     /// Why a lookup could not be made (a failed probe is an answer, not an error).
     type Error;
 
-    /// The `/readyz` result of each of `controllers` (one that is missing from the answer
-    /// counts as not ready, and a later pass may name it again).
-    fn probe(
-        &mut self,
-        controllers: &[String],
-    ) -> impl Future<Output = BTreeMap<String, Readiness>>;
+    /// The `/readyz` result of each of `controllers`, with the version its API server
+    /// answers on `/version` (one that is missing from the answer counts as not ready, and
+    /// a later pass may name it again).
+    fn probe(&mut self, controllers: &[String]) -> impl Future<Output = BTreeMap<String, Probe>>;
 
     /// The uses of the APIs removed in `versions` (asked at most once per resolve).
     fn removed_apis(
@@ -165,7 +166,13 @@ where
         }
         if probe_due {
             probe_rounds += 1;
-            known.readiness.extend(answerer.probe(&needs.probe).await);
+            for (name, Probe { readiness, version }) in answerer.probe(&needs.probe).await {
+                match version {
+                    Some(version) => known.api_versions.insert(name.clone(), version),
+                    None => known.api_versions.remove(&name),
+                };
+                known.readiness.insert(name, readiness);
+            }
         }
         outcome = pass(&known);
     }
@@ -184,6 +191,7 @@ pub async fn resolve<A: Answer>(
     let pass = |known: &Answers| {
         let observed = Observed {
             readiness: &known.readiness,
+            api_versions: &known.api_versions,
             removed_apis: known.removed_apis.as_deref(),
             gate_answers: &known.gates,
             plan_access: &known.plan_access,

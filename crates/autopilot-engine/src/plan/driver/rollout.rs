@@ -165,6 +165,7 @@ fn dry_run(
             control_nodes: &cluster.control_nodes,
             nodes: &cluster.nodes,
             readiness: &readiness,
+            api_versions: observed.api_versions,
             removed_apis: observed.removed_apis,
             check_pods: CheckPods {
                 pods: &cluster.pods,

@@ -81,6 +81,11 @@ pub struct TargetObject {
     /// The k0s version the node says it runs ([`keys::ANNOTATION_K0S_VERSION`]): what a
     /// target records as its "from" version when it is signalled (DESIGN §15).
     pub version: Option<String>,
+    /// For a `Node`: the version its kubelet reports (`status.nodeInfo.kubeletVersion`),
+    /// what the version skew rules judge a worker by (`crate::plan::rules::skew`); `None`
+    /// when not reported, and always for a `ControlNode` (a controller's Kubernetes version
+    /// is its API server's answer, [`Observed::api_versions`]).
+    pub kubelet_version: Option<String>,
     /// The gate-check request and report found on the object (DESIGN §15); `None` when
     /// it carries neither, as most objects do. Boxed, like `prestage`: the leader keeps a
     /// view of every Node between passes, and these are most of its size.
@@ -196,6 +201,24 @@ pub enum Readiness {
     NotReady(String),
 }
 
+/// What probing one controller's API server found: its `/readyz` and, asked alongside on
+/// the same address with the same client, its `/version`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// The `/readyz` result.
+    pub readiness: Readiness,
+    /// The `gitVersion` the API server answered on `GET /version` (`None`: no answer, or
+    /// none that carries a version).
+    pub version: Option<String>,
+}
+
+impl Probe {
+    /// A probe that found `readiness` and no version.
+    pub fn without_version(readiness: Readiness) -> Self {
+        Self { readiness, version: None }
+    }
+}
+
 /// What the planner may look at, captured once per pass. A snapshot: it may already be
 /// stale, which the machine tolerates (see the module docs).
 #[derive(Clone, Copy, Debug)]
@@ -214,6 +237,11 @@ pub struct Observed<'a> {
     /// `/readyz` results of the controllers probed for this pass; a controller missing here
     /// counts as not ready and is named in [`Needs::probe`].
     pub readiness: &'a BTreeMap<String, Readiness>,
+    /// The Kubernetes version each probed controller's API server answered on `GET
+    /// /version` (its `gitVersion`), by ControlNode name: what the version skew rules judge
+    /// a controller by. A controller missing here (not probed, not reached) is judged by the
+    /// k0s version it publishes ([`NO_API_VERSIONS`] when none was probed).
+    pub api_versions: &'a BTreeMap<String, String>,
     /// Uses of removed APIs found by the shell for the versions named by
     /// [`Needs::removed_api_versions`] (or [`removed_api_check_versions`]; `None` while not
     /// looked up). A run that needs the check and finds `None` here waits (status unchanged,
@@ -231,6 +259,9 @@ pub struct Observed<'a> {
     /// (status unchanged) and names it ([`NO_PLAN_ACCESS`] when none was looked up).
     pub plan_access: &'a BTreeMap<PlanReader, PlanAccess>,
 }
+
+/// No API server versions.
+pub static NO_API_VERSIONS: BTreeMap<String, String> = BTreeMap::new();
 
 /// No gate lookups.
 pub static NO_GATE_ANSWERS: BTreeMap<GateQuery, GateAnswer> = BTreeMap::new();
@@ -396,6 +427,17 @@ impl<'a> Gaps<'a> {
             gates: self.gates.into_iter().collect(),
             plan_readers: self.plan_readers.into_iter().collect(),
         }
+    }
+
+    /// A new run judges the version skew on what each controller's API server answers
+    /// (`/version`, probed with `/readyz`): every one of `names` not probed yet is named.
+    /// A controller whose probe does not come is judged by the k0s version it publishes.
+    pub(in crate::plan) fn lacks_probes<'n>(
+        &mut self,
+        names: impl IntoIterator<Item = &'n String>,
+    ) {
+        let missing = names.into_iter().filter(|name| !self.readiness.contains_key(*name));
+        self.unprobed.extend(missing.cloned());
     }
 
     /// A new run waited for the API server's answer about `reader`.

@@ -2,8 +2,7 @@
 //!
 //! A k0s node runs the Kubernetes components of its release, so the versions a plan leaves
 //! behind are Kubernetes' version skew. NewPlan walks the plan's commands in order, over the
-//! versions the nodes publish (a ControlNode's `status.k0sVersion`, a Node's
-//! `autopilot.k0sproject.io/k0s-version`), and refuses a plan that would, at any point of
+//! Kubernetes versions the cluster reports, and refuses a plan that would, at any point of
 //! its run:
 //!
 //! 1. [`rules::CONTROLLER_MINOR_SKIP`]: move a controller more than one minor version up in
@@ -14,6 +13,23 @@
 //! 3. [`rules::WORKER_TOO_OLD`]: leave a worker more than one minor behind a controller;
 //! 4. [`rules::CONTROLLER_SKEW`]: leave two controllers more than one minor apart.
 //!
+//! Where each version comes from ([`Source`]):
+//!
+//! - a controller (every ControlNode, a controller+worker too): the `gitVersion` its own API
+//!   server answers on `GET /version`, which the leader asks alongside `/readyz` on the same
+//!   address with the same client ([`Observed::api_versions`]);
+//! - a worker (every other Node): its kubelet's `status.nodeInfo.kubeletVersion`;
+//! - a node whose Kubernetes version is not reported (its API server not reached, no kubelet
+//!   version) keeps the k0s version it publishes (a ControlNode's `status.k0sVersion`, a
+//!   Node's `autopilot.k0sproject.io/k0s-version`); a node with neither is not judged;
+//! - the version a command installs is derived from its k0s version, as k0s names releases
+//!   (k0s `v1.35.1+k0s.0` carries Kubernetes `v1.35.1`); the node agent checks, before the
+//!   swap, that the Kubernetes components the downloaded payload carries are of that minor.
+//!
+//! Every refusal says which source each version came from (`controller-0 (API server
+//! v1.34.4)`, `worker-0 (kubelet v1.34.4)`, `worker-1 (published k0s v1.35.0+k0s.0)`,
+//! `controller-0 (planned k0s v1.35.0+k0s.0)` for a version the plan installs).
+//!
 //! The states judged are those after each command's controllers and after its workers
 //! (controllers go first, one at a time, and never skip under rule 1, so no state in
 //! between is worse). Rules 2 to 4 are about pairs of nodes; a pair counts only when the
@@ -21,21 +37,24 @@
 //! refused for a skew it found and does not deepen (it may be the plan that repairs it).
 //!
 //! Whose report a broken rule rests on decides what it stops (issue: a node's self-report
-//! fails at most that node). A worker publishes its own version (the kubelet's identity may
-//! annotate its own Node), so a pair rule broken only because of what a worker reports about
-//! itself (the worker keeps its reported version, the plan moved the controller) is
-//! [`Walk::workers`]'s: that worker's targets fail, and a worker that is no target is only
-//! named in a Warning Event. Everything else is [`Walk::plan`]'s and refuses the command: the
-//! plan's own versions, and the controllers' reports (a ControlNode's status is written by
-//! the controller itself, which holds the control plane anyway; the control plane's skew is
-//! what these rules protect).
+//! fails at most that node). A worker's versions are written by the node's own identity (the
+//! kubelet writes its Node's status, and may annotate its own Node), so a pair rule broken
+//! only because of what a worker reports about itself (the worker keeps its reported
+//! version, the plan moved the controller) is [`Walk::workers`]'s: that worker's targets
+//! fail, and a worker that is no target is only named in a Warning Event. Everything else is
+//! [`Walk::plan`]'s and refuses the command: the plan's own versions, and the controllers'
+//! (an API server's `/version` is observed by the leader directly; a ControlNode's status is
+//! written by the controller itself, which holds the control plane anyway; the control
+//! plane's skew is what these rules protect).
 //!
-//! Minor versions are compared (`v1.35.1+k0s.0` is `v1.35`); a node whose version is not
-//! published or does not parse is not judged, and neither is a command whose version does
-//! not parse. Each refusal names the rule, the nodes, their versions and the minor version
-//! to go through first. An operator who knows better sets the Plan annotation
+//! Minor versions are compared (`v1.35.1+k0s.0` and `v1.35.4` are `v1.35`); a version that
+//! does not parse counts as not reported, and a command whose version does not parse is not
+//! judged. Each refusal names the rule, the nodes, their versions and the minor version to
+//! go through first. An operator who knows better sets the Plan annotation
 //! [`keys::ANNOTATION_ALLOW_SKEW`] to the plan's id: the run then starts, with a Warning
 //! Event listing what was allowed. The annotation naming another id does not count.
+//!
+//! [`Observed::api_versions`]: crate::plan::Observed::api_versions
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -111,16 +130,55 @@ impl fmt::Display for Minor {
     }
 }
 
-/// A node's version: as published (or as the plan leaves it) and its minor line.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where a version the rules judge comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// A controller's API server, as it answers the leader on `GET /version`.
+    ApiServer,
+    /// A Node's kubelet (`status.nodeInfo.kubeletVersion`, written by the node itself).
+    Kubelet,
+    /// The k0s version the node publishes about itself: what counts when its Kubernetes
+    /// version is not reported.
+    Published,
+    /// The version a command of the plan installs (its k0s version, which names the
+    /// Kubernetes release it carries).
+    Plan,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::ApiServer => "API server",
+            Source::Kubelet => "kubelet",
+            Source::Published => "published k0s",
+            Source::Plan => "planned k0s",
+        })
+    }
+}
+
+/// A node's version: as reported (or as the plan leaves it), its minor line and where it
+/// comes from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Running {
     version: String,
     minor: Minor,
+    source: Source,
 }
 
 impl Running {
-    fn of(version: &str) -> Option<Self> {
-        Some(Self { version: version.to_owned(), minor: Minor::of(version)? })
+    fn of(version: &str, source: Source) -> Option<Self> {
+        Some(Self { version: version.trim().to_owned(), minor: Minor::of(version)?, source })
+    }
+
+    /// The version of the first source that reports one that parses.
+    fn first_of(reports: [(Option<&String>, Source); 2]) -> Option<Self> {
+        reports.into_iter().find_map(|(version, source)| Self::of(version?, source))
+    }
+}
+
+impl fmt::Display for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.source, self.version)
     }
 }
 
@@ -148,7 +206,7 @@ impl fmt::Display for Violation {
 
 /// A pair violation's grouping: the rule, the controller it is about and its version, and
 /// the worker whose own report alone makes it (`None`: the plan's or the controllers').
-type PairKey = (&'static str, String, String, Option<String>);
+type PairKey = (&'static str, String, Running, Option<String>);
 
 /// The rules one command's walk breaks, by whose report they rest on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -182,24 +240,32 @@ pub(in crate::plan) struct Fleet {
 }
 
 impl Fleet {
-    /// The versions the cluster's nodes publish: every ControlNode is a controller (a
-    /// controller+worker too: it is updated as a controller), every other Node a worker.
-    /// Nodes without a version that parses are left out.
+    /// The versions the cluster reports: every ControlNode is a controller (a
+    /// controller+worker too: it is updated as a controller), judged by its API server's
+    /// `/version`, every other Node a worker, judged by its kubelet's version; either, when
+    /// not reported, by the k0s version it publishes. Nodes without a version that parses
+    /// are left out.
     pub(in crate::plan) fn observe(inputs: &Inputs<'_>) -> Self {
         let observed = inputs.observed;
-        let controllers =
-            observed.control_nodes.iter().map(|(name, o)| (Role::Controller, name, o));
+        let controllers = observed.control_nodes.iter().filter_map(|(name, object)| {
+            let reports = [
+                (observed.api_versions.get(name), Source::ApiServer),
+                (object.version.as_ref(), Source::Published),
+            ];
+            Some(((Role::Controller, name.clone()), Running::first_of(reports)?))
+        });
         let workers = observed
             .nodes
             .iter()
             .filter(|(name, _)| !observed.control_nodes.contains_key(*name))
-            .map(|(name, o)| (Role::Worker, name, o));
-        let start: BTreeMap<_, _> = controllers
-            .chain(workers)
-            .filter_map(|(role, name, object)| {
-                Some(((role, name.clone()), Running::of(object.version.as_deref()?)?))
-            })
-            .collect();
+            .filter_map(|(name, object)| {
+                let reports = [
+                    (object.kubelet_version.as_ref(), Source::Kubelet),
+                    (object.version.as_ref(), Source::Published),
+                ];
+                Some(((Role::Worker, name.clone()), Running::first_of(reports)?))
+            });
+        let start: BTreeMap<_, _> = controllers.chain(workers).collect();
         Self { now: start.clone(), start, changed: BTreeSet::new(), reported: BTreeSet::new() }
     }
 
@@ -212,29 +278,29 @@ impl Fleet {
         controllers: &[String],
         workers: &[String],
     ) -> Walk {
-        let Some(to) = Running::of(version) else { return Walk::default() };
+        let Some(to) = Running::of(version, Source::Plan) else { return Walk::default() };
         let mut violations = Vec::new();
         // Check 1: no controller skips a minor version.
-        let mut skipping: BTreeMap<(String, Minor), Vec<String>> = BTreeMap::new();
+        let mut skipping: BTreeMap<Running, Vec<String>> = BTreeMap::new();
         for name in controllers {
             let key = (Role::Controller, name.clone());
             if let Some(from) = self.now.get(&key)
                 && to.minor.above(from.minor) > 1
             {
-                skipping.entry((from.version.clone(), from.minor)).or_default().push(name.clone());
+                skipping.entry(from.clone()).or_default().push(name.clone());
             }
         }
-        for ((from, minor), names) in skipping {
+        for (from, names) in skipping {
             violations.push(Violation {
                 rule: rules::CONTROLLER_MINOR_SKIP,
                 message: format!(
-                    "{} {} would go from {from} to {version} in one step, skipping {}; update \
+                    "{} {} ({from}) would go to {version} in one step, skipping {}; update \
                      {} to a {} release first",
                     plural(names.len(), "controller", "controllers"),
                     listed(&names),
-                    skipped(minor, to.minor),
+                    skipped(from.minor, to.minor),
                     if names.len() == 1 { "it" } else { "them" },
-                    minor.next(),
+                    from.minor.next(),
                 ),
             });
         }
@@ -267,7 +333,7 @@ impl Fleet {
     /// on.
     fn pairs(&mut self, walk: &mut Walk) {
         // (rule, the node the message is about, its version) -> the nodes on the other side.
-        let mut found: BTreeMap<PairKey, Vec<(String, String)>> = BTreeMap::new();
+        let mut found: BTreeMap<PairKey, Vec<(String, Running)>> = BTreeMap::new();
         let controllers = self.role(Role::Controller);
         let workers = self.role(Role::Worker);
         for (controller, c) in &controllers {
@@ -293,11 +359,11 @@ impl Fleet {
                     .entry((
                         rule,
                         controller.clone(),
-                        c.version.clone(),
+                        c.clone(),
                         own_report.then(|| worker.clone()),
                     ))
                     .or_default()
-                    .push((worker.clone(), w.version.clone()));
+                    .push((worker.clone(), w.clone()));
             }
             // Check 4: each pair of controllers, the older one named.
             for (other, o) in &controllers {
@@ -313,13 +379,13 @@ impl Fleet {
                     continue;
                 }
                 found
-                    .entry((rules::CONTROLLER_SKEW, controller.clone(), c.version.clone(), None))
+                    .entry((rules::CONTROLLER_SKEW, controller.clone(), c.clone(), None))
                     .or_default()
-                    .push((other.clone(), o.version.clone()));
+                    .push((other.clone(), o.clone()));
             }
         }
-        for ((rule, controller, version, worker), others) in found {
-            let violation = pair_violation(rule, &controller, &version, &others);
+        for ((rule, controller, running, worker), others) in found {
+            let violation = pair_violation(rule, &controller, &running, &others);
             match worker {
                 Some(worker) => walk.workers.entry(worker).or_default().push(violation),
                 None => walk.plan.push(violation),
@@ -361,46 +427,44 @@ impl Fleet {
     }
 }
 
-/// The violation of a pair rule about `controller` (at `version`) and the `others` (workers,
-/// or the controllers too far above it).
+/// The violation of a pair rule about `controller` (at `running`) and the `others` (workers,
+/// or the controllers too far above it), each version with its source.
 fn pair_violation(
     rule: &'static str,
     controller: &str,
-    version: &str,
-    others: &[(String, String)],
+    running: &Running,
+    others: &[(String, Running)],
 ) -> Violation {
     let names: Vec<String> = others.iter().map(|(name, _)| name.clone()).collect();
-    let versions: BTreeSet<&str> = others.iter().map(|(_, v)| v.as_str()).collect();
+    let versions: BTreeSet<String> = others.iter().map(|(_, v)| v.to_string()).collect();
     let versions = versions.into_iter().collect::<Vec<_>>().join(", ");
-    let other_minor = others.iter().filter_map(|(_, v)| Minor::of(v)).max();
-    let controller_minor = Minor::of(version);
-    let message = match (rule, other_minor, controller_minor) {
-        (rules::WORKER_NEWER_THAN_CONTROLLER, Some(worker), _) => format!(
-            "{} {} would run {versions}, newer than controller {controller} ({version}); \
-             update the controllers to {worker} first (controllers go first)",
+    let minor = running.minor;
+    let newest = others.iter().map(|(_, v)| v.minor).max().unwrap_or(minor);
+    let oldest = others.iter().map(|(_, v)| v.minor).min().unwrap_or(minor);
+    let message = match rule {
+        rules::WORKER_NEWER_THAN_CONTROLLER => format!(
+            "{} {} ({versions}) would be newer than controller {controller} ({running}); \
+             update the controllers to {newest} first (controllers go first)",
             plural(names.len(), "worker", "workers"),
             listed(&names),
         ),
-        (rules::WORKER_TOO_OLD, _, Some(minor)) => {
-            let oldest = others.iter().filter_map(|(_, v)| Minor::of(v)).min().unwrap_or(minor);
-            format!(
-                "{} {} ({versions}) would be {} minor versions behind controller {controller} \
-                 ({version}); update the workers to {} first",
-                plural(names.len(), "worker", "workers"),
-                listed(&names),
-                minor.above(oldest),
-                minor.previous(),
-            )
-        }
-        (rules::CONTROLLER_SKEW, Some(newest), Some(minor)) => format!(
-            "controller {controller} ({version}) would be {} minor versions behind {} {} \
+        rules::WORKER_TOO_OLD => format!(
+            "{} {} ({versions}) would be {} minor versions behind controller {controller} \
+             ({running}); update the workers to {} first",
+            plural(names.len(), "worker", "workers"),
+            listed(&names),
+            minor.above(oldest),
+            minor.previous(),
+        ),
+        rules::CONTROLLER_SKEW => format!(
+            "controller {controller} ({running}) would be {} minor versions behind {} {} \
              ({versions}); update {controller} to {} first",
             newest.above(minor),
             plural(names.len(), "controller", "controllers"),
             listed(&names),
             newest.previous(),
         ),
-        (_, _, _) => format!("controller {controller} ({version}) and {}", listed(&names)),
+        _ => format!("controller {controller} ({running}) and {}", listed(&names)),
     };
     Violation { rule, message }
 }
@@ -489,11 +553,10 @@ pub(in crate::plan) fn worker_refusal(
 ) -> String {
     let listed: Vec<String> = violations.iter().map(ToString::to_string).collect();
     format!(
-        "{}the version Node {name} publishes about itself ({}) breaks the \
-         version skew rules: {}. Only this node fails, as the rule rests on its own report; \
-         to update it anyway, annotate the plan {}={plan_id}",
+        "{}the version Node {name} reports about itself (its kubelet's, else the k0s \
+         version it publishes) breaks the version skew rules: {}. Only this node fails, as \
+         the rule rests on its own report; to update it anyway, annotate the plan {}={plan_id}",
         crate::plan::model::command::REFUSED_BY_OWN_REPORT,
-        keys::ANNOTATION_K0S_VERSION,
         listed.join("; "),
         keys::ANNOTATION_ALLOW_SKEW,
     )
@@ -507,11 +570,10 @@ pub(in crate::plan) fn left_behind_event(name: &str, violations: &[Violation]) -
         kind: EventKind::Warning,
         reason: reasons::VERSION_SKEW_LEFT_BEHIND,
         note: format!(
-            "Node {name} is no target of this run, and the version it publishes about itself \
-             ({}) breaks the version skew rules once the run has moved the controllers: {}; \
-             the run goes on, as the rule rests on the node's own report (update the node \
-             next)",
-            keys::ANNOTATION_K0S_VERSION,
+            "Node {name} is no target of this run, and the version it reports about itself \
+             (its kubelet's, else the k0s version it publishes) breaks the version skew rules \
+             once the run has moved the controllers: {}; the run goes on, as the rule rests on \
+             the node's own report (update the node next)",
             listed.join("; ")
         ),
     }

@@ -151,6 +151,7 @@ mod tests {
                     signal: crate::plan::model::inputs::ObservedSignal::None,
                     required_keys: Default::default(),
                     version: None,
+                    kubelet_version: None,
                     gate_check: None,
                     prestage: None,
                     drained: None,

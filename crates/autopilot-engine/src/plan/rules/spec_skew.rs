@@ -40,7 +40,8 @@ fn discovery_policy() -> Policy {
 }
 
 /// The rules `spec` would break on a cluster of `control_nodes` and `nodes`, as NewPlan
-/// judges them. The targets are resolved as NewPlan resolves them; a command whose targets
+/// judges them, except that no API server is asked its version: a controller counts by the
+/// k0s version it publishes (NewPlan, which probes them, has the last word). The targets are resolved as NewPlan resolves them; a command whose targets
 /// do not resolve is not judged (NewPlan refuses it for that). The updater uses this so that
 /// it never writes a Plan the engine would refuse for its skew, and says which nodes the
 /// Plan it writes fails for what they report about themselves.
@@ -56,6 +57,9 @@ pub fn judge(
         control_nodes,
         nodes,
         readiness: &readiness,
+        // No API server is probed here: controllers count by the k0s version they publish
+        // (workers by their kubelets' versions, as NewPlan judges them).
+        api_versions: &crate::plan::model::inputs::NO_API_VERSIONS,
         removed_apis: Some(&[]),
         check_pods: CheckPods::NONE,
         gate_answers: &NO_GATE_ANSWERS,

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 use crate::plan::resolve::Answer;
 use crate::plan::{
-    CheckPods, Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy,
+    CheckPods, Effect, EventKind, ObjectKind, Observed, ObservedSignal, PlanView, Policy, Probe,
     Readiness, RemovedApiUse, SignalTarget, Steering, TargetObject, Transition, resolve,
 };
 
@@ -214,6 +214,8 @@ pub struct ClusterFixture {
     pub nodes: BTreeMap<String, TargetObject>,
     /// `/readyz` of every controller (absent: not reachable at all).
     pub readyz: BTreeMap<String, Readiness>,
+    /// What each controller's API server answers on `/version` (absent: no answer).
+    pub api_versions: BTreeMap<String, String>,
     /// Removed APIs in use, for every version the shell is asked about.
     pub removed_api_uses: Vec<RemovedApiUse>,
     /// Check Pods (as created; a test ends them) and Pod templates, by name.
@@ -243,6 +245,7 @@ fn object(name: &str) -> TargetObject {
         drained: None,
         gate_check: Default::default(),
         version: Some(RUNNING.to_owned()),
+        kubelet_version: None,
         name: name.to_owned(),
         labels: BTreeMap::from([
             (keys::LABEL_OS.to_owned(), "linux".to_owned()),
@@ -264,6 +267,7 @@ impl ClusterFixture {
             control_nodes: BTreeMap::new(),
             nodes: BTreeMap::new(),
             readyz: BTreeMap::new(),
+            api_versions: BTreeMap::new(),
             removed_api_uses: Vec::new(),
             pods: BTreeMap::new(),
             created: BTreeMap::new(),
@@ -399,6 +403,20 @@ impl ClusterFixture {
             if let Some(object) = self.objects_mut(kind).get_mut(name) {
                 object.version = Some(version.to_owned());
             }
+        }
+        self
+    }
+
+    /// The API server of controller `name` answers `version` on `/version`.
+    pub fn api_server(mut self, name: &str, version: &str) -> Self {
+        self.api_versions.insert(name.to_owned(), version.to_owned());
+        self
+    }
+
+    /// The kubelet of Node `name` reports `version` (`status.nodeInfo.kubeletVersion`).
+    pub fn kubelet(mut self, name: &str, version: &str) -> Self {
+        if let Some(node) = self.nodes.get_mut(name) {
+            node.kubelet_version = Some(version.to_owned());
         }
         self
     }
@@ -630,17 +648,18 @@ impl Answer for FixtureAnswers<'_> {
         })
     }
 
-    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Probe> {
         controllers
             .iter()
             .map(|name| {
-                let result = self
+                let readiness = self
                     .cluster
                     .readyz
                     .get(name)
                     .cloned()
                     .unwrap_or_else(|| Readiness::NotReady("connection refused".to_owned()));
-                (name.clone(), result)
+                let version = self.cluster.api_versions.get(name).cloned();
+                (name.clone(), Probe { readiness, version })
             })
             .collect()
     }
@@ -707,6 +726,7 @@ impl ClusterFixture {
             control_nodes: &self.control_nodes,
             nodes: &self.nodes,
             readiness: &self.readyz,
+            api_versions: &self.api_versions,
             removed_apis: Some(&self.removed_api_uses),
             check_pods: CheckPods { templates: &self.templates, ..CheckPods::NONE },
         }
@@ -723,6 +743,7 @@ pub fn pass_with(plan: &PlanFixture, cluster: &ClusterFixture, policy: &Policy) 
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &empty,
+        api_versions: &crate::plan::NO_API_VERSIONS,
         removed_apis: None,
         check_pods: CheckPods {
             pods: &cluster.pods,

@@ -117,6 +117,7 @@ fn a_controller_that_was_not_probed_counts_as_not_ready() {
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &Default::default(),
+        api_versions: &crate::plan::NO_API_VERSIONS,
         removed_apis: Some(&[]),
         check_pods: super::CheckPods::NONE,
     };
@@ -143,6 +144,7 @@ fn a_pass_names_exactly_the_controllers_it_needs_probed() {
             control_nodes: &sim.cluster.control_nodes,
             nodes: &sim.cluster.nodes,
             readiness: &empty,
+            api_versions: &crate::plan::NO_API_VERSIONS,
             removed_apis: Some(&[]),
             check_pods: super::CheckPods::NONE,
         };
@@ -222,6 +224,7 @@ fn readiness_results_for_other_controllers_do_not_matter() {
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &readiness,
+        api_versions: &crate::plan::NO_API_VERSIONS,
         removed_apis: Some(&[]),
         check_pods: super::CheckPods::NONE,
     };

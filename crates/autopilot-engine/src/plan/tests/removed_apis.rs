@@ -75,6 +75,7 @@ fn a_non_blocking_or_older_removed_api_does_not_stop_the_plan() {
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &Default::default(),
+        api_versions: &crate::plan::NO_API_VERSIONS,
         removed_apis: Some(&findings),
         check_pods: super::CheckPods::NONE,
     };
@@ -94,6 +95,7 @@ fn a_run_that_needs_the_removed_api_check_waits_for_its_findings() {
         control_nodes: &cluster.control_nodes,
         nodes: &cluster.nodes,
         readiness: &Default::default(),
+        api_versions: &crate::plan::NO_API_VERSIONS,
         removed_apis: None,
         check_pods: super::CheckPods::NONE,
     };

@@ -46,11 +46,14 @@ impl Answer for Counting {
         crate::plan::GateAnswer::Assumed
     }
 
-    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, Readiness> {
+    async fn probe(&mut self, controllers: &[String]) -> BTreeMap<String, crate::plan::Probe> {
         self.probed.push(controllers.to_vec());
         controllers
             .iter()
-            .filter_map(|name| Some((name.clone(), self.readyz.get(name)?.clone())))
+            .filter_map(|name| {
+                let readiness = self.readyz.get(name)?.clone();
+                Some((name.clone(), crate::plan::Probe::without_version(readiness)))
+            })
             .collect()
     }
 
@@ -105,6 +108,7 @@ fn resolve_on(sim: &Sim, answerer: &mut Counting) -> Result<Transition, &'static
         control_nodes: &sim.cluster.control_nodes,
         nodes: &sim.cluster.nodes,
         readiness: &empty,
+        api_versions: &crate::plan::NO_API_VERSIONS,
         removed_apis: None,
         check_pods: CheckPods {
             pods: &sim.cluster.pods,

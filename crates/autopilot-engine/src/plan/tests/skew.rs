@@ -47,8 +47,9 @@ fn a_controller_that_would_skip_a_minor_version_is_refused_naming_the_version_to
     assert!(
         description.starts_with(
             "commands[0].k0supdate.version: v1.33.2+k0s.0 breaks the version skew rules: \
-             [controller-minor-skip] controllers c1, c2 would go from v1.31.0+k0s.0 to \
-             v1.33.2+k0s.0 in one step, skipping v1.32; update them to a v1.32 release first"
+             [controller-minor-skip] controllers c1, c2 (published k0s v1.31.0+k0s.0) would \
+             go to v1.33.2+k0s.0 in one step, skipping v1.32; update them to a v1.32 release \
+             first"
         ),
         "{description}"
     );
@@ -68,8 +69,8 @@ fn skipping_several_minor_versions_names_the_range_and_the_first_to_go_through()
     let description = refused(plan, ClusterFixture::new().controllers(["c1"]));
     assert!(
         description.contains(
-            "controller c1 would go from v1.31.0+k0s.0 to v1.35.0+k0s.0 in one step, skipping \
-             v1.32 to v1.34; update it to a v1.32 release first"
+            "controller c1 (published k0s v1.31.0+k0s.0) would go to v1.35.0+k0s.0 in one \
+             step, skipping v1.32 to v1.34; update it to a v1.32 release first"
         ),
         "{description}"
     );
@@ -81,9 +82,9 @@ fn workers_newer_than_a_controller_are_refused_naming_the_controller_and_the_ver
     let description = refused(plan, cluster());
     assert!(
         description.contains(
-            "[worker-newer-than-controller] workers w1, w2 would run v1.32.0+k0s.0, newer than \
-             controller c1 (v1.31.0+k0s.0); update the controllers to v1.32 first (controllers \
-             go first)"
+            "[worker-newer-than-controller] workers w1, w2 (planned k0s v1.32.0+k0s.0) would \
+             be newer than controller c1 (published k0s v1.31.0+k0s.0); update the controllers \
+             to v1.32 first (controllers go first)"
         ),
         "{description}"
     );
@@ -101,7 +102,11 @@ fn workers_newer_than_a_controller_are_refused_naming_the_controller_and_the_ver
 fn a_controller_left_behind_counts_even_when_the_others_go_first() {
     let plan = PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["c1"]).workers(["w1"]);
     let description = refused(plan, cluster());
-    assert!(description.contains("worker w1 would run v1.32.0+k0s.0, newer than controller c2"));
+    assert!(
+        description
+            .contains("worker w1 (planned k0s v1.32.0+k0s.0) would be newer than controller c2"),
+        "{description}"
+    );
     assert!(!description.contains("controller c1 ("), "{description}");
 }
 
@@ -124,11 +129,11 @@ fn workers_left_behind_by_their_own_version_hold_no_controller_update_and_are_na
     assert_eq!(left.len(), 2, "one per worker: {left:?}");
     assert!(
         left[0].starts_with(
-            "Node w1 is no target of this run, and the version it publishes about itself \
-             (autopilot.k0sproject.io/k0s-version) breaks the version skew rules once the run \
-             has moved the controllers: [worker-too-old] worker w1 (v1.30.4+k0s.0) would be 2 \
-             minor versions behind controller c1 (v1.32.1+k0s.0); update the workers to v1.31 \
-             first"
+            "Node w1 is no target of this run, and the version it reports about itself (its \
+             kubelet's, else the k0s version it publishes) breaks the version skew rules once \
+             the run has moved the controllers: [worker-too-old] worker w1 (published k0s \
+             v1.30.4+k0s.0) would be 2 minor versions behind controller c1 (planned k0s \
+             v1.32.1+k0s.0); update the workers to v1.31 first"
         ),
         "{left:?}"
     );
@@ -155,10 +160,10 @@ fn a_worker_target_whose_own_version_breaks_a_rule_fails_alone_within_max_failur
     let reason = w2.reason.clone().unwrap_or_default();
     assert!(
         reason.starts_with(
-            "not signalled: the version Node w2 publishes about itself \
-             (autopilot.k0sproject.io/k0s-version) breaks the version skew rules: \
-             [worker-too-old] worker w2 (v1.20.0+k0s.0) would be 12 minor versions behind \
-             controller c1 (v1.32.0+k0s.0)"
+            "not signalled: the version Node w2 reports about itself (its kubelet's, else the \
+             k0s version it publishes) breaks the version skew rules: [worker-too-old] worker \
+             w2 (published k0s v1.20.0+k0s.0) would be 12 minor versions behind controller c1 \
+             (planned k0s v1.32.0+k0s.0)"
         ),
         "{reason}"
     );
@@ -183,7 +188,7 @@ fn a_controllers_own_version_still_refuses_the_plan() {
     let claims = cluster().running("c1", "v1.32.0+k0s.0").running("c2", "v1.30.0+k0s.0");
     let description = refused(plan, claims);
     assert!(description.contains("[worker-newer-than-controller]"), "{description}");
-    assert!(description.contains("controller c2 (v1.30.0+k0s.0)"), "{description}");
+    assert!(description.contains("controller c2 (published k0s v1.30.0+k0s.0)"), "{description}");
 }
 
 #[test]
@@ -194,8 +199,9 @@ fn controllers_more_than_one_minor_apart_are_refused_naming_the_one_to_update_fi
     let description = refused(plan, apart.clone());
     assert!(
         description.contains(
-            "[controller-skew] controller c2 (v1.30.0+k0s.0) would be 2 minor versions behind \
-             controller c1 (v1.32.0+k0s.0); update c2 to v1.31 first"
+            "[controller-skew] controller c2 (published k0s v1.30.0+k0s.0) would be 2 minor \
+             versions behind controller c1 (planned k0s v1.32.0+k0s.0); update c2 to v1.31 \
+             first"
         ),
         "{description}"
     );
@@ -247,7 +253,7 @@ fn the_commands_are_walked_in_order() {
     assert_eq!(sim.plan.command(0).state, P::SchedulableWait);
     let second = sim.plan.command(1).description.clone().unwrap_or_default();
     assert!(second.starts_with("commands[1].k0supdate.version: v1.34.0+k0s.0"), "{second}");
-    assert!(second.contains("from v1.32.0+k0s.0 to v1.34.0+k0s.0"), "{second}");
+    assert!(second.contains("(planned k0s v1.32.0+k0s.0) would go to v1.34.0+k0s.0"), "{second}");
 }
 
 #[test]
@@ -264,7 +270,7 @@ fn a_controller_worker_is_judged_once_as_a_controller() {
     let both = ClusterFixture::new().controller_workers(["cw1"]).running("cw1", C31);
     runs(PlanFixture::k0s_update("v1.32.0+k0s.0").controllers(["cw1"]), both.clone());
     let description = refused(PlanFixture::k0s_update("v1.33.0+k0s.0").controllers(["cw1"]), both);
-    assert!(description.contains("controller cw1 would go from"), "{description}");
+    assert!(description.contains("controller cw1 (published k0s"), "{description}");
 }
 
 #[test]
@@ -310,4 +316,159 @@ fn minor_lines_read_any_build_and_prerelease_and_every_rule_has_a_name() {
     assert_eq!(Minor::of("1.35.0-rc.1+k0s.0"), Minor::of("v1.35.9"));
     assert_eq!(Minor::of("latest"), None);
     assert_eq!(rules::ALL.len(), 4);
+}
+
+// === From what the cluster reports ===
+
+const K34: &str = "v1.34.0+k0s.0";
+const K35: &str = "v1.35.0+k0s.0";
+
+/// Controllers `c1`, `c2` and workers `w1`, `w2` that all publish k0s `v1.34.0`, and report
+/// nothing yet (no API server answers `/version`, no kubelet reports a version).
+fn published_v134() -> ClusterFixture {
+    ClusterFixture::new()
+        .controllers(["c1", "c2"])
+        .workers(["w1", "w2"])
+        .running("c1", K34)
+        .running("c2", K34)
+        .running("w1", K34)
+        .running("w2", K34)
+}
+
+#[test]
+fn a_workers_only_plan_newer_than_what_the_api_servers_report_is_refused_naming_them() {
+    // The ControlNodes publish v1.35 (stale, or wrong), their API servers answer v1.34.4:
+    // the API servers count, so workers going to v1.35 would be newer than them.
+    let reported = published_v134()
+        .running("c1", K35)
+        .running("c2", K35)
+        .api_server("c1", "v1.34.4")
+        .api_server("c2", "v1.34.4")
+        .kubelet("w1", "v1.34.4")
+        .kubelet("w2", "v1.34.4");
+    let plan = PlanFixture::k0s_update(K35).workers(["w1", "w2"]);
+    let description = refused(plan.clone(), reported.clone());
+    assert!(
+        description.contains(
+            "[worker-newer-than-controller] workers w1, w2 (planned k0s v1.35.0+k0s.0) would \
+             be newer than controller c1 (API server v1.34.4); update the controllers to v1.35 \
+             first (controllers go first)"
+        ),
+        "{description}"
+    );
+    assert!(description.contains("newer than controller c2 (API server v1.34.4)"));
+    // Boundary: once the API servers answer v1.35, the workers' plan runs.
+    let updated = reported.api_server("c1", "v1.35.4").api_server("c2", "v1.35.4");
+    runs(plan, updated);
+}
+
+#[test]
+fn api_servers_that_would_be_more_than_one_minor_apart_are_refused() {
+    // c1's API server still answers v1.33 whatever c1 publishes; c2 going to v1.35 would
+    // leave them two minor versions apart.
+    let reported = published_v134().api_server("c1", "v1.33.7").api_server("c2", "v1.34.4");
+    let plan = PlanFixture::k0s_update(K35).controllers(["c2"]);
+    let description = refused(plan, reported.clone());
+    assert!(
+        description.contains(
+            "[controller-skew] controller c1 (API server v1.33.7) would be 2 minor versions \
+             behind controller c2 (planned k0s v1.35.0+k0s.0); update c1 to v1.34 first"
+        ),
+        "{description}"
+    );
+    // Boundary: c1 at v1.34 too is one minor apart.
+    runs(PlanFixture::k0s_update(K35).controllers(["c2"]), reported.api_server("c1", "v1.34.2"));
+}
+
+#[test]
+fn a_control_plane_jumping_two_minor_versions_by_what_its_api_servers_report_is_refused() {
+    // The ControlNodes publish v1.34, their API servers answer v1.33: v1.35 skips v1.34.
+    let reported = published_v134().api_server("c1", "v1.33.7").api_server("c2", "v1.33.7");
+    let plan = PlanFixture::k0s_update(K35).controllers(["c1", "c2"]).workers(["w1", "w2"]);
+    let description = refused(plan, reported);
+    assert!(
+        description.contains(
+            "[controller-minor-skip] controllers c1, c2 (API server v1.33.7) would go to \
+             v1.35.0+k0s.0 in one step, skipping v1.34; update them to a v1.34 release first"
+        ),
+        "{description}"
+    );
+}
+
+#[test]
+fn a_kubelet_reporting_an_old_version_fails_only_its_node_naming_the_kubelet() {
+    // w2 publishes k0s v1.34, its kubelet reports v1.33: once the controllers are on v1.35
+    // it would be two minor versions behind. What w2 reports about itself fails w2 alone.
+    let reported = published_v134()
+        .api_server("c1", "v1.34.4")
+        .api_server("c2", "v1.34.4")
+        .kubelet("w1", "v1.34.4")
+        .kubelet("w2", "v1.33.9");
+    let plan = PlanFixture::k0s_update(K35)
+        .controllers(["c1", "c2"])
+        .workers(["w1", "w2"])
+        .max_failures(1);
+    let (state, description, sim) = new_plan(plan, reported);
+    assert_eq!(state, P::SchedulableWait, "{description}");
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalPending);
+    let w2 = sim.plan.target(0, "w2");
+    assert_eq!(w2.state, TargetState::SignalApplyFailed);
+    let reason = w2.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains(
+            "[worker-too-old] worker w2 (kubelet v1.33.9) would be 2 minor versions behind \
+             controller c1 (planned k0s v1.35.0+k0s.0)"
+        ),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_node_whose_kubernetes_version_is_not_reported_is_judged_by_its_published_k0s_version() {
+    // c1's API server answers v1.34.4; c2's was not reached (no version), so its published
+    // v1.33 counts; w1's kubelet reports nothing, so its published version counts too.
+    let mixed = published_v134()
+        .running("c2", "v1.33.0+k0s.0")
+        .api_server("c1", "v1.34.4")
+        .kubelet("w2", "v1.34.4")
+        .controller_down("c2", "connection refused");
+    let plan = PlanFixture::k0s_update(K35).controllers(["c1"]);
+    let description = refused(plan, mixed.clone());
+    assert!(
+        description.contains(
+            "[controller-skew] controller c2 (published k0s v1.33.0+k0s.0) would be 2 minor \
+             versions behind controller c1 (planned k0s v1.35.0+k0s.0)"
+        ),
+        "{description}"
+    );
+    // A worker without a kubelet version, by its published k0s version.
+    let description = refused(PlanFixture::k0s_update(K35).workers(["w1"]), mixed);
+    assert!(
+        description.contains(
+            "worker w1 (planned k0s v1.35.0+k0s.0) would be newer than controller c1 (API \
+             server v1.34.4)"
+        ),
+        "{description}"
+    );
+}
+
+#[test]
+fn a_new_run_asks_every_controllers_api_server_for_its_version() {
+    // A workers-only plan probes no controller for readiness, yet its skew is judged against
+    // every API server: NewPlan names them all.
+    let plan = PlanFixture::k0s_update(K34).workers(["w1"]);
+    let cluster = published_v134();
+    let reviewed = cluster.reviewed();
+    let unprobed = std::collections::BTreeMap::new();
+    let observed = crate::plan::Observed {
+        readiness: &unprobed,
+        removed_apis: Some(&[]),
+        plan_access: &reviewed,
+        ..cluster.dry_run_view()
+    };
+    let first = crate::plan::step(plan.view(), &observed, &policy());
+    assert_eq!(first.needs.probe, ["c1", "c2"]);
+    // With the answers, the pass names none.
+    let probed = crate::plan::Observed { plan_access: &reviewed, ..cluster.dry_run_view() };
+    assert!(crate::plan::step(plan.view(), &probed, &policy()).needs.probe.is_empty());
 }

@@ -746,6 +746,7 @@ fn at_version(name: &str, version: &str) -> (String, TargetObject) {
         signal: crate::plan::ObservedSignal::None,
         required_keys: Default::default(),
         version: Some(version.to_owned()),
+        kubelet_version: None,
         gate_check: Default::default(),
     };
     (name.to_owned(), object)
@@ -779,7 +780,7 @@ fn a_version_that_would_break_the_skew_rules_is_not_planned_and_the_event_names_
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
         problems[0].contains(
-            "[controller-minor-skip] controller c1 would go from v1.33.4+k0s.0 to \
+            "[controller-minor-skip] controller c1 (published k0s v1.33.4+k0s.0) would go to \
              v1.35.3+k0s.0 in one step, skipping v1.34; update it to a v1.34 release first"
         ),
         "{problems:?}"
@@ -819,8 +820,9 @@ fn a_workers_own_version_holds_no_update_the_plan_is_written_and_names_the_worke
         left_out,
         &vec![
             "Node w2, by the version it reports about itself: [worker-too-old] worker w2 \
-             (v1.20.0+k0s.0) would be 14 minor versions behind controller c1 (v1.34.1+k0s.0); \
-             update the workers to v1.33 first (it fails in the run)"
+             (published k0s v1.20.0+k0s.0) would be 14 minor versions behind controller c1 \
+             (planned k0s v1.34.1+k0s.0); update the workers to v1.33 first (it fails in the \
+             run)"
                 .to_owned()
         ]
     );
