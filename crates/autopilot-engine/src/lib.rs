@@ -12,6 +12,8 @@
 //! - [`preflight`]: compiling and judging preflight checks (seed 004).
 //! - [`cordon`]: the central cordon-and-drain decision.
 //! - [`agent`]: the node agent's phase machine for one signal.
+//! - [`carried`]: whether a downloaded payload carries the Kubernetes release its k0s
+//!   version names.
 //! - [`download`]: resume or restart a download, read the answer, retry, rate limit.
 //! - [`authorize`]: whether a signal matches the frozen command of the Plan run it names.
 //! - [`trial`]: the verdict on a trial boot of a new binary.
@@ -23,6 +25,7 @@
 
 pub mod agent;
 pub mod authorize;
+pub mod carried;
 pub mod cordon;
 pub mod download;
 pub mod plan;

@@ -47,6 +47,15 @@ pub enum HostError {
         /// could not be started).
         reason: String,
     },
+    /// The staged binary carries Kubernetes components of another minor than its k0s
+    /// version names (`autopilot_engine::carried`), or a component manifest that cannot be
+    /// read; it was removed, and nothing was swapped.
+    #[error("the downloaded binary was refused before the swap: {reason}")]
+    Carried {
+        /// Which components, their versions and the minor expected (or why the manifest
+        /// cannot be read).
+        reason: String,
+    },
     /// The restart marker exists but cannot be parsed.
     #[error("parsing restart marker {path}")]
     Marker {
@@ -94,6 +103,7 @@ impl HostError {
             Self::Download(e) => e.metric_label(),
             Self::Io { .. } => "io",
             Self::SelfTest { .. } => "self_test",
+            Self::Carried { .. } => "carried",
             Self::Signature { .. } => "signature",
             Self::Rollback { .. } => "rollback",
             Self::Marker { .. } => "marker",
@@ -544,7 +554,9 @@ pub trait Host {
 
     /// Runs the staged binary's `version` (bounded time, clean environment, no shell) and
     /// records that it passed if it exits 0 and prints `version` (any version if
-    /// `any_version`); otherwise removes it and fails with [`HostError::SelfTest`].
+    /// `any_version`); otherwise removes it and fails with [`HostError::SelfTest`]. Then
+    /// reads the component set the binary carries: Kubernetes components of another minor
+    /// than the version it reported names remove it too, with [`HostError::Carried`].
     async fn self_test(&self, signal: &SignalKey, version: &str, any_version: bool) -> Result<()>;
 
     /// Downloads and verifies an airgap bundle into the images directory (its signature

@@ -443,6 +443,40 @@ async fn a_binary_reporting_another_version_or_failing_fails_its_self_test_with_
     assert_eq!(listing(&f.bin()), vec!["k0s"]);
 }
 
+/// A release of `v1.35.1+k0s.0` (a script) carrying a kubelet of version `kubelet`, packed
+/// as `cargo xtask dist` packs one.
+fn carrying(dir: &Path, kubelet: &str) -> Vec<u8> {
+    let script = dir.join("k0s-script");
+    std::fs::write(&script, "#!/bin/sh\necho v1.35.1+k0s.0\nexit 0\n").expect("script");
+    let component = dir.join("kubelet");
+    std::fs::write(&component, "#!/bin/sh\necho kubelet\n").expect("kubelet");
+    let out = dir.join("k0s-packed");
+    let sources =
+        [k0s_components::carried::Source { name: "kubelet", version: kubelet, path: &component }];
+    k0s_components::carried::pack(&script, &sources, &out).expect("packing");
+    std::fs::read(&out).expect("the packed release")
+}
+
+#[tokio::test]
+async fn a_payload_carrying_another_kubernetes_minor_is_removed_before_the_swap() {
+    let f = Fixture::new();
+    let work = tempfile::tempdir().expect("tempdir");
+    std::fs::write(f.host.staged_path(), carrying(work.path(), "v1.34.4")).expect("stage");
+    let err = f.host.self_test(&key(), "v1.35.1+k0s.0", false).await.expect_err("refused");
+    assert!(matches!(err, HostError::Carried { .. }), "{err:?}");
+    assert_eq!(
+        err.reason(),
+        "the downloaded binary was refused before the swap: it carries kubelet v1.34.4, not \
+         Kubernetes v1.35 as its k0s version v1.35.1+k0s.0 names"
+    );
+    assert_eq!(listing(&f.bin()), vec!["k0s"], "the staged file is removed, the live one kept");
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
+
+    // The release that carries the minor its version names passes.
+    std::fs::write(f.host.staged_path(), carrying(work.path(), "v1.35.4")).expect("stage");
+    f.host.self_test(&key(), "v1.35.1+k0s.0", false).await.expect("self-test");
+}
+
 #[tokio::test]
 async fn a_swap_never_puts_an_unproven_binary_into_k0s_prev() {
     let f = Fixture::new();

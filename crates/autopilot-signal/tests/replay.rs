@@ -97,7 +97,10 @@ impl World {
     fn check_binary_is_complete(&self) {
         let live = self.host.file(fake::LIVE).expect("the live binary always exists");
         assert!(
-            live == binary(V1) || live == binary(V2) || live == binary("v1.35.9+k0s.0"),
+            live == binary(V1)
+                || live == binary(V2)
+                || live == binary("v1.35.9+k0s.0")
+                || live == carrying(V2, "v1.35.4"),
             "live binary is not a complete known build that boots"
         );
         if let Some(previous) = self.host.file(fake::PREVIOUS) {
@@ -365,6 +368,42 @@ async fn a_binary_of_another_version_fails_its_self_test_before_the_node_is_cord
         assert_eq!(world.restarts, 0);
     })
     .await;
+}
+
+/// A fake release of `version` carrying Kubernetes components of `kubernetes`.
+fn carrying(version: &str, kubernetes: &str) -> Vec<u8> {
+    format!(
+        "#!k0s {version}\n#carries containerd v2.1.4\n#carries kubelet {kubernetes}\n\
+         #carries kube-apiserver {kubernetes}\n{}",
+        "x".repeat(4096)
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn a_payload_carrying_another_kubernetes_minor_fails_before_the_swap() {
+    fails_at_every_crash_point(&carrying(V2, "v1.34.4"), |world| {
+        assert_eq!(
+            world.reason(),
+            format!(
+                "the downloaded binary was refused before the swap: it carries kubelet v1.34.4, \
+                 kube-apiserver v1.34.4, not Kubernetes v1.35 as its k0s version {V2} names"
+            )
+        );
+        assert!(!world.history.contains(&SignalPhase::Cordoning), "{:?}", world.history);
+        assert_eq!(world.restarts, 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_payload_carrying_the_kubernetes_minor_its_version_names_updates() {
+    let payload = carrying(V2, "v1.35.4");
+    let mut world = World::new(k0s_signal(V2, &sha256_hex(&payload), false));
+    world.host.serve(URL, &payload);
+    world.run_to_end().await;
+    assert_eq!(world.phase(), Some(SignalPhase::Completed), "{:?}", world.history);
+    assert!(world.host.file(fake::LIVE) == Some(payload), "swapped in");
 }
 
 #[tokio::test]

@@ -45,6 +45,18 @@ pub fn run_version(bytes: &[u8]) -> (Option<i32>, String) {
     }
 }
 
+/// The components a fake binary carries: each line `#carries <name> <version>` after its
+/// header, as a release's manifest lists them (none: it carries no set).
+pub fn carried(bytes: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.strip_prefix("#carries ")?.split_whitespace();
+            Some((words.next()?.to_owned(), words.next()?.to_owned()))
+        })
+        .collect()
+}
+
 /// Whether a fake binary passes its trial boot (see [`run_version`]).
 pub fn boots(bytes: &[u8]) -> bool {
     bytes.starts_with(b"#!k0s ")
@@ -315,7 +327,18 @@ impl Host for FakeHost {
             return Err(HostError::SelfTest { reason: "the staged binary is gone".into() });
         };
         let (exit, output) = run_version(&staged);
-        match judge_self_test(exit, &output, version, any_version) {
+        let verdict = judge_self_test(exit, &output, version, any_version);
+        if let Ok(reported) = &verdict {
+            let components = carried(&staged);
+            let named = components.iter().map(|(name, version)| (name.as_str(), version.as_str()));
+            if let Err(reason) = autopilot_engine::carried::check(named, reported) {
+                state.mutate(format!("remove {STAGED}"))?;
+                state.files.remove(STAGED);
+                state.files.remove(STAGED_RECORD);
+                return Err(HostError::Carried { reason });
+            }
+        }
+        match verdict {
             Ok(reported) => state.record_self_tested(signal, &staged, reported),
             Err(reason) => {
                 state.mutate(format!("remove {STAGED}"))?;

@@ -705,6 +705,14 @@ impl Host for LinuxHost {
             Ok((exit, output)) => judge_self_test(exit, &output, version, any_version),
             Err(reason) => Err(reason),
         };
+        // The Kubernetes components it carries are of the minor its version names.
+        if let Ok(reported) = &verdict
+            && let Err(reason) = carried_kubernetes(&staged, reported).await
+        {
+            remove_if_present(&staged)?;
+            remove_if_present(&self.staged_record_path())?;
+            return Err(HostError::Carried { reason });
+        }
         match verdict {
             Ok(reported) => {
                 let sha256 = self.digests.sha256(&staged).await?.ok_or_else(|| {
@@ -979,6 +987,26 @@ async fn run_version(binary: &Path) -> std::result::Result<(Option<i32>, String)
         Err(_) if result.is_err() => result,
         Err(e) => Err(format!("cannot make it private again after its self-test: {e}")),
     }
+}
+
+/// Whether the Kubernetes components `binary` carries are of the minor `version` names
+/// (`autopilot_engine::carried::check`); a binary that carries no component set passes.
+/// `Err` says which are not, or why the set cannot be read.
+async fn carried_kubernetes(binary: &Path, version: &str) -> std::result::Result<(), String> {
+    let path = binary.to_path_buf();
+    let read = tokio::task::spawn_blocking(move || {
+        let mut file = std::fs::File::open(&path)?;
+        k0s_components::carried::read(&mut file).map_err(|err| io::Error::other(format!("{err:#}")))
+    })
+    .await;
+    let set = match read {
+        Ok(Ok(set)) => set,
+        Ok(Err(err)) => return Err(format!("its component set cannot be read: {err}")),
+        Err(err) => return Err(format!("reading its component set did not finish: {err}")),
+    };
+    let Some(set) = set else { return Ok(()) };
+    let components = set.components.iter().map(|c| (c.name.as_str(), c.version.as_str()));
+    autopilot_engine::carried::check(components, version)
 }
 
 /// Runs `binary version` once (see [`run_version`]).
