@@ -182,11 +182,14 @@ impl Heartbeat {
         let status = json!({
             "status": {
                 "conditions": [ready],
+                // No `kubeletVersion`: that is the kubelet's report (the version skew rules
+                // judge a worker by it), and this worker runs none; the field merges, so a
+                // report written by another hand stays.
                 "nodeInfo": {
                     "architecture": autopilot_api::platform::arch(),
                     "operatingSystem": autopilot_api::platform::os(),
                     "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
-                    "kubeProxyVersion": "", "kubeletVersion": "", "machineID": "",
+                    "kubeProxyVersion": "", "machineID": "",
                     "osImage": "", "systemUUID": "",
                 },
             },
