@@ -433,13 +433,17 @@ async fn update(
     let plan = demo_plan(to_version, &url, &sha256, controllers, workers)?;
     let client = cluster.admin_client().await?;
     let plans: Api<Plan> = Api::all(client.clone());
+    // The view's KUBERNETES column: each controller's API server asked for its version.
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.admin_kubeconfig(0))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let prober = autopilot_cli::status::Prober::for_config(config);
     println!(
         "==> applying Plan autopilot: k0supdate to {to_version}, controllers one at a time, workers 2 at a time"
     );
     let started = std::time::Instant::now();
     plans.create(&Default::default(), &plan).await.context("creating the Plan")?;
 
-    let (final_state, progress) = follow(&client, &plans, started, real).await?;
+    let (final_state, progress) = follow(&client, &prober, &plans, started, real).await?;
     println!(
         "==> Plan {} ({progress} node updates) after {:.1}s",
         final_state.as_str(),
@@ -488,6 +492,7 @@ fn demo_plan(
 /// Returns the Plan's final state and progress.
 async fn follow(
     client: &kube::Client,
+    prober: &autopilot_cli::status::Prober,
     plans: &Api<autopilot_api::v1beta2::Plan>,
     started: std::time::Instant,
     real: bool,
@@ -498,7 +503,7 @@ async fn follow(
 
     let terminal = std::io::stdout().is_terminal();
     // Shown again when a node's state or phase changes, or (real nodes) where the Pods are.
-    type Shown = (Vec<(String, String, Option<String>)>, String);
+    type Shown = (Vec<(String, String, Option<String>, Option<String>)>, String);
     let mut shown: Option<Shown> = None;
     let config = watcher::Config::default().fields(&format!("metadata.name={}", keys::PLAN_NAME));
     let mut events = watcher(plans.clone(), config).default_backoff().applied_objects().boxed();
@@ -520,12 +525,16 @@ async fn follow(
         let Some(status) = status.clone() else { continue };
         // With real nodes k0s restarts each controller's API server during its update: a
         // look that finds this one restarting is skipped, the next tick looks again.
-        let Ok(snapshot) = autopilot_cli::status::read(client, keys::PLAN_NAME).await else {
+        let Ok(snapshot) = autopilot_cli::status::read(client, Some(prober), keys::PLAN_NAME).await
+        else {
             continue;
         };
         let view = autopilot_cli::status::view(&snapshot, jiff::Timestamp::now());
-        let nodes: Vec<_> =
-            view.nodes.iter().map(|n| (n.name.clone(), n.state.clone(), n.phase.clone())).collect();
+        let nodes: Vec<_> = view
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.state.clone(), n.phase.clone(), n.kubernetes.clone()))
+            .collect();
         let pods = if real {
             let Ok(summary) = workloads::summary(client).await else { continue };
             workloads::render(&summary)

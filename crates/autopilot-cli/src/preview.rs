@@ -803,15 +803,7 @@ async fn run_what(
             .collect();
     }
 
-    let own_address = config
-        .cluster_url
-        .authority()
-        .and_then(|a| {
-            let port = a.port_u16().unwrap_or(443);
-            format!("127.0.0.1:{port}").parse().ok()
-        })
-        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 6443)));
-    let prober = autopilot_shell::probe::Prober::new(config, own_address);
+    let prober = autopilot_shell::probe::Prober::for_config(config);
     let mut lookups =
         Lookups { client: &client, prober: &prober, control_nodes: &cluster.control_nodes };
     // The first pass tells what the engine targets; the engine's resolve loop reads what

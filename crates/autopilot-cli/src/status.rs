@@ -28,6 +28,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt as _;
 use serde::Serialize;
 
+pub use autopilot_shell::probe::Prober;
 pub use watch::{CLEAR, Output, read, run};
 
 /// How many of the Plan's Events the screen shows (the newest).
@@ -42,7 +43,7 @@ pub const EVENTS_NAMESPACE: &str = "default";
 const LINE_TEXT: usize = 120;
 
 /// The longest node reason the screen shows (the table fills the rest of a 160-column line).
-const REASON_TEXT: usize = 60;
+const REASON_TEXT: usize = 50;
 
 /// What the status view reads from the cluster. Objects are as the API server returned
 /// them; nothing here is interpreted yet.
@@ -63,6 +64,10 @@ pub struct Snapshot {
     /// The time zone the windows are read in: the leader reads them in its own, so the shell
     /// passes this machine's (fixtures: UTC).
     pub time_zone: jiff::tz::TimeZone,
+    /// What each controller's API server answered on `/version`, by ControlNode name (asked
+    /// at the ControlNode's address, as the leader's probe does; those that did not answer
+    /// are missing).
+    pub api_versions: BTreeMap<String, String>,
 }
 
 impl Snapshot {
@@ -76,6 +81,7 @@ impl Snapshot {
             events: Vec::new(),
             update_configs: Vec::new(),
             time_zone: jiff::tz::TimeZone::UTC,
+            api_versions: BTreeMap::new(),
         }
     }
 }
@@ -329,6 +335,11 @@ pub struct NodeView {
     /// The k0s version the node publishes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The Kubernetes version the node runs, as the cluster reports it: a controller's API
+    /// server on `/version` (else the kubelet of its Node, if it has one), a worker's kubelet
+    /// (its Node's `status.nodeInfo.kubeletVersion`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<String>,
     /// With `limits.groupBy`: the failure-domain group the run put the node in (the value
     /// of its label when the run started).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -414,8 +425,16 @@ pub fn eta(samples: &[Duration], groups: &[EtaGroup]) -> Option<Duration> {
 
 /// The status of the Plan in `snapshot` as of `now`.
 pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
-    let Snapshot { plan_name, plan, nodes, control_nodes, events, update_configs, time_zone } =
-        snapshot;
+    let Snapshot {
+        plan_name,
+        plan,
+        nodes,
+        control_nodes,
+        events,
+        update_configs,
+        time_zone,
+        api_versions,
+    } = snapshot;
     let windows = windows(update_configs, now, time_zone);
     let updaters = updaters(update_configs);
     let Some(plan) = plan else {
@@ -429,7 +448,7 @@ pub fn view(snapshot: &Snapshot, now: jiff::Timestamp) -> View {
         .map(|command| command_view(command_spec(plan, command), command))
         .collect();
     let current = current_command(&status);
-    let targets = Targets::read(plan, &status, nodes, control_nodes, now);
+    let targets = Targets::read(plan, &status, (nodes, control_nodes, api_versions), now);
     // The ETA is the update's; a rollback has its own line.
     let eta = if status.state.is_terminal() || status.rollback.is_some() {
         None
@@ -548,6 +567,7 @@ fn current_command(status: &PlanStatus) -> Option<&PlanCommandStatus> {
 struct Objects<'a> {
     nodes: BTreeMap<&'a str, &'a Node>,
     control_nodes: BTreeMap<&'a str, &'a ControlNode>,
+    api_versions: &'a BTreeMap<String, String>,
     run_id: &'a Option<String>,
     now: jiff::Timestamp,
     /// The run is being rolled back: rows are the nodes put back.
@@ -575,11 +595,11 @@ impl Targets {
     fn read(
         plan: &Plan,
         status: &PlanStatus,
-        nodes: &[Node],
-        control_nodes: &[ControlNode],
+        (nodes, control_nodes, api_versions): (&[Node], &[ControlNode], &BTreeMap<String, String>),
         now: jiff::Timestamp,
     ) -> Self {
         let objects = Objects {
+            api_versions,
             nodes: nodes
                 .iter()
                 .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
@@ -678,6 +698,11 @@ impl Targets {
                 }),
                 ready: node.map(is_ready),
                 version: published_version(node, control_node),
+                kubernetes: kubernetes_version(
+                    role,
+                    node,
+                    objects.api_versions.get(target.name.as_str()),
+                ),
                 group: target.group.clone(),
             });
         }
@@ -960,6 +985,23 @@ fn is_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The Kubernetes version a node runs as the cluster reports it: a controller's API server
+/// (`api_server`), else (and for a worker) the kubelet of its Node.
+fn kubernetes_version(
+    role: &str,
+    node: Option<&Node>,
+    api_server: Option<&String>,
+) -> Option<String> {
+    let kubelet = || {
+        let info = node?.status.as_ref()?.node_info.as_ref()?;
+        Some(info.kubelet_version.clone()).filter(|v| !v.is_empty())
+    };
+    match role {
+        "controller" => api_server.cloned().or_else(kubelet),
+        _ => kubelet(),
+    }
+}
+
 /// The version a node publishes: ControlNode `status.k0sVersion`, else the Node annotation.
 fn published_version(node: Option<&Node>, control_node: Option<&ControlNode>) -> Option<String> {
     control_node
@@ -1081,8 +1123,8 @@ fn render_blocking(out: &mut String, blocking: &[String]) {
 fn render_nodes(out: &mut String, nodes: &[NodeView]) {
     use autopilot_api::text::printable;
     let header = format!(
-        "{:<16} {:<10} {:<3} {:<17} {:<14} {:>8}  {:<5} {:<16} REASON",
-        "NODE", "ROLE", "CMD", "STATE", "PHASE", "IN PHASE", "READY", "VERSION"
+        "{:<16} {:<10} {:<3} {:<17} {:<14} {:>8}  {:<5} {:<16} {:<10} REASON",
+        "NODE", "ROLE", "CMD", "STATE", "PHASE", "IN PHASE", "READY", "VERSION", "KUBERNETES"
     );
     let _ = writeln!(out, "{header}");
     for node in nodes {
@@ -1097,7 +1139,7 @@ fn render_nodes(out: &mut String, nodes: &[NodeView]) {
             None => std::borrow::Cow::Borrowed(node.role.as_str()),
         };
         let line = format!(
-            "{:<16} {:<10} {:<3} {:<17} {:<14} {:>8}  {:<5} {:<16} {}",
+            "{:<16} {:<10} {:<3} {:<17} {:<14} {:>8}  {:<5} {:<16} {:<10} {}",
             node.name,
             role,
             node.command,
@@ -1106,6 +1148,7 @@ fn render_nodes(out: &mut String, nodes: &[NodeView]) {
             human(Duration::from_secs(node.seconds_in_phase)),
             ready,
             node.version.as_deref().map_or(std::borrow::Cow::Borrowed("-"), printable),
+            node.kubernetes.as_deref().map_or(std::borrow::Cow::Borrowed("-"), printable),
             node.reason.as_deref().map(|r| cut(r, REASON_TEXT)).unwrap_or_default(),
         );
         let _ = writeln!(out, "{}", line.trim_end());

@@ -37,6 +37,31 @@ impl Prober {
         Self { config, own_address }
     }
 
+    /// A prober for the cluster a client made from `config` (a kubeconfig's) talks to: the
+    /// port of its server stands in for a ControlNode that publishes no API address.
+    pub fn for_config(config: kube::Config) -> Self {
+        let own_address = config
+            .cluster_url
+            .authority()
+            .and_then(|a| {
+                let port = a.port_u16().unwrap_or(443);
+                format!("127.0.0.1:{port}").parse().ok()
+            })
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 6443)));
+        Self::new(config, own_address)
+    }
+
+    /// What the API server of each of `control_nodes` answers on `/version`, asked
+    /// concurrently; those that do not answer are left out.
+    pub async fn versions(&self, control_nodes: &[ControlNode]) -> BTreeMap<String, String> {
+        let asked = control_nodes.iter().map(|control_node| async move {
+            let name = control_node.metadata.name.clone()?;
+            let probing = self.client_for(control_node).ok()?;
+            Some((name, version(&probing).await?))
+        });
+        join_all(asked).await.into_iter().flatten().collect()
+    }
+
     /// Probe every named controller concurrently.
     pub async fn probe_all(
         &self,

@@ -38,7 +38,8 @@ pub struct StatusArgs {
     plan: String,
 
     /// Keep the screen current: redraw on every change of the Plan, Nodes, ControlNodes and
-    /// the Plan's Events (watches, no polling) until interrupted.
+    /// the Plan's Events (watches; only each controller's API server version is asked again,
+    /// every 5 s) until interrupted.
     #[arg(long, short = 'w')]
     watch: bool,
 
@@ -50,12 +51,14 @@ pub struct StatusArgs {
 /// Run `k0s autopilot status`.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let StatusArgs { kubeconfig, plan, watch, output } = args;
-    let (client, _config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
+    let (client, config, _server_url) = crate::client::connect(&kubeconfig.resolve()?).await?;
     let output = match output {
         Format::Text => autopilot_cli::status::Output::Text,
         Format::Json => autopilot_cli::status::Output::Json,
     };
-    autopilot_cli::status::run(client, &plan, watch, output, std::io::stdout()).await
+    // The KUBERNETES column: each controller's API server asked for its version.
+    let prober = autopilot_shell::probe::Prober::for_config(config);
+    autopilot_cli::status::run(client, Some(prober), &plan, watch, output, std::io::stdout()).await
 }
 
 /// Flags of `k0s autopilot preview`.

@@ -184,7 +184,7 @@ fn check_final_screen(done: &str) {
 }
 
 /// `k0s autopilot status -o json` once, parsed.
-async fn status_json(kubeconfig: &Path) -> serde_json::Value {
+pub(crate) async fn status_json(kubeconfig: &Path) -> serde_json::Value {
     let args = [
         "autopilot".to_owned(),
         "status".into(),

@@ -18,7 +18,8 @@
 //!   still answers v1.34.4; each controller-manager, scheduler and kubelet
 //!   (`status.nodeInfo.kubeletVersion`) ends at v1.35.4; the budget held, the DaemonSet's
 //!   containers kept their ids through the kubelets' restarts, nothing is left cordoned, and
-//!   the Plan ends `Completed` and `Ready`.
+//!   the Plan ends `Completed` and `Ready`; `k0s autopilot status` shows v1.35.4 for every
+//!   node (the API servers', the kubelets').
 //!
 //! A v2 whose kubelet cannot start, on a worker whose controller already runs v1.35.4: the
 //! trial fails naming the kubelet and its last lines, and the worker runs v1 and its v1.34.4
@@ -140,6 +141,18 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
         assert_eq!(target.state, TargetState::SignalCompleted, "{}", status_yaml(&done));
     }
     assert_plan_ready(&done);
+
+    // `k0s autopilot status` shows every node's Kubernetes: API servers and kubelets v1.35.4.
+    let status = crate::cli_status::status_json(&cluster.admin_kubeconfig(0)).await;
+    let shown: Vec<(&str, &str)> = status["nodes"]
+        .as_array()
+        .expect("the status's nodes")
+        .iter()
+        .map(|n| (n["name"].as_str().unwrap_or_default(), n["kubernetes"].as_str().unwrap_or("-")))
+        .collect();
+    let expected: Vec<(&str, &str)> =
+        CONTROLLERS.iter().chain(&WORKERS).map(|n| (*n, CURRENT.kubernetes)).collect();
+    assert_eq!(shown, expected, "the status's KUBERNETES column");
 
     // The control plane moved one controller at a time, before any worker.
     check_rounds(&rounds.lock().unwrap_or_else(|p| p.into_inner()));

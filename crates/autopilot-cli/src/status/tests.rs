@@ -78,8 +78,19 @@ fn mid_update() -> Snapshot {
             &signal("2026-01-01T12:00:00Z", Some((SignalPhase::Completed, "2026-01-01T12:01:00Z"))),
         )],
         events: mid_update_events(),
+        api_versions: BTreeMap::from([("controller-0".to_owned(), "v1.35.4".to_owned())]),
         ..Snapshot::empty("autopilot")
     }
+}
+
+/// `node` with its kubelet reporting `version` (`status.nodeInfo.kubeletVersion`).
+fn with_kubelet(mut node: Node, version: &str) -> Node {
+    let status = node.status.get_or_insert_with(Default::default);
+    status.node_info = Some(k8s_openapi::api::core::v1::NodeSystemInfo {
+        kubelet_version: version.to_owned(),
+        ..Default::default()
+    });
+    node
 }
 
 /// The Plan of [`mid_update`]: one `k0supdate` command to v1.35.1+k0s.0, in `SchedulableWait`.
@@ -139,14 +150,20 @@ fn mid_update_workers() -> Vec<TargetStatus> {
 /// The Nodes of [`mid_update`]'s workers (worker-3 not Ready).
 fn mid_update_nodes() -> Vec<Node> {
     vec![
-        node("worker-0").k0s_version("v1.35.1+k0s.0").signalled(&signal(
-            "2026-01-01T12:01:00Z",
-            Some((SignalPhase::Completed, "2026-01-01T12:02:30Z")),
-        )),
-        node("worker-1").k0s_version("v1.35.0+k0s.0").signalled(&signal(
-            "2026-01-01T12:09:30Z",
-            Some((SignalPhase::Downloading, "2026-01-01T12:09:30Z")),
-        )),
+        with_kubelet(
+            node("worker-0").k0s_version("v1.35.1+k0s.0").signalled(&signal(
+                "2026-01-01T12:01:00Z",
+                Some((SignalPhase::Completed, "2026-01-01T12:02:30Z")),
+            )),
+            "v1.35.4",
+        ),
+        with_kubelet(
+            node("worker-1").k0s_version("v1.35.0+k0s.0").signalled(&signal(
+                "2026-01-01T12:09:30Z",
+                Some((SignalPhase::Downloading, "2026-01-01T12:09:30Z")),
+            )),
+            "v1.34.4",
+        ),
         node("worker-2").k0s_version("v1.35.0+k0s.0"),
         node("worker-3").k0s_version("v1.35.0+k0s.0").ready(false),
     ]
@@ -186,12 +203,12 @@ Progress: 2/5 node updates (40%), 1 in flight   ETA 2m00s (mean 1m15s per node o
 Blocking:
   worker-3: Node is not Ready (not signalled until it is)
 
-NODE             ROLE       CMD STATE             PHASE          IN PHASE  READY VERSION          REASON
-controller-0     controller 0   SignalCompleted   Completed         9m00s  -     v1.35.1+k0s.0
-worker-0         worker     0   SignalCompleted   Completed         7m30s  yes   v1.35.1+k0s.0
-worker-1         worker     0   SignalSent        Downloading         30s  yes   v1.35.0+k0s.0
-worker-2         worker     0   SignalPending     -                10m00s  yes   v1.35.0+k0s.0
-worker-3         worker     0   SignalPending     -                10m00s  NO    v1.35.0+k0s.0
+NODE             ROLE       CMD STATE             PHASE          IN PHASE  READY VERSION          KUBERNETES REASON
+controller-0     controller 0   SignalCompleted   Completed         9m00s  -     v1.35.1+k0s.0    v1.35.4
+worker-0         worker     0   SignalCompleted   Completed         7m30s  yes   v1.35.1+k0s.0    v1.35.4
+worker-1         worker     0   SignalSent        Downloading         30s  yes   v1.35.0+k0s.0    v1.34.4
+worker-2         worker     0   SignalPending     -                10m00s  yes   v1.35.0+k0s.0    -
+worker-3         worker     0   SignalPending     -                10m00s  NO    v1.35.0+k0s.0    -
 
 Events (last 2):
     10m00s ago  Normal   NodesSignalled       controller-0 signalled
@@ -289,7 +306,7 @@ fn a_pause_a_blocked_drain_and_the_commands_hold_are_what_blocks() {
     assert!(
         screen.contains(
             "worker-1         worker     0   SignalSent        Cordoning           30s  yes   \
-             v1.35.0+k0s.0    draining worker-1: evicting default/web-0 is blocked by Pod…"
+             v1.35.0+k0s.0    v1.34.4    draining worker-1: evicting default/web-0 is bloc…"
         ),
         "{screen}"
     );
@@ -355,7 +372,7 @@ fn the_json_document_has_stable_field_names() {
         serde_json::json!({
             "name": "worker-1", "role": "worker", "command": 0, "state": "SignalSent",
             "phase": "Downloading", "since": "2026-01-01T12:09:30Z", "secondsInPhase": 30,
-            "ready": true, "version": "v1.35.0+k0s.0"
+            "ready": true, "version": "v1.35.0+k0s.0", "kubernetes": "v1.34.4"
         })
     );
     assert_eq!(json["events"][1]["reason"], "NodesSignalled");

@@ -5,9 +5,13 @@
 //! Nodes, the ControlNodes, the Events in [`EVENTS_NAMESPACE`] and the UpdateConfigs, and
 //! redraws whenever one of
 //! them reports a change. A one-second timer also redraws, only so that "time in phase" and
-//! the ages of Events move on between changes; nothing is polled from the API server.
+//! the ages of Events move on between changes. Nothing is polled from the API server but each
+//! controller's API server `/version` (the KUBERNETES column), asked every
+//! [`VERSIONS_EVERY`] at its ControlNode's address.
 
+use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -19,6 +23,8 @@ use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 
+use autopilot_shell::probe::Prober;
+
 use super::{EVENTS_NAMESPACE, Snapshot, render, view};
 
 /// How long a one-shot read may take before the command gives up (an API server that
@@ -27,6 +33,9 @@ const API_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often `--watch` redraws without a change, to move "time in phase" on.
 const CLOCK: Duration = Duration::from_secs(1);
+
+/// How often `--watch` asks the controllers' API servers for their versions.
+const VERSIONS_EVERY: Duration = Duration::from_secs(5);
 
 /// Clears the terminal and puts the cursor top left (ANSI), before each `--watch` frame.
 pub const CLEAR: &str = "\x1b[H\x1b[2J";
@@ -41,21 +50,23 @@ pub enum Output {
 }
 
 /// Print the status of the Plan `plan_name` once, or with `watch` redraw it on every change
-/// until the process is stopped.
+/// until the process is stopped; `prober` asks the controllers' API servers their versions.
 pub async fn run(
     client: kube::Client,
+    prober: Option<Prober>,
     plan_name: &str,
     watch: bool,
     output: Output,
     mut out: impl Write,
 ) -> anyhow::Result<()> {
     if !watch {
-        let snapshot = read(&client, plan_name).await?;
+        let snapshot = read(&client, prober.as_ref(), plan_name).await?;
         let now = jiff::Timestamp::now();
         out.write_all(frame(&snapshot, now, output)?.as_bytes())?;
         return Ok(());
     }
     let mut watches = Watches::start(&client, plan_name);
+    let _versions = prober.map(|prober| watches.ask_versions(prober));
     let mut last_error: Option<String> = None;
     let mut listed = [false; WATCHES];
     loop {
@@ -100,8 +111,13 @@ fn frame(snapshot: &Snapshot, now: jiff::Timestamp, output: Output) -> anyhow::R
     })
 }
 
-/// Read everything the view needs, once.
-pub async fn read(client: &kube::Client, plan_name: &str) -> anyhow::Result<Snapshot> {
+/// Read everything the view needs, once (with a `prober`, the controllers' API server
+/// versions too).
+pub async fn read(
+    client: &kube::Client,
+    prober: Option<&Prober>,
+    plan_name: &str,
+) -> anyhow::Result<Snapshot> {
     let plans: Api<Plan> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let control_nodes: Api<ControlNode> = Api::all(client.clone());
@@ -119,6 +135,10 @@ pub async fn read(client: &kube::Client, plan_name: &str) -> anyhow::Result<Snap
             .items;
         let update_configs =
             update_configs.list(&all).await.context("listing UpdateConfigs")?.items;
+        let api_versions = match prober {
+            Some(prober) => prober.versions(&control_nodes).await,
+            None => BTreeMap::new(),
+        };
         anyhow::Ok(Snapshot {
             plan_name: plan_name.to_owned(),
             plan,
@@ -127,6 +147,7 @@ pub async fn read(client: &kube::Client, plan_name: &str) -> anyhow::Result<Snap
             events,
             update_configs,
             time_zone: jiff::tz::TimeZone::system(),
+            api_versions,
         })
     };
     tokio::time::timeout(API_TIMEOUT, reads)
@@ -159,6 +180,8 @@ struct Watches {
     events: Store<Event>,
     update_configs: Store<UpdateConfig>,
     changes: futures::stream::BoxStream<'static, Tick>,
+    /// The controllers' API server versions, as last asked ([`Watches::ask_versions`]).
+    api_versions: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl Watches {
@@ -189,7 +212,25 @@ impl Watches {
             clock.boxed(),
         ])
         .boxed();
-        Self { plans, nodes, control_nodes, events, update_configs, changes }
+        let api_versions = Arc::default();
+        Self { plans, nodes, control_nodes, events, update_configs, changes, api_versions }
+    }
+
+    /// Asks the API server of every ControlNode in the store for its version every
+    /// [`VERSIONS_EVERY`], until the returned task is dropped.
+    fn ask_versions(&self, prober: Prober) -> AbortOnDrop {
+        let control_nodes = self.control_nodes.clone();
+        let api_versions = self.api_versions.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            let mut every = tokio::time::interval(VERSIONS_EVERY);
+            loop {
+                every.tick().await;
+                let known: Vec<ControlNode> =
+                    control_nodes.state().iter().map(|n| (**n).clone()).collect();
+                let versions = prober.versions(&known).await;
+                *api_versions.lock().unwrap_or_else(|p| p.into_inner()) = versions;
+            }
+        }))
     }
 
     fn snapshot(&self, plan_name: &str) -> Snapshot {
@@ -206,7 +247,17 @@ impl Watches {
             events: self.events.state().iter().map(|e| (**e).clone()).collect(),
             update_configs: self.update_configs.state().iter().map(|u| (**u).clone()).collect(),
             time_zone: jiff::tz::TimeZone::system(),
+            api_versions: self.api_versions.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
+    }
+}
+
+/// A task aborted when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
