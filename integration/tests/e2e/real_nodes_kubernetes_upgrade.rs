@@ -143,16 +143,7 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
     assert_plan_ready(&done);
 
     // `k0s autopilot status` shows every node's Kubernetes: API servers and kubelets v1.35.4.
-    let status = crate::cli_status::status_json(&cluster.admin_kubeconfig(0)).await;
-    let shown: Vec<(&str, &str)> = status["nodes"]
-        .as_array()
-        .expect("the status's nodes")
-        .iter()
-        .map(|n| (n["name"].as_str().unwrap_or_default(), n["kubernetes"].as_str().unwrap_or("-")))
-        .collect();
-    let expected: Vec<(&str, &str)> =
-        CONTROLLERS.iter().chain(&WORKERS).map(|n| (*n, CURRENT.kubernetes)).collect();
-    assert_eq!(shown, expected, "the status's KUBERNETES column");
+    assert_status_shows(&cluster, CURRENT.kubernetes).await;
 
     // The control plane moved one controller at a time, before any worker.
     check_rounds(&rounds.lock().unwrap_or_else(|p| p.into_inner()));
@@ -432,6 +423,20 @@ fn check_rounds(rounds: &[Round]) {
             "{name} answered another version: {answered:?}"
         );
     }
+}
+
+/// `k0s autopilot status -o json` shows `version` in every node's `kubernetes`.
+async fn assert_status_shows(cluster: &integration::Cluster, version: &str) {
+    let status = crate::cli_status::status_json(&cluster.admin_kubeconfig(0)).await;
+    let shown: Vec<(&str, &str)> = status["nodes"]
+        .as_array()
+        .expect("the status's nodes")
+        .iter()
+        .map(|n| (n["name"].as_str().unwrap_or_default(), n["kubernetes"].as_str().unwrap_or("-")))
+        .collect();
+    let expected: Vec<(&str, &str)> =
+        CONTROLLERS.iter().chain(&WORKERS).map(|n| (*n, version)).collect();
+    assert_eq!(shown, expected, "the status's KUBERNETES column");
 }
 
 /// The Plan's `Ready` condition is `True`.
