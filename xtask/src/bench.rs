@@ -123,9 +123,10 @@ enum What {
         #[arg(long, default_value = "60s", value_parser = autopilot_api::duration::parse)]
         settle: Duration,
     },
-    /// What one node update costs, split into its steps (signal, download, drain, swap +
-    /// restart, uncordon, complete, settle) and the orchestration overhead, on real nodes
-    /// (kubelet, containerd, N Pods) or process-only ones.
+    /// What one node update costs, split into its steps and the orchestration overhead: on
+    /// real nodes run by `k0s`, a Kubernetes upgrade (v1.34.4 → v1.35.4) of a controller (its
+    /// API server back to `/readyz`) and of a worker carrying N Pods (its kubelet Ready at the
+    /// new version); `--process-only`, one `k0s worker` updated to the same binary.
     Node(crate::bench_node::NodeArgs),
     /// Download + verify throughput of the node agent on loopback against
     /// `curl -o f && sync f && sha256sum f` (release build; no control plane needed).
@@ -186,10 +187,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             integration::control_plane::ensure_built()?;
             if !args.process_only {
                 integration::node_binaries::ensure_built()?;
+                integration::release_binaries::ensure_built(integration::control_plane::PREVIOUS)?;
             }
             let k0s = release_k0s(given)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(crate::bench_node::run(&k0s, args))
+            if args.process_only {
+                runtime.block_on(crate::bench_node::run(&k0s, args))
+            } else {
+                runtime.block_on(crate::bench_upgrade::run(&k0s, args))
+            }
         }
         What::Download { .. } if given.is_some() => {
             anyhow::bail!("--k0s does not apply to `bench download` (it benchmarks the library)")

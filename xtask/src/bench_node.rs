@@ -1,12 +1,11 @@
-//! `cargo xtask bench node`: what one node update costs, split into its steps, on real nodes
-//! (a kubelet and containerd per worker, real Pods) or on process-only nodes (`--process-only`:
-//! the `k0s worker` alone registers its Node, nothing runs on it).
+//! `cargo xtask bench node`: what one node update costs, split into its steps. On real
+//! nodes it measures a Kubernetes upgrade ([`crate::bench_upgrade`], which uses this
+//! module's runs); with `--process-only` (the `k0s worker` alone registers its Node, nothing
+//! runs on it) an update to the same binary, here.
 //!
-//! The fleet: one controller and two workers, all the release build. Before each run,
-//! `--pods N` replicas of a Deployment are put on worker-0 (worker-1 cordoned meanwhile), and a
-//! DaemonSet runs on both. The run is one Plan: worker-0 to the same release binary
-//! (`forceupdate`, served over loopback with its sha256). The bench watches worker-0's signal
-//! and times each step from what it sees:
+//! The process-only fleet: one controller and two workers, all the release build. Each run is
+//! one Plan: worker-0 to the same release binary (`forceupdate`, served over loopback with its
+//! sha256). The bench watches worker-0's signal and times each step from what it sees:
 //!
 //! | step | from | to |
 //! |---|---|---|
@@ -18,8 +17,9 @@
 //! | complete | the node's `Completed` | the Plan's `Completed` |
 //! | settle | the node's `Completed` | the Node Ready and its DaemonSet Pods Ready (real nodes) |
 //!
-//! Within the drain, "Pods stopping" is the kubelet's part: from the first evicted Pod seen
-//! deleting to the last one gone. A first run, not reported, warms the leader up.
+//! Within the drain (real nodes), "Pods stopping" is the kubelet's part: from the first
+//! evicted Pod seen deleting to the last one gone. A first run, not reported, warms the leader
+//! up.
 //!
 //! The orchestration overhead is what only autopilot's own control loop spends, with no
 //! payload, Pod or process in the way: signal + uncordon + complete, as a share of the total
@@ -33,10 +33,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalPhase};
-use autopilot_api::v1beta2::{Plan, PlanStateType};
+use autopilot_api::v1beta2::{ControlNode, Plan, PlanStateType};
 use futures::StreamExt as _;
 use integration::http::FileServer;
-use integration::real_node::RealNodes;
 use integration::real_node::workload::{self, pod_ready, pod_template};
 use integration::{Cluster, ClusterBuilder, K0sProcess, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -47,11 +46,20 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
 
 /// The worker the bench updates; the other takes its Pods.
-const UPDATED: &str = "worker-0";
-const OTHER: &str = "worker-1";
+pub(crate) const UPDATED: &str = "worker-0";
+pub(crate) const OTHER: &str = "worker-1";
+
+/// The controller (real nodes: the one whose update is measured too).
+pub(crate) const CONTROLLER: &str = "controller-0";
 
 /// How long Pods, Nodes and one run may take.
-const TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How often the bench looks at what it polls (a ControlNode, a process, an API server).
+pub(crate) const SAMPLE: Duration = Duration::from_millis(50);
+
+/// How long one of those looks may take before it counts as not answered.
+pub(crate) const SAMPLE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Arguments of `cargo xtask bench node`.
 #[derive(clap::Args)]
@@ -69,30 +77,33 @@ pub struct NodeArgs {
 
 /// The times of one run's steps.
 #[derive(Debug, Clone, Default)]
-struct Steps {
-    signal: Duration,
-    download: Duration,
-    drain: Duration,
-    swap_restart: Duration,
-    uncordon: Duration,
-    complete: Duration,
-    settle: Duration,
-    total: Duration,
+pub(crate) struct Steps {
+    pub(crate) signal: Duration,
+    pub(crate) download: Duration,
+    pub(crate) drain: Duration,
+    pub(crate) swap_restart: Duration,
+    pub(crate) uncordon: Duration,
+    pub(crate) complete: Duration,
+    pub(crate) settle: Duration,
+    pub(crate) total: Duration,
     /// Within the drain: from the first evicted Pod's deletion to the last one gone (the
     /// kubelet stopping the containers and confirming).
-    pods_gone: Duration,
+    pub(crate) pods_gone: Duration,
 }
 
 impl Steps {
-    fn overhead(&self) -> Duration {
+    /// What autopilot's own control loop spent: signal + uncordon + complete.
+    pub(crate) fn overhead(&self) -> Duration {
         self.signal + self.uncordon + self.complete
     }
 }
 
-/// Runs the bench with `k0s` (the release build).
+/// Runs the process-only bench with `k0s` (the release build); real nodes:
+/// [`crate::bench_upgrade::run`].
 pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
     let NodeArgs { pods, process_only, runs } = args;
     check_args(&pods, process_only, runs)?;
+    anyhow::ensure!(process_only, "real nodes: the Kubernetes upgrade bench runs them");
     let payload = std::fs::read(k0s).with_context(|| format!("reading {}", k0s.display()))?;
     let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&payload));
     let version = integration::run_k0s_binary(k0s, &["version"], Duration::from_secs(30))?;
@@ -105,54 +116,35 @@ pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
         .build()
         .await?;
     let client = cluster.admin_client().await?;
-    let nodes = if process_only {
-        None
-    } else {
-        Some(RealNodes::start(&cluster, &[UPDATED, OTHER]).await?)
-    };
     let _controller = cluster.spawn_controller(0, &[]).await?;
-    let _workers = start_workers(&cluster, &client, process_only, &version).await?;
-    if !process_only {
-        create_daemon_set(&client).await?;
-    }
+    let _workers = start_workers(&cluster, &client, &version).await?;
 
-    let kind = if process_only { "process-only" } else { "real" };
     println!(
-        "node bench: {kind} nodes, 1 controller + 2 workers, {UPDATED} updated to the same release \
-         binary ({} MiB) by one Plan; {runs} run(s) per Pod count",
+        "node bench: process-only nodes, 1 controller + 2 workers, {UPDATED} updated to the \
+         same release binary ({} MiB) by one Plan; {runs} run(s)",
         std::fs::metadata(k0s)?.len() / (1 << 20)
     );
+    let plan = |run: usize| {
+        update_plan(&format!("bench-node-{run}"), &version, server.base_url(), &sha, Target::Worker)
+    };
     // A first run, not reported: the leader's first pass over a new Plan right after it took
     // the lease waits for its watches to fill (measured 1.7-2.1 s), which no later run pays.
-    place_pods_if(&client, !process_only, 0).await?;
-    one_run(&client, 0, &version, server.base_url(), &sha, !process_only)
-        .await
-        .context("the warm-up run")?;
-    let mut results = Vec::new();
-    let mut run = 0;
-    for &count in &pods {
-        let mut measured = Vec::new();
-        for _ in 0..runs {
-            run += 1;
-            if !process_only {
-                place_pods(&client, count).await?;
-            }
-            let steps = one_run(&client, run, &version, server.base_url(), &sha, !process_only)
-                .await
-                .with_context(|| format!("run {run} ({count} Pods)"))?;
-            print_row(count, &steps);
-            measured.push(steps);
-        }
-        measured.sort_by_key(|s| s.total);
-        results.push((count, measured[measured.len() / 2].clone()));
+    one_run(&client, plan(0)?, Target::Worker, false).await.context("the warm-up run")?;
+    let mut measured = Vec::new();
+    for run in 1..=runs {
+        let (steps, _) = one_run(&client, plan(run)?, Target::Worker, false)
+            .await
+            .with_context(|| format!("run {run}"))?;
+        print_row(0, &steps);
+        measured.push(steps);
     }
-    print_summary(kind, &results);
-    drop(nodes);
+    measured.sort_by_key(|s| s.total);
+    print_summary("process-only", &[(0, measured[measured.len() / 2].clone())]);
     Ok(())
 }
 
 /// Refuses arguments the bench cannot run with (and real nodes where they cannot run).
-fn check_args(pods: &[usize], process_only: bool, runs: usize) -> anyhow::Result<()> {
+pub(crate) fn check_args(pods: &[usize], process_only: bool, runs: usize) -> anyhow::Result<()> {
     anyhow::ensure!(runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(!pods.is_empty(), "--pods needs at least one count");
     if process_only {
@@ -165,7 +157,7 @@ fn check_args(pods: &[usize], process_only: bool, runs: usize) -> anyhow::Result
 }
 
 /// Prints the table of the run of median total per Pod count.
-fn print_summary(kind: &str, results: &[(usize, Steps)]) {
+pub(crate) fn print_summary(kind: &str, results: &[(usize, Steps)]) {
     println!("\nnode bench ({kind} nodes), the run of median total per Pod count:");
     println!(
         "| Pods | signal | download | drain (Pods stopping) | swap + restart | uncordon | complete | total | settle | overhead |"
@@ -189,11 +181,11 @@ fn print_summary(kind: &str, results: &[(usize, Steps)]) {
     }
 }
 
-fn secs(d: Duration) -> String {
+pub(crate) fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
-fn print_row(count: usize, s: &Steps) {
+pub(crate) fn print_row(count: usize, s: &Steps) {
     println!(
         "  {count} Pods: signal {}, download {}, drain {} (Pods stopping {}), swap + restart {}, uncordon {}, complete {}; total {}; settle {}",
         secs(s.signal),
@@ -208,22 +200,16 @@ fn print_row(count: usize, s: &Steps) {
     );
 }
 
-/// Starts both workers' agents (process-only: registering their Nodes) and waits until they
-/// publish `version`.
+/// Starts both workers (process-only: each registers its Node) and waits until they publish
+/// `version`.
 async fn start_workers(
     cluster: &Cluster,
     client: &kube::Client,
-    process_only: bool,
     version: &str,
 ) -> anyhow::Result<Vec<K0sProcess>> {
     let mut workers = Vec::new();
     for name in [UPDATED, OTHER] {
-        let worker = if process_only {
-            cluster.spawn_worker(name, &[]).await?
-        } else {
-            cluster.k0s_worker_on_kubelet(name).spawn().await?
-        };
-        workers.push(worker);
+        workers.push(cluster.spawn_worker(name, &[]).await?);
     }
     let nodes: Api<Node> = Api::all(client.clone());
     for name in [UPDATED, OTHER] {
@@ -240,19 +226,15 @@ async fn start_workers(
 }
 
 /// The `default` ServiceAccount (made by the controller-manager) and DaemonSet `agent`.
-async fn create_daemon_set(client: &kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn create_daemon_set(client: &kube::Client) -> anyhow::Result<()> {
     workload::wait_default_service_account(client, TIMEOUT).await?;
     workload::daemon_set(client, "agent").await
-}
-
-async fn place_pods_if(client: &kube::Client, real: bool, count: usize) -> anyhow::Result<()> {
-    if real { place_pods(client, count).await } else { Ok(()) }
 }
 
 /// Deployment `web` with `count` replicas, all on [`UPDATED`]: scaled to 0, [`OTHER`]
 /// cordoned, scaled to `count`, every replica Ready, [`OTHER`] uncordoned (it takes them
 /// when [`UPDATED`] is drained).
-async fn place_pods(client: &kube::Client, count: usize) -> anyhow::Result<()> {
+pub(crate) async fn place_pods(client: &kube::Client, count: usize) -> anyhow::Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
@@ -287,39 +269,38 @@ async fn place_pods(client: &kube::Client, count: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One Plan run that updates [`UPDATED`]; its steps.
-async fn one_run(
+/// One run of `plan` (a `k0supdate` of `target` alone, [`update_plan`]); its steps and when
+/// each phase of the target's signal was first seen.
+pub(crate) async fn one_run(
     client: &kube::Client,
-    run: usize,
-    version: &str,
-    base_url: &str,
-    sha: &str,
+    plan: Plan,
+    target: Target,
     real: bool,
-) -> anyhow::Result<Steps> {
+) -> anyhow::Result<(Steps, Phases)> {
     let plans: Api<Plan> = Api::all(client.clone());
     let _ = plans.delete(keys::PLAN_NAME, &DeleteParams::default()).await;
     wait_for(TIMEOUT, "the previous Plan gone", || async {
         Ok(plans.get_opt(keys::PLAN_NAME).await?.is_none().then_some(()))
     })
     .await?;
-    let id = format!("bench-node-{run}");
+    let id = plan.spec.id.clone();
     let seen: Arc<Mutex<BTreeMap<Option<SignalPhase>, Instant>>> = Arc::default();
-    let watch = tokio::spawn(watch_phases(client.clone(), id.clone(), seen.clone()));
+    let watch = match target {
+        Target::Worker => tokio::spawn(watch_phases(client.clone(), id.clone(), seen.clone())),
+        Target::Controller => tokio::spawn(poll_phases(client.clone(), id.clone(), seen.clone())),
+    };
     let evictions: Arc<Mutex<Evictions>> = Arc::default();
     let pod_watch = tokio::spawn(watch_evictions(client.clone(), evictions.clone()));
 
-    let plan = node_plan(&id, version, base_url, sha)?;
     let created = Instant::now();
     plans.create(&PostParams::default(), &plan).await?;
-    let done = wait_for(TIMEOUT, "the Plan to end", || async {
-        let plan = plans.get(keys::PLAN_NAME).await?;
-        let state = plan.status.as_ref().map(|s| s.state);
-        Ok(state.filter(|s| s.is_terminal()).map(|s| (s, Instant::now())))
-    })
-    .await?;
+    let done = tokio::time::timeout(TIMEOUT, plan_end(&plans))
+        .await
+        .with_context(|| format!("{id}: the Plan did not end within {TIMEOUT:?}"))?;
     anyhow::ensure!(done.0 == PlanStateType::Completed, "the Plan ended {:?}", done.0);
     let completed = done.1;
-    let settled = if real { wait_settled(client).await? } else { completed };
+    let settled =
+        if real && target == Target::Worker { wait_settled(client).await? } else { completed };
     watch.abort();
     pod_watch.abort();
     let evictions = evictions.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -329,13 +310,52 @@ async fn one_run(
     };
 
     let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    Ok(steps_of(&seen, Moments { created, completed, settled }, pods_gone))
+    let phases = Phases::of(&seen, completed);
+    Ok((steps_of(&phases, Moments { created, completed, settled }, pods_gone), phases))
 }
 
-/// The Plan of run `id`: a forced `k0supdate` of [`UPDATED`] to `version`, from the
-/// payload server at `base_url`.
-fn node_plan(id: &str, version: &str, base_url: &str, sha: &str) -> anyhow::Result<Plan> {
+/// When the Plan ends, and how: looked at every [`SAMPLE`] (a fixed pace, so the step
+/// before it is not stretched by a growing poll interval; a look the API server does not
+/// answer within [`SAMPLE_TIMEOUT`] is skipped).
+async fn plan_end(plans: &Api<Plan>) -> (PlanStateType, Instant) {
+    let mut tick = tokio::time::interval(SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Ok(Ok(plan)) = tokio::time::timeout(SAMPLE_TIMEOUT, plans.get(keys::PLAN_NAME)).await
+        else {
+            continue;
+        };
+        if let Some(state) = plan.status.map(|s| s.state).filter(|s| s.is_terminal()) {
+            return (state, Instant::now());
+        }
+    }
+}
+
+/// Which node a run updates: [`UPDATED`] or [`CONTROLLER`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The worker [`UPDATED`] (its signal on its Node, watched).
+    Worker,
+    /// The controller [`CONTROLLER`] (its signal on its ControlNode, polled: its own API
+    /// server restarts in the run, which a watch would see late, after its backoff).
+    Controller,
+}
+
+/// The Plan of run `id`: a forced `k0supdate` of `target` to `version`, from the payload
+/// server at `base_url`.
+pub(crate) fn update_plan(
+    id: &str,
+    version: &str,
+    base_url: &str,
+    sha: &str,
+    target: Target,
+) -> anyhow::Result<Plan> {
     let platform = autopilot_api::platform::current();
+    let (group, node) = match target {
+        Target::Worker => ("workers", UPDATED),
+        Target::Controller => ("controllers", CONTROLLER),
+    };
     Ok(serde_json::from_value(json!({
         "apiVersion": keys::API_VERSION,
         "kind": "Plan",
@@ -347,8 +367,8 @@ fn node_plan(id: &str, version: &str, base_url: &str, sha: &str) -> anyhow::Resu
                 "version": version,
                 "forceupdate": true,
                 "platforms": { platform: { "url": format!("{base_url}/k0s"), "sha256": sha } },
-                "targets": { "workers": {
-                    "discovery": { "static": { "nodes": [UPDATED] } },
+                "targets": { group: {
+                    "discovery": { "static": { "nodes": [node] } },
                     "limits": { "concurrent": 1 },
                 } },
             } }],
@@ -366,15 +386,16 @@ struct Moments {
     settled: Instant,
 }
 
-/// A run's steps from the times the watch saw each signal phase first.
-fn steps_of(
-    seen: &BTreeMap<Option<SignalPhase>, Instant>,
-    moments: Moments,
-    pods_gone: Duration,
-) -> Steps {
-    let Moments { created, completed, settled } = moments;
-    // A phase the watch did not see (two writes between two events) takes the next one's time.
-    let order = [
+/// When each phase of a run's signal was first seen (a phase not seen, two writes between
+/// two looks, takes the next one's time; `Completed` not seen, the Plan's).
+#[derive(Debug, Clone)]
+pub(crate) struct Phases {
+    at: BTreeMap<Option<SignalPhase>, Instant>,
+}
+
+impl Phases {
+    /// Every phase of a k0s update, in order (`None`: signalled, not answered yet).
+    const ORDER: [Option<SignalPhase>; 7] = [
         None,
         Some(SignalPhase::Downloading),
         Some(SignalPhase::Cordoning),
@@ -383,15 +404,29 @@ fn steps_of(
         Some(SignalPhase::Uncordoning),
         Some(SignalPhase::Completed),
     ];
-    let mut at = BTreeMap::new();
-    let mut next = completed;
-    for phase in order.iter().rev() {
-        if let Some(time) = seen.get(phase) {
-            next = (*time).min(next);
+
+    fn of(seen: &BTreeMap<Option<SignalPhase>, Instant>, completed: Instant) -> Self {
+        let mut at = BTreeMap::new();
+        let mut next = completed;
+        for phase in Self::ORDER.iter().rev() {
+            if let Some(time) = seen.get(phase) {
+                next = (*time).min(next);
+            }
+            at.insert(*phase, next);
         }
-        at.insert(format!("{phase:?}"), next);
+        Self { at }
     }
-    let time = |phase: Option<SignalPhase>| at[&format!("{phase:?}")];
+
+    /// When `phase` was first seen.
+    pub(crate) fn at(&self, phase: Option<SignalPhase>) -> Instant {
+        self.at[&phase]
+    }
+}
+
+/// A run's steps from the times each signal phase was first seen.
+fn steps_of(phases: &Phases, moments: Moments, pods_gone: Duration) -> Steps {
+    let Moments { created, completed, settled } = moments;
+    let time = |phase: Option<SignalPhase>| phases.at(phase);
     let node_completed = time(Some(SignalPhase::Completed));
     Steps {
         signal: time(None).saturating_duration_since(created),
@@ -452,6 +487,32 @@ async fn watch_phases(
     let mut events = watcher(nodes, config).default_backoff().applied_objects().boxed();
     while let Some(event) = events.next().await {
         let Ok(node) = event else { continue };
+        let Ok(Some(signal)) = signal::from_meta(&node.metadata) else { continue };
+        if signal.plan_id != id {
+            continue;
+        }
+        let now = Instant::now();
+        let phase = signal.phase();
+        seen.lock().unwrap_or_else(|p| p.into_inner()).entry(phase).or_insert(now);
+    }
+}
+
+/// Records when each phase of run `id`'s signal on [`CONTROLLER`]'s ControlNode is first
+/// seen, looking every [`SAMPLE`] (a look its restarting API server does not answer within
+/// [`SAMPLE_TIMEOUT`] is skipped).
+async fn poll_phases(
+    client: kube::Client,
+    id: String,
+    seen: Arc<Mutex<BTreeMap<Option<SignalPhase>, Instant>>>,
+) {
+    let nodes: Api<ControlNode> = Api::all(client);
+    let mut tick = tokio::time::interval(SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Ok(Ok(node)) = tokio::time::timeout(SAMPLE_TIMEOUT, nodes.get(CONTROLLER)).await else {
+            continue;
+        };
         let Ok(Some(signal)) = signal::from_meta(&node.metadata) else { continue };
         if signal.plan_id != id {
             continue;

@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_node;
+mod bench_upgrade;
 mod chaos;
 mod control_plane;
 mod crdgen;
