@@ -43,8 +43,15 @@ const TICK: Duration = Duration::from_millis(100);
 /// How often the API server is probed during a trial.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 
-/// How long a proven child gets to exit by itself before it is stopped.
-const CHILD_EXIT_GRACE: Duration = Duration::from_secs(10);
+/// How long a proven child gets to exit by itself before it is stopped: it stops the
+/// Kubernetes components it started first, one after the other, each within its own grace
+/// (a controller+worker's five take up to 25 s). Stopped earlier, it left them running for
+/// the restarted node to find: a trial's API server outlived the trial, and a trial's
+/// kubelet ran on while the restarted node started containerd again.
+const CHILD_EXIT_GRACE: Duration = Duration::from_secs(40);
+
+/// How long a child asked to stop (SIGTERM) gets before it is killed.
+const CHILD_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How a trial ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -242,7 +249,7 @@ async fn watch(
                 return Ok(verdict);
             }
             Verdict::RollBack(reason) => {
-                child.finish(Duration::from_secs(2)).await;
+                child.stop(Duration::from_secs(2)).await;
                 // What the child last said of its components (`k0s` runs them), if anything.
                 let data_dir = proof_path.parent().unwrap_or(Path::new("."));
                 let reason = match autopilot_shell::health::take_trial_reason(data_dir) {
@@ -352,8 +359,22 @@ impl TrialChild {
         }
     }
 
-    /// Lets the child exit by itself within `grace`, then kills it, and reaps it.
+    /// Lets a proven child exit by itself within `grace` (it stops what it started first),
+    /// then stops it ([`TrialChild::stop`]), and reaps it.
     async fn finish(&mut self, grace: Duration) {
+        let Some(child) = self.child.as_mut() else { return };
+        if self.exited.is_some() {
+            return;
+        }
+        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+            return;
+        }
+        warn!(?grace, "the proven new binary did not exit by itself; stopping it");
+        self.stop(CHILD_STOP_GRACE).await;
+    }
+
+    /// Asks the child to stop (SIGTERM), kills it after `grace`, and reaps it.
+    async fn stop(&mut self, grace: Duration) {
         let Some(child) = self.child.as_mut() else { return };
         if self.exited.is_some() {
             return;

@@ -57,6 +57,9 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// control plane), then two workers one at a time (each drained under the budget).
 const UPGRADE_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// What a node logs when it stops a component that an earlier process left running.
+const LEFT_RUNNING: &str = "stopping the one a previous run left running";
+
 /// The upgrade Plan's id.
 const UPGRADE: &str = "kubernetes-v1-35";
 
@@ -148,6 +151,10 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
     // The control plane moved one controller at a time, before any worker.
     check_rounds(&rounds.lock().unwrap_or_else(|p| p.into_inner()));
     wait_control_planes_at(&controllers, CURRENT.kubernetes).await.unwrap();
+
+    // A passed trial stops what it started before it exits: the restarted node found none of
+    // its components left running (controller-0's refused trial is stopped, so it may have).
+    assert_nothing_left_running(controllers[1..].iter().chain(&workers));
 
     // Every kubelet runs v1.35.4 (the Node says so), every Node Ready and uncordoned.
     wait_kubelets_at(&client, CURRENT.kubernetes).await.unwrap();
@@ -437,6 +444,18 @@ async fn assert_status_shows(cluster: &integration::Cluster, version: &str) {
     let expected: Vec<(&str, &str)> =
         CONTROLLERS.iter().chain(&WORKERS).map(|n| (*n, version)).collect();
     assert_eq!(shown, expected, "the status's KUBERNETES column");
+}
+
+/// None of `nodes` logged stopping a component an earlier process left running.
+fn assert_nothing_left_running<'a>(nodes: impl Iterator<Item = &'a integration::K0sProcess>) {
+    for node in nodes {
+        let log = node.log();
+        assert!(
+            !log.contains(LEFT_RUNNING),
+            "{}'s trial left components running:\n{log}",
+            node.node_name()
+        );
+    }
 }
 
 /// The Plan's `Ready` condition is `True`.
