@@ -10,10 +10,14 @@
 //! never newer than its API server), then worker-0 with `--pods N` replicas of a Deployment on
 //! it (worker-1 takes them when it is drained) and a DaemonSet on both.
 //!
-//! Between runs a Plan, not timed, puts the node back on the v1.34.4 build (and waits for its
-//! kubelet, or its API server, to report v1.34.4). A warm-up Plan, not timed, comes first,
-//! and again after the controller's runs: the first Plan after the leader took the lease
-//! waits for its watches to fill, which no later run pays (see `bench_node`).
+//! Between runs, not timed, the node is put back on the v1.34.4 build by hand: stopped (its
+//! components stop with it), the v1.34.4 build put in its binary's place, started again, and
+//! its kubelet, or its API server, waited for at v1.34.4. Not by a Plan: both builds report
+//! the bench binary's k0s version, and a Plan from it to a build carrying an older minor is
+//! refused, by the skew rules and by the node's check of what a payload carries. A warm-up
+//! Plan to v1.35.4, not timed (and put back), comes first, and again after the controller's
+//! runs: the first Plan after the leader took the lease waits for its watches to fill, which
+//! no later run pays (see `bench_node`).
 //!
 //! Worker-0's steps (its signal watched on its Node):
 //!
@@ -61,27 +65,20 @@ use crate::bench_node::{
 
 /// A build carrying one Kubernetes release, served over loopback.
 struct Build {
-    release: Release,
     server: FileServer,
     sha: String,
 }
 
-/// The fleet's two builds and the k0s version both report.
+/// The build the Plans update to (carrying v1.35.4) and the k0s version it reports.
 struct Builds {
     version: String,
-    previous: Build,
     current: Build,
 }
 
 impl Builds {
-    /// A Plan of run `id` that updates `target` to the build carrying `release`.
-    fn plan(
-        &self,
-        id: &str,
-        release: Release,
-        target: Target,
-    ) -> anyhow::Result<autopilot_api::v1beta2::Plan> {
-        let build = if release == CURRENT { &self.current } else { &self.previous };
+    /// A Plan of run `id` that updates `target` to the build carrying v1.35.4.
+    fn plan(&self, id: &str, target: Target) -> anyhow::Result<autopilot_api::v1beta2::Plan> {
+        let build = &self.current;
         bench_node::update_plan(id, &self.version, build.server.base_url(), &build.sha, target)
     }
 }
@@ -120,15 +117,11 @@ pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
         .build()
         .await?;
     let mut controllers = cluster.start_k0s_control_plane(&[]).await?;
-    let controller = controllers.pop().context("the controller")?;
+    let mut controller = controllers.pop().context("the controller")?;
     let client = cluster.admin_client().await?;
     let nodes = RealNodes::start_for_k0s(&cluster, &[UPDATED, OTHER]).await?;
-    let builds = Builds {
-        version,
-        previous: serve(&previous, PREVIOUS).await?,
-        current: serve(&current, CURRENT).await?,
-    };
-    let workers = start_workers(&cluster, &nodes, &previous).await?;
+    let builds = Builds { version, current: serve(&current).await? };
+    let mut workers = start_workers(&cluster, &nodes, &previous).await?;
     bench_node::create_daemon_set(&client).await?;
     println!(
         "node bench: real nodes run by k0s, 1 controller + 2 workers, Kubernetes {} → {} (the \
@@ -139,19 +132,19 @@ pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
     );
     let mut ids = 0..;
     let mut next_id = || format!("bench-node-{}", ids.next().unwrap_or_default());
-    warm_up(&client, &builds, &next_id()).await?;
+    warm_up(&client, &builds, &next_id(), &previous, &mut controller, Target::Controller).await?;
     let mut measured = Vec::new();
     for run in 0..runs {
         if run > 0 {
-            back(&client, &builds, &next_id(), Target::Controller).await?;
+            back(&client, &previous, &mut controller, Target::Controller).await?;
         }
         let upgrade = controller_run(&client, &builds, &next_id(), &controller).await?;
         print_run("controller", &upgrade);
         measured.push(upgrade);
     }
     let controller_median = median(measured);
-    warm_up(&client, &builds, &next_id()).await?;
-    let worker = workers.first().context("worker-0")?;
+    let worker = workers.first_mut().context("worker-0")?;
+    warm_up(&client, &builds, &next_id(), &previous, worker, Target::Worker).await?;
     let mut results = Vec::new();
     for &count in &pods {
         let mut measured = Vec::new();
@@ -160,7 +153,7 @@ pub async fn run(k0s: &Path, args: NodeArgs) -> anyhow::Result<()> {
             let upgrade = worker_run(&client, &builds, &next_id(), worker).await?;
             print_run(&format!("{UPDATED}, {count} Pods"), &upgrade);
             measured.push(upgrade);
-            back(&client, &builds, &next_id(), Target::Worker).await?;
+            back(&client, &previous, worker, Target::Worker).await?;
         }
         results.push((count, median(measured)));
     }
@@ -177,10 +170,10 @@ async fn pack(k0s: &Path, release: Release) -> anyhow::Result<PathBuf> {
 }
 
 /// `path` served over loopback, with its sha256.
-async fn serve(path: &Path, release: Release) -> anyhow::Result<Build> {
+async fn serve(path: &Path) -> anyhow::Result<Build> {
     let payload = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&payload));
-    Ok(Build { release, server: FileServer::start(payload).await?, sha })
+    Ok(Build { server: FileServer::start(payload).await?, sha })
 }
 
 /// Starts both workers from `binary` (their containerd and kubelet run by `k0s worker
@@ -200,26 +193,37 @@ async fn start_workers(
     Ok(workers)
 }
 
-/// A Plan, not timed, of worker-0 to the v1.34.4 build it runs: the leader's first pass.
-async fn warm_up(client: &kube::Client, builds: &Builds, id: &str) -> anyhow::Result<()> {
-    bench_node::place_pods(client, 0).await?;
-    let plan = builds.plan(id, PREVIOUS, Target::Worker)?;
-    bench_node::one_run(client, plan, Target::Worker, true).await.context("the warm-up run")?;
-    Ok(())
-}
-
-/// A Plan, not timed, that puts `target` back on the v1.34.4 build, and the wait for its
-/// components to report v1.34.4.
-async fn back(
+/// A Plan, not timed, of `target` (`node`) to v1.35.4, and `node` put back on v1.34.4: the
+/// leader's first pass.
+async fn warm_up(
     client: &kube::Client,
     builds: &Builds,
     id: &str,
+    previous: &Path,
+    node: &mut K0sProcess,
     target: Target,
 ) -> anyhow::Result<()> {
-    let plan = builds.plan(id, builds.previous.release, target)?;
-    bench_node::one_run(client, plan, target, true)
-        .await
-        .with_context(|| format!("{id}: back to {}", PREVIOUS.kubernetes))?;
+    bench_node::place_pods(client, 0).await?;
+    let plan = builds.plan(id, target)?;
+    bench_node::one_run(client, plan, target, true).await.context("the warm-up run")?;
+    back(client, previous, node, target).await
+}
+
+/// Puts `node` (`target`) back on the v1.34.4 build, not timed: stops it (its components stop
+/// with it), puts `previous` in its binary's place, starts it again, and waits for its
+/// kubelet (Ready) or its API server to report v1.34.4.
+async fn back(
+    client: &kube::Client,
+    previous: &Path,
+    node: &mut K0sProcess,
+    target: Target,
+) -> anyhow::Result<()> {
+    node.stop(Duration::from_secs(60)).await.context("stopping the node")?;
+    let binary = node.binary_path().to_path_buf();
+    let temp = binary.with_file_name(".k0s.bench-back.tmp");
+    std::fs::copy(previous, &temp).with_context(|| format!("copying to {}", temp.display()))?;
+    std::fs::rename(&temp, &binary).with_context(|| format!("replacing {}", binary.display()))?;
+    node.restart().await.context("starting the node again")?;
     let what = format!("{target:?} back at {}", PREVIOUS.kubernetes);
     wait_for(TIMEOUT, &what, || async {
         let at = match target {
@@ -262,7 +266,7 @@ async fn worker_run(
             }
         }
     });
-    let plan = builds.plan(id, CURRENT, Target::Worker)?;
+    let plan = builds.plan(id, Target::Worker)?;
     let (steps, phases) = bench_node::one_run(client, plan, Target::Worker, true).await?;
     let (restarted, healthy) = joined(ready, "worker-0's kubelet at the new version").await?;
     Ok(upgrade(steps, &phases, restarted, healthy))
@@ -288,7 +292,7 @@ async fn controller_run(
             }
         }
     });
-    let plan = builds.plan(id, CURRENT, Target::Controller)?;
+    let plan = builds.plan(id, Target::Controller)?;
     let (steps, phases) = bench_node::one_run(client, plan, Target::Controller, true).await?;
     let (restarted, healthy) = joined(ready, "the API server at the new version").await?;
     Ok(upgrade(steps, &phases, restarted, healthy))
