@@ -158,14 +158,7 @@ async fn an_update_drains_real_workloads_under_a_budget_and_leaves_running_conta
     // The DaemonSet's Pods were not evicted and their containers kept running through the
     // restarts: same Pods, same containers, no restart, still running in containerd; the
     // kubelets and containerds never restarted either.
-    let agents_after = daemon_pods(&pods, "agent").await.unwrap();
-    assert_eq!(agents_after, agents_before, "the agent Pods and containers are the same");
-    for (node, (_, ids)) in &agents_after {
-        let running = nodes.running_containers(node).unwrap();
-        for id in ids {
-            assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
-        }
-    }
+    assert_same_agents(nodes, &pods, &agents_before).await;
     // The kubelets and containerds are the updated k0s's: stopped with v1, started again by
     // v2 from what it staged, and the Nodes Ready from them.
     for (i, name) in names.iter().enumerate() {
@@ -332,6 +325,23 @@ pub(crate) async fn daemon_pods(
             Some((node, (uid, container_ids(p))))
         })
         .collect())
+}
+
+/// The DaemonSet `agent`'s Pods are `before` (same Pods, same containers, no restart), and
+/// containerd still runs each of those containers.
+pub(crate) async fn assert_same_agents(
+    nodes: &RealNodes,
+    pods: &Api<Pod>,
+    before: &BTreeMap<String, (String, BTreeSet<String>)>,
+) {
+    let after = daemon_pods(pods, "agent").await.expect("the agent Pods");
+    assert_eq!(&after, before, "the agent Pods and containers are the same");
+    for (node, (_, ids)) in &after {
+        let running = nodes.running_containers(node).expect("containerd's containers");
+        for id in ids {
+            assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
+        }
+    }
 }
 
 /// The ids of a Pod's running containers, as containerd knows them (without `containerd://`).

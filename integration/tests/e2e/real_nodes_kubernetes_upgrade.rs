@@ -37,8 +37,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 
 use crate::real_nodes::{
-    Sample, check_drained, create_workloads, daemon_pods, sample_web, wait_default_service_account,
-    wait_workloads_ready,
+    Sample, assert_same_agents, check_drained, create_workloads, daemon_pods, sample_web,
+    wait_default_service_account, wait_workloads_ready,
 };
 use crate::real_nodes_run_by_k0s::broken_component_build;
 use crate::support::*;
@@ -167,14 +167,7 @@ async fn a_plan_upgrades_kubernetes_on_real_nodes_controllers_first_one_at_a_tim
 
     // The budget held, and the DaemonSet's containers ran on through the kubelets' restarts.
     check_drained(&samples.lock().unwrap_or_else(|p| p.into_inner()).clone());
-    let agents_after = daemon_pods(&pods, "agent").await.unwrap();
-    assert_eq!(agents_after, agents_before, "the agent Pods and containers are the same");
-    for (node, (_, ids)) in &agents_after {
-        let running = nodes.running_containers(node).unwrap();
-        for id in ids {
-            assert!(running.contains(id), "{node}: container {id} still runs: {running:?}");
-        }
-    }
+    assert_same_agents(nodes, &pods, &agents_before).await;
 }
 
 /// A Plan of the workers alone to v2 while every API server runs v1.34.4 (kubelets would be
