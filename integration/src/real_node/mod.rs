@@ -47,8 +47,10 @@
 //! daemonize) and every process in their cgroups; unmounts everything under the directory
 //! (container root filesystems, sandbox `shm`, network namespaces, the kubelets' own bind
 //! mounts); removes the cgroups, the namespace with its bridges, and whatever appeared in
-//! the machine-wide directories a kubelet or containerd writes (`/var/log/pods`, `/var/log/containers`, `/var/lib/kubelet`, `/var/lib/cni`, `/run/containerd`). One
-//! set of real nodes runs at a time in a test process (a second waits), so that last step
+//! the machine-wide directories a kubelet or containerd writes (`/var/log/pods`,
+//! `/var/log/containers`, `/var/lib/kubelet`, `/var/lib/cni`, `/run/containerd`). One set of
+//! real nodes runs at a time on the machine (a second waits: in a test process on a mutex,
+//! across test processes on an exclusive lock of [`MACHINE_LOCK`]), so that last step
 //! removes only theirs. [`Leftovers`] checks that nothing is left.
 
 mod config;
@@ -126,6 +128,30 @@ const ERROR_LOG_LINES: usize = 30;
 static ONE_AT_A_TIME: LazyLock<Arc<tokio::sync::Mutex<()>>> =
     LazyLock::new(|| Arc::new(tokio::sync::Mutex::new(())));
 
+/// The file whose exclusive lock a set of real nodes holds while it runs, so that sets in
+/// other test processes (two checkouts tested at once) wait instead of removing each
+/// other's entries in the machine-wide directories.
+pub const MACHINE_LOCK: &str = "/run/lock/k0s-it-real-nodes.lock";
+
+/// Waits for the machine-wide lock of [`MACHINE_LOCK`] (held until the returned value drops).
+async fn machine_turn() -> anyhow::Result<nix::fcntl::Flock<fs::File>> {
+    tokio::task::spawn_blocking(|| {
+        let path = Path::new(MACHINE_LOCK);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| anyhow::anyhow!("locking {}: {errno}", path.display()))
+    })
+    .await?
+}
+
 /// Numbers the sets of this process (their namespace and cgroup names).
 static SETS: AtomicUsize = AtomicUsize::new(0);
 
@@ -196,6 +222,7 @@ pub struct RealNodes {
     shared_before: BTreeSet<PathBuf>,
     torn_down: bool,
     _turn: tokio::sync::OwnedMutexGuard<()>,
+    _machine_turn: nix::fcntl::Flock<fs::File>,
 }
 
 #[derive(Debug)]
@@ -341,6 +368,7 @@ impl RealNodes {
         }
         let binaries = node_binaries::binaries()?;
         let turn = ONE_AT_A_TIME.clone().lock_owned().await;
+        let machine_turn = machine_turn().await?;
         let set = SETS.fetch_add(1, Ordering::Relaxed);
         let id = format!("k0s-it-{}-{set}", std::process::id());
         let dir = cluster.dir().join("real");
@@ -360,6 +388,7 @@ impl RealNodes {
             shared_before: host::shared_entries(),
             torn_down: false,
             _turn: turn,
+            _machine_turn: machine_turn,
         };
         set.start_all(cluster, nodes).await?;
         Ok(set)
