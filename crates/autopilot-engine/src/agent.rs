@@ -199,6 +199,10 @@ impl Step {
     }
 }
 
+/// How the reason of a signal the post-update watch rolled back begins
+/// ([`after_update_rollback`]): the only `Failed` a `Completed` node reports.
+pub const ROLLED_BACK_AFTER_UPDATE: &str = "rolled back after the update: ";
+
 /// The signal's answer once the post-update watch (`crate::post_update`) put the previous
 /// binary back, `why` saying why: `Failed` with `rolled back after the update: <why>`,
 /// whatever phase the signal had reached (`Completed` too: the update did not hold); nothing
@@ -215,8 +219,33 @@ pub fn after_update_rollback(phase: Option<SignalPhase>, why: &str) -> Option<St
             | SignalPhase::Uncordoning
             | SignalPhase::Completed
             | SignalPhase::FailedDownload,
-        ) => Some(Step::fail(SignalPhase::Failed, format!("rolled back after the update: {why}"))),
+        ) => Some(Step::fail(SignalPhase::Failed, format!("{ROLLED_BACK_AFTER_UPDATE}{why}"))),
     }
+}
+
+/// Whether a signal this agent saw at the terminal phase `ended` and now sees at `current`
+/// was rewound: written back to a phase before its end by someone else (the agent and the
+/// leader only ever move a signal forward, and a `Completed` one only to `Failed`, when the
+/// post-update watch puts the previous binary back). `Some(refusal)` (starting with
+/// `refused: `): the signal is not acted on again, and is answered `Failed` with it.
+pub fn rewound(ended: SignalPhase, current: Option<SignalPhase>) -> Option<String> {
+    let back_to = match current {
+        None => "a new signal",
+        Some(
+            phase @ (SignalPhase::Downloading
+            | SignalPhase::Cordoning
+            | SignalPhase::ApplyingUpdate
+            | SignalPhase::Restarting
+            | SignalPhase::Uncordoning),
+        ) => phase.as_str(),
+        Some(SignalPhase::Completed | SignalPhase::Failed | SignalPhase::FailedDownload) => {
+            return None;
+        }
+    };
+    Some(format!(
+        "refused: rewound: this node saw the signal end {ended}, and now it shows {back_to}; \
+         a signal that ended is not acted on again"
+    ))
 }
 
 /// How many times in a row a retried action ([`OnFailure::Retry`]) may fail before the
@@ -559,6 +588,29 @@ pub fn preflight(phase: Option<SignalPhase>) -> PreflightStep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signal_seen_ended_and_shown_earlier_again_is_a_rewind() {
+        for ended in [SignalPhase::Completed, SignalPhase::Failed, SignalPhase::FailedDownload] {
+            for earlier in [
+                None,
+                Some(SignalPhase::Downloading),
+                Some(SignalPhase::Cordoning),
+                Some(SignalPhase::ApplyingUpdate),
+                Some(SignalPhase::Restarting),
+                Some(SignalPhase::Uncordoning),
+            ] {
+                let refusal = rewound(ended, earlier).expect("a rewind");
+                assert!(refusal.starts_with("refused: rewound: "), "{refusal}");
+                assert!(refusal.contains(&format!("end {ended}")), "{refusal}");
+            }
+            // A terminal phase after a terminal one is no rewind: the post-update watch
+            // answers a `Completed` signal `Failed`.
+            for end in [SignalPhase::Completed, SignalPhase::Failed, SignalPhase::FailedDownload] {
+                assert_eq!(rewound(ended, Some(end)), None);
+            }
+        }
+    }
 
     const V1: &str = "v1.35.0+k0s.0";
     const V2: &str = "v1.35.1+k0s.0";

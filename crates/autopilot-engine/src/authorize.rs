@@ -121,7 +121,54 @@ pub fn authorize<'p>(
     }
     .map_err(|problem| refused(&format!("command {index} of run {signal_run}: {problem}")))?;
     signalled_by_leader(command, signal, node)?;
+    not_rewound(command, signal, node)?;
     Ok(entry)
+}
+
+/// `Ok` unless `signal` is a rewind: an update or rollback signal the status records for
+/// `node`, shown in a phase before the end its target already reached. A node's target
+/// ends when the leader saw the node's terminal report (`SignalCompleted`,
+/// `SignalApplyFailed`) or gave up on it; from then on the signal accepts only a terminal
+/// phase (a `Completed` node may still report `Failed`: its post-update watch put the
+/// previous binary back). Anything earlier was written back by someone else, and acting on
+/// it would cordon, drain, download or restart a node that is done, past the plan's
+/// `concurrent`: it is refused (starting with `refused: `), never acted on.
+pub fn not_rewound(
+    command: &PlanCommandStatus,
+    signal: &SignalData,
+    node: Node<'_>,
+) -> Result<(), String> {
+    if signal.command.preflight.is_some() {
+        return Ok(());
+    }
+    let Some(target) = signal_target(command, signal, node) else { return Ok(()) };
+    if !recorded(target, &signal.created) {
+        return Ok(());
+    }
+    let phase = signal.phase();
+    if accepts(target.state, phase) {
+        return Ok(());
+    }
+    Err(refused(&format!(
+        "rewound: the Plan records {} as {} for this signal (command {}), and a target that \
+         ended accepts only its terminal phase, not {}; the signal is not acted on again",
+        node.name,
+        target.state,
+        command.id,
+        phase.map_or("a new signal", SignalPhase::as_str),
+    )))
+}
+
+/// Whether a signal in `phase` (`None`: not answered yet) may be acted on for a target in
+/// `state`: every phase while the target is in flight, only a terminal one after it ended.
+fn accepts(state: TargetState, phase: Option<SignalPhase>) -> bool {
+    match state {
+        TargetState::SignalPending | TargetState::SignalSent => true,
+        TargetState::SignalCompleted
+        | TargetState::SignalApplyFailed
+        | TargetState::MissingPlatform
+        | TargetState::MissingSignalNode => phase.is_some_and(SignalPhase::is_terminal),
+    }
 }
 
 /// `Ok` when the Plan status records that the leader finished draining `node` for `signal`

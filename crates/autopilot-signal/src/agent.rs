@@ -317,9 +317,28 @@ struct Memory {
     authorized: Option<(SignalData, SignatureSource)>,
     /// The last signal (without its status) whose drain the Plan status was found to record.
     drained: Option<SignalData>,
+    /// The last signal (without its status) seen at a terminal phase, with that phase: the
+    /// same signal shown at an earlier phase again is a rewind ([`phase::rewound`]).
+    ended: Option<(SignalData, SignalPhase)>,
     /// Since when reading the Plan has been forbidden (or its type unserved), across the
     /// retries of every read that authorizes something ([`read_plan`]).
     plan_read: read::Unsettled,
+}
+
+/// Remembers `data` in `ended` when it is at a terminal phase; `Some(refusal)` when it is the
+/// signal `ended` holds, shown at an earlier phase again ([`phase::rewound`]).
+fn rewind(data: &SignalData, ended: &mut Option<(SignalData, SignalPhase)>) -> Option<String> {
+    let unmarked = SignalData { status: None, ..data.clone() };
+    match data.phase() {
+        Some(phase) if phase.is_terminal() => {
+            *ended = Some((unmarked, phase));
+            None
+        }
+        current => match ended.as_ref() {
+            Some((seen, phase)) if seen == &unmarked => phase::rewound(*phase, current),
+            Some(_) | None => None,
+        },
+    }
 }
 
 /// What [`authorized`] found.
@@ -549,6 +568,11 @@ where
         }
     };
     publish(&data);
+    if let Some(refusal) = rewind(&data, &mut memory.ended) {
+        warn!(node = %agent.name, reason = %refusal, "refusing a signal written back after it ended");
+        publish(&write_status(api, object, &data, SignalPhase::Failed, Some(refusal)).await?);
+        return Ok(Acted::Idle);
+    }
     let (plan, signature) =
         match authorized(api, agent, &data, &mut memory.authorized, &mut memory.plan_read).await? {
             Authorized::Refused(reason) => {

@@ -679,3 +679,51 @@ fn a_run_signalled_before_records_existed_goes_on_but_no_copy_onto_a_waiting_nod
     let refused = authorize(Some(&plan), &signal, worker("w2")).expect_err("w2 waits");
     assert!(refused.starts_with("refused: not signalled by the leader"), "{refused}");
 }
+
+fn at(signal: SignalData, phase: SignalPhase) -> SignalData {
+    let now = jiff::Timestamp::UNIX_EPOCH;
+    SignalData { status: Some(autopilot_api::signal::SignalStatus::new(phase, now)), ..signal }
+}
+
+#[test]
+fn a_signal_of_a_target_that_ended_is_refused_at_any_phase_before_its_end() {
+    for ended in [TargetState::SignalCompleted, TargetState::SignalApplyFailed] {
+        let mut plan = plan();
+        let workers =
+            &mut plan.status.as_mut().unwrap().commands[0].k0supdate.as_mut().unwrap().workers;
+        workers[0].state = ended;
+        let fresh = k0s_to(AMD64);
+        let rewinds = [
+            fresh.clone(),
+            at(fresh.clone(), SignalPhase::Downloading),
+            at(fresh.clone(), SignalPhase::Cordoning),
+            at(fresh.clone(), SignalPhase::ApplyingUpdate),
+            at(fresh.clone(), SignalPhase::Restarting),
+            at(fresh.clone(), SignalPhase::Uncordoning),
+        ];
+        for rewound in &rewinds {
+            let refused = authorize(Some(&plan), rewound, worker("w1")).expect_err("rewound");
+            assert!(refused.starts_with("refused: rewound: the Plan records w1 as"), "{refused}");
+            assert!(refused.contains(ended.as_str()), "{refused}");
+            // The same signal in flight on the other worker goes on at every phase.
+            assert_eq!(authorize(Some(&plan), rewound, worker("w2")).map(drop), Ok(()));
+        }
+        // Its end is accepted: the node reports it, the drain uncordons after it.
+        for end in [SignalPhase::Completed, SignalPhase::Failed] {
+            let ended_signal = at(fresh.clone(), end);
+            assert_eq!(authorize(Some(&plan), &ended_signal, worker("w1")).map(drop), Ok(()));
+        }
+    }
+}
+
+#[test]
+fn a_rollback_signal_of_a_node_whose_rollback_ended_is_refused_before_its_end() {
+    let mut plan = rolling_back();
+    let signal = rollback(0, RollbackOf::K0s, V1);
+    assert_eq!(rolled_back(&plan, &signal, worker("w1")), Ok(()));
+    let rollback_targets =
+        &mut plan.status.as_mut().unwrap().commands[0].rollback.as_mut().unwrap().workers;
+    rollback_targets[0].state = TargetState::SignalCompleted;
+    let refused = rollback_refusal(&plan, &at(signal, SignalPhase::Cordoning), worker("w1"));
+    assert!(refused.starts_with("refused: rewound:"), "{refused}");
+}

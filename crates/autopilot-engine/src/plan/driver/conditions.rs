@@ -232,9 +232,18 @@ fn rolled_back_after_completion(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
                 else {
                     continue;
                 };
+                // Only the signal the leader recorded for the node, and only the node's own
+                // report of a rollback by its post-update watch: a refusal written over a
+                // rewound signal (by the node or the drain), or a copy of the signal, says
+                // nothing about the update.
+                if !crate::authorize::recorded(target, &signal.created) {
+                    continue;
+                }
                 let Some(report) = signal.status.as_ref() else { continue };
-                if report.status == SignalPhase::Failed {
-                    let why = report.reason.as_deref().unwrap_or("failed");
+                let why = report.reason.as_deref().unwrap_or_default();
+                if report.status == SignalPhase::Failed
+                    && why.starts_with(crate::agent::ROLLED_BACK_AFTER_UPDATE)
+                {
                     undone.push(format!("{kind} {}: {why}", target.name));
                 }
             }

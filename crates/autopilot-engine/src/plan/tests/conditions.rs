@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::fixtures::*;
 use super::support::*;
 use crate::plan::ObjectKind::Node;
+use crate::plan::ObservedSignal;
 use crate::plan::driver::conditions::MAX_MESSAGE;
 
 /// `(status, reason)` of the three conditions, in the order Ready, Reconciling, Stalled.
@@ -172,6 +173,42 @@ fn a_long_description_is_cut_in_the_condition_and_kept_whole_in_the_command() {
     assert!(stalled.message.ends_with('…'));
     let description = sim.plan.command(0).description.clone().unwrap_or_default();
     assert!(description.len() > MAX_MESSAGE, "the command keeps its own text");
+}
+
+#[test]
+fn a_failed_signal_the_leader_did_not_record_or_a_refusal_leaves_a_completed_run_ready() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2"]),
+        ClusterFixture::new().workers(["w1", "w2"]),
+    );
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w2", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Completed);
+    let ready = [pair("True", "Completed"), pair("False", "Completed"), pair("False", "Completed")];
+    assert_eq!(verdict(&sim), ready);
+
+    // A rewound signal answered `Failed` by the node or the drain refusing it.
+    let refusal = "refused: rewound: this node saw the signal end Completed, and now it shows \
+                   Cordoning; a signal that ended is not acted on again";
+    sim.cluster(|c| c.later(minutes(1)).fails(Node, "w1", SignalPhase::Failed, refusal));
+    sim.pass();
+    assert_eq!(verdict(&sim), ready, "a refusal says nothing about the update");
+
+    // A rollback report on a signal the leader never wrote (another `created`).
+    let why = "rolled back after the update: the new binary exited abnormally 3 times";
+    sim.cluster(|c| {
+        let mut c = c.later(minutes(1)).fails(Node, "w2", SignalPhase::Failed, why);
+        let object = c.objects_mut(Node).get_mut("w2").expect("w2");
+        if let ObservedSignal::Valid(data) = &mut object.signal {
+            data.created = "2026-11-29T00:00:00Z".to_owned();
+        }
+        c
+    });
+    sim.pass();
+    assert_eq!(verdict(&sim), ready, "only the recorded signal's report counts");
 }
 
 #[test]

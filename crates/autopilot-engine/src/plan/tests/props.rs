@@ -612,20 +612,33 @@ fn earlier_run_signal(now: jiff::Timestamp) -> SignalData {
 
 // === Invariants ===
 
-/// The objects of `kind` working on a signal this Plan wrote for an earlier run (same uid,
-/// another generation), with their run and phase.
+/// The objects of `kind` working on a signal this Plan wrote other than the one `command`'s
+/// status records for them: an earlier run's, or one of this run (another command's, or a
+/// copy the status does not record; a copy holds a slot while in flight, as the engine
+/// documents). Name, run and phase.
 fn earlier_in_flight(
     cluster: &ClusterFixture,
     kind: ObjectKind,
+    command: &PlanCommandStatus,
+    group: Group,
     run_id: Option<&String>,
 ) -> Vec<(String, String, Option<SignalPhase>)> {
     let this_plan = |run: &str| run.starts_with(&format!("{UID}/"));
+    let recorded_here = |name: &str, data: &SignalData| {
+        data.run_id.as_ref() == run_id
+            && data.command.id == command.id
+            && command_of(command).is_some_and(|resolved| {
+                targets(command, resolved, group)
+                    .iter()
+                    .any(|t| t.name == name && crate::authorize::recorded(t, &data.created))
+            })
+    };
     cluster
         .objects(kind)
         .iter()
         .filter_map(|(name, object)| match &object.signal {
             ObservedSignal::Valid(data)
-                if data.run_id.as_ref() != run_id
+                if !recorded_here(name, data)
                     && data.run_id.as_deref().is_some_and(this_plan)
                     && !data.status.as_ref().is_some_and(|s| s.status.is_terminal()) =>
             {
@@ -831,8 +844,13 @@ fn check_earlier_runs(
     after: &PlanStatus,
     deadline: Duration,
 ) -> Result<(), TestCaseError> {
-    let in_flight =
-        earlier_in_flight(cluster, kind.object_kind(Group::Workers), after.run_id.as_ref());
+    let in_flight = earlier_in_flight(
+        cluster,
+        kind.object_kind(Group::Workers),
+        command,
+        Group::Workers,
+        after.run_id.as_ref(),
+    );
     let workers = targets(command, kind, Group::Workers);
     let limit = kind.worker_concurrency(workers.len());
     // Every entry kept is a signal in flight, timed on the leader's clock; when some
