@@ -203,6 +203,18 @@ impl Step {
 /// ([`after_update_rollback`]): the only `Failed` a `Completed` node reports.
 pub const ROLLED_BACK_AFTER_UPDATE: &str = "rolled back after the update: ";
 
+/// The reason of `signal`'s answer when it is the post-update watch's rollback
+/// ([`after_update_rollback`]): `Failed` with a reason that begins
+/// [`ROLLED_BACK_AFTER_UPDATE`]. Only that answer undoes a node's `Completed`; any other
+/// `Failed` on a finished node's signal (a refusal of a signal written back, by the node or
+/// the drain) says nothing about the update.
+pub fn rolled_back_after_update(signal: &autopilot_api::signal::SignalData) -> Option<&str> {
+    let status = signal.status.as_ref()?;
+    let reason = status.reason.as_deref()?;
+    (status.status == SignalPhase::Failed && reason.starts_with(ROLLED_BACK_AFTER_UPDATE))
+        .then_some(reason)
+}
+
 /// The signal's answer once the post-update watch (`crate::post_update`) put the previous
 /// binary back, `why` saying why: `Failed` with `rolled back after the update: <why>`,
 /// whatever phase the signal had reached (`Completed` too: the update did not hold); nothing

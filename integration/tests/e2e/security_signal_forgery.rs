@@ -495,3 +495,140 @@ async fn a_forged_applying_update_restarts_nothing_before_the_drain_ends_on_real
     }
     wait_no_autopilot_cordons(&admin, "autopilot").await.unwrap();
 }
+
+/// Whether the Plan records `name` as `SignalCompleted` in its first command.
+fn recorded_completed(plan: &autopilot_api::v1beta2::Plan, name: &str) -> bool {
+    plan.status.as_ref().and_then(|status| status.commands.first()).is_some_and(|command| {
+        targets(command).iter().any(|t| t.name == name && t.state == TargetState::SignalCompleted)
+    })
+}
+
+/// The forger writes a finished node's own signal back to `phase` (same `created`, same
+/// command: only the phase moves back); waits until it is answered `Failed` and returns the
+/// reason.
+async fn rewind(
+    admin: &kube::Client,
+    forger: &kube::Client,
+    name: &str,
+    phase: SignalPhase,
+) -> String {
+    let finished = node_signal(admin, name).await.expect("reading the Node").expect("a signal");
+    assert_eq!(finished.phase(), Some(SignalPhase::Completed), "{name}: {finished:?}");
+    let rewound = finished.clone().with_status(SignalStatus::new(phase, jiff::Timestamp::now()));
+    forge(forger, name, &rewound).await;
+    failed_reason(admin, name, &finished.created).await
+}
+
+/// Whether `reason` refuses a rewind: the agent's (`refused: rewound: …`) or the drain's
+/// (`not drained: refused: rewound: …`) answer.
+fn assert_rewind_refused(reason: &str) {
+    assert!(
+        reason.starts_with("refused: rewound: ")
+            || reason.starts_with("not drained: refused: rewound: "),
+        "{reason:?} should refuse a rewind"
+    );
+}
+
+/// Whether the plan's `Ready` condition is `True`.
+fn ready(plan: &autopilot_api::v1beta2::Plan) -> bool {
+    plan.status.as_ref().is_some_and(|status| {
+        status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+    })
+}
+
+/// A finished node's signal written back to an earlier phase by someone who may patch Nodes
+/// (DESIGN §14: a target that ended accepts only its terminal phase):
+///
+/// - after a run completed, worker-0 rewound to `Cordoning` and worker-1 to `Downloading`:
+///   both answered `Failed` with a rewind refusal, nothing downloaded, cordoned or restarted,
+///   and the Plan stays `Completed` with `Ready=True` (watched for [`STAYS_READY`]);
+/// - during a run (`concurrent: 1`, worker-2 without an agent holds the run open after
+///   worker-0 and worker-1 completed), worker-0 rewound to `Cordoning`: refused the same
+///   way, never cordoned again, nothing downloaded, the workers keep their process.
+#[tokio::test]
+async fn a_finished_nodes_signal_written_back_is_refused_during_and_after_a_run() {
+    const STAYS_READY: Duration = Duration::from_secs(15);
+    let (v2, sha) = v2_build();
+    let payloads = FileServer::start(v2).await.unwrap();
+    let Fleet { cluster, client: admin, controllers: _controllers, mut workers } =
+        FleetBuilder::new("signal-rewind")
+            .controllers(1)
+            .workers(&THREE)
+            .agents(Agents::Real)
+            .node_args("worker-2", &[NO_AGENT])
+            .start()
+            .await
+            .unwrap();
+    let _without_agent = workers.pop().expect("worker-2");
+    let forger = forger_of(&cluster, &admin).await;
+    let (cordons, watch) = watch_cordons(&admin);
+
+    // After a run: worker-0 and worker-1 update, the Plan completes.
+    let two = static_nodes(&["worker-0", "worker-1"], 2);
+    let update = update_to(V2, payloads.base_url(), &sha, None, Some(two));
+    create_plan(&admin, &plan("autopilot", "rewind-after", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    wait_plan(&admin, "autopilot", PLAN_TIMEOUT, "Completed and Ready", |p| {
+        state(p) == PlanStateType::Completed && ready(p)
+    })
+    .await
+    .unwrap();
+    wait_no_autopilot_cordons(&admin, "rewind-after").await.unwrap();
+    let before: Vec<Before> = workers.iter().map(Before::of).collect();
+    let downloads = payloads.requests();
+    cordons.lock().unwrap().ever.clear();
+    assert_rewind_refused(&rewind(&admin, &forger, "worker-0", SignalPhase::Cordoning).await);
+    assert_rewind_refused(&rewind(&admin, &forger, "worker-1", SignalPhase::Downloading).await);
+    let after = watch_plan_for(&admin, "autopilot", STAYS_READY, |p| {
+        (state(p) == PlanStateType::Completed && ready(p))
+            .then_some(())
+            .ok_or_else(|| "the completed Plan is no longer Ready".to_owned())
+    })
+    .await
+    .unwrap();
+    assert!(ready(&after), "{}", status_yaml(&after));
+    assert_eq!(payloads.requests(), downloads, "nothing downloaded again");
+    assert!(cordons.lock().unwrap().ever.is_empty(), "nothing cordoned: {cordons:?}");
+    for (worker, before) in workers.iter().zip(&before) {
+        assert_eq!(worker.pid(), before.pid, "{}: the same process runs", worker.node_name());
+        assert_eq!(version_on_disk(worker), V2, "{}", worker.node_name());
+    }
+    delete_plan(&admin).await;
+
+    // During a run: all three, one at a time (forced: they run v2 already); worker-2 never
+    // answers, so the run stays open once worker-0 and worker-1 completed.
+    let mut update = update_to(V2, payloads.base_url(), &sha, None, Some(static_nodes(&THREE, 1)));
+    update.forceupdate = true;
+    create_plan(&admin, &plan("autopilot", "rewind-during", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+    let running = wait_plan(&admin, "autopilot", PLAN_TIMEOUT, "worker-0 and worker-1 done", |p| {
+        recorded_completed(p, "worker-0") && recorded_completed(p, "worker-1")
+    })
+    .await
+    .unwrap();
+    assert!(!state(&running).is_terminal(), "the run goes on:\n{}", status_yaml(&running));
+    wait_no_autopilot_cordons(&admin, "rewind-during").await.unwrap();
+    let before: Vec<Before> = workers.iter().map(Before::of).collect();
+    let downloads = payloads.requests();
+    cordons.lock().unwrap().ever.clear();
+    assert_rewind_refused(&rewind(&admin, &forger, "worker-0", SignalPhase::Cordoning).await);
+    // The drain and the agent both looked at it (either answered); the next pass of each
+    // sees it `Failed`: a rewind that was acted on would show as a cordon by now.
+    let during = watch_plan_for(&admin, "autopilot", STAYS_READY, |p| {
+        (!state(p).is_terminal())
+            .then_some(())
+            .ok_or_else(|| "the run ended while worker-2 never answered".to_owned())
+    })
+    .await
+    .unwrap();
+    assert!(recorded_completed(&during, "worker-0"), "{}", status_yaml(&during));
+    assert!(cordons.lock().unwrap().ever.is_empty(), "worker-0 cordoned again: {cordons:?}");
+    assert_eq!(payloads.requests(), downloads, "nothing downloaded again");
+    for (worker, before) in workers.iter().zip(&before) {
+        assert_eq!(worker.pid(), before.pid, "{}: the same process runs", worker.node_name());
+    }
+    watch.abort();
+    delete_plan(&admin).await;
+}

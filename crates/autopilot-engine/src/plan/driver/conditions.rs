@@ -19,7 +19,6 @@
 //! moved on shows as a generation mismatch, which kstatus reads as in progress.
 
 use autopilot_api::keys::conditions;
-use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::{PlanStateType, PlanStatus, TargetState};
 
 use crate::plan::model::command::{Command, RunIdentity, format_duration, targets};
@@ -239,11 +238,7 @@ fn rolled_back_after_completion(inputs: &Inputs<'_>, status: &PlanStatus) -> Vec
                 if !crate::authorize::recorded(target, &signal.created) {
                     continue;
                 }
-                let Some(report) = signal.status.as_ref() else { continue };
-                let why = report.reason.as_deref().unwrap_or_default();
-                if report.status == SignalPhase::Failed
-                    && why.starts_with(crate::agent::ROLLED_BACK_AFTER_UPDATE)
-                {
+                if let Some(why) = crate::agent::rolled_back_after_update(signal) {
                     undone.push(format!("{kind} {}: {why}", target.name));
                 }
             }

@@ -221,7 +221,9 @@ impl CommandPass<'_, '_> {
             let objects = inputs.objects(kind);
             let Some(group_targets) = targets_mut(self.status, command, group) else { continue };
             // A node that completed and then rolled itself back after the update (its
-            // post-update watch) answers `Failed` on the signal it completed: a failure.
+            // post-update watch) answers `Failed` on the signal it completed: a failure. Any
+            // other `Failed` there is a refusal of the signal written back after its end
+            // (`crate::authorize::not_rewound`): the node stays completed.
             for target in group_targets
                 .iter_mut()
                 .filter(|target| target.state == TargetState::SignalCompleted)
@@ -233,7 +235,7 @@ impl CommandPass<'_, '_> {
                 else {
                     continue;
                 };
-                if signal.phase() == Some(SignalPhase::Failed) {
+                if crate::agent::rolled_back_after_update(signal).is_some() {
                     read_back(target, signal, inputs);
                 }
             }

@@ -13,6 +13,28 @@ use crate::plan::model::text::{MAX_NODE_REASON, cap_node_reason};
 use crate::plan::phases::reasons;
 
 #[test]
+fn a_refusal_written_on_a_completed_nodes_signal_leaves_it_completed_during_the_run() {
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2"]).concurrent(1),
+        ClusterFixture::new().workers(["w1", "w2"]),
+    );
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalCompleted);
+    assert_eq!(sim.plan.target_state(0, "w2"), TargetState::SignalSent);
+    // w1's signal written back to Cordoning is answered Failed with the refusal.
+    let refusal = "not drained: refused: rewound: the Plan records w1 as SignalCompleted";
+    sim.cluster(|c| c.later(minutes(1)).fails(Node, "w1", SignalPhase::Failed, refusal));
+    sim.pass();
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalCompleted);
+    assert!(!sim.plan.state().is_terminal(), "the run goes on");
+    sim.cluster(|c| c.reports(Node, "w2", SignalPhase::Completed));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Completed);
+}
+
+#[test]
 fn a_node_failure_ends_the_plan_in_apply_failed_with_the_nodes_reason() {
     let mut sim = Sim::new(
         PlanFixture::airgap_update(V).workers(["w1", "w2"]),
