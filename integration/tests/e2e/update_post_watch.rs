@@ -152,10 +152,15 @@ fn payload_running_v2_from(real: &std::path::Path) -> Vec<u8> {
 /// `Failed` while it ran, or it stays `Completed` and says the update was rolled back since
 /// (`Stalled`, reason `RolledBackAfterUpdate`).
 async fn plan_no_longer_ready(client: &kube::Client) {
-    let stalled = wait_plan(client, "autopilot", PLAN_TIMEOUT, "the plan Stalled", |p| {
-        p.status.as_ref().is_some_and(|s| {
+    // The plan may show `Completed` (and `Ready`) until the leader has seen the signal's
+    // `Failed`: a state that ended is no answer here, only the condition is.
+    let plans: Api<autopilot_api::v1beta2::Plan> = Api::all(client.clone());
+    let stalled = wait_for(PLAN_TIMEOUT, "the plan Stalled", || async {
+        let plan = plans.get("autopilot").await?;
+        let stalled = plan.status.as_ref().is_some_and(|s| {
             s.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True")
-        })
+        });
+        Ok(stalled.then_some(plan))
     })
     .await
     .expect("the plan Stalled");
