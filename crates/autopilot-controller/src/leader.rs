@@ -1,28 +1,44 @@
-//! Leader election on the `k0s-autopilot/k0s-autopilot-controller` Lease.
+//! Leader election on the `k0s-autopilot/k0s-autopilot-controller` Lease, with client-go's
+//! semantics (`leaderelection.LeaderElector`); the decision is [`candidate`], this module
+//! reads and writes the Lease and keeps the time.
 //!
-//! Built on `kube-lease-manager` (server-side apply of the Lease, conflict detection). Every
-//! controller takes part; the identity is `<node-name>_<random suffix>`, new on every process
-//! start, so `kubectl get lease -n k0s-autopilot` tells operators which controller leads.
-//! On shutdown the lease is released so another controller takes over at once.
+//! Every controller takes part; the identity is `<node-name>_<random suffix>`, new on every
+//! process start, so `kubectl get lease -n k0s-autopilot` tells operators which controller
+//! leads. A candidate reads the Lease every `--retry-period` (and whenever a watch of it
+//! shows a change), judges another holder's claim by when it saw the record change, on its
+//! own monotonic clock (never by the `renewTime` written on the holder's clock, so
+//! controllers' clocks need not agree), and takes a free or expired lease with an update
+//! preconditioned on the `resourceVersion` it read. The leader renews the same way; one that
+//! could not renew within `--renew-deadline` steps down. On shutdown the lease is released so
+//! another controller takes over at once.
+//!
+//! No maintained crate does this for kube 5: `kube-runtime` 5 has no leader election;
+//! `kube-lease-manager` (0.13.1, the newest) and `kube-leader-election` (0.44, kube 4) judge
+//! expiry by comparing the `renewTime` with the local wall clock, as does `kubert`'s lease
+//! (0.25, kube 1.1); `kube-coordinate` (2.0.0-rc.0, kube 2) is a release candidate on an old
+//! kube.
+
+mod candidate;
 
 use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use autopilot_api::keys;
-use autopilot_shell::leadership::{Claim, Elector};
+use autopilot_shell::leadership::Elector;
 use futures::StreamExt as _;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt as _;
-use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use rand::RngExt as _;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
+
+use self::candidate::{Candidate, Decision, Read};
 
 /// How long to wait for the lease to be released on shutdown before giving up on it (it
 /// then expires on its own after the lease duration).
@@ -31,31 +47,25 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Election timings, validated.
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
-    /// Whole seconds a claim is valid without renewal (`--lease-duration`).
+    /// Whole seconds a claim is valid without renewal (`--lease-duration`, rounded up: the
+    /// Lease API stores `leaseDurationSeconds`).
     lease_secs: u64,
-    /// Whole seconds before expiry at which the holder renews: it renews every
-    /// `lease_secs - grace_secs` seconds (`--retry-period`, rounded up to seconds).
-    grace_secs: u64,
-    /// How long the leader goes on leading without a renewal seen (`--renew-deadline`).
+    /// How long the leader goes on leading after its last renewal sent (`--renew-deadline`).
     renew_deadline: Duration,
-    /// How often the leader renews, and how long to wait after a failed lease operation
-    /// before trying again (`--retry-period`).
+    /// How often every candidate reads the Lease and the leader renews it, and how long to
+    /// wait after a failed lease operation before trying again (`--retry-period`).
     retry_period: Duration,
 }
 
 impl Timings {
     /// Check and convert `--lease-duration`, `--renew-deadline` and `--retry-period`:
     /// `retry-period < renew-deadline < lease-duration`, as kube-controller-manager's.
-    ///
-    /// The lease works in whole seconds (the Lease API stores `leaseDurationSeconds`), so
-    /// the lease duration and the renewal period are rounded up to seconds.
     pub fn new(
         lease_duration: Duration,
         renew_deadline: Duration,
         retry_period: Duration,
     ) -> anyhow::Result<Self> {
         let lease_secs = ceil_secs(lease_duration);
-        let renew_every = ceil_secs(retry_period);
         anyhow::ensure!(
             lease_secs >= 2,
             "--lease-duration must be at least 2s (got {lease_duration:?})"
@@ -66,12 +76,12 @@ impl Timings {
             "--renew-deadline must be longer than --retry-period and shorter than \
              --lease-duration (got {renew_deadline:?}, {retry_period:?} and {lease_duration:?})"
         );
-        anyhow::ensure!(
-            renew_every < lease_secs,
-            "--retry-period rounded up to whole seconds ({renew_every}s) must be shorter than \
-             --lease-duration ({lease_secs}s)"
-        );
-        Ok(Self { lease_secs, grace_secs: lease_secs - renew_every, renew_deadline, retry_period })
+        Ok(Self { lease_secs, renew_deadline, retry_period })
+    }
+
+    /// How long a claim lasts without renewal, in whole seconds.
+    fn lease_duration(self) -> Duration {
+        Duration::from_secs(self.lease_secs)
     }
 }
 
@@ -90,13 +100,11 @@ pub fn identity(node_name: &str) -> String {
 /// only while [`Leadership::is_current`](autopilot_shell::leadership::Leadership::is_current)),
 /// and 1 or 0 on `is_leader_gauge` (the `is_leader` metric).
 ///
-/// The election (`kube-lease-manager`) claims and renews the lease; a watch of the Lease
-/// object tells who holds it and when each renewal lands, so a claim's expiry is counted on
-/// this process's clock from the renewal it last saw.
-///
-/// The leader renews every `--retry-period` and leads only while its last renewal seen is
-/// less than `--renew-deadline` old; a failed lease operation is logged and tried again
-/// every `--retry-period`. The returned error means the election task panicked.
+/// Each look at the Lease reads it, decides ([`Candidate::decide`]) and writes what that
+/// says, every request bounded (while leading, by what is left of the lead); a failed one is
+/// logged and tried again at the next look, `--retry-period` later. A claim's expiry is
+/// published on this process's clock, so the engine stops at the renew deadline even while
+/// a request hangs. The error means the autopilot namespace could not be applied.
 pub async fn run(
     client: kube::Client,
     identity: String,
@@ -108,180 +116,221 @@ pub async fn run(
     ensure_namespace(&client).await?;
     let mut shutdown = std::pin::pin!(shutdown);
     info!(%identity, lease = %format!("{}/{}", keys::NAMESPACE, keys::LEASE_NAME), "joining leader election");
-    let (seen_tx, mut seen) = watch::channel(None);
-    let lease_watch = tokio::spawn(watch_lease(client.clone(), identity.clone(), timings, seen_tx));
+    let api: Api<Lease> = Api::namespaced(client, keys::NAMESPACE);
+    let (changed_tx, mut changed) = watch::channel(());
+    let lease_watch = tokio::spawn(watch_lease(api.clone(), changed_tx));
     let _stop_lease_watch = tokio_util::task::AbortOnDropHandle::new(lease_watch);
-    let mut state =
-        State { identity: &identity, elector: &elector, gauge: &is_leader_gauge, is_leader: false };
-    let manager = loop {
-        let params = LeaseParams::new(identity.clone(), timings.lease_secs, timings.grace_secs);
-        let manager = LeaseManagerBuilder::new(client.clone(), keys::LEASE_NAME)
-            .with_namespace(keys::NAMESPACE)
-            .with_parameters(params)
-            .build()
-            .await;
-        match manager {
-            Ok(manager) => break manager,
-            Err(err) => {
-                warn!(error = %err, "cannot set up the leader lease, retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(timings.retry_period) => {}
-                    () = &mut shutdown => return Ok(()),
-                }
-            }
-        }
+    let mut election = Election {
+        api,
+        candidate: Candidate::new(identity, timings.lease_duration(), timings.renew_deadline),
+        meta: ObjectMeta::default(),
+        retry_period: timings.retry_period,
+        elector: &elector,
+        gauge: &is_leader_gauge,
+        leading: false,
     };
-    let (lease_tx, mut lease_state) = watch::channel(false);
-    let mut task = tokio::spawn(elect(manager, timings.retry_period, lease_tx));
     // Never while the process runs (the watch retries for ever); kept from spinning.
     let mut lease_watch_ended = false;
     loop {
+        let next = tokio::select! {
+            next = election.look() => next,
+            () = &mut shutdown => break,
+        };
+        // A change of the Lease wakes a candidate that does not lead at once (a release,
+        // a renewal: it counts from when it saw it); the leader renews on its own period.
+        let woken = !lease_watch_ended && !election.candidate.is_leading();
         tokio::select! {
-            changed = lease_state.changed() => {
-                if changed.is_err() {
-                    // The election task panicked (it only ends when told to).
-                    state.set_leader(false, &seen.borrow());
-                    return match (&mut task).await {
-                        Err(err) => Err(err).context("leader election task panicked"),
-                        Ok(_) => Err(anyhow::anyhow!("leader election task ended")),
-                    };
-                }
-                let now = *lease_state.borrow_and_update();
-                state.set_leader(now, &seen.borrow());
-            }
-            changed = seen.changed(), if !lease_watch_ended => {
-                match changed {
-                    Ok(()) => state.publish(&seen.borrow_and_update()),
-                    Err(_) => lease_watch_ended = true,
-                }
-            }
-            () = &mut shutdown => {
-                info!(%identity, leader = state.is_leader, "shutting down, releasing the leader lease");
-                state.set_leader(false, &None);
-                drop(lease_state);
-                return release(task, &identity).await;
-            }
+            () = tokio::time::sleep_until(next) => {}
+            seen = changed.changed(), if woken => lease_watch_ended = seen.is_err(),
+            () = &mut shutdown => break,
         }
     }
+    info!(identity = %election.candidate.identity(), leader = election.leading, "shutting down, releasing the leader lease");
+    election.release().await;
+    Ok(())
 }
 
-/// Claim and renew the lease until `leader` is closed, sending whether this process holds
-/// it on every change; then hand the manager back (to release the lease).
-///
-/// A failed lease operation (the API server unreachable) is tried again every
-/// `retry_period`, not after the lease library's own growing backoff: a renewal must get
-/// through within `--renew-deadline` of the last, and a 5 s blip of the API server must not
-/// cost the lease.
-async fn elect(
-    manager: kube_lease_manager::LeaseManager,
+/// The election as this process runs it: the Lease API, the decision, and where its
+/// outcome is published.
+struct Election<'a> {
+    api: Api<Lease>,
+    candidate: Candidate,
+    /// The Lease's metadata as last read or written (kept on every write, which replaces
+    /// the object).
+    meta: ObjectMeta,
     retry_period: Duration,
-    leader: watch::Sender<bool>,
-) -> kube_lease_manager::LeaseManager {
-    loop {
-        tokio::select! {
-            biased;
-            () = leader.closed() => return manager,
-            changed = manager.changed() => match changed {
-                Ok(is_leader) => {
-                    leader.send_replace(is_leader);
-                }
-                Err(err) => {
-                    warn!(error = %err, "leader lease operation failed, retrying");
-                    tokio::select! {
-                        () = leader.closed() => return manager,
-                        () = tokio::time::sleep(retry_period) => {}
-                    }
-                }
-            },
-        }
-    }
-}
-
-/// The election's view: whether the lease manager says this process holds the lease, and
-/// where the resulting claims are published.
-struct State<'a> {
-    identity: &'a str,
     elector: &'a Elector,
     gauge: &'a prometheus_client::metrics::gauge::Gauge,
-    is_leader: bool,
+    /// Whether this process led at the last publication (for the log and the gauge).
+    leading: bool,
 }
 
-impl State<'_> {
-    /// The lease manager says this process holds the lease (or not).
-    fn set_leader(&mut self, is_leader: bool, seen: &Option<Claim>) {
-        if is_leader != self.is_leader {
-            self.is_leader = is_leader;
-            if is_leader {
-                info!(identity = %self.identity, leader = true, "became the autopilot leader");
-            } else {
-                info!(identity = %self.identity, leader = false, "lost autopilot leadership");
+impl Election<'_> {
+    /// Read the Lease, decide, write what the decision says and publish the outcome; return
+    /// when to look again.
+    async fn look(&mut self) -> Instant {
+        let timeout = self.candidate.request_timeout(Instant::now());
+        match tokio::time::timeout(timeout, self.api.get_opt(keys::LEASE_NAME)).await {
+            Ok(Ok(lease)) => {
+                let read = self.keep(lease);
+                self.candidate.observe(read, Instant::now());
             }
-            self.gauge.set(i64::from(is_leader));
+            Ok(Err(err)) => request_failed("reading", &err),
+            Err(_) => warn!(timeout = ?timeout, "reading the leader Lease timed out, retrying"),
         }
-        self.publish(seen);
+        let decision = self.candidate.decide(Instant::now());
+        match &decision {
+            Decision::StepDown => {
+                warn!(
+                    identity = %self.candidate.identity(),
+                    "no renewal of the leader lease got through within --renew-deadline; stepping down"
+                );
+                self.candidate.step_down();
+            }
+            Decision::Unknown | Decision::Follow { .. } => {}
+            Decision::Create | Decision::Acquire { .. } | Decision::Renew { .. } => {
+                self.write(&decision).await;
+            }
+        }
+        self.publish();
+        self.candidate.next_look(Instant::now(), self.retry_period)
     }
 
-    /// Publish the claim the Lease shows: this process's own only while the lease manager
-    /// also says it holds the lease (not while it releases or has lost it).
-    fn publish(&self, seen: &Option<Claim>) {
-        let claim = seen.as_ref().filter(|claim| claim.holder != self.identity || self.is_leader);
-        self.elector.publish(claim.cloned());
+    /// Write the claim `decision` says: create the Lease, or replace it preconditioned on
+    /// the `resourceVersion` read. A conflict means another candidate wrote first.
+    async fn write(&mut self, decision: &Decision) {
+        let precondition = match decision {
+            Decision::Acquire { resource_version } | Decision::Renew { resource_version } => {
+                Some(resource_version.clone())
+            }
+            Decision::Create => None,
+            Decision::Unknown | Decision::Follow { .. } | Decision::StepDown => return,
+        };
+        let Some(spec) = self.candidate.claim_record(decision, jiff::Timestamp::now()) else {
+            return;
+        };
+        let sent = Instant::now();
+        let timeout = self.candidate.request_timeout(sent);
+        let written = if let Some(resource_version) = precondition {
+            let lease = self.lease(spec, &resource_version);
+            let params = PostParams::default();
+            let replace = self.api.replace(keys::LEASE_NAME, &params, &lease);
+            tokio::time::timeout(timeout, replace).await
+        } else {
+            let metadata = ObjectMeta {
+                name: Some(keys::LEASE_NAME.to_owned()),
+                namespace: Some(keys::NAMESPACE.to_owned()),
+                ..ObjectMeta::default()
+            };
+            let lease = Lease { metadata, spec: Some(spec) };
+            tokio::time::timeout(timeout, self.api.create(&PostParams::default(), &lease)).await
+        };
+        match written {
+            Ok(Ok(lease)) => {
+                let read = self.keep(Some(lease));
+                self.candidate.wrote(read, sent);
+            }
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+                debug!("another controller wrote the leader Lease first");
+            }
+            Ok(Err(err)) => request_failed("writing", &err),
+            Err(_) => warn!(timeout = ?timeout, "writing the leader Lease timed out, retrying"),
+        }
+    }
+
+    /// The Lease to write: its metadata as last seen, preconditioned on `resource_version`.
+    fn lease(&self, spec: LeaseSpec, resource_version: &str) -> Lease {
+        let metadata = ObjectMeta {
+            resource_version: Some(resource_version.to_owned()),
+            managed_fields: None,
+            ..self.meta.clone()
+        };
+        Lease { metadata, spec: Some(spec) }
+    }
+
+    /// Keep the metadata of `lease` (as read or written) for the next write, and say what it
+    /// shows.
+    fn keep(&mut self, lease: Option<Lease>) -> Read {
+        let Some(lease) = lease else { return Read::Absent };
+        let resource_version = lease.metadata.resource_version.clone().unwrap_or_default();
+        self.meta = lease.metadata;
+        Read::Lease { spec: lease.spec.unwrap_or_default(), resource_version }
+    }
+
+    /// Publish the claim the candidate counts, and log and count a change of leadership.
+    fn publish(&mut self) {
+        let leading = self.candidate.is_leading();
+        if leading != self.leading {
+            self.leading = leading;
+            let identity = self.candidate.identity();
+            if leading {
+                info!(%identity, leader = true, "became the autopilot leader");
+            } else {
+                info!(%identity, leader = false, "lost autopilot leadership");
+            }
+            self.gauge.set(i64::from(leading));
+        }
+        self.elector.publish(self.candidate.claim());
+    }
+
+    /// Stop leading, then release the lease if it names this process (preconditioned),
+    /// bounded by [`RELEASE_TIMEOUT`]: a release that fails leaves it to expire.
+    async fn release(&mut self) {
+        self.candidate.step_down();
+        self.publish();
+        let identity = self.candidate.identity().to_owned();
+        let Some((spec, resource_version)) = self.candidate.release_record(jiff::Timestamp::now())
+        else {
+            return;
+        };
+        let lease = self.lease(spec, &resource_version);
+        let params = PostParams::default();
+        let replace = self.api.replace(keys::LEASE_NAME, &params, &lease);
+        match tokio::time::timeout(RELEASE_TIMEOUT, replace).await {
+            Ok(Ok(_)) => info!(%identity, "leader lease released"),
+            Ok(Err(err)) => warn!(
+                error = %err,
+                "releasing the leader lease failed; it expires on its own"
+            ),
+            Err(_) => warn!("releasing the leader lease timed out; it expires on its own"),
+        }
     }
 }
 
-/// Watch the Lease object and send the claim it shows (holder, expiry from when its last
-/// renewal was seen) on every change, until aborted. Watch errors are logged and backed off.
-async fn watch_lease(
-    client: kube::Client,
-    identity: String,
-    timings: Timings,
-    seen: watch::Sender<Option<Claim>>,
-) {
-    let api: Api<Lease> = Api::namespaced(client, keys::NAMESPACE);
+/// Log a failed request to the Lease; a refusal of this controller's credentials says
+/// which RBAC rules it needs.
+fn request_failed(doing: &str, err: &kube::Error) {
+    if matches!(err, kube::Error::Api(status) if status.code == 403) {
+        error!(
+            error = %err,
+            "this controller may not {doing} the leader Lease (see manifests/rbac/controller.yaml); \
+             it does not lead until it may, retrying"
+        );
+    } else {
+        warn!(error = %err, "{doing} the leader Lease failed, retrying");
+    }
+}
+
+/// Watch the Lease object and mark every change on `changed`, until aborted, so a candidate
+/// sees a release or a renewal at once. Watch errors are logged and backed off.
+async fn watch_lease(api: Api<Lease>, changed: watch::Sender<()>) {
     let mut leases = std::pin::pin!(
         kube::runtime::watcher::watch_object(api, keys::LEASE_NAME)
             .backoff(autopilot_shell::retry::WatchBackoff::default())
     );
-    // The renewal last seen, and when: a new claim is dated from when it was first seen.
-    let mut last: Option<(String, Option<MicroTime>, Instant)> = None;
     while let Some(event) = leases.next().await {
-        let lease = match event {
-            Ok(lease) => lease,
+        match event {
+            Ok(_) => changed.send_replace(()),
             Err(err) if is_forbidden(&err) => {
                 error!(
                     error = %err,
                     "this controller may not list and watch the leader Lease (see \
-                     manifests/rbac/controller.yaml); it does not lead until it may, retrying"
+                     manifests/rbac/controller.yaml); it sees changes only every \
+                     --retry-period, retrying"
                 );
-                continue;
             }
-            Err(err) => {
-                warn!(error = %err, "watching the leader Lease failed, retrying");
-                continue;
-            }
-        };
-        let spec = lease.and_then(|lease| lease.spec).unwrap_or_default();
-        let Some(holder) = spec.holder_identity.filter(|holder| !holder.is_empty()) else {
-            last = None;
-            seen.send_replace(None);
-            continue;
-        };
-        // This process's own claim counts only `--renew-deadline` from its last renewal:
-        // a leader that cannot renew stops leading well before another may take over.
-        let duration = if holder == identity {
-            timings.renew_deadline
-        } else {
-            spec.lease_duration_seconds
-                .and_then(|secs| u64::try_from(secs).ok())
-                .map_or(Duration::from_secs(timings.lease_secs), Duration::from_secs)
-        };
-        let renewed = spec.renew_time;
-        let at = match &last {
-            Some((was, when, at)) if *was == holder && *when == renewed => *at,
-            _ => Instant::now(),
-        };
-        seen.send_replace(Some(Claim::renewed(holder.clone(), at, duration)));
-        last = Some((holder, renewed, at));
+            Err(err) => warn!(error = %err, "watching the leader Lease failed, retrying"),
+        }
     }
 }
 
@@ -294,35 +343,6 @@ fn is_forbidden(err: &kube::runtime::watcher::Error) -> bool {
         }
         Error::WatchError(status) => status.code == 403,
         Error::NoResourceVersion => false,
-    }
-}
-
-/// Stop the election task and release the lease, bounded by [`RELEASE_TIMEOUT`].
-async fn release(
-    task: tokio::task::JoinHandle<kube_lease_manager::LeaseManager>,
-    identity: &str,
-) -> anyhow::Result<()> {
-    let released = tokio::time::timeout(RELEASE_TIMEOUT, async {
-        let manager = task.await.context("leader election task panicked")?;
-        manager.release().await.context("releasing the leader lease")
-    })
-    .await;
-    match released {
-        Ok(Ok(())) => {
-            info!(%identity, "leader lease released");
-            Ok(())
-        }
-        Ok(Err(err)) => {
-            warn!(
-                error = format!("{err:#}"),
-                "releasing the leader lease failed; it expires on its own"
-            );
-            Ok(())
-        }
-        Err(_) => {
-            warn!("releasing the leader lease timed out; it expires on its own");
-            Ok(())
-        }
     }
 }
 
@@ -376,19 +396,20 @@ mod tests {
     }
 
     #[test]
-    fn the_defaults_renew_every_two_seconds_and_lead_ten_seconds_without_a_renewal() {
+    fn the_defaults_lease_fifteen_seconds_renew_every_two_and_lead_ten_without_a_renewal() {
         let timings = Timings::new(secs(15), secs(10), secs(2)).unwrap();
-        assert_eq!(timings.lease_secs, 15);
-        // The lease library renews `grace` seconds before expiry: 2 s after each renewal.
-        assert_eq!(timings.lease_secs - timings.grace_secs, 2);
+        assert_eq!(timings.lease_duration(), secs(15));
         assert_eq!(timings.renew_deadline, secs(10));
         assert_eq!(timings.retry_period, secs(2));
     }
 
     #[test]
-    fn the_renewal_period_is_rounded_up_to_whole_seconds() {
-        let timings = Timings::new(secs(6), secs(4), Duration::from_millis(1500)).unwrap();
-        assert_eq!(timings.lease_secs - timings.grace_secs, 2);
+    fn the_lease_duration_is_rounded_up_to_whole_seconds_and_the_periods_are_kept() {
+        let timings =
+            Timings::new(Duration::from_millis(5500), secs(4), Duration::from_millis(1500))
+                .unwrap();
+        assert_eq!(timings.lease_duration(), secs(6));
+        assert_eq!(timings.retry_period, Duration::from_millis(1500));
     }
 
     #[test]
@@ -405,8 +426,5 @@ mod tests {
         assert!(err.to_string().contains("--lease-duration must be at least 2s"), "{err}");
         let err = Timings::new(secs(15), secs(10), Duration::ZERO).unwrap_err();
         assert!(err.to_string().contains("--retry-period must be greater than zero"), "{err}");
-        let err = Timings::new(secs(3), Duration::from_millis(2900), Duration::from_millis(2500))
-            .unwrap_err();
-        assert!(err.to_string().contains("rounded up to whole seconds (3s)"), "{err}");
     }
 }
