@@ -6,7 +6,6 @@
 //! deadline, and the plan completes.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
@@ -25,15 +24,6 @@ const FAILOVER: Duration = Duration::from_secs(30);
 
 /// How far ahead the new leader's clock runs.
 const AHEAD: &str = "+3h";
-
-/// Debian's libfaketime (package `faketime`), for `LD_PRELOAD`.
-fn libfaketime() -> PathBuf {
-    let found = ["x86_64-linux-gnu", "aarch64-linux-gnu"]
-        .iter()
-        .map(|triple| PathBuf::from(format!("/usr/lib/{triple}/faketime/libfaketime.so.1")))
-        .find(|path| path.is_file());
-    found.expect("libfaketime (Debian package faketime; .ci/run installs it)")
-}
 
 #[tokio::test]
 async fn a_new_leader_with_a_clock_hours_ahead_fails_no_node_in_flight() {

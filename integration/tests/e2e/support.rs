@@ -411,6 +411,18 @@ pub fn target<'a>(plan: &'a Plan, i: usize, name: &str) -> &'a TargetStatus {
 /// The flag that keeps a node's real update agent off (the responder answers instead).
 pub const NO_AGENT: &str = "--disable-update-agent";
 
+/// Debian's libfaketime (package `faketime`), for `LD_PRELOAD`: a process started with it and
+/// `FAKETIME=+3h` (or `-1h`) reads a wall clock that far off.
+pub fn libfaketime() -> std::path::PathBuf {
+    let found = ["x86_64-linux-gnu", "aarch64-linux-gnu"]
+        .iter()
+        .map(|triple| {
+            std::path::PathBuf::from(format!("/usr/lib/{triple}/faketime/libfaketime.so.1"))
+        })
+        .find(|path| path.is_file());
+    found.expect("libfaketime (Debian package faketime; .ci/run installs it)")
+}
+
 /// The flags of a controller that is also a real worker ([`FleetBuilder::real_controllers`]):
 /// a kubelet owns its Node, so the controller runs the worker's agent without registering
 /// the Node itself.
