@@ -22,6 +22,7 @@
 //! - [`snapshot`]: how the engine sees watched Nodes, ControlNodes and Pods.
 //! - [`updater`]: when to check the update server, which release, which Plan.
 //! - [`yaml`]: the one set of rules every YAML input is read with.
+//! - [`term`]: from when a leader counts a deadline that began before its takeover.
 
 pub mod agent;
 pub mod authorize;
@@ -33,6 +34,7 @@ pub mod post_update;
 pub mod preflight;
 pub mod snapshot;
 pub mod steer;
+pub mod term;
 pub mod trial;
 pub mod updater;
 pub mod yaml;

@@ -371,14 +371,15 @@ impl<'a> Inputs<'a> {
     /// How long since `time` on this leader's clock, counted at most from when its term
     /// began ([`Observed::term_started`]): after a leader change, every deadline, soak and
     /// retry runs afresh from the takeover, so a clock ahead of the earlier leader's ends
-    /// none of them early.
+    /// none of them early, and one behind it (the earlier leader's times in this leader's
+    /// future) holds none longer than its own length past the takeover
+    /// ([`crate::term::counted_from`]).
     pub(in crate::plan) fn elapsed_since(&self, time: Timestamp) -> jiff::SignedDuration {
-        self.now.duration_since(self.counted_from(time))
-    }
-
-    /// `time`, or when this leader's term began if that is later.
-    pub(in crate::plan) fn counted_from(&self, time: Timestamp) -> Timestamp {
-        self.observed.term_started.map_or(time, |started| time.max(started))
+        self.now.duration_since(crate::term::counted_from(
+            time,
+            self.observed.term_started,
+            self.now,
+        ))
     }
 
     /// Every object of a kind, by name.

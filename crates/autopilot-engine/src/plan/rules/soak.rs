@@ -31,7 +31,8 @@ pub(in crate::plan) enum Soak<'t> {
 /// The soak of `soak` over `nodes` (the targets that soak, as the status lists them), each
 /// of which must stay Ready (its object in `objects`): it started when the last of them
 /// changed state (the leader's own clock, kept in the status), or when this leader's term
-/// began (`term_started`) if that is later, and `now` is the pass's time (`stamp`, in whole
+/// began (`term_started`) if that is later or in this leader's future
+/// ([`crate::term::counted_from`]), and `now` is the pass's time (`stamp`, in whole
 /// seconds, stands in for a start not recorded yet).
 pub(in crate::plan) fn clock<'t>(
     soak: Duration,
@@ -47,7 +48,7 @@ pub(in crate::plan) fn clock<'t>(
         return Soak::NotReady(target);
     }
     let since = nodes.iter().map(|t| t.last_updated_timestamp.0).max().unwrap_or(stamp);
-    let since = term_started.map_or(since, |started| since.max(started));
+    let since = crate::term::counted_from(since, term_started, now);
     let remaining = jiff::SignedDuration::try_from(soak)
         .ok()
         .and_then(|soak| soak.checked_sub(now.duration_since(since)));

@@ -50,6 +50,30 @@ fn a_new_leader_with_a_clock_hours_ahead_counts_deadlines_from_its_takeover() {
 }
 
 #[test]
+fn a_new_leader_with_a_clock_hours_behind_counts_deadlines_from_its_takeover() {
+    let mut sim = one_airgap_worker();
+    sim.pass();
+    sim.cluster(|c| c.reports(Node, "w1", SignalPhase::Downloading));
+    sim.pass();
+    // A new leader takes over whose clock runs three hours behind the one that recorded the
+    // node's last progress: that time lies in its future, and counts from its takeover, not
+    // from three hours on.
+    sim.cluster(|c| c.earlier(minutes(180)).new_leader());
+    let t = sim.pass();
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalSent);
+    assert_eq!(t.requeue, Requeue::After(minutes(15)));
+    sim.cluster(|c| c.later(minutes(15) - Duration::from_secs(1)));
+    let t = sim.pass();
+    assert_eq!(sim.plan.target_state(0, "w1"), TargetState::SignalSent);
+    assert_eq!(t.requeue, Requeue::After(Duration::from_secs(1)));
+    sim.cluster(|c| c.later(Duration::from_secs(1)));
+    sim.pass();
+    let target = sim.plan.target(0, "w1");
+    assert_eq!(target.state, TargetState::SignalApplyFailed);
+    assert_eq!(target.reason.as_deref(), Some("no progress in Downloading for 15m"));
+}
+
+#[test]
 fn a_worker_without_progress_fails_when_its_deadline_runs_out() {
     let mut sim = one_airgap_worker();
     sim.pass();

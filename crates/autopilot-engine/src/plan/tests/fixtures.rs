@@ -382,6 +382,12 @@ impl ClusterFixture {
         self
     }
 
+    /// The clock set back by `by` (a new leader whose clock runs behind the earlier one's).
+    pub fn earlier(mut self, by: Duration) -> Self {
+        self.now -= jiff::SignedDuration::try_from(by).expect("small duration");
+        self
+    }
+
     pub fn later(mut self, by: Duration) -> Self {
         self.now += jiff::SignedDuration::try_from(by).expect("small duration");
         self

@@ -278,6 +278,23 @@ fn canaries_go_first_and_the_others_wait_for_the_soak() {
 }
 
 #[test]
+fn a_new_leader_with_a_clock_hours_behind_soaks_the_canaries_from_its_takeover() {
+    let (plan, cluster) = airgap_workers(["w1", "w2"]);
+    let mut sim = Sim::new(plan.concurrent(2).canary(1, Some("5m")), cluster);
+    sim.pass();
+    sim.cluster(|c| c.later(minutes(1)).reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    // The soak started on a clock three hours ahead of the new leader's: it soaks for its
+    // own five minutes from the takeover, not three hours more.
+    sim.cluster(|c| c.earlier(minutes(180)).new_leader());
+    let t = sim.pass();
+    assert!(signalled(&t).is_empty(), "still soaking");
+    assert_eq!(t.requeue, Requeue::After(minutes(5)));
+    sim.cluster(|c| c.later(minutes(5)));
+    assert_eq!(names(signalled(&sim.pass())), ["w2"], "the soak passed");
+}
+
+#[test]
 fn a_canary_not_ready_during_the_soak_ends_the_command_with_nobody_else_touched() {
     let (plan, cluster) = airgap_workers(["w1", "w2", "w3"]);
     let mut sim = Sim::new(plan.concurrent(3).canary(1, Some("5m")), cluster);
