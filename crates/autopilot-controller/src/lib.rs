@@ -60,20 +60,21 @@ pub struct Args {
     #[arg(long)]
     pub enable_worker: bool,
 
-    /// How long a leader's claim on the lease is valid without renewal: after the leader
-    /// is killed, another controller takes over this long after its last renewal.
+    /// How long a leader's claim on the lease is valid without renewal (whole seconds):
+    /// after the leader is killed, another controller takes over this long after it saw the
+    /// last renewal land, counted on its own clock.
     #[arg(long, default_value = "15s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub lease_duration: Duration,
 
     /// How long the leader goes on leading when it cannot renew its claim (the API server
-    /// unreachable): it stops acting as the leader this long after its last renewal, before
-    /// the claim runs out for the others. Longer than `--retry-period`, shorter than
-    /// `--lease-duration`.
+    /// unreachable): it steps down this long after it sent its last renewal that got
+    /// through, before the claim runs out for the others. Longer than `--retry-period`,
+    /// shorter than `--lease-duration`.
     #[arg(long, default_value = "10s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub renew_deadline: Duration,
 
-    /// How often the leader renews its claim (in whole seconds), and how long any
-    /// controller waits before trying a failed lease operation again.
+    /// How often every controller reads the lease and the leader renews its claim, and how
+    /// long any controller waits before trying a failed lease operation again.
     #[arg(long, default_value = "2s", value_parser = autopilot_api::duration::parse, value_name = "DURATION")]
     pub retry_period: Duration,
 
