@@ -583,9 +583,12 @@ pub trait Host {
         signature: &SignatureSource,
     ) -> Result<()>;
 
-    /// Moves the staged binary over the live one (same directory, `rename(2)`). The live
-    /// one is kept as `k0s.prev` only if it is proven (it is the binary this process runs);
-    /// an unproven live binary (swapped in, never run) is replaced and `k0s.prev` stays.
+    /// Moves the staged binary over the live one (same directory, `rename(2)`). What
+    /// happens to the live one is [`what_the_swap_keeps`]: kept as `k0s.prev` if it is
+    /// proven (it is the binary this process runs); when the staged binary has `k0s.prev`'s
+    /// very bytes (a fleet rollback, or a run back to that version), `k0s.prev` stays the
+    /// fallback and the live one is kept as `k0s.rejected`, mode 0644, never run again; an
+    /// unproven live binary (swapped in, never run) is replaced and `k0s.prev` stays.
     /// Without a staged binary: nothing to do (already swapped).
     fn swap_binary(&self) -> Result<()>;
 
@@ -701,11 +704,56 @@ pub fn judge_previous(
     }
 }
 
+/// What a swap does with the live binary it replaces (see [`what_the_swap_keeps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwapKeeps {
+    /// Nothing: the live binary never ran here (swapped in by an earlier signal), so it is
+    /// no fallback; `k0s.prev` stays.
+    Nothing,
+    /// The live binary becomes `k0s.prev`: it is the proven one this process runs.
+    LiveAsPrevious,
+    /// `k0s.prev` stays the fallback (the staged binary is its very bytes: a fleet rollback,
+    /// or a run back to that version), and the live binary, the version moved away from, is
+    /// kept as `k0s.rejected`, not executable: nothing (the units' `k0s.prev
+    /// post-update-guard` included) runs it again.
+    LiveRejected,
+}
+
+/// What the swap keeps of the live binary: whether it is the binary this process runs
+/// (`live_runs`), whether the staged binary has `k0s.prev`'s bytes (`staged_is_previous`),
+/// and whether the live binary has them too (`live_is_previous`: a reinstall of the same
+/// bytes, nothing is moved away from).
+pub fn what_the_swap_keeps(
+    live_runs: bool,
+    staged_is_previous: bool,
+    live_is_previous: bool,
+) -> SwapKeeps {
+    match (live_runs, staged_is_previous && !live_is_previous) {
+        (false, _) => SwapKeeps::Nothing,
+        (true, true) => SwapKeeps::LiveRejected,
+        (true, false) => SwapKeeps::LiveAsPrevious,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const V2: &str = "v1.35.1+k0s.0";
+
+    #[test]
+    fn a_swap_back_to_k0s_prev_keeps_it_as_the_fallback_and_rejects_the_live_binary() {
+        // A fleet rollback: the staged binary is a copy of `k0s.prev`.
+        assert_eq!(what_the_swap_keeps(true, true, false), SwapKeeps::LiveRejected);
+        // Any other update keeps the proven live binary as the fallback.
+        assert_eq!(what_the_swap_keeps(true, false, false), SwapKeeps::LiveAsPrevious);
+        // A reinstall of `k0s.prev`'s bytes over the same bytes moves nothing away.
+        assert_eq!(what_the_swap_keeps(true, true, true), SwapKeeps::LiveAsPrevious);
+        // A live binary that never ran here is no fallback and is not kept.
+        for (staged, live) in [(true, false), (false, false), (true, true)] {
+            assert_eq!(what_the_swap_keeps(false, staged, live), SwapKeeps::Nothing);
+        }
+    }
 
     #[test]
     fn a_staged_file_is_taken_only_if_a_key_trusted_now_verified_it() {

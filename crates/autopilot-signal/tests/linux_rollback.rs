@@ -159,9 +159,43 @@ async fn a_k0s_rollback_runs_to_completion_on_a_real_disk() {
     );
     assert_eq!(running, "v1");
     assert_eq!(std::fs::read(node.host.live_path()).expect("live"), OLD);
-    // The swap keeps the binary it replaced, as after any update.
-    assert_eq!(std::fs::read(node.host.previous_path()).expect("prev"), NEW);
-    assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev"]);
+    // The fallback stays the proven binary the node runs again; the version rolled back is
+    // kept to look at and can never run (the units run `k0s.prev post-update-guard`).
+    assert_eq!(std::fs::read(node.host.previous_path()).expect("prev"), OLD);
+    assert_eq!(mode(&node.host.previous_path()), 0o755);
+    assert_eq!(std::fs::read(node.host.rejected_path()).expect("rejected"), NEW);
+    assert_eq!(mode(&node.host.rejected_path()), 0o644, "the rejected binary has no execute bit");
+    assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev", "k0s.rejected"]);
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn a_swap_back_to_k0s_prev_killed_after_any_step_ends_with_the_rejected_binary_not_executable()
+ {
+    // Killed after linking the live binary aside, before the rename: the next swap starts
+    // over; the link, still the live binary, is never made non-executable.
+    let node = Node::new(Some(OLD));
+    std::fs::copy(node.host.previous_path(), node.host.staged_path()).expect("staged");
+    std::fs::hard_link(node.host.live_path(), node.bin().join("k0s.rejected.new")).expect("link");
+    node.host.swap_binary().expect("swapped");
+    assert_eq!(std::fs::read(node.host.live_path()).expect("live"), OLD);
+    assert_eq!(mode(&node.host.live_path()), 0o755);
+    assert_eq!(std::fs::read(node.host.previous_path()).expect("prev"), OLD);
+    assert_eq!(mode(&node.host.rejected_path()), 0o644);
+    assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev", "k0s.rejected"]);
+
+    // Killed after the rename, before the rejected binary was made non-executable: the next
+    // swap (nothing staged any more) finishes it.
+    let node = Node::new(Some(OLD));
+    std::fs::rename(node.host.live_path(), node.bin().join("k0s.rejected.new")).expect("aside");
+    std::fs::copy(node.host.previous_path(), node.host.live_path()).expect("live");
+    node.host.swap_binary().expect("finished");
+    assert_eq!(std::fs::read(node.host.rejected_path()).expect("rejected"), NEW);
+    assert_eq!(mode(&node.host.rejected_path()), 0o644);
+    assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev", "k0s.rejected"]);
 }
 
 #[tokio::test]

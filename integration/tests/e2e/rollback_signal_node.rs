@@ -7,7 +7,8 @@
 //! pods; the drain is recorded in the status before `ApplyingUpdate`, as the leader does).
 //!
 //! The worker copies its `k0s.prev` into place with no download, self-tests it for the
-//! version it ran before the run, trial-boots it, swaps it in (keeping v2 as `k0s.prev`),
+//! version it ran before the run, trial-boots it, swaps it in (`k0s.prev` stays v1, the
+//! proven fallback; v2 is kept as `k0s.rejected`, mode 0644, so nothing runs it again),
 //! re-executes into it and completes. A rollback to a version `k0s.prev` does not run fails
 //! before the node is cordoned, with both versions in the reason.
 
@@ -213,7 +214,16 @@ async fn a_worker_rolls_its_run_back_to_k0s_prev_without_a_download() {
         worker.log_tail(40)
     );
     assert_eq!(std::fs::read(worker.binary_path()).unwrap(), v1_bytes, "v1 is live again");
-    assert_eq!(std::fs::read(&prev).unwrap(), v2_bytes, "the swap kept v2 as k0s.prev");
+    // The fallback is the proven v1, and the rejected v2 can never run again: the units run
+    // `k0s.prev post-update-guard` as root before every start.
+    assert_eq!(std::fs::read(&prev).unwrap(), v1_bytes, "k0s.prev stays the proven v1");
+    let rejected = worker.binary_path().with_file_name("k0s.rejected");
+    assert_eq!(std::fs::read(&rejected).unwrap(), v2_bytes, "v2 kept as k0s.rejected");
+    let mode = {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(&rejected).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode, 0o644, "the rejected v2 has no execute bit");
     assert!(!staged.exists());
     let log = worker.log_after(mark);
     assert!(log.contains("StagePrevious"), "k0s.prev was staged:\n{log}");

@@ -13,8 +13,8 @@ use sha2::{Digest as _, Sha256};
 
 use super::{
     BundleRecord, FileId, HostError, Observed, RestartMarker, RestartState, Result, SignalKey,
-    SignatureSource, StagedBundle, StagedRecord, TrialState, WatchRecord, WatchStart, WatchState,
-    expected_sha256, judge_previous, judge_self_test,
+    SignatureSource, StagedBundle, StagedRecord, SwapKeeps, TrialState, WatchRecord, WatchStart,
+    WatchState, expected_sha256, judge_previous, judge_self_test, what_the_swap_keeps,
 };
 use crate::download::{DownloadConfig, Downloader, Target, parent_dir, sync_dir};
 use crate::host::Host;
@@ -413,6 +413,47 @@ impl LinuxHost {
         let mut name = self.live.file_name().unwrap_or_default().to_os_string();
         name.push(suffix);
         parent_dir(&self.live).join(name)
+    }
+
+    /// Where the binary a fleet rollback moved away from is kept, not executable.
+    pub fn rejected_path(&self) -> PathBuf {
+        self.sibling(".rejected")
+    }
+
+    /// Links the live binary as `to` (a copy where links are not possible), replacing
+    /// whatever `to` held; nothing when there is no live binary.
+    fn link_live_as(&self, to: &Path) -> Result<()> {
+        remove_if_present(to)?;
+        match std::fs::hard_link(&self.live, to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(_) => std::fs::copy(&self.live, to)
+                .map(drop)
+                .map_err(|e| HostError::io("copying the live binary to", to, e)),
+        }
+    }
+
+    /// Ends a swap that moved away from the live binary ([`SwapKeeps::LiveRejected`]):
+    /// `k0s.rejected.new` is made non-executable (0644) and renamed to `k0s.rejected`. A
+    /// link that is still the live binary or `k0s.prev` (a swap killed before its rename)
+    /// is only removed: nothing that runs is ever made non-executable. Idempotent.
+    fn finish_rejected(&self) -> Result<()> {
+        let rejected_new = self.sibling(".rejected.new");
+        let Ok(meta) = std::fs::metadata(&rejected_new) else { return Ok(()) };
+        let same = |path: &Path| {
+            std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()))
+        };
+        if same(&self.live) || same(&self.previous_path()) {
+            return remove_if_present(&rejected_new);
+        }
+        std::fs::set_permissions(&rejected_new, std::fs::Permissions::from_mode(0o644)).map_err(
+            |e| HostError::io("making the rejected binary not executable", &rejected_new, e),
+        )?;
+        let rejected = self.rejected_path();
+        std::fs::rename(&rejected_new, &rejected)
+            .map_err(|e| HostError::io("keeping the rejected binary as", &rejected, e))?;
+        sync_dir(&parent_dir(&self.live))?;
+        Ok(())
     }
 
     /// Moves the staged binary aside as `k0s.refused` if the restart marker says it was
@@ -817,43 +858,48 @@ impl Host for LinuxHost {
                     .and_then(|()| file.sync_all())
                     .map_err(|e| HostError::io("making executable", &staged, e))?;
             }
-            // Already swapped by an earlier attempt.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            // Already swapped by an earlier attempt (which may have been killed before it
+            // made the rejected binary non-executable).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return self.finish_rejected(),
             Err(e) => return Err(HostError::io("opening", &staged, e)),
         }
-        // Keep the previous binary if it is proven (the one this process runs): link it
-        // under a temp name, then rename that over `k0s.prev`, so `k0s.prev` is always
-        // complete too. While the staged file exists the live binary is still the old one,
-        // so repeating this is harmless. An unproven live binary (swapped in by an earlier
-        // signal and never run) must not displace the last good copy.
+        // While the staged file exists the live binary is still the old one, so repeating
+        // any of this is harmless.
         let live_identity = std::fs::metadata(&self.live).ok().map(|m| (m.dev(), m.ino()));
-        if live_identity.is_none() || live_identity != self.running {
-            std::fs::rename(&staged, &self.live)
-                .map_err(|e| HostError::io("renaming the staged binary to", &self.live, e))?;
-            sync_dir(&dir)?;
-            return remove_if_present(&self.staged_record_path());
-        }
-        let previous = self.previous_path();
-        let mut name = previous.file_name().unwrap_or_default().to_os_string();
-        name.push(".new");
-        let previous_new = dir.join(name);
-        remove_if_present(&previous_new)?;
-        match std::fs::hard_link(&self.live, &previous_new) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(_) => {
-                std::fs::copy(&self.live, &previous_new)
-                    .map_err(|e| HostError::io("copying the live binary to", &previous_new, e))?;
+        let live_runs = live_identity.is_some() && live_identity == self.running;
+        let keeps = if live_runs {
+            let previous = sha256_file(&self.previous_path())?;
+            let is_previous = |path: &Path| -> Result<bool> {
+                Ok(previous.is_some() && sha256_file(path)? == previous)
+            };
+            what_the_swap_keeps(true, is_previous(&staged)?, is_previous(&self.live)?)
+        } else {
+            what_the_swap_keeps(false, false, false)
+        };
+        match keeps {
+            // An unproven live binary (swapped in by an earlier signal and never run) must
+            // not displace the last good copy.
+            SwapKeeps::Nothing => {}
+            // Keep the proven binary (the one this process runs): link it under a temp
+            // name, then rename that over `k0s.prev`, so `k0s.prev` is always complete too.
+            SwapKeeps::LiveAsPrevious => {
+                let previous = self.previous_path();
+                let previous_new = self.sibling(".prev.new");
+                self.link_live_as(&previous_new)?;
+                if previous_new.exists() {
+                    std::fs::rename(&previous_new, &previous)
+                        .map_err(|e| HostError::io("renaming to", &previous, e))?;
+                }
             }
-        }
-        if previous_new.exists() {
-            std::fs::rename(&previous_new, &previous)
-                .map_err(|e| HostError::io("renaming to", &previous, e))?;
+            // `k0s.prev` stays the fallback; the live binary is linked aside, to be made
+            // non-executable once it is no longer live (`finish_rejected`).
+            SwapKeeps::LiveRejected => self.link_live_as(&self.sibling(".rejected.new"))?,
         }
         std::fs::rename(&staged, &self.live)
             .map_err(|e| HostError::io("renaming the staged binary to", &self.live, e))?;
         sync_dir(&dir)?;
-        remove_if_present(&self.staged_record_path())
+        remove_if_present(&self.staged_record_path())?;
+        self.finish_rejected()
     }
 
     fn prepare_restart(&self, signal: &SignalKey) -> Result<()> {
