@@ -99,6 +99,11 @@ pub const ANNOTATION_API_ADDRESS: &str = "autopilot.k0sproject.io/api-address";
 /// publish it in ControlNode `status.k0sVersion`).
 pub const ANNOTATION_K0S_VERSION: &str = "autopilot.k0sproject.io/k0s-version";
 
+/// Node/ControlNode annotation the new binary writes on its own object during its
+/// post-update watch (a token naming the watch), and reads back with a quorum read: the
+/// write of its own that proves it after the update (ours).
+pub const ANNOTATION_POST_UPDATE_PROOF: &str = "autopilot.k0sproject.io/post-update-proof";
+
 /// Node/ControlNode annotation where a node publishes the ids of the keys it requires on
 /// `k0supdate` payloads (comma-separated, `--payload-keys`), so NewPlan and `preview` refuse
 /// a plan without a signature for it up front (ours). The node enforces the rule itself;

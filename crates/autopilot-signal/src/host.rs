@@ -200,9 +200,10 @@ pub struct WatchRecord {
     /// How long it lasts, in seconds (`--post-update-watch`), counting only time while the
     /// API server answered.
     pub window_secs: u64,
-    /// How long, in seconds, the new binary has run while the API server answered, over all
-    /// its starts: counted by the running binary and recorded every few seconds. Absent in
-    /// a marker of a version that counted the wall clock (then nothing was counted yet).
+    /// How long, in seconds, the new binary has run while its quorum reads of its own object
+    /// succeeded (the datastore answered), over all its starts: counted by the running
+    /// binary and recorded every few seconds. Absent in a marker of a version that counted
+    /// the wall clock (then nothing was counted yet).
     #[serde(default)]
     pub answered_secs: u64,
     /// The version of the proven binary (kept as `k0s.prev`), which a rollback puts back.
@@ -223,6 +224,11 @@ pub struct WatchRecord {
     pub abnormal_exits: u32,
     /// Its last start has not stopped cleanly (yet).
     pub running: bool,
+    /// The guard (`k0s.prev post-update-guard`) counted the start that follows it, and the
+    /// new binary has not taken it up yet: it dies (or hangs until the watchdog kills it)
+    /// before it records anything, and the exit is still counted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted: bool,
     /// Where the watch stands.
     pub state: WatchState,
 }
@@ -278,6 +284,7 @@ impl WatchRecord {
             starts: self.starts,
             abnormal_exits: self.abnormal_exits,
             running: self.running,
+            counted: self.counted,
             state: match &self.state {
                 WatchState::Watching => State::Watching,
                 WatchState::Proven { .. } => State::Proven,

@@ -357,6 +357,35 @@ impl Component for UpdateAgent {
     }
 }
 
+/// Runs the post-update watch of this new binary, if it is under one, against its own
+/// object (named `own`, read and written with the node's client); returns only after a
+/// rollback, with why (then the process restarts into the binary put back).
+async fn watch_until_rolled_back(
+    watching: Option<post_update::Watching>,
+    healthy: autopilot_shell::health::Health,
+    (client, own): (kube::Client, String),
+    on: AgentOn,
+    own_api_server: bool,
+) -> String {
+    if let Some(watching) = watching {
+        let watched = match on {
+            AgentOn::Worker => {
+                watching.run(healthy, post_update::OwnObject::<Node>::new(client, own)).await
+            }
+            AgentOn::Controller { .. } => {
+                let store = post_update::OwnObject::<ControlNode>::new(client, own);
+                let store = if own_api_server { store.counting_without_reads() } else { store };
+                watching.run(healthy, store).await
+            }
+        };
+        match watched {
+            post_update::Watched::RolledBack { why } => return why,
+            post_update::Watched::Over => {}
+        }
+    }
+    std::future::pending::<String>().await
+}
+
 /// A started update agent.
 struct Acting {
     on: AgentOn,
@@ -425,23 +454,15 @@ impl Running for Acting {
                 }
                 None => watch_health,
             };
-            let watch_client = client.clone();
             // The watch of this new binary, if it is under one: it ends the run only with a
             // rollback (then the process restarts into the binary put back).
-            let rolled_back = async move {
-                if let Some(watching) = watching {
-                    let watched = if own_api_server {
-                        watching.run_with(healthy, || async { true }).await
-                    } else {
-                        watching.run(healthy, watch_client).await
-                    };
-                    match watched {
-                        post_update::Watched::RolledBack { why } => return why,
-                        post_update::Watched::Over => {}
-                    }
-                }
-                std::future::pending::<String>().await
-            };
+            let rolled_back = watch_until_rolled_back(
+                watching,
+                healthy,
+                (client.clone(), agent.name.clone()),
+                on,
+                own_api_server,
+            );
             let acting = async {
                 match on {
                     AgentOn::Worker => {

@@ -4,18 +4,24 @@
 //! A passed trial boot swaps the new binary in and records a [`WatchRecord`] in the restart
 //! marker (`crate::trial`). From then on, for `--post-update-watch`:
 //! - [`guard`] (`k0s.prev post-update-guard`, the units' `ExecStartPre`, run from the proven
-//!   binary) puts `k0s.prev` back before the new binary starts once it has exited abnormally
-//!   three times, or once the window is over without a proof;
-//! - the window counts only time while the API server answered, as the running new binary
-//!   counted it (it asks every few seconds and records the count in the marker): an outage
-//!   proves nothing, so it never ends a window and never rolls a node back;
-//! - [`at_start`] (first thing in `k0s worker` / `k0s controller`) counts the new binary's
-//!   starts, and the abnormal exit of a start that never stopped cleanly (so a node without
-//!   the guard is covered too), or finds that the proven binary runs again after a rollback
-//!   and must report it;
+//!   binary: the witness outside the binary under test) counts each start of the new binary
+//!   before it is made, and the abnormal exit of the start before it; it puts `k0s.prev`
+//!   back before the new binary starts once it has exited abnormally three times (crashed,
+//!   or killed by the units' watchdog because it hung), or once the window is over without
+//!   a proof. A new binary that dies or hangs before it records anything is counted so;
+//! - the window counts only time in which a quorum read of the node's own object (a request
+//!   that needs the datastore, made with the node's own identity) succeeded, as the running
+//!   new binary counted it (it reads every few seconds and records the count in the marker):
+//!   an outage of the API server or of etcd proves nothing, so it never ends a window and
+//!   never rolls a node back;
+//! - [`at_start`] (first thing in `k0s worker` / `k0s controller`) takes up the start the
+//!   guard counted, or counts it itself, with the abnormal exit of a start that never
+//!   stopped cleanly (so a node without the guard is covered too), or finds that the proven
+//!   binary runs again after a rollback and must report it;
 //! - [`Watching::run`] (in the running new binary) proves it after 60 s healthy in a row
 //!   (its update agent holds an established watch of its own object, see [`Established`],
-//!   and the API server answers), or rolls back itself when the window ends first;
+//!   and its quorum reads succeed) and a write of its own on that object that a quorum read
+//!   sees back ([`Datastore`]), or rolls back itself when the window ends first;
 //! - [`stopped_cleanly`] records a clean stop (SIGTERM, or an exit for a restart).
 //!
 //! A rollback is crash-safe like a swap: the marker records it first, then [`finish`] links
@@ -45,9 +51,12 @@ pub const MARKER_FILE: &str = "autopilot-restart.json";
 /// How often the running new binary looks at its health and the window.
 const TICK: Duration = Duration::from_secs(1);
 
-/// How often the running new binary asks the API server whether it answers: time counts
-/// against the window only after an answer.
+/// How often the running new binary reads its own object with a quorum read: time counts
+/// against the window only after such a read succeeded.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long one request to the datastore may take before it counts as failed.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How often the running new binary records in the marker the time it counted while the API
 /// server answered (a crash loses at most this much of the count: the window only gets
@@ -116,8 +125,15 @@ pub fn now() -> i64 {
 /// What [`guard`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Guarded {
-    /// Nothing to do (no marker, no watch, or no rollback due).
+    /// Nothing to do (no marker, no watch, or no watch in progress).
     Nothing,
+    /// The start that follows is counted (no rollback due).
+    Counted {
+        /// How many starts of the new binary, this one included.
+        starts: u32,
+        /// How many of its runs ended abnormally so far.
+        abnormal_exits: u32,
+    },
     /// `k0s.prev` is live again.
     RolledBack {
         /// Why.
@@ -132,12 +148,17 @@ pub enum Guarded {
     },
 }
 
-/// The guard before a start (`k0s.prev post-update-guard`): puts `k0s.prev` back when the
-/// watch says so; finishes a rollback a killed process left half done. Safe without a
-/// marker, a watch or a `k0s.prev` (then it does nothing). Idempotent.
+/// The guard before a start (`k0s.prev post-update-guard`): counts the start of the new
+/// binary under watch (and the abnormal exit of the one before), puts `k0s.prev` back when
+/// the watch says so; finishes a rollback a killed process left half done. Safe without a
+/// marker, a watch or a `k0s.prev` (then it does nothing). Run once per start.
 pub fn guard(files: &Files, now: i64) -> anyhow::Result<Guarded> {
     let Some((marker, watch)) = files.read()? else { return Ok(Guarded::Nothing) };
     match decide(&watch.view(), Caller::Guard) {
+        Verdict::RecordStart { abnormal_exit } => {
+            let counted = record_start(files, marker, abnormal_exit, true)?;
+            Ok(Guarded::Counted { starts: counted.starts, abnormal_exits: counted.abnormal_exits })
+        }
         Verdict::RollBack { reason, why } => {
             if !roll_back(files, marker, reason, &why, now)? {
                 Ok(Guarded::Nothing)
@@ -149,7 +170,8 @@ pub fn guard(files: &Files, now: i64) -> anyhow::Result<Guarded> {
         }
         Verdict::Nothing
         | Verdict::KeepWatching
-        | Verdict::RecordStart { .. }
+        | Verdict::Counted
+        | Verdict::WriteProof
         | Verdict::Proven
         | Verdict::Report => {
             finish(files, &watch)?;
@@ -206,21 +228,17 @@ pub fn at_start(files: &Files, version: &str, now: i64) -> anyhow::Result<AtStar
     };
     match decide(&watch.view(), caller) {
         Verdict::RecordStart { abnormal_exit } => {
-            let since = watch.since;
-            let mut counted = watch.clone();
-            files.write(marker, |w| {
-                w.starts += 1;
-                w.abnormal_exits += u32::from(abnormal_exit);
-                w.running = true;
-                counted = w.clone();
-            })?;
+            record_start(files, marker, abnormal_exit, false)?;
+            Ok(AtStart::Watched(Watching { files: files.clone(), since: watch.since }))
+        }
+        Verdict::Counted => {
+            files.write(marker, |w| w.counted = false)?;
             info!(
-                starts = counted.starts,
-                abnormal_exits = counted.abnormal_exits,
-                window = %autopilot_api::duration::format(Duration::from_secs(counted.window_secs)),
-                "the new binary is watched after the update"
+                starts = watch.starts,
+                abnormal_exits = watch.abnormal_exits,
+                "the new binary is watched after the update (this start counted by the guard)"
             );
-            Ok(AtStart::Watched(Watching { files: files.clone(), since }))
+            Ok(AtStart::Watched(Watching { files: files.clone(), since: watch.since }))
         }
         Verdict::RollBack { reason, why } => {
             if roll_back(files, marker, reason, &why, now)? {
@@ -242,13 +260,40 @@ pub fn at_start(files: &Files, version: &str, now: i64) -> anyhow::Result<AtStar
             }
             WatchState::Watching | WatchState::Proven { .. } => Ok(AtStart::Nothing),
         },
-        Verdict::Nothing | Verdict::KeepWatching | Verdict::Proven => {
+        Verdict::Nothing | Verdict::KeepWatching | Verdict::WriteProof | Verdict::Proven => {
             if let Err(err) = finish(files, &watch) {
                 warn!(error = %format!("{err:#}"), "could not finish an interrupted rollback");
             }
             Ok(AtStart::Nothing)
         }
     }
+}
+
+/// Records a start of the new binary (and the abnormal exit of the one before, if so);
+/// `by_guard`: the guard counts the start that follows it. Returns the watch as recorded.
+fn record_start(
+    files: &Files,
+    marker: RestartMarker,
+    abnormal_exit: bool,
+    by_guard: bool,
+) -> anyhow::Result<WatchRecord> {
+    let mut counted = None;
+    files.write(marker, |w| {
+        w.starts += 1;
+        w.abnormal_exits += u32::from(abnormal_exit);
+        w.running = true;
+        w.counted = by_guard;
+        counted = Some(w.clone());
+    })?;
+    let counted = counted.context("the marker has no watch")?;
+    info!(
+        starts = counted.starts,
+        abnormal_exits = counted.abnormal_exits,
+        by_guard,
+        window = %autopilot_api::duration::format(Duration::from_secs(counted.window_secs)),
+        "the new binary is watched after the update"
+    );
+    Ok(counted)
 }
 
 /// Records a clean stop of the new binary running `version` (SIGTERM, or an exit for a
@@ -304,6 +349,7 @@ fn roll_back(
     // the marker next (the guard, or any start) finishes the file moves.
     files.write(marker, |w| {
         w.running = false;
+        w.counted = false;
         w.state = WatchState::RolledBack {
             reason: reason.as_str().to_string(),
             why: why.to_string(),
@@ -447,33 +493,93 @@ pub enum Watched {
     },
 }
 
-impl Watching {
-    /// Looks every second until the new binary is proven (healthy, per `healthy`, for a
-    /// minute in a row while the API server at `client` answers) or the window, counted
-    /// while the API server answers, ends first (then rolls back).
-    pub async fn run(self, healthy: Established, client: kube::Client) -> Watched {
-        self.run_with(healthy, move || {
-            let client = client.clone();
-            async move { crate::trial::answers(&client).await }
-        })
-        .await
+/// The requests that need the datastore, made with the node's own identity on its own
+/// object: what the post-update watch counts and proves with (not `/version`, which the API
+/// server answers without etcd, nor an open watch, which stays open while etcd is away).
+pub trait Datastore {
+    /// Whether a quorum read of the node's own object succeeded now.
+    fn reads(&mut self) -> impl std::future::Future<Output = bool>;
+    /// Whether writing `token` on the node's own object went through and a quorum read sees
+    /// it there now.
+    fn writes(&mut self, token: &str) -> impl std::future::Future<Output = bool>;
+}
+
+/// The node's own object (its Node or ControlNode) as the [`Datastore`] of its watch.
+pub struct OwnObject<K> {
+    api: kube::Api<K>,
+    name: String,
+    /// This process runs the API server its client talks to: time counts whether or not
+    /// reads succeed (the API server is on trial), the proof still needs the write.
+    counts_without_reads: bool,
+}
+
+impl<K> OwnObject<K> {
+    /// The object `name` of kind `K`, read and written with `client` (the node's identity).
+    pub fn new(client: kube::Client, name: impl Into<String>) -> Self
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
+    {
+        Self { api: kube::Api::all(client), name: name.into(), counts_without_reads: false }
     }
 
-    /// [`Watching::run`] with `answers` telling whether the API server answers now.
-    pub async fn run_with<F, A>(self, healthy: Established, mut answers: F) -> Watched
-    where
-        F: FnMut() -> A,
-        A: std::future::Future<Output = bool>,
-    {
+    /// The same, counting time whether or not its reads succeed (see the field).
+    pub fn counting_without_reads(self) -> Self {
+        Self { counts_without_reads: true, ..self }
+    }
+}
+
+impl<K> Datastore for OwnObject<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    async fn reads(&mut self) -> bool {
+        // No resourceVersion: a quorum read, which etcd must answer.
+        self.counts_without_reads
+            || matches!(
+                tokio::time::timeout(PROBE_TIMEOUT, self.api.get(&self.name)).await,
+                Ok(Ok(_))
+            )
+    }
+
+    async fn writes(&mut self, token: &str) -> bool {
+        use kube::api::{Patch, PatchParams};
+        let key = autopilot_api::keys::ANNOTATION_POST_UPDATE_PROOF;
+        let patch = serde_json::json!({ "metadata": { "annotations": { key: token } } });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let written = self.api.patch(&self.name, &params, &patch);
+        match tokio::time::timeout(PROBE_TIMEOUT, written).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                warn!(error = %err, "post-update watch: cannot write the proof on its own object");
+                return false;
+            }
+            Err(_elapsed) => return false,
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, self.api.get(&self.name)).await {
+            Ok(Ok(object)) => {
+                object.meta().annotations.as_ref().and_then(|a| a.get(key))
+                    == Some(&token.to_string())
+            }
+            Ok(Err(_)) | Err(_) => false,
+        }
+    }
+}
+
+impl Watching {
+    /// Looks every second until the new binary is proven (healthy, per `healthy`, for a
+    /// minute in a row while its quorum reads succeed, then a write of its own read back)
+    /// or the window, counted while its quorum reads succeed, ends first (then rolls back).
+    pub async fn run(self, healthy: Established, mut store: impl Datastore) -> Watched {
         use tokio::time::Instant;
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut healthy_since: Option<Instant> = None;
-        let mut answered = false;
-        // Time counted while the API server answered, not recorded in the marker yet.
+        let (mut answered, mut wrote) = (false, false);
+        // Time counted while the quorum reads succeeded, not recorded in the marker yet.
         let mut unrecorded = Duration::ZERO;
         let (mut last_tick, mut next_probe) = (Instant::now(), Instant::now());
         let mut next_record = Instant::now() + RECORD_EVERY;
+        let mut writes = 0u32;
         loop {
             ticker.tick().await;
             let now = Instant::now();
@@ -481,8 +587,9 @@ impl Watching {
                 unrecorded += now - last_tick;
             }
             last_tick = now;
-            if now >= next_probe {
-                answered = answers().await;
+            let probe = now >= next_probe;
+            if probe {
+                answered = store.reads().await;
                 next_probe = Instant::now() + PROBE_EVERY;
             }
             healthy_since = match (healthy.get() && answered, healthy_since) {
@@ -492,12 +599,17 @@ impl Watching {
             };
             let healthy_for = healthy_since.map(|s| s.elapsed()).unwrap_or_default();
             let record = now >= next_record;
-            match self.look(healthy_for, unrecorded, record) {
+            match self.look(healthy_for, wrote, unrecorded, record) {
                 Ok(Looked::Over(watched)) => return watched,
-                Ok(Looked::Watching { recorded }) => {
+                Ok(Looked::Watching { recorded, write_proof }) => {
                     unrecorded = unrecorded.saturating_sub(recorded);
                     if record {
                         next_record = now + RECORD_EVERY;
+                    }
+                    // A write at most once per probe interval, each with its own token.
+                    if write_proof && probe {
+                        writes += 1;
+                        wrote = store.writes(&format!("{}-{writes}", self.since)).await;
                     }
                 }
                 Err(err) => warn!(error = %format!("{err:#}"), "post-update watch: cannot look"),
@@ -505,11 +617,12 @@ impl Watching {
         }
     }
 
-    /// One look: the marker's watch with `unrecorded` answered time added, judged; the count
+    /// One look: the marker's watch with `unrecorded` counted time added, judged; the count
     /// is recorded when `record` (or with any verdict that writes the marker).
     fn look(
         &self,
         healthy_for: Duration,
+        wrote: bool,
         unrecorded: Duration,
         record: bool,
     ) -> anyhow::Result<Looked> {
@@ -526,15 +639,20 @@ impl Watching {
         }
         let now = now();
         let judged = WatchRecord { answered_secs, ..watch };
-        match decide(&judged.view(), Caller::Running { healthy_for }) {
-            Verdict::KeepWatching if record && !counted.is_zero() => {
-                self.files.write(marker, |_| {})?;
-                Ok(Looked::Watching { recorded: counted })
+        let keep_watching = |write_proof: bool| -> anyhow::Result<Looked> {
+            if record && !counted.is_zero() {
+                self.files.write(marker.clone(), |_| {})?;
+                Ok(Looked::Watching { recorded: counted, write_proof })
+            } else {
+                Ok(Looked::Watching { recorded: Duration::ZERO, write_proof })
             }
-            Verdict::KeepWatching => Ok(Looked::Watching { recorded: Duration::ZERO }),
+        };
+        match decide(&judged.view(), Caller::Running { healthy_for, wrote }) {
+            Verdict::KeepWatching => keep_watching(false),
+            Verdict::WriteProof => keep_watching(true),
             Verdict::Proven => {
                 self.files.write(marker, |w| w.state = WatchState::Proven { at: now })?;
-                info!(healthy_for = ?healthy_for, answered_secs, "the new binary is proven after the update; the watch is over");
+                info!(healthy_for = ?healthy_for, answered_secs, "the new binary is proven after the update (a write of its own read back with a quorum read); the watch is over");
                 Ok(Looked::Over(Watched::Over))
             }
             Verdict::RollBack { reason, why } => {
@@ -544,7 +662,7 @@ impl Watching {
                     Ok(Looked::Over(Watched::Over))
                 }
             }
-            Verdict::Nothing | Verdict::RecordStart { .. } | Verdict::Report => {
+            Verdict::Nothing | Verdict::RecordStart { .. } | Verdict::Counted | Verdict::Report => {
                 Ok(Looked::Over(Watched::Over))
             }
         }
@@ -557,6 +675,8 @@ enum Looked {
     Watching {
         /// How much of the counted time the marker holds now.
         recorded: Duration,
+        /// Healthy long enough: write the proof on its own object.
+        write_proof: bool,
     },
     /// The watch is over for this process.
     Over(Watched),

@@ -182,7 +182,7 @@ async fn a_swap_back_to_k0s_prev_killed_after_any_step_ends_with_the_rejected_bi
     std::fs::hard_link(node.host.live_path(), node.bin().join("k0s.rejected.new")).expect("link");
     node.host.swap_binary().expect("swapped");
     assert_eq!(std::fs::read(node.host.live_path()).expect("live"), OLD);
-    assert_eq!(mode(&node.host.live_path()), 0o755);
+    assert_eq!(mode(node.host.live_path()), 0o755);
     assert_eq!(std::fs::read(node.host.previous_path()).expect("prev"), OLD);
     assert_eq!(mode(&node.host.rejected_path()), 0o644);
     assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev", "k0s.rejected"]);

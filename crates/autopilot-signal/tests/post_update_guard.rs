@@ -9,7 +9,7 @@ use autopilot_signal::host::{
     FileId, RestartMarker, SignalKey, TrialState, WatchRecord, WatchState,
 };
 use autopilot_signal::post_update::{
-    AtStart, Established, Files, Guarded, Watched, at_start, guard,
+    AtStart, Datastore, Established, Files, Guarded, Watched, at_start, guard,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -55,6 +55,7 @@ fn watch(abnormal_exits: u32, running: bool) -> WatchRecord {
         starts: abnormal_exits + u32::from(running),
         abnormal_exits,
         running,
+        counted: false,
         state: WatchState::Watching,
     }
 }
@@ -228,16 +229,28 @@ fn the_guard_does_nothing_without_a_marker_a_watch_a_previous_binary_or_a_due_ro
     write_marker(&n.data, None);
     assert_eq!(guard(&n.files, NOW).expect("test fixture"), Guarded::Nothing);
 
-    // Two abnormal exits and a clean stop: not due.
+    // Two abnormal exits and a clean stop: not due; the guard counts the start to come.
     write_marker(&n.data, Some(watch(2, false)));
-    assert_eq!(guard(&n.files, NOW).expect("test fixture"), Guarded::Nothing);
+    assert_eq!(
+        guard(&n.files, NOW).expect("test fixture"),
+        Guarded::Counted { starts: 3, abnormal_exits: 2 }
+    );
     assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2);
-    assert_eq!(marker(&n.data).watch, Some(watch(2, false)), "the guard counts nothing");
+    let w = marker(&n.data).watch.expect("test fixture");
+    assert_eq!((w.starts, w.abnormal_exits, w.running, w.counted), (3, 2, true, true));
 
     // Due, but no k0s.prev to put back.
     let n = node(false);
     write_marker(&n.data, Some(watch(2, true)));
     assert_eq!(guard(&n.files, NOW).expect("test fixture"), Guarded::Nothing);
+
+    // Over: nothing to count.
+    let n = node(true);
+    let mut proven = watch(0, true);
+    proven.state = WatchState::Proven { at: NOW };
+    write_marker(&n.data, Some(proven.clone()));
+    assert_eq!(guard(&n.files, NOW).expect("test fixture"), Guarded::Nothing);
+    assert_eq!(marker(&n.data).watch, Some(proven), "the guard counts nothing after the proof");
     assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2);
     assert!(!n.files.refused_path().exists());
 }
@@ -267,6 +280,41 @@ fn the_new_binary_counts_its_starts_and_rolls_itself_back_without_the_guard() {
     assert_eq!((w.starts, w.abnormal_exits, w.running), (2, 0, true));
 }
 
+#[test]
+fn a_new_binary_that_never_records_anything_is_counted_by_the_guard_and_rolled_back() {
+    // Each start dies (or hangs until the watchdog kills it) before its first line of k0s
+    // code: only the guard before each start counts.
+    let n = node(true);
+    write_marker(&n.data, Some(identified(&n, watch(0, false))));
+    for (start, abnormal_exits) in [(1, 0), (2, 1), (3, 2)] {
+        let guarded = guard(&n.files, NOW).expect("test fixture");
+        assert_eq!(guarded, Guarded::Counted { starts: start, abnormal_exits }, "start {start}");
+    }
+    let guarded = guard(&n.files, NOW).expect("test fixture");
+    let Guarded::RolledBack { why } = guarded else { panic!("rolled back: {guarded:?}") };
+    assert_eq!(why, "the new binary exited abnormally 3 times within 10m of the update");
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V1);
+
+    // A start the guard counted is taken up by the new binary, not counted again.
+    let n = node(true);
+    write_marker(&n.data, Some(identified(&n, watch(0, false))));
+    guard(&n.files, NOW).expect("test fixture");
+    let found = at_start(&n.files, "v2", NOW).expect("test fixture");
+    assert!(matches!(found, AtStart::Watched(_)), "{found:?}");
+    let w = marker(&n.data).watch.expect("test fixture");
+    assert_eq!((w.starts, w.abnormal_exits, w.running, w.counted), (1, 0, true, false));
+    // The second run exited abnormally too (after the first): the guard counts the second
+    // exit and lets the third start run; that start is not an exit of its own.
+    write_marker(&n.data, Some(identified(&n, watch(1, true))));
+    assert_eq!(
+        guard(&n.files, NOW).expect("test fixture"),
+        Guarded::Counted { starts: 3, abnormal_exits: 2 }
+    );
+    let found = at_start(&n.files, "v2", NOW).expect("test fixture");
+    assert!(matches!(found, AtStart::Watched(_)), "{found:?}");
+    assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2);
+}
+
 /// `watch` with the identity of `node`'s live binary recorded, as the swap records it.
 fn identified(node: &Node, mut watch: WatchRecord) -> WatchRecord {
     watch.to_file = FileId::of(&node.live);
@@ -294,25 +342,26 @@ fn a_live_binary_with_the_new_bytes_but_another_file_is_never_taken_out() {
 }
 
 #[test]
-fn hours_without_the_api_server_never_end_the_window() {
-    // Swapped in a day ago, but the API server never answered while it ran: the guard and
-    // every start leave it alone (not proven yet).
+fn hours_without_the_datastore_never_end_the_window() {
+    // Swapped in a day ago, but no quorum read succeeded while it ran: the guard and every
+    // start leave it alone (not proven yet).
     let n = node(true);
     let mut long_ago = identified(&n, watch(1, false));
     long_ago.since = NOW - 86_400;
     write_marker(&n.data, Some(long_ago.clone()));
-    assert_eq!(guard(&n.files, NOW).expect("test fixture"), Guarded::Nothing);
+    let guarded = guard(&n.files, NOW).expect("test fixture");
+    assert!(matches!(guarded, Guarded::Counted { .. }), "{guarded:?}");
     let found = at_start(&n.files, "v2", NOW).expect("test fixture");
     assert!(matches!(found, AtStart::Watched(_)), "{found:?}");
     assert_eq!(std::fs::read(&n.live).expect("test fixture"), V2);
 
-    // Once it ran the whole window while the API server answered, the next start rolls back.
+    // Once it ran the whole window while the datastore answered, the next start rolls back.
     let mut answered = long_ago;
     answered.answered_secs = 600;
     write_marker(&n.data, Some(answered));
     let guarded = guard(&n.files, NOW).expect("test fixture");
     let Guarded::RolledBack { why } = guarded else { panic!("expected a rollback: {guarded:?}") };
-    assert!(why.ends_with("while the API server answered"), "{why}");
+    assert!(why.ends_with("while the datastore answered"), "{why}");
     assert_eq!(std::fs::read(&n.live).expect("test fixture"), V1);
 }
 
@@ -381,13 +430,52 @@ fn a_rollback_killed_after_any_step_is_finished_by_the_next_start_and_leaves_bot
     }
 }
 
+/// A datastore in virtual time: whether quorum reads and writes succeed, as functions of
+/// the virtual seconds since the run started; the tokens written that were read back.
+struct Virtual<R, W> {
+    started: tokio::time::Instant,
+    reads: R,
+    writes: W,
+    written: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl<R: Fn(u64) -> bool, W: Fn(u64) -> bool> Datastore for Virtual<R, W> {
+    async fn reads(&mut self) -> bool {
+        (self.reads)(self.started.elapsed().as_secs())
+    }
+
+    async fn writes(&mut self, token: &str) -> bool {
+        let wrote = (self.writes)(self.started.elapsed().as_secs());
+        if wrote {
+            self.written.lock().expect("test fixture").push(token.to_string());
+        }
+        wrote
+    }
+}
+
 /// The running new binary (started under `watch`) with virtual time: what its watch ends
-/// with within `within`, given whether the API server answers and its agent's watch holds
-/// (both as functions of the virtual seconds since it started). `None`: still watching.
+/// with within `within`, given whether the datastore answers (reads and writes) and its
+/// agent's watch holds (both as functions of the virtual seconds since it started).
+/// `None`: still watching.
 async fn run_watch(
     n: &Node,
     within: std::time::Duration,
-    answers: impl Fn(u64) -> bool + 'static,
+    answers: impl Fn(u64) -> bool + Copy + 'static,
+    established: impl Fn(u64) -> bool + 'static,
+) -> Option<Watched> {
+    let written = std::sync::Arc::default();
+    run_store(n, within, (answers, answers, written), established).await
+}
+
+/// [`run_watch`] with reads and writes apart, and where the tokens read back go.
+async fn run_store(
+    n: &Node,
+    within: std::time::Duration,
+    (reads, writes, written): (
+        impl Fn(u64) -> bool + 'static,
+        impl Fn(u64) -> bool + 'static,
+        std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    ),
     established: impl Fn(u64) -> bool + 'static,
 ) -> Option<Watched> {
     let AtStart::Watched(watching) = at_start(&n.files, "v2", NOW).expect("test fixture") else {
@@ -403,10 +491,7 @@ async fn run_watch(
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     };
-    let run = watching.run_with(healthy, move || {
-        let answered = answers(started.elapsed().as_secs());
-        async move { answered }
-    });
+    let run = watching.run(healthy, Virtual { started, reads, writes, written });
     tokio::select! {
         watched = tokio::time::timeout(within, run) => watched.ok(),
         () = ticking => unreachable!("the flag task never ends"),
@@ -414,6 +499,29 @@ async fn run_watch(
 }
 
 const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+#[tokio::test(start_paused = true)]
+async fn healthy_with_reads_but_no_write_of_its_own_proves_nothing() {
+    let n = node(true);
+    write_marker(&n.data, Some(identified(&n, watch(0, false))));
+    // Reads answer and the agent's watch holds, but no write goes through for 5 minutes.
+    let written = std::sync::Arc::default();
+    let store = (|_| true, |_| false, std::sync::Arc::clone(&written));
+    let unproven = run_store(&n, std::time::Duration::from_secs(300), store, |_| true).await;
+    assert_eq!(unproven, None, "not proven without a write of its own");
+    let w = marker(&n.data).watch.expect("test fixture");
+    assert_eq!(w.state, WatchState::Watching);
+    assert!(written.lock().expect("test fixture").is_empty());
+
+    // Writes go through from 20 s into the next run: proven after its minute healthy and
+    // one write read back, named after the watch.
+    let store = (|_| true, |s| s >= 20, std::sync::Arc::clone(&written));
+    let proven = run_store(&n, HOUR, store, |_| true).await;
+    assert_eq!(proven, Some(Watched::Over));
+    let w = marker(&n.data).watch.expect("test fixture");
+    assert!(matches!(w.state, WatchState::Proven { .. }), "{:?}", w.state);
+    assert_eq!(*written.lock().expect("test fixture"), [format!("{}-1", NOW - 60)]);
+}
 
 #[tokio::test(start_paused = true)]
 async fn an_outage_longer_than_the_window_rolls_nothing_back_and_the_node_is_proven_after_it() {
@@ -449,7 +557,7 @@ async fn only_time_while_the_api_server_answers_counts_and_it_is_recorded_across
     // The next start goes on from what was recorded: one more answered minute ends it.
     let second = run_watch(&n, HOUR, |_| true, |_| false).await;
     let Some(Watched::RolledBack { why }) = second else { panic!("rolled back: {second:?}") };
-    assert!(why.ends_with("while the API server answered"), "{why}");
+    assert!(why.ends_with("while the datastore answered"), "{why}");
     assert_eq!(std::fs::read(&n.live).expect("test fixture"), V1);
     let w = marker(&n.data).watch.expect("test fixture");
     assert!(w.answered_secs >= 600, "{}", w.answered_secs);

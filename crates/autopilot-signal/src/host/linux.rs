@@ -920,6 +920,7 @@ impl Host for LinuxHost {
                 starts: 0,
                 abnormal_exits: 0,
                 running: false,
+                counted: false,
                 state: WatchState::Watching,
             }),
             None => None,

@@ -23,6 +23,9 @@ pub fn guard(data_dir: &Path, binary: Option<&Path>) -> anyhow::Result<()> {
         Guarded::Nothing => {
             tracing::debug!(binary = %live.display(), "post-update guard: nothing to do")
         }
+        Guarded::Counted { starts, abnormal_exits } => {
+            tracing::info!(binary = %live.display(), starts, abnormal_exits, "post-update guard: this start of the new binary is counted");
+        }
         Guarded::RolledBack { why } => {
             tracing::warn!(binary = %live.display(), %why, "post-update guard: the previous binary is live again");
         }
