@@ -1022,6 +1022,14 @@ impl Cluster {
     /// ports and data again; returns once it is healthy. The API servers keep running and
     /// reconnect on their own.
     pub async fn restart_etcd(&self) -> anyhow::Result<()> {
+        self.stop_etcd().await?;
+        self.start_etcd_again().await
+    }
+
+    /// Stops etcd under the API servers (SIGTERM, SIGKILL after 30 s): they keep running and
+    /// answer `/version`, but no request that needs the datastore succeeds until
+    /// [`Cluster::start_etcd_again`].
+    pub async fn stop_etcd(&self) -> anyhow::Result<()> {
         let slot = &self.etcd.slot;
         if slot.is_running() {
             slot.signal(Signal::SIGTERM)?;
@@ -1030,6 +1038,13 @@ impl Cluster {
             }
             slot.wait_exit(Duration::from_secs(10)).await?;
         }
+        Ok(())
+    }
+
+    /// Starts etcd again after [`Cluster::stop_etcd`] (same ports and data); returns once it
+    /// is healthy.
+    pub async fn start_etcd_again(&self) -> anyhow::Result<()> {
+        let slot = &self.etcd.slot;
         let log = self.root.join("etcd").join("etcd.log");
         slot.start(&mut self.etcd_command(self.etcd.client_port, self.etcd.peer_port), &log)?;
         wait_etcd_healthy(slot, &self.etcd_url(), &log, self.startup_timeout).await

@@ -410,6 +410,11 @@ pub struct K0sProcess {
 
 impl K0sProcess {
     fn start(&self) -> anyhow::Result<()> {
+        self.start_with(&[])
+    }
+
+    /// Starts the process with `extra` in its environment too.
+    fn start_with(&self, extra: &[(OsString, OsString)]) -> anyhow::Result<()> {
         let mut cmd = match &self.netns {
             Some(netns) => {
                 let mut cmd = Command::new("nsenter");
@@ -422,7 +427,7 @@ impl K0sProcess {
         let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
         let k0s_log = std::env::var("K0S_LOG").unwrap_or_else(|_| rust_log.clone());
         cmd.env("RUST_LOG", rust_log).env("K0S_LOG", k0s_log);
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd.envs(self.env.iter().chain(extra).map(|(k, v)| (k, v)));
         self.slot.start(&mut cmd, &self.log_path)?;
         Ok(())
     }
@@ -638,12 +643,14 @@ impl Drop for K0sProcess {
 /// --data-dir <data> --binary <k0s>`, its failure ignored, as the `-` prefix does; its output
 /// goes to the node's log), waits `restart_delay` (`RestartSec`) and starts the live binary
 /// again with the same arguments. Made by [`K0sProcess::supervise`]; dropping it stops the
-/// supervisor, then kills the process.
+/// supervisor, then kills the process. With [`K0sProcess::supervise_with_watchdog`] it also
+/// plays the units' `WatchdogSec=` (see [`Watchdog`]).
 #[derive(Debug)]
 pub struct Supervised {
     process: std::sync::Arc<K0sProcess>,
     exits: std::sync::Arc<Mutex<Vec<(std::time::Instant, ExitStatus)>>>,
     task: tokio::task::JoinHandle<()>,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl K0sProcess {
@@ -651,8 +658,94 @@ impl K0sProcess {
     pub fn supervise(self, restart_delay: Duration) -> Supervised {
         let process = std::sync::Arc::new(self);
         let exits = std::sync::Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn(supervise(process.clone(), exits.clone(), restart_delay));
-        Supervised { process, exits, task }
+        let task = tokio::spawn(supervise(process.clone(), exits.clone(), restart_delay, None));
+        Supervised { process, exits, task, watchdog: None }
+    }
+
+    /// [`K0sProcess::supervise`] with the units' watchdog of `interval` (`WatchdogSec=`):
+    /// every start the supervisor makes gets `NOTIFY_SOCKET` and `WATCHDOG_USEC`, and a
+    /// process that sends no `WATCHDOG=1` for `interval` after its start or its last one is
+    /// sent SIGABRT (its process group SIGKILL 5 s later if it is still there), as systemd
+    /// does. The process running when it is put under the supervisor is not watched (it was
+    /// started without the variables).
+    pub fn supervise_with_watchdog(
+        self,
+        restart_delay: Duration,
+        interval: Duration,
+    ) -> anyhow::Result<Supervised> {
+        let socket = self.dir.join("notify.sock");
+        let _ = fs::remove_file(&socket);
+        let listener = tokio::net::UnixDatagram::bind(&socket)
+            .with_context(|| format!("binding {}", socket.display()))?;
+        let process = std::sync::Arc::new(self);
+        let watchdog =
+            Watchdog { socket, interval, started: std::sync::Arc::new(Mutex::new(None)) };
+        let watching =
+            tokio::spawn(watch_notifications(process.clone(), watchdog.clone(), listener));
+        let exits = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let task =
+            tokio::spawn(supervise(process.clone(), exits.clone(), restart_delay, Some(watchdog)));
+        Ok(Supervised { process, exits, task, watchdog: Some(watching) })
+    }
+}
+
+/// The units' watchdog as the harness's supervisor plays it.
+#[derive(Clone, Debug)]
+struct Watchdog {
+    socket: PathBuf,
+    interval: Duration,
+    /// When the supervisor last started the process (with the variables): the watchdog runs
+    /// from then on.
+    started: std::sync::Arc<Mutex<Option<std::time::Instant>>>,
+}
+
+impl Watchdog {
+    fn env(&self) -> [(OsString, OsString); 2] {
+        [
+            ("NOTIFY_SOCKET".into(), self.socket.clone().into_os_string()),
+            ("WATCHDOG_USEC".into(), self.interval.as_micros().to_string().into()),
+        ]
+    }
+}
+
+/// Receives the process's notifications and aborts it when `WATCHDOG=1` does not come for
+/// the interval.
+async fn watch_notifications(
+    process: std::sync::Arc<K0sProcess>,
+    watchdog: Watchdog,
+    listener: tokio::net::UnixDatagram,
+) {
+    let mut buffer = [0u8; 4096];
+    let mut last_ping: Option<std::time::Instant> = None;
+    loop {
+        tokio::select! {
+            received = listener.recv(&mut buffer) => {
+                let Ok(n) = received else { continue };
+                if String::from_utf8_lossy(&buffer[..n]).lines().any(|l| l == "WATCHDOG=1") {
+                    last_ping = Some(std::time::Instant::now());
+                }
+            }
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        let started = *watchdog.started.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(started) = started else { continue };
+        let since = last_ping.filter(|p| *p > started).unwrap_or(started);
+        if since.elapsed() < watchdog.interval || !process.is_running() {
+            continue;
+        }
+        append_log(
+            &process.log_path,
+            &format!(
+                "==== harness supervisor: watchdog timeout ({:?} without WATCHDOG=1): SIGABRT",
+                watchdog.interval
+            ),
+        );
+        let _ = process.signal(Signal::SIGABRT);
+        if process.slot.wait_exit(Duration::from_secs(5)).await.is_err() {
+            let _ = process.kill();
+        }
+        // Not again for this start.
+        *watchdog.started.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
@@ -661,6 +754,7 @@ async fn supervise(
     process: std::sync::Arc<K0sProcess>,
     exits: std::sync::Arc<Mutex<Vec<(std::time::Instant, ExitStatus)>>>,
     restart_delay: Duration,
+    watchdog: Option<Watchdog>,
 ) {
     loop {
         let Ok(status) = process.slot.wait_exit(Duration::from_secs(3600)).await else {
@@ -695,7 +789,14 @@ async fn supervise(
         }
         append_log(&process.log_path, &line);
         tokio::time::sleep(restart_delay).await;
-        if let Err(err) = process.start() {
+        let started = match &watchdog {
+            Some(watchdog) => process.start_with(&watchdog.env()).inspect(|()| {
+                *watchdog.started.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(std::time::Instant::now());
+            }),
+            None => process.start(),
+        };
+        if let Err(err) = started {
             append_log(
                 &process.log_path,
                 &format!("==== harness supervisor: cannot start: {err:#}"),
@@ -727,5 +828,8 @@ impl Supervised {
 impl Drop for Supervised {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.abort();
+        }
     }
 }

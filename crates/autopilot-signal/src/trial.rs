@@ -292,6 +292,10 @@ fn spawn(binary: &Path, config: &TrialConfig, token: &str) -> TrialChild {
     let spawned = tokio::process::Command::new(binary)
         .args(&config.args)
         .env(TRIAL_ENV, token)
+        // The supervisor's watchdog is the parent's: a child on trial never notifies it.
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

@@ -4,6 +4,11 @@
 //! real v2 build then) but dies 8 s into every normal run; after its third abnormal exit the
 //! guard, run from `k0s.prev`, puts v1 back before the next start, and v1 reports: an Event
 //! on its Node, `k0s_autopilot_rollbacks_total{reason="crashed"}` and the signal `Failed`.
+//!
+//! A "v2" that hangs after its start (issue 57): it passes its trial boot, then blocks
+//! forever in each normal run without running a line of k0s. The supervisor plays the
+//! units' watchdog (`WatchdogSec=30s`): it kills each hung run, the guard counts each start
+//! and each kill, and after the third it puts v1 back, within the bound the docs state.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
@@ -140,12 +145,109 @@ async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_g
 /// The real v2 written at `real` (outside the node's binary directory), and the payload
 /// that runs it and dies 8 s into each run.
 fn payload_running_v2_from(real: &std::path::Path) -> Vec<u8> {
+    write_real_v2(real);
+    dying_v2(real)
+}
+
+fn write_real_v2(real: &std::path::Path) {
     let (v2_bytes, _) = v2_build();
     std::fs::create_dir_all(real.parent().expect("a directory")).expect("its directory");
     std::fs::write(real, &v2_bytes).expect("the real v2");
     std::fs::set_permissions(real, std::fs::Permissions::from_mode(0o755))
         .expect("the real v2 executable");
-    dying_v2(real)
+}
+
+/// A "v2" that answers `version` as v2 and is the real v2 on trial (so it passes), but in a
+/// normal run blocks forever before any k0s code runs: it never records a start, never
+/// notifies the watchdog, never exits by itself.
+fn hanging_v2(real: &std::path::Path) -> Vec<u8> {
+    let real = real.display();
+    format!(
+        "#!/bin/sh\n\
+         if [ \"$1\" = version ]; then echo {V2}; exit 0; fi\n\
+         if [ -n \"$K0S_AUTOPILOT_TRIAL\" ]; then exec {real} \"$@\"; fi\n\
+         echo 'k0s {V2} (test payload): hanging' >&2\n\
+         exec sleep 100000\n"
+    )
+    .into_bytes()
+}
+
+/// The shipped units' watchdog and restart delay (checked against the worker unit below).
+const WATCHDOG: Duration = Duration::from_secs(30);
+const RESTART_SEC: Duration = Duration::from_secs(2);
+
+/// The bound docs/updating-a-cluster.md states for a hung new binary: three watchdog
+/// intervals and restart delays, plus the start of v1 and its report (30 s).
+const HUNG_BACK_ON_V1_WITHIN: Duration = Duration::from_secs(3 * (30 + 2) + 30);
+
+#[tokio::test]
+async fn a_v2_that_hangs_after_its_start_is_killed_by_the_watchdog_and_rolled_back_to_v1() {
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../manifests/systemd/k0s-worker.service"),
+    )
+    .unwrap();
+    assert!(unit.contains("WatchdogSec=30s") && unit.contains("RestartSec=2s"), "{unit}");
+    let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
+        FleetBuilder::new("update-post-watch-hang")
+            .controllers(1)
+            .workers(&["worker-0"])
+            .agents(Agents::Real)
+            .worker_args(&["--restart", "exit"])
+            .worker_metrics()
+            .start()
+            .await
+            .unwrap();
+    let worker = workers.remove(0);
+    let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
+    let v1 = binary_version(worker.binary_path());
+    let real = worker.dir().join("v2-real").join("k0s");
+    write_real_v2(&real);
+    let payload = hanging_v2(&real);
+    let server = integration::http::FileServer::start(payload.clone()).await.unwrap();
+
+    let worker = worker.supervise_with_watchdog(RESTART_SEC, WATCHDOG).unwrap();
+    let update = update_to(
+        V2,
+        server.base_url(),
+        &sha256_hex(&payload),
+        None,
+        Some(static_nodes(&["worker-0"], 1)),
+    );
+    create_plan(&client, &plan("autopilot", "post-watch-hang", vec![k0s_command(update)]))
+        .await
+        .unwrap();
+
+    // The trial passes and v1 exits for its supervisor (status 0): v2 starts and hangs.
+    let hung_start = wait_for(PLAN_TIMEOUT, "v1's exit into v2", || async {
+        Ok(worker.exits().into_iter().find(|(_, status)| status.success()).map(|(at, _)| at))
+    })
+    .await
+    .unwrap();
+    let node = worker.process();
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(HUNG_BACK_ON_V1_WITHIN, "worker-0 back on v1 (on disk and published)", || async {
+        let on_disk = std::fs::read(node.binary_path())?;
+        let published = nodes.get("worker-0").await?;
+        let version = published.annotations().get(keys::ANNOTATION_K0S_VERSION).cloned();
+        Ok((on_disk == v1_bytes && version.as_deref() == Some(v1.as_str())).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", node.log_tail(80)));
+    let took = hung_start.elapsed();
+    let aborted = worker.exits().iter().filter(|(_, s)| !s.success()).count();
+    eprintln!(
+        "post-update watch: hung v2 started → worker-0 on v1 (on disk and published) in {took:?}, after {aborted} watchdog kills"
+    );
+    assert_eq!(aborted, 3, "rolled back after the third kill:\n{}", node.log_tail(80));
+    let log = node.log();
+    assert_eq!(log.matches("watchdog timeout").count(), 3, "three watchdog kills:\n{log}");
+
+    // Reported like any rollback after the update; the hung payload is kept, not executable.
+    rollback_reported(&client, node, &v1).await;
+    check_disk(node, &payload, &v1_bytes);
+    let (cordoned, marked) = node_cordon(&client, "worker-0").await.unwrap();
+    assert!(!cordoned && !marked, "nothing cordoned is left");
 }
 
 /// The Plan is no longer Ready after the rollback: it ended `ApplyFailed` if the signal said

@@ -11,6 +11,12 @@
 //! 3. worker-1 updated to v2, and the API server killed the moment its plan completes, for
 //!    longer than the window: the outage counts for nothing, worker-1 stays on v2 with its
 //!    signal `Completed` and is proven once the API server is back; worker-2 stays on v1.
+//!
+//! And a datastore outage proves nothing (issue 57): etcd stopped right after an update, the
+//! API server still answering `/version` and the agent's watch open, for longer than the
+//! minute healthy that proves a binary and than the window: the watch counts no time and is
+//! not proven while etcd is away, and is proven (by a write of its own read back) once etcd
+//! is back.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::{Duration, Instant};
@@ -75,6 +81,75 @@ async fn outages_reinstalls_and_fleet_rollbacks_never_end_worse_than_the_failure
         let (cordoned, marked) = node_cordon(&client, name).await.unwrap();
         assert!(!cordoned && !marked, "{name}: nothing cordoned is left");
     }
+}
+
+#[tokio::test]
+async fn an_etcd_outage_right_after_an_update_proves_nothing_and_rolls_nothing_back() {
+    let Fleet { cluster, client, controllers: _controllers, workers } =
+        FleetBuilder::new("update-post-watch-etcd")
+            .controllers(1)
+            .workers(&["worker-1"])
+            .agents(Agents::Real)
+            .worker_args(&["--restart", "exit", "--post-update-watch", WINDOW])
+            .start()
+            .await
+            .unwrap();
+    let worker = workers.into_iter().next().expect("worker-1").supervise(Duration::from_secs(1));
+    let node = worker.process();
+    let (v2_bytes, sha) = v2_build();
+    let server = FileServer::start(v2_bytes).await.unwrap();
+    let update = update_to(V2, server.base_url(), &sha, None, Some(static_nodes(&["worker-1"], 1)));
+    create_plan(&client, &plan("autopilot", "etcd-outage", vec![k0s_command(update)]))
+        .await
+        .expect("creating the plan");
+    wait_plan_state(&client, "autopilot", PlanStateType::Completed)
+        .await
+        .expect("the plan ends as expected");
+    assert_eq!(watch_state(node), Some(WatchState::Watching), "v2 is watched");
+    let exits = worker.exits().len();
+    cluster.stop_etcd().await.expect("stopping etcd");
+    let down = Instant::now();
+    let counted_at_stop = watch_of(node).map(|w| w.answered_secs).unwrap_or_default();
+    // Nothing to wait for but the clock: the outage itself is what is tested. The API
+    // server answers `/version` all along (without etcd).
+    while down.elapsed() < OUTAGE {
+        assert!(node.is_running(), "worker-1 exited during the outage:\n{}", node.log_tail(40));
+        assert_eq!(
+            watch_state(node),
+            Some(WatchState::Watching),
+            "not proven, not rolled back, {:?} into the etcd outage:\n{}",
+            down.elapsed(),
+            node.log_tail(60)
+        );
+        let version =
+            tokio::time::timeout(Duration::from_secs(5), client.apiserver_version()).await;
+        assert!(matches!(version, Ok(Ok(_))), "the API server answers /version: {version:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // What was counted before the stop may be recorded after it (every 10 s), nothing more.
+    let counted = watch_of(node).map(|w| w.answered_secs).unwrap_or_default();
+    assert!(counted <= counted_at_stop + 15, "counted {counted_at_stop} s, then {counted} s");
+    cluster.start_etcd_again().await.expect("starting etcd");
+    let back = Instant::now();
+    let proven = wait_for(Duration::from_secs(150), "worker-1 proven on v2", || async {
+        Ok(watch_state(node).filter(|s| !matches!(s, WatchState::Watching)))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", node.log_tail(80)));
+    eprintln!(
+        "update_post_watch_outage: worker-1 {proven:?} {:?} after etcd came back",
+        back.elapsed()
+    );
+    assert!(matches!(proven, WatchState::Proven { .. }), "{proven:?}\n{}", node.log_tail(80));
+    assert!(back.elapsed() >= Duration::from_secs(55), "a minute healthy after etcd is back");
+    assert_eq!(version_on_disk(node), V2);
+    assert_eq!(worker.exits().len(), exits, "worker-1 never exited:\n{}", node.log_tail(40));
+    // The proof is a write of its own on its Node, read back.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let published = nodes.get("worker-1").await.expect("reading Node worker-1");
+    let proof = published.annotations().get(keys::ANNOTATION_POST_UPDATE_PROOF).cloned();
+    let since = watch_of(node).map(|w| w.since).unwrap_or_default();
+    assert!(proof.is_some_and(|p| p.starts_with(&format!("{since}-"))), "{published:?}");
 }
 
 /// The restart marker's watch on `node`, if it has one.

@@ -43,6 +43,7 @@ pub fn run(
         args.validate()?;
         // First: the one SIGTERM/SIGINT listener, shared by everything that must stop.
         let terminated = super::on_termination();
+        super::watchdog::spawn();
         let mut node = node.resolve().await?;
         let mut trial = node.trial(&agent.download, agent.trial_timeout, agent.post_update_watch);
         trial.own_api_server = kubernetes.0.run_components;

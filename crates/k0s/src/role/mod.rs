@@ -12,6 +12,7 @@
 pub mod controller;
 pub mod post_update;
 pub mod trial;
+mod watchdog;
 pub mod worker;
 
 use autopilot_shell::lifecycle::Ended;

@@ -35,6 +35,7 @@ pub fn run(
         args.validate()?;
         validate(&args, kubernetes.as_ref())?;
         let terminated = super::on_termination();
+        super::watchdog::spawn();
         let kubeconfig = node.kubeconfig.clone();
         let mut node = node.resolve().await?;
         let trial = node.trial(&args.download, args.trial_timeout, args.post_update_watch);
