@@ -103,9 +103,11 @@ pub enum Command {
         output: StatusFormat,
     },
     /// Before a node process starts (the units' `ExecStartPre`, run from the proven binary
-    /// `k0s.prev`): put `k0s.prev` back as the live binary if the post-update watch of a new
-    /// binary says so (three abnormal exits, or never healthy within the window). Does
-    /// nothing, successfully, without a restart marker, a watch or a `k0s.prev`.
+    /// `k0s.prev`): count this start of a new binary under the post-update watch (and the
+    /// abnormal exit of the one before), and put `k0s.prev` back as the live binary if the
+    /// watch says so (three abnormal exits, crashes or watchdog kills, or never proven
+    /// within the window). Does nothing, successfully, without a restart marker, a watch or
+    /// a `k0s.prev`.
     PostUpdateGuard {
         /// The data directory of the node process (where its restart marker is).
         #[arg(long, default_value = "/var/lib/k0s", value_name = "DIR")]
