@@ -12,8 +12,23 @@
 /// again by the engine.
 pub const URL_PATTERN: &str = r"^https?://[^\s/?#]+\S*$";
 
-/// The CRD pattern for a command's `version`: non-empty, no whitespace.
-pub const VERSION_PATTERN: &str = r"^\S+$";
+/// The CRD pattern for a command's `version`: a SemVer version with an optional leading
+/// `v` and, as build metadata, at most k0s' own `+k0s.N` (`v1.35.1+k0s.0`,
+/// `v1.36.0-rc.1+k0s.0`, `1.35.1`).
+///
+/// A version ends up in URL paths (the update server's file names, a Plan that Renovate or
+/// `cargo xtask dist` writes) and in file names on a node, so it must not carry `/`, `..`,
+/// `?`, `#` or anything else a path or URL gives a meaning to: every character is an ASCII
+/// letter, digit, `.`, `-` or `+`, in SemVer's order. Numbers have no leading zeros (SemVer
+/// §2, §9), so a version has one spelling. [`version_problem`] refuses exactly what this
+/// refuses (a test holds them together): the API server checks only what is written after
+/// the CRD, the engine checks every Plan at NewPlan and a node every signal.
+pub const VERSION_PATTERN: &str = concat!(
+    r"^v?(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)",
+    r"(?:-(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)",
+    r"(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*)?",
+    r"(?:\+k0s\.(?:0|[1-9][0-9]*))?$",
+);
 
 /// Why a node cannot download from `url`, or `None` if it can.
 ///
@@ -51,17 +66,59 @@ fn has_port(uri: &http::Uri) -> bool {
 
 /// Why `version` cannot be a version a node runs, or `None` if it can.
 ///
-/// Empty (or only whitespace), or containing whitespace or a control character: no k0s
-/// binary reports such a version, so a node could never complete the update. The text
-/// starts with the version, quoted, so callers prefix the field: `<field>: <problem>`.
+/// Empty (or only whitespace), containing whitespace or a control character, or not of
+/// [`VERSION_PATTERN`]'s form (`v1.35.1+k0s.0`: SemVer, an optional `v`, at most `+k0s.N`
+/// as build metadata): no k0s binary reports such a version, so a node could never complete
+/// the update, and such a version could carry `/`, `..`, `?` or `#` into a URL or a path.
+/// The text starts with the version, quoted, so callers prefix the field:
+/// `<field>: <problem>`.
 pub fn version_problem(version: &str) -> Option<String> {
     if version.trim().is_empty() {
         Some(format!("{version:?} is empty"))
     } else if version.chars().any(|c| c.is_whitespace() || c.is_control()) {
         Some(format!("{version:?} contains whitespace or a control character"))
+    } else if !is_k0s_version(version) {
+        Some(format!(
+            "{version:?} is not a k0s version: SemVer with an optional leading v and at most \
+             +k0s.N as build metadata (v1.35.1+k0s.0, v1.36.0-rc.1+k0s.0)"
+        ))
     } else {
         None
     }
+}
+
+/// Whether `version` is of [`VERSION_PATTERN`]'s form, checked without a regex engine.
+fn is_k0s_version(version: &str) -> bool {
+    let version = version.strip_prefix('v').unwrap_or(version);
+    let (version, build) = match version.split_once('+') {
+        Some((version, build)) => (version, Some(build)),
+        None => (version, None),
+    };
+    let (core, prerelease) = match version.split_once('-') {
+        Some((core, prerelease)) => (core, Some(prerelease)),
+        None => (version, None),
+    };
+    let core: Vec<&str> = core.split('.').collect();
+    core.len() == 3
+        && core.iter().all(|part| is_number(part))
+        && prerelease.is_none_or(|pre| pre.split('.').all(is_prerelease_identifier))
+        && build.is_none_or(|build| build.strip_prefix("k0s.").is_some_and(is_number))
+}
+
+/// A SemVer numeric identifier: digits, without a leading zero unless it is `0`.
+fn is_number(text: &str) -> bool {
+    !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'))
+}
+
+/// A SemVer prerelease identifier: a number ([`is_number`]) or a non-empty run of ASCII
+/// letters, digits and `-` with at least one letter or `-`.
+fn is_prerelease_identifier(text: &str) -> bool {
+    let alphanumeric = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && text.bytes().any(|b| !b.is_ascii_digit());
+    alphanumeric || is_number(text)
 }
 
 #[cfg(test)]
@@ -113,6 +170,70 @@ mod tests {
         for version in ["v1.33 ", " v1.33", "v1\t33", "v1.33\u{7}", "v1\u{a0}33"] {
             let problem = version_problem(version).expect(version);
             assert!(problem.contains("whitespace or a control character"), "{problem}");
+        }
+    }
+
+    /// Versions k0s releases and the fixtures, docs and e2e scenarios use.
+    const K0S_VERSIONS: [&str; 8] = [
+        "v1.35.1+k0s.0",
+        "v1.36.0-rc.1+k0s.0",
+        "v1.35.4",
+        "1.25.0",
+        "v0.0.0",
+        "v1.0.0-alpha",
+        "v1.2.3-0.a-b.7c+k0s.12",
+        "v99.99.99+k0s.0",
+    ];
+
+    /// Versions that are no SemVer with at most `+k0s.N`: path and URL characters, other
+    /// build metadata, leading zeros, missing parts.
+    const NOT_K0S_VERSIONS: [&str; 22] = [
+        "v1.36.0-a/../x+k0s.0",
+        "v1.36.0-a?x+k0s.0",
+        "v1.36.0-a#x+k0s.0",
+        "v1.36.0/../../etc",
+        "../v1.36.0",
+        "v1.36.0+k0s.0/x",
+        "v1.36.0+k0s.0?x",
+        "v1.36.0-a..b",
+        "v1.36.0-",
+        "v1.36.0-rc.01",
+        "v1.36.0+k0s",
+        "v1.36.0+k0s.",
+        "v1.36.0+k0s.01",
+        "v1.36.0+build.1",
+        "v1.36.0+k0s.0+k0s.1",
+        "v1.36",
+        "v1.36.0.1",
+        "v01.36.0",
+        "vv1.36.0",
+        "V1.36.0",
+        "v1.36.0-r\u{e9}",
+        "v2",
+    ];
+
+    #[test]
+    fn only_semver_versions_with_at_most_k0s_build_metadata_are_accepted() {
+        for version in K0S_VERSIONS {
+            assert_eq!(version_problem(version), None, "{version}");
+        }
+        for version in NOT_K0S_VERSIONS {
+            let problem = version_problem(version).unwrap_or_else(|| panic!("{version} accepted"));
+            assert!(problem.starts_with(&format!("{version:?} is not a k0s version")), "{problem}");
+        }
+    }
+
+    #[test]
+    fn the_crd_version_pattern_refuses_exactly_what_version_problem_refuses() {
+        // The API server applies the pattern with Go's RE2; this pattern means the same in
+        // Rust's `regex`, whose syntax for it is the same.
+        let pattern = regex::Regex::new(VERSION_PATTERN).expect("the pattern compiles");
+        for version in K0S_VERSIONS {
+            assert!(pattern.is_match(version), "{version}");
+        }
+        for version in NOT_K0S_VERSIONS.into_iter().chain(["", " ", "v1.36.0 ", "v1.36.0\n"]) {
+            assert!(!pattern.is_match(version), "{version:?}");
+            assert!(version_problem(version).is_some(), "{version:?}");
         }
     }
 }

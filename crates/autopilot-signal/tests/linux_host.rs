@@ -25,8 +25,8 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use sha2::{Digest as _, Sha256};
 
-const OLD: &[u8] = b"#!/bin/sh\necho v1\n";
-const NEW: &[u8] = b"#!/bin/sh\necho v2\n";
+const OLD: &[u8] = b"#!/bin/sh\necho v1.0.0\n";
+const NEW: &[u8] = b"#!/bin/sh\necho v2.0.0\n";
 /// Served at `/big`: four times the size of the small filesystem of the full-disk test.
 const BIG: usize = 4 << 20;
 
@@ -99,7 +99,7 @@ fn listing(dir: &Path) -> Vec<String> {
 
 fn signal() -> SignalData {
     serde_json::from_str(
-        r#"{"planId":"id123","created":"2026-11-22T00:00:00Z","command":{"id":0,"k0supdate":{"url":"u","version":"v2"}}}"#,
+        r#"{"planId":"id123","created":"2026-11-22T00:00:00Z","command":{"id":0,"k0supdate":{"url":"u","version":"v2.0.0"}}}"#,
     )
     .expect("signal")
 }
@@ -111,7 +111,7 @@ fn key() -> SignalKey {
 fn k0s(sha256: &str) -> CommandK0sUpdate {
     CommandK0sUpdate {
         url: String::new(),
-        version: "v2".into(),
+        version: "v2.0.0".into(),
         sha256: sha256.into(),
         forceupdate: false,
     }
@@ -307,7 +307,8 @@ async fn an_airgap_bundle_lands_in_the_images_directory() {
         .expect("bundle");
     assert_eq!(path, f.dir.path().join("data/images/bundle.tar"));
     assert_eq!(std::fs::read(&path).expect("bundle"), NEW);
-    let update = CommandAirgapUpdate { url: String::new(), version: "v2".into(), sha256: sha(NEW) };
+    let update =
+        CommandAirgapUpdate { url: String::new(), version: "v2.0.0".into(), sha256: sha(NEW) };
     let key = SignalKey::of(&signal());
     let observed = f.host.observe(&key, UpdateRef::Airgap(&update)).await.expect("observe");
     assert!(!observed.staged && observed.live_sha256.is_none());
@@ -367,7 +368,7 @@ async fn a_signal_runs_to_completion_on_a_real_disk() {
         support::drive::run_to_end(&f.host, data).await;
     assert_eq!(data.phase(), Some(SignalPhase::Completed), "{history:?}");
     assert_eq!(processes, 2);
-    assert_eq!(running, "v2");
+    assert_eq!(running, "v2.0.0");
     assert_eq!(std::fs::read(host.live_path()).expect("live"), NEW);
     assert_eq!(std::fs::read(host.previous_path()).expect("prev"), OLD);
     assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.prev"]);
@@ -389,7 +390,7 @@ async fn a_staged_binary_that_runs_and_reports_the_version_passes_its_self_test(
         .expect("download");
     let staged = f.host.observe(&key(), UpdateRef::K0s(&update)).await.expect("observe");
     assert!(staged.staged && !staged.proven, "{staged:?}");
-    f.host.self_test(&key(), "v2", false).await.expect("self-test");
+    f.host.self_test(&key(), "v2.0.0", false).await.expect("self-test");
     let proven = f.host.observe(&key(), UpdateRef::K0s(&update)).await.expect("observe");
     assert!(proven.staged && proven.proven, "{proven:?}");
 }
@@ -408,7 +409,7 @@ async fn a_staged_binary_is_executable_only_during_its_self_test_and_after_the_s
         std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
     };
     assert_eq!(mode(&f.host.staged_path()), 0o600, "downloaded");
-    f.host.self_test(&key(), "v2", false).await.expect("self-test");
+    f.host.self_test(&key(), "v2.0.0", false).await.expect("self-test");
     assert_eq!(mode(&f.host.staged_path()), 0o600, "self-tested, waiting for the swap");
     f.host.swap_binary().expect("swap");
     assert_eq!(mode(f.host.live_path()), 0o755, "swapped in");
@@ -417,7 +418,7 @@ async fn a_staged_binary_is_executable_only_during_its_self_test_and_after_the_s
 /// Stages `bytes` as if downloaded for [`key`] and self-tests it for version `v2`.
 async fn self_test_of(f: &Fixture, bytes: &[u8]) -> HostError {
     std::fs::write(f.host.staged_path(), bytes).expect("stage");
-    f.host.self_test(&key(), "v2", false).await.expect_err("the self-test fails")
+    f.host.self_test(&key(), "v2.0.0", false).await.expect_err("the self-test fails")
 }
 
 #[tokio::test]
@@ -436,8 +437,8 @@ async fn a_payload_that_is_not_an_executable_fails_its_self_test_and_is_removed(
 #[tokio::test]
 async fn a_binary_reporting_another_version_or_failing_fails_its_self_test_with_its_output() {
     let f = Fixture::new();
-    let reason = self_test_of(&f, b"#!/bin/sh\necho v3\n").await.reason();
-    assert!(reason.ends_with("`version` reported \"v3\", expected v2"), "{reason}");
+    let reason = self_test_of(&f, b"#!/bin/sh\necho v3.0.0\n").await.reason();
+    assert!(reason.ends_with("`version` reported \"v3.0.0\", expected v2.0.0"), "{reason}");
     let reason = self_test_of(&f, b"#!/bin/sh\necho oops >&2\nexit 3\n").await.reason();
     assert!(reason.ends_with("`version` exited with status 3: \"oops\""), "{reason}");
     assert_eq!(listing(&f.bin()), vec!["k0s"]);
@@ -484,10 +485,10 @@ async fn a_swap_never_puts_an_unproven_binary_into_k0s_prev() {
     f.host.swap_binary().expect("swap");
     // A second signal swaps again before any restart: the live binary (NEW) never ran, so
     // the last good copy (OLD) stays in k0s.prev.
-    std::fs::write(f.host.staged_path(), b"#!/bin/sh\necho v3\n").expect("stage");
+    std::fs::write(f.host.staged_path(), b"#!/bin/sh\necho v3.0.0\n").expect("stage");
     f.host.swap_binary().expect("swap");
     assert_eq!(std::fs::read(f.host.previous_path()).expect("prev"), OLD);
-    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), b"#!/bin/sh\necho v3\n");
+    assert_eq!(std::fs::read(f.host.live_path()).expect("live"), b"#!/bin/sh\necho v3.0.0\n");
 }
 
 #[tokio::test]
@@ -496,8 +497,9 @@ async fn a_refused_binary_is_kept_aside_and_the_live_one_is_untouched_repeatably
     std::fs::write(f.host.staged_path(), NEW).expect("stage");
     f.host.prepare_restart(&key()).expect("marker");
     for _ in 0..2 {
-        let outcome = conclude(&f.host, &key(), Verdict::RollBack("it crashed".into()), "v1", None)
-            .expect("roll back");
+        let outcome =
+            conclude(&f.host, &key(), Verdict::RollBack("it crashed".into()), "v1.0.0", None)
+                .expect("roll back");
         assert_eq!(outcome, Outcome::RolledBack("it crashed".into()));
         assert_eq!(listing(&f.bin()), vec!["k0s", "k0s.refused"]);
         assert_eq!(std::fs::read(f.host.live_path()).expect("live"), OLD);
@@ -510,14 +512,14 @@ async fn a_refused_binary_is_kept_aside_and_the_live_one_is_untouched_repeatably
     let marker = f.host.read_marker().expect("marker").expect("a marker");
     assert_eq!(
         marker.trial,
-        TrialState::RolledBack { to: "v1".into(), reason: "it crashed".into() }
+        TrialState::RolledBack { to: "v1.0.0".into(), reason: "it crashed".into() }
     );
     let next = f.host.clone().with_instance("second");
     let update = k0s(&sha(NEW));
     let observed = next.observe(&key(), UpdateRef::K0s(&update)).await.expect("observe");
     assert_eq!(
         observed.restart,
-        RestartState::RolledBack { to: "v1".into(), reason: "it crashed".into() }
+        RestartState::RolledBack { to: "v1.0.0".into(), reason: "it crashed".into() }
     );
 }
 

@@ -25,9 +25,9 @@ use hyper::body::Incoming;
 use sha2::{Digest as _, Sha256};
 
 /// What the node ran before the run (`k0s.prev`).
-const OLD: &[u8] = b"#!/bin/sh\necho v1\n";
+const OLD: &[u8] = b"#!/bin/sh\necho v1.0.0\n";
 /// What the run's update put in place (live).
-const NEW: &[u8] = b"#!/bin/sh\necho v2\n";
+const NEW: &[u8] = b"#!/bin/sh\necho v2.0.0\n";
 
 /// A node that completed an update from v1 to v2: live `bin/k0s` runs v2, `bin/k0s.prev`
 /// v1 (when given).
@@ -114,13 +114,13 @@ fn reason(data: &SignalData) -> String {
 #[tokio::test]
 async fn k0s_prev_is_staged_and_self_tested_without_a_download_and_stays_in_place() {
     let node = Node::new(Some(OLD));
-    let data = rollback("uid/2", 0, RollbackOf::K0s, "v1");
+    let data = rollback("uid/2", 0, RollbackOf::K0s, "v1.0.0");
     let key = SignalKey::of(&data);
     let update = data.command.update().expect("valid");
     let before = node.host.observe(&key, update).await.expect("observe");
     assert!(!before.staged && !before.proven, "{before:?}");
 
-    node.host.stage_previous(&key, "v1").await.expect("staged");
+    node.host.stage_previous(&key, "v1.0.0").await.expect("staged");
     assert_eq!(std::fs::read(node.host.staged_path()).expect("staged"), OLD);
     assert_eq!(std::fs::read(node.host.previous_path()).expect("prev"), OLD, "k0s.prev stays");
     assert_eq!(std::fs::read(node.host.live_path()).expect("live"), NEW);
@@ -129,14 +129,14 @@ async fn k0s_prev_is_staged_and_self_tested_without_a_download_and_stays_in_plac
     assert!(after.staged && after.proven, "{after:?}");
     // The digest ties the copy to `k0s.prev`, not to a version: another signal's self-test
     // of the same bytes proves nothing for this one.
-    let mut other = rollback("uid/3", 0, RollbackOf::K0s, "v1");
+    let mut other = rollback("uid/3", 0, RollbackOf::K0s, "v1.0.0");
     other.created = "2026-11-27T00:00:00Z".into();
     let other_key = SignalKey::of(&other);
     let seen = node.host.observe(&other_key, other.command.update().expect("valid")).await;
     let seen = seen.expect("observe");
     assert!(seen.staged && !seen.proven, "{seen:?}");
     // Staging again (after a crash before the phase was written) converges.
-    node.host.stage_previous(&key, "v1").await.expect("staged again");
+    node.host.stage_previous(&key, "v1.0.0").await.expect("staged again");
     assert!(node.host.observe(&key, update).await.expect("observe").proven);
 }
 
@@ -144,7 +144,7 @@ async fn k0s_prev_is_staged_and_self_tested_without_a_download_and_stays_in_plac
 async fn a_k0s_rollback_runs_to_completion_on_a_real_disk() {
     let node = Node::new(Some(OLD));
     let (data, history, running) =
-        run_to_end(&node.host, rollback("uid/2", 0, RollbackOf::K0s, "v1")).await;
+        run_to_end(&node.host, rollback("uid/2", 0, RollbackOf::K0s, "v1.0.0")).await;
     assert_eq!(data.phase(), Some(SignalPhase::Completed), "{history:?} {}", reason(&data));
     assert_eq!(
         history,
@@ -157,7 +157,7 @@ async fn a_k0s_rollback_runs_to_completion_on_a_real_disk() {
             SignalPhase::Completed,
         ]
     );
-    assert_eq!(running, "v1");
+    assert_eq!(running, "v1.0.0");
     assert_eq!(std::fs::read(node.host.live_path()).expect("live"), OLD);
     // The fallback stays the proven binary the node runs again; the version rolled back is
     // kept to look at and can never run (the units run `k0s.prev post-update-guard`).
@@ -200,28 +200,31 @@ async fn a_swap_back_to_k0s_prev_killed_after_any_step_ends_with_the_rejected_bi
 
 #[tokio::test]
 async fn a_k0s_prev_of_another_version_is_refused_with_both_versions_and_nothing_staged() {
-    let node = Node::new(Some(b"#!/bin/sh\necho v3\n"));
-    let data = rollback("uid/2", 0, RollbackOf::K0s, "v1");
-    let err = node.host.stage_previous(&SignalKey::of(&data), "v1").await.expect_err("refused");
+    let node = Node::new(Some(b"#!/bin/sh\necho v3.0.0\n"));
+    let data = rollback("uid/2", 0, RollbackOf::K0s, "v1.0.0");
+    let err = node.host.stage_previous(&SignalKey::of(&data), "v1.0.0").await.expect_err("refused");
     assert!(matches!(err, HostError::Rollback { .. }), "{err:?}");
-    assert_eq!(err.reason(), "k0s.prev runs v3, not the version this node ran before the run (v1)");
+    assert_eq!(
+        err.reason(),
+        "k0s.prev runs v3.0.0, not the version this node ran before the run (v1.0.0)"
+    );
     assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev"]);
 
     let (data, history, running) = run_to_end(&node.host, data).await;
     assert_eq!(history, vec![SignalPhase::Downloading, SignalPhase::Failed]);
     assert_eq!(
         reason(&data),
-        "k0s.prev runs v3, not the version this node ran before the run (v1)"
+        "k0s.prev runs v3.0.0, not the version this node ran before the run (v1.0.0)"
     );
-    assert_eq!(running, "v2");
+    assert_eq!(running, "v2.0.0");
     assert_eq!(std::fs::read(node.host.live_path()).expect("live"), NEW);
 }
 
 #[tokio::test]
 async fn a_k0s_prev_that_does_not_run_is_refused_with_its_output() {
     let node = Node::new(Some(b"#!/bin/sh\necho broken >&2\nexit 4\n"));
-    let data = rollback("uid/2", 0, RollbackOf::K0s, "v1");
-    let err = node.host.stage_previous(&SignalKey::of(&data), "v1").await.expect_err("refused");
+    let data = rollback("uid/2", 0, RollbackOf::K0s, "v1.0.0");
+    let err = node.host.stage_previous(&SignalKey::of(&data), "v1.0.0").await.expect_err("refused");
     assert_eq!(err.reason(), "k0s.prev does not run: `version` exited with status 4: \"broken\"");
     assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev"]);
 }
@@ -230,7 +233,7 @@ async fn a_k0s_prev_that_does_not_run_is_refused_with_its_output() {
 async fn without_k0s_prev_the_rollback_fails_and_nothing_is_guessed() {
     let node = Node::new(None);
     let (data, history, _) =
-        run_to_end(&node.host, rollback("uid/2", 0, RollbackOf::K0s, "v1")).await;
+        run_to_end(&node.host, rollback("uid/2", 0, RollbackOf::K0s, "v1.0.0")).await;
     assert_eq!(history, vec![SignalPhase::Downloading, SignalPhase::Failed]);
     assert_eq!(reason(&data), "no k0s.prev to roll back to");
     assert_eq!(listing(&node.bin()), vec!["k0s"]);
@@ -240,7 +243,7 @@ async fn without_k0s_prev_the_rollback_fails_and_nothing_is_guessed() {
 async fn a_node_already_on_the_from_version_completes_the_rollback_at_once() {
     let node = Node::new(Some(OLD));
     let (data, history, _) =
-        run_to_end(&node.host, rollback("uid/2", 0, RollbackOf::K0s, "v2")).await;
+        run_to_end(&node.host, rollback("uid/2", 0, RollbackOf::K0s, "v2.0.0")).await;
     assert_eq!(data.phase(), Some(SignalPhase::Completed));
     assert_eq!(history, vec![SignalPhase::Completed]);
     assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev"]);
@@ -289,11 +292,11 @@ async fn an_airgap_rollback_puts_back_the_bundle_the_run_replaced() {
     let url = format!("http://{addr}/dist/bundle.tar");
     let node = Node::new(Some(OLD));
     let none = SignatureSource::default();
-    node.host.download_bundle(&bundle_key("uid/1", 0), &url, None, &none).await.expect("v1");
+    node.host.download_bundle(&bundle_key("uid/1", 0), &url, None, &none).await.expect("v1.0.0");
     *served.lock().expect("body") = b"bundle v2".to_vec();
     let sha2 = sha(b"bundle v2");
     let path = node.host.download_bundle(&bundle_key("uid/2", 1), &url, Some(&sha2), &none).await;
-    let path = path.expect("v2");
+    let path = path.expect("v2.0.0");
     assert_eq!(path, node.images().join("bundle.tar"));
     // Downloaded again for the same signal (a crash before its answer): what was kept is
     // still the bundle it replaced, not itself.
@@ -304,7 +307,7 @@ async fn an_airgap_rollback_puts_back_the_bundle_the_run_replaced() {
     assert_eq!(std::fs::read(&path).expect("bundle"), b"bundle v2");
     assert_eq!(listing(&node.images()), vec!["bundle.tar"], "only bundles in images/");
 
-    let data = rollback("uid/2", 1, RollbackOf::Airgap, "v1");
+    let data = rollback("uid/2", 1, RollbackOf::Airgap, "v1.0.0");
     let key = SignalKey::of(&data);
     let observed = node
         .host
@@ -326,7 +329,7 @@ async fn an_airgap_rollback_puts_back_the_bundle_the_run_replaced() {
     assert_eq!(listing(&node.bin()), vec!["k0s", "k0s.prev"], "the binary is untouched");
 
     // Only the last bundle's predecessor is kept: the earlier run cannot be rolled back.
-    let earlier = rollback("uid/1", 0, RollbackOf::Airgap, "v1");
+    let earlier = rollback("uid/1", 0, RollbackOf::Airgap, "v1.0.0");
     let err = node.host.restore_bundle(&SignalKey::of(&earlier)).expect_err("not kept");
     assert_eq!(
         err.reason(),
@@ -341,7 +344,7 @@ async fn an_airgap_rollback_removes_a_bundle_the_run_added_and_fails_without_a_k
     let addr = serve(served).await;
     let url = format!("http://{addr}/dist/bundle.tar");
     let node = Node::new(Some(OLD));
-    let data = rollback("uid/2", 1, RollbackOf::Airgap, "v1");
+    let data = rollback("uid/2", 1, RollbackOf::Airgap, "v1.0.0");
     let (failed, history, _) = run_to_end(&node.host, data.clone()).await;
     assert_eq!(history, vec![SignalPhase::Downloading, SignalPhase::Failed]);
     assert_eq!(reason(&failed), "no previous airgap bundle to roll back to: this node kept none");

@@ -82,4 +82,4 @@ pub fn crds_jsonl() -> String {
 /// CRD (the `crds_stay_readable` test says so), and keep each generation readable by the one
 /// before: new fields optional, no field removed or retyped, so a binary rolled back after an
 /// update keeps working on the newer CRDs it leaves in place.
-pub const CRD_SCHEMA_GENERATION: u32 = 8;
+pub const CRD_SCHEMA_GENERATION: u32 = 9;

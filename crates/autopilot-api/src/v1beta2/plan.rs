@@ -111,7 +111,8 @@ pub struct PlanCommand {
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommandK0sUpdate {
     /// Target k0s version, compared as an exact string with the version a node runs
-    /// (for example `v1.30.1+k0s.0`); not empty, no whitespace.
+    /// (for example `v1.30.1+k0s.0`): SemVer with an optional leading `v` and at most
+    /// `+k0s.N` as build metadata.
     #[schemars(length(min = 1), regex(pattern = crate::payload::VERSION_PATTERN))]
     pub version: String,
 
@@ -191,7 +192,8 @@ impl JsonSchema for DrainPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct PlanCommandAirgapUpdate {
     /// k0s version the bundle belongs to; used for the removed-API check and copied into
-    /// the signal. Not empty, no whitespace.
+    /// the signal. SemVer with an optional leading `v` and at most `+k0s.N` as build
+    /// metadata.
     #[schemars(length(min = 1), regex(pattern = crate::payload::VERSION_PATTERN))]
     pub version: String,
 

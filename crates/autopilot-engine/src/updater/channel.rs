@@ -272,6 +272,12 @@ mod tests {
         assert!(err.to_string().contains("downloadURLs[0].k0s: "), "{err}");
         let err = ChannelAnswer::from_index_yaml(&index("\"v1 2\"", "https://x/k0s")).unwrap_err();
         assert!(err.to_string().contains("version: \"v1 2\" contains whitespace"), "{err}");
+        // A version becomes part of the Plan's download URLs: a server's offer cannot carry
+        // a path or a query into them.
+        for version in ["v1.36.0-a/../x+k0s.0", "v1.36.0-a?x+k0s.0", "'v1.36.0-a#x+k0s.0'"] {
+            let err = ChannelAnswer::from_index_yaml(&index(version, "https://x/k0s")).unwrap_err();
+            assert!(err.to_string().contains("is not a k0s version"), "{version}: {err}");
+        }
         let legacy =
             "version: v1.35.2+k0s.0\ndownloadURLs:\n  k0s:\n    linux-amd64: ftp://x/k0s\n";
         let err = ChannelAnswer::from_legacy_yaml(legacy).unwrap_err();
@@ -293,7 +299,7 @@ mod tests {
 
     #[test]
     fn bad_digest_is_an_error_naming_the_field() {
-        let body = "version: v1\ndownloadURLs:\n- {os: linux, arch: amd64, k0s: \"https://x/k0s\", k0sSha256: nope}\n";
+        let body = "version: v1.35.2+k0s.0\ndownloadURLs:\n- {os: linux, arch: amd64, k0s: \"https://x/k0s\", k0sSha256: nope}\n";
         let err = ChannelAnswer::from_index_yaml(body).unwrap_err();
         assert!(err.to_string().contains("downloadURLs[0].k0sSha256"), "{err}");
     }

@@ -184,6 +184,27 @@ fn a_version_no_node_can_report_is_refused_naming_the_field() {
 }
 
 #[test]
+fn a_version_that_could_carry_a_path_into_a_url_is_refused_naming_the_field() {
+    // The CRD pattern refuses these only for Plans written after it; one stored under an
+    // older, looser CRD reaches the engine, which refuses it before any node is signalled.
+    for version in ["v1.36.0-a/../x+k0s.0", "v1.36.0-a?x+k0s.0", "v1.36.0-a#x+k0s.0", "v2"] {
+        let mut sim = Sim::new(
+            PlanFixture::k0s_update(version).workers(["w1"]),
+            ClusterFixture::new().workers(["w1"]),
+        );
+        let description = refused_up_front(&mut sim, 0);
+        assert_eq!(
+            description,
+            format!(
+                "commands[0].k0supdate.version: {version:?} is not a k0s version: SemVer with \
+                 an optional leading v and at most +k0s.N as build metadata (v1.35.1+k0s.0, \
+                 v1.36.0-rc.1+k0s.0)"
+            )
+        );
+    }
+}
+
+#[test]
 fn every_field_problem_of_a_command_is_named_in_one_pass() {
     let mut sim = Sim::new(
         PlanFixture::airgap_update("v1 2").workers(["w1"]).payload(
