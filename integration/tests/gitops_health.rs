@@ -196,6 +196,62 @@ fn a_plan_held_by_a_controller_not_ready_is_in_progress_for_kstatus_and_degraded
 }
 
 #[test]
+fn a_plan_held_by_preflight_warnings_is_failed_for_kstatus_and_degraded_for_argo() {
+    // Only an operator moves it: the leader writes Reconciling False with Stalled True.
+    let held = "preflight warnings hold the plan (onWarn: Block): check api-port on worker-1: \
+                worker-1 did not answer; accept them with the annotation \
+                autopilot.k0sproject.io/accept-warnings=id-1";
+    let reason = "PreflightWarnings";
+    let plan = autopilot(
+        "SchedulableWait",
+        &[
+            ("Ready", "False", reason, "run 5d1f0c3a/2 is in progress"),
+            ("Reconciling", "False", reason, held),
+            ("Stalled", "True", reason, held),
+        ],
+    );
+    let verdict = kstatus(&plan);
+    assert_eq!(verdict.status, Kstatus::Failed, "{verdict}");
+    assert_eq!(verdict.message, held);
+    assert_eq!(flux(&plan), Kstatus::Failed);
+    let health = argo(&plan);
+    assert_eq!(health.status, Health::Degraded, "{health}");
+    assert_eq!(health.message, held);
+}
+
+#[test]
+fn an_aborted_plan_whose_spec_changed_is_failed_for_kstatus_and_degraded_for_argo() {
+    // The leader observes the new generation 3 (the ended run's, 2, in runGeneration).
+    let message = "the spec changed (generation 3) while the plan is aborted: run 5d1f0c3a/2 \
+                   of generation 2 ended Aborted, and the new spec does not run until the \
+                   autopilot.k0sproject.io/abort annotation is removed";
+    let not_run = "no run of this plan goes on";
+    let mut plan = plan(
+        "autopilot",
+        3,
+        Some(3),
+        "Aborted",
+        &[
+            ("Ready", "False", "Aborted", not_run),
+            ("Reconciling", "False", "Aborted", not_run),
+            ("Stalled", "True", "Aborted", message),
+        ],
+    );
+    plan["status"]["runGeneration"] = json!(2);
+    let verdict = kstatus(&plan);
+    assert_eq!(verdict.status, Kstatus::Failed, "{verdict}");
+    assert_eq!(verdict.message, message);
+    assert_eq!(flux(&plan), Kstatus::Failed);
+    let health = argo(&plan);
+    assert_eq!(health.status, Health::Degraded, "{health}");
+    assert_eq!(health.message, message);
+
+    // As it read before: the run's generation as observedGeneration, in progress for ever.
+    plan["status"]["observedGeneration"] = json!(2);
+    assert_eq!(kstatus(&plan).status, Kstatus::InProgress, "{}", kstatus(&plan));
+}
+
+#[test]
 fn a_plan_not_named_autopilot_is_failed_for_kstatus_and_degraded_for_argo() {
     let message = "Only the Plan named autopilot is processed";
     let plan = plan(

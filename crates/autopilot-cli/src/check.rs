@@ -133,7 +133,7 @@ pub enum Outcome {
 /// The outcome of the run of `generation` of `plan`.
 pub fn outcome(plan: &Plan, generation: i64) -> Outcome {
     let Some(status) = plan.status.as_ref() else { return Outcome::Running };
-    if status.observed_generation != Some(generation) || !status.state.is_terminal() {
+    if status.run_generation() != Some(generation) || !status.state.is_terminal() {
         return Outcome::Running;
     }
     let command = status.commands.first();

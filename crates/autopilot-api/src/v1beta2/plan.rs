@@ -471,10 +471,20 @@ pub struct PlanStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 
-    /// The `metadata.generation` of the spec this status describes (the generation the
-    /// current run started from). A terminal plan whose generation moves on starts a new run.
+    /// The `metadata.generation` of the spec this status describes: the generation the
+    /// current run started from, except while `runGeneration` is set. A terminal plan whose
+    /// generation moves on starts a new run (unless it is aborted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// The generation the current run started from, set only when it is not
+    /// `observedGeneration`: the plan is aborted and its spec changed since the run
+    /// started. The new spec does not run until the abort annotation goes, and the status
+    /// says so for that spec (`observedGeneration` is its generation, `Stalled` is True),
+    /// so that kstatus and GitOps engines read the plan as stalled, not in progress for
+    /// ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_generation: Option<i64>,
 
     /// Identifies the current run (`<plan uid>/<generation>`); written into every signal of
     /// this run, so a node's signal from an earlier run (even with the same `spec.id`) is
@@ -656,6 +666,12 @@ pub struct PlanCommandAirgapUpdateStatus {
 }
 
 impl PlanStatus {
+    /// The generation the current run started from: `runGeneration` when set, else
+    /// `observedGeneration` (`None`: no run of ours).
+    pub fn run_generation(&self) -> Option<i64> {
+        self.run_generation.or(self.observed_generation)
+    }
+
     /// Whether the plan-level state is terminal (see [`PlanStateType::is_terminal`]).
     pub fn is_terminal(&self) -> bool {
         self.state.is_terminal()

@@ -8,21 +8,35 @@
 //!
 //! | Plan state | `Ready` | `Reconciling` | `Stalled` |
 //! |---|---|---|---|
-//! | `""`, `SchedulableWait`, `Schedulable` | False | True | False |
+//! | `""`, `SchedulableWait`, `Schedulable` (paused too) | False | True | False |
 //! | held for a controller past the readiness grace | False | True | True (`ControllerNotReady`) |
+//! | held by preflight warnings (`onWarn: Block`) until accepted | False | False | True (`PreflightWarnings`) |
 //! | `Completed` | True | False | False |
 //! | `Completed`, then a node's post-update watch rolled it back | False | False | True (`RolledBackAfterUpdate`) |
 //! | any other terminal state | False | False | True (the state; the description as message) |
 //!
+//! A paused plan is in progress, as intended: an operator chose to hold it and will resume it
+//! (the `Paused` condition says so, and Argo CD's health check reads it as Suspended). A plan
+//! held by preflight warnings cannot move until an operator accepts them, so it is stalled
+//! and not reconciling, which kstatus reads as failed, with the `Stalled` message naming the
+//! annotation that accepts the warnings. A controller not ready past the grace is stalled
+//! but still reconciling (it goes on by itself once the controller is ready), which kstatus,
+//! reading `Reconciling` first, keeps in progress.
+//!
 //! Their `observedGeneration` is the generation the run started from (`status.observedGeneration`):
 //! `Ready` is therefore True only when the run of the current spec completed, and a spec that
-//! moved on shows as a generation mismatch, which kstatus reads as in progress.
+//! moved on shows as a generation mismatch, which kstatus reads as in progress. One exception:
+//! an aborted plan whose spec changes runs nothing until the abort annotation goes, so its
+//! status observes the new generation and reads `Stalled` (reason `Aborted`), see
+//! `crate::plan::driver::machine`.
 
 use autopilot_api::keys::conditions;
 use autopilot_api::v1beta2::{PlanStateType, PlanStatus, TargetState};
 
+use std::collections::BTreeMap;
+
 use crate::plan::model::command::{Command, RunIdentity, format_duration, targets};
-use crate::plan::model::decision::{Effect, EventKind};
+use crate::plan::model::decision::{Effect, EventKind, Hold};
 use crate::plan::model::inputs::Inputs;
 use crate::plan::model::phases::{plan_phase, reasons};
 use crate::plan::model::text::set_condition_to;
@@ -38,43 +52,27 @@ pub(in crate::plan) enum Verdict {
     Running { reason: String, message: String },
     /// The run goes on but cannot move: a controller stayed not ready past the grace.
     Stuck { reason: String, message: String, why: String },
+    /// The run cannot move until an operator acts: preflight warnings under
+    /// `onWarn: Block` wait to be accepted (`why` says with which annotation).
+    Blocked { reason: String, message: String, why: String },
     /// The run completed.
     Ready { message: String },
     /// The run ended any other way (reason: the state).
     Failed { reason: String, message: String },
 }
 
-/// The verdict on `status` at `inputs`' time.
-pub(in crate::plan) fn verdict(status: &PlanStatus, inputs: &Inputs<'_>) -> Verdict {
+/// The verdict on `status` at `inputs`' time, given what the pass found `holds` each
+/// command (empty for a run that ended).
+pub(in crate::plan) fn verdict(
+    status: &PlanStatus,
+    inputs: &Inputs<'_>,
+    holds: &BTreeMap<u32, Hold>,
+) -> Verdict {
     let state = status.state;
     let reason = reason_of(state);
     match state {
         PlanStateType::NewPlan | PlanStateType::SchedulableWait | PlanStateType::Schedulable => {
-            let active = status.commands.iter().find(|command| !command.state.is_terminal());
-            let held = active.and_then(|command| command.reason.as_deref());
-            let mut message = format!("run {} is in progress", run_of(status));
-            if let Some(progress) = &status.progress {
-                message.push_str(&format!(": {progress} node updates completed"));
-            }
-            if let Some(held) = held {
-                message.push_str(&format!("; {held}"));
-            }
-            let stuck = active.and_then(|command| {
-                let since = command.not_ready_since.as_ref()?;
-                let grace = jiff::SignedDuration::try_from(inputs.policy.readiness_grace).ok()?;
-                (inputs.elapsed_since(since.0) >= grace).then(|| {
-                    format!(
-                        "{}; the plan controllers have not all been ready for the readiness \
-                         grace of {}: the plan goes on once they are, or ends when aborted",
-                        held.unwrap_or("a plan controller is not ready"),
-                        format_duration(inputs.policy.readiness_grace),
-                    )
-                })
-            });
-            match stuck {
-                Some(why) => Verdict::Stuck { reason, message, why },
-                None => Verdict::Running { reason, message },
-            }
+            running(status, inputs, holds, reason)
         }
         PlanStateType::Completed => {
             let undone = rolled_back_after_completion(inputs, status);
@@ -123,15 +121,59 @@ pub(in crate::plan) fn verdict(status: &PlanStatus, inputs: &Inputs<'_>) -> Verd
     }
 }
 
+/// The verdict on a run that goes on (`reason`: its state): stuck on a controller not
+/// ready past the grace, blocked by preflight warnings, or running.
+fn running(
+    status: &PlanStatus,
+    inputs: &Inputs<'_>,
+    holds: &BTreeMap<u32, Hold>,
+    reason: String,
+) -> Verdict {
+    let active = status.commands.iter().find(|command| !command.state.is_terminal());
+    let held = active.and_then(|command| command.reason.as_deref());
+    let mut message = format!("run {} is in progress", run_of(status));
+    if let Some(progress) = &status.progress {
+        message.push_str(&format!(": {progress} node updates completed"));
+    }
+    if let Some(held) = held {
+        message.push_str(&format!("; {held}"));
+    }
+    // Only an operator moves a plan that preflight warnings hold: the command's
+    // reason names the annotation that accepts them.
+    let blocked = active.filter(|command| {
+        holds.get(&command.id).is_some_and(|h| h.reason == reasons::PREFLIGHT_WARNINGS)
+    });
+    if let Some(why) = blocked.and_then(|command| command.reason.clone()) {
+        return Verdict::Blocked { reason: reasons::PREFLIGHT_WARNINGS.to_owned(), message, why };
+    }
+    let stuck = active.and_then(|command| {
+        let since = command.not_ready_since.as_ref()?;
+        let grace = jiff::SignedDuration::try_from(inputs.policy.readiness_grace).ok()?;
+        (inputs.elapsed_since(since.0) >= grace).then(|| {
+            format!(
+                "{}; the plan controllers have not all been ready for the readiness \
+                 grace of {}: the plan goes on once they are, or ends when aborted",
+                held.unwrap_or("a plan controller is not ready"),
+                format_duration(inputs.policy.readiness_grace),
+            )
+        })
+    });
+    match stuck {
+        Some(why) => Verdict::Stuck { reason, message, why },
+        None => Verdict::Running { reason, message },
+    }
+}
+
 /// Bring `status`'s three conditions in line with its state. A `PlanStalled` Warning Event
 /// when a running plan turns stalled (an ended one has its state-change Events).
 pub(in crate::plan) fn derive(
     status: &mut PlanStatus,
     inputs: &Inputs<'_>,
+    holds: &BTreeMap<u32, Hold>,
     events: &mut Vec<Effect>,
 ) {
     let generation = status.observed_generation.unwrap_or_default();
-    let verdict = verdict(status, inputs);
+    let verdict = verdict(status, inputs, holds);
     let not_ready = || "the run completed".to_owned();
     let (ready, reconciling, stalled) = match &verdict {
         Verdict::Running { reason, message } => (
@@ -143,6 +185,11 @@ pub(in crate::plan) fn derive(
             (false, reason.clone(), message.clone()),
             (true, reason.clone(), message.clone()),
             (true, reasons::CONTROLLER_NOT_READY.to_owned(), why.clone()),
+        ),
+        Verdict::Blocked { reason, message, why } => (
+            (false, reason.clone(), message.clone()),
+            (false, reason.clone(), why.clone()),
+            (true, reason.clone(), why.clone()),
         ),
         Verdict::Ready { message } => (
             (true, reason_of(PlanStateType::Completed), message.clone()),
@@ -181,9 +228,10 @@ pub(in crate::plan) fn derive(
     }
 }
 
-/// A Plan none of whose runs goes on: not executed at all (reason `NotAutopilotPlan`), or
-/// aborted before its first run started (reason `Aborted`). `Stalled`, so that a GitOps
-/// engine reads it as failed rather than in progress for ever.
+/// A Plan none of whose runs goes on: not executed at all (reason `NotAutopilotPlan`),
+/// aborted before its first run started, or aborted with a spec that changed since its run
+/// started (reason `Aborted`). `Stalled`, so that a GitOps engine reads it as failed rather
+/// than in progress for ever.
 pub(in crate::plan) fn never_runs(
     status: &mut PlanStatus,
     reason: &str,

@@ -76,7 +76,7 @@ pub fn removed_api_check_versions(plan: PlanView<'_>) -> Vec<String> {
         RunState::New => true,
         // The spec moved on during the run: if the run ends in this pass, the next run
         // starts in the same pass (see [`step`]), so it needs the findings too.
-        RunState::Running(status) => status.observed_generation != Some(plan.generation),
+        RunState::Running(status) => status.run_generation() != Some(plan.generation),
         RunState::Ended(_) | RunState::Held => false,
     };
     if !may_start {
@@ -100,7 +100,7 @@ enum RunState<'s> {
     /// A run is in progress.
     Running(&'s PlanStatus),
     /// The run ended and the spec has not changed since it started (or the plan is
-    /// aborted, which holds a changed spec back): nothing to do.
+    /// aborted, which holds a changed spec back, see [`Pass::ended`]): nothing to do.
     Ended(&'s PlanStatus),
     /// No run of ours, and the plan is aborted (or carries a rollback annotation naming
     /// its id): none starts.
@@ -109,7 +109,7 @@ enum RunState<'s> {
 
 /// A run starts when there is no status, when the status is not one of ours (no
 /// `observedGeneration`: never processed, or written by k0s), or when the last run ended
-/// and the spec changed since it started. A non-terminal status that is missing something
+/// and the spec changed since it started (its [`PlanStatus::run_generation`]). A non-terminal status that is missing something
 /// every run of ours records (run id, plan id, a frozen copy of each command, commands past
 /// NewPlan) cannot be driven safely and starts a new run too.
 fn run_state(plan: PlanView<'_>) -> RunState<'_> {
@@ -119,18 +119,18 @@ fn run_state(plan: PlanView<'_>) -> RunState<'_> {
     let new =
         if plan.steering.aborted || rollback_pending { RunState::Held } else { RunState::New };
     let Some(status) = plan.status else { return new };
-    let Some(observed_generation) = status.observed_generation else { return new };
+    let Some(run_generation) = status.run_generation() else { return new };
     if status.is_terminal() {
         // An operator asked to roll back the run that ended (`crate::plan::driver::rollback`): it goes on.
         let roll_back = crate::plan::model::phases::REOPENED_BY_ROLLBACK.contains(&status.state)
             && status.rollback.is_none()
-            && observed_generation == plan.generation
+            && run_generation == plan.generation
             && status.run_id.is_some()
             && plan.rollback.is_some_and(|asked| Some(asked.trim()) == status.plan_id.as_deref());
         if roll_back {
             return RunState::Running(status);
         }
-        return if observed_generation == plan.generation || plan.steering.aborted {
+        return if run_generation == plan.generation || plan.steering.aborted {
             RunState::Ended(status)
         } else if rollback_pending {
             // Not a new run while the annotation names its id; the ended one stays as it is.
@@ -176,7 +176,7 @@ impl Pass<'_> {
         let ending = self.run_once(gaps);
         let outdated = matches!(run_state(self.plan), RunState::Running(_))
             && ending.status.is_terminal()
-            && ending.status.observed_generation != Some(self.plan.generation);
+            && ending.status.run_generation() != Some(self.plan.generation);
         if !outdated {
             return ending;
         }
@@ -214,10 +214,47 @@ impl Pass<'_> {
     /// A run that ended: a failed node still in flight is told so until its object shows
     /// it, and the conditions follow what the nodes said since (a run that ended under an
     /// older version gets them too).
+    ///
+    /// An aborted plan whose spec changed since its run started runs nothing until the
+    /// abort annotation goes: its status then observes the new generation (the run's stays
+    /// in `runGeneration`, which decides when a new run starts) and says it never runs as
+    /// it is (`Stalled`, reason `Aborted`). kstatus compares `observedGeneration` first, so
+    /// without this a GitOps engine would wait for it, in progress, until its timeout.
     fn ended(&self, status: &PlanStatus) -> Transition {
         let mut effects = schedule::tell_failed_nodes(&self.inputs, status);
         let mut status = status.clone();
-        crate::plan::driver::conditions::derive(&mut status, &self.inputs, &mut effects);
+        let plan = self.plan;
+        match status.run_generation() {
+            Some(run) if plan.steering.aborted && run != plan.generation => {
+                let message = format!(
+                    "the spec changed (generation {}) while the plan is aborted: run {} of \
+                     generation {run} ended {}, and the new spec does not run until the {} \
+                     annotation is removed",
+                    plan.generation,
+                    status.run_id.as_deref().unwrap_or("(no run id)"),
+                    status.state,
+                    keys::ANNOTATION_ABORT
+                );
+                status.run_generation = Some(run);
+                status.observed_generation = Some(plan.generation);
+                crate::plan::driver::conditions::never_runs(
+                    &mut status,
+                    PlanStateType::Aborted.as_str(),
+                    &message,
+                    &self.inputs,
+                    plan.generation,
+                );
+            }
+            Some(_) | None => {
+                let holds = BTreeMap::new();
+                crate::plan::driver::conditions::derive(
+                    &mut status,
+                    &self.inputs,
+                    &holds,
+                    &mut effects,
+                );
+            }
+        }
         Transition { status, effects, requeue: Requeue::OnChange, needs: Needs::default() }
     }
 
@@ -296,7 +333,12 @@ impl Pass<'_> {
         self.spec_change_condition(&mut status, &mut condition_events);
         self.paused_condition(&mut status, &mut condition_events);
         status.progress = status.computed_progress();
-        crate::plan::driver::conditions::derive(&mut status, &self.inputs, &mut condition_events);
+        crate::plan::driver::conditions::derive(
+            &mut status,
+            &self.inputs,
+            &decision.holds,
+            &mut condition_events,
+        );
 
         let mut effects = decision.signals;
         effects.extend(schedule::tell_failed_nodes(&self.inputs, &status));
@@ -347,6 +389,7 @@ impl Pass<'_> {
             commands,
             conditions,
             observed_generation: Some(plan.generation),
+            run_generation: None,
             run_id: Some(format!("{}/{}", plan.uid, plan.generation)),
             plan_id: Some(plan.spec.id.clone()),
             progress: None,
@@ -374,7 +417,7 @@ impl Pass<'_> {
     /// started; remove it once the status describes the current generation.
     fn spec_change_condition(&self, status: &mut PlanStatus, events: &mut Vec<Effect>) {
         let plan = self.plan;
-        match status.observed_generation {
+        match status.run_generation() {
             Some(observed) if observed != plan.generation => {
                 if status.is_terminal() {
                     // The run ended in this pass; the next pass starts the new one.

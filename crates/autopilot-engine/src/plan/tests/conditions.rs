@@ -1,7 +1,7 @@
 //! The kstatus-shaped conditions: `Ready`, `Reconciling` and `Stalled` after every pass, true
 //! to the state, at the run's generation, and changed only when the state says something new.
 
-use autopilot_api::keys::conditions;
+use autopilot_api::keys::{self, conditions};
 use autopilot_api::signal::SignalPhase;
 use autopilot_api::v1beta2::PlanStateType as P;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -238,4 +238,111 @@ fn a_completed_run_a_node_rolled_back_afterwards_is_no_longer_ready() {
     // It stays so.
     let again = sim.pass();
     assert_eq!(&again.status, sim.plan.status());
+}
+
+// === Holds: which read as stalled ===
+
+#[test]
+fn a_paused_plan_is_in_progress_not_stalled_as_intended() {
+    // The operator chose the pause and will resume: kstatus waits (Argo CD, reading
+    // `Paused`, shows it Suspended).
+    let mut sim = Sim::new(
+        PlanFixture::k0s_update(V).workers(["w1", "w2"]),
+        ClusterFixture::new().workers(["w1", "w2"]),
+    );
+    sim.pass();
+    sim.plan(|p| p.steered(true, false));
+    sim.cluster(|c| c.later(minutes(1)).reports(Node, "w1", SignalPhase::Completed));
+    sim.pass();
+    sim.cluster(|c| c.later(minutes(30)));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    let state = "SchedulableWait";
+    assert_eq!(verdict(&sim), [pair("False", state), pair("True", state), pair("False", state)]);
+    assert_eq!(condition(&sim, conditions::PAUSED).status, "True");
+}
+
+#[test]
+fn a_plan_held_by_preflight_warnings_is_stalled_and_not_reconciling_until_they_are_accepted() {
+    use super::preflight::{free, gated, port_check};
+    use autopilot_api::preflight::{RawRecord, status_code};
+    use serde_json::json;
+
+    let mut sim =
+        gated(vec![port_check("api-port", json!({"all": true}))], json!({"onWarn": "Block"}));
+    sim.pass();
+    let late = RawRecord::failure(status_code::TIMEOUT, "timed out after 5s");
+    sim.cluster(|c| {
+        c.reports_checks(crate::plan::ObjectKind::ControlNode, "c1", &[("api-port", free("c1"))])
+            .reports_checks(Node, "w1", &[("api-port", late)])
+            .reports_checks(Node, "w2", &[("api-port", free("w2"))])
+    });
+    let held = sim.pass();
+    assert_eq!(sim.plan.state(), P::SchedulableWait);
+    // Only an operator moves it: kstatus reads Failed, with the annotation to set.
+    let reason = "PreflightWarnings";
+    assert_eq!(verdict(&sim), [pair("False", reason), pair("False", reason), pair("True", reason)]);
+    let stalled = condition(&sim, conditions::STALLED);
+    let id = sim.plan.spec.id.clone();
+    let accept =
+        format!("accept them with the annotation {}={id}", keys::ANNOTATION_ACCEPT_WARNINGS);
+    assert!(stalled.message.ends_with(&accept), "{}", stalled.message);
+    assert!(event_reasons(&held).contains(&crate::plan::phases::reasons::PLAN_STALLED));
+    // It stays so.
+    sim.cluster(|c| c.later(minutes(30)));
+    let again = sim.pass();
+    assert_eq!(&again.status, sim.plan.status());
+
+    sim.plan(|p| p.accepting_warnings(&id));
+    sim.pass();
+    let running = "SchedulableWait";
+    assert_eq!(
+        verdict(&sim),
+        [pair("False", running), pair("True", running), pair("False", running)]
+    );
+}
+
+// === An aborted plan whose spec changes ===
+
+#[test]
+fn an_aborted_plan_whose_spec_changes_observes_the_new_generation_and_is_stalled() {
+    let mut sim = held_on_worker();
+    sim.plan(|p| p.steered(false, true));
+    sim.pass();
+    assert_eq!(sim.plan.state(), P::Aborted);
+    let run_id = sim.plan.status().run_id.clone();
+
+    sim.plan(|p| p.edited(|spec| spec.id = "next".to_owned()));
+    let t = sim.pass();
+    assert!(t.effects.is_empty(), "{t:#?}");
+    // kstatus compares `observedGeneration` before the conditions: it must be the new one.
+    let status = sim.plan.status();
+    assert_eq!((status.observed_generation, status.run_generation), (Some(2), Some(1)));
+    assert_eq!((status.state, &status.run_id), (P::Aborted, &run_id), "the run is as it ended");
+    assert_eq!(
+        verdict(&sim),
+        [pair("False", "Aborted"), pair("False", "Aborted"), pair("True", "Aborted")]
+    );
+    assert!(status.conditions.iter().all(|c| c.observed_generation == Some(2)));
+    let stalled = condition(&sim, conditions::STALLED);
+    let remove = format!("does not run until the {} annotation is removed", keys::ANNOTATION_ABORT);
+    assert!(stalled.message.contains("the spec changed (generation 2)"), "{}", stalled.message);
+    assert!(stalled.message.ends_with(&remove), "{}", stalled.message);
+    // It stays so.
+    sim.cluster(|c| c.later(minutes(30)));
+    let again = sim.pass();
+    assert_eq!(&again.status, sim.plan.status());
+    assert!(again.effects.is_empty(), "{again:#?}");
+
+    // Removing the abort runs the new spec.
+    sim.plan(|p| p.steered(false, false));
+    sim.cluster(|c| c.worker_ready("w1"));
+    let t = sim.pass();
+    assert!(event_reasons(&t).contains(&crate::plan::phases::reasons::PLAN_STARTED), "{t:#?}");
+    let status = sim.plan.status();
+    assert_eq!((status.observed_generation, status.run_generation), (Some(2), None));
+    assert_eq!(status.plan_id.as_deref(), Some("next"));
+    assert_ne!(status.run_id, run_id);
+    assert_eq!(condition(&sim, conditions::RECONCILING).status, "True");
+    assert_eq!(condition(&sim, conditions::STALLED).status, "False");
 }

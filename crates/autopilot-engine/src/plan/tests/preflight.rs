@@ -22,7 +22,7 @@ const V: &str = "v1.31.2+k0s.0";
 
 /// A check `id` on `targets` probing port 6443: success on 0, warn on a timeout (62), and
 /// error for anything else (the catch-all).
-fn port_check(id: &str, targets: serde_json::Value) -> serde_json::Value {
+pub(super) fn port_check(id: &str, targets: serde_json::Value) -> serde_json::Value {
     json!({
         "id": id,
         "targets": targets,
@@ -48,7 +48,7 @@ fn gate(checks: Vec<serde_json::Value>, extra: serde_json::Value) -> PlanCommand
 }
 
 /// A preflight gate (`checks`) before a k0s update of c1 and w1, on c1, w1 and w2.
-fn gated(checks: Vec<serde_json::Value>, extra: serde_json::Value) -> Sim {
+pub(super) fn gated(checks: Vec<serde_json::Value>, extra: serde_json::Value) -> Sim {
     let update =
         PlanFixture::k0s_update(V).controllers(["c1"]).workers(["w1"]).spec.commands[0].clone();
     Sim::new(
@@ -57,7 +57,7 @@ fn gated(checks: Vec<serde_json::Value>, extra: serde_json::Value) -> Sim {
     )
 }
 
-fn free(node: &str) -> RawRecord {
+pub(super) fn free(node: &str) -> RawRecord {
     RawRecord::success(vec![format!("0.0.0.0:6443 is free on {node}")])
 }
 
