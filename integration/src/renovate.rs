@@ -700,4 +700,87 @@ mod tests {
         assert_eq!(run.messages_at_least(40), ["careful", "broken"]);
         assert_eq!(run.messages_at_least(50), ["broken"]);
     }
+
+    /// The JSON strings of `manifests/gitops/renovate.json5` that follow `key: `, each as a
+    /// regex (`regex:` stripped): the `versioningTemplate`s, or every string of the
+    /// `matchStrings` lists.
+    fn shipped_regexes(key: &str) -> Vec<regex::Regex> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/gitops/renovate.json5");
+        let text = std::fs::read_to_string(&path).expect("the shipped renovate.json5");
+        let mut strings = Vec::new();
+        let mut in_list = false;
+        for line in text.lines().map(str::trim) {
+            let value = if let Some(rest) = line.strip_prefix(&format!("{key}: ")) {
+                in_list = rest == "[";
+                (!in_list).then_some(rest)
+            } else if in_list && line.starts_with('"') {
+                Some(line)
+            } else {
+                in_list &= !line.starts_with(']');
+                None
+            };
+            if let Some(value) = value {
+                let json: String = serde_json::from_str(value.trim_end_matches(','))
+                    .unwrap_or_else(|e| panic!("{value}: {e}"));
+                let pattern = json.strip_prefix("regex:").unwrap_or(&json).to_owned();
+                strings.push(regex::Regex::new(&pattern).expect("a regex"));
+            }
+        }
+        strings
+    }
+
+    const K0S_VERSIONS: [&str; 3] = ["v1.35.1+k0s.0", "v1.35.1-rc.1+k0s.0", "v1.36.0-a-b.7+k0s.12"];
+    const NOT_VERSIONS: [&str; 4] =
+        ["v1.36.0-a/../x+k0s.0", "v1.36.0-a?x+k0s.0", "v1.36.0-a#x+k0s.0", "v1.36.0-a..b+k0s.0"];
+
+    #[test]
+    fn renovates_versioning_takes_only_semver_with_k0s_build_metadata() {
+        let templates = shipped_regexes("versioningTemplate");
+        assert_eq!(templates.len(), 2, "one per custom manager");
+        for versioning in &templates {
+            for version in K0S_VERSIONS {
+                assert!(versioning.is_match(version), "{version}: {versioning}");
+            }
+            for version in NOT_VERSIONS {
+                assert!(!versioning.is_match(version), "{version}: {versioning}");
+            }
+        }
+    }
+
+    #[test]
+    fn renovate_finds_no_version_with_path_characters_in_a_plan() {
+        let matchers = shipped_regexes("matchStrings");
+        assert_eq!(matchers.len(), 6, "four for k0s, two for airgap bundles");
+        let sha = "a".repeat(64);
+        let lines = |version: &str| {
+            [
+                format!("\n  id: k0s-{version}\n"),
+                format!("\n      version: {version}\n"),
+                format!(
+                    "\n        linux-amd64:\n          url: https://d/k0s-{version}-amd64\n          sha256: {sha}\n"
+                ),
+                format!(
+                    "\n        linux-amd64:\n          sha256: {sha}\n          url: https://d/k0s-{version}-amd64\n"
+                ),
+                format!(
+                    "\n        linux-amd64:\n          url: https://d/k0s-airgap-bundle-{version}-amd64\n          sha256: {sha}\n"
+                ),
+                format!(
+                    "\n        linux-amd64:\n          sha256: {sha}\n          url: https://d/k0s-airgap-bundle-{version}-amd64\n"
+                ),
+            ]
+        };
+        for version in K0S_VERSIONS {
+            for (matcher, line) in matchers.iter().zip(lines(version)) {
+                let found =
+                    matcher.captures(&line).unwrap_or_else(|| panic!("{line:?}: {matcher}"));
+                assert_eq!(&found["currentValue"], version, "{line:?}");
+            }
+        }
+        for version in NOT_VERSIONS {
+            for (matcher, line) in matchers.iter().zip(lines(version)) {
+                assert!(!matcher.is_match(&line), "{line:?}: {matcher}");
+            }
+        }
+    }
 }
