@@ -120,7 +120,9 @@ pub struct SigningArgs {
     /// directory is missing, unreadable or empty, holds anything but key files (a
     /// subdirectory, a dangling symlink, a file that is no key), or when it or a key is not
     /// owned by root (or the user the node runs as) or is writable by its group or others.
-    /// Default: `<data-dir>/trusted-keys/`; nothing there: no signature required.
+    /// Default: `<data-dir>/trusted-keys/`; nothing there: no signature required, unless
+    /// the node required signed payloads before (it then refuses every payload until the
+    /// keys are back or `<data-dir>/autopilot-payload-keys-required` is removed).
     #[arg(long, value_name = "DIR")]
     pub payload_keys: Option<PathBuf>,
 
@@ -153,10 +155,50 @@ impl SigningArgs {
             "--require-signed-bundles needs at least one key in {} (--payload-keys)",
             dir.display()
         );
-        if !keys.is_empty() {
-            info!(dir = %dir.display(), keys = ?keys.ids(), require_signed_bundles = self.require_signed_bundles, "payloads must be signed by one of these keys");
+        let refuse_all = keys_rule_at(data_dir, &dir, &keys)?;
+        Ok(host::Signing { keys, require_signed_bundles: self.require_signed_bundles, refuse_all })
+    }
+}
+
+/// Apply [`signature::keys_rule`] for a node with data directory `data_dir` that found
+/// `keys` in `dir`: with keys, record that the node requires signed payloads (the marker,
+/// written atomically); without, and with the marker, the reason every payload is refused.
+fn keys_rule_at(
+    data_dir: &std::path::Path,
+    dir: &std::path::Path,
+    keys: &signature::TrustedKeys,
+) -> anyhow::Result<Option<String>> {
+    let marker = data_dir.join(signature::KEYS_REQUIRED_MARKER);
+    let required_before = std::fs::symlink_metadata(&marker).is_ok();
+    match signature::keys_rule(!keys.is_empty(), required_before) {
+        signature::KeysRule::Signed => {
+            if !required_before {
+                let staged = data_dir.join(format!(".{}.tmp", signature::KEYS_REQUIRED_MARKER));
+                let text = format!(
+                    "this node requires signed payloads (keys in {}); remove this file only to \
+                     let it accept unsigned payloads when that directory is gone\n",
+                    dir.display()
+                );
+                std::fs::write(&staged, text)
+                    .and_then(|()| std::fs::rename(&staged, &marker))
+                    .with_context(|| format!("writing {}", marker.display()))?;
+            }
+            info!(dir = %dir.display(), keys = ?keys.ids(), "payloads must be signed by one of these keys");
+            Ok(None)
         }
-        Ok(host::Signing { keys, require_signed_bundles: self.require_signed_bundles })
+        signature::KeysRule::Unsigned => Ok(None),
+        signature::KeysRule::RefuseAll => {
+            let reason = format!(
+                "this node required signed payloads before ({} exists) but its keys \
+                 directory {} is missing: every payload is refused. Restore the keys, or \
+                 remove {} to accept unsigned payloads deliberately",
+                marker.display(),
+                dir.display(),
+                marker.display()
+            );
+            tracing::warn!(dir = %dir.display(), marker = %marker.display(), "trusted keys gone: every payload is refused");
+            Ok(Some(reason))
+        }
     }
 }
 
@@ -631,6 +673,32 @@ mod tests {
         let bundles = SigningArgs { payload_keys: None, require_signed_bundles: true };
         let err = bundles.load(data_dir.path()).expect_err("bundles need a key");
         assert!(said(&err).starts_with("--require-signed-bundles needs at least one key"));
+    }
+
+    #[test]
+    fn a_node_that_required_signatures_refuses_every_payload_once_its_default_keys_are_gone() {
+        let data_dir = tempfile::tempdir().expect("tempdir");
+        let keys = data_dir.path().join(DEFAULT_KEYS_DIR);
+        let marker = data_dir.path().join(signature::KEYS_REQUIRED_MARKER);
+        std::fs::create_dir(&keys).expect("mkdir");
+        let key = "untrusted comment: minisign public key\n\
+                   RWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3\n";
+        std::fs::write(keys.join("release.pub"), key).expect("a key");
+        let signing = SigningArgs::default().load(data_dir.path()).expect("keys");
+        assert!(!signing.keys.is_empty());
+        assert_eq!(signing.refuse_all, None);
+        assert!(marker.is_file(), "the node records that it requires signatures");
+
+        std::fs::remove_dir_all(&keys).expect("the keys are lost");
+        let signing = SigningArgs::default().load(data_dir.path()).expect("the node starts");
+        let reason = signing.refuse_all.expect("every payload is refused");
+        assert!(reason.contains(&keys.display().to_string()), "{reason}");
+        assert!(reason.contains(&format!("remove {}", marker.display())), "{reason}");
+
+        // Removing the marker is the deliberate way back to unsigned payloads.
+        std::fs::remove_file(&marker).expect("the administrator removes it");
+        let signing = SigningArgs::default().load(data_dir.path()).expect("no keys");
+        assert_eq!((signing.keys.is_empty(), signing.refuse_all), (true, None));
     }
 
     #[test]

@@ -27,6 +27,36 @@ use sha2::Digest as _;
 
 pub use keys_dir::{LoadError, Problem, Refusal};
 
+/// The file in a node's data directory that says the node once required signed payloads:
+/// written (atomically) whenever it starts with at least one trusted key, and never removed
+/// by the node. While it exists, a node whose default keys directory is missing refuses
+/// every payload ([`keys_rule`]). An administrator who means the node to accept unsigned
+/// payloads again removes it.
+pub const KEYS_REQUIRED_MARKER: &str = "autopilot-payload-keys-required";
+
+/// What a node requires of payloads, from what it found when it started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeysRule {
+    /// It has trusted keys: payloads must be signed by one of them.
+    Signed,
+    /// No keys, and it never had any: payloads need no signature.
+    Unsigned,
+    /// No keys, but it required signed payloads before ([`KEYS_REQUIRED_MARKER`]): the keys
+    /// were lost (a deleted or not restored keys directory), not dropped on purpose, so
+    /// every payload is refused rather than taken unsigned.
+    RefuseAll,
+}
+
+/// The rule for a node that found keys (`keys_found`) or none, and that did or did not
+/// require signed payloads before (`required_before`: the marker exists).
+pub fn keys_rule(keys_found: bool, required_before: bool) -> KeysRule {
+    match (keys_found, required_before) {
+        (true, true | false) => KeysRule::Signed,
+        (false, false) => KeysRule::Unsigned,
+        (false, true) => KeysRule::RefuseAll,
+    }
+}
+
 /// One trusted key.
 #[derive(Clone, Debug)]
 pub struct TrustedKey {

@@ -102,7 +102,7 @@ impl Node {
         std::fs::write(&live, OLD).expect("live");
         std::fs::set_permissions(&live, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let keys = TrustedKeys::load_default(keys_dir).expect("keys").unwrap_or_default();
-        let signing = Signing { keys: keys.clone(), require_signed_bundles };
+        let signing = Signing { keys: keys.clone(), require_signed_bundles, refuse_all: None };
         let host = LinuxHost::new(live, dir.path().join("data"), DownloadConfig::default())
             .expect("host")
             .with_signing(signing);
@@ -134,7 +134,7 @@ impl Node {
     /// now trusting the keys in `keys_dir`.
     fn restarted(self, keys_dir: &Path, require_signed_bundles: bool) -> Self {
         let keys = TrustedKeys::load_default(keys_dir).expect("keys").unwrap_or_default();
-        let signing = Signing { keys: keys.clone(), require_signed_bundles };
+        let signing = Signing { keys: keys.clone(), require_signed_bundles, refuse_all: None };
         let live = self.dir.path().join("bin/k0s");
         let host = LinuxHost::new(live, self.dir.path().join("data"), DownloadConfig::default())
             .expect("host")
@@ -259,6 +259,30 @@ async fn a_node_without_keys_checks_no_signature() {
     );
     n.download(addr, SignatureSource::default()).await.expect("no keys: no signature needed");
     assert_eq!(n.staged(), NEW);
+}
+
+#[tokio::test]
+async fn a_node_whose_required_keys_are_gone_refuses_every_payload_signed_or_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let addr =
+        serve(HashMap::from([("/k0s", NEW.to_vec()), ("/b/bundle.tar", b"test".to_vec())])).await;
+    let mut n = Node::trusting(
+        tempfile::tempdir_in(dir.path()).expect("node"),
+        &dir.path().join("gone"),
+        false,
+    );
+    let why = "this node required signed payloads before (…) but its keys directory … is missing";
+    let signing = Signing { refuse_all: Some(why.to_owned()), ..Signing::default() };
+    n.host = n.host.with_signing(signing);
+    for signature in [SignatureSource::default(), inline(MINISIGN_SIG)] {
+        let err = n.download(addr, signature.clone()).await.expect_err("refused");
+        assert!(matches!(&err, HostError::Signature { reason } if reason == why), "{err:?}");
+        let url = format!("http://{addr}/b/bundle.tar");
+        let sha = hex::encode(Sha256::digest(b"test"));
+        let err = n.host.download_bundle(&key(), &url, Some(&sha), &signature).await;
+        assert!(matches!(&err, Err(HostError::Signature { reason }) if reason == why), "{err:?}");
+    }
+    n.untouched();
 }
 
 /// minisign-verify's own test vector: `test`, signed prehashed.

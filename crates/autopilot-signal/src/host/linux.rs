@@ -29,6 +29,9 @@ pub struct Signing {
     /// `--require-signed-bundles`: airgap bundles must be signed too (otherwise a bundle's
     /// signature is checked only when the Plan gives one).
     pub require_signed_bundles: bool,
+    /// Why every payload is refused, when this node required signed payloads before and
+    /// its keys are gone ([`crate::signature::KeysRule::RefuseAll`]).
+    pub refuse_all: Option<String>,
 }
 
 /// What a signature is over, for messages and for which rule applies.
@@ -184,6 +187,9 @@ impl LinuxHost {
         what: Payload,
         source: &SignatureSource,
     ) -> Result<Option<Signature>> {
+        if let Some(reason) = &self.signing.refuse_all {
+            return Err(HostError::Signature { reason: reason.clone() });
+        }
         let keys = &self.signing.keys;
         if keys.is_empty() {
             return Ok(None);
@@ -304,6 +310,10 @@ impl LinuxHost {
         let bytes = std::fs::read(self.staged_bundle_record_path()).ok()?;
         let record: StagedBundle = serde_json::from_slice(&bytes).ok()?;
         if record.url != url || record.sha256 != want || record.name.contains('/') {
+            return None;
+        }
+        if self.signing.refuse_all.is_some() {
+            // The node's keys are gone: nothing staged is taken, every payload is refused.
             return None;
         }
         let trusted = self.signing.keys.ids();
@@ -658,7 +668,11 @@ impl Host for LinuxHost {
             UpdateRef::K0s(_)
             | UpdateRef::Rollback(CommandRollback { of: RollbackOf::K0s, .. }) => true,
         };
-        let (staged, proven) = if binary {
+        // A node whose required keys are gone takes no staged payload: the download it
+        // goes to instead refuses ([`Signing::refuse_all`]). A rollback needs no key.
+        let refusing =
+            self.signing.refuse_all.is_some() && !matches!(update, UpdateRef::Rollback(_));
+        let (staged, proven) = if binary && !refusing {
             let actual = self.digests.sha256(&self.staged_path()).await?;
             let record = self.read_staged_record();
             // A rollback's staged file is a copy of `k0s.prev`: that is the digest to match.

@@ -535,3 +535,11 @@ fn the_default_keys_directory_absent_is_no_keys_and_present_is_checked_like_a_gi
     let dir = keys_dir(parent.path());
     assert_eq!(TrustedKeys::load_default(&dir).expect("keys").map(|k| k.ids().len()), Some(1));
 }
+
+#[test]
+fn keys_are_required_when_found_refused_all_when_lost_after_being_required() {
+    assert_eq!(keys_rule(true, false), KeysRule::Signed, "keys found");
+    assert_eq!(keys_rule(true, true), KeysRule::Signed, "keys found again");
+    assert_eq!(keys_rule(false, false), KeysRule::Unsigned, "none, never any");
+    assert_eq!(keys_rule(false, true), KeysRule::RefuseAll, "none, but the marker");
+}

@@ -411,8 +411,9 @@ pub mod reasons {
     pub const NODE_MISSING_PLATFORM: &str = "NodeMissingPlatform";
     /// A command is held because a plan controller's `/readyz` fails.
     pub const CONTROLLER_NOT_READY: &str = "ControllerNotReady";
-    /// A running plan stopped moving: a plan controller stayed not ready past the readiness
-    /// grace (its `Stalled` condition turned True). The plan goes on once it is ready.
+    /// A running plan stopped moving (its `Stalled` condition turned True): a plan
+    /// controller stayed not ready past the readiness grace (the plan goes on once it is
+    /// ready), or preflight warnings hold it under `onWarn: Block` (until accepted).
     pub const PLAN_STALLED: &str = "PlanStalled";
     /// A command is held because the next worker's Node is not Ready.
     pub const WORKER_NOT_READY: &str = "WorkerNotReady";
