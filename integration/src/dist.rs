@@ -445,6 +445,7 @@ fn plan(
     };
     let update = PlanCommandK0sUpdate {
         drain: None,
+        drain_options: None,
         version: version.to_owned(),
         forceupdate: false,
         platforms: BTreeMap::from([(platform.to_owned(), entry)]),

@@ -106,6 +106,7 @@ pub trait PlanBuilder: Sized {
         self.spec_mut().commands.push(PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
                 drain: None,
+                drain_options: None,
                 version: version.to_owned(),
                 forceupdate: false,
                 platforms: platforms("k0s"),

@@ -595,8 +595,8 @@ fn blocked_drains(commands: &[CommandReport], cluster: &Cluster) -> Vec<String> 
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
         });
         for pod in pods {
-            let facts: PodFacts = snapshot::pod_facts(pod);
-            if !facts.must_go() || facts.terminating {
+            let facts: PodFacts = snapshot::pod_facts(pod, None);
+            if !facts.must_go() || facts.terminating() {
                 continue;
             }
             for budget in cluster.budgets.iter().filter(|b| covers(b, pod)) {

@@ -30,7 +30,7 @@
 //! starting, a `404` of the Plan resource type, no answer at all) is retried, never taken
 //! for "no Plan" ([`observe_run`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -39,8 +39,9 @@ use autopilot_api::keys;
 use autopilot_api::signal::{self, SignalData, SignalPhase, SignalStatus};
 use autopilot_api::v1beta2::{ControlNode, Plan};
 use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
@@ -50,8 +51,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use autopilot_api::v1beta2::DrainOptions;
 use autopilot_engine::authorize::{self, Role};
-use autopilot_engine::cordon::{self, Blocked, DrainPolicy, Facts, PlanRun, Run, Step};
+use autopilot_engine::cordon::{
+    self, Blocked, Controller as PodController, DrainPolicy, Facts, PlanRun, PodRef, Run, Step,
+};
+use autopilot_engine::plan::selector::LabelSelector;
 use autopilot_engine::plan::{ObjectKind, SignalTarget};
 use autopilot_engine::snapshot::{self, SlimNode};
 use autopilot_shell::retry::{self, WatchBackoff};
@@ -70,6 +75,10 @@ const MAX_BLOCKED_RETRY: Duration = Duration::from_secs(30);
 /// How soon to look again while evicted pods are terminating (pod deletions are not events
 /// of the signal object, so this is a timed re-check).
 const TERMINATING_RECHECK: Duration = Duration::from_secs(1);
+
+/// How many evictions of one node's pods are under way at once (`kubectl drain` sends them
+/// all at once; this bounds the requests of a node with very many pods).
+const EVICTION_CONCURRENCY: usize = 32;
 
 /// How many decide-act rounds one reconcile performs before handing back to the queue.
 const MAX_ROUNDS: usize = 8;
@@ -177,6 +186,9 @@ struct Context {
     term_started: jiff::Timestamp,
     /// Consecutive failed passes (API errors) per object, for their backoff.
     failures: Mutex<HashMap<String, Capped>>,
+    /// Per object being drained: the signal (its `created`) and the UIDs of the pods on its
+    /// node when that signal's drain began ([`Context::found`]).
+    found: Mutex<HashMap<String, (String, BTreeSet<String>)>>,
     /// The `drain_blocked` metric: how many objects have a refusal recorded in `refusals`.
     drain_blocked: Gauge,
     /// The versions of each object this controller wrote over.
@@ -247,6 +259,7 @@ pub async fn run(
         drain_timeout,
         term_started,
         failures: Mutex::new(HashMap::new()),
+        found: Mutex::new(HashMap::new()),
         drain_blocked: drain_blocked.clone(),
         superseded: Mutex::new(Superseded::default()),
         handoff,
@@ -308,10 +321,12 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         span.record("command", data.command.id);
         span.record("phase", phase.map_or("", SignalPhase::as_str));
         let node_name = current.kubelet_node();
-        let (run, drain) = observe_run::<K>(&ctx.client, &ctx.plans, &name, &data).await?;
-        let (facts, node_version) =
-            observe(&ctx.client, phase, node_name.as_deref(), current.as_node(), run, drain)
-                .await?;
+        let seen = observe_run::<K>(&ctx.client, &ctx.plans, &name, &data).await?;
+        let (mut facts, node_version) =
+            observe(&ctx.client, phase, node_name.as_deref(), current.as_node(), seen).await?;
+        if cordon::needs_pods(&facts) {
+            facts.found = Some(ctx.found(&name, &data, &facts.pods));
+        }
         let step = cordon::decide(&facts);
         let node = node_name.unwrap_or_default();
         match step {
@@ -330,15 +345,11 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
                     continue;
                 }
             }
-            Step::Evict(pods) => match evict(&ctx.eviction_client, &pods).await? {
-                None => info!(%kind, object = %name, %node, pods = pods.len(), "evicted pods"),
-                Some(blocked) => {
-                    return on_blocked(&ctx, &objects, &name, &node, &data, &blocked).await;
+            Step::Evict { .. } | Step::WaitForPods(_) | Step::Held(_) => {
+                let signal = Signal { objects: &objects, object: &current, data: &data };
+                if let Some(action) = drain(&ctx, signal, &node, step).await? {
+                    return Ok(action);
                 }
-            },
-            Step::WaitForPods(pods) => {
-                debug!(%kind, object = %name, %node, waiting = pods.len(), "pods terminating");
-                return Ok(Action::requeue(TERMINATING_RECHECK));
             }
             Step::Advance(_) | Step::Undrained(_) => {
                 ctx.reset(&name);
@@ -363,6 +374,42 @@ async fn reconcile<K: SignalObject>(object: Arc<K>, ctx: Arc<Context>) -> Result
         }
     }
     Ok(Action::requeue(Duration::ZERO))
+}
+
+/// Perform a drain `step` (evictions, a wait, pods held) on `node`: `None` when the pods
+/// were evicted (the next round looks again), else how to go on while the drain is blocked
+/// ([`on_blocked`]; a wait for pods to terminate counts against `--drain-timeout` like a
+/// refusal, naming them, but is looked at again soon: it is no refusal to back off from).
+async fn drain<K: SignalObject>(
+    ctx: &Context,
+    signal: Signal<'_, K>,
+    node: &str,
+    step: Step,
+) -> Result<Option<Action>, Error> {
+    let (kind, name) = (K::kind(&()), signal.object.name_any());
+    let (blocked, delay) = match step {
+        Step::Evict { pods, grace_period } => {
+            match evict(&ctx.eviction_client, &pods, grace_period).await? {
+                None => {
+                    info!(%kind, object = %name, %node, pods = pods.len(), "evicted pods");
+                    return Ok(None);
+                }
+                Some(refused) => (refused, ctx.refused(&name)),
+            }
+        }
+        Step::WaitForPods(pods) => {
+            debug!(%kind, object = %name, %node, waiting = pods.len(), "pods terminating");
+            (cordon::waiting_text(&pods), TERMINATING_RECHECK)
+        }
+        Step::Held(held) => (held, ctx.refused(&name)),
+        Step::Nothing
+        | Step::Cordon
+        | Step::Uncordon
+        | Step::Advance(_)
+        | Step::Undrained(_)
+        | Step::Fail(_) => return Ok(None),
+    };
+    on_blocked(ctx, signal, node, &blocked, delay).await.map(Some)
 }
 
 /// A signal the drain writes to: the objects' API, the object as read, its signal.
@@ -406,8 +453,9 @@ async fn finish<K: SignalObject>(
         Step::Nothing
         | Step::Cordon
         | Step::Uncordon
-        | Step::Evict(_)
+        | Step::Evict { .. }
         | Step::WaitForPods(_)
+        | Step::Held(_)
         | Step::Fail(_) => {}
     }
     Ok(Action::await_change())
@@ -420,19 +468,20 @@ fn signal_target<K: SignalObject>(name: &str) -> SignalTarget {
     SignalTarget { kind, name: name.to_owned() }
 }
 
-/// The evictions from `node` were refused (`blocked` says by what): record why on the
-/// object's signal and try again later, or fail the node once the drain has been blocked for
-/// `--drain-timeout` ([`cordon::blocked`] decides). `data` is the signal the drain acted on.
+/// The drain of `node` is blocked (`blocked` says by what: refused evictions, pods it waits
+/// for, pods held): record why on the object's signal and look again after `delay`, or fail
+/// the node once the drain has been blocked for `--drain-timeout` ([`cordon::blocked`]
+/// decides). `signal` is the signal the drain acted on.
 async fn on_blocked<K: SignalObject>(
     ctx: &Context,
-    objects: &Api<K>,
-    name: &str,
+    at: Signal<'_, K>,
     node: &str,
-    data: &SignalData,
     blocked: &str,
+    delay: Duration,
 ) -> Result<Action, Error> {
+    let Signal { objects, object, data } = at;
     let kind = K::kind(&());
-    let delay = ctx.refused(name);
+    let name = &object.name_any();
     // The attempt may have taken a while: write onto a fresh read.
     let Some(fresh) = objects.get_opt(name).await.map_err(api(format!("reading {kind} {name}")))?
     else {
@@ -458,7 +507,7 @@ async fn on_blocked<K: SignalObject>(
         }
         Blocked::Retry { reason, delay } => {
             write_reason(objects, &fresh, &fresh_data, &reason).await?;
-            warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "eviction refused");
+            warn!(%kind, object = %name, %node, %blocked, retry_in = ?delay, "drain blocked");
             Ok(Action::requeue(delay))
         }
     }
@@ -542,8 +591,25 @@ impl Context {
         backoff.next_delay()
     }
 
+    /// The UIDs of the pods the drain of `data` on object `name` found: those recorded when
+    /// it began, or, on its first list, those of `pods`, recorded now. Kept in memory: a new
+    /// leader begins the drain afresh with the pods then on the node (each evicted once,
+    /// their replacements not), so the drain still ends.
+    fn found(&self, name: &str, data: &SignalData, pods: &[cordon::PodFacts]) -> BTreeSet<String> {
+        let mut found = self.found.lock().unwrap_or_else(PoisonError::into_inner);
+        match found.get(name) {
+            Some((created, uids)) if *created == data.created => uids.clone(),
+            Some(_) | None => {
+                let uids: BTreeSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
+                found.insert(name.to_owned(), (data.created.clone(), uids.clone()));
+                uids
+            }
+        }
+    }
+
     fn reset(&self, name: &str) {
         self.failures.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
+        self.found.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
         let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
         refusals.remove(name);
         self.drain_blocked.set(i64::try_from(refusals.len()).unwrap_or(i64::MAX));
@@ -563,24 +629,25 @@ impl Context {
 /// the short capped backoff, for as long as it takes: the drain never fails a signal for
 /// want of an answer.
 ///
-/// With the run comes the `drain` of the signal's command in that run (its frozen copy in the
-/// Plan status; `Always` when the run is not the current one, or the command has none).
+/// With the run comes the `drain` and `drainOptions` of the signal's command in that run
+/// (its frozen copy in the Plan status; `Always` and the defaults when the run is not the
+/// current one, or the command has none).
 async fn observe_run<K: SignalObject>(
     client: &kube::Client,
     cached_plans: &reflector::Store<Plan>,
     name: &str,
     data: &SignalData,
-) -> Result<(Run, DrainPolicy), Error> {
+) -> Result<RunSeen, Error> {
     let Some(signal_run) = data.run_id.as_deref() else {
-        return Ok((Run::Unmarked, DrainPolicy::Always));
+        return Ok(RunSeen::other(Run::Unmarked));
     };
     if !cordon::needs_run(data.phase()) {
-        return Ok((Run::NotLookedUp, DrainPolicy::Always));
+        return Ok(RunSeen::other(Run::NotLookedUp));
     }
     if let Some(cached) = cached_plans.get(&reflector::ObjectRef::new(keys::PLAN_NAME)) {
-        let (run, drain) = run_of::<K>(Some(&cached), name, data, signal_run);
-        if run == Run::Current {
-            return Ok((run, drain));
+        let seen = run_of::<K>(Some(&cached), name, data, signal_run);
+        if seen.run == Run::Current {
+            return Ok(seen);
         }
     }
     let plans: Api<Plan> = Api::all(client.clone());
@@ -590,6 +657,21 @@ async fn observe_run<K: SignalObject>(
     Ok(run_of::<K>(plan.as_ref(), name, data, signal_run))
 }
 
+/// A signal's run as [`observe_run`] sees it, and how its command drains.
+#[derive(Debug)]
+struct RunSeen {
+    run: Run,
+    drain: DrainPolicy,
+    options: DrainOptions,
+}
+
+impl RunSeen {
+    /// A run that is not the current one: nothing of its command is read.
+    fn other(run: Run) -> Self {
+        Self { run, drain: DrainPolicy::Always, options: DrainOptions::default() }
+    }
+}
+
 /// [`observe_run`]'s decision on `plan` (`None`: there is no Plan) for the signal `data` of
 /// run `signal_run` on the object `name`.
 fn run_of<K: SignalObject>(
@@ -597,7 +679,7 @@ fn run_of<K: SignalObject>(
     name: &str,
     data: &SignalData,
     signal_run: &str,
-) -> (Run, DrainPolicy) {
+) -> RunSeen {
     let plan_run = match plan {
         None => PlanRun::Missing,
         Some(plan) => match plan.status.as_ref().and_then(|status| status.run_id.clone()) {
@@ -606,13 +688,13 @@ fn run_of<K: SignalObject>(
         },
     };
     let role = if K::kind(&()) == "ControlNode" { Role::Controller } else { Role::Worker };
-    let drain = plan
+    let k0s = plan
         .and_then(|plan| plan.status.as_ref())
         .and_then(|status| status.commands.iter().find(|c| c.id == data.command.id))
         .and_then(|command| command.frozen.as_ref())
-        .and_then(|frozen| frozen.k0supdate.as_ref())
-        .and_then(|k0s| k0s.drain)
-        .unwrap_or_default();
+        .and_then(|frozen| frozen.k0supdate.as_ref());
+    let drain = k0s.and_then(|k0s| k0s.drain).unwrap_or_default();
+    let options = k0s.and_then(|k0s| k0s.drain_options.clone()).unwrap_or_default();
     let run = match plan_run {
         PlanRun::Run(current) if current == signal_run => {
             match authorize::authorize(plan, data, authorize::Node { name, role, platform: None }) {
@@ -622,29 +704,30 @@ fn run_of<K: SignalObject>(
         }
         plan => Run::Other { signal: signal_run.to_string(), plan },
     };
-    let drain = match run {
-        Run::Current => drain,
+    match run {
+        Run::Current => RunSeen { run, drain, options },
         Run::NotLookedUp | Run::Unmarked | Run::Unauthorized(_) | Run::Other { .. } => {
-            DrainPolicy::Always
+            RunSeen::other(run)
         }
-    };
-    (run, drain)
+    }
 }
 
 /// Collect the facts for one object, and the resourceVersion of its Node (the precondition
 /// of a cordon or uncordon). The Node is `own_node` when the signal object is that Node (as
 /// the watch, this pass's own re-read or its cordon's answer delivered it; a stale copy only
 /// loses a conflict), else read with a GET. Pods are listed only when the decision reads
-/// them ([`cordon::needs_pods`]: a cordoned node of a signal that is ours to drain), and the
-/// other Nodes (where its pods could go) only when its command's `drain` is `IfPossible`.
+/// them ([`cordon::needs_pods`]: a cordoned node of a signal that is ours to drain), with
+/// the DaemonSets that control any of them, and the other Nodes (where its pods could go)
+/// only when its command's `drain` is `IfPossible`. The pods the drain found when it began
+/// (`Facts::found`) are the caller's to fill in.
 async fn observe(
     client: &kube::Client,
     phase: Option<SignalPhase>,
     node_name: Option<&str>,
     own_node: Option<&SlimNode>,
-    run: Run,
-    drain: DrainPolicy,
+    seen: RunSeen,
 ) -> Result<(Facts, Option<String>), Error> {
+    let RunSeen { run, drain, options } = seen;
     let mut facts = Facts {
         phase,
         kubelet_bearing: node_name.is_some(),
@@ -655,6 +738,10 @@ async fn observe(
         run,
         drain,
         others: Vec::new(),
+        options,
+        found: None,
+        selector_problem: None,
+        now: jiff::Timestamp::now(),
     };
     let Some(node_name) = node_name else { return Ok((facts, None)) };
     let fetched;
@@ -672,12 +759,22 @@ async fn observe(
     facts.unschedulable = node.unschedulable;
     facts.cordoned_by_autopilot = node.annotations().contains_key(keys::ANNOTATION_CORDONED);
     if cordon::needs_pods(&facts) {
+        let selector = match facts.options.pod_selector.as_deref().map(LabelSelector::parse) {
+            None => None,
+            Some(Ok(selector)) => Some(selector),
+            Some(Err(why)) => {
+                facts.selector_problem = Some(why.to_string());
+                None
+            }
+        };
         let pods: Api<Pod> = Api::all(client.clone());
         let list = pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
             .await
             .map_err(api(format!("listing the pods of Node {node_name}")))?;
-        facts.pods = list.items.iter().map(snapshot::pod_facts).collect();
+        facts.pods =
+            list.items.iter().map(|pod| snapshot::pod_facts(pod, selector.as_ref())).collect();
+        daemon_sets_exist(client, &mut facts.pods).await?;
         if drain == DrainPolicy::IfPossible && facts.pods.iter().any(|p| p.must_go()) {
             // The full Nodes (taints, labels, Ready): the watch cache keeps them slimmed.
             let nodes: Api<Node> = Api::all(client.clone());
@@ -694,6 +791,31 @@ async fn observe(
         }
     }
     Ok((facts, node.resource_version()))
+}
+
+/// Set `exists` of every pod's DaemonSet controller: a GET of each DaemonSet named (in its
+/// namespace, once each). A pod whose DaemonSet is gone has no controller to bring it back.
+async fn daemon_sets_exist(
+    client: &kube::Client,
+    pods: &mut [cordon::PodFacts],
+) -> Result<(), Error> {
+    let mut seen: HashMap<(String, String), bool> = HashMap::new();
+    for pod in pods.iter_mut() {
+        let PodController::DaemonSet { name, exists } = &mut pod.controller else { continue };
+        let key = (pod.namespace.clone(), name.clone());
+        if let Some(known) = seen.get(&key) {
+            *exists = *known;
+            continue;
+        }
+        let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), &pod.namespace);
+        let found = daemon_sets
+            .get_opt(name)
+            .await
+            .map_err(api(format!("reading DaemonSet {}/{name}", pod.namespace)))?;
+        *exists = found.is_some();
+        seen.insert(key, *exists);
+    }
+    Ok(())
 }
 
 /// Cordon `node` (or uncordon it when `cordon` is false), guarded by the resourceVersion
@@ -755,37 +877,90 @@ async fn uncordon_node(
         .map_err(api(format!("uncordoning Node {node}")))
 }
 
-/// Evict `pods`; `Some(why)` names the first pod whose eviction was refused (a
-/// PodDisruptionBudget, HTTP 429) or timed out.
-async fn evict(client: &kube::Client, pods: &[(String, String)]) -> Result<Option<String>, Error> {
-    for (namespace, name) in pods {
-        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let params = EvictParams::default();
-        let attempt = tokio::time::timeout(EVICTION_TIMEOUT, api.evict(name, &params));
-        match attempt.await {
-            Ok(Ok(_)) => {}
-            Ok(Err(kube::Error::Api(status))) if status.code == 404 => {}
-            Ok(Err(kube::Error::Api(status))) if status.code == 429 => {
-                return Ok(Some(format!(
-                    "eviction of pod {namespace}/{name} refused: {}",
-                    refusal(&status)
-                )));
-            }
-            Ok(Err(source)) => {
-                return Err(Error::Api {
-                    what: format!("evicting pod {namespace}/{name}"),
-                    source,
-                });
-            }
-            Err(_) => {
-                return Ok(Some(format!(
-                    "eviction of pod {namespace}/{name} took longer than {}s",
-                    EVICTION_TIMEOUT.as_secs()
-                )));
-            }
+/// Evict `pods`, all at once (at most [`EVICTION_CONCURRENCY`] requests under way), each
+/// guarded by its UID and given `grace_period` (seconds; `None`: its own). `Some(why)` names
+/// every pod whose eviction was refused or timed out, and why: every one of them counts
+/// against `--drain-timeout`. An error (no answer from the API server) fails the pass, to be
+/// retried, once the other evictions have been made.
+async fn evict(
+    client: &kube::Client,
+    pods: &[PodRef],
+    grace_period: Option<u32>,
+) -> Result<Option<String>, Error> {
+    let attempts: Vec<_> = pods
+        .iter()
+        .map(|pod| {
+            let (client, pod) = (client.clone(), pod.clone());
+            async move { evict_one(&client, &pod, grace_period).await }
+        })
+        .collect();
+    let outcomes: Vec<Result<Option<String>, Error>> =
+        futures::stream::iter(attempts).buffer_unordered(EVICTION_CONCURRENCY).collect().await;
+    let mut refused = Vec::new();
+    let mut failure = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(why)) => refused.push(why),
+            Err(error) => failure = failure.or(Some(error)),
         }
     }
-    Ok(None)
+    if !refused.is_empty() {
+        // In the order of the pods, so the same refusals read the same.
+        refused.sort();
+        return Ok(Some(refused.join("; ")));
+    }
+    failure.map_or(Ok(None), Err)
+}
+
+/// Evict `pod` (see [`evict`]): `None` once it is evicted or gone (a `404`, or a `409` of
+/// its UID precondition: the pod found is gone and another bears its name), `Some(why)`
+/// when the API server refuses it (a PodDisruptionBudget's `429`, the `500` of a pod under
+/// more than one budget, any other answer) or does not answer within [`EVICTION_TIMEOUT`].
+async fn evict_one(
+    client: &kube::Client,
+    pod: &PodRef,
+    grace_period: Option<u32>,
+) -> Result<Option<String>, Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let (params, body) = (PostParams::default(), eviction(pod, grace_period));
+    let request =
+        api.create_subresource::<_, serde_json::Value>("eviction", &pod.name, &params, &body);
+    let attempt = tokio::time::timeout(EVICTION_TIMEOUT, request);
+    match attempt.await {
+        Ok(Ok(_)) => Ok(None),
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => Ok(None),
+        Ok(Err(kube::Error::Api(status))) if status.code == 429 => {
+            Ok(Some(format!("eviction of pod {pod} refused: {}", refusal(&status))))
+        }
+        Ok(Err(kube::Error::Api(status))) => Ok(Some(format!(
+            "eviction of pod {pod} failed ({}): {}",
+            status.code,
+            refusal(&status)
+        ))),
+        Ok(Err(source)) => Err(Error::Api { what: format!("evicting pod {pod}"), source }),
+        Err(_) => Ok(Some(format!(
+            "eviction of pod {pod} took longer than {}s",
+            EVICTION_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// The body of the eviction of `pod`: a `policy/v1` Eviction whose `deleteOptions` carry its
+/// UID as a precondition and `grace_period`. Written here rather than by `Api::evict`, which
+/// (kube 5) sends the options as `delete_options`, a field the API server drops: the grace
+/// period and the precondition would be silently ignored.
+fn eviction(pod: &PodRef, grace_period: Option<u32>) -> serde_json::Value {
+    let mut options = json!({ "preconditions": { "uid": pod.uid } });
+    if let Some(seconds) = grace_period {
+        options["gracePeriodSeconds"] = json!(seconds);
+    }
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": { "name": pod.name, "namespace": pod.namespace },
+        "deleteOptions": options,
+    })
 }
 
 /// Why an eviction was refused: the answer's message and its causes, which are where the
@@ -887,6 +1062,55 @@ mod tests {
         assert_eq!(refusal(&bare), "Too many requests");
     }
 
+    #[tokio::test]
+    async fn every_pod_is_evicted_by_uid_and_every_refusal_is_named() {
+        let server = autopilot_shell::fake_api::FakeApiServer::default();
+        let client = server.client(|request, _| {
+            let status = autopilot_shell::fake_api::status;
+            match request.path.rsplit('/').nth(1) {
+                Some("b") => (429, serde_json::json!({"kind": "Status", "code": 429,
+                    "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                    "details": {"causes": [{"reason": "DisruptionBudget",
+                        "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]}})),
+                Some("c") => (500, serde_json::json!({"kind": "Status", "code": 500,
+                    "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."})),
+                // The pod found is gone; another bears its name (the UID precondition).
+                Some("d") => (409, status(409, "Conflict")),
+                Some("e") => (404, status(404, "NotFound")),
+                _ => (201, serde_json::json!({"kind": "Status", "code": 201, "status": "Success"})),
+            }
+        });
+        let pods: Vec<PodRef> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| PodRef {
+                namespace: "default".into(),
+                name: (*n).into(),
+                uid: format!("uid-{n}"),
+            })
+            .collect();
+        let why = evict(&client, &pods, Some(7)).await.expect("answered").expect("refusals");
+        assert_eq!(
+            why,
+            "eviction of pod default/b refused: Cannot evict pod as it would violate the pod's \
+             disruption budget. The disruption budget web needs 2 healthy pods and has 2 \
+             currently; eviction of pod default/c failed (500): This pod has more than one \
+             PodDisruptionBudget, which the eviction subresource does not support."
+        );
+        let posts = server.requests_with("POST");
+        assert_eq!(posts.len(), 5, "no eviction waits for another's refusal: {posts:#?}");
+        for post in posts {
+            let name = post.path.rsplit('/').nth(1).expect("a pod name");
+            assert_eq!(post.path, format!("/api/v1/namespaces/default/pods/{name}/eviction"));
+            assert_eq!(post.body["apiVersion"], "policy/v1", "{post:?}");
+            assert_eq!(post.body["kind"], "Eviction", "{post:?}");
+            let options = &post.body["deleteOptions"];
+            assert_eq!(options["preconditions"]["uid"], format!("uid-{name}"), "{post:?}");
+            assert_eq!(options["gracePeriodSeconds"], 7, "{post:?}");
+        }
+        let gone = evict(&client, &pods[3..], None).await.expect("answered");
+        assert_eq!(gone, None, "a pod gone or replaced is evicted");
+    }
+
     /// The `created` of the signal the leader wrote to `w1`.
     const CREATED: &str = "2026-11-28T08:00:00Z";
 
@@ -946,10 +1170,10 @@ mod tests {
         if let Some(plan) = cached {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(plan));
         }
-        let (run, _) = observe_run::<SlimNode>(&client, &store, "w1", &cordoning_in(signal))
+        let seen = observe_run::<SlimNode>(&client, &store, "w1", &cordoning_in(signal))
             .await
             .expect("the run is observed");
-        (run, server.requests())
+        (seen.run, server.requests())
     }
 
     #[tokio::test]
@@ -982,6 +1206,10 @@ mod tests {
             run,
             drain: DrainPolicy::Always,
             others: Vec::new(),
+            options: DrainOptions::default(),
+            found: None,
+            selector_problem: None,
+            now: jiff::Timestamp::now(),
         });
         assert!(
             matches!(step, Step::Fail(ref why) if why.contains("not signalled by the leader")),
@@ -1025,7 +1253,7 @@ mod tests {
             "message": "plans.autopilot.k0sproject.io \"autopilot\" not found",
             "details": {"name": keys::PLAN_NAME, "group": "autopilot.k0sproject.io",
                         "kind": "plans"}});
-        let (run, _) = observe(404, missing).await.expect("decided");
+        let run = observe(404, missing).await.expect("decided").run;
         assert_eq!(run, Run::Other { signal: "r2".into(), plan: PlanRun::Missing });
     }
 

@@ -25,11 +25,11 @@
 //! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
 //! (`autopilot_controller::drain`) performs it and calls again. Every step is idempotent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use autopilot_api::signal::SignalPhase;
-pub use autopilot_api::v1beta2::DrainPolicy;
+pub use autopilot_api::v1beta2::{DrainOptions, DrainPolicy};
 
 /// How every note of a drain that left pods on the node begins (`cordoned, not drained: …`,
 /// `cordoned, drained in part: …`): the Plan engine keeps such a reason as the target's
@@ -59,16 +59,67 @@ pub struct PodFacts {
     pub namespace: String,
     /// Name of the pod.
     pub name: String,
-    /// Owned by a DaemonSet: not evicted (the DaemonSet would recreate it at once).
-    pub daemon_set: bool,
+    /// `metadata.uid`: a drain evicts and waits for the pods it found by UID, so a
+    /// replacement of the same name is another pod.
+    pub uid: String,
+    /// What controls the pod (its controller owner reference).
+    pub controller: Controller,
     /// A static (mirror) pod: not evicted (the API object only mirrors the kubelet's).
     pub mirror: bool,
-    /// Already being deleted (`deletionTimestamp` set): waiting for it to go away.
-    pub terminating: bool,
+    /// `metadata.deletionTimestamp`: the pod is being deleted (set to when its grace period
+    /// ends), and the drain waits for it to go away.
+    pub deletion: Option<jiff::Timestamp>,
+    /// `status.phase` is `Succeeded` or `Failed`: nothing runs, nothing is lost by evicting it.
+    pub finished: bool,
+    /// The pod has an `emptyDir` volume, whose data is lost when it goes.
+    pub empty_dir: bool,
+    /// The command's `drainOptions.podSelector` selects it (every pod when there is none).
+    pub selected: bool,
     /// `spec.nodeSelector`: the labels a node must have to run the pod.
     pub node_selector: BTreeMap<String, String>,
     /// `spec.tolerations`.
     pub tolerations: Vec<Toleration>,
+}
+
+/// What controls a pod, as far as a drain cares (its owner reference with `controller:
+/// true`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Controller {
+    /// No controller: a bare pod, gone for good once evicted.
+    None,
+    /// A DaemonSet of this name. `exists`: the DaemonSet does (the shell looks it up); one
+    /// that does not leaves the pod with no controller to bring it back.
+    DaemonSet {
+        /// The DaemonSet's name (in the pod's namespace).
+        name: String,
+        /// Whether it exists.
+        exists: bool,
+    },
+    /// Another kind (a ReplicaSet, StatefulSet, Job, ...): it replaces an evicted pod.
+    Other,
+}
+
+/// A pod a step names: where it is and which pod of that name (`uid`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRef {
+    /// Namespace of the pod.
+    pub namespace: String,
+    /// Name of the pod.
+    pub name: String,
+    /// Its UID (an eviction is made with it as a precondition).
+    pub uid: String,
+}
+
+impl PodRef {
+    fn of(pod: &PodFacts) -> Self {
+        Self { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() }
+    }
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
 }
 
 /// A pod's toleration, as far as taints go.
@@ -142,10 +193,43 @@ pub fn has_somewhere_to_go(pod: &PodFacts, others: &[OtherNode]) -> bool {
 }
 
 impl PodFacts {
-    /// Whether a drain must move the pod off the node (everything but DaemonSet and static
-    /// pods).
+    /// Whether a drain must move the pod off the node: everything but static pods and the
+    /// pods of a DaemonSet that exists (it would recreate them at once, unschedulable or not).
     pub fn must_go(&self) -> bool {
-        !self.daemon_set && !self.mirror
+        !self.mirror && !matches!(self.controller, Controller::DaemonSet { exists: true, .. })
+    }
+
+    /// Whether the pod is being deleted.
+    pub fn terminating(&self) -> bool {
+        self.deletion.is_some()
+    }
+
+    /// What evicting the pod would lose that `options` do not allow, as `kubectl drain`
+    /// judges it: a pod no controller brings back (unless `force`), and `emptyDir` data
+    /// (unless `deleteEmptydirData`). A finished pod loses nothing. Empty: it may go.
+    pub fn losses(&self, options: &DrainOptions) -> Vec<String> {
+        let mut lost = Vec::new();
+        if self.finished {
+            return lost;
+        }
+        match &self.controller {
+            Controller::None if !options.force => lost.push(
+                "no controller, so it would be gone for good (drainOptions.force evicts it)"
+                    .to_owned(),
+            ),
+            Controller::DaemonSet { name, exists: false } if !options.force => lost.push(format!(
+                "its DaemonSet {name} does not exist, so it would be gone for good \
+                 (drainOptions.force evicts it)"
+            )),
+            Controller::None | Controller::DaemonSet { .. } | Controller::Other => {}
+        }
+        if self.empty_dir && !options.delete_emptydir_data {
+            lost.push(
+                "emptyDir data that would be lost (drainOptions.deleteEmptydirData evicts it)"
+                    .to_owned(),
+            );
+        }
+        lost
     }
 }
 
@@ -171,6 +255,20 @@ pub struct Facts {
     pub drain: DrainPolicy,
     /// The other nodes of the cluster, under `IfPossible` only (where pods could go).
     pub others: Vec<OtherNode>,
+    /// The command's `drainOptions` (the defaults when it has none).
+    pub options: DrainOptions,
+    /// The UIDs of the pods on the node when the drain of this signal began (the shell's
+    /// first list after the cordon): only those are evicted and waited for, so a
+    /// replacement that lands back on the cordoned node (it tolerates `unschedulable`, or
+    /// names the node) neither is evicted again nor holds the drain. `None`: the drain
+    /// begins now, every pod listed is one it found.
+    pub found: Option<BTreeSet<String>>,
+    /// Why the command's `drainOptions.podSelector` cannot be read, if it cannot (the plan
+    /// refuses such a command before it signals a node; a signal of one is failed, never
+    /// drained as if it selected everything).
+    pub selector_problem: Option<String>,
+    /// This leader's clock (for `skipWaitForDeleteTimeout`).
+    pub now: jiff::Timestamp,
 }
 
 /// How a signal's run (`runId` in the signal data) relates to the current run of the Plan
@@ -236,10 +334,21 @@ pub enum Step {
     Nothing,
     /// Mark the Node unschedulable and record that autopilot did it.
     Cordon,
-    /// Evict these pods through the Eviction API (PodDisruptionBudgets apply).
-    Evict(Vec<(String, String)>),
-    /// Evicted pods are still terminating; look again soon.
-    WaitForPods(Vec<(String, String)>),
+    /// Evict these pods through the Eviction API (PodDisruptionBudgets apply), all at once,
+    /// each with this grace period (seconds; `None`: the pod's own).
+    Evict {
+        /// The pods.
+        pods: Vec<PodRef>,
+        /// `drainOptions.gracePeriod`.
+        grace_period: Option<u32>,
+    },
+    /// Pods the drain found are still terminating; look again soon. The wait counts against
+    /// `--drain-timeout` ([`blocked`]), naming them.
+    WaitForPods(Vec<PodRef>),
+    /// Pods the drain found would lose what the command's `drainOptions` do not allow
+    /// (`drain: Always`): nothing is evicted, and the drain is blocked, with this reason
+    /// naming each pod and what it would lose, until they go or `--drain-timeout` ([`blocked`]).
+    Held(String),
     /// Clear `spec.unschedulable` and the mark (only for nodes autopilot cordoned).
     Uncordon,
     /// Write this phase onto the signal (the drive of this phase is done).
@@ -324,48 +433,114 @@ fn cordoning(facts: &Facts) -> Step {
     if !facts.unschedulable {
         return Step::Cordon;
     }
-    // Check 3: the command's drain: `Never` evicts nothing, `IfPossible` leaves the pods
-    // that have nowhere else to go.
-    let must_go: Vec<&PodFacts> = facts.pods.iter().filter(|p| p.must_go()).collect();
-    let (must_go, stay): (Vec<&PodFacts>, Vec<&PodFacts>) = match facts.drain {
-        DrainPolicy::Always => (must_go, Vec::new()),
+    // Check 3: the command's drain: `Never` evicts nothing.
+    let policy = facts.drain;
+    match policy {
         DrainPolicy::Never => {
             return Step::Undrained(format!(
                 "{NOTE_PREFIX}not drained: the command's drain is Never"
             ));
         }
-        // A terminating pod is going anyway: wait for it like any evicted pod.
-        DrainPolicy::IfPossible => must_go
-            .into_iter()
-            .partition(|p| p.terminating || has_somewhere_to_go(p, &facts.others)),
+        DrainPolicy::Always | DrainPolicy::IfPossible => {}
+    }
+    if let Some(problem) = &facts.selector_problem {
+        return Step::Fail(format!("not drained: drainOptions.podSelector: {problem}"));
+    }
+    drain(facts, policy)
+}
+
+/// The drain of a cordoned node under `policy` (`Always` or `IfPossible`).
+fn drain(facts: &Facts, policy: DrainPolicy) -> Step {
+    // Check 4: only the pods found when the drain began, that the selector selects and that
+    // must go; a replacement that came back is none of them.
+    let found = |pod: &PodFacts| facts.found.as_ref().is_none_or(|uids| uids.contains(&pod.uid));
+    let pods = facts.pods.iter().filter(|p| found(p) && p.selected && p.must_go());
+    let (going, live): (Vec<&PodFacts>, Vec<&PodFacts>) = pods.partition(|p| p.terminating());
+    // Check 5: a pod whose eviction would lose what the options do not allow holds an
+    // `Always` drain before anything is evicted (as `kubectl drain` refuses), and stays on
+    // the node under `IfPossible`, like a pod with nowhere to go.
+    let (held, free): (Vec<&PodFacts>, Vec<&PodFacts>) =
+        live.into_iter().partition(|p| !p.losses(&facts.options).is_empty());
+    let (evict, nowhere): (Vec<&PodFacts>, Vec<&PodFacts>) = match policy {
+        DrainPolicy::Always if !held.is_empty() => {
+            return Step::Held(held_text(&held, &facts.options));
+        }
+        DrainPolicy::IfPossible => {
+            free.into_iter().partition(|p| has_somewhere_to_go(p, &facts.others))
+        }
+        DrainPolicy::Always | DrainPolicy::Never => (free, Vec::new()),
     };
-    // Check 4: evict what must go; wait for what is going.
-    let evict: Vec<(String, String)> = must_go
-        .iter()
-        .filter(|p| !p.terminating)
-        .map(|p| (p.namespace.clone(), p.name.clone()))
-        .collect();
+    // Check 6: evict what must go, all at once; wait for what is going (unless it has been
+    // terminating for longer than `skipWaitForDeleteTimeout`).
     if !evict.is_empty() {
-        return Step::Evict(evict);
+        let pods = evict.into_iter().map(PodRef::of).collect();
+        return Step::Evict { pods, grace_period: facts.options.grace_period };
     }
-    let going: Vec<(String, String)> =
-        must_go.iter().map(|p| (p.namespace.clone(), p.name.clone())).collect();
-    if !going.is_empty() {
-        return Step::WaitForPods(going);
+    let waiting: Vec<PodRef> = going
+        .into_iter()
+        .filter(|p| !skip_wait(p, &facts.options, facts.now))
+        .map(PodRef::of)
+        .collect();
+    if !waiting.is_empty() {
+        return Step::WaitForPods(waiting);
     }
-    // Check 5: what stays is named.
-    if stay.is_empty() {
+    // Check 7: what stays is named.
+    if held.is_empty() && nowhere.is_empty() {
         return Step::Advance(SignalPhase::ApplyingUpdate);
     }
-    let names: Vec<String> = stay.iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect();
-    let mut listed = names.iter().take(PODS_SHOWN).cloned().collect::<Vec<_>>().join(", ");
-    if names.len() > PODS_SHOWN {
-        listed.push_str(&format!(" and {} more", names.len() - PODS_SHOWN));
+    let mut parts = Vec::new();
+    if !nowhere.is_empty() {
+        parts.push(format!(
+            "of pod(s) {}: no other Ready, uncordoned node tolerates their taints and matches \
+             their nodeSelector",
+            listed(nowhere.iter().map(|p| format!("{}/{}", p.namespace, p.name)))
+        ));
+    }
+    if !held.is_empty() {
+        parts.push(format!("of {}", held_text(&held, &facts.options)));
     }
     Step::Undrained(format!(
-        "{NOTE_PREFIX}not drained of pod(s) {listed}: no other Ready, uncordoned node tolerates \
-         their taints and matches their nodeSelector (drain: IfPossible)"
+        "{NOTE_PREFIX}not drained {} (drain: IfPossible)",
+        parts.join("; nor ")
     ))
+}
+
+/// The longest text a reason built from pod names and API answers takes (bytes, before the
+/// `…` of a cut): a signal status reason stays small whatever the pods are called.
+pub const REASON_MAX: usize = 1024;
+
+/// `names`, at most [`PODS_SHOWN`] of them, then how many more.
+fn listed(names: impl Iterator<Item = String>) -> String {
+    let names: Vec<String> = names.collect();
+    let mut text = names.iter().take(PODS_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > PODS_SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - PODS_SHOWN));
+    }
+    text
+}
+
+/// The pods `held` and what each would lose under `options` (at most [`PODS_SHOWN`]).
+fn held_text(held: &[&PodFacts], options: &DrainOptions) -> String {
+    let each = held
+        .iter()
+        .map(|p| format!("{}/{} ({})", p.namespace, p.name, p.losses(options).join("; and ")));
+    autopilot_api::text::truncate(&format!("pod(s) held: {}", listed(each)), REASON_MAX)
+}
+
+/// Whether the drain stops waiting for the terminating `pod`: its `deletionTimestamp` is
+/// more than `skipWaitForDeleteTimeout` behind `now` (as `kubectl drain` compares it).
+fn skip_wait(pod: &PodFacts, options: &DrainOptions, now: jiff::Timestamp) -> bool {
+    let (Some(deletion), Some(after)) = (pod.deletion, options.skip_wait_for_delete_timeout) else {
+        return false;
+    };
+    now.duration_since(deletion) > jiff::SignedDuration::from_secs(i64::from(after))
+}
+
+/// The reason text for pods the drain waits for (for [`blocked`]).
+pub fn waiting_text(pods: &[PodRef]) -> String {
+    let text =
+        format!("waiting for pod(s) {} to terminate", listed(pods.iter().map(ToString::to_string)));
+    autopilot_api::text::truncate(&text, REASON_MAX)
 }
 
 /// What to do about a drain whose evictions were refused.
@@ -417,6 +592,7 @@ pub fn blocked(
     timeout: Duration,
     backoff: Duration,
 ) -> Blocked {
+    let blocked = autopilot_api::text::truncate(blocked, REASON_MAX);
     let delay = match drain_deadline(clock.counted_from(), clock.now, timeout) {
         DrainDeadline::Over => {
             let timeout = autopilot_api::duration::format(timeout);
@@ -475,6 +651,10 @@ mod tests {
             run: Run::Current,
             drain: DrainPolicy::Always,
             others: Vec::new(),
+            options: DrainOptions::default(),
+            found: None,
+            selector_problem: None,
+            now: "2026-01-01T00:00:00Z".parse().expect("a timestamp"),
         }
     }
 
@@ -482,16 +662,40 @@ mod tests {
         Run::Other { signal: "uid-1/1".into(), plan }
     }
 
+    /// A running pod of a ReplicaSet (UID `uid-<name>`), nothing local.
     fn pod(name: &str) -> PodFacts {
         PodFacts {
             namespace: "default".into(),
             name: name.into(),
-            daemon_set: false,
+            uid: format!("uid-{name}"),
+            controller: Controller::Other,
             mirror: false,
-            terminating: false,
+            deletion: None,
+            finished: false,
+            empty_dir: false,
+            selected: true,
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
         }
+    }
+
+    /// `pod(name)` named in a step.
+    fn named(name: &str) -> PodRef {
+        PodRef { namespace: "default".into(), name: name.into(), uid: format!("uid-{name}") }
+    }
+
+    /// A step evicting `names` with the pods' own grace periods.
+    fn evict(names: &[&str]) -> Step {
+        Step::Evict { pods: names.iter().map(|n| named(n)).collect(), grace_period: None }
+    }
+
+    /// `pod(name)`, being deleted since 00:00 (the test clock's `now`).
+    fn terminating(name: &str) -> PodFacts {
+        PodFacts { deletion: Some("2026-01-01T00:00:00Z".parse().expect("a time")), ..pod(name) }
+    }
+
+    fn daemon_set(name: &str, exists: bool) -> PodFacts {
+        PodFacts { controller: Controller::DaemonSet { name: "agent".into(), exists }, ..pod(name) }
     }
 
     #[test]
@@ -553,29 +757,29 @@ mod tests {
             cordoned_by_autopilot: true,
             pods: vec![
                 pod("app"),
-                PodFacts { daemon_set: true, ..pod("ds") },
+                daemon_set("ds", true),
                 PodFacts { mirror: true, ..pod("static") },
             ],
             ..node(SignalPhase::Cordoning)
         };
-        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "app".into())]));
+        assert_eq!(decide(&facts), evict(&["app"]));
     }
 
     #[test]
     fn terminating_pods_are_waited_for_before_applying_the_update() {
         let facts = Facts {
             unschedulable: true,
-            pods: vec![PodFacts { terminating: true, ..pod("app") }],
+            pods: vec![terminating("app")],
             ..node(SignalPhase::Cordoning)
         };
-        assert_eq!(decide(&facts), Step::WaitForPods(vec![("default".into(), "app".into())]));
+        assert_eq!(decide(&facts), Step::WaitForPods(vec![named("app")]));
     }
 
     #[test]
     fn a_drained_worker_moves_on_to_applying_the_update() {
         let facts = Facts {
             unschedulable: true,
-            pods: vec![PodFacts { daemon_set: true, ..pod("ds") }],
+            pods: vec![daemon_set("ds", true)],
             ..node(SignalPhase::Cordoning)
         };
         assert_eq!(decide(&facts), Step::Advance(SignalPhase::ApplyingUpdate));
@@ -867,7 +1071,7 @@ mod tests {
 
     #[test]
     fn if_possible_on_a_single_node_evicts_nothing_and_names_the_pods() {
-        let facts = if_possible(vec![pod("a"), PodFacts { daemon_set: true, ..pod("ds") }], vec![]);
+        let facts = if_possible(vec![pod("a"), daemon_set("ds", true)], vec![]);
         let Step::Undrained(note) = decide(&facts) else { panic!("{:?}", decide(&facts)) };
         assert!(note.starts_with("cordoned, not drained of pod(s) default/a: no other"), "{note}");
         assert!(!note.contains("default/ds"), "DaemonSet pods never count: {note}");
@@ -880,7 +1084,7 @@ mod tests {
             ..pod("pinned")
         };
         let facts = if_possible(vec![pod("free"), pinned.clone()], vec![other("n2")]);
-        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "free".into())]));
+        assert_eq!(decide(&facts), evict(&["free"]));
         let after = if_possible(vec![pinned.clone()], vec![other("n2")]);
         let Step::Undrained(note) = decide(&after) else { panic!("{:?}", decide(&after)) };
         assert!(note.contains("default/pinned"), "{note}");
@@ -890,7 +1094,7 @@ mod tests {
             ..other("n3")
         };
         let facts = if_possible(vec![pinned], vec![other("n2"), ssd]);
-        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "pinned".into())]));
+        assert_eq!(decide(&facts), evict(&["pinned"]));
     }
 
     #[test]
@@ -940,14 +1144,14 @@ mod tests {
 
     #[test]
     fn if_possible_waits_for_terminating_pods_like_always() {
-        let facts = if_possible(vec![PodFacts { terminating: true, ..pod("a") }], vec![]);
-        assert_eq!(decide(&facts), Step::WaitForPods(vec![("default".into(), "a".into())]));
+        let facts = if_possible(vec![terminating("a")], vec![]);
+        assert_eq!(decide(&facts), Step::WaitForPods(vec![named("a")]));
     }
 
     #[test]
     fn always_still_evicts_a_pod_with_nowhere_to_go() {
         let facts = Facts { drain: DrainPolicy::Always, ..if_possible(vec![pod("a")], vec![]) };
-        assert_eq!(decide(&facts), Step::Evict(vec![("default".into(), "a".into())]));
+        assert_eq!(decide(&facts), evict(&["a"]));
     }
 
     #[test]
@@ -960,5 +1164,193 @@ mod tests {
         );
         assert_eq!(super::carried_reason(Some("draining w1: pod x; retrying"), None), None);
         assert_eq!(super::carried_reason(None, None), None);
+    }
+
+    /// A cordoned node of the current run, drained `Always`, with `pods` on it.
+    fn draining(pods: Vec<PodFacts>) -> Facts {
+        Facts {
+            unschedulable: true,
+            cordoned_by_autopilot: true,
+            pods,
+            ..node(SignalPhase::Cordoning)
+        }
+    }
+
+    #[test]
+    fn every_pod_found_is_evicted_at_once_not_one_at_a_time() {
+        let facts = draining(vec![pod("a"), pod("b"), pod("c")]);
+        assert_eq!(decide(&facts), evict(&["a", "b", "c"]));
+        let graced = Facts {
+            options: DrainOptions { grace_period: Some(7), ..DrainOptions::default() },
+            ..facts
+        };
+        let Step::Evict { pods, grace_period } = decide(&graced) else { panic!("an eviction") };
+        assert_eq!((pods.len(), grace_period), (3, Some(7)));
+    }
+
+    #[test]
+    fn a_replacement_that_returns_to_the_node_is_neither_evicted_nor_waited_for() {
+        // The drain found web-1; its ReplicaSet's replacement (another UID, or a pod pinned
+        // by nodeName under the same name) landed back on the cordoned node.
+        let found = Some(BTreeSet::from(["uid-web-1".to_owned()]));
+        let back = PodFacts { uid: "uid-web-1-again".into(), ..pod("web-1") };
+        let facts = Facts { found: found.clone(), ..draining(vec![back.clone(), pod("web-2")]) };
+        assert_eq!(decide(&facts), Step::Advance(SignalPhase::ApplyingUpdate));
+        // While the pod found is still there (terminating), it alone is waited for.
+        let going = Facts { found, ..draining(vec![terminating("web-1"), back]) };
+        assert_eq!(decide(&going), Step::WaitForPods(vec![named("web-1")]));
+        // Without a record, the drain begins now: every pod listed is found.
+        assert_eq!(decide(&draining(vec![pod("web-2")])), evict(&["web-2"]));
+    }
+
+    #[test]
+    fn bare_and_empty_dir_pods_hold_an_always_drain_naming_each_and_what_it_would_lose() {
+        let bare = PodFacts { controller: Controller::None, ..pod("bare") };
+        let cache = PodFacts { empty_dir: true, ..pod("cache") };
+        let facts = draining(vec![pod("web"), bare.clone(), cache.clone()]);
+        let Step::Held(reason) = decide(&facts) else { panic!("{:?}", decide(&facts)) };
+        assert_eq!(
+            reason,
+            "pod(s) held: default/bare (no controller, so it would be gone for good \
+             (drainOptions.force evicts it)), default/cache (emptyDir data that would be lost \
+             (drainOptions.deleteEmptydirData evicts it))"
+        );
+        // Nothing is evicted while they hold it, not even the pod that could go.
+        assert!(!reason.contains("default/web"), "{reason}");
+        // The opt-ins let each go.
+        let forced = DrainOptions { force: true, ..DrainOptions::default() };
+        let facts =
+            Facts { options: forced.clone(), ..draining(vec![bare.clone(), cache.clone()]) };
+        let Step::Held(reason) = decide(&facts) else { panic!("{:?}", decide(&facts)) };
+        assert!(reason.contains("default/cache") && !reason.contains("default/bare"), "{reason}");
+        let both = DrainOptions { delete_emptydir_data: true, ..forced };
+        let facts = Facts { options: both, ..draining(vec![bare, cache]) };
+        assert_eq!(decide(&facts), evict(&["bare", "cache"]));
+    }
+
+    #[test]
+    fn only_a_daemon_set_that_exists_exempts_its_pod() {
+        let facts = draining(vec![daemon_set("ds", true)]);
+        assert_eq!(decide(&facts), Step::Advance(SignalPhase::ApplyingUpdate));
+        let orphan = draining(vec![daemon_set("ds", false)]);
+        let Step::Held(reason) = decide(&orphan) else { panic!("{:?}", decide(&orphan)) };
+        assert!(reason.contains("default/ds (its DaemonSet agent does not exist"), "{reason}");
+        let forced =
+            Facts { options: DrainOptions { force: true, ..DrainOptions::default() }, ..orphan };
+        assert_eq!(decide(&forced), evict(&["ds"]));
+    }
+
+    #[test]
+    fn a_finished_pod_loses_nothing_and_goes() {
+        let done = PodFacts {
+            controller: Controller::None,
+            empty_dir: true,
+            finished: true,
+            ..pod("done")
+        };
+        assert_eq!(decide(&draining(vec![done])), evict(&["done"]));
+    }
+
+    #[test]
+    fn if_possible_leaves_held_pods_on_the_node_and_goes_on_naming_them() {
+        let bare = PodFacts { controller: Controller::None, ..pod("bare") };
+        let pinned = PodFacts {
+            node_selector: BTreeMap::from([("disk".to_owned(), "ssd".to_owned())]),
+            ..pod("pinned")
+        };
+        let facts = if_possible(vec![bare.clone(), pinned.clone(), pod("free")], vec![other("n2")]);
+        assert_eq!(decide(&facts), evict(&["free"]));
+        let after = if_possible(vec![bare, pinned], vec![other("n2")]);
+        let Step::Undrained(note) = decide(&after) else { panic!("{:?}", decide(&after)) };
+        assert_eq!(
+            note,
+            "cordoned, not drained of pod(s) default/pinned: no other Ready, uncordoned node \
+             tolerates their taints and matches their nodeSelector; nor of pod(s) held: \
+             default/bare (no controller, so it would be gone for good (drainOptions.force \
+             evicts it)) (drain: IfPossible)"
+        );
+        assert!(is_drain_note(&note));
+    }
+
+    #[test]
+    fn a_pod_stuck_terminating_is_waited_for_until_skip_wait_for_delete_timeout() {
+        // Deleted at 00:00; the clock reads 00:01:00.
+        let now = "2026-01-01T00:01:00Z".parse().expect("a time");
+        let facts = Facts { now, ..draining(vec![terminating("stuck")]) };
+        assert_eq!(decide(&facts), Step::WaitForPods(vec![named("stuck")]));
+        let skip = |seconds| Facts {
+            options: DrainOptions {
+                skip_wait_for_delete_timeout: Some(seconds),
+                ..DrainOptions::default()
+            },
+            ..facts.clone()
+        };
+        assert_eq!(decide(&skip(60)), Step::WaitForPods(vec![named("stuck")]), "not past yet");
+        assert_eq!(decide(&skip(59)), Step::Advance(SignalPhase::ApplyingUpdate));
+    }
+
+    #[test]
+    fn a_wait_for_a_pod_stuck_terminating_times_out_naming_it() {
+        let since: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
+        let waiting = waiting_text(&[named("stuck")]);
+        assert_eq!(waiting, "waiting for pod(s) default/stuck to terminate");
+        let at = |secs| clock(Some(since), since + jiff::SignedDuration::from_secs(secs));
+        let second = Duration::from_secs(1);
+        let timeout = Duration::from_secs(20);
+        assert!(matches!(blocked("w1", &waiting, at(5), timeout, second), Blocked::Retry { .. }));
+        assert_eq!(
+            blocked("w1", &waiting, at(20), timeout, second),
+            Blocked::Fail(
+                "drain of w1 blocked for 20s: waiting for pod(s) default/stuck to terminate".into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_pod_selector_limits_the_drain_and_an_unreadable_one_fails_the_node() {
+        let other = PodFacts { selected: false, ..pod("other") };
+        assert_eq!(decide(&draining(vec![other.clone(), pod("web")])), evict(&["web"]));
+        assert_eq!(decide(&draining(vec![other])), Step::Advance(SignalPhase::ApplyingUpdate));
+        let unreadable = Facts {
+            selector_problem: Some("found ')', expected a key".into()),
+            ..draining(vec![pod("web")])
+        };
+        assert_eq!(
+            decide(&unreadable),
+            Step::Fail("not drained: drainOptions.podSelector: found ')', expected a key".into())
+        );
+    }
+
+    #[test]
+    fn reasons_naming_pods_stay_bounded_whatever_their_number_and_names() {
+        let long = "x".repeat(253);
+        let pods: Vec<PodFacts> = (0..50)
+            .map(|i| PodFacts {
+                controller: Controller::None,
+                empty_dir: true,
+                ..pod(&format!("{long}{i}"))
+            })
+            .collect();
+        let Step::Held(reason) = decide(&draining(pods.clone())) else { panic!("held") };
+        assert!(reason.len() <= REASON_MAX + 3, "{}", reason.len());
+        let refs: Vec<PodRef> = pods.iter().map(PodRef::of).collect();
+        assert!(waiting_text(&refs).len() <= REASON_MAX + 3);
+        let few: Vec<PodRef> = (0..7).map(|i| named(&format!("p{i}"))).collect();
+        assert_eq!(
+            waiting_text(&few),
+            "waiting for pod(s) default/p0, default/p1, default/p2, default/p3, default/p4 and 2 \
+             more to terminate"
+        );
+        let huge = "refused: ".repeat(1000);
+        let Blocked::Retry { reason, .. } = blocked(
+            "w1",
+            &huge,
+            clock(None, jiff::Timestamp::UNIX_EPOCH),
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        ) else {
+            panic!("a retry")
+        };
+        assert!(reason.len() < REASON_MAX + 64, "{}", reason.len());
     }
 }

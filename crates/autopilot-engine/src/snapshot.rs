@@ -232,14 +232,33 @@ pub fn slim_control_node(control_node: &mut ControlNode) {
     control_node.metadata.managed_fields = None;
 }
 
-/// What a drain needs to know about `pod`.
-pub fn pod_facts(pod: &Pod) -> PodFacts {
+/// What a drain needs to know about `pod`, whom `selector` (a command's
+/// `drainOptions.podSelector`; `None`: every pod) may select. A pod controlled by a
+/// DaemonSet is taken to be one of a DaemonSet that exists: the drain looks it up and sets
+/// `exists`.
+pub fn pod_facts(pod: &Pod, selector: Option<&crate::plan::selector::LabelSelector>) -> PodFacts {
+    let controller = match pod.owner_references().iter().find(|o| o.controller == Some(true)) {
+        None => crate::cordon::Controller::None,
+        Some(owner) if owner.kind == "DaemonSet" => {
+            crate::cordon::Controller::DaemonSet { name: owner.name.clone(), exists: true }
+        }
+        Some(_) => crate::cordon::Controller::Other,
+    };
+    let spec = pod.spec.as_ref();
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let labels: crate::plan::Labels = pod.labels().iter().collect();
     PodFacts {
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
-        daemon_set: pod.owner_references().iter().any(|o| o.kind == "DaemonSet"),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        controller,
         mirror: pod.annotations().contains_key("kubernetes.io/config.mirror"),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
+        deletion: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        finished: matches!(phase, Some("Succeeded" | "Failed")),
+        empty_dir: spec
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|volumes| volumes.iter().any(|v| v.empty_dir.is_some())),
+        selected: selector.is_none_or(|selector| selector.matches(&labels)),
         node_selector: pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default(),
         tolerations: pod
             .spec

@@ -97,6 +97,7 @@ pub fn k0s_update(
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
         drain: None,
+        drain_options: None,
         version: FORCED_VERSION.to_owned(),
         forceupdate: true,
         platforms: current_platforms(),
@@ -1124,6 +1125,7 @@ pub fn update_to(
 ) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
         drain: None,
+        drain_options: None,
         version: version.to_owned(),
         forceupdate: false,
         platforms: BTreeMap::from([(

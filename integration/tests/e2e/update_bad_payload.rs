@@ -46,6 +46,7 @@ async fn plan_fails(
     let platform = autopilot_api::platform::current();
     let update = PlanCommandK0sUpdate {
         drain: None,
+        drain_options: None,
         version: V2.to_owned(),
         forceupdate: false,
         platforms: [(

@@ -31,6 +31,7 @@ use crate::support::*;
 fn unverified_update(worker: &str, url: &str) -> PlanCommandK0sUpdate {
     PlanCommandK0sUpdate {
         drain: None,
+        drain_options: None,
         version: V2.to_owned(),
         forceupdate: false,
         platforms: [(

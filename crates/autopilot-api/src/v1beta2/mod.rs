@@ -17,8 +17,8 @@ mod tests;
 pub use control_node::{ControlNode, ControlNodeStatus};
 pub use grouped::{GROUP_ABOVE, PreflightNodeGroup, TargetGroup};
 pub use plan::{
-    CommandState, DrainPolicy, EarlierRunSignal, Gate, GateAfter, GateCheck, GateOnFailure,
-    GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
+    CommandState, DRAIN_SECONDS_MAX, DrainOptions, DrainPolicy, EarlierRunSignal, Gate, GateAfter,
+    GateCheck, GateOnFailure, GateRun, KubernetesGate, Plan, PlanCommand, PlanCommandAirgapUpdate,
     PlanCommandAirgapUpdateStatus, PlanCommandK0sUpdate, PlanCommandK0sUpdateStatus,
     PlanCommandRollout, PlanCommandStatus, PlanResourceUrl, PlanSpec, PlanState, PlanStateType,
     PlanStatus, PrometheusGate, RollbackStatus,

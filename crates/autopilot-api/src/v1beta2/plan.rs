@@ -133,10 +133,58 @@ pub struct PlanCommandK0sUpdate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainPolicy>,
 
+    /// What the drain may evict beyond what `kubectl drain` evicts by default (Pods without
+    /// a controller, Pods with `emptyDir` data), how it evicts, and which Pods it looks at.
+    /// Unset: as `kubectl drain` without options, which is not what k0s does (k0s forces
+    /// both: set `force` and `deleteEmptydirData` to keep its behaviour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_options: Option<DrainOptions>,
+
     /// How the command goes over its targets: its `progressTimeout`, `gates`, `prestage`
     /// and `prestageConcurrent`, fields of this object on the wire.
     #[serde(flatten)]
     pub rollout: PlanCommandRollout,
+}
+
+/// The longest `gracePeriod` and `skipWaitForDeleteTimeout` a drain takes, in seconds (an
+/// hour): both are bounded so a typo cannot hold a node for days.
+pub const DRAIN_SECONDS_MAX: u32 = 3600;
+
+/// Options of the central drain, named as system-upgrade-controller's drain spec (the flags
+/// of `kubectl drain`). Every field is an opt-in; the defaults are `kubectl drain`'s.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainOptions {
+    /// Evict Pods that no controller manages (bare Pods, and Pods whose DaemonSet no longer
+    /// exists); such a Pod is gone for good once evicted. Unset: they hold the drain, named
+    /// (`kubectl drain --force`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub force: bool,
+
+    /// Evict Pods with `emptyDir` volumes, whose data is lost. Unset: they hold the drain,
+    /// named (`kubectl drain --delete-emptydir-data`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub delete_emptydir_data: bool,
+
+    /// Seconds each evicted Pod is given to terminate, instead of its own
+    /// `terminationGracePeriodSeconds`; 0 to 3600 (`kubectl drain --grace-period`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 3600))]
+    pub grace_period: Option<u32>,
+
+    /// Stop waiting for an evicted Pod once its `deletionTimestamp` is this many seconds
+    /// past (a Pod stuck terminating, such as one on an unreachable kubelet); 1 to 3600
+    /// (`kubectl drain --skip-wait-for-delete-timeout`). Unset: the drain waits for it, up
+    /// to the controller's `--drain-timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub skip_wait_for_delete_timeout: Option<u32>,
+
+    /// Drain only the Pods this label selector selects (`kubectl drain --pod-selector`
+    /// syntax, e.g. `app=web,tier notin (db)`); the others stay on the cordoned node.
+    /// Unset: every Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<String>,
 }
 
 /// How the leader drains a kubelet-bearing node before its update.

@@ -254,6 +254,7 @@ fn false_forceupdate_and_missing_options_are_left_out() {
     let command = PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
             drain: None,
+            drain_options: None,
             version: "v1".into(),
             forceupdate: false,
             platforms: BTreeMap::from([(

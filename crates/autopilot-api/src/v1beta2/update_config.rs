@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::PlanWindow;
-use super::plan::{DrainPolicy, PlanCommandRollout};
+use super::plan::{DrainOptions, DrainPolicy, PlanCommandRollout};
 use super::target::{PlanCommandTarget, PlanCommandTargets, is_false};
 use crate::keys;
 
@@ -332,6 +332,11 @@ pub struct AutopilotPlanCommandK0sUpdate {
     /// The generated command's `drain` policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainPolicy>,
+
+    /// The generated command's `drainOptions` (see the Plan's): set `force` and
+    /// `deleteEmptydirData` to drain as k0s does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_options: Option<DrainOptions>,
 
     /// The generated command's `progressTimeout`, `gates`, `prestage` and
     /// `prestageConcurrent`, fields of this object on the wire, copied as they are.

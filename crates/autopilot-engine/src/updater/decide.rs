@@ -707,10 +707,12 @@ pub fn plan_spec(
 /// The plan command of a template's `k0supdate` item: the answer's version and k0s
 /// platforms, the rest the template's (its rollout fields as one value).
 fn k0s_update(template: AutopilotPlanCommandK0sUpdate, answer: &ChannelAnswer) -> PlanCommand {
-    let AutopilotPlanCommandK0sUpdate { forceupdate, targets, drain, rollout } = template;
+    let AutopilotPlanCommandK0sUpdate { forceupdate, targets, drain, drain_options, rollout } =
+        template;
     PlanCommand {
         k0supdate: Some(PlanCommandK0sUpdate {
             drain,
+            drain_options,
             version: answer.version.clone(),
             forceupdate,
             platforms: answer.k0s.clone(),

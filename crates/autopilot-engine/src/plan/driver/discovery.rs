@@ -590,6 +590,11 @@ fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
     if let Some(Err(why)) = command.progress_timeout_override() {
         problems.push(format!("{path}.progressTimeout: {why}"));
     }
+    if let Command::K0s(k0s) = command
+        && let Some(options) = &k0s.drain_options
+    {
+        problems.extend(drain_options_problems(&format!("{path}.drainOptions"), options));
+    }
     for &group in command.groups() {
         if let Some(target) = command.target(group) {
             let limits = match (command, group) {
@@ -608,6 +613,35 @@ fn field_problems(index: u32, command: Command<'_>) -> Vec<String> {
             };
             problems.extend(limits_problems(&limits, group, &target.limits));
         }
+    }
+    problems
+}
+
+/// The problems of a command's `drainOptions` (at `path`): what the CRD schema bounds
+/// (checked again for a Plan that did not pass the API server, as `k0s autopilot preview`
+/// reads it), and a `podSelector` that is no label selector (never taken for "every pod").
+pub(in crate::plan) fn drain_options_problems(
+    path: &str,
+    options: &autopilot_api::v1beta2::DrainOptions,
+) -> Vec<String> {
+    use autopilot_api::v1beta2::DRAIN_SECONDS_MAX;
+    let mut problems = Vec::new();
+    if let Some(seconds) = options.grace_period.filter(|s| *s > DRAIN_SECONDS_MAX) {
+        problems.push(format!(
+            "{path}.gracePeriod: {seconds} is more than {DRAIN_SECONDS_MAX} seconds"
+        ));
+    }
+    match options.skip_wait_for_delete_timeout {
+        Some(0) => problems.push(format!("{path}.skipWaitForDeleteTimeout: must be at least 1")),
+        Some(seconds) if seconds > DRAIN_SECONDS_MAX => problems.push(format!(
+            "{path}.skipWaitForDeleteTimeout: {seconds} is more than {DRAIN_SECONDS_MAX} seconds"
+        )),
+        Some(_) | None => {}
+    }
+    if let Some(selector) = &options.pod_selector
+        && let Err(why) = crate::plan::selector::LabelSelector::parse(selector)
+    {
+        problems.push(format!("{path}.podSelector: {why}"));
     }
     problems
 }

@@ -261,3 +261,49 @@ fn a_bad_field_in_a_later_command_refuses_the_plan_before_the_first_command_sign
         "{description}"
     );
 }
+
+#[test]
+fn drain_options_out_of_bounds_or_an_unreadable_pod_selector_refuse_the_plan_naming_the_field() {
+    let mut sim =
+        Sim::new(PlanFixture::k0s_update(V).workers(["w1"]), ClusterFixture::new().workers(["w1"]));
+    sim.plan(|p| {
+        p.edited(|spec| {
+            let k0s = spec.commands[0].k0supdate.as_mut().expect("k0s");
+            k0s.drain_options = Some(autopilot_api::v1beta2::DrainOptions {
+                grace_period: Some(3601),
+                skip_wait_for_delete_timeout: Some(0),
+                pod_selector: Some("app in (web".into()),
+                ..Default::default()
+            });
+        })
+    });
+    let description = refused_up_front(&mut sim, 0);
+    let fields: Vec<&str> = description
+        .split("; ")
+        .filter_map(|problem| problem.split_once(": "))
+        .map(|p| p.0)
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "commands[0].k0supdate.drainOptions.gracePeriod",
+            "commands[0].k0supdate.drainOptions.skipWaitForDeleteTimeout",
+            "commands[0].k0supdate.drainOptions.podSelector",
+        ],
+        "{description}"
+    );
+    assert!(description.contains("3601 is more than 3600 seconds"), "{description}");
+}
+
+#[test]
+fn drain_options_within_bounds_and_a_readable_pod_selector_pass() {
+    let options = autopilot_api::v1beta2::DrainOptions {
+        force: true,
+        delete_emptydir_data: true,
+        grace_period: Some(0),
+        skip_wait_for_delete_timeout: Some(3600),
+        pod_selector: Some("app=web,tier notin (db)".into()),
+    };
+    let problems = crate::plan::driver::discovery::drain_options_problems("drainOptions", &options);
+    assert!(problems.is_empty(), "{problems:?}");
+}

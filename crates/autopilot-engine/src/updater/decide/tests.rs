@@ -143,6 +143,7 @@ fn newer_version_inside_the_window_creates_the_whole_cluster_plan() {
         commands: vec![PlanCommand {
             k0supdate: Some(PlanCommandK0sUpdate {
                 drain: None,
+                drain_options: None,
                 version: "v1.35.2+k0s.0".to_owned(),
                 forceupdate: false,
                 platforms: answer("v1.35.2+k0s.0").k0s,
@@ -400,6 +401,7 @@ fn plan_spec_items_fill_version_platforms_digests_and_targets() {
             PlanCommand {
                 k0supdate: Some(PlanCommandK0sUpdate {
                     drain: None,
+                    drain_options: None,
                     version: "v1.35.2+k0s.0".to_owned(),
                     forceupdate: true,
                     platforms: offered.k0s.clone(),
