@@ -35,6 +35,7 @@ mod plan_central_drain;
 mod plan_clock_ahead;
 mod plan_commands;
 mod plan_concurrency;
+mod plan_drain_like_kubectl;
 mod plan_events;
 mod plan_failover;
 mod plan_failure_policy;

@@ -9,9 +9,9 @@
 //!
 //! The node side is the test responder acting as an agent does with central cordoning
 //! (`Behaviour::CompleteWithLeader`). In the budget case the workers are real nodes
-//! ([`integration::real_node`]): the Pods run real containers (two bare web Pods on worker-0
-//! and a DaemonSet's), the kubelet stops the evicted ones, and the controller-manager
-//! computes the budget.
+//! ([`integration::real_node`]): the Pods run real containers (two bare web Pods on worker-0,
+//! which the plan's `drainOptions.force` lets the drain evict, and a DaemonSet's), the
+//! kubelet stops the evicted ones, and the controller-manager computes the budget.
 
 use std::time::Duration;
 
@@ -87,7 +87,14 @@ async fn a_budget_holds_the_drain_and_only_autopilots_cordon_is_undone_on_real_n
     let cordon = json!({ "spec": { "unschedulable": true } });
     nodes.patch("worker-1", &PatchParams::default(), &Patch::Merge(&cordon)).await.unwrap();
 
-    let update = k0s_update(None, Some(static_nodes(&workers, 1)));
+    // The web Pods are bare: without `force` they would hold the drain before any eviction.
+    let update = autopilot_api::v1beta2::PlanCommandK0sUpdate {
+        drain_options: Some(autopilot_api::v1beta2::DrainOptions {
+            force: true,
+            ..Default::default()
+        }),
+        ..k0s_update(None, Some(static_nodes(&workers, 1)))
+    };
     create_plan(&client, &plan("autopilot", "drain", vec![k0s_command(update)])).await.unwrap();
 
     // worker-0 is cordoned (by autopilot) and held in Cordoning, the blocked pod named.

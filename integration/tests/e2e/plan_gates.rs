@@ -223,6 +223,8 @@ async fn create_probe(
     node: &str,
     status: serde_json::Value,
 ) -> anyhow::Result<()> {
+    // The DaemonSet the probes name exists: the drains leave its Pods in place.
+    inert_daemon_set(client, NAMESPACE, "node-probe").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {

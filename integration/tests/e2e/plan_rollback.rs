@@ -252,6 +252,9 @@ async fn failed_pod_on_worker_2(client: &kube::Client) {
         serde_json::from_value(json!({ "metadata": { "name": "default" } }))
             .expect("a ServiceAccount");
     accounts.create(&PostParams::default(), &account).await.expect("creating the ServiceAccount");
+    // Its DaemonSet exists, so drains leave the Pod in place (a finished Pod of no DaemonSet
+    // that exists would be evicted: it loses nothing).
+    inert_daemon_set(client, "default", "agent").await.expect("the DaemonSet");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {

@@ -1,8 +1,10 @@
 //! Nowhere to drain: a controller+worker alone (`--enable-worker`, the real node agent) with
-//! one Running pod. Under `drain: IfPossible` the pod has nowhere else to go, so the node is
-//! cordoned but not drained, updates to v2 and completes, the pod untouched and the Plan
-//! target's `drain` note naming it; `drain: Never` cordons and evicts nothing; the default,
-//! `Always`, still evicts the pod. After each plan the node is uncordoned.
+//! one Running bare pod (no controller). Under `drain: IfPossible` the pod stays (it has no
+//! controller, and nowhere else to go), so the node is cordoned but not drained, updates to
+//! v2 and completes, the pod untouched and the Plan target's `drain` note naming it and what
+//! evicting it would lose; `drain: Never` cordons and evicts nothing; the default, `Always`,
+//! with `drainOptions.force` (the pod would be gone for good) evicts the pod. After each plan
+//! the node is uncordoned.
 //!
 //! The controller is a real node ([`integration::real_node`]) that `k0s` runs whole: `k0s
 //! controller --run-components --enable-worker` runs its API server, controller-manager and
@@ -66,9 +68,10 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
     let container = crate::real_nodes::container_ids(&pods.get("web-0").await.unwrap());
     let note = run_plan(&client, "single-if-possible", update).await;
     let note = note.expect("the target's drain note");
-    assert!(
-        note.starts_with("cordoned, not drained of pod(s) default/web-0: no other Ready"),
-        "{note}"
+    assert_eq!(
+        note,
+        "cordoned, not drained of pod(s) held: default/web-0 (no controller, so it would be \
+         gone for good (drainOptions.force evicts it)) (drain: IfPossible)"
     );
     assert_eq!(pods.get("web-0").await.unwrap().uid(), uid, "web-0 was not evicted");
     let running = nodes.running_containers(NODE).unwrap();
@@ -85,9 +88,13 @@ async fn a_controller_worker_alone_updates_under_if_possible_never_skips_the_dra
     assert_eq!(note.as_deref(), Some("cordoned, not drained: the command's drain is Never"));
     assert_eq!(pods.get("web-0").await.unwrap().uid(), uid, "web-0 was not evicted");
 
-    // Always (the default): the pod is evicted even with nowhere to go.
+    // Always (the default), forced: the pod is evicted even with nowhere to go.
     let update = autopilot_api::v1beta2::PlanCommandK0sUpdate {
         forceupdate: true,
+        drain_options: Some(autopilot_api::v1beta2::DrainOptions {
+            force: true,
+            ..Default::default()
+        }),
         ..update_to(V2, server.base_url(), &sha, only_node, None)
     };
     let note = run_plan(&client, "single-always", update).await;

@@ -1212,3 +1212,34 @@ pub async fn wait_plan_event(client: &kube::Client, reason: &str) -> anyhow::Res
     )
     .await
 }
+
+/// Creates DaemonSet `name` in `namespace` (unless it exists) that selects no node (a node
+/// selector no node carries), so that hand-made Pods whose controller reference names it are
+/// the Pods of a DaemonSet that exists: drains leave them in place, as they leave any
+/// DaemonSet's Pods (a Pod whose DaemonSet does not exist holds the drain, as a bare Pod).
+pub async fn inert_daemon_set(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let daemon_set: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "selector": { "matchLabels": { "inert": name } },
+            "template": {
+                "metadata": { "labels": { "inert": name } },
+                "spec": {
+                    "nodeSelector": { "autopilot.test/no-node": "true" },
+                    "containers": [{ "name": "none", "image": "example.invalid/none:1" }],
+                },
+            },
+        },
+    }))?;
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    match daemon_sets.create(&PostParams::default(), &daemon_set).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error).with_context(|| format!("creating DaemonSet {name}")),
+    }
+}
