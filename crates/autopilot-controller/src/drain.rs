@@ -3,10 +3,12 @@
 //! On the leader, one kube-runtime controller per signal-object kind (Nodes and ControlNodes)
 //! looks at each object's signal. In `Cordoning` it cordons the machine's Node (marking it as
 //! cordoned by autopilot) and evicts its pods through the Eviction API, so
-//! PodDisruptionBudgets are respected; a refused eviction is retried with backoff and the
-//! blocking pod and budget are named in the node's signal status `reason`. A drain still
-//! blocked `--drain-timeout` after the node entered `Cordoning` fails the node (`Failed`,
-//! naming the pod and budget), which uncordons it: its binary was not touched yet. When the
+//! PodDisruptionBudgets are respected: the pods it found at its first list after the cordon
+//! (kept in memory per signal, [`Context::found`]), all at once, each guarded by its UID. A
+//! refused eviction, a pod held (it would be lost) or a pod still terminating is looked at
+//! again (refusals and holds with backoff) and named in the node's signal status `reason`. A
+//! drain still blocked `--drain-timeout` after the node entered `Cordoning` fails the node
+//! (`Failed`, naming the pods), which uncordons it: its binary was not touched yet. When the
 //! Node is drained it hands the node to the plan engine ([`crate::handoff`]), which records
 //! the drain in the Plan status and only then writes `ApplyingUpdate` (the node restarts only
 //! on a drain the status records). In `UnCordoning` it uncordons nodes autopilot cordoned

@@ -22,6 +22,15 @@
 //! the cordoned node. A node not fully drained goes on to `ApplyingUpdate` with a note
 //! ([`NOTE_PREFIX`]) as its signal's reason, which the Plan status keeps.
 //!
+//! The drain works as `kubectl drain --ignore-daemonsets` does. It acts on the pods it found
+//! when it began ([`Facts::found`], by UID), evicts them all at once ([`Step::Evict`]) and
+//! waits for them ([`Step::WaitForPods`]); a replacement that comes back to the node is none
+//! of them. A pod whose eviction would lose it (no controller) or its `emptyDir` data
+//! ([`PodFacts::losses`]) holds an `Always` drain before anything is evicted ([`Step::Held`])
+//! unless the command's `drainOptions` allow it, and stays under `IfPossible`. Refusals,
+//! held pods and the wait for pods to terminate are all bounded by `--drain-timeout`
+//! ([`blocked`]); `skipWaitForDeleteTimeout` ends the wait for a pod sooner.
+//!
 //! [`decide`] sees one object's facts and returns the next [`Step`]; the shell
 //! (`autopilot_controller::drain`) performs it and calls again. Every step is idempotent.
 
