@@ -4,11 +4,12 @@
 //! (`Behaviour::CompleteWithLeader`).
 //!
 //! - The drain of a signal evicts the Pods it found when it began, all at once, and waits
-//!   for those only: a budget refusing one Pod does not keep the others from being evicted;
-//!   the replacements of a Deployment that tolerates the cordon land back on the node and are
-//!   neither evicted nor waited for; a Pod stuck terminating fails the node at
-//!   `--drain-timeout`, named, and `drainOptions.skipWaitForDeleteTimeout` lets the drain go
-//!   on without it.
+//!   for those only: a budget refusing one Pod does not keep the others from being evicted
+//!   (the first Pod listed is the refused one); the replacements of a Deployment that
+//!   tolerates the cordon land back on the node and are neither evicted nor waited for (a
+//!   budget keeps the drain going meanwhile, on a Pod listed after them); a Pod stuck
+//!   terminating fails the node at `--drain-timeout`, named, and
+//!   `drainOptions.skipWaitForDeleteTimeout` lets the drain go on without it.
 //! - A bare Pod and a Pod with `emptyDir` data hold an `Always` drain, each named with what
 //!   evicting it would lose, until `--drain-timeout` fails the node (nothing evicted, the
 //!   node uncordoned); `IfPossible` goes on without them, naming them; `drainOptions.force`
@@ -102,51 +103,96 @@ async fn failed_reason(client: &kube::Client) -> String {
     worker.reason.clone().unwrap_or_default()
 }
 
-#[tokio::test]
-async fn a_drain_evicts_the_pods_it_found_at_once_and_ends_on_real_nodes() {
-    let (fleet, _responder) = one_real_worker("drain-found", "45s").await;
-    let client = fleet.client.clone();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-
-    // a-held: one Pod its budget allows no disruption of (listed first: "a-" sorts first).
-    // b-back: three Pods that tolerate the cordon, so the scheduler puts their replacements
-    // back on worker-0.
-    pinned_deployment(&client, "a-held", NODE, 1).await.unwrap();
-    budget(&client, "a-held-budget", "a-held", 1).await.unwrap();
-    let mut template = workload::pod_template("b-back");
+/// Deployment `name`: `replicas` Pods kept on worker-0 that tolerate its cordon, so the
+/// scheduler puts the replacements of evicted ones back on it.
+async fn returning_deployment(client: &kube::Client, name: &str, replicas: usize) {
+    let mut template = workload::pod_template(name);
     template["spec"]["nodeSelector"] = json!({ "kubernetes.io/hostname": NODE });
     template["spec"]["tolerations"] = json!([{
         "key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule",
     }]);
-    workload::deployment(&client, "b-back", 3, template).await.unwrap();
+    workload::deployment(client, name, replicas, template).await.expect("the Deployment");
+}
+
+/// Deletes the budget `name` in `default`.
+async fn delete_budget(client: &kube::Client, name: &str) {
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    budgets.delete(name, &Default::default()).await.expect("deleting the budget");
+}
+
+#[tokio::test]
+async fn a_budget_refusing_one_pod_keeps_none_of_the_others_from_being_evicted_on_real_nodes() {
+    let (fleet, _responder) = one_real_worker("drain-at-once", "45s").await;
+    let client = fleet.client.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // a-held: one Pod its budget allows no disruption of, listed first ("a-" sorts first);
+    // b-free: three Pods no budget protects.
+    pinned_deployment(&client, "a-held", NODE, 1).await.unwrap();
+    budget(&client, "a-held-budget", "a-held", 1).await.unwrap();
+    pinned_deployment(&client, "b-free", NODE, 3).await.unwrap();
     wait_app_ready(&client, "a-held", 1).await.unwrap();
+    wait_app_ready(&client, "b-free", 3).await.unwrap();
+    let found = uids(&pods, "b-free").await;
+
+    create_plan(&client, &plan("autopilot", "at-once", vec![k0s_command(update_worker())]))
+        .await
+        .unwrap();
+    // The budget refuses a-held's eviction, and the three b-free Pods are evicted all the same
+    // (all at once, not one at a time stopping at the first refusal).
+    wait_for(PLAN_TIMEOUT, "the b-free Pods evicted while a-held is refused", || async {
+        let status = node_signal(&client, NODE).await?.and_then(|s| s.status);
+        let refused = status.and_then(|s| s.reason).is_some_and(|r| r.contains("a-held-budget"));
+        Ok((refused && live_uids(&pods, "b-free").await.is_disjoint(&found)).then_some(()))
+    })
+    .await
+    .unwrap();
+    let status = node_signal(&client, NODE).await.unwrap().and_then(|s| s.status);
+    assert_eq!(status.map(|s| s.status), Some(SignalPhase::Cordoning), "a-held holds it");
+
+    delete_budget(&client, "a-held-budget").await;
+    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
+    assert_eq!(
+        target(&done, 0, NODE).state,
+        TargetState::SignalCompleted,
+        "{}",
+        status_yaml(&done)
+    );
+    wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_replacement_that_returns_to_the_cordoned_node_is_not_evicted_again_on_real_nodes() {
+    let (fleet, _responder) = one_real_worker("drain-found", "45s").await;
+    let client = fleet.client.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // b-back: three Pods whose replacements come back to worker-0. z-held: one Pod its budget
+    // allows no disruption of, which keeps the drain going while they do.
+    returning_deployment(&client, "b-back", 3).await;
+    pinned_deployment(&client, "z-held", NODE, 1).await.unwrap();
+    budget(&client, "z-held-budget", "z-held", 1).await.unwrap();
     wait_app_ready(&client, "b-back", 3).await.unwrap();
+    wait_app_ready(&client, "z-held", 1).await.unwrap();
     let found = uids(&pods, "b-back").await;
 
     create_plan(&client, &plan("autopilot", "found", vec![k0s_command(update_worker())]))
         .await
         .unwrap();
-
-    // The budget refuses a-held's eviction, and the three b-back Pods are evicted all the same
-    // (all at once, not one at a time stopping at the first refusal).
-    wait_for(PLAN_TIMEOUT, "the b-back Pods found evicted while a-held is refused", || async {
-        let reason =
-            node_signal(&client, NODE).await?.and_then(|s| s.status).and_then(|s| s.reason);
-        let refused = reason.is_some_and(|r| r.contains("a-held-budget"));
-        Ok((refused && live_uids(&pods, "b-back").await.is_disjoint(&found)).then_some(()))
+    cordoning_with(&client, "z-held-budget").await;
+    // The b-back Pods found are evicted; their replacements run on worker-0 again while it
+    // drains, and are left alone.
+    let replacements = wait_for(PLAN_TIMEOUT, "3 b-back replacements Ready", || async {
+        let list = pods.list(&ListParams::default().labels("app=b-back")).await?.items;
+        let ready = list.iter().filter(|p| workload::pod_ready(p)).count();
+        let now: BTreeSet<String> = list.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        Ok((ready == 3 && now.len() == 3 && now.is_disjoint(&found)).then_some(now))
     })
     .await
     .unwrap();
-    // Their replacements run on worker-0 again while it drains.
-    wait_app_ready(&client, "b-back", 3).await.unwrap();
-    let replacements = uids(&pods, "b-back").await;
-    assert!(replacements.is_disjoint(&found), "new Pods replaced the ones found");
-    let held = node_signal(&client, NODE).await.unwrap().and_then(|s| s.status);
-    assert_eq!(held.map(|s| s.status), Some(SignalPhase::Cordoning), "a-held still holds it");
+    let status = node_signal(&client, NODE).await.unwrap().and_then(|s| s.status);
+    assert_eq!(status.map(|s| s.status), Some(SignalPhase::Cordoning), "z-held holds it");
 
-    // Without the budget the drain ends: a-held goes, the replacements are left alone.
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    budgets.delete("a-held-budget", &Default::default()).await.unwrap();
+    // Without the budget the drain ends: z-held goes, the replacements stay.
+    delete_budget(&client, "z-held-budget").await;
     let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
     assert_eq!(
         target(&done, 0, NODE).state,
@@ -156,7 +202,13 @@ async fn a_drain_evicts_the_pods_it_found_at_once_and_ends_on_real_nodes() {
     );
     assert_eq!(uids(&pods, "b-back").await, replacements, "no replacement was evicted");
     wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
-    delete_plan(&client).await;
+}
+
+#[tokio::test]
+async fn a_pod_stuck_terminating_fails_the_node_at_the_drain_timeout_on_real_nodes() {
+    let (fleet, _responder) = one_real_worker("drain-stuck", "20s").await;
+    let client = fleet.client.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
 
     // c-stuck: a Pod a finalizer keeps terminating once evicted. The drain waits for it, the
     // wait counting against the drain timeout: the node fails naming it.
@@ -170,11 +222,12 @@ async fn a_drain_evicts_the_pods_it_found_at_once_and_ends_on_real_nodes() {
     create_plan(&client, &plan("autopilot", "stuck", vec![k0s_command(update_worker())]))
         .await
         .unwrap();
+    cordoning_with(&client, &format!("waiting for pod(s) default/{stuck} to terminate")).await;
     let reason = failed_reason(&client).await;
     assert_eq!(
         reason,
         format!(
-            "drain of worker-0 blocked for 45s: waiting for pod(s) default/{stuck} to terminate"
+            "drain of worker-0 blocked for 20s: waiting for pod(s) default/{stuck} to terminate"
         )
     );
     delete_plan(&client).await;
