@@ -585,10 +585,11 @@ pub struct DrainClock {
 
 impl DrainClock {
     /// When the drain's timeout counts from: `cordoning_since`, or this leader's takeover
-    /// if that is later.
+    /// if that is later or `cordoning_since` lies in this leader's future (an earlier
+    /// leader's clock ahead of its own: [`crate::term::counted_from`]).
     fn counted_from(&self) -> Option<jiff::Timestamp> {
         let since = self.cordoning_since?;
-        Some(self.term_started.map_or(since, |started| since.max(started)))
+        Some(crate::term::counted_from(since, self.term_started, self.now))
     }
 }
 
@@ -1000,6 +1001,31 @@ mod tests {
             panic!("no timeout without a start")
         };
         assert_eq!(delay, backoff);
+    }
+
+    #[test]
+    fn a_new_leader_with_a_clock_hours_behind_counts_the_drain_timeout_from_its_takeover() {
+        // An earlier leader, three hours ahead of this one, saw the node in `Cordoning` at
+        // 03:00 on its clock; this leader took over at 00:00 on its own.
+        let takeover: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("a timestamp");
+        let since = takeover + jiff::SignedDuration::from_hours(3);
+        let timeout = Duration::from_secs(600);
+        let after = |secs: i64| takeover + jiff::SignedDuration::from_secs(secs);
+        let pdb = "pod default/web: budget web";
+        let backoff = Duration::from_secs(30);
+        let new_leader =
+            |now| DrainClock { cordoning_since: Some(since), term_started: Some(takeover), now };
+        let Blocked::Retry { delay, .. } =
+            blocked("w1", pdb, new_leader(after(590)), timeout, backoff)
+        else {
+            panic!("a retry before the timeout")
+        };
+        assert_eq!(delay, Duration::from_secs(10));
+        // Not three hours and ten minutes: the timeout from the takeover.
+        assert!(matches!(
+            blocked("w1", pdb, new_leader(after(600)), timeout, backoff),
+            Blocked::Fail(_)
+        ));
     }
 
     #[test]
