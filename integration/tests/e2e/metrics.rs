@@ -195,7 +195,9 @@ fn check_json_logs(leader: &K0sProcess, worker: &K0sProcess) {
     assert_eq!(span["command"], 0, "{agent_line}");
     assert_eq!(span["phase"], "Downloading", "{agent_line}");
     // The leader's drain pass, refused by the budget.
-    let drain_line = json_line(leader, "eviction refused", |_| true);
+    let drain_line = json_line(leader, "drain blocked", |l| {
+        l["fields"]["blocked"].as_str().is_some_and(|b| b.contains("refused"))
+    });
     let span = &drain_line["span"];
     assert_eq!(span["name"], "drain", "{drain_line}");
     assert_eq!(span["node"], WORKER, "{drain_line}");

@@ -199,7 +199,7 @@ async fn only_the_selected_workers_update() {
 #[tokio::test]
 async fn a_new_run_with_the_previous_version_rolls_a_worker_back() {
     let (v2, v2_sha) = v2_build();
-    let v2_server = FileServer::start(v2).await.unwrap();
+    let v2_server = FileServer::start(v2.clone()).await.unwrap();
     let Fleet { cluster: _cluster, client, controllers: _controllers, workers } =
         FleetBuilder::new("real-rollback")
             .controllers(1)
@@ -245,9 +245,17 @@ async fn a_new_run_with_the_previous_version_rolls_a_worker_back() {
     .unwrap();
     assert_eq!(target(&done, 0, "worker-0").state, TargetState::SignalCompleted);
     assert_eq!(version_on_disk(worker), v1, "rolled back on disk");
+    // Back to the version k0s.prev holds: k0s.prev stays that proven binary, and v2, which
+    // the run rejected, is kept as k0s.rejected, not executable.
     let prev = worker.binary_path().with_file_name("k0s.prev");
     let prev = run_k0s_binary(&prev, &["version"], Duration::from_secs(30)).unwrap();
-    assert_eq!(String::from_utf8(prev.stdout).unwrap().trim(), V2, "v2 kept as k0s.prev");
+    assert_eq!(String::from_utf8(prev.stdout).unwrap().trim(), v1, "v1 kept as k0s.prev");
+    let rejected = worker.binary_path().with_file_name("k0s.rejected");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&rejected).expect("k0s.rejected").permissions(),
+    ) & 0o777;
+    assert_eq!(mode, 0o644, "k0s.rejected is not executable");
+    assert!(std::fs::read(&rejected).unwrap() == v2, "v2 kept as k0s.rejected");
     let nodes: Api<Node> = Api::all(client.clone());
     wait_for(Duration::from_secs(30), "worker-0 to publish the old version", || async {
         let node = nodes.get("worker-0").await?;
