@@ -120,6 +120,20 @@ async fn delete_budget(client: &kube::Client, name: &str) {
     budgets.delete(name, &Default::default()).await.expect("deleting the budget");
 }
 
+/// Deletes the budget `name` that held the drain; the plan then completes with the node.
+async fn budget_gone_the_plan_completes(client: &kube::Client, name: &str) {
+    delete_budget(client, name).await;
+    let done = wait_plan_state(client, "autopilot", PlanStateType::Completed)
+        .await
+        .expect("the plan completes");
+    assert_eq!(
+        target(&done, 0, NODE).state,
+        TargetState::SignalCompleted,
+        "{}",
+        status_yaml(&done)
+    );
+}
+
 #[tokio::test]
 async fn a_budget_refusing_one_pod_keeps_none_of_the_others_from_being_evicted_on_real_nodes() {
     let (fleet, _responder) = one_real_worker("drain-at-once", "45s").await;
@@ -149,14 +163,7 @@ async fn a_budget_refusing_one_pod_keeps_none_of_the_others_from_being_evicted_o
     let status = node_signal(&client, NODE).await.unwrap().and_then(|s| s.status);
     assert_eq!(status.map(|s| s.status), Some(SignalPhase::Cordoning), "a-held holds it");
 
-    delete_budget(&client, "a-held-budget").await;
-    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
-    assert_eq!(
-        target(&done, 0, NODE).state,
-        TargetState::SignalCompleted,
-        "{}",
-        status_yaml(&done)
-    );
+    budget_gone_the_plan_completes(&client, "a-held-budget").await;
     wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
 }
 
@@ -192,14 +199,7 @@ async fn a_replacement_that_returns_to_the_cordoned_node_is_not_evicted_again_on
     assert_eq!(status.map(|s| s.status), Some(SignalPhase::Cordoning), "z-held holds it");
 
     // Without the budget the drain ends: z-held goes, the replacements stay.
-    delete_budget(&client, "z-held-budget").await;
-    let done = wait_plan_state(&client, "autopilot", PlanStateType::Completed).await.unwrap();
-    assert_eq!(
-        target(&done, 0, NODE).state,
-        TargetState::SignalCompleted,
-        "{}",
-        status_yaml(&done)
-    );
+    budget_gone_the_plan_completes(&client, "z-held-budget").await;
     assert_eq!(uids(&pods, "b-back").await, replacements, "no replacement was evicted");
     wait_no_autopilot_cordons(&client, "autopilot").await.unwrap();
 }

@@ -59,18 +59,24 @@ pub(crate) async fn last_heartbeat(
         .map(|t| t.0))
 }
 
+/// A controller and worker-0 with real agents; the worker exits to be restarted
+/// (`--restart exit`) and serves metrics.
+async fn one_worker_exiting_to_restart(name: &str) -> Fleet {
+    FleetBuilder::new(name)
+        .controllers(1)
+        .workers(&["worker-0"])
+        .agents(Agents::Real)
+        .worker_args(&["--restart", "exit"])
+        .worker_metrics()
+        .start()
+        .await
+        .expect("the fleet")
+}
+
 #[tokio::test]
 async fn a_v2_that_keeps_crashing_after_its_update_is_rolled_back_to_v1_by_the_guard() {
     let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
-        FleetBuilder::new("update-post-watch")
-            .controllers(1)
-            .workers(&["worker-0"])
-            .agents(Agents::Real)
-            .worker_args(&["--restart", "exit"])
-            .worker_metrics()
-            .start()
-            .await
-            .unwrap();
+        one_worker_exiting_to_restart("update-post-watch").await;
     let worker = workers.remove(0);
     let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
     let v1 = binary_version(worker.binary_path());
@@ -189,15 +195,7 @@ async fn a_v2_that_hangs_after_its_start_is_killed_by_the_watchdog_and_rolled_ba
     .unwrap();
     assert!(unit.contains("WatchdogSec=30s") && unit.contains("RestartSec=2s"), "{unit}");
     let Fleet { cluster: _cluster, client, controllers: _controllers, mut workers } =
-        FleetBuilder::new("update-post-watch-hang")
-            .controllers(1)
-            .workers(&["worker-0"])
-            .agents(Agents::Real)
-            .worker_args(&["--restart", "exit"])
-            .worker_metrics()
-            .start()
-            .await
-            .unwrap();
+        one_worker_exiting_to_restart("update-post-watch-hang").await;
     let worker = workers.remove(0);
     let v1_bytes = std::fs::read(worker.binary_path()).unwrap();
     let v1 = binary_version(worker.binary_path());
